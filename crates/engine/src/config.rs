@@ -1,0 +1,149 @@
+//! Store configuration and the limits derived from the node size.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// How a store is built. `Config::default()` is the production shape
+/// (8 KiB nodes); tests use small nodes so splits and merges happen constantly.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Node buffer size: a power of two in `512..=65536`.
+    pub node_size_bytes: usize,
+    /// Largest value accepted (default 64 MiB).
+    pub max_value_len: usize,
+    /// Most snapshots alive at once (default 1024).
+    pub max_snapshots: usize,
+    /// Longest lifetime a snapshot may ask for (default one hour).
+    pub max_snapshot_age: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            node_size_bytes: 8192,
+            max_value_len: 64 << 20,
+            max_snapshots: 1024,
+            max_snapshot_age: Duration::from_secs(3600),
+        }
+    }
+}
+
+impl Config {
+    /// The default configuration with another node size.
+    pub fn with_node_size(node_size_bytes: usize) -> Self {
+        Config {
+            node_size_bytes,
+            ..Config::default()
+        }
+    }
+
+    pub(crate) fn validate(&self) -> Result<Geometry> {
+        let n = self.node_size_bytes;
+        if !n.is_power_of_two() || !(512..=65536).contains(&n) {
+            return Err(Error::InvalidConfig(format!(
+                "node size must be a power of two between 512 and 65536 bytes, not {n}"
+            )));
+        }
+        if self.max_value_len > u32::MAX as usize {
+            return Err(Error::InvalidConfig(
+                "max value length must fit in 32 bits".into(),
+            ));
+        }
+        if self.max_snapshots == 0 {
+            return Err(Error::InvalidConfig(
+                "max snapshots must be at least 1".into(),
+            ));
+        }
+        Ok(Geometry::new(n))
+    }
+}
+
+/// Byte budgets of a node, all derived from its size. See docs/design.md.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Geometry {
+    pub node_size: usize,
+    /// Bytes reserved after the header for the shortcut block.
+    pub shortcut_bytes: usize,
+    /// Log block threshold: a leaf whose log would pass it is merged.
+    pub log_bytes: usize,
+    /// Most sorted-block bytes a leaf holds after a merge (the log always has
+    /// `log_bytes` of room behind it).
+    pub leaf_capacity: usize,
+    /// Most sorted-block bytes an interior node holds.
+    pub interior_capacity: usize,
+    /// Largest encoded item. A quarter of the leaf capacity, so any overfull
+    /// set of items splits into parts that each fit.
+    pub max_item: usize,
+    pub max_key_len: usize,
+    /// Values up to this length are stored inline; longer ones out of line.
+    pub inline_value_max: usize,
+    /// Target sorted-block bytes per shortcut segment.
+    pub segment_bytes: usize,
+}
+
+/// Bytes of the node header.
+pub(crate) const HEADER_BYTES: usize = 64;
+/// Bytes per shortcut entry: an 8-byte key prefix and a 4-byte offset.
+pub(crate) const SHORTCUT_ENTRY_BYTES: usize = 12;
+/// Fixed bytes of a leaf item header: flags, key length, value length, version.
+pub(crate) const ITEM_HEADER_BYTES: usize = 15;
+/// Extra bytes a log item carries: back pointer and order hint.
+pub(crate) const LOG_EXTRA_BYTES: usize = 5;
+/// Extra bytes of an item with an expiry time.
+pub(crate) const TTL_BYTES: usize = 8;
+
+impl Geometry {
+    pub(crate) fn new(node_size: usize) -> Geometry {
+        let shortcut_bytes = (node_size / 16).max(48);
+        let log_bytes = (node_size / 16).max(96);
+        let leaf_capacity = node_size - HEADER_BYTES - shortcut_bytes - log_bytes;
+        let interior_capacity = node_size - HEADER_BYTES - shortcut_bytes;
+        let max_item = leaf_capacity / 4;
+        let fixed = ITEM_HEADER_BYTES + LOG_EXTRA_BYTES + TTL_BYTES;
+        // Honeycomb's limits (460-byte keys, 469-byte inline values) for 8 KiB
+        // and larger nodes; proportionally smaller for test-sized nodes.
+        let max_key_len = 460.min((max_item - fixed) * 2 / 5);
+        let inline_value_max = 469.min(max_item - fixed - max_key_len);
+        let segment_bytes = (node_size / 32).max(64);
+        Geometry {
+            node_size,
+            shortcut_bytes,
+            log_bytes,
+            leaf_capacity,
+            interior_capacity,
+            max_item,
+            max_key_len,
+            inline_value_max,
+            segment_bytes,
+        }
+    }
+
+    /// Most shortcut entries the shortcut block holds.
+    pub(crate) fn max_shortcuts(&self) -> usize {
+        self.shortcut_bytes / SHORTCUT_ENTRY_BYTES
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_of_default_and_small_nodes() {
+        let g = Geometry::new(8192);
+        assert_eq!(g.max_key_len, 460);
+        assert_eq!(g.inline_value_max, 469);
+        let fixed = ITEM_HEADER_BYTES + LOG_EXTRA_BYTES + TTL_BYTES;
+        for n in [512, 1024, 4096, 8192, 65536] {
+            let g = Geometry::new(n);
+            assert!(
+                fixed + g.max_key_len + g.inline_value_max <= g.max_item,
+                "{n}"
+            );
+            assert!(fixed + g.max_key_len + 8 <= g.max_item, "{n}");
+            assert!(10 + g.max_key_len <= g.interior_capacity / 4, "{n}");
+            assert!(g.max_key_len >= 16, "{n}");
+        }
+    }
+}

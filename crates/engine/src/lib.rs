@@ -1,0 +1,20 @@
+//! combkv's engine: an in-memory, ordered, multi-version key-value store
+//! built on the Honeycomb B+tree (`docs/design.md`). No sockets, no async
+//! runtime: the server and the bench sit on top of [`Store`].
+//!
+//! Keys are 1 to [`Store::max_key_len`] bytes (460 with the default 8 KiB
+//! nodes), compared as unsigned bytes; values are 0 to
+//! [`Config::max_value_len`] bytes (64 MiB by default). Values longer than
+//! the inline limit (469 bytes with 8 KiB nodes) live outside the node.
+
+mod config;
+mod error;
+mod store;
+pub(crate) mod sync;
+pub(crate) mod tree;
+
+pub use config::Config;
+pub use error::{Error, Result};
+pub use store::{Expiry, Item, NodeCounts, Range, SnapshotId, Store, Version, now_ms};
+pub use tree::epoch::flush_reclamation;
+pub use tree::node::live_buffers_global;

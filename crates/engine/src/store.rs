@@ -1,0 +1,615 @@
+//! The public store API: what the server, the bench and embedders call.
+
+use std::borrow::Cow;
+use std::ops::Bound;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+
+use crate::config::{Config, Geometry};
+use crate::error::{Error, Result};
+use crate::tree::Tree;
+use crate::tree::epoch;
+use crate::tree::node::ItemRef;
+use crate::tree::write::WriteOp;
+
+/// The version of a write: a positive integer, increasing in the order writes
+/// take effect. An item's version is the version of the write that produced
+/// it; it stays the same until the key is written again, so it serves as a
+/// compare-and-swap token (memcached's CAS unique).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Version(pub u64);
+
+impl Version {
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A snapshot: the read version it pins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SnapshotId(pub u64);
+
+/// Expiry of a written item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Expiry {
+    /// No expiry (clears an existing one).
+    #[default]
+    Never,
+    /// Expires at this unix time in milliseconds (> 0). A time in the past
+    /// makes the item invisible at once.
+    AtMs(u64),
+    /// Keep the expiry the item has now (none if absent).
+    Keep,
+}
+
+/// One stored item as a read returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    pub key: Bytes,
+    pub value: Bytes,
+    pub version: Version,
+    /// Unix time in milliseconds at which the item expires.
+    pub expires_at_ms: Option<u64>,
+}
+
+impl Item {
+    fn from_ref(it: &ItemRef<'_>) -> Item {
+        Item {
+            key: Bytes::copy_from_slice(it.key),
+            value: it.value.to_bytes(),
+            version: Version(it.version),
+            expires_at_ms: (it.expiry != 0).then_some(it.expiry),
+        }
+    }
+}
+
+/// A range read: bounds (low first, also when reversed), an optional limit,
+/// direction, and Honeycomb's floor start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Range {
+    pub start: Bound<Vec<u8>>,
+    pub end: Bound<Vec<u8>>,
+    pub limit: Option<usize>,
+    /// Descending key order; `limit` then takes the highest keys.
+    pub reverse: bool,
+    /// With an inclusive start: begin at the greatest key `<= start` if one
+    /// exists (Honeycomb's SCAN), so a range over file offsets finds the chunk
+    /// covering its first byte.
+    pub floor_start: bool,
+}
+
+impl Range {
+    /// Every key.
+    pub fn all() -> Range {
+        Range::new(Bound::Unbounded, Bound::Unbounded)
+    }
+    pub fn new(start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> Range {
+        Range {
+            start,
+            end,
+            limit: None,
+            reverse: false,
+            floor_start: false,
+        }
+    }
+    pub fn with_limit(mut self, n: usize) -> Range {
+        self.limit = Some(n);
+        self
+    }
+    pub fn reversed(mut self) -> Range {
+        self.reverse = true;
+        self
+    }
+    pub fn with_floor_start(mut self) -> Range {
+        self.floor_start = true;
+        self
+    }
+}
+
+/// Node buffer counts, for reclamation tests and INFO.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeCounts {
+    /// Buffers allocated and not freed.
+    pub live_buffers: usize,
+    /// Buffers reachable from the page table (current ones and old-version chains).
+    pub reachable_buffers: usize,
+}
+
+/// An in-memory, ordered, multi-version key-value store.
+///
+/// Reads never lock, wait or retry; every read (and every range) sees one
+/// consistent version of the store. Writes are linearizable and return once
+/// visible to every read that starts after them.
+///
+/// ```
+/// use std::ops::Bound;
+/// use combkv::{Config, Expiry, Range, Store};
+///
+/// let store = Store::new(Config::default()).unwrap();
+/// let v1 = store.put(b"apple", b"red").unwrap();
+/// store.put(b"banana", b"yellow").unwrap();
+/// assert_eq!(store.get(b"apple").unwrap().unwrap(), &b"red"[..]);
+///
+/// // Compare-and-swap on the item version.
+/// assert!(store.cas(b"apple", v1.get(), b"green", Expiry::Keep).unwrap().is_some());
+/// assert!(store.cas(b"apple", v1.get(), b"blue", Expiry::Keep).unwrap().is_none());
+///
+/// // A snapshot keeps seeing the store as it was.
+/// let snap = store.snapshot(std::time::Duration::from_secs(10)).unwrap();
+/// store.delete(b"banana").unwrap();
+/// assert!(store.get(b"banana").unwrap().is_none());
+/// assert!(store.get_at(snap, b"banana").unwrap().is_some());
+/// store.release_snapshot(snap);
+///
+/// // Ordered ranges.
+/// let items = store.range(&Range::new(Bound::Included(b"a".to_vec()), Bound::Unbounded)).unwrap();
+/// assert_eq!(items.len(), 1);
+/// assert_eq!(items[0].value, &b"green"[..]);
+/// ```
+#[derive(Debug)]
+pub struct Store {
+    tree: Tree,
+    config: Config,
+    geometry: Geometry,
+}
+
+/// Milliseconds since the unix epoch: the clock TTLs are checked against.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn parse_i64(v: &[u8]) -> Option<i64> {
+    // Redis's rules: optional '-', digits, no '+', no spaces, no leading zeros.
+    let digits = v.strip_prefix(b"-").unwrap_or(v);
+    if digits.is_empty() || v.len() > 20 || (digits.len() > 1 && digits[0] == b'0') {
+        return None;
+    }
+    if v == b"-0" {
+        return None;
+    }
+    std::str::from_utf8(v).ok()?.parse().ok()
+}
+
+impl Store {
+    /// Creates an empty store.
+    pub fn new(config: Config) -> Result<Store> {
+        let geometry = config.validate()?;
+        Ok(Store {
+            tree: Tree::new(geometry),
+            config,
+            geometry,
+        })
+    }
+
+    /// Longest key accepted: 460 bytes with nodes of 8 KiB and more.
+    pub fn max_key_len(&self) -> usize {
+        self.geometry.max_key_len
+    }
+
+    /// Longest value accepted (`Config::max_value_len`).
+    pub fn max_value_len(&self) -> usize {
+        self.config.max_value_len
+    }
+
+    /// The configuration the store was built with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn check_key(&self, key: &[u8]) -> Result<()> {
+        if key.is_empty() {
+            return Err(Error::KeyEmpty);
+        }
+        if key.len() > self.geometry.max_key_len {
+            return Err(Error::KeyTooLong {
+                len: key.len(),
+                max: self.geometry.max_key_len,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_value(&self, len: usize) -> Result<()> {
+        if len > self.config.max_value_len {
+            return Err(Error::ValueTooLarge {
+                len,
+                max: self.config.max_value_len,
+            });
+        }
+        Ok(())
+    }
+
+    /// The read version: every read that starts now sees exactly the writes
+    /// with versions up to it.
+    pub fn read_version(&self) -> Version {
+        Version(self.tree.clock.read_version())
+    }
+
+    // ---- reads -----------------------------------------------------------
+
+    fn read<T>(&self, f: impl FnOnce(u64, u64) -> T) -> T {
+        // Pin before taking the read version: see tree::reclaim.
+        let guard = epoch::pin();
+        let rv = self.tree.clock.read_version();
+        let out = f(rv, now_ms());
+        drop(guard);
+        out
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        Ok(self.get_item(key)?.map(|i| i.value))
+    }
+
+    /// The item of `key`: value, version and expiry.
+    pub fn get_item(&self, key: &[u8]) -> Result<Option<Item>> {
+        self.check_key(key)?;
+        Ok(self.read(|rv, now| self.item_at(key, rv, now)))
+    }
+
+    fn item_at(&self, key: &[u8], rv: u64, now: u64) -> Option<Item> {
+        self.tree
+            .get_at(key, rv)
+            .filter(|it| it.is_live(now))
+            .map(|it| Item::from_ref(&it))
+    }
+
+    /// The items of a range, as one consistent snapshot.
+    pub fn range(&self, r: &Range) -> Result<Vec<Item>> {
+        self.check_range(r)?;
+        Ok(self.read(|rv, now| self.range_at_version(r, rv, now)))
+    }
+
+    fn check_range(&self, r: &Range) -> Result<()> {
+        for b in [&r.start, &r.end] {
+            if let Bound::Included(k) | Bound::Excluded(k) = b {
+                if k.len() > self.geometry.max_key_len {
+                    return Err(Error::KeyTooLong {
+                        len: k.len(),
+                        max: self.geometry.max_key_len,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn range_at_version(&self, r: &Range, rv: u64, now: u64) -> Vec<Item> {
+        let limit = r.limit.unwrap_or(usize::MAX);
+        let mut out = Vec::new();
+        if limit == 0 {
+            return out;
+        }
+        let floor_key;
+        let mut start = r.start.as_ref().map(|k| &k[..]);
+        if r.floor_start {
+            if let Bound::Included(k) = start {
+                if let Some(f) = self.tree.floor_at(k, rv, now) {
+                    floor_key = f.key;
+                    start = Bound::Included(floor_key);
+                }
+            }
+        }
+        let end = r.end.as_ref().map(|k| &k[..]);
+        self.tree.scan(rv, now, start, end, r.reverse, |it| {
+            out.push(Item::from_ref(&it));
+            out.len() < limit
+        });
+        out
+    }
+
+    /// The item with the greatest key `<= key`.
+    pub fn floor(&self, key: &[u8]) -> Result<Option<Item>> {
+        self.check_key(key)?;
+        Ok(self.read(|rv, now| {
+            self.tree
+                .floor_at(key, rv, now)
+                .map(|it| Item::from_ref(&it))
+        }))
+    }
+
+    /// The item with the smallest key `>= key`.
+    pub fn ceil(&self, key: &[u8]) -> Result<Option<Item>> {
+        self.check_key(key)?;
+        let r = Range::new(Bound::Included(key.to_vec()), Bound::Unbounded).with_limit(1);
+        Ok(self
+            .read(|rv, now| self.range_at_version(&r, rv, now))
+            .pop())
+    }
+
+    // ---- writes ----------------------------------------------------------
+
+    fn expiry_ms(e: Expiry, current: Option<&ItemRef<'_>>) -> u64 {
+        match e {
+            Expiry::Never => 0,
+            Expiry::AtMs(t) => t.max(1),
+            Expiry::Keep => current.map_or(0, |c| c.expiry),
+        }
+    }
+
+    /// Stores `value` under `key` (insert or overwrite) with no expiry.
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<Version> {
+        self.put_with(key, value, Expiry::Never)
+    }
+
+    /// Stores `value` under `key` with an expiry.
+    pub fn put_with(&self, key: &[u8], value: &[u8], expiry: Expiry) -> Result<Version> {
+        self.check_key(key)?;
+        self.check_value(value.len())?;
+        let ((), v) = self.tree.write(key, now_ms(), |cur| {
+            let expiry = Self::expiry_ms(expiry, cur);
+            (
+                WriteOp::Put {
+                    value: Cow::Borrowed(value),
+                    expiry,
+                },
+                (),
+            )
+        });
+        Ok(Version(v.expect("a put always writes")))
+    }
+
+    /// Stores `value` only if `key` is absent. `None`: it was present.
+    pub fn insert(&self, key: &[u8], value: &[u8]) -> Result<Option<Version>> {
+        self.check_key(key)?;
+        self.check_value(value.len())?;
+        let ((), v) = self.tree.write(key, now_ms(), |cur| match cur {
+            Some(_) => (WriteOp::Noop, ()),
+            None => (
+                WriteOp::Put {
+                    value: Cow::Borrowed(value),
+                    expiry: 0,
+                },
+                (),
+            ),
+        });
+        Ok(v.map(Version))
+    }
+
+    /// Overwrites the value of `key` only if present (keeps no expiry).
+    /// `None`: it was absent.
+    pub fn update(&self, key: &[u8], value: &[u8]) -> Result<Option<Version>> {
+        self.check_key(key)?;
+        self.check_value(value.len())?;
+        let ((), v) = self.tree.write(key, now_ms(), |cur| match cur {
+            None => (WriteOp::Noop, ()),
+            Some(_) => (
+                WriteOp::Put {
+                    value: Cow::Borrowed(value),
+                    expiry: 0,
+                },
+                (),
+            ),
+        });
+        Ok(v.map(Version))
+    }
+
+    /// Removes `key`. `None`: it was absent.
+    pub fn delete(&self, key: &[u8]) -> Result<Option<Version>> {
+        self.check_key(key)?;
+        let ((), v) = self.tree.write(key, now_ms(), |cur| match cur {
+            None => (WriteOp::Noop, ()),
+            Some(_) => (WriteOp::Delete, ()),
+        });
+        Ok(v.map(Version))
+    }
+
+    /// Stores `value` only if the item's version is `expected` (0: only if
+    /// absent). `None`: the version did not match.
+    pub fn cas(
+        &self,
+        key: &[u8],
+        expected: u64,
+        value: &[u8],
+        expiry: Expiry,
+    ) -> Result<Option<Version>> {
+        self.check_key(key)?;
+        self.check_value(value.len())?;
+        let ((), v) = self.tree.write(key, now_ms(), |cur| {
+            let matches = match cur {
+                None => expected == 0,
+                Some(c) => c.version == expected,
+            };
+            if matches {
+                let expiry = Self::expiry_ms(expiry, cur);
+                (
+                    WriteOp::Put {
+                        value: Cow::Borrowed(value),
+                        expiry,
+                    },
+                    (),
+                )
+            } else {
+                (WriteOp::Noop, ())
+            }
+        });
+        Ok(v.map(Version))
+    }
+
+    /// Adds `delta` to the decimal integer stored at `key` (absent = 0) and
+    /// returns the result. Keeps the expiry.
+    pub fn incr_by(&self, key: &[u8], delta: i64) -> Result<i64> {
+        self.check_key(key)?;
+        let (r, _) = self.tree.write(key, now_ms(), |cur| {
+            let old = match cur {
+                None => 0,
+                Some(c) => match parse_i64(c.value.bytes()) {
+                    Some(n) => n,
+                    None => return (WriteOp::Noop, Err(Error::NotAnInteger)),
+                },
+            };
+            match old.checked_add(delta) {
+                None => (WriteOp::Noop, Err(Error::Overflow)),
+                Some(n) => {
+                    let expiry = cur.map_or(0, |c| c.expiry);
+                    let value = Cow::Owned(n.to_string().into_bytes());
+                    (WriteOp::Put { value, expiry }, Ok(n))
+                }
+            }
+        });
+        r
+    }
+
+    /// Appends `value` to the value at `key` (absent = empty) and returns the
+    /// new length. Keeps the expiry.
+    pub fn append(&self, key: &[u8], value: &[u8]) -> Result<usize> {
+        self.check_key(key)?;
+        let (r, _) = self.tree.write(key, now_ms(), |cur| {
+            let old = cur.map_or(&[][..], |c| c.value.bytes());
+            let len = old.len() + value.len();
+            if let Err(e) = self.check_value(len) {
+                return (WriteOp::Noop, Err(e));
+            }
+            let mut v = Vec::with_capacity(len);
+            v.extend_from_slice(old);
+            v.extend_from_slice(value);
+            let expiry = cur.map_or(0, |c| c.expiry);
+            (
+                WriteOp::Put {
+                    value: Cow::Owned(v),
+                    expiry,
+                },
+                Ok(len),
+            )
+        });
+        r
+    }
+
+    /// Sets or clears the expiry of an existing key (a write: the item gets a
+    /// new version). `None`: absent.
+    pub fn expire(&self, key: &[u8], expiry: Expiry) -> Result<Option<Version>> {
+        self.check_key(key)?;
+        let ((), v) = self.tree.write(key, now_ms(), |cur| match cur {
+            None => (WriteOp::Noop, ()),
+            Some(c) => {
+                let expiry = Self::expiry_ms(expiry, Some(c));
+                (
+                    WriteOp::Put {
+                        value: Cow::Owned(c.value.bytes().to_vec()),
+                        expiry,
+                    },
+                    (),
+                )
+            }
+        });
+        Ok(v.map(Version))
+    }
+
+    // ---- snapshots -------------------------------------------------------
+
+    /// Pins the current read version for `ttl`. Reads at the snapshot see the
+    /// store exactly as of that version.
+    pub fn snapshot(&self, ttl: Duration) -> Result<SnapshotId> {
+        if ttl > self.config.max_snapshot_age {
+            return Err(Error::SnapshotTooLong {
+                max_secs: self.config.max_snapshot_age.as_secs(),
+            });
+        }
+        // Pinned while registering, so no buffer this version needs can pass
+        // its grace period before the registry shows the snapshot.
+        let guard = epoch::pin();
+        let mut reg = self.tree.shared.snapshots.lock();
+        let now = Instant::now();
+        reg.prune(now);
+        if reg.live() >= self.config.max_snapshots {
+            return Err(Error::TooManySnapshots);
+        }
+        let rv = self.tree.clock.read_version();
+        let e = reg.pins.entry(rv).or_insert((0, 0, now));
+        e.0 += 1;
+        e.2 = e.2.max(now + ttl);
+        drop(reg);
+        drop(guard);
+        Ok(SnapshotId(rv))
+    }
+
+    /// Releases one creation of a snapshot. False if unknown or expired.
+    pub fn release_snapshot(&self, id: SnapshotId) -> bool {
+        let released = {
+            let mut reg = self.tree.shared.snapshots.lock();
+            reg.prune(Instant::now());
+            reg.release(id.0)
+        };
+        if released {
+            self.tree.collect(false);
+        }
+        released
+    }
+
+    /// Live snapshots and the time each has left.
+    pub fn list_snapshots(&self) -> Vec<(SnapshotId, Duration)> {
+        let mut reg = self.tree.shared.snapshots.lock();
+        let now = Instant::now();
+        reg.prune(now);
+        reg.pins
+            .iter()
+            .filter(|(_, e)| e.0 > 0)
+            .map(|(&v, e)| (SnapshotId(v), e.2.saturating_duration_since(now)))
+            .collect()
+    }
+
+    /// Runs `f` at the snapshot's version, holding the snapshot against
+    /// release and expiry meanwhile.
+    fn at_snapshot<T>(&self, id: SnapshotId, f: impl FnOnce(u64, u64) -> T) -> Result<T> {
+        let guard = epoch::pin();
+        if !self
+            .tree
+            .shared
+            .snapshots
+            .lock()
+            .enter(id.0, Instant::now())
+        {
+            return Err(Error::NoSuchSnapshot);
+        }
+        let out = f(id.0, now_ms());
+        self.tree
+            .shared
+            .snapshots
+            .lock()
+            .leave(id.0, Instant::now());
+        drop(guard);
+        Ok(out)
+    }
+
+    /// The item of `key` as of a snapshot.
+    pub fn get_at(&self, id: SnapshotId, key: &[u8]) -> Result<Option<Item>> {
+        self.check_key(key)?;
+        self.at_snapshot(id, |rv, now| self.item_at(key, rv, now))
+    }
+
+    /// A range as of a snapshot.
+    pub fn range_at(&self, id: SnapshotId, r: &Range) -> Result<Vec<Item>> {
+        self.check_range(r)?;
+        self.at_snapshot(id, |rv, now| self.range_at_version(r, rv, now))
+    }
+
+    // ---- introspection ---------------------------------------------------
+
+    /// Runs pending reclamation work now: frees what no reader or snapshot
+    /// can reach any more. Writers do this on their own every few hundred
+    /// writes; tests and shutdown call it to reach a quiescent state.
+    pub fn collect(&self) {
+        for _ in 0..4 {
+            epoch::flush_reclamation();
+            self.tree.collect(true);
+        }
+    }
+
+    /// Allocated vs reachable node buffers.
+    pub fn node_counts(&self) -> NodeCounts {
+        let (live_buffers, reachable_buffers) = self.tree.node_counts();
+        NodeCounts {
+            live_buffers,
+            reachable_buffers,
+        }
+    }
+}

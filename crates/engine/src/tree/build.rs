@@ -1,0 +1,223 @@
+//! Writing fresh node buffers: a merge or split lays items out into a sorted
+//! block and picks the shortcut keys (Honeycomb section 3.4, "Sorted and log
+//! block merge").
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::node::{
+    self, BufferCounter, INTERIOR_ITEM_FIXED, Lid, NodePtr, STATE_LOCKED, ValueRef, encode_item,
+    item_len, key_prefix,
+};
+use crate::config::{Geometry, HEADER_BYTES};
+
+/// A leaf item on its way into a new buffer.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Entry<'a> {
+    pub key: &'a [u8],
+    /// `Inline` values longer than the inline limit are moved out of line
+    /// when written; `External` values are shared with the source buffer.
+    pub value: ValueRef<'a>,
+    pub version: u64,
+    pub expiry: u64,
+}
+
+impl Entry<'_> {
+    /// Bytes this entry takes in a sorted block.
+    pub(crate) fn sorted_len(&self, g: &Geometry) -> usize {
+        item_len(
+            self.key.len(),
+            stored_value_len(g, self.value),
+            self.expiry != 0,
+            false,
+        )
+    }
+}
+
+/// Bytes a value takes inside a node.
+pub(crate) fn stored_value_len(g: &Geometry, v: ValueRef<'_>) -> usize {
+    match v {
+        ValueRef::Inline(b) if b.len() <= g.inline_value_max => b.len(),
+        _ => 8,
+    }
+}
+
+/// The value as the node will store it; takes a strong count for external values.
+pub(crate) fn own_value<'a>(g: &Geometry, v: ValueRef<'a>) -> ValueRef<'a> {
+    match v {
+        ValueRef::Inline(b) if b.len() <= g.inline_value_max => v,
+        ValueRef::Inline(b) => {
+            let arc: Arc<[u8]> = Arc::from(b);
+            let p = Arc::into_raw(arc) as *const u8;
+            ValueRef::External(p, b.len())
+        }
+        ValueRef::External(p, n) => {
+            // SAFETY: `p` names a live `Arc<[u8]>` held by the source buffer,
+            // which the caller keeps reachable while building.
+            unsafe { Arc::increment_strong_count(std::ptr::slice_from_raw_parts(p, n)) };
+            v
+        }
+    }
+}
+
+/// An interior entry: the separator key (ignored for the first entry, whose
+/// child becomes the leftmost child) and the child.
+#[derive(Clone, Debug)]
+pub(crate) struct Child {
+    pub key: Vec<u8>,
+    pub lid: Lid,
+}
+
+pub(crate) fn interior_item_len(key: &[u8]) -> usize {
+    INTERIOR_ITEM_FIXED + key.len()
+}
+
+/// Segment starts: indexes of the items that begin a shortcut segment.
+fn choose_segments(g: &Geometry, lens: impl Iterator<Item = usize>, total: usize) -> Vec<usize> {
+    let target = g.segment_bytes.max(total / g.max_shortcuts().max(1) + 1);
+    let mut starts = Vec::new();
+    let mut since = 0usize;
+    for (i, len) in lens.enumerate() {
+        if i == 0 || (since >= target && starts.len() < g.max_shortcuts()) {
+            starts.push(i);
+            since = 0;
+        }
+        since += len;
+    }
+    starts
+}
+
+fn write_shortcuts(p: NodePtr, prefixes: &[u64], offsets: &[u32]) {
+    let n = prefixes.len();
+    // SAFETY: the buffer is unpublished and owned by this thread.
+    let out = unsafe { p.bytes_mut(HEADER_BYTES, HEADER_BYTES + n * 12) };
+    for (i, pre) in prefixes.iter().enumerate() {
+        out[i * 8..i * 8 + 8].copy_from_slice(&pre.to_le_bytes());
+    }
+    for (i, off) in offsets.iter().enumerate() {
+        out[n * 8 + i * 4..n * 8 + i * 4 + 4].copy_from_slice(&off.to_le_bytes());
+    }
+}
+
+/// Fills in the header of a fresh buffer: published size `size`, locked.
+fn init_header(
+    g: &Geometry,
+    p: NodePtr,
+    version: u64,
+    lid: Lid,
+    link: Lid,
+    level: u8,
+    sorted_end: usize,
+) {
+    // SAFETY: unpublished buffer owned by this thread.
+    let h = unsafe { p.header_mut() };
+    h.sorted_start = node::sorted_start(g) as u32;
+    h.state
+        .store(STATE_LOCKED | sorted_end as u64, Ordering::Relaxed);
+    h.version = version;
+    h.lid = lid.0;
+    h.link = link.0;
+    h.level = level;
+    h.sorted_end = sorted_end as u32;
+}
+
+/// Builds a leaf holding `entries` (ascending keys, no duplicates).
+pub(crate) fn build_leaf(
+    g: &Geometry,
+    counter: &BufferCounter,
+    entries: &[Entry<'_>],
+    version: u64,
+    lid: Lid,
+    right: Lid,
+) -> NodePtr {
+    let total: usize = entries.iter().map(|e| e.sorted_len(g)).sum();
+    debug_assert!(
+        total <= g.leaf_capacity,
+        "leaf overfull: {total} > {}",
+        g.leaf_capacity
+    );
+    let p = NodePtr::alloc(g, counter);
+    let starts = choose_segments(g, entries.iter().map(|e| e.sorted_len(g)), total);
+    let mut prefixes = Vec::with_capacity(starts.len());
+    let mut offsets = Vec::with_capacity(starts.len());
+    let mut at = node::sorted_start(g);
+    let mut seg = 0;
+    for (i, e) in entries.iter().enumerate() {
+        if seg < starts.len() && starts[seg] == i {
+            prefixes.push(key_prefix(e.key));
+            offsets.push(at as u32);
+            seg += 1;
+        }
+        let len = e.sorted_len(g);
+        let value = own_value(g, e.value);
+        // SAFETY: unpublished buffer owned by this thread.
+        let out = unsafe { p.bytes_mut(at, at + len) };
+        let written = encode_item(out, 0, e.key, value, e.version, e.expiry, None);
+        debug_assert_eq!(written, len);
+        at += len;
+    }
+    write_shortcuts(p, &prefixes, &offsets);
+    init_header(g, p, version, lid, right, 0, at);
+    // SAFETY: unpublished.
+    let h = unsafe { p.header_mut() };
+    h.nshortcuts = prefixes.len() as u16;
+    h.nitems = entries.len() as u32;
+    p
+}
+
+/// Builds an interior node at `level` from its children (ascending separators).
+pub(crate) fn build_interior(
+    g: &Geometry,
+    counter: &BufferCounter,
+    children: &[Child],
+    version: u64,
+    lid: Lid,
+    level: u8,
+) -> NodePtr {
+    debug_assert!(!children.is_empty() && level > 0);
+    let rest = &children[1..];
+    let total: usize = rest.iter().map(|c| interior_item_len(&c.key)).sum();
+    debug_assert!(total <= g.interior_capacity, "interior overfull");
+    let p = NodePtr::alloc(g, counter);
+    let starts = choose_segments(g, rest.iter().map(|c| interior_item_len(&c.key)), total);
+    let mut prefixes = Vec::with_capacity(starts.len());
+    let mut offsets = Vec::with_capacity(starts.len());
+    let mut at = node::sorted_start(g);
+    let mut seg = 0;
+    for (i, c) in rest.iter().enumerate() {
+        if seg < starts.len() && starts[seg] == i {
+            prefixes.push(key_prefix(&c.key));
+            offsets.push(at as u32);
+            seg += 1;
+        }
+        let len = interior_item_len(&c.key);
+        // SAFETY: unpublished buffer owned by this thread.
+        let out = unsafe { p.bytes_mut(at, at + len) };
+        out[0..2].copy_from_slice(&(c.key.len() as u16).to_le_bytes());
+        out[2..10].copy_from_slice(&c.lid.0.to_le_bytes());
+        out[10..].copy_from_slice(&c.key);
+        at += len;
+    }
+    write_shortcuts(p, &prefixes, &offsets);
+    init_header(g, p, version, lid, children[0].lid, level, at);
+    // SAFETY: unpublished.
+    let h = unsafe { p.header_mut() };
+    h.nshortcuts = prefixes.len() as u16;
+    h.nitems = rest.len() as u32;
+    p
+}
+
+/// Builds the buffer that anchors a removed node's LID: no items, flagged
+/// dead, version `version`, obsolete (nobody may lock it).
+pub(crate) fn build_dead(g: &Geometry, counter: &BufferCounter, version: u64, lid: Lid) -> NodePtr {
+    let p = NodePtr::alloc(g, counter);
+    init_header(g, p, version, lid, Lid::NONE, 0, node::sorted_start(g));
+    // SAFETY: unpublished.
+    let h = unsafe { p.header_mut() };
+    h.flags = node::NODE_DEAD;
+    h.state.store(
+        node::STATE_OBSOLETE | node::STATE_LOCKED | node::sorted_start(g) as u64,
+        Ordering::Relaxed,
+    );
+    p
+}

@@ -1,0 +1,112 @@
+//! The Honeycomb B+tree (paper section 3): fixed-size node buffers named by
+//! LIDs through a page table, multi-version concurrency control with a global
+//! write and read version, wait-free readers, lock-based writers with
+//! copy-on-write structure changes, and epoch-based reclamation.
+//!
+//! - `node`: the buffer layout and item encoding (the only raw-byte code)
+//! - `build`: laying out fresh buffers (merges, splits)
+//! - `page_table`: LID -> buffer
+//! - `version`: write/read versions and in-order release
+//! - `read`: descents, leaf search, ordered leaf iteration with order hints
+//! - `write`: log appends, merges, splits, node merges
+//! - `reclaim`, `epoch`: when a replaced buffer may be freed
+
+pub(crate) mod build;
+pub(crate) mod epoch;
+pub(crate) mod node;
+pub(crate) mod page_table;
+pub(crate) mod read;
+pub(crate) mod reclaim;
+pub(crate) mod scan;
+pub(crate) mod version;
+pub(crate) mod write;
+
+use std::sync::Arc;
+
+use crate::config::Geometry;
+use crate::sync::Mutex;
+use node::{BufferCounter, Lid};
+use page_table::PageTable;
+use reclaim::{Reclaimer, SnapshotRegistry};
+use version::VersionClock;
+
+/// State shared with deferred reclamation closures (which may outlive the tree).
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub geometry: Geometry,
+    pub counter: BufferCounter,
+    pub reclaimer: Reclaimer,
+    pub snapshots: Mutex<SnapshotRegistry>,
+    /// LIDs whose anchors were freed, waiting to return to the allocator.
+    pub recycled: Mutex<Vec<Lid>>,
+    /// Successful writes; every 256th runs a non-blocking `collect`.
+    pub reclaimer_ticks: std::sync::atomic::AtomicU64,
+}
+
+/// The tree: page table, versions, shared reclamation state.
+#[derive(Debug)]
+pub(crate) struct Tree {
+    pub g: Geometry,
+    pub pages: PageTable,
+    pub clock: VersionClock,
+    pub shared: Arc<Shared>,
+}
+
+impl Tree {
+    pub(crate) fn new(g: Geometry) -> Tree {
+        let shared = Arc::new(Shared {
+            geometry: g,
+            counter: BufferCounter::default(),
+            reclaimer: Reclaimer::default(),
+            snapshots: Mutex::new(SnapshotRegistry::default()),
+            recycled: Mutex::new(Vec::new()),
+            reclaimer_ticks: std::sync::atomic::AtomicU64::new(0),
+        });
+        let pages = PageTable::new();
+        pages.ensure_chunk(Lid::ROOT);
+        let root = build::build_leaf(&g, &shared.counter, &[], 0, Lid::ROOT, Lid::NONE);
+        unlock_new(root);
+        pages.set(Lid::ROOT, Some(root));
+        Tree {
+            g,
+            pages,
+            clock: VersionClock::starting_at(0),
+            shared,
+        }
+    }
+
+    /// (allocated buffers, buffers reachable from the page table).
+    pub(crate) fn node_counts(&self) -> (usize, usize) {
+        let guard = epoch::pin();
+        let mut reachable = 0;
+        for (_, head) in self.pages.entries() {
+            let mut cur = Some(head);
+            while let Some(p) = cur {
+                reachable += 1;
+                cur = p.old();
+            }
+        }
+        drop(guard);
+        let live = self
+            .shared
+            .counter
+            .live
+            .load(std::sync::atomic::Ordering::SeqCst);
+        (live, reachable)
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        self.shared.free_all(&self.pages);
+    }
+}
+
+/// Clears the lock bit of a buffer created locked by `build`.
+pub(crate) fn unlock_new(p: node::NodePtr) {
+    let s = p.header().state.load(std::sync::atomic::Ordering::Relaxed);
+    p.header().state.store(
+        s & !node::STATE_LOCKED,
+        std::sync::atomic::Ordering::Release,
+    );
+}

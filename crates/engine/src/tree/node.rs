@@ -1,0 +1,469 @@
+//! Node buffers: the fixed-size byte layout of Honeycomb section 3.1.
+//!
+//! ```text
+//!  0        64                 64+shortcut_bytes          sorted_end          size      node_size
+//!  +--------+------------------+--------------------------+-------------------+---------+
+//!  | header | shortcut block   | sorted block             | log block (leaf)  | free    |
+//!  +--------+------------------+--------------------------+-------------------+---------+
+//! ```
+//!
+//! This module is the one place raw node bytes are read and written. The
+//! invariants that make that sound:
+//!
+//! 1. A buffer is written only by the thread that allocated it until it is
+//!    published (a release store into the page table or an `old` pointer).
+//! 2. After publication, header fields other than `state`, `old` and
+//!    `replaced_at` never change, and bytes below the published size (the low
+//!    32 bits of `state`) never change. A log append writes beyond the
+//!    published size while holding the node lock, then publishes the new size
+//!    with one release store; readers load `state` with acquire and read only
+//!    below the size they loaded.
+//! 3. A buffer is freed only through `tree::reclaim`, after no reader can
+//!    reach it (see docs/design.md, "Why reclamation is safe").
+
+use std::alloc::{Layout, alloc_zeroed, dealloc};
+use std::ptr::{self, NonNull};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+
+use crate::config::{Geometry, HEADER_BYTES, ITEM_HEADER_BYTES, LOG_EXTRA_BYTES, TTL_BYTES};
+
+/// A logical node id: the index of a page-table entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Lid(pub u64);
+
+impl Lid {
+    /// "No node": the right sibling of the rightmost leaf.
+    pub(crate) const NONE: Lid = Lid(u64::MAX);
+    /// The root keeps its LID forever; growth and shrinkage replace its buffer.
+    pub(crate) const ROOT: Lid = Lid(0);
+}
+
+/// The node header, at offset 0 of every buffer. Its atomics are core atomics
+/// on purpose: they live inside raw buffers and need a fixed layout (see
+/// `crate::sync` for the schedule points shuttle tests add around them).
+#[repr(C)]
+pub(crate) struct Header {
+    /// Packed: published size (bits 0..32), sequence number (32..62),
+    /// lock bit (62), obsolete bit (63). One word so that a log append
+    /// publishes size, sequence and unlock with a single store.
+    pub state: AtomicU64,
+    /// The write version that created this buffer.
+    pub version: u64,
+    /// The buffer this one replaced (the previous version of the node), or null.
+    pub old: AtomicPtr<u8>,
+    /// The version of the write that replaced this buffer; 0 while current.
+    pub replaced_at: AtomicU64,
+    pub lid: u64,
+    /// Leaf: right sibling LID (`Lid::NONE` if rightmost). Interior: leftmost child.
+    pub link: u64,
+    /// End of the sorted block (start of the log block).
+    pub sorted_end: u32,
+    /// 0 for leaves.
+    pub level: u8,
+    pub flags: u8,
+    pub nshortcuts: u16,
+    /// Number of items in the sorted block.
+    pub nitems: u32,
+    /// Offset of the first sorted-block byte (after the shortcut block).
+    pub sorted_start: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<Header>() == HEADER_BYTES);
+
+/// Header flag: the node was removed from the tree by the write at `version`;
+/// the buffer only anchors the LID's chain of older buffers.
+pub(crate) const NODE_DEAD: u8 = 1;
+
+pub(crate) const STATE_LOCKED: u64 = 1 << 62;
+pub(crate) const STATE_OBSOLETE: u64 = 1 << 63;
+const SEQ_SHIFT: u32 = 32;
+const SEQ_MASK: u64 = (1 << 30) - 1;
+
+pub(crate) fn state_size(state: u64) -> usize {
+    (state & 0xffff_ffff) as usize
+}
+pub(crate) fn state_seq(state: u64) -> u64 {
+    (state >> SEQ_SHIFT) & SEQ_MASK
+}
+/// The unlocked state word that follows a write: new size, sequence + 1.
+pub(crate) fn state_next(state: u64, new_size: usize) -> u64 {
+    let seq = (state_seq(state) + 1) & SEQ_MASK;
+    (seq << SEQ_SHIFT) | new_size as u64
+}
+
+// ---- items ------------------------------------------------------------------
+
+/// Item flag: the value lives outside the node (an `Arc<[u8]>` pointer).
+pub(crate) const ITEM_EXTERNAL: u8 = 1;
+/// Item flag: an expiry time (unix ms) follows the fixed header.
+pub(crate) const ITEM_TTL: u8 = 2;
+/// Item flag: a delete marker (log block only).
+pub(crate) const ITEM_TOMBSTONE: u8 = 4;
+/// Log item flag: the back pointer names a sorted item with the same key.
+pub(crate) const ITEM_REPLACES: u8 = 8;
+/// Log item flag: an earlier log item has the same key (and is not in the
+/// sorted block); items with equal keys are adjacent in order-hint order.
+pub(crate) const ITEM_DUP: u8 = 16;
+
+/// A value as a node stores it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ValueRef<'a> {
+    Inline(&'a [u8]),
+    /// Data pointer and length of an `Arc<[u8]>` owned by the buffer(s) holding the item.
+    External(*const u8, usize),
+}
+
+impl ValueRef<'_> {
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            ValueRef::Inline(v) => v.len(),
+            ValueRef::External(_, n) => *n,
+        }
+    }
+
+    /// The value's bytes. The returned slice lives as long as the buffer.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match *self {
+            ValueRef::Inline(v) => v,
+            // SAFETY: an external pointer comes from `Arc::into_raw` of an
+            // `Arc<[u8]>` of exactly this length; the buffer holding the item
+            // owns one strong count, so the allocation outlives the buffer,
+            // which outlives `self` (invariant 3).
+            ValueRef::External(p, n) => unsafe { std::slice::from_raw_parts(p, n) },
+        }
+    }
+
+    /// An owned handle: zero-copy for external values.
+    pub(crate) fn to_bytes(self) -> bytes::Bytes {
+        match self {
+            ValueRef::Inline(v) => bytes::Bytes::copy_from_slice(v),
+            ValueRef::External(p, n) => {
+                let raw = ptr::slice_from_raw_parts(p, n);
+                // SAFETY: as in `bytes`; we add a strong count for the new owner.
+                let arc = unsafe {
+                    Arc::increment_strong_count(raw);
+                    Arc::from_raw(raw)
+                };
+                bytes::Bytes::from_owner(arc)
+            }
+        }
+    }
+}
+
+/// A decoded leaf item (sorted or log block).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ItemRef<'a> {
+    pub flags: u8,
+    pub key: &'a [u8],
+    pub value: ValueRef<'a>,
+    pub version: u64,
+    /// Unix ms; 0 = never.
+    pub expiry: u64,
+    /// Log items: sorted-block offset this item belongs before (or replaces).
+    pub backptr: u32,
+    /// Log items: index in key order among the log items present at append.
+    pub hint: u8,
+    /// Encoded length.
+    pub len: u32,
+}
+
+impl ItemRef<'_> {
+    pub(crate) fn is_tombstone(&self) -> bool {
+        self.flags & ITEM_TOMBSTONE != 0
+    }
+    /// Live at `now_ms`: not a delete marker and not expired.
+    pub(crate) fn is_live(&self, now_ms: u64) -> bool {
+        !self.is_tombstone() && (self.expiry == 0 || self.expiry > now_ms)
+    }
+}
+
+/// Encoded length of a leaf item.
+pub(crate) fn item_len(key_len: usize, value_stored_len: usize, ttl: bool, log: bool) -> usize {
+    ITEM_HEADER_BYTES
+        + if log { LOG_EXTRA_BYTES } else { 0 }
+        + if ttl { TTL_BYTES } else { 0 }
+        + key_len
+        + value_stored_len
+}
+
+fn rd_u16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+fn rd_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+fn rd_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// Decodes the leaf item at `offset` of `buf` (the published bytes of a node).
+pub(crate) fn decode_item(buf: &[u8], offset: usize, log: bool) -> ItemRef<'_> {
+    let flags = buf[offset];
+    let klen = rd_u16(buf, offset + 1) as usize;
+    let vlen = rd_u32(buf, offset + 3) as usize;
+    let version = rd_u64(buf, offset + 7);
+    let mut at = offset + ITEM_HEADER_BYTES;
+    let (backptr, hint) = if log {
+        let r = (rd_u32(buf, at), buf[at + 4]);
+        at += LOG_EXTRA_BYTES;
+        r
+    } else {
+        (0, 0)
+    };
+    let expiry = if flags & ITEM_TTL != 0 {
+        let e = rd_u64(buf, at);
+        at += TTL_BYTES;
+        e
+    } else {
+        0
+    };
+    let key = &buf[at..at + klen];
+    at += klen;
+    let value = if flags & ITEM_EXTERNAL != 0 {
+        let p = rd_u64(buf, at) as usize as *const u8;
+        at += 8;
+        ValueRef::External(p, vlen)
+    } else {
+        let v = &buf[at..at + vlen];
+        at += vlen;
+        ValueRef::Inline(v)
+    };
+    ItemRef {
+        flags,
+        key,
+        value,
+        version,
+        expiry,
+        backptr,
+        hint,
+        len: (at - offset) as u32,
+    }
+}
+
+/// Encodes a leaf item into `out` (exactly `item_len` bytes). An external
+/// value's pointer is copied as is: the caller accounts for the strong count.
+#[expect(clippy::too_many_arguments, reason = "one field per item part")]
+pub(crate) fn encode_item(
+    out: &mut [u8],
+    flags: u8,
+    key: &[u8],
+    value: ValueRef<'_>,
+    version: u64,
+    expiry: u64,
+    log: Option<(u32, u8)>,
+) -> usize {
+    let flags = (flags & !(ITEM_TTL | ITEM_EXTERNAL))
+        | if expiry != 0 { ITEM_TTL } else { 0 }
+        | if matches!(value, ValueRef::External(..)) {
+            ITEM_EXTERNAL
+        } else {
+            0
+        };
+    out[0] = flags;
+    out[1..3].copy_from_slice(&(key.len() as u16).to_le_bytes());
+    out[3..7].copy_from_slice(&(value.len() as u32).to_le_bytes());
+    out[7..15].copy_from_slice(&version.to_le_bytes());
+    let mut at = ITEM_HEADER_BYTES;
+    if let Some((bp, hint)) = log {
+        out[at..at + 4].copy_from_slice(&bp.to_le_bytes());
+        out[at + 4] = hint;
+        at += LOG_EXTRA_BYTES;
+    }
+    if expiry != 0 {
+        out[at..at + 8].copy_from_slice(&expiry.to_le_bytes());
+        at += TTL_BYTES;
+    }
+    out[at..at + key.len()].copy_from_slice(key);
+    at += key.len();
+    match value {
+        ValueRef::Inline(v) => {
+            out[at..at + v.len()].copy_from_slice(v);
+            at += v.len();
+        }
+        ValueRef::External(p, _) => {
+            out[at..at + 8].copy_from_slice(&(p as usize as u64).to_le_bytes());
+            at += 8;
+        }
+    }
+    at
+}
+
+/// Interior item: key length, child LID, key.
+pub(crate) const INTERIOR_ITEM_FIXED: usize = 10;
+
+pub(crate) fn decode_interior(buf: &[u8], offset: usize) -> (&[u8], Lid, usize) {
+    let klen = rd_u16(buf, offset) as usize;
+    let child = rd_u64(buf, offset + 2);
+    let key = &buf[offset + INTERIOR_ITEM_FIXED..offset + INTERIOR_ITEM_FIXED + klen];
+    (key, Lid(child), INTERIOR_ITEM_FIXED + klen)
+}
+
+// ---- buffers ----------------------------------------------------------------
+
+/// Counts of allocated buffers: per store and for the whole process.
+#[derive(Debug, Default)]
+pub(crate) struct BufferCounter {
+    pub live: AtomicUsize,
+}
+
+static GLOBAL_LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Node buffers allocated by every store in this process and not yet freed.
+pub fn live_buffers_global() -> usize {
+    GLOBAL_LIVE.load(Ordering::SeqCst)
+}
+
+/// A pointer to a node buffer. Copyable; the reclamation protocol, not the
+/// type, decides when it may be dereferenced.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct NodePtr(NonNull<u8>);
+
+// SAFETY: a node buffer is shared memory whose concurrent access follows
+// invariants 1-3 of this module; the pointer itself carries no thread affinity.
+unsafe impl Send for NodePtr {}
+// SAFETY: as above.
+unsafe impl Sync for NodePtr {}
+
+fn layout(node_size: usize) -> Layout {
+    Layout::from_size_align(node_size, 64).expect("node size is a power of two")
+}
+
+impl NodePtr {
+    /// Allocates a zeroed buffer whose header says: unpublished size
+    /// `HEADER_BYTES + shortcut_bytes`, locked (it is unlocked when the write
+    /// that made it finishes its structure change).
+    pub(crate) fn alloc(g: &Geometry, counter: &BufferCounter) -> NodePtr {
+        // SAFETY: the layout has non-zero size.
+        let raw = unsafe { alloc_zeroed(layout(g.node_size)) };
+        let Some(p) = NonNull::new(raw) else {
+            std::alloc::handle_alloc_error(layout(g.node_size))
+        };
+        counter.live.fetch_add(1, Ordering::Relaxed);
+        GLOBAL_LIVE.fetch_add(1, Ordering::Relaxed);
+        NodePtr(p)
+    }
+
+    pub(crate) fn as_raw(self) -> *mut u8 {
+        self.0.as_ptr()
+    }
+
+    pub(crate) fn from_raw(p: *mut u8) -> Option<NodePtr> {
+        NonNull::new(p).map(NodePtr)
+    }
+
+    pub(crate) fn header(&self) -> &Header {
+        // SAFETY: every buffer starts with a `Header` (64-byte aligned, zeroed
+        // then initialised before publication). Non-atomic fields are only
+        // written before publication (invariant 1-2), so shared reads are sound.
+        unsafe { &*(self.0.as_ptr() as *const Header) }
+    }
+
+    /// Mutable header of a buffer this thread is still building.
+    ///
+    /// # Safety
+    /// The buffer must be unpublished (invariant 1).
+    pub(crate) unsafe fn header_mut(&self) -> &mut Header {
+        // SAFETY: unpublished, so this thread has exclusive access.
+        unsafe { &mut *(self.0.as_ptr() as *mut Header) }
+    }
+
+    /// The bytes `[0, size)` of the buffer, where `size` is a published size
+    /// (or any size for an unpublished buffer owned by this thread).
+    ///
+    /// # Safety
+    /// `size` must not exceed a size loaded from this buffer's `state` (or the
+    /// buffer is owned); the buffer must stay allocated for `'a` (the caller
+    /// is pinned, invariant 3).
+    pub(crate) unsafe fn bytes<'a>(self, size: usize) -> &'a [u8] {
+        // SAFETY: bytes below a published size never change (invariant 2).
+        // The header words inside this range are atomics; they are only read
+        // through `header()`, never through this slice.
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr(), size) }
+    }
+
+    /// Mutable bytes `[from, to)` of the buffer.
+    ///
+    /// # Safety
+    /// Either the buffer is unpublished and owned by this thread, or the caller
+    /// holds the node lock and `from` is at or beyond the published size
+    /// (invariant 2: no reader reads there).
+    #[expect(clippy::mut_from_ref, reason = "disjoint ranges, see invariant 2")]
+    pub(crate) unsafe fn bytes_mut(&self, from: usize, to: usize) -> &mut [u8] {
+        // SAFETY: per the contract, nobody else reads or writes these bytes.
+        unsafe { std::slice::from_raw_parts_mut(self.0.as_ptr().add(from), to - from) }
+    }
+
+    pub(crate) fn load_state(&self) -> u64 {
+        crate::sync::schedule_point();
+        self.header().state.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn version(&self) -> u64 {
+        self.header().version
+    }
+
+    pub(crate) fn old(&self) -> Option<NodePtr> {
+        crate::sync::schedule_point();
+        NodePtr::from_raw(self.header().old.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn is_leaf(&self) -> bool {
+        self.header().level == 0
+    }
+
+    /// Frees the buffer and drops the strong counts its external values hold.
+    ///
+    /// # Safety
+    /// No thread can reach the buffer any more (invariant 3), and it is freed once.
+    pub(crate) unsafe fn free(self, g: &Geometry, counter: &BufferCounter) {
+        let h = self.header();
+        if h.level == 0 && h.flags & NODE_DEAD == 0 {
+            let size = state_size(h.state.load(Ordering::Acquire));
+            let sorted_end = h.sorted_end as usize;
+            // SAFETY: the buffer is unreachable, so its bytes are stable.
+            let buf = unsafe { self.bytes(size) };
+            let mut at = h.sorted_start as usize;
+            while at < size {
+                let log = at >= sorted_end;
+                let item = decode_item(buf, at, log);
+                if let ValueRef::External(p, n) = item.value {
+                    // SAFETY: this buffer owns one strong count of the value.
+                    unsafe { Arc::decrement_strong_count(ptr::slice_from_raw_parts(p, n)) };
+                }
+                at += item.len as usize;
+            }
+        }
+        counter.live.fetch_sub(1, Ordering::Relaxed);
+        GLOBAL_LIVE.fetch_sub(1, Ordering::Relaxed);
+        // SAFETY: allocated in `alloc` with the same layout, freed once.
+        unsafe { dealloc(self.0.as_ptr(), layout(g.node_size)) };
+    }
+}
+
+/// Offset of the first sorted-block byte.
+pub(crate) fn sorted_start(g: &Geometry) -> usize {
+    HEADER_BYTES + g.shortcut_bytes
+}
+
+/// Offset of the first sorted-block byte of a published buffer.
+pub(crate) fn sorted_start_of(h: &Header) -> usize {
+    h.sorted_start as usize
+}
+
+/// Reads shortcut `i` of a buffer: (8-byte key prefix, sorted-block offset).
+pub(crate) fn shortcut(buf: &[u8], i: usize, nshortcuts: usize) -> (u64, u32) {
+    let base = HEADER_BYTES;
+    let prefix = rd_u64(buf, base + i * 8);
+    let off = rd_u32(buf, base + nshortcuts * 8 + i * 4);
+    (prefix, off)
+}
+
+/// The first 8 bytes of a key as a big-endian integer (zero padded), so that
+/// integer order agrees with byte order wherever prefixes differ.
+pub(crate) fn key_prefix(key: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = key.len().min(8);
+    b[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(b)
+}

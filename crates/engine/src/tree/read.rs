@@ -1,0 +1,262 @@
+//! Wait-free reads (Honeycomb 3.3): a reader holds one read version, follows
+//! old-version chains to the buffer that version sees, and ignores log items
+//! newer than it. Nothing here locks, waits or retries.
+
+use std::cmp::Ordering as Cmp;
+
+use super::Tree;
+use super::node::{
+    self, Header, ITEM_DUP, ITEM_REPLACES, ItemRef, Lid, NodePtr, decode_interior, decode_item,
+    key_prefix, shortcut, state_size,
+};
+
+/// Where a descent goes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Seek<'k> {
+    /// The leaf whose range holds the key.
+    Key(&'k [u8]),
+    /// The leaf whose range holds the keys just below this one.
+    Before(&'k [u8]),
+    /// The rightmost leaf.
+    Last,
+}
+
+/// Key of the sorted-block item at `off` and the item's length.
+fn sorted_key(buf: &[u8], off: usize, leaf: bool) -> (&[u8], usize) {
+    if leaf {
+        let it = decode_item(buf, off, false);
+        (it.key, it.len as usize)
+    } else {
+        let (k, _, len) = decode_interior(buf, off);
+        (k, len)
+    }
+}
+
+fn cmp_key(prefix: u64, full: impl FnOnce() -> Cmp, key: &[u8]) -> Cmp {
+    match prefix.cmp(&key_prefix(key)) {
+        Cmp::Equal => full(),
+        o => o,
+    }
+}
+
+/// The last sorted-block item with key `<= key` (`< key` if `strict`), via the
+/// shortcut block: (offset, length, key equals). Touches the shortcuts and
+/// one segment.
+pub(crate) fn last_le(
+    buf: &[u8],
+    h: &Header,
+    key: &[u8],
+    strict: bool,
+) -> Option<(usize, usize, bool)> {
+    let leaf = h.level == 0;
+    if h.nitems == 0 {
+        return None;
+    }
+    let ns = h.nshortcuts as usize;
+    let sorted_end = h.sorted_end as usize;
+    let accept = |c: Cmp| c == Cmp::Less || (c == Cmp::Equal && !strict);
+    let (mut lo, mut hi) = (0, ns);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        let (prefix, off) = shortcut(buf, mid, ns);
+        let c = cmp_key(
+            prefix,
+            || sorted_key(buf, off as usize, leaf).0.cmp(key),
+            key,
+        );
+        if accept(c) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    if lo == 0 {
+        return None;
+    }
+    let seg = lo - 1;
+    let mut at = shortcut(buf, seg, ns).1 as usize;
+    let end = if seg + 1 < ns {
+        shortcut(buf, seg + 1, ns).1 as usize
+    } else {
+        sorted_end
+    };
+    let mut best = None;
+    while at < end {
+        let (k, len) = sorted_key(buf, at, leaf);
+        let c = k.cmp(key);
+        if !accept(c) {
+            break;
+        }
+        best = Some((at, len, c == Cmp::Equal));
+        at += len;
+    }
+    best
+}
+
+/// The child an interior buffer routes `seek` to, and that child's low
+/// separator (None for the leftmost child).
+fn interior_seek<'b>(p: NodePtr, buf: &'b [u8], seek: Seek<'_>) -> (Lid, Option<&'b [u8]>) {
+    let h = p.header();
+    let hit = match seek {
+        Seek::Key(k) => last_le(buf, h, k, false).map(|(o, ..)| o),
+        Seek::Before(k) => last_le(buf, h, k, true).map(|(o, ..)| o),
+        Seek::Last => {
+            if h.nitems == 0 {
+                None
+            } else {
+                let ns = h.nshortcuts as usize;
+                let mut at = shortcut(buf, ns - 1, ns).1 as usize;
+                let mut last = at;
+                while at < h.sorted_end as usize {
+                    last = at;
+                    at += decode_interior(buf, at).2;
+                }
+                Some(last)
+            }
+        }
+    };
+    match hit {
+        Some(off) => {
+            let (k, child, _) = decode_interior(buf, off);
+            (child, Some(k))
+        }
+        None => (Lid(h.link), None),
+    }
+}
+
+/// The published bytes of a buffer.
+pub(crate) fn published(p: NodePtr) -> &'static [u8] {
+    let size = state_size(p.load_state());
+    // SAFETY: `size` was just loaded from the buffer's state (invariant 2).
+    // The 'static lifetime is a lie the callers keep honest: they only hold
+    // these slices while pinned, which keeps the buffer alive (invariant 3).
+    unsafe { p.bytes(size) }
+}
+
+impl Tree {
+    /// The buffer of `lid` that read version `rv` sees.
+    pub(crate) fn resolve(&self, lid: Lid, rv: u64) -> NodePtr {
+        let mut p = self.pages.get(lid).expect("reachable LID is mapped");
+        while p.version() > rv {
+            p = p
+                .old()
+                .expect("old-version chain reaches every live read version");
+        }
+        p
+    }
+
+    /// Descends at `rv` to the leaf `seek` names; also returns the leaf's low
+    /// fence (the separator of its range, None for the leftmost leaf).
+    pub(crate) fn descend(&self, seek: Seek<'_>, rv: u64) -> (NodePtr, Option<&'static [u8]>) {
+        let mut p = self.resolve(Lid::ROOT, rv);
+        let mut fence = None;
+        while !p.is_leaf() {
+            let buf = published(p);
+            let (child, sep) = interior_seek(p, buf, seek);
+            if sep.is_some() {
+                fence = sep;
+            }
+            p = self.resolve(child, rv);
+        }
+        (p, fence)
+    }
+
+    /// The newest item for `key` in `leaf` visible at `rv` (maybe a delete
+    /// marker or expired: the caller decides).
+    pub(crate) fn leaf_get(&self, leaf: NodePtr, key: &[u8], rv: u64) -> Option<ItemRef<'static>> {
+        let buf = published(leaf);
+        let h = leaf.header();
+        let mut best = match last_le(buf, h, key, false) {
+            Some((off, _, true)) => Some(decode_item(buf, off, false)),
+            _ => None,
+        };
+        let mut at = h.sorted_end as usize;
+        while at < buf.len() {
+            let it = decode_item(buf, at, true);
+            if it.version <= rv && it.key == key {
+                best = Some(it);
+            }
+            at += it.len as usize;
+        }
+        best
+    }
+
+    /// Point lookup at `rv`.
+    pub(crate) fn get_at(&self, key: &[u8], rv: u64) -> Option<ItemRef<'static>> {
+        let (leaf, _) = self.descend(Seek::Key(key), rv);
+        self.leaf_get(leaf, key, rv)
+    }
+}
+
+/// The items of a leaf visible at `rv`, in key order, newest version per key,
+/// delete markers and expired items left out (Honeycomb 4.3). The log block is
+/// put in key order with its order hints, and merged with the sorted block
+/// through its back pointers, without comparing keys.
+pub(crate) fn leaf_ordered(leaf: NodePtr, rv: u64, now_ms: u64, out: &mut Vec<ItemRef<'static>>) {
+    leaf_walk(leaf, rv, |it| {
+        if it.is_live(now_ms) {
+            out.push(it);
+        }
+    });
+}
+
+/// Calls `f` with the newest version visible at `rv` of every key in `leaf`
+/// (delete markers and expired items included), in key order.
+pub(crate) fn leaf_walk(leaf: NodePtr, rv: u64, mut f: impl FnMut(ItemRef<'static>)) {
+    let buf = published(leaf);
+    let h = leaf.header();
+    let sorted_end = h.sorted_end as usize;
+    // Log items in arrival order, then their key order by order hints.
+    let mut log: Vec<ItemRef<'static>> = Vec::new();
+    let mut at = sorted_end;
+    while at < buf.len() {
+        let it = decode_item(buf, at, true);
+        at += it.len as usize;
+        log.push(it);
+    }
+    let mut order: Vec<u8> = Vec::with_capacity(log.len());
+    for (i, it) in log.iter().enumerate() {
+        let pos = (it.hint as usize).min(order.len());
+        order.insert(pos, i as u8);
+    }
+    let sorted: Vec<_> = order.iter().map(|&i| log[i as usize]).collect();
+
+    // The newest candidate visible at rv; candidates come in version order.
+    let pick = |base: Option<ItemRef<'static>>, group: &[ItemRef<'static>]| {
+        group
+            .iter()
+            .rev()
+            .find(|it| it.version <= rv)
+            .copied()
+            .or(base)
+    };
+    let mut j = 0;
+    let emit_new_keys = |bp: u32, j: &mut usize, f: &mut dyn FnMut(ItemRef<'static>)| {
+        while *j < sorted.len() && sorted[*j].backptr == bp && sorted[*j].flags & ITEM_REPLACES == 0
+        {
+            let start = *j;
+            *j += 1;
+            while *j < sorted.len() && sorted[*j].flags & ITEM_DUP != 0 {
+                *j += 1;
+            }
+            if let Some(it) = pick(None, &sorted[start..*j]) {
+                f(it);
+            }
+        }
+    };
+    let mut off = node::sorted_start_of(h);
+    while off < sorted_end {
+        let s = decode_item(buf, off, false);
+        emit_new_keys(off as u32, &mut j, &mut f);
+        let start = j;
+        while j < sorted.len() && sorted[j].backptr == off as u32 {
+            j += 1;
+        }
+        if let Some(it) = pick(Some(s), &sorted[start..j]) {
+            f(it);
+        }
+        off += s.len as usize;
+    }
+    emit_new_keys(sorted_end as u32, &mut j, &mut f);
+    debug_assert_eq!(j, sorted.len(), "every log item belongs to a group");
+}

@@ -1,0 +1,227 @@
+//! Reclamation of replaced buffers (DESIGN.md section 2, "The hard parts").
+//!
+//! A buffer replaced by the write at version `w` serves read versions in
+//! `[its own version, w)`. It is retired only after `w` is released, so every
+//! reader that pins afterwards reads at a version `>= w` and never follows a
+//! chain down to it. Retirement defers through the epoch: once every guard
+//! that was pinned at retirement is gone, the only readers that can still
+//! reach the buffer are snapshot readers. Then:
+//!
+//! - if a live snapshot lies in the buffer's interval, it is *held* (it stays
+//!   in its chain) until that snapshot is released or expires;
+//! - otherwise it is *unlinked*: its newer neighbour's `old` pointer skips it,
+//!   and after one more epoch (a snapshot reader may be standing on it) it is
+//!   freed. Snapshot readers older than the interval pass the gap unharmed.
+//!
+//! A removed node's LID is anchored by a dead buffer until the chain behind
+//! it is empty; then the anchor is freed and the LID recycled.
+//!
+//! All chain surgery happens under `Reclaimer::work`; writers only push new
+//! chain heads, which never conflicts with surgery below the head.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering as CoreOrdering;
+use std::time::Instant;
+
+use super::epoch::{self, Guard};
+use super::node::{Lid, NodePtr};
+use super::{Shared, Tree};
+use crate::sync::Mutex;
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Retired {
+    pub buf: NodePtr,
+    pub lid: Lid,
+    /// First read version the buffer serves.
+    pub from: u64,
+    /// First read version it no longer serves (the replacing write).
+    pub to: u64,
+    /// A dead anchor rather than a replaced buffer.
+    pub anchor: bool,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Reclaimer {
+    /// Retired buffers whose epoch grace has passed, waiting for `collect`.
+    graced: Mutex<Vec<Retired>>,
+    /// Chain surgery and the lists below.
+    work: Mutex<Work>,
+}
+
+#[derive(Debug, Default)]
+struct Work {
+    /// Buffers a snapshot still needs.
+    held: Vec<Retired>,
+    /// Dead anchors whose chain is not empty yet.
+    anchors: Vec<Retired>,
+}
+
+/// Live snapshots: pinned version -> (creations not yet released, reads in
+/// progress, expiry). An entry holds buffers back while it has creations
+/// that have not expired, or reads in progress (a read that began before a
+/// release or expiry finishes at its version).
+#[derive(Debug, Default)]
+pub(crate) struct SnapshotRegistry {
+    pub pins: BTreeMap<u64, (usize, usize, Instant)>,
+}
+
+impl SnapshotRegistry {
+    /// Forgets expired creations; drops entries nobody uses.
+    pub(crate) fn prune(&mut self, now: Instant) {
+        self.pins.retain(|_, e| {
+            if e.2 <= now {
+                e.0 = 0;
+            }
+            e.0 > 0 || e.1 > 0
+        });
+    }
+    /// Releases one creation; false if there was none.
+    pub(crate) fn release(&mut self, v: u64) -> bool {
+        let Some(e) = self.pins.get_mut(&v) else {
+            return false;
+        };
+        if e.0 == 0 {
+            return false;
+        }
+        e.0 -= 1;
+        if e.0 == 0 && e.1 == 0 {
+            self.pins.remove(&v);
+        }
+        true
+    }
+    /// Starts a read at snapshot `v`; false if it is not live.
+    pub(crate) fn enter(&mut self, v: u64, now: Instant) -> bool {
+        match self.pins.get_mut(&v) {
+            Some(e) if e.0 > 0 && e.2 > now => {
+                e.1 += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+    /// Ends a read started by `enter`.
+    pub(crate) fn leave(&mut self, v: u64, now: Instant) {
+        if let Some(e) = self.pins.get_mut(&v) {
+            e.1 -= 1;
+        }
+        self.prune(now);
+    }
+    /// Whether a snapshot (or a read at one) needs read version in `[from, to)`.
+    pub(crate) fn any_in(&self, from: u64, to: u64) -> bool {
+        from < to && self.pins.range(from..to).next().is_some()
+    }
+    /// Live creations.
+    pub(crate) fn live(&self) -> usize {
+        self.pins.values().map(|e| e.0).sum()
+    }
+}
+
+impl Tree {
+    /// Retires `buf` (of `lid`), replaced by the released write `to`.
+    pub(crate) fn retire(&self, guard: &Guard, buf: NodePtr, lid: Lid, to: u64, anchor: bool) {
+        debug_assert!(self.clock.read_version() >= to, "retire before release");
+        buf.header().replaced_at.store(to, CoreOrdering::Release);
+        let r = Retired {
+            buf,
+            lid,
+            from: buf.version(),
+            to,
+            anchor,
+        };
+        let shared = Arc::clone(&self.shared);
+        epoch::defer(guard, move || shared.reclaimer.graced.lock().push(r));
+    }
+
+    /// Processes retired buffers whose grace has passed. Cheap when there is
+    /// nothing to do; concurrent callers skip rather than wait.
+    pub(crate) fn collect(&self, wait: bool) {
+        let shared = &self.shared;
+        let mut work = if wait {
+            shared.reclaimer.work.lock()
+        } else {
+            match shared.reclaimer.work.try_lock() {
+                Some(w) => w,
+                None => return,
+            }
+        };
+        let graced = std::mem::take(&mut *shared.reclaimer.graced.lock());
+        let mut snaps = shared.snapshots.lock();
+        snaps.prune(Instant::now());
+        let guard = epoch::pin();
+        let held = std::mem::take(&mut work.held);
+        for r in held.into_iter().chain(graced) {
+            if r.anchor {
+                work.anchors.push(r);
+            } else if snaps.any_in(r.from, r.to) {
+                work.held.push(r);
+            } else {
+                self.unlink(&guard, r);
+            }
+        }
+        drop(snaps);
+        let anchors = std::mem::take(&mut work.anchors);
+        for a in anchors {
+            if a.buf.old().is_some() {
+                work.anchors.push(a);
+                continue;
+            }
+            // Nothing older remains, so no snapshot sees this LID; every
+            // non-snapshot reader that could was pinned before the grace.
+            self.pages.set(a.lid, None);
+            let shared = Arc::clone(&self.shared);
+            let (buf, lid) = (a.buf, a.lid);
+            epoch::defer(&guard, move || {
+                // SAFETY: unreachable: the page-table entry is empty and no
+                // buffer names this LID at a version any reader can hold.
+                unsafe { buf.free(&shared.geometry, &shared.counter) };
+                shared.recycled.lock().push(lid);
+            });
+        }
+        let recycled = std::mem::take(&mut *self.shared.recycled.lock());
+        for lid in recycled {
+            self.pages.recycle(lid);
+        }
+    }
+
+    /// Unlinks `r` from its LID's chain and frees it after an epoch.
+    fn unlink(&self, guard: &Guard, r: Retired) {
+        let mut prev = self
+            .pages
+            .get(r.lid)
+            .expect("retired buffer's LID is mapped");
+        loop {
+            let next = prev.old().expect("retired buffer is in its LID's chain");
+            if next == r.buf {
+                break;
+            }
+            prev = next;
+        }
+        let below = r.buf.header().old.load(CoreOrdering::Acquire);
+        crate::sync::schedule_point();
+        prev.header().old.store(below, CoreOrdering::Release);
+        let shared = Arc::clone(&self.shared);
+        let buf = r.buf;
+        epoch::defer(guard, move || {
+            // SAFETY: unlinked from its chain; every reader that could stand on
+            // it was pinned before this defer.
+            unsafe { buf.free(&shared.geometry, &shared.counter) };
+        });
+    }
+}
+
+impl Shared {
+    /// Drops every buffer still linked from the page table. Only at store drop.
+    pub(crate) fn free_all(&self, pages: &super::page_table::PageTable) {
+        for (lid, head) in pages.entries() {
+            let mut cur = Some(head);
+            while let Some(p) = cur {
+                cur = p.old();
+                // SAFETY: the store is being dropped; no reader or writer is
+                // left, and each chain buffer appears in exactly one chain.
+                unsafe { p.free(&self.geometry, &self.counter) };
+            }
+            pages.set(lid, None);
+        }
+    }
+}

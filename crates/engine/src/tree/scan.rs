@@ -1,0 +1,123 @@
+//! Ordered scans at one read version: forward along right-sibling links,
+//! backward by re-descending to the leaf left of the current leaf's low fence.
+//! At a fixed read version the tree is immutable, so both directions see one
+//! consistent snapshot however writers split and merge meanwhile.
+
+use std::ops::Bound;
+
+use super::Tree;
+use super::node::{ItemRef, Lid};
+use super::read::{Seek, leaf_ordered};
+
+fn after_end(key: &[u8], end: Bound<&[u8]>) -> bool {
+    match end {
+        Bound::Included(e) => key > e,
+        Bound::Excluded(e) => key >= e,
+        Bound::Unbounded => false,
+    }
+}
+
+fn before_start(key: &[u8], start: Bound<&[u8]>) -> bool {
+    match start {
+        Bound::Included(s) => key < s,
+        Bound::Excluded(s) => key <= s,
+        Bound::Unbounded => false,
+    }
+}
+
+/// True if no key can lie between the bounds.
+pub(crate) fn empty_bounds(start: Bound<&[u8]>, end: Bound<&[u8]>) -> bool {
+    match (start, end) {
+        (Bound::Included(s), Bound::Included(e)) => s > e,
+        (Bound::Included(s) | Bound::Excluded(s), Bound::Excluded(e))
+        | (Bound::Excluded(s), Bound::Included(e)) => s >= e,
+        _ => false,
+    }
+}
+
+impl Tree {
+    /// Calls `f` with every live item between the bounds visible at `rv`, in
+    /// key order (descending if `reverse`), until `f` returns false.
+    pub(crate) fn scan(
+        &self,
+        rv: u64,
+        now_ms: u64,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+        reverse: bool,
+        mut f: impl FnMut(ItemRef<'static>) -> bool,
+    ) {
+        if empty_bounds(start, end) {
+            return;
+        }
+        let mut items = Vec::new();
+        if !reverse {
+            let seek = match start {
+                Bound::Included(k) | Bound::Excluded(k) => Seek::Key(k),
+                Bound::Unbounded => Seek::Key(&[]),
+            };
+            let (mut leaf, _) = self.descend(seek, rv);
+            loop {
+                items.clear();
+                leaf_ordered(leaf, rv, now_ms, &mut items);
+                for it in &items {
+                    if before_start(it.key, start) {
+                        continue;
+                    }
+                    if after_end(it.key, end) || !f(*it) {
+                        return;
+                    }
+                }
+                let right = Lid(leaf.header().link);
+                if right == Lid::NONE {
+                    return;
+                }
+                leaf = self.resolve(right, rv);
+            }
+        } else {
+            let seek = match end {
+                Bound::Included(k) | Bound::Excluded(k) => Seek::Key(k),
+                Bound::Unbounded => Seek::Last,
+            };
+            let (mut leaf, mut fence) = self.descend(seek, rv);
+            loop {
+                items.clear();
+                leaf_ordered(leaf, rv, now_ms, &mut items);
+                for it in items.iter().rev() {
+                    if after_end(it.key, end) {
+                        continue;
+                    }
+                    if before_start(it.key, start) || !f(*it) {
+                        return;
+                    }
+                }
+                match fence {
+                    None => return,
+                    Some(low) => {
+                        if before_start(low, start) {
+                            return;
+                        }
+                        (leaf, fence) = self.descend(Seek::Before(low), rv);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The greatest live key `<= key` at `rv`.
+    pub(crate) fn floor_at(&self, key: &[u8], rv: u64, now_ms: u64) -> Option<ItemRef<'static>> {
+        let mut out = None;
+        self.scan(
+            rv,
+            now_ms,
+            Bound::Unbounded,
+            Bound::Included(key),
+            true,
+            |it| {
+                out = Some(it);
+                false
+            },
+        );
+        out
+    }
+}

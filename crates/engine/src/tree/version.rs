@@ -1,0 +1,91 @@
+//! Global write and read versions with in-order release (Honeycomb 3.2).
+//!
+//! A write takes its version with a fetch-add on the write version while it
+//! holds the leaf lock, does its work, unlocks, then *completes* the version.
+//! The read version advances to `v` only when every version `<= v` has
+//! completed; a write is acknowledged once the read version has passed it.
+//! Completion flags sit in a ring indexed by version; whoever completes the
+//! oldest outstanding version advances the read version over every completed
+//! successor.
+
+use crate::sync::{AtomicU64, Ordering, backoff};
+
+/// Ring slots: bounds the versions in flight (taken but not yet released).
+const RING: u64 = 4096;
+
+#[derive(Debug)]
+pub(crate) struct VersionClock {
+    /// Last version handed out.
+    write: AtomicU64,
+    /// Every version `<= read` is released.
+    read: AtomicU64,
+    /// Slot `v % RING` holds `v` once write `v` has completed.
+    done: Box<[AtomicU64]>,
+}
+
+impl VersionClock {
+    /// A clock whose versions `<= start` are all released.
+    pub(crate) fn starting_at(start: u64) -> VersionClock {
+        VersionClock {
+            write: AtomicU64::new(start),
+            read: AtomicU64::new(start),
+            done: (0..RING).map(|_| AtomicU64::new(u64::MAX)).collect(),
+        }
+    }
+
+    /// The read version: readers see exactly the writes `<= ` it.
+    pub(crate) fn read_version(&self) -> u64 {
+        self.read.load(Ordering::Acquire)
+    }
+
+    /// The last version handed out (released or not).
+    pub(crate) fn write_version(&self) -> u64 {
+        self.write.load(Ordering::SeqCst)
+    }
+
+    /// Takes the next write version. Call with the leaf lock held.
+    pub(crate) fn next(&self) -> u64 {
+        self.write.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// Marks `v` complete and advances the read version as far as it can.
+    /// Never called with a node lock held.
+    pub(crate) fn complete(&self, v: u64) {
+        let mut round = 0;
+        // A slot is reused only after the version it last held is released.
+        while v >= self.read.load(Ordering::SeqCst) + RING {
+            backoff(&mut round);
+        }
+        self.done[(v % RING) as usize].store(v, Ordering::SeqCst);
+        self.advance();
+    }
+
+    fn advance(&self) {
+        loop {
+            let r = self.read.load(Ordering::SeqCst);
+            let n = r + 1;
+            if self.done[(n % RING) as usize].load(Ordering::SeqCst) != n {
+                return;
+            }
+            // Losing the race means someone else advanced; look again.
+            let _ = self
+                .read
+                .compare_exchange(r, n, Ordering::SeqCst, Ordering::SeqCst);
+        }
+    }
+
+    /// Waits until the read version is `>= v`.
+    pub(crate) fn wait_released(&self, v: u64) {
+        let mut round = 0;
+        while self.read.load(Ordering::Acquire) < v {
+            self.advance();
+            backoff(&mut round);
+        }
+    }
+
+    /// Completes `v` and waits for its release: the end of every write.
+    pub(crate) fn release(&self, v: u64) {
+        self.complete(v);
+        self.wait_released(v);
+    }
+}

@@ -1,0 +1,798 @@
+//! Writes (Honeycomb 3.4, 3.5): optimistic traversal of the newest buffers,
+//! leaf lock by compare-and-swap on the state word, then either the fast path
+//! (append to the log block) or a structure change built copy-on-write and
+//! published with versions.
+//!
+//! Lock order: a writer locks its leaf first, then only *tries* further locks
+//! (a sibling, the parent, ancestors and their siblings) and on any failure
+//! unlocks everything and restarts. Nobody waits for a lock while holding
+//! one, and nobody holds a lock while waiting for release.
+
+use std::borrow::Cow;
+use std::sync::atomic::Ordering as CoreOrdering;
+
+use super::Tree;
+use super::build::{self, Child, Entry, interior_item_len, own_value, stored_value_len};
+use super::epoch::{self, Guard};
+use super::node::{
+    ITEM_DUP, ITEM_REPLACES, ITEM_TOMBSTONE, ItemRef, Lid, NodePtr, STATE_LOCKED, STATE_OBSOLETE,
+    ValueRef, decode_interior, encode_item, item_len, state_next, state_size,
+};
+use super::read::{last_le, leaf_walk, published};
+use crate::sync::backoff;
+
+/// What a write does to its key, decided with the leaf locked.
+#[derive(Debug, Clone)]
+pub(crate) enum WriteOp<'a> {
+    /// Leave the key as it is.
+    Noop,
+    /// Store this value with this expiry (unix ms, 0 = never).
+    Put { value: Cow<'a, [u8]>, expiry: u64 },
+    /// Remove the key.
+    Delete,
+}
+
+/// A node a structure change has locked, with the state word to restore.
+#[derive(Clone, Copy)]
+struct Held {
+    buf: NodePtr,
+    state: u64,
+}
+
+fn try_lock(buf: NodePtr, expect: u64) -> bool {
+    if expect & (STATE_LOCKED | STATE_OBSOLETE) != 0 {
+        return false;
+    }
+    crate::sync::schedule_point();
+    buf.header()
+        .state
+        .compare_exchange(
+            expect,
+            expect | STATE_LOCKED,
+            CoreOrdering::Acquire,
+            CoreOrdering::Relaxed,
+        )
+        .is_ok()
+}
+
+fn unlock_all(held: &[Held]) {
+    for h in held.iter().rev() {
+        crate::sync::schedule_point();
+        h.buf.header().state.store(h.state, CoreOrdering::Release);
+    }
+}
+
+/// One node of the writer's path: the buffer and the state it had.
+#[derive(Clone, Copy)]
+struct Step {
+    buf: NodePtr,
+    state: u64,
+    lid: Lid,
+}
+
+/// The children of an interior buffer; the first entry's key is unused.
+fn children_of(p: NodePtr) -> Vec<Child> {
+    let buf = published(p);
+    let h = p.header();
+    let mut out = Vec::with_capacity(h.nitems as usize + 1);
+    out.push(Child {
+        key: Vec::new(),
+        lid: Lid(h.link),
+    });
+    let mut at = h.sorted_start as usize;
+    while at < h.sorted_end as usize {
+        let (k, lid, len) = decode_interior(buf, at);
+        out.push(Child {
+            key: k.to_vec(),
+            lid,
+        });
+        at += len;
+    }
+    out
+}
+
+/// The newest state of every key of a locked leaf, delete markers dropped.
+fn leaf_entries(leaf: NodePtr) -> Vec<Entry<'static>> {
+    let mut out = Vec::new();
+    leaf_walk(leaf, u64::MAX, |it| {
+        if !it.is_tombstone() {
+            out.push(Entry {
+                key: it.key,
+                value: it.value,
+                version: it.version,
+                expiry: it.expiry,
+            });
+        }
+    });
+    out
+}
+
+/// Content of a node being rebuilt.
+enum Content<'a> {
+    Leaf(Vec<Entry<'a>>),
+    /// Children and level.
+    Interior(Vec<Child>, u8),
+}
+
+impl<'a> Content<'a> {
+    fn bytes(&self, t: &Tree) -> usize {
+        match self {
+            Content::Leaf(e) => e.iter().map(|e| e.sorted_len(&t.g)).sum(),
+            Content::Interior(c, _) => c.iter().skip(1).map(|c| interior_item_len(&c.key)).sum(),
+        }
+    }
+    fn capacity(&self, t: &Tree) -> usize {
+        match self {
+            Content::Leaf(_) => t.g.leaf_capacity,
+            Content::Interior(..) => t.g.interior_capacity,
+        }
+    }
+    fn level(&self) -> u8 {
+        match self {
+            Content::Leaf(_) => 0,
+            Content::Interior(_, l) => *l,
+        }
+    }
+    /// Splits into parts that each fit; each part's separator is its first key.
+    fn split(self, t: &Tree) -> Vec<(Vec<u8>, Content<'a>)> {
+        let cap = self.capacity(t);
+        let total = self.bytes(t);
+        let parts = total.div_ceil(cap * 3 / 4).max(1);
+        let target = total / parts;
+        match self {
+            Content::Leaf(entries) => {
+                let mut out: Vec<(Vec<u8>, Content<'a>)> = Vec::new();
+                let mut cur: Vec<Entry<'a>> = Vec::new();
+                let mut bytes = 0;
+                for e in entries {
+                    let len = e.sorted_len(&t.g);
+                    if !cur.is_empty() && bytes + len > target {
+                        let key = cur[0].key.to_vec();
+                        out.push((key, Content::Leaf(std::mem::take(&mut cur))));
+                        bytes = 0;
+                    }
+                    bytes += len;
+                    cur.push(e);
+                }
+                if !cur.is_empty() {
+                    out.push((cur[0].key.to_vec(), Content::Leaf(cur)));
+                }
+                out
+            }
+            Content::Interior(children, level) => {
+                let mut out = Vec::new();
+                let mut cur: Vec<Child> = Vec::new();
+                let mut bytes = 0;
+                for c in children {
+                    let len = interior_item_len(&c.key);
+                    if !cur.is_empty() && bytes + len > target {
+                        let key = cur[0].key.clone();
+                        out.push((key, Content::Interior(std::mem::take(&mut cur), level)));
+                        bytes = 0;
+                    }
+                    bytes += len;
+                    cur.push(c);
+                }
+                if !cur.is_empty() {
+                    out.push((cur[0].key.clone(), Content::Interior(cur, level)));
+                }
+                out
+            }
+        }
+    }
+}
+
+/// A node to write: its LID (existing or fresh), content, and the buffer it replaces.
+struct NewNode<'a> {
+    lid: Lid,
+    content: Content<'a>,
+    replaces: Option<NodePtr>,
+    /// Leaves: right sibling.
+    right: Lid,
+}
+
+/// Everything one structure change publishes.
+#[derive(Default)]
+struct Plan<'a> {
+    held: Vec<Held>,
+    nodes: Vec<NewNode<'a>>,
+    /// LIDs removed from the tree and their last buffer.
+    kills: Vec<(Lid, NodePtr)>,
+    fresh: Vec<Lid>,
+}
+
+enum Attempt<R> {
+    Done(R, Option<u64>),
+    Restart,
+}
+
+impl Tree {
+    /// Writes `key`: `decide` sees the key's newest live item (with the leaf
+    /// locked) and returns what to do and the caller's result. Returns that
+    /// result and the write's version (None for `WriteOp::Noop`). Returns once
+    /// the write is released (visible to every read that starts later).
+    pub(crate) fn write<'v, R>(
+        &self,
+        key: &[u8],
+        now_ms: u64,
+        mut decide: impl FnMut(Option<&ItemRef<'_>>) -> (WriteOp<'v>, R),
+    ) -> (R, Option<u64>) {
+        let mut round = 0;
+        loop {
+            let guard = epoch::pin();
+            if let Attempt::Done(r, v) = self.try_write(&guard, key, now_ms, &mut decide) {
+                drop(guard);
+                if v.is_some() {
+                    self.maybe_collect();
+                }
+                return (r, v);
+            }
+            drop(guard);
+            backoff(&mut round);
+        }
+    }
+
+    fn maybe_collect(&self) {
+        let g = self
+            .shared
+            .reclaimer_ticks
+            .fetch_add(1, CoreOrdering::Relaxed);
+        if g % 256 == 255 {
+            self.collect(false);
+        }
+    }
+
+    /// Traverses the newest buffers to the leaf for `key`. None if a node on
+    /// the way is locked or replaced (a structure change is in progress).
+    fn traverse(&self, key: &[u8]) -> Option<Vec<Step>> {
+        let mut path = Vec::with_capacity(8);
+        let mut lid = Lid::ROOT;
+        loop {
+            let buf = self.pages.get(lid)?;
+            let state = buf.load_state();
+            if state & (STATE_LOCKED | STATE_OBSOLETE) != 0 {
+                return None;
+            }
+            path.push(Step { buf, state, lid });
+            if buf.is_leaf() {
+                return Some(path);
+            }
+            let bytes = published(buf);
+            let h = buf.header();
+            lid = match last_le(bytes, h, key, false) {
+                Some((off, ..)) => decode_interior(bytes, off).1,
+                None => Lid(h.link),
+            };
+        }
+    }
+
+    fn try_write<'v, R>(
+        &self,
+        guard: &Guard,
+        key: &[u8],
+        now_ms: u64,
+        decide: &mut impl FnMut(Option<&ItemRef<'_>>) -> (WriteOp<'v>, R),
+    ) -> Attempt<R> {
+        let Some(path) = self.traverse(key) else {
+            return Attempt::Restart;
+        };
+        let leaf = *path.last().expect("path ends at a leaf");
+        if !try_lock(leaf.buf, leaf.state) {
+            return Attempt::Restart;
+        }
+        // Validate the path: every interior buffer is still current and
+        // unlocked, so the routing to this leaf holds now.
+        for s in &path[..path.len() - 1] {
+            crate::sync::schedule_point();
+            if s.buf.header().state.load(CoreOrdering::Acquire) != s.state {
+                unlock_all(&[Held {
+                    buf: leaf.buf,
+                    state: leaf.state,
+                }]);
+                return Attempt::Restart;
+            }
+        }
+        let current = self.leaf_get(leaf.buf, key, u64::MAX);
+        let live = current.filter(|it| it.is_live(now_ms));
+        let (op, r) = decide(live.as_ref());
+        let held_leaf = Held {
+            buf: leaf.buf,
+            state: leaf.state,
+        };
+        match op {
+            WriteOp::Noop => {
+                // The decision read items whose writes may not be released
+                // yet; answer only once they are.
+                let seen = self.clock.write_version();
+                unlock_all(&[held_leaf]);
+                self.clock.wait_released(seen);
+                Attempt::Done(r, None)
+            }
+            WriteOp::Delete if current.is_none_or(|c| c.is_tombstone()) => {
+                let seen = self.clock.write_version();
+                unlock_all(&[held_leaf]);
+                self.clock.wait_released(seen);
+                Attempt::Done(r, None)
+            }
+            _ => {
+                if let Some(v) = self.append(leaf.buf, leaf.state, key, &op) {
+                    self.clock.release(v);
+                    return Attempt::Done(r, Some(v));
+                }
+                match self.restructure(guard, &path, key, &op) {
+                    Some(v) => Attempt::Done(r, Some(v)),
+                    None => Attempt::Restart,
+                }
+            }
+        }
+    }
+
+    /// Fast path: appends the item to the locked leaf's log block, takes the
+    /// write version and unlocks in one store. None if the log is full.
+    fn append(&self, leaf: NodePtr, state: u64, key: &[u8], op: &WriteOp<'_>) -> Option<u64> {
+        let g = &self.g;
+        let (value, expiry, tomb) = match op {
+            WriteOp::Put { value, expiry } => (&value[..], *expiry, 0),
+            WriteOp::Delete => (&[][..], 0, ITEM_TOMBSTONE),
+            WriteOp::Noop => unreachable!("no-op writes return early"),
+        };
+        let size = state_size(state);
+        let h = leaf.header();
+        let sorted_end = h.sorted_end as usize;
+        let stored = stored_value_len(g, ValueRef::Inline(value));
+        let len = item_len(key.len(), stored, expiry != 0, true);
+        debug_assert!(len <= g.max_item, "key and value limits keep items small");
+        if size + len > g.node_size || size - sorted_end + len > g.log_bytes {
+            return None;
+        }
+        let buf = published(leaf);
+        // Back pointer into the sorted block.
+        let (bp, replaces) = match last_le(buf, h, key, false) {
+            Some((off, _, true)) => (off as u32, true),
+            Some((off, len, false)) => ((off + len) as u32, false),
+            None => (h.sorted_start, false),
+        };
+        // Order hint: how many log items sort at or before this key.
+        let (mut hint, mut dup) = (0usize, false);
+        let mut at = sorted_end;
+        while at < size {
+            let it = super::node::decode_item(buf, at, true);
+            match it.key.cmp(key) {
+                std::cmp::Ordering::Less => hint += 1,
+                std::cmp::Ordering::Equal => {
+                    hint += 1;
+                    dup = true;
+                }
+                std::cmp::Ordering::Greater => {}
+            }
+            at += it.len as usize;
+        }
+        let flags = tomb
+            | if replaces { ITEM_REPLACES } else { 0 }
+            | if dup && !replaces { ITEM_DUP } else { 0 };
+        let value = own_value(g, ValueRef::Inline(value));
+        // SAFETY: the leaf is locked by this thread and `size` is its published
+        // size, so no reader looks at `[size, size + len)` (node invariant 2).
+        let out = unsafe { leaf.bytes_mut(size, size + len) };
+        encode_item(out, flags, key, value, 0, expiry, Some((bp, hint as u8)));
+        let v = self.clock.next();
+        out[7..15].copy_from_slice(&v.to_le_bytes());
+        crate::sync::schedule_point();
+        leaf.header()
+            .state
+            .store(state_next(state, size + len), CoreOrdering::Release);
+        Some(v)
+    }
+
+    /// Slow path: merge the leaf's log into a new buffer, splitting or
+    /// merging nodes as needed, and publish the change under one version.
+    /// None if a lock could not be taken (everything is unlocked again).
+    fn restructure(
+        &self,
+        guard: &Guard,
+        path: &[Step],
+        key: &[u8],
+        op: &WriteOp<'_>,
+    ) -> Option<u64> {
+        let leaf = *path.last().expect("leaf");
+        let mut entries = leaf_entries(leaf.buf);
+        let pos = entries.binary_search_by(|e| e.key.cmp(key));
+        match (op, pos) {
+            (WriteOp::Put { value, expiry }, Ok(i)) => {
+                entries[i] = Entry {
+                    key,
+                    value: ValueRef::Inline(value),
+                    version: 0,
+                    expiry: *expiry,
+                }
+            }
+            (WriteOp::Put { value, expiry }, Err(i)) => entries.insert(
+                i,
+                Entry {
+                    key,
+                    value: ValueRef::Inline(value),
+                    version: 0,
+                    expiry: *expiry,
+                },
+            ),
+            (WriteOp::Delete, Ok(i)) => {
+                entries.remove(i);
+            }
+            (WriteOp::Delete, Err(_)) | (WriteOp::Noop, _) => {}
+        }
+        let mut plan = Plan {
+            held: vec![Held {
+                buf: leaf.buf,
+                state: leaf.state,
+            }],
+            ..Plan::default()
+        };
+        let ok = self.plan(path, Content::Leaf(entries), &mut plan);
+        if !ok {
+            unlock_all(&plan.held);
+            for lid in plan.fresh.drain(..) {
+                self.pages.recycle(lid);
+            }
+            return None;
+        }
+        let v = self.clock.next();
+        self.publish(guard, plan, v);
+        Some(v)
+    }
+
+    /// Decides the change level by level, from the leaf (path's last step)
+    /// up, taking the locks it needs. False if a lock failed.
+    fn plan<'a>(&self, path: &[Step], content: Content<'a>, plan: &mut Plan<'a>) -> bool {
+        let mut level_idx = path.len() - 1;
+        let mut content = content;
+        let mut node = path[level_idx];
+        loop {
+            let bytes = content.bytes(self);
+            let cap = content.capacity(self);
+            let is_root = node.lid == Lid::ROOT;
+            let right = if content.level() == 0 {
+                Lid(node.buf.header().link)
+            } else {
+                Lid::NONE
+            };
+            if is_root {
+                if bytes <= cap {
+                    plan.nodes.push(NewNode {
+                        lid: Lid::ROOT,
+                        content,
+                        replaces: Some(node.buf),
+                        right,
+                    });
+                    return true;
+                }
+                // Grow: the parts move to fresh LIDs under a new root.
+                let level = content.level();
+                let parts = content.split(self);
+                let mut children = Vec::new();
+                let n = parts.len();
+                let lids: Vec<Lid> = (0..n).map(|_| self.fresh(plan)).collect();
+                for (i, (sep, c)) in parts.into_iter().enumerate() {
+                    let right = if i + 1 < n { lids[i + 1] } else { right };
+                    children.push(Child {
+                        key: sep,
+                        lid: lids[i],
+                    });
+                    plan.nodes.push(NewNode {
+                        lid: lids[i],
+                        content: c,
+                        replaces: None,
+                        right,
+                    });
+                }
+                plan.nodes.push(NewNode {
+                    lid: Lid::ROOT,
+                    content: Content::Interior(children, level + 1),
+                    replaces: Some(node.buf),
+                    right: Lid::NONE,
+                });
+                return true;
+            }
+            let parent = path[level_idx - 1];
+            let underfull = bytes < cap / 4;
+            if bytes <= cap && !underfull {
+                // Fits: this node is the root of the change.
+                plan.nodes.push(NewNode {
+                    lid: node.lid,
+                    content,
+                    replaces: Some(node.buf),
+                    right,
+                });
+                return true;
+            }
+            // The parent changes: lock it (its state was recorded on the way down).
+            let mut siblings = children_of(parent.buf);
+            let idx = siblings
+                .iter()
+                .position(|c| c.lid == node.lid)
+                .expect("child in parent");
+            let mut replace_from = idx;
+            let mut replace_n = 1;
+            let mut new_children: Vec<Child> = Vec::new();
+            if bytes > cap {
+                if !self.lock(plan, parent) {
+                    return false;
+                }
+                let parts = content.split(self);
+                let n = parts.len();
+                let mut lids = vec![node.lid];
+                lids.extend((1..n).map(|_| self.fresh(plan)));
+                for (i, (sep, c)) in parts.into_iter().enumerate() {
+                    let key = if i == 0 {
+                        siblings[idx].key.clone()
+                    } else {
+                        sep
+                    };
+                    let r = if i + 1 < n { lids[i + 1] } else { right };
+                    let replaces = if i == 0 { Some(node.buf) } else { None };
+                    new_children.push(Child { key, lid: lids[i] });
+                    plan.nodes.push(NewNode {
+                        lid: lids[i],
+                        content: c,
+                        replaces,
+                        right: r,
+                    });
+                }
+            } else {
+                // Underfull: merge with a neighbour under the same parent if
+                // one can be locked and the result stays well under capacity.
+                let merged = self.try_merge(plan, parent, &siblings, idx, node, content);
+                match merged {
+                    Err(c) => {
+                        plan.nodes.push(NewNode {
+                            lid: node.lid,
+                            content: c,
+                            replaces: Some(node.buf),
+                            right,
+                        });
+                        return true;
+                    }
+                    Ok((from, child)) => {
+                        replace_from = from;
+                        replace_n = 2;
+                        new_children.push(child);
+                    }
+                }
+            }
+            siblings.splice(replace_from..replace_from + replace_n, new_children);
+            let level = parent.buf.header().level;
+            content = Content::Interior(siblings, level);
+            level_idx -= 1;
+            node = parent;
+            // A root left with one child we just built: the child becomes the root.
+            if node.lid == Lid::ROOT {
+                if let Content::Interior(ch, _) = &content {
+                    if ch.len() == 1 && self.collapse_root(plan, ch[0].lid, node) {
+                        return true;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Tries to merge `content` (of `node`, child `idx` of `parent`) with a
+    /// neighbour. On success the parent is locked, the merged node is planned
+    /// and (first replaced index, its parent entry) is returned; otherwise the
+    /// content comes back unchanged.
+    fn try_merge<'a>(
+        &self,
+        plan: &mut Plan<'a>,
+        parent: Step,
+        siblings: &[Child],
+        idx: usize,
+        node: Step,
+        content: Content<'a>,
+    ) -> Result<(usize, Child), Content<'a>> {
+        let cap = content.capacity(self);
+        let bytes = content.bytes(self);
+        // Prefer the right neighbour (this node survives), else the left one
+        // (it survives): the survivor is always the left node, so no leaf
+        // outside the parent ever points at the removed one.
+        let (left_idx, other_idx) = if idx + 1 < siblings.len() {
+            (idx, idx + 1)
+        } else if idx > 0 {
+            (idx - 1, idx)
+        } else {
+            return Err(content);
+        };
+        let other_lid = siblings[if other_idx == idx {
+            left_idx
+        } else {
+            other_idx
+        }]
+        .lid;
+        let Some(obuf) = self.pages.get(other_lid) else {
+            return Err(content);
+        };
+        let ostate = obuf.load_state();
+        let other_content = match &content {
+            Content::Leaf(_) => Content::Leaf(leaf_entries(obuf)),
+            Content::Interior(_, l) => Content::Interior(children_of(obuf), *l),
+        };
+        let obytes = other_content.bytes(self);
+        let sep_bytes = interior_item_len(&siblings[other_idx].key);
+        if bytes + obytes + sep_bytes > cap * 3 / 4 {
+            return Err(content);
+        }
+        let held_before = plan.held.len();
+        if !try_lock(obuf, ostate) || {
+            plan.held.push(Held {
+                buf: obuf,
+                state: ostate,
+            });
+            !self.lock(plan, parent)
+        } {
+            unlock_all(&plan.held[held_before..]);
+            plan.held.truncate(held_before);
+            return Err(content);
+        }
+        // Entries of the other node were read before the lock; the lock's
+        // compare-and-swap on the same state proves they are unchanged.
+        let (left, right_c, left_step, right_buf) = if other_idx == idx + 1 {
+            (content, other_content, node, obuf)
+        } else {
+            (
+                other_content,
+                content,
+                Step {
+                    buf: obuf,
+                    state: ostate,
+                    lid: other_lid,
+                },
+                node.buf,
+            )
+        };
+        let merged = match (left, right_c) {
+            (Content::Leaf(mut a), Content::Leaf(b)) => {
+                a.extend(b);
+                Content::Leaf(a)
+            }
+            (Content::Interior(mut a, l), Content::Interior(mut b, _)) => {
+                b[0].key = siblings[other_idx].key.clone();
+                a.extend(b);
+                Content::Interior(a, l)
+            }
+            _ => unreachable!("siblings share a level"),
+        };
+        let right_lid = siblings[other_idx].lid;
+        let right_link = if merged.level() == 0 {
+            Lid(right_buf.header().link)
+        } else {
+            Lid::NONE
+        };
+        plan.nodes.push(NewNode {
+            lid: left_step.lid,
+            content: merged,
+            replaces: Some(left_step.buf),
+            right: right_link,
+        });
+        plan.kills.push((right_lid, right_buf));
+        Ok((
+            left_idx,
+            Child {
+                key: siblings[left_idx].key.clone(),
+                lid: left_step.lid,
+            },
+        ))
+    }
+
+    /// The root has one child, which this plan builds: give its content to
+    /// the root LID instead. True if done.
+    fn collapse_root<'a>(&self, plan: &mut Plan<'a>, child: Lid, root: Step) -> bool {
+        let Some(i) = plan.nodes.iter().position(|n| n.lid == child) else {
+            return false;
+        };
+        if !self.lock(plan, root) {
+            return false;
+        }
+        let mut n = plan.nodes.remove(i);
+        match n.replaces {
+            Some(old) => plan.kills.push((child, old)),
+            None => {
+                if let Some(f) = plan.fresh.iter().position(|&l| l == child) {
+                    let lid = plan.fresh.swap_remove(f);
+                    self.pages.recycle(lid);
+                }
+            }
+        }
+        n.lid = Lid::ROOT;
+        n.replaces = Some(root.buf);
+        n.right = Lid::NONE;
+        plan.nodes.push(n);
+        true
+    }
+
+    fn lock<'a>(&self, plan: &mut Plan<'a>, step: Step) -> bool {
+        if plan.held.iter().any(|h| h.buf == step.buf) {
+            return true;
+        }
+        if try_lock(step.buf, step.state) {
+            plan.held.push(Held {
+                buf: step.buf,
+                state: step.state,
+            });
+            true
+        } else {
+            false
+        }
+    }
+
+    fn fresh<'a>(&self, plan: &mut Plan<'a>) -> Lid {
+        let lid = self.pages.allocate();
+        plan.fresh.push(lid);
+        lid
+    }
+
+    /// Builds every planned buffer at version `v`, publishes them, releases
+    /// `v` and retires what they replaced.
+    fn publish<'a>(&self, guard: &Guard, plan: Plan<'a>, v: u64) {
+        let mut built = Vec::with_capacity(plan.nodes.len());
+        for n in plan.nodes {
+            let buf = match n.content {
+                Content::Leaf(mut entries) => {
+                    // The written item is the one entry without a version yet
+                    // (versions start at 1).
+                    for e in entries.iter_mut().filter(|e| e.version == 0) {
+                        e.version = v;
+                    }
+                    build::build_leaf(&self.g, &self.shared.counter, &entries, v, n.lid, n.right)
+                }
+                Content::Interior(children, level) => {
+                    build::build_interior(&self.g, &self.shared.counter, &children, v, n.lid, level)
+                }
+            };
+            if let Some(old) = n.replaces {
+                buf.header().old.store(old.as_raw(), CoreOrdering::Relaxed);
+            }
+            built.push((n.lid, buf, n.replaces));
+        }
+        let mut anchors = Vec::new();
+        for &(lid, old) in &plan.kills {
+            let d = build::build_dead(&self.g, &self.shared.counter, v, lid);
+            d.header().old.store(old.as_raw(), CoreOrdering::Relaxed);
+            anchors.push((lid, d, old));
+        }
+        // Fresh LIDs first (unreachable until a parent names them), then the
+        // replaced ones; readers at versions < v never look past the old
+        // buffers, and readers at >= v start only after the release below.
+        for &(lid, buf, replaces) in built.iter().filter(|b| b.2.is_none()) {
+            debug_assert!(replaces.is_none());
+            self.pages.set(lid, Some(buf));
+        }
+        for &(lid, buf, _) in built.iter().filter(|b| b.2.is_some()) {
+            self.pages.set(lid, Some(buf));
+        }
+        for &(lid, d, _) in &anchors {
+            self.pages.set(lid, Some(d));
+        }
+        // Old buffers become obsolete (writers that reach them restart), then
+        // the new ones open.
+        for h in &plan.held {
+            crate::sync::schedule_point();
+            h.buf.header().state.store(
+                h.state | STATE_LOCKED | STATE_OBSOLETE,
+                CoreOrdering::Release,
+            );
+        }
+        for &(_, buf, _) in &built {
+            super::unlock_new(buf);
+        }
+        self.clock.release(v);
+        for (lid, _, replaces) in built {
+            if let Some(old) = replaces {
+                self.retire(guard, old, lid, v, false);
+            }
+        }
+        for (lid, d, _) in anchors {
+            // The anchor's older buffer is retired like any replaced buffer;
+            // the anchor itself waits until nothing older remains.
+            let old = d.old().expect("anchor has an older buffer");
+            self.retire(guard, old, lid, v, false);
+            self.retire(guard, d, lid, v, true);
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! One-behaviour tests of the store API over many splits and merges.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use combkv::{Config, Range, Store};
+
+fn key(i: u64) -> Vec<u8> {
+    format!("k{:08}", (i * 7919) % 100_003).into_bytes()
+}
+
+fn check_all(store: &Store, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
+    let got: Vec<(Vec<u8>, Vec<u8>)> = store
+        .range(&Range::all())
+        .unwrap()
+        .into_iter()
+        .map(|i| (i.key.to_vec(), i.value.to_vec()))
+        .collect();
+    let want: Vec<(Vec<u8>, Vec<u8>)> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    assert_eq!(got.len(), want.len());
+    assert_eq!(got, want);
+    let rev: Vec<Vec<u8>> = store
+        .range(&Range::all().reversed())
+        .unwrap()
+        .into_iter()
+        .map(|i| i.key.to_vec())
+        .collect();
+    let want_rev: Vec<Vec<u8>> = model.keys().rev().cloned().collect();
+    assert_eq!(rev, want_rev);
+}
+
+#[test]
+fn inserts_updates_deletes_across_splits_and_merges() {
+    for node in [512, 8192] {
+        let store = Store::new(Config::with_node_size(node)).unwrap();
+        let mut model = BTreeMap::new();
+        let n = if node == 512 { 3000 } else { 20000 };
+        for i in 0..n {
+            let k = key(i);
+            let v = format!("v{i}").into_bytes();
+            store.put(&k, &v).unwrap();
+            model.insert(k, v);
+        }
+        check_all(&store, &model);
+        for i in 0..n {
+            let k = key(i);
+            assert_eq!(
+                store.get(&k).unwrap().as_deref(),
+                model.get(&k).map(|v| &v[..]),
+                "{i}"
+            );
+        }
+        for i in (0..n).filter(|i| i % 3 != 0) {
+            let k = key(i);
+            assert!(store.delete(&k).unwrap().is_some());
+            model.remove(&k);
+        }
+        check_all(&store, &model);
+        for i in 0..n {
+            let k = key(i);
+            assert_eq!(
+                store.get(&k).unwrap().as_deref(),
+                model.get(&k).map(|v| &v[..]),
+                "{i}"
+            );
+        }
+        for i in 0..n {
+            let k = key(i);
+            store.delete(&k).unwrap();
+            model.remove(&k);
+        }
+        check_all(&store, &model);
+        store.collect();
+        let c = store.node_counts();
+        assert_eq!(c.live_buffers, c.reachable_buffers);
+    }
+}
+
+#[test]
+fn range_bounds_and_limits() {
+    let store = Store::new(Config::with_node_size(512)).unwrap();
+    for i in 0..500u32 {
+        store.put(format!("{:04}", i * 2).as_bytes(), b"x").unwrap();
+    }
+    let r = Range::new(
+        Bound::Included(b"0100".to_vec()),
+        Bound::Excluded(b"0110".to_vec()),
+    );
+    let keys: Vec<_> = store
+        .range(&r)
+        .unwrap()
+        .into_iter()
+        .map(|i| i.key)
+        .collect();
+    assert_eq!(keys, vec!["0100", "0102", "0104", "0106", "0108"]);
+    let r = Range::new(Bound::Included(b"0101".to_vec()), Bound::Unbounded)
+        .with_limit(2)
+        .with_floor_start();
+    let keys: Vec<_> = store
+        .range(&r)
+        .unwrap()
+        .into_iter()
+        .map(|i| i.key)
+        .collect();
+    assert_eq!(keys, vec!["0100", "0102"]);
+    let r = Range::new(Bound::Unbounded, Bound::Included(b"0101".to_vec()))
+        .with_limit(3)
+        .reversed();
+    let keys: Vec<_> = store
+        .range(&r)
+        .unwrap()
+        .into_iter()
+        .map(|i| i.key)
+        .collect();
+    assert_eq!(keys, vec!["0100", "0098", "0096"]);
+    assert_eq!(store.floor(b"0555").unwrap().unwrap().key, "0554");
+    assert_eq!(store.ceil(b"0555").unwrap().unwrap().key, "0556");
+    assert!(store.floor(b"").is_err());
+}
