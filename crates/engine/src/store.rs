@@ -238,7 +238,7 @@ impl Store {
 
     fn read<T>(&self, f: impl FnOnce(u64, u64) -> T) -> T {
         // Pin before taking the read version: see tree::reclaim.
-        let guard = epoch::pin();
+        let guard = self.tree.epochs.pin();
         let rv = self.tree.clock.read_version();
         let out = f(rv, now_ms());
         drop(guard);
@@ -516,7 +516,7 @@ impl Store {
         }
         // Pinned while registering, so no buffer this version needs can pass
         // its grace period before the registry shows the snapshot.
-        let guard = epoch::pin();
+        let guard = self.tree.epochs.pin();
         let mut reg = self.tree.shared.snapshots.lock();
         let now = Instant::now();
         reg.prune(now);
@@ -560,7 +560,7 @@ impl Store {
     /// Runs `f` at the snapshot's version, holding the snapshot against
     /// release and expiry meanwhile.
     fn at_snapshot<T>(&self, id: SnapshotId, f: impl FnOnce(u64, u64) -> T) -> Result<T> {
-        let guard = epoch::pin();
+        let guard = self.tree.epochs.pin();
         if !self
             .tree
             .shared
@@ -600,6 +600,7 @@ impl Store {
     pub fn collect(&self) {
         for _ in 0..4 {
             epoch::flush_reclamation();
+            self.tree.epochs.flush();
             self.tree.collect(true);
         }
     }

@@ -50,6 +50,7 @@ pub(crate) struct Tree {
     pub pages: PageTable,
     pub clock: VersionClock,
     pub shared: Arc<Shared>,
+    pub epochs: epoch::Epochs,
 }
 
 impl Tree {
@@ -72,12 +73,13 @@ impl Tree {
             pages,
             clock: VersionClock::starting_at(0),
             shared,
+            epochs: epoch::Epochs::default(),
         }
     }
 
     /// (allocated buffers, buffers reachable from the page table).
     pub(crate) fn node_counts(&self) -> (usize, usize) {
-        let guard = epoch::pin();
+        let guard = self.epochs.pin();
         let mut reachable = 0;
         for (_, head) in self.pages.entries() {
             let mut cur = Some(head);

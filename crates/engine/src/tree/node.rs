@@ -74,6 +74,11 @@ const _: () = assert!(std::mem::size_of::<Header>() == HEADER_BYTES);
 /// Header flag: the node was removed from the tree by the write at `version`;
 /// the buffer only anchors the LID's chain of older buffers.
 pub(crate) const NODE_DEAD: u8 = 1;
+/// Shuttle builds never return buffers to the allocator: `free` sets this
+/// flag instead, and every reader access asserts it is clear, so a schedule
+/// that lets a reader touch a freed buffer fails deterministically.
+#[cfg(feature = "shuttle")]
+pub(crate) const NODE_POISONED: u8 = 0x80;
 
 pub(crate) const STATE_LOCKED: u64 = 1 << 62;
 pub(crate) const STATE_OBSOLETE: u64 = 1 << 63;
@@ -396,16 +401,40 @@ impl NodePtr {
 
     pub(crate) fn load_state(&self) -> u64 {
         crate::sync::schedule_point();
-        self.header().state.load(Ordering::Acquire)
+        let state = self.header().state.load(Ordering::Acquire);
+        self.assert_alive();
+        state
+    }
+
+    /// Shuttle builds: panics if the buffer was freed (see `NODE_POISONED`).
+    #[inline(always)]
+    fn assert_alive(&self) {
+        #[cfg(feature = "shuttle")]
+        assert!(
+            self.poison_flag() & NODE_POISONED == 0,
+            "read of a freed node buffer"
+        );
+    }
+
+    #[cfg(feature = "shuttle")]
+    fn poison_flag(&self) -> u8 {
+        // SAFETY: shuttle builds never deallocate buffers, so the flags byte
+        // stays readable; it is written only by `free`, and shuttle runs one
+        // thread at a time.
+        unsafe { std::ptr::read_volatile(&self.header().flags) }
     }
 
     pub(crate) fn version(&self) -> u64 {
+        crate::sync::schedule_point();
+        self.assert_alive();
         self.header().version
     }
 
     pub(crate) fn old(&self) -> Option<NodePtr> {
         crate::sync::schedule_point();
-        NodePtr::from_raw(self.header().old.load(Ordering::Acquire))
+        let old = NodePtr::from_raw(self.header().old.load(Ordering::Acquire));
+        self.assert_alive();
+        old
     }
 
     pub(crate) fn is_leaf(&self) -> bool {
@@ -436,8 +465,23 @@ impl NodePtr {
         }
         counter.live.fetch_sub(1, Ordering::Relaxed);
         GLOBAL_LIVE.fetch_sub(1, Ordering::Relaxed);
+        #[cfg(feature = "shuttle")]
+        {
+            let _ = (dealloc, g);
+            // SAFETY: the buffer is unreachable (the property under test);
+            // the flags byte is written in place of deallocation.
+            unsafe {
+                std::ptr::write_volatile(
+                    &raw mut (*(self.0.as_ptr() as *mut Header)).flags,
+                    NODE_POISONED,
+                )
+            };
+        }
+        #[cfg(not(feature = "shuttle"))]
         // SAFETY: allocated in `alloc` with the same layout, freed once.
-        unsafe { dealloc(self.0.as_ptr(), layout(g.node_size)) };
+        unsafe {
+            dealloc(self.0.as_ptr(), layout(g.node_size))
+        };
     }
 }
 

@@ -148,7 +148,7 @@ impl Tree {
         let graced = std::mem::take(&mut *shared.reclaimer.graced.lock());
         let mut snaps = shared.snapshots.lock();
         snaps.prune(Instant::now());
-        let guard = epoch::pin();
+        let guard = self.epochs.pin();
         let held = std::mem::take(&mut work.held);
         for r in held.into_iter().chain(graced) {
             if r.anchor {

@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering as CoreOrdering;
 
 use super::Tree;
 use super::build::{self, Child, Entry, interior_item_len, own_value, stored_value_len};
-use super::epoch::{self, Guard};
+use super::epoch::Guard;
 use super::node::{
     ITEM_DUP, ITEM_REPLACES, ITEM_TOMBSTONE, ItemRef, Lid, NodePtr, STATE_LOCKED, STATE_OBSOLETE,
     ValueRef, decode_interior, encode_item, item_len, state_next, state_size,
@@ -219,7 +219,7 @@ impl Tree {
     ) -> (R, Option<u64>) {
         let mut round = 0;
         loop {
-            let guard = epoch::pin();
+            let guard = self.epochs.pin();
             if let Attempt::Done(r, v) = self.try_write(&guard, key, now_ms, &mut decide) {
                 drop(guard);
                 if v.is_some() {

@@ -1,0 +1,741 @@
+//! Concurrent stress test of the store with a linearizability check.
+//!
+//! Writer threads insert, put, update, cas and delete over a small key space
+//! (2,000 keys of 4..=10 bytes, with bursts of contiguous inserts and deletes)
+//! so that nodes split and merge constantly; reader threads run get,
+//! get_item, range (random bounds, limits, reverse, floor_start), floor, ceil,
+//! and hold snapshots that they read through with get_at / range_at. Every op
+//! is recorded with invocation and response timestamps from one global
+//! counter, and every write stores a unique value. Each round's history is
+//! checked by `linearizability::check` (see that module for what exactly is
+//! verified), then, with all threads stopped and all snapshots released, the
+//! store's full contents are compared with the model and reclamation must
+//! be complete (`live_buffers == reachable_buffers` after `collect()`).
+//!
+//! Environment:
+//! - `COMBKV_STRESS_SECS=<seconds>`: soak mode; each configuration runs for
+//!   about that long (in checked rounds of a few seconds) instead of the
+//!   short default. For example
+//!   `COMBKV_STRESS_SECS=600 cargo test --release -p combkv --test stress -- --nocapture`.
+//! - `COMBKV_STRESS_SEED=<u64>`: fixes the seed of the key set and the op
+//!   mix (thread timing still varies); the seed is printed on every run.
+
+mod linearizability;
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use combkv::{Config, Item, Range, Store};
+use linearizability::{Action, Entry, Key, Op, Query, Value, WriteKind};
+
+/// Default (non-soak) length of each configuration's run.
+const DEFAULT_SMALL_NODES: Duration = Duration::from_millis(7_000);
+const DEFAULT_LARGE_NODES: Duration = Duration::from_millis(3_000);
+/// Length of one checked round.
+const ROUND: Duration = Duration::from_millis(2_000);
+/// Caps on the ops one thread records per round (bounds memory and check time).
+const MAX_WRITER_OPS: usize = 40_000;
+const MAX_READER_OPS: usize = 20_000;
+const KEYS: usize = 2_000;
+const WRITERS: usize = 3;
+const READERS: usize = 3;
+
+/// The two configurations run one at a time: they share two cores.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+#[test]
+fn stress_512_byte_nodes() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    run(
+        "512 B nodes",
+        Config::with_node_size(512),
+        duration(DEFAULT_SMALL_NODES),
+    );
+}
+
+#[test]
+fn stress_default_nodes() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    run(
+        "8 KiB nodes",
+        Config::default(),
+        duration(DEFAULT_LARGE_NODES),
+    );
+}
+
+fn duration(default: Duration) -> Duration {
+    match std::env::var("COMBKV_STRESS_SECS") {
+        Ok(s) => Duration::from_secs(s.trim().parse().expect("COMBKV_STRESS_SECS: seconds")),
+        Err(_) => default,
+    }
+}
+
+fn seed() -> u64 {
+    match std::env::var("COMBKV_STRESS_SEED") {
+        Ok(s) => s.trim().parse().expect("COMBKV_STRESS_SEED: u64"),
+        Err(_) => {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap();
+            t.as_nanos() as u64
+        }
+    }
+}
+
+/// SplitMix64: small, fast, deterministic per seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    /// Uniform in `lo..=hi`.
+    fn between(&mut self, lo: usize, hi: usize) -> usize {
+        lo + self.below(hi - lo + 1)
+    }
+
+    fn chance(&mut self, percent: usize) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// A byte for keys: mostly a small alphabet (shared prefixes, dense
+/// neighbourhoods), sometimes the extremes of the byte range.
+fn key_byte(rng: &mut Rng) -> u8 {
+    match rng.below(10) {
+        0 => 0x00,
+        1 => 0xff,
+        2 => rng.next() as u8,
+        _ => b'a' + rng.below(6) as u8,
+    }
+}
+
+/// `n` distinct keys, sorted: mostly 4..=10 bytes, one in ten longer (up
+/// to `max_len`, at most 24 bytes) so that fewer fit in a small node.
+fn make_keys(rng: &mut Rng, n: usize, max_len: usize) -> Vec<Key> {
+    let mut set = std::collections::BTreeSet::new();
+    let long = max_len.min(24);
+    while set.len() < n {
+        let len = if long > 10 && rng.chance(10) {
+            rng.between(11, long)
+        } else {
+            rng.between(4, 10)
+        };
+        set.insert((0..len).map(|_| key_byte(rng)).collect::<Vec<u8>>());
+    }
+    set.into_iter().collect()
+}
+
+/// The global real-time clock: one fetch at invocation, one at response.
+struct Clock(AtomicU64);
+
+impl Clock {
+    fn tick(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::SeqCst)
+    }
+}
+
+/// Everything a worker thread needs.
+struct Shared {
+    store: Store,
+    keys: Vec<Key>,
+    clock: Clock,
+    stop: AtomicBool,
+}
+
+/// A thread's recorded ops and any unexpected errors.
+struct Recorder<'a> {
+    shared: &'a Shared,
+    thread: usize,
+    ops: Vec<Op>,
+    errors: Vec<String>,
+}
+
+impl Recorder<'_> {
+    fn store(&self) -> &Store {
+        &self.shared.store
+    }
+
+    /// Runs `f` between two clock ticks and records its action, or the error.
+    fn record<E: std::fmt::Debug>(
+        &mut self,
+        what: impl FnOnce() -> String,
+        f: impl FnOnce(&Store) -> Result<Action, E>,
+    ) -> Option<&Action> {
+        let invoke = self.shared.clock.tick();
+        let r = f(&self.shared.store);
+        let respond = self.shared.clock.tick();
+        match r {
+            Ok(action) => {
+                self.ops.push(Op {
+                    thread: self.thread,
+                    invoke,
+                    respond,
+                    action,
+                });
+                self.ops.last().map(|op| &op.action)
+            }
+            Err(e) => {
+                self.errors
+                    .push(format!("thread {}: {} failed: {e:?}", self.thread, what()));
+                None
+            }
+        }
+    }
+}
+
+fn entry(item: Item, errors: &mut Vec<String>) -> Entry {
+    if item.expires_at_ms.is_some() {
+        errors.push(format!(
+            "item {:?} has a TTL, but no TTL was ever set",
+            item.key
+        ));
+    }
+    Entry {
+        key: item.key.to_vec(),
+        value: item.value.to_vec(),
+        version: item.version.get(),
+    }
+}
+
+fn entries(items: Vec<Item>) -> Result<Vec<Entry>, String> {
+    let mut errors = Vec::new();
+    let out = items.into_iter().map(|i| entry(i, &mut errors)).collect();
+    match errors.pop() {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+fn opt_entry(item: Option<Item>) -> Result<Option<Entry>, String> {
+    Ok(entries(item.into_iter().collect())?.pop())
+}
+
+fn to_range(q: &Query) -> Range {
+    Range {
+        start: q.start.clone(),
+        end: q.end.clone(),
+        limit: q.limit,
+        reverse: q.reverse,
+        floor_start: q.floor_start,
+    }
+}
+
+/// A unique value: `<thread>.<seq>` and some padding; rarely a large one.
+fn make_value(rng: &mut Rng, thread: usize, seq: u64) -> Value {
+    let mut v = format!("{thread}.{seq}.").into_bytes();
+    let pad = match rng.below(100) {
+        0 => rng.between(100, 1_500),
+        1..=10 => rng.between(16, 64),
+        _ => rng.below(12),
+    };
+    v.extend((0..pad).map(|i| b'a' + (i % 26) as u8));
+    v
+}
+
+fn writer(shared: &Shared, thread: usize, seed: u64) -> (Vec<Op>, Vec<String>) {
+    let mut rng = Rng(seed);
+    let mut rec = Recorder {
+        shared,
+        thread,
+        ops: Vec::new(),
+        errors: Vec::new(),
+    };
+    let keys = &shared.keys;
+    let mut seq = 0u64;
+    let mut grow = rng.chance(50);
+    let mut phase_left = rng.between(200, 2_000);
+    let mut cursor = rng.below(keys.len());
+    while !shared.stop.load(Ordering::Relaxed) && rec.ops.len() < MAX_WRITER_OPS {
+        phase_left = phase_left.saturating_sub(1);
+        if phase_left == 0 {
+            grow = !grow;
+            phase_left = rng.between(200, 2_000);
+        }
+        let r = rng.below(1_000);
+        if r < 10 {
+            // A burst over a contiguous run of keys: mass deletes empty whole
+            // leaves (merges), mass inserts fill them (splits).
+            let len = rng.between(20, 300);
+            let from = rng.below(keys.len());
+            let delete = if r < 5 { true } else { !grow && r < 7 };
+            for key in keys[from..].iter().take(len) {
+                seq += 1;
+                let value = (!delete).then(|| make_value(&mut rng, thread, seq));
+                write_op(&mut rec, key, value, delete, WriteKind::Put);
+            }
+            continue;
+        }
+        cursor = if rng.chance(50) {
+            rng.below(keys.len())
+        } else {
+            (cursor + rng.between(1, 8)).min(keys.len() - 1)
+        };
+        let key = &keys[cursor];
+        seq += 1;
+        let value = make_value(&mut rng, thread, seq);
+        let pick = rng.below(100);
+        let kind = if grow {
+            match pick {
+                0..30 => WriteKind::Put,
+                30..65 => WriteKind::Insert,
+                65..80 => WriteKind::Update,
+                80..90 => WriteKind::Delete,
+                _ => WriteKind::Cas { expected: 0 },
+            }
+        } else {
+            match pick {
+                0..10 => WriteKind::Put,
+                10..20 => WriteKind::Insert,
+                20..40 => WriteKind::Update,
+                40..90 => WriteKind::Delete,
+                _ => WriteKind::Cas { expected: 0 },
+            }
+        };
+        match kind {
+            WriteKind::Delete => write_op(&mut rec, key, None, true, kind),
+            WriteKind::Cas { .. } => {
+                let expected = if rng.chance(70) {
+                    // Read-modify-write: cas against the version just read.
+                    let got = rec.record(
+                        || format!("get_item({key:?})"),
+                        |s| {
+                            let item = s.get_item(key).map_err(|e| format!("{e:?}"))?;
+                            Ok::<_, String>(Action::GetItem {
+                                key: key.clone(),
+                                result: opt_entry(item)?,
+                            })
+                        },
+                    );
+                    match got {
+                        Some(Action::GetItem { result, .. }) => {
+                            result.as_ref().map_or(0, |e| e.version)
+                        }
+                        _ => continue,
+                    }
+                } else {
+                    rng.below(3) as u64
+                };
+                write_op(
+                    &mut rec,
+                    key,
+                    Some(value),
+                    false,
+                    WriteKind::Cas { expected },
+                );
+            }
+            _ => write_op(&mut rec, key, Some(value), false, kind),
+        }
+    }
+    (rec.ops, rec.errors)
+}
+
+fn write_op(
+    rec: &mut Recorder<'_>,
+    key: &Key,
+    value: Option<Value>,
+    delete: bool,
+    kind: WriteKind,
+) {
+    let kind = if delete { WriteKind::Delete } else { kind };
+    rec.record(
+        || format!("{kind:?}({key:?})"),
+        |s| {
+            let v = value.as_deref().unwrap_or_default();
+            let result = match kind {
+                WriteKind::Put => Some(s.put(key, v)?),
+                WriteKind::Insert => s.insert(key, v)?,
+                WriteKind::Update => s.update(key, v)?,
+                WriteKind::Delete => s.delete(key)?,
+                WriteKind::Cas { expected } => s.cas(key, expected, v, combkv::Expiry::Never)?,
+            };
+            Ok::<_, combkv::Error>(Action::Write {
+                kind,
+                key: key.clone(),
+                value,
+                result: result.map(|v| v.get()),
+            })
+        },
+    );
+}
+
+/// A random key bound: a key of the key space (mostly) or random bytes.
+fn random_key(rng: &mut Rng, keys: &[Key]) -> Key {
+    if rng.chance(75) {
+        keys[rng.below(keys.len())].clone()
+    } else {
+        (0..rng.between(1, 11)).map(|_| key_byte(rng)).collect()
+    }
+}
+
+fn random_query(rng: &mut Rng, keys: &[Key]) -> Query {
+    let mut a = random_key(rng, keys);
+    let mut b = random_key(rng, keys);
+    if rng.chance(70) {
+        // Keep most ranges short so they do not always cover the whole tree.
+        let i = rng.below(keys.len());
+        a = keys[i].clone();
+        b = keys[(i + rng.between(0, 200)).min(keys.len() - 1)].clone();
+    }
+    if a > b {
+        std::mem::swap(&mut a, &mut b);
+    }
+    let floor_start = rng.chance(20);
+    let start = if floor_start {
+        Bound::Included(a)
+    } else {
+        match rng.below(10) {
+            0 => Bound::Unbounded,
+            1..=5 => Bound::Included(a),
+            _ => Bound::Excluded(a),
+        }
+    };
+    let end = match rng.below(10) {
+        0 => Bound::Unbounded,
+        // floor_start only with a non-empty original range (see API.md:
+        // "start > end => empty").
+        _ if floor_start && matches!(&start, Bound::Included(s) if *s >= b) => Bound::Unbounded,
+        1..=5 => Bound::Included(b),
+        _ => Bound::Excluded(b),
+    };
+    let limit = match rng.below(100) {
+        0 => Some(0),
+        1..=30 => None,
+        31..=70 => Some(rng.between(1, 8)),
+        _ => Some(rng.between(9, 100)),
+    };
+    Query {
+        start,
+        end,
+        limit,
+        reverse: rng.chance(50),
+        floor_start,
+    }
+}
+
+fn reader(shared: &Shared, thread: usize, seed: u64) -> (Vec<Op>, Vec<String>) {
+    let mut rng = Rng(seed);
+    let mut rec = Recorder {
+        shared,
+        thread,
+        ops: Vec::new(),
+        errors: Vec::new(),
+    };
+    let keys = &shared.keys;
+    let mut held: Vec<combkv::SnapshotId> = Vec::new();
+    while !shared.stop.load(Ordering::Relaxed) && rec.ops.len() < MAX_READER_OPS {
+        let key = random_key(&mut rng, keys);
+        match rng.below(100) {
+            0..35 => {
+                rec.record(
+                    || format!("get({key:?})"),
+                    |s| {
+                        Ok::<_, combkv::Error>(Action::Get {
+                            result: s.get(&key)?.map(|b| b.to_vec()),
+                            key: key.clone(),
+                        })
+                    },
+                );
+            }
+            35..45 => {
+                rec.record(
+                    || format!("get_item({key:?})"),
+                    |s| {
+                        let item = s.get_item(&key).map_err(|e| format!("{e:?}"))?;
+                        Ok::<_, String>(Action::GetItem {
+                            key: key.clone(),
+                            result: opt_entry(item)?,
+                        })
+                    },
+                );
+            }
+            45..70 => {
+                let query = random_query(&mut rng, keys);
+                rec.record(
+                    || format!("range({query:?})"),
+                    |s| {
+                        let items = s.range(&to_range(&query)).map_err(|e| format!("{e:?}"))?;
+                        Ok::<_, String>(Action::Range {
+                            result: entries(items)?,
+                            query: query.clone(),
+                        })
+                    },
+                );
+            }
+            70..75 => {
+                // floor / ceil, checked as the equivalent one-item range.
+                let floor = rng.chance(50);
+                let query = Query {
+                    start: if floor {
+                        Bound::Unbounded
+                    } else {
+                        Bound::Included(key.clone())
+                    },
+                    end: if floor {
+                        Bound::Included(key.clone())
+                    } else {
+                        Bound::Unbounded
+                    },
+                    limit: Some(1),
+                    reverse: floor,
+                    floor_start: false,
+                };
+                rec.record(
+                    || format!("floor/ceil({key:?})"),
+                    |s| {
+                        let item = if floor { s.floor(&key) } else { s.ceil(&key) };
+                        let item = item.map_err(|e| format!("{e:?}"))?;
+                        Ok::<_, String>(Action::Range {
+                            result: entries(item.into_iter().collect())?,
+                            query: query.clone(),
+                        })
+                    },
+                );
+            }
+            75..84 if held.len() < 3 => {
+                let id = rec.record(
+                    || "snapshot".to_string(),
+                    |s| {
+                        let id = s.snapshot(Duration::from_secs(600))?;
+                        Ok::<_, combkv::Error>(Action::Snapshot { id: id.0 })
+                    },
+                );
+                if let Some(Action::Snapshot { id }) = id {
+                    held.push(combkv::SnapshotId(*id));
+                }
+            }
+            84..97 if !held.is_empty() => {
+                // A few reads through one held snapshot, letting writers run
+                // in between so the snapshot falls behind.
+                let snap = held[rng.below(held.len())];
+                for _ in 0..rng.between(1, 4) {
+                    let key = random_key(&mut rng, keys);
+                    if rng.chance(60) {
+                        rec.record(
+                            || format!("get_at({}, {key:?})", snap.0),
+                            |s| {
+                                let item = s.get_at(snap, &key).map_err(|e| format!("{e:?}"))?;
+                                Ok::<_, String>(Action::GetAt {
+                                    snap: snap.0,
+                                    key: key.clone(),
+                                    result: opt_entry(item)?,
+                                })
+                            },
+                        );
+                    } else {
+                        let query = random_query(&mut rng, keys);
+                        rec.record(
+                            || format!("range_at({}, {query:?})", snap.0),
+                            |s| {
+                                let items = s
+                                    .range_at(snap, &to_range(&query))
+                                    .map_err(|e| format!("{e:?}"))?;
+                                Ok::<_, String>(Action::RangeAt {
+                                    snap: snap.0,
+                                    result: entries(items)?,
+                                    query: query.clone(),
+                                })
+                            },
+                        );
+                    }
+                    thread::yield_now();
+                }
+            }
+            _ if !held.is_empty() => {
+                let snap = held.swap_remove(rng.below(held.len()));
+                release(&mut rec, snap);
+            }
+            _ => thread::yield_now(),
+        }
+    }
+    for snap in std::mem::take(&mut held) {
+        release(&mut rec, snap);
+    }
+    (rec.ops, rec.errors)
+}
+
+fn release(rec: &mut Recorder<'_>, snap: combkv::SnapshotId) {
+    if !rec.store().release_snapshot(snap) {
+        rec.errors.push(format!(
+            "thread {}: release_snapshot({}) returned false for a held snapshot",
+            rec.thread, snap.0
+        ));
+    }
+}
+
+fn run(name: &str, config: Config, total: Duration) {
+    let seed = seed();
+    eprintln!("[{name}] seed {seed} (COMBKV_STRESS_SEED), duration {total:?}");
+    let mut rng = Rng(seed);
+    let store = Store::new(config).expect("store");
+    assert!(store.max_key_len() >= 10, "keys of up to 10 bytes must fit");
+    let keys = make_keys(&mut rng, KEYS, store.max_key_len());
+    let shared = Arc::new(Shared {
+        store,
+        keys,
+        clock: Clock(AtomicU64::new(1)),
+        stop: AtomicBool::new(false),
+    });
+    let mut state: BTreeMap<Key, (Value, u64)> = BTreeMap::new();
+    let mut base = shared.store.read_version().get();
+    let start = Instant::now();
+    let mut round = 0usize;
+    let mut total_ops = 0usize;
+    while round == 0 || start.elapsed() < total {
+        let round_time = ROUND.min(
+            total
+                .saturating_sub(start.elapsed())
+                .max(Duration::from_millis(300)),
+        );
+        let t0 = Instant::now();
+        shared.stop.store(false, Ordering::SeqCst);
+        let mut handles = Vec::new();
+        for i in 0..WRITERS + READERS {
+            let shared = Arc::clone(&shared);
+            let thread = round * (WRITERS + READERS) + i;
+            let tseed = rng.next();
+            handles.push(
+                thread::Builder::new()
+                    .name(format!("stress-{thread}"))
+                    .spawn(move || {
+                        if i < WRITERS {
+                            writer(&shared, thread, tseed)
+                        } else {
+                            reader(&shared, thread, tseed)
+                        }
+                    })
+                    .expect("spawn"),
+            );
+        }
+        thread::sleep(round_time);
+        shared.stop.store(true, Ordering::SeqCst);
+        let mut history = Vec::new();
+        let mut errors = Vec::new();
+        for h in handles {
+            let (ops, errs) = h.join().expect("worker thread panicked");
+            history.extend(ops);
+            errors.extend(errs);
+        }
+        let run_time = t0.elapsed();
+        assert!(
+            errors.is_empty(),
+            "[{name}] round {round}: unexpected errors (seed {seed}):\n{}",
+            errors[..errors.len().min(20)].join("\n")
+        );
+        let t1 = Instant::now();
+        let report = linearizability::check(&state, base, &history).unwrap_or_else(|v| {
+            panic!(
+                "[{name}] round {round}: history of {} ops is not linearizable (seed {seed}):\n{}",
+                history.len(),
+                v.join("\n\n")
+            )
+        });
+        let check_time = t1.elapsed();
+        total_ops += report.stats.ops;
+        eprintln!(
+            "[{name}] round {round}: {} ops in {run_time:.2?}, checked in {check_time:.2?}; {} keys \
+             live; {:?}",
+            report.stats.ops,
+            report.final_state.len(),
+            report.stats
+        );
+        state = report.final_state;
+        base = report.max_version;
+        let counts = quiescent_checks(name, round, &shared.store, &state, base);
+        eprintln!("[{name}] round {round}: quiescent, {counts:?}");
+        round += 1;
+    }
+    eprintln!(
+        "[{name}] {round} rounds, {total_ops} ops in {:.2?}",
+        start.elapsed()
+    );
+}
+
+/// With every thread stopped and every snapshot released: the store holds
+/// exactly the model's state, and reclamation completes.
+fn quiescent_checks(
+    name: &str,
+    round: usize,
+    store: &Store,
+    state: &BTreeMap<Key, (Value, u64)>,
+    max_version: u64,
+) -> combkv::NodeCounts {
+    assert!(
+        store.list_snapshots().is_empty(),
+        "[{name}] round {round}: snapshots left after all were released: {:?}",
+        store.list_snapshots()
+    );
+    let rv = store.read_version().get();
+    assert!(
+        rv >= max_version,
+        "[{name}] round {round}: read version {rv} is below the last write version {max_version}"
+    );
+    let all = entries(store.range(&Range::all()).expect("range all")).expect("items");
+    let want: Vec<Entry> = state
+        .iter()
+        .map(|(k, (v, ver))| Entry {
+            key: k.clone(),
+            value: v.clone(),
+            version: *ver,
+        })
+        .collect();
+    if all != want {
+        let first = all
+            .iter()
+            .zip(&want)
+            .position(|(a, b)| a != b)
+            .unwrap_or(all.len().min(want.len()));
+        panic!(
+            "[{name}] round {round}: quiescent full scan differs from the model at item {first}: \
+             store has {} items ({:?}), model {} ({:?})",
+            all.len(),
+            all.get(first),
+            want.len(),
+            want.get(first)
+        );
+    }
+    for (k, (v, ver)) in state.iter().step_by(7) {
+        let item = store.get_item(k).expect("get_item").expect("present");
+        assert_eq!(
+            (&item.value[..], item.version.get()),
+            (&v[..], *ver),
+            "[{name}] round {round}: quiescent get_item({k:?})"
+        );
+    }
+    // Reclamation: loop collect() until the counts agree or stop changing.
+    let mut last = (usize::MAX, usize::MAX);
+    let mut stable = 0;
+    for _ in 0..200 {
+        store.collect();
+        let c = store.node_counts();
+        let now = (c.live_buffers, c.reachable_buffers);
+        if now.0 == now.1 {
+            return c;
+        }
+        stable = if now == last { stable + 1 } else { 0 };
+        if stable >= 10 {
+            break;
+        }
+        last = now;
+        thread::sleep(Duration::from_millis(2));
+    }
+    let c = store.node_counts();
+    panic!(
+        "[{name}] round {round}: reclamation incomplete after collect(): live_buffers {} != \
+         reachable_buffers {}",
+        c.live_buffers, c.reachable_buffers
+    );
+}
