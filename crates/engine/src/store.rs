@@ -597,11 +597,20 @@ impl Store {
     /// Runs pending reclamation work now: frees what no reader or snapshot
     /// can reach any more. Writers do this on their own every few hundred
     /// writes; tests and shutdown call it to reach a quiescent state.
+    ///
+    /// The epoch is process-wide, so other threads' pins can delay the grace
+    /// periods; this keeps pushing until this store's deferred work has run,
+    /// for at most two seconds.
     pub fn collect(&self) {
-        for _ in 0..4 {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
             epoch::flush_reclamation();
             self.tree.epochs.flush();
             self.tree.collect(true);
+            if self.tree.drained() || Instant::now() >= deadline {
+                return;
+            }
+            std::thread::yield_now();
         }
     }
 

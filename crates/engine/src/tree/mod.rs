@@ -39,6 +39,8 @@ pub(crate) struct Shared {
     pub snapshots: Mutex<SnapshotRegistry>,
     /// LIDs whose anchors were freed, waiting to return to the allocator.
     pub recycled: Mutex<Vec<Lid>>,
+    /// Deferred reclamation closures not yet run (retire graces and frees).
+    pub deferred: std::sync::atomic::AtomicUsize,
     /// Successful writes; every 256th runs a non-blocking `collect`.
     pub reclaimer_ticks: std::sync::atomic::AtomicU64,
 }
@@ -62,6 +64,7 @@ impl Tree {
             snapshots: Mutex::new(SnapshotRegistry::default()),
             recycled: Mutex::new(Vec::new()),
             reclaimer_ticks: std::sync::atomic::AtomicU64::new(0),
+            deferred: std::sync::atomic::AtomicUsize::new(0),
         });
         let pages = PageTable::new();
         pages.ensure_chunk(Lid::ROOT);

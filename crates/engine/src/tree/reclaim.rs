@@ -130,7 +130,11 @@ impl Tree {
             anchor,
         };
         let shared = Arc::clone(&self.shared);
-        epoch::defer(guard, move || shared.reclaimer.graced.lock().push(r));
+        shared.deferred.fetch_add(1, CoreOrdering::Relaxed);
+        epoch::defer(guard, move || {
+            shared.reclaimer.graced.lock().push(r);
+            shared.deferred.fetch_sub(1, CoreOrdering::Release);
+        });
     }
 
     /// Processes retired buffers whose grace has passed. Cheap when there is
@@ -171,17 +175,26 @@ impl Tree {
             self.pages.set(a.lid, None);
             let shared = Arc::clone(&self.shared);
             let (buf, lid) = (a.buf, a.lid);
+            shared.deferred.fetch_add(1, CoreOrdering::Relaxed);
             epoch::defer(&guard, move || {
                 // SAFETY: unreachable: the page-table entry is empty and no
                 // buffer names this LID at a version any reader can hold.
                 unsafe { buf.free(&shared.geometry, &shared.counter) };
                 shared.recycled.lock().push(lid);
+                shared.deferred.fetch_sub(1, CoreOrdering::Release);
             });
         }
         let recycled = std::mem::take(&mut *self.shared.recycled.lock());
         for lid in recycled {
             self.pages.recycle(lid);
         }
+    }
+
+    /// True when no deferred closure is outstanding and nothing waits for
+    /// `collect` (what snapshots hold, and anchors of chains they hold, stay).
+    pub(crate) fn drained(&self) -> bool {
+        self.shared.deferred.load(CoreOrdering::Acquire) == 0
+            && self.shared.reclaimer.graced.lock().is_empty()
     }
 
     /// Unlinks `r` from its LID's chain and frees it after an epoch.
@@ -202,10 +215,12 @@ impl Tree {
         prev.header().old.store(below, CoreOrdering::Release);
         let shared = Arc::clone(&self.shared);
         let buf = r.buf;
+        shared.deferred.fetch_add(1, CoreOrdering::Relaxed);
         epoch::defer(guard, move || {
             // SAFETY: unlinked from its chain; every reader that could stand on
             // it was pinned before this defer.
             unsafe { buf.free(&shared.geometry, &shared.counter) };
+            shared.deferred.fetch_sub(1, CoreOrdering::Release);
         });
     }
 }
