@@ -158,6 +158,8 @@ pub struct Store {
     tree: Tree,
     config: Config,
     geometry: Geometry,
+    /// Where the next `sweep_expired` call resumes.
+    sweep_cursor: parking_lot::Mutex<Option<Vec<u8>>>,
 }
 
 /// Milliseconds since the unix epoch: the clock TTLs are checked against.
@@ -187,6 +189,7 @@ impl Store {
             tree: Tree::new(geometry),
             config,
             geometry,
+            sweep_cursor: Default::default(),
         })
     }
 
@@ -502,6 +505,31 @@ impl Store {
             }
         });
         Ok(v.map(Version))
+    }
+
+    /// Deletes expired items, visiting at most `max_items` items per call and
+    /// resuming where the previous call stopped (wrapping around at the end).
+    /// Expired items are invisible already; this reclaims their space through
+    /// the normal write path. Returns how many it deleted. The server calls it
+    /// periodically.
+    pub fn sweep_expired(&self, max_items: usize) -> usize {
+        let max_items = max_items.max(1);
+        let cursor = self.sweep_cursor.lock().clone();
+        let (expired, last) = self.read(|rv, now| {
+            self.tree
+                .expired_after(rv, now, cursor.as_deref(), max_items)
+        });
+        *self.sweep_cursor.lock() = last;
+        let now = now_ms();
+        let mut deleted = 0;
+        for key in expired {
+            let ((), v) = self.tree.write_raw(&key, |cur| match cur {
+                Some(c) if c.expiry != 0 && c.expiry <= now => (WriteOp::Delete, ()),
+                _ => (WriteOp::Noop, ()),
+            });
+            deleted += usize::from(v.is_some());
+        }
+        deleted
     }
 
     // ---- snapshots -------------------------------------------------------

@@ -117,3 +117,31 @@ fn range_bounds_and_limits() {
     assert_eq!(store.ceil(b"0555").unwrap().unwrap().key, "0556");
     assert!(store.floor(b"").is_err());
 }
+
+#[test]
+fn expired_items_are_invisible_and_swept() {
+    use combkv::Expiry;
+    let store = Store::new(Config::with_node_size(512)).unwrap();
+    let past = combkv::now_ms() - 1000;
+    for i in 0..300u32 {
+        let k = format!("{i:04}");
+        let e = if i % 2 == 0 {
+            Expiry::AtMs(past)
+        } else {
+            Expiry::Never
+        };
+        store.put_with(k.as_bytes(), b"v", e).unwrap();
+    }
+    assert!(store.get(b"0000").unwrap().is_none());
+    assert_eq!(store.range(&Range::all()).unwrap().len(), 150);
+    assert!(
+        store.insert(b"0000", b"again").unwrap().is_some(),
+        "expired counts as absent"
+    );
+    let mut swept = 0;
+    for _ in 0..10 {
+        swept += store.sweep_expired(64);
+    }
+    assert_eq!(swept, 149);
+    assert_eq!(store.range(&Range::all()).unwrap().len(), 151);
+}

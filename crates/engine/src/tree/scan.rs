@@ -121,3 +121,42 @@ impl Tree {
         out
     }
 }
+
+impl Tree {
+    /// Up to `max_items` keys after `cursor` (from the start if None), in key
+    /// order at `rv`, with the keys among them that expired by `now_ms`.
+    /// Returns (expired keys, last key visited).
+    pub(crate) fn expired_after(
+        &self,
+        rv: u64,
+        now_ms: u64,
+        cursor: Option<&[u8]>,
+        max_items: usize,
+    ) -> (Vec<Vec<u8>>, Option<Vec<u8>>) {
+        let start = cursor.map_or(Bound::Unbounded, Bound::Excluded);
+        let seek = cursor.map_or(Seek::Key(&[]), Seek::Key);
+        let (mut leaf, _) = self.descend(seek, rv);
+        let (mut expired, mut last, mut seen) = (Vec::new(), None, 0);
+        loop {
+            let mut done = false;
+            super::read::leaf_walk(leaf, rv, |it| {
+                if done || it.is_tombstone() || before_start(it.key, start) {
+                    return;
+                }
+                if it.expiry != 0 && it.expiry <= now_ms {
+                    expired.push(it.key.to_vec());
+                }
+                seen += 1;
+                if seen >= max_items {
+                    last = Some(it.key.to_vec());
+                    done = true;
+                }
+            });
+            let right = Lid(leaf.header().link);
+            if done || right == Lid::NONE {
+                return (expired, last);
+            }
+            leaf = self.resolve(right, rv);
+        }
+    }
+}

@@ -217,10 +217,29 @@ impl Tree {
         now_ms: u64,
         mut decide: impl FnMut(Option<&ItemRef<'_>>) -> (WriteOp<'v>, R),
     ) -> (R, Option<u64>) {
+        self.write_with(key, Some(now_ms), &mut decide)
+    }
+
+    /// As `write`, but `decide` sees the newest item even if it has expired
+    /// (the TTL sweep deletes expired items this way).
+    pub(crate) fn write_raw<'v, R>(
+        &self,
+        key: &[u8],
+        mut decide: impl FnMut(Option<&ItemRef<'_>>) -> (WriteOp<'v>, R),
+    ) -> (R, Option<u64>) {
+        self.write_with(key, None, &mut decide)
+    }
+
+    fn write_with<'v, R>(
+        &self,
+        key: &[u8],
+        now_ms: Option<u64>,
+        decide: &mut impl FnMut(Option<&ItemRef<'_>>) -> (WriteOp<'v>, R),
+    ) -> (R, Option<u64>) {
         let mut round = 0;
         loop {
             let guard = self.epochs.pin();
-            if let Attempt::Done(r, v) = self.try_write(&guard, key, now_ms, &mut decide) {
+            if let Attempt::Done(r, v) = self.try_write(&guard, key, now_ms, decide) {
                 drop(guard);
                 if v.is_some() {
                     self.maybe_collect();
@@ -270,7 +289,7 @@ impl Tree {
         &self,
         guard: &Guard,
         key: &[u8],
-        now_ms: u64,
+        now_ms: Option<u64>,
         decide: &mut impl FnMut(Option<&ItemRef<'_>>) -> (WriteOp<'v>, R),
     ) -> Attempt<R> {
         let Some(path) = self.traverse(key) else {
@@ -293,7 +312,10 @@ impl Tree {
             }
         }
         let current = self.leaf_get(leaf.buf, key, u64::MAX);
-        let live = current.filter(|it| it.is_live(now_ms));
+        let live = current.filter(|it| match now_ms {
+            Some(now) => it.is_live(now),
+            None => !it.is_tombstone(),
+        });
         let (op, r) = decide(live.as_ref());
         let held_leaf = Held {
             buf: leaf.buf,
