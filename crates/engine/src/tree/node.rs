@@ -248,7 +248,6 @@ pub(crate) fn decode_item(buf: &[u8], offset: usize, log: bool) -> ItemRef<'_> {
 
 /// Encodes a leaf item into `out` (exactly `item_len` bytes). An external
 /// value's pointer is copied as is: the caller accounts for the strong count.
-#[expect(clippy::too_many_arguments, reason = "one field per item part")]
 pub(crate) fn encode_item(
     out: &mut [u8],
     flags: u8,
@@ -368,6 +367,7 @@ impl NodePtr {
     ///
     /// # Safety
     /// The buffer must be unpublished (invariant 1).
+    #[expect(clippy::mut_from_ref, reason = "unpublished buffer, exclusive by invariant 1")]
     pub(crate) unsafe fn header_mut(&self) -> &mut Header {
         // SAFETY: unpublished, so this thread has exclusive access.
         unsafe { &mut *(self.0.as_ptr() as *mut Header) }
