@@ -105,7 +105,9 @@ impl Geometry {
         // and larger nodes; proportionally smaller for test-sized nodes.
         let max_key_len = 460.min((max_item - fixed) * 2 / 5);
         let inline_value_max = 469.min(max_item - fixed - max_key_len);
-        let segment_bytes = (node_size / 32).max(64);
+        // Smaller segments than Honeycomb's 256 B: on a CPU a shortcut probe is
+        // cheaper than scanning items (see docs/design.md, measurements).
+        let segment_bytes = (node_size / 64).max(64);
         Geometry {
             node_size,
             shortcut_bytes,

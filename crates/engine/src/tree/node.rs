@@ -167,8 +167,6 @@ pub(crate) struct ItemRef<'a> {
     pub expiry: u64,
     /// Log items: sorted-block offset this item belongs before (or replaces).
     pub backptr: u32,
-    /// Log items: index in key order among the log items present at append.
-    pub hint: u8,
     /// Encoded length.
     pub len: u32,
 }
@@ -209,12 +207,12 @@ pub(crate) fn decode_item(buf: &[u8], offset: usize, log: bool) -> ItemRef<'_> {
     let vlen = rd_u32(buf, offset + 3) as usize;
     let version = rd_u64(buf, offset + 7);
     let mut at = offset + ITEM_HEADER_BYTES;
-    let (backptr, hint) = if log {
-        let r = (rd_u32(buf, at), buf[at + 4]);
+    let backptr = if log {
+        let bp = rd_u32(buf, at);
         at += LOG_EXTRA_BYTES;
-        r
+        bp
     } else {
-        (0, 0)
+        0
     };
     let expiry = if flags & ITEM_TTL != 0 {
         let e = rd_u64(buf, at);
@@ -241,9 +239,46 @@ pub(crate) fn decode_item(buf: &[u8], offset: usize, log: bool) -> ItemRef<'_> {
         version,
         expiry,
         backptr,
-        hint,
         len: (at - offset) as u32,
     }
+}
+
+/// The key of the leaf item at `offset` and the item's encoded length,
+/// reading only the fixed header (the hot path of segment and log scans).
+#[inline]
+pub(crate) fn leaf_item_key(buf: &[u8], offset: usize, log: bool) -> (&[u8], usize) {
+    let flags = buf[offset];
+    let klen = rd_u16(buf, offset + 1) as usize;
+    let key_at = offset
+        + ITEM_HEADER_BYTES
+        + if log { LOG_EXTRA_BYTES } else { 0 }
+        + if flags & ITEM_TTL != 0 { TTL_BYTES } else { 0 };
+    let value_len = if flags & ITEM_EXTERNAL != 0 {
+        8
+    } else {
+        rd_u32(buf, offset + 3) as usize
+    };
+    (
+        &buf[key_at..key_at + klen],
+        key_at + klen + value_len - offset,
+    )
+}
+
+/// Byte-wise key order, compared eight bytes at a time (keys are short; a
+/// libc `memcmp` call costs more than the comparison).
+#[inline]
+pub(crate) fn key_cmp(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    let (mut a, mut b) = (a, b);
+    while a.len() >= 8 && b.len() >= 8 {
+        let x = u64::from_be_bytes(a[..8].try_into().expect("8 bytes"));
+        let y = u64::from_be_bytes(b[..8].try_into().expect("8 bytes"));
+        if x != y {
+            return x.cmp(&y);
+        }
+        a = &a[8..];
+        b = &b[8..];
+    }
+    a.cmp(b)
 }
 
 /// Encodes a leaf item into `out` (exactly `item_len` bytes). An external
@@ -367,7 +402,10 @@ impl NodePtr {
     ///
     /// # Safety
     /// The buffer must be unpublished (invariant 1).
-    #[expect(clippy::mut_from_ref, reason = "unpublished buffer, exclusive by invariant 1")]
+    #[expect(
+        clippy::mut_from_ref,
+        reason = "unpublished buffer, exclusive by invariant 1"
+    )]
     pub(crate) unsafe fn header_mut(&self) -> &mut Header {
         // SAFETY: unpublished, so this thread has exclusive access.
         unsafe { &mut *(self.0.as_ptr() as *mut Header) }

@@ -7,7 +7,7 @@ use std::cmp::Ordering as Cmp;
 use super::Tree;
 use super::node::{
     self, Header, ITEM_DUP, ITEM_REPLACES, ItemRef, Lid, NodePtr, decode_interior, decode_item,
-    key_prefix, shortcut, state_size,
+    key_cmp, key_prefix, leaf_item_key, shortcut, state_size,
 };
 
 /// Where a descent goes.
@@ -22,16 +22,17 @@ pub(crate) enum Seek<'k> {
 }
 
 /// Key of the sorted-block item at `off` and the item's length.
+#[inline]
 fn sorted_key(buf: &[u8], off: usize, leaf: bool) -> (&[u8], usize) {
     if leaf {
-        let it = decode_item(buf, off, false);
-        (it.key, it.len as usize)
+        leaf_item_key(buf, off, false)
     } else {
         let (k, _, len) = decode_interior(buf, off);
         (k, len)
     }
 }
 
+#[inline]
 fn cmp_key(prefix: u64, full: impl FnOnce() -> Cmp, key: &[u8]) -> Cmp {
     match prefix.cmp(&key_prefix(key)) {
         Cmp::Equal => full(),
@@ -83,7 +84,7 @@ pub(crate) fn last_le(
     let mut best = None;
     while at < end {
         let (k, len) = sorted_key(buf, at, leaf);
-        let c = k.cmp(key);
+        let c = key_cmp(k, key);
         if !accept(c) {
             break;
         }
@@ -172,11 +173,14 @@ impl Tree {
         };
         let mut at = h.sorted_end as usize;
         while at < buf.len() {
-            let it = decode_item(buf, at, true);
-            if it.version <= rv && it.key == key {
-                best = Some(it);
+            let (k, len) = leaf_item_key(buf, at, true);
+            if k == key {
+                let it = decode_item(buf, at, true);
+                if it.version <= rv {
+                    best = Some(it);
+                }
             }
-            at += it.len as usize;
+            at += len;
         }
         best
     }
@@ -188,75 +192,109 @@ impl Tree {
     }
 }
 
-/// The items of a leaf visible at `rv`, in key order, newest version per key,
-/// delete markers and expired items left out (Honeycomb 4.3). The log block is
-/// put in key order with its order hints, and merged with the sorted block
-/// through its back pointers, without comparing keys.
+/// The live items of a leaf visible at `rv`, in key order.
 pub(crate) fn leaf_ordered(leaf: NodePtr, rv: u64, now_ms: u64, out: &mut Vec<ItemRef<'static>>) {
-    leaf_walk(leaf, rv, |it| {
+    leaf_walk(leaf, rv, None, |it| {
         if it.is_live(now_ms) {
             out.push(it);
         }
+        true
     });
 }
 
+/// Most log items a leaf can hold (order hints are one byte).
+const MAX_LOG_ITEMS: usize = 256;
+
 /// Calls `f` with the newest version visible at `rv` of every key in `leaf`
-/// (delete markers and expired items included), in key order.
-pub(crate) fn leaf_walk(leaf: NodePtr, rv: u64, mut f: impl FnMut(ItemRef<'static>)) {
+/// (delete markers and expired items included), in key order, starting at
+/// the first key `>= from` (or a little before it), until `f` returns false.
+/// Returns false if `f` stopped the walk.
+///
+/// Honeycomb 4.3: the log block is put in key order with its order hints and
+/// merged with the sorted block through its back pointers; no key is
+/// compared except to find where to start.
+pub(crate) fn leaf_walk(
+    leaf: NodePtr,
+    rv: u64,
+    from: Option<&[u8]>,
+    mut f: impl FnMut(ItemRef<'static>) -> bool,
+) -> bool {
     let buf = published(leaf);
     let h = leaf.header();
     let sorted_end = h.sorted_end as usize;
-    // Log items in arrival order, then their key order by order hints.
-    let mut log: Vec<ItemRef<'static>> = Vec::new();
+    // Log item offsets in key order: item i goes to position hint(i).
+    let mut ordered = [0u32; MAX_LOG_ITEMS];
+    let mut n = 0;
     let mut at = sorted_end;
     while at < buf.len() {
-        let it = decode_item(buf, at, true);
-        at += it.len as usize;
-        log.push(it);
+        let hint = buf[at + crate::config::ITEM_HEADER_BYTES + 4] as usize;
+        let (_, len) = leaf_item_key(buf, at, true);
+        let pos = hint.min(n);
+        ordered.copy_within(pos..n, pos + 1);
+        ordered[pos] = at as u32;
+        n += 1;
+        at += len;
     }
-    let mut order: Vec<u8> = Vec::with_capacity(log.len());
-    for (i, it) in log.iter().enumerate() {
-        let pos = (it.hint as usize).min(order.len());
-        order.insert(pos, i as u8);
-    }
-    let sorted: Vec<_> = order.iter().map(|&i| log[i as usize]).collect();
-
-    // The newest candidate visible at rv; candidates come in version order.
-    let pick = |base: Option<ItemRef<'static>>, group: &[ItemRef<'static>]| {
-        group
-            .iter()
+    let ordered = &ordered[..n];
+    let log = |j: usize| decode_item(buf, ordered[j] as usize, true);
+    // The newest candidate visible at rv: candidates come in version order.
+    let pick = |base: Option<ItemRef<'static>>, from: usize, to: usize| {
+        (from..to)
             .rev()
+            .map(log)
             .find(|it| it.version <= rv)
-            .copied()
             .or(base)
     };
+
+    let mut off = node::sorted_start_of(h);
+    if let Some(k) = from {
+        if let Some((o, len, _)) = last_le(buf, h, k, true) {
+            off = o + len;
+        }
+    }
     let mut j = 0;
-    let emit_new_keys = |bp: u32, j: &mut usize, f: &mut dyn FnMut(ItemRef<'static>)| {
-        while *j < sorted.len() && sorted[*j].backptr == bp && sorted[*j].flags & ITEM_REPLACES == 0
-        {
+    while j < n && log(j).backptr < off as u32 {
+        j += 1;
+    }
+    // New keys (not in the sorted block) that sort before sorted offset `bp`.
+    let new_keys = |bp: u32, j: &mut usize, f: &mut dyn FnMut(ItemRef<'static>) -> bool| {
+        while *j < n {
+            let first = log(*j);
+            if first.backptr != bp || first.flags & ITEM_REPLACES != 0 {
+                break;
+            }
             let start = *j;
             *j += 1;
-            while *j < sorted.len() && sorted[*j].flags & ITEM_DUP != 0 {
+            while *j < n && log(*j).flags & ITEM_DUP != 0 {
                 *j += 1;
             }
-            if let Some(it) = pick(None, &sorted[start..*j]) {
-                f(it);
+            if let Some(it) = pick(None, start, *j) {
+                if !f(it) {
+                    return false;
+                }
             }
         }
+        true
     };
-    let mut off = node::sorted_start_of(h);
     while off < sorted_end {
         let s = decode_item(buf, off, false);
-        emit_new_keys(off as u32, &mut j, &mut f);
+        if !new_keys(off as u32, &mut j, &mut f) {
+            return false;
+        }
         let start = j;
-        while j < sorted.len() && sorted[j].backptr == off as u32 {
+        while j < n && log(j).backptr == off as u32 {
             j += 1;
         }
-        if let Some(it) = pick(Some(s), &sorted[start..j]) {
-            f(it);
+        if let Some(it) = pick(Some(s), start, j) {
+            if !f(it) {
+                return false;
+            }
         }
         off += s.len as usize;
     }
-    emit_new_keys(sorted_end as u32, &mut j, &mut f);
-    debug_assert_eq!(j, sorted.len(), "every log item belongs to a group");
+    if !new_keys(sorted_end as u32, &mut j, &mut f) {
+        return false;
+    }
+    debug_assert_eq!(j, n, "every log item belongs to a group");
+    true
 }

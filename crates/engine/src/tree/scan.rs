@@ -7,7 +7,7 @@ use std::ops::Bound;
 
 use super::Tree;
 use super::node::{ItemRef, Lid};
-use super::read::{Seek, leaf_ordered};
+use super::read::{Seek, leaf_ordered, leaf_walk};
 
 fn after_end(key: &[u8], end: Bound<&[u8]>) -> bool {
     match end {
@@ -50,24 +50,27 @@ impl Tree {
         if empty_bounds(start, end) {
             return;
         }
-        let mut items = Vec::new();
         if !reverse {
             let seek = match start {
                 Bound::Included(k) | Bound::Excluded(k) => Seek::Key(k),
                 Bound::Unbounded => Seek::Key(&[]),
             };
             let (mut leaf, _) = self.descend(seek, rv);
+            let mut from = match start {
+                Bound::Included(k) | Bound::Excluded(k) => Some(k),
+                Bound::Unbounded => None,
+            };
             loop {
-                items.clear();
-                leaf_ordered(leaf, rv, now_ms, &mut items);
-                for it in &items {
-                    if before_start(it.key, start) {
-                        continue;
+                let more = leaf_walk(leaf, rv, from, |it| {
+                    if !it.is_live(now_ms) || before_start(it.key, start) {
+                        return true;
                     }
-                    if after_end(it.key, end) || !f(*it) {
-                        return;
-                    }
+                    !after_end(it.key, end) && f(it)
+                });
+                if !more {
+                    return;
                 }
+                from = None;
                 let right = Lid(leaf.header().link);
                 if right == Lid::NONE {
                     return;
@@ -80,6 +83,7 @@ impl Tree {
                 Bound::Unbounded => Seek::Last,
             };
             let (mut leaf, mut fence) = self.descend(seek, rv);
+            let mut items = Vec::new();
             loop {
                 items.clear();
                 leaf_ordered(leaf, rv, now_ms, &mut items);
@@ -139,9 +143,9 @@ impl Tree {
         let (mut expired, mut last, mut seen) = (Vec::new(), None, 0);
         loop {
             let mut done = false;
-            super::read::leaf_walk(leaf, rv, |it| {
-                if done || it.is_tombstone() || before_start(it.key, start) {
-                    return;
+            leaf_walk(leaf, rv, cursor, |it| {
+                if it.is_tombstone() || before_start(it.key, start) {
+                    return true;
                 }
                 if it.expiry != 0 && it.expiry <= now_ms {
                     expired.push(it.key.to_vec());
@@ -151,6 +155,7 @@ impl Tree {
                     last = Some(it.key.to_vec());
                     done = true;
                 }
+                !done
             });
             let right = Lid(leaf.header().link);
             if done || right == Lid::NONE {

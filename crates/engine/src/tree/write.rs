@@ -94,7 +94,7 @@ fn children_of(p: NodePtr) -> Vec<Child> {
 /// The newest state of every key of a locked leaf, delete markers dropped.
 fn leaf_entries(leaf: NodePtr) -> Vec<Entry<'static>> {
     let mut out = Vec::new();
-    leaf_walk(leaf, u64::MAX, |it| {
+    leaf_walk(leaf, u64::MAX, None, |it| {
         if !it.is_tombstone() {
             out.push(Entry {
                 key: it.key,
@@ -103,6 +103,7 @@ fn leaf_entries(leaf: NodePtr) -> Vec<Entry<'static>> {
                 expiry: it.expiry,
             });
         }
+        true
     });
     out
 }
