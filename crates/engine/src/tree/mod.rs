@@ -41,8 +41,6 @@ pub(crate) struct Shared {
     pub recycled: Mutex<Vec<Lid>>,
     /// Deferred reclamation closures not yet run (retire graces and frees).
     pub deferred: std::sync::atomic::AtomicUsize,
-    /// Successful writes; every 256th runs a non-blocking `collect`.
-    pub reclaimer_ticks: std::sync::atomic::AtomicU64,
 }
 
 /// The tree: page table, versions, shared reclamation state.
@@ -59,11 +57,10 @@ impl Tree {
     pub(crate) fn new(g: Geometry) -> Tree {
         let shared = Arc::new(Shared {
             geometry: g,
-            counter: BufferCounter::default(),
+            counter: BufferCounter::new(g.node_size),
             reclaimer: Reclaimer::default(),
             snapshots: Mutex::new(SnapshotRegistry::default()),
             recycled: Mutex::new(Vec::new()),
-            reclaimer_ticks: std::sync::atomic::AtomicU64::new(0),
             deferred: std::sync::atomic::AtomicUsize::new(0),
         });
         let pages = PageTable::new();

@@ -174,7 +174,7 @@ impl Tree {
         let mut at = h.sorted_end as usize;
         while at < buf.len() {
             let (k, len) = leaf_item_key(buf, at, true);
-            if k == key {
+            if k.len() == key.len() && key_cmp(k, key) == Cmp::Equal {
                 let it = decode_item(buf, at, true);
                 if it.version <= rv {
                     best = Some(it);

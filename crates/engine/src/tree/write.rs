@@ -16,7 +16,8 @@ use super::build::{self, Child, Entry, interior_item_len, own_value, stored_valu
 use super::epoch::Guard;
 use super::node::{
     ITEM_DUP, ITEM_REPLACES, ITEM_TOMBSTONE, ItemRef, Lid, NodePtr, STATE_LOCKED, STATE_OBSOLETE,
-    ValueRef, decode_interior, encode_item, item_len, state_next, state_size,
+    ValueRef, decode_interior, decode_item, encode_item, item_len, key_cmp, leaf_item_key,
+    state_next, state_size,
 };
 use super::read::{last_le, leaf_walk, published};
 use crate::sync::backoff;
@@ -106,6 +107,52 @@ fn leaf_entries(leaf: NodePtr) -> Vec<Entry<'static>> {
         true
     });
     out
+}
+
+/// What a writer learns about its key in one pass over the locked leaf.
+struct Lookup {
+    /// The key's newest item, any version.
+    current: Option<ItemRef<'static>>,
+    /// Where a log item for the key points into the sorted block.
+    backptr: u32,
+    /// The back pointer names an item with this key.
+    replaces: bool,
+    /// Order hint: log items whose key sorts at or before this one.
+    hint: usize,
+    /// A log item already has this key (and it is not in the sorted block).
+    dup: bool,
+}
+
+fn lookup(leaf: NodePtr, key: &[u8]) -> Lookup {
+    let buf = published(leaf);
+    let h = leaf.header();
+    let (mut current, backptr, replaces) = match last_le(buf, h, key, false) {
+        Some((off, _, true)) => (Some(decode_item(buf, off, false)), off as u32, true),
+        Some((off, len, false)) => (None, (off + len) as u32, false),
+        None => (None, h.sorted_start, false),
+    };
+    let (mut hint, mut dup) = (0, false);
+    let mut at = h.sorted_end as usize;
+    while at < buf.len() {
+        let (k, len) = leaf_item_key(buf, at, true);
+        match key_cmp(k, key) {
+            std::cmp::Ordering::Less => hint += 1,
+            std::cmp::Ordering::Equal => {
+                hint += 1;
+                dup = true;
+                current = Some(decode_item(buf, at, true));
+            }
+            std::cmp::Ordering::Greater => {}
+        }
+        at += len;
+    }
+    Lookup {
+        current,
+        backptr,
+        replaces,
+        hint,
+        dup,
+    }
 }
 
 /// Content of a node being rebuilt.
@@ -252,12 +299,18 @@ impl Tree {
         }
     }
 
+    /// Every 256th write of a thread runs a non-blocking `collect` (a
+    /// thread-local count: a shared counter would be a contended line).
     fn maybe_collect(&self) {
-        let g = self
-            .shared
-            .reclaimer_ticks
-            .fetch_add(1, CoreOrdering::Relaxed);
-        if g % 256 == 255 {
+        thread_local! {
+            static WRITES: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+        }
+        let n = WRITES.with(|w| {
+            let n = w.get().wrapping_add(1);
+            w.set(n);
+            n
+        });
+        if n % 256 == 0 {
             self.collect(false);
         }
     }
@@ -312,7 +365,8 @@ impl Tree {
                 return Attempt::Restart;
             }
         }
-        let current = self.leaf_get(leaf.buf, key, u64::MAX);
+        let look = lookup(leaf.buf, key);
+        let current = look.current;
         let live = current.filter(|it| match now_ms {
             Some(now) => it.is_live(now),
             None => !it.is_tombstone(),
@@ -338,7 +392,7 @@ impl Tree {
                 Attempt::Done(r, None)
             }
             _ => {
-                if let Some(v) = self.append(leaf.buf, leaf.state, key, &op) {
+                if let Some(v) = self.append(leaf.buf, leaf.state, key, &op, &look) {
                     self.clock.release(v);
                     return Attempt::Done(r, Some(v));
                 }
@@ -352,7 +406,14 @@ impl Tree {
 
     /// Fast path: appends the item to the locked leaf's log block, takes the
     /// write version and unlocks in one store. None if the log is full.
-    fn append(&self, leaf: NodePtr, state: u64, key: &[u8], op: &WriteOp<'_>) -> Option<u64> {
+    fn append(
+        &self,
+        leaf: NodePtr,
+        state: u64,
+        key: &[u8],
+        op: &WriteOp<'_>,
+        look: &Lookup,
+    ) -> Option<u64> {
         let g = &self.g;
         let (value, expiry, tomb) = match op {
             WriteOp::Put { value, expiry } => (&value[..], *expiry, 0),
@@ -360,36 +421,14 @@ impl Tree {
             WriteOp::Noop => unreachable!("no-op writes return early"),
         };
         let size = state_size(state);
-        let h = leaf.header();
-        let sorted_end = h.sorted_end as usize;
+        let sorted_end = leaf.header().sorted_end as usize;
         let stored = stored_value_len(g, ValueRef::Inline(value));
         let len = item_len(key.len(), stored, expiry != 0, true);
         debug_assert!(len <= g.max_item, "key and value limits keep items small");
         if size + len > g.node_size || size - sorted_end + len > g.log_bytes {
             return None;
         }
-        let buf = published(leaf);
-        // Back pointer into the sorted block.
-        let (bp, replaces) = match last_le(buf, h, key, false) {
-            Some((off, _, true)) => (off as u32, true),
-            Some((off, len, false)) => ((off + len) as u32, false),
-            None => (h.sorted_start, false),
-        };
-        // Order hint: how many log items sort at or before this key.
-        let (mut hint, mut dup) = (0usize, false);
-        let mut at = sorted_end;
-        while at < size {
-            let it = super::node::decode_item(buf, at, true);
-            match it.key.cmp(key) {
-                std::cmp::Ordering::Less => hint += 1,
-                std::cmp::Ordering::Equal => {
-                    hint += 1;
-                    dup = true;
-                }
-                std::cmp::Ordering::Greater => {}
-            }
-            at += it.len as usize;
-        }
+        let (bp, replaces, hint, dup) = (look.backptr, look.replaces, look.hint, look.dup);
         let flags = tomb
             | if replaces { ITEM_REPLACES } else { 0 }
             | if dup && !replaces { ITEM_DUP } else { 0 };
@@ -419,7 +458,7 @@ impl Tree {
     ) -> Option<u64> {
         let leaf = *path.last().expect("leaf");
         let mut entries = leaf_entries(leaf.buf);
-        let pos = entries.binary_search_by(|e| e.key.cmp(key));
+        let pos = entries.binary_search_by(|e| key_cmp(e.key, key));
         match (op, pos) {
             (WriteOp::Put { value, expiry }, Ok(i)) => {
                 entries[i] = Entry {
