@@ -70,6 +70,28 @@ impl Item {
     }
 }
 
+/// A borrowed view of an item, handed to the visitors of
+/// [`Store::get_with`] and [`Store::scan`]. Valid only inside the visitor.
+#[derive(Debug, Clone, Copy)]
+pub struct ItemView<'a> {
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+    pub version: Version,
+    /// Unix time in milliseconds at which the item expires.
+    pub expires_at_ms: Option<u64>,
+}
+
+impl<'a> ItemView<'a> {
+    fn from_ref(it: &ItemRef<'a>) -> ItemView<'a> {
+        ItemView {
+            key: it.key,
+            value: it.value.bytes(),
+            version: Version(it.version),
+            expires_at_ms: (it.expiry != 0).then_some(it.expiry),
+        }
+    }
+}
+
 /// A range read: bounds (low first, also when reversed), an optional limit,
 /// direction, and Honeycomb's floor start.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -266,6 +288,25 @@ impl Store {
             .map(|it| Item::from_ref(&it))
     }
 
+    /// Looks `key` up and hands the item (if live) to `f` without copying.
+    /// `f` runs while the reader holds its epoch pin: keep it short (copy or
+    /// serialise what it needs).
+    pub fn get_with<T>(&self, key: &[u8], f: impl FnOnce(Option<ItemView<'_>>) -> T) -> Result<T> {
+        self.check_key(key)?;
+        Ok(self.read(|rv, now| {
+            let it = self.tree.get_at(key, rv).filter(|it| it.is_live(now));
+            f(it.as_ref().map(ItemView::from_ref))
+        }))
+    }
+
+    /// Visits the items of a range in order, as one consistent snapshot,
+    /// without copying, until `f` returns false or the range (or its limit)
+    /// ends; returns how many items `f` saw. Like `get_with`, `f` runs pinned.
+    pub fn scan(&self, r: &Range, mut f: impl FnMut(ItemView<'_>) -> bool) -> Result<usize> {
+        self.check_range(r)?;
+        Ok(self.read(|rv, now| self.visit_at_version(r, rv, now, |it| f(ItemView::from_ref(it)))))
+    }
+
     /// The items of a range, as one consistent snapshot.
     pub fn range(&self, r: &Range) -> Result<Vec<Item>> {
         self.check_range(r)?;
@@ -287,10 +328,27 @@ impl Store {
     }
 
     fn range_at_version(&self, r: &Range, rv: u64, now: u64) -> Vec<Item> {
-        let limit = r.limit.unwrap_or(usize::MAX);
         let mut out = Vec::new();
+        self.visit_at_version(r, rv, now, |it| {
+            out.push(Item::from_ref(it));
+            true
+        });
+        out
+    }
+
+    /// Calls `f` with the range's items at `rv` (respecting the limit) until
+    /// it returns false; returns how many it saw.
+    fn visit_at_version(
+        &self,
+        r: &Range,
+        rv: u64,
+        now: u64,
+        mut f: impl FnMut(&ItemRef<'_>) -> bool,
+    ) -> usize {
+        let limit = r.limit.unwrap_or(usize::MAX);
+        let mut seen = 0;
         if limit == 0 {
-            return out;
+            return 0;
         }
         let floor_key;
         let mut start = r.start.as_ref().map(|k| &k[..]);
@@ -304,10 +362,10 @@ impl Store {
         }
         let end = r.end.as_ref().map(|k| &k[..]);
         self.tree.scan(rv, now, start, end, r.reverse, |it| {
-            out.push(Item::from_ref(&it));
-            out.len() < limit
+            seen += 1;
+            f(&it) && seen < limit
         });
-        out
+        seen
     }
 
     /// The item with the greatest key `<= key`.

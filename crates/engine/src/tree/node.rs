@@ -119,7 +119,7 @@ pub(crate) enum ValueRef<'a> {
     External(*const u8, usize),
 }
 
-impl ValueRef<'_> {
+impl<'a> ValueRef<'a> {
     pub(crate) fn len(&self) -> usize {
         match self {
             ValueRef::Inline(v) => v.len(),
@@ -128,7 +128,7 @@ impl ValueRef<'_> {
     }
 
     /// The value's bytes. The returned slice lives as long as the buffer.
-    pub(crate) fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &'a [u8] {
         match *self {
             ValueRef::Inline(v) => v,
             // SAFETY: an external pointer comes from `Arc::into_raw` of an
