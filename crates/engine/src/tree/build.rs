@@ -20,11 +20,17 @@ pub(crate) struct Entry<'a> {
     pub value: ValueRef<'a>,
     pub version: u64,
     pub expiry: u64,
+    /// The entry's encoding in a sorted block it comes from unchanged (else
+    /// empty): copied as is.
+    pub raw: &'a [u8],
 }
 
 impl Entry<'_> {
     /// Bytes this entry takes in a sorted block.
     pub(crate) fn sorted_len(&self, g: &Geometry) -> usize {
+        if !self.raw.is_empty() {
+            return self.raw.len();
+        }
         item_len(
             self.key.len(),
             stored_value_len(g, self.value),
@@ -149,11 +155,20 @@ pub(crate) fn build_leaf(
             seg += 1;
         }
         let len = e.sorted_len(g);
-        let value = own_value(g, e.value);
         // SAFETY: unpublished buffer owned by this thread.
         let out = unsafe { p.bytes_mut(at, at + len) };
-        let written = encode_item(out, 0, e.key, value, e.version, e.expiry, None);
-        debug_assert_eq!(written, len);
+        if e.raw.is_empty() {
+            let value = own_value(g, e.value);
+            let written = encode_item(out, 0, e.key, value, e.version, e.expiry, None);
+            debug_assert_eq!(written, len);
+        } else {
+            // An unchanged sorted item: same bytes; the new buffer takes its
+            // own strong count of an external value.
+            out.copy_from_slice(e.raw);
+            if let ValueRef::External(..) = e.value {
+                own_value(g, e.value);
+            }
+        }
         at += len;
     }
     write_shortcuts(p, &prefixes, &offsets);

@@ -169,6 +169,9 @@ pub(crate) struct ItemRef<'a> {
     pub backptr: u32,
     /// Encoded length.
     pub len: u32,
+    /// The encoded bytes of a sorted-block item (empty for log items): a
+    /// merge copies them as they are.
+    pub raw: &'a [u8],
 }
 
 impl ItemRef<'_> {
@@ -240,6 +243,7 @@ pub(crate) fn decode_item(buf: &[u8], offset: usize, log: bool) -> ItemRef<'_> {
         expiry,
         backptr,
         len: (at - offset) as u32,
+        raw: if log { &[] } else { &buf[offset..at] },
     }
 }
 

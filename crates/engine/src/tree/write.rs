@@ -94,7 +94,7 @@ fn children_of(p: NodePtr) -> Vec<Child> {
 
 /// The newest state of every key of a locked leaf, delete markers dropped.
 fn leaf_entries(leaf: NodePtr) -> Vec<Entry<'static>> {
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(leaf.header().nitems as usize + 32);
     leaf_walk(leaf, u64::MAX, None, |it| {
         if !it.is_tombstone() {
             out.push(Entry {
@@ -102,6 +102,7 @@ fn leaf_entries(leaf: NodePtr) -> Vec<Entry<'static>> {
                 value: it.value,
                 version: it.version,
                 expiry: it.expiry,
+                raw: it.raw,
             });
         }
         true
@@ -466,6 +467,7 @@ impl Tree {
                     value: ValueRef::Inline(value),
                     version: 0,
                     expiry: *expiry,
+                    raw: &[],
                 }
             }
             (WriteOp::Put { value, expiry }, Err(i)) => entries.insert(
@@ -475,6 +477,7 @@ impl Tree {
                     value: ValueRef::Inline(value),
                     version: 0,
                     expiry: *expiry,
+                    raw: &[],
                 },
             ),
             (WriteOp::Delete, Ok(i)) => {
