@@ -8,17 +8,27 @@
 //! oldest outstanding version advances the read version over every completed
 //! successor.
 
+use crossbeam_utils::CachePadded;
+
 use crate::sync::{AtomicU64, Ordering, backoff};
 
 /// Ring slots: bounds the versions in flight (taken but not yet released).
 const RING: u64 = 4096;
 
+/// Ring slot of version `v`: consecutive versions (usually different
+/// threads') land on different cache lines.
+fn slot(v: u64) -> usize {
+    const PER_LINE: u64 = 8;
+    const LINES: u64 = RING / PER_LINE;
+    ((v % LINES) * PER_LINE + (v / LINES) % PER_LINE) as usize
+}
+
 #[derive(Debug)]
 pub(crate) struct VersionClock {
-    /// Last version handed out.
-    write: AtomicU64,
-    /// Every version `<= read` is released.
-    read: AtomicU64,
+    /// Last version handed out. Own cache line: every write bumps it.
+    write: CachePadded<AtomicU64>,
+    /// Every version `<= read` is released. Own cache line: every read loads it.
+    read: CachePadded<AtomicU64>,
     /// Slot `v % RING` holds `v` once write `v` has completed.
     done: Box<[AtomicU64]>,
 }
@@ -27,8 +37,8 @@ impl VersionClock {
     /// A clock whose versions `<= start` are all released.
     pub(crate) fn starting_at(start: u64) -> VersionClock {
         VersionClock {
-            write: AtomicU64::new(start),
-            read: AtomicU64::new(start),
+            write: CachePadded::new(AtomicU64::new(start)),
+            read: CachePadded::new(AtomicU64::new(start)),
             done: (0..RING).map(|_| AtomicU64::new(u64::MAX)).collect(),
         }
     }
@@ -56,7 +66,7 @@ impl VersionClock {
         while v >= self.read.load(Ordering::SeqCst) + RING {
             backoff(&mut round);
         }
-        self.done[(v % RING) as usize].store(v, Ordering::SeqCst);
+        self.done[slot(v)].store(v, Ordering::SeqCst);
         self.advance();
     }
 
@@ -64,7 +74,7 @@ impl VersionClock {
         loop {
             let r = self.read.load(Ordering::SeqCst);
             let n = r + 1;
-            if self.done[(n % RING) as usize].load(Ordering::SeqCst) != n {
+            if self.done[slot(n)].load(Ordering::SeqCst) != n {
                 return;
             }
             // Losing the race means someone else advanced; look again.
@@ -87,5 +97,34 @@ impl VersionClock {
     pub(crate) fn release(&self, v: u64) {
         self.complete(v);
         self.wait_released(v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_a_permutation_of_the_ring() {
+        let mut seen = vec![false; RING as usize];
+        for v in 0..RING {
+            let s = slot(v);
+            assert!(!seen[s], "slot {s} reused within one ring");
+            seen[s] = true;
+        }
+        assert_eq!(slot(5), slot(5 + RING));
+        assert_ne!(slot(5) / 8, slot(6) / 8, "neighbours share a cache line");
+    }
+
+    #[test]
+    fn out_of_order_completion_releases_in_order() {
+        let c = VersionClock::starting_at(0);
+        let (a, b, d) = (c.next(), c.next(), c.next());
+        c.complete(d);
+        c.complete(b);
+        assert_eq!(c.read_version(), 0, "version 1 still outstanding");
+        c.complete(a);
+        assert_eq!(c.read_version(), 3);
+        c.wait_released(3);
     }
 }
