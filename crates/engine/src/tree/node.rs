@@ -356,6 +356,7 @@ pub(crate) struct BufferCounter {
 }
 
 /// Most freed buffers a store keeps for reuse.
+#[cfg(not(feature = "shuttle"))]
 const POOL_MAX: usize = 512;
 
 impl BufferCounter {
