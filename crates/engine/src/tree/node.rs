@@ -421,6 +421,11 @@ impl NodePtr {
         NodePtr(p)
     }
 
+    /// A placeholder that is never dereferenced (fills unused path slots).
+    pub(crate) fn dangling() -> NodePtr {
+        NodePtr(NonNull::dangling())
+    }
+
     pub(crate) fn as_raw(self) -> *mut u8 {
         self.0.as_ptr()
     }

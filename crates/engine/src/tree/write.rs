@@ -71,6 +71,40 @@ struct Step {
     lid: Lid,
 }
 
+/// Tallest tree a writer's path holds. A node holds at least two children
+/// after a split and a page table at most 2^28 LIDs, so 2^28 leaves need 28
+/// levels even at the worst fan-out; 32 leaves room.
+const MAX_HEIGHT: usize = 32;
+
+/// The nodes from the root to a leaf, on the stack (one per write).
+#[derive(Clone, Copy)]
+struct Path {
+    steps: [Step; MAX_HEIGHT],
+    len: usize,
+}
+
+impl Default for Path {
+    fn default() -> Path {
+        let none = Step { buf: NodePtr::dangling(), state: 0, lid: Lid::NONE };
+        Path { steps: [none; MAX_HEIGHT], len: 0 }
+    }
+}
+
+impl Path {
+    fn push(&mut self, s: Step) {
+        assert!(self.len < MAX_HEIGHT, "tree taller than {MAX_HEIGHT} levels");
+        self.steps[self.len] = s;
+        self.len += 1;
+    }
+}
+
+impl std::ops::Deref for Path {
+    type Target = [Step];
+    fn deref(&self) -> &[Step] {
+        &self.steps[..self.len]
+    }
+}
+
 /// The children of an interior buffer; the first entry's key is unused.
 fn children_of(p: NodePtr) -> Vec<Child> {
     let buf = published(p);
@@ -318,8 +352,8 @@ impl Tree {
 
     /// Traverses the newest buffers to the leaf for `key`. None if a node on
     /// the way is locked or replaced (a structure change is in progress).
-    fn traverse(&self, key: &[u8]) -> Option<Vec<Step>> {
-        let mut path = Vec::with_capacity(8);
+    fn traverse(&self, key: &[u8]) -> Option<Path> {
+        let mut path = Path::default();
         let mut lid = Lid::ROOT;
         loop {
             let buf = self.pages.get(lid)?;
