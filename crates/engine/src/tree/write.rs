@@ -85,14 +85,24 @@ struct Path {
 
 impl Default for Path {
     fn default() -> Path {
-        let none = Step { buf: NodePtr::dangling(), state: 0, lid: Lid::NONE };
-        Path { steps: [none; MAX_HEIGHT], len: 0 }
+        let none = Step {
+            buf: NodePtr::dangling(),
+            state: 0,
+            lid: Lid::NONE,
+        };
+        Path {
+            steps: [none; MAX_HEIGHT],
+            len: 0,
+        }
     }
 }
 
 impl Path {
     fn push(&mut self, s: Step) {
-        assert!(self.len < MAX_HEIGHT, "tree taller than {MAX_HEIGHT} levels");
+        assert!(
+            self.len < MAX_HEIGHT,
+            "tree taller than {MAX_HEIGHT} levels"
+        );
         self.steps[self.len] = s;
         self.len += 1;
     }
