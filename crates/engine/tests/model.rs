@@ -2,11 +2,12 @@
 //! step against a `BTreeMap` model (see `model_support`).
 //!
 //! 6,000 sequences run with 512-byte nodes and 4,000 with the default 8 KiB
-//! nodes, 1..=200 ops each (bursts expand to many more), split over several
-//! tests so they run in parallel. A failure prints the seed, a replay command
+//! nodes, 1..=200 ops each (bursts expand to many more), plus 60 long
+//! sequences of 1..=3000 ops, split over several tests so they run in
+//! parallel. A failure prints the seed, a replay command
 //! and a shrunk op list that can be pasted into a regression test.
 //!
-//! Knobs: `COMBKV_REPLAY=<node>:<seed>` (the `replay` test), and for bug
+//! Knobs: `COMBKV_REPLAY=<node>:<seed>[:<max_ops>]` (the `replay` test), and for bug
 //! hunting `COMBKV_SEED_BASE=<n>` (other seeds) and `COMBKV_KEEP_GOING=1`
 //! (report every distinct failure instead of stopping at the first).
 
@@ -25,45 +26,64 @@ const DEFAULT: usize = 8192;
 
 #[test]
 fn model_512_a() {
-    run_seeds(SMALL, 0..1500);
+    run_seeds(SMALL, 0..1500, 200);
 }
 
 #[test]
 fn model_512_b() {
-    run_seeds(SMALL, 1500..3000);
+    run_seeds(SMALL, 1500..3000, 200);
 }
 
 #[test]
 fn model_512_c() {
-    run_seeds(SMALL, 3000..4500);
+    run_seeds(SMALL, 3000..4500, 200);
 }
 
 #[test]
 fn model_512_d() {
-    run_seeds(SMALL, 4500..6000);
+    run_seeds(SMALL, 4500..6000, 200);
 }
 
 #[test]
 fn model_8k_a() {
-    run_seeds(DEFAULT, 1_000_000..1_001_000);
+    run_seeds(DEFAULT, 1_000_000..1_001_000, 200);
 }
 
 #[test]
 fn model_8k_b() {
-    run_seeds(DEFAULT, 1_001_000..1_002_000);
+    run_seeds(DEFAULT, 1_001_000..1_002_000, 200);
 }
 
 #[test]
 fn model_8k_c() {
-    run_seeds(DEFAULT, 1_002_000..1_003_000);
+    run_seeds(DEFAULT, 1_002_000..1_003_000, 200);
 }
 
 #[test]
 fn model_8k_d() {
-    run_seeds(DEFAULT, 1_003_000..1_004_000);
+    run_seeds(DEFAULT, 1_003_000..1_004_000, 200);
 }
 
-/// `COMBKV_REPLAY=<node>:<seed> cargo test -p combkv --test model replay -- --nocapture`
+/// Fewer, longer sequences: bigger and deeper trees.
+#[test]
+fn model_512_long() {
+    run_seeds(SMALL, 2_000_000..2_000_040, 3000);
+}
+
+#[test]
+fn model_8k_long() {
+    run_seeds(DEFAULT, 3_000_000..3_000_020, 3000);
+}
+
+/// A few sequences at the other node sizes (different limits and layouts).
+#[test]
+fn model_other_node_sizes() {
+    run_seeds(1024, 4_000_000..4_000_300, 200);
+    run_seeds(2048, 4_100_000..4_100_200, 200);
+    run_seeds(65_536, 4_200_000..4_200_100, 200);
+}
+
+/// `COMBKV_REPLAY=<node>:<seed>[:<max_ops>] cargo test -p combkv --test model replay -- --nocapture`
 #[test]
 fn replay() {
     model_support::replay_from_env();
@@ -150,6 +170,28 @@ fn smoke_every_op() {
                 Reclaim,
                 DeleteMost(0, 1, 0),
                 Reclaim,
+                Snap,
+                SnapShort,
+                Put(k(b"s"), v(b"1")),
+                SnapShort,
+                ListSnaps,
+                GetAt(0, k(b"s")),
+                Hammer(k(b"h"), 100, 10),
+                PutWith(k(b"t"), v(b"t"), Epoch),
+                PutWith(k(b"u"), v(b"u"), Max),
+                Release(0),
+                Release(0),
+                ExpiredRun(k(b"x"), 0, 60),
+                PutWith(k(b"xaabb"), v(b"live"), Future),
+                Floor(k(b"xz")),
+                Ceil(k(b"x")),
+                Sweep(10),
+                Snap,
+                Sweep(3),
+                Snap,
+                Sweep(usize::MAX),
+                Sweep(usize::MAX),
+                GetAt(1, k(b"xaabb")),
                 CheckAll,
             ],
         );

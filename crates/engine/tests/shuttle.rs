@@ -28,6 +28,21 @@ fn key(i: u64) -> Vec<u8> {
     format!("key{i:03}").into_bytes()
 }
 
+/// A thread that runs reclamation work until `done` reaches 2 (both other
+/// threads finished), so unlinking happens while readers walk chains.
+fn spawn_collector(store: &Arc<Store>, done: &Arc<AtomicU64>) -> thread::JoinHandle<()> {
+    let (store, done) = (store.clone(), done.clone());
+    thread::spawn(move || {
+        for _ in 0..40 {
+            if done.load(Ordering::SeqCst) == 2 {
+                break;
+            }
+            store.collect();
+            thread::yield_now();
+        }
+    })
+}
+
 /// Release protocol: a write acknowledged before a read starts is visible to
 /// it, and a read never sees a later write without the earlier ones of the
 /// same writer (in-order release).
@@ -130,19 +145,7 @@ fn readers_hold_old_buffers_while_writers_replace_them() {
             // Reclamation work runs beside the readers (writers also trigger it
             // every few hundred writes; here it must happen mid-read).
             let done = Arc::new(AtomicU64::new(0));
-            let collector = {
-                let store = store.clone();
-                let done = done.clone();
-                thread::spawn(move || {
-                    for _ in 0..40 {
-                        if done.load(Ordering::SeqCst) == 2 {
-                            break;
-                        }
-                        store.collect();
-                        thread::yield_now();
-                    }
-                })
-            };
+            let collector = spawn_collector(&store, &done);
             writer.join().unwrap();
             done.fetch_add(1, Ordering::SeqCst);
             reader.join().unwrap();
@@ -215,19 +218,7 @@ fn snapshot_reader_walks_a_chain_being_unlinked() {
                     }
                 })
             };
-            let collector = {
-                let store = store.clone();
-                let done = done.clone();
-                thread::spawn(move || {
-                    for _ in 0..40 {
-                        if done.load(Ordering::SeqCst) == 2 {
-                            break;
-                        }
-                        store.collect();
-                        thread::yield_now();
-                    }
-                })
-            };
+            let collector = spawn_collector(&store, &done);
             writer.join().unwrap();
             done.fetch_add(1, Ordering::SeqCst);
             reader.join().unwrap();

@@ -1,8 +1,10 @@
 //! Concurrent stress test of the store with a linearizability check.
 //!
 //! Writer threads insert, put, update, cas and delete over a small key space
-//! (2,000 keys of 4..=10 bytes, with bursts of contiguous inserts and deletes)
-//! so that nodes split and merge constantly; reader threads run get,
+//! (2,000 keys, mostly of 4..=10 bytes, a hot run of 16 adjacent keys, and
+//! bursts of contiguous inserts and deletes) so that nodes split and merge
+//! constantly (every third round confines all threads to 96 adjacent keys);
+//! reader threads run get,
 //! get_item, range (random bounds, limits, reverse, floor_start), floor, ceil,
 //! and hold snapshots that they read through with get_at / range_at. Every op
 //! is recorded with invocation and response timestamps from one global
@@ -24,7 +26,7 @@ mod linearizability;
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -38,9 +40,11 @@ const DEFAULT_LARGE_NODES: Duration = Duration::from_millis(3_000);
 /// Length of one checked round.
 const ROUND: Duration = Duration::from_millis(2_000);
 /// Caps on the ops one thread records per round (bounds memory and check time).
-const MAX_WRITER_OPS: usize = 40_000;
+const MAX_WRITER_OPS: usize = 100_000;
 const MAX_READER_OPS: usize = 20_000;
 const KEYS: usize = 2_000;
+const HOT_KEYS: usize = 16;
+const NARROW_KEYS: usize = 96;
 const WRITERS: usize = 3;
 const READERS: usize = 3;
 
@@ -152,8 +156,18 @@ impl Clock {
 struct Shared {
     store: Store,
     keys: Vec<Key>,
+    /// The slice of `keys` this round works on (set between rounds).
+    active: (AtomicUsize, AtomicUsize),
     clock: Clock,
     stop: AtomicBool,
+}
+
+impl Shared {
+    fn active_keys(&self) -> &[Key] {
+        let lo = self.active.0.load(Ordering::SeqCst);
+        let hi = self.active.1.load(Ordering::SeqCst);
+        &self.keys[lo..hi]
+    }
 }
 
 /// A thread's recorded ops and any unexpected errors.
@@ -239,7 +253,9 @@ fn make_value(rng: &mut Rng, thread: usize, seq: u64) -> Value {
     let mut v = format!("{thread}.{seq}.").into_bytes();
     let pad = match rng.below(100) {
         0 => rng.between(100, 1_500),
-        1..=10 => rng.between(16, 64),
+        // Across the inline-value limit of small nodes.
+        1..=3 => rng.below(600),
+        4..=13 => rng.between(16, 64),
         _ => rng.below(12),
     };
     v.extend((0..pad).map(|i| b'a' + (i % 26) as u8));
@@ -254,12 +270,13 @@ fn writer(shared: &Shared, thread: usize, seed: u64) -> (Vec<Op>, Vec<String>) {
         ops: Vec::new(),
         errors: Vec::new(),
     };
-    let keys = &shared.keys;
+    let keys = shared.active_keys();
     let mut seq = 0u64;
     let mut grow = rng.chance(50);
     let mut phase_left = rng.between(200, 2_000);
     let mut cursor = rng.below(keys.len());
-    while !shared.stop.load(Ordering::Relaxed) && rec.ops.len() < MAX_WRITER_OPS {
+    let hot = hot_start(keys);
+    while keep_going(shared, rec.ops.len(), MAX_WRITER_OPS) {
         phase_left = phase_left.saturating_sub(1);
         if phase_left == 0 {
             grow = !grow;
@@ -279,7 +296,10 @@ fn writer(shared: &Shared, thread: usize, seed: u64) -> (Vec<Op>, Vec<String>) {
             }
             continue;
         }
-        cursor = if rng.chance(50) {
+        cursor = if rng.chance(15) {
+            // A hot run of adjacent keys: contention on one leaf.
+            hot + rng.below(HOT_KEYS)
+        } else if rng.chance(50) {
             rng.below(keys.len())
         } else {
             (cursor + rng.between(1, 8)).min(keys.len() - 1)
@@ -343,6 +363,16 @@ fn writer(shared: &Shared, thread: usize, seed: u64) -> (Vec<Op>, Vec<String>) {
     (rec.ops, rec.errors)
 }
 
+/// Whether a worker goes on: until the round ends or some thread reaches
+/// its op cap (which ends the round for all, so that the whole round runs
+/// with every thread active).
+fn keep_going(shared: &Shared, ops: usize, cap: usize) -> bool {
+    if ops >= cap {
+        shared.stop.store(true, Ordering::Relaxed);
+    }
+    !shared.stop.load(Ordering::Relaxed)
+}
+
 fn write_op(
     rec: &mut Recorder<'_>,
     key: &Key,
@@ -372,9 +402,16 @@ fn write_op(
     );
 }
 
+/// The first of the `HOT_KEYS` adjacent keys that get a share of all ops.
+fn hot_start(keys: &[Key]) -> usize {
+    keys.len() / 3
+}
+
 /// A random key bound: a key of the key space (mostly) or random bytes.
 fn random_key(rng: &mut Rng, keys: &[Key]) -> Key {
-    if rng.chance(75) {
+    if rng.chance(10) {
+        keys[hot_start(keys) + rng.below(HOT_KEYS)].clone()
+    } else if rng.chance(75) {
         keys[rng.below(keys.len())].clone()
     } else {
         (0..rng.between(1, 11)).map(|_| key_byte(rng)).collect()
@@ -434,12 +471,35 @@ fn reader(shared: &Shared, thread: usize, seed: u64) -> (Vec<Op>, Vec<String>) {
         ops: Vec::new(),
         errors: Vec::new(),
     };
-    let keys = &shared.keys;
+    let keys = shared.active_keys();
     let mut held: Vec<combkv::SnapshotId> = Vec::new();
-    while !shared.stop.load(Ordering::Relaxed) && rec.ops.len() < MAX_READER_OPS {
+    // One reader per round also holds a snapshot for the whole round, so
+    // that it reads through long chains of old node versions.
+    let long = if thread % (WRITERS + READERS) == WRITERS {
+        take_snapshot(&mut rec)
+    } else {
+        None
+    };
+    while keep_going(shared, rec.ops.len(), MAX_READER_OPS) {
+        if let Some(snap) = long
+            && rng.chance(2)
+        {
+            read_at(&mut rec, &mut rng, snap);
+            continue;
+        }
         let key = random_key(&mut rng, keys);
         match rng.below(100) {
-            0..35 => {
+            0..2 => {
+                rec.record(
+                    || "read_version".to_string(),
+                    |s| {
+                        Ok::<_, String>(Action::ReadVersion {
+                            version: s.read_version().get(),
+                        })
+                    },
+                );
+            }
+            2..35 => {
                 rec.record(
                     || format!("get({key:?})"),
                     |s| {
@@ -505,66 +565,74 @@ fn reader(shared: &Shared, thread: usize, seed: u64) -> (Vec<Op>, Vec<String>) {
                     },
                 );
             }
-            75..84 if held.len() < 3 => {
-                let id = rec.record(
-                    || "snapshot".to_string(),
-                    |s| {
-                        let id = s.snapshot(Duration::from_secs(600))?;
-                        Ok::<_, combkv::Error>(Action::Snapshot { id: id.0 })
-                    },
-                );
-                if let Some(Action::Snapshot { id }) = id {
-                    held.push(combkv::SnapshotId(*id));
-                }
-            }
+            75..84 if held.len() < 3 => held.extend(take_snapshot(&mut rec)),
             84..97 if !held.is_empty() => {
-                // A few reads through one held snapshot, letting writers run
-                // in between so the snapshot falls behind.
+                // A few reads through one held snapshot (writers run in
+                // between, so the snapshot falls behind).
                 let snap = held[rng.below(held.len())];
                 for _ in 0..rng.between(1, 4) {
-                    let key = random_key(&mut rng, keys);
-                    if rng.chance(60) {
-                        rec.record(
-                            || format!("get_at({}, {key:?})", snap.0),
-                            |s| {
-                                let item = s.get_at(snap, &key).map_err(|e| format!("{e:?}"))?;
-                                Ok::<_, String>(Action::GetAt {
-                                    snap: snap.0,
-                                    key: key.clone(),
-                                    result: opt_entry(item)?,
-                                })
-                            },
-                        );
-                    } else {
-                        let query = random_query(&mut rng, keys);
-                        rec.record(
-                            || format!("range_at({}, {query:?})", snap.0),
-                            |s| {
-                                let items = s
-                                    .range_at(snap, &to_range(&query))
-                                    .map_err(|e| format!("{e:?}"))?;
-                                Ok::<_, String>(Action::RangeAt {
-                                    snap: snap.0,
-                                    result: entries(items)?,
-                                    query: query.clone(),
-                                })
-                            },
-                        );
-                    }
-                    thread::yield_now();
+                    read_at(&mut rec, &mut rng, snap);
                 }
             }
             _ if !held.is_empty() => {
                 let snap = held.swap_remove(rng.below(held.len()));
                 release(&mut rec, snap);
             }
-            _ => thread::yield_now(),
+            _ => {}
         }
     }
-    for snap in std::mem::take(&mut held) {
+    for snap in held.into_iter().chain(long) {
         release(&mut rec, snap);
     }
     (rec.ops, rec.errors)
+}
+
+fn take_snapshot(rec: &mut Recorder<'_>) -> Option<combkv::SnapshotId> {
+    let id = rec.record(
+        || "snapshot".to_string(),
+        |s| {
+            let id = s.snapshot(Duration::from_secs(600))?;
+            Ok::<_, combkv::Error>(Action::Snapshot { id: id.0 })
+        },
+    );
+    match id {
+        Some(Action::Snapshot { id }) => Some(combkv::SnapshotId(*id)),
+        _ => None,
+    }
+}
+
+/// One get_at or range_at through `snap`.
+fn read_at(rec: &mut Recorder<'_>, rng: &mut Rng, snap: combkv::SnapshotId) {
+    let keys = rec.shared.active_keys();
+    let key = random_key(rng, keys);
+    if rng.chance(60) {
+        rec.record(
+            || format!("get_at({}, {key:?})", snap.0),
+            |s| {
+                let item = s.get_at(snap, &key).map_err(|e| format!("{e:?}"))?;
+                Ok::<_, String>(Action::GetAt {
+                    snap: snap.0,
+                    key: key.clone(),
+                    result: opt_entry(item)?,
+                })
+            },
+        );
+    } else {
+        let query = random_query(rng, keys);
+        rec.record(
+            || format!("range_at({}, {query:?})", snap.0),
+            |s| {
+                let items = s
+                    .range_at(snap, &to_range(&query))
+                    .map_err(|e| format!("{e:?}"))?;
+                Ok::<_, String>(Action::RangeAt {
+                    snap: snap.0,
+                    result: entries(items)?,
+                    query: query.clone(),
+                })
+            },
+        );
+    }
 }
 
 fn release(rec: &mut Recorder<'_>, snap: combkv::SnapshotId) {
@@ -585,6 +653,7 @@ fn run(name: &str, config: Config, total: Duration) {
     let keys = make_keys(&mut rng, KEYS, store.max_key_len());
     let shared = Arc::new(Shared {
         store,
+        active: (AtomicUsize::new(0), AtomicUsize::new(keys.len())),
         keys,
         clock: Clock(AtomicU64::new(1)),
         stop: AtomicBool::new(false),
@@ -602,6 +671,16 @@ fn run(name: &str, config: Config, total: Duration) {
         );
         let t0 = Instant::now();
         shared.stop.store(false, Ordering::SeqCst);
+        // Every third round is narrow: all threads on NARROW_KEYS adjacent
+        // keys, a few leaves that split, merge and get rewritten at once.
+        let (lo, hi) = if round % 3 == 1 {
+            let lo = rng.below(KEYS - NARROW_KEYS);
+            (lo, lo + NARROW_KEYS)
+        } else {
+            (0, KEYS)
+        };
+        shared.active.0.store(lo, Ordering::SeqCst);
+        shared.active.1.store(hi, Ordering::SeqCst);
         let mut handles = Vec::new();
         for i in 0..WRITERS + READERS {
             let shared = Arc::clone(&shared);
@@ -620,7 +699,16 @@ fn run(name: &str, config: Config, total: Duration) {
                     .expect("spawn"),
             );
         }
-        thread::sleep(round_time);
+        // Until the deadline, or until a thread reached its op cap. Meanwhile
+        // this thread runs reclamation and introspection concurrently with
+        // the workers: they must be safe at any time.
+        while t0.elapsed() < round_time && !shared.stop.load(Ordering::Relaxed) {
+            shared.store.collect();
+            let c = shared.store.node_counts();
+            assert!(c.live_buffers > 0 && c.reachable_buffers > 0, "{c:?}");
+            let _ = shared.store.list_snapshots();
+            thread::sleep(Duration::from_millis(1));
+        }
         shared.stop.store(true, Ordering::SeqCst);
         let mut history = Vec::new();
         let mut errors = Vec::new();
@@ -646,8 +734,8 @@ fn run(name: &str, config: Config, total: Duration) {
         let check_time = t1.elapsed();
         total_ops += report.stats.ops;
         eprintln!(
-            "[{name}] round {round}: {} ops in {run_time:.2?}, checked in {check_time:.2?}; {} keys \
-             live; {:?}",
+            "[{name}] round {round} (keys {lo}..{hi}): {} ops in {run_time:.2?}, checked in \
+             {check_time:.2?}; {} keys live; {:?}",
             report.stats.ops,
             report.final_state.len(),
             report.stats
@@ -715,27 +803,32 @@ fn quiescent_checks(
             "[{name}] round {round}: quiescent get_item({k:?})"
         );
     }
-    // Reclamation: loop collect() until the counts agree or stop changing.
-    let mut last = (usize::MAX, usize::MAX);
-    let mut stable = 0;
-    for _ in 0..200 {
+    // Reclamation: loop collect() until the counts agree. Frees go through
+    // a process-wide epoch, so this may take a number of calls (see
+    // /tmp/combkv/bugs/collect_starved_by_other_threads.md); give it 5 s.
+    let t = Instant::now();
+    let mut calls = 0usize;
+    loop {
         store.collect();
+        calls += 1;
         let c = store.node_counts();
-        let now = (c.live_buffers, c.reachable_buffers);
-        if now.0 == now.1 {
+        if c.live_buffers == c.reachable_buffers {
+            if calls > 1 {
+                eprintln!("[{name}] round {round}: reclamation took {calls} collect() calls");
+            }
             return c;
         }
-        stable = if now == last { stable + 1 } else { 0 };
-        if stable >= 10 {
-            break;
+        if t.elapsed() > Duration::from_secs(5) {
+            panic!(
+                "[{name}] round {round}: reclamation incomplete after {calls} collect() calls in \
+                 {:.2?}: live_buffers {} != reachable_buffers {}",
+                t.elapsed(),
+                c.live_buffers,
+                c.reachable_buffers
+            );
         }
-        last = now;
-        thread::sleep(Duration::from_millis(2));
+        if calls % 16 == 0 {
+            thread::sleep(Duration::from_millis(1));
+        }
     }
-    let c = store.node_counts();
-    panic!(
-        "[{name}] round {round}: reclamation incomplete after collect(): live_buffers {} != \
-         reachable_buffers {}",
-        c.live_buffers, c.reachable_buffers
-    );
 }

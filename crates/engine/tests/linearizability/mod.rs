@@ -22,8 +22,9 @@
 //!    that returned `None` changed nothing and is checked like a read of the
 //!    key's presence;
 //! 3. every read (get, get_item, range, floor/ceil as ranges, a failed
-//!    conditional write, the creation of a snapshot) observed the model state
-//!    at some version `v` inside its real-time window: `v` is at least the
+//!    conditional write, the creation of a snapshot, `read_version()`)
+//!    observed the model state at some version `v` inside its real-time
+//!    window (for the last two: returned such a `v`): `v` is at least the
 //!    version of every write that responded before the read was invoked, and
 //!    below the version of every write invoked after the read responded. Reads
 //!    are assigned the smallest such `v` greedily in invocation order, and a
@@ -118,6 +119,11 @@ pub enum Action {
     Snapshot {
         id: u64,
     },
+    /// `read_version()`: checked like the creation of a snapshot (the
+    /// version must lie in the op's window and respect read order).
+    ReadVersion {
+        version: u64,
+    },
     GetAt {
         snap: u64,
         key: Key,
@@ -147,6 +153,7 @@ pub struct Stats {
     pub gets: usize,
     pub ranges: usize,
     pub range_items: usize,
+    /// Snapshot creations and `read_version()` calls.
     pub snapshots: usize,
     pub snapshot_reads: usize,
     /// Range candidate versions compared beyond the first.
@@ -364,6 +371,7 @@ fn classify(op: &Op) -> Class<'_> {
         }),
         Action::Range { query, result } => Class::Read(ReadKind::Range { query, result }),
         Action::Snapshot { id } => Class::Read(ReadKind::Snapshot(*id)),
+        Action::ReadVersion { version } => Class::Read(ReadKind::Snapshot(*version)),
         Action::GetAt { .. } | Action::RangeAt { .. } => Class::AtSnapshot,
     }
 }
@@ -803,7 +811,7 @@ impl<'a> Model<'a> {
         let what = match kind {
             ReadKind::Key { pred, .. } => pred.describe(),
             ReadKind::Range { .. } => "range result".to_string(),
-            ReadKind::Snapshot(id) => format!("snapshot id {id}"),
+            ReadKind::Snapshot(id) => format!("version {id}"),
         };
         let _ = write!(
             s,
@@ -1025,6 +1033,7 @@ pub fn fmt_op(history: &[Op], i: usize) -> String {
             format!("range({}) -> {}", fmt_query(query), fmt_entries(result))
         }
         Action::Snapshot { id } => format!("snapshot() -> {id}"),
+        Action::ReadVersion { version } => format!("read_version() -> {version}"),
         Action::GetAt { snap, key, result } => format!(
             "get_at({snap}, {}) -> {}",
             fmt_bytes(key),
@@ -1475,10 +1484,24 @@ mod tests {
         // A snapshot id outside the creation window.
         let mut bad = base.clone();
         bad[1] = op(1, 3, 4, Action::Snapshot { id: 0 });
-        assert_fails(&bad, "snapshot id 0");
+        assert_fails(&bad, "version 0)");
         let mut bad = base;
         bad[1] = op(1, 3, 4, Action::Snapshot { id: 2 });
-        assert_fails(&bad, "snapshot id 2");
+        assert_fails(&bad, "version 2)");
+    }
+
+    #[test]
+    fn read_version_is_checked_like_a_snapshot() {
+        let h = |v| {
+            vec![
+                op(0, 1, 2, put("a", "a1", 1)),
+                op(1, 3, 4, Action::ReadVersion { version: v }),
+                op(0, 5, 6, put("a", "a2", 2)),
+            ]
+        };
+        run(&h(1)).unwrap_or_else(|v| panic!("{v:#?}"));
+        assert_fails(&h(0), "read_version() -> 0");
+        assert_fails(&h(2), "read_version() -> 2");
     }
 
     #[test]
