@@ -127,6 +127,118 @@ fn init_header(
     h.sorted_end = sorted_end as u32;
 }
 
+/// Lays a leaf's sorted block out item by item, choosing shortcut keys as it
+/// goes; merges stream into it. Shortcut prefixes are written in place, and
+/// offsets go to the far end of the shortcut block until `finish` knows how
+/// many there are.
+pub(crate) struct LeafWriter<'g> {
+    g: &'g Geometry,
+    p: NodePtr,
+    at: usize,
+    /// Bytes since the current segment started.
+    since: usize,
+    /// Target segment size.
+    target: usize,
+    nitems: usize,
+    nshortcuts: usize,
+}
+
+impl<'g> LeafWriter<'g> {
+    /// A writer for about `total` bytes of items (an upper bound is fine).
+    pub(crate) fn new(g: &'g Geometry, counter: &BufferCounter, total: usize) -> LeafWriter<'g> {
+        let p = NodePtr::alloc(g, counter);
+        let target = g.segment_bytes.max(total / g.max_shortcuts().max(1) + 1);
+        LeafWriter {
+            g,
+            p,
+            at: node::sorted_start(g),
+            since: 0,
+            target,
+            nitems: 0,
+            nshortcuts: 0,
+        }
+    }
+
+    /// Sorted-block bytes written so far.
+    pub(crate) fn bytes(&self) -> usize {
+        self.at - node::sorted_start(self.g)
+    }
+
+    fn start_item(&mut self, key: &[u8], len: usize) -> usize {
+        assert!(self.bytes() + len <= self.g.leaf_capacity, "leaf overfull");
+        let max = self.g.max_shortcuts();
+        if self.nitems == 0 || (self.since >= self.target && self.nshortcuts < max) {
+            let i = self.nshortcuts;
+            let (pre, off) = (HEADER_BYTES + i * 8, HEADER_BYTES + max * 8 + i * 4);
+            // SAFETY: unpublished buffer owned by this thread; both ranges lie
+            // in the shortcut block (max entries of 12 bytes).
+            unsafe {
+                self.p
+                    .bytes_mut(pre, pre + 8)
+                    .copy_from_slice(&key_prefix(key).to_le_bytes());
+                self.p
+                    .bytes_mut(off, off + 4)
+                    .copy_from_slice(&(self.at as u32).to_le_bytes());
+            }
+            self.nshortcuts += 1;
+            self.since = 0;
+        }
+        let at = self.at;
+        self.at += len;
+        self.since += len;
+        self.nitems += 1;
+        at
+    }
+
+    /// Appends an entry (in key order); returns its offset.
+    pub(crate) fn push(&mut self, e: &Entry<'_>) -> usize {
+        if !e.raw.is_empty() {
+            return self.push_raw(e.raw, e.key);
+        }
+        let len = e.sorted_len(self.g);
+        let at = self.start_item(e.key, len);
+        let value = own_value(self.g, e.value);
+        // SAFETY: unpublished buffer owned by this thread.
+        let out = unsafe { self.p.bytes_mut(at, at + len) };
+        let written = encode_item(out, 0, e.key, value, e.version, e.expiry, None);
+        debug_assert_eq!(written, len);
+        at
+    }
+
+    /// Appends a sorted-block item unchanged (its encoded bytes); the new
+    /// buffer takes its own strong count of an out-of-line value.
+    pub(crate) fn push_raw(&mut self, raw: &[u8], key: &[u8]) -> usize {
+        let at = self.start_item(key, raw.len());
+        // SAFETY: unpublished buffer owned by this thread.
+        unsafe { self.p.bytes_mut(at, at + raw.len()) }.copy_from_slice(raw);
+        if raw[0] & node::ITEM_EXTERNAL != 0 {
+            own_value(self.g, node::decode_item(raw, 0, false).value);
+        }
+        at
+    }
+
+    /// Writes the shortcut offsets and the header (locked, see `build`).
+    pub(crate) fn finish(self, version: u64, lid: Lid, right: Lid) -> NodePtr {
+        let (n, max) = (self.nshortcuts, self.g.max_shortcuts());
+        if n < max {
+            let (from, to) = (HEADER_BYTES + max * 8, HEADER_BYTES + n * 8);
+            // SAFETY: unpublished buffer owned by this thread; the ranges are
+            // in the shortcut block and `copy_within` handles any overlap.
+            let block = unsafe { self.p.bytes_mut(HEADER_BYTES, HEADER_BYTES + max * 12) };
+            block.copy_within(
+                from - HEADER_BYTES..from - HEADER_BYTES + n * 4,
+                to - HEADER_BYTES,
+            );
+        }
+        init_header(self.g, self.p, version, lid, right, 0, self.at);
+        // SAFETY: unpublished.
+        let h = unsafe { self.p.header_mut() };
+        h.nshortcuts = n as u16;
+        h.nitems = self.nitems as u32;
+        self.p
+    }
+}
+
 /// Builds a leaf holding `entries` (ascending keys, no duplicates).
 pub(crate) fn build_leaf(
     g: &Geometry,
@@ -137,47 +249,11 @@ pub(crate) fn build_leaf(
     right: Lid,
 ) -> NodePtr {
     let total: usize = entries.iter().map(|e| e.sorted_len(g)).sum();
-    debug_assert!(
-        total <= g.leaf_capacity,
-        "leaf overfull: {total} > {}",
-        g.leaf_capacity
-    );
-    let p = NodePtr::alloc(g, counter);
-    let starts = choose_segments(g, entries.iter().map(|e| e.sorted_len(g)), total);
-    let mut prefixes = Vec::with_capacity(starts.len());
-    let mut offsets = Vec::with_capacity(starts.len());
-    let mut at = node::sorted_start(g);
-    let mut seg = 0;
-    for (i, e) in entries.iter().enumerate() {
-        if seg < starts.len() && starts[seg] == i {
-            prefixes.push(key_prefix(e.key));
-            offsets.push(at as u32);
-            seg += 1;
-        }
-        let len = e.sorted_len(g);
-        // SAFETY: unpublished buffer owned by this thread.
-        let out = unsafe { p.bytes_mut(at, at + len) };
-        if e.raw.is_empty() {
-            let value = own_value(g, e.value);
-            let written = encode_item(out, 0, e.key, value, e.version, e.expiry, None);
-            debug_assert_eq!(written, len);
-        } else {
-            // An unchanged sorted item: same bytes; the new buffer takes its
-            // own strong count of an external value.
-            out.copy_from_slice(e.raw);
-            if let ValueRef::External(..) = e.value {
-                own_value(g, e.value);
-            }
-        }
-        at += len;
+    let mut w = LeafWriter::new(g, counter, total);
+    for e in entries {
+        w.push(e);
     }
-    write_shortcuts(p, &prefixes, &offsets);
-    init_header(g, p, version, lid, right, 0, at);
-    // SAFETY: unpublished.
-    let h = unsafe { p.header_mut() };
-    h.nshortcuts = prefixes.len() as u16;
-    h.nitems = entries.len() as u32;
-    p
+    w.finish(version, lid, right)
 }
 
 /// Builds an interior node at `level` from its children (ascending separators).

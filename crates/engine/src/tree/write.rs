@@ -12,7 +12,9 @@ use std::borrow::Cow;
 use std::sync::atomic::Ordering as CoreOrdering;
 
 use super::Tree;
-use super::build::{self, Child, Entry, interior_item_len, own_value, stored_value_len};
+use super::build::{
+    self, Child, Entry, LeafWriter, interior_item_len, own_value, stored_value_len,
+};
 use super::epoch::Guard;
 use super::node::{
     ITEM_DUP, ITEM_REPLACES, ITEM_TOMBSTONE, ItemRef, Lid, NodePtr, STATE_LOCKED, STATE_OBSOLETE,
@@ -199,6 +201,11 @@ fn lookup(leaf: NodePtr, key: &[u8]) -> Lookup {
         dup,
     }
 }
+
+/// Most log items a leaf holds (order hints are one byte).
+const MAX_LOG_ITEMS: usize = 256;
+/// Marks the item being written among the log items of a streaming merge.
+const NEW_ITEM: u32 = u32::MAX;
 
 /// Content of a node being rebuilt.
 enum Content<'a> {
@@ -441,6 +448,11 @@ impl Tree {
                     self.clock.release(v);
                     return Attempt::Done(r, Some(v));
                 }
+                if let Some((p, new_at)) = self.merge_stream(leaf, key, &op, &look) {
+                    let v = self.clock.next();
+                    self.publish_merge(guard, leaf, p, new_at, v);
+                    return Attempt::Done(r, Some(v));
+                }
                 match self.restructure(guard, &path, key, &op) {
                     Some(v) => Attempt::Done(r, Some(v)),
                     None => Attempt::Restart,
@@ -489,6 +501,161 @@ impl Tree {
             .state
             .store(state_next(state, size + len), CoreOrdering::Release);
         Some(v)
+    }
+
+    /// The common slow path: the locked leaf's sorted block, its log and the
+    /// write merge into one fresh buffer for the same LID, streamed item by
+    /// item (unchanged sorted items copied as raw bytes). At the writer's view
+    /// only each key's newest item counts, so no version comparison is
+    /// needed. None when the result might not fit one node, or would be
+    /// underfull (the planner then splits or merges nodes). Returns the
+    /// buffer (version not yet set) and the new item's offset.
+    fn merge_stream(
+        &self,
+        leaf: Step,
+        key: &[u8],
+        op: &WriteOp<'_>,
+        look: &Lookup,
+    ) -> Option<(NodePtr, Option<usize>)> {
+        let g = &self.g;
+        let buf = published(leaf.buf);
+        let h = leaf.buf.header();
+        let (sorted_start, sorted_end) = (h.sorted_start as usize, h.sorted_end as usize);
+        let new_entry = match op {
+            WriteOp::Put { value, expiry } => Some(Entry {
+                key,
+                value: ValueRef::Inline(value),
+                version: 0,
+                expiry: *expiry,
+                raw: &[],
+            }),
+            WriteOp::Delete => None,
+            WriteOp::Noop => unreachable!("no-op writes return early"),
+        };
+        let upper = buf.len() - sorted_start + new_entry.map_or(0, |e| e.sorted_len(g));
+        if upper > g.leaf_capacity {
+            return None;
+        }
+        // Log items in key order by order hint, the written item last in
+        // arrival order (it is the newest), with back pointers and flags.
+        let mut ordered = [0u32; MAX_LOG_ITEMS + 1];
+        let mut bps = [0u32; MAX_LOG_ITEMS + 1];
+        let mut flags = [0u8; MAX_LOG_ITEMS + 1];
+        let mut n = 0;
+        let mut place = |at: u32, hint: usize, bp: u32, fl: u8, n: &mut usize| {
+            let pos = hint.min(*n);
+            ordered.copy_within(pos..*n, pos + 1);
+            bps.copy_within(pos..*n, pos + 1);
+            flags.copy_within(pos..*n, pos + 1);
+            (ordered[pos], bps[pos], flags[pos]) = (at, bp, fl);
+            *n += 1;
+        };
+        let mut at = sorted_end;
+        while at < buf.len() {
+            let x = crate::config::ITEM_HEADER_BYTES;
+            let bp = u32::from_le_bytes(buf[at + x..at + x + 4].try_into().expect("4 bytes"));
+            let (_, len) = leaf_item_key(buf, at, true);
+            place(at as u32, buf[at + x + 4] as usize, bp, buf[at], &mut n);
+            at += len;
+        }
+        let new_flags = if look.replaces {
+            ITEM_REPLACES
+        } else if look.dup {
+            ITEM_DUP
+        } else {
+            0
+        };
+        place(NEW_ITEM, look.hint, look.backptr, new_flags, &mut n);
+
+        let mut w = LeafWriter::new(g, &self.shared.counter, upper);
+        let mut new_at = None;
+        let mut emit = |x: u32, w: &mut LeafWriter<'_>| {
+            if x == NEW_ITEM {
+                if let Some(e) = &new_entry {
+                    new_at = Some(w.push(e));
+                }
+            } else {
+                let it = decode_item(buf, x as usize, true);
+                if !it.is_tombstone() {
+                    let (key, value, version, expiry) = (it.key, it.value, it.version, it.expiry);
+                    w.push(&Entry {
+                        key,
+                        value,
+                        version,
+                        expiry,
+                        raw: &[],
+                    });
+                }
+            }
+        };
+        // Groups of new keys that sort before sorted offset `bp`: each group's
+        // last item is its newest.
+        let new_keys = |bp: usize,
+                        j: &mut usize,
+                        w: &mut LeafWriter<'_>,
+                        emit: &mut dyn FnMut(u32, &mut LeafWriter<'_>)| {
+            while *j < n && bps[*j] as usize == bp && flags[*j] & ITEM_REPLACES == 0 {
+                let mut last = *j;
+                *j += 1;
+                while *j < n && flags[*j] & ITEM_DUP != 0 {
+                    last = *j;
+                    *j += 1;
+                }
+                emit(ordered[last], w);
+            }
+        };
+        let (mut off, mut j) = (sorted_start, 0);
+        while off < sorted_end {
+            new_keys(off, &mut j, &mut w, &mut emit);
+            let (k, len) = leaf_item_key(buf, off, false);
+            if j < n && bps[j] as usize == off {
+                let mut last = j;
+                while j < n && bps[j] as usize == off {
+                    last = j;
+                    j += 1;
+                }
+                emit(ordered[last], &mut w);
+            } else {
+                w.push_raw(&buf[off..off + len], k);
+            }
+            off += len;
+        }
+        new_keys(sorted_end, &mut j, &mut w, &mut emit);
+        debug_assert_eq!(j, n, "every log item belongs to a group");
+        let underfull = w.bytes() < g.leaf_capacity / 4 && leaf.lid != Lid::ROOT;
+        let p = w.finish(0, leaf.lid, Lid(h.link));
+        if underfull {
+            // SAFETY: never published; `free` drops the strong counts the
+            // writer took for out-of-line values.
+            unsafe { p.free(g, &self.shared.counter) };
+            return None;
+        }
+        Some((p, new_at))
+    }
+
+    /// Publishes a streamed merge at version `v`: the leaf's LID now maps to
+    /// `p`, whose old-version pointer is the leaf.
+    fn publish_merge(&self, guard: &Guard, leaf: Step, p: NodePtr, new_at: Option<usize>, v: u64) {
+        // SAFETY: `p` is unpublished and owned by this thread.
+        unsafe {
+            p.header_mut().version = v;
+            if let Some(at) = new_at {
+                p.bytes_mut(at + 7, at + 15)
+                    .copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        p.header()
+            .old
+            .store(leaf.buf.as_raw(), CoreOrdering::Relaxed);
+        self.pages.set(leaf.lid, Some(p));
+        crate::sync::schedule_point();
+        leaf.buf.header().state.store(
+            leaf.state | STATE_LOCKED | STATE_OBSOLETE,
+            CoreOrdering::Release,
+        );
+        super::unlock_new(p);
+        self.clock.release(v);
+        self.retire(guard, leaf.buf, leaf.lid, v, false);
     }
 
     /// Slow path: merge the leaf's log into a new buffer, splitting or
