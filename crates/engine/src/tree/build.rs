@@ -69,8 +69,9 @@ pub(crate) fn own_value<'a>(g: &Geometry, v: ValueRef<'a>) -> ValueRef<'a> {
 /// An interior entry: the separator key (ignored for the first entry, whose
 /// child becomes the leftmost child) and the child.
 #[derive(Clone, Debug)]
-pub(crate) struct Child {
-    pub key: Vec<u8>,
+pub(crate) struct Child<'a> {
+    /// Borrowed from a buffer the writer holds (or the written key).
+    pub key: &'a [u8],
     pub lid: Lid,
 }
 
@@ -260,33 +261,33 @@ pub(crate) fn build_leaf(
 pub(crate) fn build_interior(
     g: &Geometry,
     counter: &BufferCounter,
-    children: &[Child],
+    children: &[Child<'_>],
     version: u64,
     lid: Lid,
     level: u8,
 ) -> NodePtr {
     debug_assert!(!children.is_empty() && level > 0);
     let rest = &children[1..];
-    let total: usize = rest.iter().map(|c| interior_item_len(&c.key)).sum();
+    let total: usize = rest.iter().map(|c| interior_item_len(c.key)).sum();
     debug_assert!(total <= g.interior_capacity, "interior overfull");
     let p = NodePtr::alloc(g, counter);
-    let starts = choose_segments(g, rest.iter().map(|c| interior_item_len(&c.key)), total);
+    let starts = choose_segments(g, rest.iter().map(|c| interior_item_len(c.key)), total);
     let mut prefixes = Vec::with_capacity(starts.len());
     let mut offsets = Vec::with_capacity(starts.len());
     let mut at = node::sorted_start(g);
     let mut seg = 0;
     for (i, c) in rest.iter().enumerate() {
         if seg < starts.len() && starts[seg] == i {
-            prefixes.push(key_prefix(&c.key));
+            prefixes.push(key_prefix(c.key));
             offsets.push(at as u32);
             seg += 1;
         }
-        let len = interior_item_len(&c.key);
+        let len = interior_item_len(c.key);
         // SAFETY: unpublished buffer owned by this thread.
         let out = unsafe { p.bytes_mut(at, at + len) };
         out[0..2].copy_from_slice(&(c.key.len() as u16).to_le_bytes());
         out[2..10].copy_from_slice(&c.lid.0.to_le_bytes());
-        out[10..].copy_from_slice(&c.key);
+        out[10..].copy_from_slice(c.key);
         at += len;
     }
     write_shortcuts(p, &prefixes, &offsets);

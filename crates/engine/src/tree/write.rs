@@ -118,21 +118,18 @@ impl std::ops::Deref for Path {
 }
 
 /// The children of an interior buffer; the first entry's key is unused.
-fn children_of(p: NodePtr) -> Vec<Child> {
+fn children_of(p: NodePtr) -> Vec<Child<'static>> {
     let buf = published(p);
     let h = p.header();
     let mut out = Vec::with_capacity(h.nitems as usize + 1);
     out.push(Child {
-        key: Vec::new(),
+        key: &[],
         lid: Lid(h.link),
     });
     let mut at = h.sorted_start as usize;
     while at < h.sorted_end as usize {
         let (k, lid, len) = decode_interior(buf, at);
-        out.push(Child {
-            key: k.to_vec(),
-            lid,
-        });
+        out.push(Child { key: k, lid });
         at += len;
     }
     out
@@ -211,14 +208,14 @@ const NEW_ITEM: u32 = u32::MAX;
 enum Content<'a> {
     Leaf(Vec<Entry<'a>>),
     /// Children and level.
-    Interior(Vec<Child>, u8),
+    Interior(Vec<Child<'a>>, u8),
 }
 
 impl<'a> Content<'a> {
     fn bytes(&self, t: &Tree) -> usize {
         match self {
             Content::Leaf(e) => e.iter().map(|e| e.sorted_len(&t.g)).sum(),
-            Content::Interior(c, _) => c.iter().skip(1).map(|c| interior_item_len(&c.key)).sum(),
+            Content::Interior(c, _) => c.iter().skip(1).map(|c| interior_item_len(c.key)).sum(),
         }
     }
     fn capacity(&self, t: &Tree) -> usize {
@@ -234,20 +231,20 @@ impl<'a> Content<'a> {
         }
     }
     /// Splits into parts that each fit; each part's separator is its first key.
-    fn split(self, t: &Tree) -> Vec<(Vec<u8>, Content<'a>)> {
+    fn split(self, t: &Tree) -> Vec<(&'a [u8], Content<'a>)> {
         let cap = self.capacity(t);
         let total = self.bytes(t);
         let parts = total.div_ceil(cap * 3 / 4).max(1);
         let target = total / parts;
         match self {
             Content::Leaf(entries) => {
-                let mut out: Vec<(Vec<u8>, Content<'a>)> = Vec::new();
+                let mut out: Vec<(&'a [u8], Content<'a>)> = Vec::new();
                 let mut cur: Vec<Entry<'a>> = Vec::new();
                 let mut bytes = 0;
                 for e in entries {
                     let len = e.sorted_len(&t.g);
                     if !cur.is_empty() && bytes + len > target {
-                        let key = cur[0].key.to_vec();
+                        let key = cur[0].key;
                         out.push((key, Content::Leaf(std::mem::take(&mut cur))));
                         bytes = 0;
                     }
@@ -255,18 +252,18 @@ impl<'a> Content<'a> {
                     cur.push(e);
                 }
                 if !cur.is_empty() {
-                    out.push((cur[0].key.to_vec(), Content::Leaf(cur)));
+                    out.push((cur[0].key, Content::Leaf(cur)));
                 }
                 out
             }
             Content::Interior(children, level) => {
                 let mut out = Vec::new();
-                let mut cur: Vec<Child> = Vec::new();
+                let mut cur: Vec<Child<'a>> = Vec::new();
                 let mut bytes = 0;
                 for c in children {
-                    let len = interior_item_len(&c.key);
+                    let len = interior_item_len(c.key);
                     if !cur.is_empty() && bytes + len > target {
-                        let key = cur[0].key.clone();
+                        let key = cur[0].key;
                         out.push((key, Content::Interior(std::mem::take(&mut cur), level)));
                         bytes = 0;
                     }
@@ -274,7 +271,7 @@ impl<'a> Content<'a> {
                     cur.push(c);
                 }
                 if !cur.is_empty() {
-                    out.push((cur[0].key.clone(), Content::Interior(cur, level)));
+                    out.push((cur[0].key, Content::Interior(cur, level)));
                 }
                 out
             }
@@ -788,7 +785,7 @@ impl Tree {
                 .expect("child in parent");
             let mut replace_from = idx;
             let mut replace_n = 1;
-            let mut new_children: Vec<Child> = Vec::new();
+            let mut new_children: Vec<Child<'a>> = Vec::new();
             if bytes > cap {
                 if !self.lock(plan, parent) {
                     return false;
@@ -798,11 +795,7 @@ impl Tree {
                 let mut lids = vec![node.lid];
                 lids.extend((1..n).map(|_| self.fresh(plan)));
                 for (i, (sep, c)) in parts.into_iter().enumerate() {
-                    let key = if i == 0 {
-                        siblings[idx].key.clone()
-                    } else {
-                        sep
-                    };
+                    let key = if i == 0 { siblings[idx].key } else { sep };
                     let r = if i + 1 < n { lids[i + 1] } else { right };
                     let replaces = if i == 0 { Some(node.buf) } else { None };
                     new_children.push(Child { key, lid: lids[i] });
@@ -858,11 +851,11 @@ impl Tree {
         &self,
         plan: &mut Plan<'a>,
         parent: Step,
-        siblings: &[Child],
+        siblings: &[Child<'a>],
         idx: usize,
         node: Step,
         content: Content<'a>,
-    ) -> Result<(usize, Child), Content<'a>> {
+    ) -> Result<(usize, Child<'a>), Content<'a>> {
         let cap = content.capacity(self);
         let bytes = content.bytes(self);
         // Prefer the right neighbour (this node survives), else the left one
@@ -890,7 +883,7 @@ impl Tree {
             Content::Interior(_, l) => Content::Interior(children_of(obuf), *l),
         };
         let obytes = other_content.bytes(self);
-        let sep_bytes = interior_item_len(&siblings[other_idx].key);
+        let sep_bytes = interior_item_len(siblings[other_idx].key);
         if bytes + obytes + sep_bytes > cap * 3 / 4 {
             return Err(content);
         }
@@ -928,7 +921,7 @@ impl Tree {
                 Content::Leaf(a)
             }
             (Content::Interior(mut a, l), Content::Interior(mut b, _)) => {
-                b[0].key = siblings[other_idx].key.clone();
+                b[0].key = siblings[other_idx].key;
                 a.extend(b);
                 Content::Interior(a, l)
             }
@@ -950,7 +943,7 @@ impl Tree {
         Ok((
             left_idx,
             Child {
-                key: siblings[left_idx].key.clone(),
+                key: siblings[left_idx].key,
                 lid: left_step.lid,
             },
         ))
