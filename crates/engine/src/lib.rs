@@ -9,6 +9,7 @@
 
 mod config;
 mod error;
+pub mod readexec;
 mod store;
 pub(crate) mod sync;
 pub(crate) mod tree;

@@ -8,6 +8,7 @@ use bytes::Bytes;
 
 use crate::config::{Config, Geometry};
 use crate::error::{Error, Result};
+use crate::readexec::{BatchResults, CpuBackend, ReadBackend, ReadRequest, TreeView};
 use crate::tree::Tree;
 use crate::tree::epoch;
 use crate::tree::node::ItemRef;
@@ -182,6 +183,8 @@ pub struct Store {
     geometry: Geometry,
     /// Where the next `sweep_expired` call resumes.
     sweep_cursor: parking_lot::Mutex<Option<Vec<u8>>>,
+    /// The read engine's backend.
+    backend: Box<dyn ReadBackend>,
 }
 
 /// Milliseconds since the unix epoch: the clock TTLs are checked against.
@@ -212,6 +215,7 @@ impl Store {
             config,
             geometry,
             sweep_cursor: Default::default(),
+            backend: Box::new(CpuBackend::default()),
         })
     }
 
@@ -345,27 +349,7 @@ impl Store {
         now: u64,
         mut f: impl FnMut(&ItemRef<'_>) -> bool,
     ) -> usize {
-        let limit = r.limit.unwrap_or(usize::MAX);
-        let mut seen = 0;
-        if limit == 0 {
-            return 0;
-        }
-        let floor_key;
-        let mut start = r.start.as_ref().map(|k| &k[..]);
-        if r.floor_start {
-            if let Bound::Included(k) = start {
-                if let Some(f) = self.tree.floor_at(k, rv, now) {
-                    floor_key = f.key;
-                    start = Bound::Included(floor_key);
-                }
-            }
-        }
-        let end = r.end.as_ref().map(|k| &k[..]);
-        self.tree.scan(rv, now, start, end, r.reverse, |it| {
-            seen += 1;
-            f(&it) && seen < limit
-        });
-        seen
+        self.tree.visit_range(r, rv, now, &mut |it| f(&it))
     }
 
     /// The item with the greatest key `<= key`.
@@ -385,6 +369,49 @@ impl Store {
         Ok(self
             .read(|rv, now| self.range_at_version(&r, rv, now))
             .pop())
+    }
+
+    /// Executes a batch of reads on the read engine: every request sees the
+    /// same read version; results land in `out` (request `i`'s items are
+    /// `out.items(i)`), exactly what the plain reads would return at that
+    /// version. Invalid keys or bounds fail the whole batch before anything runs.
+    pub fn read_batch(&self, requests: &[ReadRequest<'_>], out: &mut BatchResults) -> Result<()> {
+        self.check_batch(requests)?;
+        self.read(|rv, now| self.execute_batch(requests, rv, now, out));
+        Ok(())
+    }
+
+    /// As `read_batch`, at a snapshot's version.
+    pub fn read_batch_at(
+        &self,
+        id: SnapshotId,
+        requests: &[ReadRequest<'_>],
+        out: &mut BatchResults,
+    ) -> Result<()> {
+        self.check_batch(requests)?;
+        self.at_snapshot(id, |rv, now| self.execute_batch(requests, rv, now, out))
+    }
+
+    fn check_batch(&self, requests: &[ReadRequest<'_>]) -> Result<()> {
+        for r in requests {
+            match r {
+                ReadRequest::Get(k) => self.check_key(k)?,
+                ReadRequest::Range(r) => self.check_range(r)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn execute_batch(
+        &self,
+        requests: &[ReadRequest<'_>],
+        rv: u64,
+        now: u64,
+        out: &mut BatchResults,
+    ) {
+        out.reset(requests.len(), rv);
+        self.backend
+            .execute(TreeView { tree: &self.tree }, rv, now, requests, out);
     }
 
     // ---- writes ----------------------------------------------------------

@@ -63,6 +63,12 @@ impl PageTable {
         Some(unsafe { &*chunk.add(i & (CHUNK - 1)) })
     }
 
+    /// Address of `lid`'s entry, for prefetching (the read engine).
+    pub(crate) fn slot_addr(&self, lid: Lid) -> Option<*const u8> {
+        self.slot(lid)
+            .map(|s| s as *const AtomicPtr<u8> as *const u8)
+    }
+
     /// The current buffer of `lid`.
     pub(crate) fn get(&self, lid: Lid) -> Option<NodePtr> {
         crate::sync::schedule_point();

@@ -40,21 +40,20 @@ fn cmp_key(prefix: u64, full: impl FnOnce() -> Cmp, key: &[u8]) -> Cmp {
     }
 }
 
-/// The last sorted-block item with key `<= key` (`< key` if `strict`), via the
-/// shortcut block: (offset, length, key equals). Touches the shortcuts and
-/// one segment.
-pub(crate) fn last_le(
+/// The shortcut segment that holds the last sorted-block item with key
+/// `<= key` (`< key` if `strict`): (segment start, segment end). None if every
+/// item is greater. Reads only the header and the shortcut block.
+pub(crate) fn find_segment(
     buf: &[u8],
     h: &Header,
     key: &[u8],
     strict: bool,
-) -> Option<(usize, usize, bool)> {
+) -> Option<(usize, usize)> {
     let leaf = h.level == 0;
     if h.nitems == 0 {
         return None;
     }
     let ns = h.nshortcuts as usize;
-    let sorted_end = h.sorted_end as usize;
     let accept = |c: Cmp| c == Cmp::Less || (c == Cmp::Equal && !strict);
     let (mut lo, mut hi) = (0, ns);
     while lo < hi {
@@ -62,7 +61,7 @@ pub(crate) fn last_le(
         let (prefix, off) = shortcut(buf, mid, ns);
         let c = cmp_key(
             prefix,
-            || sorted_key(buf, off as usize, leaf).0.cmp(key),
+            || key_cmp(sorted_key(buf, off as usize, leaf).0, key),
             key,
         );
         if accept(c) {
@@ -75,12 +74,27 @@ pub(crate) fn last_le(
         return None;
     }
     let seg = lo - 1;
-    let mut at = shortcut(buf, seg, ns).1 as usize;
+    let start = shortcut(buf, seg, ns).1 as usize;
     let end = if seg + 1 < ns {
         shortcut(buf, seg + 1, ns).1 as usize
     } else {
-        sorted_end
+        h.sorted_end as usize
     };
+    Some((start, end))
+}
+
+/// The last sorted-block item with key `<= key` (`< key` if `strict`), via the
+/// shortcut block: (offset, length, key equals). Touches the shortcuts and
+/// one segment.
+pub(crate) fn last_le(
+    buf: &[u8],
+    h: &Header,
+    key: &[u8],
+    strict: bool,
+) -> Option<(usize, usize, bool)> {
+    let leaf = h.level == 0;
+    let (mut at, end) = find_segment(buf, h, key, strict)?;
+    let accept = |c: Cmp| c == Cmp::Less || (c == Cmp::Equal && !strict);
     let mut best = None;
     while at < end {
         let (k, len) = sorted_key(buf, at, leaf);
@@ -96,7 +110,11 @@ pub(crate) fn last_le(
 
 /// The child an interior buffer routes `seek` to, and that child's low
 /// separator (None for the leftmost child).
-fn interior_seek<'b>(p: NodePtr, buf: &'b [u8], seek: Seek<'_>) -> (Lid, Option<&'b [u8]>) {
+pub(crate) fn interior_seek<'b>(
+    p: NodePtr,
+    buf: &'b [u8],
+    seek: Seek<'_>,
+) -> (Lid, Option<&'b [u8]>) {
     let h = p.header();
     let hit = match seek {
         Seek::Key(k) => last_le(buf, h, k, false).map(|(o, ..)| o),

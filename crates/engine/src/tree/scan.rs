@@ -6,7 +6,7 @@
 use std::ops::Bound;
 
 use super::Tree;
-use super::node::{ItemRef, Lid};
+use super::node::{ItemRef, Lid, NodePtr};
 use super::read::{Seek, leaf_ordered, leaf_walk};
 
 fn after_end(key: &[u8], end: Bound<&[u8]>) -> bool {
@@ -55,28 +55,8 @@ impl Tree {
                 Bound::Included(k) | Bound::Excluded(k) => Seek::Key(k),
                 Bound::Unbounded => Seek::Key(&[]),
             };
-            let (mut leaf, _) = self.descend(seek, rv);
-            let mut from = match start {
-                Bound::Included(k) | Bound::Excluded(k) => Some(k),
-                Bound::Unbounded => None,
-            };
-            loop {
-                let more = leaf_walk(leaf, rv, from, |it| {
-                    if !it.is_live(now_ms) || before_start(it.key, start) {
-                        return true;
-                    }
-                    !after_end(it.key, end) && f(it)
-                });
-                if !more {
-                    return;
-                }
-                from = None;
-                let right = Lid(leaf.header().link);
-                if right == Lid::NONE {
-                    return;
-                }
-                leaf = self.resolve(right, rv);
-            }
+            let (leaf, _) = self.descend(seek, rv);
+            self.scan_from_leaf(leaf, rv, now_ms, start, end, &mut f);
         } else {
             let seek = match end {
                 Bound::Included(k) | Bound::Excluded(k) => Seek::Key(k),
@@ -106,6 +86,71 @@ impl Tree {
                 }
             }
         }
+    }
+
+    /// The forward part of `scan`, from the leaf that holds the start bound
+    /// (the read engine descends to it on its own).
+    pub(crate) fn scan_from_leaf(
+        &self,
+        mut leaf: NodePtr,
+        rv: u64,
+        now_ms: u64,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+        f: &mut dyn FnMut(ItemRef<'static>) -> bool,
+    ) {
+        let mut from = match start {
+            Bound::Included(k) | Bound::Excluded(k) => Some(k),
+            Bound::Unbounded => None,
+        };
+        loop {
+            let more = leaf_walk(leaf, rv, from, |it| {
+                if !it.is_live(now_ms) || before_start(it.key, start) {
+                    return true;
+                }
+                !after_end(it.key, end) && f(it)
+            });
+            if !more {
+                return;
+            }
+            from = None;
+            let right = Lid(leaf.header().link);
+            if right == Lid::NONE {
+                return;
+            }
+            leaf = self.resolve(right, rv);
+        }
+    }
+
+    /// Calls `f` with the items of a range request at `rv` (floor start and
+    /// limit applied) until it returns false; returns how many it saw. The
+    /// one implementation of range semantics, for the store and the read engine.
+    pub(crate) fn visit_range(
+        &self,
+        r: &crate::store::Range,
+        rv: u64,
+        now_ms: u64,
+        f: &mut dyn FnMut(ItemRef<'static>) -> bool,
+    ) -> usize {
+        let limit = r.limit.unwrap_or(usize::MAX);
+        let mut seen = 0;
+        if limit == 0 {
+            return 0;
+        }
+        let mut start = r.start.as_ref().map(|k| &k[..]);
+        if r.floor_start {
+            if let Bound::Included(k) = start {
+                if let Some(f) = self.floor_at(k, rv, now_ms) {
+                    start = Bound::Included(f.key);
+                }
+            }
+        }
+        let end = r.end.as_ref().map(|k| &k[..]);
+        self.scan(rv, now_ms, start, end, r.reverse, |it| {
+            seen += 1;
+            f(it) && seen < limit
+        });
+        seen
     }
 
     /// The greatest live key `<= key` at `rv`.

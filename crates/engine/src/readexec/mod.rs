@@ -1,0 +1,152 @@
+//! The batched read engine: the software form of Honeycomb's accelerator
+//! (paper section 4; DPA-Store section 3.1). A batch of GET and RANGE
+//! requests is stamped with one read version and handed to a backend, which
+//! may execute the requests in any order and interleaved, and writes one
+//! result per request into the batch's result buffers.
+//!
+//! The boundary does not assume a CPU: a backend receives the requests (keys
+//! and bounds as bytes), the read version, a view of the page table, and the
+//! result buffers, which are flat byte arenas with offsets, the shape a device
+//! would fill by DMA. Only the CPU backend (`cpu`) exists now.
+
+mod cpu;
+
+use std::ops::Bound;
+
+pub use cpu::CpuBackend;
+
+use crate::store::{ItemView, Range, Version};
+use crate::tree::Tree;
+
+/// One request of a batch.
+#[derive(Debug, Clone, Copy)]
+pub enum ReadRequest<'a> {
+    /// The item of a key.
+    Get(&'a [u8]),
+    /// The items of a range (any `Range` options).
+    Range(&'a Range),
+}
+
+/// Where one returned item's bytes lie in the result arena.
+#[derive(Debug, Clone, Copy, Default)]
+struct Slot {
+    key_at: u32,
+    key_len: u32,
+    value_at: u32,
+    value_len: u32,
+    version: u64,
+    /// Unix ms; 0 = never.
+    expiry: u64,
+}
+
+/// The results of a batch: request `i`'s items are `items(i)`. Reused
+/// across batches to keep allocations out of the hot path.
+#[derive(Debug, Default)]
+pub struct BatchResults {
+    /// Keys and values, back to back.
+    arena: Vec<u8>,
+    slots: Vec<Slot>,
+    /// Per request: first slot and number of slots.
+    spans: Vec<(u32, u32)>,
+    read_version: u64,
+}
+
+impl BatchResults {
+    pub fn new() -> BatchResults {
+        BatchResults::default()
+    }
+
+    /// Number of requests answered.
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// The read version every request of the batch saw.
+    pub fn read_version(&self) -> Version {
+        Version(self.read_version)
+    }
+
+    /// The items request `i` returned, in its order (a GET returns zero or
+    /// one item).
+    pub fn items(&self, i: usize) -> impl ExactSizeIterator<Item = ItemView<'_>> + '_ {
+        let (first, n) = self.spans[i];
+        self.slots[first as usize..(first + n) as usize]
+            .iter()
+            .map(move |s| ItemView {
+                key: &self.arena[s.key_at as usize..(s.key_at + s.key_len) as usize],
+                value: &self.arena[s.value_at as usize..(s.value_at + s.value_len) as usize],
+                version: Version(s.version),
+                expires_at_ms: (s.expiry != 0).then_some(s.expiry),
+            })
+    }
+
+    /// The value a GET request found.
+    pub fn value(&self, i: usize) -> Option<&[u8]> {
+        self.items(i).next().map(|it| it.value)
+    }
+
+    pub(crate) fn reset(&mut self, requests: usize, rv: u64) {
+        self.arena.clear();
+        self.slots.clear();
+        self.spans.clear();
+        self.spans.resize(requests, (0, 0));
+        self.read_version = rv;
+    }
+
+    /// Starts request `i`'s results (its items must be pushed next, together).
+    pub(crate) fn begin(&mut self, i: usize) {
+        self.spans[i] = (self.slots.len() as u32, 0);
+    }
+
+    /// Appends an item to the request begun last.
+    pub(crate) fn push(&mut self, i: usize, key: &[u8], value: &[u8], version: u64, expiry: u64) {
+        let key_at = self.arena.len() as u32;
+        self.arena.extend_from_slice(key);
+        let value_at = self.arena.len() as u32;
+        self.arena.extend_from_slice(value);
+        self.slots.push(Slot {
+            key_at,
+            key_len: key.len() as u32,
+            value_at,
+            value_len: value.len() as u32,
+            version,
+            expiry,
+        });
+        self.spans[i].1 += 1;
+    }
+}
+
+/// What a backend reads the tree through: the page table (LID -> buffer) and
+/// the fixed root LID. Opaque outside the engine.
+#[derive(Debug, Clone, Copy)]
+pub struct TreeView<'a> {
+    pub(crate) tree: &'a Tree,
+}
+
+/// Executes batches. Implementations must return exactly what the plain read
+/// path returns at the same read version (tests check it request by
+/// request); they may order and interleave the work as they like.
+pub trait ReadBackend: Send + Sync + std::fmt::Debug {
+    /// Answers every request of `requests` at read version `rv` (and clock
+    /// reading `now_ms` for expiry) into `out` (already reset).
+    fn execute(
+        &self,
+        view: TreeView<'_>,
+        rv: u64,
+        now_ms: u64,
+        requests: &[ReadRequest<'_>],
+        out: &mut BatchResults,
+    );
+}
+
+/// The bounds of a range as borrowed slices.
+pub(crate) fn bounds(r: &Range) -> (Bound<&[u8]>, Bound<&[u8]>) {
+    (
+        r.start.as_ref().map(|k| &k[..]),
+        r.end.as_ref().map(|k| &k[..]),
+    )
+}

@@ -1,0 +1,220 @@
+//! The read engine returns exactly what the plain read path returns at the
+//! same read version: request by request, randomized, also while writers
+//! split and merge nodes concurrently. Both paths run at one snapshot, which
+//! pins the version.
+
+use std::ops::Bound;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use combkv::readexec::{BatchResults, ReadRequest};
+use combkv::{Config, Item, Range, SnapshotId, Store};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+fn key(rng: &mut StdRng, space: u32) -> Vec<u8> {
+    format!("k{:05}", rng.random_range(0..space)).into_bytes()
+}
+
+fn bound(rng: &mut StdRng, space: u32) -> Bound<Vec<u8>> {
+    match rng.random_range(0..3) {
+        0 => Bound::Included(key(rng, space)),
+        1 => Bound::Excluded(key(rng, space)),
+        _ => Bound::Unbounded,
+    }
+}
+
+fn random_range(rng: &mut StdRng, space: u32) -> Range {
+    let (mut a, mut b) = (bound(rng, space), bound(rng, space));
+    if let (Bound::Included(x) | Bound::Excluded(x), Bound::Included(y) | Bound::Excluded(y)) =
+        (&a, &b)
+    {
+        if x > y {
+            std::mem::swap(&mut a, &mut b);
+        }
+    }
+    let mut r = Range::new(a, b);
+    if rng.random_bool(0.8) {
+        r = r.with_limit(rng.random_range(0..20));
+    }
+    if rng.random_bool(0.2) {
+        r = r.reversed();
+    }
+    if rng.random_bool(0.2) {
+        r = r.with_floor_start();
+    }
+    r
+}
+
+/// key, value, version, expiry
+type Flat = Vec<(Vec<u8>, Vec<u8>, u64, Option<u64>)>;
+
+fn as_items(out: &BatchResults, i: usize) -> Flat {
+    out.items(i)
+        .map(|it| {
+            (
+                it.key.to_vec(),
+                it.value.to_vec(),
+                it.version.get(),
+                it.expires_at_ms,
+            )
+        })
+        .collect()
+}
+
+fn from_items(items: Vec<Item>) -> Flat {
+    items
+        .into_iter()
+        .map(|it| {
+            (
+                it.key.to_vec(),
+                it.value.to_vec(),
+                it.version.get(),
+                it.expires_at_ms,
+            )
+        })
+        .collect()
+}
+
+/// Runs one random batch through both paths at snapshot `snap` and compares.
+fn compare_batch(store: &Store, snap: SnapshotId, rng: &mut StdRng, space: u32, n: usize) {
+    let keys: Vec<Vec<u8>> = (0..n).map(|_| key(rng, space)).collect();
+    let ranges: Vec<Range> = (0..n).map(|_| random_range(rng, space)).collect();
+    let requests: Vec<ReadRequest<'_>> = (0..n)
+        .map(|i| {
+            if rng.random_bool(0.6) {
+                ReadRequest::Get(&keys[i])
+            } else {
+                ReadRequest::Range(&ranges[i])
+            }
+        })
+        .collect();
+    let mut out = BatchResults::new();
+    store.read_batch_at(snap, &requests, &mut out).unwrap();
+    assert_eq!(out.len(), n);
+    assert_eq!(out.read_version().get(), snap.0);
+    for (i, r) in requests.iter().enumerate() {
+        let plain = match r {
+            ReadRequest::Get(k) => from_items(store.get_at(snap, k).unwrap().into_iter().collect()),
+            ReadRequest::Range(r) => from_items(store.range_at(snap, r).unwrap()),
+        };
+        assert_eq!(as_items(&out, i), plain, "request {i}: {r:?}");
+    }
+}
+
+fn fill(store: &Store, rng: &mut StdRng, space: u32, n: usize) {
+    for _ in 0..n {
+        let k = key(rng, space);
+        match rng.random_range(0..10) {
+            0..=5 => {
+                let len = rng.random_range(0..40);
+                store.put(&k, &vec![b'v'; len]).unwrap();
+            }
+            6 => {
+                let past = combkv::now_ms() - 1000;
+                store
+                    .put_with(&k, b"expired", combkv::Expiry::AtMs(past))
+                    .unwrap();
+            }
+            _ => {
+                store.delete(&k).unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn batches_equal_plain_reads() {
+    for node in [512, 8192] {
+        let store = Store::new(Config::with_node_size(node)).unwrap();
+        let mut rng = StdRng::seed_from_u64(node as u64);
+        for round in 0..30 {
+            fill(&store, &mut rng, 3000, 400);
+            let snap = store.snapshot(Duration::from_secs(60)).unwrap();
+            for n in [1, 2, 7, 16, 33, 128] {
+                compare_batch(&store, snap, &mut rng, 3000, n);
+            }
+            assert!(store.release_snapshot(snap), "round {round}");
+        }
+    }
+}
+
+#[test]
+fn batch_on_empty_store_and_empty_batch() {
+    let store = Store::new(Config::with_node_size(512)).unwrap();
+    let mut out = BatchResults::new();
+    store.read_batch(&[], &mut out).unwrap();
+    assert!(out.is_empty());
+    let r = Range::all();
+    store
+        .read_batch(&[ReadRequest::Get(b"x"), ReadRequest::Range(&r)], &mut out)
+        .unwrap();
+    assert_eq!(out.len(), 2);
+    assert!(out.value(0).is_none());
+    assert_eq!(out.items(1).len(), 0);
+}
+
+#[test]
+fn invalid_requests_fail_the_batch() {
+    let store = Store::new(Config::with_node_size(512)).unwrap();
+    store.put(b"a", b"1").unwrap();
+    let long = vec![b'k'; store.max_key_len() + 1];
+    let mut out = BatchResults::new();
+    let err = store.read_batch(&[ReadRequest::Get(b"a"), ReadRequest::Get(&long)], &mut out);
+    assert!(matches!(err, Err(combkv::Error::KeyTooLong { .. })));
+    assert!(
+        store
+            .read_batch(&[ReadRequest::Get(b"")], &mut out)
+            .is_err()
+    );
+}
+
+/// Writers keep splitting and merging nodes while batches and plain reads run
+/// at snapshots taken mid-churn.
+#[test]
+fn batches_equal_plain_reads_under_concurrent_writes() {
+    for node in [512, 8192] {
+        let store = Arc::new(Store::new(Config::with_node_size(node)).unwrap());
+        let stop = Arc::new(AtomicBool::new(false));
+        let writers: Vec<_> = (0..2u64)
+            .map(|w| {
+                let (store, stop) = (store.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut rng = StdRng::seed_from_u64(100 + w);
+                    while !stop.load(Ordering::Relaxed) {
+                        fill(&store, &mut rng, 5000, 200);
+                        // Bursts of deletes make nodes merge.
+                        for _ in 0..100 {
+                            let k = key(&mut rng, 5000);
+                            store.delete(&k).unwrap();
+                        }
+                    }
+                })
+            })
+            .collect();
+        let mut rng = StdRng::seed_from_u64(7);
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let mut batches = 0;
+        while Instant::now() < deadline {
+            let snap = store.snapshot(Duration::from_secs(60)).unwrap();
+            compare_batch(&store, snap, &mut rng, 5000, 64);
+            store.release_snapshot(snap);
+            // The current version too: results come from one version.
+            let keys: Vec<Vec<u8>> = (0..32).map(|_| key(&mut rng, 5000)).collect();
+            let reqs: Vec<_> = keys.iter().map(|k| ReadRequest::Get(k)).collect();
+            let mut out = BatchResults::new();
+            store.read_batch(&reqs, &mut out).unwrap();
+            assert!(out.read_version() <= store.read_version());
+            batches += 1;
+        }
+        stop.store(true, Ordering::Relaxed);
+        for w in writers {
+            w.join().unwrap();
+        }
+        assert!(batches > 5, "{batches} batches");
+        store.collect();
+        let c = store.node_counts();
+        assert_eq!(c.live_buffers, c.reachable_buffers);
+    }
+}
