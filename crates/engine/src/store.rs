@@ -9,10 +9,10 @@ use bytes::Bytes;
 use crate::config::{Config, Geometry};
 use crate::error::{Error, Result};
 use crate::readexec::{BatchResults, CpuBackend, ReadBackend, ReadRequest, TreeView};
-use crate::tree::Tree;
 use crate::tree::epoch;
 use crate::tree::node::ItemRef;
 use crate::tree::write::WriteOp;
+use crate::tree::{Now, Tree};
 
 /// The version of a write: a positive integer, increasing in the order writes
 /// take effect. An item's version is the version of the write that produced
@@ -188,6 +188,8 @@ pub struct Store {
 }
 
 /// Milliseconds since the unix epoch: the clock TTLs are checked against.
+/// A request reads it at most once, and only when it looks at an item that
+/// has an expiry.
 pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -265,11 +267,11 @@ impl Store {
 
     // ---- reads -----------------------------------------------------------
 
-    fn read<T>(&self, f: impl FnOnce(u64, u64) -> T) -> T {
+    fn read<T>(&self, f: impl FnOnce(u64, &Now) -> T) -> T {
         // Pin before taking the read version: see tree::reclaim.
         let guard = self.tree.epochs.pin();
         let rv = self.tree.clock.read_version();
-        let out = f(rv, now_ms());
+        let out = f(rv, &Now::lazy());
         drop(guard);
         out
     }
@@ -285,7 +287,7 @@ impl Store {
         Ok(self.read(|rv, now| self.item_at(key, rv, now)))
     }
 
-    fn item_at(&self, key: &[u8], rv: u64, now: u64) -> Option<Item> {
+    fn item_at(&self, key: &[u8], rv: u64, now: &Now) -> Option<Item> {
         self.tree
             .get_at(key, rv)
             .filter(|it| it.is_live(now))
@@ -331,7 +333,7 @@ impl Store {
         Ok(())
     }
 
-    fn range_at_version(&self, r: &Range, rv: u64, now: u64) -> Vec<Item> {
+    fn range_at_version(&self, r: &Range, rv: u64, now: &Now) -> Vec<Item> {
         let mut out = Vec::new();
         self.visit_at_version(r, rv, now, |it| {
             out.push(Item::from_ref(it));
@@ -346,7 +348,7 @@ impl Store {
         &self,
         r: &Range,
         rv: u64,
-        now: u64,
+        now: &Now,
         mut f: impl FnMut(&ItemRef<'_>) -> bool,
     ) -> usize {
         self.tree.visit_range(r, rv, now, &mut |it| f(&it))
@@ -406,12 +408,13 @@ impl Store {
         &self,
         requests: &[ReadRequest<'_>],
         rv: u64,
-        now: u64,
+        now: &Now,
         out: &mut BatchResults,
     ) {
         out.reset(requests.len(), rv);
-        self.backend
-            .execute(TreeView { tree: &self.tree }, rv, now, requests, out);
+        // One clock reading stamps the batch, as one read version does.
+        let tree = TreeView { tree: &self.tree };
+        self.backend.execute(tree, rv, now.ms(), requests, out);
     }
 
     // ---- writes ----------------------------------------------------------
@@ -433,7 +436,7 @@ impl Store {
     pub fn put_with(&self, key: &[u8], value: &[u8], expiry: Expiry) -> Result<Version> {
         self.check_key(key)?;
         self.check_value(value.len())?;
-        let ((), v) = self.tree.write(key, now_ms(), |cur| {
+        let ((), v) = self.tree.write(key, |cur| {
             let expiry = Self::expiry_ms(expiry, cur);
             (
                 WriteOp::Put {
@@ -450,7 +453,7 @@ impl Store {
     pub fn insert(&self, key: &[u8], value: &[u8]) -> Result<Option<Version>> {
         self.check_key(key)?;
         self.check_value(value.len())?;
-        let ((), v) = self.tree.write(key, now_ms(), |cur| match cur {
+        let ((), v) = self.tree.write(key, |cur| match cur {
             Some(_) => (WriteOp::Noop, ()),
             None => (
                 WriteOp::Put {
@@ -468,7 +471,7 @@ impl Store {
     pub fn update(&self, key: &[u8], value: &[u8]) -> Result<Option<Version>> {
         self.check_key(key)?;
         self.check_value(value.len())?;
-        let ((), v) = self.tree.write(key, now_ms(), |cur| match cur {
+        let ((), v) = self.tree.write(key, |cur| match cur {
             None => (WriteOp::Noop, ()),
             Some(_) => (
                 WriteOp::Put {
@@ -484,7 +487,7 @@ impl Store {
     /// Removes `key`. `None`: it was absent.
     pub fn delete(&self, key: &[u8]) -> Result<Option<Version>> {
         self.check_key(key)?;
-        let ((), v) = self.tree.write(key, now_ms(), |cur| match cur {
+        let ((), v) = self.tree.write(key, |cur| match cur {
             None => (WriteOp::Noop, ()),
             Some(_) => (WriteOp::Delete, ()),
         });
@@ -502,7 +505,7 @@ impl Store {
     ) -> Result<Option<Version>> {
         self.check_key(key)?;
         self.check_value(value.len())?;
-        let ((), v) = self.tree.write(key, now_ms(), |cur| {
+        let ((), v) = self.tree.write(key, |cur| {
             let matches = match cur {
                 None => expected == 0,
                 Some(c) => c.version == expected,
@@ -527,7 +530,7 @@ impl Store {
     /// returns the result. Keeps the expiry.
     pub fn incr_by(&self, key: &[u8], delta: i64) -> Result<i64> {
         self.check_key(key)?;
-        let (r, _) = self.tree.write(key, now_ms(), |cur| {
+        let (r, _) = self.tree.write(key, |cur| {
             let old = match cur {
                 None => 0,
                 Some(c) => match parse_i64(c.value.bytes()) {
@@ -551,7 +554,7 @@ impl Store {
     /// new length. Keeps the expiry.
     pub fn append(&self, key: &[u8], value: &[u8]) -> Result<usize> {
         self.check_key(key)?;
-        let (r, _) = self.tree.write(key, now_ms(), |cur| {
+        let (r, _) = self.tree.write(key, |cur| {
             let old = cur.map_or(&[][..], |c| c.value.bytes());
             let len = old.len() + value.len();
             if let Err(e) = self.check_value(len) {
@@ -576,7 +579,7 @@ impl Store {
     /// new version). `None`: absent.
     pub fn expire(&self, key: &[u8], expiry: Expiry) -> Result<Option<Version>> {
         self.check_key(key)?;
-        let ((), v) = self.tree.write(key, now_ms(), |cur| match cur {
+        let ((), v) = self.tree.write(key, |cur| match cur {
             None => (WriteOp::Noop, ()),
             Some(c) => {
                 let expiry = Self::expiry_ms(expiry, Some(c));
@@ -672,7 +675,7 @@ impl Store {
 
     /// Runs `f` at the snapshot's version, holding the snapshot against
     /// release and expiry meanwhile.
-    fn at_snapshot<T>(&self, id: SnapshotId, f: impl FnOnce(u64, u64) -> T) -> Result<T> {
+    fn at_snapshot<T>(&self, id: SnapshotId, f: impl FnOnce(u64, &Now) -> T) -> Result<T> {
         let guard = self.tree.epochs.pin();
         if !self
             .tree
@@ -683,7 +686,7 @@ impl Store {
         {
             return Err(Error::NoSuchSnapshot);
         }
-        let out = f(id.0, now_ms());
+        let out = f(id.0, &Now::lazy());
         self.tree
             .shared
             .snapshots

@@ -8,9 +8,9 @@
 use std::ops::Bound;
 
 use super::{BatchResults, ReadBackend, ReadRequest, TreeView, bounds};
-use crate::tree::Tree;
 use crate::tree::node::{Lid, NodePtr, state_size};
 use crate::tree::read::{Seek, find_segment, interior_seek, published};
+use crate::tree::{Now, Tree};
 
 /// Requests in flight per thread unless configured otherwise.
 pub const DEFAULT_WINDOW: usize = 16;
@@ -108,6 +108,7 @@ impl ReadBackend for CpuBackend {
         out: &mut BatchResults,
     ) {
         let tree = view.tree;
+        let now = &Now::at(now_ms);
         let mut next = 0;
         let mut flights: Vec<Flight<'_>> = Vec::with_capacity(self.window);
         // Takes the next interleavable request into a flight; answers the
@@ -134,7 +135,7 @@ impl ReadBackend for CpuBackend {
                             unreachable!()
                         };
                         out.begin(i);
-                        tree.visit_range(r, rv, now_ms, &mut |it| {
+                        tree.visit_range(r, rv, now, &mut |it| {
                             out.push(i, it.key, it.value.bytes(), it.version, it.expiry);
                             true
                         });
@@ -154,7 +155,7 @@ impl ReadBackend for CpuBackend {
             if i >= flights.len() {
                 i = 0;
             }
-            let done = step(tree, rv, now_ms, requests, &mut flights[i], out);
+            let done = step(tree, rv, now, requests, &mut flights[i], out);
             if done {
                 match launch(&mut next, out) {
                     Some(f) => flights[i] = f,
@@ -173,7 +174,7 @@ impl ReadBackend for CpuBackend {
 fn step(
     tree: &Tree,
     rv: u64,
-    now_ms: u64,
+    now: &Now,
     requests: &[ReadRequest<'_>],
     f: &mut Flight<'_>,
     out: &mut BatchResults,
@@ -223,7 +224,7 @@ fn step(
             match requests[f.req] {
                 ReadRequest::Get(key) => {
                     if let Some(it) = tree.leaf_get(f.node, key, rv) {
-                        if it.is_live(now_ms) {
+                        if it.is_live(now) {
                             out.push(f.req, it.key, it.value.bytes(), it.version, it.expiry);
                         }
                     }
@@ -234,7 +235,7 @@ fn step(
                     let mut seen = 0;
                     if limit > 0 && !crate::tree::scan::empty_bounds(start, end) {
                         let req = f.req;
-                        tree.scan_from_leaf(f.node, rv, now_ms, start, end, &mut |it| {
+                        tree.scan_from_leaf(f.node, rv, now, start, end, &mut |it| {
                             out.push(req, it.key, it.value.bytes(), it.version, it.expiry);
                             seen += 1;
                             seen < limit

@@ -21,7 +21,9 @@
 //! 3. A buffer is freed only through `tree::reclaim`, after no reader can
 //!    reach it (see docs/design.md, "Why reclamation is safe").
 
-use std::alloc::{Layout, alloc_zeroed, dealloc};
+use std::alloc::Layout;
+#[cfg(not(target_os = "linux"))]
+use std::alloc::{alloc_zeroed, dealloc};
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
@@ -179,8 +181,8 @@ impl ItemRef<'_> {
         self.flags & ITEM_TOMBSTONE != 0
     }
     /// Live at `now_ms`: not a delete marker and not expired.
-    pub(crate) fn is_live(&self, now_ms: u64) -> bool {
-        !self.is_tombstone() && (self.expiry == 0 || self.expiry > now_ms)
+    pub(crate) fn is_live(&self, now: &super::Now) -> bool {
+        !self.is_tombstone() && (self.expiry == 0 || self.expiry > now.ms())
     }
 }
 
@@ -344,36 +346,142 @@ pub(crate) fn decode_interior(buf: &[u8], offset: usize) -> (&[u8], Lid, usize) 
 
 // ---- buffers ----------------------------------------------------------------
 
-/// A store's node buffers: how many are live, and a pool of freed ones for
-/// reuse (an 8 KiB malloc/free per merge showed up as ~15% of insert time).
-/// Pooled buffers hold initialised bytes from their previous life; `alloc`
-/// rewrites the header, and every other byte is written before it is read.
+/// A store's node buffers: where they come from, how many are live, and the
+/// freed ones kept for reuse.
+///
+/// Buffers are carved from 2 MiB-aligned chunks advised as transparent huge
+/// pages (`MADV_HUGEPAGE`): a read touches a page-table entry and a few
+/// lines of each node on its path, and with 4 KiB pages nearly every one of
+/// those is also a TLB miss (see docs/design.md, "Node memory"). Freed
+/// buffers go to a free list and are reused (an 8 KiB malloc/free per merge
+/// was ~15% of insert time); chunks return to the system when the store is
+/// dropped. A reused buffer holds initialised bytes from its previous life:
+/// `alloc` rewrites the header, and every other byte is written before it
+/// is read.
 #[derive(Debug)]
 pub(crate) struct BufferCounter {
     pub live: AtomicUsize,
     node_size: usize,
-    pool: parking_lot::Mutex<Vec<NodePtr>>,
+    arena: parking_lot::Mutex<Arena>,
 }
 
-/// Most freed buffers a store keeps for reuse.
-#[cfg(not(feature = "shuttle"))]
-const POOL_MAX: usize = 512;
+#[derive(Debug, Default)]
+struct Arena {
+    chunks: Vec<NonNull<u8>>,
+    /// Next unused byte of the newest chunk.
+    bump: usize,
+    free: Vec<NodePtr>,
+}
+
+// SAFETY: the chunk pointers are owned allocations, only touched under the
+// arena's mutex.
+unsafe impl Send for Arena {}
+
+/// Size (and alignment) of an arena chunk: one huge page.
+const CHUNK_BYTES: usize = 2 << 20;
+
+fn chunk_layout() -> Layout {
+    Layout::from_size_align(CHUNK_BYTES, CHUNK_BYTES).expect("valid layout")
+}
 
 impl BufferCounter {
     pub(crate) fn new(node_size: usize) -> BufferCounter {
         BufferCounter {
             live: AtomicUsize::new(0),
             node_size,
-            pool: Default::default(),
+            arena: parking_lot::Mutex::new(Arena {
+                bump: CHUNK_BYTES,
+                ..Arena::default()
+            }),
         }
+    }
+
+    /// A buffer from the free list, or carved from a chunk.
+    fn take(&self) -> (NodePtr, bool) {
+        let mut a = self.arena.lock();
+        if let Some(p) = a.free.pop() {
+            return (p, true);
+        }
+        if a.bump + self.node_size > CHUNK_BYTES {
+            a.chunks.push(map_chunk());
+            a.bump = 0;
+        }
+        let chunk = *a.chunks.last().expect("a chunk");
+        // SAFETY: `bump + node_size <= CHUNK_BYTES`, inside the chunk.
+        let p = unsafe { chunk.add(a.bump) };
+        a.bump += self.node_size;
+        (NodePtr(p), false)
+    }
+
+    #[cfg(not(feature = "shuttle"))]
+    fn give_back(&self, p: NodePtr) {
+        self.arena.lock().free.push(p);
+    }
+}
+
+/// A fresh, zeroed, 2 MiB-aligned chunk. On Linux it is mapped directly and
+/// advised as a huge page before anything touches it (memory from `malloc`
+/// may already be faulted in as 4 KiB pages).
+fn map_chunk() -> NonNull<u8> {
+    #[cfg(target_os = "linux")]
+    {
+        let len = 2 * CHUNK_BYTES;
+        // SAFETY: an anonymous private mapping; no existing memory is affected.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            std::alloc::handle_alloc_error(chunk_layout());
+        }
+        let base = raw as usize;
+        let aligned = (base + CHUNK_BYTES - 1) & !(CHUNK_BYTES - 1);
+        // SAFETY: the head and tail lie inside the mapping made above and
+        // outside the aligned chunk kept; advice does not change contents.
+        unsafe {
+            if aligned > base {
+                libc::munmap(raw, aligned - base);
+            }
+            let tail = aligned + CHUNK_BYTES;
+            if base + len > tail {
+                libc::munmap(tail as *mut libc::c_void, base + len - tail);
+            }
+            libc::madvise(
+                aligned as *mut libc::c_void,
+                CHUNK_BYTES,
+                libc::MADV_HUGEPAGE,
+            );
+        }
+        NonNull::new(aligned as *mut u8).expect("mmap returns non-null")
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        // SAFETY: non-zero size.
+        let raw = unsafe { alloc_zeroed(chunk_layout()) };
+        NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(chunk_layout()))
     }
 }
 
 impl Drop for BufferCounter {
     fn drop(&mut self) {
-        for p in self.pool.get_mut().drain(..) {
-            // SAFETY: pooled buffers are unreachable and owned by the pool.
-            unsafe { dealloc(p.as_raw(), layout(self.node_size)) };
+        for c in self.arena.get_mut().chunks.drain(..) {
+            // SAFETY: mapped (or allocated) by `map_chunk`; every buffer in it
+            // is unreachable once the store is dropped.
+            #[cfg(target_os = "linux")]
+            unsafe {
+                libc::munmap(c.as_ptr().cast(), CHUNK_BYTES);
+            }
+            // SAFETY: as above, allocated with this layout.
+            #[cfg(not(target_os = "linux"))]
+            unsafe {
+                dealloc(c.as_ptr(), chunk_layout())
+            };
         }
     }
 }
@@ -396,29 +504,21 @@ unsafe impl Send for NodePtr {}
 // SAFETY: as above.
 unsafe impl Sync for NodePtr {}
 
-fn layout(node_size: usize) -> Layout {
-    Layout::from_size_align(node_size, 64).expect("node size is a power of two")
-}
-
 impl NodePtr {
     /// Allocates a zeroed buffer whose header says: unpublished size
     /// `HEADER_BYTES + shortcut_bytes`, locked (it is unlocked when the write
     /// that made it finishes its structure change).
     pub(crate) fn alloc(g: &Geometry, counter: &BufferCounter) -> NodePtr {
+        debug_assert_eq!(g.node_size, counter.node_size);
         counter.live.fetch_add(1, Ordering::Relaxed);
         GLOBAL_LIVE.fetch_add(1, Ordering::Relaxed);
-        if let Some(p) = counter.pool.lock().pop() {
-            // SAFETY: a pooled buffer is unreachable and owned by this thread
+        let (p, reused) = counter.take();
+        if reused {
+            // SAFETY: a reused buffer is unreachable and owned by this thread
             // now; its bytes are initialised. Reset the header to zero.
             unsafe { std::ptr::write_bytes(p.as_raw(), 0, HEADER_BYTES) };
-            return p;
         }
-        // SAFETY: the layout has non-zero size.
-        let raw = unsafe { alloc_zeroed(layout(g.node_size)) };
-        let Some(p) = NonNull::new(raw) else {
-            std::alloc::handle_alloc_error(layout(g.node_size))
-        };
-        NodePtr(p)
+        p
     }
 
     /// A placeholder that is never dereferenced (fills unused path slots).
@@ -548,7 +648,7 @@ impl NodePtr {
         GLOBAL_LIVE.fetch_sub(1, Ordering::Relaxed);
         #[cfg(feature = "shuttle")]
         {
-            let _ = (dealloc, g);
+            let _ = g;
             // SAFETY: the buffer is unreachable (the property under test);
             // the flags byte is written in place of deallocation.
             unsafe {
@@ -560,14 +660,8 @@ impl NodePtr {
         }
         #[cfg(not(feature = "shuttle"))]
         {
-            let mut pool = counter.pool.lock();
-            if pool.len() < POOL_MAX {
-                pool.push(self);
-            } else {
-                drop(pool);
-                // SAFETY: allocated in `alloc` with the same layout, freed once.
-                unsafe { dealloc(self.0.as_ptr(), layout(g.node_size)) };
-            }
+            let _ = g;
+            counter.give_back(self);
         }
     }
 }

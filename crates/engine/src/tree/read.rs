@@ -4,11 +4,11 @@
 
 use std::cmp::Ordering as Cmp;
 
-use super::Tree;
 use super::node::{
     self, Header, ITEM_DUP, ITEM_REPLACES, ItemRef, Lid, NodePtr, decode_interior, decode_item,
     key_cmp, key_prefix, leaf_item_key, shortcut, state_size,
 };
+use super::{Now, Tree};
 
 /// Where a descent goes.
 #[derive(Clone, Copy, Debug)]
@@ -32,14 +32,6 @@ fn sorted_key(buf: &[u8], off: usize, leaf: bool) -> (&[u8], usize) {
     }
 }
 
-#[inline]
-fn cmp_key(prefix: u64, full: impl FnOnce() -> Cmp, key: &[u8]) -> Cmp {
-    match prefix.cmp(&key_prefix(key)) {
-        Cmp::Equal => full(),
-        o => o,
-    }
-}
-
 /// The shortcut segment that holds the last sorted-block item with key
 /// `<= key` (`< key` if `strict`): (segment start, segment end). None if every
 /// item is greater. Reads only the header and the shortcut block.
@@ -54,22 +46,27 @@ pub(crate) fn find_segment(
         return None;
     }
     let ns = h.nshortcuts as usize;
-    let accept = |c: Cmp| c == Cmp::Less || (c == Cmp::Equal && !strict);
-    let (mut lo, mut hi) = (0, ns);
-    while lo < hi {
-        let mid = (lo + hi) / 2;
-        let (prefix, off) = shortcut(buf, mid, ns);
-        let c = cmp_key(
-            prefix,
-            || key_cmp(sorted_key(buf, off as usize, leaf).0, key),
-            key,
-        );
-        if accept(c) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
+    let kp = key_prefix(key);
+    // Whether shortcut `i`'s key is accepted (<= key, or < key if strict).
+    // Prefixes decide unless they tie; then the full key breaks the tie.
+    let accepted = |i: usize| {
+        let (prefix, off) = shortcut(buf, i, ns);
+        if prefix != kp {
+            return prefix < kp;
         }
+        let c = key_cmp(sorted_key(buf, off as usize, leaf).0, key);
+        c == Cmp::Less || (c == Cmp::Equal && !strict)
+    };
+    // Branch-free search for the last accepted shortcut (the comparisons
+    // are unpredictable; a conditional move beats a mispredicted branch).
+    let (mut base, mut len) = (0usize, ns);
+    while len > 1 {
+        let half = len / 2;
+        let mid = base + half;
+        base = if accepted(mid) { mid } else { base };
+        len -= half;
     }
+    let lo = if accepted(base) { base + 1 } else { base };
     if lo == 0 {
         return None;
     }
@@ -211,9 +208,9 @@ impl Tree {
 }
 
 /// The live items of a leaf visible at `rv`, in key order.
-pub(crate) fn leaf_ordered(leaf: NodePtr, rv: u64, now_ms: u64, out: &mut Vec<ItemRef<'static>>) {
+pub(crate) fn leaf_ordered(leaf: NodePtr, rv: u64, now: &Now, out: &mut Vec<ItemRef<'static>>) {
     leaf_walk(leaf, rv, None, |it| {
-        if it.is_live(now_ms) {
+        if it.is_live(now) {
             out.push(it);
         }
         true

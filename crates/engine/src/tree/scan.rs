@@ -5,9 +5,9 @@
 
 use std::ops::Bound;
 
-use super::Tree;
 use super::node::{ItemRef, Lid, NodePtr};
 use super::read::{Seek, leaf_ordered, leaf_walk};
+use super::{Now, Tree};
 
 fn after_end(key: &[u8], end: Bound<&[u8]>) -> bool {
     match end {
@@ -41,7 +41,7 @@ impl Tree {
     pub(crate) fn scan(
         &self,
         rv: u64,
-        now_ms: u64,
+        now: &Now,
         start: Bound<&[u8]>,
         end: Bound<&[u8]>,
         reverse: bool,
@@ -56,7 +56,7 @@ impl Tree {
                 Bound::Unbounded => Seek::Key(&[]),
             };
             let (leaf, _) = self.descend(seek, rv);
-            self.scan_from_leaf(leaf, rv, now_ms, start, end, &mut f);
+            self.scan_from_leaf(leaf, rv, now, start, end, &mut f);
         } else {
             let seek = match end {
                 Bound::Included(k) | Bound::Excluded(k) => Seek::Key(k),
@@ -66,7 +66,7 @@ impl Tree {
             let mut items = Vec::new();
             loop {
                 items.clear();
-                leaf_ordered(leaf, rv, now_ms, &mut items);
+                leaf_ordered(leaf, rv, now, &mut items);
                 for it in items.iter().rev() {
                     if after_end(it.key, end) {
                         continue;
@@ -94,7 +94,7 @@ impl Tree {
         &self,
         mut leaf: NodePtr,
         rv: u64,
-        now_ms: u64,
+        now: &Now,
         start: Bound<&[u8]>,
         end: Bound<&[u8]>,
         f: &mut dyn FnMut(ItemRef<'static>) -> bool,
@@ -105,7 +105,7 @@ impl Tree {
         };
         loop {
             let more = leaf_walk(leaf, rv, from, |it| {
-                if !it.is_live(now_ms) || before_start(it.key, start) {
+                if !it.is_live(now) || before_start(it.key, start) {
                     return true;
                 }
                 !after_end(it.key, end) && f(it)
@@ -129,7 +129,7 @@ impl Tree {
         &self,
         r: &crate::store::Range,
         rv: u64,
-        now_ms: u64,
+        now: &Now,
         f: &mut dyn FnMut(ItemRef<'static>) -> bool,
     ) -> usize {
         let limit = r.limit.unwrap_or(usize::MAX);
@@ -140,13 +140,13 @@ impl Tree {
         let mut start = r.start.as_ref().map(|k| &k[..]);
         if r.floor_start {
             if let Bound::Included(k) = start {
-                if let Some(f) = self.floor_at(k, rv, now_ms) {
+                if let Some(f) = self.floor_at(k, rv, now) {
                     start = Bound::Included(f.key);
                 }
             }
         }
         let end = r.end.as_ref().map(|k| &k[..]);
-        self.scan(rv, now_ms, start, end, r.reverse, |it| {
+        self.scan(rv, now, start, end, r.reverse, |it| {
             seen += 1;
             f(it) && seen < limit
         });
@@ -154,11 +154,11 @@ impl Tree {
     }
 
     /// The greatest live key `<= key` at `rv`.
-    pub(crate) fn floor_at(&self, key: &[u8], rv: u64, now_ms: u64) -> Option<ItemRef<'static>> {
+    pub(crate) fn floor_at(&self, key: &[u8], rv: u64, now: &Now) -> Option<ItemRef<'static>> {
         let mut out = None;
         self.scan(
             rv,
-            now_ms,
+            now,
             Bound::Unbounded,
             Bound::Included(key),
             true,
@@ -173,12 +173,12 @@ impl Tree {
 
 impl Tree {
     /// Up to `max_items` keys after `cursor` (from the start if None), in key
-    /// order at `rv`, with the keys among them that expired by `now_ms`.
+    /// order at `rv`, with the keys among them that expired by `now`.
     /// Returns (expired keys, last key visited).
     pub(crate) fn expired_after(
         &self,
         rv: u64,
-        now_ms: u64,
+        now: &Now,
         cursor: Option<&[u8]>,
         max_items: usize,
     ) -> (Vec<Vec<u8>>, Option<Vec<u8>>) {
@@ -192,7 +192,7 @@ impl Tree {
                 if it.is_tombstone() || before_start(it.key, start) {
                     return true;
                 }
-                if it.expiry != 0 && it.expiry <= now_ms {
+                if it.expiry != 0 && it.expiry <= now.ms() {
                     expired.push(it.key.to_vec());
                 }
                 seen += 1;

@@ -11,7 +11,6 @@
 use std::borrow::Cow;
 use std::sync::atomic::Ordering as CoreOrdering;
 
-use super::Tree;
 use super::build::{
     self, Child, Entry, LeafWriter, interior_item_len, own_value, stored_value_len,
 };
@@ -22,6 +21,7 @@ use super::node::{
     state_next, state_size,
 };
 use super::read::{last_le, leaf_walk, published};
+use super::{Now, Tree};
 use crate::sync::backoff;
 
 /// What a write does to its key, decided with the leaf locked.
@@ -311,10 +311,9 @@ impl Tree {
     pub(crate) fn write<'v, R>(
         &self,
         key: &[u8],
-        now_ms: u64,
         mut decide: impl FnMut(Option<&ItemRef<'_>>) -> (WriteOp<'v>, R),
     ) -> (R, Option<u64>) {
-        self.write_with(key, Some(now_ms), &mut decide)
+        self.write_with(key, Some(&Now::lazy()), &mut decide)
     }
 
     /// As `write`, but `decide` sees the newest item even if it has expired
@@ -330,13 +329,13 @@ impl Tree {
     fn write_with<'v, R>(
         &self,
         key: &[u8],
-        now_ms: Option<u64>,
+        now: Option<&Now>,
         decide: &mut impl FnMut(Option<&ItemRef<'_>>) -> (WriteOp<'v>, R),
     ) -> (R, Option<u64>) {
         let mut round = 0;
         loop {
             let guard = self.epochs.pin();
-            if let Attempt::Done(r, v) = self.try_write(&guard, key, now_ms, decide) {
+            if let Attempt::Done(r, v) = self.try_write(&guard, key, now, decide) {
                 drop(guard);
                 if v.is_some() {
                     self.maybe_collect();
@@ -392,7 +391,7 @@ impl Tree {
         &self,
         guard: &Guard,
         key: &[u8],
-        now_ms: Option<u64>,
+        now: Option<&Now>,
         decide: &mut impl FnMut(Option<&ItemRef<'_>>) -> (WriteOp<'v>, R),
     ) -> Attempt<R> {
         let Some(path) = self.traverse(key) else {
@@ -416,7 +415,7 @@ impl Tree {
         }
         let look = lookup(leaf.buf, key);
         let current = look.current;
-        let live = current.filter(|it| match now_ms {
+        let live = current.filter(|it| match now {
             Some(now) => it.is_live(now),
             None => !it.is_tombstone(),
         });
