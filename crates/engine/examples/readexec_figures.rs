@@ -1,0 +1,169 @@
+//! Read-engine figures: plain vs batched GET and 3-item RANGE over uniform
+//! random existing keys (WORKLOADS.md key function, 16-byte keys and values),
+//! for batch sizes 1, 8, 32 and 128, with 1 and 2 threads.
+//!
+//! `cargo run --release -p combkv --example readexec_figures -- [records] [secs]`
+//! (defaults: 10,000,000 records, 3 s per figure). Every value is checked.
+
+use std::ops::Bound;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use combkv::readexec::{BatchResults, ReadRequest};
+use combkv::{Config, Range, Store};
+
+fn key(i: u64) -> [u8; 16] {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in i.to_le_bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    let mut out = [0u8; 16];
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for (j, o) in out.iter_mut().enumerate() {
+        *o = HEX[((h >> (60 - 4 * j)) & 15) as usize];
+    }
+    out
+}
+
+/// The value of record i: its key reversed (16 printable bytes, checkable).
+fn value(i: u64) -> [u8; 16] {
+    let mut v = key(i);
+    v.reverse();
+    v
+}
+
+struct Rng(u64);
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Get,
+    Range3,
+}
+
+/// Ops per second over `threads` threads for `secs`.
+fn measure(
+    store: &Arc<Store>,
+    n: u64,
+    kind: Kind,
+    batch: Option<usize>,
+    threads: usize,
+    secs: f64,
+) -> f64 {
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((t as u64 + 1) * 0x1234_5678));
+                let deadline = Instant::now() + Duration::from_secs_f64(secs);
+                let mut ops = 0u64;
+                let b = batch.unwrap_or(1);
+                let mut ids = vec![0u64; b];
+                let mut keys = vec![[0u8; 16]; b];
+                let mut ranges: Vec<Range> = Vec::with_capacity(b);
+                let mut out = BatchResults::new();
+                while Instant::now() < deadline {
+                    for _ in 0..64 {
+                        for j in 0..b {
+                            ids[j] = rng.below(n);
+                            keys[j] = key(ids[j]);
+                        }
+                        match (kind, batch) {
+                            (Kind::Get, None) => {
+                                let ok = store
+                                    .get_with(&keys[0], |it| {
+                                        it.is_some_and(|it| it.value == value(ids[0]))
+                                    })
+                                    .unwrap();
+                                assert!(ok, "wrong value");
+                            }
+                            (Kind::Range3, None) => {
+                                let r =
+                                    Range::new(Bound::Included(keys[0].to_vec()), Bound::Unbounded)
+                                        .with_limit(3);
+                                let mut first = true;
+                                let seen = store
+                                    .scan(&r, |it| {
+                                        if first {
+                                            assert_eq!(it.value, value(ids[0]), "wrong value");
+                                            first = false;
+                                        }
+                                        true
+                                    })
+                                    .unwrap();
+                                assert!(seen >= 1);
+                            }
+                            (Kind::Get, Some(_)) => {
+                                let reqs: Vec<ReadRequest<'_>> =
+                                    keys.iter().map(|k| ReadRequest::Get(k)).collect();
+                                store.read_batch(&reqs, &mut out).unwrap();
+                                for (j, &id) in ids.iter().enumerate() {
+                                    assert_eq!(out.value(j), Some(&value(id)[..]), "wrong value");
+                                }
+                            }
+                            (Kind::Range3, Some(_)) => {
+                                ranges.clear();
+                                ranges.extend(keys.iter().map(|k| {
+                                    Range::new(Bound::Included(k.to_vec()), Bound::Unbounded)
+                                        .with_limit(3)
+                                }));
+                                let reqs: Vec<ReadRequest<'_>> =
+                                    ranges.iter().map(ReadRequest::Range).collect();
+                                store.read_batch(&reqs, &mut out).unwrap();
+                                for (j, &id) in ids.iter().enumerate() {
+                                    let first =
+                                        out.items(j).next().expect("range finds its start key");
+                                    assert_eq!(first.value, value(id), "wrong value");
+                                }
+                            }
+                        }
+                        ops += b as u64;
+                    }
+                }
+                ops
+            })
+        })
+        .collect();
+    let total: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    total as f64 / secs
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let n: u64 = args
+        .next()
+        .map_or(10_000_000, |s| s.parse().expect("records"));
+    let secs: f64 = args.next().map_or(3.0, |s| s.parse().expect("seconds"));
+    let store = Arc::new(Store::new(Config::default()).unwrap());
+    let t = Instant::now();
+    for i in 0..n {
+        store.insert(&key(i), &value(i)).unwrap();
+    }
+    eprintln!("loaded {n} records in {:.1} s", t.elapsed().as_secs_f64());
+    println!(
+        "read engine figures: {n} records, 16 B keys and values, uniform keys, {secs} s each, M ops/s"
+    );
+    println!(
+        "{:>7}  {:>6}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}",
+        "threads", "op", "plain", "batch 1", "batch 8", "batch 32", "batch128"
+    );
+    for threads in [1, 2] {
+        for (kind, name) in [(Kind::Get, "get"), (Kind::Range3, "range3")] {
+            let plain = measure(&store, n, kind, None, threads, secs);
+            let mut row = format!("{threads:>7}  {name:>6}  {:>8.3}", plain / 1e6);
+            for b in [1, 8, 32, 128] {
+                let r = measure(&store, n, kind, Some(b), threads, secs);
+                row += &format!("  {:>8.3}", r / 1e6);
+            }
+            println!("{row}");
+        }
+    }
+}
