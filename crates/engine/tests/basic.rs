@@ -145,3 +145,33 @@ fn expired_items_are_invisible_and_swept() {
     assert_eq!(swept, 149);
     assert_eq!(store.range(&Range::all()).unwrap().len(), 151);
 }
+
+/// Emptying the store merges nodes away until little more than the root is
+/// left (empty nodes go away; the tree shrinks).
+#[test]
+fn deleting_everything_shrinks_the_tree() {
+    for (node, n) in [(512, 5000u64), (8192, 50_000)] {
+        let store = Store::new(Config::with_node_size(node)).unwrap();
+        for i in 0..n {
+            store.put(&key(i), b"value").unwrap();
+        }
+        store.collect();
+        let full = store.node_counts().reachable_buffers;
+        for i in 0..n {
+            store.delete(&key(i)).unwrap();
+        }
+        store.collect();
+        let empty = store.node_counts();
+        assert!(store.range(&Range::all()).unwrap().is_empty());
+        assert_eq!(empty.live_buffers, empty.reachable_buffers);
+        assert!(
+            empty.reachable_buffers * 20 < full,
+            "{node}: {} buffers left of {full}",
+            empty.reachable_buffers
+        );
+        eprintln!(
+            "{node}: {full} buffers full, {} empty",
+            empty.reachable_buffers
+        );
+    }
+}

@@ -165,6 +165,9 @@ struct Lookup {
     hint: usize,
     /// A log item already has this key (and it is not in the sorted block).
     dup: bool,
+    /// Estimated live keys in the leaf: sorted items, plus keys the log
+    /// added, minus delete markers (exact unless a key was deleted twice).
+    live_estimate: isize,
 }
 
 fn lookup(leaf: NodePtr, key: &[u8]) -> Lookup {
@@ -176,8 +179,15 @@ fn lookup(leaf: NodePtr, key: &[u8]) -> Lookup {
         None => (None, h.sorted_start, false),
     };
     let (mut hint, mut dup) = (0, false);
+    let mut live_estimate = h.nitems as isize;
     let mut at = h.sorted_end as usize;
     while at < buf.len() {
+        let flags = buf[at];
+        if flags & ITEM_TOMBSTONE != 0 {
+            live_estimate -= 1;
+        } else if flags & (ITEM_REPLACES | ITEM_DUP) == 0 {
+            live_estimate += 1;
+        }
         let (k, len) = leaf_item_key(buf, at, true);
         match key_cmp(k, key) {
             std::cmp::Ordering::Less => hint += 1,
@@ -196,6 +206,7 @@ fn lookup(leaf: NodePtr, key: &[u8]) -> Lookup {
         replaces,
         hint,
         dup,
+        live_estimate,
     }
 }
 
@@ -440,7 +451,15 @@ impl Tree {
                 Attempt::Done(r, None)
             }
             _ => {
-                if let Some(v) = self.append(leaf.buf, leaf.state, key, &op, &look) {
+                // A delete that empties its leaf restructures at once, so the
+                // empty leaf merges away instead of waiting for its log to fill.
+                let empties = matches!(op, WriteOp::Delete) && look.live_estimate <= 1;
+                let appended = if empties {
+                    None
+                } else {
+                    self.append(leaf.buf, leaf.state, key, &op, &look)
+                };
+                if let Some(v) = appended {
                     self.clock.release(v);
                     return Attempt::Done(r, Some(v));
                 }
@@ -883,7 +902,12 @@ impl Tree {
         };
         let obytes = other_content.bytes(self);
         let sep_bytes = interior_item_len(siblings[other_idx].key);
-        if bytes + obytes + sep_bytes > cap * 3 / 4 {
+        // Merged nodes stay under three quarters full so the next few writes
+        // do not split them again; a node with nothing in it (an empty leaf,
+        // an interior node left with one child) merges whenever it fits, so
+        // empty nodes and one-child parents go away.
+        let limit = if bytes == 0 { cap } else { cap * 3 / 4 };
+        if bytes + obytes + sep_bytes > limit {
             return Err(content);
         }
         let held_before = plan.held.len();
