@@ -9,7 +9,7 @@ use std::ops::Bound;
 
 use super::{BatchResults, ReadBackend, ReadRequest, TreeView, bounds};
 use crate::tree::node::{Lid, NodePtr, state_size};
-use crate::tree::read::{Seek, find_segment, interior_seek, published};
+use crate::tree::read::{find_segment, interior_child, leaf_get_in, published};
 use crate::tree::{Now, Tree};
 
 /// Requests in flight per thread unless configured otherwise.
@@ -84,6 +84,8 @@ struct Flight<'a> {
     lid: Lid,
     node: NodePtr,
     stage: Stage,
+    /// The segment the Shortcuts stage found, for the Segment stage.
+    seg: Option<(usize, usize)>,
 }
 
 /// How a request descends (None: executed directly, not interleaved).
@@ -128,6 +130,7 @@ impl ReadBackend for CpuBackend {
                             lid: Lid::ROOT,
                             node: NodePtr::dangling(),
                             stage: Stage::Node,
+                            seg: None,
                         });
                     }
                     None => {
@@ -197,7 +200,8 @@ fn step(
             }
             let buf = published(f.node);
             let h = f.node.header();
-            if let Some((from, to)) = find_segment(buf, h, f.key, false) {
+            f.seg = find_segment(buf, h, f.key, false);
+            if let Some((from, to)) = f.seg {
                 prefetch_range(f.node, from, to);
             }
             if h.level == 0 {
@@ -212,7 +216,7 @@ fn step(
         }
         Stage::Segment => {
             if !f.node.is_leaf() {
-                let (child, _) = interior_seek(f.node, published(f.node), Seek::Key(f.key));
+                let child = interior_child(f.node, published(f.node), f.seg, f.key);
                 f.lid = child;
                 if let Some(slot) = tree.pages.slot_addr(child) {
                     prefetch(slot);
@@ -223,7 +227,7 @@ fn step(
             out.begin(f.req);
             match requests[f.req] {
                 ReadRequest::Get(key) => {
-                    if let Some(it) = tree.leaf_get(f.node, key, rv) {
+                    if let Some(it) = leaf_get_in(f.node, published(f.node), f.seg, key, rv) {
                         if it.is_live(now) {
                             out.push(f.req, it.key, it.value.bytes(), it.version, it.expiry);
                         }

@@ -89,11 +89,22 @@ pub(crate) fn last_le(
     key: &[u8],
     strict: bool,
 ) -> Option<(usize, usize, bool)> {
-    let leaf = h.level == 0;
-    let (mut at, end) = find_segment(buf, h, key, strict)?;
+    let (from, to) = find_segment(buf, h, key, strict)?;
+    scan_segment(buf, h.level == 0, from, to, key, strict)
+}
+
+/// The last item of the segment `[from, to)` with key `<= key` (`< key`).
+pub(crate) fn scan_segment(
+    buf: &[u8],
+    leaf: bool,
+    from: usize,
+    to: usize,
+    key: &[u8],
+    strict: bool,
+) -> Option<(usize, usize, bool)> {
     let accept = |c: Cmp| c == Cmp::Less || (c == Cmp::Equal && !strict);
-    let mut best = None;
-    while at < end {
+    let (mut at, mut best) = (from, None);
+    while at < to {
         let (k, len) = sorted_key(buf, at, leaf);
         let c = key_cmp(k, key);
         if !accept(c) {
@@ -103,6 +114,20 @@ pub(crate) fn last_le(
         at += len;
     }
     best
+}
+
+/// The child of an interior buffer for `key`, given the segment
+/// `find_segment` chose (the read engine finds it one step earlier).
+pub(crate) fn interior_child(
+    p: NodePtr,
+    buf: &[u8],
+    seg: Option<(usize, usize)>,
+    key: &[u8],
+) -> Lid {
+    match seg.and_then(|(from, to)| scan_segment(buf, false, from, to, key, false)) {
+        Some((off, ..)) => decode_interior(buf, off).1,
+        None => Lid(p.header().link),
+    }
 }
 
 /// The child an interior buffer routes `seek` to, and that child's low
@@ -181,23 +206,8 @@ impl Tree {
     /// marker or expired: the caller decides).
     pub(crate) fn leaf_get(&self, leaf: NodePtr, key: &[u8], rv: u64) -> Option<ItemRef<'static>> {
         let buf = published(leaf);
-        let h = leaf.header();
-        let mut best = match last_le(buf, h, key, false) {
-            Some((off, _, true)) => Some(decode_item(buf, off, false)),
-            _ => None,
-        };
-        let mut at = h.sorted_end as usize;
-        while at < buf.len() {
-            let (k, len) = leaf_item_key(buf, at, true);
-            if k.len() == key.len() && key_cmp(k, key) == Cmp::Equal {
-                let it = decode_item(buf, at, true);
-                if it.version <= rv {
-                    best = Some(it);
-                }
-            }
-            at += len;
-        }
-        best
+        let seg = find_segment(buf, leaf.header(), key, false);
+        leaf_get_in(leaf, buf, seg, key, rv)
     }
 
     /// Point lookup at `rv`.
@@ -205,6 +215,33 @@ impl Tree {
         let (leaf, _) = self.descend(Seek::Key(key), rv);
         self.leaf_get(leaf, key, rv)
     }
+}
+
+/// `leaf_get` with the segment already found (published bytes `buf`).
+pub(crate) fn leaf_get_in(
+    leaf: NodePtr,
+    buf: &'static [u8],
+    seg: Option<(usize, usize)>,
+    key: &[u8],
+    rv: u64,
+) -> Option<ItemRef<'static>> {
+    let h = leaf.header();
+    let mut best = match seg.and_then(|(from, to)| scan_segment(buf, true, from, to, key, false)) {
+        Some((off, _, true)) => Some(decode_item(buf, off, false)),
+        _ => None,
+    };
+    let mut at = h.sorted_end as usize;
+    while at < buf.len() {
+        let (k, len) = leaf_item_key(buf, at, true);
+        if k.len() == key.len() && key_cmp(k, key) == Cmp::Equal {
+            let it = decode_item(buf, at, true);
+            if it.version <= rv {
+                best = Some(it);
+            }
+        }
+        at += len;
+    }
+    best
 }
 
 /// The live items of a leaf visible at `rv`, in key order.
