@@ -71,7 +71,7 @@ fn value_for_hash(h: u64) -> Value {
 }
 
 #[inline]
-fn hex16(x: u64, digits: &[u8; 16]) -> [u8; 16] {
+pub(crate) fn hex16(x: u64, digits: &[u8; 16]) -> [u8; 16] {
     let mut out = [0u8; 16];
     for (j, o) in out.iter_mut().enumerate() {
         *o = digits[((x >> (60 - 4 * j)) & 0xf) as usize];
@@ -79,7 +79,7 @@ fn hex16(x: u64, digits: &[u8; 16]) -> [u8; 16] {
     out
 }
 
-fn parse_hex16(s: &[u8]) -> Option<u64> {
+pub(crate) fn parse_hex16(s: &[u8]) -> Option<u64> {
     if s.len() != 16 {
         return None;
     }

@@ -1,16 +1,32 @@
 //! Benchmark driver for the combkv engine.
 //!
-//! The pieces: [`keys`] (the record keys and values of WORKLOADS.md),
-//! [`target`] (the engine and its in-memory peers behind one trait),
-//! [`runner`] (threads, timing, checking) and [`report`] (results). The
-//! `engine-figures` binary puts them together.
+//! The YCSB bench of WORKLOADS.md (`combkv bench`): [`record`] (keys and
+//! values of any size, carrying an update counter), [`generator`] (request
+//! distributions), [`workload`] (operation mixes), [`model`] (what each read
+//! may return), [`ops`] (one checked operation), [`ycsb`] (one measurement:
+//! load, then run), [`bench`] (every pair in a child process, via
+//! [`child`]), [`results`] and [`plot`] (tables, JSON lines, SVG).
+//!
+//! The targets: [`target`] (the engine and its in-process peers behind one
+//! trait). The older `engine-figures` binary uses [`keys`], [`runner`] and
+//! [`report`].
 
 use std::fmt;
 
+pub mod bench;
+pub mod child;
+pub mod generator;
 pub mod keys;
+pub mod model;
+pub mod ops;
+pub mod plot;
+pub mod record;
 pub mod report;
+pub mod results;
 pub mod runner;
 pub mod target;
+pub mod workload;
+pub mod ycsb;
 
 /// A failed measurement: a target error or a wrong answer.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -52,8 +52,7 @@ pub struct Report {
 /// Key plus value bytes of one record.
 pub const RAW_BYTES_PER_RECORD: usize = KEY_LEN + VALUE_LEN;
 
-/// Prefix of the line a child prints on stdout for its parent.
-pub const LINE_PREFIX: &str = "COMBKV-BENCH-REPORT";
+pub use crate::child::LINE_PREFIX;
 
 impl Report {
     /// Resident bytes the target added per record.

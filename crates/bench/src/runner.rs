@@ -14,7 +14,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::keys::{self, KEY_LEN, Key};
 use crate::report::{Report, Throughput};
-use crate::target::{BTreeMapTarget, SkipMapTarget, Target, TargetKind};
+use crate::target::{BTreeMapTarget, SccTarget, SkipMapTarget, Target, TargetKind};
 use crate::{BenchError, Result};
 
 /// What one [`measure`] call does.
@@ -43,6 +43,7 @@ pub fn measure(kind: TargetKind, p: &Params) -> Result<Report> {
         )),
         TargetKind::BTreeMap => measure_with(kind, p, || Ok(BTreeMapTarget::new())),
         TargetKind::SkipMap => measure_with(kind, p, || Ok(SkipMapTarget::new())),
+        TargetKind::Scc => measure_with(kind, p, || Ok(SccTarget::new())),
     }
 }
 
@@ -389,7 +390,7 @@ mod tests {
 
     #[test]
     fn peers_pass_every_check() {
-        for kind in [TargetKind::BTreeMap, TargetKind::SkipMap] {
+        for kind in [TargetKind::BTreeMap, TargetKind::SkipMap, TargetKind::Scc] {
             for threads in [1, 2] {
                 let r = measure(kind, &params(threads)).unwrap();
                 assert_eq!(r.load.ops, 5000);

@@ -1,25 +1,27 @@
 //! Engine figures: load, get and range throughput and resident bytes per
-//! record for the combkv engine and two in-memory peers.
+//! record for the combkv engine and three in-memory peers.
 //!
 //! Each (target, thread count) pair runs in a fresh child process (this
-//! binary, re-executed with the hidden `--child` flag) so that its resident
+//! binary, re-executed with the hidden `--child` flag through
+//! `combkv_bench::child`) so that its resident
 //! size is its own. The parent collects one report line from each child and
 //! prints the table.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use combkv_bench::report::{self, LINE_PREFIX, RAW_BYTES_PER_RECORD, Report};
+use combkv_bench::child;
+use combkv_bench::report::{self, RAW_BYTES_PER_RECORD, Report};
 use combkv_bench::runner::{self, Params};
 use combkv_bench::target::TargetKind;
 
 #[derive(Parser, Debug)]
 #[command(
     name = "engine-figures",
-    about = "Load, get and range throughput and resident bytes per record: combkv engine vs BTreeMap and SkipMap",
+    about = "Load, get and range throughput and resident bytes per record: combkv engine vs BTreeMap, SkipMap and scc TreeIndex",
     after_help = "Throughput is in millions of operations per second, all threads together. \
                   Ratio columns are engine/peer: above 1 the engine is faster (or, for \
                   resident B/record, bigger)."
@@ -29,8 +31,12 @@ struct Args {
     #[arg(long, default_value_t = 1_000_000)]
     records: u64,
 
-    /// Targets to measure, comma-separated: engine, btreemap, skipmap.
-    #[arg(long, value_delimiter = ',', default_value = "engine,btreemap,skipmap")]
+    /// Targets to measure, comma-separated: engine, btreemap, skipmap, scc.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "engine,btreemap,skipmap,scc"
+    )]
     targets: Vec<TargetKind>,
 
     /// Thread counts, comma-separated; every phase runs at each count.
@@ -111,13 +117,6 @@ fn child(args: &Args, kind: TargetKind) -> ExitCode {
 }
 
 fn parent(args: &Args) -> ExitCode {
-    let exe = match std::env::current_exe() {
-        Ok(exe) => exe,
-        Err(e) => {
-            eprintln!("engine-figures: cannot find my own executable: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     let mut json = match &args.json {
         Some(path) => match File::create(path) {
             Ok(f) => Some(BufWriter::new(f)),
@@ -133,7 +132,7 @@ fn parent(args: &Args) -> ExitCode {
     let mut failures = Vec::new();
     for &threads in &args.threads {
         for &kind in &args.targets {
-            match run_child(&exe, args, kind, threads) {
+            match run_child(args, kind, threads) {
                 Ok(r) => {
                     if let Some(w) = json.as_mut() {
                         let written =
@@ -175,38 +174,22 @@ fn parent(args: &Args) -> ExitCode {
     }
 }
 
-fn run_child(
-    exe: &std::path::Path,
-    args: &Args,
-    kind: TargetKind,
-    threads: usize,
-) -> Result<Report, String> {
-    let mut cmd = Command::new(exe);
-    cmd.arg("--child")
-        .arg(kind.name())
-        .arg("--threads")
-        .arg(threads.to_string())
-        .arg("--records")
-        .arg(args.records.to_string())
-        .arg("--secs")
-        .arg(args.secs.to_string())
-        .arg("--seed")
-        .arg(args.seed.to_string());
+fn run_child(args: &Args, kind: TargetKind, threads: usize) -> Result<Report, String> {
+    let mut argv: Vec<String> = vec![
+        "--child".into(),
+        kind.name().into(),
+        "--threads".into(),
+        threads.to_string(),
+        "--records".into(),
+        args.records.to_string(),
+        "--secs".into(),
+        args.secs.to_string(),
+        "--seed".into(),
+        args.seed.to_string(),
+    ];
     if args.no_scan {
-        cmd.arg("--no-scan");
+        argv.push("--no-scan".into());
     }
-    let out = cmd
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| format!("cannot start child: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("child exited with {}", out.status));
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with(LINE_PREFIX))
-        .ok_or("child printed no report line")?;
-    Report::from_line(line).map_err(|e| e.to_string())
+    let line = child::run_self(&argv).map_err(|e| e.to_string())?;
+    Report::from_line(&line).map_err(|e| e.to_string())
 }

@@ -1,0 +1,140 @@
+//! The YCSB tables and JSON lines.
+
+use std::fmt::Write as _;
+
+use crate::target::TargetKind;
+use crate::workload::Workload;
+use crate::ycsb::RunResult;
+
+/// One JSON object per (workload, target): the measured figures plus
+/// `bytes_per_record` and `raw_bytes_per_record` (no trailing newline).
+pub fn json_line(r: &RunResult) -> String {
+    // Plain numbers, strings and a struct of counters: serialising cannot fail.
+    serde_json::to_string(r).expect("a RunResult serialises")
+}
+
+fn fmt_us(x: f64) -> String {
+    if x < 10.0 {
+        format!("{x:.2}")
+    } else if x < 100.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.0}")
+    }
+}
+
+/// The table of one workload: one row per target (in `targets` order; a
+/// target without a result shows as failed), with ratios to the engine.
+pub fn table(workload: Workload, results: &[RunResult], targets: &[TargetKind]) -> String {
+    let find = |t: TargetKind| {
+        results
+            .iter()
+            .find(|r| r.workload == workload && r.target == t)
+    };
+    let engine = find(TargetKind::Engine);
+    let raw = results
+        .iter()
+        .find(|r| r.workload == workload)
+        .map_or(0.0, |r| r.raw_bytes_per_record);
+    let mut rows = vec![vec![
+        "target".to_string(),
+        "ops/s".into(),
+        "p50 us".into(),
+        "p99 us".into(),
+        "p99.9 us".into(),
+        format!("B/record (raw {raw:.0})"),
+        "ops/s vs engine".into(),
+        "B/record vs engine".into(),
+    ]];
+    for &t in targets {
+        let Some(r) = find(t) else {
+            rows.push(vec![t.to_string(), "FAILED".into()]);
+            continue;
+        };
+        let ratio = |x: f64, e: Option<f64>| match e {
+            Some(e) if e > 0.0 => format!("{:.2}x", x / e),
+            _ => "-".into(),
+        };
+        rows.push(vec![
+            t.to_string(),
+            format!("{:.0}", r.throughput_ops),
+            fmt_us(r.p50_us),
+            fmt_us(r.p99_us),
+            fmt_us(r.p999_us),
+            format!("{:.1}", r.bytes_per_record),
+            ratio(r.throughput_ops, engine.map(|e| e.throughput_ops)),
+            ratio(r.bytes_per_record, engine.map(|e| e.bytes_per_record)),
+        ]);
+    }
+    let cols = rows[0].len();
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(String::len)
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in &rows {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            if c == 0 {
+                write!(line, "{cell:<w$}", w = widths[c]).unwrap();
+            } else {
+                write!(line, "  {cell:>w$}", w = widths[c]).unwrap();
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(target: TargetKind, throughput_ops: f64) -> RunResult {
+        RunResult {
+            throughput_ops,
+            ..RunResult::example(target)
+        }
+    }
+
+    #[test]
+    fn table_has_ratios_and_failures() {
+        let rs = [
+            sample(TargetKind::Engine, 2000.0),
+            sample(TargetKind::BTreeMap, 1000.0),
+        ];
+        let targets = [TargetKind::Engine, TargetKind::BTreeMap, TargetKind::Scc];
+        let t = table(Workload::A, &rs, &targets);
+        assert!(t.contains("0.50x") && t.contains("1.00x"), "{t}");
+        assert!(t.contains("raw 32") && t.contains("FAILED"), "{t}");
+    }
+
+    #[test]
+    fn json_lines_carry_the_figures() {
+        let j = json_line(&sample(TargetKind::Scc, 1234.5));
+        let v: serde_json::Value = serde_json::from_str(&j).unwrap();
+        for field in [
+            "workload",
+            "target",
+            "threads",
+            "throughput_ops",
+            "p50_us",
+            "p99_us",
+            "p999_us",
+            "bytes_per_record",
+            "raw_bytes_per_record",
+        ] {
+            assert!(v.get(field).is_some(), "{field} missing in {j}");
+        }
+        assert_eq!(v["target"], "scc");
+        assert_eq!(v["workload"], "a");
+        let back: RunResult = serde_json::from_str(&j).unwrap();
+        assert_eq!(back, sample(TargetKind::Scc, 1234.5));
+    }
+}

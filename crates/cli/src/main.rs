@@ -1,0 +1,146 @@
+//! `combkv`: the command line. Only `bench` (the in-process YCSB driver) is
+//! here so far; `serve` and `check` come with the server.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use combkv_bench::bench::{self, BenchOptions};
+use combkv_bench::generator::Distribution;
+use combkv_bench::record::{Shape, SizeRange};
+use combkv_bench::target::TargetKind;
+use combkv_bench::workload::Workload;
+use combkv_bench::ycsb::Stop;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "combkv",
+    version,
+    about = "combkv: an in-memory ordered key-value store"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run YCSB workloads (WORKLOADS.md) against the engine and in-process peers.
+    Bench(BenchArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Each (workload, target) pair loads a fresh target in its own child \
+    process, then runs the mix; every value read is checked, and a wrong answer fails the run. \
+    Memory is (VmRSS after load - before) / records. Network targets (combkv-resp, \
+    combkv-memcached, redis, memcached) need the server and are not part of this bench."
+)]
+struct BenchArgs {
+    /// Workloads, comma-separated: a, b, c, d, e, f, cloud.
+    #[arg(long, value_delimiter = ',', default_value = "a")]
+    workload: Vec<Workload>,
+
+    /// Targets, comma-separated: engine, btreemap, skipmap, scc.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "engine,btreemap,skipmap,scc"
+    )]
+    targets: Vec<TargetKind>,
+
+    /// Records loaded before each run.
+    #[arg(long, default_value_t = 1_000_000)]
+    records: u64,
+
+    /// Operations per run, all threads together.
+    #[arg(long, conflicts_with = "duration")]
+    ops: Option<u64>,
+
+    /// Seconds per run (the default is 10 when --ops is not given).
+    #[arg(long, value_name = "SECONDS")]
+    duration: Option<f64>,
+
+    /// Worker threads (default: the number of cores).
+    #[arg(long)]
+    threads: Option<usize>,
+
+    /// Request distribution for every workload, instead of each one's own.
+    #[arg(long)]
+    distribution: Option<Distribution>,
+
+    /// Key size in bytes, A or A..B (multiples of 8, at least 16).
+    #[arg(long, default_value = "16", value_name = "A[..B]")]
+    key_size: SizeRange,
+
+    /// Value size in bytes, A or A..B (multiples of 8, at least 8).
+    #[arg(long, default_value = "16", value_name = "A[..B]")]
+    value_size: SizeRange,
+
+    /// Cloud workload: percentage of range reads (the rest are inserts).
+    #[arg(long, default_value_t = 95, value_parser = clap::value_parser!(u8).range(0..=100))]
+    read_pct: u8,
+
+    /// Seed of the workers' random generators.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+
+    /// Write one JSON object per (workload, target) to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+
+    /// Write an SVG bar chart (throughput and p99 per target per workload) to FILE.
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
+
+    /// Run one measurement in this process (a spec from the parent).
+    #[arg(long, hide = true, value_name = "SPEC")]
+    child: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Bench(args) => bench_main(args),
+    }
+}
+
+fn bench_main(args: BenchArgs) -> ExitCode {
+    let result = match &args.child {
+        Some(spec) => bench::child_main(spec),
+        None => {
+            let threads = args
+                .threads
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+            let stop = match (args.ops, args.duration) {
+                (Some(n), _) => Stop::Ops(n),
+                (None, Some(s)) => Stop::Secs(s),
+                (None, None) => Stop::Secs(10.0),
+            };
+            let opts = BenchOptions {
+                workloads: args.workload,
+                targets: args.targets,
+                records: args.records,
+                stop,
+                threads,
+                distribution: args.distribution,
+                shape: Shape {
+                    key_size: args.key_size,
+                    value_size: args.value_size,
+                },
+                read_pct: args.read_pct,
+                seed: args.seed,
+                json: args.json,
+                plot: args.plot,
+            };
+            bench::run(&opts, &["bench".to_string()]).map(drop)
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("combkv bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
