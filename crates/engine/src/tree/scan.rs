@@ -5,8 +5,9 @@
 
 use std::ops::Bound;
 
+use super::node::leaf_item_key;
 use super::node::{ItemRef, Lid, NodePtr};
-use super::read::{Seek, leaf_ordered, leaf_walk};
+use super::read::{Seek, find_segment, leaf_ordered, leaf_walk, published};
 use super::{Now, Tree};
 
 fn after_end(key: &[u8], end: Bound<&[u8]>) -> bool {
@@ -64,7 +65,14 @@ impl Tree {
             };
             let (mut leaf, mut fence) = self.descend(seek, rv);
             let mut items = Vec::new();
+            let mut previous_fence: Option<&[u8]> = None;
             loop {
+                // Each step left must land on a leaf strictly below the last.
+                debug_assert!(
+                    previous_fence.is_none_or(|p| fence.is_none_or(|f| f < p)),
+                    "reverse scan did not move left at version {rv}: fence {fence:?} after {previous_fence:?}"
+                );
+                previous_fence = fence;
                 items.clear();
                 leaf_ordered(leaf, rv, now, &mut items);
                 for it in items.iter().rev() {
@@ -103,8 +111,17 @@ impl Tree {
             Bound::Included(k) | Bound::Excluded(k) => Some(k),
             Bound::Unbounded => None,
         };
+        // Invariant 6: keys strictly ascend along the leaf chain at one version.
+        let mut last: Option<&[u8]> = None;
         loop {
             let more = leaf_walk(leaf, rv, from, |it| {
+                debug_assert!(
+                    last.is_none_or(|l| l < it.key),
+                    "leaf chain out of order at version {rv}: {:?} after {:?}",
+                    it.key,
+                    last
+                );
+                last = Some(it.key);
                 if !it.is_live(now) || before_start(it.key, start) {
                     return true;
                 }
@@ -155,6 +172,29 @@ impl Tree {
 
     /// The greatest live key `<= key` at `rv`.
     pub(crate) fn floor_at(&self, key: &[u8], rv: u64, now: &Now) -> Option<ItemRef<'static>> {
+        // Fast path: walk forward from the shortcut segment that holds `key`
+        // and keep the last live item `<= key`. Everything the walk skips
+        // sorts before what it visits, so a candidate found is the floor.
+        let (leaf, _) = self.descend(Seek::Key(key), rv);
+        let buf = published(leaf);
+        if let Some((seg_from, _)) = find_segment(buf, leaf.header(), key, false) {
+            let first = leaf_item_key(buf, seg_from, false).0;
+            let mut found = None;
+            leaf_walk(leaf, rv, Some(first), |it| {
+                if it.key > key {
+                    return false;
+                }
+                if it.is_live(now) {
+                    found = Some(it);
+                }
+                true
+            });
+            if found.is_some() {
+                return found;
+            }
+        }
+        // Nothing live there: scan backwards (earlier in the leaf, or
+        // earlier leaves).
         let mut out = None;
         self.scan(
             rv,
