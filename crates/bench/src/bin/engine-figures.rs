@@ -32,10 +32,12 @@ struct Args {
     records: u64,
 
     /// Targets to measure, comma-separated: engine, btreemap, skipmap, scc.
+    /// scc is not in the default set: its untimed full-scan check does not
+    /// finish in minutes at 1 M records (under investigation).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "engine,btreemap,skipmap,scc"
+        default_value = "engine,btreemap,skipmap"
     )]
     targets: Vec<TargetKind>,
 
