@@ -198,23 +198,7 @@ pub fn table(reports: &[Report], targets: &[TargetKind], threads: &[usize]) -> S
         }
     }
 
-    let widths: Vec<usize> = (0..rows[0].len())
-        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for row in &rows {
-        let mut line = String::new();
-        for (c, cell) in row.iter().enumerate() {
-            if c == 1 {
-                write!(line, "  {cell:<w$}", w = widths[c]).unwrap();
-            } else {
-                write!(line, "  {cell:>w$}", w = widths[c]).unwrap();
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
+    crate::results::align_columns(&rows, 1, true)
 }
 
 #[cfg(test)]

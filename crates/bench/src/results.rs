@@ -66,7 +66,14 @@ pub fn table(workload: Workload, results: &[RunResult], targets: &[TargetKind]) 
             ratio(r.bytes_per_record, engine.map(|e| e.bytes_per_record)),
         ]);
     }
-    let cols = rows[0].len();
+    align_columns(&rows, 0, false)
+}
+
+/// Lays `rows` out as text columns: every column padded to its widest cell
+/// and right-aligned except `left`; columns are separated by two spaces, and
+/// with `indent` the first column is too. Trailing spaces are trimmed.
+pub fn align_columns(rows: &[Vec<String>], left: usize, indent: bool) -> String {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
         .map(|c| {
             rows.iter()
@@ -77,13 +84,16 @@ pub fn table(workload: Workload, results: &[RunResult], targets: &[TargetKind]) 
         })
         .collect();
     let mut out = String::new();
-    for row in &rows {
+    for row in rows {
         let mut line = String::new();
         for (c, cell) in row.iter().enumerate() {
-            if c == 0 {
+            if c > 0 || indent {
+                line.push_str("  ");
+            }
+            if c == left {
                 write!(line, "{cell:<w$}", w = widths[c]).unwrap();
             } else {
-                write!(line, "  {cell:>w$}", w = widths[c]).unwrap();
+                write!(line, "{cell:>w$}", w = widths[c]).unwrap();
             }
         }
         out.push_str(line.trim_end());
