@@ -167,8 +167,6 @@ pub(crate) struct ItemRef<'a> {
     pub version: u64,
     /// Unix ms; 0 = never.
     pub expiry: u64,
-    /// Log items: sorted-block offset this item belongs before (or replaces).
-    pub backptr: u32,
     /// Encoded length.
     pub len: u32,
     /// The encoded bytes of a sorted-block item (empty for log items): a
@@ -212,13 +210,9 @@ pub(crate) fn decode_item(buf: &[u8], offset: usize, log: bool) -> ItemRef<'_> {
     let vlen = rd_u32(buf, offset + 3) as usize;
     let version = rd_u64(buf, offset + 7);
     let mut at = offset + ITEM_HEADER_BYTES;
-    let backptr = if log {
-        let bp = rd_u32(buf, at);
+    if log {
         at += LOG_EXTRA_BYTES;
-        bp
-    } else {
-        0
-    };
+    }
     let expiry = if flags & ITEM_TTL != 0 {
         let e = rd_u64(buf, at);
         at += TTL_BYTES;
@@ -243,7 +237,6 @@ pub(crate) fn decode_item(buf: &[u8], offset: usize, log: bool) -> ItemRef<'_> {
         value,
         version,
         expiry,
-        backptr,
         len: (at - offset) as u32,
         raw: if log { &[] } else { &buf[offset..at] },
     }

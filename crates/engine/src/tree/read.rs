@@ -254,8 +254,50 @@ pub(crate) fn leaf_ordered(leaf: NodePtr, rv: u64, now: &Now, out: &mut Vec<Item
     });
 }
 
-/// Most log items a leaf can hold (order hints are one byte).
-const MAX_LOG_ITEMS: usize = 256;
+/// Most log items a leaf can hold (order hints are one byte), plus one slot
+/// for the item a merge is writing.
+const MAX_LOG_ITEMS: usize = 257;
+
+/// A leaf's log items in key order (Honeycomb figure 8): item `i` in arrival
+/// order is inserted at position `hint(i)`; back pointers and flags ride
+/// along so walks need not decode items to group them.
+pub(crate) struct LogOrder {
+    pub at: [u32; MAX_LOG_ITEMS],
+    pub bp: [u32; MAX_LOG_ITEMS],
+    pub flags: [u8; MAX_LOG_ITEMS],
+    pub n: usize,
+}
+
+impl LogOrder {
+    /// The log block of published bytes `buf` starting at `sorted_end`.
+    pub(crate) fn of(buf: &[u8], sorted_end: usize) -> LogOrder {
+        let mut o = LogOrder {
+            at: [0; MAX_LOG_ITEMS],
+            bp: [0; MAX_LOG_ITEMS],
+            flags: [0; MAX_LOG_ITEMS],
+            n: 0,
+        };
+        let x = crate::config::ITEM_HEADER_BYTES;
+        let mut at = sorted_end;
+        while at < buf.len() {
+            let bp = u32::from_le_bytes(buf[at + x..at + x + 4].try_into().expect("4 bytes"));
+            let (_, len) = leaf_item_key(buf, at, true);
+            o.insert(at as u32, buf[at + x + 4] as usize, bp, buf[at]);
+            at += len;
+        }
+        o
+    }
+
+    /// Adds an item that arrived after all present ones.
+    pub(crate) fn insert(&mut self, at: u32, hint: usize, bp: u32, flags: u8) {
+        let (pos, n) = (hint.min(self.n), self.n);
+        self.at.copy_within(pos..n, pos + 1);
+        self.bp.copy_within(pos..n, pos + 1);
+        self.flags.copy_within(pos..n, pos + 1);
+        (self.at[pos], self.bp[pos], self.flags[pos]) = (at, bp, flags);
+        self.n += 1;
+    }
+}
 
 /// Calls `f` with the newest version visible at `rv` of every key in `leaf`
 /// (delete markers and expired items included), in key order, starting at
@@ -275,20 +317,9 @@ pub(crate) fn leaf_walk(
     let h = leaf.header();
     let sorted_end = h.sorted_end as usize;
     // Log item offsets in key order: item i goes to position hint(i).
-    let mut ordered = [0u32; MAX_LOG_ITEMS];
-    let mut n = 0;
-    let mut at = sorted_end;
-    while at < buf.len() {
-        let hint = buf[at + crate::config::ITEM_HEADER_BYTES + 4] as usize;
-        let (_, len) = leaf_item_key(buf, at, true);
-        let pos = hint.min(n);
-        ordered.copy_within(pos..n, pos + 1);
-        ordered[pos] = at as u32;
-        n += 1;
-        at += len;
-    }
-    let ordered = &ordered[..n];
-    let log = |j: usize| decode_item(buf, ordered[j] as usize, true);
+    let order = LogOrder::of(buf, sorted_end);
+    let n = order.n;
+    let log = |j: usize| decode_item(buf, order.at[j] as usize, true);
     // The newest candidate visible at rv: candidates come in version order.
     let pick = |base: Option<ItemRef<'static>>, from: usize, to: usize| {
         (from..to)
@@ -305,19 +336,18 @@ pub(crate) fn leaf_walk(
         }
     }
     let mut j = 0;
-    while j < n && log(j).backptr < off as u32 {
+    while j < n && order.bp[j] < off as u32 {
         j += 1;
     }
     // New keys (not in the sorted block) that sort before sorted offset `bp`.
     let new_keys = |bp: u32, j: &mut usize, f: &mut dyn FnMut(ItemRef<'static>) -> bool| {
         while *j < n {
-            let first = log(*j);
-            if first.backptr != bp || first.flags & ITEM_REPLACES != 0 {
+            if order.bp[*j] != bp || order.flags[*j] & ITEM_REPLACES != 0 {
                 break;
             }
             let start = *j;
             *j += 1;
-            while *j < n && log(*j).flags & ITEM_DUP != 0 {
+            while *j < n && order.flags[*j] & ITEM_DUP != 0 {
                 *j += 1;
             }
             if let Some(it) = pick(None, start, *j) {
@@ -334,7 +364,7 @@ pub(crate) fn leaf_walk(
             return false;
         }
         let start = j;
-        while j < n && log(j).backptr == off as u32 {
+        while j < n && order.bp[j] == off as u32 {
             j += 1;
         }
         if let Some(it) = pick(Some(s), start, j) {

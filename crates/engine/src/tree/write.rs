@@ -20,7 +20,7 @@ use super::node::{
     ValueRef, decode_interior, decode_item, encode_item, item_len, key_cmp, leaf_item_key,
     state_next, state_size,
 };
-use super::read::{last_le, leaf_walk, published};
+use super::read::{LogOrder, last_le, leaf_walk, published};
 use super::{Now, Tree};
 use crate::sync::backoff;
 
@@ -210,8 +210,6 @@ fn lookup(leaf: NodePtr, key: &[u8]) -> Lookup {
     }
 }
 
-/// Most log items a leaf holds (order hints are one byte).
-const MAX_LOG_ITEMS: usize = 256;
 /// Marks the item being written among the log items of a streaming merge.
 const NEW_ITEM: u32 = u32::MAX;
 
@@ -553,26 +551,7 @@ impl Tree {
         }
         // Log items in key order by order hint, the written item last in
         // arrival order (it is the newest), with back pointers and flags.
-        let mut ordered = [0u32; MAX_LOG_ITEMS + 1];
-        let mut bps = [0u32; MAX_LOG_ITEMS + 1];
-        let mut flags = [0u8; MAX_LOG_ITEMS + 1];
-        let mut n = 0;
-        let mut place = |at: u32, hint: usize, bp: u32, fl: u8, n: &mut usize| {
-            let pos = hint.min(*n);
-            ordered.copy_within(pos..*n, pos + 1);
-            bps.copy_within(pos..*n, pos + 1);
-            flags.copy_within(pos..*n, pos + 1);
-            (ordered[pos], bps[pos], flags[pos]) = (at, bp, fl);
-            *n += 1;
-        };
-        let mut at = sorted_end;
-        while at < buf.len() {
-            let x = crate::config::ITEM_HEADER_BYTES;
-            let bp = u32::from_le_bytes(buf[at + x..at + x + 4].try_into().expect("4 bytes"));
-            let (_, len) = leaf_item_key(buf, at, true);
-            place(at as u32, buf[at + x + 4] as usize, bp, buf[at], &mut n);
-            at += len;
-        }
+        let mut order = LogOrder::of(buf, sorted_end);
         let new_flags = if look.replaces {
             ITEM_REPLACES
         } else if look.dup {
@@ -580,7 +559,8 @@ impl Tree {
         } else {
             0
         };
-        place(NEW_ITEM, look.hint, look.backptr, new_flags, &mut n);
+        order.insert(NEW_ITEM, look.hint, look.backptr, new_flags);
+        let (n, ordered, bps, flags) = (order.n, &order.at, &order.bp, &order.flags);
 
         let mut w = LeafWriter::new(g, &self.shared.counter, upper);
         let mut new_at = None;
