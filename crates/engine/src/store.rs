@@ -259,6 +259,18 @@ impl Store {
         Ok(())
     }
 
+    /// Keys stored, counted as writes create and delete them (O(1)). Keys
+    /// that have expired count until the background sweep removes them, as
+    /// Redis's DBSIZE counts them; exact once writers are quiescent.
+    pub fn len(&self) -> u64 {
+        self.tree.keys.get()
+    }
+
+    /// True when no key is stored (see [`Store::len`]).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// The read version: every read that starts now sees exactly the writes
     /// with versions up to it.
     pub fn read_version(&self) -> Version {
