@@ -228,3 +228,68 @@ fn len_counts_stored_keys_through_every_write() {
     let counted = store.range(&Range::all()).unwrap().len() as u64;
     assert_eq!(store.len(), counted);
 }
+
+#[test]
+fn write_with_decides_and_writes_atomically() {
+    use combkv::{Expiry, Write};
+    let store = Store::new(Config::with_node_size(512)).unwrap();
+    // Put only if absent, returning what was there.
+    let (old, v) = store
+        .write_with(b"k", |cur| match cur {
+            None => (
+                Write::Put {
+                    value: b"1".to_vec(),
+                    expiry: Expiry::Never,
+                },
+                None,
+            ),
+            Some(it) => (Write::Keep, Some(it.value.to_vec())),
+        })
+        .unwrap();
+    assert_eq!((old, v.is_some()), (None, true));
+    let (old, v) = store
+        .write_with(b"k", |cur| (Write::Keep, cur.map(|it| it.value.to_vec())))
+        .unwrap();
+    assert_eq!((old.as_deref(), v), (Some(&b"1"[..]), None));
+    // Keep the expiry while replacing the value.
+    store.expire(b"k", Expiry::AtMs(u64::MAX / 2)).unwrap();
+    store
+        .write_with(b"k", |_| {
+            (
+                Write::Put {
+                    value: b"2".to_vec(),
+                    expiry: Expiry::Keep,
+                },
+                (),
+            )
+        })
+        .unwrap();
+    let it = store.get_item(b"k").unwrap().unwrap();
+    assert_eq!(
+        (&it.value[..], it.expires_at_ms),
+        (&b"2"[..], Some(u64::MAX / 2))
+    );
+    // Delete returning the old value (GETDEL).
+    let (old, _) = store
+        .write_with(b"k", |cur| (Write::Delete, cur.map(|it| it.value.to_vec())))
+        .unwrap();
+    assert_eq!(old.as_deref(), Some(&b"2"[..]));
+    assert_eq!(store.get(b"k").unwrap(), None);
+    assert_eq!(store.len(), 0);
+    // Limits are enforced and change nothing.
+    let big = vec![0u8; store.max_value_len() + 1];
+    let err = store
+        .write_with(b"k", |_| {
+            (
+                Write::Put {
+                    value: big.clone(),
+                    expiry: Expiry::Never,
+                },
+                (),
+            )
+        })
+        .unwrap_err();
+    assert!(matches!(err, combkv::Error::ValueTooLarge { .. }));
+    assert_eq!(store.get(b"k").unwrap(), None);
+    assert!(store.write_with(b"", |_| (Write::Keep, ())).is_err());
+}
