@@ -92,6 +92,8 @@ pub(crate) const ITEM_HEADER_BYTES: usize = 15;
 pub(crate) const LOG_EXTRA_BYTES: usize = 5;
 /// Extra bytes of an item with an expiry time.
 pub(crate) const TTL_BYTES: usize = 8;
+/// Extra bytes of an item with non-zero client flags (memcached's 32-bit flags).
+pub(crate) const CFLAGS_BYTES: usize = 4;
 
 impl Geometry {
     pub(crate) fn new(node_size: usize) -> Geometry {
@@ -100,7 +102,7 @@ impl Geometry {
         let leaf_capacity = node_size - HEADER_BYTES - shortcut_bytes - log_bytes;
         let interior_capacity = node_size - HEADER_BYTES - shortcut_bytes;
         let max_item = leaf_capacity / 4;
-        let fixed = ITEM_HEADER_BYTES + LOG_EXTRA_BYTES + TTL_BYTES;
+        let fixed = ITEM_HEADER_BYTES + LOG_EXTRA_BYTES + TTL_BYTES + CFLAGS_BYTES;
         // Honeycomb's limits (460-byte keys, 469-byte inline values) for 8 KiB
         // and larger nodes; proportionally smaller for test-sized nodes.
         let max_key_len = 460.min((max_item - fixed) * 2 / 5);
@@ -136,7 +138,7 @@ mod tests {
         let g = Geometry::new(8192);
         assert_eq!(g.max_key_len, 460);
         assert_eq!(g.inline_value_max, 469);
-        let fixed = ITEM_HEADER_BYTES + LOG_EXTRA_BYTES + TTL_BYTES;
+        let fixed = ITEM_HEADER_BYTES + LOG_EXTRA_BYTES + TTL_BYTES + CFLAGS_BYTES;
         for n in [512, 1024, 4096, 8192, 65536] {
             let g = Geometry::new(n);
             assert!(

@@ -17,7 +17,7 @@ pub(crate) mod tree;
 pub use config::Config;
 pub use error::{Error, Result};
 pub use store::{
-    Expiry, Item, ItemView, NodeCounts, Range, SnapshotId, Store, Version, Write, now_ms,
+    Expiry, Flags, Item, ItemView, NodeCounts, Range, SnapshotId, Store, Version, Write, now_ms,
 };
 pub use tree::epoch::flush_reclamation;
 pub use tree::node::live_buffers_global;

@@ -50,14 +50,43 @@ pub enum Expiry {
     Keep,
 }
 
+/// Client flags of a written item: memcached's opaque 32-bit per-item
+/// flags. Writes that do not name them ([`Store::put`], RESP SET) store 0,
+/// as Redis has no such thing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Flags {
+    /// Store these flags (0: none; costs no space).
+    Set(u32),
+    /// Keep the flags the item has now (0 if absent).
+    #[default]
+    Keep,
+}
+
+impl Flags {
+    /// No flags.
+    pub const NONE: Flags = Flags::Set(0);
+
+    fn resolve(self, current: Option<&ItemRef<'_>>) -> u32 {
+        match self {
+            Flags::Set(f) => f,
+            Flags::Keep => current.map_or(0, |c| c.cflags),
+        }
+    }
+}
+
 /// What [`Store::write_with`] does with a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Write {
     /// Leave it as it is.
     Keep,
     /// Store this value with this expiry ([`Expiry::Keep`] keeps the live
-    /// item's expiry, none if absent).
-    Put { value: Vec<u8>, expiry: Expiry },
+    /// item's expiry, none if absent) and client flags ([`Flags::Keep`]
+    /// keeps the live item's flags, 0 if absent).
+    Put {
+        value: Vec<u8>,
+        expiry: Expiry,
+        flags: Flags,
+    },
     /// Remove it (nothing happens if it is absent).
     Delete,
 }
@@ -70,6 +99,8 @@ pub struct Item {
     pub version: Version,
     /// Unix time in milliseconds at which the item expires.
     pub expires_at_ms: Option<u64>,
+    /// Client flags (memcached); 0 = none.
+    pub flags: u32,
 }
 
 impl Item {
@@ -79,6 +110,7 @@ impl Item {
             value: it.value.to_bytes(),
             version: Version(it.version),
             expires_at_ms: (it.expiry != 0).then_some(it.expiry),
+            flags: it.cflags,
         }
     }
 }
@@ -92,6 +124,8 @@ pub struct ItemView<'a> {
     pub version: Version,
     /// Unix time in milliseconds at which the item expires.
     pub expires_at_ms: Option<u64>,
+    /// Client flags (memcached); 0 = none.
+    pub flags: u32,
 }
 
 impl<'a> ItemView<'a> {
@@ -101,6 +135,7 @@ impl<'a> ItemView<'a> {
             value: it.value.bytes(),
             version: Version(it.version),
             expires_at_ms: (it.expiry != 0).then_some(it.expiry),
+            flags: it.cflags,
         }
     }
 }
@@ -471,7 +506,11 @@ impl Store {
             let op = match w {
                 Write::Keep => WriteOp::Noop,
                 Write::Delete => WriteOp::Delete,
-                Write::Put { value, expiry } => {
+                Write::Put {
+                    value,
+                    expiry,
+                    flags,
+                } => {
                     if let Err(e) = self.check_value(value.len()) {
                         refused = Some(e);
                         return (WriteOp::Noop, Some(r));
@@ -480,6 +519,7 @@ impl Store {
                     WriteOp::Put {
                         value: Cow::Owned(value),
                         expiry: Self::expiry_ms(expiry, cur),
+                        flags: flags.resolve(cur),
                     }
                 }
             };
@@ -506,6 +546,7 @@ impl Store {
                 WriteOp::Put {
                     value: Cow::Borrowed(value),
                     expiry,
+                    flags: 0,
                 },
                 (),
             )
@@ -523,6 +564,7 @@ impl Store {
                 WriteOp::Put {
                     value: Cow::Borrowed(value),
                     expiry: 0,
+                    flags: 0,
                 },
                 (),
             ),
@@ -541,6 +583,7 @@ impl Store {
                 WriteOp::Put {
                     value: Cow::Borrowed(value),
                     expiry: 0,
+                    flags: 0,
                 },
                 (),
             ),
@@ -580,6 +623,7 @@ impl Store {
                     WriteOp::Put {
                         value: Cow::Borrowed(value),
                         expiry,
+                        flags: 0,
                     },
                     (),
                 )
@@ -606,8 +650,14 @@ impl Store {
                 None => (WriteOp::Noop, Err(Error::Overflow)),
                 Some(n) => {
                     let expiry = cur.map_or(0, |c| c.expiry);
+                    let flags = cur.map_or(0, |c| c.cflags);
                     let value = Cow::Owned(n.to_string().into_bytes());
-                    (WriteOp::Put { value, expiry }, Ok(n))
+                    let op = WriteOp::Put {
+                        value,
+                        expiry,
+                        flags,
+                    };
+                    (op, Ok(n))
                 }
             }
         });
@@ -632,6 +682,7 @@ impl Store {
                 WriteOp::Put {
                     value: Cow::Owned(v),
                     expiry,
+                    flags: cur.map_or(0, |c| c.cflags),
                 },
                 Ok(len),
             )
@@ -651,6 +702,7 @@ impl Store {
                     WriteOp::Put {
                         value: Cow::Owned(c.value.bytes().to_vec()),
                         expiry,
+                        flags: c.cflags,
                     },
                     (),
                 )

@@ -231,7 +231,7 @@ fn len_counts_stored_keys_through_every_write() {
 
 #[test]
 fn write_with_decides_and_writes_atomically() {
-    use combkv::{Expiry, Write};
+    use combkv::{Expiry, Flags, Write};
     let store = Store::new(Config::with_node_size(512)).unwrap();
     // Put only if absent, returning what was there.
     let (old, v) = store
@@ -240,6 +240,7 @@ fn write_with_decides_and_writes_atomically() {
                 Write::Put {
                     value: b"1".to_vec(),
                     expiry: Expiry::Never,
+                    flags: Flags::NONE,
                 },
                 None,
             ),
@@ -259,6 +260,7 @@ fn write_with_decides_and_writes_atomically() {
                 Write::Put {
                     value: b"2".to_vec(),
                     expiry: Expiry::Keep,
+                    flags: Flags::Keep,
                 },
                 (),
             )
@@ -284,6 +286,7 @@ fn write_with_decides_and_writes_atomically() {
                 Write::Put {
                     value: big.clone(),
                     expiry: Expiry::Never,
+                    flags: Flags::NONE,
                 },
                 (),
             )
@@ -292,4 +295,63 @@ fn write_with_decides_and_writes_atomically() {
     assert!(matches!(err, combkv::Error::ValueTooLarge { .. }));
     assert_eq!(store.get(b"k").unwrap(), None);
     assert!(store.write_with(b"", |_| (Write::Keep, ())).is_err());
+}
+
+/// Client flags (memcached's) live with the item through log appends,
+/// merges and splits: `write_with` sets or keeps them, incr/append/expire
+/// keep them, plain puts clear them.
+#[test]
+fn client_flags_are_stored_kept_and_cleared() {
+    use combkv::{Expiry, Flags, Write};
+    let store = Store::new(Config::with_node_size(512)).unwrap();
+    let put = |k: &[u8], v: &[u8], flags: Flags| {
+        store
+            .write_with(k, |_| {
+                let w = Write::Put {
+                    value: v.to_vec(),
+                    expiry: Expiry::Keep,
+                    flags,
+                };
+                (w, ())
+            })
+            .unwrap();
+    };
+    // Enough keys to split and merge the 512-byte nodes many times.
+    for i in 0..2000u64 {
+        put(&key(i), b"7", Flags::Set(i as u32 * 3 + 1));
+    }
+    for i in (0..2000u64).step_by(3) {
+        put(&key(i), b"8", Flags::Keep);
+    }
+    for i in 0..2000u64 {
+        let it = store.get_item(&key(i)).unwrap().unwrap();
+        assert_eq!(it.flags, i as u32 * 3 + 1, "key {i}");
+    }
+    let k = key(5);
+    store.incr_by(&k, 1).unwrap();
+    store.append(&k, b"0").unwrap();
+    store.expire(&k, Expiry::AtMs(u64::MAX / 2)).unwrap();
+    assert_eq!(store.get_item(&k).unwrap().unwrap().flags, 16);
+    let scanned: Vec<u32> = store
+        .range(&Range::all().with_limit(3))
+        .unwrap()
+        .iter()
+        .map(|it| it.flags)
+        .collect();
+    assert!(scanned.iter().all(|&f| f != 0));
+    put(&k, b"x", Flags::Set(0));
+    assert_eq!(store.get_item(&k).unwrap().unwrap().flags, 0);
+    put(&k, b"x", Flags::Set(u32::MAX));
+    store.put(&k, b"y").unwrap();
+    assert_eq!(store.get_item(&k).unwrap().unwrap().flags, 0);
+    // Flags of an absent key: Keep means none.
+    put(b"new", b"v", Flags::Keep);
+    assert_eq!(store.get_item(b"new").unwrap().unwrap().flags, 0);
+    // Read batches carry them too.
+    put(b"new", b"v", Flags::Set(42));
+    let mut out = combkv::readexec::BatchResults::new();
+    store
+        .read_batch(&[combkv::readexec::ReadRequest::Get(b"new")], &mut out)
+        .unwrap();
+    assert_eq!(out.items(0).next().unwrap().flags, 42);
 }

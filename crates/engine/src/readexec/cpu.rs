@@ -139,7 +139,7 @@ impl ReadBackend for CpuBackend {
                         };
                         out.begin(i);
                         tree.visit_range(r, rv, now, &mut |it| {
-                            out.push(i, it.key, it.value.bytes(), it.version, it.expiry);
+                            out.push(i, &it);
                             true
                         });
                     }
@@ -229,7 +229,7 @@ fn step(
                 ReadRequest::Get(key) => {
                     if let Some(it) = leaf_get_in(f.node, published(f.node), f.seg, key, rv) {
                         if it.is_live(now) {
-                            out.push(f.req, it.key, it.value.bytes(), it.version, it.expiry);
+                            out.push(f.req, &it);
                         }
                     }
                 }
@@ -240,7 +240,7 @@ fn step(
                     if limit > 0 && !crate::tree::scan::empty_bounds(start, end) {
                         let req = f.req;
                         tree.scan_from_leaf(f.node, rv, now, start, end, &mut |it| {
-                            out.push(req, it.key, it.value.bytes(), it.version, it.expiry);
+                            out.push(req, &it);
                             seen += 1;
                             seen < limit
                         });

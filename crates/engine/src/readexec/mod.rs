@@ -17,6 +17,7 @@ pub use cpu::CpuBackend;
 
 use crate::store::{ItemView, Range, Version};
 use crate::tree::Tree;
+use crate::tree::node::ItemRef;
 
 /// One request of a batch.
 #[derive(Debug, Clone, Copy)]
@@ -37,6 +38,8 @@ struct Slot {
     version: u64,
     /// Unix ms; 0 = never.
     expiry: u64,
+    /// Client flags; 0 = none.
+    flags: u32,
 }
 
 /// The results of a batch: request `i`'s items are `items(i)`. Reused
@@ -81,6 +84,7 @@ impl BatchResults {
                 value: &self.arena[s.value_at as usize..(s.value_at + s.value_len) as usize],
                 version: Version(s.version),
                 expires_at_ms: (s.expiry != 0).then_some(s.expiry),
+                flags: s.flags,
             })
     }
 
@@ -102,8 +106,9 @@ impl BatchResults {
         self.spans[i] = (self.slots.len() as u32, 0);
     }
 
-    /// Appends an item to the request begun last.
-    pub(crate) fn push(&mut self, i: usize, key: &[u8], value: &[u8], version: u64, expiry: u64) {
+    /// Appends an item (as the tree stores it) to the request begun last.
+    pub(crate) fn push(&mut self, i: usize, it: &ItemRef<'_>) {
+        let (key, value, version, expiry) = (it.key, it.value.bytes(), it.version, it.expiry);
         let key_at = self.arena.len() as u32;
         self.arena.extend_from_slice(key);
         let value_at = self.arena.len() as u32;
@@ -115,6 +120,7 @@ impl BatchResults {
             value_len: value.len() as u32,
             version,
             expiry,
+            flags: it.cflags,
         });
         self.spans[i].1 += 1;
     }

@@ -20,6 +20,8 @@ pub(crate) struct Entry<'a> {
     pub value: ValueRef<'a>,
     pub version: u64,
     pub expiry: u64,
+    /// Client flags; 0 = none.
+    pub cflags: u32,
     /// The entry's encoding in a sorted block it comes from unchanged (else
     /// empty): copied as is.
     pub raw: &'a [u8],
@@ -35,6 +37,7 @@ impl Entry<'_> {
             self.key.len(),
             stored_value_len(g, self.value),
             self.expiry != 0,
+            self.cflags != 0,
             false,
         )
     }
@@ -201,7 +204,7 @@ impl<'g> LeafWriter<'g> {
         let value = own_value(self.g, e.value);
         // SAFETY: unpublished buffer owned by this thread.
         let out = unsafe { self.p.bytes_mut(at, at + len) };
-        let written = encode_item(out, 0, e.key, value, e.version, e.expiry, None);
+        let written = encode_item(out, 0, e.key, value, e.version, e.expiry, e.cflags, None);
         debug_assert_eq!(written, len);
         at
     }

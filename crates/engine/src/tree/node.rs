@@ -28,7 +28,9 @@ use std::ptr::{self, NonNull};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
-use crate::config::{Geometry, HEADER_BYTES, ITEM_HEADER_BYTES, LOG_EXTRA_BYTES, TTL_BYTES};
+use crate::config::{
+    CFLAGS_BYTES, Geometry, HEADER_BYTES, ITEM_HEADER_BYTES, LOG_EXTRA_BYTES, TTL_BYTES,
+};
 
 /// A logical node id: the index of a page-table entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -112,6 +114,9 @@ pub(crate) const ITEM_REPLACES: u8 = 8;
 /// Log item flag: an earlier log item has the same key (and is not in the
 /// sorted block); items with equal keys are adjacent in order-hint order.
 pub(crate) const ITEM_DUP: u8 = 16;
+/// Item flag: non-zero client flags (4 bytes) follow the expiry, if any.
+/// Absent for most items, so they cost nothing when unused.
+pub(crate) const ITEM_CFLAGS: u8 = 32;
 
 /// A value as a node stores it.
 #[derive(Clone, Copy, Debug)]
@@ -167,6 +172,8 @@ pub(crate) struct ItemRef<'a> {
     pub version: u64,
     /// Unix ms; 0 = never.
     pub expiry: u64,
+    /// Client flags (memcached); 0 = none.
+    pub cflags: u32,
     /// Encoded length.
     pub len: u32,
     /// The encoded bytes of a sorted-block item (empty for log items): a
@@ -185,10 +192,17 @@ impl ItemRef<'_> {
 }
 
 /// Encoded length of a leaf item.
-pub(crate) fn item_len(key_len: usize, value_stored_len: usize, ttl: bool, log: bool) -> usize {
+pub(crate) fn item_len(
+    key_len: usize,
+    value_stored_len: usize,
+    ttl: bool,
+    cflags: bool,
+    log: bool,
+) -> usize {
     ITEM_HEADER_BYTES
         + if log { LOG_EXTRA_BYTES } else { 0 }
         + if ttl { TTL_BYTES } else { 0 }
+        + if cflags { CFLAGS_BYTES } else { 0 }
         + key_len
         + value_stored_len
 }
@@ -220,6 +234,13 @@ pub(crate) fn decode_item(buf: &[u8], offset: usize, log: bool) -> ItemRef<'_> {
     } else {
         0
     };
+    let cflags = if flags & ITEM_CFLAGS != 0 {
+        let c = rd_u32(buf, at);
+        at += CFLAGS_BYTES;
+        c
+    } else {
+        0
+    };
     let key = &buf[at..at + klen];
     at += klen;
     let value = if flags & ITEM_EXTERNAL != 0 {
@@ -237,6 +258,7 @@ pub(crate) fn decode_item(buf: &[u8], offset: usize, log: bool) -> ItemRef<'_> {
         value,
         version,
         expiry,
+        cflags,
         len: (at - offset) as u32,
         raw: if log { &[] } else { &buf[offset..at] },
     }
@@ -251,7 +273,12 @@ pub(crate) fn leaf_item_key(buf: &[u8], offset: usize, log: bool) -> (&[u8], usi
     let key_at = offset
         + ITEM_HEADER_BYTES
         + if log { LOG_EXTRA_BYTES } else { 0 }
-        + if flags & ITEM_TTL != 0 { TTL_BYTES } else { 0 };
+        + if flags & ITEM_TTL != 0 { TTL_BYTES } else { 0 }
+        + if flags & ITEM_CFLAGS != 0 {
+            CFLAGS_BYTES
+        } else {
+            0
+        };
     let value_len = if flags & ITEM_EXTERNAL != 0 {
         8
     } else {
@@ -282,6 +309,10 @@ pub(crate) fn key_cmp(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
 
 /// Encodes a leaf item into `out` (exactly `item_len` bytes). An external
 /// value's pointer is copied as is: the caller accounts for the strong count.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the fields of one item, written in one place"
+)]
 pub(crate) fn encode_item(
     out: &mut [u8],
     flags: u8,
@@ -289,10 +320,12 @@ pub(crate) fn encode_item(
     value: ValueRef<'_>,
     version: u64,
     expiry: u64,
+    cflags: u32,
     log: Option<(u32, u8)>,
 ) -> usize {
-    let flags = (flags & !(ITEM_TTL | ITEM_EXTERNAL))
+    let flags = (flags & !(ITEM_TTL | ITEM_EXTERNAL | ITEM_CFLAGS))
         | if expiry != 0 { ITEM_TTL } else { 0 }
+        | if cflags != 0 { ITEM_CFLAGS } else { 0 }
         | if matches!(value, ValueRef::External(..)) {
             ITEM_EXTERNAL
         } else {
@@ -311,6 +344,10 @@ pub(crate) fn encode_item(
     if expiry != 0 {
         out[at..at + 8].copy_from_slice(&expiry.to_le_bytes());
         at += TTL_BYTES;
+    }
+    if cflags != 0 {
+        out[at..at + 4].copy_from_slice(&cflags.to_le_bytes());
+        at += CFLAGS_BYTES;
     }
     out[at..at + key.len()].copy_from_slice(key);
     at += key.len();

@@ -29,8 +29,13 @@ use crate::sync::backoff;
 pub(crate) enum WriteOp<'a> {
     /// Leave the key as it is.
     Noop,
-    /// Store this value with this expiry (unix ms, 0 = never).
-    Put { value: Cow<'a, [u8]>, expiry: u64 },
+    /// Store this value with this expiry (unix ms, 0 = never) and client
+    /// flags (0 = none).
+    Put {
+        value: Cow<'a, [u8]>,
+        expiry: u64,
+        flags: u32,
+    },
     /// Remove the key.
     Delete,
 }
@@ -145,6 +150,7 @@ fn leaf_entries(leaf: NodePtr) -> Vec<Entry<'static>> {
                 value: it.value,
                 version: it.version,
                 expiry: it.expiry,
+                cflags: it.cflags,
                 raw: it.raw,
             });
         }
@@ -499,15 +505,19 @@ impl Tree {
         look: &Lookup,
     ) -> Option<u64> {
         let g = &self.g;
-        let (value, expiry, tomb) = match op {
-            WriteOp::Put { value, expiry } => (&value[..], *expiry, 0),
-            WriteOp::Delete => (&[][..], 0, ITEM_TOMBSTONE),
+        let (value, expiry, cflags, tomb) = match op {
+            WriteOp::Put {
+                value,
+                expiry,
+                flags,
+            } => (&value[..], *expiry, *flags, 0),
+            WriteOp::Delete => (&[][..], 0, 0, ITEM_TOMBSTONE),
             WriteOp::Noop => unreachable!("no-op writes return early"),
         };
         let size = state_size(state);
         let sorted_end = leaf.header().sorted_end as usize;
         let stored = stored_value_len(g, ValueRef::Inline(value));
-        let len = item_len(key.len(), stored, expiry != 0, true);
+        let len = item_len(key.len(), stored, expiry != 0, cflags != 0, true);
         debug_assert!(len <= g.max_item, "key and value limits keep items small");
         if size + len > g.node_size || size - sorted_end + len > g.log_bytes {
             return None;
@@ -520,7 +530,16 @@ impl Tree {
         // SAFETY: the leaf is locked by this thread and `size` is its published
         // size, so no reader looks at `[size, size + len)` (node invariant 2).
         let out = unsafe { leaf.bytes_mut(size, size + len) };
-        encode_item(out, flags, key, value, 0, expiry, Some((bp, hint as u8)));
+        encode_item(
+            out,
+            flags,
+            key,
+            value,
+            0,
+            expiry,
+            cflags,
+            Some((bp, hint as u8)),
+        );
         let v = self.clock.next();
         out[7..15].copy_from_slice(&v.to_le_bytes());
         crate::sync::schedule_point();
@@ -549,11 +568,16 @@ impl Tree {
         let h = leaf.buf.header();
         let (sorted_start, sorted_end) = (h.sorted_start as usize, h.sorted_end as usize);
         let new_entry = match op {
-            WriteOp::Put { value, expiry } => Some(Entry {
+            WriteOp::Put {
+                value,
+                expiry,
+                flags,
+            } => Some(Entry {
                 key,
                 value: ValueRef::Inline(value),
                 version: 0,
                 expiry: *expiry,
+                cflags: *flags,
                 raw: &[],
             }),
             WriteOp::Delete => None,
@@ -592,6 +616,7 @@ impl Tree {
                         value,
                         version,
                         expiry,
+                        cflags: it.cflags,
                         raw: &[],
                     });
                 }
@@ -681,22 +706,38 @@ impl Tree {
         let mut entries = leaf_entries(leaf.buf);
         let pos = entries.binary_search_by(|e| key_cmp(e.key, key));
         match (op, pos) {
-            (WriteOp::Put { value, expiry }, Ok(i)) => {
+            (
+                WriteOp::Put {
+                    value,
+                    expiry,
+                    flags,
+                },
+                Ok(i),
+            ) => {
                 entries[i] = Entry {
                     key,
                     value: ValueRef::Inline(value),
                     version: 0,
                     expiry: *expiry,
+                    cflags: *flags,
                     raw: &[],
                 }
             }
-            (WriteOp::Put { value, expiry }, Err(i)) => entries.insert(
+            (
+                WriteOp::Put {
+                    value,
+                    expiry,
+                    flags,
+                },
+                Err(i),
+            ) => entries.insert(
                 i,
                 Entry {
                     key,
                     value: ValueRef::Inline(value),
                     version: 0,
                     expiry: *expiry,
+                    cflags: *flags,
                     raw: &[],
                 },
             ),

@@ -8,7 +8,7 @@
 //! on the store's state, such as a CAS version or a snapshot handle, is
 //! symbolic and resolved against the model when it runs), so a failing trace
 //! can be replayed and shrunk by deleting ops. The `Debug` form of an op list
-//! is valid Rust once `Op::*`, `Exp::*`, `CasVer::*` and `Bound::*` are in
+//! is valid Rust once `Op::*`, `Exp::*`, `CasVer::*`, `Fl::*` and `Bound::*` are in
 //! scope, which is how the regression tests are written.
 
 use std::cell::{Cell, RefCell};
@@ -20,7 +20,7 @@ use std::sync::Once;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use combkv::{Config, Error, Expiry, Item, Range, SnapshotId, Store};
+use combkv::{Config, Error, Expiry, Flags, Item, Range, SnapshotId, Store, Write};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -193,6 +193,15 @@ pub enum CasVer {
     Bogus,
 }
 
+/// Client flags handed to `write_with`, mirrors [`combkv::Flags`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fl {
+    /// `Flags::Keep`.
+    Keep,
+    /// `Flags::Set(n)` (0 included: clears them).
+    Set(u32),
+}
+
 /// A range query, mirrors [`combkv::Range`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RangeSpec {
@@ -299,6 +308,9 @@ pub enum Op {
     ExpiredRun(K, usize, usize),
     /// `sweep_expired(max_items)`; the model tracks the sweep's cursor.
     Sweep(usize),
+    /// `write_with` storing a value with an expiry and client flags
+    /// (memcached's set), unconditionally.
+    PutFlags(K, Val, Exp, Fl),
 }
 
 impl Op {
@@ -335,6 +347,7 @@ impl Op {
             Op::Hammer(..) => "Hammer",
             Op::ExpiredRun(..) => "ExpiredRun",
             Op::Sweep(..) => "Sweep",
+            Op::PutFlags(..) => "PutFlags",
         }
     }
 }
@@ -819,7 +832,7 @@ impl Gen {
 
     /// One random op.
     pub fn op(&mut self) -> Op {
-        let w = self.rng.random_range(0..945);
+        let w = self.rng.random_range(0..985);
         match w {
             0..=59 => Op::Get(self.key()),
             60..=99 => Op::GetItem(self.key()),
@@ -876,6 +889,15 @@ impl Gen {
                 Op::ExpiredRun(prefix, first, n)
             }
             935..=944 => Op::Sweep([1, 2, 3, 5, 10, 50, usize::MAX][self.rng.random_range(0..7)]),
+            945..=984 => {
+                let fl = match self.pct() {
+                    0..=34 => Fl::Keep,
+                    35..=49 => Fl::Set(0),
+                    50..=79 => Fl::Set(self.rng.random_range(1..=1000)),
+                    _ => Fl::Set(self.rng.random()),
+                };
+                Op::PutFlags(self.key(), self.val(), self.exp(), fl)
+            }
             927..=930 => {
                 let n = self.rng.random_range(10..=200);
                 let every = if self.rng.random_bool(0.5) {
@@ -905,12 +927,15 @@ struct Entry {
     value: Bytes,
     version: u64,
     expires: Option<u64>,
+    /// Client flags.
+    flags: u32,
 }
 
 type Map = BTreeMap<Vec<u8>, Entry>;
 
-/// What an item looks like to the checks: (key, value, version, expiry).
-type Obs = (Bytes, Bytes, u64, Option<u64>);
+/// What an item looks like to the checks: (key, value, version, expiry,
+/// client flags).
+type Obs = (Bytes, Bytes, u64, Option<u64>, u32);
 
 fn obs(item: &Item) -> Obs {
     (
@@ -918,6 +943,7 @@ fn obs(item: &Item) -> Obs {
         item.value.clone(),
         item.version.get(),
         item.expires_at_ms,
+        item.flags,
     )
 }
 
@@ -927,16 +953,18 @@ fn obs_entry(key: &[u8], e: &Entry) -> Obs {
         e.value.clone(),
         e.version,
         e.expires,
+        e.flags,
     )
 }
 
 fn show_obs(o: &Obs) -> String {
     format!(
-        "{{key {}, value {}, version {}, expires {:?}}}",
+        "{{key {}, value {}, version {}, expires {:?}, flags {}}}",
         show(&o.0),
         show(&o.1),
         o.2,
-        o.3
+        o.3,
+        o.4
     )
 }
 
@@ -1299,7 +1327,15 @@ impl Runner {
     }
 
     /// Sets the model's entry (an already-expired expiry removes it).
-    fn set(&mut self, key: &[u8], value: Bytes, version: u64, expires: Option<u64>, now: u64) {
+    fn set(
+        &mut self,
+        key: &[u8],
+        value: Bytes,
+        version: u64,
+        expires: Option<u64>,
+        flags: u32,
+        now: u64,
+    ) {
         self.history.entry(key.to_vec()).or_default().push(version);
         if expires.is_some_and(|t| t <= now) {
             self.model.remove(key);
@@ -1312,6 +1348,7 @@ impl Runner {
                     value,
                     version,
                     expires,
+                    flags,
                 },
             );
         }
@@ -1508,7 +1545,7 @@ impl Runner {
                 }
                 let ver = self.ok(&what, got)?.get();
                 let ver = self.new_version(&what, ver)?;
-                self.set(&key.0, vb, ver, expires, now);
+                self.set(&key.0, vb, ver, expires, 0, now);
             }
             Op::Insert(key, val) => {
                 let vb = val.bytes();
@@ -1524,7 +1561,7 @@ impl Runner {
                 match (present, got) {
                     (false, Some(ver)) => {
                         let ver = self.new_version(&what, ver.get())?;
-                        self.set(&key.0, vb, ver, None, now);
+                        self.set(&key.0, vb, ver, None, 0, now);
                     }
                     (true, None) => self.expect_unchanged(&what, rv0)?,
                     (true, Some(ver)) => bail!(
@@ -1583,7 +1620,7 @@ impl Runner {
                             Some(UpdateTtl::Keeps) => cur.expires,
                             _ => None,
                         };
-                        self.set(&key.0, vb, ver, expires, now);
+                        self.set(&key.0, vb, ver, expires, 0, now);
                         let exp = self.model.get(&key.0).map(|e| obs_entry(&key.0, e));
                         ensure!(
                             seen == exp,
@@ -1652,7 +1689,7 @@ impl Runner {
                 match (applies, got) {
                     (true, Some(ver)) => {
                         let ver = self.new_version(&what, ver.get())?;
-                        self.set(&key.0, vb, ver, expires, now);
+                        self.set(&key.0, vb, ver, expires, 0, now);
                     }
                     (false, None) => self.expect_unchanged(&what, rv0)?,
                     (true, None) => bail!(
@@ -1731,7 +1768,8 @@ impl Runner {
                 };
                 let ver = self.new_version(&what, seen_o.2)?;
                 let expires = cur.as_ref().and_then(|c| c.expires);
-                self.set(&key.0, Bytes::from(r.to_string()), ver, expires, now);
+                let flags = cur.as_ref().map_or(0, |c| c.flags);
+                self.set(&key.0, Bytes::from(r.to_string()), ver, expires, flags, now);
                 let exp = self.model.get(&key.0).map(|e| obs_entry(&key.0, e));
                 ensure!(
                     seen == exp,
@@ -1773,7 +1811,8 @@ impl Runner {
                 let mut nv = cur.as_ref().map_or_else(Vec::new, |c| c.value.to_vec());
                 nv.extend_from_slice(&vb);
                 let expires = cur.as_ref().and_then(|c| c.expires);
-                self.set(&key.0, nv.into(), ver, expires, now);
+                let flags = cur.as_ref().map_or(0, |c| c.flags);
+                self.set(&key.0, nv.into(), ver, expires, flags, now);
                 let exp = self.model.get(&key.0).map(|e| obs_entry(&key.0, e));
                 ensure!(
                     seen == exp,
@@ -1797,7 +1836,7 @@ impl Runner {
                 match (cur, got) {
                     (Some(c), Some(ver)) => {
                         let ver = self.new_version(&what, ver.get())?;
-                        self.set(&key.0, c.value, ver, expires, now);
+                        self.set(&key.0, c.value, ver, expires, c.flags, now);
                     }
                     (None, None) => self.expect_unchanged(&what, rv0)?,
                     (None, Some(ver)) => bail!(
@@ -1809,6 +1848,45 @@ impl Runner {
                         "{what}: key is present, expected Ok(Some(version)), got Ok(None)"
                     ),
                 }
+            }
+            Op::PutFlags(key, val, e, fl) => {
+                let vb = val.bytes();
+                let now = now_ms();
+                let cur = self.model.get(&key.0).cloned();
+                let (ex, expires) = Self::expiry(*e, now, cur.as_ref().and_then(|c| c.expires));
+                let (flags, model_flags) = match *fl {
+                    Fl::Keep => (Flags::Keep, cur.as_ref().map_or(0, |c| c.flags)),
+                    Fl::Set(n) => (Flags::Set(n), n),
+                };
+                let what = format!("write_with({key:?}, Put {{ {val:?}, {ex:?}, {flags:?} }})");
+                let got = self.store.write_with(&key.0, |_| {
+                    let value = vb.to_vec();
+                    let w = Write::Put {
+                        value,
+                        expiry: ex,
+                        flags,
+                    };
+                    (w, ())
+                });
+                let bads = self.write_bads(&key.0, Some(vb.len()));
+                if !bads.is_empty() {
+                    return self.expect_rejected(&what, &bads, rv0, got);
+                }
+                let ((), ver) = self.ok(&what, got)?;
+                let Some(ver) = ver else {
+                    bail!("write_with put", "{what}: returned no version");
+                };
+                let ver = self.new_version(&what, ver.get())?;
+                self.set(&key.0, vb, ver, expires, model_flags, now);
+                let seen = self.observe(&what, &key.0)?;
+                let exp = self.model.get(&key.0).map(|e| obs_entry(&key.0, e));
+                ensure!(
+                    seen == exp,
+                    "write_with readback",
+                    "{what}: read back {}, expected {}",
+                    show_obs_opt(&seen),
+                    show_obs_opt(&exp)
+                );
             }
             Op::Scan(rs) => {
                 let what = format!("range({rs:?})");
@@ -2499,6 +2577,7 @@ pub fn shrink(setup: Setup, trace: Vec<Op>, failure: Failure) -> (Vec<Op>, Failu
             | Op::Insert(_, v)
             | Op::Update(_, v)
             | Op::Cas(_, _, v, _)
+            | Op::PutFlags(_, v, _, _)
             | Op::Append(_, v) => match v {
                 Val::Big(len, _) if *len > 64 => {
                     *v = Val::S(b"x".to_vec());

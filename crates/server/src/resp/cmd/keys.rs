@@ -3,7 +3,7 @@
 
 use std::ops::Bound;
 
-use combkv::{Expiry, Range, Write, now_ms};
+use combkv::{Expiry, Flags, Range, Write, now_ms};
 
 use super::{Ctx, eq_ic, parse_i64};
 use crate::resp::error::{CmdError, CmdResult};
@@ -101,6 +101,7 @@ fn expire_generic(cx: &mut Ctx<'_, '_>, name: &str, unit_ms: i64, absolute: bool
             Write::Put {
                 value: it.value.to_vec(),
                 expiry: Expiry::AtMs(at as u64),
+                flags: Flags::Keep,
             },
             true,
         )
@@ -151,6 +152,7 @@ pub(super) fn persist(cx: &mut Ctx<'_, '_>) -> CmdResult {
             Write::Put {
                 value: it.value.to_vec(),
                 expiry: Expiry::Never,
+                flags: Flags::Keep,
             },
             true,
         ),

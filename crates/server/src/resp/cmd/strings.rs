@@ -1,7 +1,7 @@
 //! String commands: GET SET SETNX GETDEL MGET MSET APPEND STRLEN INCR DECR
 //! INCRBY DECRBY, and combkv's GETV and CAS.
 
-use combkv::{Expiry, Write, now_ms};
+use combkv::{Expiry, Flags, Write, now_ms};
 
 use super::{Ctx, eq_ic, parse_i64};
 use crate::resp::error::{CmdError, CmdResult};
@@ -133,6 +133,7 @@ pub(super) fn set(cx: &mut Ctx<'_, '_>) -> CmdResult {
                 Write::Put {
                     value: value.to_vec(),
                     expiry,
+                    flags: Flags::NONE,
                 },
                 old,
             )
