@@ -69,6 +69,8 @@ pub struct Shared {
     pub last_save_unix: AtomicU64,
     pub client_registry: Mutex<std::collections::BTreeMap<u64, ClientInfo>>,
     pub scan_cursors: Mutex<ScanCursors>,
+    /// memcached counters and the delayed flush_all timer.
+    pub memcache: crate::memcache::McShared,
 }
 
 /// SCAN cursors: a cursor number names the last key a SCAN call returned.
@@ -123,6 +125,7 @@ impl Shared {
             ),
             client_registry: Mutex::new(Default::default()),
             scan_cursors: Mutex::new(Default::default()),
+            memcache: Default::default(),
         }
     }
 

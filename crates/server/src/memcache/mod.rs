@@ -1,22 +1,109 @@
-//! memcached text and meta protocol (being written; see the memcache branch).
+//! The memcached listener's protocol, text and meta commands: bytes ->
+//! requests (`parse`) -> store operations and replies (`cmd`). Consecutive
+//! `get`, `gets` and `mg` requests of one read are answered by one
+//! read-engine batch; replies leave in request order.
+
+pub(crate) mod cmd;
+pub mod error;
+pub mod parse;
+pub(crate) mod stats;
 
 use crate::proto::{Cx, Outcome};
+use crate::shared::{Shared, Stats};
+use parse::{Limits, Parsed, Request};
 
+pub use stats::McShared;
+
+/// A memcached connection's state between reads.
 #[derive(Debug, Default)]
-pub(crate) struct McConn {}
+pub(crate) struct McConn {
+    /// Bytes of a rejected storage command's data block still to skip.
+    swallow: usize,
+    /// Leading input bytes known to hold no newline (a parse hint, so a
+    /// long multi-key line arriving in pieces is scanned once).
+    scanned: usize,
+}
+
+/// The request limits of a server.
+pub(crate) fn limits(shared: &Shared) -> Limits {
+    Limits {
+        max_key_len: shared.store.max_key_len(),
+        max_value_len: shared.store.max_value_len(),
+        max_request_bytes: usize::try_from(shared.config.max_request_bytes.0).unwrap_or(usize::MAX),
+    }
+}
 
 impl McConn {
     pub(crate) fn process(
         &mut self,
-        _cx: &mut Cx<'_>,
+        cx: &mut Cx<'_>,
         input: &[u8],
         out: &mut Vec<u8>,
-        _reply_budget: usize,
+        reply_budget: usize,
     ) -> Outcome {
-        out.extend_from_slice(b"SERVER_ERROR memcached protocol not in this build\r\n");
-        Outcome {
-            consumed: input.len(),
-            close: true,
+        let limits = limits(cx.shared);
+        let mut at = self.skip(input.len());
+        let mut pending: Vec<Request<'_>> = Vec::new();
+        let mut close = false;
+        while self.swallow == 0 && out.len() <= reply_budget {
+            match parse::parse(&input[at..], &limits, self.scanned) {
+                Parsed::Incomplete { scanned } => {
+                    self.scanned = scanned;
+                    break;
+                }
+                Parsed::Close { err } => {
+                    cmd::run_batch(cx, &mut pending, out);
+                    Stats::add(&cx.shared.stats.protocol_errors, 1);
+                    cmd::error_line(cx, out, &err);
+                    tracing::debug!(client = cx.client.id, "closing: {err}");
+                    return Outcome {
+                        consumed: input.len(),
+                        close: true,
+                    };
+                }
+                Parsed::Error {
+                    err,
+                    noreply,
+                    consumed,
+                    swallow,
+                } => {
+                    self.scanned = 0;
+                    cmd::run_batch(cx, &mut pending, out);
+                    if !noreply {
+                        cmd::error_line(cx, out, &err);
+                    }
+                    at += consumed;
+                    self.swallow = swallow;
+                    at += self.skip(input.len() - at);
+                }
+                Parsed::Request { req, consumed } => {
+                    self.scanned = 0;
+                    at += consumed;
+                    Stats::add(&cx.shared.stats.commands_processed, 1);
+                    if cmd::batchable(&req) {
+                        pending.push(req);
+                        continue;
+                    }
+                    cmd::run_batch(cx, &mut pending, out);
+                    if matches!(req, Request::Quit) {
+                        close = true;
+                        break;
+                    }
+                    cmd::execute(cx, req, out);
+                }
+            }
         }
+        cmd::run_batch(cx, &mut pending, out);
+        Outcome {
+            consumed: at,
+            close,
+        }
+    }
+
+    /// Skips up to `available` bytes of a rejected data block; returns how many.
+    fn skip(&mut self, available: usize) -> usize {
+        let n = self.swallow.min(available);
+        self.swallow -= n;
+        n
     }
 }

@@ -1,0 +1,238 @@
+//! Executing memcached requests against the store: the read batch
+//! (`get`, `gets`, `mg`), the text commands (`text`) and the meta commands
+//! (`meta`). Every reply line is built here or in those two files.
+
+mod meta;
+mod text;
+
+use std::io::Write as _;
+
+use combkv::readexec::ReadRequest;
+use combkv::{Expiry, ItemView};
+
+use super::error::McError;
+use super::parse::{self, GetKind, RELATIVE_EXPTIME_MAX, Request};
+use crate::proto::Cx;
+use crate::shared::Stats;
+
+/// A found item as a reply needs it (from a batch result or a write).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Found<'v> {
+    pub value: &'v [u8],
+    pub version: u64,
+    pub flags: u32,
+    pub expires_at_ms: Option<u64>,
+}
+
+impl<'v> From<&ItemView<'v>> for Found<'v> {
+    fn from(it: &ItemView<'v>) -> Found<'v> {
+        Found {
+            value: it.value,
+            version: it.version.get(),
+            flags: it.flags,
+            expires_at_ms: it.expires_at_ms,
+        }
+    }
+}
+
+/// memcached exptime -> expiry time (unix ms): 0 never; up to 30 days
+/// seconds from now; larger a unix time; negative already expired.
+pub(crate) fn expiry_ms(exptime: i64, now_ms: u64) -> Option<u64> {
+    if exptime == 0 {
+        None
+    } else if exptime < 0 {
+        Some(1)
+    } else if exptime <= RELATIVE_EXPTIME_MAX {
+        Some(now_ms + exptime as u64 * 1000)
+    } else {
+        Some(exptime as u64 * 1000)
+    }
+}
+
+pub(crate) fn expiry(exptime: i64, now_ms: u64) -> Expiry {
+    expiry_ms(exptime, now_ms).map_or(Expiry::Never, Expiry::AtMs)
+}
+
+/// Seconds an item has left (`-1`: no expiry), as `mg t` reports it.
+pub(crate) fn ttl_secs(expires_at_ms: Option<u64>, now_ms: u64) -> i64 {
+    match expires_at_ms {
+        None => -1,
+        Some(t) => (t.saturating_sub(now_ms).div_ceil(1000)) as i64,
+    }
+}
+
+pub(crate) fn line(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(s.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+pub(crate) fn error_line(cx: &Cx<'_>, out: &mut Vec<u8>, err: &McError) {
+    Stats::add(&cx.shared.stats.errors_replied, 1);
+    line(out, &err.line());
+}
+
+/// `VALUE <key> <flags> <bytes>[ <cas>]` and the data block.
+fn write_value(out: &mut Vec<u8>, key: &[u8], f: &Found<'_>, with_cas: bool) {
+    out.extend_from_slice(b"VALUE ");
+    out.extend_from_slice(key);
+    let _ = write!(out, " {} {}", f.flags, f.value.len());
+    if with_cas {
+        let _ = write!(out, " {}", f.version);
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(f.value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Reads that join the read batch: they never write.
+pub(crate) fn batchable(req: &Request<'_>) -> bool {
+    match req {
+        Request::Get { kind, .. } => matches!(kind, GetKind::Get | GetKind::Gets),
+        Request::MetaGet { flags, .. } => flags.ttl.is_none(),
+        _ => false,
+    }
+}
+
+/// Answers the pending reads with one read-engine batch, in order.
+pub(crate) fn run_batch<'a>(cx: &mut Cx<'_>, pending: &mut Vec<Request<'a>>, out: &mut Vec<u8>) {
+    if pending.is_empty() {
+        return;
+    }
+    let mut requests: Vec<ReadRequest<'_>> = Vec::with_capacity(pending.len());
+    for r in pending.iter() {
+        match r {
+            Request::Get { keys, .. } => {
+                requests.extend(parse::keys(keys).map(ReadRequest::Get));
+            }
+            Request::MetaGet { key, .. } => requests.push(ReadRequest::Get(key.bytes())),
+            _ => unreachable!("only batchable requests are pending"),
+        }
+    }
+    let shared = cx.shared;
+    let stats = &shared.stats;
+    let mc = &shared.memcache.stats;
+    Stats::add(&stats.read_batches, 1);
+    Stats::add(&stats.read_batch_requests, requests.len() as u64);
+    if let Err(e) = shared.store.read_batch(&requests, cx.batch) {
+        // Keys were checked when parsed; an engine refusal is still
+        // answered on every request rather than lost.
+        let err = McError::from(e);
+        for _ in pending.iter() {
+            error_line(cx, out, &err);
+        }
+        pending.clear();
+        return;
+    }
+    drop(requests);
+    let res = &*cx.batch;
+    let now = combkv::now_ms();
+    let (mut hits, mut misses) = (0u64, 0u64);
+    let mut i = 0;
+    for r in pending.iter() {
+        match r {
+            Request::Get { kind, keys, .. } => {
+                for key in parse::keys(keys) {
+                    match res.items(i).next() {
+                        Some(it) => {
+                            hits += 1;
+                            write_value(out, key, &Found::from(&it), kind.with_cas());
+                        }
+                        None => misses += 1,
+                    }
+                    i += 1;
+                }
+                out.extend_from_slice(b"END\r\n");
+            }
+            Request::MetaGet { key, flags } => {
+                Stats::add(&mc.cmd_meta, 1);
+                match res.items(i).next() {
+                    Some(it) => {
+                        hits += 1;
+                        meta::write_get_hit(out, key, flags, &Found::from(&it), now);
+                    }
+                    None => {
+                        misses += 1;
+                        meta::write_miss(out, b"EN", key, flags);
+                    }
+                }
+                i += 1;
+            }
+            _ => unreachable!("only batchable requests are pending"),
+        }
+    }
+    pending.clear();
+    Stats::add(&mc.cmd_get, hits + misses);
+    Stats::add(&mc.get_hits, hits);
+    Stats::add(&mc.get_misses, misses);
+    Stats::add(&stats.keyspace_hits, hits);
+    Stats::add(&stats.keyspace_misses, misses);
+}
+
+/// Executes one request that is not part of a read batch.
+pub(crate) fn execute(cx: &mut Cx<'_>, req: Request<'_>, out: &mut Vec<u8>) {
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        tracing::debug!(client = cx.client.id, "memcached request: {req:?}");
+    }
+    match req {
+        Request::Get {
+            kind,
+            exptime,
+            keys,
+        } => text::get_and_touch(cx, kind, exptime, keys, out),
+        Request::Store {
+            cmd,
+            key,
+            flags,
+            exptime,
+            cas,
+            data,
+            noreply,
+        } => text::store(cx, cmd, key, flags, exptime, cas, data, noreply, out),
+        Request::Delete { key, noreply } => text::delete(cx, key, noreply, out),
+        Request::Arith {
+            incr,
+            key,
+            delta,
+            noreply,
+        } => text::arith(cx, incr, key, delta, noreply, out),
+        Request::Touch {
+            key,
+            exptime,
+            noreply,
+        } => text::touch(cx, key, exptime, noreply, out),
+        Request::FlushAll { delay, noreply } => text::flush_all(cx, delay, noreply, out),
+        Request::Version => line(out, &format!("VERSION {}", super::stats::VERSION)),
+        Request::Verbosity { noreply } => {
+            if !noreply {
+                line(out, "OK");
+            }
+        }
+        Request::Stats { args } => text::stats(cx, args, out),
+        Request::Quit => {}
+        Request::MetaNoop => line(out, "MN"),
+        Request::MetaDebug { key } => meta::debug(cx, &key, out),
+        Request::MetaGet { key, flags } => meta::get_touch(cx, &key, &flags, out),
+        Request::MetaSet { key, flags, data } => meta::set(cx, &key, &flags, data, out),
+        Request::MetaDelete { key, flags } => meta::delete(cx, &key, &flags, out),
+        Request::MetaArith { key, flags } => meta::arith(cx, &key, &flags, out),
+    }
+}
+
+/// memcached's incr/decr reading of a stored value: a 64-bit unsigned
+/// decimal (leading white space and trailing white space allowed); an
+/// empty value is not a number.
+pub(crate) fn stored_number(value: &[u8]) -> Option<u64> {
+    if value.is_empty() {
+        return None;
+    }
+    parse::parse_c_u64(value)
+}
+
+/// incr wraps at 2^64; decr stops at 0 (memcached).
+pub(crate) fn apply_delta(old: u64, incr: bool, delta: u64) -> u64 {
+    if incr {
+        old.wrapping_add(delta)
+    } else {
+        old.saturating_sub(delta)
+    }
+}

@@ -1,0 +1,106 @@
+//! Every error line the memcached listener sends, built in one place. The
+//! texts are memcached 1.6's (`proto_text.c`), except where PROTOCOL.md
+//! names its own (`CLIENT_ERROR key too long`); docs/protocol.md lists the
+//! differences.
+
+use std::borrow::Cow;
+
+use combkv::Error as StoreError;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum McError {
+    /// Unknown command, or a known one with the wrong number of tokens.
+    UnknownCommand,
+    /// A malformed argument (`CLIENT_ERROR bad command line format`).
+    BadFormat,
+    /// `delete` with arguments memcached does not take.
+    DeleteUsage,
+    /// Key longer than the memcached limit (250) or the store's.
+    KeyTooLong,
+    /// Value longer than `max-value-len` (or the request past `max-request-bytes`).
+    TooLarge,
+    /// The data block did not end with `\r\n`.
+    BadDataChunk,
+    InvalidExptime,
+    /// `incr`/`decr` delta not a 64-bit unsigned decimal.
+    InvalidDelta,
+    NonNumeric,
+    /// Above `maxmemory`: a storage command.
+    OutOfMemoryStoring,
+    /// Above `maxmemory`: incr/decr/ma.
+    OutOfMemory,
+    /// A command line without a newline past the line limit: the
+    /// connection is closed after this line.
+    LineTooLong,
+    // Meta command flag errors.
+    DuplicateFlag,
+    InvalidFlag,
+    BadToken,
+    KeyDecode,
+    OpaqueTooLong,
+    /// More than 17 flags on `mg` (memcached's wording differs by command).
+    MgFlagsTooLong,
+    FlagsTooLong,
+    /// md/ma: any flag error.
+    InvalidOrDuplicateFlag,
+    MTokenLength,
+    MsMode,
+    MaMode,
+    InitialValue,
+    MetaDelta,
+    /// An engine refusal that has no memcached equivalent.
+    Store(StoreError),
+}
+
+impl From<StoreError> for McError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::KeyEmpty | StoreError::KeyTooLong { .. } => McError::KeyTooLong,
+            StoreError::ValueTooLarge { .. } => McError::TooLarge,
+            StoreError::NotAnInteger | StoreError::Overflow => McError::NonNumeric,
+            other => McError::Store(other),
+        }
+    }
+}
+
+impl McError {
+    /// The reply line, without `\r\n`.
+    pub fn line(&self) -> Cow<'static, str> {
+        Cow::Borrowed(match self {
+            McError::UnknownCommand => "ERROR",
+            McError::BadFormat => "CLIENT_ERROR bad command line format",
+            McError::DeleteUsage => {
+                "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]"
+            }
+            McError::KeyTooLong => "CLIENT_ERROR key too long",
+            McError::TooLarge => "SERVER_ERROR object too large for cache",
+            McError::BadDataChunk => "CLIENT_ERROR bad data chunk",
+            McError::InvalidExptime => "CLIENT_ERROR invalid exptime argument",
+            McError::InvalidDelta => "CLIENT_ERROR invalid numeric delta argument",
+            McError::NonNumeric => "CLIENT_ERROR cannot increment or decrement non-numeric value",
+            McError::OutOfMemoryStoring => "SERVER_ERROR out of memory storing object",
+            McError::OutOfMemory => "SERVER_ERROR out of memory",
+            McError::LineTooLong => "CLIENT_ERROR line too long",
+            McError::DuplicateFlag => "CLIENT_ERROR duplicate flag",
+            McError::InvalidFlag => "CLIENT_ERROR invalid flag",
+            McError::BadToken => "CLIENT_ERROR bad token in command line format",
+            McError::KeyDecode => "CLIENT_ERROR error decoding key",
+            McError::OpaqueTooLong => "CLIENT_ERROR opaque token too long",
+            McError::MgFlagsTooLong => "CLIENT_ERROR options flags are too long",
+            McError::FlagsTooLong => "CLIENT_ERROR options flags too long",
+            McError::InvalidOrDuplicateFlag => "CLIENT_ERROR invalid or duplicate flag",
+            McError::MTokenLength => "CLIENT_ERROR incorrect length for M token",
+            McError::MsMode => "CLIENT_ERROR invalid mode for ms M token",
+            McError::MaMode => "CLIENT_ERROR invalid mode for ma M token",
+            McError::InitialValue => "CLIENT_ERROR invalid numeric initial value",
+            McError::MetaDelta => "CLIENT_ERROR invalid numeric delta value",
+            McError::Store(e) => return Cow::Owned(format!("SERVER_ERROR {e}")),
+        })
+    }
+}
+
+impl std::fmt::Display for McError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.line())
+    }
+}

@@ -1,0 +1,231 @@
+//! memcached's counters, the `stats` reply, and the delayed `flush_all`
+//! timer: the state the memcached listener's connections share.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use combkv::Store;
+use parking_lot::{Condvar, Mutex};
+
+use crate::shared::{Shared, Stats};
+
+/// The version `version` and `stats` report: a memcached version the meta
+/// protocol exists in, tagged with combkv's own.
+pub const VERSION: &str = concat!("1.6.0-combkv-", env!("CARGO_PKG_VERSION"));
+
+/// Counters named as memcached's `stats` names them (memcached listener only).
+#[derive(Debug, Default)]
+pub struct McStats {
+    pub cmd_get: AtomicU64,
+    pub cmd_set: AtomicU64,
+    pub cmd_flush: AtomicU64,
+    pub cmd_touch: AtomicU64,
+    pub cmd_meta: AtomicU64,
+    pub get_hits: AtomicU64,
+    pub get_misses: AtomicU64,
+    pub delete_hits: AtomicU64,
+    pub delete_misses: AtomicU64,
+    pub incr_hits: AtomicU64,
+    pub incr_misses: AtomicU64,
+    pub decr_hits: AtomicU64,
+    pub decr_misses: AtomicU64,
+    pub cas_hits: AtomicU64,
+    pub cas_misses: AtomicU64,
+    pub cas_badval: AtomicU64,
+    pub touch_hits: AtomicU64,
+    pub touch_misses: AtomicU64,
+    pub store_too_large: AtomicU64,
+    pub store_no_memory: AtomicU64,
+    /// Items stored since start (successful storage commands).
+    pub total_items: AtomicU64,
+}
+
+impl McStats {
+    fn all(&self) -> [(&'static str, &AtomicU64); 21] {
+        [
+            ("cmd_get", &self.cmd_get),
+            ("cmd_set", &self.cmd_set),
+            ("cmd_flush", &self.cmd_flush),
+            ("cmd_touch", &self.cmd_touch),
+            ("cmd_meta", &self.cmd_meta),
+            ("get_hits", &self.get_hits),
+            ("get_misses", &self.get_misses),
+            ("delete_misses", &self.delete_misses),
+            ("delete_hits", &self.delete_hits),
+            ("incr_misses", &self.incr_misses),
+            ("incr_hits", &self.incr_hits),
+            ("decr_misses", &self.decr_misses),
+            ("decr_hits", &self.decr_hits),
+            ("cas_misses", &self.cas_misses),
+            ("cas_hits", &self.cas_hits),
+            ("cas_badval", &self.cas_badval),
+            ("touch_hits", &self.touch_hits),
+            ("touch_misses", &self.touch_misses),
+            ("store_too_large", &self.store_too_large),
+            ("store_no_memory", &self.store_no_memory),
+            ("total_items", &self.total_items),
+        ]
+    }
+
+    /// `stats reset`: zeroes the memcached counters.
+    pub fn reset(&self) {
+        for (_, c) in self.all() {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// What the memcached connections share (part of [`Shared`]).
+#[derive(Debug, Default)]
+pub struct McShared {
+    pub stats: McStats,
+    pub flush: Arc<FlushTimer>,
+}
+
+/// Delayed `flush_all <delay>`: memcached invalidates everything written
+/// before the moment the delay ends, and a later `flush_all` replaces an
+/// earlier pending one. One thread waits for the newest deadline; it holds
+/// the store weakly, so a stopped server is not kept alive by it.
+#[derive(Debug, Default)]
+pub struct FlushTimer {
+    state: Mutex<FlushState>,
+    wake: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct FlushState {
+    /// Unix ms at which to clear the store.
+    deadline_ms: Option<u64>,
+    thread_running: bool,
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl FlushTimer {
+    /// Cancels a pending delayed flush (an immediate one supersedes it).
+    pub fn cancel(&self) {
+        self.state.lock().deadline_ms = None;
+        self.wake.notify_all();
+    }
+
+    /// Clears `store` at `deadline_ms` unless a later call changes it.
+    pub fn schedule(self: &Arc<Self>, store: &Arc<Store>, deadline_ms: u64) {
+        let mut st = self.state.lock();
+        st.deadline_ms = Some(deadline_ms);
+        self.wake.notify_all();
+        if st.thread_running {
+            return;
+        }
+        st.thread_running = true;
+        drop(st);
+        let timer = Arc::clone(self);
+        let store = Arc::downgrade(store);
+        let spawned = std::thread::Builder::new()
+            .name("mc-flush".into())
+            .spawn(move || timer.run(store));
+        if spawned.is_err() {
+            tracing::error!("cannot start the delayed flush_all thread");
+            self.state.lock().thread_running = false;
+        }
+    }
+
+    fn run(&self, store: Weak<Store>) {
+        let mut st = self.state.lock();
+        while let Some(at) = st.deadline_ms {
+            let now = unix_ms();
+            if now < at {
+                // Wake at least every minute to notice a stopped server.
+                let wait = Duration::from_millis((at - now).min(60_000));
+                self.wake.wait_for(&mut st, wait);
+                if store.strong_count() == 0 {
+                    break;
+                }
+                continue;
+            }
+            st.deadline_ms = None;
+            drop(st);
+            if let Some(s) = store.upgrade() {
+                if let Err(e) = crate::admin::clear(&s) {
+                    tracing::warn!("delayed flush_all failed: {e}");
+                }
+            }
+            st = self.state.lock();
+        }
+        st.thread_running = false;
+    }
+}
+
+/// CPU time of this process (user, system), as memcached prints them.
+fn rusage() -> (String, String) {
+    // SAFETY: an all-zero `rusage` is a valid value; getrusage fills it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid out-pointer for the call.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    if rc != 0 {
+        return ("0.000000".into(), "0.000000".into());
+    }
+    let f = |t: libc::timeval| format!("{}.{:06}", t.tv_sec, t.tv_usec);
+    (f(ru.ru_utime), f(ru.ru_stime))
+}
+
+/// The general-purpose `stats` reply (ends with `END`).
+pub fn write_stats(shared: &Shared, out: &mut Vec<u8>) {
+    use std::io::Write as _;
+    let s = &shared.stats;
+    let mc = &shared.memcache.stats;
+    let (ru_user, ru_system) = rusage();
+    let now_s = unix_ms() / 1000;
+    let mut lines: Vec<(&str, String)> = vec![
+        ("pid", std::process::id().to_string()),
+        ("uptime", shared.uptime().as_secs().to_string()),
+        ("time", now_s.to_string()),
+        ("version", VERSION.to_string()),
+        (
+            "pointer_size",
+            (8 * std::mem::size_of::<usize>()).to_string(),
+        ),
+        ("rusage_user", ru_user),
+        ("rusage_system", ru_system),
+        ("max_connections", shared.config.maxclients.to_string()),
+        (
+            "curr_connections",
+            shared.clients.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "total_connections",
+            Stats::get(&s.connections_received).to_string(),
+        ),
+        (
+            "rejected_connections",
+            Stats::get(&s.connections_rejected).to_string(),
+        ),
+    ];
+    for (name, c) in mc.all() {
+        if name != "total_items" {
+            lines.push((name, c.load(Ordering::Relaxed).to_string()));
+        }
+    }
+    let used = shared.used_memory.load(Ordering::Relaxed);
+    lines.extend([
+        ("bytes_read", Stats::get(&s.net_input_bytes).to_string()),
+        ("bytes_written", Stats::get(&s.net_output_bytes).to_string()),
+        ("limit_maxbytes", shared.config.maxmemory.0.to_string()),
+        ("threads", shared.config.thread_count().to_string()),
+        ("bytes", used.to_string()),
+        ("curr_items", shared.store.len().to_string()),
+        (
+            "total_items",
+            mc.total_items.load(Ordering::Relaxed).to_string(),
+        ),
+        ("evictions", "0".to_string()),
+    ]);
+    for (name, value) in lines {
+        let _ = write!(out, "STAT {name} {value}\r\n");
+    }
+    out.extend_from_slice(b"END\r\n");
+}
