@@ -1,0 +1,322 @@
+//! A short, deterministic fuzz run of the memcached parser and of the whole
+//! protocol over a real store: generated requests, random bytes and
+//! mutations of valid requests, fed in random pieces. Asserts no panic,
+//! that the parser allocates nothing (so a length prefix cannot make it
+//! reserve memory), and that a connection never holds more unprocessed
+//! input than one request within the limits. `cargo fuzz` users have the
+//! same parser target in `fuzz/`.
+//!
+//! `COMBKV_FUZZ_ITERS=<n>` scales the run (default 400000 parser inputs;
+//! an eighth of that through the whole protocol).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::Arc;
+
+use combkv::{Config, Store};
+use combkv_server::fuzzing::{Limits, MemcacheSession, Parsed, parse_memcache};
+use combkv_server::{ByteSize, ServerConfig};
+
+/// Counts the bytes this thread allocates.
+struct Counting;
+
+thread_local! {
+    static ALLOCATED: Cell<usize> = const { Cell::new(0) };
+}
+
+fn count(n: usize) {
+    let _ = ALLOCATED.try_with(|a| a.set(a.get() + n));
+}
+
+// SAFETY: every call is forwarded to `System` unchanged; the counter is a
+// const-initialised thread local without a destructor, so touching it
+// cannot allocate or re-enter the allocator.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count(layout.size());
+        // SAFETY: the caller's contract is `System.alloc`'s.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `System` with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count(new_size);
+        // SAFETY: as for `dealloc`; `new_size` is the caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+fn allocated() -> usize {
+    ALLOCATED.with(|a| a.get())
+}
+
+/// xorshift64*: small, seeded, deterministic.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
+        &xs[self.below(xs.len())]
+    }
+}
+
+const COMMANDS: &[&str] = &[
+    "get",
+    "gets",
+    "gat",
+    "gats",
+    "set",
+    "add",
+    "replace",
+    "append",
+    "prepend",
+    "cas",
+    "delete",
+    "incr",
+    "decr",
+    "touch",
+    "flush_all",
+    "version",
+    "verbosity",
+    "stats",
+    "mn",
+    "me",
+    "mg",
+    "ms",
+    "md",
+    "ma",
+    "quit",
+    "bogus",
+    "",
+];
+const WORDS: &[&str] = &[
+    "k",
+    "key",
+    "0",
+    "1",
+    "-1",
+    "5",
+    "100",
+    "2592001",
+    "18446744073709551615",
+    "4294967296",
+    "noreply",
+    "v",
+    "q",
+    "k",
+    "c",
+    "f",
+    "s",
+    "t",
+    "h",
+    "l",
+    "b",
+    "O123",
+    "T10",
+    "T-1",
+    "N5",
+    "C1",
+    "MS",
+    "ME",
+    "MA",
+    "MP",
+    "MR",
+    "MD",
+    "MI",
+    "Mx",
+    "D3",
+    "J7",
+    "F9",
+    "Zm9v",
+    "x",
+    "",
+    "reset",
+    "99999999999999999999",
+];
+
+/// A request that is mostly well formed.
+fn generated(rng: &mut Rng) -> Vec<u8> {
+    let mut line = rng.pick(COMMANDS).to_string();
+    for _ in 0..rng.below(7) {
+        line.push(' ');
+        let word: &&str = rng.pick(WORDS);
+        line.push_str(word);
+    }
+    let mut out = line.into_bytes();
+    out.extend_from_slice(if rng.below(10) == 0 { b"\n" } else { b"\r\n" });
+    // Sometimes a data block of a plausible or wrong size.
+    if rng.below(2) == 0 {
+        let n = *rng.pick(&[0usize, 1, 3, 5, 10, 100]);
+        out.extend((0..n).map(|i| b"abc\r\n 9"[i % 7]));
+        out.extend_from_slice(if rng.below(8) == 0 { b"xx" } else { b"\r\n" });
+    }
+    out
+}
+
+fn mutated(rng: &mut Rng, mut v: Vec<u8>) -> Vec<u8> {
+    for _ in 0..=rng.below(4) {
+        match rng.below(5) {
+            0 if !v.is_empty() => {
+                let i = rng.below(v.len());
+                v[i] = rng.next() as u8;
+            }
+            1 => {
+                let i = rng.below(v.len() + 1);
+                v.insert(i, *rng.pick(b" \r\n0123456789-"));
+            }
+            2 if !v.is_empty() => {
+                let i = rng.below(v.len());
+                v.remove(i);
+            }
+            3 => v.truncate(rng.below(v.len() + 1)),
+            _ => {
+                let i = rng.below(v.len() + 1);
+                let digits = rng.next().to_string();
+                v.splice(i..i, digits.bytes());
+            }
+        }
+    }
+    v
+}
+
+fn input(rng: &mut Rng) -> Vec<u8> {
+    match rng.below(10) {
+        0 => (0..rng.below(64)).map(|_| rng.next() as u8).collect(),
+        1..=5 => {
+            let mut v = Vec::new();
+            for _ in 0..=rng.below(4) {
+                v.extend(generated(rng));
+            }
+            v
+        }
+        _ => {
+            let g = generated(rng);
+            mutated(rng, g)
+        }
+    }
+}
+
+fn iters() -> usize {
+    std::env::var("COMBKV_FUZZ_ITERS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(400_000)
+}
+
+/// Parses `data` request by request, as a connection would.
+fn parse_all(data: &[u8], limits: &Limits) {
+    let mut at = 0;
+    while at < data.len() {
+        let before = allocated();
+        let parsed = parse_memcache(&data[at..], limits, 0);
+        assert_eq!(
+            allocated(),
+            before,
+            "the parser allocated on {:?}",
+            String::from_utf8_lossy(data)
+        );
+        match parsed {
+            Parsed::Incomplete { scanned } => {
+                assert!(scanned <= data.len() - at);
+                return;
+            }
+            Parsed::Close { .. } => return,
+            Parsed::Request { consumed, .. } => {
+                assert!(consumed > 0 && consumed <= data.len() - at);
+                at += consumed;
+            }
+            Parsed::Error {
+                consumed, swallow, ..
+            } => {
+                assert!(consumed > 0 && consumed <= data.len() - at);
+                // A skipped block is a declared length (an i32) plus \r\n.
+                assert!(swallow <= i32::MAX as usize + 2);
+                at += consumed + swallow.min(data.len() - at - consumed);
+            }
+        }
+    }
+}
+
+#[test]
+fn parser_allocates_nothing_and_never_panics() {
+    let mut rng = Rng(0x5eed_0001);
+    let limits = [
+        Limits {
+            max_key_len: 250,
+            max_value_len: 64,
+            max_request_bytes: 4096,
+        },
+        Limits {
+            max_key_len: 17,
+            max_value_len: 1 << 20,
+            max_request_bytes: 128 << 20,
+        },
+    ];
+    for i in 0..iters() {
+        let data = input(&mut rng);
+        parse_all(&data, &limits[i % 2]);
+    }
+    // A declared length far past every limit is refused, not awaited.
+    let huge = b"set k 0 0 2147483647\r\n";
+    assert!(matches!(
+        parse_memcache(huge, &limits[0], 0),
+        Parsed::Error {
+            swallow: 2_147_483_649,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn protocol_over_a_real_store_never_panics() {
+    let mut rng = Rng(0x5eed_0002);
+    let store = Arc::new(
+        Store::new(Config {
+            max_value_len: 4096,
+            ..Config::with_node_size(512)
+        })
+        .unwrap(),
+    );
+    let config = ServerConfig {
+        max_request_bytes: ByteSize(64 << 10),
+        max_value_bytes: ByteSize(4096),
+        ..Default::default()
+    };
+    let max_pending = 64 << 10;
+    let mut session = MemcacheSession::new(store.clone(), config.clone());
+    for _ in 0..iters() / 8 {
+        if session.closed {
+            session = MemcacheSession::new(store.clone(), config.clone());
+        }
+        let data = input(&mut rng);
+        // Delivered in up to three pieces.
+        let mut at = 0;
+        while at < data.len() {
+            let n = 1 + rng.below(data.len() - at);
+            session.feed(&data[at..at + n]);
+            at += n;
+            assert!(
+                session.pending_input() <= max_pending,
+                "{} bytes held",
+                session.pending_input()
+            );
+        }
+        session.output.clear();
+    }
+    // The store is still consistent and usable.
+    store.put(b"after", b"fuzz").unwrap();
+    assert_eq!(store.get(b"after").unwrap().unwrap(), &b"fuzz"[..]);
+}
