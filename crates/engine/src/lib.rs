@@ -20,7 +20,7 @@ pub use durable::check::{CheckReport, check};
 pub use durable::{CheckpointInfo, Durability, DurableConfig, PersistenceStats, RecoveryReport};
 pub use error::{Error, Result};
 pub use store::{
-    Expiry, Item, ItemView, NodeCounts, Range, Session, SnapshotId, Store, Version, now_ms,
+    Expiry, Item, ItemView, NodeCounts, Range, Session, SnapshotId, Store, Version, Write, now_ms,
 };
 pub use tree::epoch::flush_reclamation;
 pub use tree::node::live_buffers_global;

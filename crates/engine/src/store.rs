@@ -67,6 +67,18 @@ pub enum Expiry {
     Keep,
 }
 
+/// What [`Store::write_with`] does with a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Write {
+    /// Leave it as it is.
+    Keep,
+    /// Store this value with this expiry ([`Expiry::Keep`] keeps the live
+    /// item's expiry, none if absent).
+    Put { value: Vec<u8>, expiry: Expiry },
+    /// Remove it (nothing happens if it is absent).
+    Delete,
+}
+
 /// One stored item as a read returns it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Item {
@@ -298,6 +310,13 @@ impl Session<'_> {
     pub fn clear(&self) -> Result<()> {
         self.store.clear_in(self.ack())
     }
+    pub fn write_with<R>(
+        &self,
+        key: &[u8],
+        decide: impl FnMut(Option<ItemView<'_>>) -> (Write, R),
+    ) -> Result<(R, Option<Version>)> {
+        self.store.write_with_in(self.ack(), key, decide)
+    }
     fn ack(&self) -> Ack<'_> {
         Ack::Defer(&self.pending)
     }
@@ -353,6 +372,18 @@ impl Store {
             });
         }
         Ok(())
+    }
+
+    /// Keys stored, counted as writes create and delete them (O(1)). Keys
+    /// that have expired count until the background sweep removes them, as
+    /// Redis's DBSIZE counts them; exact once writers are quiescent.
+    pub fn len(&self) -> u64 {
+        self.tree.keys.get()
+    }
+
+    /// True when no key is stored (see [`Store::len`]).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// The read version: every read that starts now sees exactly the writes
@@ -582,6 +613,55 @@ impl Store {
             store: self,
             pending: Cell::new(0),
         }
+    }
+
+    /// The general conditional write: `decide` sees the key's live item (or
+    /// `None`) with the key locked against other writers and returns what to
+    /// do and a result for the caller. The decision and the write are one
+    /// atomic step, so read-then-write commands (SET with NX/XX/GET, GETDEL,
+    /// EXPIRE with NX/XX/GT/LT) need no retry loop. `decide` may run more
+    /// than once (the write restarts if a structure change intervenes) and
+    /// must only depend on its argument. Returns the result and the write's
+    /// version (`None` for [`Write::Keep`]).
+    pub fn write_with<R>(
+        &self,
+        key: &[u8],
+        decide: impl FnMut(Option<ItemView<'_>>) -> (Write, R),
+    ) -> Result<(R, Option<Version>)> {
+        self.write_with_in(Ack::Now, key, decide)
+    }
+
+    fn write_with_in<R>(
+        &self,
+        ack: Ack<'_>,
+        key: &[u8],
+        mut decide: impl FnMut(Option<ItemView<'_>>) -> (Write, R),
+    ) -> Result<(R, Option<Version>)> {
+        self.check_key(key)?;
+        let mut refused = None;
+        let (r, v) = self.write_key(ack, key, |cur| {
+            let (w, r) = decide(cur.map(ItemView::from_ref));
+            let op = match w {
+                Write::Keep => WriteOp::Noop,
+                Write::Delete => WriteOp::Delete,
+                Write::Put { value, expiry } => {
+                    if let Err(e) = self.check_value(value.len()) {
+                        refused = Some(e);
+                        return (WriteOp::Noop, Some(r));
+                    }
+                    refused = None;
+                    WriteOp::Put {
+                        value: Cow::Owned(value),
+                        expiry: Self::expiry_ms(expiry, cur),
+                    }
+                }
+            };
+            (op, Some(r))
+        })?;
+        if let Some(e) = refused {
+            return Err(e);
+        }
+        Ok((r.expect("decide ran"), v))
     }
 
     /// Stores `value` under `key` (insert or overwrite) with no expiry.

@@ -274,7 +274,7 @@ fn assert_recovered(got: &State, acked: &State, in_flight: &[Effect], ctx: &str)
 
 #[test]
 fn a_crash_at_every_sync_point_recovers_the_acknowledged_prefix() {
-    for seed in 0..3u64 {
+    for seed in 0..6u64 {
         const OPS: usize = 150;
         // A run without a crash counts the sync points.
         let total = {
@@ -503,6 +503,11 @@ fn recovery_loads_the_checkpoint_and_replays_the_tail_with_versions_and_ttls() {
     assert_eq!(report.records_replayed, 101, "{report}");
     assert_eq!(dump(&store), before);
     assert_eq!(
+        store.len(),
+        before.len() as u64,
+        "the key count is recovered"
+    );
+    assert_eq!(
         store.get_item(b"ttl").unwrap().unwrap().expires_at_ms,
         Some(expiry)
     );
@@ -625,6 +630,7 @@ fn clear_is_logged_and_replayed() {
     let (store, _) = open(&fs).unwrap();
     let got = dump(&store);
     assert_eq!(got.keys().collect::<Vec<_>>(), vec![&b"survivor".to_vec()]);
+    assert_eq!(store.len(), 1);
 }
 
 #[test]

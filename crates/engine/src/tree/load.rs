@@ -124,6 +124,7 @@ impl<'g> BulkLoader<'g> {
     /// Builds the interior levels and returns the tree and the largest item
     /// version loaded. The tree's clock is still at 0: the caller sets it.
     pub(crate) fn finish(mut self) -> (Tree, u64) {
+        self.tree().keys.add(self.items as i64);
         let Some((w, lid)) = self.leaf.take() else {
             return (self.take(), 0);
         };

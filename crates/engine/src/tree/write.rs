@@ -480,6 +480,15 @@ impl Tree {
                 })
             }
             _ => {
+                // Stored keys change by one when a put creates a key (an
+                // expired item still counts as stored until it is swept) or a
+                // delete removes one.
+                let present = current.is_some_and(|c| !c.is_tombstone());
+                let key_delta = match op {
+                    WriteOp::Put { .. } if !present => 1,
+                    WriteOp::Delete => -1,
+                    _ => 0,
+                };
                 // A delete that empties its leaf restructures at once, so the
                 // empty leaf merges away instead of waiting for its log to fill.
                 let empties = matches!(op, WriteOp::Delete) && look.live_estimate <= 1;
@@ -496,16 +505,21 @@ impl Tree {
                     })
                 };
                 if let Some(v) = appended {
+                    self.keys.add(key_delta);
                     self.clock.complete(v);
                     return done(v);
                 }
                 if let Some((p, new_at)) = self.merge_stream(leaf, key, &op, &look) {
                     let v = self.next_version(log_entry(key, &op, mode.logged));
+                    self.keys.add(key_delta);
                     self.publish_merge(guard, leaf, p, new_at, v);
                     return done(v);
                 }
                 match self.restructure(guard, &path, key, &op, mode.logged) {
-                    Some(v) => done(v),
+                    Some(v) => {
+                        self.keys.add(key_delta);
+                        done(v)
+                    }
                     None => Attempt::Restart,
                 }
             }
