@@ -3,7 +3,8 @@
 //! crate; after each restart every acknowledged write must be there with
 //! its value. Cycles: `COMBKV_KILL9_CYCLES` (default 10); e.g.
 //! `COMBKV_KILL9_CYCLES=200 cargo test --release -p combkv-cli --test kill9`
-//! for a soak.
+//! for a soak. `COMBKV_KILL9_DURABILITY=none` shows the test failing when
+//! acknowledgements do not wait for the log.
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -13,6 +14,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
+
+/// Kills the server if the test fails while it runs.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -37,7 +48,7 @@ fn start(dir: &Path, port: u16) -> Child {
             "--data-dir",
             dir.to_str().unwrap(),
             "--durability",
-            "none",
+            &std::env::var("COMBKV_KILL9_DURABILITY").unwrap_or_else(|_| "always".into()),
             "--log-level",
             "warn",
         ])
@@ -88,7 +99,7 @@ fn acknowledged_writes_survive_kill_9() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(0x6b696c6c39);
     for cycle in 0..cycles {
         let port = free_port();
-        let mut child = start(&dir, port);
+        let mut child = Running(start(&dir, port));
         let writers: Vec<_> = (0..3)
             .map(|t| {
                 let acked = acked.clone();
@@ -156,15 +167,15 @@ fn acknowledged_writes_survive_kill_9() {
             })
             .collect();
         std::thread::sleep(Duration::from_millis(rng.random_range(50..400)));
-        child.kill().expect("SIGKILL");
-        child.wait().unwrap();
+        child.0.kill().expect("SIGKILL");
+        child.0.wait().unwrap();
         for w in writers {
             w.join().unwrap();
         }
 
         // Restart and check everything acknowledged so far, every cycle.
         let port = free_port();
-        let mut child = start(&dir, port);
+        let child = Running(start(&dir, port));
         let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
         let mut con = client.get_connection().unwrap();
         let a = acked.lock().unwrap();
@@ -199,8 +210,7 @@ fn acknowledged_writes_survive_kill_9() {
             "cycle {cycle}: nothing was acknowledged"
         );
         drop(a);
-        child.kill().unwrap();
-        child.wait().unwrap();
+        drop(child);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
