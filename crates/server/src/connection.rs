@@ -15,9 +15,10 @@ pub(crate) struct Connection {
     pub stream: TcpStream,
     pub proto: ProtoState,
     pub client: Client,
-    /// Input: `rbuf[rstart..]` is unprocessed.
+    /// Input: `rbuf[rstart..rend]` is unprocessed.
     rbuf: Vec<u8>,
     rstart: usize,
+    rend: usize,
     /// Output: `wbuf[wpos..]` is unsent.
     pub wbuf: Vec<u8>,
     wpos: usize,
@@ -47,6 +48,7 @@ impl Connection {
             client,
             rbuf: Vec::new(),
             rstart: 0,
+            rend: 0,
             wbuf: Vec::new(),
             wpos: 0,
             input_closed: false,
@@ -63,35 +65,35 @@ impl Connection {
 
     /// Unprocessed input bytes.
     pub fn pending_input(&self) -> usize {
-        self.rbuf.len() - self.rstart
+        self.rend - self.rstart
     }
 
-    /// Reads once from the socket.
+    /// Reads once from the socket into the spare room after the unprocessed
+    /// input. The buffer's length is its zeroed capacity and `rend` marks the
+    /// end of the data, so a read does not re-zero the buffer each time.
     pub fn fill(&mut self) -> io::Result<Fill> {
-        if self.rstart > 0 && self.rstart * 2 >= self.rbuf.len() {
-            self.rbuf.drain(..self.rstart);
+        if self.rstart > 0
+            && (self.rstart == self.rend || self.rbuf.len() - self.rend < READ_CHUNK / 2)
+        {
+            self.rbuf.copy_within(self.rstart..self.rend, 0);
+            self.rend -= self.rstart;
             self.rstart = 0;
         }
-        let len = self.rbuf.len();
-        self.rbuf.resize(len + READ_CHUNK, 0);
-        let r = self.stream.read(&mut self.rbuf[len..]);
-        match r {
-            Ok(0) => {
-                self.rbuf.truncate(len);
-                Ok(Fill::Eof)
-            }
+        if self.rbuf.len() - self.rend < READ_CHUNK / 2 {
+            let grow = self.rbuf.len().max(READ_CHUNK);
+            self.rbuf.resize(self.rbuf.len() + grow, 0);
+        }
+        match self.stream.read(&mut self.rbuf[self.rend..]) {
+            Ok(0) => Ok(Fill::Eof),
             Ok(n) => {
-                self.rbuf.truncate(len + n);
+                self.rend += n;
                 Ok(Fill::Data(n))
             }
-            Err(e) => {
-                self.rbuf.truncate(len);
-                match e.kind() {
-                    io::ErrorKind::WouldBlock => Ok(Fill::WouldBlock),
-                    io::ErrorKind::Interrupted => Ok(Fill::Data(0)),
-                    _ => Err(e),
-                }
-            }
+            Err(e) => match e.kind() {
+                io::ErrorKind::WouldBlock => Ok(Fill::WouldBlock),
+                io::ErrorKind::Interrupted => Ok(Fill::Data(0)),
+                _ => Err(e),
+            },
         }
     }
 
@@ -111,7 +113,7 @@ impl Connection {
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             self.proto.process(
                 &mut cx,
-                &self.rbuf[self.rstart..],
+                &self.rbuf[self.rstart..self.rend],
                 &mut self.wbuf,
                 reply_budget,
             )
@@ -125,7 +127,7 @@ impl Connection {
                 );
                 self.wbuf.extend_from_slice(self.proto.internal_error());
                 crate::proto::Outcome {
-                    consumed: self.rbuf.len() - self.rstart,
+                    consumed: self.rend - self.rstart,
                     close: true,
                     abort: false,
                 }
@@ -139,11 +141,11 @@ impl Connection {
             self.input_closed = true;
             self.close_after_flush = true;
         }
-        if self.rstart == self.rbuf.len() {
-            self.rbuf.clear();
+        if self.rstart == self.rend {
             self.rstart = 0;
+            self.rend = 0;
             // Give back the memory of a large request once it is done.
-            if self.rbuf.capacity() > 1 << 20 {
+            if self.rbuf.len() > 1 << 20 {
                 self.rbuf = Vec::new();
             }
         }
