@@ -5,6 +5,7 @@
 pub(crate) mod cmd;
 pub(crate) mod error;
 pub(crate) mod frame;
+pub mod fuzzing;
 pub(crate) mod glob;
 pub(crate) mod reply;
 
