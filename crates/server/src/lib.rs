@@ -17,6 +17,9 @@ mod memcache;
 mod metrics;
 mod proto;
 mod resp;
+/// Entry points for the RESP fuzz target and fuzz tests; not an API.
+#[doc(hidden)]
+pub use resp::fuzzing as resp_fuzzing;
 mod server;
 mod shared;
 mod slowlog;

@@ -5,6 +5,7 @@
 pub(crate) mod cmd;
 pub(crate) mod error;
 pub(crate) mod frame;
+pub mod fuzzing;
 pub(crate) mod glob;
 pub(crate) mod reply;
 
@@ -48,14 +49,17 @@ impl RespConn {
         out: &mut Vec<u8>,
         reply_budget: usize,
     ) -> Outcome {
-        let limits = Limits {
-            max_request_bytes: cx.shared.config.max_request_bytes.0 as usize,
-        };
         let mut at = 0;
         let mut close = false;
         self.pending.clear();
         self.pending_args.clear();
         while out.len() <= reply_budget {
+            // Per request: an AUTH earlier in the same read lifts the
+            // unauthenticated limits for the requests after it.
+            let limits = Limits {
+                max_request_bytes: cx.shared.config.max_request_bytes.0 as usize,
+                authenticated: self.authenticated,
+            };
             let mut req = std::mem::take(&mut self.req);
             let parsed = frame::parse(&input[at..], limits, &mut req);
             match parsed {
@@ -161,9 +165,12 @@ impl RespConn {
             let took = started.elapsed();
             if cx.shared.slowlog.wants(took) {
                 let name = cx.client.name.clone().unwrap_or_default();
-                cx.shared
-                    .slowlog
-                    .record(took, &args, &cx.client.addr.to_string(), &name);
+                cx.shared.slowlog.record(
+                    took,
+                    &slowlog_args(&args),
+                    &cx.client.addr.to_string(),
+                    &name,
+                );
             }
             drop(args);
             self.req = req;
@@ -235,5 +242,17 @@ impl RespConn {
         self.pending.clear();
         self.pending_args.clear();
         true
+    }
+}
+
+/// A request's arguments as the slow log keeps them: AUTH's and HELLO's
+/// carry the password, so only their name is kept, as Redis redacts them.
+fn slowlog_args<'a>(args: &[&'a [u8]]) -> Vec<&'a [u8]> {
+    if cmd::eq_ic(args[0], "auth") || cmd::eq_ic(args[0], "hello") {
+        let mut kept = vec![args[0]];
+        kept.resize(args.len(), b"(redacted)");
+        kept
+    } else {
+        args.to_vec()
     }
 }

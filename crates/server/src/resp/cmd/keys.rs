@@ -45,7 +45,7 @@ pub(super) fn exists(cx: &mut Ctx<'_, '_>) -> CmdResult {
 /// EXPIRE family: `deadline` turns the argument into unix ms (None: the
 /// arithmetic overflowed).
 fn expire_generic(cx: &mut Ctx<'_, '_>, name: &str, unit_ms: i64, absolute: bool) -> CmdResult {
-    let n = parse_i64(cx.args[2]).ok_or(CmdError::NotInteger)?;
+    // Redis checks the options before the time argument.
     let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
     for opt in &cx.args[3..] {
         if eq_ic(opt, "nx") {
@@ -73,6 +73,7 @@ fn expire_generic(cx: &mut Ctx<'_, '_>, name: &str, unit_ms: i64, absolute: bool
             "GT and LT options at the same time are not compatible",
         ));
     }
+    let n = parse_i64(cx.args[2]).ok_or(CmdError::NotInteger)?;
     let invalid = || CmdError::err(format!("invalid expire time in '{name}' command"));
     let ms = n.checked_mul(unit_ms).ok_or_else(invalid)?;
     let at = if absolute {
