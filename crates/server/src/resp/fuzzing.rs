@@ -106,9 +106,12 @@ impl RespSession {
         }
         self.input.extend_from_slice(bytes);
         let max_reply = self.shared.config.max_reply_bytes.0 as usize;
+        let shared = self.shared.clone();
+        let session = shared.store.session();
         loop {
             let mut cx = Cx {
                 shared: &self.shared,
+                session: &session,
                 batch: &mut self.batch,
                 client: &mut self.client,
             };
@@ -126,6 +129,7 @@ impl RespSession {
                 return out;
             }
             if o.consumed == 0 {
+                session.commit().expect("an in-memory store commits");
                 return out;
             }
         }
