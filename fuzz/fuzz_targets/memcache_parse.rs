@@ -3,7 +3,7 @@
 
 #![no_main]
 
-use combkv_server::fuzzing::{Limits, Parsed, parse_memcache};
+use combkv_server::memcache_fuzzing::{Limits, Parsed, parse_memcache};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -15,9 +15,10 @@ pub(crate) struct Connection {
     pub stream: TcpStream,
     pub proto: ProtoState,
     pub client: Client,
-    /// Input: `rbuf[rstart..]` is unprocessed.
+    /// Input: `rbuf[rstart..rend]` is unprocessed.
     rbuf: Vec<u8>,
     rstart: usize,
+    rend: usize,
     /// Output: `wbuf[wpos..]` is unsent.
     pub wbuf: Vec<u8>,
     wpos: usize,
@@ -27,6 +28,9 @@ pub(crate) struct Connection {
     pub close_after_flush: bool,
     /// WRITABLE interest is registered (output is waiting for the socket).
     pub want_writable: bool,
+    /// Output length when this turn first processed input: replies after it
+    /// wait for the turn's commit.
+    pub turn_mark: Option<usize>,
 }
 
 /// What one read attempt found.
@@ -44,11 +48,13 @@ impl Connection {
             client,
             rbuf: Vec::new(),
             rstart: 0,
+            rend: 0,
             wbuf: Vec::new(),
             wpos: 0,
             input_closed: false,
             close_after_flush: false,
             want_writable: false,
+            turn_mark: None,
         }
     }
 
@@ -59,42 +65,46 @@ impl Connection {
 
     /// Unprocessed input bytes.
     pub fn pending_input(&self) -> usize {
-        self.rbuf.len() - self.rstart
+        self.rend - self.rstart
     }
 
-    /// Reads once from the socket.
+    /// Reads once from the socket into the spare room after the unprocessed
+    /// input. The buffer's length is its zeroed capacity and `rend` marks the
+    /// end of the data, so a read does not re-zero the buffer each time.
     pub fn fill(&mut self) -> io::Result<Fill> {
-        if self.rstart > 0 && self.rstart * 2 >= self.rbuf.len() {
-            self.rbuf.drain(..self.rstart);
+        if self.rstart > 0
+            && (self.rstart == self.rend || self.rbuf.len() - self.rend < READ_CHUNK / 2)
+        {
+            self.rbuf.copy_within(self.rstart..self.rend, 0);
+            self.rend -= self.rstart;
             self.rstart = 0;
         }
-        let len = self.rbuf.len();
-        self.rbuf.resize(len + READ_CHUNK, 0);
-        let r = self.stream.read(&mut self.rbuf[len..]);
-        match r {
-            Ok(0) => {
-                self.rbuf.truncate(len);
-                Ok(Fill::Eof)
-            }
+        if self.rbuf.len() - self.rend < READ_CHUNK / 2 {
+            let grow = self.rbuf.len().max(READ_CHUNK);
+            self.rbuf.resize(self.rbuf.len() + grow, 0);
+        }
+        match self.stream.read(&mut self.rbuf[self.rend..]) {
+            Ok(0) => Ok(Fill::Eof),
             Ok(n) => {
-                self.rbuf.truncate(len + n);
+                self.rend += n;
                 Ok(Fill::Data(n))
             }
-            Err(e) => {
-                self.rbuf.truncate(len);
-                match e.kind() {
-                    io::ErrorKind::WouldBlock => Ok(Fill::WouldBlock),
-                    io::ErrorKind::Interrupted => Ok(Fill::Data(0)),
-                    _ => Err(e),
-                }
-            }
+            Err(e) => match e.kind() {
+                io::ErrorKind::WouldBlock => Ok(Fill::WouldBlock),
+                io::ErrorKind::Interrupted => Ok(Fill::Data(0)),
+                _ => Err(e),
+            },
         }
     }
 
     /// Executes the complete requests in the input. Returns the bytes used.
     pub fn process(&mut self, cx_parts: CxParts<'_>, reply_budget: usize) -> usize {
+        if self.turn_mark.is_none() {
+            self.turn_mark = Some(self.wbuf.len());
+        }
         let mut cx = Cx {
             shared: cx_parts.shared,
+            session: cx_parts.session,
             batch: cx_parts.batch,
             client: &mut self.client,
         };
@@ -103,7 +113,7 @@ impl Connection {
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             self.proto.process(
                 &mut cx,
-                &self.rbuf[self.rstart..],
+                &self.rbuf[self.rstart..self.rend],
                 &mut self.wbuf,
                 reply_budget,
             )
@@ -117,25 +127,39 @@ impl Connection {
                 );
                 self.wbuf.extend_from_slice(self.proto.internal_error());
                 crate::proto::Outcome {
-                    consumed: self.rbuf.len() - self.rstart,
+                    consumed: self.rend - self.rstart,
                     close: true,
+                    abort: false,
                 }
             }
         };
         self.rstart += out.consumed;
+        if out.abort {
+            self.abort_turn();
+        }
         if out.close {
             self.input_closed = true;
             self.close_after_flush = true;
         }
-        if self.rstart == self.rbuf.len() {
-            self.rbuf.clear();
+        if self.rstart == self.rend {
             self.rstart = 0;
+            self.rend = 0;
             // Give back the memory of a large request once it is done.
-            if self.rbuf.capacity() > 1 << 20 {
+            if self.rbuf.len() > 1 << 20 {
                 self.rbuf = Vec::new();
             }
         }
         out.consumed
+    }
+
+    /// Drops the replies produced this turn (they may acknowledge writes
+    /// whose commit failed) and closes after what was produced before.
+    pub fn abort_turn(&mut self) {
+        if let Some(mark) = self.turn_mark.take() {
+            self.wbuf.truncate(mark.max(self.wpos));
+        }
+        self.input_closed = true;
+        self.close_after_flush = true;
     }
 
     /// Writes as much output as the socket takes. Ok(true): all written.
@@ -161,5 +185,6 @@ impl Connection {
 /// The parts of a `Cx` the event loop owns.
 pub(crate) struct CxParts<'a> {
     pub shared: &'a crate::shared::Shared,
+    pub session: &'a combkv::Session<'a>,
     pub batch: &'a mut combkv::readexec::BatchResults,
 }

@@ -11,29 +11,71 @@ use parking_lot::Mutex;
 use crate::config::ServerConfig;
 use crate::slowlog::SlowLog;
 
+/// A statistics counter bumped on every request by every event loop:
+/// sharded over cache lines so loops on different cores do not contend for
+/// one line, summed when read (INFO, stats, metrics).
+#[derive(Debug)]
+pub struct Counter {
+    shards: [crossbeam_utils::CachePadded<AtomicU64>; COUNTER_SHARDS],
+}
+
+const COUNTER_SHARDS: usize = 8;
+
+impl Default for Counter {
+    fn default() -> Self {
+        Counter {
+            shards: std::array::from_fn(|_| crossbeam_utils::CachePadded::new(AtomicU64::new(0))),
+        }
+    }
+}
+
+impl Counter {
+    pub fn add(&self, n: u64) {
+        thread_local! {
+            static SHARD: usize = {
+                use std::sync::atomic::AtomicUsize;
+                static NEXT: AtomicUsize = AtomicUsize::new(0);
+                NEXT.fetch_add(1, Ordering::Relaxed) % COUNTER_SHARDS
+            };
+        }
+        let i = SHARD.with(|s| *s);
+        self.shards[i].fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.shards.iter().map(|s| s.load(Ordering::Relaxed)).sum()
+    }
+
+    pub fn reset(&self) {
+        for s in &self.shards {
+            s.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Server-wide counters (INFO stats, memcached stats, Prometheus).
 #[derive(Debug, Default)]
 pub struct Stats {
-    pub connections_received: AtomicU64,
-    pub connections_rejected: AtomicU64,
-    pub commands_processed: AtomicU64,
-    pub keyspace_hits: AtomicU64,
-    pub keyspace_misses: AtomicU64,
-    pub net_input_bytes: AtomicU64,
-    pub net_output_bytes: AtomicU64,
-    pub errors_replied: AtomicU64,
-    pub read_batches: AtomicU64,
-    pub read_batch_requests: AtomicU64,
-    pub writes_refused_oom: AtomicU64,
-    pub protocol_errors: AtomicU64,
+    pub connections_received: Counter,
+    pub connections_rejected: Counter,
+    pub commands_processed: Counter,
+    pub keyspace_hits: Counter,
+    pub keyspace_misses: Counter,
+    pub net_input_bytes: Counter,
+    pub net_output_bytes: Counter,
+    pub errors_replied: Counter,
+    pub read_batches: Counter,
+    pub read_batch_requests: Counter,
+    pub writes_refused_oom: Counter,
+    pub protocol_errors: Counter,
 }
 
 impl Stats {
-    pub fn add(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Ordering::Relaxed);
+    pub fn add(counter: &Counter, n: u64) {
+        counter.add(n);
     }
-    pub fn get(counter: &AtomicU64) -> u64 {
-        counter.load(Ordering::Relaxed)
+    pub fn get(counter: &Counter) -> u64 {
+        counter.get()
     }
 }
 
@@ -159,7 +201,7 @@ impl Shared {
             &s.writes_refused_oom,
             &s.protocol_errors,
         ] {
-            c.store(0, Ordering::Relaxed);
+            c.reset();
         }
         self.slowlog.reset();
     }

@@ -14,7 +14,7 @@ use std::cell::Cell;
 use std::sync::Arc;
 
 use combkv::{Config, Store};
-use combkv_server::fuzzing::{Limits, MemcacheSession, Parsed, parse_memcache};
+use combkv_server::memcache_fuzzing::{Limits, MemcacheSession, Parsed, parse_memcache};
 use combkv_server::{ByteSize, ServerConfig};
 
 /// Counts the bytes this thread allocates.

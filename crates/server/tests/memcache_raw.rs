@@ -594,3 +594,26 @@ fn pipelined_reads_and_writes_answer_in_order() {
     c.check(&send, &expect);
     server.shutdown();
 }
+
+#[test]
+fn items_and_client_flags_survive_a_restart() {
+    let dir = std::env::temp_dir().join(format!("combkv-mc-restart-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let server = start(|c| c.data_dir = Some(dir.clone()));
+    let mut c = Conn::new(&server);
+    c.check(
+        b"set k 42 0 1\r\nv\r\nms m 2 F7 T0\r\nhi\r\n",
+        b"STORED\r\nHD\r\n",
+    );
+    drop(c);
+    server.shutdown();
+    let server = start(|c| c.data_dir = Some(dir.clone()));
+    let mut c = Conn::new(&server);
+    c.check(
+        b"get k m\r\n",
+        b"VALUE k 42 1\r\nv\r\nVALUE m 7 2\r\nhi\r\nEND\r\n",
+    );
+    drop(c);
+    server.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}

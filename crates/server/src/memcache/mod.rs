@@ -5,6 +5,7 @@
 
 pub(crate) mod cmd;
 pub mod error;
+pub mod fuzzing;
 pub mod parse;
 pub(crate) mod stats;
 
@@ -22,6 +23,8 @@ pub(crate) struct McConn {
     /// Leading input bytes known to hold no newline (a parse hint, so a
     /// long multi-key line arriving in pieces is scanned once).
     scanned: usize,
+    /// Wrote since the session's last commit (a read commits first).
+    wrote: bool,
 }
 
 /// The request limits of a server.
@@ -45,6 +48,11 @@ impl McConn {
         let mut at = self.skip(input.len());
         let mut pending: Vec<Request<'_>> = Vec::new();
         let mut close = false;
+        let abort = |at| Outcome {
+            consumed: at,
+            close: true,
+            abort: true,
+        };
         while self.swallow == 0 && out.len() <= reply_budget {
             match parse::parse(&input[at..], &limits, self.scanned) {
                 Parsed::Incomplete { scanned } => {
@@ -52,13 +60,16 @@ impl McConn {
                     break;
                 }
                 Parsed::Close { err } => {
-                    cmd::run_batch(cx, &mut pending, out);
+                    if !self.run_batch(cx, &mut pending, out) {
+                        return abort(at);
+                    }
                     Stats::add(&cx.shared.stats.protocol_errors, 1);
                     cmd::error_line(cx, out, &err);
                     tracing::debug!(client = cx.client.id, "closing: {err}");
                     return Outcome {
                         consumed: input.len(),
                         close: true,
+                        abort: false,
                     };
                 }
                 Parsed::Error {
@@ -68,7 +79,9 @@ impl McConn {
                     swallow,
                 } => {
                     self.scanned = 0;
-                    cmd::run_batch(cx, &mut pending, out);
+                    if !self.run_batch(cx, &mut pending, out) {
+                        return abort(at);
+                    }
                     if !noreply {
                         cmd::error_line(cx, out, &err);
                     }
@@ -84,19 +97,29 @@ impl McConn {
                         pending.push(req);
                         continue;
                     }
-                    cmd::run_batch(cx, &mut pending, out);
+                    if !self.run_batch(cx, &mut pending, out) {
+                        return abort(at);
+                    }
                     if matches!(req, Request::Quit) {
                         close = true;
                         break;
+                    }
+                    if cmd::writes(&req) {
+                        self.wrote = true;
+                    } else if cmd::reads(&req) && !self.commit_before_read(cx) {
+                        return abort(at);
                     }
                     cmd::execute(cx, req, out);
                 }
             }
         }
-        cmd::run_batch(cx, &mut pending, out);
+        if !self.run_batch(cx, &mut pending, out) {
+            return abort(at);
+        }
         Outcome {
             consumed: at,
             close,
+            abort: false,
         }
     }
 
@@ -105,5 +128,39 @@ impl McConn {
         let n = self.swallow.min(available);
         self.swallow -= n;
         n
+    }
+
+    /// Commits the turn's session if this connection wrote since its last
+    /// commit, so a read sees the connection's own writes. False: the
+    /// commit failed and the turn must be aborted.
+    fn commit_before_read(&mut self, cx: &Cx<'_>) -> bool {
+        if !self.wrote {
+            return true;
+        }
+        self.wrote = false;
+        match cx.session.commit() {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(client = cx.client.id, "commit failed: {e}");
+                false
+            }
+        }
+    }
+
+    /// Answers the pending reads (one batch). False: abort the turn.
+    fn run_batch(
+        &mut self,
+        cx: &mut Cx<'_>,
+        pending: &mut Vec<Request<'_>>,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        if pending.is_empty() {
+            return true;
+        }
+        if !self.commit_before_read(cx) {
+            return false;
+        }
+        cmd::run_batch(cx, pending, out);
+        true
     }
 }

@@ -1,14 +1,14 @@
 //! memcached's counters, the `stats` reply, and the delayed `flush_all`
 //! timer: the state the memcached listener's connections share.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use combkv::Store;
 use parking_lot::{Condvar, Mutex};
 
-use crate::shared::{Shared, Stats};
+use crate::shared::{Counter, Shared, Stats};
 
 /// The version `version` and `stats` report: a memcached version the meta
 /// protocol exists in, tagged with combkv's own.
@@ -17,32 +17,32 @@ pub const VERSION: &str = concat!("1.6.0-combkv-", env!("CARGO_PKG_VERSION"));
 /// Counters named as memcached's `stats` names them (memcached listener only).
 #[derive(Debug, Default)]
 pub struct McStats {
-    pub cmd_get: AtomicU64,
-    pub cmd_set: AtomicU64,
-    pub cmd_flush: AtomicU64,
-    pub cmd_touch: AtomicU64,
-    pub cmd_meta: AtomicU64,
-    pub get_hits: AtomicU64,
-    pub get_misses: AtomicU64,
-    pub delete_hits: AtomicU64,
-    pub delete_misses: AtomicU64,
-    pub incr_hits: AtomicU64,
-    pub incr_misses: AtomicU64,
-    pub decr_hits: AtomicU64,
-    pub decr_misses: AtomicU64,
-    pub cas_hits: AtomicU64,
-    pub cas_misses: AtomicU64,
-    pub cas_badval: AtomicU64,
-    pub touch_hits: AtomicU64,
-    pub touch_misses: AtomicU64,
-    pub store_too_large: AtomicU64,
-    pub store_no_memory: AtomicU64,
+    pub cmd_get: Counter,
+    pub cmd_set: Counter,
+    pub cmd_flush: Counter,
+    pub cmd_touch: Counter,
+    pub cmd_meta: Counter,
+    pub get_hits: Counter,
+    pub get_misses: Counter,
+    pub delete_hits: Counter,
+    pub delete_misses: Counter,
+    pub incr_hits: Counter,
+    pub incr_misses: Counter,
+    pub decr_hits: Counter,
+    pub decr_misses: Counter,
+    pub cas_hits: Counter,
+    pub cas_misses: Counter,
+    pub cas_badval: Counter,
+    pub touch_hits: Counter,
+    pub touch_misses: Counter,
+    pub store_too_large: Counter,
+    pub store_no_memory: Counter,
     /// Items stored since start (successful storage commands).
-    pub total_items: AtomicU64,
+    pub total_items: Counter,
 }
 
 impl McStats {
-    fn all(&self) -> [(&'static str, &AtomicU64); 21] {
+    fn all(&self) -> [(&'static str, &Counter); 21] {
         [
             ("cmd_get", &self.cmd_get),
             ("cmd_set", &self.cmd_set),
@@ -71,7 +71,7 @@ impl McStats {
     /// `stats reset`: zeroes the memcached counters.
     pub fn reset(&self) {
         for (_, c) in self.all() {
-            c.store(0, Ordering::Relaxed);
+            c.reset();
         }
     }
 }
@@ -150,7 +150,7 @@ impl FlushTimer {
             st.deadline_ms = None;
             drop(st);
             if let Some(s) = store.upgrade() {
-                if let Err(e) = crate::admin::clear(&s) {
+                if let Err(e) = s.clear() {
                     tracing::warn!("delayed flush_all failed: {e}");
                 }
             }
@@ -207,7 +207,7 @@ pub fn write_stats(shared: &Shared, out: &mut Vec<u8>) {
     ];
     for (name, c) in mc.all() {
         if name != "total_items" {
-            lines.push((name, c.load(Ordering::Relaxed).to_string()));
+            lines.push((name, c.get().to_string()));
         }
     }
     let used = shared.used_memory.load(Ordering::Relaxed);
@@ -218,10 +218,7 @@ pub fn write_stats(shared: &Shared, out: &mut Vec<u8>) {
         ("threads", shared.config.thread_count().to_string()),
         ("bytes", used.to_string()),
         ("curr_items", shared.store.len().to_string()),
-        (
-            "total_items",
-            mc.total_items.load(Ordering::Relaxed).to_string(),
-        ),
+        ("total_items", mc.total_items.get().to_string()),
         ("evictions", "0".to_string()),
     ]);
     for (name, value) in lines {

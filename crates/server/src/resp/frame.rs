@@ -40,6 +40,11 @@ pub(crate) enum FrameError {
     UnbalancedQuotes,
     TooBigInline,
     TooBigCount,
+    TooBigBulkCount,
+    /// Before AUTH: more arguments than `UNAUTH_MAX_ARGS`.
+    UnauthenticatedMultibulkLength,
+    /// Before AUTH: a bulk string longer than `UNAUTH_MAX_BULK_BYTES`.
+    UnauthenticatedBulkLength,
 }
 
 impl FrameError {
@@ -54,6 +59,13 @@ impl FrameError {
             FrameError::UnbalancedQuotes => "Protocol error: unbalanced quotes in request".into(),
             FrameError::TooBigInline => "Protocol error: too big inline request".into(),
             FrameError::TooBigCount => "Protocol error: too big mbulk count string".into(),
+            FrameError::TooBigBulkCount => "Protocol error: too big bulk count string".into(),
+            FrameError::UnauthenticatedMultibulkLength => {
+                "Protocol error: unauthenticated multibulk length".into()
+            }
+            FrameError::UnauthenticatedBulkLength => {
+                "Protocol error: unauthenticated bulk length".into()
+            }
         }
     }
 }
@@ -63,10 +75,20 @@ impl FrameError {
 pub(crate) struct Limits {
     /// Largest whole request and largest single bulk string.
     pub max_request_bytes: usize,
+    /// False before AUTH (with `requirepass`): requests are held to
+    /// `UNAUTH_MAX_ARGS` arguments of `UNAUTH_MAX_BULK_BYTES`, as Redis 7
+    /// does, so a client without the password cannot make the server buffer
+    /// a large request.
+    pub authenticated: bool,
 }
 
-/// Arguments per request at most (Redis: 1024*1024).
+/// Arguments per request at most. Redis 7 allows up to INT_MAX; a bound
+/// this low keeps re-parsing an incomplete request (done on every read)
+/// cheap: the parser keeps no state between reads.
 const MAX_ARGS: i64 = 1024 * 1024;
+/// Redis 7's limits before AUTH.
+const UNAUTH_MAX_ARGS: i64 = 10;
+const UNAUTH_MAX_BULK_BYTES: i64 = 16 * 1024;
 /// Longest inline command line and longest length line (Redis: 64 KiB).
 const MAX_INLINE: usize = 64 * 1024;
 
@@ -96,11 +118,9 @@ fn line(input: &[u8], at: usize) -> Option<(&[u8], usize)> {
     Some((body, at + nl + 1))
 }
 
+/// Redis's `string2ll`: no '+', no leading zeros, no spaces.
 fn parse_int(b: &[u8]) -> Option<i64> {
-    if b.is_empty() || b.len() > 20 {
-        return None;
-    }
-    std::str::from_utf8(b).ok()?.parse().ok()
+    super::cmd::parse_i64(b)
 }
 
 fn parse_multibulk(input: &[u8], limits: Limits, req: &mut Request) -> Result<bool, FrameError> {
@@ -113,6 +133,9 @@ fn parse_multibulk(input: &[u8], limits: Limits, req: &mut Request) -> Result<bo
     let count = parse_int(head).ok_or(FrameError::InvalidMultibulkLength)?;
     if count > MAX_ARGS {
         return Err(FrameError::InvalidMultibulkLength);
+    }
+    if count > UNAUTH_MAX_ARGS && !limits.authenticated {
+        return Err(FrameError::UnauthenticatedMultibulkLength);
     }
     if count <= 0 {
         // `*0` and `*-1` are empty requests, ignored as Redis does.
@@ -130,13 +153,16 @@ fn parse_multibulk(input: &[u8], limits: Limits, req: &mut Request) -> Result<bo
         }
         let Some((len_line, data_at)) = line(input, at + 1) else {
             if input.len() - at > MAX_INLINE {
-                return Err(FrameError::InvalidBulkLength);
+                return Err(FrameError::TooBigBulkCount);
             }
             return Ok(false);
         };
         let len = parse_int(len_line).ok_or(FrameError::InvalidBulkLength)?;
         if len < 0 || len as u64 > limits.max_request_bytes as u64 {
             return Err(FrameError::InvalidBulkLength);
+        }
+        if len > UNAUTH_MAX_BULK_BYTES && !limits.authenticated {
+            return Err(FrameError::UnauthenticatedBulkLength);
         }
         let len = len as usize;
         if data_at > limits.max_request_bytes {
@@ -173,15 +199,22 @@ fn parse_inline(input: &[u8], req: &mut Request) -> Result<bool, FrameError> {
     Ok(true)
 }
 
+/// C's `isspace`, which `sdssplitargs` uses between arguments.
+fn is_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
+}
+
 /// Splits an inline line the way Redis's `sdssplitargs` does: whitespace
 /// separates; "double quotes" take \n \r \t \b \a \\ \" and \xHH escapes;
 /// 'single quotes' take \'; a closing quote must be followed by a space or
-/// the end.
+/// the end. A NUL byte ends the line, as it ends the C string Redis splits
+/// (inside quotes that leaves them unbalanced).
 fn split_args(line: &[u8], req: &mut Request) -> Result<(), FrameError> {
+    let line = &line[..line.iter().position(|&b| b == 0).unwrap_or(line.len())];
     let mut i = 0;
     let n = line.len();
     loop {
-        while i < n && line[i].is_ascii_whitespace() {
+        while i < n && is_space(line[i]) {
             i += 1;
         }
         if i == n {
@@ -217,7 +250,7 @@ fn split_args(line: &[u8], req: &mut Request) -> Result<(), FrameError> {
                         other => other,
                     });
                 } else if c == b'"' {
-                    if i + 1 < n && !line[i + 1].is_ascii_whitespace() {
+                    if i + 1 < n && !is_space(line[i + 1]) {
                         return Err(FrameError::UnbalancedQuotes);
                     }
                     i += 1;
@@ -236,7 +269,7 @@ fn split_args(line: &[u8], req: &mut Request) -> Result<(), FrameError> {
                     i += 2;
                     continue;
                 } else if c == b'\'' {
-                    if i + 1 < n && !line[i + 1].is_ascii_whitespace() {
+                    if i + 1 < n && !is_space(line[i + 1]) {
                         return Err(FrameError::UnbalancedQuotes);
                     }
                     i += 1;
@@ -249,8 +282,10 @@ fn split_args(line: &[u8], req: &mut Request) -> Result<(), FrameError> {
                 if i == n {
                     break;
                 }
+                // Every byte that ends an argument here is skipped by the
+                // `is_space` loop above, so each pass makes progress.
                 match line[i] {
-                    b' ' | b'\n' | b'\r' | b'\t' | 0 => break,
+                    b' ' | b'\n' | b'\r' | b'\t' => break,
                     b'"' => in_dq = true,
                     b'\'' => in_sq = true,
                     c => req.scratch.push(c),
@@ -271,6 +306,7 @@ mod tests {
 
     const L: Limits = Limits {
         max_request_bytes: 1 << 20,
+        authenticated: true,
     };
 
     type Parsed = Option<(Vec<Vec<u8>>, usize)>;
@@ -352,5 +388,21 @@ mod tests {
         assert!(a.is_empty());
         assert_eq!(used, 2);
         assert_eq!(args(b"set k v").unwrap(), None);
+    }
+
+    /// A NUL in an inline command once made the splitter push empty
+    /// arguments forever (found by tests/fuzz_resp.rs): it ends the line.
+    #[test]
+    fn regression_nul_in_inline_command_ends_the_line() {
+        let (a, used) = args(b"GET a\0b c\r\n").unwrap().unwrap();
+        assert_eq!(a, vec![b"GET".to_vec(), b"a".to_vec()]);
+        assert_eq!(used, 11);
+        let (a, _) = args(b"\0\r\n").unwrap().unwrap();
+        assert!(a.is_empty());
+        assert_eq!(args(b"SET \"a\0b\"\r\n"), Err(FrameError::UnbalancedQuotes));
+        // Vertical tab and form feed are skipped between arguments (C's
+        // isspace) but, as in Redis, do not end one.
+        let (a, _) = args(b"\x0bGET \x0ck\x0cz\r\n").unwrap().unwrap();
+        assert_eq!(a, vec![b"GET".to_vec(), b"k\x0cz".to_vec()]);
     }
 }

@@ -5,6 +5,7 @@
 pub(crate) mod cmd;
 pub(crate) mod error;
 pub(crate) mod frame;
+pub mod fuzzing;
 pub(crate) mod glob;
 pub(crate) mod reply;
 
@@ -28,6 +29,9 @@ pub(crate) struct RespConn {
     pending: Vec<(usize, usize, Batchable)>,
     /// Argument offsets of pending requests (`pending` indexes into it).
     pending_args: Vec<(usize, usize)>,
+    /// This connection wrote through the session since its last commit: a
+    /// read must commit first to see its own writes.
+    wrote: bool,
 }
 
 impl RespConn {
@@ -45,14 +49,17 @@ impl RespConn {
         out: &mut Vec<u8>,
         reply_budget: usize,
     ) -> Outcome {
-        let limits = Limits {
-            max_request_bytes: cx.shared.config.max_request_bytes.0 as usize,
-        };
         let mut at = 0;
         let mut close = false;
         self.pending.clear();
         self.pending_args.clear();
         while out.len() <= reply_budget {
+            // Per request: an AUTH earlier in the same read lifts the
+            // unauthenticated limits for the requests after it.
+            let limits = Limits {
+                max_request_bytes: cx.shared.config.max_request_bytes.0 as usize,
+                authenticated: self.authenticated,
+            };
             let mut req = std::mem::take(&mut self.req);
             let parsed = frame::parse(&input[at..], limits, &mut req);
             match parsed {
@@ -62,7 +69,13 @@ impl RespConn {
                 }
                 Err(e) => {
                     self.req = req;
-                    self.run_batch(cx, input, out);
+                    if !self.run_batch(cx, input, out) {
+                        return Outcome {
+                            consumed: at,
+                            close: true,
+                            abort: true,
+                        };
+                    }
                     Stats::add(&cx.shared.stats.protocol_errors, 1);
                     let mut r = Reply {
                         out,
@@ -78,6 +91,7 @@ impl RespConn {
                     return Outcome {
                         consumed: input.len(),
                         close: true,
+                        abort: false,
                     };
                 }
                 Ok(true) => {}
@@ -118,10 +132,27 @@ impl RespConn {
                     continue;
                 }
             }
-            self.run_batch(cx, input, out);
+            if !self.run_batch(cx, input, out) {
+                return Outcome {
+                    consumed: at,
+                    close: true,
+                    abort: true,
+                };
+            }
+            let write = cmd::lookup(args[0]).is_some_and(|s| s.write);
+            if write {
+                self.wrote = true;
+            } else if !self.commit_before_read(cx) {
+                return Outcome {
+                    consumed: at,
+                    close: true,
+                    abort: true,
+                };
+            }
             let started = Instant::now();
             let mut ctx = Ctx {
                 shared: cx.shared,
+                session: cx.session,
                 conn: self,
                 client: cx.client,
                 args: &args,
@@ -134,9 +165,12 @@ impl RespConn {
             let took = started.elapsed();
             if cx.shared.slowlog.wants(took) {
                 let name = cx.client.name.clone().unwrap_or_default();
-                cx.shared
-                    .slowlog
-                    .record(took, &args, &cx.client.addr.to_string(), &name);
+                cx.shared.slowlog.record(
+                    took,
+                    &slowlog_args(&args),
+                    &cx.client.addr.to_string(),
+                    &name,
+                );
             }
             drop(args);
             self.req = req;
@@ -144,17 +178,45 @@ impl RespConn {
                 break;
             }
         }
-        self.run_batch(cx, input, out);
+        if !self.run_batch(cx, input, out) {
+            return Outcome {
+                consumed: at,
+                close: true,
+                abort: true,
+            };
+        }
         Outcome {
             consumed: at,
             close,
+            abort: false,
+        }
+    }
+
+    /// Commits the session if this connection wrote since its last commit,
+    /// so a read sees the connection's own writes. False: the commit failed
+    /// and the turn must be aborted.
+    fn commit_before_read(&mut self, cx: &Cx<'_>) -> bool {
+        if !self.wrote {
+            return true;
+        }
+        self.wrote = false;
+        match cx.session.commit() {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(client = cx.client.id, "commit failed: {e}");
+                false
+            }
         }
     }
 
     /// Runs the pending reads as one batch and writes their replies.
-    fn run_batch(&mut self, cx: &mut Cx<'_>, input: &[u8], out: &mut Vec<u8>) {
+    /// False: a commit failed (abort the turn).
+    fn run_batch(&mut self, cx: &mut Cx<'_>, input: &[u8], out: &mut Vec<u8>) -> bool {
         if self.pending.is_empty() {
-            return;
+            return true;
+        }
+        if !self.commit_before_read(cx) {
+            return false;
         }
         let started = Instant::now();
         let pending = std::mem::take(&mut self.pending);
@@ -179,5 +241,18 @@ impl RespConn {
         self.pending = pending;
         self.pending.clear();
         self.pending_args.clear();
+        true
+    }
+}
+
+/// A request's arguments as the slow log keeps them: AUTH's and HELLO's
+/// carry the password, so only their name is kept, as Redis redacts them.
+fn slowlog_args<'a>(args: &[&'a [u8]]) -> Vec<&'a [u8]> {
+    if cmd::eq_ic(args[0], "auth") || cmd::eq_ic(args[0], "hello") {
+        let mut kept = vec![args[0]];
+        kept.resize(args.len(), b"(redacted)");
+        kept
+    } else {
+        args.to_vec()
     }
 }

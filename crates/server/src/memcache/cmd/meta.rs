@@ -93,7 +93,7 @@ pub(super) fn get_touch(cx: &mut Cx<'_>, key: &Key<'_>, flags: &MetaFlags<'_>, o
     let now = combkv::now_ms();
     let ttl = flags.ttl.unwrap_or(0);
     let exp = expiry(ttl, now);
-    let r = cx.shared.store.write_with(key.bytes(), |cur| match cur {
+    let r = cx.session.write_with(key.bytes(), |cur| match cur {
         None => (Write::Keep, None),
         Some(it) => {
             let w = Write::Put {
@@ -174,7 +174,7 @@ pub(super) fn set(
         expiry: exp,
         flags: cflags,
     };
-    let r = shared.store.write_with(key.bytes(), |cur| {
+    let r = cx.session.write_with(key.bytes(), |cur| {
         let cas_ok = |v: u64| flags.compare_cas.is_none_or(|c| c == v);
         match (mode, cur) {
             (b'S' | b'R', None) if flags.compare_cas.is_some() => (Write::Keep, Outcome::NotFound),
@@ -246,7 +246,7 @@ pub(super) fn set(
 pub(super) fn delete(cx: &mut Cx<'_>, key: &Key<'_>, flags: &MetaFlags<'_>, out: &mut Vec<u8>) {
     let mc = &cx.shared.memcache.stats;
     Stats::add(&mc.cmd_meta, 1);
-    let r = cx.shared.store.write_with(key.bytes(), |cur| match cur {
+    let r = cx.session.write_with(key.bytes(), |cur| match cur {
         None => (Write::Keep, Outcome::NotFound),
         Some(it) if flags.compare_cas.is_some_and(|c| c != it.version.get()) => {
             (Write::Keep, Outcome::Exists)
@@ -282,7 +282,7 @@ pub(super) fn arith(cx: &mut Cx<'_>, key: &Key<'_>, flags: &MetaFlags<'_>, out: 
     let delta = flags.delta.unwrap_or(1);
     let now = combkv::now_ms();
     // (outcome, number, expiry after the write, created)
-    let r = shared.store.write_with(key.bytes(), |cur| match cur {
+    let r = cx.session.write_with(key.bytes(), |cur| match cur {
         None => match flags.vivify {
             None => (Write::Keep, (Outcome::NotFound, 0, None, false)),
             Some(ttl) => {

@@ -93,6 +93,29 @@ pub(crate) fn batchable(req: &Request<'_>) -> bool {
     }
 }
 
+/// Requests that write (through the turn's session).
+pub(crate) fn writes(req: &Request<'_>) -> bool {
+    match req {
+        Request::Get { kind, .. } => matches!(kind, GetKind::Gat | GetKind::Gats),
+        Request::MetaGet { flags, .. } => flags.ttl.is_some(),
+        Request::Store { .. }
+        | Request::Delete { .. }
+        | Request::Arith { .. }
+        | Request::Touch { .. }
+        | Request::FlushAll { .. }
+        | Request::MetaSet { .. }
+        | Request::MetaDelete { .. }
+        | Request::MetaArith { .. } => true,
+        _ => false,
+    }
+}
+
+/// Unbatched requests that read the store (they must see the connection's
+/// own writes, so the session commits first).
+pub(crate) fn reads(req: &Request<'_>) -> bool {
+    matches!(req, Request::MetaDebug { .. } | Request::Stats { .. })
+}
+
 /// Answers the pending reads with one read-engine batch, in order.
 pub(crate) fn run_batch<'a>(cx: &mut Cx<'_>, pending: &mut Vec<Request<'a>>, out: &mut Vec<u8>) {
     if pending.is_empty() {

@@ -74,7 +74,7 @@ pub(super) fn store(
         expiry: Expiry::Keep,
         flags: Flags::Keep,
     };
-    let r = shared.store.write_with(key, |cur| match (cmd, cur) {
+    let r = cx.session.write_with(key, |cur| match (cmd, cur) {
         (StoreCmd::Set, _) | (StoreCmd::Add, None) => (put(data.to_vec()), Effect::Stored),
         (StoreCmd::Replace, Some(_)) => (put(data.to_vec()), Effect::Stored),
         (StoreCmd::Add, Some(_))
@@ -124,7 +124,7 @@ pub(super) fn store(
 
 pub(super) fn delete(cx: &mut Cx<'_>, key: &[u8], noreply: bool, out: &mut Vec<u8>) {
     let mc = &cx.shared.memcache.stats;
-    let r = match cx.shared.store.delete(key) {
+    let r = match cx.session.delete(key) {
         Ok(Some(_)) => {
             Stats::add(&mc.delete_hits, 1);
             Ok("DELETED")
@@ -158,7 +158,7 @@ pub(super) fn arith(
         Stats::add(&shared.stats.writes_refused_oom, 1);
         return reply(cx, out, noreply, Err(McError::OutOfMemory));
     }
-    let r = shared.store.write_with(key, |cur| match cur {
+    let r = cx.session.write_with(key, |cur| match cur {
         None => (Write::Keep, Arith::NotFound),
         Some(it) => match stored_number(it.value) {
             None => (Write::Keep, Arith::NonNumeric),
@@ -205,7 +205,7 @@ fn touch_item<T>(
     exp: Expiry,
     seen: impl Fn(&[u8], u32) -> T,
 ) -> Result<Option<(T, u64)>, McError> {
-    let (r, v) = cx.shared.store.write_with(key, |cur| match cur {
+    let (r, v) = cx.session.write_with(key, |cur| match cur {
         None => (Write::Keep, None),
         Some(it) => {
             let w = Write::Put {
@@ -289,7 +289,7 @@ pub(super) fn flush_all(cx: &mut Cx<'_>, delay: i64, noreply: bool, out: &mut Ve
         Ok("OK")
     } else {
         shared.memcache.flush.cancel();
-        match crate::admin::clear(&shared.store) {
+        match cx.session.clear() {
             Ok(()) => Ok("OK"),
             Err(e) => Err(McError::from(e)),
         }

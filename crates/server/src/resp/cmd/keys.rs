@@ -26,7 +26,7 @@ pub(super) fn del(cx: &mut Ctx<'_, '_>) -> CmdResult {
     check_keys(cx, &cx.args[1..])?;
     let mut n = 0;
     for k in &cx.args[1..] {
-        n += cx.store().delete(k)?.is_some() as i64;
+        n += cx.session.delete(k)?.is_some() as i64;
     }
     cx.r.int(n);
     Ok(())
@@ -45,7 +45,7 @@ pub(super) fn exists(cx: &mut Ctx<'_, '_>) -> CmdResult {
 /// EXPIRE family: `deadline` turns the argument into unix ms (None: the
 /// arithmetic overflowed).
 fn expire_generic(cx: &mut Ctx<'_, '_>, name: &str, unit_ms: i64, absolute: bool) -> CmdResult {
-    let n = parse_i64(cx.args[2]).ok_or(CmdError::NotInteger)?;
+    // Redis checks the options before the time argument.
     let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
     for opt in &cx.args[3..] {
         if eq_ic(opt, "nx") {
@@ -73,6 +73,7 @@ fn expire_generic(cx: &mut Ctx<'_, '_>, name: &str, unit_ms: i64, absolute: bool
             "GT and LT options at the same time are not compatible",
         ));
     }
+    let n = parse_i64(cx.args[2]).ok_or(CmdError::NotInteger)?;
     let invalid = || CmdError::err(format!("invalid expire time in '{name}' command"));
     let ms = n.checked_mul(unit_ms).ok_or_else(invalid)?;
     let at = if absolute {
@@ -81,7 +82,7 @@ fn expire_generic(cx: &mut Ctx<'_, '_>, name: &str, unit_ms: i64, absolute: bool
         ms.checked_add(now_ms() as i64).ok_or_else(invalid)?
     };
     let now = now_ms() as i64;
-    let (changed, _) = cx.store().write_with(cx.args[1], |cur| {
+    let (changed, _) = cx.session.write_with(cx.args[1], |cur| {
         let Some(it) = cur else {
             return (Write::Keep, false);
         };
@@ -147,7 +148,7 @@ pub(super) fn pttl(cx: &mut Ctx<'_, '_>) -> CmdResult {
 }
 
 pub(super) fn persist(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    let (changed, _) = cx.store().write_with(cx.args[1], |cur| match cur {
+    let (changed, _) = cx.session.write_with(cx.args[1], |cur| match cur {
         Some(it) if it.expires_at_ms.is_some() => (
             Write::Put {
                 value: it.value.to_vec(),
@@ -179,7 +180,7 @@ pub(super) fn flushall(cx: &mut Ctx<'_, '_>) -> CmdResult {
         [m] if eq_ic(m, "sync") || eq_ic(m, "async") => {}
         _ => return Err(CmdError::Syntax),
     }
-    crate::admin::clear(cx.store())?;
+    cx.session.clear()?;
     cx.r.ok();
     Ok(())
 }

@@ -22,6 +22,8 @@ pub(crate) use ordered::RangeSpec;
 /// What a command runs with.
 pub(crate) struct Ctx<'a, 'b> {
     pub shared: &'a Shared,
+    /// Writes go through the turn's session (see `proto::Cx`).
+    pub session: &'a combkv::Session<'a>,
     pub conn: &'a mut RespConn,
     pub client: &'a mut Client,
     pub args: &'a [&'b [u8]],
@@ -75,6 +77,9 @@ pub(crate) struct Spec {
     pub name: &'static str,
     pub arity: i32,
     pub write: bool,
+    /// Refused above `maxmemory` (Redis's `denyoom`): writes that can add
+    /// data. Deletes, expiries and FLUSHALL free memory and stay allowed.
+    pub denyoom: bool,
     /// Allowed before AUTH.
     pub no_auth: bool,
     pub first_key: i32,
@@ -102,6 +107,7 @@ macro_rules! spec {
             name: $name,
             arity: $arity,
             write: has_flag($flags, b'w'),
+            denyoom: has_flag($flags, b'd'),
             no_auth: has_flag($flags, b'a'),
             first_key: $first,
             last_key: $last,
@@ -117,7 +123,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
     spec!(
         "append",
         3,
-        "w",
+        "wd",
         1,
         1,
         "string",
@@ -147,7 +153,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
     spec!(
         "cas",
         -4,
-        "w",
+        "wd",
         1,
         1,
         "combkv",
@@ -207,7 +213,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
     spec!(
         "decr",
         2,
-        "w",
+        "wd",
         1,
         1,
         "string",
@@ -217,7 +223,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
     spec!(
         "decrby",
         3,
-        "w",
+        "wd",
         1,
         1,
         "string",
@@ -348,7 +354,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
     spec!(
         "incr",
         2,
-        "w",
+        "wd",
         1,
         1,
         "string",
@@ -358,7 +364,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
     spec!(
         "incrby",
         3,
-        "w",
+        "wd",
         1,
         1,
         "string",
@@ -408,7 +414,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
     spec!(
         "mset",
         -3,
-        "w",
+        "wd",
         1,
         -1,
         "string",
@@ -528,7 +534,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
     spec!(
         "set",
         -3,
-        "w",
+        "wd",
         1,
         1,
         "string",
@@ -538,7 +544,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
     spec!(
         "setnx",
         3,
-        "w",
+        "wd",
         1,
         1,
         "string",
@@ -637,21 +643,21 @@ pub(crate) fn dispatch(cx: &mut Ctx<'_, '_>) {
     }
 }
 
+/// The checks run in Redis 7's order (`processCommand`): the command
+/// exists, its arity, authentication, then `maxmemory` for writes. So an
+/// unknown command before AUTH is "unknown command", not NOAUTH.
 fn run(cx: &mut Ctx<'_, '_>) -> CmdResult {
     let Some(spec) = lookup(cx.args[0]) else {
-        if !cx.conn.authenticated {
-            return Err(CmdError::NoAuth);
-        }
         return Err(CmdError::Other(unknown_command(cx.args)));
     };
-    if !cx.conn.authenticated && !spec.no_auth {
-        return Err(CmdError::NoAuth);
-    }
     let n = cx.args.len() as i32;
     if (spec.arity > 0 && n != spec.arity) || (spec.arity < 0 && n < -spec.arity) {
         return Err(CmdError::Arity(spec.name.to_string()));
     }
-    if spec.write {
+    if !cx.conn.authenticated && !spec.no_auth {
+        return Err(CmdError::NoAuth);
+    }
+    if spec.denyoom {
         cx.check_memory()?;
     }
     (spec.handler)(cx)

@@ -55,9 +55,24 @@ fn lex(b: &[u8]) -> Result<Lex, CmdError> {
     }
 }
 
+/// A bound longer than the longest key, cut to `max_key` bytes (`T`) with
+/// the same meaning. No stored key is longer than `T`, so a key `k` is
+/// `>= B` (or `> B`) exactly when `k > T`, and `<= B` (or `< B`) exactly
+/// when `k <= T`. A FLOOR start stays inclusive: the greatest key `<= B`
+/// is the greatest key `<= T`.
+fn clamp(k: Vec<u8>, is_start: bool, floor: bool, max_key: usize) -> Bound<Vec<u8>> {
+    let t = k[..max_key].to_vec();
+    match (is_start, floor) {
+        (true, true) => Bound::Included(t),
+        (true, false) => Bound::Excluded(t),
+        (false, _) => Bound::Included(t),
+    }
+}
+
 /// Parses `start end [LIMIT count] [REV] [FLOOR] [KEYSONLY] [WITHVERSIONS]`.
+/// Bounds longer than `max_key` are valid (any string is a bound) and are
+/// cut to an equivalent one the engine accepts.
 pub(crate) fn parse_range(args: &[&[u8]], max_key: usize) -> Result<RangeSpec, CmdError> {
-    let _ = max_key;
     let (start, end) = (lex(args[0])?, lex(args[1])?);
     let mut spec = RangeSpec {
         range: Range::all(),
@@ -100,6 +115,7 @@ pub(crate) fn parse_range(args: &[&[u8]], max_key: usize) -> Result<RangeSpec, C
         }
         // Keys are never empty: `[` and `(` with no key start before them all.
         Lex::Incl(k) | Lex::Excl(k) if k.is_empty() => Bound::Unbounded,
+        Lex::Incl(k) | Lex::Excl(k) if k.len() > max_key => clamp(k, true, floor, max_key),
         Lex::Incl(k) => Bound::Included(k),
         Lex::Excl(k) => Bound::Excluded(k),
     };
@@ -113,6 +129,7 @@ pub(crate) fn parse_range(args: &[&[u8]], max_key: usize) -> Result<RangeSpec, C
             spec.empty = true;
             Bound::Unbounded
         }
+        Lex::Incl(k) | Lex::Excl(k) if k.len() > max_key => clamp(k, false, floor, max_key),
         Lex::Incl(k) => Bound::Included(k),
         Lex::Excl(k) => Bound::Excluded(k),
     };
@@ -225,9 +242,11 @@ pub(super) fn range(cx: &mut Ctx<'_, '_>) -> CmdResult {
     range_generic(cx, &spec, None)
 }
 
+/// A snapshot id is the pinned read version: 0 on a store that has not
+/// been written yet, so 0 is a valid id.
 fn snapshot_id(raw: &[u8]) -> Result<SnapshotId, CmdError> {
     match parse_i64(raw) {
-        Some(n) if n > 0 => Ok(SnapshotId(n as u64)),
+        Some(n) if n >= 0 => Ok(SnapshotId(n as u64)),
         Some(_) => Err(combkv::Error::NoSuchSnapshot.into()),
         None => Err(CmdError::NotInteger),
     }
@@ -293,7 +312,7 @@ pub(super) fn snapshot(cx: &mut Ctx<'_, '_>) -> CmdResult {
             return Err(CmdError::Arity("snapshot|release".into()));
         };
         let id = match parse_i64(id) {
-            Some(n) if n > 0 => SnapshotId(n as u64),
+            Some(n) if n >= 0 => SnapshotId(n as u64),
             Some(_) => {
                 cx.r.int(0);
                 return Ok(());
@@ -355,5 +374,19 @@ mod tests {
         );
         assert!(p(&["[a", "+", "FLOOR"]).unwrap().range.floor_start);
         assert_eq!(p(&["[a", "+", "BOGUS"]).unwrap_err(), CmdError::Syntax);
+    }
+
+    #[test]
+    fn bounds_longer_than_a_key_are_cut_to_equivalent_ones() {
+        let long = "x".repeat(470);
+        let cut = b"x".repeat(460);
+        let lo = format!("[{long}");
+        let hi = format!("({long}");
+        let s = p(&[lo.as_str(), hi.as_str()]).unwrap();
+        assert_eq!(s.range.start, Bound::Excluded(cut.clone()));
+        assert_eq!(s.range.end, Bound::Included(cut.clone()));
+        let s = p(&[lo.as_str(), "+", "FLOOR"]).unwrap();
+        assert_eq!(s.range.start, Bound::Included(cut));
+        assert!(s.valid_keys(460));
     }
 }

@@ -37,13 +37,20 @@ pub(super) fn select(cx: &mut Ctx<'_, '_>) -> CmdResult {
     }
 }
 
+fn wrongpass() -> CmdError {
+    CmdError::Other("WRONGPASS invalid username-password pair or user is disabled.".into())
+}
+
 /// Checks `user`/`pass` against requirepass (the only user is `default`).
+/// Without requirepass the default user is Redis's `nopass` user: any
+/// password authenticates it.
 fn check_password(cx: &Ctx<'_, '_>, user: &[u8], pass: &[u8]) -> CmdResult {
     let Some(want) = &cx.shared.config.requirepass else {
-        return Err(CmdError::err(
-            "AUTH <password> called without any password configured for the default user. \
-             Are you sure your configuration is correct?",
-        ));
+        return if user == b"default" {
+            Ok(())
+        } else {
+            Err(wrongpass())
+        };
     };
     // Compare every byte so the time taken does not reveal a prefix match.
     let want = want.as_bytes();
@@ -52,15 +59,19 @@ fn check_password(cx: &Ctx<'_, '_>, user: &[u8], pass: &[u8]) -> CmdResult {
         diff |= b ^ want.get(i).copied().unwrap_or(0);
     }
     if user != b"default" || diff != 0 {
-        return Err(CmdError::Other(
-            "WRONGPASS invalid username-password pair or user is disabled.".into(),
-        ));
+        return Err(wrongpass());
     }
     Ok(())
 }
 
 pub(super) fn auth(cx: &mut Ctx<'_, '_>) -> CmdResult {
     let (user, pass) = match cx.args {
+        [_, _] if cx.shared.config.requirepass.is_none() => {
+            return Err(CmdError::err(
+                "AUTH <password> called without any password configured for the default user. \
+                 Are you sure your configuration is correct?",
+            ));
+        }
         [_, pass] => (&b"default"[..], *pass),
         [_, user, pass] => (*user, *pass),
         _ => return Err(CmdError::Syntax),
@@ -107,6 +118,10 @@ pub(super) fn hello(cx: &mut Ctx<'_, '_>) -> CmdResult {
             auth = Some((cx.args[i + 1], cx.args[i + 2]));
             i += 3;
         } else if eq_ic(opt, "setname") && i + 1 < cx.args.len() {
+            // Checked here, before AUTH, as Redis does.
+            if !valid_client_name(cx.args[i + 1]) {
+                return Err(name_error());
+            }
             name = Some(cx.args[i + 1]);
             i += 2;
         } else {
@@ -129,9 +144,6 @@ pub(super) fn hello(cx: &mut Ctx<'_, '_>) -> CmdResult {
         ));
     }
     if let Some(n) = name {
-        if !valid_client_name(n) {
-            return Err(name_error());
-        }
         set_name(cx, n);
     }
     cx.conn.resp3 = resp3;
@@ -240,7 +252,7 @@ fn command_info(cx: &mut Ctx<'_, '_>, spec: &super::Spec) {
     cx.r.bulk_str(spec.name);
     cx.r.int(spec.arity as i64);
     let mut flags = vec![if spec.write { "write" } else { "readonly" }];
-    if spec.write {
+    if spec.denyoom {
         flags.push("denyoom");
     }
     if spec.no_auth {
@@ -269,6 +281,9 @@ pub(super) fn command(cx: &mut Ctx<'_, '_>) -> CmdResult {
         return Ok(());
     };
     if eq_ic(sub, "count") {
+        if cx.args.len() != 2 {
+            return Err(CmdError::Arity("command|count".into()));
+        }
         cx.r.int(COMMANDS.len() as i64);
     } else if eq_ic(sub, "list") {
         cx.r.array(COMMANDS.len());
@@ -340,6 +355,9 @@ pub(super) fn config(cx: &mut Ctx<'_, '_>) -> CmdResult {
             "CONFIG SET is not supported: change the config file or flags and restart",
         ))
     } else if eq_ic(sub, "resetstat") {
+        if cx.args.len() != 2 {
+            return Err(CmdError::Arity("config|resetstat".into()));
+        }
         cx.shared.reset_stats();
         cx.r.ok();
         Ok(())
@@ -362,6 +380,12 @@ pub(super) fn slowlog(cx: &mut Ctx<'_, '_>) -> CmdResult {
     let sub = cx.args[1];
     let log = &cx.shared.slowlog;
     if eq_ic(sub, "get") {
+        if cx.args.len() > 3 {
+            return Err(CmdError::err(format!(
+                "unknown subcommand or wrong number of arguments for '{}'. Try SLOWLOG HELP.",
+                String::from_utf8_lossy(sub)
+            )));
+        }
         let n = match cx.args.get(2) {
             None => 10,
             Some(raw) => match parse_i64(raw) {
@@ -387,8 +411,14 @@ pub(super) fn slowlog(cx: &mut Ctx<'_, '_>) -> CmdResult {
             cx.r.bulk_str(&e.client_name);
         }
     } else if eq_ic(sub, "len") {
+        if cx.args.len() != 2 {
+            return Err(CmdError::Arity("slowlog|len".into()));
+        }
         cx.r.int(log.len() as i64);
     } else if eq_ic(sub, "reset") {
+        if cx.args.len() != 2 {
+            return Err(CmdError::Arity("slowlog|reset".into()));
+        }
         log.reset();
         cx.r.ok();
     } else {

@@ -90,38 +90,64 @@ enum Cond {
     Xx,
 }
 
+/// SET's expiry option as parsed: KEEPTTL, or EX/PX/EXAT/PXAT with its
+/// (not yet checked) argument.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SetTtl<'a> {
+    None,
+    Keep,
+    /// (option name, ms per unit, absolute, raw argument)
+    At(&'static str, i64, bool, &'a [u8]),
+}
+
 pub(super) fn set(cx: &mut Ctx<'_, '_>) -> CmdResult {
     let (key, value) = (cx.args[1], cx.args[2]);
     let mut cond = Cond::Any;
     let mut get_old = false;
-    let mut expiry: Option<Expiry> = None;
+    let mut ttl = SetTtl::None;
+    // Redis's `parseExtendedStringArgumentsOrReply`: an option may repeat
+    // (`NX NX`, `EX 1 EX 2`: the last wins) but not meet a conflicting one
+    // (NX with XX; any two different expiry options); the expiry argument is
+    // only checked once every option has parsed.
     let mut i = 3;
     while i < cx.args.len() {
         let a = cx.args[i];
         let next = cx.args.get(i + 1);
-        if eq_ic(a, "nx") && cond == Cond::Any {
+        let expiry_free = |name: &str| match ttl {
+            SetTtl::None => true,
+            SetTtl::Keep => false,
+            SetTtl::At(n, ..) => n == name,
+        };
+        if eq_ic(a, "nx") && cond != Cond::Xx {
             cond = Cond::Nx;
-        } else if eq_ic(a, "xx") && cond == Cond::Any {
+        } else if eq_ic(a, "xx") && cond != Cond::Nx {
             cond = Cond::Xx;
-        } else if eq_ic(a, "get") && !get_old {
+        } else if eq_ic(a, "get") {
             get_old = true;
-        } else if eq_ic(a, "keepttl") && expiry.is_none() {
-            expiry = Some(Expiry::Keep);
-        } else if let (Some((unit, abs)), Some(n), None) = (expiry_opt(a), next, expiry) {
-            expiry = Some(Expiry::AtMs(deadline_ms(n, unit, abs, "set")?));
+        } else if eq_ic(a, "keepttl") && matches!(ttl, SetTtl::None | SetTtl::Keep) {
+            ttl = SetTtl::Keep;
+        } else if let (Some((name, unit, abs)), Some(n)) = (expiry_opt(a), next) {
+            if !expiry_free(name) {
+                return Err(CmdError::Syntax);
+            }
+            ttl = SetTtl::At(name, unit, abs, n);
             i += 1;
         } else {
             return Err(CmdError::Syntax);
         }
         i += 1;
     }
-    let expiry = expiry.unwrap_or(Expiry::Never);
+    let expiry = match ttl {
+        SetTtl::None => Expiry::Never,
+        SetTtl::Keep => Expiry::Keep,
+        SetTtl::At(_, unit, abs, n) => Expiry::AtMs(deadline_ms(n, unit, abs, "set")?),
+    };
     if cond == Cond::Any && !get_old {
-        cx.store().put_with(key, value, expiry)?;
+        cx.session.put_with(key, value, expiry)?;
         cx.r.ok();
         return Ok(());
     }
-    let (old, written) = cx.store().write_with(key, |cur| {
+    let (old, written) = cx.session.write_with(key, |cur| {
         let old = cur.map(|it| it.value.to_vec());
         let ok = match cond {
             Cond::Any => true,
@@ -154,29 +180,29 @@ pub(super) fn set(cx: &mut Ctx<'_, '_>) -> CmdResult {
     Ok(())
 }
 
-/// EX/PX/EXAT/PXAT: (ms per unit, absolute).
-fn expiry_opt(a: &[u8]) -> Option<(i64, bool)> {
+/// EX/PX/EXAT/PXAT: (name, ms per unit, absolute).
+fn expiry_opt(a: &[u8]) -> Option<(&'static str, i64, bool)> {
     if eq_ic(a, "ex") {
-        Some((1000, false))
+        Some(("ex", 1000, false))
     } else if eq_ic(a, "px") {
-        Some((1, false))
+        Some(("px", 1, false))
     } else if eq_ic(a, "exat") {
-        Some((1000, true))
+        Some(("exat", 1000, true))
     } else if eq_ic(a, "pxat") {
-        Some((1, true))
+        Some(("pxat", 1, true))
     } else {
         None
     }
 }
 
 pub(super) fn setnx(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    let done = cx.store().insert(cx.args[1], cx.args[2])?;
+    let done = cx.session.insert(cx.args[1], cx.args[2])?;
     cx.r.int(done.is_some() as i64);
     Ok(())
 }
 
 pub(super) fn getdel(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    let (old, _) = cx.store().write_with(cx.args[1], |cur| match cur {
+    let (old, _) = cx.session.write_with(cx.args[1], |cur| match cur {
         Some(it) => (Write::Delete, Some(it.value.to_vec())),
         None => (Write::Keep, None),
     })?;
@@ -213,14 +239,14 @@ pub(super) fn mset(cx: &mut Ctx<'_, '_>) -> CmdResult {
         }
     }
     for pair in cx.args[1..].chunks(2) {
-        cx.store().put(pair[0], pair[1])?;
+        cx.session.put(pair[0], pair[1])?;
     }
     cx.r.ok();
     Ok(())
 }
 
 pub(super) fn append(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    let len = cx.store().append(cx.args[1], cx.args[2])?;
+    let len = cx.session.append(cx.args[1], cx.args[2])?;
     cx.r.int(len as i64);
     Ok(())
 }
@@ -234,7 +260,7 @@ pub(super) fn strlen(cx: &mut Ctx<'_, '_>) -> CmdResult {
 }
 
 fn incr_by(cx: &mut Ctx<'_, '_>, delta: i64) -> CmdResult {
-    let n = cx.store().incr_by(cx.args[1], delta)?;
+    let n = cx.session.incr_by(cx.args[1], delta)?;
     cx.r.int(n);
     Ok(())
 }
@@ -272,7 +298,7 @@ pub(super) fn cas(cx: &mut Ctx<'_, '_>) -> CmdResult {
         [opt, n] if eq_ic(opt, "px") => Expiry::AtMs(deadline_ms(n, 1, false, "cas")?),
         _ => return Err(CmdError::Syntax),
     };
-    match cx.store().cas(cx.args[1], expected, cx.args[3], expiry)? {
+    match cx.session.cas(cx.args[1], expected, cx.args[3], expiry)? {
         Some(v) => cx.r.int(v.get() as i64),
         None => cx.r.null(),
     }

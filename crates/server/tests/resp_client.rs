@@ -1,0 +1,316 @@
+//! The `redis` crate against an in-process server (issue 6, "What it must
+//! show" 2): RESP2 and RESP3 connections, pipelines, and many clients
+//! mixing reads and writes on one keyspace with a final consistency check.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Barrier};
+
+use combkv_server::{Listen, Server, ServerConfig};
+use redis::{Connection, Value};
+
+struct TestServer(Option<Server>);
+
+impl TestServer {
+    fn start() -> TestServer {
+        let cfg = ServerConfig {
+            resp: Listen::At("127.0.0.1:0".parse().unwrap()),
+            memcached: Listen::Off,
+            threads: 2,
+            ..Default::default()
+        };
+        TestServer(Some(Server::start(cfg).expect("server starts")))
+    }
+
+    fn url(&self, resp3: bool) -> String {
+        let addr = self.0.as_ref().unwrap().resp_addr().unwrap();
+        let proto = if resp3 { "?protocol=resp3" } else { "" };
+        format!("redis://{addr}/{proto}")
+    }
+
+    fn connect(&self, resp3: bool) -> Connection {
+        redis::Client::open(self.url(resp3))
+            .unwrap()
+            .get_connection()
+            .expect("redis client connects")
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(s) = self.0.take() {
+            s.shutdown();
+        }
+    }
+}
+
+fn q<T: redis::FromRedisValue>(c: &mut Connection, args: &[&str]) -> T {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query(c)
+        .unwrap_or_else(|e| panic!("{args:?} failed: {e}"))
+}
+
+fn string_commands(c: &mut Connection, resp3: bool) {
+    let _: () = q(c, &["FLUSHALL"]);
+    let _: () = q(c, &["SET", "k", "v"]);
+    assert_eq!(q::<Option<String>>(c, &["GET", "k"]).as_deref(), Some("v"));
+    assert_eq!(q::<Option<String>>(c, &["GET", "nokey"]), None);
+    // The null's wire form follows the protocol.
+    let raw: Value = q(c, &["GET", "nokey"]);
+    assert_eq!(raw, Value::Nil);
+    assert_eq!(q::<i64>(c, &["INCR", "n"]), 1);
+    assert_eq!(q::<i64>(c, &["INCRBY", "n", "41"]), 42);
+    let _: () = q(c, &["MSET", "a", "1", "b", "2"]);
+    assert_eq!(
+        q::<Vec<Option<String>>>(c, &["MGET", "a", "b", "zz"]),
+        vec![Some("1".into()), Some("2".into()), None]
+    );
+    assert_eq!(
+        q::<Option<String>>(c, &["SET", "a", "9", "GET"]).as_deref(),
+        Some("1")
+    );
+    assert!(q::<bool>(c, &["EXPIRE", "a", "100"]));
+    let ttl: i64 = q(c, &["TTL", "a"]);
+    assert!((99..=100).contains(&ttl));
+    assert_eq!(q::<i64>(c, &["DEL", "a", "b", "zz"]), 2);
+    // Errors arrive as errors, and the connection stays usable.
+    let e = redis::cmd("INCR").arg("k").query::<i64>(c).unwrap_err();
+    assert!(e.to_string().contains("not an integer"), "{e}");
+    let e = redis::cmd("NOPE").query::<()>(c).unwrap_err();
+    assert!(e.to_string().contains("unknown command"), "{e}");
+    // combkv's own commands.
+    let (v, ver): (String, i64) = q(c, &["GETV", "k"]);
+    assert_eq!(v, "v");
+    let ver2: Option<i64> = q(c, &["CAS", "k", &ver.to_string(), "w"]);
+    assert!(ver2.unwrap() > ver);
+    let stale: Option<i64> = q(c, &["CAS", "k", &ver.to_string(), "x"]);
+    assert_eq!(stale, None);
+    let _: () = q(c, &["MSET", "r:1", "a", "r:3", "c", "r:2", "b"]);
+    let range: Vec<String> = q(c, &["RANGE", "[r:", "+", "LIMIT", "10", "KEYSONLY"]);
+    assert_eq!(range, ["r:1", "r:2", "r:3"]);
+    let pairs: Vec<(String, String)> = q(c, &["RANGE", "(r:1", "+", "REV"]);
+    assert_eq!(
+        pairs,
+        [("r:3".into(), "c".into()), ("r:2".into(), "b".into())]
+    );
+    let floor: Option<(String, String)> = q(c, &["FLOOR", "r:25"]);
+    assert_eq!(floor, Some(("r:2".into(), "b".into())));
+    let none: Option<(String, String)> = q(c, &["CEIL", "zzz"]);
+    assert_eq!(none, None);
+    let snap: i64 = q(c, &["SNAPSHOT", "CREATE"]);
+    let _: () = q(c, &["SET", "r:2", "changed"]);
+    assert_eq!(
+        q::<Option<String>>(c, &["GETAT", &snap.to_string(), "r:2"]).as_deref(),
+        Some("b")
+    );
+    assert!(q::<bool>(c, &["SNAPSHOT", "RELEASE", &snap.to_string()]));
+    // SCAN in key order through the client's iterator.
+    let keys: Vec<String> = redis::cmd("SCAN")
+        .cursor_arg(0)
+        .arg("COUNT")
+        .arg(2)
+        .clone()
+        .iter(c)
+        .unwrap()
+        .map(|k| k.unwrap())
+        .collect();
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(keys, sorted);
+    assert_eq!(keys.len(), q::<usize>(c, &["DBSIZE"]));
+    // Server commands.
+    let info: redis::InfoDict = q(c, &["INFO", "server"]);
+    assert_eq!(
+        info.get::<String>("redis_version").as_deref(),
+        Some("7.2.0")
+    );
+    let conf: HashMap<String, String> = q(c, &["CONFIG", "GET", "maxclients"]);
+    assert_eq!(conf.get("maxclients").map(String::as_str), Some("10000"));
+    let raw: Value = q(c, &["CONFIG", "GET", "maxclients"]);
+    assert_eq!(matches!(raw, Value::Map(_)), resp3, "{raw:?}");
+    let _: () = q(c, &["CLIENT", "SETNAME", "rs-client"]);
+    assert_eq!(
+        q::<Option<String>>(c, &["CLIENT", "GETNAME"]).as_deref(),
+        Some("rs-client")
+    );
+    assert!(q::<i64>(c, &["COMMAND", "COUNT"]) > 40);
+}
+
+#[test]
+fn resp2_and_resp3_connections() {
+    let s = TestServer::start();
+    for resp3 in [false, true] {
+        let mut c = s.connect(resp3);
+        string_commands(&mut c, resp3);
+    }
+}
+
+#[test]
+fn pipelines_over_both_protocols() {
+    let s = TestServer::start();
+    for resp3 in [false, true] {
+        let mut c = s.connect(resp3);
+        let _: () = q(&mut c, &["FLUSHALL"]);
+        let mut p = redis::pipe();
+        for i in 0..500 {
+            p.cmd("SET").arg(format!("p:{i:03}")).arg(i).ignore();
+            p.cmd("GET").arg(format!("p:{i:03}"));
+        }
+        p.cmd("INCR").arg("p:000");
+        p.cmd("RANGE")
+            .arg("[p:100")
+            .arg("+")
+            .arg("LIMIT")
+            .arg(3)
+            .arg("KEYSONLY");
+        p.cmd("GET").arg("nokey");
+        let out: Vec<Value> = p.query(&mut c).unwrap();
+        assert_eq!(out.len(), 503);
+        for (i, v) in out[..500].iter().enumerate() {
+            assert_eq!(*v, Value::BulkString(i.to_string().into_bytes()));
+        }
+        assert_eq!(out[500], Value::Int(1));
+        assert_eq!(
+            out[501],
+            Value::Array(
+                ["p:100", "p:101", "p:102"]
+                    .iter()
+                    .map(|k| Value::BulkString(k.as_bytes().to_vec()))
+                    .collect()
+            )
+        );
+        assert_eq!(out[502], Value::Nil);
+        // An error in the middle of a pipeline is that command's reply only.
+        let (a, b, c2): (Value, Value, Value) = redis::pipe()
+            .cmd("SET")
+            .arg("x")
+            .arg("1")
+            .cmd("INCRBY")
+            .arg("x")
+            .arg("notanumber")
+            .cmd("GET")
+            .arg("x")
+            .ignore_errors()
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(a, Value::Okay);
+        assert!(matches!(b, Value::ServerError(_)), "{b:?}");
+        assert_eq!(c2, Value::BulkString(b"1".to_vec()));
+    }
+}
+
+const CLIENTS: usize = 8;
+const ROUNDS: usize = 150;
+const SHARED_COUNTERS: usize = 4;
+
+/// Many clients (RESP2 and RESP3, plain and pipelined) on one keyspace:
+/// INCR on shared counters, CAS increments on one shared key, SET and GET
+/// of each client's own keys, RANGE reads of everything. At the end every
+/// increment is counted exactly once and every client's last writes are
+/// what is stored.
+#[test]
+fn concurrent_clients_mixing_reads_and_writes() {
+    let s = TestServer::start();
+    let barrier = Arc::new(Barrier::new(CLIENTS));
+    let urls: Vec<String> = (0..CLIENTS).map(|i| s.url(i % 2 == 1)).collect();
+    let handles: Vec<_> = urls
+        .into_iter()
+        .enumerate()
+        .map(|(id, url)| {
+            let barrier = barrier.clone();
+            std::thread::spawn(move || client_work(id, &url, &barrier))
+        })
+        .collect();
+    let mut cas_wins = 0;
+    for h in handles {
+        cas_wins += h.join().expect("client thread");
+    }
+    let mut c = s.connect(false);
+    for i in 0..SHARED_COUNTERS {
+        let n: i64 = q(&mut c, &["GET", &format!("counter:{i}")]);
+        assert_eq!(
+            n as usize,
+            CLIENTS * ROUNDS / SHARED_COUNTERS * 2,
+            "counter {i}"
+        );
+    }
+    let cas: i64 = q(&mut c, &["GET", "cas-counter"]);
+    assert_eq!(cas as usize, cas_wins);
+    assert_eq!(cas_wins, CLIENTS * ROUNDS / 10);
+    for id in 0..CLIENTS {
+        for k in 0..10 {
+            let key = format!("own:{id}:{k}");
+            let last = (0..ROUNDS).rev().find(|r| r % 10 == k).unwrap();
+            let v: String = q(&mut c, &["GET", &key]);
+            assert_eq!(v, format!("{id}:{last}"), "{key}");
+        }
+    }
+    let n: usize = q(&mut c, &["DBSIZE"]);
+    assert_eq!(n, SHARED_COUNTERS + 1 + CLIENTS * 10);
+    let all: Vec<String> = q(&mut c, &["RANGE", "-", "+", "KEYSONLY"]);
+    assert_eq!(all.len(), n);
+}
+
+/// One client's share; returns its successful CAS increments.
+fn client_work(id: usize, url: &str, barrier: &Barrier) -> usize {
+    let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+    barrier.wait();
+    let mut cas_wins = 0;
+    for r in 0..ROUNDS {
+        let counter = format!("counter:{}", (id + r) % SHARED_COUNTERS);
+        let own = format!("own:{id}:{}", r % 10);
+        if r % 2 == 0 {
+            let _: i64 = q(&mut c, &["INCR", &counter]);
+            let _: i64 = q(&mut c, &["INCRBY", &counter, "1"]);
+            let _: () = q(&mut c, &["SET", &own, &format!("{id}:{r}")]);
+            let got: String = q(&mut c, &["GET", &own]);
+            assert_eq!(got, format!("{id}:{r}"), "a client reads its own write");
+        } else {
+            // The same work, pipelined, with reads between the writes.
+            let (n1, n2, _, got, range): (i64, i64, (), String, Vec<String>) = redis::pipe()
+                .cmd("INCR")
+                .arg(&counter)
+                .cmd("INCR")
+                .arg(&counter)
+                .cmd("SET")
+                .arg(&own)
+                .arg(format!("{id}:{r}"))
+                .cmd("GET")
+                .arg(&own)
+                .cmd("RANGE")
+                .arg("[own:")
+                .arg("(own;")
+                .arg("KEYSONLY")
+                .query(&mut c)
+                .unwrap();
+            // Other clients may increment in between; replies keep order.
+            assert!(n2 > n1, "{n1} then {n2}");
+            assert_eq!(got, format!("{id}:{r}"));
+            let mut sorted = range.clone();
+            sorted.sort();
+            assert_eq!(range, sorted, "RANGE is in key order");
+            assert!(range.contains(&own));
+        }
+        if r % 10 == 0 {
+            // CAS increment with retries: exactly one success per attempt.
+            loop {
+                let cur: Option<(String, i64)> = q(&mut c, &["GETV", "cas-counter"]);
+                let (n, ver) = match cur {
+                    Some((v, ver)) => (v.parse::<i64>().unwrap(), ver),
+                    None => (0, 0),
+                };
+                let done: Option<i64> = q(
+                    &mut c,
+                    &["CAS", "cas-counter", &ver.to_string(), &(n + 1).to_string()],
+                );
+                if done.is_some() {
+                    cas_wins += 1;
+                    break;
+                }
+            }
+        }
+    }
+    cas_wins
+}

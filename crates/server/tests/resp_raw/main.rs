@@ -1,0 +1,12 @@
+//! Raw-bytes tests of the RESP listener: exact request bytes in, exact reply
+//! bytes out, for every command in the table, its happy path and its error
+//! paths (issue 6, "What it must show" 1). Each test starts its own server
+//! on a free port.
+
+mod keys;
+mod limits;
+mod ordered;
+mod protocol;
+mod server;
+mod strings;
+mod wire;

@@ -1,0 +1,411 @@
+//! Connection and server commands: PING ECHO SELECT QUIT TIME INFO CONFIG
+//! CLIENT COMMAND SLOWLOG SAVE BGSAVE LASTSAVE; the arity check of every
+//! command in the table; unknown commands.
+
+use crate::wire::*;
+
+/// Every command in the table with its Redis-style arity. `COMMAND COUNT`
+/// is checked against this list, so a new command fails the test until it
+/// is added here (and so gets its arity error checked).
+const TABLE: &[(&str, i32)] = &[
+    ("append", 3),
+    ("auth", -2),
+    ("bgsave", -1),
+    ("cas", -4),
+    ("ceil", 2),
+    ("client", -2),
+    ("command", -1),
+    ("config", -2),
+    ("dbsize", 1),
+    ("decr", 2),
+    ("decrby", 3),
+    ("del", -2),
+    ("echo", 2),
+    ("exists", -2),
+    ("expire", -3),
+    ("expireat", -3),
+    ("floor", 2),
+    ("flushall", -1),
+    ("flushdb", -1),
+    ("get", 2),
+    ("getat", 3),
+    ("getdel", 2),
+    ("getv", 2),
+    ("hello", -1),
+    ("incr", 2),
+    ("incrby", 3),
+    ("info", -1),
+    ("keys", 2),
+    ("lastsave", 1),
+    ("mget", -2),
+    ("mset", -3),
+    ("persist", 2),
+    ("pexpire", -3),
+    ("pexpireat", -3),
+    ("ping", -1),
+    ("pttl", 2),
+    ("quit", -1),
+    ("range", -3),
+    ("rangeat", -4),
+    ("save", 1),
+    ("scan", -2),
+    ("select", 2),
+    ("set", -3),
+    ("setnx", 3),
+    ("slowlog", -2),
+    ("snapshot", -2),
+    ("strlen", 2),
+    ("time", 1),
+    ("ttl", 2),
+    ("type", 2),
+    ("unlink", -2),
+];
+
+#[test]
+fn every_command_checks_its_arity() {
+    let s = server();
+    let mut c = s.connect();
+    c.ok("COMMAND COUNT", &int(TABLE.len() as i64));
+    for &(name, arity_n) in TABLE {
+        // COMMAND INFO reports the arity the server enforces.
+        let info = c.q(&format!("COMMAND INFO {name}"));
+        let head = format!("*1\r\n*10\r\n{}:{arity_n}\r\n", bulk(name));
+        assert!(info.starts_with(&head), "{name}: {info}");
+        let too_few = if arity_n > 0 {
+            arity_n - 1
+        } else {
+            -arity_n - 1
+        };
+        let mut args: Vec<Vec<u8>> = vec![name.to_uppercase().into_bytes()];
+        args.extend((1..too_few).map(|i| format!("a{i}").into_bytes()));
+        if too_few >= 1 {
+            let refs: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
+            assert_eq!(c.cmd(&refs), arity(name).as_bytes(), "{name} too few");
+        }
+        if arity_n > 0 {
+            let mut args: Vec<Vec<u8>> = vec![name.as_bytes().to_vec()];
+            args.extend((1..=arity_n).map(|i| format!("a{i}").into_bytes()));
+            let refs: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
+            assert_eq!(c.cmd(&refs), arity(name).as_bytes(), "{name} too many");
+        }
+    }
+    c.ok("PING", "+PONG\r\n");
+}
+
+#[test]
+fn unknown_commands() {
+    let s = server();
+    let mut c = s.connect();
+    c.ok(
+        "BOGUS",
+        &err("ERR unknown command 'BOGUS', with args beginning with: "),
+    );
+    c.ok(
+        "bogus a b",
+        &err("ERR unknown command 'bogus', with args beginning with: 'a' 'b' "),
+    );
+    // Arguments are shown up to 128 bytes in all.
+    let long = "x".repeat(200);
+    c.ok(
+        &format!("NOPE {long} y"),
+        &err(&format!(
+            "ERR unknown command 'NOPE', with args beginning with: '{}' ",
+            "x".repeat(128)
+        )),
+    );
+    // Newlines in what is echoed back cannot break the framing.
+    assert_eq!(
+        c.cmd(&[b"X\r\nY", b"a\nb"]),
+        b"-ERR unknown command 'X  Y', with args beginning with: 'a b' \r\n"
+    );
+    // Names longer than any command.
+    c.ok(
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZ",
+        &err("ERR unknown command 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', with args beginning with: "),
+    );
+    assert_eq!(
+        c.cmd(&[b""]),
+        b"-ERR unknown command '', with args beginning with: \r\n"
+    );
+    c.ok("PING", "+PONG\r\n");
+}
+
+#[test]
+fn ping_echo_select_time_lastsave() {
+    let s = server();
+    let mut c = s.connect();
+    c.ok("PING", "+PONG\r\n");
+    c.ok("PING hi", &bulk("hi"));
+    c.ok("PING a b", &arity("ping"));
+    c.ok("ECHO hi", &bulk("hi"));
+    assert_eq!(c.cmd(&[b"ECHO", b""]), b"$0\r\n\r\n");
+    c.ok("SELECT 0", OK);
+    c.ok("SELECT 1", &err("ERR DB index is out of range"));
+    c.ok("SELECT -1", &err("ERR DB index is out of range"));
+    c.ok("SELECT x", NOT_INT);
+    let t = c.q("TIME");
+    let parts: Vec<&str> = t.split("\r\n").collect();
+    assert_eq!(parts[0], "*2");
+    let secs: u64 = parts[2].parse().unwrap();
+    let micros: u64 = parts[4].parse().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(secs.abs_diff(now) <= 2 && micros < 1_000_000, "{t}");
+    let last = as_int(&c.q("LASTSAVE"));
+    assert!((last as u64) <= now + 1 && last > 0);
+}
+
+#[test]
+fn save_and_bgsave_need_a_data_dir() {
+    let s = server();
+    let mut c = s.connect();
+    let no_dir = err("ERR no data directory configured (start the server with --data-dir)");
+    c.ok("SAVE", &no_dir);
+    c.ok("BGSAVE", &no_dir);
+    c.ok("BGSAVE SCHEDULE", &no_dir);
+    c.ok("BGSAVE bogus", SYNTAX);
+    c.ok("SAVE x", &arity("save"));
+}
+
+#[test]
+fn quit_replies_then_closes() {
+    let s = server();
+    let mut c = s.connect();
+    // Requests after QUIT in the same write are not run.
+    c.send(b"*1\r\n$4\r\nQUIT\r\n*3\r\n$3\r\nSET\r\n$1\r\nq\r\n$1\r\n1\r\n");
+    assert_eq!(c.reply_str(), OK);
+    c.expect_closed();
+    let mut c = s.connect();
+    c.ok("EXISTS q", &int(0));
+}
+
+#[test]
+fn client_setname_getname_id_list_info() {
+    let s = server();
+    let mut c = s.connect();
+    let id = as_int(&c.q("CLIENT ID"));
+    let mut other = s.connect();
+    assert!(as_int(&other.q("CLIENT ID")) > id);
+    c.ok("CLIENT GETNAME", NIL);
+    c.ok("CLIENT SETNAME worker-1", OK);
+    c.ok("CLIENT GETNAME", &bulk("worker-1"));
+    let name_err = err("ERR Client names cannot contain spaces, newlines or special characters.");
+    assert_eq!(c.cmd(&[b"CLIENT", b"SETNAME", b"a b"]), name_err.as_bytes());
+    assert_eq!(
+        c.cmd(&[b"CLIENT", b"SETNAME", b"a\nb"]),
+        name_err.as_bytes()
+    );
+    c.ok("CLIENT GETNAME", &bulk("worker-1"));
+    let list = c.q("CLIENT LIST");
+    assert!(list.contains(&format!("id={id} ")), "{list}");
+    assert!(list.contains("name=worker-1 "), "{list}");
+    let info = c.q("CLIENT INFO");
+    assert!(
+        info.starts_with('$') && info.contains(&format!("id={id} ")),
+        "{info}"
+    );
+    assert_eq!(info.matches("id=").count(), 1, "{info}");
+    // An empty name clears it.
+    assert_eq!(c.cmd(&[b"CLIENT", b"SETNAME", b""]), OK.as_bytes());
+    c.ok("CLIENT GETNAME", NIL);
+    c.ok("CLIENT SETINFO LIB-NAME redis-rs", OK);
+    c.ok("CLIENT", &arity("client"));
+    c.ok("CLIENT ID x", &arity("client|id"));
+    c.ok("CLIENT SETNAME", &arity("client|setname"));
+    c.ok("CLIENT SETNAME a b", &arity("client|setname"));
+    c.ok("CLIENT GETNAME x", &arity("client|getname"));
+    c.ok("CLIENT INFO x", &arity("client|info"));
+    c.ok("CLIENT SETINFO x", &arity("client|setinfo"));
+    c.ok(
+        "CLIENT BOGUS",
+        &err("ERR unknown subcommand 'BOGUS'. Try CLIENT HELP."),
+    );
+}
+
+#[test]
+fn config_get_and_refusals() {
+    let mut cfg = config();
+    cfg.maxclients = 77;
+    let s = TestServer::start(cfg);
+    let mut c = s.connect();
+    c.ok("CONFIG GET maxclients", &bulks(&["maxclients", "77"]));
+    c.ok("CONFIG GET MAXCLIENTS", &bulks(&["maxclients", "77"]));
+    c.ok(
+        "CONFIG GET max-value-bytes maxclients",
+        &bulks(&["maxclients", "77", "max-value-bytes", "1024"]),
+    );
+    let r = c.q("CONFIG GET max-*");
+    assert!(
+        r.starts_with("*10\r\n") && r.contains("max-reply-bytes"),
+        "{r}"
+    );
+    c.ok("CONFIG GET nothing-like-this", "*0\r\n");
+    c.ok("CONFIG", &arity("config"));
+    c.ok("CONFIG GET", &arity("config|get"));
+    c.ok(
+        "CONFIG SET maxclients 5",
+        &err("ERR CONFIG SET is not supported: change the config file or flags and restart"),
+    );
+    c.ok("CONFIG RESETSTAT", OK);
+    c.ok("CONFIG RESETSTAT x", &arity("config|resetstat"));
+    c.ok(
+        "CONFIG BOGUS",
+        &err("ERR unknown subcommand 'BOGUS'. Try CONFIG HELP."),
+    );
+    c.ok("CONFIG GET maxclients", &bulks(&["maxclients", "77"]));
+}
+
+#[test]
+fn command_count_docs_info_list() {
+    let s = server();
+    let mut c = s.connect();
+    let n = TABLE.len();
+    c.ok("COMMAND COUNT", &int(n as i64));
+    let names: Vec<&str> = TABLE.iter().map(|(n, _)| *n).collect();
+    c.ok("COMMAND LIST", &bulks(&names));
+    let all = c.q("COMMAND");
+    assert!(all.starts_with(&format!("*{n}\r\n*10\r\n")), "{all}");
+    c.ok(
+        "COMMAND DOCS get",
+        &format!(
+            "*2\r\n{}*6\r\n{}{}{}{}{}{}",
+            bulk("get"),
+            bulk("summary"),
+            bulk("Returns the value of a key."),
+            bulk("since"),
+            bulk("0.1.0"),
+            bulk("group"),
+            bulk("string"),
+        ),
+    );
+    // Unknown names are left out (Redis), an unknown INFO name is null.
+    c.ok("COMMAND DOCS nope", "*0\r\n");
+    let docs = c.q("COMMAND DOCS");
+    assert!(docs.starts_with(&format!("*{}\r\n", 2 * n)), "{docs}");
+    c.ok("COMMAND INFO nope", "*1\r\n*-1\r\n");
+    c.ok(
+        "COMMAND INFO set",
+        &format!(
+            "*1\r\n*10\r\n{}:-3\r\n*3\r\n+write\r\n+denyoom\r\n+fast\r\n:1\r\n:1\r\n:1\r\n*0\r\n*0\r\n*0\r\n*0\r\n",
+            bulk("set")
+        ),
+    );
+    c.ok(
+        "COMMAND INFO del",
+        &format!(
+            "*1\r\n*10\r\n{}:-2\r\n*2\r\n+write\r\n+fast\r\n:1\r\n:-1\r\n:1\r\n*0\r\n*0\r\n*0\r\n*0\r\n",
+            bulk("del")
+        ),
+    );
+    c.ok("COMMAND COUNT x", &arity("command|count"));
+    c.ok(
+        "COMMAND BOGUS",
+        &err("ERR unknown subcommand 'BOGUS'. Try COMMAND HELP."),
+    );
+}
+
+#[test]
+fn info_sections() {
+    let s = server();
+    let mut c = s.connect();
+    c.ok("MSET a 1 b 2", OK);
+    let all = c.q("INFO");
+    for section in [
+        "# Server\r\n",
+        "# Clients\r\n",
+        "# Memory\r\n",
+        "# Persistence\r\n",
+        "# Stats\r\n",
+        "# Keyspace\r\n",
+        "# Engine\r\n",
+    ] {
+        assert!(all.contains(section), "{section} missing");
+    }
+    for field in [
+        "redis_version:",
+        "tcp_port:",
+        "connected_clients:1\r\n",
+        "used_memory:",
+        "maxmemory:0\r\n",
+        "total_commands_processed:",
+        "keyspace_hits:",
+        "db0:keys=2,",
+        "max_key_len:460\r\n",
+    ] {
+        assert!(all.contains(field), "{field} missing");
+    }
+    for line in ["INFO all", "INFO default", "INFO everything", "info ALL"] {
+        let r = c.q(line);
+        assert!(
+            r.contains("# Server\r\n") && r.contains("# Engine\r\n"),
+            "{line}"
+        );
+    }
+    let server = c.q("INFO server");
+    let body = server.split_once("\r\n").unwrap().1;
+    assert!(body.starts_with("# Server\r\nredis_version:"), "{server}");
+    assert!(!server.contains("# Clients"));
+    let two = c.q("INFO KEYSPACE clients");
+    let body = two.split_once("\r\n").unwrap().1;
+    assert!(body.starts_with("# Clients\r\n"), "{two}");
+    assert!(body.contains("\r\n\r\n# Keyspace\r\ndb0:keys=2,expires=0,avg_ttl=0\r\n"));
+    c.ok("INFO nosuchsection", "$0\r\n\r\n");
+    c.ok("FLUSHALL", OK);
+    c.ok("INFO keyspace", &bulk("# Keyspace\r\n"));
+}
+
+#[test]
+fn slowlog_get_len_reset() {
+    let mut cfg = config();
+    cfg.slowlog_log_slower_than = 0;
+    cfg.slowlog_max_len = 3;
+    cfg.requirepass = Some("pw".into());
+    let s = TestServer::start(cfg);
+    let mut c = s.connect();
+    c.ok("AUTH pw", OK);
+    c.ok("SLOWLOG RESET", OK);
+    // RESET itself is logged after it ran.
+    c.ok("SLOWLOG LEN", &int(1));
+    c.ok("CLIENT SETNAME slow-one", OK);
+    c.ok("SET k v", OK);
+    let got = c.q("SLOWLOG GET 1");
+    assert!(got.starts_with("*1\r\n*6\r\n:"), "{got}");
+    assert!(
+        got.contains(&format!("*3\r\n{}{}{}", bulk("SET"), bulk("k"), bulk("v"))),
+        "{got}"
+    );
+    assert!(got.ends_with(&bulk("slow-one")), "{got}");
+    assert!(got.contains("\r\n127.0.0.1:"), "{got}");
+    // At most slowlog-max-len entries, newest first.
+    c.ok("SLOWLOG LEN", &int(3));
+    let all = c.q("SLOWLOG GET -1");
+    assert!(all.starts_with("*3\r\n"), "{all}");
+    let first = all.find("SLOWLOG").unwrap();
+    let set = all.find("$3\r\nSET").unwrap();
+    assert!(first < set, "newest first: {all}");
+    c.ok("SLOWLOG GET 0", "*0\r\n");
+    // AUTH's password never reaches the log.
+    c.ok("AUTH pw", OK);
+    let got = c.q("SLOWLOG GET 1");
+    assert!(
+        got.contains(&format!("*2\r\n{}{}", bulk("AUTH"), bulk("(redacted)"))),
+        "{got}"
+    );
+    assert!(!got.contains("$2\r\npw\r\n"), "{got}");
+    let count_err = err("ERR count should be greater than or equal to -1");
+    c.ok("SLOWLOG GET -2", &count_err);
+    c.ok("SLOWLOG GET x", &count_err);
+    c.ok(
+        "SLOWLOG GET 1 2",
+        &err("ERR unknown subcommand or wrong number of arguments for 'GET'. Try SLOWLOG HELP."),
+    );
+    c.ok("SLOWLOG LEN x", &arity("slowlog|len"));
+    c.ok("SLOWLOG RESET x", &arity("slowlog|reset"));
+    c.ok("SLOWLOG", &arity("slowlog"));
+    c.ok(
+        "SLOWLOG BOGUS",
+        &err("ERR unknown subcommand 'BOGUS'. Try SLOWLOG HELP."),
+    );
+}
