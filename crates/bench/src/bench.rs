@@ -19,7 +19,15 @@ pub struct BenchOptions {
     pub targets: Vec<TargetKind>,
     pub records: u64,
     pub stop: Stop,
+    /// In-process targets: worker threads.
     pub threads: usize,
+    /// Network targets: client connections (one thread each) and
+    /// operations in flight per connection.
+    pub connections: usize,
+    pub pipeline: usize,
+    /// Network targets: the `combkv` binary to serve combkv-resp and
+    /// combkv-memcached (`None`: `combkv` next to the running executable).
+    pub server_bin: Option<PathBuf>,
     /// Overrides each workload's own distribution.
     pub distribution: Option<Distribution>,
     pub shape: Shape,
@@ -44,7 +52,16 @@ impl BenchOptions {
             shape: self.shape,
             read_pct: self.read_pct,
             seed: self.seed,
+            connections: self.connections,
+            pipeline: self.pipeline,
+            server_bin: self.server_bin.clone(),
         }
+    }
+
+    /// Whether this run measures servers over loopback (all its targets are
+    /// network targets; [`run`] refuses a mix).
+    pub fn is_network(&self) -> bool {
+        self.targets.first().is_some_and(|t| t.is_network())
     }
 
     fn describe(&self) -> String {
@@ -52,9 +69,17 @@ impl BenchOptions {
             Stop::Ops(n) => format!("{n} ops"),
             Stop::Secs(s) => format!("{s} s"),
         };
+        let clients = if self.is_network() {
+            format!(
+                "{} connection(s) x pipeline {}",
+                self.connections, self.pipeline
+            )
+        } else {
+            format!("{} thread(s)", self.threads)
+        };
         format!(
-            "{} records, {} B keys, {} B values, {} thread(s), {stop} per run",
-            self.records, self.shape.key_size, self.shape.value_size, self.threads
+            "{} records, {} B keys, {} B values, {clients}, {stop} per run",
+            self.records, self.shape.key_size, self.shape.value_size
         )
     }
 }
@@ -70,8 +95,19 @@ pub fn run(opts: &BenchOptions, self_args: &[String]) -> Result<Vec<RunResult>> 
             "--workload and --targets must not be empty",
         ));
     }
+    let network = opts.targets.iter().filter(|t| t.is_network()).count();
+    if network != 0 && network != opts.targets.len() {
+        return Err(BenchError::new(
+            "--targets mixes in-process targets (engine, btreemap, skipmap, scc) with network \
+             targets (combkv-resp, combkv-memcached, redis, memcached); run them separately: \
+             each table compares its targets with one reference (the engine in-process, \
+             combkv-resp over the network)",
+        ));
+    }
     for &w in &opts.workloads {
-        opts.spec(w, opts.targets[0]).validate()?;
+        for &t in &opts.targets {
+            opts.spec(w, t).validate()?;
+        }
     }
     let mut json = match &opts.json {
         Some(path) => Some(BufWriter::new(File::create(path).map_err(|e| {
@@ -85,6 +121,14 @@ pub fn run(opts: &BenchOptions, self_args: &[String]) -> Result<Vec<RunResult>> 
     for &w in &opts.workloads {
         let mut these = Vec::new();
         for &t in &opts.targets {
+            if let Some(why) = t.skips(w) {
+                if let Some(out) = json.as_mut() {
+                    writeln!(out, "{}", results::skipped_json_line(w, t, why))
+                        .and_then(|()| out.flush())
+                        .map_err(|e| BenchError(format!("writing JSON: {e}")))?;
+                }
+                continue;
+            }
             let spec = opts.spec(w, t);
             match run_child(&spec, self_args) {
                 Ok(r) => {
