@@ -16,6 +16,8 @@ pub(crate) mod tree;
 
 pub use config::Config;
 pub use error::{Error, Result};
-pub use store::{Expiry, Item, ItemView, NodeCounts, Range, SnapshotId, Store, Version, now_ms};
+pub use store::{
+    Expiry, Item, ItemView, NodeCounts, Range, SnapshotId, Store, Version, Write, now_ms,
+};
 pub use tree::epoch::flush_reclamation;
 pub use tree::node::live_buffers_global;

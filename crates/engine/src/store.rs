@@ -50,6 +50,18 @@ pub enum Expiry {
     Keep,
 }
 
+/// What [`Store::write_with`] does with a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Write {
+    /// Leave it as it is.
+    Keep,
+    /// Store this value with this expiry ([`Expiry::Keep`] keeps the live
+    /// item's expiry, none if absent).
+    Put { value: Vec<u8>, expiry: Expiry },
+    /// Remove it (nothing happens if it is absent).
+    Delete,
+}
+
 /// One stored item as a read returns it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Item {
@@ -259,6 +271,18 @@ impl Store {
         Ok(())
     }
 
+    /// Keys stored, counted as writes create and delete them (O(1)). Keys
+    /// that have expired count until the background sweep removes them, as
+    /// Redis's DBSIZE counts them; exact once writers are quiescent.
+    pub fn len(&self) -> u64 {
+        self.tree.keys.get()
+    }
+
+    /// True when no key is stored (see [`Store::len`]).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// The read version: every read that starts now sees exactly the writes
     /// with versions up to it.
     pub fn read_version(&self) -> Version {
@@ -425,6 +449,46 @@ impl Store {
             Expiry::AtMs(t) => t.max(1),
             Expiry::Keep => current.map_or(0, |c| c.expiry),
         }
+    }
+
+    /// The general conditional write: `decide` sees the key's live item (or
+    /// `None`) with the key locked against other writers and returns what to
+    /// do and a result for the caller. The decision and the write are one
+    /// atomic step, so read-then-write commands (SET with NX/XX/GET, GETDEL,
+    /// EXPIRE with NX/XX/GT/LT) need no retry loop. `decide` may run more
+    /// than once (the write restarts if a structure change intervenes) and
+    /// must only depend on its argument. Returns the result and the write's
+    /// version (`None` for [`Write::Keep`]).
+    pub fn write_with<R>(
+        &self,
+        key: &[u8],
+        mut decide: impl FnMut(Option<ItemView<'_>>) -> (Write, R),
+    ) -> Result<(R, Option<Version>)> {
+        self.check_key(key)?;
+        let mut refused = None;
+        let (r, v) = self.tree.write(key, |cur| {
+            let (w, r) = decide(cur.map(ItemView::from_ref));
+            let op = match w {
+                Write::Keep => WriteOp::Noop,
+                Write::Delete => WriteOp::Delete,
+                Write::Put { value, expiry } => {
+                    if let Err(e) = self.check_value(value.len()) {
+                        refused = Some(e);
+                        return (WriteOp::Noop, Some(r));
+                    }
+                    refused = None;
+                    WriteOp::Put {
+                        value: Cow::Owned(value),
+                        expiry: Self::expiry_ms(expiry, cur),
+                    }
+                }
+            };
+            (op, Some(r))
+        });
+        if let Some(e) = refused {
+            return Err(e);
+        }
+        Ok((r.expect("decide ran"), v.map(Version)))
     }
 
     /// Stores `value` under `key` (insert or overwrite) with no expiry.

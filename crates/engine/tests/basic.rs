@@ -175,3 +175,121 @@ fn deleting_everything_shrinks_the_tree() {
         );
     }
 }
+
+#[test]
+fn len_counts_stored_keys_through_every_write() {
+    let store = Store::new(Config::with_node_size(512)).unwrap();
+    assert!(store.is_empty());
+    for i in 0..2_000 {
+        store.put(&key(i), b"v").unwrap();
+    }
+    assert_eq!(store.len(), 2_000);
+    // Overwrites, failed inserts, updates and CAS keep the count.
+    store.put(&key(7), b"w").unwrap();
+    assert!(store.insert(&key(8), b"x").unwrap().is_none());
+    store.update(&key(9), b"y").unwrap();
+    store.incr_by(b"counter", 1).unwrap();
+    store.append(b"log", b"line").unwrap();
+    assert_eq!(store.len(), 2_002);
+    // Deletes of present keys count down; of absent keys do nothing.
+    for i in 0..1_000 {
+        assert!(store.delete(&key(i)).unwrap().is_some());
+        assert!(store.delete(&key(i)).unwrap().is_none());
+    }
+    assert_eq!(store.len(), 1_002);
+    // An expired key counts until the sweep removes it (DBSIZE semantics);
+    // writing it again does not count it twice.
+    let past = combkv::Expiry::AtMs(1);
+    store.put_with(&key(1_500), b"gone", past).unwrap();
+    store.put_with(&key(1_501), b"gone", past).unwrap();
+    assert_eq!(store.len(), 1_002);
+    store.put(&key(1_501), b"back").unwrap();
+    assert_eq!(store.len(), 1_002);
+    while store.sweep_expired(10_000) > 0 {}
+    assert_eq!(store.len(), 1_001);
+
+    // Concurrent writers on disjoint keys.
+    let key = |i: u64| format!("t{i:08}").into_bytes();
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let store = &store;
+            let key = &key;
+            s.spawn(move || {
+                for i in 0..5_000 {
+                    store.put(&key(100_000 + t * 10_000 + i), b"c").unwrap();
+                }
+                for i in 0..1_000 {
+                    store.delete(&key(100_000 + t * 10_000 + i)).unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(store.len(), 1_001 + 4 * 4_000);
+    let counted = store.range(&Range::all()).unwrap().len() as u64;
+    assert_eq!(store.len(), counted);
+}
+
+#[test]
+fn write_with_decides_and_writes_atomically() {
+    use combkv::{Expiry, Write};
+    let store = Store::new(Config::with_node_size(512)).unwrap();
+    // Put only if absent, returning what was there.
+    let (old, v) = store
+        .write_with(b"k", |cur| match cur {
+            None => (
+                Write::Put {
+                    value: b"1".to_vec(),
+                    expiry: Expiry::Never,
+                },
+                None,
+            ),
+            Some(it) => (Write::Keep, Some(it.value.to_vec())),
+        })
+        .unwrap();
+    assert_eq!((old, v.is_some()), (None, true));
+    let (old, v) = store
+        .write_with(b"k", |cur| (Write::Keep, cur.map(|it| it.value.to_vec())))
+        .unwrap();
+    assert_eq!((old.as_deref(), v), (Some(&b"1"[..]), None));
+    // Keep the expiry while replacing the value.
+    store.expire(b"k", Expiry::AtMs(u64::MAX / 2)).unwrap();
+    store
+        .write_with(b"k", |_| {
+            (
+                Write::Put {
+                    value: b"2".to_vec(),
+                    expiry: Expiry::Keep,
+                },
+                (),
+            )
+        })
+        .unwrap();
+    let it = store.get_item(b"k").unwrap().unwrap();
+    assert_eq!(
+        (&it.value[..], it.expires_at_ms),
+        (&b"2"[..], Some(u64::MAX / 2))
+    );
+    // Delete returning the old value (GETDEL).
+    let (old, _) = store
+        .write_with(b"k", |cur| (Write::Delete, cur.map(|it| it.value.to_vec())))
+        .unwrap();
+    assert_eq!(old.as_deref(), Some(&b"2"[..]));
+    assert_eq!(store.get(b"k").unwrap(), None);
+    assert_eq!(store.len(), 0);
+    // Limits are enforced and change nothing.
+    let big = vec![0u8; store.max_value_len() + 1];
+    let err = store
+        .write_with(b"k", |_| {
+            (
+                Write::Put {
+                    value: big.clone(),
+                    expiry: Expiry::Never,
+                },
+                (),
+            )
+        })
+        .unwrap_err();
+    assert!(matches!(err, combkv::Error::ValueTooLarge { .. }));
+    assert_eq!(store.get(b"k").unwrap(), None);
+    assert!(store.write_with(b"", |_| (Write::Keep, ())).is_err());
+}

@@ -77,6 +77,54 @@ pub(crate) struct Tree {
     pub clock: VersionClock,
     pub shared: Arc<Shared>,
     pub epochs: epoch::Epochs,
+    /// Keys stored (expired ones included until they are swept).
+    pub keys: KeyCount,
+}
+
+/// A counter updated by every writing thread: sharded over cache lines so
+/// writers on different cores do not contend, summed on read.
+#[derive(Debug)]
+pub(crate) struct KeyCount {
+    shards: [crossbeam_utils::CachePadded<crate::sync::AtomicI64>; KEY_COUNT_SHARDS],
+}
+
+const KEY_COUNT_SHARDS: usize = 16;
+
+impl Default for KeyCount {
+    fn default() -> Self {
+        KeyCount {
+            shards: std::array::from_fn(|_| {
+                crossbeam_utils::CachePadded::new(crate::sync::AtomicI64::new(0))
+            }),
+        }
+    }
+}
+
+impl KeyCount {
+    pub(crate) fn add(&self, delta: i64) {
+        if delta == 0 {
+            return;
+        }
+        thread_local! {
+            static SHARD: usize = {
+                use std::hash::{BuildHasher, RandomState};
+                RandomState::new().hash_one(std::thread::current().id()) as usize
+                    % KEY_COUNT_SHARDS
+            };
+        }
+        let shard = SHARD.with(|s| *s);
+        self.shards[shard].fetch_add(delta, crate::sync::Ordering::Relaxed);
+    }
+
+    /// The sum; exact once writers are quiescent.
+    pub(crate) fn get(&self) -> u64 {
+        let sum: i64 = self
+            .shards
+            .iter()
+            .map(|s| s.load(crate::sync::Ordering::Relaxed))
+            .sum();
+        sum.max(0) as u64
+    }
 }
 
 impl Tree {
@@ -100,6 +148,7 @@ impl Tree {
             clock: VersionClock::starting_at(0),
             shared,
             epochs: epoch::Epochs::default(),
+            keys: KeyCount::default(),
         }
     }
 

@@ -449,6 +449,15 @@ impl Tree {
                 Attempt::Done(r, None)
             }
             _ => {
+                // Stored keys change by one when a put creates a key (an
+                // expired item still counts as stored until it is swept) or a
+                // delete removes one.
+                let present = current.is_some_and(|c| !c.is_tombstone());
+                let key_delta = match op {
+                    WriteOp::Put { .. } if !present => 1,
+                    WriteOp::Delete => -1,
+                    _ => 0,
+                };
                 // A delete that empties its leaf restructures at once, so the
                 // empty leaf merges away instead of waiting for its log to fill.
                 let empties = matches!(op, WriteOp::Delete) && look.live_estimate <= 1;
@@ -458,16 +467,21 @@ impl Tree {
                     self.append(leaf.buf, leaf.state, key, &op, &look)
                 };
                 if let Some(v) = appended {
+                    self.keys.add(key_delta);
                     self.clock.release(v);
                     return Attempt::Done(r, Some(v));
                 }
                 if let Some((p, new_at)) = self.merge_stream(leaf, key, &op, &look) {
                     let v = self.clock.next();
+                    self.keys.add(key_delta);
                     self.publish_merge(guard, leaf, p, new_at, v);
                     return Attempt::Done(r, Some(v));
                 }
                 match self.restructure(guard, &path, key, &op) {
-                    Some(v) => Attempt::Done(r, Some(v)),
+                    Some(v) => {
+                        self.keys.add(key_delta);
+                        Attempt::Done(r, Some(v))
+                    }
                     None => Attempt::Restart,
                 }
             }
