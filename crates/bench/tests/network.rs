@@ -183,3 +183,43 @@ fn a_lost_update_over_the_network_fails_the_run() {
     let server = Server::external(addr, std::process::id());
     combkv_bench::net::run_on(&s, false, server).unwrap();
 }
+
+/// The combkv start path (`--server-bin`, free ports, PING, SIGTERM) with a
+/// stand-in for `combkv serve`: a script that takes its flags and runs
+/// redis-server on the RESP address (no RANGE there, so workload a only).
+#[test]
+fn combkv_serve_is_started_pinged_and_stopped() {
+    if !peers_installed() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("combkv-bench-standin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = dir.join("combkv");
+    std::fs::write(
+        &bin,
+        r#"#!/bin/sh
+[ "$1" = serve ] || exit 2
+[ "$2" = --resp ] && [ "$4" = --memcached ] && [ "$6" = --durability ] && [ "$7" = none ] || exit 3
+port=${3##*:}
+exec redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no
+"#,
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let s = RunSpec {
+        server_bin: Some(bin.clone()),
+        ..spec(Workload::A, TargetKind::CombkvResp)
+    };
+    let r = run_one(&s, false).unwrap();
+    assert_eq!(r.ops, 5000);
+    assert!(r.bytes_per_record > 0.0, "{r:?}");
+    // A binary that is not there is named in the error.
+    let s = RunSpec {
+        server_bin: Some(dir.join("missing")),
+        ..s
+    };
+    let e = run_one(&s, false).unwrap_err();
+    assert!(e.0.contains("no combkv binary at"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
