@@ -189,3 +189,48 @@ pub fn child_main(spec_json: &str) -> Result<()> {
     child::emit(&results::json_line(&r));
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(targets: Vec<TargetKind>) -> BenchOptions {
+        BenchOptions {
+            workloads: vec![Workload::A],
+            targets,
+            records: 100,
+            stop: Stop::Ops(10),
+            threads: 1,
+            connections: 1,
+            pipeline: 1,
+            server_bin: None,
+            distribution: None,
+            shape: Shape::default(),
+            read_pct: 95,
+            seed: 1,
+            json: None,
+            plot: None,
+        }
+    }
+
+    #[test]
+    fn in_process_and_network_targets_are_not_mixed() {
+        let e = run(&opts(vec![TargetKind::Engine, TargetKind::Redis]), &[]).unwrap_err();
+        assert!(e.0.contains("run them separately"), "{e}");
+        assert!(opts(vec![TargetKind::Redis]).is_network());
+        assert!(!opts(vec![TargetKind::Scc]).is_network());
+        let d = opts(vec![TargetKind::Memcached]).describe();
+        assert!(d.contains("1 connection(s) x pipeline 1"), "{d}");
+    }
+
+    #[test]
+    fn network_limits_are_checked_before_anything_runs() {
+        let mut o = opts(vec![TargetKind::Memcached]);
+        o.pipeline = 0;
+        assert!(run(&o, &[]).unwrap_err().0.contains("--pipeline"));
+        o.pipeline = 1;
+        o.shape.key_size = "16..256".parse().unwrap();
+        let e = run(&o, &[]).unwrap_err();
+        assert!(e.0.contains("memcached keys are at most 250 bytes"), "{e}");
+    }
+}
