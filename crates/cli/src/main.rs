@@ -1,5 +1,7 @@
-//! `combkv`: the command line. Only `bench` (the YCSB driver, in-process and
-//! over the network) is here so far; `serve` and `check` come with the server.
+//! `combkv`: the command line: `serve` (the server), `bench` (the YCSB
+//! driver, in-process and over the network).
+
+mod serve;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,6 +32,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run the server: RESP and memcached listeners over one store.
+    Serve(serve::ServeArgs),
     /// Run YCSB workloads (WORKLOADS.md) against the engine and in-process
     /// peers, or against combkv, Redis and memcached servers over loopback.
     Bench(BenchArgs),
@@ -128,6 +132,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Bench(args) => bench_main(args),
+        Command::Serve(args) => serve::serve_main(args),
     }
 }
 

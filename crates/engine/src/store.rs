@@ -772,6 +772,20 @@ impl Store {
         self.at_snapshot(id, |rv, now| self.range_at_version(r, rv, now))
     }
 
+    /// As [`Store::scan`], as of a snapshot: `f` sees the range's items at
+    /// the snapshot's version until it returns false.
+    pub fn scan_at(
+        &self,
+        id: SnapshotId,
+        r: &Range,
+        mut f: impl FnMut(ItemView<'_>) -> bool,
+    ) -> Result<usize> {
+        self.check_range(r)?;
+        self.at_snapshot(id, |rv, now| {
+            self.visit_at_version(r, rv, now, |it| f(ItemView::from_ref(it)))
+        })
+    }
+
     // ---- introspection ---------------------------------------------------
 
     /// Runs pending reclamation work now: frees what no reader or snapshot

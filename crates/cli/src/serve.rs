@@ -1,0 +1,132 @@
+//! `combkv serve`: defaults, then `--config FILE`, then flags.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use combkv_server::{ByteSize, DurabilityMode, Listen, Server, ServerConfig};
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Defaults: RESP on 127.0.0.1:6380, memcached on 127.0.0.1:11212, in memory \
+    (no --data-dir). Flags override the config file, which overrides the defaults. \
+    SIGINT/SIGTERM stop accepting, answer what was received, flush and exit."
+)]
+pub struct ServeArgs {
+    /// TOML config file (keys as in CONFIG GET: resp, memcached, data-dir, ...).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// RESP listener address, or `off`.
+    #[arg(long, value_name = "ADDR")]
+    resp: Option<Listen>,
+    /// memcached listener address, or `off`.
+    #[arg(long, value_name = "ADDR")]
+    memcached: Option<Listen>,
+    /// Directory for the write-ahead log and checkpoints.
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// always | everysec | none (default: always with --data-dir, else none).
+    #[arg(long)]
+    durability: Option<DurabilityMode>,
+    /// Event-loop threads (default: one per core).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Refuse writes above this much memory (e.g. 4gb; 0 = no limit).
+    #[arg(long, value_name = "BYTES")]
+    maxmemory: Option<ByteSize>,
+    /// Require AUTH with this password on the RESP listener.
+    #[arg(long, value_name = "PASS")]
+    requirepass: Option<String>,
+    /// Prometheus metrics address (GET /metrics), or `off`.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<Listen>,
+    /// error | warn | info | debug | trace (debug logs every request).
+    #[arg(long, value_name = "LEVEL")]
+    log_level: Option<String>,
+    /// Connections served at once.
+    #[arg(long)]
+    maxclients: Option<usize>,
+}
+
+fn config(args: &ServeArgs) -> Result<ServerConfig, String> {
+    let mut c = match &args.config {
+        Some(path) => ServerConfig::from_file(path)?,
+        None => ServerConfig::default(),
+    };
+    if let Some(v) = args.resp {
+        c.resp = v;
+    }
+    if let Some(v) = args.memcached {
+        c.memcached = v;
+    }
+    if let Some(v) = &args.data_dir {
+        c.data_dir = Some(v.clone());
+    }
+    if let Some(v) = args.durability {
+        c.durability = Some(v);
+    }
+    if let Some(v) = args.threads {
+        c.threads = v;
+    }
+    if let Some(v) = args.maxmemory {
+        c.maxmemory = v;
+    }
+    if let Some(v) = &args.requirepass {
+        c.requirepass = Some(v.clone());
+    }
+    if let Some(v) = args.metrics {
+        c.metrics = v;
+    }
+    if let Some(v) = &args.log_level {
+        c.log_level = v.clone();
+    }
+    if let Some(v) = args.maxclients {
+        c.maxclients = v;
+    }
+    c.validate()?;
+    Ok(c)
+}
+
+pub fn serve_main(args: ServeArgs) -> ExitCode {
+    let c = match config(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("combkv serve: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&c.log_level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let server = match Server::start(c) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("combkv serve: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let stopper = server.stopper();
+    let mut signals = match signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ]) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("combkv serve: cannot install signal handlers: {e}");
+            stopper.stop();
+            server.wait();
+            return ExitCode::FAILURE;
+        }
+    };
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            tracing::info!(signal = sig, "shutting down");
+            stopper.stop();
+        }
+    });
+    server.wait();
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,367 @@
+//! Server configuration: built-in defaults, a TOML file, then command-line
+//! flags, each overriding the one before. Every limit of the server is here,
+//! with its unit in its name.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use serde::Deserialize;
+
+/// How writes are made durable (meaningful only with a data directory).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DurabilityMode {
+    /// Acknowledge after fdatasync (group commit).
+    Always,
+    /// fdatasync once a second: a crash loses at most about a second.
+    Everysec,
+    /// Nothing is written to disk.
+    None,
+}
+
+impl DurabilityMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DurabilityMode::Always => "always",
+            DurabilityMode::Everysec => "everysec",
+            DurabilityMode::None => "none",
+        }
+    }
+}
+
+impl FromStr for DurabilityMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "always" => Ok(DurabilityMode::Always),
+            "everysec" => Ok(DurabilityMode::Everysec),
+            "none" => Ok(DurabilityMode::None),
+            _ => Err(format!(
+                "unknown durability '{s}' (expected always, everysec or none)"
+            )),
+        }
+    }
+}
+
+/// A listener address, or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listen {
+    Off,
+    At(SocketAddr),
+}
+
+impl FromStr for Listen {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "off" {
+            return Ok(Listen::Off);
+        }
+        s.parse::<SocketAddr>()
+            .map(Listen::At)
+            .map_err(|_| format!("bad listen address '{s}' (expected IP:PORT or off)"))
+    }
+}
+
+impl<'de> Deserialize<'de> for Listen {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A byte count: a plain number or one with a unit (`kb`, `mb`, `gb`, as
+/// powers of 1024, case-insensitive), the way redis.conf writes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteSize(pub u64);
+
+impl FromStr for ByteSize {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let lower = s.trim().to_ascii_lowercase();
+        let split = lower
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(lower.len());
+        let (digits, unit) = lower.split_at(split);
+        let n: u64 = digits.parse().map_err(|_| format!("bad byte size '{s}'"))?;
+        let mult: u64 = match unit {
+            "" | "b" => 1,
+            "k" | "kb" => 1 << 10,
+            "m" | "mb" => 1 << 20,
+            "g" | "gb" => 1 << 30,
+            _ => return Err(format!("bad byte size '{s}' (units: kb, mb, gb)")),
+        };
+        n.checked_mul(mult)
+            .map(ByteSize)
+            .ok_or_else(|| format!("byte size '{s}' is too large"))
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u64),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(n) => Ok(ByteSize(n)),
+            Raw::S(s) => s.parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// Everything `combkv serve` can be told. Field names are the TOML keys
+/// (kebab-case) and `CONFIG GET` names.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// RESP listener.
+    pub resp: Listen,
+    /// memcached text/meta listener.
+    pub memcached: Listen,
+    /// Prometheus text endpoint (`GET /metrics`), off by default.
+    pub metrics: Listen,
+    /// Where the WAL and checkpoints live; none = purely in memory.
+    pub data_dir: Option<PathBuf>,
+    /// Default: `always` with a data directory, `none` without.
+    pub durability: Option<DurabilityMode>,
+    /// Event-loop threads; 0 = one per core.
+    pub threads: usize,
+    /// Writes are refused above this much used memory; 0 = no limit.
+    pub maxmemory: ByteSize,
+    /// Password for AUTH on the RESP listener; none = no authentication.
+    pub requirepass: Option<String>,
+    /// `error`, `warn`, `info`, `debug` or `trace` (debug logs every request).
+    pub log_level: String,
+    /// Connections served at once, both listeners together.
+    pub maxclients: usize,
+    /// Largest request (a whole RESP command or memcached command line plus
+    /// data block); a larger one is an error and the connection is closed.
+    pub max_request_bytes: ByteSize,
+    /// Largest reply a client may have pending; a RANGE that would exceed it
+    /// is refused, and a client reading too slowly stops being read.
+    pub max_reply_bytes: ByteSize,
+    /// Largest value accepted.
+    pub max_value_bytes: ByteSize,
+    /// Engine node size (power of two, 512 B .. 64 KiB).
+    pub node_size_bytes: ByteSize,
+    /// Live snapshots at most.
+    pub max_snapshots: usize,
+    /// Longest snapshot lifetime.
+    pub max_snapshot_seconds: u64,
+    /// Requests slower than this go to the slow log; negative = never.
+    pub slowlog_log_slower_than: i64,
+    /// Slow log entries kept.
+    pub slowlog_max_len: usize,
+    /// Refuse to listen on non-loopback addresses (the server has no TLS,
+    /// and memcached has no authentication).
+    pub protected_mode: bool,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            resp: Listen::At(([127, 0, 0, 1], 6380).into()),
+            memcached: Listen::At(([127, 0, 0, 1], 11212).into()),
+            metrics: Listen::Off,
+            data_dir: None,
+            durability: None,
+            threads: 0,
+            maxmemory: ByteSize(0),
+            requirepass: None,
+            log_level: "info".into(),
+            maxclients: 10_000,
+            max_request_bytes: ByteSize(128 << 20),
+            max_reply_bytes: ByteSize(64 << 20),
+            max_value_bytes: ByteSize(64 << 20),
+            node_size_bytes: ByteSize(8192),
+            max_snapshots: 1024,
+            max_snapshot_seconds: 3600,
+            slowlog_log_slower_than: 10_000,
+            slowlog_max_len: 128,
+            protected_mode: true,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Reads a TOML file over the defaults.
+    pub fn from_file(path: &Path) -> Result<ServerConfig, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| {
+            format!(
+                "bad config file {}: {}",
+                path.display(),
+                e.message().trim_end()
+            )
+        })
+    }
+
+    /// The durability mode in effect.
+    pub fn durability_mode(&self) -> DurabilityMode {
+        self.durability.unwrap_or(if self.data_dir.is_some() {
+            DurabilityMode::Always
+        } else {
+            DurabilityMode::None
+        })
+    }
+
+    /// Event-loop threads in effect.
+    pub fn thread_count(&self) -> usize {
+        if self.threads > 0 {
+            self.threads
+        } else {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        }
+    }
+
+    /// Checks what can be checked before binding anything.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.resp == Listen::Off && self.memcached == Listen::Off {
+            return Err("both listeners are off (set --resp or --memcached)".into());
+        }
+        if self.durability_mode() != DurabilityMode::None && self.data_dir.is_none() {
+            return Err(format!(
+                "durability '{}' needs a data directory (--data-dir)",
+                self.durability_mode().as_str()
+            ));
+        }
+        if self.maxclients == 0 {
+            return Err("maxclients must be at least 1".into());
+        }
+        if self.max_request_bytes.0 < 1024 {
+            return Err("max-request-bytes must be at least 1024".into());
+        }
+        if self.max_reply_bytes.0 < 1024 {
+            return Err("max-reply-bytes must be at least 1024".into());
+        }
+        if self.threads > 1024 {
+            return Err("threads must be at most 1024".into());
+        }
+        if !matches!(
+            self.log_level.as_str(),
+            "error" | "warn" | "info" | "debug" | "trace"
+        ) {
+            return Err(format!(
+                "unknown log level '{}' (expected error, warn, info, debug or trace)",
+                self.log_level
+            ));
+        }
+        if self.protected_mode {
+            for (name, l) in [
+                ("resp", self.resp),
+                ("memcached", self.memcached),
+                ("metrics", self.metrics),
+            ] {
+                if let Listen::At(a) = l {
+                    if !a.ip().is_loopback() {
+                        return Err(format!(
+                            "{name} address {a} is not loopback; set protected-mode = false \
+                             in the config file to listen on it"
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The engine configuration these settings give.
+    pub fn engine_config(&self) -> combkv::Config {
+        combkv::Config {
+            node_size_bytes: self.node_size_bytes.0 as usize,
+            max_value_len: self.max_value_bytes.0 as usize,
+            max_snapshots: self.max_snapshots,
+            max_snapshot_age: std::time::Duration::from_secs(self.max_snapshot_seconds),
+        }
+    }
+
+    /// `(name, value)` of every parameter, for CONFIG GET.
+    pub fn params(&self) -> Vec<(&'static str, String)> {
+        let listen = |l: Listen| match l {
+            Listen::Off => "off".to_string(),
+            Listen::At(a) => a.to_string(),
+        };
+        vec![
+            ("resp", listen(self.resp)),
+            ("memcached", listen(self.memcached)),
+            ("metrics", listen(self.metrics)),
+            (
+                "data-dir",
+                self.data_dir
+                    .as_ref()
+                    .map_or(String::new(), |d| d.display().to_string()),
+            ),
+            ("durability", self.durability_mode().as_str().into()),
+            ("threads", self.thread_count().to_string()),
+            ("maxmemory", self.maxmemory.0.to_string()),
+            ("requirepass", self.requirepass.clone().unwrap_or_default()),
+            ("log-level", self.log_level.clone()),
+            ("maxclients", self.maxclients.to_string()),
+            ("max-request-bytes", self.max_request_bytes.0.to_string()),
+            ("max-reply-bytes", self.max_reply_bytes.0.to_string()),
+            ("max-value-bytes", self.max_value_bytes.0.to_string()),
+            ("node-size-bytes", self.node_size_bytes.0.to_string()),
+            ("max-snapshots", self.max_snapshots.to_string()),
+            (
+                "max-snapshot-seconds",
+                self.max_snapshot_seconds.to_string(),
+            ),
+            (
+                "slowlog-log-slower-than",
+                self.slowlog_log_slower_than.to_string(),
+            ),
+            ("slowlog-max-len", self.slowlog_max_len.to_string()),
+            (
+                "protected-mode",
+                if self.protected_mode { "yes" } else { "no" }.into(),
+            ),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_sizes_take_redis_units() {
+        assert_eq!("100".parse::<ByteSize>().unwrap().0, 100);
+        assert_eq!("4kb".parse::<ByteSize>().unwrap().0, 4096);
+        assert_eq!("2MB".parse::<ByteSize>().unwrap().0, 2 << 20);
+        assert_eq!("1g".parse::<ByteSize>().unwrap().0, 1 << 30);
+        assert!("12xb".parse::<ByteSize>().is_err());
+        assert!("".parse::<ByteSize>().is_err());
+        assert!("99999999999999999999gb".parse::<ByteSize>().is_err());
+    }
+
+    #[test]
+    fn toml_overrides_defaults_and_rejects_unknown_keys() {
+        let c: ServerConfig =
+            toml::from_str("resp = \"127.0.0.1:7000\"\nmemcached = \"off\"\nmaxmemory = \"1mb\"")
+                .unwrap();
+        assert_eq!(c.resp, Listen::At("127.0.0.1:7000".parse().unwrap()));
+        assert_eq!(c.memcached, Listen::Off);
+        assert_eq!(c.maxmemory.0, 1 << 20);
+        assert_eq!(c.maxclients, 10_000);
+        assert!(toml::from_str::<ServerConfig>("no-such-key = 1").is_err());
+    }
+
+    #[test]
+    fn validation_refuses_what_cannot_work() {
+        let mut c = ServerConfig::default();
+        assert!(c.validate().is_ok());
+        c.resp = "0.0.0.0:6380".parse().unwrap();
+        assert!(c.validate().unwrap_err().contains("not loopback"));
+        c.protected_mode = false;
+        assert!(c.validate().is_ok());
+        c.durability = Some(DurabilityMode::Always);
+        assert!(c.validate().unwrap_err().contains("--data-dir"));
+        c.data_dir = Some("/tmp/x".into());
+        assert!(c.validate().is_ok());
+        assert_eq!(c.durability_mode(), DurabilityMode::Always);
+    }
+}

@@ -1,0 +1,165 @@
+//! One client connection: its socket, input and output buffers, and
+//! protocol state. The event loop drives it; nothing here blocks.
+
+use std::io::{self, Read, Write};
+
+use mio::net::TcpStream;
+
+use crate::proto::{Client, Cx, ProtoState};
+
+/// Bytes read per `read` call.
+const READ_CHUNK: usize = 16 * 1024;
+
+#[derive(Debug)]
+pub(crate) struct Connection {
+    pub stream: TcpStream,
+    pub proto: ProtoState,
+    pub client: Client,
+    /// Input: `rbuf[rstart..]` is unprocessed.
+    rbuf: Vec<u8>,
+    rstart: usize,
+    /// Output: `wbuf[wpos..]` is unsent.
+    pub wbuf: Vec<u8>,
+    wpos: usize,
+    /// The peer closed its side, or a protocol asked to close: no more input.
+    pub input_closed: bool,
+    /// Close once the output is flushed.
+    pub close_after_flush: bool,
+    /// WRITABLE interest is registered (output is waiting for the socket).
+    pub want_writable: bool,
+}
+
+/// What one read attempt found.
+pub(crate) enum Fill {
+    Data(usize),
+    WouldBlock,
+    Eof,
+}
+
+impl Connection {
+    pub fn new(stream: TcpStream, proto: ProtoState, client: Client) -> Connection {
+        Connection {
+            stream,
+            proto,
+            client,
+            rbuf: Vec::new(),
+            rstart: 0,
+            wbuf: Vec::new(),
+            wpos: 0,
+            input_closed: false,
+            close_after_flush: false,
+            want_writable: false,
+        }
+    }
+
+    /// Unsent output bytes.
+    pub fn pending_output(&self) -> usize {
+        self.wbuf.len() - self.wpos
+    }
+
+    /// Unprocessed input bytes.
+    pub fn pending_input(&self) -> usize {
+        self.rbuf.len() - self.rstart
+    }
+
+    /// Reads once from the socket.
+    pub fn fill(&mut self) -> io::Result<Fill> {
+        if self.rstart > 0 && self.rstart * 2 >= self.rbuf.len() {
+            self.rbuf.drain(..self.rstart);
+            self.rstart = 0;
+        }
+        let len = self.rbuf.len();
+        self.rbuf.resize(len + READ_CHUNK, 0);
+        let r = self.stream.read(&mut self.rbuf[len..]);
+        match r {
+            Ok(0) => {
+                self.rbuf.truncate(len);
+                Ok(Fill::Eof)
+            }
+            Ok(n) => {
+                self.rbuf.truncate(len + n);
+                Ok(Fill::Data(n))
+            }
+            Err(e) => {
+                self.rbuf.truncate(len);
+                match e.kind() {
+                    io::ErrorKind::WouldBlock => Ok(Fill::WouldBlock),
+                    io::ErrorKind::Interrupted => Ok(Fill::Data(0)),
+                    _ => Err(e),
+                }
+            }
+        }
+    }
+
+    /// Executes the complete requests in the input. Returns the bytes used.
+    pub fn process(&mut self, cx_parts: CxParts<'_>, reply_budget: usize) -> usize {
+        let mut cx = Cx {
+            shared: cx_parts.shared,
+            batch: cx_parts.batch,
+            client: &mut self.client,
+        };
+        // A bug in a command must cost one connection, not the event loop
+        // and every other client on it.
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.proto.process(
+                &mut cx,
+                &self.rbuf[self.rstart..],
+                &mut self.wbuf,
+                reply_budget,
+            )
+        }));
+        let out = match result {
+            Ok(out) => out,
+            Err(_) => {
+                tracing::error!(
+                    client = self.client.id,
+                    "request handling panicked; closing the connection"
+                );
+                self.wbuf.extend_from_slice(self.proto.internal_error());
+                crate::proto::Outcome {
+                    consumed: self.rbuf.len() - self.rstart,
+                    close: true,
+                }
+            }
+        };
+        self.rstart += out.consumed;
+        if out.close {
+            self.input_closed = true;
+            self.close_after_flush = true;
+        }
+        if self.rstart == self.rbuf.len() {
+            self.rbuf.clear();
+            self.rstart = 0;
+            // Give back the memory of a large request once it is done.
+            if self.rbuf.capacity() > 1 << 20 {
+                self.rbuf = Vec::new();
+            }
+        }
+        out.consumed
+    }
+
+    /// Writes as much output as the socket takes. Ok(true): all written.
+    pub fn flush(&mut self) -> io::Result<bool> {
+        while self.wpos < self.wbuf.len() {
+            match self.stream.write(&self.wbuf[self.wpos..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.wpos += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.wbuf.clear();
+        self.wpos = 0;
+        if self.wbuf.capacity() > 4 << 20 {
+            self.wbuf = Vec::new();
+        }
+        Ok(true)
+    }
+}
+
+/// The parts of a `Cx` the event loop owns.
+pub(crate) struct CxParts<'a> {
+    pub shared: &'a crate::shared::Shared,
+    pub batch: &'a mut combkv::readexec::BatchResults,
+}

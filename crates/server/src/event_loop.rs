@@ -1,0 +1,292 @@
+//! Event loops: one thread per core, each with its own `mio` poll and its
+//! own connections, so a connection is only ever touched by one thread and
+//! needs no lock. The acceptor hands new connections out round-robin.
+//!
+//! One turn of a loop: wait for events; read and process every readable
+//! connection (reads among its requests go to the read engine as one batch);
+//! then write every connection's replies. A connection gets at most
+//! `TURN_INPUT_BYTES` of input processed per turn, so one busy client cannot
+//! starve the rest; the remainder is picked up next turn.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use combkv::readexec::BatchResults;
+use crossbeam_channel::Receiver;
+use mio::{Events, Interest, Poll, Token, Waker};
+use slab::Slab;
+
+use crate::connection::{Connection, CxParts, Fill};
+use crate::shared::{Shared, Stats};
+
+/// Input processed per connection per turn.
+const TURN_INPUT_BYTES: usize = 1 << 20;
+/// The waker's token (connections use slab indexes).
+pub(crate) const WAKER: Token = Token(usize::MAX);
+
+/// A connection on its way from the acceptor to a loop.
+pub(crate) type NewConn = Connection;
+
+pub(crate) struct EventLoop {
+    poll: Poll,
+    conns: Slab<Connection>,
+    incoming: Receiver<NewConn>,
+    shared: Arc<Shared>,
+    batch: BatchResults,
+    /// Connections with input left over from the last turn.
+    again: Vec<usize>,
+    /// Connections with output to write at the end of this turn.
+    dirty: Vec<usize>,
+}
+
+impl EventLoop {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        incoming: Receiver<NewConn>,
+    ) -> io::Result<(EventLoop, Arc<Waker>)> {
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        Ok((
+            EventLoop {
+                poll,
+                conns: Slab::new(),
+                incoming,
+                shared,
+                batch: BatchResults::new(),
+                again: Vec::new(),
+                dirty: Vec::new(),
+            },
+            waker,
+        ))
+    }
+
+    /// Runs until shutdown, then finishes what was read and flushes replies.
+    pub(crate) fn run(mut self) {
+        let mut events = Events::with_capacity(1024);
+        loop {
+            let timeout = if self.again.is_empty() {
+                Duration::from_millis(100)
+            } else {
+                Duration::ZERO
+            };
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    tracing::error!("event loop poll failed: {e}");
+                    break;
+                }
+            }
+            let mut ready: Vec<usize> = std::mem::take(&mut self.again);
+            for ev in events.iter() {
+                if ev.token() == WAKER {
+                    self.adopt();
+                    continue;
+                }
+                let t = ev.token().0;
+                if ev.is_writable() {
+                    self.dirty.push(t);
+                }
+                if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                    ready.push(t);
+                }
+            }
+            ready.sort_unstable();
+            ready.dedup();
+            for t in ready {
+                self.serve(t);
+            }
+            self.write_out();
+            if self.shared.shutting_down.load(Ordering::Acquire) {
+                self.drain();
+                return;
+            }
+        }
+    }
+
+    /// Registers connections the acceptor sent.
+    fn adopt(&mut self) {
+        while let Ok(mut conn) = self.incoming.try_recv() {
+            let entry = self.conns.vacant_entry();
+            let t = entry.key();
+            if let Err(e) =
+                self.poll
+                    .registry()
+                    .register(&mut conn.stream, Token(t), Interest::READABLE)
+            {
+                tracing::warn!("cannot register connection: {e}");
+                self.shared.clients.fetch_sub(1, Ordering::Relaxed);
+                continue;
+            }
+            self.shared.client_registry.lock().insert(
+                conn.client.id,
+                crate::shared::ClientInfo {
+                    id: conn.client.id,
+                    addr: conn.client.addr.to_string(),
+                    name: None,
+                    connected_at: conn.client.connected_at,
+                    protocol: conn.proto.name(),
+                },
+            );
+            entry.insert(conn);
+            // Data may have arrived before registration.
+            self.again.push(t);
+        }
+    }
+
+    /// Reads and processes one connection's input, up to the turn budget.
+    fn serve(&mut self, t: usize) {
+        let max_reply = self.shared.config.max_reply_bytes.0 as usize;
+        let max_request = self.shared.config.max_request_bytes.0 as usize;
+        let Some(conn) = self.conns.get_mut(t) else {
+            return;
+        };
+        let mut budget = TURN_INPUT_BYTES;
+        let mut failed = false;
+        loop {
+            if conn.input_closed || conn.pending_output() > max_reply {
+                // Paused until the client reads its replies (see write_out).
+                break;
+            }
+            let got = match conn.fill() {
+                Ok(Fill::Data(n)) => n,
+                Ok(Fill::WouldBlock) => 0,
+                Ok(Fill::Eof) => {
+                    conn.input_closed = true;
+                    conn.close_after_flush = true;
+                    0
+                }
+                Err(_) => {
+                    failed = true;
+                    break;
+                }
+            };
+            Stats::add(&self.shared.stats.net_input_bytes, got as u64);
+            if conn.pending_input() > 0 {
+                let before = conn.pending_output();
+                let parts = CxParts {
+                    shared: &self.shared,
+                    batch: &mut self.batch,
+                };
+                let used = conn.process(parts, max_reply);
+                if conn.pending_output() != before {
+                    self.dirty.push(t);
+                }
+                budget = budget.saturating_sub(used);
+                if used == 0 && conn.pending_input() > max_request.saturating_add(READ_SLACK) {
+                    // The protocol checks declared lengths itself; this only
+                    // catches a request that never completes its framing.
+                    Stats::add(&self.shared.stats.protocol_errors, 1);
+                    failed = true;
+                    break;
+                }
+            }
+            if got == 0 {
+                break;
+            }
+            if budget == 0 {
+                // More may be waiting in the socket: come back next turn.
+                self.again.push(t);
+                break;
+            }
+        }
+        if failed {
+            self.close(t);
+        } else if conn_done(&self.conns[t]) {
+            self.dirty.push(t);
+        }
+    }
+
+    /// Writes every dirty connection's replies; closes finished connections.
+    fn write_out(&mut self) {
+        let max_reply = self.shared.config.max_reply_bytes.0 as usize;
+        let mut dirty = std::mem::take(&mut self.dirty);
+        dirty.sort_unstable();
+        dirty.dedup();
+        for t in dirty.drain(..) {
+            let Some(conn) = self.conns.get_mut(t) else {
+                continue;
+            };
+            let before = conn.pending_output();
+            let flushed = conn.flush();
+            let sent = before - conn.pending_output();
+            Stats::add(&self.shared.stats.net_output_bytes, sent as u64);
+            match flushed {
+                Err(_) => self.close(t),
+                Ok(true) => {
+                    if conn.close_after_flush {
+                        self.close(t);
+                        continue;
+                    }
+                    if conn.want_writable {
+                        conn.want_writable = false;
+                        let _ = self.poll.registry().reregister(
+                            &mut conn.stream,
+                            Token(t),
+                            Interest::READABLE,
+                        );
+                    }
+                    // A paused connection may have input waiting.
+                    if before > max_reply || conn.pending_input() > 0 {
+                        self.again.push(t);
+                    }
+                }
+                Ok(false) => {
+                    if !conn.want_writable {
+                        conn.want_writable = true;
+                        let _ = self.poll.registry().reregister(
+                            &mut conn.stream,
+                            Token(t),
+                            Interest::READABLE | Interest::WRITABLE,
+                        );
+                    }
+                }
+            }
+        }
+        self.dirty = dirty;
+    }
+
+    fn close(&mut self, t: usize) {
+        if let Some(mut conn) = self.conns.try_remove(t) {
+            let _ = self.poll.registry().deregister(&mut conn.stream);
+            self.shared.clients.fetch_sub(1, Ordering::Relaxed);
+            self.shared.client_registry.lock().remove(&conn.client.id);
+        }
+    }
+
+    /// Shutdown: requests already read are answered, replies are flushed
+    /// (for up to a few seconds), then every connection is closed.
+    fn drain(&mut self) {
+        let tokens: Vec<usize> = self.conns.iter().map(|(t, _)| t).collect();
+        for &t in &tokens {
+            if let Some(conn) = self.conns.get_mut(t) {
+                if conn.pending_input() > 0 {
+                    let parts = CxParts {
+                        shared: &self.shared,
+                        batch: &mut self.batch,
+                    };
+                    conn.process(parts, usize::MAX);
+                }
+            }
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        for t in tokens {
+            if let Some(conn) = self.conns.get_mut(t) {
+                while conn.pending_output() > 0 && std::time::Instant::now() < deadline {
+                    match conn.flush() {
+                        Ok(true) | Err(_) => break,
+                        Ok(false) => std::thread::sleep(Duration::from_millis(1)),
+                    }
+                }
+            }
+            self.close(t);
+        }
+    }
+}
+
+/// Slack over `max-request-bytes` for framing around the largest request.
+const READ_SLACK: usize = 64 * 1024;
+
+fn conn_done(c: &Connection) -> bool {
+    c.close_after_flush
+}

@@ -1,0 +1,187 @@
+//! INFO text (RESP) in Redis's `# Section` / `name:value` format. The same
+//! figures feed memcached `stats` and the Prometheus endpoint.
+
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+use crate::config::Listen;
+use crate::shared::{Shared, Stats};
+
+/// Sections in INFO's default order.
+pub const SECTIONS: [&str; 7] = [
+    "server",
+    "clients",
+    "memory",
+    "persistence",
+    "stats",
+    "keyspace",
+    "engine",
+];
+
+/// Renders the requested sections (none, `default`, `all`, `everything`:
+/// every section).
+pub fn render(shared: &Shared, wanted: &[String]) -> String {
+    let all = wanted.is_empty()
+        || wanted
+            .iter()
+            .any(|w| matches!(w.as_str(), "default" | "all" | "everything"));
+    let mut out = String::new();
+    for s in SECTIONS {
+        if all || wanted.iter().any(|w| w == s) {
+            if !out.is_empty() {
+                out.push_str("\r\n");
+            }
+            section(shared, s, &mut out);
+        }
+    }
+    out
+}
+
+fn human(bytes: u64) -> String {
+    let b = bytes as f64;
+    if b >= (1u64 << 30) as f64 {
+        format!("{:.2}G", b / (1u64 << 30) as f64)
+    } else if b >= (1u64 << 20) as f64 {
+        format!("{:.2}M", b / (1u64 << 20) as f64)
+    } else if b >= 1024.0 {
+        format!("{:.2}K", b / 1024.0)
+    } else {
+        format!("{bytes}B")
+    }
+}
+
+/// `name:value` pairs of a section, for INFO and the metrics endpoint.
+pub fn fields(shared: &Shared, name: &str) -> Vec<(&'static str, String)> {
+    let st = &shared.stats;
+    let c = &shared.config;
+    let store = &shared.store;
+    match name {
+        "server" => {
+            let port = |l: Listen| match l {
+                Listen::At(a) => a.port().to_string(),
+                Listen::Off => "0".into(),
+            };
+            vec![
+                ("redis_version", "7.2.0".into()),
+                ("combkv_version", env!("CARGO_PKG_VERSION").into()),
+                ("redis_mode", "standalone".into()),
+                ("os", std::env::consts::OS.into()),
+                ("arch_bits", (usize::BITS).to_string()),
+                ("multiplexing_api", "epoll".into()),
+                ("process_id", std::process::id().to_string()),
+                ("tcp_port", port(c.resp)),
+                ("memcached_port", port(c.memcached)),
+                ("uptime_in_seconds", shared.uptime().as_secs().to_string()),
+                (
+                    "uptime_in_days",
+                    (shared.uptime().as_secs() / 86_400).to_string(),
+                ),
+                ("event_loop_threads", c.thread_count().to_string()),
+            ]
+        }
+        "clients" => vec![
+            (
+                "connected_clients",
+                shared.clients.load(Ordering::Relaxed).to_string(),
+            ),
+            ("maxclients", c.maxclients.to_string()),
+            ("max_request_bytes", c.max_request_bytes.0.to_string()),
+            ("max_reply_bytes", c.max_reply_bytes.0.to_string()),
+        ],
+        "memory" => {
+            let used = shared.used_memory.load(Ordering::Relaxed);
+            let peak = shared.used_memory_peak.load(Ordering::Relaxed);
+            vec![
+                ("used_memory", used.to_string()),
+                ("used_memory_human", human(used)),
+                ("used_memory_rss", used.to_string()),
+                ("used_memory_peak", peak.to_string()),
+                ("used_memory_peak_human", human(peak)),
+                ("maxmemory", c.maxmemory.0.to_string()),
+                ("maxmemory_human", human(c.maxmemory.0)),
+                ("maxmemory_policy", "noeviction".into()),
+                (
+                    "node_memory_bytes",
+                    (store.node_counts().live_buffers as u64 * c.node_size_bytes.0).to_string(),
+                ),
+            ]
+        }
+        "persistence" => crate::admin::persistence_fields(shared),
+        "stats" => vec![
+            (
+                "total_connections_received",
+                Stats::get(&st.connections_received).to_string(),
+            ),
+            (
+                "total_commands_processed",
+                Stats::get(&st.commands_processed).to_string(),
+            ),
+            (
+                "rejected_connections",
+                Stats::get(&st.connections_rejected).to_string(),
+            ),
+            ("keyspace_hits", Stats::get(&st.keyspace_hits).to_string()),
+            (
+                "keyspace_misses",
+                Stats::get(&st.keyspace_misses).to_string(),
+            ),
+            (
+                "total_net_input_bytes",
+                Stats::get(&st.net_input_bytes).to_string(),
+            ),
+            (
+                "total_net_output_bytes",
+                Stats::get(&st.net_output_bytes).to_string(),
+            ),
+            (
+                "total_error_replies",
+                Stats::get(&st.errors_replied).to_string(),
+            ),
+            (
+                "protocol_errors",
+                Stats::get(&st.protocol_errors).to_string(),
+            ),
+            ("read_batches", Stats::get(&st.read_batches).to_string()),
+            (
+                "read_batch_requests",
+                Stats::get(&st.read_batch_requests).to_string(),
+            ),
+            (
+                "oom_rejected_writes",
+                Stats::get(&st.writes_refused_oom).to_string(),
+            ),
+        ],
+        "keyspace" => {
+            let n = store.len();
+            if n == 0 {
+                Vec::new()
+            } else {
+                vec![("db0", format!("keys={n},expires=0,avg_ttl=0"))]
+            }
+        }
+        "engine" => {
+            let g = store.config();
+            let nodes = store.node_counts();
+            vec![
+                ("node_size_bytes", g.node_size_bytes.to_string()),
+                ("max_key_len", store.max_key_len().to_string()),
+                ("max_value_len", store.max_value_len().to_string()),
+                ("read_version", store.read_version().get().to_string()),
+                ("live_buffers", nodes.live_buffers.to_string()),
+                ("reachable_buffers", nodes.reachable_buffers.to_string()),
+                ("snapshots", store.list_snapshots().len().to_string()),
+                ("max_snapshots", g.max_snapshots.to_string()),
+            ]
+        }
+        _ => Vec::new(),
+    }
+}
+
+fn section(shared: &Shared, name: &str, out: &mut String) {
+    let mut title = name.to_string();
+    title[..1].make_ascii_uppercase();
+    let _ = write!(out, "# {title}\r\n");
+    for (k, v) in fields(shared, name) {
+        let _ = write!(out, "{k}:{v}\r\n");
+    }
+}

@@ -1,0 +1,25 @@
+//! combkv's server: a Redis RESP listener and a memcached text/meta listener
+//! over one [`combkv::Store`] (DESIGN.md section 6, PROTOCOL.md).
+//!
+//! - `config`: defaults, TOML file, flags; every limit
+//! - `server`: start/stop, acceptor, housekeeping
+//! - `event_loop`, `connection`: thread-per-core `mio` loops, buffers
+//! - `proto`: the seam between a connection and its protocol
+//! - `resp/`: frame -> command -> reply; `memcache/`: text and meta commands
+//! - `info`, `metrics`, `slowlog`, `admin`: observability and whole-store ops
+
+mod admin;
+pub mod config;
+mod connection;
+mod event_loop;
+pub mod info;
+mod memcache;
+mod metrics;
+mod proto;
+mod resp;
+mod server;
+mod shared;
+mod slowlog;
+
+pub use config::{ByteSize, DurabilityMode, Listen, ServerConfig};
+pub use server::{Server, StartError, Stopper};

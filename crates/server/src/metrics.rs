@@ -1,0 +1,77 @@
+//! The Prometheus endpoint: `GET /metrics` on `--metrics ADDR` answers the
+//! INFO figures in Prometheus text format (version 0.0.4). One request per
+//! connection, served on its own thread; anything else gets 404.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::shared::Shared;
+
+/// Request head bytes read at most.
+const MAX_HEAD_BYTES: u64 = 8192;
+
+pub fn serve(listener: TcpListener, shared: Arc<Shared>) {
+    if listener.set_nonblocking(true).is_err() {
+        return;
+    }
+    while !shared.shutting_down.load(Ordering::Acquire) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let _ = stream.set_nonblocking(false);
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+                let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
+                let _ = answer(stream, &shared);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+fn answer(stream: std::net::TcpStream, shared: &Shared) -> std::io::Result<()> {
+    let mut reader = BufReader::new(std::io::Read::take(&stream, MAX_HEAD_BYTES));
+    let mut first = String::new();
+    reader.read_line(&mut first)?;
+    // Read the rest of the head so the client sees a clean response.
+    loop {
+        let mut l = String::new();
+        if reader.read_line(&mut l)? == 0 || l == "\r\n" || l == "\n" {
+            break;
+        }
+    }
+    let mut w = &stream;
+    let path = first.split_whitespace().nth(1).unwrap_or("");
+    if !first.starts_with("GET ") || (path != "/metrics" && path != "/") {
+        w.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")?;
+        return Ok(());
+    }
+    let body = render(shared);
+    write!(
+        w,
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+        body.len(),
+        body
+    )
+}
+
+/// Every numeric INFO field as a gauge `combkv_<name>`.
+pub fn render(shared: &Shared) -> String {
+    let mut out = String::new();
+    for section in crate::info::SECTIONS {
+        for (name, value) in crate::info::fields(shared, section) {
+            if let Ok(v) = value.parse::<f64>() {
+                out.push_str(&format!("# TYPE combkv_{name} gauge\ncombkv_{name} {v}\n"));
+            }
+        }
+    }
+    out.push_str(&format!(
+        "# TYPE combkv_keys gauge\ncombkv_keys {}\n",
+        shared.store.len()
+    ));
+    out
+}

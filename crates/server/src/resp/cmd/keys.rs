@@ -1,0 +1,336 @@
+//! Keyspace commands: DEL UNLINK EXISTS EXPIRE PEXPIRE EXPIREAT PEXPIREAT
+//! TTL PTTL PERSIST TYPE DBSIZE FLUSHDB FLUSHALL KEYS SCAN.
+
+use std::ops::Bound;
+
+use combkv::{Expiry, Range, Write, now_ms};
+
+use super::{Ctx, eq_ic, parse_i64};
+use crate::resp::error::{CmdError, CmdResult};
+use crate::resp::glob;
+
+fn check_keys(cx: &Ctx<'_, '_>, keys: &[&[u8]]) -> CmdResult {
+    let max = cx.store().max_key_len();
+    for k in keys {
+        if k.is_empty() {
+            return Err(combkv::Error::KeyEmpty.into());
+        }
+        if k.len() > max {
+            return Err(combkv::Error::KeyTooLong { len: k.len(), max }.into());
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn del(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    check_keys(cx, &cx.args[1..])?;
+    let mut n = 0;
+    for k in &cx.args[1..] {
+        n += cx.store().delete(k)?.is_some() as i64;
+    }
+    cx.r.int(n);
+    Ok(())
+}
+
+pub(super) fn exists(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    check_keys(cx, &cx.args[1..])?;
+    let mut n = 0;
+    for k in &cx.args[1..] {
+        n += cx.store().get_with(k, |it| it.is_some())? as i64;
+    }
+    cx.r.int(n);
+    Ok(())
+}
+
+/// EXPIRE family: `deadline` turns the argument into unix ms (None: the
+/// arithmetic overflowed).
+fn expire_generic(cx: &mut Ctx<'_, '_>, name: &str, unit_ms: i64, absolute: bool) -> CmdResult {
+    let n = parse_i64(cx.args[2]).ok_or(CmdError::NotInteger)?;
+    let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
+    for opt in &cx.args[3..] {
+        if eq_ic(opt, "nx") {
+            nx = true;
+        } else if eq_ic(opt, "xx") {
+            xx = true;
+        } else if eq_ic(opt, "gt") {
+            gt = true;
+        } else if eq_ic(opt, "lt") {
+            lt = true;
+        } else {
+            return Err(CmdError::err(format!(
+                "Unsupported option {}",
+                String::from_utf8_lossy(opt)
+            )));
+        }
+    }
+    if nx && (xx || gt || lt) {
+        return Err(CmdError::err(
+            "NX and XX, GT or LT options at the same time are not compatible",
+        ));
+    }
+    if gt && lt {
+        return Err(CmdError::err(
+            "GT and LT options at the same time are not compatible",
+        ));
+    }
+    let invalid = || CmdError::err(format!("invalid expire time in '{name}' command"));
+    let ms = n.checked_mul(unit_ms).ok_or_else(invalid)?;
+    let at = if absolute {
+        ms
+    } else {
+        ms.checked_add(now_ms() as i64).ok_or_else(invalid)?
+    };
+    let now = now_ms() as i64;
+    let (changed, _) = cx.store().write_with(cx.args[1], |cur| {
+        let Some(it) = cur else {
+            return (Write::Keep, false);
+        };
+        let current = it.expires_at_ms.map(|t| t as i64);
+        let ok = (!nx || current.is_none())
+            && (!xx || current.is_some())
+            && (!gt || current.is_some_and(|c| at > c))
+            && (!lt || current.is_none_or(|c| at < c));
+        if !ok {
+            return (Write::Keep, false);
+        }
+        if at <= now {
+            // A deadline in the past deletes the key, as in Redis.
+            return (Write::Delete, true);
+        }
+        (
+            Write::Put {
+                value: it.value.to_vec(),
+                expiry: Expiry::AtMs(at as u64),
+            },
+            true,
+        )
+    })?;
+    cx.r.int(changed as i64);
+    Ok(())
+}
+
+pub(super) fn expire(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    expire_generic(cx, "expire", 1000, false)
+}
+pub(super) fn pexpire(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    expire_generic(cx, "pexpire", 1, false)
+}
+pub(super) fn expireat(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    expire_generic(cx, "expireat", 1000, true)
+}
+pub(super) fn pexpireat(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    expire_generic(cx, "pexpireat", 1, true)
+}
+
+fn ttl_generic(cx: &mut Ctx<'_, '_>, ms: bool) -> CmdResult {
+    let now = now_ms();
+    let t = cx.store().get_with(cx.args[1], |it| match it {
+        None => -2,
+        Some(it) => match it.expires_at_ms {
+            None => -1,
+            Some(at) => {
+                let left = at.saturating_sub(now) as i64;
+                if ms { left } else { (left + 500) / 1000 }
+            }
+        },
+    })?;
+    cx.r.int(t);
+    Ok(())
+}
+
+pub(super) fn ttl(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    ttl_generic(cx, false)
+}
+pub(super) fn pttl(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    ttl_generic(cx, true)
+}
+
+pub(super) fn persist(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let (changed, _) = cx.store().write_with(cx.args[1], |cur| match cur {
+        Some(it) if it.expires_at_ms.is_some() => (
+            Write::Put {
+                value: it.value.to_vec(),
+                expiry: Expiry::Never,
+            },
+            true,
+        ),
+        _ => (Write::Keep, false),
+    })?;
+    cx.r.int(changed as i64);
+    Ok(())
+}
+
+pub(super) fn type_(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let present = cx.store().get_with(cx.args[1], |it| it.is_some())?;
+    cx.r.simple(if present { "string" } else { "none" });
+    Ok(())
+}
+
+pub(super) fn dbsize(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    cx.r.int(cx.store().len() as i64);
+    Ok(())
+}
+
+pub(super) fn flushall(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    match &cx.args[1..] {
+        [] => {}
+        [m] if eq_ic(m, "sync") || eq_ic(m, "async") => {}
+        _ => return Err(CmdError::Syntax),
+    }
+    crate::admin::clear(cx.store())?;
+    cx.r.ok();
+    Ok(())
+}
+
+/// The literal prefix of a glob pattern (up to its first special byte):
+/// every match starts with it, so KEYS and SCAN only visit that key range.
+fn literal_prefix(pattern: &[u8]) -> &[u8] {
+    let end = pattern
+        .iter()
+        .position(|&b| matches!(b, b'*' | b'?' | b'[' | b'\\'))
+        .unwrap_or(pattern.len());
+    &pattern[..end]
+}
+
+/// The smallest key greater than every key starting with `prefix`, if any.
+fn prefix_end(prefix: &[u8]) -> Bound<Vec<u8>> {
+    let mut p = prefix.to_vec();
+    while let Some(last) = p.pop() {
+        if last < 0xff {
+            p.push(last + 1);
+            return Bound::Excluded(p);
+        }
+    }
+    Bound::Unbounded
+}
+
+pub(super) fn keys(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let pattern = cx.args[1];
+    let prefix = literal_prefix(pattern);
+    let range = if prefix.is_empty() {
+        Range::all()
+    } else {
+        Range::new(Bound::Included(prefix.to_vec()), prefix_end(prefix))
+    };
+    let max_reply = cx.shared.config.max_reply_bytes.0 as usize;
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    let mut bytes = 0usize;
+    let mut too_big = false;
+    cx.store().scan(&range, |it| {
+        if glob::matches(pattern, it.key) {
+            bytes += it.key.len() + 16;
+            if bytes > max_reply {
+                too_big = true;
+                return false;
+            }
+            keys.push(it.key.to_vec());
+        }
+        true
+    })?;
+    if too_big {
+        return Err(CmdError::err(
+            "keys reply exceeds max-reply-bytes; use SCAN",
+        ));
+    }
+    cx.r.array(keys.len());
+    for k in keys {
+        cx.r.bulk(&k);
+    }
+    Ok(())
+}
+
+/// `SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]`, in key order. The
+/// cursor names the last key returned (server-side, see `ScanCursors`), so
+/// every key present for the whole iteration comes back exactly once.
+pub(super) fn scan(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let cursor: u64 = std::str::from_utf8(cx.args[1])
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| CmdError::err("invalid cursor"))?;
+    let mut pattern: Option<&[u8]> = None;
+    let mut count = 10usize;
+    let mut type_ok = true;
+    let mut i = 2;
+    while i < cx.args.len() {
+        let (opt, val) = (cx.args[i], cx.args.get(i + 1));
+        let Some(val) = val else {
+            return Err(CmdError::Syntax);
+        };
+        if eq_ic(opt, "match") {
+            pattern = Some(val);
+        } else if eq_ic(opt, "count") {
+            let n = parse_i64(val).ok_or(CmdError::NotInteger)?;
+            if n < 1 {
+                return Err(CmdError::Syntax);
+            }
+            count = (n as usize).min(100_000);
+        } else if eq_ic(opt, "type") {
+            type_ok = eq_ic(val, "string");
+        } else {
+            return Err(CmdError::Syntax);
+        }
+        i += 2;
+    }
+    let after = if cursor == 0 {
+        None
+    } else {
+        Some(
+            cx.shared
+                .scan_cursors
+                .lock()
+                .take(cursor)
+                .ok_or_else(|| CmdError::err("invalid cursor"))?,
+        )
+    };
+    let start = match after {
+        Some(k) => Bound::Excluded(k),
+        None => Bound::Unbounded,
+    };
+    let mut range = Range::new(start, Bound::Unbounded).with_limit(count);
+    if let Some(p) = pattern {
+        let prefix = literal_prefix(p);
+        if !prefix.is_empty() {
+            range.end = prefix_end(prefix);
+            if let Bound::Unbounded = range.start {
+                range.start = Bound::Included(prefix.to_vec());
+            }
+        }
+    }
+    let mut visited = 0usize;
+    let mut last: Option<Vec<u8>> = None;
+    let mut found: Vec<Vec<u8>> = Vec::new();
+    cx.store().scan(&range, |it| {
+        visited += 1;
+        last = Some(it.key.to_vec());
+        if type_ok && pattern.is_none_or(|p| glob::matches(p, it.key)) {
+            found.push(it.key.to_vec());
+        }
+        true
+    })?;
+    let next = match last {
+        Some(k) if visited == count => cx.shared.scan_cursors.lock().put(k),
+        _ => 0,
+    };
+    cx.r.array(2);
+    cx.r.bulk_str(&next.to_string());
+    cx.r.array(found.len());
+    for k in found {
+        cx.r.bulk(&k);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_bound_the_visited_range() {
+        assert_eq!(literal_prefix(b"user:*"), b"user:");
+        assert_eq!(literal_prefix(b"*x"), b"");
+        assert_eq!(literal_prefix(b"a\\*"), b"a");
+        assert_eq!(prefix_end(b"ab"), Bound::Excluded(b"ac".to_vec()));
+        assert_eq!(prefix_end(b"a\xff"), Bound::Excluded(b"b".to_vec()));
+        assert_eq!(prefix_end(b"\xff\xff"), Bound::Unbounded);
+    }
+}

@@ -1,0 +1,803 @@
+//! RESP commands: the table of names, arities and flags, dispatch, and the
+//! batched read path. One file per command family:
+//! `strings` (GET SET ... CAS), `keys` (DEL EXISTS EXPIRE TTL ... SCAN),
+//! `ordered` (RANGE FLOOR CEIL SNAPSHOT GETAT RANGEAT), `server` (PING
+//! HELLO AUTH INFO CONFIG CLIENT COMMAND SLOWLOG ...).
+
+mod keys;
+mod ordered;
+mod server;
+mod strings;
+
+use combkv::readexec::ReadRequest;
+
+use super::RespConn;
+use super::error::{CmdError, CmdResult};
+use super::reply::Reply;
+use crate::proto::{Client, Cx};
+use crate::shared::{Shared, Stats};
+
+pub(crate) use ordered::RangeSpec;
+
+/// What a command runs with.
+pub(crate) struct Ctx<'a, 'b> {
+    pub shared: &'a Shared,
+    pub conn: &'a mut RespConn,
+    pub client: &'a mut Client,
+    pub args: &'a [&'b [u8]],
+    pub r: Reply<'a>,
+    /// Close the connection after this reply (QUIT).
+    pub close: bool,
+}
+
+impl Ctx<'_, '_> {
+    /// Argument `i` as a signed integer (Redis's strict parsing).
+    pub(crate) fn int(&self, i: usize) -> Result<i64, CmdError> {
+        parse_i64(self.args[i]).ok_or(CmdError::NotInteger)
+    }
+
+    pub(crate) fn store(&self) -> &combkv::Store {
+        &self.shared.store
+    }
+
+    /// Refuses a write above `maxmemory`.
+    pub(crate) fn check_memory(&self) -> CmdResult {
+        if self.shared.over_maxmemory() {
+            Stats::add(&self.shared.stats.writes_refused_oom, 1);
+            return Err(CmdError::Oom);
+        }
+        Ok(())
+    }
+}
+
+/// Redis's integer syntax: optional '-', digits, no '+', no spaces, no
+/// leading zeros, within i64.
+pub(crate) fn parse_i64(b: &[u8]) -> Option<i64> {
+    let digits = b.strip_prefix(b"-").unwrap_or(b);
+    if digits.is_empty() || b.len() > 20 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    if digits.len() > 1 && digits[0] == b'0' || b == b"-0" {
+        return None;
+    }
+    std::str::from_utf8(b).ok()?.parse().ok()
+}
+
+pub(crate) fn eq_ic(a: &[u8], b: &str) -> bool {
+    a.eq_ignore_ascii_case(b.as_bytes())
+}
+
+type Handler = fn(&mut Ctx<'_, '_>) -> CmdResult;
+
+/// A command's table entry. `arity` as Redis gives it: n > 0 exactly n
+/// arguments (the name included), n < 0 at least -n.
+pub(crate) struct Spec {
+    pub name: &'static str,
+    pub arity: i32,
+    pub write: bool,
+    /// Allowed before AUTH.
+    pub no_auth: bool,
+    pub first_key: i32,
+    pub last_key: i32,
+    pub summary: &'static str,
+    pub group: &'static str,
+    handler: Handler,
+}
+
+const fn has_flag(flags: &str, f: u8) -> bool {
+    let b = flags.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == f {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
+
+macro_rules! spec {
+    ($name:literal, $arity:expr, $flags:literal, $first:expr, $last:expr, $group:literal, $summary:literal, $h:path) => {
+        Spec {
+            name: $name,
+            arity: $arity,
+            write: has_flag($flags, b'w'),
+            no_auth: has_flag($flags, b'a'),
+            first_key: $first,
+            last_key: $last,
+            summary: $summary,
+            group: $group,
+            handler: $h,
+        }
+    };
+}
+
+/// Every command, sorted by name (binary search).
+pub(crate) static COMMANDS: &[Spec] = &[
+    spec!(
+        "append",
+        3,
+        "w",
+        1,
+        1,
+        "string",
+        "Appends a string to the value of a key.",
+        strings::append
+    ),
+    spec!(
+        "auth",
+        -2,
+        "a",
+        0,
+        0,
+        "connection",
+        "Authenticates the connection.",
+        server::auth
+    ),
+    spec!(
+        "bgsave",
+        -1,
+        "",
+        0,
+        0,
+        "server",
+        "Starts a checkpoint in the background.",
+        server::bgsave
+    ),
+    spec!(
+        "cas",
+        -4,
+        "w",
+        1,
+        1,
+        "combkv",
+        "Sets a key only if its version matches.",
+        strings::cas
+    ),
+    spec!(
+        "ceil",
+        2,
+        "",
+        1,
+        1,
+        "combkv",
+        "The smallest key >= key, with its value.",
+        ordered::ceil
+    ),
+    spec!(
+        "client",
+        -2,
+        "",
+        0,
+        0,
+        "connection",
+        "CLIENT ID, SETNAME, GETNAME, LIST, INFO.",
+        server::client
+    ),
+    spec!(
+        "command",
+        -1,
+        "",
+        0,
+        0,
+        "server",
+        "Describes the commands (COUNT, DOCS, INFO, LIST).",
+        server::command
+    ),
+    spec!(
+        "config",
+        -2,
+        "",
+        0,
+        0,
+        "server",
+        "CONFIG GET parameters.",
+        server::config
+    ),
+    spec!(
+        "dbsize",
+        1,
+        "",
+        0,
+        0,
+        "server",
+        "The number of keys.",
+        keys::dbsize
+    ),
+    spec!(
+        "decr",
+        2,
+        "w",
+        1,
+        1,
+        "string",
+        "Decrements the integer value of a key by one.",
+        strings::decr
+    ),
+    spec!(
+        "decrby",
+        3,
+        "w",
+        1,
+        1,
+        "string",
+        "Decrements the integer value of a key.",
+        strings::decrby
+    ),
+    spec!("del", -2, "w", 1, -1, "generic", "Deletes keys.", keys::del),
+    spec!(
+        "echo",
+        2,
+        "",
+        0,
+        0,
+        "connection",
+        "Returns the given string.",
+        server::echo
+    ),
+    spec!(
+        "exists",
+        -2,
+        "",
+        1,
+        -1,
+        "generic",
+        "Counts the keys that exist.",
+        keys::exists
+    ),
+    spec!(
+        "expire",
+        -3,
+        "w",
+        1,
+        1,
+        "generic",
+        "Sets a key's time to live in seconds.",
+        keys::expire
+    ),
+    spec!(
+        "expireat",
+        -3,
+        "w",
+        1,
+        1,
+        "generic",
+        "Sets a key's expiry as a unix time in seconds.",
+        keys::expireat
+    ),
+    spec!(
+        "floor",
+        2,
+        "",
+        1,
+        1,
+        "combkv",
+        "The greatest key <= key, with its value.",
+        ordered::floor
+    ),
+    spec!(
+        "flushall",
+        -1,
+        "w",
+        0,
+        0,
+        "server",
+        "Removes every key.",
+        keys::flushall
+    ),
+    spec!(
+        "flushdb",
+        -1,
+        "w",
+        0,
+        0,
+        "server",
+        "Removes every key.",
+        keys::flushall
+    ),
+    spec!(
+        "get",
+        2,
+        "",
+        1,
+        1,
+        "string",
+        "Returns the value of a key.",
+        strings::get
+    ),
+    spec!(
+        "getat",
+        3,
+        "",
+        2,
+        2,
+        "combkv",
+        "A key's value as of a snapshot.",
+        ordered::getat
+    ),
+    spec!(
+        "getdel",
+        2,
+        "w",
+        1,
+        1,
+        "string",
+        "Returns the value of a key and deletes it.",
+        strings::getdel
+    ),
+    spec!(
+        "getv",
+        2,
+        "",
+        1,
+        1,
+        "combkv",
+        "A key's value and version.",
+        strings::getv
+    ),
+    spec!(
+        "hello",
+        -1,
+        "a",
+        0,
+        0,
+        "connection",
+        "Handshakes: protocol version, AUTH, SETNAME.",
+        server::hello
+    ),
+    spec!(
+        "incr",
+        2,
+        "w",
+        1,
+        1,
+        "string",
+        "Increments the integer value of a key by one.",
+        strings::incr
+    ),
+    spec!(
+        "incrby",
+        3,
+        "w",
+        1,
+        1,
+        "string",
+        "Increments the integer value of a key.",
+        strings::incrby
+    ),
+    spec!(
+        "info",
+        -1,
+        "",
+        0,
+        0,
+        "server",
+        "Information and statistics about the server.",
+        server::info
+    ),
+    spec!(
+        "keys",
+        2,
+        "",
+        0,
+        0,
+        "generic",
+        "Keys matching a pattern, in key order.",
+        keys::keys
+    ),
+    spec!(
+        "lastsave",
+        1,
+        "",
+        0,
+        0,
+        "server",
+        "Unix time of the last successful checkpoint.",
+        server::lastsave
+    ),
+    spec!(
+        "mget",
+        -2,
+        "",
+        1,
+        -1,
+        "string",
+        "Returns the values of keys.",
+        strings::mget
+    ),
+    spec!(
+        "mset",
+        -3,
+        "w",
+        1,
+        -1,
+        "string",
+        "Sets several keys.",
+        strings::mset
+    ),
+    spec!(
+        "persist",
+        2,
+        "w",
+        1,
+        1,
+        "generic",
+        "Removes a key's expiry.",
+        keys::persist
+    ),
+    spec!(
+        "pexpire",
+        -3,
+        "w",
+        1,
+        1,
+        "generic",
+        "Sets a key's time to live in milliseconds.",
+        keys::pexpire
+    ),
+    spec!(
+        "pexpireat",
+        -3,
+        "w",
+        1,
+        1,
+        "generic",
+        "Sets a key's expiry as a unix time in milliseconds.",
+        keys::pexpireat
+    ),
+    spec!(
+        "ping",
+        -1,
+        "",
+        0,
+        0,
+        "connection",
+        "Returns PONG or the given string.",
+        server::ping
+    ),
+    spec!(
+        "pttl",
+        2,
+        "",
+        1,
+        1,
+        "generic",
+        "A key's time to live in milliseconds.",
+        keys::pttl
+    ),
+    spec!(
+        "quit",
+        -1,
+        "a",
+        0,
+        0,
+        "connection",
+        "Closes the connection.",
+        server::quit
+    ),
+    spec!(
+        "range",
+        -3,
+        "",
+        0,
+        0,
+        "combkv",
+        "Items between two bounds, in key order, from one snapshot.",
+        ordered::range
+    ),
+    spec!(
+        "rangeat",
+        -4,
+        "",
+        0,
+        0,
+        "combkv",
+        "RANGE as of a snapshot.",
+        ordered::rangeat
+    ),
+    spec!(
+        "save",
+        1,
+        "",
+        0,
+        0,
+        "server",
+        "Takes a checkpoint now.",
+        server::save
+    ),
+    spec!(
+        "scan",
+        -2,
+        "",
+        0,
+        0,
+        "generic",
+        "Iterates keys in key order.",
+        keys::scan
+    ),
+    spec!(
+        "select",
+        2,
+        "",
+        0,
+        0,
+        "connection",
+        "Selects database 0 (the only one).",
+        server::select
+    ),
+    spec!(
+        "set",
+        -3,
+        "w",
+        1,
+        1,
+        "string",
+        "Sets a key (NX, XX, GET, EX, PX, EXAT, PXAT, KEEPTTL).",
+        strings::set
+    ),
+    spec!(
+        "setnx",
+        3,
+        "w",
+        1,
+        1,
+        "string",
+        "Sets a key only if it does not exist.",
+        strings::setnx
+    ),
+    spec!(
+        "slowlog",
+        -2,
+        "",
+        0,
+        0,
+        "server",
+        "SLOWLOG GET, LEN, RESET.",
+        server::slowlog
+    ),
+    spec!(
+        "snapshot",
+        -2,
+        "",
+        0,
+        0,
+        "combkv",
+        "SNAPSHOT CREATE, RELEASE, LIST.",
+        ordered::snapshot
+    ),
+    spec!(
+        "strlen",
+        2,
+        "",
+        1,
+        1,
+        "string",
+        "The length of a key's value.",
+        strings::strlen
+    ),
+    spec!(
+        "time",
+        1,
+        "",
+        0,
+        0,
+        "server",
+        "The server time.",
+        server::time
+    ),
+    spec!(
+        "ttl",
+        2,
+        "",
+        1,
+        1,
+        "generic",
+        "A key's time to live in seconds.",
+        keys::ttl
+    ),
+    spec!(
+        "type",
+        2,
+        "",
+        1,
+        1,
+        "generic",
+        "The type of a key's value.",
+        keys::type_
+    ),
+    spec!(
+        "unlink",
+        -2,
+        "w",
+        1,
+        -1,
+        "generic",
+        "Deletes keys.",
+        keys::del
+    ),
+];
+
+pub(crate) fn lookup(name: &[u8]) -> Option<&'static Spec> {
+    if name.len() > 16 {
+        return None;
+    }
+    let lower = name.to_ascii_lowercase();
+    COMMANDS
+        .binary_search_by(|s| s.name.as_bytes().cmp(&lower))
+        .ok()
+        .map(|i| &COMMANDS[i])
+}
+
+/// Runs one command and writes its reply.
+pub(crate) fn dispatch(cx: &mut Ctx<'_, '_>) {
+    let result = run(cx);
+    if let Err(e) = result {
+        Stats::add(&cx.shared.stats.errors_replied, 1);
+        cx.r.error(&e.line());
+    }
+}
+
+fn run(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let Some(spec) = lookup(cx.args[0]) else {
+        if !cx.conn.authenticated {
+            return Err(CmdError::NoAuth);
+        }
+        return Err(CmdError::Other(unknown_command(cx.args)));
+    };
+    if !cx.conn.authenticated && !spec.no_auth {
+        return Err(CmdError::NoAuth);
+    }
+    let n = cx.args.len() as i32;
+    if (spec.arity > 0 && n != spec.arity) || (spec.arity < 0 && n < -spec.arity) {
+        return Err(CmdError::Arity(spec.name.to_string()));
+    }
+    if spec.write {
+        cx.check_memory()?;
+    }
+    (spec.handler)(cx)
+}
+
+/// Redis 7's text: `ERR unknown command 'x', with args beginning with: 'a' 'b' `.
+fn unknown_command(args: &[&[u8]]) -> String {
+    let mut shown = String::new();
+    for a in &args[1..] {
+        if shown.len() >= 128 {
+            break;
+        }
+        let room = 128 - shown.len();
+        let s = String::from_utf8_lossy(a);
+        let s: String = s.chars().take(room).collect();
+        shown.push_str(&format!("'{s}' "));
+    }
+    let name: String = String::from_utf8_lossy(args[0]).chars().take(128).collect();
+    format!("ERR unknown command '{name}', with args beginning with: {shown}")
+}
+
+// ---- batched reads -----------------------------------------------------------
+
+/// A read that can join a read-engine batch.
+#[derive(Debug)]
+pub(crate) enum Batchable {
+    Get,
+    Mget,
+    Getv,
+    Range(Box<RangeSpec>),
+}
+
+/// RANGEs with a LIMIT up to this join batches; longer ones stream through
+/// the plain path, which enforces the reply limit as it goes.
+const BATCH_RANGE_LIMIT: usize = 1000;
+
+/// Whether `args` is a read the batch path answers exactly as the command
+/// would. Anything unusual (bad arity, invalid key, no LIMIT) takes the
+/// normal path, which also produces the right error.
+pub(crate) fn batchable(args: &[&[u8]], shared: &Shared) -> Option<Batchable> {
+    let max_key = shared.store.max_key_len();
+    let key_ok = |k: &[u8]| !k.is_empty() && k.len() <= max_key;
+    let name = args[0];
+    if eq_ic(name, "get") && args.len() == 2 && key_ok(args[1]) {
+        return Some(Batchable::Get);
+    }
+    if eq_ic(name, "mget") && args.len() >= 2 && args[1..].iter().all(|k| key_ok(k)) {
+        return Some(Batchable::Mget);
+    }
+    if eq_ic(name, "getv") && args.len() == 2 && key_ok(args[1]) {
+        return Some(Batchable::Getv);
+    }
+    if eq_ic(name, "range") && args.len() >= 3 {
+        let spec = ordered::parse_range(&args[1..], max_key).ok()?;
+        if spec.range.limit.is_some_and(|l| l <= BATCH_RANGE_LIMIT) && spec.valid_keys(max_key) {
+            return Some(Batchable::Range(Box::new(spec)));
+        }
+    }
+    None
+}
+
+/// Answers `pending` (requests whose arguments are `args[first..end]`) with
+/// one read-engine batch, replies in order.
+pub(crate) fn run_batch(
+    cx: &mut Cx<'_>,
+    pending: &[(usize, usize, Batchable)],
+    args: &[&[u8]],
+    r: &mut Reply<'_>,
+) {
+    let mut requests: Vec<ReadRequest<'_>> = Vec::with_capacity(pending.len());
+    for (first, end, b) in pending {
+        let a = &args[*first..*end];
+        match b {
+            Batchable::Get | Batchable::Getv => requests.push(ReadRequest::Get(a[1])),
+            Batchable::Mget => requests.extend(a[1..].iter().map(|k| ReadRequest::Get(k))),
+            Batchable::Range(spec) => requests.push(ReadRequest::Range(&spec.range)),
+        }
+    }
+    let stats = &cx.shared.stats;
+    Stats::add(&stats.read_batches, 1);
+    Stats::add(&stats.read_batch_requests, requests.len() as u64);
+    if let Err(e) = cx.shared.store.read_batch(&requests, cx.batch) {
+        // Keys were checked when the requests joined the batch; an error
+        // here is answered on every request rather than lost.
+        for _ in pending {
+            r.error(&CmdError::from(e.clone()).line());
+        }
+        return;
+    }
+    let res = &*cx.batch;
+    let max_reply = cx.shared.config.max_reply_bytes.0 as usize;
+    let mut i = 0;
+    let (mut hits, mut misses) = (0, 0);
+    for (first, end, b) in pending {
+        match b {
+            Batchable::Get => {
+                match res.value(i) {
+                    Some(v) => {
+                        hits += 1;
+                        r.bulk(v);
+                    }
+                    None => {
+                        misses += 1;
+                        r.null();
+                    }
+                }
+                i += 1;
+            }
+            Batchable::Getv => {
+                match res.items(i).next() {
+                    Some(it) => {
+                        hits += 1;
+                        r.array(2);
+                        r.bulk(it.value);
+                        r.int(it.version.get() as i64);
+                    }
+                    None => {
+                        misses += 1;
+                        r.null_array();
+                    }
+                }
+                i += 1;
+            }
+            Batchable::Mget => {
+                let n = end - first - 1;
+                r.array(n);
+                for j in i..i + n {
+                    match res.value(j) {
+                        Some(v) => {
+                            hits += 1;
+                            r.bulk(v);
+                        }
+                        None => {
+                            misses += 1;
+                            r.null();
+                        }
+                    }
+                }
+                i += n;
+            }
+            Batchable::Range(spec) => {
+                ordered::reply_items(r, spec, res, i, max_reply);
+                i += 1;
+            }
+        }
+    }
+    Stats::add(&stats.keyspace_hits, hits);
+    Stats::add(&stats.keyspace_misses, misses);
+}

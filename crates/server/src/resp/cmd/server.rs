@@ -1,0 +1,437 @@
+//! Connection and server commands: PING ECHO HELLO AUTH SELECT QUIT INFO
+//! CONFIG CLIENT COMMAND TIME SLOWLOG SAVE BGSAVE LASTSAVE.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::{COMMANDS, Ctx, eq_ic, lookup, parse_i64};
+use crate::resp::error::{CmdError, CmdResult};
+use crate::resp::glob;
+
+pub(super) fn ping(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    match cx.args.len() {
+        1 => cx.r.simple("PONG"),
+        2 => cx.r.bulk(cx.args[1]),
+        _ => return Err(CmdError::Arity("ping".into())),
+    }
+    Ok(())
+}
+
+pub(super) fn echo(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    cx.r.bulk(cx.args[1]);
+    Ok(())
+}
+
+pub(super) fn quit(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    cx.r.ok();
+    cx.close = true;
+    Ok(())
+}
+
+pub(super) fn select(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    match cx.int(1)? {
+        0 => {
+            cx.r.ok();
+            Ok(())
+        }
+        _ => Err(CmdError::err("DB index is out of range")),
+    }
+}
+
+/// Checks `user`/`pass` against requirepass (the only user is `default`).
+fn check_password(cx: &Ctx<'_, '_>, user: &[u8], pass: &[u8]) -> CmdResult {
+    let Some(want) = &cx.shared.config.requirepass else {
+        return Err(CmdError::err(
+            "AUTH <password> called without any password configured for the default user. \
+             Are you sure your configuration is correct?",
+        ));
+    };
+    // Compare every byte so the time taken does not reveal a prefix match.
+    let want = want.as_bytes();
+    let mut diff = (want.len() != pass.len()) as u8;
+    for (i, &b) in pass.iter().enumerate() {
+        diff |= b ^ want.get(i).copied().unwrap_or(0);
+    }
+    if user != b"default" || diff != 0 {
+        return Err(CmdError::Other(
+            "WRONGPASS invalid username-password pair or user is disabled.".into(),
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn auth(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let (user, pass) = match cx.args {
+        [_, pass] => (&b"default"[..], *pass),
+        [_, user, pass] => (*user, *pass),
+        _ => return Err(CmdError::Syntax),
+    };
+    check_password(cx, user, pass)?;
+    cx.conn.authenticated = true;
+    cx.r.ok();
+    Ok(())
+}
+
+fn valid_client_name(name: &[u8]) -> bool {
+    name.iter().all(|&b| (b'!'..=b'~').contains(&b))
+}
+
+fn name_error() -> CmdError {
+    CmdError::err("Client names cannot contain spaces, newlines or special characters.")
+}
+
+pub(super) fn hello(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let mut resp3 = cx.conn.resp3;
+    let mut i = 1;
+    if let Some(v) = cx.args.get(1) {
+        resp3 = match parse_i64(v) {
+            Some(2) => false,
+            Some(3) => true,
+            Some(_) => {
+                return Err(CmdError::Other(
+                    "NOPROTO unsupported protocol version".into(),
+                ));
+            }
+            None => {
+                return Err(CmdError::err(
+                    "Protocol version is not an integer or out of range",
+                ));
+            }
+        };
+        i = 2;
+    }
+    let mut auth: Option<(&[u8], &[u8])> = None;
+    let mut name: Option<&[u8]> = None;
+    while i < cx.args.len() {
+        let opt = cx.args[i];
+        if eq_ic(opt, "auth") && i + 2 < cx.args.len() {
+            auth = Some((cx.args[i + 1], cx.args[i + 2]));
+            i += 3;
+        } else if eq_ic(opt, "setname") && i + 1 < cx.args.len() {
+            name = Some(cx.args[i + 1]);
+            i += 2;
+        } else {
+            return Err(CmdError::err(format!(
+                "Syntax error in HELLO option '{}'",
+                String::from_utf8_lossy(opt)
+            )));
+        }
+    }
+    if let Some((u, p)) = auth {
+        check_password(cx, u, p)?;
+        cx.conn.authenticated = true;
+    }
+    if !cx.conn.authenticated {
+        return Err(CmdError::Other(
+            "NOAUTH HELLO must be called with the client already authenticated, otherwise the \
+             HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and \
+             select the RESP protocol version at the same time"
+                .into(),
+        ));
+    }
+    if let Some(n) = name {
+        if !valid_client_name(n) {
+            return Err(name_error());
+        }
+        set_name(cx, n);
+    }
+    cx.conn.resp3 = resp3;
+    cx.r.resp3 = resp3;
+    cx.r.map(7);
+    cx.r.bulk_str("server");
+    cx.r.bulk_str("combkv");
+    cx.r.bulk_str("version");
+    cx.r.bulk_str(env!("CARGO_PKG_VERSION"));
+    cx.r.bulk_str("proto");
+    cx.r.int(if resp3 { 3 } else { 2 });
+    cx.r.bulk_str("id");
+    cx.r.int(cx.client.id as i64);
+    cx.r.bulk_str("mode");
+    cx.r.bulk_str("standalone");
+    cx.r.bulk_str("role");
+    cx.r.bulk_str("master");
+    cx.r.bulk_str("modules");
+    cx.r.array(0);
+    Ok(())
+}
+
+fn set_name(cx: &mut Ctx<'_, '_>, n: &[u8]) {
+    let name = (!n.is_empty()).then(|| String::from_utf8_lossy(n).into_owned());
+    cx.client.name = name.clone();
+    if let Some(info) = cx.shared.client_registry.lock().get_mut(&cx.client.id) {
+        info.name = name;
+    }
+}
+
+fn client_line(cx: &Ctx<'_, '_>, info: &crate::shared::ClientInfo) -> String {
+    format!(
+        "id={} addr={} laddr= fd=0 name={} age={} idle=0 flags=N db=0 sub=0 psub=0 ssub=0 \
+         multi=-1 watch=0 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 \
+         omem=0 tot-mem=0 events=r cmd=client user=default redir=-1 resp={} lib-name= lib-ver= protocol={}",
+        info.id,
+        info.addr,
+        info.name.as_deref().unwrap_or(""),
+        info.connected_at.elapsed().as_secs(),
+        if info.id == cx.client.id && cx.conn.resp3 {
+            3
+        } else {
+            2
+        },
+        info.protocol,
+    )
+}
+
+pub(super) fn client(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let sub = cx.args[1];
+    let arity = |n: usize, name: &str| -> CmdResult {
+        if cx.args.len() != n {
+            return Err(CmdError::Arity(format!("client|{name}")));
+        }
+        Ok(())
+    };
+    if eq_ic(sub, "id") {
+        arity(2, "id")?;
+        cx.r.int(cx.client.id as i64);
+    } else if eq_ic(sub, "setname") {
+        arity(3, "setname")?;
+        let n = cx.args[2];
+        if !valid_client_name(n) {
+            return Err(name_error());
+        }
+        set_name(cx, n);
+        cx.r.ok();
+    } else if eq_ic(sub, "getname") {
+        arity(2, "getname")?;
+        match cx.client.name.clone() {
+            Some(n) => cx.r.bulk_str(&n),
+            None => cx.r.null(),
+        }
+    } else if eq_ic(sub, "list") {
+        let clients: Vec<_> = cx.shared.client_registry.lock().values().cloned().collect();
+        let mut text = String::new();
+        for c in &clients {
+            text.push_str(&client_line(cx, c));
+            text.push('\n');
+        }
+        cx.r.verbatim(&text);
+    } else if eq_ic(sub, "info") {
+        arity(2, "info")?;
+        let me = cx.shared.client_registry.lock().get(&cx.client.id).cloned();
+        let text = me.map(|c| client_line(cx, &c) + "\n").unwrap_or_default();
+        cx.r.verbatim(&text);
+    } else if eq_ic(sub, "setinfo") {
+        // Client libraries announce their name and version; accepted, not kept.
+        arity(4, "setinfo")?;
+        cx.r.ok();
+    } else {
+        return Err(unknown_subcommand(sub, "CLIENT"));
+    }
+    Ok(())
+}
+
+fn unknown_subcommand(sub: &[u8], cmd: &str) -> CmdError {
+    CmdError::err(format!(
+        "unknown subcommand '{}'. Try {cmd} HELP.",
+        String::from_utf8_lossy(sub)
+    ))
+}
+
+fn command_info(cx: &mut Ctx<'_, '_>, spec: &super::Spec) {
+    cx.r.array(10);
+    cx.r.bulk_str(spec.name);
+    cx.r.int(spec.arity as i64);
+    let mut flags = vec![if spec.write { "write" } else { "readonly" }];
+    if spec.write {
+        flags.push("denyoom");
+    }
+    if spec.no_auth {
+        flags.push("no_auth");
+    }
+    flags.push("fast");
+    cx.r.set(flags.len());
+    for f in flags {
+        cx.r.simple(f);
+    }
+    cx.r.int(spec.first_key as i64);
+    cx.r.int(spec.last_key as i64);
+    cx.r.int((spec.first_key != 0) as i64);
+    cx.r.set(0);
+    cx.r.array(0);
+    cx.r.array(0);
+    cx.r.array(0);
+}
+
+pub(super) fn command(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let Some(sub) = cx.args.get(1).copied() else {
+        cx.r.array(COMMANDS.len());
+        for spec in COMMANDS {
+            command_info(cx, spec);
+        }
+        return Ok(());
+    };
+    if eq_ic(sub, "count") {
+        cx.r.int(COMMANDS.len() as i64);
+    } else if eq_ic(sub, "list") {
+        cx.r.array(COMMANDS.len());
+        for spec in COMMANDS {
+            cx.r.bulk_str(spec.name);
+        }
+    } else if eq_ic(sub, "info") {
+        let names = &cx.args[2..];
+        if names.is_empty() {
+            cx.r.array(COMMANDS.len());
+            for spec in COMMANDS {
+                command_info(cx, spec);
+            }
+        } else {
+            cx.r.array(names.len());
+            for n in names {
+                match lookup(n) {
+                    Some(spec) => command_info(cx, spec),
+                    None => cx.r.null_array(),
+                }
+            }
+        }
+    } else if eq_ic(sub, "docs") {
+        let specs: Vec<&super::Spec> = if cx.args.len() > 2 {
+            cx.args[2..].iter().filter_map(|n| lookup(n)).collect()
+        } else {
+            COMMANDS.iter().collect()
+        };
+        cx.r.map(specs.len());
+        for spec in specs {
+            cx.r.bulk_str(spec.name);
+            cx.r.map(3);
+            cx.r.bulk_str("summary");
+            cx.r.bulk_str(spec.summary);
+            cx.r.bulk_str("since");
+            cx.r.bulk_str("0.1.0");
+            cx.r.bulk_str("group");
+            cx.r.bulk_str(spec.group);
+        }
+    } else {
+        return Err(unknown_subcommand(sub, "COMMAND"));
+    }
+    Ok(())
+}
+
+pub(super) fn config(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let sub = cx.args[1];
+    if eq_ic(sub, "get") {
+        if cx.args.len() < 3 {
+            return Err(CmdError::Arity("config|get".into()));
+        }
+        let params = cx.shared.config.params();
+        let hits: Vec<&(&str, String)> = params
+            .iter()
+            .filter(|(name, _)| {
+                cx.args[2..]
+                    .iter()
+                    .any(|p| glob::matches_nocase(p, name.as_bytes()))
+            })
+            .collect();
+        cx.r.map(hits.len());
+        for (name, value) in hits {
+            cx.r.bulk_str(name);
+            cx.r.bulk_str(value);
+        }
+        Ok(())
+    } else if eq_ic(sub, "set") {
+        Err(CmdError::err(
+            "CONFIG SET is not supported: change the config file or flags and restart",
+        ))
+    } else if eq_ic(sub, "resetstat") {
+        cx.shared.reset_stats();
+        cx.r.ok();
+        Ok(())
+    } else {
+        Err(unknown_subcommand(sub, "CONFIG"))
+    }
+}
+
+pub(super) fn time(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    cx.r.array(2);
+    cx.r.bulk_str(&d.as_secs().to_string());
+    cx.r.bulk_str(&d.subsec_micros().to_string());
+    Ok(())
+}
+
+pub(super) fn slowlog(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let sub = cx.args[1];
+    let log = &cx.shared.slowlog;
+    if eq_ic(sub, "get") {
+        let n = match cx.args.get(2) {
+            None => 10,
+            Some(raw) => match parse_i64(raw) {
+                Some(-1) => usize::MAX,
+                Some(n) if n >= 0 => n as usize,
+                _ => {
+                    return Err(CmdError::err("count should be greater than or equal to -1"));
+                }
+            },
+        };
+        let entries = log.get(n);
+        cx.r.array(entries.len());
+        for e in entries {
+            cx.r.array(6);
+            cx.r.int(e.id as i64);
+            cx.r.int(e.unix_secs as i64);
+            cx.r.int(e.duration_us as i64);
+            cx.r.array(e.args.len());
+            for a in &e.args {
+                cx.r.bulk(a);
+            }
+            cx.r.bulk_str(&e.client_addr);
+            cx.r.bulk_str(&e.client_name);
+        }
+    } else if eq_ic(sub, "len") {
+        cx.r.int(log.len() as i64);
+    } else if eq_ic(sub, "reset") {
+        log.reset();
+        cx.r.ok();
+    } else {
+        return Err(unknown_subcommand(sub, "SLOWLOG"));
+    }
+    Ok(())
+}
+
+pub(super) fn info(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let sections: Vec<String> = cx.args[1..]
+        .iter()
+        .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase())
+        .collect();
+    let text = crate::info::render(cx.shared, &sections);
+    cx.r.verbatim(&text);
+    Ok(())
+}
+
+pub(super) fn save(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    crate::admin::save(cx.shared)?;
+    cx.r.ok();
+    Ok(())
+}
+
+pub(super) fn bgsave(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    match &cx.args[1..] {
+        [] => {}
+        [s] if eq_ic(s, "schedule") => {}
+        _ => return Err(CmdError::Syntax),
+    }
+    if crate::admin::bgsave(cx.shared)? {
+        cx.r.simple("Background saving started");
+    } else {
+        cx.r.simple("Background saving scheduled");
+    }
+    Ok(())
+}
+
+pub(super) fn lastsave(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let t = cx
+        .shared
+        .last_save_unix
+        .load(std::sync::atomic::Ordering::Relaxed);
+    cx.r.int(t as i64);
+    Ok(())
+}

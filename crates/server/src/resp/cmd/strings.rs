@@ -1,0 +1,279 @@
+//! String commands: GET SET SETNX GETDEL MGET MSET APPEND STRLEN INCR DECR
+//! INCRBY DECRBY, and combkv's GETV and CAS.
+
+use combkv::{Expiry, Write, now_ms};
+
+use super::{Ctx, eq_ic, parse_i64};
+use crate::resp::error::{CmdError, CmdResult};
+use crate::shared::Stats;
+
+pub(super) fn get(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let v = cx.store().get(cx.args[1])?;
+    hit(cx, v.is_some());
+    match v {
+        Some(v) => cx.r.bulk(&v),
+        None => cx.r.null(),
+    }
+    Ok(())
+}
+
+fn hit(cx: &Ctx<'_, '_>, found: bool) {
+    let s = &cx.shared.stats;
+    Stats::add(
+        if found {
+            &s.keyspace_hits
+        } else {
+            &s.keyspace_misses
+        },
+        1,
+    );
+}
+
+pub(super) fn getv(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    match cx.store().get_item(cx.args[1])? {
+        Some(it) => {
+            hit(cx, true);
+            cx.r.array(2);
+            cx.r.bulk(&it.value);
+            cx.r.int(it.version.get() as i64);
+        }
+        None => {
+            hit(cx, false);
+            cx.r.null_array();
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn mget(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let mut values = Vec::with_capacity(cx.args.len() - 1);
+    for k in &cx.args[1..] {
+        values.push(cx.store().get(k)?);
+    }
+    cx.r.array(values.len());
+    for v in values {
+        hit(cx, v.is_some());
+        match v {
+            Some(v) => cx.r.bulk(&v),
+            None => cx.r.null(),
+        }
+    }
+    Ok(())
+}
+
+/// An expiry option's deadline in unix ms. `unit_ms` 1000 for seconds;
+/// `absolute` for EXAT/PXAT. Redis refuses values <= 0 and overflows.
+pub(super) fn deadline_ms(
+    raw: &[u8],
+    unit_ms: i64,
+    absolute: bool,
+    cmd: &str,
+) -> Result<u64, CmdError> {
+    let n = parse_i64(raw).ok_or(CmdError::NotInteger)?;
+    let invalid = || CmdError::err(format!("invalid expire time in '{cmd}' command"));
+    if n <= 0 {
+        return Err(invalid());
+    }
+    let ms = n.checked_mul(unit_ms).ok_or_else(invalid)?;
+    let at = if absolute {
+        ms
+    } else {
+        ms.checked_add(now_ms() as i64).ok_or_else(invalid)?
+    };
+    Ok(at as u64)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cond {
+    Any,
+    Nx,
+    Xx,
+}
+
+pub(super) fn set(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let (key, value) = (cx.args[1], cx.args[2]);
+    let mut cond = Cond::Any;
+    let mut get_old = false;
+    let mut expiry: Option<Expiry> = None;
+    let mut i = 3;
+    while i < cx.args.len() {
+        let a = cx.args[i];
+        let next = cx.args.get(i + 1);
+        if eq_ic(a, "nx") && cond == Cond::Any {
+            cond = Cond::Nx;
+        } else if eq_ic(a, "xx") && cond == Cond::Any {
+            cond = Cond::Xx;
+        } else if eq_ic(a, "get") && !get_old {
+            get_old = true;
+        } else if eq_ic(a, "keepttl") && expiry.is_none() {
+            expiry = Some(Expiry::Keep);
+        } else if let (Some((unit, abs)), Some(n), None) = (expiry_opt(a), next, expiry) {
+            expiry = Some(Expiry::AtMs(deadline_ms(n, unit, abs, "set")?));
+            i += 1;
+        } else {
+            return Err(CmdError::Syntax);
+        }
+        i += 1;
+    }
+    let expiry = expiry.unwrap_or(Expiry::Never);
+    if cond == Cond::Any && !get_old {
+        cx.store().put_with(key, value, expiry)?;
+        cx.r.ok();
+        return Ok(());
+    }
+    let (old, written) = cx.store().write_with(key, |cur| {
+        let old = cur.map(|it| it.value.to_vec());
+        let ok = match cond {
+            Cond::Any => true,
+            Cond::Nx => cur.is_none(),
+            Cond::Xx => cur.is_some(),
+        };
+        if ok {
+            (
+                Write::Put {
+                    value: value.to_vec(),
+                    expiry,
+                },
+                old,
+            )
+        } else {
+            (Write::Keep, old)
+        }
+    })?;
+    if get_old {
+        match old {
+            Some(v) => cx.r.bulk(&v),
+            None => cx.r.null(),
+        }
+    } else if written.is_some() {
+        cx.r.ok();
+    } else {
+        cx.r.null();
+    }
+    Ok(())
+}
+
+/// EX/PX/EXAT/PXAT: (ms per unit, absolute).
+fn expiry_opt(a: &[u8]) -> Option<(i64, bool)> {
+    if eq_ic(a, "ex") {
+        Some((1000, false))
+    } else if eq_ic(a, "px") {
+        Some((1, false))
+    } else if eq_ic(a, "exat") {
+        Some((1000, true))
+    } else if eq_ic(a, "pxat") {
+        Some((1, true))
+    } else {
+        None
+    }
+}
+
+pub(super) fn setnx(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let done = cx.store().insert(cx.args[1], cx.args[2])?;
+    cx.r.int(done.is_some() as i64);
+    Ok(())
+}
+
+pub(super) fn getdel(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let (old, _) = cx.store().write_with(cx.args[1], |cur| match cur {
+        Some(it) => (Write::Delete, Some(it.value.to_vec())),
+        None => (Write::Keep, None),
+    })?;
+    match old {
+        Some(v) => cx.r.bulk(&v),
+        None => cx.r.null(),
+    }
+    Ok(())
+}
+
+pub(super) fn mset(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    if cx.args.len() % 2 != 1 {
+        return Err(CmdError::Arity("mset".into()));
+    }
+    // Check every pair first, so a bad one changes nothing.
+    let (max_key, max_value) = (cx.store().max_key_len(), cx.store().max_value_len());
+    for pair in cx.args[1..].chunks(2) {
+        if pair[0].is_empty() {
+            return Err(combkv::Error::KeyEmpty.into());
+        }
+        if pair[0].len() > max_key {
+            return Err(combkv::Error::KeyTooLong {
+                len: pair[0].len(),
+                max: max_key,
+            }
+            .into());
+        }
+        if pair[1].len() > max_value {
+            return Err(combkv::Error::ValueTooLarge {
+                len: pair[1].len(),
+                max: max_value,
+            }
+            .into());
+        }
+    }
+    for pair in cx.args[1..].chunks(2) {
+        cx.store().put(pair[0], pair[1])?;
+    }
+    cx.r.ok();
+    Ok(())
+}
+
+pub(super) fn append(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let len = cx.store().append(cx.args[1], cx.args[2])?;
+    cx.r.int(len as i64);
+    Ok(())
+}
+
+pub(super) fn strlen(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let n = cx
+        .store()
+        .get_with(cx.args[1], |it| it.map_or(0, |it| it.value.len()))?;
+    cx.r.int(n as i64);
+    Ok(())
+}
+
+fn incr_by(cx: &mut Ctx<'_, '_>, delta: i64) -> CmdResult {
+    let n = cx.store().incr_by(cx.args[1], delta)?;
+    cx.r.int(n);
+    Ok(())
+}
+
+pub(super) fn incr(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    incr_by(cx, 1)
+}
+
+pub(super) fn decr(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    incr_by(cx, -1)
+}
+
+pub(super) fn incrby(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let d = cx.int(2)?;
+    incr_by(cx, d)
+}
+
+pub(super) fn decrby(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let d = cx.int(2)?;
+    let d = d
+        .checked_neg()
+        .ok_or_else(|| CmdError::err("decrement would overflow"))?;
+    incr_by(cx, d)
+}
+
+/// `CAS key version value [EX seconds | PX ms]`: the new version, or null.
+pub(super) fn cas(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let expected = match parse_i64(cx.args[2]) {
+        Some(v) if v >= 0 => v as u64,
+        _ => return Err(CmdError::NotInteger),
+    };
+    let expiry = match &cx.args[4..] {
+        [] => Expiry::Never,
+        [opt, n] if eq_ic(opt, "ex") => Expiry::AtMs(deadline_ms(n, 1000, false, "cas")?),
+        [opt, n] if eq_ic(opt, "px") => Expiry::AtMs(deadline_ms(n, 1, false, "cas")?),
+        _ => return Err(CmdError::Syntax),
+    };
+    match cx.store().cas(cx.args[1], expected, cx.args[3], expiry)? {
+        Some(v) => cx.r.int(v.get() as i64),
+        None => cx.r.null(),
+    }
+    Ok(())
+}

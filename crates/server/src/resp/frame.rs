@@ -1,0 +1,356 @@
+//! RESP request framing: multibulk arrays of bulk strings (what client
+//! libraries send) and inline commands (what telnet and `redis-cli` piping
+//! send). The parser never allocates from a length prefix: declared lengths
+//! are checked against limits first, and bytes are only ever taken from the
+//! input that has arrived.
+
+/// Where an argument lies: in the input, or (inline commands with quotes and
+/// escapes) in the parser's scratch buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Arg {
+    Input { at: u32, len: u32 },
+    Scratch { at: u32, len: u32 },
+}
+
+/// One parsed request: its arguments (offsets) and how many input bytes it
+/// used.
+#[derive(Debug, Default)]
+pub(crate) struct Request {
+    pub args: Vec<Arg>,
+    pub scratch: Vec<u8>,
+    pub consumed: usize,
+}
+
+impl Request {
+    pub(crate) fn arg<'a>(&'a self, input: &'a [u8], i: usize) -> &'a [u8] {
+        match self.args[i] {
+            Arg::Input { at, len } => &input[at as usize..(at + len) as usize],
+            Arg::Scratch { at, len } => &self.scratch[at as usize..(at + len) as usize],
+        }
+    }
+}
+
+/// Framing errors: the connection gets this reply and is closed, since the
+/// position of the next request is unknown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum FrameError {
+    InvalidMultibulkLength,
+    InvalidBulkLength,
+    ExpectedDollar(u8),
+    UnbalancedQuotes,
+    TooBigInline,
+    TooBigCount,
+}
+
+impl FrameError {
+    /// Redis's error text for the condition.
+    pub(crate) fn message(&self) -> String {
+        match self {
+            FrameError::InvalidMultibulkLength => "Protocol error: invalid multibulk length".into(),
+            FrameError::InvalidBulkLength => "Protocol error: invalid bulk length".into(),
+            FrameError::ExpectedDollar(b) => {
+                format!("Protocol error: expected '$', got '{}'", *b as char)
+            }
+            FrameError::UnbalancedQuotes => "Protocol error: unbalanced quotes in request".into(),
+            FrameError::TooBigInline => "Protocol error: too big inline request".into(),
+            FrameError::TooBigCount => "Protocol error: too big mbulk count string".into(),
+        }
+    }
+}
+
+/// Limits the parser enforces.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// Largest whole request and largest single bulk string.
+    pub max_request_bytes: usize,
+}
+
+/// Arguments per request at most (Redis: 1024*1024).
+const MAX_ARGS: i64 = 1024 * 1024;
+/// Longest inline command line and longest length line (Redis: 64 KiB).
+const MAX_INLINE: usize = 64 * 1024;
+
+/// Parses the request at the start of `input` into `req`. `Ok(false)`: not
+/// complete yet (nothing consumed). An empty inline line is consumed with no
+/// arguments (Redis ignores it).
+pub(crate) fn parse(input: &[u8], limits: Limits, req: &mut Request) -> Result<bool, FrameError> {
+    req.args.clear();
+    req.scratch.clear();
+    req.consumed = 0;
+    if input.is_empty() {
+        return Ok(false);
+    }
+    if input[0] == b'*' {
+        parse_multibulk(input, limits, req)
+    } else {
+        parse_inline(input, req)
+    }
+}
+
+/// The line starting at `at` (without CRLF) and the offset after its LF.
+fn line(input: &[u8], at: usize) -> Option<(&[u8], usize)> {
+    let rest = &input[at..];
+    let nl = rest.iter().position(|&b| b == b'\n')?;
+    let body = &rest[..nl];
+    let body = body.strip_suffix(b"\r").unwrap_or(body);
+    Some((body, at + nl + 1))
+}
+
+fn parse_int(b: &[u8]) -> Option<i64> {
+    if b.is_empty() || b.len() > 20 {
+        return None;
+    }
+    std::str::from_utf8(b).ok()?.parse().ok()
+}
+
+fn parse_multibulk(input: &[u8], limits: Limits, req: &mut Request) -> Result<bool, FrameError> {
+    let Some((head, mut at)) = line(input, 1) else {
+        if input.len() > MAX_INLINE {
+            return Err(FrameError::TooBigCount);
+        }
+        return Ok(false);
+    };
+    let count = parse_int(head).ok_or(FrameError::InvalidMultibulkLength)?;
+    if count > MAX_ARGS {
+        return Err(FrameError::InvalidMultibulkLength);
+    }
+    if count <= 0 {
+        // `*0` and `*-1` are empty requests, ignored as Redis does.
+        req.consumed = at;
+        return Ok(true);
+    }
+    // Reserve by what can have arrived, never by the declared count.
+    req.args.reserve((count as usize).min(input.len() / 4 + 1));
+    for _ in 0..count {
+        if at >= input.len() {
+            return Ok(false);
+        }
+        if input[at] != b'$' {
+            return Err(FrameError::ExpectedDollar(input[at]));
+        }
+        let Some((len_line, data_at)) = line(input, at + 1) else {
+            if input.len() - at > MAX_INLINE {
+                return Err(FrameError::InvalidBulkLength);
+            }
+            return Ok(false);
+        };
+        let len = parse_int(len_line).ok_or(FrameError::InvalidBulkLength)?;
+        if len < 0 || len as u64 > limits.max_request_bytes as u64 {
+            return Err(FrameError::InvalidBulkLength);
+        }
+        let len = len as usize;
+        if data_at > limits.max_request_bytes {
+            return Err(FrameError::InvalidBulkLength);
+        }
+        if input.len() < data_at + len + 2 {
+            return Ok(false);
+        }
+        if &input[data_at + len..data_at + len + 2] != b"\r\n" {
+            return Err(FrameError::InvalidBulkLength);
+        }
+        req.args.push(Arg::Input {
+            at: data_at as u32,
+            len: len as u32,
+        });
+        at = data_at + len + 2;
+    }
+    req.consumed = at;
+    Ok(true)
+}
+
+fn parse_inline(input: &[u8], req: &mut Request) -> Result<bool, FrameError> {
+    let Some((body, next)) = line(input, 0) else {
+        if input.len() > MAX_INLINE {
+            return Err(FrameError::TooBigInline);
+        }
+        return Ok(false);
+    };
+    if body.len() > MAX_INLINE {
+        return Err(FrameError::TooBigInline);
+    }
+    split_args(body, req)?;
+    req.consumed = next;
+    Ok(true)
+}
+
+/// Splits an inline line the way Redis's `sdssplitargs` does: whitespace
+/// separates; "double quotes" take \n \r \t \b \a \\ \" and \xHH escapes;
+/// 'single quotes' take \'; a closing quote must be followed by a space or
+/// the end.
+fn split_args(line: &[u8], req: &mut Request) -> Result<(), FrameError> {
+    let mut i = 0;
+    let n = line.len();
+    loop {
+        while i < n && line[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if i == n {
+            return Ok(());
+        }
+        let start = req.scratch.len();
+        let mut in_dq = false;
+        let mut in_sq = false;
+        loop {
+            if in_dq {
+                if i == n {
+                    return Err(FrameError::UnbalancedQuotes);
+                }
+                let c = line[i];
+                if c == b'\\'
+                    && i + 3 < n
+                    && line[i + 1] == b'x'
+                    && line[i + 2].is_ascii_hexdigit()
+                    && line[i + 3].is_ascii_hexdigit()
+                {
+                    let hex = |b: u8| (b as char).to_digit(16).expect("hex digit") as u8;
+                    req.scratch.push(hex(line[i + 2]) * 16 + hex(line[i + 3]));
+                    i += 4;
+                    continue;
+                } else if c == b'\\' && i + 1 < n {
+                    i += 1;
+                    req.scratch.push(match line[i] {
+                        b'n' => b'\n',
+                        b'r' => b'\r',
+                        b't' => b'\t',
+                        b'b' => 8,
+                        b'a' => 7,
+                        other => other,
+                    });
+                } else if c == b'"' {
+                    if i + 1 < n && !line[i + 1].is_ascii_whitespace() {
+                        return Err(FrameError::UnbalancedQuotes);
+                    }
+                    i += 1;
+                    break;
+                } else {
+                    req.scratch.push(c);
+                }
+                i += 1;
+            } else if in_sq {
+                if i == n {
+                    return Err(FrameError::UnbalancedQuotes);
+                }
+                let c = line[i];
+                if c == b'\\' && i + 1 < n && line[i + 1] == b'\'' {
+                    req.scratch.push(b'\'');
+                    i += 2;
+                    continue;
+                } else if c == b'\'' {
+                    if i + 1 < n && !line[i + 1].is_ascii_whitespace() {
+                        return Err(FrameError::UnbalancedQuotes);
+                    }
+                    i += 1;
+                    break;
+                } else {
+                    req.scratch.push(c);
+                }
+                i += 1;
+            } else {
+                if i == n {
+                    break;
+                }
+                match line[i] {
+                    b' ' | b'\n' | b'\r' | b'\t' | 0 => break,
+                    b'"' => in_dq = true,
+                    b'\'' => in_sq = true,
+                    c => req.scratch.push(c),
+                }
+                i += 1;
+            }
+        }
+        req.args.push(Arg::Scratch {
+            at: start as u32,
+            len: (req.scratch.len() - start) as u32,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const L: Limits = Limits {
+        max_request_bytes: 1 << 20,
+    };
+
+    type Parsed = Option<(Vec<Vec<u8>>, usize)>;
+
+    fn args(input: &[u8]) -> Result<Parsed, FrameError> {
+        let mut r = Request::default();
+        if !parse(input, L, &mut r)? {
+            return Ok(None);
+        }
+        let a = (0..r.args.len())
+            .map(|i| r.arg(input, i).to_vec())
+            .collect();
+        Ok(Some((a, r.consumed)))
+    }
+
+    #[test]
+    fn multibulk_complete_partial_and_pipelined() {
+        let full = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*1\r\n$4\r\nPING\r\n";
+        let (a, used) = args(full).unwrap().unwrap();
+        assert_eq!(a, vec![b"GET".to_vec(), b"k".to_vec()]);
+        assert_eq!(used, 20);
+        assert_eq!(
+            args(&full[used..]).unwrap().unwrap().0,
+            vec![b"PING".to_vec()]
+        );
+        for cut in 1..20 {
+            assert_eq!(args(&full[..cut]).unwrap(), None, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn binary_safe_bulk_strings() {
+        let (a, _) = args(b"*1\r\n$4\r\na\r\nb\r\n").unwrap().unwrap();
+        assert_eq!(a, vec![b"a\r\nb".to_vec()]);
+    }
+
+    #[test]
+    fn framing_errors() {
+        assert_eq!(args(b"*x\r\n"), Err(FrameError::InvalidMultibulkLength));
+        assert_eq!(
+            args(b"*99999999\r\n"),
+            Err(FrameError::InvalidMultibulkLength)
+        );
+        assert_eq!(args(b"*1\r\n:3\r\n"), Err(FrameError::ExpectedDollar(b':')));
+        assert_eq!(args(b"*1\r\n$-2\r\n"), Err(FrameError::InvalidBulkLength));
+        // A huge declared length fails at once instead of waiting or allocating.
+        assert_eq!(
+            args(b"*1\r\n$999999999999\r\n"),
+            Err(FrameError::InvalidBulkLength)
+        );
+        assert_eq!(
+            args(b"*1\r\n$1\r\nab\r\n"),
+            Err(FrameError::InvalidBulkLength)
+        );
+        assert_eq!(args(b"set \"a\"b c\r\n"), Err(FrameError::UnbalancedQuotes));
+        assert_eq!(args(b"set \"abc\r\n"), Err(FrameError::UnbalancedQuotes));
+        let long = vec![b'a'; MAX_INLINE + 1];
+        assert_eq!(args(&long), Err(FrameError::TooBigInline));
+    }
+
+    #[test]
+    fn inline_commands_with_quotes_and_escapes() {
+        let (a, used) = args(b"set k \"a b\\n\\x41\" 'it\\'s'\r\nnext")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            a,
+            vec![
+                b"set".to_vec(),
+                b"k".to_vec(),
+                b"a b\nA".to_vec(),
+                b"it's".to_vec()
+            ]
+        );
+        assert_eq!(used, 27);
+        let (a, _) = args(b"PING\n").unwrap().unwrap();
+        assert_eq!(a, vec![b"PING".to_vec()]);
+        let (a, used) = args(b"\r\n").unwrap().unwrap();
+        assert!(a.is_empty());
+        assert_eq!(used, 2);
+        assert_eq!(args(b"set k v").unwrap(), None);
+    }
+}

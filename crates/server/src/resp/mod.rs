@@ -1,0 +1,183 @@
+//! The RESP listener's protocol: bytes -> request frames (`frame`) ->
+//! commands (`cmd`) -> replies (`reply`). Consecutive GET, MGET, GETV and
+//! bounded RANGE requests of one read are answered by one read-engine batch.
+
+pub(crate) mod cmd;
+pub(crate) mod error;
+pub(crate) mod frame;
+pub(crate) mod glob;
+pub(crate) mod reply;
+
+use std::time::Instant;
+
+use crate::proto::{Cx, Outcome};
+use crate::shared::Stats;
+use cmd::{Batchable, Ctx};
+use frame::{Limits, Request};
+use reply::Reply;
+
+/// A RESP connection's state.
+#[derive(Debug, Default)]
+pub(crate) struct RespConn {
+    /// RESP3 after `HELLO 3`.
+    pub resp3: bool,
+    pub authenticated: bool,
+    req: Request,
+    /// Reads waiting to run as one batch: (input range of the request, what
+    /// it asks). Their replies are due before any later request's.
+    pending: Vec<(usize, usize, Batchable)>,
+    /// Argument offsets of pending requests (`pending` indexes into it).
+    pending_args: Vec<(usize, usize)>,
+}
+
+impl RespConn {
+    pub(crate) fn new(needs_auth: bool) -> RespConn {
+        RespConn {
+            authenticated: !needs_auth,
+            ..Default::default()
+        }
+    }
+
+    pub(crate) fn process(
+        &mut self,
+        cx: &mut Cx<'_>,
+        input: &[u8],
+        out: &mut Vec<u8>,
+        reply_budget: usize,
+    ) -> Outcome {
+        let limits = Limits {
+            max_request_bytes: cx.shared.config.max_request_bytes.0 as usize,
+        };
+        let mut at = 0;
+        let mut close = false;
+        self.pending.clear();
+        self.pending_args.clear();
+        while out.len() <= reply_budget {
+            let mut req = std::mem::take(&mut self.req);
+            let parsed = frame::parse(&input[at..], limits, &mut req);
+            match parsed {
+                Ok(false) => {
+                    self.req = req;
+                    break;
+                }
+                Err(e) => {
+                    self.req = req;
+                    self.run_batch(cx, input, out);
+                    Stats::add(&cx.shared.stats.protocol_errors, 1);
+                    let mut r = Reply {
+                        out,
+                        resp3: self.resp3,
+                    };
+                    r.error(&format!("ERR {}", e.message()));
+                    tracing::debug!(
+                        client = cx.client.id,
+                        "closing after protocol error: {}",
+                        e.message()
+                    );
+                    // Framing is lost: nothing after this can be trusted.
+                    return Outcome {
+                        consumed: input.len(),
+                        close: true,
+                    };
+                }
+                Ok(true) => {}
+            }
+            let base = at;
+            at += req.consumed;
+            if req.args.is_empty() {
+                self.req = req;
+                continue;
+            }
+            let args: Vec<&[u8]> = (0..req.args.len())
+                .map(|i| req.arg(&input[base..], i))
+                .collect();
+            Stats::add(&cx.shared.stats.commands_processed, 1);
+            if tracing::enabled!(tracing::Level::DEBUG) {
+                tracing::debug!(
+                    client = cx.client.id,
+                    "resp request: {}",
+                    String::from_utf8_lossy(args[0])
+                );
+            }
+            // Inline requests' arguments live in the parser's scratch
+            // buffer, which the next request reuses: they run unbatched.
+            let from_input = req
+                .args
+                .iter()
+                .all(|a| matches!(a, frame::Arg::Input { .. }));
+            if self.authenticated && from_input {
+                if let Some(b) = cmd::batchable(&args, cx.shared) {
+                    // Offsets of a batched request's arguments, absolute in `input`.
+                    let first = self.pending_args.len();
+                    for a in &args {
+                        let off = a.as_ptr() as usize - input.as_ptr() as usize;
+                        self.pending_args.push((off, a.len()));
+                    }
+                    self.pending.push((first, self.pending_args.len(), b));
+                    self.req = req;
+                    continue;
+                }
+            }
+            self.run_batch(cx, input, out);
+            let started = Instant::now();
+            let mut ctx = Ctx {
+                shared: cx.shared,
+                conn: self,
+                client: cx.client,
+                args: &args,
+                r: Reply { out, resp3: false },
+                close: false,
+            };
+            ctx.r.resp3 = ctx.conn.resp3;
+            cmd::dispatch(&mut ctx);
+            close = ctx.close;
+            let took = started.elapsed();
+            if cx.shared.slowlog.wants(took) {
+                let name = cx.client.name.clone().unwrap_or_default();
+                cx.shared
+                    .slowlog
+                    .record(took, &args, &cx.client.addr.to_string(), &name);
+            }
+            drop(args);
+            self.req = req;
+            if close {
+                break;
+            }
+        }
+        self.run_batch(cx, input, out);
+        Outcome {
+            consumed: at,
+            close,
+        }
+    }
+
+    /// Runs the pending reads as one batch and writes their replies.
+    fn run_batch(&mut self, cx: &mut Cx<'_>, input: &[u8], out: &mut Vec<u8>) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let started = Instant::now();
+        let pending = std::mem::take(&mut self.pending);
+        let args: Vec<&[u8]> = self
+            .pending_args
+            .iter()
+            .map(|&(off, len)| &input[off..off + len])
+            .collect();
+        let mut r = Reply {
+            out,
+            resp3: self.resp3,
+        };
+        cmd::run_batch(cx, &pending, &args, &mut r);
+        let took = started.elapsed();
+        if cx.shared.slowlog.wants(took) {
+            let name = cx.client.name.clone().unwrap_or_default();
+            let (first, end, _) = pending[0];
+            cx.shared
+                .slowlog
+                .record(took, &args[first..end], &cx.client.addr.to_string(), &name);
+        }
+        self.pending = pending;
+        self.pending.clear();
+        self.pending_args.clear();
+    }
+}

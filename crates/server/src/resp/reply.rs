@@ -1,0 +1,127 @@
+//! RESP reply encoding, RESP2 or RESP3 as the connection negotiated (HELLO).
+//! Every reply a command sends is built from these functions.
+
+use std::io::Write;
+
+/// A reply writer over the connection's output buffer.
+pub(crate) struct Reply<'a> {
+    pub out: &'a mut Vec<u8>,
+    pub resp3: bool,
+}
+
+impl Reply<'_> {
+    pub fn simple(&mut self, s: &str) {
+        self.out.push(b'+');
+        self.out.extend_from_slice(s.as_bytes());
+        self.out.extend_from_slice(b"\r\n");
+    }
+
+    pub fn ok(&mut self) {
+        self.out.extend_from_slice(b"+OK\r\n");
+    }
+
+    /// An error reply; `msg` starts with its code (`ERR ...`, `NOAUTH ...`).
+    /// Newlines cannot appear in an error line, so they become spaces.
+    pub fn error(&mut self, msg: &str) {
+        self.out.push(b'-');
+        for b in msg.bytes() {
+            self.out
+                .push(if b == b'\r' || b == b'\n' { b' ' } else { b });
+        }
+        self.out.extend_from_slice(b"\r\n");
+    }
+
+    pub fn int(&mut self, n: i64) {
+        let _ = write!(self.out, ":{n}\r\n");
+    }
+
+    pub fn bulk(&mut self, b: &[u8]) {
+        let _ = write!(self.out, "${}\r\n", b.len());
+        self.out.extend_from_slice(b);
+        self.out.extend_from_slice(b"\r\n");
+    }
+
+    pub fn bulk_str(&mut self, s: &str) {
+        self.bulk(s.as_bytes());
+    }
+
+    /// A null where a bulk string was expected.
+    pub fn null(&mut self) {
+        self.out
+            .extend_from_slice(if self.resp3 { b"_\r\n" } else { b"$-1\r\n" });
+    }
+
+    /// A null where an array was expected.
+    pub fn null_array(&mut self) {
+        self.out
+            .extend_from_slice(if self.resp3 { b"_\r\n" } else { b"*-1\r\n" });
+    }
+
+    pub fn array(&mut self, n: usize) {
+        let _ = write!(self.out, "*{n}\r\n");
+    }
+
+    /// A map of `n` pairs (a flat array of 2n in RESP2).
+    pub fn map(&mut self, n: usize) {
+        if self.resp3 {
+            let _ = write!(self.out, "%{n}\r\n");
+        } else {
+            let _ = write!(self.out, "*{}\r\n", 2 * n);
+        }
+    }
+
+    /// A set of `n` members (an array in RESP2).
+    pub fn set(&mut self, n: usize) {
+        if self.resp3 {
+            let _ = write!(self.out, "~{n}\r\n");
+        } else {
+            let _ = write!(self.out, "*{n}\r\n");
+        }
+    }
+
+    /// Text for humans (INFO): a verbatim string in RESP3.
+    pub fn verbatim(&mut self, text: &str) {
+        if self.resp3 {
+            let _ = write!(self.out, "={}\r\ntxt:", text.len() + 4);
+            self.out.extend_from_slice(text.as_bytes());
+            self.out.extend_from_slice(b"\r\n");
+        } else {
+            self.bulk(text.as_bytes());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resp2_and_resp3_encodings() {
+        let mut out = Vec::new();
+        let mut r = Reply {
+            out: &mut out,
+            resp3: false,
+        };
+        r.null();
+        r.null_array();
+        r.map(1);
+        r.bulk(b"ab");
+        r.int(-3);
+        r.error("ERR x\ny");
+        r.verbatim("hi");
+        assert_eq!(
+            out,
+            b"$-1\r\n*-1\r\n*2\r\n$2\r\nab\r\n:-3\r\n-ERR x y\r\n$2\r\nhi\r\n"
+        );
+        let mut out = Vec::new();
+        let mut r = Reply {
+            out: &mut out,
+            resp3: true,
+        };
+        r.null();
+        r.map(1);
+        r.set(2);
+        r.verbatim("hi");
+        assert_eq!(out, b"_\r\n%1\r\n~2\r\n=6\r\ntxt:hi\r\n");
+    }
+}

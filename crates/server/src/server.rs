@@ -1,0 +1,331 @@
+//! Starting and stopping the server: open the store, bind the listeners,
+//! start the event loops, the acceptor, housekeeping and metrics.
+
+use std::io::{self, Write as _};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use combkv::Store;
+use crossbeam_channel::Sender;
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use crate::config::{Listen, ServerConfig};
+use crate::connection::Connection;
+use crate::event_loop::EventLoop;
+use crate::proto::{Client, ProtoState};
+use crate::shared::{Shared, Stats};
+
+/// Why the server could not start: one line for the operator.
+#[derive(Debug)]
+pub struct StartError(pub String);
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for StartError {}
+
+/// A running server. Dropping it does not stop it; call `shutdown`.
+#[derive(Debug)]
+pub struct Server {
+    shared: Arc<Shared>,
+    resp_addr: Option<SocketAddr>,
+    memcached_addr: Option<SocketAddr>,
+    metrics_addr: Option<SocketAddr>,
+    wakers: Vec<Arc<Waker>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+const RESP_LISTENER: Token = Token(0);
+const MEMCACHED_LISTENER: Token = Token(1);
+const ACCEPTOR_WAKER: Token = Token(2);
+
+/// Expired items the housekeeping thread deletes per tick at most.
+const SWEEP_PER_TICK: usize = 20_000;
+const HOUSEKEEPING_TICK: Duration = Duration::from_millis(100);
+
+fn bind(l: Listen, what: &str) -> Result<Option<TcpListener>, StartError> {
+    match l {
+        Listen::Off => Ok(None),
+        Listen::At(addr) => TcpListener::bind(addr)
+            .map(Some)
+            .map_err(|e| StartError(format!("cannot listen on {addr} ({what}): {e}"))),
+    }
+}
+
+fn open_store(config: &ServerConfig) -> Result<Store, StartError> {
+    if let Some(dir) = &config.data_dir {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| StartError(format!("cannot use data directory {}: {e}", dir.display())))?;
+        return Err(StartError(format!(
+            "data directory {} given, but this build has no durability layer yet \
+             (run without --data-dir)",
+            dir.display()
+        )));
+    }
+    Store::new(config.engine_config()).map_err(|e| StartError(e.to_string()))
+}
+
+impl Server {
+    /// Opens the store, binds every listener and starts serving.
+    pub fn start(config: ServerConfig) -> Result<Server, StartError> {
+        config.validate().map_err(StartError)?;
+        let resp = bind(config.resp, "resp")?;
+        let memcached = bind(config.memcached, "memcached")?;
+        let metrics = match config.metrics {
+            Listen::Off => None,
+            Listen::At(addr) => Some(
+                std::net::TcpListener::bind(addr)
+                    .map_err(|e| StartError(format!("cannot listen on {addr} (metrics): {e}")))?,
+            ),
+        };
+        let store = open_store(&config)?;
+        let threads_n = config.thread_count();
+        let shared = Arc::new(Shared::new(Arc::new(store), config));
+        let addr = |l: &Option<TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
+        let resp_addr = addr(&resp);
+        let memcached_addr = addr(&memcached);
+        let metrics_addr = metrics.as_ref().and_then(|l| l.local_addr().ok());
+
+        let mut wakers = Vec::new();
+        let mut threads = Vec::new();
+        let mut senders = Vec::new();
+        for i in 0..threads_n {
+            let (tx, rx) = crossbeam_channel::unbounded();
+            let (ev, waker) = EventLoop::new(shared.clone(), rx)
+                .map_err(|e| StartError(format!("cannot start event loop: {e}")))?;
+            senders.push((tx, waker.clone()));
+            wakers.push(waker);
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("combkv-loop-{i}"))
+                    .spawn(move || ev.run())
+                    .map_err(|e| StartError(format!("cannot start thread: {e}")))?,
+            );
+        }
+        let poll = Poll::new().map_err(|e| StartError(format!("cannot create poll: {e}")))?;
+        let acceptor_waker = Arc::new(
+            Waker::new(poll.registry(), ACCEPTOR_WAKER)
+                .map_err(|e| StartError(format!("cannot create waker: {e}")))?,
+        );
+        wakers.push(acceptor_waker);
+        let acceptor = Acceptor {
+            poll,
+            resp,
+            memcached,
+            shared: shared.clone(),
+            loops: senders,
+            next: 0,
+        };
+        threads.push(
+            std::thread::Builder::new()
+                .name("combkv-accept".into())
+                .spawn(move || acceptor.run())
+                .map_err(|e| StartError(format!("cannot start thread: {e}")))?,
+        );
+        let hk = shared.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("combkv-housekeeping".into())
+                .spawn(move || housekeeping(hk))
+                .map_err(|e| StartError(format!("cannot start thread: {e}")))?,
+        );
+        if let Some(l) = metrics {
+            let m = shared.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("combkv-metrics".into())
+                    .spawn(move || crate::metrics::serve(l, m))
+                    .map_err(|e| StartError(format!("cannot start thread: {e}")))?,
+            );
+        }
+        tracing::info!(
+            resp = ?resp_addr,
+            memcached = ?memcached_addr,
+            metrics = ?metrics_addr,
+            threads = threads_n,
+            "combkv {} serving",
+            env!("CARGO_PKG_VERSION")
+        );
+        Ok(Server {
+            shared,
+            resp_addr,
+            memcached_addr,
+            metrics_addr,
+            wakers,
+            threads,
+        })
+    }
+
+    pub fn resp_addr(&self) -> Option<SocketAddr> {
+        self.resp_addr
+    }
+    pub fn memcached_addr(&self) -> Option<SocketAddr> {
+        self.memcached_addr
+    }
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+    pub fn store(&self) -> &Arc<Store> {
+        &self.shared.store
+    }
+
+    /// A handle that can stop the server from another thread (signals).
+    pub fn stopper(&self) -> Stopper {
+        Stopper {
+            shared: self.shared.clone(),
+            wakers: self.wakers.clone(),
+        }
+    }
+
+    /// Blocks until a `Stopper` has stopped the server, then finishes:
+    /// in-flight requests are answered and flushed, the store is closed.
+    pub fn wait(self) {
+        for t in self.threads {
+            let _ = t.join();
+        }
+        tracing::info!("combkv stopped");
+    }
+
+    /// Stops accepting, finishes in-flight requests, flushes, closes.
+    pub fn shutdown(self) {
+        self.stopper().stop();
+        self.wait();
+    }
+}
+
+/// Stops a running server.
+#[derive(Debug, Clone)]
+pub struct Stopper {
+    shared: Arc<Shared>,
+    wakers: Vec<Arc<Waker>>,
+}
+
+impl Stopper {
+    pub fn stop(&self) {
+        self.shared.shutting_down.store(true, Ordering::Release);
+        for w in &self.wakers {
+            let _ = w.wake();
+        }
+    }
+}
+
+struct Acceptor {
+    poll: Poll,
+    resp: Option<TcpListener>,
+    memcached: Option<TcpListener>,
+    shared: Arc<Shared>,
+    loops: Vec<(Sender<Connection>, Arc<Waker>)>,
+    next: usize,
+}
+
+impl Acceptor {
+    fn run(mut self) {
+        for (l, t) in [
+            (&mut self.resp, RESP_LISTENER),
+            (&mut self.memcached, MEMCACHED_LISTENER),
+        ] {
+            if let Some(l) = l {
+                if let Err(e) = self.poll.registry().register(l, t, Interest::READABLE) {
+                    tracing::error!("cannot register listener: {e}");
+                    return;
+                }
+            }
+        }
+        let mut events = Events::with_capacity(64);
+        while !self.shared.shutting_down.load(Ordering::Acquire) {
+            if let Err(e) = self
+                .poll
+                .poll(&mut events, Some(Duration::from_millis(200)))
+            {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    tracing::error!("acceptor poll failed: {e}");
+                    return;
+                }
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    RESP_LISTENER => self.accept_all(true),
+                    MEMCACHED_LISTENER => self.accept_all(false),
+                    _ => {}
+                }
+            }
+        }
+        // Listeners close here: no new connections during shutdown.
+    }
+
+    fn accept_all(&mut self, resp: bool) {
+        loop {
+            let listener = if resp { &self.resp } else { &self.memcached };
+            let Some(listener) = listener else {
+                return;
+            };
+            match listener.accept() {
+                Ok((stream, addr)) => self.adopt(stream, addr, resp),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // EMFILE and friends: log and back off briefly.
+                    tracing::warn!("accept failed: {e}");
+                    std::thread::sleep(Duration::from_millis(10));
+                    return;
+                }
+            }
+        }
+    }
+
+    fn adopt(&mut self, mut stream: TcpStream, addr: SocketAddr, resp: bool) {
+        let shared = &self.shared;
+        Stats::add(&shared.stats.connections_received, 1);
+        let now = shared.clients.fetch_add(1, Ordering::Relaxed) + 1;
+        if now > shared.config.maxclients {
+            shared.clients.fetch_sub(1, Ordering::Relaxed);
+            Stats::add(&shared.stats.connections_rejected, 1);
+            let msg: &[u8] = if resp {
+                b"-ERR max number of clients reached\r\n"
+            } else {
+                b"SERVER_ERROR Too many open connections\r\n"
+            };
+            let _ = stream.write(msg);
+            return;
+        }
+        let _ = stream.set_nodelay(true);
+        let client = Client {
+            id: shared.next_client_id.fetch_add(1, Ordering::Relaxed),
+            addr,
+            name: None,
+            connected_at: Instant::now(),
+        };
+        let proto = if resp {
+            ProtoState::Resp(crate::resp::RespConn::new(
+                shared.config.requirepass.is_some(),
+            ))
+        } else {
+            ProtoState::Memcache(crate::memcache::McConn::default())
+        };
+        let conn = Connection::new(stream, proto, client);
+        let (tx, waker) = &self.loops[self.next % self.loops.len()];
+        self.next += 1;
+        if tx.send(conn).is_ok() {
+            let _ = waker.wake();
+        } else {
+            shared.clients.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Samples memory, sweeps expired items, and (with durability) lets the
+/// engine's own threads do checkpoints; stops at shutdown.
+fn housekeeping(shared: Arc<Shared>) {
+    while !shared.shutting_down.load(Ordering::Acquire) {
+        shared.sample_memory();
+        shared.store.sweep_expired(SWEEP_PER_TICK);
+        std::thread::sleep(HOUSEKEEPING_TICK);
+    }
+}

@@ -1,0 +1,123 @@
+//! The slow log: requests slower than `slowlog-log-slower-than` microseconds,
+//! newest first, at most `slowlog-max-len` of them (Redis's SLOWLOG).
+
+use std::collections::VecDeque;
+use std::time::{Duration, SystemTime};
+
+use parking_lot::Mutex;
+
+/// One logged request.
+#[derive(Debug, Clone)]
+pub struct SlowEntry {
+    pub id: u64,
+    pub unix_secs: u64,
+    pub duration_us: u64,
+    /// The first arguments, each cut to 128 bytes (Redis keeps 32 args).
+    pub args: Vec<Vec<u8>>,
+    pub client_addr: String,
+    pub client_name: String,
+}
+
+#[derive(Debug)]
+pub struct SlowLog {
+    max_len: usize,
+    slower_than_us: i64,
+    inner: Mutex<(u64, VecDeque<SlowEntry>)>,
+}
+
+/// Arguments kept per entry, and bytes kept per argument.
+const MAX_ARGS: usize = 32;
+const MAX_ARG_BYTES: usize = 128;
+
+impl SlowLog {
+    pub fn new(max_len: usize, slower_than_us: i64) -> SlowLog {
+        SlowLog {
+            max_len,
+            slower_than_us,
+            inner: Mutex::new((0, VecDeque::new())),
+        }
+    }
+
+    /// True if a request that took `d` belongs in the log.
+    pub fn wants(&self, d: Duration) -> bool {
+        self.slower_than_us >= 0 && d.as_micros() as i64 >= self.slower_than_us
+    }
+
+    pub fn record(&self, d: Duration, args: &[&[u8]], client_addr: &str, client_name: &str) {
+        if !self.wants(d) || self.max_len == 0 {
+            return;
+        }
+        let mut kept: Vec<Vec<u8>> = Vec::new();
+        for (i, a) in args.iter().enumerate() {
+            if i == MAX_ARGS - 1 && args.len() > MAX_ARGS {
+                kept.push(format!("... ({} more arguments)", args.len() - i).into_bytes());
+                break;
+            }
+            if a.len() > MAX_ARG_BYTES {
+                let mut v = a[..MAX_ARG_BYTES].to_vec();
+                v.extend_from_slice(
+                    format!("... ({} more bytes)", a.len() - MAX_ARG_BYTES).as_bytes(),
+                );
+                kept.push(v);
+            } else {
+                kept.push(a.to_vec());
+            }
+        }
+        let unix_secs = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let mut g = self.inner.lock();
+        let id = g.0;
+        g.0 += 1;
+        g.1.push_front(SlowEntry {
+            id,
+            unix_secs,
+            duration_us: d.as_micros() as u64,
+            args: kept,
+            client_addr: client_addr.to_string(),
+            client_name: client_name.to_string(),
+        });
+        g.1.truncate(self.max_len);
+    }
+
+    /// The newest `n` entries.
+    pub fn get(&self, n: usize) -> Vec<SlowEntry> {
+        self.inner.lock().1.iter().take(n).cloned().collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.inner.lock().1.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn reset(&self) {
+        self.inner.lock().1.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_newest_first_and_bounds_length_and_arguments() {
+        let log = SlowLog::new(2, 0);
+        let long = vec![b'x'; 300];
+        log.record(Duration::from_micros(5), &[b"get", b"a"], "c", "");
+        log.record(Duration::from_micros(6), &[b"set", &long], "c", "n");
+        log.record(Duration::from_micros(7), &[b"del", b"b"], "c", "");
+        let e = log.get(10);
+        assert_eq!(e.len(), 2);
+        assert_eq!(e[0].args[0], b"del");
+        assert_eq!(e[0].id, 2);
+        assert!(e[1].args[1].ends_with(b"... (172 more bytes)"));
+        log.reset();
+        assert!(log.is_empty());
+        let off = SlowLog::new(10, -1);
+        off.record(Duration::from_secs(1), &[b"get"], "c", "");
+        assert!(off.is_empty());
+    }
+}
