@@ -13,9 +13,8 @@
 //! window's low end when its request is queued and its high end when the
 //! reply is handled, which only widens the window. A write holds its
 //! record's bit until its reply; when the bit is held (often by this very
-//! connection, under a zipfian draw) the session first completes everything
-//! it has in flight, so that it holds no bit while it waits, and no two
-//! connections can wait on each other.
+//! connection, under a zipfian draw) the session keeps completing what it
+//! has in flight until the bit is free (see `Session::write_lock`).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -239,13 +238,16 @@ impl<'c, 'a> Session<'c, 'a> {
         Ok(())
     }
 
-    /// Takes record `i`'s write bit, completing this session's operations
-    /// first if the bit is held; `None` if the run stopped meanwhile.
+    /// Takes record `i`'s write bit. While it is held, the session keeps
+    /// completing its own operations in flight (the holder may be one of
+    /// them), and only spins once it has none; `None` if the run stopped
+    /// meanwhile.
+    ///
+    /// No two sessions wait on each other: a session that waits with
+    /// operations in flight is reading their replies, which the server
+    /// sends whatever the bench does, so every bit it holds is released;
+    /// a session that spins holds no bit.
     fn write_lock(&mut self, i: u64) -> Result<Option<u32>> {
-        if let Some(c) = self.cx.model.try_write_begin(i) {
-            return Ok(Some(c));
-        }
-        self.drain()?;
         let mut spins = 0u32;
         loop {
             if let Some(c) = self.cx.model.try_write_begin(i) {
@@ -253,6 +255,11 @@ impl<'c, 'a> Session<'c, 'a> {
             }
             if self.stop.load(Ordering::Relaxed) {
                 return Ok(None);
+            }
+            if !self.pending.is_empty() {
+                self.conn.flush()?;
+                self.receive()?;
+                continue;
             }
             spins += 1;
             if spins < 64 {
