@@ -26,6 +26,14 @@ pub enum Error {
     InvalidConfig(String),
     /// The store refuses writes after a durability failure; the text is the cause.
     ReadOnly(String),
+    /// A file operation of the durability layer failed (opening, a
+    /// checkpoint); the text says which and why.
+    Io(String),
+    /// The data directory cannot be recovered without losing acknowledged
+    /// writes; the text says what is wrong. Nothing was changed.
+    Corrupt(String),
+    /// A durability operation on a store without a data directory.
+    NotDurable,
 }
 
 impl fmt::Display for Error {
@@ -46,6 +54,9 @@ impl fmt::Display for Error {
             }
             Error::InvalidConfig(why) => write!(f, "invalid configuration: {why}"),
             Error::ReadOnly(cause) => write!(f, "store is read-only: {cause}"),
+            Error::Io(why) => write!(f, "I/O error: {why}"),
+            Error::Corrupt(why) => write!(f, "data directory is corrupt: {why}"),
+            Error::NotDurable => write!(f, "the store has no data directory"),
         }
     }
 }

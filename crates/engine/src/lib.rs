@@ -8,6 +8,7 @@
 //! the inline limit (469 bytes with 8 KiB nodes) live outside the node.
 
 mod config;
+pub mod durable;
 mod error;
 pub mod readexec;
 mod store;
@@ -15,9 +16,11 @@ pub(crate) mod sync;
 pub(crate) mod tree;
 
 pub use config::Config;
+pub use durable::check::{CheckReport, check};
+pub use durable::{CheckpointInfo, Durability, DurableConfig, PersistenceStats, RecoveryReport};
 pub use error::{Error, Result};
 pub use store::{
-    Expiry, Item, ItemView, NodeCounts, Range, SnapshotId, Store, Version, Write, now_ms,
+    Expiry, Item, ItemView, NodeCounts, Range, Session, SnapshotId, Store, Version, Write, now_ms,
 };
 pub use tree::epoch::flush_reclamation;
 pub use tree::node::live_buffers_global;

@@ -6,13 +6,30 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
+use std::cell::Cell;
+use std::sync::Arc;
+
 use crate::config::{Config, Geometry};
+use crate::durable::runtime::Durable;
+use crate::durable::{CheckpointInfo, DurableConfig, PersistenceStats, RecoveryReport};
 use crate::error::{Error, Result};
 use crate::readexec::{BatchResults, CpuBackend, ReadBackend, ReadRequest, TreeView};
 use crate::tree::epoch;
 use crate::tree::node::ItemRef;
-use crate::tree::write::WriteOp;
-use crate::tree::{Now, Tree};
+use crate::tree::write::{WriteMode, WriteOp};
+use crate::tree::{LogEntry, Now, Tree};
+
+/// Keys a clear deletes per scan.
+const CLEAR_BATCH: usize = 1024;
+
+/// When a write's answer may go out.
+#[derive(Clone, Copy)]
+enum Ack<'s> {
+    /// Now: wait for its release (and durability).
+    Now,
+    /// At the session's commit: note the version to wait for.
+    Defer(&'s Cell<u64>),
+}
 
 /// The version of a write: a positive integer, increasing in the order writes
 /// take effect. An item's version is the version of the write that produced
@@ -190,13 +207,15 @@ pub struct NodeCounts {
 /// ```
 #[derive(Debug)]
 pub struct Store {
-    tree: Tree,
+    tree: Arc<Tree>,
     config: Config,
     geometry: Geometry,
     /// Where the next `sweep_expired` call resumes.
     sweep_cursor: parking_lot::Mutex<Option<Vec<u8>>>,
     /// The read engine's backend.
     backend: Box<dyn ReadBackend>,
+    /// Log, checkpoints and background work of a store opened with `open`.
+    durable: Option<Durable>,
 }
 
 /// Milliseconds since the unix epoch: the clock TTLs are checked against.
@@ -220,16 +239,100 @@ fn parse_i64(v: &[u8]) -> Option<i64> {
     std::str::from_utf8(v).ok()?.parse().ok()
 }
 
+impl Drop for Store {
+    fn drop(&mut self) {
+        // A failure here is already recorded (the store was read-only).
+        let _ = self.shutdown();
+    }
+}
+
+/// A batch of writes acknowledged together: every write method of `Store`,
+/// with the same arguments and results, but the acknowledgement waits for
+/// `commit`, so a pipeline of writes pays for one group commit.
+///
+/// Until `commit` returns Ok, the session's writes are not acknowledged:
+/// they may not be visible to reads yet (with `Always`, not before they
+/// are durable), and a crash may lose them. Reads, including the session's
+/// own, do not see them before they are released; commit before reading
+/// your own writes. A session dropped without `commit` leaves its writes
+/// applied; they become durable and visible on their own.
+#[derive(Debug)]
+pub struct Session<'s> {
+    store: &'s Store,
+    /// The newest version an answer so far rests on.
+    pending: Cell<u64>,
+}
+
+impl Session<'_> {
+    /// Waits until every write of the session is durable (per the mode) and
+    /// visible. Err(ReadOnly) if the log failed first: then none of the
+    /// session's writes since the last commit may be taken as acknowledged.
+    pub fn commit(&self) -> Result<()> {
+        let v = self.pending.replace(0);
+        if v == 0 {
+            return Ok(());
+        }
+        self.store.wait_acknowledgeable(v)
+    }
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<Version> {
+        self.put_with(key, value, Expiry::Never)
+    }
+    pub fn put_with(&self, key: &[u8], value: &[u8], expiry: Expiry) -> Result<Version> {
+        self.store.put_in(self.ack(), key, value, expiry)
+    }
+    pub fn insert(&self, key: &[u8], value: &[u8]) -> Result<Option<Version>> {
+        self.store.insert_in(self.ack(), key, value)
+    }
+    pub fn update(&self, key: &[u8], value: &[u8]) -> Result<Option<Version>> {
+        self.store.update_in(self.ack(), key, value)
+    }
+    pub fn delete(&self, key: &[u8]) -> Result<Option<Version>> {
+        self.store.delete_in(self.ack(), key)
+    }
+    pub fn cas(
+        &self,
+        key: &[u8],
+        expected: u64,
+        value: &[u8],
+        expiry: Expiry,
+    ) -> Result<Option<Version>> {
+        self.store.cas_in(self.ack(), key, expected, value, expiry)
+    }
+    pub fn incr_by(&self, key: &[u8], delta: i64) -> Result<i64> {
+        self.store.incr_by_in(self.ack(), key, delta)
+    }
+    pub fn append(&self, key: &[u8], value: &[u8]) -> Result<usize> {
+        self.store.append_in(self.ack(), key, value)
+    }
+    pub fn expire(&self, key: &[u8], expiry: Expiry) -> Result<Option<Version>> {
+        self.store.expire_in(self.ack(), key, expiry)
+    }
+    pub fn clear(&self) -> Result<()> {
+        self.store.clear_in(self.ack())
+    }
+    pub fn write_with<R>(
+        &self,
+        key: &[u8],
+        decide: impl FnMut(Option<ItemView<'_>>) -> (Write, R),
+    ) -> Result<(R, Option<Version>)> {
+        self.store.write_with_in(self.ack(), key, decide)
+    }
+    fn ack(&self) -> Ack<'_> {
+        Ack::Defer(&self.pending)
+    }
+}
+
 impl Store {
     /// Creates an empty store.
     pub fn new(config: Config) -> Result<Store> {
         let geometry = config.validate()?;
         Ok(Store {
-            tree: Tree::new(geometry),
+            tree: Arc::new(Tree::new(geometry)),
             config,
             geometry,
             sweep_cursor: Default::default(),
             backend: Box::new(CpuBackend::default()),
+            durable: None,
         })
     }
 
@@ -451,6 +554,67 @@ impl Store {
         }
     }
 
+    /// Refuses writes after a durability failure or shutdown.
+    fn admit(&self) -> Result<()> {
+        match &self.durable {
+            Some(d) => d.wal.admit().map_err(Error::ReadOnly),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits until every write up to `v` is released, and with a log, as
+    /// durable as the mode promises: then an answer resting on them may go out.
+    fn wait_acknowledgeable(&self, v: u64) -> Result<()> {
+        if let Some(d) = &self.durable {
+            d.wal.wait_durable(v).map_err(Error::ReadOnly)?;
+        }
+        if !self.tree.clock.wait_released(v) {
+            let cause = self
+                .durable
+                .as_ref()
+                .and_then(|d| d.wal.failure())
+                .unwrap_or_else(|| "the write-ahead log failed".into());
+            return Err(Error::ReadOnly(cause));
+        }
+        Ok(())
+    }
+
+    fn acknowledge(&self, ack: Ack<'_>, v: u64) -> Result<()> {
+        match ack {
+            Ack::Now => self.wait_acknowledgeable(v),
+            Ack::Defer(pending) => {
+                pending.set(pending.get().max(v));
+                Ok(())
+            }
+        }
+    }
+
+    /// One logged write of `key`: `decide` sees the newest live item.
+    fn write_key<'v, R>(
+        &self,
+        ack: Ack<'_>,
+        key: &[u8],
+        decide: impl FnMut(Option<&ItemRef<'_>>) -> (WriteOp<'v>, R),
+    ) -> Result<(R, Option<Version>)> {
+        self.admit()?;
+        let now = Now::lazy();
+        let mode = WriteMode {
+            now: Some(&now),
+            logged: true,
+        };
+        let w = self.tree.write(key, mode, decide);
+        self.acknowledge(ack, w.wait_for)?;
+        Ok((w.result, w.version.map(Version)))
+    }
+
+    /// A session: writes whose acknowledgement waits for `Session::commit`.
+    pub fn session(&self) -> Session<'_> {
+        Session {
+            store: self,
+            pending: Cell::new(0),
+        }
+    }
+
     /// The general conditional write: `decide` sees the key's live item (or
     /// `None`) with the key locked against other writers and returns what to
     /// do and a result for the caller. The decision and the write are one
@@ -462,11 +626,20 @@ impl Store {
     pub fn write_with<R>(
         &self,
         key: &[u8],
+        decide: impl FnMut(Option<ItemView<'_>>) -> (Write, R),
+    ) -> Result<(R, Option<Version>)> {
+        self.write_with_in(Ack::Now, key, decide)
+    }
+
+    fn write_with_in<R>(
+        &self,
+        ack: Ack<'_>,
+        key: &[u8],
         mut decide: impl FnMut(Option<ItemView<'_>>) -> (Write, R),
     ) -> Result<(R, Option<Version>)> {
         self.check_key(key)?;
         let mut refused = None;
-        let (r, v) = self.tree.write(key, |cur| {
+        let (r, v) = self.write_key(ack, key, |cur| {
             let (w, r) = decide(cur.map(ItemView::from_ref));
             let op = match w {
                 Write::Keep => WriteOp::Noop,
@@ -484,11 +657,11 @@ impl Store {
                 }
             };
             (op, Some(r))
-        });
+        })?;
         if let Some(e) = refused {
             return Err(e);
         }
-        Ok((r.expect("decide ran"), v.map(Version)))
+        Ok((r.expect("decide ran"), v))
     }
 
     /// Stores `value` under `key` (insert or overwrite) with no expiry.
@@ -498,9 +671,13 @@ impl Store {
 
     /// Stores `value` under `key` with an expiry.
     pub fn put_with(&self, key: &[u8], value: &[u8], expiry: Expiry) -> Result<Version> {
+        self.put_in(Ack::Now, key, value, expiry)
+    }
+
+    fn put_in(&self, ack: Ack<'_>, key: &[u8], value: &[u8], expiry: Expiry) -> Result<Version> {
         self.check_key(key)?;
         self.check_value(value.len())?;
-        let ((), v) = self.tree.write(key, |cur| {
+        let ((), v) = self.write_key(ack, key, |cur| {
             let expiry = Self::expiry_ms(expiry, cur);
             (
                 WriteOp::Put {
@@ -509,15 +686,19 @@ impl Store {
                 },
                 (),
             )
-        });
-        Ok(Version(v.expect("a put always writes")))
+        })?;
+        Ok(v.expect("a put always writes"))
     }
 
     /// Stores `value` only if `key` is absent. `None`: it was present.
     pub fn insert(&self, key: &[u8], value: &[u8]) -> Result<Option<Version>> {
+        self.insert_in(Ack::Now, key, value)
+    }
+
+    fn insert_in(&self, ack: Ack<'_>, key: &[u8], value: &[u8]) -> Result<Option<Version>> {
         self.check_key(key)?;
         self.check_value(value.len())?;
-        let ((), v) = self.tree.write(key, |cur| match cur {
+        let ((), v) = self.write_key(ack, key, |cur| match cur {
             Some(_) => (WriteOp::Noop, ()),
             None => (
                 WriteOp::Put {
@@ -526,16 +707,20 @@ impl Store {
                 },
                 (),
             ),
-        });
-        Ok(v.map(Version))
+        })?;
+        Ok(v)
     }
 
     /// Overwrites the value of `key` only if present (keeps no expiry).
     /// `None`: it was absent.
     pub fn update(&self, key: &[u8], value: &[u8]) -> Result<Option<Version>> {
+        self.update_in(Ack::Now, key, value)
+    }
+
+    fn update_in(&self, ack: Ack<'_>, key: &[u8], value: &[u8]) -> Result<Option<Version>> {
         self.check_key(key)?;
         self.check_value(value.len())?;
-        let ((), v) = self.tree.write(key, |cur| match cur {
+        let ((), v) = self.write_key(ack, key, |cur| match cur {
             None => (WriteOp::Noop, ()),
             Some(_) => (
                 WriteOp::Put {
@@ -544,18 +729,22 @@ impl Store {
                 },
                 (),
             ),
-        });
-        Ok(v.map(Version))
+        })?;
+        Ok(v)
     }
 
     /// Removes `key`. `None`: it was absent.
     pub fn delete(&self, key: &[u8]) -> Result<Option<Version>> {
+        self.delete_in(Ack::Now, key)
+    }
+
+    fn delete_in(&self, ack: Ack<'_>, key: &[u8]) -> Result<Option<Version>> {
         self.check_key(key)?;
-        let ((), v) = self.tree.write(key, |cur| match cur {
+        let ((), v) = self.write_key(ack, key, |cur| match cur {
             None => (WriteOp::Noop, ()),
             Some(_) => (WriteOp::Delete, ()),
-        });
-        Ok(v.map(Version))
+        })?;
+        Ok(v)
     }
 
     /// Stores `value` only if the item's version is `expected` (0: only if
@@ -567,9 +756,20 @@ impl Store {
         value: &[u8],
         expiry: Expiry,
     ) -> Result<Option<Version>> {
+        self.cas_in(Ack::Now, key, expected, value, expiry)
+    }
+
+    fn cas_in(
+        &self,
+        ack: Ack<'_>,
+        key: &[u8],
+        expected: u64,
+        value: &[u8],
+        expiry: Expiry,
+    ) -> Result<Option<Version>> {
         self.check_key(key)?;
         self.check_value(value.len())?;
-        let ((), v) = self.tree.write(key, |cur| {
+        let ((), v) = self.write_key(ack, key, |cur| {
             let matches = match cur {
                 None => expected == 0,
                 Some(c) => c.version == expected,
@@ -586,15 +786,19 @@ impl Store {
             } else {
                 (WriteOp::Noop, ())
             }
-        });
-        Ok(v.map(Version))
+        })?;
+        Ok(v)
     }
 
     /// Adds `delta` to the decimal integer stored at `key` (absent = 0) and
     /// returns the result. Keeps the expiry.
     pub fn incr_by(&self, key: &[u8], delta: i64) -> Result<i64> {
+        self.incr_by_in(Ack::Now, key, delta)
+    }
+
+    fn incr_by_in(&self, ack: Ack<'_>, key: &[u8], delta: i64) -> Result<i64> {
         self.check_key(key)?;
-        let (r, _) = self.tree.write(key, |cur| {
+        let (r, _) = self.write_key(ack, key, |cur| {
             let old = match cur {
                 None => 0,
                 Some(c) => match parse_i64(c.value.bytes()) {
@@ -610,15 +814,19 @@ impl Store {
                     (WriteOp::Put { value, expiry }, Ok(n))
                 }
             }
-        });
+        })?;
         r
     }
 
     /// Appends `value` to the value at `key` (absent = empty) and returns the
     /// new length. Keeps the expiry.
     pub fn append(&self, key: &[u8], value: &[u8]) -> Result<usize> {
+        self.append_in(Ack::Now, key, value)
+    }
+
+    fn append_in(&self, ack: Ack<'_>, key: &[u8], value: &[u8]) -> Result<usize> {
         self.check_key(key)?;
-        let (r, _) = self.tree.write(key, |cur| {
+        let (r, _) = self.write_key(ack, key, |cur| {
             let old = cur.map_or(&[][..], |c| c.value.bytes());
             let len = old.len() + value.len();
             if let Err(e) = self.check_value(len) {
@@ -635,15 +843,19 @@ impl Store {
                 },
                 Ok(len),
             )
-        });
+        })?;
         r
     }
 
     /// Sets or clears the expiry of an existing key (a write: the item gets a
     /// new version). `None`: absent.
     pub fn expire(&self, key: &[u8], expiry: Expiry) -> Result<Option<Version>> {
+        self.expire_in(Ack::Now, key, expiry)
+    }
+
+    fn expire_in(&self, ack: Ack<'_>, key: &[u8], expiry: Expiry) -> Result<Option<Version>> {
         self.check_key(key)?;
-        let ((), v) = self.tree.write(key, |cur| match cur {
+        let ((), v) = self.write_key(ack, key, |cur| match cur {
             None => (WriteOp::Noop, ()),
             Some(c) => {
                 let expiry = Self::expiry_ms(expiry, Some(c));
@@ -655,16 +867,81 @@ impl Store {
                     (),
                 )
             }
-        });
-        Ok(v.map(Version))
+        })?;
+        Ok(v)
+    }
+
+    /// Removes every key (FLUSHALL). Logged as one Clear record.
+    ///
+    /// Not atomic for concurrent readers: the clear takes a version `c`,
+    /// waits until every write before it is released (and, with a log,
+    /// durable), then deletes every item older than `c` leaf by leaf, so a
+    /// reader meanwhile may see some of those items gone and others not yet.
+    /// Writes concurrent with the clear (versions above `c`) survive it, as
+    /// if they came after it. When `clear` returns, every item written
+    /// before it began is gone, and recovery reproduces exactly that.
+    pub fn clear(&self) -> Result<()> {
+        self.clear_in(Ack::Now)
+    }
+
+    fn clear_in(&self, ack: Ack<'_>) -> Result<()> {
+        self.admit()?;
+        let clearing = self
+            .durable
+            .as_ref()
+            .map(|d| d.checkpoints.clear_lock.lock());
+        let c = self.tree.next_version(Some(LogEntry::Clear));
+        self.tree.clock.complete(c);
+        // Every item older than `c` is visible from here on.
+        self.wait_acknowledgeable(c)?;
+        let mut from: Option<Vec<u8>> = None;
+        let mut last_version = c;
+        // Expired items too: a reading clock at the epoch sees them.
+        let epoch = Now::at(1);
+        loop {
+            let mut keys = Vec::new();
+            let mut last_key = None;
+            self.read(|rv, _| {
+                let start = from.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+                self.tree
+                    .scan(rv, &epoch, start, Bound::Unbounded, false, |it| {
+                        if it.version < c {
+                            keys.push(it.key.to_vec());
+                        }
+                        last_key = Some(it.key.to_vec());
+                        keys.len() < CLEAR_BATCH
+                    });
+            });
+            for key in &keys {
+                // Unlogged: the Clear record covers these deletes.
+                let mode = WriteMode {
+                    now: None,
+                    logged: false,
+                };
+                let w = self.tree.write(key, mode, |cur| match cur {
+                    Some(it) if it.version < c => (WriteOp::Delete, ()),
+                    _ => (WriteOp::Noop, ()),
+                });
+                last_version = last_version.max(w.wait_for);
+            }
+            match last_key {
+                Some(k) => from = Some(k),
+                None => break,
+            }
+        }
+        drop(clearing);
+        self.acknowledge(ack, last_version)
     }
 
     /// Deletes expired items, visiting at most `max_items` items per call and
     /// resuming where the previous call stopped (wrapping around at the end).
     /// Expired items are invisible already; this reclaims their space through
     /// the normal write path. Returns how many it deleted. The server calls it
-    /// periodically.
+    /// periodically. A read-only store deletes nothing.
     pub fn sweep_expired(&self, max_items: usize) -> usize {
+        if self.admit().is_err() {
+            return 0;
+        }
         let max_items = max_items.max(1);
         let cursor = self.sweep_cursor.lock().clone();
         let (expired, last) = self.read(|rv, now| {
@@ -674,14 +951,77 @@ impl Store {
         *self.sweep_cursor.lock() = last;
         let now = now_ms();
         let mut deleted = 0;
+        let mut wait_for = 0;
         for key in expired {
-            let ((), v) = self.tree.write_raw(&key, |cur| match cur {
+            let mode = WriteMode {
+                now: None,
+                logged: true,
+            };
+            let w = self.tree.write(&key, mode, |cur| match cur {
                 Some(c) if c.expiry != 0 && c.expiry <= now => (WriteOp::Delete, ()),
                 _ => (WriteOp::Noop, ()),
             });
-            deleted += usize::from(v.is_some());
+            wait_for = wait_for.max(w.wait_for);
+            deleted += usize::from(w.version.is_some());
         }
-        deleted
+        // One wait (one group commit) for the whole sweep.
+        match self.wait_acknowledgeable(wait_for) {
+            Ok(()) => deleted,
+            Err(_) => 0,
+        }
+    }
+
+    // ---- durability ------------------------------------------------------
+
+    /// Opens (or creates) a durable store in `durable.dir`: loads the newest
+    /// valid checkpoint, replays the log after it, and starts the log
+    /// flusher and the background executor. `Store::new` stays in-memory.
+    pub fn open(config: Config, durable: DurableConfig) -> Result<(Store, RecoveryReport)> {
+        let geometry = config.validate()?;
+        let (tree, d) = Durable::open(&geometry, config.max_value_len, durable)?;
+        let report = d.report().clone();
+        let store = Store {
+            tree,
+            config,
+            geometry,
+            sweep_cursor: Default::default(),
+            backend: Box::new(CpuBackend::default()),
+            durable: Some(d),
+        };
+        Ok((store, report))
+    }
+
+    /// SAVE: writes a checkpoint now (on the background executor) and waits
+    /// for it. Writers keep going meanwhile.
+    pub fn checkpoint(&self) -> Result<CheckpointInfo> {
+        self.durable.as_ref().ok_or(Error::NotDurable)?.checkpoint()
+    }
+
+    /// BGSAVE: starts a checkpoint in the background. False if one is
+    /// already queued or running.
+    pub fn checkpoint_in_background(&self) -> Result<bool> {
+        self.durable
+            .as_ref()
+            .ok_or(Error::NotDurable)?
+            .checkpoint_in_background()
+    }
+
+    /// Durability figures (INFO persistence). `enabled` is false for an
+    /// in-memory store.
+    pub fn persistence(&self) -> PersistenceStats {
+        self.durable
+            .as_ref()
+            .map_or_else(PersistenceStats::default, |d| d.stats())
+    }
+
+    /// Clean shutdown: finishes queued background work, writes and fsyncs
+    /// the log, stops the background threads. Writes are refused afterwards
+    /// (`Error::ReadOnly`). Idempotent; dropping the store does it too.
+    pub fn shutdown(&self) -> Result<()> {
+        match &self.durable {
+            Some(d) => d.shutdown(),
+            None => Ok(()),
+        }
     }
 
     // ---- snapshots -------------------------------------------------------

@@ -1,55 +1,55 @@
-//! Whole-store operations the protocols share: FLUSHALL / flush_all, and
-//! checkpoints (SAVE, BGSAVE) with their INFO persistence fields.
+//! Whole-store operations the protocols share: checkpoints (SAVE, BGSAVE)
+//! with their INFO persistence fields, and closing the store at shutdown.
 
-use combkv::{Range, Store};
+use std::sync::atomic::Ordering;
 
 use crate::resp::error::CmdError;
 use crate::shared::Shared;
-
-/// Keys deleted per scan while clearing.
-const CLEAR_CHUNK: usize = 4096;
-
-/// Removes every key. Each key's delete is a normal (logged) write, so a
-/// concurrent reader may see some keys gone and others not yet: FLUSHALL is
-/// not atomic against concurrent readers (documented in docs/protocol.md).
-pub fn clear(store: &Store) -> Result<(), combkv::Error> {
-    loop {
-        let mut keys: Vec<Vec<u8>> = Vec::with_capacity(CLEAR_CHUNK);
-        store.scan(&Range::all().with_limit(CLEAR_CHUNK), |it| {
-            keys.push(it.key.to_vec());
-            true
-        })?;
-        if keys.is_empty() {
-            return Ok(());
-        }
-        for k in keys {
-            store.delete(&k)?;
-        }
-    }
-}
 
 fn no_data_dir() -> CmdError {
     CmdError::err("no data directory configured (start the server with --data-dir)")
 }
 
-/// SAVE: a checkpoint now.
-pub fn save(shared: &Shared) -> Result<(), CmdError> {
+fn durable(shared: &Shared) -> Result<(), CmdError> {
     if shared.config.data_dir.is_none() {
         return Err(no_data_dir());
     }
-    Err(no_data_dir())
+    Ok(())
+}
+
+/// SAVE: a checkpoint now (writers keep going; it is taken from a snapshot).
+pub fn save(shared: &Shared) -> Result<(), CmdError> {
+    durable(shared)?;
+    let info = shared.store.checkpoint()?;
+    shared
+        .last_save_unix
+        .store(info.finished_unix_ms / 1000, Ordering::Relaxed);
+    Ok(())
 }
 
 /// BGSAVE: Ok(true) if a checkpoint started, Ok(false) if one is running.
 pub fn bgsave(shared: &Shared) -> Result<bool, CmdError> {
-    if shared.config.data_dir.is_none() {
-        return Err(no_data_dir());
+    durable(shared)?;
+    Ok(shared.store.checkpoint_in_background()?)
+}
+
+/// Flushes the log and stops the engine's background threads (clean
+/// shutdown). Errors are logged: there is no one left to answer.
+pub fn close(shared: &Shared) {
+    if let Err(e) = shared.store.shutdown() {
+        tracing::error!("store shutdown: {e}");
     }
-    Err(no_data_dir())
 }
 
 pub fn persistence_fields(shared: &Shared) -> Vec<(&'static str, String)> {
     let c = &shared.config;
+    let p = shared.store.persistence();
+    let last = p.last_checkpoint.as_ref();
+    if let Some(l) = last {
+        shared
+            .last_save_unix
+            .fetch_max(l.finished_unix_ms / 1000, Ordering::Relaxed);
+    }
     vec![
         ("loading", "0".into()),
         ("durability", c.durability_mode().as_str().into()),
@@ -61,10 +61,61 @@ pub fn persistence_fields(shared: &Shared) -> Vec<(&'static str, String)> {
         ),
         (
             "rdb_last_save_time",
-            shared
-                .last_save_unix
-                .load(std::sync::atomic::Ordering::Relaxed)
-                .to_string(),
+            shared.last_save_unix.load(Ordering::Relaxed).to_string(),
         ),
+        (
+            "rdb_bgsave_in_progress",
+            (p.checkpoint_in_progress as u8).to_string(),
+        ),
+        ("checkpoints_ok", p.checkpoints_ok.to_string()),
+        ("checkpoints_failed", p.checkpoints_failed.to_string()),
+        (
+            "last_checkpoint_version",
+            last.map_or(0, |l| l.version).to_string(),
+        ),
+        (
+            "last_checkpoint_items",
+            last.map_or(0, |l| l.items).to_string(),
+        ),
+        (
+            "last_checkpoint_bytes",
+            last.map_or(0, |l| l.bytes).to_string(),
+        ),
+        (
+            "last_checkpoint_seconds",
+            format!("{:.3}", last.map_or(0.0, |l| l.duration.as_secs_f64())),
+        ),
+        (
+            "last_checkpoint_error",
+            p.last_checkpoint_error.clone().unwrap_or_default(),
+        ),
+        ("wal_bytes", p.wal_bytes.to_string()),
+        ("wal_segments", p.wal_segments.to_string()),
+        ("wal_records_written", p.wal_records_written.to_string()),
+        (
+            "wal_bytes_since_checkpoint",
+            p.wal_bytes_since_checkpoint.to_string(),
+        ),
+        ("durable_version", p.durable_version.to_string()),
+        ("fsyncs", p.fsyncs.to_string()),
+        ("read_only", (p.read_only.is_some() as u8).to_string()),
+        ("read_only_cause", p.read_only.clone().unwrap_or_default()),
+        (
+            "recovery_records_replayed",
+            p.recovery.records_replayed.to_string(),
+        ),
+        (
+            "recovery_seconds",
+            format!(
+                "{:.3}",
+                (p.recovery.load_time + p.recovery.replay_time).as_secs_f64()
+            ),
+        ),
+        (
+            "background_tasks_completed",
+            p.executor.completed.to_string(),
+        ),
+        ("background_tasks_failed", p.executor.failed.to_string()),
+        ("background_tasks_queued", p.executor.queued.to_string()),
     ]
 }

@@ -27,6 +27,9 @@ pub(crate) struct Connection {
     pub close_after_flush: bool,
     /// WRITABLE interest is registered (output is waiting for the socket).
     pub want_writable: bool,
+    /// Output length when this turn first processed input: replies after it
+    /// wait for the turn's commit.
+    pub turn_mark: Option<usize>,
 }
 
 /// What one read attempt found.
@@ -49,6 +52,7 @@ impl Connection {
             input_closed: false,
             close_after_flush: false,
             want_writable: false,
+            turn_mark: None,
         }
     }
 
@@ -93,8 +97,12 @@ impl Connection {
 
     /// Executes the complete requests in the input. Returns the bytes used.
     pub fn process(&mut self, cx_parts: CxParts<'_>, reply_budget: usize) -> usize {
+        if self.turn_mark.is_none() {
+            self.turn_mark = Some(self.wbuf.len());
+        }
         let mut cx = Cx {
             shared: cx_parts.shared,
+            session: cx_parts.session,
             batch: cx_parts.batch,
             client: &mut self.client,
         };
@@ -119,10 +127,14 @@ impl Connection {
                 crate::proto::Outcome {
                     consumed: self.rbuf.len() - self.rstart,
                     close: true,
+                    abort: false,
                 }
             }
         };
         self.rstart += out.consumed;
+        if out.abort {
+            self.abort_turn();
+        }
         if out.close {
             self.input_closed = true;
             self.close_after_flush = true;
@@ -136,6 +148,16 @@ impl Connection {
             }
         }
         out.consumed
+    }
+
+    /// Drops the replies produced this turn (they may acknowledge writes
+    /// whose commit failed) and closes after what was produced before.
+    pub fn abort_turn(&mut self) {
+        if let Some(mark) = self.turn_mark.take() {
+            self.wbuf.truncate(mark.max(self.wpos));
+        }
+        self.input_closed = true;
+        self.close_after_flush = true;
     }
 
     /// Writes as much output as the socket takes. Ok(true): all written.
@@ -161,5 +183,6 @@ impl Connection {
 /// The parts of a `Cx` the event loop owns.
 pub(crate) struct CxParts<'a> {
     pub shared: &'a crate::shared::Shared,
+    pub session: &'a combkv::Session<'a>,
     pub batch: &'a mut combkv::readexec::BatchResults,
 }

@@ -39,6 +39,8 @@ pub(crate) struct EventLoop {
     again: Vec<usize>,
     /// Connections with output to write at the end of this turn.
     dirty: Vec<usize>,
+    /// Connections whose input was processed this turn.
+    served: Vec<usize>,
 }
 
 impl EventLoop {
@@ -57,6 +59,7 @@ impl EventLoop {
                 batch: BatchResults::new(),
                 again: Vec::new(),
                 dirty: Vec::new(),
+                served: Vec::new(),
             },
             waker,
         ))
@@ -93,10 +96,28 @@ impl EventLoop {
             }
             ready.sort_unstable();
             ready.dedup();
+            let shared = self.shared.clone();
+            let session = shared.store.session();
             for t in ready {
-                self.serve(t);
+                self.serve(t, &session);
+            }
+            // One group commit covers every write of the turn; only then do
+            // their replies leave.
+            if let Err(e) = session.commit() {
+                tracing::error!("commit failed, dropping this turn's replies: {e}");
+                for (t, conn) in self.conns.iter_mut() {
+                    if conn.turn_mark.is_some() {
+                        conn.abort_turn();
+                        self.dirty.push(t);
+                    }
+                }
             }
             self.write_out();
+            for t in self.served.drain(..) {
+                if let Some(conn) = self.conns.get_mut(t) {
+                    conn.turn_mark = None;
+                }
+            }
             if self.shared.shutting_down.load(Ordering::Acquire) {
                 self.drain();
                 return;
@@ -135,7 +156,7 @@ impl EventLoop {
     }
 
     /// Reads and processes one connection's input, up to the turn budget.
-    fn serve(&mut self, t: usize) {
+    fn serve(&mut self, t: usize, session: &combkv::Session<'_>) {
         let max_reply = self.shared.config.max_reply_bytes.0 as usize;
         let max_request = self.shared.config.max_request_bytes.0 as usize;
         let Some(conn) = self.conns.get_mut(t) else {
@@ -166,9 +187,11 @@ impl EventLoop {
                 let before = conn.pending_output();
                 let parts = CxParts {
                     shared: &self.shared,
+                    session,
                     batch: &mut self.batch,
                 };
                 let used = conn.process(parts, max_reply);
+                self.served.push(t);
                 if conn.pending_output() != before {
                     self.dirty.push(t);
                 }
@@ -258,14 +281,25 @@ impl EventLoop {
     /// (for up to a few seconds), then every connection is closed.
     fn drain(&mut self) {
         let tokens: Vec<usize> = self.conns.iter().map(|(t, _)| t).collect();
+        let shared = self.shared.clone();
+        let session = shared.store.session();
         for &t in &tokens {
             if let Some(conn) = self.conns.get_mut(t) {
                 if conn.pending_input() > 0 {
                     let parts = CxParts {
                         shared: &self.shared,
+                        session: &session,
                         batch: &mut self.batch,
                     };
                     conn.process(parts, usize::MAX);
+                }
+            }
+        }
+        if let Err(e) = session.commit() {
+            tracing::error!("commit failed at shutdown, dropping unacknowledged replies: {e}");
+            for (_, conn) in self.conns.iter_mut() {
+                if conn.turn_mark.is_some() {
+                    conn.abort_turn();
                 }
             }
         }

@@ -6,6 +6,7 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
+use combkv::Session;
 use combkv::readexec::BatchResults;
 
 use crate::memcache::McConn;
@@ -24,6 +25,11 @@ pub(crate) struct Client {
 /// What a protocol works with while processing one connection's input.
 pub(crate) struct Cx<'a> {
     pub shared: &'a Shared,
+    /// Writes go through the turn's session: their replies are written at
+    /// once, but leave only after the event loop commits the session (one
+    /// group commit per turn). A read after this connection's own writes
+    /// commits first (`commit_before_read`).
+    pub session: &'a Session<'a>,
     /// The event loop's reusable result buffers for read batches.
     pub batch: &'a mut BatchResults,
     pub client: &'a mut Client,
@@ -37,6 +43,10 @@ pub(crate) struct Outcome {
     /// Close the connection once the replies are written (QUIT, or framing
     /// lost after a protocol error).
     pub close: bool,
+    /// A commit failed (the store turned read-only): the replies of this
+    /// turn must not be sent, since they may acknowledge writes that are not
+    /// durable. The connection is closed without them.
+    pub abort: bool,
 }
 
 /// A connection's protocol state.

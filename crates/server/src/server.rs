@@ -13,7 +13,7 @@ use crossbeam_channel::Sender;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use crate::config::{Listen, ServerConfig};
+use crate::config::{DurabilityMode, Listen, ServerConfig};
 use crate::connection::Connection;
 use crate::event_loop::EventLoop;
 use crate::proto::{Client, ProtoState};
@@ -60,16 +60,22 @@ fn bind(l: Listen, what: &str) -> Result<Option<TcpListener>, StartError> {
 }
 
 fn open_store(config: &ServerConfig) -> Result<Store, StartError> {
-    if let Some(dir) = &config.data_dir {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| StartError(format!("cannot use data directory {}: {e}", dir.display())))?;
-        return Err(StartError(format!(
-            "data directory {} given, but this build has no durability layer yet \
-             (run without --data-dir)",
-            dir.display()
-        )));
+    let Some(dir) = &config.data_dir else {
+        return Store::new(config.engine_config()).map_err(|e| StartError(e.to_string()));
+    };
+    let mode = match config.durability_mode() {
+        DurabilityMode::Always => combkv::Durability::Always,
+        DurabilityMode::Everysec => combkv::Durability::EverySec,
+        DurabilityMode::None => combkv::Durability::None,
+    };
+    let durable = combkv::DurableConfig::new(dir).with_mode(mode);
+    let (store, report) = Store::open(config.engine_config(), durable)
+        .map_err(|e| StartError(format!("cannot open data directory {}: {e}", dir.display())))?;
+    tracing::info!(dir = %dir.display(), durability = %mode, "recovered: {report}");
+    if report.tail_cut.is_some() || !report.skipped_checkpoints.is_empty() {
+        tracing::warn!("recovery repaired the data directory: {report}");
     }
-    Store::new(config.engine_config()).map_err(|e| StartError(e.to_string()))
+    Ok(store)
 }
 
 impl Server {
@@ -190,6 +196,7 @@ impl Server {
         for t in self.threads {
             let _ = t.join();
         }
+        crate::admin::close(&self.shared);
         tracing::info!("combkv stopped");
     }
 

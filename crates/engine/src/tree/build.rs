@@ -218,6 +218,16 @@ impl<'g> LeafWriter<'g> {
         at
     }
 
+    /// Frees the buffer without publishing it (an abandoned bulk load).
+    pub(crate) fn discard(self, counter: &BufferCounter) {
+        let g = self.g;
+        // The header must describe the items for `free` to find the
+        // out-of-line values they own.
+        let p = self.finish(0, Lid::NONE, Lid::NONE);
+        // SAFETY: never published, so only this thread has seen it.
+        unsafe { p.free(g, counter) };
+    }
+
     /// Writes the shortcut offsets and the header (locked, see `build`).
     pub(crate) fn finish(self, version: u64, lid: Lid, right: Lid) -> NodePtr {
         let (n, max) = (self.nshortcuts, self.g.max_shortcuts());

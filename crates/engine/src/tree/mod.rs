@@ -13,6 +13,7 @@
 
 pub(crate) mod build;
 pub(crate) mod epoch;
+pub(crate) mod load;
 pub(crate) mod node;
 pub(crate) mod page_table;
 pub(crate) mod read;
@@ -56,6 +57,33 @@ impl Now {
     }
 }
 
+/// The durability layer's hook into the write path. A write takes its
+/// version through it while it holds its leaf lock, so the log receives
+/// records in version order (and, for one key, in the order the writes
+/// took effect).
+pub(crate) trait VersionLog: Send + Sync + std::fmt::Debug {
+    /// Takes the next version from `clock` and records `entry` under it
+    /// (`None`: a version without a record), atomically with respect to
+    /// every other call.
+    fn next_version(&self, clock: &VersionClock, entry: Option<LogEntry<'_>>) -> u64;
+}
+
+/// What a logged write did to its key.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum LogEntry<'a> {
+    Put {
+        key: &'a [u8],
+        value: &'a [u8],
+        /// Unix ms, 0 = never.
+        expiry: u64,
+    },
+    Delete {
+        key: &'a [u8],
+    },
+    /// Every item with a smaller version is gone (FLUSHALL).
+    Clear,
+}
+
 /// State shared with deferred reclamation closures (which may outlive the tree).
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -74,9 +102,12 @@ pub(crate) struct Shared {
 pub(crate) struct Tree {
     pub g: Geometry,
     pub pages: PageTable,
-    pub clock: VersionClock,
+    /// Shared with the log flusher, which raises its limit.
+    pub clock: Arc<VersionClock>,
     pub shared: Arc<Shared>,
     pub epochs: epoch::Epochs,
+    /// Set on durable stores: every version is taken through it.
+    pub log: Option<Arc<dyn VersionLog>>,
     /// Keys stored (expired ones included until they are swept).
     pub keys: KeyCount,
 }
@@ -145,10 +176,19 @@ impl Tree {
         Tree {
             g,
             pages,
-            clock: VersionClock::starting_at(0),
+            clock: Arc::new(VersionClock::starting_at(0)),
             shared,
             epochs: epoch::Epochs::default(),
+            log: None,
             keys: KeyCount::default(),
+        }
+    }
+
+    /// Takes the next write version, through the log if there is one.
+    pub(crate) fn next_version(&self, entry: Option<LogEntry<'_>>) -> u64 {
+        match &self.log {
+            Some(log) => log.next_version(&self.clock, entry),
+            None => self.clock.next(),
         }
     }
 

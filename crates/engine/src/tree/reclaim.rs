@@ -43,6 +43,9 @@ pub(crate) struct Retired {
 
 #[derive(Debug, Default)]
 pub(crate) struct Reclaimer {
+    /// Buffers replaced by writes not yet released (a session's, or a
+    /// durable store's waiting for the log): retired once they are.
+    pending: Mutex<Vec<Retired>>,
     /// Retired buffers whose epoch grace has passed, waiting for `collect`.
     graced: Mutex<Vec<Retired>>,
     /// Chain surgery and the lists below.
@@ -137,9 +140,56 @@ impl Tree {
         });
     }
 
+    /// Retires `buf` once the write `to` that replaced it is released: now
+    /// if it is, else at a later `collect`. Until then it stays linked in
+    /// its chain, where readers below `to` need it.
+    pub(crate) fn retire_after(
+        &self,
+        guard: &Guard,
+        buf: NodePtr,
+        lid: Lid,
+        to: u64,
+        anchor: bool,
+    ) {
+        if self.clock.is_released(to) {
+            self.retire(guard, buf, lid, to, anchor);
+            return;
+        }
+        self.shared.reclaimer.pending.lock().push(Retired {
+            buf,
+            lid,
+            from: buf.version(),
+            to,
+            anchor,
+        });
+    }
+
+    /// Retires the pending buffers whose replacing write is released now.
+    fn retire_released(&self) {
+        let rv = self.clock.read_version();
+        let ready: Vec<Retired> = {
+            let mut pending = self.shared.reclaimer.pending.lock();
+            if pending.is_empty() {
+                return;
+            }
+            let (ready, wait) = std::mem::take(&mut *pending)
+                .into_iter()
+                .partition(|r| r.to <= rv);
+            *pending = wait;
+            ready
+        };
+        // Pinned after the release was observed: every reader that pins
+        // later reads at a version >= each `to` (see `retire`).
+        let guard = self.epochs.pin();
+        for r in ready {
+            self.retire(&guard, r.buf, r.lid, r.to, r.anchor);
+        }
+    }
+
     /// Processes retired buffers whose grace has passed. Cheap when there is
     /// nothing to do; concurrent callers skip rather than wait.
     pub(crate) fn collect(&self, wait: bool) {
+        self.retire_released();
         let shared = &self.shared;
         let mut work = if wait {
             shared.reclaimer.work.lock()
@@ -195,6 +245,7 @@ impl Tree {
     pub(crate) fn drained(&self) -> bool {
         self.shared.deferred.load(CoreOrdering::Acquire) == 0
             && self.shared.reclaimer.graced.lock().is_empty()
+            && self.shared.reclaimer.pending.lock().is_empty()
     }
 
     /// Unlinks `r` from its LID's chain and frees it after an epoch.

@@ -3,6 +3,11 @@
 //! (append to the log block) or a structure change built copy-on-write and
 //! published with versions.
 //!
+//! A write completes its version but does not wait for the release: the
+//! caller does (`Written::wait_for`), so a session can defer it and a durable
+//! store can make it wait for the log. Buffers a write replaced are retired
+//! once its version is released (`retire_after`).
+//!
 //! Lock order: a writer locks its leaf first, then only *tries* further locks
 //! (a sibling, the parent, ancestors and their siblings) and on any failure
 //! unlocks everything and restarts. Nobody waits for a lock while holding
@@ -21,7 +26,7 @@ use super::node::{
     state_next, state_size,
 };
 use super::read::{LogOrder, last_le, leaf_walk, published};
-use super::{Now, Tree};
+use super::{LogEntry, Now, Tree};
 use crate::sync::backoff;
 
 /// What a write does to its key, decided with the leaf locked.
@@ -308,48 +313,67 @@ struct Plan<'a> {
 }
 
 enum Attempt<R> {
-    Done(R, Option<u64>),
+    Done(Written<R>),
     Restart,
 }
 
+/// How a write is taken.
+#[derive(Clone, Copy)]
+pub(crate) struct WriteMode<'n> {
+    /// `decide` sees the newest item live at this clock; `None`: the newest
+    /// item that is not deleted, even if expired (the TTL sweep).
+    pub now: Option<&'n Now>,
+    /// Log the write (false: recovery replay, and the deletes of a clear,
+    /// which its Clear record covers).
+    pub logged: bool,
+}
+
+/// What a write did. It has completed its version but not waited for the
+/// release: the caller acknowledges only once `wait_for` is released.
+pub(crate) struct Written<R> {
+    pub result: R,
+    /// The write's version; None if it changed nothing.
+    pub version: Option<u64>,
+    /// The answer rests on every write up to this version (its own, or for
+    /// a no-op the newest it may have looked at).
+    pub wait_for: u64,
+}
+
+/// The log record of a write, if it is logged.
+fn log_entry<'a>(key: &'a [u8], op: &'a WriteOp<'_>, logged: bool) -> Option<LogEntry<'a>> {
+    if !logged {
+        return None;
+    }
+    match op {
+        WriteOp::Put { value, expiry } => Some(LogEntry::Put {
+            key,
+            value,
+            expiry: *expiry,
+        }),
+        WriteOp::Delete => Some(LogEntry::Delete { key }),
+        WriteOp::Noop => None,
+    }
+}
+
 impl Tree {
-    /// Writes `key`: `decide` sees the key's newest live item (with the leaf
-    /// locked) and returns what to do and the caller's result. Returns that
-    /// result and the write's version (None for `WriteOp::Noop`). Returns once
-    /// the write is released (visible to every read that starts later).
+    /// Writes `key`: `decide` sees the key's newest item (see `WriteMode`)
+    /// with the leaf locked and returns what to do and the caller's result.
+    /// Completes the write's version but does not wait for its release.
     pub(crate) fn write<'v, R>(
         &self,
         key: &[u8],
+        mode: WriteMode<'_>,
         mut decide: impl FnMut(Option<&ItemRef<'_>>) -> (WriteOp<'v>, R),
-    ) -> (R, Option<u64>) {
-        self.write_with(key, Some(&Now::lazy()), &mut decide)
-    }
-
-    /// As `write`, but `decide` sees the newest item even if it has expired
-    /// (the TTL sweep deletes expired items this way).
-    pub(crate) fn write_raw<'v, R>(
-        &self,
-        key: &[u8],
-        mut decide: impl FnMut(Option<&ItemRef<'_>>) -> (WriteOp<'v>, R),
-    ) -> (R, Option<u64>) {
-        self.write_with(key, None, &mut decide)
-    }
-
-    fn write_with<'v, R>(
-        &self,
-        key: &[u8],
-        now: Option<&Now>,
-        decide: &mut impl FnMut(Option<&ItemRef<'_>>) -> (WriteOp<'v>, R),
-    ) -> (R, Option<u64>) {
+    ) -> Written<R> {
         let mut round = 0;
         loop {
             let guard = self.epochs.pin();
-            if let Attempt::Done(r, v) = self.try_write(&guard, key, now, decide) {
+            if let Attempt::Done(w) = self.try_write(&guard, key, mode, &mut decide) {
                 drop(guard);
-                if v.is_some() {
+                if w.version.is_some() {
                     self.maybe_collect();
                 }
-                return (r, v);
+                return w;
             }
             drop(guard);
             backoff(&mut round);
@@ -400,9 +424,10 @@ impl Tree {
         &self,
         guard: &Guard,
         key: &[u8],
-        now: Option<&Now>,
+        mode: WriteMode<'_>,
         decide: &mut impl FnMut(Option<&ItemRef<'_>>) -> (WriteOp<'v>, R),
     ) -> Attempt<R> {
+        let now = mode.now;
         let Some(path) = self.traverse(key) else {
             return Attempt::Restart;
         };
@@ -439,14 +464,20 @@ impl Tree {
                 // yet; answer only once they are.
                 let seen = self.clock.write_version();
                 unlock_all(&[held_leaf]);
-                self.clock.wait_released(seen);
-                Attempt::Done(r, None)
+                Attempt::Done(Written {
+                    result: r,
+                    version: None,
+                    wait_for: seen,
+                })
             }
             WriteOp::Delete if current.is_none_or(|c| c.is_tombstone()) => {
                 let seen = self.clock.write_version();
                 unlock_all(&[held_leaf]);
-                self.clock.wait_released(seen);
-                Attempt::Done(r, None)
+                Attempt::Done(Written {
+                    result: r,
+                    version: None,
+                    wait_for: seen,
+                })
             }
             _ => {
                 // Stored keys change by one when a put creates a key (an
@@ -464,23 +495,30 @@ impl Tree {
                 let appended = if empties {
                     None
                 } else {
-                    self.append(leaf.buf, leaf.state, key, &op, &look)
+                    self.append(leaf.buf, leaf.state, key, &op, &look, mode.logged)
+                };
+                let done = |v| {
+                    Attempt::Done(Written {
+                        result: r,
+                        version: Some(v),
+                        wait_for: v,
+                    })
                 };
                 if let Some(v) = appended {
                     self.keys.add(key_delta);
-                    self.clock.release(v);
-                    return Attempt::Done(r, Some(v));
+                    self.clock.complete(v);
+                    return done(v);
                 }
                 if let Some((p, new_at)) = self.merge_stream(leaf, key, &op, &look) {
-                    let v = self.clock.next();
+                    let v = self.next_version(log_entry(key, &op, mode.logged));
                     self.keys.add(key_delta);
                     self.publish_merge(guard, leaf, p, new_at, v);
-                    return Attempt::Done(r, Some(v));
+                    return done(v);
                 }
-                match self.restructure(guard, &path, key, &op) {
+                match self.restructure(guard, &path, key, &op, mode.logged) {
                     Some(v) => {
                         self.keys.add(key_delta);
-                        Attempt::Done(r, Some(v))
+                        done(v)
                     }
                     None => Attempt::Restart,
                 }
@@ -497,6 +535,7 @@ impl Tree {
         key: &[u8],
         op: &WriteOp<'_>,
         look: &Lookup,
+        logged: bool,
     ) -> Option<u64> {
         let g = &self.g;
         let (value, expiry, tomb) = match op {
@@ -521,7 +560,7 @@ impl Tree {
         // size, so no reader looks at `[size, size + len)` (node invariant 2).
         let out = unsafe { leaf.bytes_mut(size, size + len) };
         encode_item(out, flags, key, value, 0, expiry, Some((bp, hint as u8)));
-        let v = self.clock.next();
+        let v = self.next_version(log_entry(key, op, logged));
         out[7..15].copy_from_slice(&v.to_le_bytes());
         crate::sync::schedule_point();
         leaf.header()
@@ -663,8 +702,8 @@ impl Tree {
             CoreOrdering::Release,
         );
         super::unlock_new(p);
-        self.clock.release(v);
-        self.retire(guard, leaf.buf, leaf.lid, v, false);
+        self.clock.complete(v);
+        self.retire_after(guard, leaf.buf, leaf.lid, v, false);
     }
 
     /// Slow path: merge the leaf's log into a new buffer, splitting or
@@ -676,6 +715,7 @@ impl Tree {
         path: &[Step],
         key: &[u8],
         op: &WriteOp<'_>,
+        logged: bool,
     ) -> Option<u64> {
         let leaf = *path.last().expect("leaf");
         let mut entries = leaf_entries(leaf.buf);
@@ -720,7 +760,7 @@ impl Tree {
             }
             return None;
         }
-        let v = self.clock.next();
+        let v = self.next_version(log_entry(key, op, logged));
         self.publish(guard, plan, v);
         Some(v)
     }
@@ -1067,18 +1107,18 @@ impl Tree {
         for &(_, buf, _) in &built {
             super::unlock_new(buf);
         }
-        self.clock.release(v);
+        self.clock.complete(v);
         for (lid, _, replaces) in built {
             if let Some(old) = replaces {
-                self.retire(guard, old, lid, v, false);
+                self.retire_after(guard, old, lid, v, false);
             }
         }
         for (lid, d, _) in anchors {
             // The anchor's older buffer is retired like any replaced buffer;
             // the anchor itself waits until nothing older remains.
             let old = d.old().expect("anchor has an older buffer");
-            self.retire(guard, old, lid, v, false);
-            self.retire(guard, d, lid, v, true);
+            self.retire_after(guard, old, lid, v, false);
+            self.retire_after(guard, d, lid, v, true);
         }
     }
 }

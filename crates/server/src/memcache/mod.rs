@@ -17,6 +17,7 @@ impl McConn {
         Outcome {
             consumed: input.len(),
             close: true,
+            abort: false,
         }
     }
 }

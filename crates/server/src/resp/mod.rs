@@ -28,6 +28,9 @@ pub(crate) struct RespConn {
     pending: Vec<(usize, usize, Batchable)>,
     /// Argument offsets of pending requests (`pending` indexes into it).
     pending_args: Vec<(usize, usize)>,
+    /// This connection wrote through the session since its last commit: a
+    /// read must commit first to see its own writes.
+    wrote: bool,
 }
 
 impl RespConn {
@@ -62,7 +65,13 @@ impl RespConn {
                 }
                 Err(e) => {
                     self.req = req;
-                    self.run_batch(cx, input, out);
+                    if !self.run_batch(cx, input, out) {
+                        return Outcome {
+                            consumed: at,
+                            close: true,
+                            abort: true,
+                        };
+                    }
                     Stats::add(&cx.shared.stats.protocol_errors, 1);
                     let mut r = Reply {
                         out,
@@ -78,6 +87,7 @@ impl RespConn {
                     return Outcome {
                         consumed: input.len(),
                         close: true,
+                        abort: false,
                     };
                 }
                 Ok(true) => {}
@@ -118,10 +128,27 @@ impl RespConn {
                     continue;
                 }
             }
-            self.run_batch(cx, input, out);
+            if !self.run_batch(cx, input, out) {
+                return Outcome {
+                    consumed: at,
+                    close: true,
+                    abort: true,
+                };
+            }
+            let write = cmd::lookup(args[0]).is_some_and(|s| s.write);
+            if write {
+                self.wrote = true;
+            } else if !self.commit_before_read(cx) {
+                return Outcome {
+                    consumed: at,
+                    close: true,
+                    abort: true,
+                };
+            }
             let started = Instant::now();
             let mut ctx = Ctx {
                 shared: cx.shared,
+                session: cx.session,
                 conn: self,
                 client: cx.client,
                 args: &args,
@@ -144,17 +171,45 @@ impl RespConn {
                 break;
             }
         }
-        self.run_batch(cx, input, out);
+        if !self.run_batch(cx, input, out) {
+            return Outcome {
+                consumed: at,
+                close: true,
+                abort: true,
+            };
+        }
         Outcome {
             consumed: at,
             close,
+            abort: false,
+        }
+    }
+
+    /// Commits the session if this connection wrote since its last commit,
+    /// so a read sees the connection's own writes. False: the commit failed
+    /// and the turn must be aborted.
+    fn commit_before_read(&mut self, cx: &Cx<'_>) -> bool {
+        if !self.wrote {
+            return true;
+        }
+        self.wrote = false;
+        match cx.session.commit() {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(client = cx.client.id, "commit failed: {e}");
+                false
+            }
         }
     }
 
     /// Runs the pending reads as one batch and writes their replies.
-    fn run_batch(&mut self, cx: &mut Cx<'_>, input: &[u8], out: &mut Vec<u8>) {
+    /// False: a commit failed (abort the turn).
+    fn run_batch(&mut self, cx: &mut Cx<'_>, input: &[u8], out: &mut Vec<u8>) -> bool {
         if self.pending.is_empty() {
-            return;
+            return true;
+        }
+        if !self.commit_before_read(cx) {
+            return false;
         }
         let started = Instant::now();
         let pending = std::mem::take(&mut self.pending);
@@ -179,5 +234,6 @@ impl RespConn {
         self.pending = pending;
         self.pending.clear();
         self.pending_args.clear();
+        true
     }
 }

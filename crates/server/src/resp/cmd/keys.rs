@@ -26,7 +26,7 @@ pub(super) fn del(cx: &mut Ctx<'_, '_>) -> CmdResult {
     check_keys(cx, &cx.args[1..])?;
     let mut n = 0;
     for k in &cx.args[1..] {
-        n += cx.store().delete(k)?.is_some() as i64;
+        n += cx.session.delete(k)?.is_some() as i64;
     }
     cx.r.int(n);
     Ok(())
@@ -81,7 +81,7 @@ fn expire_generic(cx: &mut Ctx<'_, '_>, name: &str, unit_ms: i64, absolute: bool
         ms.checked_add(now_ms() as i64).ok_or_else(invalid)?
     };
     let now = now_ms() as i64;
-    let (changed, _) = cx.store().write_with(cx.args[1], |cur| {
+    let (changed, _) = cx.session.write_with(cx.args[1], |cur| {
         let Some(it) = cur else {
             return (Write::Keep, false);
         };
@@ -146,7 +146,7 @@ pub(super) fn pttl(cx: &mut Ctx<'_, '_>) -> CmdResult {
 }
 
 pub(super) fn persist(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    let (changed, _) = cx.store().write_with(cx.args[1], |cur| match cur {
+    let (changed, _) = cx.session.write_with(cx.args[1], |cur| match cur {
         Some(it) if it.expires_at_ms.is_some() => (
             Write::Put {
                 value: it.value.to_vec(),
@@ -177,7 +177,7 @@ pub(super) fn flushall(cx: &mut Ctx<'_, '_>) -> CmdResult {
         [m] if eq_ic(m, "sync") || eq_ic(m, "async") => {}
         _ => return Err(CmdError::Syntax),
     }
-    crate::admin::clear(cx.store())?;
+    cx.session.clear()?;
     cx.r.ok();
     Ok(())
 }

@@ -22,6 +22,8 @@ pub(crate) use ordered::RangeSpec;
 /// What a command runs with.
 pub(crate) struct Ctx<'a, 'b> {
     pub shared: &'a Shared,
+    /// Writes go through the turn's session (see `proto::Cx`).
+    pub session: &'a combkv::Session<'a>,
     pub conn: &'a mut RespConn,
     pub client: &'a mut Client,
     pub args: &'a [&'b [u8]],

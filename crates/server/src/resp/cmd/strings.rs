@@ -117,11 +117,11 @@ pub(super) fn set(cx: &mut Ctx<'_, '_>) -> CmdResult {
     }
     let expiry = expiry.unwrap_or(Expiry::Never);
     if cond == Cond::Any && !get_old {
-        cx.store().put_with(key, value, expiry)?;
+        cx.session.put_with(key, value, expiry)?;
         cx.r.ok();
         return Ok(());
     }
-    let (old, written) = cx.store().write_with(key, |cur| {
+    let (old, written) = cx.session.write_with(key, |cur| {
         let old = cur.map(|it| it.value.to_vec());
         let ok = match cond {
             Cond::Any => true,
@@ -169,13 +169,13 @@ fn expiry_opt(a: &[u8]) -> Option<(i64, bool)> {
 }
 
 pub(super) fn setnx(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    let done = cx.store().insert(cx.args[1], cx.args[2])?;
+    let done = cx.session.insert(cx.args[1], cx.args[2])?;
     cx.r.int(done.is_some() as i64);
     Ok(())
 }
 
 pub(super) fn getdel(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    let (old, _) = cx.store().write_with(cx.args[1], |cur| match cur {
+    let (old, _) = cx.session.write_with(cx.args[1], |cur| match cur {
         Some(it) => (Write::Delete, Some(it.value.to_vec())),
         None => (Write::Keep, None),
     })?;
@@ -212,14 +212,14 @@ pub(super) fn mset(cx: &mut Ctx<'_, '_>) -> CmdResult {
         }
     }
     for pair in cx.args[1..].chunks(2) {
-        cx.store().put(pair[0], pair[1])?;
+        cx.session.put(pair[0], pair[1])?;
     }
     cx.r.ok();
     Ok(())
 }
 
 pub(super) fn append(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    let len = cx.store().append(cx.args[1], cx.args[2])?;
+    let len = cx.session.append(cx.args[1], cx.args[2])?;
     cx.r.int(len as i64);
     Ok(())
 }
@@ -233,7 +233,7 @@ pub(super) fn strlen(cx: &mut Ctx<'_, '_>) -> CmdResult {
 }
 
 fn incr_by(cx: &mut Ctx<'_, '_>, delta: i64) -> CmdResult {
-    let n = cx.store().incr_by(cx.args[1], delta)?;
+    let n = cx.session.incr_by(cx.args[1], delta)?;
     cx.r.int(n);
     Ok(())
 }
@@ -271,7 +271,7 @@ pub(super) fn cas(cx: &mut Ctx<'_, '_>) -> CmdResult {
         [opt, n] if eq_ic(opt, "px") => Expiry::AtMs(deadline_ms(n, 1, false, "cas")?),
         _ => return Err(CmdError::Syntax),
     };
-    match cx.store().cas(cx.args[1], expected, cx.args[3], expiry)? {
+    match cx.session.cas(cx.args[1], expected, cx.args[3], expiry)? {
         Some(v) => cx.r.int(v.get() as i64),
         None => cx.r.null(),
     }

@@ -1,0 +1,407 @@
+//! The storage the durability layer writes through: a small trait over the
+//! few file operations it needs, the real file system behind it, and an
+//! in-memory file system that injects faults and simulates crashes (what
+//! survives a crash is exactly what was synced, plus a random prefix of what
+//! was not).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+/// The file operations of the durability layer. Every method is a possible
+/// failure point; `sync_data` and `sync_dir` are the sync points.
+pub trait Storage: Send + Sync + fmt::Debug {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Names (not paths) of the files in `dir`.
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// Creates `path` empty (truncating it if it exists) for appending.
+    fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>>;
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn Read + Send>>;
+    fn len(&self, path: &Path) -> io::Result<u64>;
+    /// Cuts `path` to `len` bytes and syncs it.
+    fn truncate(&self, path: &Path, len: u64) -> io::Result<()>;
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Makes the directory's entries (creations, renames, removals) durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+}
+
+/// A file open for appending.
+pub trait WritableFile: Send + fmt::Debug {
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()>;
+    /// fdatasync: every byte written so far is durable when it returns Ok.
+    fn sync_data(&mut self) -> io::Result<()>;
+}
+
+/// The real file system.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FsStorage;
+
+#[derive(Debug)]
+struct FsFile(std::fs::File);
+
+impl WritableFile for FsFile {
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        io::Write::write_all(&mut self.0, buf)
+    }
+    fn sync_data(&mut self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+}
+
+impl Storage for FsStorage {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)
+    }
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(dir)? {
+            let e = e?;
+            if e.file_type()?.is_file() {
+                if let Some(name) = e.file_name().to_str() {
+                    out.push(name.to_string());
+                }
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+    fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(path)?;
+        Ok(Box::new(FsFile(f)))
+    }
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn Read + Send>> {
+        let f = std::fs::File::open(path)?;
+        Ok(Box::new(io::BufReader::with_capacity(1 << 20, f)))
+    }
+    fn len(&self, path: &Path) -> io::Result<u64> {
+        Ok(std::fs::metadata(path)?.len())
+    }
+    fn truncate(&self, path: &Path, len: u64) -> io::Result<()> {
+        let f = std::fs::OpenOptions::new().write(true).open(path)?;
+        f.set_len(len)?;
+        f.sync_all()
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        std::fs::File::open(dir)?.sync_all()
+    }
+}
+
+// ---- fault injection ----------------------------------------------------
+
+/// An in-memory file system for crash and fault tests.
+///
+/// Each file has its bytes and the length that is durable (synced); each
+/// directory entry is durable once its directory is synced. A *crash*
+/// keeps the durable namespace and, per file, the synced bytes plus a
+/// random prefix of the unsynced ones (a torn write). After a crash every
+/// operation fails until `restart`, which makes the crash image current.
+#[derive(Debug, Clone, Default)]
+pub struct FaultyStorage {
+    inner: Arc<Mutex<Faulty>>,
+}
+
+#[derive(Debug, Default)]
+struct MemFile {
+    data: Vec<u8>,
+    synced: usize,
+}
+
+#[derive(Debug, Default)]
+struct Faulty {
+    files: HashMap<u64, MemFile>,
+    names: BTreeMap<PathBuf, u64>,
+    durable_names: BTreeMap<PathBuf, u64>,
+    next_id: u64,
+    /// Bumped by `restart`: handles of an earlier life fail.
+    generation: u64,
+    syncs: u64,
+    writes: u64,
+    crash_at_sync: Option<u64>,
+    fail_sync_at: Option<u64>,
+    fail_write_at: Option<u64>,
+    crashed: Option<Image>,
+    seed: u64,
+}
+
+#[derive(Debug)]
+struct Image {
+    files: HashMap<u64, MemFile>,
+    names: BTreeMap<PathBuf, u64>,
+}
+
+fn injected(what: &str) -> io::Error {
+    io::Error::other(format!("injected {what} failure"))
+}
+
+impl Faulty {
+    fn live(&self, generation: u64) -> io::Result<()> {
+        if self.crashed.is_some() || generation != self.generation {
+            return Err(io::Error::other("storage crashed"));
+        }
+        Ok(())
+    }
+
+    fn rand(&mut self) -> u64 {
+        // splitmix64: deterministic per seed.
+        self.seed = self.seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.seed;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Counts a sync point; Err if this one fails or crashes.
+    fn sync_point(&mut self) -> io::Result<()> {
+        self.syncs += 1;
+        if self.crash_at_sync == Some(self.syncs) {
+            self.crash();
+            return Err(injected("crash at sync"));
+        }
+        if self.fail_sync_at == Some(self.syncs) {
+            return Err(injected("sync"));
+        }
+        Ok(())
+    }
+
+    fn crash(&mut self) {
+        let names = self.durable_names.clone();
+        let mut files = HashMap::new();
+        for &id in names.values() {
+            if files.contains_key(&id) {
+                continue;
+            }
+            let (len, synced) = match self.files.get(&id) {
+                Some(f) => (f.data.len(), f.synced.min(f.data.len())),
+                None => continue,
+            };
+            let extra = if len > synced {
+                (self.rand() % (len - synced + 1) as u64) as usize
+            } else {
+                0
+            };
+            let f = &self.files[&id];
+            let keep = synced + extra;
+            files.insert(
+                id,
+                MemFile {
+                    data: f.data[..keep].to_vec(),
+                    synced: keep,
+                },
+            );
+        }
+        self.crashed = Some(Image { files, names });
+    }
+}
+
+#[derive(Debug)]
+struct MemHandle {
+    fs: Arc<Mutex<Faulty>>,
+    id: u64,
+    generation: u64,
+}
+
+impl WritableFile for MemHandle {
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        let mut fs = self.fs.lock();
+        fs.live(self.generation)?;
+        fs.writes += 1;
+        if fs.fail_write_at == Some(fs.writes) {
+            // A failed write may still have written a part.
+            let part = buf.len() / 2;
+            if let Some(f) = fs.files.get_mut(&self.id) {
+                f.data.extend_from_slice(&buf[..part]);
+            }
+            return Err(injected("write"));
+        }
+        let f = fs.files.get_mut(&self.id).ok_or(io::ErrorKind::NotFound)?;
+        f.data.extend_from_slice(buf);
+        Ok(())
+    }
+    fn sync_data(&mut self) -> io::Result<()> {
+        let mut fs = self.fs.lock();
+        fs.live(self.generation)?;
+        fs.sync_point()?;
+        let f = fs.files.get_mut(&self.id).ok_or(io::ErrorKind::NotFound)?;
+        f.synced = f.data.len();
+        Ok(())
+    }
+}
+
+impl FaultyStorage {
+    /// An empty file system; `seed` drives the torn-write lengths.
+    pub fn new(seed: u64) -> FaultyStorage {
+        let s = FaultyStorage::default();
+        s.inner.lock().seed = seed;
+        s
+    }
+
+    /// Sync points passed so far (in this life).
+    pub fn syncs(&self) -> u64 {
+        self.inner.lock().syncs
+    }
+
+    /// The `n`th sync point from now crashes instead (1 = the next one).
+    pub fn crash_at_sync(&self, n: u64) {
+        let mut fs = self.inner.lock();
+        fs.crash_at_sync = Some(fs.syncs + n);
+    }
+
+    /// The `n`th sync point from now fails once (the storage stays up).
+    pub fn fail_sync_at(&self, n: u64) {
+        let mut fs = self.inner.lock();
+        fs.fail_sync_at = Some(fs.syncs + n);
+    }
+
+    /// The `n`th file write from now fails once, after writing half its bytes.
+    pub fn fail_write_at(&self, n: u64) {
+        let mut fs = self.inner.lock();
+        fs.fail_write_at = Some(fs.writes + n);
+    }
+
+    /// Crashes now.
+    pub fn crash(&self) {
+        self.inner.lock().crash();
+    }
+
+    /// True once a crash has happened and before `restart`.
+    pub fn has_crashed(&self) -> bool {
+        self.inner.lock().crashed.is_some()
+    }
+
+    /// Comes back after a crash with what survived it; handles opened
+    /// before fail from now on. Also clears pending fault injections.
+    pub fn restart(&self) {
+        let mut fs = self.inner.lock();
+        if let Some(img) = fs.crashed.take() {
+            fs.files = img.files;
+            fs.names = img.names.clone();
+            fs.durable_names = img.names;
+        }
+        fs.generation += 1;
+        fs.syncs = 0;
+        fs.writes = 0;
+        fs.crash_at_sync = None;
+        fs.fail_sync_at = None;
+        fs.fail_write_at = None;
+    }
+
+    /// The bytes of a file (tests corrupt files with `put_file`).
+    pub fn file(&self, path: &Path) -> Option<Vec<u8>> {
+        let fs = self.inner.lock();
+        let id = fs.names.get(path)?;
+        Some(fs.files[id].data.clone())
+    }
+
+    /// Replaces a file's bytes, durably.
+    pub fn put_file(&self, path: &Path, data: Vec<u8>) {
+        let mut fs = self.inner.lock();
+        let id = match fs.names.get(path) {
+            Some(&id) => id,
+            None => {
+                fs.next_id += 1;
+                let id = fs.next_id;
+                fs.names.insert(path.to_path_buf(), id);
+                id
+            }
+        };
+        fs.durable_names.insert(path.to_path_buf(), id);
+        let synced = data.len();
+        fs.files.insert(id, MemFile { data, synced });
+    }
+}
+
+impl Storage for FaultyStorage {
+    fn create_dir_all(&self, _dir: &Path) -> io::Result<()> {
+        let fs = self.inner.lock();
+        let g = fs.generation;
+        fs.live(g)
+    }
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let fs = self.inner.lock();
+        fs.live(fs.generation)?;
+        Ok(fs
+            .names
+            .keys()
+            .filter(|p| p.parent() == Some(dir))
+            .filter_map(|p| p.file_name()?.to_str().map(str::to_string))
+            .collect())
+    }
+    fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
+        let mut fs = self.inner.lock();
+        fs.live(fs.generation)?;
+        fs.next_id += 1;
+        let id = fs.next_id;
+        fs.files.insert(id, MemFile::default());
+        fs.names.insert(path.to_path_buf(), id);
+        Ok(Box::new(MemHandle {
+            fs: Arc::clone(&self.inner),
+            id,
+            generation: fs.generation,
+        }))
+    }
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn Read + Send>> {
+        let fs = self.inner.lock();
+        fs.live(fs.generation)?;
+        let id = fs.names.get(path).ok_or(io::ErrorKind::NotFound)?;
+        Ok(Box::new(io::Cursor::new(fs.files[id].data.clone())))
+    }
+    fn len(&self, path: &Path) -> io::Result<u64> {
+        let fs = self.inner.lock();
+        fs.live(fs.generation)?;
+        let id = fs.names.get(path).ok_or(io::ErrorKind::NotFound)?;
+        Ok(fs.files[id].data.len() as u64)
+    }
+    fn truncate(&self, path: &Path, len: u64) -> io::Result<()> {
+        let mut fs = self.inner.lock();
+        fs.live(fs.generation)?;
+        fs.sync_point()?;
+        let id = *fs.names.get(path).ok_or(io::ErrorKind::NotFound)?;
+        let f = fs.files.get_mut(&id).expect("named files exist");
+        f.data.truncate(len as usize);
+        f.synced = f.data.len();
+        Ok(())
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut fs = self.inner.lock();
+        fs.live(fs.generation)?;
+        let id = fs.names.remove(from).ok_or(io::ErrorKind::NotFound)?;
+        fs.names.insert(to.to_path_buf(), id);
+        Ok(())
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        let mut fs = self.inner.lock();
+        fs.live(fs.generation)?;
+        fs.names.remove(path).ok_or(io::ErrorKind::NotFound)?;
+        Ok(())
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        let mut fs = self.inner.lock();
+        fs.live(fs.generation)?;
+        fs.sync_point()?;
+        let in_dir = |p: &PathBuf| p.parent() == Some(dir);
+        fs.durable_names.retain(|p, _| !in_dir(p));
+        let now: Vec<(PathBuf, u64)> = fs
+            .names
+            .iter()
+            .filter(|(p, _)| in_dir(p))
+            .map(|(p, &id)| (p.clone(), id))
+            .collect();
+        fs.durable_names.extend(now);
+        Ok(())
+    }
+}

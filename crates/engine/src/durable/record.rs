@@ -1,0 +1,426 @@
+//! Byte formats of the log and of checkpoints (docs/design.md, Durability).
+//! Integers are little-endian; every checksum is CRC-32 (crc32fast).
+//!
+//! ```text
+//! WAL segment  wal-<seq, 20 digits>.log
+//!   header (32 B)  "CKVWAL01" | u64 seq | u64 start_version | u32 0 | u32 crc(bytes 0..28)
+//!   records        u32 body_len | u32 crc(body_len bytes ++ body) | body
+//!   body           u8 kind | u64 version | ...
+//!     PUT    (1)   u64 expiry_ms | u32 client_flags | u16 key_len | u32 value_len | key | value
+//!     DELETE (2)   u16 key_len | key
+//!     CLEAR  (3)   (nothing): every item with a smaller version is gone
+//!
+//! Checkpoint   ckpt-<version, 20 digits>.ckpt   (written as .tmp, renamed when complete)
+//!   header (32 B)  "CKVCKP01" | u64 version | u64 created_unix_ms | u32 0 | u32 crc(bytes 0..28)
+//!   blocks         u32 len (< 0xFFFF_FFFF) | u32 crc(len bytes ++ payload) | payload
+//!   payload        items, ascending keys:
+//!                  u64 version | u64 expiry_ms | u32 client_flags | u16 key_len | u32 value_len | key | value
+//!   footer (24 B)  u32 0xFFFF_FFFF | "CKVEND01" | u64 items | u32 crc(the 20 bytes before it)
+//! ```
+
+/// Bytes of a segment or checkpoint header.
+pub(crate) const HEADER_BYTES: usize = 32;
+pub(crate) const WAL_MAGIC: &[u8; 8] = b"CKVWAL01";
+pub(crate) const CKPT_MAGIC: &[u8; 8] = b"CKVCKP01";
+const END_MAGIC: &[u8; 8] = b"CKVEND01";
+/// Bytes of a record's or block's frame (length and checksum).
+pub(crate) const FRAME_BYTES: usize = 8;
+/// Bytes of a checkpoint footer.
+pub(crate) const FOOTER_BYTES: usize = 24;
+/// Largest record or block body accepted: anything larger is corruption.
+pub(crate) const MAX_BODY_BYTES: usize = 1 << 31;
+
+const PUT: u8 = 1;
+const DELETE: u8 = 2;
+const CLEAR: u8 = 3;
+
+/// One log record, borrowed from the bytes it was decoded from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Record<'a> {
+    Put {
+        version: u64,
+        key: &'a [u8],
+        value: &'a [u8],
+        expiry: u64,
+        client_flags: u32,
+    },
+    Delete {
+        version: u64,
+        key: &'a [u8],
+    },
+    Clear {
+        version: u64,
+    },
+}
+
+impl Record<'_> {
+    pub(crate) fn version(&self) -> u64 {
+        match *self {
+            Record::Put { version, .. }
+            | Record::Delete { version, .. }
+            | Record::Clear { version } => version,
+        }
+    }
+}
+
+fn crc_of(len: u32, body: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&len.to_le_bytes());
+    h.update(body);
+    h.finalize()
+}
+
+/// Appends `rec`, framed, to `out`.
+pub(crate) fn encode_record(out: &mut Vec<u8>, rec: &Record<'_>) {
+    let start = out.len();
+    out.extend_from_slice(&[0; FRAME_BYTES]);
+    match *rec {
+        Record::Put {
+            version,
+            key,
+            value,
+            expiry,
+            client_flags,
+        } => {
+            out.push(PUT);
+            out.extend_from_slice(&version.to_le_bytes());
+            out.extend_from_slice(&expiry.to_le_bytes());
+            out.extend_from_slice(&client_flags.to_le_bytes());
+            out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+            out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+            out.extend_from_slice(key);
+            out.extend_from_slice(value);
+        }
+        Record::Delete { version, key } => {
+            out.push(DELETE);
+            out.extend_from_slice(&version.to_le_bytes());
+            out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+            out.extend_from_slice(key);
+        }
+        Record::Clear { version } => {
+            out.push(CLEAR);
+            out.extend_from_slice(&version.to_le_bytes());
+        }
+    }
+    let len = (out.len() - start - FRAME_BYTES) as u32;
+    let crc = crc_of(len, &out[start + FRAME_BYTES..]);
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Why bytes could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Damage {
+    /// The bytes end inside a frame: a torn write.
+    Torn,
+    /// The checksum or the contents are wrong.
+    Corrupt(String),
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Damage::Torn => write!(f, "torn (ends inside a record)"),
+            Damage::Corrupt(why) => write!(f, "corrupt ({why})"),
+        }
+    }
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes(b[at..at + 2].try_into().expect("2 bytes"))
+}
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// Checks a frame at the start of `buf`: Ok(body) with its length checked
+/// against `buf` and its checksum verified.
+pub(crate) fn decode_frame(buf: &[u8]) -> Result<&[u8], Damage> {
+    if buf.len() < FRAME_BYTES {
+        return Err(Damage::Torn);
+    }
+    let len = u32_at(buf, 0);
+    if len as usize > MAX_BODY_BYTES {
+        return Err(Damage::Corrupt(format!("length {len}")));
+    }
+    let Some(body) = buf.get(FRAME_BYTES..FRAME_BYTES + len as usize) else {
+        return Err(Damage::Torn);
+    };
+    if crc_of(len, body) != u32_at(buf, 4) {
+        return Err(Damage::Corrupt("checksum mismatch".into()));
+    }
+    Ok(body)
+}
+
+/// Decodes the record at the start of `buf`; Ok((record, bytes used)).
+pub(crate) fn decode_record(buf: &[u8]) -> Result<(Record<'_>, usize), Damage> {
+    let body = decode_frame(buf)?;
+    let used = FRAME_BYTES + body.len();
+    let bad = |why: &str| Damage::Corrupt(why.to_string());
+    if body.len() < 9 {
+        return Err(bad("short record"));
+    }
+    let version = u64_at(body, 1);
+    if version == 0 {
+        return Err(bad("version 0"));
+    }
+    let rec = match body[0] {
+        PUT => {
+            if body.len() < 9 + 18 {
+                return Err(bad("short put"));
+            }
+            let expiry = u64_at(body, 9);
+            let client_flags = u32_at(body, 17);
+            let klen = u16_at(body, 21) as usize;
+            let vlen = u32_at(body, 23) as usize;
+            if body.len() != 27 + klen + vlen {
+                return Err(bad("put lengths"));
+            }
+            Record::Put {
+                version,
+                key: &body[27..27 + klen],
+                value: &body[27 + klen..],
+                expiry,
+                client_flags,
+            }
+        }
+        DELETE => {
+            if body.len() < 11 || body.len() != 11 + u16_at(body, 9) as usize {
+                return Err(bad("delete lengths"));
+            }
+            Record::Delete {
+                version,
+                key: &body[11..],
+            }
+        }
+        CLEAR if body.len() == 9 => Record::Clear { version },
+        k => return Err(bad(&format!("kind {k}"))),
+    };
+    Ok((rec, used))
+}
+
+/// A 32-byte header: magic, two u64 fields, checksum.
+pub(crate) fn encode_header(magic: &[u8; 8], a: u64, b: u64) -> [u8; HEADER_BYTES] {
+    let mut h = [0u8; HEADER_BYTES];
+    h[0..8].copy_from_slice(magic);
+    h[8..16].copy_from_slice(&a.to_le_bytes());
+    h[16..24].copy_from_slice(&b.to_le_bytes());
+    let crc = crc32fast::hash(&h[..28]);
+    h[28..32].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+/// Decodes a header written by `encode_header` with `magic`: (a, b).
+pub(crate) fn decode_header(magic: &[u8; 8], h: &[u8]) -> Result<(u64, u64), Damage> {
+    if h.len() < HEADER_BYTES {
+        return Err(Damage::Torn);
+    }
+    if &h[0..8] != magic {
+        return Err(Damage::Corrupt("bad magic".into()));
+    }
+    if crc32fast::hash(&h[..28]) != u32_at(h, 28) {
+        return Err(Damage::Corrupt("header checksum mismatch".into()));
+    }
+    Ok((u64_at(h, 8), u64_at(h, 16)))
+}
+
+/// One checkpoint item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CkptItem<'a> {
+    pub version: u64,
+    pub expiry: u64,
+    pub client_flags: u32,
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+}
+
+/// Bytes of an item in a checkpoint block, without key and value.
+pub(crate) const CKPT_ITEM_FIXED: usize = 26;
+
+pub(crate) fn encode_ckpt_item(out: &mut Vec<u8>, it: &CkptItem<'_>) {
+    out.extend_from_slice(&it.version.to_le_bytes());
+    out.extend_from_slice(&it.expiry.to_le_bytes());
+    out.extend_from_slice(&it.client_flags.to_le_bytes());
+    out.extend_from_slice(&(it.key.len() as u16).to_le_bytes());
+    out.extend_from_slice(&(it.value.len() as u32).to_le_bytes());
+    out.extend_from_slice(it.key);
+    out.extend_from_slice(it.value);
+}
+
+/// Decodes the item at `at` of a block payload; Ok((item, next offset)).
+pub(crate) fn decode_ckpt_item(p: &[u8], at: usize) -> Result<(CkptItem<'_>, usize), Damage> {
+    let bad = || Damage::Corrupt("item lengths".into());
+    let fixed = p.get(at..at + CKPT_ITEM_FIXED).ok_or_else(bad)?;
+    let klen = u16_at(fixed, 20) as usize;
+    let vlen = u32_at(fixed, 22) as usize;
+    let kstart = at + CKPT_ITEM_FIXED;
+    let end = kstart + klen + vlen;
+    if end > p.len() {
+        return Err(bad());
+    }
+    Ok((
+        CkptItem {
+            version: u64_at(fixed, 0),
+            expiry: u64_at(fixed, 8),
+            client_flags: u32_at(fixed, 16),
+            key: &p[kstart..kstart + klen],
+            value: &p[kstart + klen..end],
+        },
+        end,
+    ))
+}
+
+/// Frames a block payload: length, checksum, payload.
+pub(crate) fn encode_block(out: &mut Vec<u8>, payload: &[u8]) {
+    let len = payload.len() as u32;
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&crc_of(len, payload).to_le_bytes());
+    out.extend_from_slice(payload);
+}
+
+/// The footer that ends a complete checkpoint.
+pub(crate) fn encode_footer(items: u64) -> [u8; FOOTER_BYTES] {
+    let mut f = [0u8; FOOTER_BYTES];
+    f[0..4].copy_from_slice(&u32::MAX.to_le_bytes());
+    f[4..12].copy_from_slice(END_MAGIC);
+    f[12..20].copy_from_slice(&items.to_le_bytes());
+    let crc = crc32fast::hash(&f[..20]);
+    f[20..24].copy_from_slice(&crc.to_le_bytes());
+    f
+}
+
+/// True if a frame starting with `len_word` is the footer.
+pub(crate) fn is_footer(len_word: u32) -> bool {
+    len_word == u32::MAX
+}
+
+/// The item count of a footer.
+pub(crate) fn decode_footer(f: &[u8]) -> Result<u64, Damage> {
+    if f.len() < FOOTER_BYTES {
+        return Err(Damage::Torn);
+    }
+    if &f[4..12] != END_MAGIC || crc32fast::hash(&f[..20]) != u32_at(f, 20) {
+        return Err(Damage::Corrupt("bad footer".into()));
+    }
+    Ok(u64_at(f, 12))
+}
+
+/// `wal-<seq>.log`
+pub(crate) fn segment_name(seq: u64) -> String {
+    format!("wal-{seq:020}.log")
+}
+
+/// `ckpt-<version>.ckpt`
+pub(crate) fn checkpoint_name(version: u64) -> String {
+    format!("ckpt-{version:020}.ckpt")
+}
+
+/// The number in a `wal-` or `ckpt-` file name with the given suffix.
+pub(crate) fn parse_name(name: &str, prefix: &str, suffix: &str) -> Option<u64> {
+    let digits = name.strip_prefix(prefix)?.strip_suffix(suffix)?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn samples() -> Vec<Record<'static>> {
+        vec![
+            Record::Put {
+                version: 7,
+                key: b"key",
+                value: b"value",
+                expiry: 1_700_000_000_000,
+                client_flags: 0xdead_beef,
+            },
+            Record::Put {
+                version: 8,
+                key: b"k",
+                value: b"",
+                expiry: 0,
+                client_flags: 0,
+            },
+            Record::Delete {
+                version: 9,
+                key: b"gone",
+            },
+            Record::Clear { version: 10 },
+        ]
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let mut buf = Vec::new();
+        for r in samples() {
+            encode_record(&mut buf, &r);
+        }
+        let mut at = 0;
+        for want in samples() {
+            let (got, used) = decode_record(&buf[at..]).unwrap();
+            assert_eq!(got, want);
+            at += used;
+        }
+        assert_eq!(at, buf.len());
+    }
+
+    #[test]
+    fn every_truncation_is_torn_and_every_bit_flip_is_caught() {
+        let mut buf = Vec::new();
+        encode_record(&mut buf, &samples()[0]);
+        for cut in 0..buf.len() {
+            assert_eq!(decode_record(&buf[..cut]), Err(Damage::Torn), "cut {cut}");
+        }
+        for byte in 0..buf.len() {
+            for bit in 0..8 {
+                let mut b = buf.clone();
+                b[byte] ^= 1 << bit;
+                // A flipped length may also read as torn; never as valid.
+                assert!(decode_record(&b).is_err(), "flip {byte}.{bit}");
+            }
+        }
+    }
+
+    #[test]
+    fn headers_footers_and_items_round_trip() {
+        let h = encode_header(WAL_MAGIC, 3, 99);
+        assert_eq!(decode_header(WAL_MAGIC, &h), Ok((3, 99)));
+        assert!(decode_header(CKPT_MAGIC, &h).is_err());
+        let mut bad = h;
+        bad[9] ^= 1;
+        assert!(decode_header(WAL_MAGIC, &bad).is_err());
+        let f = encode_footer(12345);
+        assert!(is_footer(u32::from_le_bytes(f[0..4].try_into().unwrap())));
+        assert_eq!(decode_footer(&f), Ok(12345));
+        let it = CkptItem {
+            version: 5,
+            expiry: 6,
+            client_flags: 7,
+            key: b"abc",
+            value: b"defg",
+        };
+        let mut p = Vec::new();
+        encode_ckpt_item(&mut p, &it);
+        encode_ckpt_item(&mut p, &it);
+        let (a, next) = decode_ckpt_item(&p, 0).unwrap();
+        assert_eq!(a, it);
+        assert_eq!(decode_ckpt_item(&p, next).unwrap().1, p.len());
+        assert!(decode_ckpt_item(&p[..p.len() - 1], next).is_err());
+        let mut block = Vec::new();
+        encode_block(&mut block, &p);
+        assert_eq!(decode_frame(&block), Ok(&p[..]));
+    }
+
+    #[test]
+    fn names_parse() {
+        assert_eq!(parse_name(&segment_name(42), "wal-", ".log"), Some(42));
+        assert_eq!(parse_name(&checkpoint_name(7), "ckpt-", ".ckpt"), Some(7));
+        assert_eq!(parse_name("wal-1.log", "wal-", ".log"), None);
+    }
+}

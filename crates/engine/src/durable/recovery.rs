@@ -1,0 +1,358 @@
+//! Recovery: the newest valid checkpoint is bulk loaded, then the log is
+//! replayed from it in version order.
+//!
+//! Rules (docs/design.md, Durability):
+//! 1. Checkpoints are tried newest first; one that fails any check (header,
+//!    block checksum, item order, footer, item count) is skipped and
+//!    reported, and the next older one is tried. None valid: start empty.
+//! 2. The log must reach back to the loaded version: the first segment's
+//!    start version is at most the checkpoint version, else records are
+//!    missing and recovery refuses (`Error::Corrupt`).
+//! 3. Records at or below the checkpoint version are skipped; later ones are
+//!    applied with their own versions, so items keep their versions (CAS
+//!    tokens) and TTLs. A Clear record empties the tree.
+//! 4. The first damaged record (torn, bad checksum, version not above the
+//!    previous one) ends the log: its segment is cut there, later segments
+//!    are renamed `.discarded`, and both are reported.
+//! 5. The clock restarts above every version seen (checkpoint, records,
+//!    segment start versions).
+
+use std::path::Path;
+use std::time::Instant;
+
+use super::checkpoint;
+use super::file::Storage;
+use super::record::{self, Damage, Record};
+use super::wal::SegmentMeta;
+use super::{LoadedCheckpoint, RecoveryReport, TailCut};
+use crate::config::Geometry;
+use crate::error::{Error, Result};
+use crate::tree::Tree;
+use crate::tree::load::BulkLoader;
+use crate::tree::write::{WriteMode, WriteOp};
+
+/// What one pass over a segment found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SegmentScan {
+    pub seq: u64,
+    pub start_version: u64,
+    pub records: u64,
+    pub first_version: Option<u64>,
+    pub last_version: Option<u64>,
+    /// Bytes up to the end of the last valid record (header included).
+    pub valid_bytes: u64,
+    pub total_bytes: u64,
+    /// Where and why the segment stops being valid.
+    pub damage: Option<(u64, Damage)>,
+}
+
+/// Reads a segment's records in order, handing each to `f`, until the end
+/// or the first damage. `after` is the last version seen before it: every
+/// record's version must exceed it and the previous one.
+pub(crate) fn scan_segment(
+    seq: u64,
+    bytes: &[u8],
+    mut after: u64,
+    mut f: impl FnMut(&Record<'_>),
+) -> SegmentScan {
+    let mut scan = SegmentScan {
+        seq,
+        start_version: 0,
+        records: 0,
+        first_version: None,
+        last_version: None,
+        valid_bytes: 0,
+        total_bytes: bytes.len() as u64,
+        damage: None,
+    };
+    match record::decode_header(record::WAL_MAGIC, bytes) {
+        Ok((hseq, start)) if hseq == seq => scan.start_version = start,
+        Ok((hseq, _)) => {
+            scan.damage = Some((0, Damage::Corrupt(format!("header names segment {hseq}"))));
+            return scan;
+        }
+        Err(d) => {
+            scan.damage = Some((0, d));
+            return scan;
+        }
+    }
+    let mut at = record::HEADER_BYTES;
+    scan.valid_bytes = at as u64;
+    while at < bytes.len() {
+        match record::decode_record(&bytes[at..]) {
+            Ok((rec, used)) => {
+                let v = rec.version();
+                if v <= after {
+                    scan.damage = Some((
+                        at as u64,
+                        Damage::Corrupt(format!("version {v} not above {after}")),
+                    ));
+                    return scan;
+                }
+                f(&rec);
+                after = v;
+                scan.records += 1;
+                scan.first_version.get_or_insert(v);
+                scan.last_version = Some(v);
+                at += used;
+                scan.valid_bytes = at as u64;
+            }
+            Err(d) => {
+                scan.damage = Some((at as u64, d));
+                return scan;
+            }
+        }
+    }
+    scan
+}
+
+/// WAL segments in `dir`, oldest first: (seq, path).
+pub(crate) fn list_segments(
+    storage: &dyn Storage,
+    dir: &Path,
+) -> std::io::Result<Vec<(u64, std::path::PathBuf)>> {
+    let mut out: Vec<(u64, std::path::PathBuf)> = storage
+        .list(dir)?
+        .into_iter()
+        .filter_map(|n| Some((record::parse_name(&n, "wal-", ".log")?, dir.join(n))))
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+pub(crate) fn read_all(storage: &dyn Storage, path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    std::io::Read::read_to_end(&mut storage.open_read(path)?, &mut out)?;
+    Ok(out)
+}
+
+/// The recovered tree, the segments the log keeps, and the report.
+pub(crate) struct Recovered {
+    pub tree: Tree,
+    pub segments: Vec<SegmentMeta>,
+    pub report: RecoveryReport,
+}
+
+fn io(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |e| Error::Io(format!("{what}: {e}"))
+}
+
+/// Loads the newest valid checkpoint into a fresh tree.
+fn load_checkpoint(
+    g: &Geometry,
+    max_value_len: usize,
+    storage: &dyn Storage,
+    dir: &Path,
+    report: &mut RecoveryReport,
+) -> Result<(Tree, u64)> {
+    for (version, path) in
+        checkpoint::list(storage, dir).map_err(io("listing the data directory"))?
+    {
+        let name = path
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let mut loader = BulkLoader::new(g);
+        let read = checkpoint::read(storage, &path, |it| {
+            if it.value.len() > max_value_len {
+                return Err(format!("value of {} bytes over the limit", it.value.len()));
+            }
+            if it.version > version {
+                return Err(format!(
+                    "item version {} above the checkpoint's",
+                    it.version
+                ));
+            }
+            loader.push(it.key, it.value, it.version, it.expiry)
+        });
+        match read {
+            Ok((v, items)) if v == version => {
+                let (tree, max_item_version) = loader.finish();
+                report.checkpoint = Some(LoadedCheckpoint {
+                    file: name,
+                    version,
+                    items,
+                });
+                debug_assert!(max_item_version <= version);
+                return Ok((tree, version));
+            }
+            Ok((v, _)) => report
+                .skipped_checkpoints
+                .push((name, format!("header says version {v}"))),
+            Err(why) => report.skipped_checkpoints.push((name, why)),
+        }
+    }
+    Ok((Tree::new(*g), 0))
+}
+
+/// Recovers the store in `dir`.
+pub(crate) fn recover(
+    g: &Geometry,
+    max_value_len: usize,
+    storage: &dyn Storage,
+    dir: &Path,
+) -> Result<Recovered> {
+    storage
+        .create_dir_all(dir)
+        .map_err(io("creating the data directory"))?;
+    let mut report = RecoveryReport::default();
+    let started = Instant::now();
+    let (mut tree, ckpt_version) = load_checkpoint(g, max_value_len, storage, dir, &mut report)?;
+    report.load_time = started.elapsed();
+    let started = Instant::now();
+
+    let segments = list_segments(storage, dir).map_err(io("listing the data directory"))?;
+    let mut kept = Vec::new();
+    let mut max_version = ckpt_version;
+    let mut last = 0u64;
+    let mut cut_at: Option<usize> = None;
+    for (i, (seq, path)) in segments.iter().enumerate() {
+        let name = path
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let bytes = read_all(storage, path).map_err(io(&name))?;
+        let mut apply_err = None;
+        let scan = scan_segment(*seq, &bytes, last, |rec| {
+            if apply_err.is_some() {
+                return;
+            }
+            if rec.version() <= ckpt_version {
+                report.records_skipped += 1;
+                return;
+            }
+            if let Err(e) = apply(&mut tree, g, max_value_len, rec) {
+                apply_err = Some(e);
+            }
+            report.records_replayed += 1;
+        });
+        if let Some(e) = apply_err {
+            return Err(Error::Corrupt(format!("{name}: {e}")));
+        }
+        let has_header = scan.damage.as_ref().is_none_or(|d| d.0 > 0);
+        if i == 0 && has_header && scan.start_version > ckpt_version {
+            return Err(Error::Corrupt(format!(
+                "the log starts at version {} ({name}) but the newest valid checkpoint is at version {ckpt_version}: records in between are missing",
+                scan.start_version
+            )));
+        }
+        max_version = max_version.max(scan.start_version);
+        if let Some(v) = scan.last_version {
+            last = v;
+            max_version = max_version.max(v);
+        }
+        report.segments_replayed += 1;
+        if let Some((offset, damage)) = scan.damage.clone() {
+            let is_last = i + 1 == segments.len();
+            report.tail_cut = Some(TailCut {
+                segment: name.clone(),
+                offset,
+                dropped_bytes: scan.total_bytes - scan.valid_bytes,
+                reason: damage.to_string(),
+            });
+            if offset == 0 && is_last && damage == Damage::Torn {
+                // Created but its header never became durable: it holds nothing.
+                storage.remove(path).map_err(io(&name))?;
+            } else if offset == 0 {
+                let aside = path.with_file_name(format!("{name}.discarded"));
+                storage.rename(path, &aside).map_err(io(&name))?;
+                report.discarded_segments.push(name.clone());
+            } else {
+                storage
+                    .truncate(path, scan.valid_bytes)
+                    .map_err(io(&name))?;
+                kept.push(SegmentMeta {
+                    seq: *seq,
+                    start_version: scan.start_version,
+                    bytes: scan.valid_bytes,
+                });
+            }
+            cut_at = Some(i);
+            break;
+        }
+        kept.push(SegmentMeta {
+            seq: *seq,
+            start_version: scan.start_version,
+            bytes: scan.total_bytes,
+        });
+    }
+    if let Some(i) = cut_at {
+        for (_, path) in &segments[i + 1..] {
+            let name = path
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+            let aside = path.with_file_name(format!("{name}.discarded"));
+            storage.rename(path, &aside).map_err(io(&name))?;
+            report.discarded_segments.push(name);
+        }
+        storage
+            .sync_dir(dir)
+            .map_err(io("syncing the data directory"))?;
+    }
+    tree.clock.reset_to(max_version);
+    report.max_version = max_version;
+    report.replay_time = started.elapsed();
+    Ok(Recovered {
+        tree,
+        segments: kept,
+        report,
+    })
+}
+
+/// Applies one record with its own version.
+fn apply(
+    tree: &mut Tree,
+    g: &Geometry,
+    max_value_len: usize,
+    rec: &Record<'_>,
+) -> Result<(), String> {
+    let v = rec.version();
+    let mode = WriteMode {
+        now: None,
+        logged: false,
+    };
+    let check_key = |key: &[u8]| {
+        if key.is_empty() || key.len() > g.max_key_len {
+            Err(format!(
+                "record {v}: key of {} bytes outside 1..={}",
+                key.len(),
+                g.max_key_len
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    match *rec {
+        Record::Put {
+            key, value, expiry, ..
+        } => {
+            check_key(key)?;
+            if value.len() > max_value_len {
+                return Err(format!(
+                    "record {v}: value of {} bytes over the limit",
+                    value.len()
+                ));
+            }
+            tree.clock.reset_to(v - 1);
+            let w = tree.write(key, mode, |_| {
+                (
+                    WriteOp::Put {
+                        value: std::borrow::Cow::Borrowed(value),
+                        expiry,
+                    },
+                    (),
+                )
+            });
+            debug_assert_eq!(w.version, Some(v), "replay keeps the record's version");
+        }
+        Record::Delete { key, .. } => {
+            check_key(key)?;
+            tree.clock.reset_to(v - 1);
+            let w = tree.write(key, mode, |_| (WriteOp::Delete, ()));
+            debug_assert!(w.version.is_none_or(|got| got == v));
+        }
+        Record::Clear { .. } => {
+            *tree = Tree::new(*g);
+            tree.clock.reset_to(v);
+        }
+    }
+    Ok(())
+}

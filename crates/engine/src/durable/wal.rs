@@ -1,0 +1,460 @@
+//! The write-ahead log: records appended in version order to an in-memory
+//! buffer, written to size-bounded segment files by one flusher thread that
+//! group-commits them (one write and one fdatasync for everything buffered).
+//!
+//! - A write takes its version and appends its record under one mutex
+//!   (`VersionLog::next_version`, called with the leaf lock held), so the
+//!   log is in version order, and for one key in the order writes took
+//!   effect.
+//! - `Always`: the flusher raises the clock's limit to the newest version
+//!   its fsync covered; the read version never passes the limit, so no
+//!   reader sees a write before it is durable, and a writer that waits for
+//!   its release waits for its fsync. Every version is taken under the
+//!   mutex, so the write version read when the buffer is taken covers
+//!   exactly the records in it (versions without records too).
+//! - `EverySec`: written every 10 ms, fsynced once a second; `None`:
+//!   written every 10 ms, never fsynced (the OS decides). Neither holds back
+//!   visibility; both bound the buffer (writers wait above 64 MiB).
+//! - A failed write or fsync poisons the log and the clock: the flusher
+//!   stops, the store refuses writes, and what was not made durable is
+//!   never acknowledged (with `Always`, never visible).
+//!
+//! Concurrency primitives here are parking_lot's and std's directly: this
+//! layer does file I/O on its own threads and is tested with real threads
+//! and the fault-injecting storage, not under shuttle.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use super::Durability;
+use super::file::{Storage, WritableFile};
+use super::record::{self, Record};
+use crate::tree::version::VersionClock;
+use crate::tree::{LogEntry, VersionLog};
+
+/// Buffered bytes above which `EverySec`/`None` writers wait for the flusher.
+const MAX_BUFFERED_BYTES: usize = 64 << 20;
+/// How often `EverySec`/`None` write the buffer out.
+const WRITE_INTERVAL: Duration = Duration::from_millis(10);
+/// How often the flusher looks at the checkpoint triggers when idle.
+const IDLE_WAKE: Duration = Duration::from_millis(100);
+
+/// A segment file and the versions it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SegmentMeta {
+    pub seq: u64,
+    /// Every record in the segment has a version above this.
+    pub start_version: u64,
+    pub bytes: u64,
+}
+
+#[derive(Debug, Default)]
+struct Buffer {
+    bytes: Vec<u8>,
+    records: u64,
+    /// The highest version a waiter needs durable.
+    wanted: u64,
+}
+
+/// Counters for `PersistenceStats`.
+#[derive(Debug, Default)]
+pub(crate) struct WalCounters {
+    pub fsyncs: AtomicU64,
+    pub records: AtomicU64,
+    pub bytes_written: AtomicU64,
+    /// Bytes written since the last checkpoint's snapshot.
+    pub bytes_since_checkpoint: AtomicU64,
+}
+
+/// The log. Shared by the tree (as its `VersionLog`), the store and the
+/// flusher thread.
+pub(crate) struct Wal {
+    dir: PathBuf,
+    storage: Arc<dyn Storage>,
+    mode: Durability,
+    segment_bytes: u64,
+    clock: Arc<VersionClock>,
+    buffer: Mutex<Buffer>,
+    /// The flusher waits here for work.
+    wake: Condvar,
+    /// Versions `<= durable` are in the log on disk (`Always`, `EverySec`
+    /// after its fsync) or written to the OS (`None`, `EverySec` between
+    /// fsyncs: see `written`).
+    durable: AtomicU64,
+    /// Versions `<= written` have been handed to the OS.
+    written: AtomicU64,
+    /// Waiters for `durable`/`written` block here (with `buffer`).
+    progress: Condvar,
+    failure: Mutex<Option<String>>,
+    failed: AtomicBool,
+    stopping: AtomicBool,
+    /// The flusher has exited: nothing more becomes durable.
+    exited: AtomicBool,
+    pub(crate) segments: Mutex<Vec<SegmentMeta>>,
+    pub(crate) counters: WalCounters,
+    flusher: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Wal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wal")
+            .field("dir", &self.dir)
+            .field("mode", &self.mode)
+            .field("durable", &self.durable.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+/// Called by the flusher after each round; returns nothing. The store
+/// passes its checkpoint trigger.
+pub(crate) type Tick = Box<dyn Fn(&Wal) + Send + Sync>;
+
+impl Wal {
+    /// Opens a fresh segment after the existing ones (`old`, in order) and
+    /// starts the flusher. `start` is the recovered version: the clock's
+    /// write and read versions, and every version `<= start` is durable.
+    pub(crate) fn open(
+        dir: PathBuf,
+        storage: Arc<dyn Storage>,
+        mode: Durability,
+        segment_bytes: u64,
+        clock: Arc<VersionClock>,
+        old: Vec<SegmentMeta>,
+        tick: Tick,
+    ) -> std::io::Result<Arc<Wal>> {
+        let start = clock.write_version();
+        let seq = old.last().map_or(1, |s| s.seq + 1);
+        let file = Self::create_segment(&*storage, &dir, seq, start)?;
+        let mut segments = old;
+        segments.push(SegmentMeta {
+            seq,
+            start_version: start,
+            bytes: record::HEADER_BYTES as u64,
+        });
+        if mode == Durability::Always {
+            clock.set_limit(start);
+        }
+        let wal = Arc::new(Wal {
+            dir,
+            storage,
+            mode,
+            segment_bytes: segment_bytes.max(record::HEADER_BYTES as u64 + 1),
+            clock,
+            buffer: Mutex::new(Buffer::default()),
+            wake: Condvar::new(),
+            durable: AtomicU64::new(start),
+            written: AtomicU64::new(start),
+            progress: Condvar::new(),
+            failure: Mutex::new(None),
+            failed: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+            exited: AtomicBool::new(false),
+            segments: Mutex::new(segments),
+            counters: WalCounters::default(),
+            flusher: Mutex::new(None),
+        });
+        let w = Arc::clone(&wal);
+        let handle = std::thread::Builder::new()
+            .name("combkv-wal".into())
+            .spawn(move || w.run(file, tick))?;
+        *wal.flusher.lock() = Some(handle);
+        Ok(wal)
+    }
+
+    fn create_segment(
+        storage: &dyn Storage,
+        dir: &std::path::Path,
+        seq: u64,
+        start: u64,
+    ) -> std::io::Result<Box<dyn WritableFile>> {
+        let path = dir.join(record::segment_name(seq));
+        let mut f = storage.create(&path)?;
+        f.write_all(&record::encode_header(record::WAL_MAGIC, seq, start))?;
+        f.sync_data()?;
+        storage.sync_dir(dir)?;
+        Ok(f)
+    }
+
+    pub(crate) fn mode(&self) -> Durability {
+        self.mode
+    }
+
+    pub(crate) fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
+    /// The cause, once the log has failed.
+    pub(crate) fn failure(&self) -> Option<String> {
+        if !self.failed.load(Ordering::Acquire) {
+            return None;
+        }
+        self.failure.lock().clone()
+    }
+
+    /// Whether writes may proceed: Err(cause) after a failure or shutdown.
+    /// `EverySec`/`None` writers wait here while the buffer is over its bound.
+    pub(crate) fn admit(&self) -> Result<(), String> {
+        if let Some(cause) = self.failure() {
+            return Err(cause);
+        }
+        if self.stopping.load(Ordering::Acquire) {
+            return Err("the store is shut down".into());
+        }
+        if self.mode != Durability::Always {
+            let mut b = self.buffer.lock();
+            while b.bytes.len() > MAX_BUFFERED_BYTES && !self.failed.load(Ordering::Acquire) {
+                self.wake.notify_one();
+                self.progress.wait_for(&mut b, IDLE_WAKE);
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until version `v`'s record is as durable as the mode promises
+    /// before acknowledgement (`Always`: on disk). Err(cause) if the log
+    /// failed first.
+    pub(crate) fn wait_durable(&self, v: u64) -> Result<(), String> {
+        if self.mode != Durability::Always {
+            if let Some(cause) = self.failure() {
+                if v > self.written.load(Ordering::Acquire) {
+                    return Err(cause);
+                }
+            }
+            return Ok(());
+        }
+        if self.durable.load(Ordering::Acquire) >= v {
+            return Ok(());
+        }
+        let mut b = self.buffer.lock();
+        b.wanted = b.wanted.max(v);
+        self.wake.notify_one();
+        loop {
+            if self.durable.load(Ordering::Acquire) >= v {
+                return Ok(());
+            }
+            if let Some(cause) = self.failure() {
+                return Err(cause);
+            }
+            if self.exited.load(Ordering::Acquire) {
+                return Err("the store is shut down".into());
+            }
+            self.progress.wait_for(&mut b, IDLE_WAKE);
+        }
+    }
+
+    /// Versions up to this are durable.
+    pub(crate) fn durable_version(&self) -> u64 {
+        self.durable.load(Ordering::Acquire)
+    }
+
+    fn fail(&self, cause: String) {
+        let mut f = self.failure.lock();
+        if f.is_none() {
+            *f = Some(cause);
+        }
+        drop(f);
+        self.failed.store(true, Ordering::Release);
+        self.clock.poison();
+        let _b = self.buffer.lock();
+        self.progress.notify_all();
+    }
+
+    /// Writes everything buffered, fsyncs it and stops the flusher.
+    pub(crate) fn shutdown(&self) -> Result<(), String> {
+        self.stopping.store(true, Ordering::Release);
+        {
+            let _b = self.buffer.lock();
+            self.wake.notify_one();
+        }
+        if let Some(h) = self.flusher.lock().take() {
+            let _ = h.join();
+        }
+        match self.failure() {
+            Some(cause) => Err(cause),
+            None => Ok(()),
+        }
+    }
+
+    /// The flusher: waits for work, takes the buffer, writes it, syncs it
+    /// as the mode says, publishes progress, rotates segments.
+    fn run(&self, file: Box<dyn WritableFile>, tick: Tick) {
+        self.flush_loop(file, tick);
+        self.exited.store(true, Ordering::Release);
+        let _b = self.buffer.lock();
+        self.progress.notify_all();
+    }
+
+    fn flush_loop(&self, mut file: Box<dyn WritableFile>, tick: Tick) {
+        let mut last_sync = Instant::now();
+        let mut spare = Vec::new();
+        loop {
+            let (bytes, records, upto, stop) = {
+                let mut b = self.buffer.lock();
+                loop {
+                    let stop = self.stopping.load(Ordering::Acquire);
+                    let needed = b.wanted > self.durable.load(Ordering::Acquire);
+                    if stop || needed {
+                        break;
+                    }
+                    if self.mode != Durability::Always {
+                        // Write every interval, or at once when a writer
+                        // waits for room.
+                        self.wake.wait_for(&mut b, WRITE_INTERVAL);
+                        break;
+                    }
+                    // Idle: write what sessions left behind, run the tick.
+                    if self.wake.wait_for(&mut b, IDLE_WAKE).timed_out() {
+                        break;
+                    }
+                }
+                std::mem::swap(&mut b.bytes, &mut spare);
+                let records = std::mem::take(&mut b.records);
+                // Every version is taken under this mutex, so the records of
+                // all versions up to `upto` are in `spare` or written before.
+                (
+                    std::mem::take(&mut spare),
+                    records,
+                    self.clock.write_version(),
+                    self.stopping.load(Ordering::Acquire),
+                )
+            };
+            let sync = match self.mode {
+                Durability::Always => true,
+                Durability::EverySec => stop || last_sync.elapsed() >= Duration::from_secs(1),
+                Durability::None => stop,
+            };
+            if let Err(e) = self.write_out(&mut file, &bytes, upto, sync) {
+                self.fail(format!("write-ahead log: {e}"));
+                return;
+            }
+            if sync {
+                last_sync = Instant::now();
+            }
+            self.counters.records.fetch_add(records, Ordering::Relaxed);
+            spare = bytes;
+            spare.clear();
+            {
+                let _b = self.buffer.lock();
+                self.progress.notify_all();
+            }
+            if stop {
+                return;
+            }
+            match self.maybe_rotate(file, upto) {
+                Ok(f) => file = f,
+                Err(e) => {
+                    self.fail(format!("write-ahead log segment: {e}"));
+                    return;
+                }
+            }
+            tick(self);
+        }
+    }
+
+    fn write_out(
+        &self,
+        file: &mut Box<dyn WritableFile>,
+        bytes: &[u8],
+        upto: u64,
+        sync: bool,
+    ) -> std::io::Result<()> {
+        if !bytes.is_empty() {
+            file.write_all(bytes)?;
+            let n = bytes.len() as u64;
+            self.counters.bytes_written.fetch_add(n, Ordering::Relaxed);
+            self.counters
+                .bytes_since_checkpoint
+                .fetch_add(n, Ordering::Relaxed);
+            if let Some(s) = self.segments.lock().last_mut() {
+                s.bytes += n;
+            }
+        }
+        self.written.fetch_max(upto, Ordering::AcqRel);
+        if sync && (!bytes.is_empty() || self.durable.load(Ordering::Acquire) < upto) {
+            file.sync_data()?;
+            self.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
+            self.durable.fetch_max(upto, Ordering::AcqRel);
+            if self.mode == Durability::Always {
+                self.clock.set_limit(upto);
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts a new segment when the current one is full. Records never span
+    /// segments; the old segment is synced first, so a later segment never
+    /// holds data while an earlier one is torn.
+    fn maybe_rotate(
+        &self,
+        mut file: Box<dyn WritableFile>,
+        upto: u64,
+    ) -> std::io::Result<Box<dyn WritableFile>> {
+        let (seq, bytes) = {
+            let s = self.segments.lock();
+            let last = s.last().expect("a current segment");
+            (last.seq, last.bytes)
+        };
+        if bytes < self.segment_bytes {
+            return Ok(file);
+        }
+        if self.mode != Durability::Always {
+            file.sync_data()?;
+            self.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
+        }
+        let next = Self::create_segment(&*self.storage, &self.dir, seq + 1, upto)?;
+        self.segments.lock().push(SegmentMeta {
+            seq: seq + 1,
+            start_version: upto,
+            bytes: record::HEADER_BYTES as u64,
+        });
+        Ok(next)
+    }
+
+    /// Removes segments every record of which is at or below `version`
+    /// (never the current one). Returns how many went.
+    pub(crate) fn remove_segments_upto(&self, version: u64) -> std::io::Result<usize> {
+        let doomed: Vec<SegmentMeta> = {
+            let s = self.segments.lock();
+            s.windows(2)
+                .filter(|w| w[1].start_version <= version)
+                .map(|w| w[0].clone())
+                .collect()
+        };
+        for seg in &doomed {
+            self.storage
+                .remove(&self.dir.join(record::segment_name(seg.seq)))?;
+            self.segments.lock().retain(|s| s.seq != seg.seq);
+        }
+        if !doomed.is_empty() {
+            self.storage.sync_dir(&self.dir)?;
+        }
+        Ok(doomed.len())
+    }
+}
+
+impl VersionLog for Wal {
+    fn next_version(&self, clock: &VersionClock, entry: Option<LogEntry<'_>>) -> u64 {
+        let mut b = self.buffer.lock();
+        let v = clock.next();
+        if let Some(e) = entry {
+            let rec = match e {
+                LogEntry::Put { key, value, expiry } => Record::Put {
+                    version: v,
+                    key,
+                    value,
+                    expiry,
+                    client_flags: 0,
+                },
+                LogEntry::Delete { key } => Record::Delete { version: v, key },
+                LogEntry::Clear => Record::Clear { version: v },
+            };
+            record::encode_record(&mut b.bytes, &rec);
+            b.records += 1;
+        }
+        v
+    }
+}
