@@ -19,7 +19,15 @@ pub struct BenchOptions {
     pub targets: Vec<TargetKind>,
     pub records: u64,
     pub stop: Stop,
+    /// In-process targets: worker threads.
     pub threads: usize,
+    /// Network targets: client connections (one thread each) and
+    /// operations in flight per connection.
+    pub connections: usize,
+    pub pipeline: usize,
+    /// Network targets: the `combkv` binary to serve combkv-resp and
+    /// combkv-memcached (`None`: `combkv` next to the running executable).
+    pub server_bin: Option<PathBuf>,
     /// Overrides each workload's own distribution.
     pub distribution: Option<Distribution>,
     pub shape: Shape,
@@ -44,7 +52,16 @@ impl BenchOptions {
             shape: self.shape,
             read_pct: self.read_pct,
             seed: self.seed,
+            connections: self.connections,
+            pipeline: self.pipeline,
+            server_bin: self.server_bin.clone(),
         }
+    }
+
+    /// Whether this run measures servers over loopback (all its targets are
+    /// network targets; [`run`] refuses a mix).
+    pub fn is_network(&self) -> bool {
+        self.targets.first().is_some_and(|t| t.is_network())
     }
 
     fn describe(&self) -> String {
@@ -52,9 +69,17 @@ impl BenchOptions {
             Stop::Ops(n) => format!("{n} ops"),
             Stop::Secs(s) => format!("{s} s"),
         };
+        let clients = if self.is_network() {
+            format!(
+                "{} connection(s) x pipeline {}",
+                self.connections, self.pipeline
+            )
+        } else {
+            format!("{} thread(s)", self.threads)
+        };
         format!(
-            "{} records, {} B keys, {} B values, {} thread(s), {stop} per run",
-            self.records, self.shape.key_size, self.shape.value_size, self.threads
+            "{} records, {} B keys, {} B values, {clients}, {stop} per run",
+            self.records, self.shape.key_size, self.shape.value_size
         )
     }
 }
@@ -70,8 +95,19 @@ pub fn run(opts: &BenchOptions, self_args: &[String]) -> Result<Vec<RunResult>> 
             "--workload and --targets must not be empty",
         ));
     }
+    let network = opts.targets.iter().filter(|t| t.is_network()).count();
+    if network != 0 && network != opts.targets.len() {
+        return Err(BenchError::new(
+            "--targets mixes in-process targets (engine, btreemap, skipmap, scc) with network \
+             targets (combkv-resp, combkv-memcached, redis, memcached); run them separately: \
+             each table compares its targets with one reference (the engine in-process, \
+             combkv-resp over the network)",
+        ));
+    }
     for &w in &opts.workloads {
-        opts.spec(w, opts.targets[0]).validate()?;
+        for &t in &opts.targets {
+            opts.spec(w, t).validate()?;
+        }
     }
     let mut json = match &opts.json {
         Some(path) => Some(BufWriter::new(File::create(path).map_err(|e| {
@@ -85,6 +121,14 @@ pub fn run(opts: &BenchOptions, self_args: &[String]) -> Result<Vec<RunResult>> 
     for &w in &opts.workloads {
         let mut these = Vec::new();
         for &t in &opts.targets {
+            if let Some(why) = t.skips(w) {
+                if let Some(out) = json.as_mut() {
+                    writeln!(out, "{}", results::skipped_json_line(w, t, why))
+                        .and_then(|()| out.flush())
+                        .map_err(|e| BenchError(format!("writing JSON: {e}")))?;
+                }
+                continue;
+            }
             let spec = opts.spec(w, t);
             match run_child(&spec, self_args) {
                 Ok(r) => {
@@ -144,4 +188,49 @@ pub fn child_main(spec_json: &str) -> Result<()> {
         .map_err(|e| BenchError(format!("{}/{}: {e}", spec.workload, spec.target)))?;
     child::emit(&results::json_line(&r));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(targets: Vec<TargetKind>) -> BenchOptions {
+        BenchOptions {
+            workloads: vec![Workload::A],
+            targets,
+            records: 100,
+            stop: Stop::Ops(10),
+            threads: 1,
+            connections: 1,
+            pipeline: 1,
+            server_bin: None,
+            distribution: None,
+            shape: Shape::default(),
+            read_pct: 95,
+            seed: 1,
+            json: None,
+            plot: None,
+        }
+    }
+
+    #[test]
+    fn in_process_and_network_targets_are_not_mixed() {
+        let e = run(&opts(vec![TargetKind::Engine, TargetKind::Redis]), &[]).unwrap_err();
+        assert!(e.0.contains("run them separately"), "{e}");
+        assert!(opts(vec![TargetKind::Redis]).is_network());
+        assert!(!opts(vec![TargetKind::Scc]).is_network());
+        let d = opts(vec![TargetKind::Memcached]).describe();
+        assert!(d.contains("1 connection(s) x pipeline 1"), "{d}");
+    }
+
+    #[test]
+    fn network_limits_are_checked_before_anything_runs() {
+        let mut o = opts(vec![TargetKind::Memcached]);
+        o.pipeline = 0;
+        assert!(run(&o, &[]).unwrap_err().0.contains("--pipeline"));
+        o.pipeline = 1;
+        o.shape.key_size = "16..256".parse().unwrap();
+        let e = run(&o, &[]).unwrap_err();
+        assert!(e.0.contains("memcached keys are at most 250 bytes"), "{e}");
+    }
 }

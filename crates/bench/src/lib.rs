@@ -8,7 +8,8 @@
 //! [`child`]), [`results`] and [`plot`] (tables, JSON lines, SVG).
 //!
 //! The targets: [`target`] (the engine and its in-process peers behind one
-//! trait). The older `engine-figures` binary uses [`keys`], [`runner`] and
+//! trait) and [`net`] (combkv, Redis and memcached servers over loopback,
+//! through pipelining RESP and memcached clients). The older `engine-figures` binary uses [`keys`], [`runner`] and
 //! [`report`].
 
 use std::fmt;
@@ -18,6 +19,7 @@ pub mod child;
 pub mod generator;
 pub mod keys;
 pub mod model;
+pub mod net;
 pub mod ops;
 pub mod plot;
 pub mod record;

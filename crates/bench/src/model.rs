@@ -123,17 +123,10 @@ impl Model {
     /// returns its current counter. Pair with [`Model::write_end`].
     #[inline]
     pub fn write_begin(&self, i: u64) -> u32 {
-        let slot = self.slot(i);
         let mut spins = 0u32;
         loop {
-            let s = slot.load(Ordering::Relaxed);
-            if s & WRITING == 0
-                && slot
-                    .compare_exchange_weak(s, s | WRITING, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-            {
-                assert!(self.present(i, s), "write to absent record {i}");
-                return (s & COUNTER) as u32;
+            if let Some(c) = self.try_write_begin(i) {
+                return c;
             }
             spins += 1;
             if spins < 64 {
@@ -142,6 +135,28 @@ impl Model {
                 // The holder may be descheduled: with as many threads as
                 // cores, spinning would only delay it.
                 std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Takes record `i`'s write bit if no other bench write holds it, and
+    /// returns its current counter; `None` if it is held. A pipelining
+    /// client uses this: it may itself hold the bit through a request still
+    /// in flight, so it must not wait for it.
+    #[inline]
+    pub fn try_write_begin(&self, i: u64) -> Option<u32> {
+        let slot = self.slot(i);
+        loop {
+            let s = slot.load(Ordering::Relaxed);
+            if s & WRITING != 0 {
+                return None;
+            }
+            if slot
+                .compare_exchange_weak(s, s | WRITING, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                assert!(self.present(i, s), "write to absent record {i}");
+                return Some((s & COUNTER) as u32);
             }
         }
     }
@@ -192,6 +207,7 @@ mod tests {
         assert_eq!((m.read_begin(3), m.read_end(3)), (0, 0));
         let c = m.write_begin(3);
         assert_eq!(c, 0);
+        assert_eq!(m.try_write_begin(3), None, "the bit is held");
         // In flight: a read may see the old or the new value.
         assert_eq!((m.read_begin(3), m.read_end(3)), (0, 1));
         m.write_end(3, c + 1);

@@ -60,14 +60,14 @@ impl OpCounts {
 /// One worker thread's state.
 #[derive(Debug)]
 pub struct Worker {
-    rng: SmallRng,
-    chooser: Chooser,
-    key: Vec<u8>,
-    key2: Vec<u8>,
-    key3: Vec<u8>,
-    value: Vec<u8>,
-    scratch: Vec<u8>,
-    prev: Vec<u8>,
+    pub(crate) rng: SmallRng,
+    pub(crate) chooser: Chooser,
+    pub(crate) key: Vec<u8>,
+    pub(crate) key2: Vec<u8>,
+    pub(crate) key3: Vec<u8>,
+    pub(crate) value: Vec<u8>,
+    pub(crate) scratch: Vec<u8>,
+    pub(crate) prev: Vec<u8>,
     /// Operations completed, by kind.
     pub counts: OpCounts,
 }
@@ -89,7 +89,7 @@ impl Worker {
     }
 }
 
-fn show(bytes: &[u8]) -> String {
+pub(crate) fn show(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
@@ -215,63 +215,132 @@ fn check_item(
     }
 }
 
+/// The checks of one `RANGE [start + LIMIT n` answer, fed item by item: the
+/// first item is the start record (its counter checked against the model's
+/// window at the end), the rest are well-formed items in ascending key order,
+/// and a range shorter than its limit reached the greatest initial key.
+#[derive(Debug)]
+pub struct ScanCheck<'w> {
+    shape: &'w Shape,
+    writes_existing: bool,
+    start: &'w [u8],
+    /// Hash of the start key.
+    h: u64,
+    seen: usize,
+    /// The start record's decoded counter, once its item arrived.
+    first: Option<Option<u32>>,
+    bad: Option<(usize, &'static str)>,
+    prev: &'w mut Vec<u8>,
+    scratch: &'w mut Vec<u8>,
+}
+
+impl<'w> ScanCheck<'w> {
+    /// A check of a range from `start` (hash `h`); `prev` and `scratch` are
+    /// reusable buffers.
+    pub fn new<T: ?Sized>(
+        cx: &'w Context<'_, T>,
+        start: &'w [u8],
+        h: u64,
+        prev: &'w mut Vec<u8>,
+        scratch: &'w mut Vec<u8>,
+    ) -> Self {
+        prev.clear();
+        ScanCheck {
+            shape: &cx.shape,
+            writes_existing: cx.writes_existing,
+            start,
+            h,
+            seen: 0,
+            first: None,
+            bad: None,
+            prev,
+            scratch,
+        }
+    }
+
+    /// Checks the next item of the answer.
+    #[inline]
+    pub fn item(&mut self, k: &[u8], v: &[u8]) {
+        let idx = self.seen;
+        self.seen += 1;
+        if self.bad.is_some() {
+            return;
+        }
+        if idx == 0 {
+            if k != self.start {
+                self.bad = Some((0, "the first key is not the start key"));
+            } else {
+                self.first = Some(self.shape.decode_value(self.h, v, self.scratch));
+            }
+        } else if let Some(what) = check_item(
+            self.shape,
+            self.writes_existing,
+            self.prev,
+            k,
+            v,
+            self.scratch,
+        ) {
+            self.bad = Some((idx, what));
+        }
+        self.prev.clear();
+        self.prev.extend_from_slice(k);
+    }
+
+    /// The verdict on the whole answer: `count` items reported by the target
+    /// for a limit of `n`, the start record's window `lo..=hi`.
+    pub fn finish(
+        self,
+        count: usize,
+        n: usize,
+        lo: u32,
+        hi: u32,
+        max_initial_key: &[u8],
+    ) -> std::result::Result<(), String> {
+        if let Some((at, what)) = self.bad {
+            return Err(format!("item {at}: {what}"));
+        }
+        if count != self.seen {
+            return Err(format!(
+                "returned count {count} but visited {} items",
+                self.seen
+            ));
+        }
+        let Some(first) = self.first else {
+            return Err("no items".into());
+        };
+        if let Err(m) = check_counter(first, lo, hi) {
+            return Err(format!("start record: {m}"));
+        }
+        if self.seen > n {
+            return Err(format!("{} items, limit was {n}", self.seen));
+        }
+        if self.seen < n && self.prev[..] < max_initial_key[..] {
+            return Err(format!(
+                "only {} items but the range did not reach the greatest key",
+                self.seen
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// `RANGE [start + LIMIT n` from an existing record.
 fn scan<T: Target + ?Sized>(cx: &Context<'_, T>, w: &mut Worker) -> Result<()> {
     let i = w.chooser.next(&mut w.rng, cx.model.acked());
     let n = w.rng.random_range(1..=SCAN_LEN_MAX);
     let h = cx.shape.key_into(i, &mut w.key);
     let lo = cx.model.read_begin(i);
-    let mut seen = 0usize;
-    let mut first = None;
-    let mut bad: Option<(usize, &'static str)> = None;
-    let (shape, scratch, prev, start) = (&cx.shape, &mut w.scratch, &mut w.prev, &w.key);
-    prev.clear();
-    let count = cx.target.range(start, n, &mut |k, v| {
-        let idx = seen;
-        seen += 1;
-        if bad.is_some() {
-            return;
-        }
-        if idx == 0 {
-            if k != &start[..] {
-                bad = Some((0, "the first key is not the start key"));
-            } else {
-                first = Some(shape.decode_value(h, v, scratch));
-            }
-        } else if let Some(what) = check_item(shape, cx.writes_existing, prev, k, v, scratch) {
-            bad = Some((idx, what));
-        }
-        prev.clear();
-        prev.extend_from_slice(k);
-    })?;
+    let mut check = ScanCheck::new(cx, &w.key, h, &mut w.prev, &mut w.scratch);
+    let count = cx.target.range(&w.key, n, &mut |k, v| check.item(k, v))?;
     let hi = cx.model.read_end(i);
-    let fail = |what: String| {
-        Err(BenchError(format!(
-            "scan of {n} from record {i} (key {}): {what}",
-            show(&w.key)
-        )))
-    };
-    if let Some((at, what)) = bad {
-        return fail(format!("item {at}: {what}"));
-    }
-    if count != seen {
-        return fail(format!("returned count {count} but visited {seen} items"));
-    }
-    let Some(first) = first else {
-        return fail("no items".into());
-    };
-    if let Err(m) = check_counter(first, lo, hi) {
-        return fail(format!("start record: {m}"));
-    }
-    if seen > n {
-        return fail(format!("{seen} items, limit was {n}"));
-    }
-    if seen < n && w.prev[..] < cx.max_initial_key[..] {
-        return fail(format!(
-            "only {seen} items but the range did not reach the greatest key"
-        ));
-    }
-    Ok(())
+    check
+        .finish(count, n, lo, hi, &cx.max_initial_key)
+        .map_err(|what| {
+            BenchError(format!(
+                "scan of {n} from record {i} (key {}): {what}",
+                show(&w.key)
+            ))
+        })
 }
 
 /// The bounds of the cloud range at sorted position `j`: writes `lo` (the key
@@ -293,6 +362,93 @@ pub fn cloud_bounds(
     floor_len
 }
 
+/// The checks of one cloud range answer, fed item by item: the first item
+/// is the floor record `a`, the middle record `b` is present, the last item
+/// is `hi` (record `c`), and every item is well formed and in key order.
+#[derive(Debug)]
+pub struct CloudCheck<'w> {
+    shape: &'w Shape,
+    writes_existing: bool,
+    floor: &'w [u8],
+    mid: &'w [u8],
+    seen: usize,
+    saw_mid: bool,
+    bad: Option<(usize, &'static str)>,
+    prev: &'w mut Vec<u8>,
+    scratch: &'w mut Vec<u8>,
+}
+
+impl<'w> CloudCheck<'w> {
+    /// A check of a range whose floor item is `floor` and which must hold
+    /// `mid`; `prev` and `scratch` are reusable buffers.
+    pub fn new<T: ?Sized>(
+        cx: &'w Context<'_, T>,
+        floor: &'w [u8],
+        mid: &'w [u8],
+        prev: &'w mut Vec<u8>,
+        scratch: &'w mut Vec<u8>,
+    ) -> Self {
+        prev.clear();
+        CloudCheck {
+            shape: &cx.shape,
+            writes_existing: cx.writes_existing,
+            floor,
+            mid,
+            seen: 0,
+            saw_mid: false,
+            bad: None,
+            prev,
+            scratch,
+        }
+    }
+
+    /// Checks the next item of the answer.
+    #[inline]
+    pub fn item(&mut self, k: &[u8], v: &[u8]) {
+        let idx = self.seen;
+        self.seen += 1;
+        if self.bad.is_some() {
+            return;
+        }
+        if idx == 0 && k != self.floor {
+            self.bad = Some((0, "the first key is not the floor of lo"));
+        } else if let Some(what) = check_item(
+            self.shape,
+            self.writes_existing,
+            self.prev,
+            k,
+            v,
+            self.scratch,
+        ) {
+            self.bad = Some((idx, what));
+        }
+        self.saw_mid |= k == self.mid;
+        self.prev.clear();
+        self.prev.extend_from_slice(k);
+    }
+
+    /// The verdict on the whole answer: `count` items reported by the
+    /// target, `hi` the range's upper bound.
+    pub fn finish(self, count: usize, hi: &[u8]) -> std::result::Result<(), String> {
+        if let Some((at, what)) = self.bad {
+            return Err(format!("item {at}: {what}"));
+        }
+        if count != self.seen {
+            return Err(format!(
+                "returned count {count} but visited {} items",
+                self.seen
+            ));
+        }
+        if self.seen < 3 || !self.saw_mid || self.prev[..] != *hi {
+            return Err(format!(
+                "{} items, want the 3 initial records (and any inserted between)",
+                self.seen
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// `RANGE [lo [hi FLOOR`: `lo` lies just above the key of initial record
 /// `a = sorted[j]` (below every other key), `hi` is the key of `c =
 /// sorted[j+2]`, so the range covers exactly `a`, `b = sorted[j+1]` and `c`
@@ -301,47 +457,18 @@ fn cloud_range<T: Target + ?Sized>(cx: &Context<'_, T>, w: &mut Worker) -> Resul
     let j = w.chooser.next(&mut w.rng, cx.sorted.len() as u64 - 2) as usize;
     let floor_len = cloud_bounds(&cx.shape, cx.sorted, j, &mut w.key, &mut w.key3);
     cx.shape.key_into(cx.sorted[j + 1], &mut w.key2);
-    let mut seen = 0usize;
-    let mut saw_b = false;
-    let mut bad: Option<(usize, &'static str)> = None;
-    let (shape, scratch, prev) = (&cx.shape, &mut w.scratch, &mut w.prev);
-    let (floor, mid) = (&w.key[..floor_len], &w.key2[..]);
-    prev.clear();
-    let count = cx.target.range_floor(&w.key, &w.key3, &mut |k, v| {
-        let idx = seen;
-        seen += 1;
-        if bad.is_some() {
-            return;
-        }
-        if idx == 0 && k != floor {
-            bad = Some((0, "the first key is not the floor of lo"));
-        } else if let Some(what) = check_item(shape, cx.writes_existing, prev, k, v, scratch) {
-            bad = Some((idx, what));
-        }
-        saw_b |= k == mid;
-        prev.clear();
-        prev.extend_from_slice(k);
-    })?;
-    w.key.truncate(floor_len);
-    let fail = |what: String| {
-        Err(BenchError(format!(
+    let (lo, floor) = (&w.key[..], &w.key[..floor_len]);
+    let mut check = CloudCheck::new(cx, floor, &w.key2, &mut w.prev, &mut w.scratch);
+    let count = cx
+        .target
+        .range_floor(lo, &w.key3, &mut |k, v| check.item(k, v))?;
+    check.finish(count, &w.key3).map_err(|what| {
+        BenchError(format!(
             "range floor from {} to {}: {what}",
-            show(&w.key),
+            show(floor),
             show(&w.key3)
-        )))
-    };
-    if let Some((at, what)) = bad {
-        return fail(format!("item {at}: {what}"));
-    }
-    if count != seen {
-        return fail(format!("returned count {count} but visited {seen} items"));
-    }
-    if seen < 3 || !saw_b || w.prev != w.key3 {
-        return fail(format!(
-            "{seen} items, want the 3 initial records (and any inserted between)"
-        ));
-    }
-    Ok(())
+        ))
+    })
 }
 
 #[cfg(test)]

@@ -16,8 +16,13 @@ const TITLE_H: f64 = 60.0;
 const LABEL_H: f64 = 34.0;
 const COLORS: [&str; 4] = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd"];
 
+/// The reference target (the engine, combkv-resp) is red in both kinds of run.
 fn color(t: TargetKind) -> &'static str {
-    let i = TargetKind::ALL.iter().position(|&k| k == t).unwrap_or(0);
+    let i = TargetKind::ALL
+        .iter()
+        .position(|&k| k == t)
+        .or_else(|| TargetKind::NETWORK.iter().position(|&k| k == t))
+        .unwrap_or(0);
     COLORS[i % COLORS.len()]
 }
 
@@ -103,9 +108,10 @@ pub fn svg(
             for (n, (t, v)) in vals.iter().enumerate() {
                 let x = x0 + 10.0 + n as f64 * slot;
                 let Some(v) = v else {
+                    let mark = if t.skips(wl).is_some() { "n/a" } else { "fail" };
                     writeln!(
                         s,
-                        r#"<text x="{}" y="{}" text-anchor="middle" fill="{}">fail</text>"#,
+                        r#"<text x="{}" y="{}" text-anchor="middle" fill="{}">{mark}</text>"#,
                         x + slot / 2.0,
                         base - 4.0,
                         color(*t)

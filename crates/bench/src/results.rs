@@ -13,6 +13,17 @@ pub fn json_line(r: &RunResult) -> String {
     serde_json::to_string(r).expect("a RunResult serialises")
 }
 
+/// The JSON object of a pair that did not run: `workload`, `target` and
+/// `skipped` (why).
+pub fn skipped_json_line(workload: Workload, target: TargetKind, why: &str) -> String {
+    serde_json::json!({
+        "workload": workload,
+        "target": target,
+        "skipped": why,
+    })
+    .to_string()
+}
+
 fn fmt_us(x: f64) -> String {
     if x < 10.0 {
         format!("{x:.2}")
@@ -24,14 +35,19 @@ fn fmt_us(x: f64) -> String {
 }
 
 /// The table of one workload: one row per target (in `targets` order; a
-/// target without a result shows as failed), with ratios to the engine.
+/// target without a result shows as skipped, with the reason, or failed),
+/// with ratios to the reference target (the engine in-process, combkv-resp
+/// over the network).
 pub fn table(workload: Workload, results: &[RunResult], targets: &[TargetKind]) -> String {
     let find = |t: TargetKind| {
         results
             .iter()
             .find(|r| r.workload == workload && r.target == t)
     };
-    let engine = find(TargetKind::Engine);
+    let reference = targets
+        .first()
+        .map_or(TargetKind::Engine, |t| t.reference());
+    let engine = find(reference);
     let raw = results
         .iter()
         .find(|r| r.workload == workload)
@@ -43,12 +59,20 @@ pub fn table(workload: Workload, results: &[RunResult], targets: &[TargetKind]) 
         "p99 us".into(),
         "p99.9 us".into(),
         format!("B/record (raw {raw:.0})"),
-        "ops/s vs engine".into(),
-        "B/record vs engine".into(),
+        format!("ops/s vs {reference}"),
+        format!("B/record vs {reference}"),
     ]];
+    let mut notes = String::new();
     for &t in targets {
         let Some(r) = find(t) else {
-            rows.push(vec![t.to_string(), "FAILED".into()]);
+            let mark = match t.skips(workload) {
+                Some(why) => {
+                    writeln!(notes, "{t}: {why}").unwrap();
+                    "skipped"
+                }
+                None => "FAILED",
+            };
+            rows.push(vec![t.to_string(), mark.into()]);
             continue;
         };
         let ratio = |x: f64, e: Option<f64>| match e {
@@ -66,7 +90,7 @@ pub fn table(workload: Workload, results: &[RunResult], targets: &[TargetKind]) 
             ratio(r.bytes_per_record, engine.map(|e| e.bytes_per_record)),
         ]);
     }
-    align_columns(&rows, 0, false)
+    align_columns(&rows, 0, false) + &notes
 }
 
 /// Lays `rows` out as text columns: every column padded to its widest cell
@@ -123,6 +147,44 @@ mod tests {
         let t = table(Workload::A, &rs, &targets);
         assert!(t.contains("0.50x") && t.contains("1.00x"), "{t}");
         assert!(t.contains("raw 32") && t.contains("FAILED"), "{t}");
+    }
+
+    #[test]
+    fn network_tables_compare_with_combkv_resp_and_show_skips() {
+        let rs = [
+            sample(TargetKind::CombkvResp, 4000.0),
+            sample(TargetKind::Redis, 1000.0),
+        ];
+        let targets = [
+            TargetKind::CombkvResp,
+            TargetKind::Redis,
+            TargetKind::Memcached,
+        ];
+        let rs: Vec<RunResult> = rs
+            .into_iter()
+            .map(|r| RunResult {
+                workload: Workload::E,
+                ..r
+            })
+            .collect();
+        let t = table(Workload::E, &rs, &targets);
+        assert!(
+            t.contains("ops/s vs combkv-resp") && t.contains("0.25x"),
+            "{t}"
+        );
+        assert!(
+            t.contains("skipped: the memcached protocol has no ordered scans"),
+            "{t}"
+        );
+        let j: serde_json::Value = serde_json::from_str(&skipped_json_line(
+            Workload::E,
+            TargetKind::Memcached,
+            "why",
+        ))
+        .unwrap();
+        assert_eq!(j["target"], "memcached");
+        assert_eq!(j["workload"], "e");
+        assert_eq!(j["skipped"], "why");
     }
 
     #[test]

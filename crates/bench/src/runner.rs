@@ -44,6 +44,10 @@ pub fn measure(kind: TargetKind, p: &Params) -> Result<Report> {
         TargetKind::BTreeMap => measure_with(kind, p, || Ok(BTreeMapTarget::new())),
         TargetKind::SkipMap => measure_with(kind, p, || Ok(SkipMapTarget::new())),
         TargetKind::Scc => measure_with(kind, p, || Ok(SccTarget::new())),
+        other => Err(BenchError(format!(
+            "{other} is a network target; engine-figures measures in-process targets \
+             (use `combkv bench --targets {other}`)"
+        ))),
     }
 }
 

@@ -50,7 +50,25 @@ pub struct RunSpec {
     pub read_pct: u8,
     /// Seed of the workers' generators.
     pub seed: u64,
+    /// Network targets: client connections, each on its own thread.
+    #[serde(default = "one")]
+    pub connections: usize,
+    /// Network targets: operations in flight per connection.
+    #[serde(default = "one")]
+    pub pipeline: usize,
+    /// Network targets: the `combkv` binary that serves combkv-resp and
+    /// combkv-memcached (`None`: `combkv` next to the running executable).
+    #[serde(default)]
+    pub server_bin: Option<std::path::PathBuf>,
 }
+
+fn one() -> usize {
+    1
+}
+
+/// Most connections, and most operations in flight per connection.
+pub const CONNECTIONS_MAX: usize = 1024;
+pub const PIPELINE_MAX: usize = 4096;
 
 impl RunSpec {
     /// Checks the limits.
@@ -61,6 +79,26 @@ impl RunSpec {
         }
         if self.threads == 0 || self.threads > 1024 {
             return err("--threads must lie in 1..=1024".into());
+        }
+        if self.target.is_network() {
+            if self.connections == 0 || self.connections > CONNECTIONS_MAX {
+                return err(format!("--connections must lie in 1..={CONNECTIONS_MAX}"));
+            }
+            if self.pipeline == 0 || self.pipeline > PIPELINE_MAX {
+                return err(format!("--pipeline must lie in 1..={PIPELINE_MAX}"));
+            }
+            let memcached = matches!(
+                self.target,
+                TargetKind::Memcached | TargetKind::CombkvMemcached
+            );
+            if memcached && self.shape.key_size.max > crate::net::memcache::KEY_LEN_MAX {
+                return err(format!(
+                    "{}: memcached keys are at most {} bytes, --key-size goes to {}",
+                    self.target,
+                    crate::net::memcache::KEY_LEN_MAX,
+                    self.shape.key_size.max
+                ));
+            }
         }
         if self.read_pct > 100 {
             return err("--read-pct must lie in 0..=100".into());
@@ -81,7 +119,13 @@ impl RunSpec {
 pub struct RunResult {
     pub workload: Workload,
     pub target: TargetKind,
+    /// Worker threads (network targets: one per connection).
     pub threads: usize,
+    /// Network targets: client connections and operations in flight on each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connections: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<usize>,
     pub records: u64,
     pub distribution: Distribution,
     pub key_size: String,
@@ -98,6 +142,8 @@ pub struct RunResult {
     pub max_us: f64,
     pub load_secs: f64,
     pub load_ops: f64,
+    /// VmRSS of the process holding the data (the bench itself in-process,
+    /// the server over the network) before the load and after it.
     pub rss_before_bytes: u64,
     pub rss_after_load_bytes: u64,
     /// (VmRSS after load - before) / records.
@@ -115,6 +161,8 @@ impl RunResult {
             workload: Workload::A,
             target,
             threads: 2,
+            connections: None,
+            pipeline: None,
             records: 1000,
             distribution: Distribution::Zipfian,
             key_size: "16".into(),
@@ -152,6 +200,10 @@ pub fn run_one(spec: &RunSpec, progress: bool) -> Result<RunResult> {
         TargetKind::BTreeMap => run_with(spec, progress, || Ok(BTreeMapTarget::new())),
         TargetKind::SkipMap => run_with(spec, progress, || Ok(SkipMapTarget::new())),
         TargetKind::Scc => run_with(spec, progress, || Ok(SccTarget::new())),
+        TargetKind::CombkvResp
+        | TargetKind::CombkvMemcached
+        | TargetKind::Redis
+        | TargetKind::Memcached => crate::net::run_one(spec, progress),
     }
 }
 
@@ -204,6 +256,8 @@ pub fn run_with<T: Target>(
         workload: spec.workload,
         target: spec.target,
         threads: spec.threads,
+        connections: None,
+        pipeline: None,
         records: spec.records,
         distribution: spec.distribution,
         key_size: spec.shape.key_size.to_string(),
@@ -227,7 +281,7 @@ pub fn run_with<T: Target>(
     })
 }
 
-fn bar(progress: bool, len: u64, tag: &str, phase: &str) -> ProgressBar {
+pub(crate) fn bar(progress: bool, len: u64, tag: &str, phase: &str) -> ProgressBar {
     if !progress {
         return ProgressBar::hidden();
     }

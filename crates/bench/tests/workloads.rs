@@ -21,6 +21,9 @@ fn spec(workload: Workload, target: TargetKind) -> RunSpec {
         shape: Shape::default(),
         read_pct: 95,
         seed: 11,
+        connections: 1,
+        pipeline: 1,
+        server_bin: None,
     }
 }
 

@@ -1,5 +1,6 @@
 //! `combkv`: the command line: `serve` (the server), `check` (verify a
-//! data directory), `bench` (the YCSB driver).
+//! data directory), `bench` (the YCSB driver, in-process and over the
+//! network).
 
 mod serve;
 
@@ -13,6 +14,11 @@ use combkv_bench::record::{Shape, SizeRange};
 use combkv_bench::target::TargetKind;
 use combkv_bench::workload::Workload;
 use combkv_bench::ycsb::Stop;
+
+/// Default client connections for network targets.
+const DEFAULT_CONNECTIONS: usize = 2;
+/// Default operations in flight per connection.
+const DEFAULT_PIPELINE: usize = 32;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -31,7 +37,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Verify every checkpoint and WAL segment in a data directory.
     Check(CheckArgs),
-    /// Run YCSB workloads (WORKLOADS.md) against the engine and in-process peers.
+    /// Run YCSB workloads (WORKLOADS.md) against the engine and in-process
+    /// peers, or against combkv, Redis and memcached servers over loopback.
     Bench(BenchArgs),
 }
 
@@ -39,15 +46,22 @@ enum Command {
 #[command(
     after_help = "Each (workload, target) pair loads a fresh target in its own child \
     process, then runs the mix; every value read is checked, and a wrong answer fails the run. \
-    Memory is (VmRSS after load - before) / records. Network targets (combkv-resp, \
-    combkv-memcached, redis, memcached) need the server and are not part of this bench."
+    Memory is (VmRSS after load - before) / records, of the bench process in-process and of \
+    the server process over the network.\n\n\
+    Network targets (combkv-resp, combkv-memcached, redis, memcached) run in their own \
+    invocation, not mixed with in-process ones. Each pair starts a fresh server on free \
+    loopback ports: combkv-* run `combkv serve --durability none` from this build (see \
+    --server-bin); redis and memcached are installed from apt if missing and started by \
+    scripts/peers (built into this binary) with persistence off. The memcached targets \
+    skip workloads e and cloud (no ordered scans in that protocol)."
 )]
 struct BenchArgs {
     /// Workloads, comma-separated: a, b, c, d, e, f, cloud.
     #[arg(long, value_delimiter = ',', default_value = "a")]
     workload: Vec<Workload>,
 
-    /// Targets, comma-separated: engine, btreemap, skipmap, scc.
+    /// Targets, comma-separated: engine, btreemap, skipmap, scc (in-process),
+    /// or combkv-resp, combkv-memcached, redis, memcached (network).
     #[arg(
         long,
         value_delimiter = ',',
@@ -67,9 +81,22 @@ struct BenchArgs {
     #[arg(long, value_name = "SECONDS")]
     duration: Option<f64>,
 
-    /// Worker threads (default: the number of cores).
+    /// In-process targets: worker threads (default: the number of cores).
     #[arg(long)]
     threads: Option<usize>,
+
+    /// Network targets: client connections, each driven by its own thread.
+    #[arg(long)]
+    connections: Option<usize>,
+
+    /// Network targets: operations in flight per connection.
+    #[arg(long)]
+    pipeline: Option<usize>,
+
+    /// Network targets: the combkv binary that serves combkv-resp and
+    /// combkv-memcached (default: `combkv` next to this executable).
+    #[arg(long, value_name = "PATH")]
+    server_bin: Option<PathBuf>,
 
     /// Request distribution for every workload, instead of each one's own.
     #[arg(long)]
@@ -146,9 +173,25 @@ fn bench_main(args: BenchArgs) -> ExitCode {
     let result = match &args.child {
         Some(spec) => bench::child_main(spec),
         None => {
-            let threads = args
-                .threads
-                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+            let network = args.targets.iter().any(|t| t.is_network());
+            let misplaced = if network {
+                args.threads.map(|_| "--threads applies to in-process targets; network targets use --connections and --pipeline")
+            } else if args.connections.is_some()
+                || args.pipeline.is_some()
+                || args.server_bin.is_some()
+            {
+                Some(
+                    "--connections, --pipeline and --server-bin apply to network targets (combkv-resp, combkv-memcached, redis, memcached)",
+                )
+            } else {
+                None
+            };
+            if let Some(m) = misplaced {
+                eprintln!("combkv bench: {m}");
+                return ExitCode::FAILURE;
+            }
+            let cores = std::thread::available_parallelism().map_or(1, usize::from);
+            let threads = args.threads.unwrap_or(cores);
             let stop = match (args.ops, args.duration) {
                 (Some(n), _) => Stop::Ops(n),
                 (None, Some(s)) => Stop::Secs(s),
@@ -160,6 +203,9 @@ fn bench_main(args: BenchArgs) -> ExitCode {
                 records: args.records,
                 stop,
                 threads,
+                connections: args.connections.unwrap_or(DEFAULT_CONNECTIONS),
+                pipeline: args.pipeline.unwrap_or(DEFAULT_PIPELINE),
+                server_bin: args.server_bin,
                 distribution: args.distribution,
                 shape: Shape {
                     key_size: args.key_size,

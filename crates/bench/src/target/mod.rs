@@ -8,6 +8,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::Result;
+use crate::workload::Workload;
 
 #[cfg(feature = "engine")]
 mod engine;
@@ -51,22 +52,37 @@ pub trait Target: Send + Sync {
     ) -> Result<usize>;
 }
 
-/// The in-process targets the driver knows, by name.
+/// The targets the driver knows, by name: in-process structures and
+/// servers over loopback.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
 pub enum TargetKind {
     /// `combkv::Store` with `Config::default()`.
+    #[serde(rename = "engine")]
     Engine,
     /// `parking_lot::RwLock<BTreeMap<Vec<u8>, Vec<u8>>>`.
+    #[serde(rename = "btreemap")]
     BTreeMap,
     /// `crossbeam_skiplist::SkipMap<Vec<u8>, RwLock<Vec<u8>>>` (see [`SkipMapTarget`]).
+    #[serde(rename = "skipmap")]
     SkipMap,
     /// `scc::TreeIndex<Vec<u8>, Vec<u8>>`.
+    #[serde(rename = "scc")]
     Scc,
+    /// `combkv serve`, over its RESP listener.
+    #[serde(rename = "combkv-resp")]
+    CombkvResp,
+    /// `combkv serve`, over its memcached listener.
+    #[serde(rename = "combkv-memcached")]
+    CombkvMemcached,
+    /// `redis-server`.
+    #[serde(rename = "redis")]
+    Redis,
+    /// `memcached`.
+    #[serde(rename = "memcached")]
+    Memcached,
 }
 
-/// Targets of WORKLOADS.md that talk to a server over the network; the
-/// in-process driver refuses them by name.
+/// Names of the targets of WORKLOADS.md that talk to a server over loopback.
 pub const NETWORK_TARGETS: [&str; 4] = ["combkv-resp", "combkv-memcached", "redis", "memcached"];
 
 impl TargetKind {
@@ -78,6 +94,14 @@ impl TargetKind {
         TargetKind::Scc,
     ];
 
+    /// Every network target, in table order.
+    pub const NETWORK: [TargetKind; 4] = [
+        TargetKind::CombkvResp,
+        TargetKind::CombkvMemcached,
+        TargetKind::Redis,
+        TargetKind::Memcached,
+    ];
+
     /// The name used on the command line and in reports.
     pub fn name(self) -> &'static str {
         match self {
@@ -85,7 +109,35 @@ impl TargetKind {
             TargetKind::BTreeMap => "btreemap",
             TargetKind::SkipMap => "skipmap",
             TargetKind::Scc => "scc",
+            TargetKind::CombkvResp => "combkv-resp",
+            TargetKind::CombkvMemcached => "combkv-memcached",
+            TargetKind::Redis => "redis",
+            TargetKind::Memcached => "memcached",
         }
+    }
+
+    /// Whether the target is a server over loopback.
+    pub fn is_network(self) -> bool {
+        TargetKind::NETWORK.contains(&self)
+    }
+
+    /// The target the others are compared with in a table: the engine
+    /// in-process, combkv over RESP over the network.
+    pub fn reference(self) -> TargetKind {
+        if self.is_network() {
+            TargetKind::CombkvResp
+        } else {
+            TargetKind::Engine
+        }
+    }
+
+    /// Why the target cannot run `workload`, if it cannot: the memcached
+    /// protocol has no ordered reads, so both memcached targets skip the
+    /// workloads that scan.
+    pub fn skips(self, workload: Workload) -> Option<&'static str> {
+        let scans = matches!(workload, Workload::E | Workload::Cloud);
+        let memcached = matches!(self, TargetKind::Memcached | TargetKind::CombkvMemcached);
+        (scans && memcached).then_some("skipped: the memcached protocol has no ordered scans")
     }
 }
 
@@ -99,17 +151,17 @@ impl FromStr for TargetKind {
     type Err = String;
 
     fn from_str(s: &str) -> std::result::Result<Self, String> {
-        if NETWORK_TARGETS.contains(&s) {
-            return Err(format!(
-                "target {s:?} is a network target: it needs the combkv server (or {s} itself) \
-                 running, which this in-process bench does not start; in-process targets are \
-                 engine, btreemap, skipmap, scc"
-            ));
-        }
         TargetKind::ALL
             .into_iter()
+            .chain(TargetKind::NETWORK)
             .find(|k| k.name() == s)
-            .ok_or_else(|| format!("unknown target {s:?} (known: engine, btreemap, skipmap, scc)"))
+            .ok_or_else(|| {
+                format!(
+                    "unknown target {s:?} (in-process: engine, btreemap, skipmap, scc; \
+                     network: {})",
+                    NETWORK_TARGETS.join(", ")
+                )
+            })
     }
 }
 
@@ -118,15 +170,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_round_trip_and_network_targets_are_refused() {
-        for k in TargetKind::ALL {
+    fn names_round_trip() {
+        for k in TargetKind::ALL.into_iter().chain(TargetKind::NETWORK) {
             assert_eq!(k.name().parse::<TargetKind>(), Ok(k));
-        }
-        for n in NETWORK_TARGETS {
-            let e = n.parse::<TargetKind>().unwrap_err();
-            assert!(e.contains("needs the combkv server"), "{e}");
+            let json = serde_json::to_string(&k).unwrap();
+            assert_eq!(json, format!("\"{}\"", k.name()));
+            assert_eq!(k.is_network(), NETWORK_TARGETS.contains(&k.name()));
         }
         assert!("lmdb".parse::<TargetKind>().is_err());
+        assert_eq!(TargetKind::Memcached.skips(Workload::A), None);
+        assert!(TargetKind::CombkvMemcached.skips(Workload::Cloud).is_some());
+        assert_eq!(TargetKind::Redis.skips(Workload::E), None);
     }
 
     /// Every target agrees with the others on a small floor range, including

@@ -102,9 +102,20 @@ impl RespConn {
                 self.req = req;
                 continue;
             }
-            let args: Vec<&[u8]> = (0..req.args.len())
-                .map(|i| req.arg(&input[base..], i))
-                .collect();
+            // Most requests have a few arguments: keep them on the stack.
+            let mut small: [&[u8]; 8] = [&[]; 8];
+            let heap: Vec<&[u8]>;
+            let args: &[&[u8]] = if req.args.len() <= small.len() {
+                for (i, slot) in small.iter_mut().enumerate().take(req.args.len()) {
+                    *slot = req.arg(&input[base..], i);
+                }
+                &small[..req.args.len()]
+            } else {
+                heap = (0..req.args.len())
+                    .map(|i| req.arg(&input[base..], i))
+                    .collect();
+                &heap
+            };
             Stats::add(&cx.shared.stats.commands_processed, 1);
             if tracing::enabled!(tracing::Level::DEBUG) {
                 tracing::debug!(
@@ -120,10 +131,10 @@ impl RespConn {
                 .iter()
                 .all(|a| matches!(a, frame::Arg::Input { .. }));
             if self.authenticated && from_input {
-                if let Some(b) = cmd::batchable(&args, cx.shared) {
+                if let Some(b) = cmd::batchable(args, cx.shared) {
                     // Offsets of a batched request's arguments, absolute in `input`.
                     let first = self.pending_args.len();
-                    for a in &args {
+                    for a in args {
                         let off = a.as_ptr() as usize - input.as_ptr() as usize;
                         self.pending_args.push((off, a.len()));
                     }
@@ -155,7 +166,7 @@ impl RespConn {
                 session: cx.session,
                 conn: self,
                 client: cx.client,
-                args: &args,
+                args,
                 r: Reply { out, resp3: false },
                 close: false,
             };
@@ -167,12 +178,11 @@ impl RespConn {
                 let name = cx.client.name.clone().unwrap_or_default();
                 cx.shared.slowlog.record(
                     took,
-                    &slowlog_args(&args),
+                    &slowlog_args(args),
                     &cx.client.addr.to_string(),
                     &name,
                 );
             }
-            drop(args);
             self.req = req;
             if close {
                 break;

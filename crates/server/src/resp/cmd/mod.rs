@@ -62,7 +62,16 @@ pub(crate) fn parse_i64(b: &[u8]) -> Option<i64> {
     if digits.len() > 1 && digits[0] == b'0' || b == b"-0" {
         return None;
     }
-    std::str::from_utf8(b).ok()?.parse().ok()
+    // Accumulate negatively so i64::MIN parses without overflow.
+    let mut n: i64 = 0;
+    for &d in digits {
+        n = n.checked_mul(10)?.checked_sub((d - b'0') as i64)?;
+    }
+    if b[0] == b'-' {
+        Some(n)
+    } else {
+        n.checked_neg()
+    }
 }
 
 pub(crate) fn eq_ic(a: &[u8], b: &str) -> bool {
@@ -624,12 +633,17 @@ pub(crate) static COMMANDS: &[Spec] = &[
 ];
 
 pub(crate) fn lookup(name: &[u8]) -> Option<&'static Spec> {
-    if name.len() > 16 {
+    // Lowercased on the stack: this runs for every request.
+    let mut buf = [0u8; 16];
+    if name.len() > buf.len() {
         return None;
     }
-    let lower = name.to_ascii_lowercase();
+    let lower = &mut buf[..name.len()];
+    lower.copy_from_slice(name);
+    lower.make_ascii_lowercase();
+    let lower = &*lower;
     COMMANDS
-        .binary_search_by(|s| s.name.as_bytes().cmp(&lower))
+        .binary_search_by(|s| s.name.as_bytes().cmp(lower))
         .ok()
         .map(|i| &COMMANDS[i])
 }
