@@ -355,3 +355,65 @@ fn client_flags_are_stored_kept_and_cleared() {
         .unwrap();
     assert_eq!(out.items(0).next().unwrap().flags, 42);
 }
+
+/// Nodes whose keys all share a long prefix search with the bytes after it
+/// (`Header::prefix_skip`); keys that differ inside the prefix, are a
+/// prefix of it, or run past it must still land in the right place.
+#[test]
+fn shared_key_prefixes_search_correctly() {
+    for node in [512, 8192] {
+        let store = Store::new(Config::with_node_size(node)).unwrap();
+        let mut model = BTreeMap::new();
+        for i in 0..20_000u64 {
+            let k = format!("key:{:012}", (i * 7919) % 1_000_003).into_bytes();
+            store.put(&k, &i.to_le_bytes()).unwrap();
+            model.insert(k, i.to_le_bytes().to_vec());
+        }
+        for extra in [
+            "key:",
+            "key:0",
+            "key:000000",
+            "kez",
+            "ke",
+            "a",
+            "key;",
+            "key:9",
+        ] {
+            store.put(extra.as_bytes(), b"x").unwrap();
+            model.insert(extra.as_bytes().to_vec(), b"x".to_vec());
+        }
+        check_all(&store, &model);
+        let probes = [
+            "key:",
+            "key:00000",
+            "key:000000500000",
+            "key:0000009",
+            "kex",
+            "kez",
+            "key;",
+            "z",
+            "key:000000999999~",
+        ];
+        for p in probes {
+            let p = p.as_bytes();
+            let want_floor = model
+                .range(..=p.to_vec())
+                .next_back()
+                .map(|(k, _)| k.clone());
+            let got_floor = store.floor(p).unwrap().map(|it| it.key.to_vec());
+            assert_eq!(
+                got_floor,
+                want_floor,
+                "floor {:?}",
+                String::from_utf8_lossy(p)
+            );
+            let want_ceil = model.range(p.to_vec()..).next().map(|(k, _)| k.clone());
+            let got_ceil = store.ceil(p).unwrap().map(|it| it.key.to_vec());
+            assert_eq!(got_ceil, want_ceil, "ceil {:?}", String::from_utf8_lossy(p));
+            assert_eq!(
+                store.get(p).unwrap().map(|v| v.to_vec()),
+                model.get(p).cloned()
+            );
+        }
+    }
+}

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use super::node::{
     self, BufferCounter, INTERIOR_ITEM_FIXED, Lid, NodePtr, STATE_LOCKED, ValueRef, encode_item,
-    item_len, key_prefix,
+    item_len, key_prefix, leaf_item_key,
 };
 use crate::config::{Geometry, HEADER_BYTES};
 
@@ -121,7 +121,8 @@ fn init_header(
 ) {
     // SAFETY: unpublished buffer owned by this thread.
     let h = unsafe { p.header_mut() };
-    h.sorted_start = node::sorted_start(g) as u32;
+    h.sorted_start = node::sorted_start(g) as u16;
+    h.prefix_skip = 0;
     h.state
         .store(STATE_LOCKED | sorted_end as u64, Ordering::Relaxed);
     h.version = version;
@@ -145,6 +146,8 @@ pub(crate) struct LeafWriter<'g> {
     target: usize,
     nitems: usize,
     nshortcuts: usize,
+    /// Offset of the last item written.
+    last_at: usize,
 }
 
 impl<'g> LeafWriter<'g> {
@@ -160,6 +163,7 @@ impl<'g> LeafWriter<'g> {
             target,
             nitems: 0,
             nshortcuts: 0,
+            last_at: 0,
         }
     }
 
@@ -188,6 +192,7 @@ impl<'g> LeafWriter<'g> {
             self.since = 0;
         }
         let at = self.at;
+        self.last_at = at;
         self.at += len;
         self.since += len;
         self.nitems += 1;
@@ -244,12 +249,36 @@ impl<'g> LeafWriter<'g> {
                 to - HEADER_BYTES,
             );
         }
+        let skip = self.rewrite_prefixes(n);
         init_header(self.g, self.p, version, lid, right, 0, self.at);
         // SAFETY: unpublished.
         let h = unsafe { self.p.header_mut() };
         h.nshortcuts = n as u16;
         h.nitems = self.nitems as u32;
+        h.prefix_skip = skip as u16;
         self.p
+    }
+
+    /// Once every key is written: the prefix all keys share (that of the
+    /// first and last, since they are sorted), and each shortcut's 8-byte
+    /// prefix taken after it. Returns the shared length.
+    fn rewrite_prefixes(&self, n: usize) -> usize {
+        if self.nitems == 0 {
+            return 0;
+        }
+        let start = node::sorted_start(self.g);
+        // SAFETY: unpublished buffer owned by this thread; the items and the
+        // shortcut block below `self.at` are written.
+        let buf = unsafe { self.p.bytes_mut(0, self.at) };
+        let first = leaf_item_key(buf, start, false).0;
+        let skip = node::prefix_skip(first, leaf_item_key(buf, self.last_at, false).0);
+        for i in 0..n {
+            let off = node::shortcut(buf, i, n).1 as usize;
+            let pre = key_prefix(&leaf_item_key(buf, off, false).0[skip..]);
+            let at = HEADER_BYTES + i * 8;
+            buf[at..at + 8].copy_from_slice(&pre.to_le_bytes());
+        }
+        skip
     }
 }
 
@@ -289,9 +318,13 @@ pub(crate) fn build_interior(
     let mut offsets = Vec::with_capacity(starts.len());
     let mut at = node::sorted_start(g);
     let mut seg = 0;
+    let skip = match (rest.first(), rest.last()) {
+        (Some(a), Some(b)) => node::prefix_skip(a.key, b.key),
+        _ => 0,
+    };
     for (i, c) in rest.iter().enumerate() {
         if seg < starts.len() && starts[seg] == i {
-            prefixes.push(key_prefix(c.key));
+            prefixes.push(key_prefix(&c.key[skip..]));
             offsets.push(at as u32);
             seg += 1;
         }
@@ -309,6 +342,7 @@ pub(crate) fn build_interior(
     let h = unsafe { p.header_mut() };
     h.nshortcuts = prefixes.len() as u16;
     h.nitems = rest.len() as u32;
+    h.prefix_skip = skip as u16;
     p
 }
 

@@ -69,8 +69,13 @@ pub(crate) struct Header {
     pub nshortcuts: u16,
     /// Number of items in the sorted block.
     pub nitems: u32,
-    /// Offset of the first sorted-block byte (after the shortcut block).
-    pub sorted_start: u32,
+    /// Offset of the first sorted-block byte (after the shortcut block;
+    /// nodes are at most 64 KiB).
+    pub sorted_start: u16,
+    /// Length of the prefix every sorted-block key shares. Shortcut
+    /// prefixes hold the 8 key bytes after it, so they tell keys apart even
+    /// when all keys start alike (`user:000000...`).
+    pub prefix_skip: u16,
 }
 
 const _: () = assert!(std::mem::size_of::<Header>() == HEADER_BYTES);
@@ -713,6 +718,18 @@ pub(crate) fn shortcut(buf: &[u8], i: usize, nshortcuts: usize) -> (u64, u32) {
     let off = rd_u32(buf, base + nshortcuts * 8 + i * 4);
     (prefix, off)
 }
+
+/// The shared prefix length a node records (`Header::prefix_skip`) for keys
+/// running from `first` to `last`: their common prefix if it is at least
+/// `MIN_PREFIX_SKIP` bytes, else 0. A short shared prefix still leaves most
+/// of the 8 shortcut bytes to tell keys apart, and skipping costs the search
+/// a look at the node's first key (one more cache line).
+pub(crate) fn prefix_skip(first: &[u8], last: &[u8]) -> usize {
+    let n = first.iter().zip(last).take_while(|(x, y)| x == y).count();
+    if n >= MIN_PREFIX_SKIP { n } else { 0 }
+}
+
+const MIN_PREFIX_SKIP: usize = 4;
 
 /// The first 8 bytes of a key as a big-endian integer (zero padded), so that
 /// integer order agrees with byte order wherever prefixes differ.

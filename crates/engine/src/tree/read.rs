@@ -46,7 +46,22 @@ pub(crate) fn find_segment(
         return None;
     }
     let ns = h.nshortcuts as usize;
-    let kp = key_prefix(key);
+    // Every key here starts with the same `skip` bytes; shortcut prefixes
+    // hold the 8 bytes after them. A key that differs within the shared
+    // prefix lies before or after all of them.
+    let skip = h.prefix_skip as usize;
+    let kp = if skip == 0 {
+        key_prefix(key)
+    } else {
+        let first = sorted_key(buf, shortcut(buf, 0, ns).1 as usize, leaf).0;
+        let n = key.len().min(skip);
+        match key[..n].cmp(&first[..n]) {
+            Cmp::Less => return None,
+            Cmp::Greater => return Some(last_segment(buf, h, ns)),
+            Cmp::Equal if key.len() < skip => return None,
+            Cmp::Equal => key_prefix(&key[skip..]),
+        }
+    };
     // Whether shortcut `i`'s key is accepted (<= key, or < key if strict).
     // Prefixes decide unless they tie; then the full key breaks the tie.
     let accepted = |i: usize| {
@@ -78,6 +93,11 @@ pub(crate) fn find_segment(
         h.sorted_end as usize
     };
     Some((start, end))
+}
+
+/// The last shortcut segment of a node with items.
+fn last_segment(buf: &[u8], h: &Header, ns: usize) -> (usize, usize) {
+    (shortcut(buf, ns - 1, ns).1 as usize, h.sorted_end as usize)
 }
 
 /// The last sorted-block item with key `<= key` (`< key` if `strict`), via the

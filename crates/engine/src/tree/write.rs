@@ -187,7 +187,7 @@ fn lookup(leaf: NodePtr, key: &[u8]) -> Lookup {
     let (mut current, backptr, replaces) = match last_le(buf, h, key, false) {
         Some((off, _, true)) => (Some(decode_item(buf, off, false)), off as u32, true),
         Some((off, len, false)) => (None, (off + len) as u32, false),
-        None => (None, h.sorted_start, false),
+        None => (None, h.sorted_start as u32, false),
     };
     let (mut hint, mut dup) = (0, false);
     let mut live_estimate = h.nitems as isize;
