@@ -6,10 +6,6 @@ use std::process::{Command, Output};
 
 const COMBKV: &str = env!("CARGO_BIN_EXE_combkv");
 
-/// What the server answers on its memcached port while that protocol is
-/// not built in (the RESP listener came first).
-const NO_MEMCACHED: &str = "memcached protocol not in this build";
-
 fn bench(workloads: &str, target: &str, json: &std::path::Path) -> Output {
     Command::new(COMBKV)
         .args(["bench", "--workload", workloads, "--targets", target])
@@ -58,11 +54,5 @@ fn every_workload_passes(target: &str, skips: usize) -> Result<(), String> {
 #[test]
 fn bench_runs_every_workload_against_combkv_serve() {
     every_workload_passes("combkv-resp", 0).unwrap();
-    match every_workload_passes("combkv-memcached", 2) {
-        Ok(()) => {}
-        Err(e) if e.contains(NO_MEMCACHED) => {
-            eprintln!("SKIPPED combkv-memcached: the server answers {NO_MEMCACHED:?}");
-        }
-        Err(e) => panic!("{e}"),
-    }
+    every_workload_passes("combkv-memcached", 2).unwrap();
 }
