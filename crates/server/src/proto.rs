@@ -35,6 +35,24 @@ pub(crate) struct Cx<'a> {
     pub client: &'a mut Client,
 }
 
+impl Cx<'_> {
+    /// Commits the turn's session if the connection wrote since its last
+    /// commit (`wrote`, cleared here), so its next read sees its own writes.
+    /// False: the commit failed and the turn must be aborted.
+    pub(crate) fn commit_own_writes(&self, wrote: &mut bool) -> bool {
+        if !std::mem::take(wrote) {
+            return true;
+        }
+        match self.session.commit() {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(client = self.client.id, "commit failed: {e}");
+                false
+            }
+        }
+    }
+}
+
 /// The result of processing a connection's input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Outcome {

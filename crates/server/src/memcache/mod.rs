@@ -130,21 +130,11 @@ impl McConn {
         n
     }
 
-    /// Commits the turn's session if this connection wrote since its last
-    /// commit, so a read sees the connection's own writes. False: the
-    /// commit failed and the turn must be aborted.
+    /// Commits the session if this connection wrote since its last commit,
+    /// so a read sees the connection's own writes. False: the commit failed
+    /// and the turn must be aborted.
     fn commit_before_read(&mut self, cx: &Cx<'_>) -> bool {
-        if !self.wrote {
-            return true;
-        }
-        self.wrote = false;
-        match cx.session.commit() {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::error!(client = cx.client.id, "commit failed: {e}");
-                false
-            }
-        }
+        cx.commit_own_writes(&mut self.wrote)
     }
 
     /// Answers the pending reads (one batch). False: abort the turn.

@@ -206,17 +206,7 @@ impl RespConn {
     /// so a read sees the connection's own writes. False: the commit failed
     /// and the turn must be aborted.
     fn commit_before_read(&mut self, cx: &Cx<'_>) -> bool {
-        if !self.wrote {
-            return true;
-        }
-        self.wrote = false;
-        match cx.session.commit() {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::error!(client = cx.client.id, "commit failed: {e}");
-                false
-            }
-        }
+        cx.commit_own_writes(&mut self.wrote)
     }
 
     /// Runs the pending reads as one batch and writes their replies.
