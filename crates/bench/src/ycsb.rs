@@ -222,27 +222,8 @@ pub fn run_with<T: Target>(
     let rss_after = rss_bytes()?;
 
     // Everything below is the bench's, allocated after the resident figure.
-    let model = Model::new(spec.records);
-    let sorted = if spec.workload == Workload::Cloud {
-        let mut s: Vec<u64> = (0..spec.records).collect();
-        s.sort_unstable_by_key(|&i| key_hash(i));
-        s
-    } else {
-        Vec::new()
-    };
-    let mut max_initial_key = Vec::new();
-    let top = (0..spec.records).max_by_key(|&i| key_hash(i)).unwrap_or(0);
-    spec.shape.key_into(top, &mut max_initial_key);
-    let mix = spec.workload.mix(spec.read_pct);
-    let cx = Context {
-        target: &target,
-        model: &model,
-        shape: spec.shape,
-        mix,
-        writes_existing: mix.writes_existing(),
-        max_initial_key,
-        sorted: &sorted,
-    };
+    let check = RunCheck::new(spec);
+    let cx = check.context(&target, spec);
     let run_len = match spec.stop {
         Stop::Ops(n) => n,
         Stop::Secs(s) => (s * 1000.0) as u64,
@@ -279,6 +260,54 @@ pub fn run_with<T: Target>(
         raw_bytes_per_record: raw_bytes as f64 / spec.records as f64,
         op_counts: run.counts,
     })
+}
+
+/// What checking a run's answers needs besides the target, shared by the
+/// in-process and network drivers: the model of every record, the initial
+/// record numbers in key order (cloud only, else empty) and the greatest
+/// initial key.
+pub(crate) struct RunCheck {
+    model: Model,
+    sorted: Vec<u64>,
+    max_initial_key: Vec<u8>,
+}
+
+impl RunCheck {
+    pub(crate) fn new(spec: &RunSpec) -> RunCheck {
+        let sorted = if spec.workload == Workload::Cloud {
+            let mut s: Vec<u64> = (0..spec.records).collect();
+            s.sort_unstable_by_key(|&i| key_hash(i));
+            s
+        } else {
+            Vec::new()
+        };
+        let mut max_initial_key = Vec::new();
+        let top = (0..spec.records).max_by_key(|&i| key_hash(i)).unwrap_or(0);
+        spec.shape.key_into(top, &mut max_initial_key);
+        RunCheck {
+            model: Model::new(spec.records),
+            sorted,
+            max_initial_key,
+        }
+    }
+
+    /// The operations' context for `target`.
+    pub(crate) fn context<'a, T: ?Sized>(
+        &'a self,
+        target: &'a T,
+        spec: &RunSpec,
+    ) -> Context<'a, T> {
+        let mix = spec.workload.mix(spec.read_pct);
+        Context {
+            target,
+            model: &self.model,
+            shape: spec.shape,
+            mix,
+            writes_existing: mix.writes_existing(),
+            max_initial_key: self.max_initial_key.clone(),
+            sorted: &self.sorted,
+        }
+    }
 }
 
 pub(crate) fn bar(progress: bool, len: u64, tag: &str, phase: &str) -> ProgressBar {

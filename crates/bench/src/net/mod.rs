@@ -32,12 +32,10 @@ use self::dialect::Dialect;
 use self::server::{Server, StartOptions};
 use self::session::Session;
 use crate::generator::Chooser;
-use crate::keys::key_hash;
-use crate::model::Model;
-use crate::ops::{Context, OpCounts, Worker};
+use crate::ops::{OpCounts, Worker};
 use crate::target::TargetKind;
 use crate::workload::Workload;
-use crate::ycsb::{RunResult, RunSpec, Stop, bar};
+use crate::ycsb::{RunCheck, RunResult, RunSpec, Stop, bar};
 use crate::{BenchError, Result};
 
 /// Writes in flight per connection during the load, for every target alike.
@@ -100,27 +98,8 @@ pub fn run_on(spec: &RunSpec, progress: bool, server: Server) -> Result<RunResul
 
     // The model and the sorted keys live in this process, not the server's:
     // they can be built before the server's memory is read.
-    let model = Model::new(spec.records);
-    let sorted = if spec.workload == Workload::Cloud {
-        let mut s: Vec<u64> = (0..spec.records).collect();
-        s.sort_unstable_by_key(|&i| key_hash(i));
-        s
-    } else {
-        Vec::new()
-    };
-    let mut max_initial_key = Vec::new();
-    let top = (0..spec.records).max_by_key(|&i| key_hash(i)).unwrap_or(0);
-    spec.shape.key_into(top, &mut max_initial_key);
-    let mix = spec.workload.mix(spec.read_pct);
-    let cx = Context {
-        target: &dialect,
-        model: &model,
-        shape: spec.shape,
-        mix,
-        writes_existing: mix.writes_existing(),
-        max_initial_key,
-        sorted: &sorted,
-    };
+    let check = RunCheck::new(spec);
+    let cx = check.context(&dialect, spec);
     let chooser = Chooser::new(spec.distribution, spec.records);
     let rss_before = server.rss_bytes()?;
     let stop = AtomicBool::new(false);
