@@ -124,6 +124,7 @@ impl RespConn {
                     String::from_utf8_lossy(args[0])
                 );
             }
+            let spec = cmd::lookup(args[0]);
             // Inline requests' arguments live in the parser's scratch
             // buffer, which the next request reuses: they run unbatched.
             let from_input = req
@@ -131,7 +132,7 @@ impl RespConn {
                 .iter()
                 .all(|a| matches!(a, frame::Arg::Input { .. }));
             if self.authenticated && from_input {
-                if let Some(b) = cmd::batchable(args, cx.shared) {
+                if let Some(b) = cmd::batchable(spec, args, cx.shared) {
                     // Offsets of a batched request's arguments, absolute in `input`.
                     let first = self.pending_args.len();
                     for a in args {
@@ -150,7 +151,7 @@ impl RespConn {
                     abort: true,
                 };
             }
-            let write = cmd::lookup(args[0]).is_some_and(|s| s.write);
+            let write = spec.is_some_and(|s| s.write);
             if write {
                 self.wrote = true;
             } else if !self.commit_before_read(cx) {
@@ -171,7 +172,7 @@ impl RespConn {
                 close: false,
             };
             ctx.r.resp3 = ctx.conn.resp3;
-            cmd::dispatch(&mut ctx);
+            cmd::dispatch(&mut ctx, spec);
             close = ctx.close;
             let took = started.elapsed();
             if cx.shared.slowlog.wants(took) {

@@ -648,9 +648,10 @@ pub(crate) fn lookup(name: &[u8]) -> Option<&'static Spec> {
         .map(|i| &COMMANDS[i])
 }
 
-/// Runs one command and writes its reply.
-pub(crate) fn dispatch(cx: &mut Ctx<'_, '_>) {
-    let result = run(cx);
+/// Runs one command (`spec`: its table entry, from `lookup`, looked up
+/// once per request by the caller) and writes its reply.
+pub(crate) fn dispatch(cx: &mut Ctx<'_, '_>, spec: Option<&'static Spec>) {
+    let result = run(cx, spec);
     if let Err(e) = result {
         Stats::add(&cx.shared.stats.errors_replied, 1);
         cx.r.error(&e.line());
@@ -660,8 +661,8 @@ pub(crate) fn dispatch(cx: &mut Ctx<'_, '_>) {
 /// The checks run in Redis 7's order (`processCommand`): the command
 /// exists, its arity, authentication, then `maxmemory` for writes. So an
 /// unknown command before AUTH is "unknown command", not NOAUTH.
-fn run(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    let Some(spec) = lookup(cx.args[0]) else {
+fn run(cx: &mut Ctx<'_, '_>, spec: Option<&'static Spec>) -> CmdResult {
+    let Some(spec) = spec else {
         return Err(CmdError::Other(unknown_command(cx.args)));
     };
     let n = cx.args.len() as i32;
@@ -711,20 +712,24 @@ const BATCH_RANGE_LIMIT: usize = 1000;
 /// Whether `args` is a read the batch path answers exactly as the command
 /// would. Anything unusual (bad arity, invalid key, no LIMIT) takes the
 /// normal path, which also produces the right error.
-pub(crate) fn batchable(args: &[&[u8]], shared: &Shared) -> Option<Batchable> {
+pub(crate) fn batchable(
+    spec: Option<&'static Spec>,
+    args: &[&[u8]],
+    shared: &Shared,
+) -> Option<Batchable> {
     let max_key = shared.store.max_key_len();
     let key_ok = |k: &[u8]| !k.is_empty() && k.len() <= max_key;
-    let name = args[0];
-    if eq_ic(name, "get") && args.len() == 2 && key_ok(args[1]) {
+    let name = spec?.name;
+    if name == "get" && args.len() == 2 && key_ok(args[1]) {
         return Some(Batchable::Get);
     }
-    if eq_ic(name, "mget") && args.len() >= 2 && args[1..].iter().all(|k| key_ok(k)) {
+    if name == "mget" && args.len() >= 2 && args[1..].iter().all(|k| key_ok(k)) {
         return Some(Batchable::Mget);
     }
-    if eq_ic(name, "getv") && args.len() == 2 && key_ok(args[1]) {
+    if name == "getv" && args.len() == 2 && key_ok(args[1]) {
         return Some(Batchable::Getv);
     }
-    if eq_ic(name, "range") && args.len() >= 3 {
+    if name == "range" && args.len() >= 3 {
         let spec = ordered::parse_range(&args[1..], max_key).ok()?;
         if spec.range.limit.is_some_and(|l| l <= BATCH_RANGE_LIMIT) && spec.valid_keys(max_key) {
             return Some(Batchable::Range(Box::new(spec)));
