@@ -142,6 +142,9 @@ fn main() {
         .next()
         .map_or(10_000_000, |s| s.parse().expect("records"));
     let secs: f64 = args.next().map_or(3.0, |s| s.parse().expect("seconds"));
+    // Optional: only the figures whose "threads:op:batch" name contains
+    // this (e.g. "2:get:128", "1:range3:plain"), for profiling one figure.
+    let only = args.next();
     let store = Arc::new(Store::new(Config::default()).unwrap());
     let t = Instant::now();
     for i in 0..n {
@@ -157,11 +160,19 @@ fn main() {
     );
     for threads in [1, 2] {
         for (kind, name) in [(Kind::Get, "get"), (Kind::Range3, "range3")] {
-            let plain = measure(&store, n, kind, None, threads, secs);
-            let mut row = format!("{threads:>7}  {name:>6}  {:>8.3}", plain / 1e6);
-            for b in [1, 8, 32, 128] {
-                let r = measure(&store, n, kind, Some(b), threads, secs);
-                row += &format!("  {:>8.3}", r / 1e6);
+            let wanted = |b: &str| {
+                only.as_ref()
+                    .is_none_or(|o| format!("{threads}:{name}:{b}").contains(o.as_str()))
+            };
+            let mut row = format!("{threads:>7}  {name:>6}");
+            for b in [None, Some(1), Some(8), Some(32), Some(128)] {
+                let label = b.map_or("plain".to_string(), |b| b.to_string());
+                if wanted(&label) {
+                    let r = measure(&store, n, kind, b, threads, secs);
+                    row += &format!("  {:>8.3}", r / 1e6);
+                } else {
+                    row += &format!("  {:>8}", "-");
+                }
             }
             println!("{row}");
         }
