@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 /// (8 KiB nodes); tests use small nodes so splits and merges happen constantly.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Node buffer size: a power of two in `512..=65536`.
+    /// Node buffer size: a power of two in `1024..=65536`.
     pub node_size_bytes: usize,
     /// Largest value accepted (default 64 MiB).
     pub max_value_len: usize,
@@ -40,9 +40,9 @@ impl Config {
 
     pub(crate) fn validate(&self) -> Result<Geometry> {
         let n = self.node_size_bytes;
-        if !n.is_power_of_two() || !(512..=65536).contains(&n) {
+        if !n.is_power_of_two() || !(1024..=65536).contains(&n) {
             return Err(Error::InvalidConfig(format!(
-                "node size must be a power of two between 512 and 65536 bytes, not {n}"
+                "node size must be a power of two between 1024 and 65536 bytes, not {n}"
             )));
         }
         if self.max_value_len > u32::MAX as usize {
@@ -63,7 +63,8 @@ impl Config {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Geometry {
     pub node_size: usize,
-    /// Bytes reserved after the header for the shortcut block.
+    /// Bytes reserved for the shortcut block: whole cache lines (see
+    /// `tree::node`, "Shortcut block").
     pub shortcut_bytes: usize,
     /// Log block threshold: a leaf whose log would pass it is merged.
     pub log_bytes: usize,
@@ -84,8 +85,20 @@ pub(crate) struct Geometry {
 
 /// Bytes of the node header.
 pub(crate) const HEADER_BYTES: usize = 64;
-/// Bytes per shortcut entry: an 8-byte key prefix and a 4-byte offset.
-pub(crate) const SHORTCUT_ENTRY_BYTES: usize = 12;
+/// A cache line: the unit the node layout is planned in.
+pub(crate) const LINE_BYTES: usize = 64;
+/// Shortcuts per group line: six 8-byte key prefixes and six 2-byte offsets.
+pub(crate) const SHORTCUTS_PER_LINE: usize = 6;
+/// Most group lines: the top line holds one 8-byte prefix per group.
+pub(crate) const MAX_SHORTCUT_GROUPS: usize = 8;
+/// Bytes of a leaf's log directory (the cache line after the header).
+pub(crate) const LOG_DIR_BYTES: usize = LINE_BYTES;
+/// Bytes per log directory entry: offset, back pointer, fingerprint, hint
+/// and flags.
+pub(crate) const LOG_DIR_ENTRY_BYTES: usize = 6;
+/// Most items a leaf's log holds (the directory is full): a leaf is merged
+/// when its log would pass this count or `Geometry::log_bytes`.
+pub(crate) const LOG_DIR_MAX: usize = LOG_DIR_BYTES / LOG_DIR_ENTRY_BYTES;
 /// Fixed bytes of a leaf item header: flags, key length, value length, version.
 pub(crate) const ITEM_HEADER_BYTES: usize = 15;
 /// Extra bytes a log item carries: back pointer and order hint.
@@ -97,9 +110,12 @@ pub(crate) const CFLAGS_BYTES: usize = 4;
 
 impl Geometry {
     pub(crate) fn new(node_size: usize) -> Geometry {
-        let shortcut_bytes = (node_size / 16).max(48);
+        // One group line for small nodes; else a top line and up to
+        // MAX_SHORTCUT_GROUPS group lines, about a sixteenth of the node.
+        let lines = (node_size / 16 / LINE_BYTES).clamp(1, MAX_SHORTCUT_GROUPS + 1);
+        let shortcut_bytes = lines * LINE_BYTES;
         let log_bytes = (node_size / 16).max(96);
-        let leaf_capacity = node_size - HEADER_BYTES - shortcut_bytes - log_bytes;
+        let leaf_capacity = node_size - HEADER_BYTES - LOG_DIR_BYTES - shortcut_bytes - log_bytes;
         let interior_capacity = node_size - HEADER_BYTES - shortcut_bytes;
         let max_item = leaf_capacity / 4;
         let fixed = ITEM_HEADER_BYTES + LOG_EXTRA_BYTES + TTL_BYTES + CFLAGS_BYTES;
@@ -125,7 +141,10 @@ impl Geometry {
 
     /// Most shortcut entries the shortcut block holds.
     pub(crate) fn max_shortcuts(&self) -> usize {
-        self.shortcut_bytes / SHORTCUT_ENTRY_BYTES
+        let lines = self.shortcut_bytes / LINE_BYTES;
+        // With more than one group line, the first line is the top line.
+        let groups = if lines == 1 { 1 } else { lines - 1 };
+        groups * SHORTCUTS_PER_LINE
     }
 }
 
@@ -139,7 +158,8 @@ mod tests {
         assert_eq!(g.max_key_len, 460);
         assert_eq!(g.inline_value_max, 469);
         let fixed = ITEM_HEADER_BYTES + LOG_EXTRA_BYTES + TTL_BYTES + CFLAGS_BYTES;
-        for n in [512, 1024, 4096, 8192, 65536] {
+        assert_eq!(g.max_shortcuts(), 42);
+        for n in [1024, 2048, 4096, 8192, 65536] {
             let g = Geometry::new(n);
             assert!(
                 fixed + g.max_key_len + g.inline_value_max <= g.max_item,
@@ -148,6 +168,11 @@ mod tests {
             assert!(fixed + g.max_key_len + 8 <= g.max_item, "{n}");
             assert!(10 + g.max_key_len <= g.interior_capacity / 4, "{n}");
             assert!(g.max_key_len >= 16, "{n}");
+            assert!(g.max_shortcuts() >= SHORTCUTS_PER_LINE, "{n}");
+            assert!(
+                g.max_shortcuts() <= SHORTCUTS_PER_LINE * MAX_SHORTCUT_GROUPS,
+                "{n}"
+            );
         }
     }
 }

@@ -429,6 +429,12 @@ impl Store {
 
     // ---- reads -----------------------------------------------------------
 
+    /// The tree, for the engine's own layout tests.
+    #[cfg(test)]
+    pub(crate) fn tree(&self) -> &Tree {
+        &self.tree
+    }
+
     fn read<T>(&self, f: impl FnOnce(u64, &Now) -> T) -> T {
         // Pin before taking the read version: see tree::reclaim.
         let guard = self.tree.epochs.pin();

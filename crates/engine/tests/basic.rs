@@ -31,10 +31,10 @@ fn check_all(store: &Store, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
 
 #[test]
 fn inserts_updates_deletes_across_splits_and_merges() {
-    for node in [512, 8192] {
+    for node in [1024, 8192] {
         let store = Store::new(Config::with_node_size(node)).unwrap();
         let mut model = BTreeMap::new();
-        let n = if node == 512 { 3000 } else { 20000 };
+        let n = if node == 1024 { 3000 } else { 20000 };
         for i in 0..n {
             let k = key(i);
             let v = format!("v{i}").into_bytes();
@@ -78,7 +78,7 @@ fn inserts_updates_deletes_across_splits_and_merges() {
 
 #[test]
 fn range_bounds_and_limits() {
-    let store = Store::new(Config::with_node_size(512)).unwrap();
+    let store = Store::new(Config::with_node_size(1024)).unwrap();
     for i in 0..500u32 {
         store.put(format!("{:04}", i * 2).as_bytes(), b"x").unwrap();
     }
@@ -121,7 +121,7 @@ fn range_bounds_and_limits() {
 #[test]
 fn expired_items_are_invisible_and_swept() {
     use combkv::Expiry;
-    let store = Store::new(Config::with_node_size(512)).unwrap();
+    let store = Store::new(Config::with_node_size(1024)).unwrap();
     let past = combkv::now_ms() - 1000;
     for i in 0..300u32 {
         let k = format!("{i:04}");
@@ -150,7 +150,7 @@ fn expired_items_are_invisible_and_swept() {
 /// left (empty nodes go away; the tree shrinks).
 #[test]
 fn deleting_everything_shrinks_the_tree() {
-    for (node, n) in [(512, 5000u64), (8192, 50_000)] {
+    for (node, n) in [(1024, 5000u64), (8192, 50_000)] {
         let store = Store::new(Config::with_node_size(node)).unwrap();
         for i in 0..n {
             store.put(&key(i), b"value").unwrap();
@@ -178,7 +178,7 @@ fn deleting_everything_shrinks_the_tree() {
 
 #[test]
 fn len_counts_stored_keys_through_every_write() {
-    let store = Store::new(Config::with_node_size(512)).unwrap();
+    let store = Store::new(Config::with_node_size(1024)).unwrap();
     assert!(store.is_empty());
     for i in 0..2_000 {
         store.put(&key(i), b"v").unwrap();
@@ -232,7 +232,7 @@ fn len_counts_stored_keys_through_every_write() {
 #[test]
 fn write_with_decides_and_writes_atomically() {
     use combkv::{Expiry, Flags, Write};
-    let store = Store::new(Config::with_node_size(512)).unwrap();
+    let store = Store::new(Config::with_node_size(1024)).unwrap();
     // Put only if absent, returning what was there.
     let (old, v) = store
         .write_with(b"k", |cur| match cur {
@@ -303,7 +303,7 @@ fn write_with_decides_and_writes_atomically() {
 #[test]
 fn client_flags_are_stored_kept_and_cleared() {
     use combkv::{Expiry, Flags, Write};
-    let store = Store::new(Config::with_node_size(512)).unwrap();
+    let store = Store::new(Config::with_node_size(1024)).unwrap();
     let put = |k: &[u8], v: &[u8], flags: Flags| {
         store
             .write_with(k, |_| {
@@ -316,7 +316,7 @@ fn client_flags_are_stored_kept_and_cleared() {
             })
             .unwrap();
     };
-    // Enough keys to split and merge the 512-byte nodes many times.
+    // Enough keys to split and merge the 1 KiB nodes many times.
     for i in 0..2000u64 {
         put(&key(i), b"7", Flags::Set(i as u32 * 3 + 1));
     }
@@ -361,7 +361,7 @@ fn client_flags_are_stored_kept_and_cleared() {
 /// prefix of it, or run past it must still land in the right place.
 #[test]
 fn shared_key_prefixes_search_correctly() {
-    for node in [512, 8192] {
+    for node in [1024, 8192] {
         let store = Store::new(Config::with_node_size(node)).unwrap();
         let mut model = BTreeMap::new();
         for i in 0..20_000u64 {

@@ -28,7 +28,7 @@ fn config(storage: &FaultyStorage) -> DurableConfig {
 }
 
 fn open(storage: &FaultyStorage) -> Result<(Store, RecoveryReport), Error> {
-    Store::open(Config::with_node_size(512), config(storage))
+    Store::open(Config::with_node_size(1024), config(storage))
 }
 
 fn dump(store: &Store) -> State {

@@ -29,7 +29,7 @@ fn dropping_the_store_frees_every_buffer() {
         0,
         "no store exists yet in this process"
     );
-    let store = Arc::new(Store::new(Config::with_node_size(512)).expect("store"));
+    let store = Arc::new(Store::new(Config::with_node_size(1024)).expect("store"));
 
     // Load.
     for i in 0..5_000 {

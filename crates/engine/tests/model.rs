@@ -1,7 +1,7 @@
 //! Model-based tests of the combkv store: random op sequences checked step by
 //! step against a `BTreeMap` model (see `model_support`).
 //!
-//! 6,000 sequences run with 512-byte nodes and 4,000 with the default 8 KiB
+//! 6,000 sequences run with 1 KiB nodes and 4,000 with the default 8 KiB
 //! nodes, 1..=200 ops each (bursts expand to many more), plus 60 long
 //! sequences of 1..=3000 ops, split over several tests so they run in
 //! parallel. A failure prints the seed, a replay command
@@ -21,26 +21,26 @@ use model_support::{
     CasVer::*, Exp::*, Op::*, RangeSpec, Setup, big, check_ops, k, kf, run_seeds, v,
 };
 
-const SMALL: usize = 512;
+const SMALL: usize = 1024;
 const DEFAULT: usize = 8192;
 
 #[test]
-fn model_512_a() {
+fn model_1k_a() {
     run_seeds(SMALL, 0..1500, 200);
 }
 
 #[test]
-fn model_512_b() {
+fn model_1k_b() {
     run_seeds(SMALL, 1500..3000, 200);
 }
 
 #[test]
-fn model_512_c() {
+fn model_1k_c() {
     run_seeds(SMALL, 3000..4500, 200);
 }
 
 #[test]
-fn model_512_d() {
+fn model_1k_d() {
     run_seeds(SMALL, 4500..6000, 200);
 }
 
@@ -66,7 +66,7 @@ fn model_8k_d() {
 
 /// Fewer, longer sequences: bigger and deeper trees.
 #[test]
-fn model_512_long() {
+fn model_1k_long() {
     run_seeds(SMALL, 2_000_000..2_000_040, 3000);
 }
 
@@ -89,17 +89,17 @@ fn replay() {
     model_support::replay_from_env();
 }
 
-/// Node sizes outside 512..=65536 or not a power of two are refused.
+/// Node sizes outside 1024..=65536 or not a power of two are refused.
 #[test]
 fn invalid_node_sizes_are_refused() {
-    for n in [0, 256, 511, 513, 1000, 3 * 1024, 131_072] {
+    for n in [0, 256, 512, 513, 1000, 3 * 1024, 131_072] {
         let cfg = combkv::Config::with_node_size(n);
         assert!(
             combkv::Store::new(cfg).is_err(),
             "node size {n} should be refused"
         );
     }
-    for n in [512, 1024, 4096, 8192, 65_536] {
+    for n in [1024, 2048, 4096, 8192, 65_536] {
         let cfg = combkv::Config::with_node_size(n);
         assert!(
             combkv::Store::new(cfg).is_ok(),
@@ -214,7 +214,7 @@ fn regression_collect_starved_by_other_threads() {
     let busy = {
         let stop = Arc::clone(&stop);
         std::thread::spawn(move || {
-            let other = Store::new(Config::with_node_size(512)).unwrap();
+            let other = Store::new(Config::with_node_size(1024)).unwrap();
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let key = format!("k{:03}", i % 400);
@@ -225,7 +225,7 @@ fn regression_collect_starved_by_other_threads() {
     };
     let mut bad = Vec::new();
     for round in 0..200 {
-        let store = Store::new(Config::with_node_size(512)).unwrap();
+        let store = Store::new(Config::with_node_size(1024)).unwrap();
         for i in 0..200 {
             store
                 .put(format!("key{i:04}").as_bytes(), b"value")

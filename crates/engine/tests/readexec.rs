@@ -126,7 +126,7 @@ fn fill(store: &Store, rng: &mut StdRng, space: u32, n: usize) {
 
 #[test]
 fn batches_equal_plain_reads() {
-    for node in [512, 8192] {
+    for node in [1024, 8192] {
         let store = Store::new(Config::with_node_size(node)).unwrap();
         let mut rng = StdRng::seed_from_u64(node as u64);
         for round in 0..30 {
@@ -142,7 +142,7 @@ fn batches_equal_plain_reads() {
 
 #[test]
 fn batch_on_empty_store_and_empty_batch() {
-    let store = Store::new(Config::with_node_size(512)).unwrap();
+    let store = Store::new(Config::with_node_size(1024)).unwrap();
     let mut out = BatchResults::new();
     store.read_batch(&[], &mut out).unwrap();
     assert!(out.is_empty());
@@ -157,7 +157,7 @@ fn batch_on_empty_store_and_empty_batch() {
 
 #[test]
 fn invalid_requests_fail_the_batch() {
-    let store = Store::new(Config::with_node_size(512)).unwrap();
+    let store = Store::new(Config::with_node_size(1024)).unwrap();
     store.put(b"a", b"1").unwrap();
     let long = vec![b'k'; store.max_key_len() + 1];
     let mut out = BatchResults::new();
@@ -174,7 +174,7 @@ fn invalid_requests_fail_the_batch() {
 /// at snapshots taken mid-churn.
 #[test]
 fn batches_equal_plain_reads_under_concurrent_writes() {
-    for node in [512, 8192] {
+    for node in [1024, 8192] {
         let store = Arc::new(Store::new(Config::with_node_size(node)).unwrap());
         let stop = Arc::new(AtomicBool::new(false));
         let writers: Vec<_> = (0..2u64)

@@ -21,7 +21,7 @@ use shuttle::thread;
 const ITERATIONS: usize = 500;
 
 fn small_store() -> Arc<Store> {
-    Arc::new(Store::new(Config::with_node_size(512)).unwrap())
+    Arc::new(Store::new(Config::with_node_size(1024)).unwrap())
 }
 
 fn key(i: u64) -> Vec<u8> {

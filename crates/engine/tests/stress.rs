@@ -52,11 +52,11 @@ const READERS: usize = 3;
 static SERIAL: Mutex<()> = Mutex::new(());
 
 #[test]
-fn stress_512_byte_nodes() {
+fn stress_1k_nodes() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     run(
-        "512 B nodes",
-        Config::with_node_size(512),
+        "1 KiB nodes",
+        Config::with_node_size(1024),
         duration(DEFAULT_SMALL_NODES),
     );
 }

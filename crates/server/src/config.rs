@@ -145,7 +145,7 @@ pub struct ServerConfig {
     pub max_reply_bytes: ByteSize,
     /// Largest value accepted.
     pub max_value_bytes: ByteSize,
-    /// Engine node size (power of two, 512 B .. 64 KiB).
+    /// Engine node size (power of two, 1 KiB .. 64 KiB).
     pub node_size_bytes: ByteSize,
     /// Live snapshots at most.
     pub max_snapshots: usize,

@@ -286,7 +286,7 @@ fn protocol_over_a_real_store_never_panics() {
     let store = Arc::new(
         Store::new(Config {
             max_value_len: 4096,
-            ..Config::with_node_size(512)
+            ..Config::with_node_size(1024)
         })
         .unwrap(),
     );

@@ -1,15 +1,19 @@
 //! The CPU backend: requests advance as interleaved state machines. Each
 //! step of a request ends by prefetching what its next step will touch (a
-//! page-table entry, a node's header and shortcut block, a segment and the
-//! log block), then moves on to another request, so the memory waits of up
+//! page-table entry; a node's header, log directory and shortcut block; a
+//! segment and the log items whose fingerprint matches), then moves on to another request, so the memory waits of up
 //! to `window` requests overlap instead of adding up (Honeycomb 4.1-4.2: many
 //! requests in flight, executed out of order).
 
 use std::ops::Bound;
 
 use super::{BatchResults, ReadBackend, ReadRequest, TreeView, bounds};
-use crate::tree::node::{Lid, NodePtr, state_size};
-use crate::tree::read::{find_segment, interior_child, leaf_get_in, published};
+use crate::tree::node::{
+    Lid, NodePtr, head_bytes, key_fp, log_dir_entry, prefetch, prefetch_range,
+};
+use crate::tree::read::{
+    SegSearch, find_group, find_in_group, interior_child, leaf_get_in, published_leaf, settle,
+};
 use crate::tree::{Now, Tree};
 
 /// Requests in flight per thread unless configured otherwise.
@@ -39,40 +43,15 @@ impl CpuBackend {
     }
 }
 
-#[inline(always)]
-fn prefetch(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint; it never faults, whatever the address.
-    unsafe {
-        core::arch::x86_64::_mm_prefetch(p as *const i8, core::arch::x86_64::_MM_HINT_T0)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
-
-/// Prefetches the cache lines of `[from, to)` of a buffer.
-#[inline(always)]
-fn prefetch_range(base: NodePtr, from: usize, to: usize) {
-    let mut at = from & !63;
-    while at < to {
-        prefetch(base.as_raw().wrapping_add(at));
-        at += 64;
-    }
-}
-
-/// Bytes of a node's header and shortcut block.
-fn head_span(tree: &Tree) -> usize {
-    crate::config::HEADER_BYTES + tree.g.shortcut_bytes
-}
-
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Stage {
     /// The page-table entry of `lid` was prefetched: load it, prefetch the
-    /// node's header and shortcut block.
+    /// node's first lines.
     Node,
-    /// Header and shortcuts are (nearly) in cache: pick the version, find the
-    /// segment, prefetch it (and a leaf's log block).
-    Shortcuts,
+    /// Header, log directory and shortcuts are (nearly) in cache: pick the
+    /// version, find the segment, prefetch it (and a GET's log items whose
+    /// fingerprint matches).
+    Head,
     /// Search the segment: go to the child, or answer at the leaf.
     Segment,
 }
@@ -84,7 +63,7 @@ struct Flight<'a> {
     lid: Lid,
     node: NodePtr,
     stage: Stage,
-    /// The segment the Shortcuts stage found, for the Segment stage.
+    /// The segment the Head stage found, for the Segment stage.
     seg: Option<(usize, usize)>,
 }
 
@@ -185,38 +164,45 @@ fn step(
     match f.stage {
         Stage::Node => {
             f.node = tree.pages.get(f.lid).expect("reachable LID is mapped");
-            prefetch_range(f.node, 0, head_span(tree));
-            f.stage = Stage::Shortcuts;
+            prefetch_range(f.node, 0, head_bytes(&tree.g));
+            f.stage = Stage::Head;
             false
         }
-        Stage::Shortcuts => {
+        Stage::Head => {
             if f.node.version() > rv {
                 f.node = f
                     .node
                     .old()
                     .expect("old-version chain reaches every live read version");
-                prefetch_range(f.node, 0, head_span(tree));
+                prefetch_range(f.node, 0, head_bytes(&tree.g));
                 return false;
             }
-            let buf = published(f.node);
+            let (buf, nlog) = published_leaf(f.node);
             let h = f.node.header();
-            f.seg = find_segment(buf, h, f.key, false);
+            let s = SegSearch::new(h, f.key, false);
+            f.seg = find_group(buf, h, &s).and_then(|g| find_in_group(buf, h, &s, g));
             if let Some((from, to)) = f.seg {
                 prefetch_range(f.node, from, to);
             }
-            if h.level == 0 {
-                prefetch_range(
-                    f.node,
-                    h.sorted_end as usize,
-                    state_size(f.node.load_state()),
-                );
+            if h.level == 0 && nlog > 0 {
+                if let ReadRequest::Get(key) = requests[f.req] {
+                    let fp = key_fp(key);
+                    for i in 0..nlog {
+                        let e = log_dir_entry(buf, i);
+                        if e.fp == fp {
+                            prefetch(f.node.as_raw().wrapping_add(e.at as usize));
+                        }
+                    }
+                }
             }
             f.stage = Stage::Segment;
             false
         }
         Stage::Segment => {
+            let (buf, nlog) = published_leaf(f.node);
+            let seg = settle(buf, f.node.header(), f.key, f.seg);
             if !f.node.is_leaf() {
-                let child = interior_child(f.node, published(f.node), f.seg, f.key);
+                let child = interior_child(f.node, buf, seg, f.key);
                 f.lid = child;
                 if let Some(slot) = tree.pages.slot_addr(child) {
                     prefetch(slot);
@@ -227,7 +213,7 @@ fn step(
             out.begin(f.req);
             match requests[f.req] {
                 ReadRequest::Get(key) => {
-                    if let Some(it) = leaf_get_in(f.node, published(f.node), f.seg, key, rv) {
+                    if let Some(it) = leaf_get_in(buf, nlog, seg, key, rv) {
                         if it.is_live(now) {
                             out.push(f.req, &it);
                         }

@@ -9,7 +9,7 @@ use super::node::{
     self, BufferCounter, INTERIOR_ITEM_FIXED, Lid, NodePtr, STATE_LOCKED, ValueRef, encode_item,
     item_len, key_prefix, leaf_item_key,
 };
-use crate::config::{Geometry, HEADER_BYTES};
+use crate::config::{Geometry, MAX_SHORTCUT_GROUPS, SHORTCUTS_PER_LINE};
 
 /// A leaf item on its way into a new buffer.
 #[derive(Clone, Copy, Debug)]
@@ -97,16 +97,16 @@ fn choose_segments(g: &Geometry, lens: impl Iterator<Item = usize>, total: usize
     starts
 }
 
-fn write_shortcuts(p: NodePtr, prefixes: &[u64], offsets: &[u32]) {
-    let n = prefixes.len();
+/// Writes the shortcuts of an unpublished buffer at `level`.
+fn write_shortcuts(p: NodePtr, level: u8, prefixes: &[u64], offsets: &[usize], sorted_end: usize) {
+    let sc = node::Shortcuts {
+        base: node::shortcut_base(level),
+        n: prefixes.len(),
+    };
+    let end = sc.base + sc.groups().max(1) * 64 + if sc.has_top() { 64 } else { 0 };
     // SAFETY: the buffer is unpublished and owned by this thread.
-    let out = unsafe { p.bytes_mut(HEADER_BYTES, HEADER_BYTES + n * 12) };
-    for (i, pre) in prefixes.iter().enumerate() {
-        out[i * 8..i * 8 + 8].copy_from_slice(&pre.to_le_bytes());
-    }
-    for (i, off) in offsets.iter().enumerate() {
-        out[n * 8 + i * 4..n * 8 + i * 4 + 4].copy_from_slice(&off.to_le_bytes());
-    }
+    let out = unsafe { p.bytes_mut(0, end) };
+    sc.write(out, prefixes, offsets, sorted_end);
 }
 
 /// Fills in the header of a fresh buffer: published size `size`, locked.
@@ -121,7 +121,7 @@ fn init_header(
 ) {
     // SAFETY: unpublished buffer owned by this thread.
     let h = unsafe { p.header_mut() };
-    h.sorted_start = node::sorted_start(g) as u16;
+    h.sorted_start = node::sorted_start(g, level) as u16;
     h.prefix_skip = 0;
     h.state
         .store(STATE_LOCKED | sorted_end as u64, Ordering::Relaxed);
@@ -145,10 +145,15 @@ pub(crate) struct LeafWriter<'g> {
     /// Target segment size.
     target: usize,
     nitems: usize,
+    /// Offsets of the items that start a segment.
+    starts: [usize; MAX_SHORTCUTS],
     nshortcuts: usize,
     /// Offset of the last item written.
     last_at: usize,
 }
+
+/// Most shortcuts any geometry has.
+const MAX_SHORTCUTS: usize = SHORTCUTS_PER_LINE * MAX_SHORTCUT_GROUPS;
 
 impl<'g> LeafWriter<'g> {
     /// A writer for about `total` bytes of items (an upper bound is fine).
@@ -158,10 +163,11 @@ impl<'g> LeafWriter<'g> {
         LeafWriter {
             g,
             p,
-            at: node::sorted_start(g),
+            at: node::sorted_start(g, 0),
             since: 0,
             target,
             nitems: 0,
+            starts: [0; MAX_SHORTCUTS],
             nshortcuts: 0,
             last_at: 0,
         }
@@ -169,25 +175,14 @@ impl<'g> LeafWriter<'g> {
 
     /// Sorted-block bytes written so far.
     pub(crate) fn bytes(&self) -> usize {
-        self.at - node::sorted_start(self.g)
+        self.at - node::sorted_start(self.g, 0)
     }
 
-    fn start_item(&mut self, key: &[u8], len: usize) -> usize {
+    fn start_item(&mut self, len: usize) -> usize {
         assert!(self.bytes() + len <= self.g.leaf_capacity, "leaf overfull");
         let max = self.g.max_shortcuts();
         if self.nitems == 0 || (self.since >= self.target && self.nshortcuts < max) {
-            let i = self.nshortcuts;
-            let (pre, off) = (HEADER_BYTES + i * 8, HEADER_BYTES + max * 8 + i * 4);
-            // SAFETY: unpublished buffer owned by this thread; both ranges lie
-            // in the shortcut block (max entries of 12 bytes).
-            unsafe {
-                self.p
-                    .bytes_mut(pre, pre + 8)
-                    .copy_from_slice(&key_prefix(key).to_le_bytes());
-                self.p
-                    .bytes_mut(off, off + 4)
-                    .copy_from_slice(&(self.at as u32).to_le_bytes());
-            }
+            self.starts[self.nshortcuts] = self.at;
             self.nshortcuts += 1;
             self.since = 0;
         }
@@ -202,10 +197,10 @@ impl<'g> LeafWriter<'g> {
     /// Appends an entry (in key order); returns its offset.
     pub(crate) fn push(&mut self, e: &Entry<'_>) -> usize {
         if !e.raw.is_empty() {
-            return self.push_raw(e.raw, e.key);
+            return self.push_raw(e.raw);
         }
         let len = e.sorted_len(self.g);
-        let at = self.start_item(e.key, len);
+        let at = self.start_item(len);
         let value = own_value(self.g, e.value);
         // SAFETY: unpublished buffer owned by this thread.
         let out = unsafe { self.p.bytes_mut(at, at + len) };
@@ -216,8 +211,8 @@ impl<'g> LeafWriter<'g> {
 
     /// Appends a sorted-block item unchanged (its encoded bytes); the new
     /// buffer takes its own strong count of an out-of-line value.
-    pub(crate) fn push_raw(&mut self, raw: &[u8], key: &[u8]) -> usize {
-        let at = self.start_item(key, raw.len());
+    pub(crate) fn push_raw(&mut self, raw: &[u8]) -> usize {
+        let at = self.start_item(raw.len());
         // SAFETY: unpublished buffer owned by this thread.
         unsafe { self.p.bytes_mut(at, at + raw.len()) }.copy_from_slice(raw);
         if raw[0] & node::ITEM_EXTERNAL != 0 {
@@ -238,18 +233,8 @@ impl<'g> LeafWriter<'g> {
 
     /// Writes the shortcut offsets and the header (locked, see `build`).
     pub(crate) fn finish(self, version: u64, lid: Lid, right: Lid) -> NodePtr {
-        let (n, max) = (self.nshortcuts, self.g.max_shortcuts());
-        if n < max {
-            let (from, to) = (HEADER_BYTES + max * 8, HEADER_BYTES + n * 8);
-            // SAFETY: unpublished buffer owned by this thread; the ranges are
-            // in the shortcut block and `copy_within` handles any overlap.
-            let block = unsafe { self.p.bytes_mut(HEADER_BYTES, HEADER_BYTES + max * 12) };
-            block.copy_within(
-                from - HEADER_BYTES..from - HEADER_BYTES + n * 4,
-                to - HEADER_BYTES,
-            );
-        }
-        let skip = self.rewrite_prefixes(n);
+        let n = self.nshortcuts;
+        let skip = self.write_prefixes(n);
         init_header(self.g, self.p, version, lid, right, 0, self.at);
         // SAFETY: unpublished.
         let h = unsafe { self.p.header_mut() };
@@ -260,24 +245,26 @@ impl<'g> LeafWriter<'g> {
     }
 
     /// Once every key is written: the prefix all keys share (that of the
-    /// first and last, since they are sorted), and each shortcut's 8-byte
-    /// prefix taken after it. Returns the shared length.
-    fn rewrite_prefixes(&self, n: usize) -> usize {
+    /// first and last, since they are sorted), and the shortcuts, each with
+    /// the 8-byte prefix taken after it. Returns the shared length.
+    fn write_prefixes(&self, n: usize) -> usize {
         if self.nitems == 0 {
             return 0;
         }
-        let start = node::sorted_start(self.g);
-        // SAFETY: unpublished buffer owned by this thread; the items and the
-        // shortcut block below `self.at` are written.
-        let buf = unsafe { self.p.bytes_mut(0, self.at) };
-        let first = leaf_item_key(buf, start, false).0;
-        let skip = node::prefix_skip(first, leaf_item_key(buf, self.last_at, false).0);
-        for i in 0..n {
-            let off = node::shortcut(buf, i, n).1 as usize;
-            let pre = key_prefix(&leaf_item_key(buf, off, false).0[skip..]);
-            let at = HEADER_BYTES + i * 8;
-            buf[at..at + 8].copy_from_slice(&pre.to_le_bytes());
-        }
+        let start = node::sorted_start(self.g, 0);
+        let mut prefixes = [0u64; MAX_SHORTCUTS];
+        let skip = {
+            // SAFETY: unpublished buffer owned by this thread; the items
+            // below `self.at` are written.
+            let buf = unsafe { self.p.bytes(self.at) };
+            let first = leaf_item_key(buf, start, false).0;
+            let skip = node::prefix_skip(first, leaf_item_key(buf, self.last_at, false).0);
+            for (pre, &off) in prefixes.iter_mut().zip(&self.starts[..n]) {
+                *pre = key_prefix(&leaf_item_key(buf, off, false).0[skip..]);
+            }
+            skip
+        };
+        write_shortcuts(self.p, 0, &prefixes[..n], &self.starts[..n], self.at);
         skip
     }
 }
@@ -316,7 +303,7 @@ pub(crate) fn build_interior(
     let starts = choose_segments(g, rest.iter().map(|c| interior_item_len(c.key)), total);
     let mut prefixes = Vec::with_capacity(starts.len());
     let mut offsets = Vec::with_capacity(starts.len());
-    let mut at = node::sorted_start(g);
+    let mut at = node::sorted_start(g, level);
     let mut seg = 0;
     let skip = match (rest.first(), rest.last()) {
         (Some(a), Some(b)) => node::prefix_skip(a.key, b.key),
@@ -325,7 +312,7 @@ pub(crate) fn build_interior(
     for (i, c) in rest.iter().enumerate() {
         if seg < starts.len() && starts[seg] == i {
             prefixes.push(key_prefix(&c.key[skip..]));
-            offsets.push(at as u32);
+            offsets.push(at);
             seg += 1;
         }
         let len = interior_item_len(c.key);
@@ -336,7 +323,7 @@ pub(crate) fn build_interior(
         out[10..].copy_from_slice(c.key);
         at += len;
     }
-    write_shortcuts(p, &prefixes, &offsets);
+    write_shortcuts(p, level, &prefixes, &offsets, at);
     init_header(g, p, version, lid, children[0].lid, level, at);
     // SAFETY: unpublished.
     let h = unsafe { p.header_mut() };
@@ -350,12 +337,12 @@ pub(crate) fn build_interior(
 /// dead, version `version`, obsolete (nobody may lock it).
 pub(crate) fn build_dead(g: &Geometry, counter: &BufferCounter, version: u64, lid: Lid) -> NodePtr {
     let p = NodePtr::alloc(g, counter);
-    init_header(g, p, version, lid, Lid::NONE, 0, node::sorted_start(g));
+    init_header(g, p, version, lid, Lid::NONE, 0, node::sorted_start(g, 0));
     // SAFETY: unpublished.
     let h = unsafe { p.header_mut() };
     h.flags = node::NODE_DEAD;
     h.state.store(
-        node::STATE_OBSOLETE | node::STATE_LOCKED | node::sorted_start(g) as u64,
+        node::STATE_OBSOLETE | node::STATE_LOCKED | node::sorted_start(g, 0) as u64,
         Ordering::Relaxed,
     );
     p

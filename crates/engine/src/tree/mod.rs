@@ -13,6 +13,8 @@
 
 pub(crate) mod build;
 pub(crate) mod epoch;
+#[cfg(test)]
+mod layout_check;
 pub(crate) mod load;
 pub(crate) mod node;
 pub(crate) mod page_table;

@@ -1,11 +1,27 @@
 //! Node buffers: the fixed-size byte layout of Honeycomb section 3.1.
 //!
 //! ```text
-//!  0        64                 64+shortcut_bytes          sorted_end          size      node_size
-//!  +--------+------------------+--------------------------+-------------------+---------+
-//!  | header | shortcut block   | sorted block             | log block (leaf)  | free    |
-//!  +--------+------------------+--------------------------+-------------------+---------+
+//!  0        64         128 (leaf)                        sorted_start        sorted_end        size   node_size
+//!  +--------+----------+---------------------------------+-------------------+-----------------+------+
+//!  | header | log dir  | shortcut block                  | sorted block      | log block       | free |
+//!  |        | (leaves) |                                 |                   | (leaves)        |      |
+//!  +--------+----------+---------------------------------+-------------------+-----------------+------+
 //! ```
+//!
+//! The layout is planned in cache lines, because on a CPU a lookup costs
+//! about one memory access per distinct line it touches (see docs/design.md,
+//! "Node layout for a CPU"):
+//!
+//! - **Log directory** (leaves, the line after the header): one 6-byte entry
+//!   per log item in arrival order: offset, back pointer, a one-byte key
+//!   fingerprint, and the order hint with the item's REPLACES/DUP/TOMBSTONE
+//!   flags. A point read checks fingerprints and opens only the log items
+//!   that match; a scan orders the log from the directory alone. Its entry
+//!   count is published in the state word with the size.
+//! - **Shortcut block**: groups of up to six shortcuts, one group per line
+//!   (six 8-byte key prefixes, then six 2-byte offsets). With more than one
+//!   group, a top line before them holds each group's first prefix, so a
+//!   search reads the top line, one group line and one segment.
 //!
 //! This module is the one place raw node bytes are read and written. The
 //! invariants that make that sound:
@@ -14,10 +30,12 @@
 //!    published (a release store into the page table or an `old` pointer).
 //! 2. After publication, header fields other than `state`, `old` and
 //!    `replaced_at` never change, and bytes below the published size (the low
-//!    32 bits of `state`) never change. A log append writes beyond the
-//!    published size while holding the node lock, then publishes the new size
-//!    with one release store; readers load `state` with acquire and read only
-//!    below the size they loaded.
+//!    24 bits of `state`) never change, except log directory entries at or
+//!    past the published log count (bits 24..32). A log append writes its
+//!    item beyond the published size and its directory entry past the
+//!    published count while holding the node lock, then publishes size and
+//!    count with one release store; readers load `state` with acquire and
+//!    read only below the size and count they loaded.
 //! 3. A buffer is freed only through `tree::reclaim`, after no reader can
 //!    reach it (see docs/design.md, "Why reclamation is safe").
 
@@ -29,7 +47,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use crate::config::{
-    CFLAGS_BYTES, Geometry, HEADER_BYTES, ITEM_HEADER_BYTES, LOG_EXTRA_BYTES, TTL_BYTES,
+    CFLAGS_BYTES, Geometry, HEADER_BYTES, ITEM_HEADER_BYTES, LINE_BYTES, LOG_DIR_BYTES,
+    LOG_DIR_ENTRY_BYTES, LOG_EXTRA_BYTES, SHORTCUTS_PER_LINE, TTL_BYTES,
 };
 
 /// A logical node id: the index of a page-table entry.
@@ -48,9 +67,10 @@ impl Lid {
 /// `crate::sync` for the schedule points shuttle tests add around them).
 #[repr(C)]
 pub(crate) struct Header {
-    /// Packed: published size (bits 0..32), sequence number (32..62),
-    /// lock bit (62), obsolete bit (63). One word so that a log append
-    /// publishes size, sequence and unlock with a single store.
+    /// Packed: published size (bits 0..24), log directory entries (24..32),
+    /// sequence number (32..62), lock bit (62), obsolete bit (63). One word
+    /// so that a log append publishes size, entry, sequence and unlock with
+    /// a single store.
     pub state: AtomicU64,
     /// The write version that created this buffer.
     pub version: u64,
@@ -94,16 +114,24 @@ pub(crate) const STATE_OBSOLETE: u64 = 1 << 63;
 const SEQ_SHIFT: u32 = 32;
 const SEQ_MASK: u64 = (1 << 30) - 1;
 
+const LOG_COUNT_SHIFT: u32 = 24;
+
 pub(crate) fn state_size(state: u64) -> usize {
-    (state & 0xffff_ffff) as usize
+    (state & 0xff_ffff) as usize
+}
+/// Published log directory entries (log items).
+pub(crate) fn state_log_count(state: u64) -> usize {
+    ((state >> LOG_COUNT_SHIFT) & 0xff) as usize
 }
 pub(crate) fn state_seq(state: u64) -> u64 {
     (state >> SEQ_SHIFT) & SEQ_MASK
 }
-/// The unlocked state word that follows a write: new size, sequence + 1.
-pub(crate) fn state_next(state: u64, new_size: usize) -> u64 {
+/// The unlocked state word that follows a log append: new size, one more
+/// log item, sequence + 1.
+pub(crate) fn state_appended(state: u64, new_size: usize) -> u64 {
     let seq = (state_seq(state) + 1) & SEQ_MASK;
-    (seq << SEQ_SHIFT) | new_size as u64
+    let count = state_log_count(state) as u64 + 1;
+    (seq << SEQ_SHIFT) | (count << LOG_COUNT_SHIFT) | new_size as u64
 }
 
 // ---- items ------------------------------------------------------------------
@@ -444,7 +472,11 @@ impl BufferCounter {
         let chunk = *a.chunks.last().expect("a chunk");
         // SAFETY: `bump + node_size <= CHUNK_BYTES`, inside the chunk.
         let p = unsafe { chunk.add(a.bump) };
-        a.bump += self.node_size;
+        // Buffers are one line apart beyond their size, so that the same
+        // offset in different nodes (headers, top lines, directories) falls
+        // in different cache sets instead of all in the few sets a
+        // node-size stride would give them.
+        a.bump += self.node_size + LINE_BYTES;
         (NodePtr(p), false)
     }
 
@@ -615,6 +647,19 @@ impl NodePtr {
         unsafe { std::slice::from_raw_parts_mut(self.0.as_ptr().add(from), to - from) }
     }
 
+    /// Writes log directory entry `i` of a leaf.
+    ///
+    /// # Safety
+    /// The caller holds the leaf's lock and `i` is its published log count
+    /// (invariant 2: no reader reads entries at or past that count), or the
+    /// buffer is unpublished and owned by this thread.
+    pub(crate) unsafe fn write_log_dir_entry(&self, i: usize, e: LogDirEntry) {
+        debug_assert!(self.is_leaf() && i < crate::config::LOG_DIR_MAX);
+        let at = HEADER_BYTES + i * LOG_DIR_ENTRY_BYTES;
+        // SAFETY: per the contract, nobody else reads or writes these bytes.
+        unsafe { self.bytes_mut(at, at + LOG_DIR_ENTRY_BYTES) }.copy_from_slice(&e.encode());
+    }
+
     pub(crate) fn load_state(&self) -> u64 {
         crate::sync::schedule_point();
         let state = self.header().state.load(Ordering::Acquire);
@@ -701,9 +746,19 @@ impl NodePtr {
     }
 }
 
-/// Offset of the first sorted-block byte.
-pub(crate) fn sorted_start(g: &Geometry) -> usize {
-    HEADER_BYTES + g.shortcut_bytes
+/// Offset of the shortcut block of a node at `level`: after the header, and
+/// in leaves after the log directory.
+pub(crate) fn shortcut_base(level: u8) -> usize {
+    if level == 0 {
+        HEADER_BYTES + LOG_DIR_BYTES
+    } else {
+        HEADER_BYTES
+    }
+}
+
+/// Offset of the first sorted-block byte of a node at `level`.
+pub(crate) fn sorted_start(g: &Geometry, level: u8) -> usize {
+    shortcut_base(level) + g.shortcut_bytes
 }
 
 /// Offset of the first sorted-block byte of a published buffer.
@@ -711,12 +766,195 @@ pub(crate) fn sorted_start_of(h: &Header) -> usize {
     h.sorted_start as usize
 }
 
-/// Reads shortcut `i` of a buffer: (8-byte key prefix, sorted-block offset).
-pub(crate) fn shortcut(buf: &[u8], i: usize, nshortcuts: usize) -> (u64, u32) {
-    let base = HEADER_BYTES;
-    let prefix = rd_u64(buf, base + i * 8);
-    let off = rd_u32(buf, base + nshortcuts * 8 + i * 4);
-    (prefix, off)
+/// The shortcut block of a node with `n` shortcuts: where its lines are.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Shortcuts {
+    pub base: usize,
+    pub n: usize,
+}
+
+impl Shortcuts {
+    pub(crate) fn of(h: &Header) -> Shortcuts {
+        Shortcuts {
+            base: shortcut_base(h.level),
+            n: h.nshortcuts as usize,
+        }
+    }
+
+    /// Groups of shortcuts (lines after the top line, if any).
+    pub(crate) fn groups(&self) -> usize {
+        self.n.div_ceil(SHORTCUTS_PER_LINE)
+    }
+
+    /// Whether a top line precedes the groups (more than one group).
+    pub(crate) fn has_top(&self) -> bool {
+        self.n > SHORTCUTS_PER_LINE
+    }
+
+    /// Offset of group `g`'s line.
+    pub(crate) fn group_line(&self, g: usize) -> usize {
+        self.base + if self.has_top() { LINE_BYTES } else { 0 } + g * LINE_BYTES
+    }
+
+    /// Shortcuts in group `g`.
+    pub(crate) fn group_len(&self, g: usize) -> usize {
+        (self.n - g * SHORTCUTS_PER_LINE).min(SHORTCUTS_PER_LINE)
+    }
+
+    /// The prefix of group `g`'s first shortcut, from the top line.
+    pub(crate) fn top_prefix(&self, buf: &[u8], g: usize) -> u64 {
+        rd_u64(buf, self.base + g * 8)
+    }
+
+    /// End of group `g`'s last segment (the next group's first offset, or
+    /// the end of the sorted block), kept in the group line's spare bytes so
+    /// a search never reads a second group line.
+    pub(crate) fn group_end(&self, buf: &[u8], g: usize) -> usize {
+        rd_u16(buf, self.group_line(g) + GROUP_END_AT) as usize
+    }
+
+    /// Shortcut `i`: (8-byte key prefix, sorted-block offset).
+    pub(crate) fn get(&self, buf: &[u8], i: usize) -> (u64, usize) {
+        let line = self.group_line(i / SHORTCUTS_PER_LINE);
+        let s = i % SHORTCUTS_PER_LINE;
+        (
+            rd_u64(buf, line + s * 8),
+            rd_u16(buf, line + SHORTCUTS_PER_LINE * 8 + s * 2) as usize,
+        )
+    }
+
+    /// Writes every shortcut (and the top line) into `out`, the bytes of
+    /// an unpublished buffer from offset 0; `sorted_end` ends the last
+    /// segment.
+    pub(crate) fn write(
+        &self,
+        out: &mut [u8],
+        prefixes: &[u64],
+        offsets: &[usize],
+        sorted_end: usize,
+    ) {
+        debug_assert_eq!(prefixes.len(), self.n);
+        for g in 0..self.groups() {
+            let end = offsets
+                .get((g + 1) * SHORTCUTS_PER_LINE)
+                .copied()
+                .unwrap_or(sorted_end);
+            let at = self.group_line(g) + GROUP_END_AT;
+            out[at..at + 2].copy_from_slice(&(end as u16).to_le_bytes());
+        }
+        for (i, (&pre, &off)) in prefixes.iter().zip(offsets).enumerate() {
+            let line = self.group_line(i / SHORTCUTS_PER_LINE);
+            let s = i % SHORTCUTS_PER_LINE;
+            out[line + s * 8..line + s * 8 + 8].copy_from_slice(&pre.to_le_bytes());
+            let at = line + SHORTCUTS_PER_LINE * 8 + s * 2;
+            out[at..at + 2].copy_from_slice(&(off as u16).to_le_bytes());
+            if self.has_top() && s == 0 {
+                let t = self.base + (i / SHORTCUTS_PER_LINE) * 8;
+                out[t..t + 8].copy_from_slice(&pre.to_le_bytes());
+            }
+        }
+    }
+}
+
+/// Offset in a group line of its end offset (after six prefixes and six
+/// offsets).
+const GROUP_END_AT: usize = SHORTCUTS_PER_LINE * 10;
+const _: () = assert!(GROUP_END_AT + 2 <= LINE_BYTES);
+
+/// Bytes a search of any node reads first: the header, a leaf's log
+/// directory and the shortcut block.
+pub(crate) fn head_bytes(g: &Geometry) -> usize {
+    HEADER_BYTES + LOG_DIR_BYTES + g.shortcut_bytes
+}
+
+/// Asks for the cache line holding `p`.
+#[inline(always)]
+pub(crate) fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint; it never faults, whatever the address.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch(p as *const i8, core::arch::x86_64::_MM_HINT_T0)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// Asks for the cache lines of `[from, to)` of a buffer, all at once, so
+/// that their misses overlap.
+#[inline(always)]
+pub(crate) fn prefetch_range(base: NodePtr, from: usize, to: usize) {
+    let mut at = from & !(LINE_BYTES - 1);
+    while at < to {
+        prefetch(base.as_raw().wrapping_add(at));
+        at += LINE_BYTES;
+    }
+}
+
+// ---- log directory ----------------------------------------------------------
+
+/// Order-hint bits of a log directory entry's `meta` byte; the rest are flags.
+pub(crate) const LOG_META_HINT: u8 = 0x0f;
+/// `meta` flag: the log item replaces a sorted item (`ITEM_REPLACES`).
+pub(crate) const LOG_META_REPLACES: u8 = 0x10;
+/// `meta` flag: an earlier log item has the same key (`ITEM_DUP`).
+pub(crate) const LOG_META_DUP: u8 = 0x20;
+/// `meta` flag: the log item is a delete marker.
+pub(crate) const LOG_META_TOMBSTONE: u8 = 0x40;
+
+/// One log directory entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LogDirEntry {
+    /// Offset of the log item.
+    pub at: u16,
+    /// Its back pointer into the sorted block.
+    pub bp: u16,
+    /// `key_fp` of its key.
+    pub fp: u8,
+    /// Order hint (low bits) and `LOG_META_*` flags.
+    pub meta: u8,
+}
+
+impl LogDirEntry {
+    pub(crate) fn hint(&self) -> usize {
+        (self.meta & LOG_META_HINT) as usize
+    }
+
+    pub(crate) fn encode(&self) -> [u8; LOG_DIR_ENTRY_BYTES] {
+        let [a0, a1] = self.at.to_le_bytes();
+        let [b0, b1] = self.bp.to_le_bytes();
+        [a0, a1, b0, b1, self.fp, self.meta]
+    }
+}
+
+/// Entry `i` of a leaf's log directory (`i` below the published count).
+#[inline]
+pub(crate) fn log_dir_entry(buf: &[u8], i: usize) -> LogDirEntry {
+    let at = HEADER_BYTES + i * LOG_DIR_ENTRY_BYTES;
+    LogDirEntry {
+        at: rd_u16(buf, at),
+        bp: rd_u16(buf, at + 2),
+        fp: buf[at + 4],
+        meta: buf[at + 5],
+    }
+}
+
+/// A one-byte fingerprint of a key for the log directory: a multiplicative
+/// hash of its 8-byte words, top byte.
+#[inline]
+pub(crate) fn key_fp(key: &[u8]) -> u8 {
+    let mut h = (key.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut chunks = key.chunks_exact(8);
+    for c in &mut chunks {
+        let w = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+        h = (h ^ w).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let mut b = [0u8; 8];
+        b[..rest.len()].copy_from_slice(rest);
+        h = (h ^ u64::from_le_bytes(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    (h >> 56) as u8
 }
 
 /// The shared prefix length a node records (`Header::prefix_skip`) for keys

@@ -5,10 +5,13 @@
 use std::cmp::Ordering as Cmp;
 
 use super::node::{
-    self, Header, ITEM_DUP, ITEM_REPLACES, ItemRef, Lid, NodePtr, decode_interior, decode_item,
-    key_cmp, key_prefix, leaf_item_key, shortcut, state_size,
+    self, Header, ItemRef, LOG_META_DUP, LOG_META_REPLACES, Lid, NodePtr, Shortcuts,
+    decode_interior, decode_item, key_cmp, key_fp, key_prefix, leaf_item_key, log_dir_entry,
+    state_log_count, state_size,
 };
+use super::node::{ITEM_DUP, ITEM_REPLACES};
 use super::{Now, Tree};
+use crate::config::SHORTCUTS_PER_LINE;
 
 /// Where a descent goes.
 #[derive(Clone, Copy, Debug)]
@@ -32,49 +35,61 @@ fn sorted_key(buf: &[u8], off: usize, leaf: bool) -> (&[u8], usize) {
     }
 }
 
-/// The shortcut segment that holds the last sorted-block item with key
-/// `<= key` (`< key` if `strict`): (segment start, segment end). None if every
-/// item is greater. Reads only the header and the shortcut block.
-pub(crate) fn find_segment(
-    buf: &[u8],
-    h: &Header,
-    key: &[u8],
-    strict: bool,
-) -> Option<(usize, usize)> {
-    let leaf = h.level == 0;
+/// A segment search in progress: the key, its 8-byte prefix after the
+/// node's shared prefix, and whether the item sought must be `< key`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SegSearch<'k> {
+    pub key: &'k [u8],
+    pub kp: u64,
+    pub strict: bool,
+}
+
+impl<'k> SegSearch<'k> {
+    /// Starts a search of a node with header `h`. Reads only the header:
+    /// whether the key shares the node's prefix is settled later from the
+    /// segment the search ends in (`settle`), which is read anyway.
+    pub(crate) fn new(h: &Header, key: &'k [u8], strict: bool) -> SegSearch<'k> {
+        let skip = (h.prefix_skip as usize).min(key.len());
+        SegSearch {
+            key,
+            kp: key_prefix(&key[skip..]),
+            strict,
+        }
+    }
+
+    /// Whether a shortcut with `prefix`, whose item is at `off`, is
+    /// accepted (its key is `<= key`, `< key` if strict). Prefixes decide
+    /// unless they tie; then the full key breaks the tie.
+    #[inline]
+    fn accepts(&self, buf: &[u8], leaf: bool, prefix: u64, off: impl Fn() -> usize) -> bool {
+        if prefix != self.kp {
+            return prefix < self.kp;
+        }
+        let c = key_cmp(sorted_key(buf, off(), leaf).0, self.key);
+        c == Cmp::Less || (c == Cmp::Equal && !self.strict)
+    }
+}
+
+/// The group whose segments hold the item sought: the last group whose
+/// first shortcut is accepted. Reads the top line (none if the node has a
+/// single group). None if every item is greater.
+pub(crate) fn find_group(buf: &[u8], h: &Header, s: &SegSearch<'_>) -> Option<usize> {
     if h.nitems == 0 {
         return None;
     }
-    let ns = h.nshortcuts as usize;
-    // Every key here starts with the same `skip` bytes; shortcut prefixes
-    // hold the 8 bytes after them. A key that differs within the shared
-    // prefix lies before or after all of them.
-    let skip = h.prefix_skip as usize;
-    let kp = if skip == 0 {
-        key_prefix(key)
-    } else {
-        let first = sorted_key(buf, shortcut(buf, 0, ns).1 as usize, leaf).0;
-        let n = key.len().min(skip);
-        match key[..n].cmp(&first[..n]) {
-            Cmp::Less => return None,
-            Cmp::Greater => return Some(last_segment(buf, h, ns)),
-            Cmp::Equal if key.len() < skip => return None,
-            Cmp::Equal => key_prefix(&key[skip..]),
-        }
+    let sc = Shortcuts::of(h);
+    if !sc.has_top() {
+        return Some(0);
+    }
+    let leaf = h.level == 0;
+    let accepted = |g: usize| {
+        s.accepts(buf, leaf, sc.top_prefix(buf, g), || {
+            sc.get(buf, g * SHORTCUTS_PER_LINE).1
+        })
     };
-    // Whether shortcut `i`'s key is accepted (<= key, or < key if strict).
-    // Prefixes decide unless they tie; then the full key breaks the tie.
-    let accepted = |i: usize| {
-        let (prefix, off) = shortcut(buf, i, ns);
-        if prefix != kp {
-            return prefix < kp;
-        }
-        let c = key_cmp(sorted_key(buf, off as usize, leaf).0, key);
-        c == Cmp::Less || (c == Cmp::Equal && !strict)
-    };
-    // Branch-free search for the last accepted shortcut (the comparisons
-    // are unpredictable; a conditional move beats a mispredicted branch).
-    let (mut base, mut len) = (0usize, ns);
+    // Branch-free search for the last accepted group (the comparisons are
+    // unpredictable; a conditional move beats a mispredicted branch).
+    let (mut base, mut len) = (0usize, sc.groups());
     while len > 1 {
         let half = len / 2;
         let mid = base + half;
@@ -82,22 +97,84 @@ pub(crate) fn find_segment(
         len -= half;
     }
     let lo = if accepted(base) { base + 1 } else { base };
-    if lo == 0 {
+    lo.checked_sub(1)
+}
+
+/// The segment of group `g` that holds the item sought: (start, end).
+/// Reads group `g`'s line only. None if every item is greater.
+pub(crate) fn find_in_group(
+    buf: &[u8],
+    h: &Header,
+    s: &SegSearch<'_>,
+    g: usize,
+) -> Option<(usize, usize)> {
+    let sc = Shortcuts::of(h);
+    let leaf = h.level == 0;
+    let first = g * SHORTCUTS_PER_LINE;
+    let n = sc.group_len(g);
+    // At most six entries: count the accepted ones (they come first).
+    let mut count = 0;
+    for i in first..first + n {
+        let (prefix, off) = sc.get(buf, i);
+        count += usize::from(s.accepts(buf, leaf, prefix, || off));
+    }
+    let seg = (first + count).checked_sub(1)?;
+    if seg < first {
         return None;
     }
-    let seg = lo - 1;
-    let start = shortcut(buf, seg, ns).1 as usize;
-    let end = if seg + 1 < ns {
-        shortcut(buf, seg + 1, ns).1 as usize
+    let start = sc.get(buf, seg).1;
+    let end = if seg + 1 < first + n {
+        sc.get(buf, seg + 1).1
     } else {
-        h.sorted_end as usize
+        sc.group_end(buf, g)
     };
     Some((start, end))
 }
 
+/// Corrects a segment search for a key that differs from the node's shared
+/// prefix (the prefix comparisons then meant nothing): such a key lies
+/// before or after every item. Reads the first key of the segment found
+/// (or of the node), which the caller reads anyway.
+pub(crate) fn settle(
+    buf: &[u8],
+    h: &Header,
+    key: &[u8],
+    found: Option<(usize, usize)>,
+) -> Option<(usize, usize)> {
+    let skip = h.prefix_skip as usize;
+    if skip == 0 || h.nitems == 0 {
+        return found;
+    }
+    let at = found.map_or(h.sorted_start as usize, |(from, _)| from);
+    let first = sorted_key(buf, at, h.level == 0).0;
+    let n = key.len().min(skip);
+    match key[..n].cmp(&first[..n]) {
+        Cmp::Less => None,
+        Cmp::Greater => Some(last_segment(buf, h)),
+        Cmp::Equal if key.len() < skip => None,
+        Cmp::Equal => found,
+    }
+}
+
+/// The shortcut segment that holds the last sorted-block item with key
+/// `<= key` (`< key` if `strict`): (segment start, segment end). None if
+/// every item is greater. Reads the header, the top line, one group line
+/// and the first key of the segment.
+pub(crate) fn find_segment(
+    buf: &[u8],
+    h: &Header,
+    key: &[u8],
+    strict: bool,
+) -> Option<(usize, usize)> {
+    let s = SegSearch::new(h, key, strict);
+    let found = find_group(buf, h, &s).and_then(|g| find_in_group(buf, h, &s, g));
+    settle(buf, h, key, found)
+}
+
 /// The last shortcut segment of a node with items.
-fn last_segment(buf: &[u8], h: &Header, ns: usize) -> (usize, usize) {
-    (shortcut(buf, ns - 1, ns).1 as usize, h.sorted_end as usize)
+fn last_segment(buf: &[u8], h: &Header) -> (usize, usize) {
+    let sc = Shortcuts::of(h);
+    (sc.get(buf, sc.n - 1).1, h.sorted_end as usize)
 }
 
 /// The last sorted-block item with key `<= key` (`< key` if `strict`), via the
@@ -165,8 +242,7 @@ pub(crate) fn interior_seek<'b>(
             if h.nitems == 0 {
                 None
             } else {
-                let ns = h.nshortcuts as usize;
-                let mut at = shortcut(buf, ns - 1, ns).1 as usize;
+                let mut at = last_segment(buf, h).0;
                 let mut last = at;
                 while at < h.sorted_end as usize {
                     last = at;
@@ -187,11 +263,19 @@ pub(crate) fn interior_seek<'b>(
 
 /// The published bytes of a buffer.
 pub(crate) fn published(p: NodePtr) -> &'static [u8] {
-    let size = state_size(p.load_state());
-    // SAFETY: `size` was just loaded from the buffer's state (invariant 2).
-    // The 'static lifetime is a lie the callers keep honest: they only hold
-    // these slices while pinned, which keeps the buffer alive (invariant 3).
-    unsafe { p.bytes(size) }
+    published_leaf(p).0
+}
+
+/// The published bytes of a buffer and its published log count (0 for
+/// interior nodes).
+pub(crate) fn published_leaf(p: NodePtr) -> (&'static [u8], usize) {
+    let state = p.load_state();
+    // SAFETY: the size was just loaded from the buffer's state (invariant
+    // 2). The 'static lifetime is a lie the callers keep honest: they only
+    // hold these slices while pinned, which keeps the buffer alive
+    // (invariant 3).
+    let buf = unsafe { p.bytes(state_size(state)) };
+    (buf, state_log_count(state))
 }
 
 impl Tree {
@@ -211,6 +295,9 @@ impl Tree {
     pub(crate) fn descend(&self, seek: Seek<'_>, rv: u64) -> (NodePtr, Option<&'static [u8]>) {
         let mut p = self.resolve(Lid::ROOT, rv);
         let mut fence = None;
+        // Each node's first lines are asked for at once: the search reads
+        // several of them, and their misses then overlap.
+        node::prefetch_range(p, 0, node::head_bytes(&self.g));
         while !p.is_leaf() {
             let buf = published(p);
             let (child, sep) = interior_seek(p, buf, seek);
@@ -218,6 +305,7 @@ impl Tree {
                 fence = sep;
             }
             p = self.resolve(child, rv);
+            node::prefetch_range(p, 0, node::head_bytes(&self.g));
         }
         (p, fence)
     }
@@ -225,9 +313,9 @@ impl Tree {
     /// The newest item for `key` in `leaf` visible at `rv` (maybe a delete
     /// marker or expired: the caller decides).
     pub(crate) fn leaf_get(&self, leaf: NodePtr, key: &[u8], rv: u64) -> Option<ItemRef<'static>> {
-        let buf = published(leaf);
+        let (buf, nlog) = published_leaf(leaf);
         let seg = find_segment(buf, leaf.header(), key, false);
-        leaf_get_in(leaf, buf, seg, key, rv)
+        leaf_get_in(buf, nlog, seg, key, rv)
     }
 
     /// Point lookup at `rv`.
@@ -237,29 +325,30 @@ impl Tree {
     }
 }
 
-/// `leaf_get` with the segment already found (published bytes `buf`).
+/// `leaf_get` with the segment already found (published bytes `buf` with
+/// `nlog` log items). Log items are found through the directory: only those
+/// whose fingerprint matches are opened.
 pub(crate) fn leaf_get_in(
-    leaf: NodePtr,
     buf: &'static [u8],
+    nlog: usize,
     seg: Option<(usize, usize)>,
     key: &[u8],
     rv: u64,
 ) -> Option<ItemRef<'static>> {
-    let h = leaf.header();
     let mut best = match seg.and_then(|(from, to)| scan_segment(buf, true, from, to, key, false)) {
         Some((off, _, true)) => Some(decode_item(buf, off, false)),
         _ => None,
     };
-    let mut at = h.sorted_end as usize;
-    while at < buf.len() {
-        let (k, len) = leaf_item_key(buf, at, true);
-        if k.len() == key.len() && key_cmp(k, key) == Cmp::Equal {
-            let it = decode_item(buf, at, true);
-            if it.version <= rv {
+    let fp = key_fp(key);
+    // Entries are in arrival order, which is version order.
+    for i in 0..nlog {
+        let e = log_dir_entry(buf, i);
+        if e.fp == fp {
+            let it = decode_item(buf, e.at as usize, true);
+            if it.version <= rv && it.key.len() == key.len() && key_cmp(it.key, key) == Cmp::Equal {
                 best = Some(it);
             }
         }
-        at += len;
     }
     best
 }
@@ -274,9 +363,9 @@ pub(crate) fn leaf_ordered(leaf: NodePtr, rv: u64, now: &Now, out: &mut Vec<Item
     });
 }
 
-/// Most log items a leaf can hold (order hints are one byte), plus one slot
-/// for the item a merge is writing.
-const MAX_LOG_ITEMS: usize = 257;
+/// Most log items a leaf can hold, plus one slot for the item a merge is
+/// writing.
+const MAX_LOG_ITEMS: usize = crate::config::LOG_DIR_MAX + 1;
 
 /// A leaf's log items in key order (Honeycomb figure 8): item `i` in arrival
 /// order is inserted at position `hint(i)`; back pointers and flags ride
@@ -289,21 +378,27 @@ pub(crate) struct LogOrder {
 }
 
 impl LogOrder {
-    /// The log block of published bytes `buf` starting at `sorted_end`.
-    pub(crate) fn of(buf: &[u8], sorted_end: usize) -> LogOrder {
+    /// The log of published bytes `buf` with `nlog` log items, from its
+    /// directory alone (no log item is read).
+    pub(crate) fn of(buf: &[u8], nlog: usize) -> LogOrder {
         let mut o = LogOrder {
             at: [0; MAX_LOG_ITEMS],
             bp: [0; MAX_LOG_ITEMS],
             flags: [0; MAX_LOG_ITEMS],
             n: 0,
         };
-        let x = crate::config::ITEM_HEADER_BYTES;
-        let mut at = sorted_end;
-        while at < buf.len() {
-            let bp = u32::from_le_bytes(buf[at + x..at + x + 4].try_into().expect("4 bytes"));
-            let (_, len) = leaf_item_key(buf, at, true);
-            o.insert(at as u32, buf[at + x + 4] as usize, bp, buf[at]);
-            at += len;
+        for i in 0..nlog {
+            let e = log_dir_entry(buf, i);
+            let flags = if e.meta & LOG_META_REPLACES != 0 {
+                ITEM_REPLACES
+            } else {
+                0
+            } | if e.meta & LOG_META_DUP != 0 {
+                ITEM_DUP
+            } else {
+                0
+            };
+            o.insert(e.at as u32, e.hint(), e.bp as u32, flags);
         }
         o
     }
@@ -333,11 +428,11 @@ pub(crate) fn leaf_walk(
     from: Option<&[u8]>,
     mut f: impl FnMut(ItemRef<'static>) -> bool,
 ) -> bool {
-    let buf = published(leaf);
+    let (buf, nlog) = published_leaf(leaf);
     let h = leaf.header();
     let sorted_end = h.sorted_end as usize;
     // Log item offsets in key order: item i goes to position hint(i).
-    let order = LogOrder::of(buf, sorted_end);
+    let order = LogOrder::of(buf, nlog);
     let n = order.n;
     let log = |j: usize| decode_item(buf, order.at[j] as usize, true);
     // The newest candidate visible at rv: candidates come in version order.

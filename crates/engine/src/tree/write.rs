@@ -21,11 +21,12 @@ use super::build::{
 };
 use super::epoch::Guard;
 use super::node::{
-    ITEM_DUP, ITEM_REPLACES, ITEM_TOMBSTONE, ItemRef, Lid, NodePtr, STATE_LOCKED, STATE_OBSOLETE,
-    ValueRef, decode_interior, decode_item, encode_item, item_len, key_cmp, leaf_item_key,
-    state_next, state_size,
+    ITEM_DUP, ITEM_REPLACES, ITEM_TOMBSTONE, ItemRef, LOG_META_DUP, LOG_META_HINT,
+    LOG_META_REPLACES, LOG_META_TOMBSTONE, Lid, LogDirEntry, NodePtr, STATE_LOCKED, STATE_OBSOLETE,
+    ValueRef, decode_interior, decode_item, encode_item, item_len, key_cmp, key_fp, leaf_item_key,
+    state_appended, state_log_count, state_size,
 };
-use super::read::{LogOrder, last_le, leaf_walk, published};
+use super::read::{LogOrder, last_le, leaf_walk, published, published_leaf};
 use super::{LogEntry, Now, Tree};
 use crate::sync::backoff;
 
@@ -563,7 +564,11 @@ impl Tree {
         let stored = stored_value_len(g, ValueRef::Inline(value));
         let len = item_len(key.len(), stored, expiry != 0, cflags != 0, true);
         debug_assert!(len <= g.max_item, "key and value limits keep items small");
-        if size + len > g.node_size || size - sorted_end + len > g.log_bytes {
+        let nlog = state_log_count(state);
+        if size + len > g.node_size
+            || size - sorted_end + len > g.log_bytes
+            || nlog >= crate::config::LOG_DIR_MAX
+        {
             return None;
         }
         let (bp, replaces, hint, dup) = (look.backptr, look.replaces, look.hint, look.dup);
@@ -584,12 +589,26 @@ impl Tree {
             cflags,
             Some((bp, hint as u8)),
         );
+        let meta = hint as u8
+            | if replaces { LOG_META_REPLACES } else { 0 }
+            | if dup && !replaces { LOG_META_DUP } else { 0 }
+            | if tomb != 0 { LOG_META_TOMBSTONE } else { 0 };
+        debug_assert!(hint as u8 <= LOG_META_HINT);
+        let entry = LogDirEntry {
+            at: size as u16,
+            bp: bp as u16,
+            fp: key_fp(key),
+            meta,
+        };
+        // SAFETY: the leaf is locked by this thread and `nlog` is its
+        // published log count.
+        unsafe { leaf.write_log_dir_entry(nlog, entry) };
         let v = self.next_version(log_entry(key, op, logged));
         out[7..15].copy_from_slice(&v.to_le_bytes());
         crate::sync::schedule_point();
         leaf.header()
             .state
-            .store(state_next(state, size + len), CoreOrdering::Release);
+            .store(state_appended(state, size + len), CoreOrdering::Release);
         Some(v)
     }
 
@@ -608,7 +627,7 @@ impl Tree {
         look: &Lookup,
     ) -> Option<(NodePtr, Option<usize>)> {
         let g = &self.g;
-        let buf = published(leaf.buf);
+        let (buf, nlog) = published_leaf(leaf.buf);
         let h = leaf.buf.header();
         let (sorted_start, sorted_end) = (h.sorted_start as usize, h.sorted_end as usize);
         let new_entry = match op {
@@ -633,7 +652,7 @@ impl Tree {
         }
         // Log items in key order by order hint, the written item last in
         // arrival order (it is the newest), with back pointers and flags.
-        let mut order = LogOrder::of(buf, sorted_end);
+        let mut order = LogOrder::of(buf, nlog);
         let new_flags = if look.replaces {
             ITEM_REPLACES
         } else if look.dup {
@@ -685,7 +704,7 @@ impl Tree {
         let (mut off, mut j) = (sorted_start, 0);
         while off < sorted_end {
             new_keys(off, &mut j, &mut w, &mut emit);
-            let (k, len) = leaf_item_key(buf, off, false);
+            let len = leaf_item_key(buf, off, false).1;
             if j < n && bps[j] as usize == off {
                 let mut last = j;
                 while j < n && bps[j] as usize == off {
@@ -694,7 +713,7 @@ impl Tree {
                 }
                 emit(ordered[last], &mut w);
             } else {
-                w.push_raw(&buf[off..off + len], k);
+                w.push_raw(&buf[off..off + len]);
             }
             off += len;
         }

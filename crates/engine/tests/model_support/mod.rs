@@ -409,10 +409,10 @@ pub struct Setup {
 }
 
 impl Setup {
-    /// Small (512 B) nodes, default limits.
+    /// Small (1 KiB) nodes, default limits.
     pub fn small() -> Setup {
         Setup {
-            node: 512,
+            node: 1024,
             max_val: None,
             max_snapshots: None,
         }

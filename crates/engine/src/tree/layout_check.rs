@@ -1,0 +1,190 @@
+//! A full check of every node's layout against the rules `node` states:
+//! shortcuts (offsets, prefixes, top line, group ends), the shared prefix,
+//! and a leaf's log directory against its log items. Tests run it on
+//! quiescent trees after randomized writes; the readers' unsafe byte
+//! accesses rely on exactly these rules.
+
+use super::Tree;
+use super::node::{
+    self, ITEM_DUP, ITEM_REPLACES, ITEM_TOMBSTONE, LOG_META_DUP, LOG_META_REPLACES,
+    LOG_META_TOMBSTONE, Shortcuts, decode_interior, key_fp, key_prefix, leaf_item_key,
+    log_dir_entry,
+};
+use super::read::{find_segment, published_leaf, scan_segment};
+use crate::config::{ITEM_HEADER_BYTES, SHORTCUTS_PER_LINE};
+
+impl Tree {
+    /// Checks every current buffer. The tree must be quiescent.
+    pub(crate) fn check_layout(&self) -> Result<(), String> {
+        for (lid, p) in self.pages.entries() {
+            let h = p.header();
+            if h.flags & node::NODE_DEAD != 0 {
+                continue;
+            }
+            let (buf, nlog) = published_leaf(p);
+            let leaf = h.level == 0;
+            let fail = |what: String| Err(format!("node {} (level {}): {what}", lid.0, h.level));
+            if h.sorted_start as usize != node::sorted_start(&self.g, h.level) {
+                return fail(format!("sorted_start {}", h.sorted_start));
+            }
+            // Item boundaries and keys of the sorted block.
+            let mut items = Vec::new();
+            let mut at = h.sorted_start as usize;
+            while at < h.sorted_end as usize {
+                let (key, len) = if leaf {
+                    leaf_item_key(buf, at, false)
+                } else {
+                    let (k, _, len) = decode_interior(buf, at);
+                    (k, len)
+                };
+                items.push((at, key));
+                at += len;
+            }
+            if at != h.sorted_end as usize || items.len() != h.nitems as usize {
+                return fail(format!("{} items end at {at}", items.len()));
+            }
+            let skip = h.prefix_skip as usize;
+            if let (Some(first), Some(last)) = (items.first(), items.last()) {
+                if skip != node::prefix_skip(first.1, last.1) {
+                    return fail(format!("prefix_skip {skip}"));
+                }
+            }
+            let sc = Shortcuts::of(h);
+            if items.is_empty() != (sc.n == 0) || sc.n > self.g.max_shortcuts() {
+                return fail(format!("{} shortcuts for {} items", sc.n, items.len()));
+            }
+            let mut prev = 0;
+            for i in 0..sc.n {
+                let (prefix, off) = sc.get(buf, i);
+                let Some(&(_, key)) = items.iter().find(|(a, _)| *a == off) else {
+                    return fail(format!("shortcut {i} offset {off} is no item"));
+                };
+                if (i == 0 && off != h.sorted_start as usize) || (i > 0 && off <= prev) {
+                    return fail(format!("shortcut {i} offset {off} out of order"));
+                }
+                prev = off;
+                if prefix != key_prefix(&key[skip..]) {
+                    return fail(format!("shortcut {i} prefix"));
+                }
+                if sc.has_top()
+                    && i % SHORTCUTS_PER_LINE == 0
+                    && sc.top_prefix(buf, i / SHORTCUTS_PER_LINE) != prefix
+                {
+                    return fail(format!("top line entry of shortcut {i}"));
+                }
+            }
+            for g in 0..sc.groups() {
+                let end = if (g + 1) * SHORTCUTS_PER_LINE < sc.n {
+                    sc.get(buf, (g + 1) * SHORTCUTS_PER_LINE).1
+                } else {
+                    h.sorted_end as usize
+                };
+                if sc.group_end(buf, g) != end {
+                    return fail(format!("group {g} end"));
+                }
+            }
+            // Every sorted key is found by the search.
+            for &(off, key) in &items {
+                let hit = find_segment(buf, h, key, false)
+                    .and_then(|(from, to)| scan_segment(buf, leaf, from, to, key, false));
+                if hit.map(|(o, _, eq)| (o, eq)) != Some((off, true)) {
+                    return fail(format!("search misses the item at {off}"));
+                }
+            }
+            if !leaf {
+                if nlog != 0 || buf.len() != h.sorted_end as usize {
+                    return fail("interior node with a log".into());
+                }
+                continue;
+            }
+            // The log directory against the log items.
+            let mut at = h.sorted_end as usize;
+            let mut i = 0;
+            while at < buf.len() {
+                if i >= nlog {
+                    return fail(format!("more log items than the {nlog} published"));
+                }
+                let e = log_dir_entry(buf, i);
+                let flags = buf[at];
+                let x = ITEM_HEADER_BYTES;
+                let bp = u32::from_le_bytes(buf[at + x..at + x + 4].try_into().expect("4"));
+                let hint = buf[at + x + 4] as usize;
+                let (key, len) = leaf_item_key(buf, at, true);
+                let meta_ok = (e.meta & LOG_META_REPLACES != 0) == (flags & ITEM_REPLACES != 0)
+                    && (e.meta & LOG_META_DUP != 0) == (flags & ITEM_DUP != 0)
+                    && (e.meta & LOG_META_TOMBSTONE != 0) == (flags & ITEM_TOMBSTONE != 0);
+                if e.at as usize != at
+                    || e.bp as u32 != bp
+                    || e.hint() != hint
+                    || e.fp != key_fp(key)
+                    || !meta_ok
+                {
+                    return fail(format!("log directory entry {i}: {e:?}"));
+                }
+                at += len;
+                i += 1;
+            }
+            if i != nlog {
+                return fail(format!("{nlog} log entries published, {i} log items"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    use crate::{Config, Store};
+
+    /// Keys of several shapes: random bytes, a long shared prefix with a
+    /// counter, short keys, and keys that are prefixes of others.
+    fn key(rng: &mut StdRng, shape: u32, max: usize) -> Vec<u8> {
+        let n = rng.random_range(0..3000u32);
+        let mut k = match shape {
+            0 => (0..rng.random_range(1..=max.min(24)))
+                .map(|_| rng.random())
+                .collect(),
+            1 => format!("user:000000{n:06}").into_bytes(),
+            2 => format!("{n}").into_bytes(),
+            _ => format!("k{}", n % 50)
+                .repeat(1 + (n as usize % 3))
+                .into_bytes(),
+        };
+        k.truncate(max);
+        k
+    }
+
+    #[test]
+    fn layout_holds_after_random_writes() {
+        for node in [1024, 8192] {
+            for shape in 0..4 {
+                let store = Store::new(Config::with_node_size(node)).unwrap();
+                let max = store.max_key_len();
+                let mut rng = StdRng::seed_from_u64(u64::from(shape) * 7 + node as u64);
+                let mut model = std::collections::BTreeMap::new();
+                for round in 0..6 {
+                    for _ in 0..4000 {
+                        let k = key(&mut rng, shape, max);
+                        if rng.random_bool(0.3) {
+                            store.delete(&k).unwrap();
+                            model.remove(&k);
+                        } else {
+                            let v = vec![round as u8; rng.random_range(0..40)];
+                            store.put(&k, &v).unwrap();
+                            model.insert(k, v);
+                        }
+                    }
+                    store.tree().check_layout().unwrap_or_else(|e| {
+                        panic!("node {node}, shape {shape}, round {round}: {e}")
+                    });
+                    for (k, v) in &model {
+                        assert_eq!(store.get(k).unwrap().as_deref(), Some(&v[..]));
+                    }
+                }
+            }
+        }
+    }
+}
