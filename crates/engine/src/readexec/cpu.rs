@@ -12,7 +12,7 @@ use crate::tree::node::{
     Lid, NodePtr, head_bytes, key_fp, log_dir_entry, prefetch, prefetch_range,
 };
 use crate::tree::read::{
-    SegSearch, find_group, find_in_group, interior_child, leaf_get_in, published_leaf, settle,
+    SegSearch, find_group, find_in_group, interior_child, leaf_get_fp, published_leaf, settle,
 };
 use crate::tree::{Now, Tree};
 
@@ -63,6 +63,8 @@ struct Flight<'a> {
     lid: Lid,
     node: NodePtr,
     stage: Stage,
+    /// A GET's key fingerprint (log directory), computed at the leaf once.
+    fp: u8,
     /// The segment the Head stage found, for the Segment stage.
     seg: Option<(usize, usize)>,
 }
@@ -109,6 +111,7 @@ impl ReadBackend for CpuBackend {
                             lid: Lid::ROOT,
                             node: NodePtr::dangling(),
                             stage: Stage::Node,
+                            fp: 0,
                             seg: None,
                         });
                     }
@@ -184,12 +187,12 @@ fn step(
             if let Some((from, to)) = f.seg {
                 prefetch_range(f.node, from, to);
             }
-            if h.level == 0 && nlog > 0 {
+            if h.level == 0 {
                 if let ReadRequest::Get(key) = requests[f.req] {
-                    let fp = key_fp(key);
+                    f.fp = key_fp(key);
                     for i in 0..nlog {
                         let e = log_dir_entry(buf, i);
-                        if e.fp == fp {
+                        if e.fp == f.fp {
                             prefetch(f.node.as_raw().wrapping_add(e.at as usize));
                         }
                     }
@@ -213,7 +216,7 @@ fn step(
             out.begin(f.req);
             match requests[f.req] {
                 ReadRequest::Get(key) => {
-                    if let Some(it) = leaf_get_in(buf, nlog, seg, key, rv) {
+                    if let Some(it) = leaf_get_fp(buf, nlog, seg, key, f.fp, rv) {
                         if it.is_live(now) {
                             out.push(f.req, &it);
                         }

@@ -68,7 +68,7 @@ impl Tree {
                 }
                 if sc.has_top()
                     && i % SHORTCUTS_PER_LINE == 0
-                    && sc.top_prefix(buf, i / SHORTCUTS_PER_LINE) != prefix
+                    && sc.top_prefixes(buf)[i / SHORTCUTS_PER_LINE] != prefix
                 {
                     return fail(format!("top line entry of shortcut {i}"));
                 }

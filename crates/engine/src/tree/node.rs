@@ -337,7 +337,15 @@ pub(crate) fn key_cmp(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
         a = &a[8..];
         b = &b[8..];
     }
-    a.cmp(b)
+    // At least one side has fewer than 8 bytes left: compare up to 8 bytes
+    // of each, zero padded; if those agree, the shorter key is a prefix of
+    // the longer (padding is only ever compared against zero bytes).
+    let x = key_prefix(a);
+    let y = key_prefix(b);
+    if x != y {
+        return x.cmp(&y);
+    }
+    a.len().cmp(&b.len())
 }
 
 /// Encodes a leaf item into `out` (exactly `item_len` bytes). An external
@@ -801,16 +809,27 @@ impl Shortcuts {
         (self.n - g * SHORTCUTS_PER_LINE).min(SHORTCUTS_PER_LINE)
     }
 
-    /// The prefix of group `g`'s first shortcut, from the top line.
-    pub(crate) fn top_prefix(&self, buf: &[u8], g: usize) -> u64 {
-        rd_u64(buf, self.base + g * 8)
-    }
-
     /// End of group `g`'s last segment (the next group's first offset, or
     /// the end of the sorted block), kept in the group line's spare bytes so
     /// a search never reads a second group line.
     pub(crate) fn group_end(&self, buf: &[u8], g: usize) -> usize {
         rd_u16(buf, self.group_line(g) + GROUP_END_AT) as usize
+    }
+
+    /// The prefixes of group `g`'s line (entries past `group_len` are
+    /// meaningless).
+    #[inline]
+    pub(crate) fn group_prefixes(&self, buf: &[u8], g: usize) -> [u64; SHORTCUTS_PER_LINE] {
+        let at = self.group_line(g);
+        let line = &buf[at..at + SHORTCUTS_PER_LINE * 8];
+        std::array::from_fn(|i| rd_u64(line, i * 8))
+    }
+
+    /// The top line's prefixes (entries past `groups` are meaningless).
+    #[inline]
+    pub(crate) fn top_prefixes(&self, buf: &[u8]) -> [u64; crate::config::MAX_SHORTCUT_GROUPS] {
+        let line = &buf[self.base..self.base + crate::config::MAX_SHORTCUT_GROUPS * 8];
+        std::array::from_fn(|i| rd_u64(line, i * 8))
     }
 
     /// Shortcut `i`: (8-byte key prefix, sorted-block offset).

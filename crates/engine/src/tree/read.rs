@@ -70,6 +70,20 @@ impl<'k> SegSearch<'k> {
     }
 }
 
+/// How many of the first `n` of `prefixes` (ascending) are below `kp`,
+/// and whether one of them equals it. Branch-free: every comparison is
+/// unpredictable, and a line holds at most eight.
+#[inline]
+fn count_below(prefixes: &[u64], n: usize, kp: u64) -> (usize, bool) {
+    let (mut below, mut tie) = (0usize, false);
+    for (i, &p) in prefixes.iter().enumerate() {
+        let valid = i < n;
+        below += usize::from(valid & (p < kp));
+        tie |= valid & (p == kp);
+    }
+    (below, tie)
+}
+
 /// The group whose segments hold the item sought: the last group whose
 /// first shortcut is accepted. Reads the top line (none if the node has a
 /// single group). None if every item is greater.
@@ -81,23 +95,22 @@ pub(crate) fn find_group(buf: &[u8], h: &Header, s: &SegSearch<'_>) -> Option<us
     if !sc.has_top() {
         return Some(0);
     }
-    let leaf = h.level == 0;
-    let accepted = |g: usize| {
-        s.accepts(buf, leaf, sc.top_prefix(buf, g), || {
-            sc.get(buf, g * SHORTCUTS_PER_LINE).1
-        })
-    };
-    // Branch-free search for the last accepted group (the comparisons are
-    // unpredictable; a conditional move beats a mispredicted branch).
-    let (mut base, mut len) = (0usize, sc.groups());
-    while len > 1 {
-        let half = len / 2;
-        let mid = base + half;
-        base = if accepted(mid) { mid } else { base };
-        len -= half;
+    let tops = sc.top_prefixes(buf);
+    let groups = sc.groups();
+    let (mut count, tie) = count_below(&tops, groups, s.kp);
+    if tie {
+        // Groups whose first prefix ties: their first keys decide.
+        let leaf = h.level == 0;
+        while count < groups
+            && tops[count] == s.kp
+            && s.accepts(buf, leaf, tops[count], || {
+                sc.get(buf, count * SHORTCUTS_PER_LINE).1
+            })
+        {
+            count += 1;
+        }
     }
-    let lo = if accepted(base) { base + 1 } else { base };
-    lo.checked_sub(1)
+    count.checked_sub(1)
 }
 
 /// The segment of group `g` that holds the item sought: (start, end).
@@ -109,14 +122,18 @@ pub(crate) fn find_in_group(
     g: usize,
 ) -> Option<(usize, usize)> {
     let sc = Shortcuts::of(h);
-    let leaf = h.level == 0;
     let first = g * SHORTCUTS_PER_LINE;
     let n = sc.group_len(g);
-    // At most six entries: count the accepted ones (they come first).
-    let mut count = 0;
-    for i in first..first + n {
-        let (prefix, off) = sc.get(buf, i);
-        count += usize::from(s.accepts(buf, leaf, prefix, || off));
+    let prefixes = sc.group_prefixes(buf, g);
+    let (mut count, tie) = count_below(&prefixes, n, s.kp);
+    if tie {
+        let leaf = h.level == 0;
+        while count < n
+            && prefixes[count] == s.kp
+            && s.accepts(buf, leaf, prefixes[count], || sc.get(buf, first + count).1)
+        {
+            count += 1;
+        }
     }
     let seg = (first + count).checked_sub(1)?;
     if seg < first {
@@ -148,7 +165,7 @@ pub(crate) fn settle(
     let at = found.map_or(h.sorted_start as usize, |(from, _)| from);
     let first = sorted_key(buf, at, h.level == 0).0;
     let n = key.len().min(skip);
-    match key[..n].cmp(&first[..n]) {
+    match key_cmp(&key[..n], &first[..n]) {
         Cmp::Less => None,
         Cmp::Greater => Some(last_segment(buf, h)),
         Cmp::Equal if key.len() < skip => None,
@@ -335,11 +352,22 @@ pub(crate) fn leaf_get_in(
     key: &[u8],
     rv: u64,
 ) -> Option<ItemRef<'static>> {
+    leaf_get_fp(buf, nlog, seg, key, key_fp(key), rv)
+}
+
+/// `leaf_get_in` with the key's fingerprint already computed.
+pub(crate) fn leaf_get_fp(
+    buf: &'static [u8],
+    nlog: usize,
+    seg: Option<(usize, usize)>,
+    key: &[u8],
+    fp: u8,
+    rv: u64,
+) -> Option<ItemRef<'static>> {
     let mut best = match seg.and_then(|(from, to)| scan_segment(buf, true, from, to, key, false)) {
         Some((off, _, true)) => Some(decode_item(buf, off, false)),
         _ => None,
     };
-    let fp = key_fp(key);
     // Entries are in arrival order, which is version order.
     for i in 0..nlog {
         let e = log_dir_entry(buf, i);
