@@ -24,7 +24,7 @@ use super::node::{
     ITEM_DUP, ITEM_REPLACES, ITEM_TOMBSTONE, ItemRef, LOG_META_DUP, LOG_META_HINT,
     LOG_META_REPLACES, LOG_META_TOMBSTONE, Lid, LogDirEntry, NodePtr, STATE_LOCKED, STATE_OBSOLETE,
     ValueRef, decode_interior, decode_item, encode_item, item_len, key_cmp, key_fp, leaf_item_key,
-    state_appended, state_log_count, state_size,
+    log_dir_entry, state_appended, state_log_count, state_size,
 };
 use super::read::{LogOrder, last_le, leaf_walk, published, published_leaf};
 use super::{LogEntry, Now, Tree};
@@ -183,34 +183,41 @@ struct Lookup {
 }
 
 fn lookup(leaf: NodePtr, key: &[u8]) -> Lookup {
-    let buf = published(leaf);
+    let (buf, nlog) = published_leaf(leaf);
     let h = leaf.header();
     let (mut current, backptr, replaces) = match last_le(buf, h, key, false) {
         Some((off, _, true)) => (Some(decode_item(buf, off, false)), off as u32, true),
         Some((off, len, false)) => (None, (off + len) as u32, false),
         None => (None, h.sorted_start as u32, false),
     };
-    let (mut hint, mut dup) = (0, false);
+    // The log in key order from its directory; equal keys are adjacent, in
+    // arrival order. Binary search for the number of log keys `<= key` (the
+    // order hint): a few key comparisons instead of one per log item.
+    let order = LogOrder::of(buf, nlog);
+    let log_key = |j: usize| leaf_item_key(buf, order.at[j] as usize, true).0;
+    let (mut lo, mut hi) = (0, order.n);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if key_cmp(log_key(mid), key) == std::cmp::Ordering::Greater {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    let hint = lo;
+    let dup = hint > 0 && log_key(hint - 1) == key;
+    if dup {
+        // The last of the run of equal keys is the newest.
+        current = Some(decode_item(buf, order.at[hint - 1] as usize, true));
+    }
     let mut live_estimate = h.nitems as isize;
-    let mut at = h.sorted_end as usize;
-    while at < buf.len() {
-        let flags = buf[at];
-        if flags & ITEM_TOMBSTONE != 0 {
+    for i in 0..nlog {
+        let meta = log_dir_entry(buf, i).meta;
+        if meta & LOG_META_TOMBSTONE != 0 {
             live_estimate -= 1;
-        } else if flags & (ITEM_REPLACES | ITEM_DUP) == 0 {
+        } else if meta & (LOG_META_REPLACES | LOG_META_DUP) == 0 {
             live_estimate += 1;
         }
-        let (k, len) = leaf_item_key(buf, at, true);
-        match key_cmp(k, key) {
-            std::cmp::Ordering::Less => hint += 1,
-            std::cmp::Ordering::Equal => {
-                hint += 1;
-                dup = true;
-                current = Some(decode_item(buf, at, true));
-            }
-            std::cmp::Ordering::Greater => {}
-        }
-        at += len;
     }
     Lookup {
         current,
@@ -415,6 +422,9 @@ impl Tree {
         let mut lid = Lid::ROOT;
         loop {
             let buf = self.pages.get(lid)?;
+            // The search reads several of the node's first lines: ask for
+            // them at once so that their misses overlap.
+            super::node::prefetch_range(buf, 0, super::node::head_bytes(&self.g));
             let state = buf.load_state();
             if state & (STATE_LOCKED | STATE_OBSOLETE) != 0 {
                 return None;
