@@ -35,7 +35,13 @@ pub(crate) struct Connection {
 
 /// What one read attempt found.
 pub(crate) enum Fill {
-    Data(usize),
+    /// `n` bytes; `short` if that was less than the room offered, which on
+    /// a stream socket means the socket's input was drained (epoll(7)), so
+    /// an edge-triggered reader need not read again to see `WouldBlock`.
+    Data {
+        n: usize,
+        short: bool,
+    },
     WouldBlock,
     Eof,
 }
@@ -83,17 +89,20 @@ impl Connection {
             let grow = self.rbuf.len().max(READ_CHUNK);
             self.rbuf.resize(self.rbuf.len() + grow, 0);
         }
-        match self.stream.read(&mut self.rbuf[self.rend..]) {
-            Ok(0) => Ok(Fill::Eof),
-            Ok(n) => {
-                self.rend += n;
-                Ok(Fill::Data(n))
-            }
-            Err(e) => match e.kind() {
-                io::ErrorKind::WouldBlock => Ok(Fill::WouldBlock),
-                io::ErrorKind::Interrupted => Ok(Fill::Data(0)),
-                _ => Err(e),
-            },
+        let room = self.rbuf.len() - self.rend;
+        loop {
+            return match self.stream.read(&mut self.rbuf[self.rend..]) {
+                Ok(0) => Ok(Fill::Eof),
+                Ok(n) => {
+                    self.rend += n;
+                    Ok(Fill::Data { n, short: n < room })
+                }
+                Err(e) => match e.kind() {
+                    io::ErrorKind::WouldBlock => Ok(Fill::WouldBlock),
+                    io::ErrorKind::Interrupted => continue,
+                    _ => Err(e),
+                },
+            };
         }
     }
 

@@ -340,3 +340,36 @@ fn hello_errors_and_setname() {
         &err("WRONGPASS invalid username-password pair or user is disabled."),
     );
 }
+
+/// Reading stops at a short read (the socket is drained) unless the event
+/// reports a hang-up: requests that arrive in pieces, and requests followed
+/// at once by the client's half-close, are all answered, and a half-closed
+/// client then sees the connection end.
+#[test]
+fn split_requests_and_half_close_are_served() {
+    use std::io::{Read, Write};
+    let s = server();
+    let addr = s.server().resp_addr().unwrap();
+
+    // A request in three pieces, with pauses that let each be read alone.
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    for piece in [&b"*3\r\n$3\r\nSET\r\n$1"[..], b"\r\nk\r\n$2\r\nv", b"1\r\n"] {
+        c.write_all(piece).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+    }
+    let mut got = [0u8; 5];
+    c.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"+OK\r\n");
+
+    // Requests and the half-close in one go: replies, then end of stream.
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    c.write_all(b"GET k\r\nPING\r\n").unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut all = Vec::new();
+    c.read_to_end(&mut all).unwrap();
+    assert_eq!(all, b"$2\r\nv1\r\n+PONG\r\n");
+}
