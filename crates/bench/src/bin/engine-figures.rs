@@ -32,9 +32,11 @@ struct Args {
     records: u64,
 
     /// Targets to measure, comma-separated: engine, btreemap, skipmap, scc.
-    /// scc is not in the default set: its untimed full-scan check does not
-    /// finish in minutes at 1 M records (under investigation).
-    #[arg(long, value_delimiter = ',', default_value = "engine,btreemap,skipmap")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "engine,btreemap,skipmap,scc"
+    )]
     targets: Vec<TargetKind>,
 
     /// Thread counts, comma-separated; every phase runs at each count.
