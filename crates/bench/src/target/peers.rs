@@ -205,9 +205,8 @@ impl SccTarget {
     /// The lower bound to give `TreeIndex::range` for keys `>= start`.
     /// scc 3.8's range is pathologically slow when its lower bound lies
     /// below the smallest key (measured: ~10 s for the first 1,001 items of
-    /// 200 K keys inserted in random order, and growing with the square of
-    /// the size; a bound at an existing key or an unbounded start takes
-    /// ~30 µs). Such a range is the same as one with no lower bound, so
+    /// 200 K keys inserted in random order, growing faster than the size;
+    /// a bound at an existing key or an unbounded start takes ~30 µs). Such a range is the same as one with no lower bound, so
     /// that is what it gets: one look at the first key (a leftmost descent
     /// on a path that stays in cache) decides.
     fn lower_bound<'a>(&self, start: &'a [u8], guard: &scc::Guard) -> Bound<&'a [u8]> {
