@@ -232,34 +232,18 @@ pub fn run_with<T: Target>(
     let run = run_phase(&cx, spec, &run_bar)?;
     run_bar.finish_and_clear();
 
-    let us = |q: f64| run.hist.value_at_quantile(q) as f64 / 1000.0;
-    Ok(RunResult {
-        workload: spec.workload,
-        target: spec.target,
-        threads: spec.threads,
-        connections: None,
-        pipeline: None,
-        records: spec.records,
-        distribution: spec.distribution,
-        key_size: spec.shape.key_size.to_string(),
-        value_size: spec.shape.value_size.to_string(),
-        read_pct: spec.read_pct,
-        ops: run.ops,
-        secs: run.secs,
-        throughput_ops: run.ops as f64 / run.secs,
-        p50_us: us(0.5),
-        p90_us: us(0.9),
-        p99_us: us(0.99),
-        p999_us: us(0.999),
-        max_us: run.hist.max() as f64 / 1000.0,
-        load_secs,
-        load_ops: spec.records as f64 / load_secs,
-        rss_before_bytes: rss_before,
-        rss_after_load_bytes: rss_after,
-        bytes_per_record: (rss_after as f64 - rss_before as f64) / spec.records as f64,
-        raw_bytes_per_record: raw_bytes as f64 / spec.records as f64,
-        op_counts: run.counts,
-    })
+    Ok(RunResult::measured(
+        spec,
+        spec.threads,
+        None,
+        run,
+        Loaded {
+            secs: load_secs,
+            raw_bytes,
+            rss_before,
+            rss_after,
+        },
+    ))
 }
 
 /// What checking a run's answers needs besides the target, shared by the
@@ -378,11 +362,64 @@ fn load<T: Target>(target: &T, spec: &RunSpec, bar: &ProgressBar) -> Result<(f64
     })
 }
 
-struct Phase {
-    ops: u64,
-    secs: f64,
-    hist: Histogram<u64>,
-    counts: OpCounts,
+/// What a run phase measured (in-process or over the network).
+pub(crate) struct Phase {
+    pub ops: u64,
+    pub secs: f64,
+    pub hist: Histogram<u64>,
+    pub counts: OpCounts,
+}
+
+/// What a load phase measured.
+pub(crate) struct Loaded {
+    pub secs: f64,
+    /// Key and value bytes loaded.
+    pub raw_bytes: u64,
+    /// Resident bytes of the store's process before and after the load.
+    pub rss_before: u64,
+    pub rss_after: u64,
+}
+
+impl RunResult {
+    /// The figures of a measurement from its phases. `net`: connections
+    /// and pipeline depth of a network run.
+    pub(crate) fn measured(
+        spec: &RunSpec,
+        threads: usize,
+        net: Option<(usize, usize)>,
+        run: Phase,
+        load: Loaded,
+    ) -> RunResult {
+        let us = |q: f64| run.hist.value_at_quantile(q) as f64 / 1000.0;
+        let records = spec.records as f64;
+        RunResult {
+            workload: spec.workload,
+            target: spec.target,
+            threads,
+            connections: net.map(|n| n.0),
+            pipeline: net.map(|n| n.1),
+            records: spec.records,
+            distribution: spec.distribution,
+            key_size: spec.shape.key_size.to_string(),
+            value_size: spec.shape.value_size.to_string(),
+            read_pct: spec.read_pct,
+            ops: run.ops,
+            secs: run.secs,
+            throughput_ops: run.ops as f64 / run.secs,
+            p50_us: us(0.5),
+            p90_us: us(0.9),
+            p99_us: us(0.99),
+            p999_us: us(0.999),
+            max_us: run.hist.max() as f64 / 1000.0,
+            load_secs: load.secs,
+            load_ops: records / load.secs,
+            rss_before_bytes: load.rss_before,
+            rss_after_load_bytes: load.rss_after,
+            bytes_per_record: (load.rss_after as f64 - load.rss_before as f64) / records,
+            raw_bytes_per_record: load.raw_bytes as f64 / records,
+            op_counts: run.counts,
+        }
+    }
 }
 
 fn run_phase<T: Target>(cx: &Context<'_, T>, spec: &RunSpec, bar: &ProgressBar) -> Result<Phase> {

@@ -35,7 +35,7 @@ use crate::generator::Chooser;
 use crate::ops::{OpCounts, Worker};
 use crate::target::TargetKind;
 use crate::workload::Workload;
-use crate::ycsb::{RunCheck, RunResult, RunSpec, Stop, bar};
+use crate::ycsb::{Loaded, Phase, RunCheck, RunResult, RunSpec, Stop, bar};
 use crate::{BenchError, Result};
 
 /// Writes in flight per connection during the load, for every target alike.
@@ -134,34 +134,18 @@ pub fn run_on(spec: &RunSpec, progress: bool, server: Server) -> Result<RunResul
     drop(sessions);
     server.stop()?;
 
-    let us = |q: f64| run.hist.value_at_quantile(q) as f64 / 1000.0;
-    Ok(RunResult {
-        workload: spec.workload,
-        target: spec.target,
-        threads: spec.connections,
-        connections: Some(spec.connections),
-        pipeline: Some(spec.pipeline),
-        records: spec.records,
-        distribution: spec.distribution,
-        key_size: spec.shape.key_size.to_string(),
-        value_size: spec.shape.value_size.to_string(),
-        read_pct: spec.read_pct,
-        ops: run.ops,
-        secs: run.secs,
-        throughput_ops: run.ops as f64 / run.secs,
-        p50_us: us(0.5),
-        p90_us: us(0.9),
-        p99_us: us(0.99),
-        p999_us: us(0.999),
-        max_us: run.hist.max() as f64 / 1000.0,
-        load_secs,
-        load_ops: spec.records as f64 / load_secs,
-        rss_before_bytes: rss_before,
-        rss_after_load_bytes: rss_after,
-        bytes_per_record: (rss_after as f64 - rss_before as f64) / spec.records as f64,
-        raw_bytes_per_record: raw_bytes as f64 / spec.records as f64,
-        op_counts: run.counts,
-    })
+    Ok(RunResult::measured(
+        spec,
+        spec.connections,
+        Some((spec.connections, spec.pipeline)),
+        run,
+        Loaded {
+            secs: load_secs,
+            raw_bytes,
+            rss_before,
+            rss_after,
+        },
+    ))
 }
 
 fn join<R>(h: std::thread::ScopedJoinHandle<'_, Result<R>>) -> Result<R> {
@@ -230,13 +214,6 @@ fn load(
         let bytes = handles.into_iter().map(join).sum::<Result<u64>>()?;
         Ok((secs, bytes))
     })
-}
-
-struct Phase {
-    ops: u64,
-    secs: f64,
-    hist: Histogram<u64>,
-    counts: OpCounts,
 }
 
 fn run_phase(

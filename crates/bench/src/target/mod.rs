@@ -183,10 +183,8 @@ mod tests {
         assert_eq!(TargetKind::Redis.skips(Workload::E), None);
     }
 
-    /// Every target agrees with the others on a small floor range, including
-    /// the cases with no floor item and a `lo` between two keys.
-    #[test]
-    fn range_floor_agrees_across_targets() {
+    /// Every in-process target, holding the keys b, d, f and h.
+    fn small_targets() -> Vec<Box<dyn Target>> {
         let targets: Vec<Box<dyn Target>> = vec![
             #[cfg(feature = "engine")]
             Box::new(EngineTarget::new().unwrap()),
@@ -198,6 +196,15 @@ mod tests {
             for k in [b"b", b"d", b"f", b"h"] {
                 t.insert(k, k).unwrap();
             }
+        }
+        targets
+    }
+
+    /// Every target agrees with the others on a small floor range, including
+    /// the cases with no floor item and a `lo` between two keys.
+    #[test]
+    fn range_floor_agrees_across_targets() {
+        for t in &small_targets() {
             let mut got = Vec::new();
             let mut collect = |lo: &[u8], hi: &[u8]| {
                 got.clear();
@@ -217,17 +224,7 @@ mod tests {
     /// start), at a key, between keys and past the end.
     #[test]
     fn range_agrees_across_targets() {
-        let targets: Vec<Box<dyn Target>> = vec![
-            #[cfg(feature = "engine")]
-            Box::new(EngineTarget::new().unwrap()),
-            Box::new(BTreeMapTarget::new()),
-            Box::new(SkipMapTarget::new()),
-            Box::new(SccTarget::new()),
-        ];
-        for t in &targets {
-            for k in [b"b", b"d", b"f", b"h"] {
-                t.insert(k, k).unwrap();
-            }
+        for t in &small_targets() {
             let mut got = Vec::new();
             let mut collect = |start: &[u8], n: usize| {
                 got.clear();

@@ -192,8 +192,9 @@ impl Target for SccTarget {
             .range::<[u8], _>((Bound::Unbounded, Bound::Included(lo)), &guard)
             .next_back()
             .map(|(k, _)| &k[..]);
-        let start = floor_start(floor, lo);
-        let lower = self.lower_bound(start, &guard);
+        // The floor is an existing key; with none, `lo` is below every key,
+        // and an unbounded start avoids scc's slow case (see `lower_bound`).
+        let lower = floor.map_or(Bound::Unbounded, Bound::Included);
         let iter = self
             .map
             .range::<[u8], _>((lower, Bound::Included(hi)), &guard);
