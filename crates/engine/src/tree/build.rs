@@ -98,14 +98,21 @@ fn choose_segments(g: &Geometry, lens: impl Iterator<Item = usize>, total: usize
 }
 
 /// Writes the shortcuts of an unpublished buffer at `level`.
-fn write_shortcuts(p: NodePtr, level: u8, prefixes: &[u64], offsets: &[usize], sorted_end: usize) {
+fn write_shortcuts(
+    g: &Geometry,
+    p: NodePtr,
+    level: u8,
+    prefixes: &[u64],
+    offsets: &[usize],
+    sorted_end: usize,
+) {
     let sc = node::Shortcuts {
         base: node::shortcut_base(level),
         n: prefixes.len(),
     };
-    let end = sc.base + sc.groups().max(1) * 64 + if sc.has_top() { 64 } else { 0 };
-    // SAFETY: the buffer is unpublished and owned by this thread.
-    let out = unsafe { p.bytes_mut(0, end) };
+    // SAFETY: the buffer is unpublished and owned by this thread; the
+    // shortcut block ends where the sorted block starts.
+    let out = unsafe { p.bytes_mut(0, node::sorted_start(g, level)) };
     sc.write(out, prefixes, offsets, sorted_end);
 }
 
@@ -264,7 +271,14 @@ impl<'g> LeafWriter<'g> {
             }
             skip
         };
-        write_shortcuts(self.p, 0, &prefixes[..n], &self.starts[..n], self.at);
+        write_shortcuts(
+            self.g,
+            self.p,
+            0,
+            &prefixes[..n],
+            &self.starts[..n],
+            self.at,
+        );
         skip
     }
 }
@@ -323,7 +337,7 @@ pub(crate) fn build_interior(
         out[10..].copy_from_slice(c.key);
         at += len;
     }
-    write_shortcuts(p, level, &prefixes, &offsets, at);
+    write_shortcuts(g, p, level, &prefixes, &offsets, at);
     init_header(g, p, version, lid, children[0].lid, level, at);
     // SAFETY: unpublished.
     let h = unsafe { p.header_mut() };

@@ -84,6 +84,31 @@ fn count_below(prefixes: &[u64], n: usize, kp: u64) -> (usize, bool) {
     (below, tie)
 }
 
+/// How many of the first `n` of a line's ascending `prefixes` are
+/// accepted: those below the search prefix, then those that tie it and
+/// whose key (at `offset(i)`) is accepted too.
+#[inline]
+fn count_accepted(
+    buf: &[u8],
+    h: &Header,
+    s: &SegSearch<'_>,
+    prefixes: &[u64],
+    n: usize,
+    offset: impl Fn(usize) -> usize,
+) -> usize {
+    let (mut count, tie) = count_below(prefixes, n, s.kp);
+    if tie {
+        let leaf = h.level == 0;
+        while count < n
+            && prefixes[count] == s.kp
+            && s.accepts(buf, leaf, prefixes[count], || offset(count))
+        {
+            count += 1;
+        }
+    }
+    count
+}
+
 /// The group whose segments hold the item sought: the last group whose
 /// first shortcut is accepted. Reads the top line (none if the node has a
 /// single group). None if every item is greater.
@@ -95,21 +120,10 @@ pub(crate) fn find_group(buf: &[u8], h: &Header, s: &SegSearch<'_>) -> Option<us
     if !sc.has_top() {
         return Some(0);
     }
-    let tops = sc.top_prefixes(buf);
-    let groups = sc.groups();
-    let (mut count, tie) = count_below(&tops, groups, s.kp);
-    if tie {
-        // Groups whose first prefix ties: their first keys decide.
-        let leaf = h.level == 0;
-        while count < groups
-            && tops[count] == s.kp
-            && s.accepts(buf, leaf, tops[count], || {
-                sc.get(buf, count * SHORTCUTS_PER_LINE).1
-            })
-        {
-            count += 1;
-        }
-    }
+    // A group's first prefix stands for its first shortcut.
+    let count = count_accepted(buf, h, s, &sc.top_prefixes(buf), sc.groups(), |g| {
+        sc.get(buf, g * SHORTCUTS_PER_LINE).1
+    });
     count.checked_sub(1)
 }
 
@@ -124,17 +138,9 @@ pub(crate) fn find_in_group(
     let sc = Shortcuts::of(h);
     let first = g * SHORTCUTS_PER_LINE;
     let n = sc.group_len(g);
-    let prefixes = sc.group_prefixes(buf, g);
-    let (mut count, tie) = count_below(&prefixes, n, s.kp);
-    if tie {
-        let leaf = h.level == 0;
-        while count < n
-            && prefixes[count] == s.kp
-            && s.accepts(buf, leaf, prefixes[count], || sc.get(buf, first + count).1)
-        {
-            count += 1;
-        }
-    }
+    let count = count_accepted(buf, h, s, &sc.group_prefixes(buf, g), n, |i| {
+        sc.get(buf, first + i).1
+    });
     let seg = (first + count).checked_sub(1)?;
     if seg < first {
         return None;
