@@ -37,6 +37,9 @@ pub(crate) struct EventLoop {
     batch: BatchResults,
     /// Connections with input left over from the last turn.
     again: Vec<usize>,
+    /// This turn's connections to serve, (token, whether a short read may
+    /// end its reading); kept to reuse its allocation.
+    ready: Vec<(usize, bool)>,
     /// Connections with output to write at the end of this turn.
     dirty: Vec<usize>,
     /// Connections whose input was processed this turn.
@@ -58,6 +61,7 @@ impl EventLoop {
                 shared,
                 batch: BatchResults::new(),
                 again: Vec::new(),
+                ready: Vec::new(),
                 dirty: Vec::new(),
                 served: Vec::new(),
             },
@@ -84,7 +88,8 @@ impl EventLoop {
             // readable event that reports no hang-up or error. Connections
             // served again without an event, or whose peer closed, read
             // until `WouldBlock` or end of input.
-            let mut ready: Vec<(usize, bool)> = self.again.drain(..).map(|t| (t, false)).collect();
+            let mut ready = std::mem::take(&mut self.ready);
+            ready.extend(self.again.drain(..).map(|t| (t, false)));
             for ev in events.iter() {
                 if ev.token() == WAKER {
                     self.adopt();
@@ -103,9 +108,11 @@ impl EventLoop {
             ready.dedup_by_key(|r| r.0);
             let shared = self.shared.clone();
             let session = shared.store.session();
-            for (t, short_ok) in ready {
+            for &(t, short_ok) in &ready {
                 self.serve(t, &session, short_ok);
             }
+            ready.clear();
+            self.ready = ready;
             // One group commit covers every write of the turn; only then do
             // their replies leave.
             if let Err(e) = session.commit() {
