@@ -95,15 +95,7 @@ fn measure_with<T: Target>(
 
 /// Resident set size of this process (`VmRSS` in `/proc/self/status`), in bytes.
 pub fn rss_bytes() -> Result<u64> {
-    let status = std::fs::read_to_string("/proc/self/status")
-        .map_err(|e| BenchError(format!("reading /proc/self/status: {e}")))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.trim().strip_suffix("kB"))
-        .and_then(|kb| kb.trim().parse::<u64>().ok())
-        .map(|kb| kb * 1024)
-        .ok_or_else(|| BenchError::new("no VmRSS line in /proc/self/status"))
+    crate::net::server::rss_bytes_of(std::process::id())
 }
 
 /// Inserts records `0..records` in record-number order (random key order).

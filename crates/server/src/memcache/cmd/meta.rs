@@ -5,7 +5,7 @@ use std::io::Write as _;
 
 use combkv::{Expiry, Flags, Write};
 
-use super::{Found, error_line, expiry, expiry_ms, line, stored_number, ttl_secs};
+use super::{Found, error_line, expiry, expiry_ms, line, stored_number, touch_item, ttl_secs};
 use crate::memcache::error::McError;
 use crate::memcache::parse::{Key, MetaFlags, encode_base64};
 use crate::proto::Cx;
@@ -93,28 +93,19 @@ pub(super) fn get_touch(cx: &mut Cx<'_>, key: &Key<'_>, flags: &MetaFlags<'_>, o
     let now = combkv::now_ms();
     let ttl = flags.ttl.unwrap_or(0);
     let exp = expiry(ttl, now);
-    let r = cx.session.write_with(key.bytes(), |cur| match cur {
-        None => (Write::Keep, None),
-        Some(it) => {
-            let w = Write::Put {
-                value: it.value.to_vec(),
-                expiry: exp,
-                flags: Flags::Keep,
-            };
-            (w, Some((it.value.to_vec(), it.flags)))
-        }
-    });
-    match r {
-        Err(e) => error_line(cx, out, &McError::from(e)),
-        Ok((None, _)) => {
+    match touch_item(cx, key.bytes(), exp, |value, cflags| {
+        (value.to_vec(), cflags)
+    }) {
+        Err(e) => error_line(cx, out, &e),
+        Ok(None) => {
             Stats::add(&mc.touch_misses, 1);
             write_miss(out, b"EN", key, flags);
         }
-        Ok((Some((value, cflags)), v)) => {
+        Ok(Some(((value, cflags), version))) => {
             Stats::add(&mc.touch_hits, 1);
             let f = Found {
                 value: &value,
-                version: v.map_or(0, |v| v.get()),
+                version,
                 flags: cflags,
                 expires_at_ms: expiry_ms(ttl, now),
             };

@@ -8,7 +8,7 @@ mod text;
 use std::io::Write as _;
 
 use combkv::readexec::ReadRequest;
-use combkv::{Expiry, ItemView};
+use combkv::{Expiry, Flags, ItemView, Write};
 
 use super::error::McError;
 use super::parse::{self, GetKind, RELATIVE_EXPTIME_MAX, Request};
@@ -239,6 +239,29 @@ pub(crate) fn execute(cx: &mut Cx<'_>, req: Request<'_>, out: &mut Vec<u8>) {
         Request::MetaDelete { key, flags } => meta::delete(cx, &key, &flags, out),
         Request::MetaArith { key, flags } => meta::arith(cx, &key, &flags, out),
     }
+}
+
+/// Rewrites a live item with a new expiry, keeping value and flags; hands
+/// the item as written to `seen`. memcached's touch keeps the CAS unique;
+/// combkv's is the item version, which every write renews.
+pub(crate) fn touch_item<T>(
+    cx: &Cx<'_>,
+    key: &[u8],
+    exp: Expiry,
+    seen: impl Fn(&[u8], u32) -> T,
+) -> Result<Option<(T, u64)>, McError> {
+    let (r, v) = cx.session.write_with(key, |cur| match cur {
+        None => (Write::Keep, None),
+        Some(it) => {
+            let w = Write::Put {
+                value: it.value.to_vec(),
+                expiry: exp,
+                flags: Flags::Keep,
+            };
+            (w, Some(seen(it.value, it.flags)))
+        }
+    })?;
+    Ok(r.map(|t| (t, v.map_or(0, |v| v.get()))))
 }
 
 /// memcached's incr/decr reading of a stored value: a 64-bit unsigned

@@ -2,7 +2,7 @@
 
 use combkv::{Expiry, Flags, Write};
 
-use super::{Found, error_line, expiry, expiry_ms, line, stored_number, write_value};
+use super::{Found, error_line, expiry, expiry_ms, line, stored_number, touch_item, write_value};
 use crate::memcache::error::McError;
 use crate::memcache::parse::{self, GetKind, RELATIVE_EXPTIME_MAX, StoreCmd};
 use crate::proto::Cx;
@@ -194,29 +194,6 @@ pub(super) fn arith(
         }
     };
     reply(cx, out, noreply, r);
-}
-
-/// Rewrites a live item with a new expiry, keeping value and flags; hands
-/// the item as written to `seen`. memcached's touch keeps the CAS unique;
-/// combkv's is the item version, which every write renews.
-fn touch_item<T>(
-    cx: &Cx<'_>,
-    key: &[u8],
-    exp: Expiry,
-    seen: impl Fn(&[u8], u32) -> T,
-) -> Result<Option<(T, u64)>, McError> {
-    let (r, v) = cx.session.write_with(key, |cur| match cur {
-        None => (Write::Keep, None),
-        Some(it) => {
-            let w = Write::Put {
-                value: it.value.to_vec(),
-                expiry: exp,
-                flags: Flags::Keep,
-            };
-            (w, Some(seen(it.value, it.flags)))
-        }
-    })?;
-    Ok(r.map(|t| (t, v.map_or(0, |v| v.get()))))
 }
 
 pub(super) fn touch(cx: &mut Cx<'_>, key: &[u8], exptime: i64, noreply: bool, out: &mut Vec<u8>) {
