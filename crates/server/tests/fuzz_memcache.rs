@@ -9,69 +9,18 @@
 //! `COMBKV_FUZZ_ITERS=<n>` scales the run (default 400000 parser inputs;
 //! an eighth of that through the whole protocol).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::Arc;
 
 use combkv::{Config, Store};
 use combkv_server::memcache_fuzzing::{Limits, MemcacheSession, Parsed, parse_memcache};
 use combkv_server::{ByteSize, ServerConfig};
 
-/// Counts the bytes this thread allocates.
-struct Counting;
-
-thread_local! {
-    static ALLOCATED: Cell<usize> = const { Cell::new(0) };
-}
-
-fn count(n: usize) {
-    let _ = ALLOCATED.try_with(|a| a.set(a.get() + n));
-}
-
-// SAFETY: every call is forwarded to `System` unchanged; the counter is a
-// const-initialised thread local without a destructor, so touching it
-// cannot allocate or re-enter the allocator.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count(layout.size());
-        // SAFETY: the caller's contract is `System.alloc`'s.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count(new_size);
-        // SAFETY: as for `dealloc`; `new_size` is the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+#[allow(dead_code, reason = "each fuzz test binary uses part of it")]
+mod support;
+use support::{Rng, allocated};
 
 #[global_allocator]
-static ALLOC: Counting = Counting;
-
-fn allocated() -> usize {
-    ALLOCATED.with(|a| a.get())
-}
-
-/// xorshift64*: small, seeded, deterministic.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
-        &xs[self.below(xs.len())]
-    }
-}
+static ALLOC: support::Counting = support::Counting;
 
 const COMMANDS: &[&str] = &[
     "get",

@@ -5,84 +5,19 @@
 //! the same seeds run every time; `COMBKV_FUZZ_SCALE=N` runs N times more.
 //! The open-ended search is the cargo-fuzz target `fuzz/fuzz_targets/resp_parse.rs`.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 use combkv_server::resp_fuzzing::{RespSession, resp_parse, resp_session};
 use combkv_server::{ByteSize, ServerConfig};
 
-// ---- allocation accounting ---------------------------------------------------
-
-/// Counts this thread's live heap bytes and their peak, so a test can ask
-/// "how much did this call allocate at most?" while other tests run.
-struct Counting;
-
-thread_local! {
-    static LIVE: Cell<isize> = const { Cell::new(0) };
-    static PEAK: Cell<isize> = const { Cell::new(0) };
-}
-
-// SAFETY: defers to the system allocator; the counters are const-initialised
-// thread-locals, so counting never allocates or re-enters.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        note(l.size() as isize);
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        note(-(l.size() as isize));
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        note(new as isize - l.size() as isize);
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(p, l, new) }
-    }
-}
-
-fn note(delta: isize) {
-    let _ = LIVE.try_with(|live| {
-        let now = live.get() + delta;
-        live.set(now);
-        let _ = PEAK.try_with(|p| p.set(p.get().max(now)));
-    });
-}
+#[allow(dead_code, reason = "each fuzz test binary uses part of it")]
+mod support;
+use support::{Rng, peak_alloc};
 
 #[global_allocator]
-static ALLOC: Counting = Counting;
-
-/// Runs `f` and returns its result and the most heap it held at once
-/// beyond what was live before.
-fn peak_alloc<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    let base = LIVE.with(Cell::get);
-    PEAK.with(|p| p.set(base));
-    let out = f();
-    let peak = PEAK.with(Cell::get);
-    (out, (peak - base).max(0) as usize)
-}
+static ALLOC: support::Counting = support::Counting;
 
 // ---- inputs -----------------------------------------------------------------
-
-/// xorshift64*: small, seeded, reproducible.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-}
 
 fn encode(args: &[&str]) -> Vec<u8> {
     let mut out = format!("*{}\r\n", args.len()).into_bytes();
