@@ -12,7 +12,8 @@ use crate::tree::node::{
     Lid, NodePtr, head_bytes, key_fp, log_dir_entry, prefetch, prefetch_range,
 };
 use crate::tree::read::{
-    SegSearch, find_group, find_in_group, interior_child, leaf_get_fp, published_leaf, settle,
+    SegSearch, find_group, find_in_group, interior_child, leaf_get_matches, log_fp_matches,
+    published_leaf, settle,
 };
 use crate::tree::{Now, Tree};
 
@@ -63,8 +64,9 @@ struct Flight<'a> {
     lid: Lid,
     node: NodePtr,
     stage: Stage,
-    /// A GET's key fingerprint (log directory), computed at the leaf once.
-    fp: u8,
+    /// A GET's log directory entries whose fingerprint matches its key,
+    /// found once at the leaf (bit i: entry i).
+    matches: u32,
     /// The segment the Head stage found, for the Segment stage.
     seg: Option<(usize, usize)>,
 }
@@ -111,7 +113,7 @@ impl ReadBackend for CpuBackend {
                             lid: Lid::ROOT,
                             node: NodePtr::dangling(),
                             stage: Stage::Node,
-                            fp: 0,
+                            matches: 0,
                             seg: None,
                         });
                     }
@@ -189,12 +191,12 @@ fn step(
             }
             if h.level == 0 {
                 if let ReadRequest::Get(key) = requests[f.req] {
-                    f.fp = key_fp(key);
-                    for i in 0..nlog {
-                        let e = log_dir_entry(buf, i);
-                        if e.fp == f.fp {
-                            prefetch(f.node.as_raw().wrapping_add(e.at as usize));
-                        }
+                    f.matches = log_fp_matches(buf, nlog, key_fp(key));
+                    let mut m = f.matches;
+                    while m != 0 {
+                        let e = log_dir_entry(buf, m.trailing_zeros() as usize);
+                        prefetch(f.node.as_raw().wrapping_add(e.at as usize));
+                        m &= m - 1;
                     }
                 }
             }
@@ -202,7 +204,7 @@ fn step(
             false
         }
         Stage::Segment => {
-            let (buf, nlog) = published_leaf(f.node);
+            let (buf, _) = published_leaf(f.node);
             let seg = settle(buf, f.node.header(), f.key, f.seg);
             if !f.node.is_leaf() {
                 let child = interior_child(f.node, buf, seg, f.key);
@@ -216,7 +218,7 @@ fn step(
             out.begin(f.req);
             match requests[f.req] {
                 ReadRequest::Get(key) => {
-                    if let Some(it) = leaf_get_fp(buf, nlog, seg, key, f.fp, rv) {
+                    if let Some(it) = leaf_get_matches(buf, f.matches, seg, key, rv) {
                         if it.is_live(now) {
                             out.push(f.req, &it);
                         }

@@ -79,7 +79,7 @@ impl Tree {
                 } else {
                     h.sorted_end as usize
                 };
-                if sc.group_end(buf, g) != end {
+                if sc.group(buf, g).offsets[SHORTCUTS_PER_LINE] as usize != end {
                     return fail(format!("group {g} end"));
                 }
             }

@@ -299,10 +299,12 @@ pub(crate) fn decode_item(buf: &[u8], offset: usize, log: bool) -> ItemRef<'_> {
 
 /// The key of the leaf item at `offset` and the item's encoded length,
 /// reading only the fixed header (the hot path of segment and log scans).
-#[inline]
+#[inline(always)]
 pub(crate) fn leaf_item_key(buf: &[u8], offset: usize, log: bool) -> (&[u8], usize) {
-    let flags = buf[offset];
-    let klen = rd_u16(buf, offset + 1) as usize;
+    // The fixed fields this needs (flags, key and value lengths) in one read.
+    let head: &[u8; 7] = buf[offset..offset + 7].try_into().expect("7 bytes");
+    let flags = head[0];
+    let klen = u16::from_le_bytes([head[1], head[2]]) as usize;
     let key_at = offset
         + ITEM_HEADER_BYTES
         + if log { LOG_EXTRA_BYTES } else { 0 }
@@ -315,7 +317,7 @@ pub(crate) fn leaf_item_key(buf: &[u8], offset: usize, log: bool) -> (&[u8], usi
     let value_len = if flags & ITEM_EXTERNAL != 0 {
         8
     } else {
-        rd_u32(buf, offset + 3) as usize
+        u32::from_le_bytes([head[3], head[4], head[5], head[6]]) as usize
     };
     (
         &buf[key_at..key_at + klen],
@@ -336,6 +338,9 @@ pub(crate) fn key_cmp(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
         }
         a = &a[8..];
         b = &b[8..];
+    }
+    if a.is_empty() || b.is_empty() {
+        return a.len().cmp(&b.len());
     }
     // At least one side has fewer than 8 bytes left: compare up to 8 bytes
     // of each, zero padded; if those agree, the shorter key is a prefix of
@@ -408,9 +413,13 @@ pub(crate) fn encode_item(
 /// Interior item: key length, child LID, key.
 pub(crate) const INTERIOR_ITEM_FIXED: usize = 10;
 
+#[inline(always)]
 pub(crate) fn decode_interior(buf: &[u8], offset: usize) -> (&[u8], Lid, usize) {
-    let klen = rd_u16(buf, offset) as usize;
-    let child = rd_u64(buf, offset + 2);
+    let head: &[u8; INTERIOR_ITEM_FIXED] = buf[offset..offset + INTERIOR_ITEM_FIXED]
+        .try_into()
+        .expect("fixed fields");
+    let klen = u16::from_le_bytes([head[0], head[1]]) as usize;
+    let child = u64::from_le_bytes(head[2..].try_into().expect("8 bytes"));
     let key = &buf[offset + INTERIOR_ITEM_FIXED..offset + INTERIOR_ITEM_FIXED + klen];
     (key, Lid(child), INTERIOR_ITEM_FIXED + klen)
 }
@@ -809,20 +818,20 @@ impl Shortcuts {
         (self.n - g * SHORTCUTS_PER_LINE).min(SHORTCUTS_PER_LINE)
     }
 
-    /// End of group `g`'s last segment (the next group's first offset, or
-    /// the end of the sorted block), kept in the group line's spare bytes so
-    /// a search never reads a second group line.
-    pub(crate) fn group_end(&self, buf: &[u8], g: usize) -> usize {
-        rd_u16(buf, self.group_line(g) + GROUP_END_AT) as usize
-    }
-
-    /// The prefixes of group `g`'s line (entries past `group_len` are
-    /// meaningless).
+    /// Group `g`'s line decoded in one read: its prefixes, and the
+    /// sorted-block offsets of its segments followed by the group's end
+    /// (so segment `i` runs from `offsets[i]` to `offsets[i + 1]`, for `i`
+    /// below `group_len`). Entries past `group_len` are meaningless.
     #[inline]
-    pub(crate) fn group_prefixes(&self, buf: &[u8], g: usize) -> [u64; SHORTCUTS_PER_LINE] {
+    pub(crate) fn group(&self, buf: &[u8], g: usize) -> GroupLine {
         let at = self.group_line(g);
-        let line = &buf[at..at + SHORTCUTS_PER_LINE * 8];
-        std::array::from_fn(|i| rd_u64(line, i * 8))
+        let line: &[u8; LINE_BYTES] = buf[at..at + LINE_BYTES].try_into().expect("a whole line");
+        let word = |i: usize| u64::from_le_bytes(line[i * 8..i * 8 + 8].try_into().expect("8"));
+        let half = |at: usize| u16::from_le_bytes([line[at], line[at + 1]]);
+        GroupLine {
+            prefixes: std::array::from_fn(word),
+            offsets: std::array::from_fn(|i| half(SHORTCUTS_PER_LINE * 8 + i * 2)),
+        }
     }
 
     /// The top line's prefixes (entries past `groups` are meaningless).
@@ -875,10 +884,20 @@ impl Shortcuts {
     }
 }
 
+/// One group line, decoded (`Shortcuts::group`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GroupLine {
+    pub prefixes: [u64; SHORTCUTS_PER_LINE],
+    /// Segment starts, then the group's end.
+    pub offsets: [u16; SHORTCUTS_PER_LINE + 1],
+}
+
 /// Offset in a group line of its end offset (after six prefixes and six
 /// offsets).
 const GROUP_END_AT: usize = SHORTCUTS_PER_LINE * 10;
 const _: () = assert!(GROUP_END_AT + 2 <= LINE_BYTES);
+// `GroupLine::offsets` reads the group end as the entry after the last offset.
+const _: () = assert!(GROUP_END_AT == SHORTCUTS_PER_LINE * 8 + SHORTCUTS_PER_LINE * 2);
 
 /// Bytes a search of any node reads first: the header, a leaf's log
 /// directory and the shortcut block.
@@ -957,6 +976,13 @@ pub(crate) fn log_dir_entry(buf: &[u8], i: usize) -> LogDirEntry {
     }
 }
 
+/// The key fingerprint of log directory entry `i` (the only byte a point
+/// read needs from entries that do not match).
+#[inline]
+pub(crate) fn log_dir_fp(buf: &[u8], i: usize) -> u8 {
+    buf[HEADER_BYTES + i * LOG_DIR_ENTRY_BYTES + 4]
+}
+
 /// A one-byte fingerprint of a key for the log directory: a multiplicative
 /// hash of its 8-byte words, top byte.
 #[inline]
@@ -990,9 +1016,49 @@ const MIN_PREFIX_SKIP: usize = 4;
 
 /// The first 8 bytes of a key as a big-endian integer (zero padded), so that
 /// integer order agrees with byte order wherever prefixes differ.
+#[inline]
 pub(crate) fn key_prefix(key: &[u8]) -> u64 {
-    let mut b = [0u8; 8];
-    let n = key.len().min(8);
-    b[..n].copy_from_slice(&key[..n]);
-    u64::from_be_bytes(b)
+    if let Some(head) = key.first_chunk::<8>() {
+        return u64::from_be_bytes(*head);
+    }
+    // Shorter keys: byte by byte (a variable-length copy is a libc call).
+    key.iter()
+        .enumerate()
+        .fold(0, |p, (i, &b)| p | (b as u64) << (56 - 8 * i))
+}
+
+#[cfg(test)]
+mod key_order_tests {
+    use proptest::prelude::*;
+
+    use super::{key_cmp, key_prefix};
+
+    /// Short keys drawn from a tiny alphabet, so that shared prefixes, zero
+    /// bytes and one key being a prefix of the other all come up often.
+    fn key() -> impl Strategy<Value = Vec<u8>> {
+        prop::collection::vec(prop::sample::select(vec![0u8, 1, b'a', 0xff]), 0..20)
+    }
+
+    proptest! {
+        #[test]
+        fn key_cmp_is_byte_order(a in key(), b in key()) {
+            prop_assert_eq!(key_cmp(&a, &b), a.cmp(&b));
+        }
+
+        #[test]
+        fn key_prefix_is_the_zero_padded_big_endian_head(a in key()) {
+            let mut head = [0u8; 8];
+            let n = a.len().min(8);
+            head[..n].copy_from_slice(&a[..n]);
+            prop_assert_eq!(key_prefix(&a), u64::from_be_bytes(head));
+        }
+
+        #[test]
+        fn key_prefix_order_agrees_with_key_order(a in key(), b in key()) {
+            let (pa, pb) = (key_prefix(&a), key_prefix(&b));
+            if pa != pb {
+                prop_assert_eq!(pa.cmp(&pb), a.cmp(&b));
+            }
+        }
+    }
 }

@@ -7,7 +7,7 @@ use std::cmp::Ordering as Cmp;
 use super::node::{
     self, Header, ItemRef, LOG_META_DUP, LOG_META_REPLACES, Lid, NodePtr, Shortcuts,
     decode_interior, decode_item, key_cmp, key_fp, key_prefix, leaf_item_key, log_dir_entry,
-    state_log_count, state_size,
+    log_dir_fp, state_log_count, state_size,
 };
 use super::node::{ITEM_DUP, ITEM_REPLACES};
 use super::{Now, Tree};
@@ -71,17 +71,13 @@ impl<'k> SegSearch<'k> {
 }
 
 /// How many of the first `n` of `prefixes` (ascending) are below `kp`,
-/// and whether one of them equals it. Branch-free: every comparison is
-/// unpredictable, and a line holds at most eight.
+/// and whether one of them equals it. A branch-free binary search: a line
+/// holds at most eight, so three steps, each a conditional move.
 #[inline]
 fn count_below(prefixes: &[u64], n: usize, kp: u64) -> (usize, bool) {
-    let (mut below, mut tie) = (0usize, false);
-    for (i, &p) in prefixes.iter().enumerate() {
-        let valid = i < n;
-        below += usize::from(valid & (p < kp));
-        tie |= valid & (p == kp);
-    }
-    (below, tie)
+    let valid = &prefixes[..n.min(prefixes.len())];
+    let below = valid.partition_point(|&p| p < kp);
+    (below, valid.get(below) == Some(&kp))
 }
 
 /// How many of the first `n` of a line's ascending `prefixes` are
@@ -112,6 +108,7 @@ fn count_accepted(
 /// The group whose segments hold the item sought: the last group whose
 /// first shortcut is accepted. Reads the top line (none if the node has a
 /// single group). None if every item is greater.
+#[inline(always)]
 pub(crate) fn find_group(buf: &[u8], h: &Header, s: &SegSearch<'_>) -> Option<usize> {
     if h.nitems == 0 {
         return None;
@@ -129,6 +126,7 @@ pub(crate) fn find_group(buf: &[u8], h: &Header, s: &SegSearch<'_>) -> Option<us
 
 /// The segment of group `g` that holds the item sought: (start, end).
 /// Reads group `g`'s line only. None if every item is greater.
+#[inline(always)]
 pub(crate) fn find_in_group(
     buf: &[u8],
     h: &Header,
@@ -136,38 +134,45 @@ pub(crate) fn find_in_group(
     g: usize,
 ) -> Option<(usize, usize)> {
     let sc = Shortcuts::of(h);
-    let first = g * SHORTCUTS_PER_LINE;
+    let line = sc.group(buf, g);
     let n = sc.group_len(g);
-    let count = count_accepted(buf, h, s, &sc.group_prefixes(buf, g), n, |i| {
-        sc.get(buf, first + i).1
-    });
-    let seg = (first + count).checked_sub(1)?;
-    if seg < first {
-        return None;
-    }
-    let start = sc.get(buf, seg).1;
-    let end = if seg + 1 < first + n {
-        sc.get(buf, seg + 1).1
+    let count = count_accepted(buf, h, s, &line.prefixes, n, |i| line.offsets[i] as usize);
+    // The segment: from its shortcut to the next one (or the group's end,
+    // which follows the last offset in the line, so `n` indexes it).
+    let seg = count.checked_sub(1)?;
+    let end = if seg + 1 < n {
+        seg + 1
     } else {
-        sc.group_end(buf, g)
+        SHORTCUTS_PER_LINE
     };
-    Some((start, end))
+    Some((line.offsets[seg] as usize, line.offsets[end] as usize))
 }
 
 /// Corrects a segment search for a key that differs from the node's shared
 /// prefix (the prefix comparisons then meant nothing): such a key lies
 /// before or after every item. Reads the first key of the segment found
 /// (or of the node), which the caller reads anyway.
+#[inline(always)]
 pub(crate) fn settle(
     buf: &[u8],
     h: &Header,
     key: &[u8],
     found: Option<(usize, usize)>,
 ) -> Option<(usize, usize)> {
-    let skip = h.prefix_skip as usize;
-    if skip == 0 || h.nitems == 0 {
+    if h.prefix_skip == 0 || h.nitems == 0 {
         return found;
     }
+    settle_skipped(buf, h, key, found)
+}
+
+/// `settle` for a node whose keys share a prefix.
+fn settle_skipped(
+    buf: &[u8],
+    h: &Header,
+    key: &[u8],
+    found: Option<(usize, usize)>,
+) -> Option<(usize, usize)> {
+    let skip = h.prefix_skip as usize;
     let at = found.map_or(h.sorted_start as usize, |(from, _)| from);
     let first = sorted_key(buf, at, h.level == 0).0;
     let n = key.len().min(skip);
@@ -214,6 +219,7 @@ pub(crate) fn last_le(
 }
 
 /// The last item of the segment `[from, to)` with key `<= key` (`< key`).
+#[inline]
 pub(crate) fn scan_segment(
     buf: &[u8],
     leaf: bool,
@@ -244,10 +250,21 @@ pub(crate) fn interior_child(
     seg: Option<(usize, usize)>,
     key: &[u8],
 ) -> Lid {
-    match seg.and_then(|(from, to)| scan_segment(buf, false, from, to, key, false)) {
-        Some((off, ..)) => decode_interior(buf, off).1,
-        None => Lid(p.header().link),
+    let mut child = Lid(p.header().link);
+    if let Some((from, to)) = seg {
+        // The last item of the segment with key <= `key` routes it; its
+        // child is read as the scan goes (same line), not decoded again.
+        let mut at = from;
+        while at < to {
+            let (k, lid, len) = decode_interior(buf, at);
+            if key_cmp(k, key) == Cmp::Greater {
+                break;
+            }
+            child = lid;
+            at += len;
+        }
     }
+    child
 }
 
 /// The child an interior buffer routes `seek` to, and that child's low
@@ -370,18 +387,41 @@ pub(crate) fn leaf_get_fp(
     fp: u8,
     rv: u64,
 ) -> Option<ItemRef<'static>> {
+    leaf_get_matches(buf, log_fp_matches(buf, nlog, fp), seg, key, rv)
+}
+
+/// The log directory entries (of the first `nlog`) whose fingerprint is
+/// `fp`, as a bit mask: bit `i` for entry `i`. Reads the directory line only.
+#[inline]
+pub(crate) fn log_fp_matches(buf: &[u8], nlog: usize, fp: u8) -> u32 {
+    let mut mask = 0;
+    for i in 0..nlog.min(crate::config::LOG_DIR_MAX) {
+        mask |= u32::from(log_dir_fp(buf, i) == fp) << i;
+    }
+    mask
+}
+
+/// `leaf_get_fp` with the directory entries to open already found
+/// (`log_fp_matches`).
+#[inline]
+pub(crate) fn leaf_get_matches(
+    buf: &'static [u8],
+    mut matches: u32,
+    seg: Option<(usize, usize)>,
+    key: &[u8],
+    rv: u64,
+) -> Option<ItemRef<'static>> {
     let mut best = match seg.and_then(|(from, to)| scan_segment(buf, true, from, to, key, false)) {
         Some((off, _, true)) => Some(decode_item(buf, off, false)),
         _ => None,
     };
     // Entries are in arrival order, which is version order.
-    for i in 0..nlog {
-        let e = log_dir_entry(buf, i);
-        if e.fp == fp {
-            let it = decode_item(buf, e.at as usize, true);
-            if it.version <= rv && it.key.len() == key.len() && key_cmp(it.key, key) == Cmp::Equal {
-                best = Some(it);
-            }
+    while matches != 0 {
+        let i = matches.trailing_zeros() as usize;
+        matches &= matches - 1;
+        let it = decode_item(buf, log_dir_entry(buf, i).at as usize, true);
+        if it.version <= rv && key_cmp(it.key, key) == Cmp::Equal {
+            best = Some(it);
         }
     }
     best
