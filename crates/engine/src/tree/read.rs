@@ -242,6 +242,22 @@ pub(crate) fn scan_segment(
     best
 }
 
+/// The sorted-block item of leaf segment `[from, to)` whose key is `key`.
+/// Sorted keys are unique, so the scan stops at the first key not below it.
+#[inline]
+fn segment_find(buf: &[u8], from: usize, to: usize, key: &[u8]) -> Option<usize> {
+    let mut at = from;
+    while at < to {
+        let (k, len) = leaf_item_key(buf, at, false);
+        match key_cmp(k, key) {
+            Cmp::Less => at += len,
+            Cmp::Equal => return Some(at),
+            Cmp::Greater => return None,
+        }
+    }
+    None
+}
+
 /// The child of an interior buffer for `key`, given the segment
 /// `find_segment` chose (the read engine finds it one step earlier).
 pub(crate) fn interior_child(
@@ -411,10 +427,9 @@ pub(crate) fn leaf_get_matches(
     key: &[u8],
     rv: u64,
 ) -> Option<ItemRef<'static>> {
-    let mut best = match seg.and_then(|(from, to)| scan_segment(buf, true, from, to, key, false)) {
-        Some((off, _, true)) => Some(decode_item(buf, off, false)),
-        _ => None,
-    };
+    let mut best = seg
+        .and_then(|(from, to)| segment_find(buf, from, to, key))
+        .map(|off| decode_item(buf, off, false));
     // Entries are in arrival order, which is version order.
     while matches != 0 {
         let i = matches.trailing_zeros() as usize;
