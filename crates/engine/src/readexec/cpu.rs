@@ -12,8 +12,10 @@
 use std::ops::Bound;
 
 use super::{BatchResults, ReadBackend, ReadRequest, TreeView, bounds};
+use crate::config::LINE_BYTES;
 use crate::tree::node::{
-    Lid, NodePtr, head_bytes, key_fp, log_dir_entry, prefetch, prefetch_range,
+    Lid, NodePtr, Shortcuts, head_bytes, key_fp, log_dir_entry, prefetch, prefetch_range,
+    shortcut_base,
 };
 use crate::tree::read::{
     SegSearch, find_group, find_in_group, interior_child, leaf_get_matches, log_fp_matches,
@@ -57,6 +59,9 @@ enum Stage {
     /// version, find the segment, prefetch it (and a GET's log items whose
     /// fingerprint matches).
     Head,
+    /// A leaf with a top line: its group line is (nearly) in cache; find
+    /// the segment in it, prefetch the segment.
+    Group,
     /// Search the segment: go to the child, or answer at the leaf.
     Segment,
 }
@@ -73,6 +78,8 @@ struct Flight<'a> {
     matches: u32,
     /// The segment the Head stage found, for the Segment stage.
     seg: Option<(usize, usize)>,
+    /// The shortcut group a leaf's Head stage found, for the Group stage.
+    group: usize,
 }
 
 /// How a request descends (None: executed directly, not interleaved).
@@ -119,6 +126,7 @@ impl ReadBackend for CpuBackend {
                             stage: Stage::Node,
                             matches: 0,
                             seg: None,
+                            group: 0,
                         });
                     }
                     None => {
@@ -161,6 +169,20 @@ impl ReadBackend for CpuBackend {
     }
 }
 
+/// The first bytes of a node at `level` that a search reads before it
+/// knows which group line it needs: a leaf's header, log directory and top
+/// line (its group line comes a stage later; the top line is group 0's when
+/// there is only one group), an interior node's whole head (upper levels
+/// stay cached, and a stage fewer is worth more there).
+#[inline]
+fn head_bytes_at(tree: &Tree, level: u8) -> usize {
+    if level == 0 {
+        shortcut_base(0) + LINE_BYTES
+    } else {
+        head_bytes(&tree.g)
+    }
+}
+
 /// Advances one request by one stage. True when it is answered.
 fn step(
     tree: &Tree,
@@ -183,15 +205,25 @@ fn step(
                     .node
                     .old()
                     .expect("old-version chain reaches every live read version");
-                prefetch_range(f.node, 0, head_bytes(&tree.g));
+                prefetch_range(f.node, 0, head_bytes_at(tree, f.node.header().level));
                 return false;
             }
             let (buf, nlog) = published_leaf(f.node);
             let h = f.node.header();
             let s = SegSearch::new(h, f.key, false);
-            f.seg = find_group(buf, h, &s).and_then(|g| find_in_group(buf, h, &s, g));
-            if let Some((from, to)) = f.seg {
-                prefetch_range(f.node, from, to);
+            let group = find_group(buf, h, &s);
+            let sc = Shortcuts::of(h);
+            // A leaf's group lines were not prefetched (only the top line):
+            // ask for the one the search needs and finish it next step.
+            let wait_group = h.level == 0 && sc.has_top() && group.is_some();
+            if wait_group {
+                f.group = group.unwrap_or(0);
+                prefetch(f.node.as_raw().wrapping_add(sc.group_line(f.group)));
+            } else {
+                f.seg = group.and_then(|g| find_in_group(buf, h, &s, g));
+                if let Some((from, to)) = f.seg {
+                    prefetch_range(f.node, from, to);
+                }
             }
             if h.level == 0 {
                 if let ReadRequest::Get(key) = requests[f.req] {
@@ -204,6 +236,21 @@ fn step(
                     }
                 }
             }
+            f.stage = if wait_group {
+                Stage::Group
+            } else {
+                Stage::Segment
+            };
+            false
+        }
+        Stage::Group => {
+            let (buf, _) = published_leaf(f.node);
+            let h = f.node.header();
+            let s = SegSearch::new(h, f.key, false);
+            f.seg = find_in_group(buf, h, &s, f.group);
+            if let Some((from, to)) = f.seg {
+                prefetch_range(f.node, from, to);
+            }
             f.stage = Stage::Segment;
             false
         }
@@ -213,8 +260,11 @@ fn step(
             if !f.node.is_leaf() {
                 let child = interior_child(f.node, buf, seg, f.key);
                 f.lid = child;
+                // The child's level from its parent's (in cache), not from
+                // its header, which is what this prefetch is for.
+                let level = f.node.header().level - 1;
                 f.node = tree.pages.get(child).expect("reachable LID is mapped");
-                prefetch_range(f.node, 0, head_bytes(&tree.g));
+                prefetch_range(f.node, 0, head_bytes_at(tree, level));
                 f.stage = Stage::Head;
                 return false;
             }
