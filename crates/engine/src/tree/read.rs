@@ -83,7 +83,7 @@ fn count_below(prefixes: &[u64], n: usize, kp: u64) -> (usize, bool) {
 /// How many of the first `n` of a line's ascending `prefixes` are
 /// accepted: those below the search prefix, then those that tie it and
 /// whose key (at `offset(i)`) is accepted too.
-#[inline]
+#[inline(always)]
 fn count_accepted(
     buf: &[u8],
     h: &Header,
