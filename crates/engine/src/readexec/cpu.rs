@@ -18,8 +18,8 @@ use crate::tree::node::{
     shortcut_base,
 };
 use crate::tree::read::{
-    SegSearch, find_group, find_in_group, interior_child, leaf_get_matches, log_fp_matches,
-    published_leaf, settle,
+    SegSearch, WalkFrom, find_group, find_in_group, interior_child, leaf_get_matches,
+    log_fp_matches, published_leaf, segment_lower_bound, settle,
 };
 use crate::tree::{Now, Tree};
 
@@ -283,7 +283,11 @@ fn step(
                     let mut seen = 0;
                     if limit > 0 && !crate::tree::scan::empty_bounds(start, end) {
                         let req = f.req;
-                        tree.scan_from_leaf(f.node, rv, now, start, end, &mut |it| {
+                        // The segment search already done here tells where
+                        // in the leaf the walk starts.
+                        let at = segment_lower_bound(buf, f.node.header(), seg, f.key);
+                        let from = Some(WalkFrom::Offset(at));
+                        tree.scan_from_leaf(f.node, rv, now, start, end, from, &mut |it| {
                             out.push(req, &it);
                             seen += 1;
                             seen < limit

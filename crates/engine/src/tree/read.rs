@@ -444,7 +444,7 @@ pub(crate) fn leaf_get_matches(
 
 /// The live items of a leaf visible at `rv`, in key order.
 pub(crate) fn leaf_ordered(leaf: NodePtr, rv: u64, now: &Now, out: &mut Vec<ItemRef<'static>>) {
-    leaf_walk(leaf, rv, None, |it| {
+    leaf_walk(leaf, rv, WalkFrom::First, |it| {
         if it.is_live(now) {
             out.push(it);
         }
@@ -495,18 +495,58 @@ impl LogOrder {
     /// Adds an item that arrived after all present ones.
     pub(crate) fn insert(&mut self, at: u32, hint: usize, bp: u32, flags: u8) {
         let (pos, n) = (hint.min(self.n), self.n);
-        self.at.copy_within(pos..n, pos + 1);
-        self.bp.copy_within(pos..n, pos + 1);
-        self.flags.copy_within(pos..n, pos + 1);
+        // At most a dozen entries: a loop beats three memmove calls.
+        for k in (pos..n).rev() {
+            self.at[k + 1] = self.at[k];
+            self.bp[k + 1] = self.bp[k];
+            self.flags[k + 1] = self.flags[k];
+        }
         (self.at[pos], self.bp[pos], self.flags[pos]) = (at, bp, flags);
         self.n += 1;
     }
 }
 
+/// Where a leaf walk starts.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum WalkFrom<'k> {
+    /// At the leaf's first key.
+    First,
+    /// At the first key `>= k` (or a little before it).
+    Key(&'k [u8]),
+    /// At the sorted-block item at this offset (with the new keys that sort
+    /// just before it): what `Key` would find, when the caller has already
+    /// searched the leaf (`segment_lower_bound`).
+    Offset(usize),
+}
+
+/// The sorted-block offset a walk from `key` starts at, given the segment
+/// a search of the leaf for `key` found (`find_segment`, not strict): the
+/// first item of the segment whose key is `>= key`, else the segment's end;
+/// the leaf's first item if the search found none.
+#[inline]
+pub(crate) fn segment_lower_bound(
+    buf: &[u8],
+    h: &Header,
+    seg: Option<(usize, usize)>,
+    key: &[u8],
+) -> usize {
+    let Some((mut at, to)) = seg else {
+        return node::sorted_start_of(h);
+    };
+    while at < to {
+        let (k, len) = leaf_item_key(buf, at, false);
+        if key_cmp(k, key) != Cmp::Less {
+            break;
+        }
+        at += len;
+    }
+    at
+}
+
 /// Calls `f` with the newest version visible at `rv` of every key in `leaf`
-/// (delete markers and expired items included), in key order, starting at
-/// the first key `>= from` (or a little before it), until `f` returns false.
-/// Returns false if `f` stopped the walk.
+/// (delete markers and expired items included), in key order, starting
+/// where `from` says, until `f` returns false. Returns false if `f` stopped
+/// the walk.
 ///
 /// Honeycomb 4.3: the log block is put in key order with its order hints and
 /// merged with the sorted block through its back pointers; no key is
@@ -514,7 +554,7 @@ impl LogOrder {
 pub(crate) fn leaf_walk(
     leaf: NodePtr,
     rv: u64,
-    from: Option<&[u8]>,
+    from: WalkFrom<'_>,
     mut f: impl FnMut(ItemRef<'static>) -> bool,
 ) -> bool {
     let (buf, nlog) = published_leaf(leaf);
@@ -533,12 +573,13 @@ pub(crate) fn leaf_walk(
             .or(base)
     };
 
-    let mut off = node::sorted_start_of(h);
-    if let Some(k) = from {
-        if let Some((o, len, _)) = last_le(buf, h, k, true) {
-            off = o + len;
+    let mut off = match from {
+        WalkFrom::First => node::sorted_start_of(h),
+        WalkFrom::Key(k) => {
+            last_le(buf, h, k, true).map_or(node::sorted_start_of(h), |(o, len, _)| o + len)
         }
-    }
+        WalkFrom::Offset(o) => o,
+    };
     let mut j = 0;
     while j < n && order.bp[j] < off as u32 {
         j += 1;

@@ -5,23 +5,24 @@
 
 use std::ops::Bound;
 
-use super::node::leaf_item_key;
-use super::node::{ItemRef, Lid, NodePtr};
-use super::read::{Seek, find_segment, leaf_ordered, leaf_walk, published};
+use std::cmp::Ordering;
+
+use super::node::{ItemRef, Lid, NodePtr, key_cmp};
+use super::read::{Seek, WalkFrom, find_segment, leaf_ordered, leaf_walk, published};
 use super::{Now, Tree};
 
 fn after_end(key: &[u8], end: Bound<&[u8]>) -> bool {
     match end {
-        Bound::Included(e) => key > e,
-        Bound::Excluded(e) => key >= e,
+        Bound::Included(e) => key_cmp(key, e) == Ordering::Greater,
+        Bound::Excluded(e) => key_cmp(key, e) != Ordering::Less,
         Bound::Unbounded => false,
     }
 }
 
 fn before_start(key: &[u8], start: Bound<&[u8]>) -> bool {
     match start {
-        Bound::Included(s) => key < s,
-        Bound::Excluded(s) => key <= s,
+        Bound::Included(s) => key_cmp(key, s) == Ordering::Less,
+        Bound::Excluded(s) => key_cmp(key, s) != Ordering::Greater,
         Bound::Unbounded => false,
     }
 }
@@ -57,7 +58,7 @@ impl Tree {
                 Bound::Unbounded => Seek::Key(&[]),
             };
             let (leaf, _) = self.descend(seek, rv);
-            self.scan_from_leaf(leaf, rv, now, start, end, &mut f);
+            self.scan_from_leaf(leaf, rv, now, start, end, None, &mut f);
         } else {
             let seek = match end {
                 Bound::Included(k) | Bound::Excluded(k) => Seek::Key(k),
@@ -97,7 +98,12 @@ impl Tree {
     }
 
     /// The forward part of `scan`, from the leaf that holds the start bound
-    /// (the read engine descends to it on its own).
+    /// (the read engine descends to it on its own, and may say where in it
+    /// the walk starts: `from`).
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "a scan's read version, clock, bounds and start point"
+    )]
     pub(crate) fn scan_from_leaf(
         &self,
         mut leaf: NodePtr,
@@ -105,12 +111,13 @@ impl Tree {
         now: &Now,
         start: Bound<&[u8]>,
         end: Bound<&[u8]>,
+        from: Option<WalkFrom<'_>>,
         f: &mut dyn FnMut(ItemRef<'static>) -> bool,
     ) {
-        let mut from = match start {
-            Bound::Included(k) | Bound::Excluded(k) => Some(k),
-            Bound::Unbounded => None,
-        };
+        let mut from = from.unwrap_or(match start {
+            Bound::Included(k) | Bound::Excluded(k) => WalkFrom::Key(k),
+            Bound::Unbounded => WalkFrom::First,
+        });
         // Invariant 6: keys strictly ascend along the leaf chain at one version.
         let mut last: Option<&[u8]> = None;
         loop {
@@ -130,7 +137,7 @@ impl Tree {
             if !more {
                 return;
             }
-            from = None;
+            from = WalkFrom::First;
             let right = Lid(leaf.header().link);
             if right == Lid::NONE {
                 return;
@@ -178,10 +185,9 @@ impl Tree {
         let (leaf, _) = self.descend(Seek::Key(key), rv);
         let buf = published(leaf);
         if let Some((seg_from, _)) = find_segment(buf, leaf.header(), key, false) {
-            let first = leaf_item_key(buf, seg_from, false).0;
             let mut found = None;
-            leaf_walk(leaf, rv, Some(first), |it| {
-                if it.key > key {
+            leaf_walk(leaf, rv, WalkFrom::Offset(seg_from), |it| {
+                if key_cmp(it.key, key) == Ordering::Greater {
                     return false;
                 }
                 if it.is_live(now) {
@@ -228,20 +234,25 @@ impl Tree {
         let (mut expired, mut last, mut seen) = (Vec::new(), None, 0);
         loop {
             let mut done = false;
-            leaf_walk(leaf, rv, cursor, |it| {
-                if it.is_tombstone() || before_start(it.key, start) {
-                    return true;
-                }
-                if it.expiry != 0 && it.expiry <= now.ms() {
-                    expired.push(it.key.to_vec());
-                }
-                seen += 1;
-                if seen >= max_items {
-                    last = Some(it.key.to_vec());
-                    done = true;
-                }
-                !done
-            });
+            leaf_walk(
+                leaf,
+                rv,
+                cursor.map_or(WalkFrom::First, WalkFrom::Key),
+                |it| {
+                    if it.is_tombstone() || before_start(it.key, start) {
+                        return true;
+                    }
+                    if it.expiry != 0 && it.expiry <= now.ms() {
+                        expired.push(it.key.to_vec());
+                    }
+                    seen += 1;
+                    if seen >= max_items {
+                        last = Some(it.key.to_vec());
+                        done = true;
+                    }
+                    !done
+                },
+            );
             let right = Lid(leaf.header().link);
             if done || right == Lid::NONE {
                 return (expired, last);

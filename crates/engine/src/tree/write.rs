@@ -26,7 +26,7 @@ use super::node::{
     ValueRef, decode_interior, decode_item, encode_item, item_len, key_cmp, key_fp, leaf_item_key,
     log_dir_entry, state_appended, state_log_count, state_size,
 };
-use super::read::{LogOrder, last_le, leaf_walk, published, published_leaf};
+use super::read::{LogOrder, WalkFrom, last_le, leaf_walk, published, published_leaf};
 use super::{LogEntry, Now, Tree};
 use crate::sync::backoff;
 
@@ -149,7 +149,7 @@ fn children_of(p: NodePtr) -> Vec<Child<'static>> {
 /// The newest state of every key of a locked leaf, delete markers dropped.
 fn leaf_entries(leaf: NodePtr) -> Vec<Entry<'static>> {
     let mut out = Vec::with_capacity(leaf.header().nitems as usize + 32);
-    leaf_walk(leaf, u64::MAX, None, |it| {
+    leaf_walk(leaf, u64::MAX, WalkFrom::First, |it| {
         if !it.is_tombstone() {
             out.push(Entry {
                 key: it.key,
