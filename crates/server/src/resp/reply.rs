@@ -1,8 +1,6 @@
 //! RESP reply encoding, RESP2 or RESP3 as the connection negotiated (HELLO).
 //! Every reply a command sends is built from these functions.
 
-use std::io::Write;
-
 /// A reply writer over the connection's output buffer.
 pub(crate) struct Reply<'a> {
     pub out: &'a mut Vec<u8>,
@@ -10,6 +8,16 @@ pub(crate) struct Reply<'a> {
 }
 
 impl Reply<'_> {
+    /// A type byte, a decimal integer and CRLF: every length and count
+    /// header (`itoa`: the formatting machinery costs more than the reply
+    /// on a pipelined GET).
+    fn header(&mut self, kind: u8, n: impl itoa::Integer) {
+        self.out.push(kind);
+        self.out
+            .extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+        self.out.extend_from_slice(b"\r\n");
+    }
+
     pub fn simple(&mut self, s: &str) {
         self.out.push(b'+');
         self.out.extend_from_slice(s.as_bytes());
@@ -32,11 +40,11 @@ impl Reply<'_> {
     }
 
     pub fn int(&mut self, n: i64) {
-        let _ = write!(self.out, ":{n}\r\n");
+        self.header(b':', n);
     }
 
     pub fn bulk(&mut self, b: &[u8]) {
-        let _ = write!(self.out, "${}\r\n", b.len());
+        self.header(b'$', b.len());
         self.out.extend_from_slice(b);
         self.out.extend_from_slice(b"\r\n");
     }
@@ -58,31 +66,32 @@ impl Reply<'_> {
     }
 
     pub fn array(&mut self, n: usize) {
-        let _ = write!(self.out, "*{n}\r\n");
+        self.header(b'*', n);
     }
 
     /// A map of `n` pairs (a flat array of 2n in RESP2).
     pub fn map(&mut self, n: usize) {
         if self.resp3 {
-            let _ = write!(self.out, "%{n}\r\n");
+            self.header(b'%', n);
         } else {
-            let _ = write!(self.out, "*{}\r\n", 2 * n);
+            self.header(b'*', 2 * n);
         }
     }
 
     /// A set of `n` members (an array in RESP2).
     pub fn set(&mut self, n: usize) {
         if self.resp3 {
-            let _ = write!(self.out, "~{n}\r\n");
+            self.header(b'~', n);
         } else {
-            let _ = write!(self.out, "*{n}\r\n");
+            self.header(b'*', n);
         }
     }
 
     /// Text for humans (INFO): a verbatim string in RESP3.
     pub fn verbatim(&mut self, text: &str) {
         if self.resp3 {
-            let _ = write!(self.out, "={}\r\ntxt:", text.len() + 4);
+            self.header(b'=', text.len() + 4);
+            self.out.extend_from_slice(b"txt:");
             self.out.extend_from_slice(text.as_bytes());
             self.out.extend_from_slice(b"\r\n");
         } else {

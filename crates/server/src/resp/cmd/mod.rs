@@ -9,6 +9,8 @@ mod ordered;
 mod server;
 mod strings;
 
+use std::sync::LazyLock;
+
 use combkv::readexec::ReadRequest;
 
 use super::RespConn;
@@ -55,23 +57,28 @@ impl Ctx<'_, '_> {
 /// Redis's integer syntax: optional '-', digits, no '+', no spaces, no
 /// leading zeros, within i64.
 pub(crate) fn parse_i64(b: &[u8]) -> Option<i64> {
-    let digits = b.strip_prefix(b"-").unwrap_or(b);
-    if digits.is_empty() || b.len() > 20 || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    if digits.len() > 1 && digits[0] == b'0' || b == b"-0" {
-        return None;
+    // One pass (this parses every length header of every request).
+    let (neg, digits) = match b {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, b),
+    };
+    match digits {
+        [] => return None,
+        [b'0'] => return (!neg).then_some(0),
+        [b'0', ..] => return None,
+        _ if digits.len() > 19 => return None,
+        _ => {}
     }
     // Accumulate negatively so i64::MIN parses without overflow.
     let mut n: i64 = 0;
     for &d in digits {
-        n = n.checked_mul(10)?.checked_sub((d - b'0') as i64)?;
+        let v = d.wrapping_sub(b'0');
+        if v > 9 {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_sub(i64::from(v))?;
     }
-    if b[0] == b'-' {
-        Some(n)
-    } else {
-        n.checked_neg()
-    }
+    if neg { Some(n) } else { n.checked_neg() }
 }
 
 pub(crate) fn eq_ic(a: &[u8], b: &str) -> bool {
@@ -633,20 +640,35 @@ pub(crate) static COMMANDS: &[Spec] = &[
 ];
 
 pub(crate) fn lookup(name: &[u8]) -> Option<&'static Spec> {
-    // Lowercased on the stack: this runs for every request.
-    let mut buf = [0u8; 16];
-    if name.len() > buf.len() {
+    // This runs for every request: names compare as integers, no memcmp.
+    let key = name_key(name)?;
+    NAME_KEYS.binary_search(&key).ok().map(|i| &COMMANDS[i])
+}
+
+/// A command name lowercased into a big-endian integer, zero padded: the
+/// integers sort as the names do. None for what cannot be a command name
+/// (longer than 16 bytes, or holding a zero byte, which padding would hide).
+fn name_key(name: &[u8]) -> Option<u128> {
+    if name.len() > 16 {
         return None;
     }
-    let lower = &mut buf[..name.len()];
-    lower.copy_from_slice(name);
-    lower.make_ascii_lowercase();
-    let lower = &*lower;
-    COMMANDS
-        .binary_search_by(|s| s.name.as_bytes().cmp(lower))
-        .ok()
-        .map(|i| &COMMANDS[i])
+    let mut key = 0u128;
+    for (i, &b) in name.iter().enumerate() {
+        if b == 0 {
+            return None;
+        }
+        key |= u128::from(b.to_ascii_lowercase()) << (120 - 8 * i);
+    }
+    Some(key)
 }
+
+/// `name_key` of every command, in `COMMANDS` order.
+static NAME_KEYS: LazyLock<Vec<u128>> = LazyLock::new(|| {
+    COMMANDS
+        .iter()
+        .map(|s| name_key(s.name.as_bytes()).expect("command names fit in 16 bytes"))
+        .collect()
+});
 
 /// Runs one command (`spec`: its table entry, from `lookup`, looked up
 /// once per request by the caller) and writes its reply.
@@ -825,4 +847,80 @@ pub(crate) fn run_batch(
     }
     Stats::add(&stats.keyspace_hits, hits);
     Stats::add(&stats.keyspace_misses, misses);
+}
+
+#[cfg(test)]
+mod lookup_tests {
+    use super::{COMMANDS, NAME_KEYS, lookup, parse_i64};
+
+    /// Redis's `string2ll` rules: optional '-', digits, no leading zeros,
+    /// no "-0", no '+' or spaces, in range.
+    #[test]
+    fn parse_i64_follows_string2ll() {
+        let good: [(&[u8], i64); 8] = [
+            (b"0", 0),
+            (b"7", 7),
+            (b"-7", -7),
+            (b"16", 16),
+            (b"1000000", 1_000_000),
+            (b"9223372036854775807", i64::MAX),
+            (b"-9223372036854775808", i64::MIN),
+            (b"-1", -1),
+        ];
+        for (s, n) in good {
+            assert_eq!(parse_i64(s), Some(n), "{s:?}");
+        }
+        let bad: [&[u8]; 14] = [
+            b"",
+            b"-",
+            b"-0",
+            b"00",
+            b"01",
+            b"-01",
+            b"+1",
+            b" 1",
+            b"1 ",
+            b"1a",
+            b"9223372036854775808",
+            b"-9223372036854775809",
+            b"99999999999999999999",
+            b"1-",
+        ];
+        for s in bad {
+            assert_eq!(parse_i64(s), None, "{s:?}");
+        }
+        for n in (-100_000i64..100_000).chain([i64::MAX - 1, i64::MIN + 1]) {
+            assert_eq!(parse_i64(n.to_string().as_bytes()), Some(n));
+        }
+    }
+
+    #[test]
+    fn the_table_is_sorted_lowercase_and_every_name_is_found_in_any_case() {
+        assert!(NAME_KEYS.windows(2).all(|w| w[0] < w[1]), "COMMANDS sorted");
+        for spec in COMMANDS {
+            assert_eq!(spec.name, spec.name.to_ascii_lowercase());
+            let upper = spec.name.to_ascii_uppercase();
+            assert_eq!(lookup(upper.as_bytes()).map(|s| s.name), Some(spec.name));
+            assert_eq!(
+                lookup(spec.name.as_bytes()).map(|s| s.name),
+                Some(spec.name)
+            );
+        }
+    }
+
+    #[test]
+    fn near_misses_are_unknown() {
+        for name in [
+            &b""[..],
+            b"ge",
+            b"gett",
+            b"get\0",
+            b"\0get",
+            b"g\0t",
+            b"getxxxxxxxxxxxxxxxxxxx",
+            b"\xffget",
+        ] {
+            assert!(lookup(name).is_none(), "{name:?}");
+        }
+    }
 }
