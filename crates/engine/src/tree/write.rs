@@ -239,6 +239,15 @@ enum Content<'a> {
     Interior(Vec<Child<'a>>, u8),
 }
 
+/// Whether a split closes its current part before an item that would
+/// bring the part to `with` bytes. Parts close near `target`, except that
+/// the last of the `parts` planned takes the rest: closing every part a
+/// little under the target (whole items) would otherwise leave a tiny
+/// extra part, a nearly empty node, at the end. A part never passes `cap`.
+fn close_part(with: usize, target: usize, cap: usize, closed: usize, parts: usize) -> bool {
+    with > cap || (with > target && closed + 1 < parts)
+}
+
 impl<'a> Content<'a> {
     fn bytes(&self, t: &Tree) -> usize {
         match self {
@@ -271,7 +280,7 @@ impl<'a> Content<'a> {
                 let mut bytes = 0;
                 for e in entries {
                     let len = e.sorted_len(&t.g);
-                    if !cur.is_empty() && bytes + len > target {
+                    if !cur.is_empty() && close_part(bytes + len, target, cap, out.len(), parts) {
                         let key = cur[0].key;
                         out.push((key, Content::Leaf(std::mem::take(&mut cur))));
                         bytes = 0;
@@ -290,7 +299,7 @@ impl<'a> Content<'a> {
                 let mut bytes = 0;
                 for c in children {
                     let len = interior_item_len(c.key);
-                    if !cur.is_empty() && bytes + len > target {
+                    if !cur.is_empty() && close_part(bytes + len, target, cap, out.len(), parts) {
                         let key = cur[0].key;
                         out.push((key, Content::Interior(std::mem::take(&mut cur), level)));
                         bytes = 0;
