@@ -270,7 +270,8 @@ fn step(
                 f.lid = child;
                 // The child's level from its parent's (in cache), not from
                 // its header, which is what this prefetch is for.
-                if f.node.header().level == 1 {
+                let level_below = f.node.header().level - 1;
+                if level_below == 0 {
                     // Leaves are too many for their page-table entries to
                     // stay cached: prefetch the entry, load it next step.
                     if let Some(slot) = tree.pages.slot_addr(child) {
@@ -280,7 +281,12 @@ fn step(
                     f.stage = Stage::Node;
                 } else {
                     f.node = tree.pages.get(child).expect("reachable LID is mapped");
-                    prefetch_range(f.node, 0, head_bytes(&tree.g));
+                    // Nodes two or more levels up are a handful and stay
+                    // in cache; asking for their lines only spends fill
+                    // buffers and instructions.
+                    if level_below == 1 {
+                        prefetch_range(f.node, 0, head_bytes(&tree.g));
+                    }
                     f.stage = Stage::Head;
                 }
                 return false;
