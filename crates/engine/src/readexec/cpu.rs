@@ -309,7 +309,7 @@ fn step(
                         // The segment search already done here tells where
                         // in the leaf the walk starts.
                         let at = segment_lower_bound(buf, f.node.header(), seg, f.key);
-                        let from = Some(WalkFrom::Offset(at));
+                        let from = WalkFrom::Offset(at);
                         tree.scan_from_leaf(f.node, rv, now, start, end, from, &mut |it| {
                             out.push(req, &it);
                             seen += 1;

@@ -242,20 +242,20 @@ pub(crate) fn scan_segment(
     best
 }
 
-/// The sorted-block item of leaf segment `[from, to)` whose key is `key`.
-/// Sorted keys are unique, so the scan stops at the first key not below it.
-#[inline]
-fn segment_find(buf: &[u8], from: usize, to: usize, key: &[u8]) -> Option<usize> {
+/// The first item of leaf segment `[from, to)` whose key is not below
+/// `key` (else `to`), and whether its key is `key`. Sorted keys are unique
+/// and ascend, so the scan stops there.
+#[inline(always)]
+fn segment_seek(buf: &[u8], from: usize, to: usize, key: &[u8]) -> (usize, bool) {
     let mut at = from;
     while at < to {
         let (k, len) = leaf_item_key(buf, at, false);
         match key_cmp(k, key) {
             Cmp::Less => at += len,
-            Cmp::Equal => return Some(at),
-            Cmp::Greater => return None,
+            c => return (at, c == Cmp::Equal),
         }
     }
-    None
+    (to, false)
 }
 
 /// The child of an interior buffer for `key`, given the segment
@@ -391,19 +391,7 @@ pub(crate) fn leaf_get_in(
     key: &[u8],
     rv: u64,
 ) -> Option<ItemRef<'static>> {
-    leaf_get_fp(buf, nlog, seg, key, key_fp(key), rv)
-}
-
-/// `leaf_get_in` with the key's fingerprint already computed.
-pub(crate) fn leaf_get_fp(
-    buf: &'static [u8],
-    nlog: usize,
-    seg: Option<(usize, usize)>,
-    key: &[u8],
-    fp: u8,
-    rv: u64,
-) -> Option<ItemRef<'static>> {
-    leaf_get_matches(buf, log_fp_matches(buf, nlog, fp), seg, key, rv)
+    leaf_get_matches(buf, log_fp_matches(buf, nlog, key_fp(key)), seg, key, rv)
 }
 
 /// The log directory entries (of the first `nlog`) whose fingerprint is
@@ -417,7 +405,7 @@ pub(crate) fn log_fp_matches(buf: &[u8], nlog: usize, fp: u8) -> u32 {
     mask
 }
 
-/// `leaf_get_fp` with the directory entries to open already found
+/// `leaf_get_in` with the directory entries to open already found
 /// (`log_fp_matches`).
 #[inline]
 pub(crate) fn leaf_get_matches(
@@ -428,8 +416,8 @@ pub(crate) fn leaf_get_matches(
     rv: u64,
 ) -> Option<ItemRef<'static>> {
     let mut best = seg
-        .and_then(|(from, to)| segment_find(buf, from, to, key))
-        .map(|off| decode_item(buf, off, false));
+        .map(|(from, to)| segment_seek(buf, from, to, key))
+        .and_then(|(at, found)| found.then(|| decode_item(buf, at, false)));
     // Entries are in arrival order, which is version order.
     while matches != 0 {
         let i = matches.trailing_zeros() as usize;
@@ -519,6 +507,16 @@ pub(crate) enum WalkFrom<'k> {
     Offset(usize),
 }
 
+impl<'k> WalkFrom<'k> {
+    /// Where a forward scan from `start` begins in the leaf that holds it.
+    pub(crate) fn start_of(start: std::ops::Bound<&'k [u8]>) -> WalkFrom<'k> {
+        match start {
+            std::ops::Bound::Included(k) | std::ops::Bound::Excluded(k) => WalkFrom::Key(k),
+            std::ops::Bound::Unbounded => WalkFrom::First,
+        }
+    }
+}
+
 /// The sorted-block offset a walk from `key` starts at, given the segment
 /// a search of the leaf for `key` found (`find_segment`, not strict): the
 /// first item of the segment whose key is `>= key`, else the segment's end;
@@ -530,17 +528,9 @@ pub(crate) fn segment_lower_bound(
     seg: Option<(usize, usize)>,
     key: &[u8],
 ) -> usize {
-    let Some((mut at, to)) = seg else {
-        return node::sorted_start_of(h);
-    };
-    while at < to {
-        let (k, len) = leaf_item_key(buf, at, false);
-        if key_cmp(k, key) != Cmp::Less {
-            break;
-        }
-        at += len;
-    }
-    at
+    seg.map_or(node::sorted_start_of(h), |(from, to)| {
+        segment_seek(buf, from, to, key).0
+    })
 }
 
 /// Calls `f` with the newest version visible at `rv` of every key in `leaf`

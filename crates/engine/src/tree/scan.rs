@@ -58,7 +58,7 @@ impl Tree {
                 Bound::Unbounded => Seek::Key(&[]),
             };
             let (leaf, _) = self.descend(seek, rv);
-            self.scan_from_leaf(leaf, rv, now, start, end, None, &mut f);
+            self.scan_from_leaf(leaf, rv, now, start, end, WalkFrom::start_of(start), &mut f);
         } else {
             let seek = match end {
                 Bound::Included(k) | Bound::Excluded(k) => Seek::Key(k),
@@ -98,8 +98,9 @@ impl Tree {
     }
 
     /// The forward part of `scan`, from the leaf that holds the start bound
-    /// (the read engine descends to it on its own, and may say where in it
-    /// the walk starts: `from`).
+    /// (the read engine descends to it on its own), starting in it where
+    /// `from` says (`WalkFrom::start_of(start)`, or an offset the caller's
+    /// own search of the leaf found).
     #[expect(
         clippy::too_many_arguments,
         reason = "a scan's read version, clock, bounds and start point"
@@ -111,13 +112,9 @@ impl Tree {
         now: &Now,
         start: Bound<&[u8]>,
         end: Bound<&[u8]>,
-        from: Option<WalkFrom<'_>>,
+        mut from: WalkFrom<'_>,
         f: &mut dyn FnMut(ItemRef<'static>) -> bool,
     ) {
-        let mut from = from.unwrap_or(match start {
-            Bound::Included(k) | Bound::Excluded(k) => WalkFrom::Key(k),
-            Bound::Unbounded => WalkFrom::First,
-        });
         // Invariant 6: keys strictly ascend along the leaf chain at one version.
         let mut last: Option<&[u8]> = None;
         loop {
