@@ -24,4 +24,4 @@ pub use store::{
     now_ms,
 };
 pub use tree::epoch::flush_reclamation;
-pub use tree::node::live_buffers_global;
+pub use tree::node::{live_buffers_global, live_external_values_global};

@@ -1,8 +1,9 @@
-//! Dropping a store frees every node buffer it allocated.
+//! Dropping a store frees every node buffer it allocated, and every
+//! out-of-line value those buffers held.
 //!
-//! `combkv::live_buffers_global()` counts buffers of all stores in the
-//! process, so this file holds exactly one test (each integration test file
-//! is its own process).
+//! `combkv::live_buffers_global()` and `combkv::live_external_values_global()`
+//! count over all stores in the process, so this file holds exactly one test
+//! (each integration test file is its own process).
 
 use std::sync::Arc;
 use std::thread;
@@ -84,17 +85,35 @@ fn dropping_the_store_frees_every_buffer() {
 
     let live_before_drop = combkv::live_buffers_global();
     assert!(live_before_drop > 0);
+    let values_before_drop = combkv::live_external_values_global();
+    assert!(
+        values_before_drop > 0,
+        "the large values are held out of line"
+    );
     drop(Arc::into_inner(store).expect("only owner"));
 
     let deadline = Instant::now() + Duration::from_secs(5);
-    let mut live = combkv::live_buffers_global();
-    while live != 0 && Instant::now() < deadline {
+    let counts = || {
+        (
+            combkv::live_buffers_global(),
+            combkv::live_external_values_global(),
+        )
+    };
+    let mut live = counts();
+    while live != (0, 0) && Instant::now() < deadline {
         combkv::flush_reclamation();
         thread::sleep(Duration::from_millis(10));
-        live = combkv::live_buffers_global();
+        live = counts();
     }
     assert_eq!(
-        live, 0,
-        "{live} of {live_before_drop} node buffers still allocated 5 s after the store was dropped"
+        live.0, 0,
+        "{} of {live_before_drop} node buffers still allocated 5 s after the store was dropped",
+        live.0
+    );
+    assert_eq!(
+        live.1, 0,
+        "{} of {values_before_drop} out-of-line value references still held 5 s after the store \
+         was dropped",
+        live.1
     );
 }

@@ -56,11 +56,13 @@ pub(crate) fn own_value<'a>(g: &Geometry, v: ValueRef<'a>) -> ValueRef<'a> {
     match v {
         ValueRef::Inline(b) if b.len() <= g.inline_value_max => v,
         ValueRef::Inline(b) => {
+            node::GLOBAL_EXTERNAL.fetch_add(1, Ordering::Relaxed);
             let arc: Arc<[u8]> = Arc::from(b);
             let p = Arc::into_raw(arc) as *const u8;
             ValueRef::External(p, b.len())
         }
         ValueRef::External(p, n) => {
+            node::GLOBAL_EXTERNAL.fetch_add(1, Ordering::Relaxed);
             // SAFETY: `p` names a live `Arc<[u8]>` held by the source buffer,
             // which the caller keeps reachable while building.
             unsafe { Arc::increment_strong_count(std::ptr::slice_from_raw_parts(p, n)) };
@@ -157,6 +159,8 @@ pub(crate) struct LeafWriter<'g> {
     nshortcuts: usize,
     /// Offset of the last item written.
     last_at: usize,
+    /// Some item holds its value out of line (`NODE_EXTERNAL`).
+    external: bool,
 }
 
 /// Most shortcuts any geometry has.
@@ -177,6 +181,7 @@ impl<'g> LeafWriter<'g> {
             starts: [0; MAX_SHORTCUTS],
             nshortcuts: 0,
             last_at: 0,
+            external: false,
         }
     }
 
@@ -209,6 +214,7 @@ impl<'g> LeafWriter<'g> {
         let len = e.sorted_len(self.g);
         let at = self.start_item(len);
         let value = own_value(self.g, e.value);
+        self.external |= matches!(value, ValueRef::External(..));
         // SAFETY: unpublished buffer owned by this thread.
         let out = unsafe { self.p.bytes_mut(at, at + len) };
         let written = encode_item(out, 0, e.key, value, e.version, e.expiry, e.cflags, None);
@@ -223,6 +229,7 @@ impl<'g> LeafWriter<'g> {
         // SAFETY: unpublished buffer owned by this thread.
         unsafe { self.p.bytes_mut(at, at + raw.len()) }.copy_from_slice(raw);
         if raw[0] & node::ITEM_EXTERNAL != 0 {
+            self.external = true;
             own_value(self.g, node::decode_item(raw, 0, false).value);
         }
         at
@@ -248,6 +255,9 @@ impl<'g> LeafWriter<'g> {
         h.nshortcuts = n as u16;
         h.nitems = self.nitems as u32;
         h.prefix_skip = skip as u16;
+        if self.external {
+            h.flags |= node::NODE_EXTERNAL;
+        }
         self.p
     }
 

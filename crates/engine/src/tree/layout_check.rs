@@ -6,9 +6,9 @@
 
 use super::Tree;
 use super::node::{
-    self, ITEM_DUP, ITEM_REPLACES, ITEM_TOMBSTONE, LOG_META_DUP, LOG_META_REPLACES,
-    LOG_META_TOMBSTONE, Shortcuts, decode_interior, key_fp, key_prefix, leaf_item_key,
-    log_dir_entry,
+    self, ITEM_DUP, ITEM_EXTERNAL, ITEM_REPLACES, ITEM_TOMBSTONE, LOG_META_DUP, LOG_META_EXTERNAL,
+    LOG_META_REPLACES, LOG_META_TOMBSTONE, Shortcuts, decode_interior, key_fp, key_prefix,
+    leaf_item_key, log_dir_entry,
 };
 use super::read::{find_segment, published_leaf, scan_segment};
 use crate::config::{ITEM_HEADER_BYTES, SHORTCUTS_PER_LINE};
@@ -42,6 +42,11 @@ impl Tree {
             }
             if at != h.sorted_end as usize || items.len() != h.nitems as usize {
                 return fail(format!("{} items end at {at}", items.len()));
+            }
+            // `free` releases sorted-block values only under this flag.
+            let external = items.iter().any(|&(off, _)| buf[off] & ITEM_EXTERNAL != 0);
+            if leaf && external && h.flags & node::NODE_EXTERNAL == 0 {
+                return fail("out-of-line value without NODE_EXTERNAL".into());
             }
             let skip = h.prefix_skip as usize;
             if let (Some(first), Some(last)) = (items.first(), items.last()) {
@@ -112,7 +117,8 @@ impl Tree {
                 let (key, len) = leaf_item_key(buf, at, true);
                 let meta_ok = (e.meta & LOG_META_REPLACES != 0) == (flags & ITEM_REPLACES != 0)
                     && (e.meta & LOG_META_DUP != 0) == (flags & ITEM_DUP != 0)
-                    && (e.meta & LOG_META_TOMBSTONE != 0) == (flags & ITEM_TOMBSTONE != 0);
+                    && (e.meta & LOG_META_TOMBSTONE != 0) == (flags & ITEM_TOMBSTONE != 0)
+                    && (e.meta & LOG_META_EXTERNAL != 0) == (flags & ITEM_EXTERNAL != 0);
                 if e.at as usize != at
                     || e.bp as u32 != bp
                     || e.hint() != hint
@@ -172,7 +178,14 @@ mod tests {
                             store.delete(&k).unwrap();
                             model.remove(&k);
                         } else {
-                            let v = vec![round as u8; rng.random_range(0..40)];
+                            // Some values too large to store inline, so
+                            // the out-of-line flags get checked too.
+                            let len = if rng.random_bool(0.05) {
+                                store.tree().g.inline_value_max + 1
+                            } else {
+                                rng.random_range(0..40)
+                            };
+                            let v = vec![round as u8; len];
                             store.put(&k, &v).unwrap();
                             model.insert(k, v);
                         }

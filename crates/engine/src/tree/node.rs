@@ -103,6 +103,10 @@ const _: () = assert!(std::mem::size_of::<Header>() == HEADER_BYTES);
 /// Header flag: the node was removed from the tree by the write at `version`;
 /// the buffer only anchors the LID's chain of older buffers.
 pub(crate) const NODE_DEAD: u8 = 1;
+/// Header flag (leaves): some sorted-block item holds its value out of
+/// line. Set before the buffer is published; `free` walks the sorted block
+/// for values to release only when it is set.
+pub(crate) const NODE_EXTERNAL: u8 = 2;
 /// Shuttle builds never return buffers to the allocator: `free` sets this
 /// flag instead, and every reader access asserts it is clear, so a schedule
 /// that lets a reader touch a freed buffer fails deterministically.
@@ -577,6 +581,16 @@ pub fn live_buffers_global() -> usize {
     GLOBAL_LIVE.load(Ordering::SeqCst)
 }
 
+/// Strong counts of out-of-line values that buffers hold (`own_value` takes
+/// one per item written, `free` drops them): tests check it returns to zero.
+pub(crate) static GLOBAL_EXTERNAL: AtomicUsize = AtomicUsize::new(0);
+
+/// Out-of-line value references held by node buffers of every store in this
+/// process (one per item, old buffers included).
+pub fn live_external_values_global() -> usize {
+    GLOBAL_EXTERNAL.load(Ordering::SeqCst)
+}
+
 /// A pointer to a node buffer. Copyable; the reclamation protocol, not the
 /// type, decides when it may be dereferenced.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -726,19 +740,31 @@ impl NodePtr {
     pub(crate) unsafe fn free(self, g: &Geometry, counter: &BufferCounter) {
         let h = self.header();
         if h.level == 0 && h.flags & NODE_DEAD == 0 {
-            let size = state_size(h.state.load(Ordering::Acquire));
-            let sorted_end = h.sorted_end as usize;
+            let state = h.state.load(Ordering::Acquire);
             // SAFETY: the buffer is unreachable, so its bytes are stable.
-            let buf = unsafe { self.bytes(size) };
-            let mut at = h.sorted_start as usize;
-            while at < size {
-                let log = at >= sorted_end;
-                let item = decode_item(buf, at, log);
+            let buf = unsafe { self.bytes(state_size(state)) };
+            let release = |item: ItemRef<'_>| {
                 if let ValueRef::External(p, n) = item.value {
+                    GLOBAL_EXTERNAL.fetch_sub(1, Ordering::Relaxed);
                     // SAFETY: this buffer owns one strong count of the value.
                     unsafe { Arc::decrement_strong_count(ptr::slice_from_raw_parts(p, n)) };
                 }
-                at += item.len as usize;
+            };
+            // Only items flagged as holding a value out of line are opened:
+            // the buffer is cold by now, and most hold none.
+            if h.flags & NODE_EXTERNAL != 0 {
+                let mut at = h.sorted_start as usize;
+                while at < h.sorted_end as usize {
+                    let item = decode_item(buf, at, false);
+                    at += item.len as usize;
+                    release(item);
+                }
+            }
+            for i in 0..state_log_count(state) {
+                let e = log_dir_entry(buf, i);
+                if e.meta & LOG_META_EXTERNAL != 0 {
+                    release(decode_item(buf, e.at as usize, true));
+                }
             }
         }
         counter.live.fetch_sub(1, Ordering::Relaxed);
@@ -938,6 +964,9 @@ pub(crate) const LOG_META_REPLACES: u8 = 0x10;
 pub(crate) const LOG_META_DUP: u8 = 0x20;
 /// `meta` flag: the log item is a delete marker.
 pub(crate) const LOG_META_TOMBSTONE: u8 = 0x40;
+/// `meta` flag: the log item holds its value out of line (`free` opens
+/// only these log items).
+pub(crate) const LOG_META_EXTERNAL: u8 = 0x80;
 
 /// One log directory entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -21,12 +21,14 @@ use super::build::{
 };
 use super::epoch::Guard;
 use super::node::{
-    ITEM_DUP, ITEM_REPLACES, ITEM_TOMBSTONE, ItemRef, LOG_META_DUP, LOG_META_HINT,
-    LOG_META_REPLACES, LOG_META_TOMBSTONE, Lid, LogDirEntry, NodePtr, STATE_LOCKED, STATE_OBSOLETE,
-    ValueRef, decode_interior, decode_item, encode_item, item_len, key_cmp, key_fp, leaf_item_key,
-    log_dir_entry, state_appended, state_log_count, state_size,
+    ITEM_DUP, ITEM_REPLACES, ITEM_TOMBSTONE, ItemRef, LOG_META_DUP, LOG_META_EXTERNAL,
+    LOG_META_HINT, LOG_META_REPLACES, LOG_META_TOMBSTONE, Lid, LogDirEntry, NodePtr, STATE_LOCKED,
+    STATE_OBSOLETE, ValueRef, decode_interior, decode_item, encode_item, item_len, key_cmp, key_fp,
+    leaf_item_key, log_dir_entry, state_appended, state_log_count, state_size,
 };
-use super::read::{LogOrder, WalkFrom, last_le, leaf_walk, published, published_leaf};
+use super::read::{
+    LogOrder, WalkFrom, find_segment, last_le, leaf_walk, published, published_leaf, scan_segment,
+};
 use super::{LogEntry, Now, Tree};
 use crate::sync::backoff;
 
@@ -185,11 +187,12 @@ struct Lookup {
 fn lookup(leaf: NodePtr, key: &[u8]) -> Lookup {
     let (buf, nlog) = published_leaf(leaf);
     let h = leaf.header();
-    let (mut current, backptr, replaces) = match last_le(buf, h, key, false) {
-        Some((off, _, true)) => (Some(decode_item(buf, off, false)), off as u32, true),
-        Some((off, len, false)) => (None, (off + len) as u32, false),
-        None => (None, h.sorted_start as u32, false),
-    };
+    // The sorted-block segment is found now and scanned last: its lines
+    // arrive while the log (prefetched by `traverse`) is searched.
+    let seg = find_segment(buf, h, key, false);
+    if let Some((from, to)) = seg {
+        super::node::prefetch_range(leaf, from, to);
+    }
     // The log in key order from its directory; equal keys are adjacent, in
     // arrival order. Binary search for the number of log keys `<= key` (the
     // order hint): a few key comparisons instead of one per log item.
@@ -206,6 +209,12 @@ fn lookup(leaf: NodePtr, key: &[u8]) -> Lookup {
     }
     let hint = lo;
     let dup = hint > 0 && log_key(hint - 1) == key;
+    let found = seg.and_then(|(from, to)| scan_segment(buf, true, from, to, key, false));
+    let (mut current, backptr, replaces) = match found {
+        Some((off, _, true)) => (Some(decode_item(buf, off, false)), off as u32, true),
+        Some((off, len, false)) => (None, (off + len) as u32, false),
+        None => (None, h.sorted_start as u32, false),
+    };
     if dup {
         // The last of the run of equal keys is the newest.
         current = Some(decode_item(buf, order.at[hint - 1] as usize, true));
@@ -440,6 +449,11 @@ impl Tree {
             }
             path.push(Step { buf, state, lid });
             if buf.is_leaf() {
+                // The writer's lookup searches the log block's keys (and a
+                // merge reads them all): ask for the whole block now, with
+                // the head still in flight, rather than item by item.
+                let sorted_end = buf.header().sorted_end as usize;
+                super::node::prefetch_range(buf, sorted_end, state_size(state));
                 return Some(path);
             }
             let bytes = published(buf);
@@ -611,7 +625,12 @@ impl Tree {
         let meta = hint as u8
             | if replaces { LOG_META_REPLACES } else { 0 }
             | if dup && !replaces { LOG_META_DUP } else { 0 }
-            | if tomb != 0 { LOG_META_TOMBSTONE } else { 0 };
+            | if tomb != 0 { LOG_META_TOMBSTONE } else { 0 }
+            | if matches!(value, ValueRef::External(..)) {
+                LOG_META_EXTERNAL
+            } else {
+                0
+            };
         debug_assert!(hint as u8 <= LOG_META_HINT);
         let entry = LogDirEntry {
             at: size as u16,
