@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::node::{
-    self, BufferCounter, INTERIOR_ITEM_FIXED, Lid, NodePtr, STATE_LOCKED, ValueRef, encode_item,
-    item_len, key_prefix, leaf_item_key,
+    self, BufferCounter, INTERIOR_ITEM_FIXED, ItemRef, Lid, NodePtr, STATE_LOCKED, ValueRef,
+    encode_item, item_len, key_prefix, leaf_item_key,
 };
 use crate::config::{Geometry, MAX_SHORTCUT_GROUPS, SHORTCUTS_PER_LINE};
 
@@ -27,7 +27,19 @@ pub(crate) struct Entry<'a> {
     pub raw: &'a [u8],
 }
 
-impl Entry<'_> {
+impl<'a> Entry<'a> {
+    /// A log item's key, value and metadata, to be written as a sorted item.
+    pub(crate) fn of_item(it: &ItemRef<'a>) -> Entry<'a> {
+        Entry {
+            key: it.key,
+            value: it.value,
+            version: it.version,
+            expiry: it.expiry,
+            cflags: it.cflags,
+            raw: &[],
+        }
+    }
+
     /// Bytes this entry takes in a sorted block.
     pub(crate) fn sorted_len(&self, g: &Geometry) -> usize {
         if !self.raw.is_empty() {
@@ -233,6 +245,43 @@ impl<'g> LeafWriter<'g> {
             own_value(self.g, node::decode_item(raw, 0, false).value);
         }
         at
+    }
+
+    /// Appends a run of unchanged sorted-block items (whole items, back to
+    /// back) with one copy; each still counts for the shortcuts.
+    pub(crate) fn push_raw_run(&mut self, raw: &[u8]) {
+        assert!(
+            self.bytes() + raw.len() <= self.g.leaf_capacity,
+            "leaf overfull"
+        );
+        let first = self.at;
+        let max = self.g.max_shortcuts();
+        // `start_item`'s bookkeeping, in locals: this loop runs once per
+        // item of every merge.
+        let (mut since, mut nitems, mut nshortcuts) = (self.since, self.nitems, self.nshortcuts);
+        let mut off = 0;
+        while off < raw.len() {
+            let (len, flags) = node::sorted_item_len(raw, off);
+            if flags & node::ITEM_EXTERNAL != 0 {
+                self.external = true;
+                own_value(self.g, node::decode_item(raw, off, false).value);
+            }
+            if nitems == 0 || (since >= self.target && nshortcuts < max) {
+                self.starts[nshortcuts] = first + off;
+                nshortcuts += 1;
+                since = 0;
+            }
+            self.last_at = first + off;
+            since += len;
+            nitems += 1;
+            off += len;
+        }
+        debug_assert_eq!(off, raw.len(), "a run holds whole items");
+        (self.since, self.nitems, self.nshortcuts) = (since, nitems, nshortcuts);
+        self.at = first + raw.len();
+        // SAFETY: unpublished buffer owned by this thread; `start_item`
+        // checked that the run fits.
+        unsafe { self.p.bytes_mut(first, first + raw.len()) }.copy_from_slice(raw);
     }
 
     /// Frees the buffer without publishing it (an abandoned bulk load).

@@ -244,6 +244,28 @@ pub(crate) fn item_len(
         + value_stored_len
 }
 
+/// Length and flags byte of the sorted-block item at `offset`, from its
+/// fixed header alone.
+#[inline(always)]
+pub(crate) fn sorted_item_len(buf: &[u8], offset: usize) -> (usize, u8) {
+    let head: &[u8; 7] = buf[offset..offset + 7].try_into().expect("7 bytes");
+    let flags = head[0];
+    let klen = u16::from_le_bytes([head[1], head[2]]) as usize;
+    let value_len = if flags & ITEM_EXTERNAL != 0 {
+        8
+    } else {
+        u32::from_le_bytes([head[3], head[4], head[5], head[6]]) as usize
+    };
+    let len = item_len(
+        klen,
+        value_len,
+        flags & ITEM_TTL != 0,
+        flags & ITEM_CFLAGS != 0,
+        false,
+    );
+    (len, flags)
+}
+
 fn rd_u16(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
 }
@@ -994,14 +1016,18 @@ impl LogDirEntry {
 }
 
 /// Entry `i` of a leaf's log directory (`i` below the published count).
-#[inline]
+#[inline(always)]
 pub(crate) fn log_dir_entry(buf: &[u8], i: usize) -> LogDirEntry {
     let at = HEADER_BYTES + i * LOG_DIR_ENTRY_BYTES;
+    // The whole entry in one read (one bounds check).
+    let e: &[u8; LOG_DIR_ENTRY_BYTES] = buf[at..at + LOG_DIR_ENTRY_BYTES]
+        .try_into()
+        .expect("entry bytes");
     LogDirEntry {
-        at: rd_u16(buf, at),
-        bp: rd_u16(buf, at + 2),
-        fp: buf[at + 4],
-        meta: buf[at + 5],
+        at: u16::from_le_bytes([e[0], e[1]]),
+        bp: u16::from_le_bytes([e[2], e[3]]),
+        fp: e[4],
+        meta: e[5],
     }
 }
 

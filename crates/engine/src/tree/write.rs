@@ -193,47 +193,44 @@ fn lookup(leaf: NodePtr, key: &[u8]) -> Lookup {
     if let Some((from, to)) = seg {
         super::node::prefetch_range(leaf, from, to);
     }
-    // The log in key order from its directory; equal keys are adjacent, in
-    // arrival order. Binary search for the number of log keys `<= key` (the
-    // order hint): a few key comparisons instead of one per log item.
-    let order = LogOrder::of(buf, nlog);
-    let log_key = |j: usize| leaf_item_key(buf, order.at[j] as usize, true).0;
-    let (mut lo, mut hi) = (0, order.n);
-    while lo < hi {
-        let mid = (lo + hi) / 2;
-        if key_cmp(log_key(mid), key) == std::cmp::Ordering::Greater {
-            hi = mid;
-        } else {
-            lo = mid + 1;
+    // One pass over the log in arrival order: the order hint is the number
+    // of log keys at or before this one, and of equal keys the last to
+    // arrive is the newest. (At most a dozen items: comparing each costs
+    // less than putting the log in key order to binary-search it.)
+    let mut hint = 0;
+    let mut newest = None;
+    let mut live_estimate = h.nitems as isize;
+    for i in 0..nlog {
+        let e = log_dir_entry(buf, i);
+        if e.meta & LOG_META_TOMBSTONE != 0 {
+            live_estimate -= 1;
+        } else if e.meta & (LOG_META_REPLACES | LOG_META_DUP) == 0 {
+            live_estimate += 1;
+        }
+        match key_cmp(leaf_item_key(buf, e.at as usize, true).0, key) {
+            std::cmp::Ordering::Greater => {}
+            std::cmp::Ordering::Less => hint += 1,
+            std::cmp::Ordering::Equal => {
+                hint += 1;
+                newest = Some(e.at as usize);
+            }
         }
     }
-    let hint = lo;
-    let dup = hint > 0 && log_key(hint - 1) == key;
     let found = seg.and_then(|(from, to)| scan_segment(buf, true, from, to, key, false));
     let (mut current, backptr, replaces) = match found {
         Some((off, _, true)) => (Some(decode_item(buf, off, false)), off as u32, true),
         Some((off, len, false)) => (None, (off + len) as u32, false),
         None => (None, h.sorted_start as u32, false),
     };
-    if dup {
-        // The last of the run of equal keys is the newest.
-        current = Some(decode_item(buf, order.at[hint - 1] as usize, true));
-    }
-    let mut live_estimate = h.nitems as isize;
-    for i in 0..nlog {
-        let meta = log_dir_entry(buf, i).meta;
-        if meta & LOG_META_TOMBSTONE != 0 {
-            live_estimate -= 1;
-        } else if meta & (LOG_META_REPLACES | LOG_META_DUP) == 0 {
-            live_estimate += 1;
-        }
+    if let Some(at) = newest {
+        current = Some(decode_item(buf, at, true));
     }
     Lookup {
         current,
         backptr,
         replaces,
         hint,
-        dup,
+        dup: newest.is_some(),
         live_estimate,
     }
 }
@@ -684,10 +681,6 @@ impl Tree {
             WriteOp::Delete => None,
             WriteOp::Noop => unreachable!("no-op writes return early"),
         };
-        let upper = buf.len() - sorted_start + new_entry.map_or(0, |e| e.sorted_len(g));
-        if upper > g.leaf_capacity {
-            return None;
-        }
         // Log items in key order by order hint, the written item last in
         // arrival order (it is the newest), with back pointers and flags.
         let mut order = LogOrder::of(buf, nlog);
@@ -700,8 +693,43 @@ impl Tree {
         };
         order.insert(NEW_ITEM, look.hint, look.backptr, new_flags);
         let (n, ordered, bps, flags) = (order.n, &order.at, &order.bp, &order.flags);
+        let decode_log = |x: u32| decode_item(buf, x as usize, true);
+        // The merged size, exactly: each group of a key's log items leaves
+        // its newest (none if a delete marker), in place of the sorted item
+        // it replaces. A bound from the log's raw size would send leaves
+        // near capacity to the slow path though their merge fits.
+        let mut size = sorted_end - sorted_start;
+        let mut j = 0;
+        while j < n {
+            if flags[j] & ITEM_REPLACES != 0 {
+                let bp = bps[j];
+                while j < n && bps[j] == bp && flags[j] & ITEM_REPLACES != 0 {
+                    j += 1;
+                }
+                size -= leaf_item_key(buf, bp as usize, false).1;
+            } else {
+                j += 1;
+                while j < n && flags[j] & ITEM_DUP != 0 {
+                    j += 1;
+                }
+            }
+            size += match ordered[j - 1] {
+                NEW_ITEM => new_entry.map_or(0, |e| e.sorted_len(g)),
+                x => {
+                    let it = decode_log(x);
+                    if it.is_tombstone() {
+                        0
+                    } else {
+                        Entry::of_item(&it).sorted_len(g)
+                    }
+                }
+            };
+        }
+        if size > g.leaf_capacity {
+            return None;
+        }
 
-        let mut w = LeafWriter::new(g, &self.shared.counter, upper);
+        let mut w = LeafWriter::new(g, &self.shared.counter, size);
         let mut new_at = None;
         let mut emit = |x: u32, w: &mut LeafWriter<'_>| {
             if x == NEW_ITEM {
@@ -709,17 +737,9 @@ impl Tree {
                     new_at = Some(w.push(e));
                 }
             } else {
-                let it = decode_item(buf, x as usize, true);
+                let it = decode_log(x);
                 if !it.is_tombstone() {
-                    let (key, value, version, expiry) = (it.key, it.value, it.version, it.expiry);
-                    w.push(&Entry {
-                        key,
-                        value,
-                        version,
-                        expiry,
-                        cflags: it.cflags,
-                        raw: &[],
-                    });
+                    w.push(&Entry::of_item(&it));
                 }
             }
         };
@@ -739,24 +759,38 @@ impl Tree {
                 emit(ordered[last], w);
             }
         };
+        // Log groups in key order, so back pointers ascend: the sorted
+        // items between two of them are copied as one run.
         let (mut off, mut j) = (sorted_start, 0);
-        while off < sorted_end {
+        while j < n {
+            let bp = bps[j] as usize;
+            debug_assert!(bp >= off && bp <= sorted_end, "back pointers ascend");
+            if bp > off {
+                w.push_raw_run(&buf[off..bp]);
+                off = bp;
+            }
+            let before = j;
             new_keys(off, &mut j, &mut w, &mut emit);
-            let len = leaf_item_key(buf, off, false).1;
-            if j < n && bps[j] as usize == off {
+            // The rest of the group at `off` replaces the sorted item there.
+            if j < n && bps[j] as usize == off && off < sorted_end {
+                let len = leaf_item_key(buf, off, false).1;
                 let mut last = j;
                 while j < n && bps[j] as usize == off {
                     last = j;
                     j += 1;
                 }
                 emit(ordered[last], &mut w);
-            } else {
-                w.push_raw(&buf[off..off + len]);
+                off += len;
             }
-            off += len;
+            if j == before {
+                break;
+            }
         }
-        new_keys(sorted_end, &mut j, &mut w, &mut emit);
         debug_assert_eq!(j, n, "every log item belongs to a group");
+        if off < sorted_end {
+            w.push_raw_run(&buf[off..sorted_end]);
+        }
+        debug_assert_eq!(w.bytes(), size, "merged size as computed");
         let underfull = w.bytes() < g.leaf_capacity / 4 && leaf.lid != Lid::ROOT;
         let p = w.finish(0, leaf.lid, Lid(h.link));
         if underfull {
