@@ -111,7 +111,10 @@ fn main() {
         t.elapsed().as_secs_f64()
     );
     println!("write figures: {n} key space, 16 B keys and values, pipelines of {PIPELINE} puts");
-    println!("{:>7}  {:>5}  {:>8}  {:>8}", "threads", "round", "ns/put", "M puts/s");
+    println!(
+        "{:>7}  {:>5}  {:>8}  {:>8}",
+        "threads", "round", "ns/put", "M puts/s"
+    );
     for threads in (1..=2).filter(|&t| t <= max_threads) {
         for round in 1..=rounds {
             let (ns, rate) = measure(&store, n, puts, threads, round);

@@ -400,9 +400,12 @@ impl Tree {
         mut decide: impl FnMut(Option<&ItemRef<'_>>) -> (WriteOp<'v>, R),
     ) -> Written<R> {
         let mut round = 0;
+        // One path for every attempt, filled in place: it is hundreds of
+        // bytes, and returning it by value copied it twice per write.
+        let mut path = Path::default();
         loop {
             let guard = self.epochs.pin();
-            if let Attempt::Done(w) = self.try_write(&guard, key, mode, &mut decide) {
+            if let Attempt::Done(w) = self.try_write(&guard, key, mode, &mut path, &mut decide) {
                 drop(guard);
                 if w.version.is_some() {
                     self.maybe_collect();
@@ -430,19 +433,22 @@ impl Tree {
         }
     }
 
-    /// Traverses the newest buffers to the leaf for `key`. None if a node on
-    /// the way is locked or replaced (a structure change is in progress).
-    fn traverse(&self, key: &[u8]) -> Option<Path> {
-        let mut path = Path::default();
+    /// Traverses the newest buffers to the leaf for `key`, into `path`. False
+    /// if a node on the way is locked or replaced (a structure change is in
+    /// progress).
+    fn traverse(&self, key: &[u8], path: &mut Path) -> bool {
+        path.len = 0;
         let mut lid = Lid::ROOT;
         loop {
-            let buf = self.pages.get(lid)?;
+            let Some(buf) = self.pages.get(lid) else {
+                return false;
+            };
             // The search reads several of the node's first lines: ask for
             // them at once so that their misses overlap.
             super::node::prefetch_range(buf, 0, super::node::head_bytes(&self.g));
             let state = buf.load_state();
             if state & (STATE_LOCKED | STATE_OBSOLETE) != 0 {
-                return None;
+                return false;
             }
             path.push(Step { buf, state, lid });
             if buf.is_leaf() {
@@ -451,7 +457,7 @@ impl Tree {
                 // the head still in flight, rather than item by item.
                 let sorted_end = buf.header().sorted_end as usize;
                 super::node::prefetch_range(buf, sorted_end, state_size(state));
-                return Some(path);
+                return true;
             }
             let bytes = published(buf);
             let h = buf.header();
@@ -467,12 +473,14 @@ impl Tree {
         guard: &Guard,
         key: &[u8],
         mode: WriteMode<'_>,
+        path: &mut Path,
         decide: &mut impl FnMut(Option<&ItemRef<'_>>) -> (WriteOp<'v>, R),
     ) -> Attempt<R> {
         let now = mode.now;
-        let Some(path) = self.traverse(key) else {
+        if !self.traverse(key, path) {
             return Attempt::Restart;
-        };
+        }
+        let path = &*path;
         let leaf = *path.last().expect("path ends at a leaf");
         if !try_lock(leaf.buf, leaf.state) {
             return Attempt::Restart;
@@ -557,7 +565,7 @@ impl Tree {
                     self.publish_merge(guard, leaf, p, new_at, v);
                     return done(v);
                 }
-                match self.restructure(guard, &path, key, &op, mode.logged) {
+                match self.restructure(guard, path, key, &op, mode.logged) {
                     Some(v) => {
                         self.keys.add(key_delta);
                         done(v)
