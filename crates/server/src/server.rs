@@ -59,7 +59,7 @@ fn bind(l: Listen, what: &str) -> Result<Option<TcpListener>, StartError> {
     }
 }
 
-fn open_store(config: &ServerConfig) -> Result<Store, StartError> {
+pub(crate) fn open_store(config: &ServerConfig) -> Result<Store, StartError> {
     let Some(dir) = &config.data_dir else {
         return Store::new(config.engine_config()).map_err(|e| StartError(e.to_string()));
     };
