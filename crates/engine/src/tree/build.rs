@@ -9,7 +9,9 @@ use super::node::{
     self, BufferCounter, INTERIOR_ITEM_FIXED, ItemRef, Lid, NodePtr, STATE_LOCKED, ValueRef,
     encode_item, item_len, key_prefix, leaf_item_key,
 };
-use crate::config::{Geometry, MAX_SHORTCUT_GROUPS, SHORTCUTS_PER_LINE};
+use crate::config::{
+    Geometry, ITEM_HEADER_BYTES, LOG_EXTRA_BYTES, MAX_SHORTCUT_GROUPS, SHORTCUTS_PER_LINE,
+};
 
 /// A leaf item on its way into a new buffer.
 #[derive(Clone, Copy, Debug)]
@@ -282,6 +284,25 @@ impl<'g> LeafWriter<'g> {
         // SAFETY: unpublished buffer owned by this thread; `start_item`
         // checked that the run fits.
         unsafe { self.p.bytes_mut(first, first + raw.len()) }.copy_from_slice(raw);
+    }
+
+    /// Appends a log item (`raw`, its encoded bytes; `value` as decoded) as
+    /// a sorted-block item: the same bytes without the log fields and the
+    /// log-only flags, copied rather than encoded again.
+    pub(crate) fn push_log_item(&mut self, raw: &[u8], value: ValueRef<'_>) -> usize {
+        let (head, tail) = (ITEM_HEADER_BYTES, ITEM_HEADER_BYTES + LOG_EXTRA_BYTES);
+        let len = raw.len() - LOG_EXTRA_BYTES;
+        let at = self.start_item(len);
+        if matches!(value, ValueRef::External(..)) {
+            self.external = true;
+            own_value(self.g, value);
+        }
+        // SAFETY: unpublished buffer owned by this thread.
+        let out = unsafe { self.p.bytes_mut(at, at + len) };
+        out[0] = raw[0] & (node::ITEM_TTL | node::ITEM_EXTERNAL | node::ITEM_CFLAGS);
+        out[1..head].copy_from_slice(&raw[1..head]);
+        out[head..].copy_from_slice(&raw[tail..]);
+        at
     }
 
     /// Frees the buffer without publishing it (an abandoned bulk load).

@@ -44,6 +44,15 @@ impl Tree {
                 return fail(format!("{} items end at {at}", items.len()));
             }
             // `free` releases sorted-block values only under this flag.
+            // Log-only flags never reach the sorted block (merges copy log
+            // items into it without encoding them again).
+            if leaf
+                && let Some(&(off, _)) = items
+                    .iter()
+                    .find(|&&(off, _)| buf[off] & (ITEM_REPLACES | ITEM_DUP) != 0)
+            {
+                return fail(format!("sorted item at {off} has log flags"));
+            }
             let external = items.iter().any(|&(off, _)| buf[off] & ITEM_EXTERNAL != 0);
             if leaf && external && h.flags & node::NODE_EXTERNAL == 0 {
                 return fail("out-of-line value without NODE_EXTERNAL".into());

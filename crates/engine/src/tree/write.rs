@@ -27,7 +27,8 @@ use super::node::{
     leaf_item_key, log_dir_entry, state_appended, state_log_count, state_size,
 };
 use super::read::{
-    LogOrder, WalkFrom, find_segment, last_le, leaf_walk, published, published_leaf, scan_segment,
+    LogOrder, WalkFrom, find_segment, interior_child, leaf_walk, published, published_leaf,
+    scan_segment,
 };
 use super::{LogEntry, Now, Tree};
 use crate::sync::backoff;
@@ -461,10 +462,9 @@ impl Tree {
             }
             let bytes = published(buf);
             let h = buf.header();
-            lid = match last_le(bytes, h, key, false) {
-                Some((off, ..)) => decode_interior(bytes, off).1,
-                None => Lid(h.link),
-            };
+            // The segment scan keeps the child as it goes (as the read
+            // engine's does), rather than finding the item, then decoding it.
+            lid = interior_child(buf, bytes, find_segment(bytes, h, key, false), key);
         }
     }
 
@@ -747,7 +747,8 @@ impl Tree {
             } else {
                 let it = decode_log(x);
                 if !it.is_tombstone() {
-                    w.push(&Entry::of_item(&it));
+                    let at = x as usize;
+                    w.push_log_item(&buf[at..at + it.len as usize], it.value);
                 }
             }
         };
