@@ -9,38 +9,17 @@ use std::ops::Bound;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod common;
+
 use combkv::readexec::{BatchResults, ReadRequest};
 use combkv::{Config, Range, Store};
-
-fn key(i: u64) -> [u8; 16] {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in i.to_le_bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    let mut out = [0u8; 16];
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    for (j, o) in out.iter_mut().enumerate() {
-        *o = HEX[((h >> (60 - 4 * j)) & 15) as usize];
-    }
-    out
-}
+use common::{Rng, key};
 
 /// The value of record i: its key reversed (16 printable bytes, checkable).
 fn value(i: u64) -> [u8; 16] {
     let mut v = key(i);
     v.reverse();
     v
-}
-
-struct Rng(u64);
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 #[derive(Clone, Copy, PartialEq)]

@@ -12,22 +12,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use combkv::{Config, Store};
+mod common;
 
-/// WORKLOADS.md key function (as in `readexec_figures`).
-fn key(i: u64) -> [u8; 16] {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in i.to_le_bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    let mut out = [0u8; 16];
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    for (j, o) in out.iter_mut().enumerate() {
-        *o = HEX[((h >> (60 - 4 * j)) & 15) as usize];
-    }
-    out
-}
+use combkv::{Config, Store};
+use common::{Rng, key};
 
 /// The value a round writes for record `i`.
 fn value(i: u64, round: u64) -> [u8; 16] {
@@ -35,16 +23,6 @@ fn value(i: u64, round: u64) -> [u8; 16] {
     v[..8].copy_from_slice(&i.to_le_bytes());
     v[8..].copy_from_slice(&round.to_le_bytes());
     v
-}
-
-struct Rng(u64);
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 const PIPELINE: usize = 16;
