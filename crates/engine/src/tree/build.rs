@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::node::{
-    self, BufferCounter, INTERIOR_ITEM_FIXED, ItemRef, Lid, NodePtr, STATE_LOCKED, ValueRef,
-    encode_item, item_len, key_prefix, leaf_item_key,
+    self, BufferCounter, INTERIOR_ITEM_FIXED, Lid, NodePtr, STATE_LOCKED, ValueRef, encode_item,
+    item_len, key_prefix, leaf_item_key,
 };
 use crate::config::{
     Geometry, ITEM_HEADER_BYTES, LOG_EXTRA_BYTES, MAX_SHORTCUT_GROUPS, SHORTCUTS_PER_LINE,
@@ -29,19 +29,7 @@ pub(crate) struct Entry<'a> {
     pub raw: &'a [u8],
 }
 
-impl<'a> Entry<'a> {
-    /// A log item's key, value and metadata, to be written as a sorted item.
-    pub(crate) fn of_item(it: &ItemRef<'a>) -> Entry<'a> {
-        Entry {
-            key: it.key,
-            value: it.value,
-            version: it.version,
-            expiry: it.expiry,
-            cflags: it.cflags,
-            raw: &[],
-        }
-    }
-
+impl Entry<'_> {
     /// Bytes this entry takes in a sorted block.
     pub(crate) fn sorted_len(&self, g: &Geometry) -> usize {
         if !self.raw.is_empty() {
@@ -167,6 +155,8 @@ pub(crate) struct LeafWriter<'g> {
     since: usize,
     /// Target segment size.
     target: usize,
+    /// Most shortcuts the geometry allows (read once per item).
+    max_shortcuts: usize,
     nitems: usize,
     /// Offsets of the items that start a segment.
     starts: [usize; MAX_SHORTCUTS],
@@ -191,6 +181,7 @@ impl<'g> LeafWriter<'g> {
             at: node::sorted_start(g, 0),
             since: 0,
             target,
+            max_shortcuts: g.max_shortcuts(),
             nitems: 0,
             starts: [0; MAX_SHORTCUTS],
             nshortcuts: 0,
@@ -206,8 +197,14 @@ impl<'g> LeafWriter<'g> {
 
     fn start_item(&mut self, len: usize) -> usize {
         assert!(self.bytes() + len <= self.g.leaf_capacity, "leaf overfull");
-        let max = self.g.max_shortcuts();
-        if self.nitems == 0 || (self.since >= self.target && self.nshortcuts < max) {
+        self.mark_item(len)
+    }
+
+    /// `start_item` once the room is known: counts the item at `self.at`
+    /// (starting a segment when the current one is full) and moves past it.
+    #[inline(always)]
+    fn mark_item(&mut self, len: usize) -> usize {
+        if self.nitems == 0 || (self.since >= self.target && self.nshortcuts < self.max_shortcuts) {
             self.starts[self.nshortcuts] = self.at;
             self.nshortcuts += 1;
             self.since = 0;
@@ -257,10 +254,6 @@ impl<'g> LeafWriter<'g> {
             "leaf overfull"
         );
         let first = self.at;
-        let max = self.g.max_shortcuts();
-        // `start_item`'s bookkeeping, in locals: this loop runs once per
-        // item of every merge.
-        let (mut since, mut nitems, mut nshortcuts) = (self.since, self.nitems, self.nshortcuts);
         let mut off = 0;
         while off < raw.len() {
             let (len, flags) = node::sorted_item_len(raw, off);
@@ -268,34 +261,25 @@ impl<'g> LeafWriter<'g> {
                 self.external = true;
                 own_value(self.g, node::decode_item(raw, off, false).value);
             }
-            if nitems == 0 || (since >= self.target && nshortcuts < max) {
-                self.starts[nshortcuts] = first + off;
-                nshortcuts += 1;
-                since = 0;
-            }
-            self.last_at = first + off;
-            since += len;
-            nitems += 1;
+            self.mark_item(len);
             off += len;
         }
         debug_assert_eq!(off, raw.len(), "a run holds whole items");
-        (self.since, self.nitems, self.nshortcuts) = (since, nitems, nshortcuts);
-        self.at = first + raw.len();
-        // SAFETY: unpublished buffer owned by this thread; `start_item`
-        // checked that the run fits.
+        // SAFETY: unpublished buffer owned by this thread; the assertion
+        // above checked that the run fits.
         unsafe { self.p.bytes_mut(first, first + raw.len()) }.copy_from_slice(raw);
     }
 
-    /// Appends a log item (`raw`, its encoded bytes; `value` as decoded) as
-    /// a sorted-block item: the same bytes without the log fields and the
-    /// log-only flags, copied rather than encoded again.
-    pub(crate) fn push_log_item(&mut self, raw: &[u8], value: ValueRef<'_>) -> usize {
+    /// Appends a log item (`raw`, its encoded bytes) as a sorted-block
+    /// item: the same bytes without the log fields and the log-only flags,
+    /// copied rather than encoded again.
+    pub(crate) fn push_log_item(&mut self, raw: &[u8]) -> usize {
         let (head, tail) = (ITEM_HEADER_BYTES, ITEM_HEADER_BYTES + LOG_EXTRA_BYTES);
         let len = raw.len() - LOG_EXTRA_BYTES;
         let at = self.start_item(len);
-        if matches!(value, ValueRef::External(..)) {
+        if raw[0] & node::ITEM_EXTERNAL != 0 {
             self.external = true;
-            own_value(self.g, value);
+            own_value(self.g, node::decode_item(raw, 0, true).value);
         }
         // SAFETY: unpublished buffer owned by this thread.
         let out = unsafe { self.p.bytes_mut(at, at + len) };

@@ -245,25 +245,11 @@ pub(crate) fn item_len(
 }
 
 /// Length and flags byte of the sorted-block item at `offset`, from its
-/// fixed header alone.
+/// fixed header alone (`leaf_item_key` without the key slice).
 #[inline(always)]
 pub(crate) fn sorted_item_len(buf: &[u8], offset: usize) -> (usize, u8) {
-    let head: &[u8; 7] = buf[offset..offset + 7].try_into().expect("7 bytes");
-    let flags = head[0];
-    let klen = u16::from_le_bytes([head[1], head[2]]) as usize;
-    let value_len = if flags & ITEM_EXTERNAL != 0 {
-        8
-    } else {
-        u32::from_le_bytes([head[3], head[4], head[5], head[6]]) as usize
-    };
-    let len = item_len(
-        klen,
-        value_len,
-        flags & ITEM_TTL != 0,
-        flags & ITEM_CFLAGS != 0,
-        false,
-    );
-    (len, flags)
+    let (flags, klen, key_from, value_len) = item_head(buf, offset, false);
+    (key_from + klen + value_len, flags)
 }
 
 fn rd_u16(b: &[u8], at: usize) -> u16 {
@@ -323,16 +309,14 @@ pub(crate) fn decode_item(buf: &[u8], offset: usize, log: bool) -> ItemRef<'_> {
     }
 }
 
-/// The key of the leaf item at `offset` and the item's encoded length,
-/// reading only the fixed header (the hot path of segment and log scans).
+/// Flags, key length, offset of the key from the item's start, and stored
+/// value length of the leaf item at `offset`: its fixed fields, in one read.
 #[inline(always)]
-pub(crate) fn leaf_item_key(buf: &[u8], offset: usize, log: bool) -> (&[u8], usize) {
-    // The fixed fields this needs (flags, key and value lengths) in one read.
+fn item_head(buf: &[u8], offset: usize, log: bool) -> (u8, usize, usize, usize) {
     let head: &[u8; 7] = buf[offset..offset + 7].try_into().expect("7 bytes");
     let flags = head[0];
     let klen = u16::from_le_bytes([head[1], head[2]]) as usize;
-    let key_at = offset
-        + ITEM_HEADER_BYTES
+    let key_from = ITEM_HEADER_BYTES
         + if log { LOG_EXTRA_BYTES } else { 0 }
         + if flags & ITEM_TTL != 0 { TTL_BYTES } else { 0 }
         + if flags & ITEM_CFLAGS != 0 {
@@ -345,10 +329,16 @@ pub(crate) fn leaf_item_key(buf: &[u8], offset: usize, log: bool) -> (&[u8], usi
     } else {
         u32::from_le_bytes([head[3], head[4], head[5], head[6]]) as usize
     };
-    (
-        &buf[key_at..key_at + klen],
-        key_at + klen + value_len - offset,
-    )
+    (flags, klen, key_from, value_len)
+}
+
+/// The key of the leaf item at `offset` and the item's encoded length,
+/// reading only the fixed header (the hot path of segment and log scans).
+#[inline(always)]
+pub(crate) fn leaf_item_key(buf: &[u8], offset: usize, log: bool) -> (&[u8], usize) {
+    let (_, klen, key_from, value_len) = item_head(buf, offset, log);
+    let key_at = offset + key_from;
+    (&buf[key_at..key_at + klen], key_from + klen + value_len)
 }
 
 /// Byte-wise key order, compared eight bytes at a time (keys are short; a

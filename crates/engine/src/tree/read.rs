@@ -442,7 +442,7 @@ pub(crate) fn leaf_ordered(leaf: NodePtr, rv: u64, now: &Now, out: &mut Vec<Item
 
 /// Most log items a leaf can hold, plus one slot for the item a merge is
 /// writing.
-const MAX_LOG_ITEMS: usize = crate::config::LOG_DIR_MAX + 1;
+pub(crate) const MAX_LOG_ITEMS: usize = crate::config::LOG_DIR_MAX + 1;
 
 /// A leaf's log items in key order (Honeycomb figure 8): item `i` in arrival
 /// order is inserted at position `hint(i)`; back pointers and flags ride

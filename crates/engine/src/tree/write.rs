@@ -27,10 +27,11 @@ use super::node::{
     leaf_item_key, log_dir_entry, state_appended, state_log_count, state_size,
 };
 use super::read::{
-    LogOrder, WalkFrom, find_segment, interior_child, leaf_walk, published, published_leaf,
-    scan_segment,
+    LogOrder, MAX_LOG_ITEMS, WalkFrom, find_segment, interior_child, leaf_walk, published,
+    published_leaf, scan_segment,
 };
 use super::{LogEntry, Now, Tree};
+use crate::config::LOG_EXTRA_BYTES;
 use crate::sync::backoff;
 
 /// What a write does to its key, decided with the leaf locked.
@@ -238,6 +239,18 @@ fn lookup(leaf: NodePtr, key: &[u8]) -> Lookup {
 
 /// Marks the item being written among the log items of a streaming merge.
 const NEW_ITEM: u32 = u32::MAX;
+
+/// One key's log items in a streaming merge: at sorted offset `bp`,
+/// replacing the sorted item there (`replaced`: its length; 0 for a new
+/// key), the group's `newest` item (a log offset or `NEW_ITEM`) is written,
+/// `len` bytes as a sorted item (0: a delete marker, nothing written).
+#[derive(Clone, Copy, Default)]
+struct MergeGroup {
+    bp: usize,
+    replaced: usize,
+    newest: u32,
+    len: usize,
+}
 
 /// Content of a node being rebuilt.
 enum Content<'a> {
@@ -701,101 +714,75 @@ impl Tree {
         };
         order.insert(NEW_ITEM, look.hint, look.backptr, new_flags);
         let (n, ordered, bps, flags) = (order.n, &order.at, &order.bp, &order.flags);
-        let decode_log = |x: u32| decode_item(buf, x as usize, true);
-        // The merged size, exactly: each group of a key's log items leaves
-        // its newest (none if a delete marker), in place of the sorted item
-        // it replaces. A bound from the log's raw size would send leaves
-        // near capacity to the slow path though their merge fits.
+        // Each key's log items are adjacent in key order (a group: a new
+        // key's items, or those replacing one sorted item). The merge keeps
+        // a group's newest, the last to arrive (nothing if a delete marker),
+        // in place of the sorted item it replaces. One pass finds the
+        // groups and the merged size exactly; a bound from the log's raw
+        // size would send leaves near capacity to the slow path though their
+        // merge fits.
+        let mut groups = [MergeGroup::default(); MAX_LOG_ITEMS];
+        let mut ngroups = 0;
         let mut size = sorted_end - sorted_start;
         let mut j = 0;
         while j < n {
-            if flags[j] & ITEM_REPLACES != 0 {
-                let bp = bps[j];
-                while j < n && bps[j] == bp && flags[j] & ITEM_REPLACES != 0 {
-                    j += 1;
+            let (bp, replaces) = (bps[j] as usize, flags[j] & ITEM_REPLACES != 0);
+            j += 1;
+            while j < n
+                && if replaces {
+                    bps[j] as usize == bp && flags[j] & ITEM_REPLACES != 0
+                } else {
+                    flags[j] & ITEM_DUP != 0
                 }
-                size -= leaf_item_key(buf, bp as usize, false).1;
-            } else {
+            {
                 j += 1;
-                while j < n && flags[j] & ITEM_DUP != 0 {
-                    j += 1;
-                }
             }
-            size += match ordered[j - 1] {
-                NEW_ITEM => new_entry.map_or(0, |e| e.sorted_len(g)),
-                x => {
-                    let it = decode_log(x);
-                    if it.is_tombstone() {
-                        0
-                    } else {
-                        Entry::of_item(&it).sorted_len(g)
-                    }
-                }
+            let newest = ordered[j - 1];
+            let replaced = if replaces {
+                leaf_item_key(buf, bp, false).1
+            } else {
+                0
             };
+            let len = match newest {
+                NEW_ITEM => new_entry.map_or(0, |e| e.sorted_len(g)),
+                x if buf[x as usize] & ITEM_TOMBSTONE != 0 => 0,
+                x => leaf_item_key(buf, x as usize, true).1 - LOG_EXTRA_BYTES,
+            };
+            size = size - replaced + len;
+            groups[ngroups] = MergeGroup {
+                bp,
+                replaced,
+                newest,
+                len,
+            };
+            ngroups += 1;
         }
         if size > g.leaf_capacity {
             return None;
         }
 
+        // Back pointers ascend with the groups: the sorted items between
+        // two groups are copied as one run.
         let mut w = LeafWriter::new(g, &self.shared.counter, size);
         let mut new_at = None;
-        let mut emit = |x: u32, w: &mut LeafWriter<'_>| {
-            if x == NEW_ITEM {
-                if let Some(e) = &new_entry {
-                    new_at = Some(w.push(e));
-                }
-            } else {
-                let it = decode_log(x);
-                if !it.is_tombstone() {
+        let mut off = sorted_start;
+        for gr in &groups[..ngroups] {
+            debug_assert!(gr.bp >= off && gr.bp <= sorted_end, "back pointers ascend");
+            if gr.bp > off {
+                w.push_raw_run(&buf[off..gr.bp]);
+                off = gr.bp;
+            }
+            match (gr.newest, &new_entry) {
+                (NEW_ITEM, Some(e)) => new_at = Some(w.push(e)),
+                (NEW_ITEM, None) => {}
+                (x, _) if gr.len > 0 => {
                     let at = x as usize;
-                    w.push_log_item(&buf[at..at + it.len as usize], it.value);
+                    w.push_log_item(&buf[at..at + gr.len + LOG_EXTRA_BYTES]);
                 }
+                _ => {}
             }
-        };
-        // Groups of new keys that sort before sorted offset `bp`: each group's
-        // last item is its newest.
-        let new_keys = |bp: usize,
-                        j: &mut usize,
-                        w: &mut LeafWriter<'_>,
-                        emit: &mut dyn FnMut(u32, &mut LeafWriter<'_>)| {
-            while *j < n && bps[*j] as usize == bp && flags[*j] & ITEM_REPLACES == 0 {
-                let mut last = *j;
-                *j += 1;
-                while *j < n && flags[*j] & ITEM_DUP != 0 {
-                    last = *j;
-                    *j += 1;
-                }
-                emit(ordered[last], w);
-            }
-        };
-        // Log groups in key order, so back pointers ascend: the sorted
-        // items between two of them are copied as one run.
-        let (mut off, mut j) = (sorted_start, 0);
-        while j < n {
-            let bp = bps[j] as usize;
-            debug_assert!(bp >= off && bp <= sorted_end, "back pointers ascend");
-            if bp > off {
-                w.push_raw_run(&buf[off..bp]);
-                off = bp;
-            }
-            let before = j;
-            new_keys(off, &mut j, &mut w, &mut emit);
-            // The rest of the group at `off` replaces the sorted item there.
-            if j < n && bps[j] as usize == off && off < sorted_end {
-                let len = leaf_item_key(buf, off, false).1;
-                let mut last = j;
-                while j < n && bps[j] as usize == off {
-                    last = j;
-                    j += 1;
-                }
-                emit(ordered[last], &mut w);
-                off += len;
-            }
-            if j == before {
-                break;
-            }
+            off += gr.replaced;
         }
-        debug_assert_eq!(j, n, "every log item belongs to a group");
         if off < sorted_end {
             w.push_raw_run(&buf[off..sorted_end]);
         }
