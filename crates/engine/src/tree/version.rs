@@ -14,10 +14,20 @@
 //! versions (in any order); the log flusher raises the limit after each
 //! fsync. After a log failure the clock is *poisoned*: the limit freezes, so
 //! the store stays at its last durable version, and waits give up.
+//!
+//! A *group* makes several writes visible at once (MSET): while it is open
+//! the read version stays below every version the group may take, and once
+//! it is closed the read version never lands between its first and last
+//! version, so a reader sees all of the group's writes or none. Versions
+//! other writers take meanwhile are released with the group, not before.
+//! While a group is open or its span not yet passed, the read version
+//! advances on a slow path under a mutex; without groups nothing changes.
+
+use std::collections::BTreeSet;
 
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{AtomicU64, Ordering, backoff};
+use crate::sync::{AtomicU64, Mutex, Ordering, backoff};
 
 /// Ring slots: bounds the versions in flight (taken but not yet released).
 const RING: u64 = 4096;
@@ -42,6 +52,49 @@ pub(crate) struct VersionClock {
     limit: CachePadded<AtomicU64>,
     /// Non-zero after a durability failure: waits give up.
     poisoned: AtomicU64,
+    /// Non-zero while `groups` constrains the read version (open groups,
+    /// spans not yet passed, versions kept outside the ring): `advance`
+    /// then takes the slow path.
+    constrained: CachePadded<AtomicU64>,
+    groups: Mutex<Groups>,
+}
+
+/// What groups ask of the read version. Only touched under the mutex.
+#[derive(Debug, Default)]
+struct Groups {
+    /// Open groups: (id, floor). The read version stays below each floor.
+    open: Vec<(u64, u64)>,
+    /// Closed groups not yet passed: (first, last). The read version is
+    /// below `first` or at least `last`, never in between.
+    spans: Vec<(u64, u64)>,
+    /// Completed versions whose ring slot was not free yet: while a group
+    /// holds the read version back, writes go on completing and may run
+    /// past the ring, and waiting for a slot would wait on the group.
+    overflow: BTreeSet<u64>,
+    next_id: u64,
+}
+
+impl Groups {
+    fn demands(&self) -> u64 {
+        (self.open.len() + self.spans.len() + self.overflow.len()) as u64
+    }
+
+    /// Whether the read version may stand at `v`.
+    fn allows(&self, v: u64) -> bool {
+        self.open.iter().all(|&(_, floor)| v < floor)
+            && self
+                .spans
+                .iter()
+                .all(|&(first, last)| v < first || v >= last)
+    }
+}
+
+/// An open group (see the module doc): `VersionClock::close_group` ends it.
+#[derive(Debug)]
+#[must_use = "an open group holds the read version back until closed"]
+pub(crate) struct GroupHold {
+    id: u64,
+    floor: u64,
 }
 
 impl VersionClock {
@@ -53,6 +106,8 @@ impl VersionClock {
             done: (0..RING).map(|_| AtomicU64::new(u64::MAX)).collect(),
             limit: CachePadded::new(AtomicU64::new(u64::MAX)),
             poisoned: AtomicU64::new(0),
+            constrained: CachePadded::new(AtomicU64::new(0)),
+            groups: Mutex::new(Groups::default()),
         }
     }
 
@@ -112,6 +167,19 @@ impl VersionClock {
                 // The read version will not move again; nothing waits on `v`.
                 return;
             }
+            if self.constrained.load(Ordering::SeqCst) != 0 {
+                // A group may be holding the read version back, perhaps
+                // this thread's own: keep `v` aside rather than wait.
+                let mut g = self.groups.lock();
+                if v >= self.read.load(Ordering::SeqCst) + RING {
+                    g.overflow.insert(v);
+                    self.constrained.store(g.demands(), Ordering::SeqCst);
+                    drop(g);
+                    self.advance();
+                    return;
+                }
+                break;
+            }
             backoff(&mut round);
         }
         self.done[slot(v)].store(v, Ordering::SeqCst);
@@ -125,6 +193,15 @@ impl VersionClock {
             if n > self.limit.load(Ordering::SeqCst)
                 || self.done[slot(n)].load(Ordering::SeqCst) != n
             {
+                if self.constrained.load(Ordering::SeqCst) != 0 {
+                    self.advance_constrained();
+                }
+                return;
+            }
+            // Loaded after `n`'s completion: a group opened before `n` was
+            // taken is seen here (see `open_group`).
+            if self.constrained.load(Ordering::SeqCst) != 0 {
+                self.advance_constrained();
                 return;
             }
             // Losing the race means someone else advanced; look again.
@@ -132,6 +209,81 @@ impl VersionClock {
                 .read
                 .compare_exchange(r, n, Ordering::SeqCst, Ordering::SeqCst);
         }
+    }
+
+    /// `advance` while groups constrain the read version: finds the newest
+    /// version up to which everything completed (ring or overflow) that the
+    /// groups allow, and moves the read version there in one step, so no
+    /// reader sees it stand inside a group's span.
+    fn advance_constrained(&self) {
+        let mut g = self.groups.lock();
+        loop {
+            let r = self.read.load(Ordering::SeqCst);
+            let limit = self.limit.load(Ordering::SeqCst);
+            let stop = g
+                .open
+                .iter()
+                .map(|&(_, floor)| floor)
+                .min()
+                .unwrap_or(u64::MAX);
+            let (mut n, mut land) = (r, r);
+            while n < limit && n + 1 < stop {
+                let m = n + 1;
+                if self.done[slot(m)].load(Ordering::SeqCst) != m && !g.overflow.contains(&m) {
+                    break;
+                }
+                n = m;
+                if g.allows(n) {
+                    land = n;
+                }
+            }
+            if land > r
+                && self
+                    .read
+                    .compare_exchange(r, land, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_err()
+            {
+                // A fast-path advance moved it (only ever to allowed
+                // versions: it runs only while nothing is constrained).
+                continue;
+            }
+            let read = land.max(r);
+            g.spans.retain(|&(_, last)| last > read);
+            g.overflow = g.overflow.split_off(&(read + 1));
+            self.constrained.store(g.demands(), Ordering::SeqCst);
+            return;
+        }
+    }
+
+    /// Opens a group: until it is closed the read version stays below every
+    /// version taken from now on. Call before the group's first write.
+    pub(crate) fn open_group(&self) -> GroupHold {
+        let mut g = self.groups.lock();
+        let id = g.next_id;
+        g.next_id += 1;
+        // `constrained` is raised before the floor is read: a fast-path
+        // advance that finds a version >= floor completed then also finds
+        // `constrained` set (it loads it after the completion flag).
+        self.constrained.fetch_add(1, Ordering::SeqCst);
+        let floor = self.write.load(Ordering::SeqCst) + 1;
+        g.open.push((id, floor));
+        self.constrained.store(g.demands(), Ordering::SeqCst);
+        GroupHold { id, floor }
+    }
+
+    /// Closes a group whose writes are all complete; `last` is the newest
+    /// version it took (below its floor if it took none). The read version
+    /// then jumps from below the group's first version to `last` or beyond
+    /// once every version in between has completed.
+    pub(crate) fn close_group(&self, hold: GroupHold, last: u64) {
+        let mut g = self.groups.lock();
+        g.open.retain(|&(id, _)| id != hold.id);
+        if last > hold.floor {
+            g.spans.push((hold.floor, last));
+        }
+        self.constrained.store(g.demands(), Ordering::SeqCst);
+        drop(g);
+        self.advance();
     }
 
     /// Waits until the read version is `>= v`. False if the clock is
@@ -196,5 +348,132 @@ mod tests {
         let d = c.next();
         c.complete(d);
         assert!(!c.wait_released(d), "a poisoned clock gives up");
+    }
+
+    #[test]
+    fn a_group_is_released_at_once() {
+        let c = VersionClock::starting_at(0);
+        let before = c.next();
+        let hold = c.open_group();
+        let a = c.next(); // the group's
+        let other = c.next(); // another writer's, inside the span
+        let b = c.next(); // the group's
+        c.complete(before);
+        c.complete(a);
+        c.complete(other);
+        assert_eq!(c.read_version(), before, "held below the open group");
+        c.complete(b);
+        assert_eq!(c.read_version(), before, "still open");
+        c.close_group(hold, b);
+        assert_eq!(c.read_version(), b, "one jump over the whole span");
+        let after = c.next();
+        c.complete(after);
+        assert_eq!(c.read_version(), after, "back on the fast path");
+        assert_eq!(c.constrained.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn the_read_version_never_stops_inside_a_span() {
+        let c = VersionClock::starting_at(0);
+        let hold = c.open_group();
+        let a = c.next();
+        let other = c.next(); // not complete when the group closes
+        let b = c.next();
+        c.complete(a);
+        c.complete(b);
+        c.close_group(hold, b);
+        assert_eq!(c.read_version(), 0, "`other` is outstanding");
+        c.complete(other);
+        assert_eq!(c.read_version(), b);
+        // A durable limit inside a span holds the read version below it.
+        let hold = c.open_group();
+        let (x, y) = (c.next(), c.next());
+        c.set_limit(x);
+        c.complete(x);
+        c.complete(y);
+        c.close_group(hold, y);
+        assert_eq!(c.read_version(), b, "the limit cuts the span");
+        c.set_limit(y);
+        assert_eq!(c.read_version(), y);
+    }
+
+    #[test]
+    fn a_group_longer_than_the_ring_does_not_wait_on_itself() {
+        let c = VersionClock::starting_at(0);
+        let hold = c.open_group();
+        let mut last = 0;
+        for _ in 0..RING + 100 {
+            last = c.next();
+            // Past the ring this would wait for a release the open group
+            // holds back; it keeps the version aside instead.
+            c.complete(last);
+        }
+        assert_eq!(c.read_version(), 0);
+        c.close_group(hold, last);
+        assert_eq!(c.read_version(), last);
+        assert_eq!(c.constrained.load(Ordering::SeqCst), 0, "overflow drained");
+        let v = c.next();
+        c.complete(v);
+        assert_eq!(c.read_version(), v);
+    }
+
+    /// Shuttle explores the clock alone: a group writer, a single writer
+    /// whose completion runs the fast path while the group opens, and an
+    /// observer of the read version. The observer must never see it inside
+    /// the group's span or past an open group's floor.
+    /// Run: `cargo test -p combkv --features shuttle --lib shuttle_`.
+    #[cfg(feature = "shuttle")]
+    #[test]
+    fn shuttle_no_read_version_inside_a_group() {
+        use shuttle::sync::Arc;
+        use shuttle::thread;
+        shuttle::check_pct(
+            || {
+                let c = Arc::new(VersionClock::starting_at(0));
+                let span = Arc::new(AtomicU64::new(0));
+                let group = {
+                    let (c, span) = (c.clone(), span.clone());
+                    thread::spawn(move || {
+                        let hold = c.open_group();
+                        let a = c.next();
+                        c.complete(a);
+                        let b = c.next();
+                        c.complete(b);
+                        assert!(c.read_version() < a, "the open group was passed");
+                        // Published before the close: any read version the
+                        // observer saw up to now must be below `a`.
+                        span.store(a << 32 | b, Ordering::SeqCst);
+                        c.close_group(hold, b);
+                    })
+                };
+                let single = {
+                    let c = c.clone();
+                    thread::spawn(move || {
+                        for _ in 0..2 {
+                            let v = c.next();
+                            c.complete(v);
+                        }
+                    })
+                };
+                let mut seen = Vec::new();
+                for _ in 0..6 {
+                    seen.push((c.read_version(), span.load(Ordering::SeqCst)));
+                    thread::yield_now();
+                }
+                group.join().unwrap();
+                single.join().unwrap();
+                let s = span.load(Ordering::SeqCst);
+                let (a, b) = (s >> 32, s & 0xffff_ffff);
+                for (r, published) in seen {
+                    assert!(r < a || r >= b, "read version {r} inside the span {a}..{b}");
+                    if published == 0 {
+                        assert!(r < a, "read version {r} passed the open group at {a}");
+                    }
+                }
+                assert_eq!(c.read_version(), 4);
+            },
+            5000,
+            3,
+        );
     }
 }
