@@ -20,8 +20,8 @@ pub use durable::check::{CheckReport, check};
 pub use durable::{CheckpointInfo, Durability, DurableConfig, PersistenceStats, RecoveryReport};
 pub use error::{Error, Result};
 pub use store::{
-    Expiry, Flags, Item, ItemView, NodeCounts, Range, Session, SnapshotId, Store, Version, Write,
-    now_ms,
+    AtomicWrite, Expiry, Flags, Item, ItemView, NodeCounts, Range, Session, SnapshotId, Store,
+    Version, Write, now_ms,
 };
 pub use tree::epoch::flush_reclamation;
 pub use tree::node::{live_buffers_global, live_external_values_global};

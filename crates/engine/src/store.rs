@@ -31,6 +31,19 @@ enum Ack<'s> {
     Defer(&'s Cell<u64>),
 }
 
+/// One write of [`Store::write_atomically`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AtomicWrite<'a> {
+    /// Store `value` under `key` (insert or overwrite).
+    Put {
+        key: &'a [u8],
+        value: &'a [u8],
+        expiry: Expiry,
+    },
+    /// Remove `key` if present.
+    Delete { key: &'a [u8] },
+}
+
 /// The version of a write: a positive integer, increasing in the order writes
 /// take effect. An item's version is the version of the write that produced
 /// it; it stays the same until the key is written again, so it serves as a
@@ -344,6 +357,9 @@ impl Session<'_> {
     }
     pub fn clear(&self) -> Result<()> {
         self.store.clear_in(self.ack())
+    }
+    pub fn write_atomically(&self, writes: &[AtomicWrite<'_>]) -> Result<Vec<Option<Version>>> {
+        self.store.write_atomically_in(self.ack(), writes)
     }
     pub fn write_with<R>(
         &self,
@@ -780,6 +796,88 @@ impl Store {
             ),
         })?;
         Ok(v)
+    }
+
+    /// Applies `writes` in order as one atomic step (MSET, multi-key DEL):
+    /// a reader, a scan or a snapshot sees all of them or none, and none is
+    /// acknowledged before all are. Every key and value is checked first; a
+    /// bad one changes nothing. One result per write: a put's version, a
+    /// delete's version or `None` if the key was absent.
+    ///
+    /// Each write takes its own version, in order; the read version jumps
+    /// over the group's versions at once (`VersionClock` groups). Writes
+    /// by others that land in between are released with the group.
+    pub fn write_atomically(&self, writes: &[AtomicWrite<'_>]) -> Result<Vec<Option<Version>>> {
+        self.write_atomically_in(Ack::Now, writes)
+    }
+
+    fn write_atomically_in(
+        &self,
+        ack: Ack<'_>,
+        writes: &[AtomicWrite<'_>],
+    ) -> Result<Vec<Option<Version>>> {
+        for w in writes {
+            match *w {
+                AtomicWrite::Put { key, value, .. } => {
+                    self.check_key(key)?;
+                    self.check_value(value.len())?;
+                }
+                AtomicWrite::Delete { key } => self.check_key(key)?,
+            }
+        }
+        self.admit()?;
+        // Closes the group on every way out, a panic included: an open group
+        // would hold every later write back.
+        struct Open<'c> {
+            clock: &'c crate::tree::version::VersionClock,
+            hold: Option<crate::tree::version::GroupHold>,
+            last: u64,
+        }
+        impl Drop for Open<'_> {
+            fn drop(&mut self) {
+                if let Some(hold) = self.hold.take() {
+                    self.clock.close_group(hold, self.last);
+                }
+            }
+        }
+        let mut open = Open {
+            clock: &self.tree.clock,
+            hold: Some(self.tree.clock.open_group()),
+            last: 0,
+        };
+        // With a log, the group is bracketed there too, so that recovery
+        // brings it back whole or not at all (a begin without an end cuts
+        // the log: nothing after it was acknowledged).
+        let begin = self.durable.as_ref().map(|_| {
+            let b = self.tree.next_version(Some(LogEntry::GroupBegin));
+            self.tree.clock.complete(b);
+            b
+        });
+        // Each write's acknowledgement waits for the group's end: nothing
+        // inside may wait for a release, which the open group holds back.
+        let wait = Cell::new(0);
+        let mut out = Vec::with_capacity(writes.len());
+        for w in writes {
+            let v = match *w {
+                AtomicWrite::Put { key, value, expiry } => {
+                    Some(self.put_in(Ack::Defer(&wait), key, value, expiry)?)
+                }
+                AtomicWrite::Delete { key } => self.delete_in(Ack::Defer(&wait), key)?,
+            };
+            if let Some(v) = v {
+                open.last = open.last.max(v.0);
+            }
+            out.push(v);
+        }
+        if let Some(begin) = begin {
+            let e = self.tree.next_version(Some(LogEntry::GroupEnd { begin }));
+            self.tree.clock.complete(e);
+            open.last = e;
+            wait.set(e);
+        }
+        drop(open);
+        self.acknowledge(ack, wait.get())?;
+        Ok(out)
     }
 
     /// Removes `key`. `None`: it was absent.

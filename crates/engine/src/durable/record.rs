@@ -9,6 +9,10 @@
 //!     PUT    (1)   u64 expiry_ms | u32 client_flags | u16 key_len | u32 value_len | key | value
 //!     DELETE (2)   u16 key_len | key
 //!     CLEAR  (3)   (nothing): every item with a smaller version is gone
+//!     GROUP_BEGIN (4)  (nothing): an atomic group (MSET) starts
+//!     GROUP_END   (5)  u64 begin: the group whose GROUP_BEGIN has version `begin`
+//!                  is whole; a group with no end was never acknowledged, and
+//!                  recovery cuts the log at its GROUP_BEGIN
 //!
 //! Checkpoint   ckpt-<version, 20 digits>.ckpt   (written as .tmp, renamed when complete)
 //!   header (32 B)  "CKVCKP01" | u64 version | u64 created_unix_ms | u32 0 | u32 crc(bytes 0..28)
@@ -33,6 +37,8 @@ pub(crate) const MAX_BODY_BYTES: usize = 1 << 31;
 const PUT: u8 = 1;
 const DELETE: u8 = 2;
 const CLEAR: u8 = 3;
+const GROUP_BEGIN: u8 = 4;
+const GROUP_END: u8 = 5;
 
 /// One log record, borrowed from the bytes it was decoded from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +57,15 @@ pub(crate) enum Record<'a> {
     Clear {
         version: u64,
     },
+    /// The writes of an atomic group follow (interleaved with others').
+    GroupBegin {
+        version: u64,
+    },
+    /// The group begun at version `begin` is complete.
+    GroupEnd {
+        version: u64,
+        begin: u64,
+    },
 }
 
 impl Record<'_> {
@@ -58,7 +73,9 @@ impl Record<'_> {
         match *self {
             Record::Put { version, .. }
             | Record::Delete { version, .. }
-            | Record::Clear { version } => version,
+            | Record::Clear { version }
+            | Record::GroupBegin { version }
+            | Record::GroupEnd { version, .. } => version,
         }
     }
 }
@@ -101,6 +118,15 @@ pub(crate) fn encode_record(out: &mut Vec<u8>, rec: &Record<'_>) {
             out.push(CLEAR);
             out.extend_from_slice(&version.to_le_bytes());
         }
+        Record::GroupBegin { version } => {
+            out.push(GROUP_BEGIN);
+            out.extend_from_slice(&version.to_le_bytes());
+        }
+        Record::GroupEnd { version, begin } => {
+            out.push(GROUP_END);
+            out.extend_from_slice(&version.to_le_bytes());
+            out.extend_from_slice(&begin.to_le_bytes());
+        }
     }
     let len = (out.len() - start - FRAME_BYTES) as u32;
     let crc = crc_of(len, &out[start + FRAME_BYTES..]);
@@ -115,6 +141,9 @@ pub(crate) enum Damage {
     Torn,
     /// The checksum or the contents are wrong.
     Corrupt(String),
+    /// An atomic group begun at this version never ended: its writes (and
+    /// every later one) were never acknowledged.
+    Unfinished(u64),
 }
 
 impl std::fmt::Display for Damage {
@@ -122,6 +151,10 @@ impl std::fmt::Display for Damage {
         match self {
             Damage::Torn => write!(f, "torn (ends inside a record)"),
             Damage::Corrupt(why) => write!(f, "corrupt ({why})"),
+            Damage::Unfinished(begin) => write!(
+                f,
+                "an atomic group begun at version {begin} never ended (not acknowledged)"
+            ),
         }
     }
 }
@@ -197,6 +230,14 @@ pub(crate) fn decode_record(buf: &[u8]) -> Result<(Record<'_>, usize), Damage> {
             }
         }
         CLEAR if body.len() == 9 => Record::Clear { version },
+        GROUP_BEGIN if body.len() == 9 => Record::GroupBegin { version },
+        GROUP_END if body.len() == 17 => {
+            let begin = u64_at(body, 9);
+            if begin == 0 || begin >= version {
+                return Err(bad("group end before its begin"));
+            }
+            Record::GroupEnd { version, begin }
+        }
         k => return Err(bad(&format!("kind {k}"))),
     };
     Ok((rec, used))
@@ -352,7 +393,24 @@ mod tests {
                 key: b"gone",
             },
             Record::Clear { version: 10 },
+            Record::GroupBegin { version: 11 },
+            Record::GroupEnd {
+                version: 12,
+                begin: 11,
+            },
         ]
+    }
+
+    #[test]
+    fn a_group_end_must_follow_its_begin() {
+        for begin in [0, 12, 13] {
+            let mut buf = Vec::new();
+            encode_record(&mut buf, &Record::GroupEnd { version: 12, begin });
+            assert!(
+                matches!(decode_record(&buf), Err(Damage::Corrupt(_))),
+                "begin {begin}"
+            );
+        }
     }
 
     #[test]

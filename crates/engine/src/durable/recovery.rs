@@ -16,7 +16,13 @@
 //!    are renamed `.discarded`, and both are reported.
 //! 5. The clock restarts above every version seen (checkpoint, records,
 //!    segment start versions).
+//! 6. An atomic group (MSET) whose GROUP_BEGIN has no GROUP_END in the
+//!    valid log was never acknowledged, nor was anything logged after its
+//!    begin (the read version stays below an open group): the log is cut at
+//!    the earliest such begin, as at a damaged record, so a group comes
+//!    back whole or not at all.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
 
@@ -46,14 +52,17 @@ pub(crate) struct SegmentScan {
     pub damage: Option<(u64, Damage)>,
 }
 
-/// Reads a segment's records in order, handing each to `f`, until the end
-/// or the first damage. `after` is the last version seen before it: every
-/// record's version must exceed it and the previous one.
+/// Reads a segment's records in order, handing each to `f` with its offset,
+/// until the end or the first damage. `after` is the last version seen
+/// before it: every record's version must exceed it and the previous one.
+/// `stop`: (offset, begin) of an unfinished group's begin in this segment,
+/// where the scan ends as at damage.
 pub(crate) fn scan_segment(
     seq: u64,
     bytes: &[u8],
     mut after: u64,
-    mut f: impl FnMut(&Record<'_>),
+    stop: Option<(u64, u64)>,
+    mut f: impl FnMut(u64, &Record<'_>),
 ) -> SegmentScan {
     let mut scan = SegmentScan {
         seq,
@@ -79,6 +88,12 @@ pub(crate) fn scan_segment(
     let mut at = record::HEADER_BYTES;
     scan.valid_bytes = at as u64;
     while at < bytes.len() {
+        if let Some((offset, begin)) = stop {
+            if at as u64 == offset {
+                scan.damage = Some((offset, Damage::Unfinished(begin)));
+                return scan;
+            }
+        }
         match record::decode_record(&bytes[at..]) {
             Ok((rec, used)) => {
                 let v = rec.version();
@@ -89,7 +104,7 @@ pub(crate) fn scan_segment(
                     ));
                     return scan;
                 }
-                f(&rec);
+                f(at as u64, &rec);
                 after = v;
                 scan.records += 1;
                 scan.first_version.get_or_insert(v);
@@ -184,6 +199,40 @@ fn load_checkpoint(
     Ok((Tree::new(*g), 0))
 }
 
+/// Where rule 6 cuts the log: (segment index, offset, begin version) of
+/// the earliest GROUP_BEGIN whose GROUP_END is not in the valid log (which
+/// ends at the first damage, as in replay). None: every group ended.
+pub(crate) fn unfinished_group(
+    storage: &dyn Storage,
+    segments: &[(u64, std::path::PathBuf)],
+) -> std::io::Result<Option<(usize, u64, u64)>> {
+    let mut open: BTreeMap<u64, (usize, u64)> = BTreeMap::new();
+    let mut after = 0;
+    for (i, (seq, path)) in segments.iter().enumerate() {
+        let bytes = read_all(storage, path)?;
+        let scan = scan_segment(*seq, &bytes, after, None, |at, rec| match *rec {
+            Record::GroupBegin { version } => {
+                open.insert(version, (i, at));
+            }
+            Record::GroupEnd { begin, .. } => {
+                open.remove(&begin);
+            }
+            _ => {}
+        });
+        if let Some(v) = scan.last_version {
+            after = v;
+        }
+        if scan.damage.is_some() {
+            break;
+        }
+    }
+    // Begins ascend in log order, so the smallest is the earliest.
+    Ok(open
+        .into_iter()
+        .next()
+        .map(|(begin, (i, at))| (i, at, begin)))
+}
+
 /// Recovers the store in `dir`.
 pub(crate) fn recover(
     g: &Geometry,
@@ -201,6 +250,8 @@ pub(crate) fn recover(
     let started = Instant::now();
 
     let segments = list_segments(storage, dir).map_err(io("listing the data directory"))?;
+    let group_cut =
+        unfinished_group(storage, &segments).map_err(io("reading the log for atomic groups"))?;
     let mut kept = Vec::new();
     let mut max_version = ckpt_version;
     let mut last = 0u64;
@@ -211,7 +262,10 @@ pub(crate) fn recover(
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
         let bytes = read_all(storage, path).map_err(io(&name))?;
         let mut apply_err = None;
-        let scan = scan_segment(*seq, &bytes, last, |rec| {
+        let stop = group_cut
+            .filter(|&(seg, ..)| seg == i)
+            .map(|(_, at, begin)| (at, begin));
+        let scan = scan_segment(*seq, &bytes, last, stop, |_, rec| {
             if apply_err.is_some() {
                 return;
             }
@@ -358,6 +412,9 @@ fn apply(
             *tree = Tree::new(*g);
             tree.clock.reset_to(v);
         }
+        // Markers only: by rule 6 every group replayed is whole. The next
+        // record sets the clock to its own version.
+        Record::GroupBegin { .. } | Record::GroupEnd { .. } => {}
     }
     Ok(())
 }

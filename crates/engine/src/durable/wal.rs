@@ -456,6 +456,8 @@ impl VersionLog for Wal {
                 },
                 LogEntry::Delete { key } => Record::Delete { version: v, key },
                 LogEntry::Clear => Record::Clear { version: v },
+                LogEntry::GroupBegin => Record::GroupBegin { version: v },
+                LogEntry::GroupEnd { begin } => Record::GroupEnd { version: v, begin },
             };
             record::encode_record(&mut b.bytes, &rec);
             b.records += 1;

@@ -84,6 +84,12 @@ pub(crate) enum LogEntry<'a> {
     Delete {
         key: &'a [u8],
     },
+    /// An atomic group's writes follow (`Store::write_atomically`).
+    GroupBegin,
+    /// The group begun at version `begin` is complete.
+    GroupEnd {
+        begin: u64,
+    },
     /// Every item with a smaller version is gone (FLUSHALL).
     Clear,
 }
