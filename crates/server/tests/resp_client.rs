@@ -314,3 +314,69 @@ fn client_work(id: usize, url: &str, barrier: &Barrier) -> usize {
     }
     cas_wins
 }
+
+/// MSET and multi-key DEL are atomic: while one client overwrites (and
+/// sometimes deletes) a set of keys as a whole, other clients reading them
+/// with MGET and RANGE never see a mix of two MSETs or half a DEL.
+#[test]
+fn mset_and_del_are_atomic_for_readers() {
+    let server = TestServer::start();
+    let keys: Vec<String> = (0..20).map(|i| format!("atom:{:03}", i * 13)).collect();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (url, keys, stop) = (server.url(false), keys.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+            for round in 1..=300u32 {
+                let mut cmd = redis::cmd("MSET");
+                for k in &keys {
+                    cmd.arg(k).arg(format!("round-{round:05}"));
+                }
+                let _: () = cmd.query(&mut c).unwrap();
+                if round % 7 == 0 {
+                    let n: i64 = redis::cmd("DEL").arg(&keys).query(&mut c).unwrap();
+                    assert_eq!(n, keys.len() as i64);
+                }
+            }
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        })
+    };
+    // Unrelated single-key writes, so the groups' versions interleave.
+    let other = {
+        let (url, stop) = (server.url(false), stop.clone());
+        std::thread::spawn(move || {
+            let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+            let mut i = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                i += 1;
+                let _: () = q(&mut c, &["SET", &format!("atom:{:03}-x", i % 250), "x"]);
+            }
+        })
+    };
+    let mut c = server.connect(true);
+    let mut checked = 0;
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        let got: Vec<Option<String>> = redis::cmd("MGET").arg(&keys).query(&mut c).unwrap();
+        let present: Vec<&String> = got.iter().flatten().collect();
+        assert!(
+            present.is_empty()
+                || (present.len() == keys.len() && present.iter().all(|v| *v == present[0])),
+            "MGET saw a torn MSET or DEL: {got:?}"
+        );
+        let range: Vec<String> = q(&mut c, &["RANGE", "[atom:", "(atom;", "LIMIT", "1000"]);
+        let values: Vec<&String> = range
+            .chunks(2)
+            .filter(|kv| kv[0].len() == 8)
+            .map(|kv| &kv[1])
+            .collect();
+        assert!(
+            values.is_empty()
+                || (values.len() == keys.len() && values.iter().all(|v| *v == values[0])),
+            "RANGE saw a torn MSET or DEL: {values:?}"
+        );
+        checked += 1;
+    }
+    writer.join().unwrap();
+    other.join().unwrap();
+    assert!(checked > 10, "only {checked} reads overlapped the writes");
+}

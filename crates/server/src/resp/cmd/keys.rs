@@ -3,7 +3,7 @@
 
 use std::ops::Bound;
 
-use combkv::{Expiry, Flags, Range, Write, now_ms};
+use combkv::{AtomicWrite, Expiry, Flags, Range, Write, now_ms};
 
 use super::{Ctx, eq_ic, parse_i64};
 use crate::resp::error::{CmdError, CmdResult};
@@ -24,10 +24,17 @@ fn check_keys(cx: &Ctx<'_, '_>, keys: &[&[u8]]) -> CmdResult {
 
 pub(super) fn del(cx: &mut Ctx<'_, '_>) -> CmdResult {
     check_keys(cx, &cx.args[1..])?;
-    let mut n = 0;
-    for k in &cx.args[1..] {
-        n += cx.session.delete(k)?.is_some() as i64;
-    }
+    let n = if cx.args.len() == 2 {
+        cx.session.delete(cx.args[1])?.is_some() as i64
+    } else {
+        // Several keys go as one atomic group, as in Redis.
+        let writes: Vec<AtomicWrite<'_>> = cx.args[1..]
+            .iter()
+            .map(|k| AtomicWrite::Delete { key: k })
+            .collect();
+        let done = cx.session.write_atomically(&writes)?;
+        done.iter().filter(|v| v.is_some()).count() as i64
+    };
     cx.r.int(n);
     Ok(())
 }

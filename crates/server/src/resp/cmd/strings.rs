@@ -1,7 +1,7 @@
 //! String commands: GET SET SETNX GETDEL MGET MSET APPEND STRLEN INCR DECR
 //! INCRBY DECRBY, and combkv's GETV and CAS.
 
-use combkv::{Expiry, Flags, Write, now_ms};
+use combkv::{AtomicWrite, Expiry, Flags, Write, now_ms};
 
 use super::{Ctx, eq_ic, parse_i64};
 use crate::resp::error::{CmdError, CmdResult};
@@ -238,9 +238,16 @@ pub(super) fn mset(cx: &mut Ctx<'_, '_>) -> CmdResult {
             .into());
         }
     }
-    for pair in cx.args[1..].chunks(2) {
-        cx.session.put(pair[0], pair[1])?;
-    }
+    // One atomic group: no reader sees part of it (PROTOCOL.md).
+    let writes: Vec<AtomicWrite<'_>> = cx.args[1..]
+        .chunks(2)
+        .map(|pair| AtomicWrite::Put {
+            key: pair[0],
+            value: pair[1],
+            expiry: Expiry::Never,
+        })
+        .collect();
+    cx.session.write_atomically(&writes)?;
     cx.r.ok();
     Ok(())
 }
