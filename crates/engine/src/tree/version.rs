@@ -23,7 +23,7 @@
 //! While a group is open or its span not yet passed, the read version
 //! advances on a slow path under a mutex; without groups nothing changes.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 use crossbeam_utils::CachePadded;
 
@@ -70,7 +70,7 @@ struct Groups {
     /// Completed versions whose ring slot was not free yet: while a group
     /// holds the read version back, writes go on completing and may run
     /// past the ring, and waiting for a slot would wait on the group.
-    overflow: BTreeSet<u64>,
+    overflow: Runs,
     next_id: u64,
 }
 
@@ -79,13 +79,71 @@ impl Groups {
         (self.open.len() + self.spans.len() + self.overflow.len()) as u64
     }
 
-    /// Whether the read version may stand at `v`.
-    fn allows(&self, v: u64) -> bool {
-        self.open.iter().all(|&(_, floor)| v < floor)
-            && self
-                .spans
-                .iter()
-                .all(|&(first, last)| v < first || v >= last)
+    /// The newest version in `lo..=hi` the read version may stand at (none
+    /// inside a span); open groups are the caller's bound.
+    fn best_allowed(&self, lo: u64, hi: u64) -> Option<u64> {
+        let mut x = hi;
+        'again: while x >= lo {
+            for &(first, last) in &self.spans {
+                if first <= x && x < last {
+                    x = first.checked_sub(1)?;
+                    continue 'again;
+                }
+            }
+            return Some(x);
+        }
+        None
+    }
+}
+
+/// A set of versions kept as runs of consecutive ones (start -> end,
+/// inclusive): a long group's versions stay a handful of runs.
+#[derive(Debug, Default)]
+struct Runs(BTreeMap<u64, u64>);
+
+impl Runs {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn insert(&mut self, v: u64) {
+        if self.end_of_run(v).is_some() {
+            return;
+        }
+        let below = v
+            .checked_sub(1)
+            .and_then(|p| self.0.range(..=p).next_back())
+            .filter(|&(_, &end)| end + 1 == v)
+            .map(|(&start, _)| start);
+        let above = self.0.remove(&(v + 1));
+        match below {
+            Some(start) => {
+                self.0.insert(start, above.unwrap_or(v));
+            }
+            None => {
+                self.0.insert(v, above.unwrap_or(v));
+            }
+        }
+    }
+
+    /// The last version of the run holding `v`, if `v` is in the set.
+    fn end_of_run(&self, v: u64) -> Option<u64> {
+        self.0
+            .range(..=v)
+            .next_back()
+            .filter(|&(_, &end)| v <= end)
+            .map(|(_, &end)| end)
+    }
+
+    /// Forgets every version `<= v`.
+    fn drop_through(&mut self, v: u64) {
+        let mut rest = self.0.split_off(&(v + 1));
+        if let Some((_, &end)) = self.0.iter().next_back() {
+            if end > v {
+                rest.insert(v + 1, end);
+            }
+        }
+        self.0 = rest;
     }
 }
 
@@ -226,17 +284,23 @@ impl VersionClock {
                 .map(|&(_, floor)| floor)
                 .min()
                 .unwrap_or(u64::MAX);
-            let (mut n, mut land) = (r, r);
-            while n < limit && n + 1 < stop {
+            // The newest version up to which everything completed, below
+            // every open floor and within the limit: the ring one by one (it
+            // holds at most RING versions past the read version), the
+            // overflow a run at a time.
+            let bound = limit.min(stop.saturating_sub(1));
+            let mut n = r;
+            while n < bound {
                 let m = n + 1;
-                if self.done[slot(m)].load(Ordering::SeqCst) != m && !g.overflow.contains(&m) {
+                if self.done[slot(m)].load(Ordering::SeqCst) == m {
+                    n = m;
+                } else if let Some(end) = g.overflow.end_of_run(m) {
+                    n = end.min(bound);
+                } else {
                     break;
                 }
-                n = m;
-                if g.allows(n) {
-                    land = n;
-                }
             }
+            let land = g.best_allowed(r + 1, n).unwrap_or(r);
             if land > r
                 && self
                     .read
@@ -249,7 +313,7 @@ impl VersionClock {
             }
             let read = land.max(r);
             g.spans.retain(|&(_, last)| last > read);
-            g.overflow = g.overflow.split_off(&(read + 1));
+            g.overflow.drop_through(read);
             self.constrained.store(g.demands(), Ordering::SeqCst);
             return;
         }
@@ -475,5 +539,47 @@ mod tests {
             5000,
             3,
         );
+    }
+
+    #[test]
+    fn runs_merge_and_forget() {
+        let mut r = Runs::default();
+        for v in [5, 7, 6, 10, 9, 20] {
+            r.insert(v);
+        }
+        assert_eq!(
+            r.0.iter().map(|(&a, &b)| (a, b)).collect::<Vec<_>>(),
+            [(5, 7), (9, 10), (20, 20)]
+        );
+        assert_eq!(r.end_of_run(6), Some(7));
+        assert_eq!(r.end_of_run(8), None);
+        r.insert(8);
+        assert_eq!(r.end_of_run(5), Some(10));
+        r.drop_through(6);
+        assert_eq!(
+            r.0.iter().map(|(&a, &b)| (a, b)).collect::<Vec<_>>(),
+            [(7, 10), (20, 20)]
+        );
+        r.drop_through(20);
+        assert_eq!(r.len(), 0);
+    }
+
+    #[test]
+    fn a_long_group_keeps_its_overflow_as_a_few_runs() {
+        let c = VersionClock::starting_at(0);
+        let hold = c.open_group();
+        let mut last = 0;
+        for i in 0..RING * 20 {
+            last = c.next();
+            c.complete(last);
+            if i == RING * 10 {
+                assert!(
+                    c.groups.lock().overflow.len() <= 2,
+                    "one run, not a set of versions"
+                );
+            }
+        }
+        c.close_group(hold, last);
+        assert_eq!(c.read_version(), last);
     }
 }
