@@ -264,6 +264,11 @@ pub struct Store {
     backend: Box<dyn ReadBackend>,
     /// Log, checkpoints and background work of a store opened with `open`.
     durable: Option<Durable>,
+    /// Held by the atomic group in progress (`write_atomically`): two groups
+    /// writing the same keys must not interleave (each would be visible
+    /// whole, yet the result could mix them), and overlapping groups could
+    /// keep the read version from ever landing.
+    group_turn: crate::sync::Mutex<()>,
 }
 
 /// Milliseconds since the unix epoch: the clock TTLs are checked against.
@@ -382,6 +387,7 @@ impl Store {
             config,
             geometry,
             sweep_cursor: Default::default(),
+            group_turn: crate::sync::Mutex::new(()),
             backend: Box::new(CpuBackend::default()),
             durable: None,
         })
@@ -826,17 +832,37 @@ impl Store {
             }
         }
         self.admit()?;
-        // Closes the group on every way out, a panic included: an open group
-        // would hold every later write back.
+        let turn = self.group_turn.lock();
+        // Closes the group on every way out. One that did not finish (a
+        // write refused midway by a shutdown or a log failure, or a panic)
+        // must not become visible in part, and with a log its GROUP_BEGIN
+        // has no end, so recovery cuts the log there: nothing after it may
+        // be acknowledged. Its span is then closed for good and the clock
+        // poisoned, as after a log failure: the store stays readable at the
+        // state before the group, and waits for later writes give up.
         struct Open<'c> {
             clock: &'c crate::tree::version::VersionClock,
             hold: Option<crate::tree::version::GroupHold>,
             last: u64,
+            logged: bool,
+        }
+        impl Open<'_> {
+            fn finish(mut self) {
+                if let Some(hold) = self.hold.take() {
+                    self.clock.close_group(hold, self.last);
+                }
+            }
         }
         impl Drop for Open<'_> {
             fn drop(&mut self) {
                 if let Some(hold) = self.hold.take() {
-                    self.clock.close_group(hold, self.last);
+                    if self.logged {
+                        self.clock.poison();
+                        self.clock.close_group(hold, u64::MAX);
+                    } else {
+                        // Memory only: nothing to recover; keep serving.
+                        self.clock.close_group(hold, self.last);
+                    }
                 }
             }
         }
@@ -844,6 +870,7 @@ impl Store {
             clock: &self.tree.clock,
             hold: Some(self.tree.clock.open_group()),
             last: 0,
+            logged: self.durable.is_some(),
         };
         // With a log, the group is bracketed there too, so that recovery
         // brings it back whole or not at all (a begin without an end cuts
@@ -875,7 +902,10 @@ impl Store {
             open.last = e;
             wait.set(e);
         }
-        drop(open);
+        open.finish();
+        // The next group may start; this one's acknowledgement (a release,
+        // perhaps an fsync) is waited for without holding the turn.
+        drop(turn);
         self.acknowledge(ack, wait.get())?;
         Ok(out)
     }
@@ -1141,6 +1171,7 @@ impl Store {
             config,
             geometry,
             sweep_cursor: Default::default(),
+            group_turn: crate::sync::Mutex::new(()),
             backend: Box::new(CpuBackend::default()),
             durable: Some(d),
         };

@@ -17,10 +17,12 @@
 //! 5. The clock restarts above every version seen (checkpoint, records,
 //!    segment start versions).
 //! 6. An atomic group (MSET) whose GROUP_BEGIN has no GROUP_END in the
-//!    valid log was never acknowledged, nor was anything logged after its
-//!    begin (the read version stays below an open group): the log is cut at
-//!    the earliest such begin, as at a damaged record, so a group comes
-//!    back whole or not at all.
+//!    valid log was never acknowledged, nor (with `Always`) was anything
+//!    logged after its begin: the read version stays below the group's
+//!    floor until its end is durable. The log is cut at the earliest such
+//!    begin, as at a damaged record, so a group comes back whole or not at
+//!    all. (`EverySec`/`None` acknowledge before durability; what the cut
+//!    drops is within what they may lose.)
 
 use std::collections::BTreeMap;
 use std::path::Path;
