@@ -204,16 +204,24 @@ impl Tree {
         snaps.prune(Instant::now());
         let guard = self.epochs.pin();
         let held = std::mem::take(&mut work.held);
+        // Unlinked per LID, one chain walk for all of a LID's buffers: one
+        // walk per buffer is quadratic in the chain, and a hot leaf's chain
+        // grows long while releases wait (a long atomic group, a snapshot):
+        // collect then walked for seconds.
+        let mut unlink: BTreeMap<Lid, Vec<NodePtr>> = BTreeMap::new();
         for r in held.into_iter().chain(graced) {
             if r.anchor {
                 work.anchors.push(r);
             } else if snaps.any_in(r.from, r.to) {
                 work.held.push(r);
             } else {
-                self.unlink(&guard, r);
+                unlink.entry(r.lid).or_default().push(r.buf);
             }
         }
         drop(snaps);
+        for (lid, bufs) in unlink {
+            self.unlink(&guard, lid, bufs);
+        }
         let anchors = std::mem::take(&mut work.anchors);
         for a in anchors {
             if a.buf.old().is_some() {
@@ -248,31 +256,32 @@ impl Tree {
             && self.shared.reclaimer.pending.lock().is_empty()
     }
 
-    /// Unlinks `r` from its LID's chain and frees it after an epoch.
-    fn unlink(&self, guard: &Guard, r: Retired) {
-        let mut prev = self
-            .pages
-            .get(r.lid)
-            .expect("retired buffer's LID is mapped");
-        loop {
+    /// Unlinks `bufs` from `lid`'s chain in one walk and frees each after an
+    /// epoch.
+    fn unlink(&self, guard: &Guard, lid: Lid, bufs: Vec<NodePtr>) {
+        let mut wanted: std::collections::HashSet<usize> =
+            bufs.iter().map(|b| b.as_raw() as usize).collect();
+        let mut prev = self.pages.get(lid).expect("retired buffer's LID is mapped");
+        while !wanted.is_empty() {
             let next = prev.old().expect("retired buffer is in its LID's chain");
-            if next == r.buf {
-                break;
+            if !wanted.remove(&(next.as_raw() as usize)) {
+                prev = next;
+                continue;
             }
-            prev = next;
+            let buf = next;
+            // `prev` stays: its new `old` is looked at next.
+            let below = buf.header().old.load(CoreOrdering::Acquire);
+            crate::sync::schedule_point();
+            prev.header().old.store(below, CoreOrdering::Release);
+            let shared = Arc::clone(&self.shared);
+            shared.deferred.fetch_add(1, CoreOrdering::Relaxed);
+            epoch::defer(guard, move || {
+                // SAFETY: unlinked from its chain; every reader that could
+                // stand on it was pinned before this defer.
+                unsafe { buf.free(&shared.geometry, &shared.counter) };
+                shared.deferred.fetch_sub(1, CoreOrdering::Release);
+            });
         }
-        let below = r.buf.header().old.load(CoreOrdering::Acquire);
-        crate::sync::schedule_point();
-        prev.header().old.store(below, CoreOrdering::Release);
-        let shared = Arc::clone(&self.shared);
-        let buf = r.buf;
-        shared.deferred.fetch_add(1, CoreOrdering::Relaxed);
-        epoch::defer(guard, move || {
-            // SAFETY: unlinked from its chain; every reader that could stand on
-            // it was pinned before this defer.
-            unsafe { buf.free(&shared.geometry, &shared.counter) };
-            shared.deferred.fetch_sub(1, CoreOrdering::Release);
-        });
     }
 }
 
