@@ -832,7 +832,18 @@ impl Store {
             }
         }
         self.admit()?;
-        let turn = self.group_turn.lock();
+        // Groups are short: wait for the turn spinning, then yielding, rather
+        // than parking the thread (parking and waking every turn cost
+        // MSET -P 16 a third of its throughput).
+        let turn = {
+            let mut round = 0;
+            loop {
+                if let Some(t) = self.group_turn.try_lock() {
+                    break t;
+                }
+                crate::sync::backoff(&mut round);
+            }
+        };
         // Closes the group on every way out. One that did not finish (a
         // write refused midway by a shutdown or a log failure, or a panic)
         // must not become visible in part, and with a log its GROUP_BEGIN

@@ -56,6 +56,11 @@ pub(crate) struct VersionClock {
     /// spans not yet passed, versions kept outside the ring): `advance`
     /// then takes the slow path.
     constrained: CachePadded<AtomicU64>,
+    /// The lowest floor of an open group (u64::MAX: none), kept with
+    /// `groups`: while the read version stands just below it nothing can
+    /// move, and `advance` returns without the mutex (every completion
+    /// inside a group would otherwise take it).
+    open_floor: CachePadded<AtomicU64>,
     groups: Mutex<Groups>,
 }
 
@@ -75,6 +80,14 @@ struct Groups {
 }
 
 impl Groups {
+    fn lowest_floor(&self) -> u64 {
+        self.open
+            .iter()
+            .map(|&(_, floor)| floor)
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
     fn demands(&self) -> u64 {
         (self.open.len() + self.spans.len() + self.overflow.len()) as u64
     }
@@ -165,6 +178,7 @@ impl VersionClock {
             limit: CachePadded::new(AtomicU64::new(u64::MAX)),
             poisoned: AtomicU64::new(0),
             constrained: CachePadded::new(AtomicU64::new(0)),
+            open_floor: CachePadded::new(AtomicU64::new(u64::MAX)),
             groups: Mutex::new(Groups::default()),
         }
     }
@@ -251,7 +265,9 @@ impl VersionClock {
             if n > self.limit.load(Ordering::SeqCst)
                 || self.done[slot(n)].load(Ordering::SeqCst) != n
             {
-                if self.constrained.load(Ordering::SeqCst) != 0 {
+                if self.constrained.load(Ordering::SeqCst) != 0
+                    && n < self.open_floor.load(Ordering::SeqCst)
+                {
                     self.advance_constrained();
                 }
                 return;
@@ -259,7 +275,9 @@ impl VersionClock {
             // Loaded after `n`'s completion: a group opened before `n` was
             // taken is seen here (see `open_group`).
             if self.constrained.load(Ordering::SeqCst) != 0 {
-                self.advance_constrained();
+                if n < self.open_floor.load(Ordering::SeqCst) {
+                    self.advance_constrained();
+                }
                 return;
             }
             // Losing the race means someone else advanced; look again.
@@ -278,12 +296,7 @@ impl VersionClock {
         loop {
             let r = self.read.load(Ordering::SeqCst);
             let limit = self.limit.load(Ordering::SeqCst);
-            let stop = g
-                .open
-                .iter()
-                .map(|&(_, floor)| floor)
-                .min()
-                .unwrap_or(u64::MAX);
+            let stop = g.lowest_floor();
             // The newest version up to which everything completed, below
             // every open floor and within the limit: the ring one by one (it
             // holds at most RING versions past the read version), the
@@ -331,6 +344,7 @@ impl VersionClock {
         self.constrained.fetch_add(1, Ordering::SeqCst);
         let floor = self.write.load(Ordering::SeqCst) + 1;
         g.open.push((id, floor));
+        self.open_floor.store(g.lowest_floor(), Ordering::SeqCst);
         self.constrained.store(g.demands(), Ordering::SeqCst);
         GroupHold { id, floor }
     }
@@ -342,6 +356,9 @@ impl VersionClock {
     pub(crate) fn close_group(&self, hold: GroupHold, last: u64) {
         let mut g = self.groups.lock();
         g.open.retain(|&(id, _)| id != hold.id);
+        // Lowered before this close's own `advance`: one that read the old
+        // floor and returned early is covered by it.
+        self.open_floor.store(g.lowest_floor(), Ordering::SeqCst);
         if last > hold.floor {
             g.spans.push((hold.floor, last));
         }
