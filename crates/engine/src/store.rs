@@ -264,11 +264,6 @@ pub struct Store {
     backend: Box<dyn ReadBackend>,
     /// Log, checkpoints and background work of a store opened with `open`.
     durable: Option<Durable>,
-    /// Held by the atomic group in progress (`write_atomically`): two groups
-    /// writing the same keys must not interleave (each would be visible
-    /// whole, yet the result could mix them), and overlapping groups could
-    /// keep the read version from ever landing.
-    group_turn: crate::sync::Mutex<()>,
 }
 
 /// Milliseconds since the unix epoch: the clock TTLs are checked against.
@@ -387,7 +382,6 @@ impl Store {
             config,
             geometry,
             sweep_cursor: Default::default(),
-            group_turn: crate::sync::Mutex::new(()),
             backend: Box::new(CpuBackend::default()),
             durable: None,
         })
@@ -811,8 +805,9 @@ impl Store {
     /// delete's version or `None` if the key was absent.
     ///
     /// Each write takes its own version, in order; the read version jumps
-    /// over the group's versions at once (`VersionClock` groups). Writes
-    /// by others that land in between are released with the group.
+    /// over the group's versions at once (`VersionClock` groups, which take
+    /// turns). Writes by others that land in between are released with the
+    /// group. A single write is atomic already and goes without a group.
     pub fn write_atomically(&self, writes: &[AtomicWrite<'_>]) -> Result<Vec<Option<Version>>> {
         self.write_atomically_in(Ack::Now, writes)
     }
@@ -831,19 +826,18 @@ impl Store {
                 AtomicWrite::Delete { key } => self.check_key(key)?,
             }
         }
-        self.admit()?;
-        // Groups are short: wait for the turn spinning, then yielding, rather
-        // than parking the thread (parking and waking every turn cost
-        // MSET -P 16 a third of its throughput).
-        let turn = {
-            let mut round = 0;
-            loop {
-                if let Some(t) = self.group_turn.try_lock() {
-                    break t;
+        if writes.is_empty() {
+            return Ok(Vec::new());
+        }
+        if let [w] = writes {
+            return Ok(vec![match *w {
+                AtomicWrite::Put { key, value, expiry } => {
+                    Some(self.put_in(ack, key, value, expiry)?)
                 }
-                crate::sync::backoff(&mut round);
-            }
-        };
+                AtomicWrite::Delete { key } => self.delete_in(ack, key)?,
+            }]);
+        }
+        self.admit()?;
         // Closes the group on every way out. One that did not finish (a
         // write refused midway by a shutdown or a log failure, or a panic)
         // must not become visible in part, and with a log its GROUP_BEGIN
@@ -853,7 +847,7 @@ impl Store {
         // state before the group, and waits for later writes give up.
         struct Open<'c> {
             clock: &'c crate::tree::version::VersionClock,
-            hold: Option<crate::tree::version::GroupHold>,
+            hold: Option<crate::tree::version::GroupHold<'c>>,
             last: u64,
             logged: bool,
         }
@@ -913,10 +907,9 @@ impl Store {
             open.last = e;
             wait.set(e);
         }
+        // Closing hands the turn on: this group's acknowledgement (a
+        // release, perhaps an fsync) is waited for without holding it.
         open.finish();
-        // The next group may start; this one's acknowledgement (a release,
-        // perhaps an fsync) is waited for without holding the turn.
-        drop(turn);
         self.acknowledge(ack, wait.get())?;
         Ok(out)
     }
@@ -1182,7 +1175,6 @@ impl Store {
             config,
             geometry,
             sweep_cursor: Default::default(),
-            group_turn: crate::sync::Mutex::new(()),
             backend: Box::new(CpuBackend::default()),
             durable: Some(d),
         };

@@ -9,7 +9,10 @@ pub(crate) use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, Ordering};
 pub(crate) use shuttle::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, Ordering};
 
 #[cfg(not(feature = "shuttle"))]
-pub(crate) use parking_lot::Mutex;
+pub(crate) use parking_lot::{Mutex, MutexGuard};
+
+#[cfg(feature = "shuttle")]
+pub(crate) use shuttle::sync::MutexGuard;
 
 /// shuttle's mutex with parking_lot's non-poisoning `lock()` signature.
 #[cfg(feature = "shuttle")]
@@ -21,10 +24,10 @@ impl<T> Mutex<T> {
     pub(crate) fn new(value: T) -> Self {
         Self(shuttle::sync::Mutex::new(value))
     }
-    pub(crate) fn lock(&self) -> shuttle::sync::MutexGuard<'_, T> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
-    pub(crate) fn try_lock(&self) -> Option<shuttle::sync::MutexGuard<'_, T>> {
+    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
         self.0.try_lock().ok()
     }
 }

@@ -23,16 +23,12 @@ fn filler(i: u64) -> Vec<u8> {
 
 const GROUP: usize = 24;
 
-fn group_puts(keys: &[Vec<u8>], value: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
-    keys.iter().map(|k| (k.clone(), value.to_vec())).collect()
-}
-
-fn as_writes(pairs: &[(Vec<u8>, Vec<u8>)]) -> Vec<AtomicWrite<'_>> {
-    pairs
-        .iter()
-        .map(|(k, v)| AtomicWrite::Put {
+/// Puts of `value` under every key, for `write_atomically`.
+fn puts<'a>(keys: &'a [Vec<u8>], value: &'a [u8]) -> Vec<AtomicWrite<'a>> {
+    keys.iter()
+        .map(|k| AtomicWrite::Put {
             key: k,
-            value: v,
+            value,
             expiry: Expiry::Never,
         })
         .collect()
@@ -79,8 +75,10 @@ fn readers_see_a_group_whole_or_not_at_all() {
             let mut round = 0u64;
             while Instant::now() < deadline {
                 round += 1;
-                let pairs = group_puts(&keys, format!("r{round:08}").as_bytes());
-                let vs = store.write_atomically(&as_writes(&pairs)).unwrap();
+                let value = format!("r{round:08}");
+                let vs = store
+                    .write_atomically(&puts(&keys, value.as_bytes()))
+                    .unwrap();
                 assert!(vs.windows(2).all(|w| w[0] < w[1]), "versions in order");
                 if round % 5 == 0 {
                     // A multi-key delete of the whole group, atomic too.
@@ -247,11 +245,11 @@ fn an_acknowledged_group_survives_a_crash() {
         ..DurableConfig::new("/data")
     };
     let keys: Vec<Vec<u8>> = (0..GROUP).map(gkey).collect();
-    let pairs = group_puts(&keys, b"durable");
+
     {
         let (store, _) = Store::open(Config::with_node_size(1024), config()).unwrap();
         let session = store.session();
-        session.write_atomically(&as_writes(&pairs)).unwrap();
+        session.write_atomically(&puts(&keys, b"durable")).unwrap();
         session.commit().unwrap();
         storage.crash();
     }
@@ -286,8 +284,10 @@ fn a_group_torn_by_a_crash_comes_back_whole_or_not_at_all() {
         let mut acked = 0;
         for round in 1..=24u64 {
             let value = format!("r{round:04}-{}", "v".repeat(80));
-            let pairs = group_puts(&keys, value.as_bytes());
-            if session.write_atomically(&as_writes(&pairs)).is_err() {
+            if session
+                .write_atomically(&puts(&keys, value.as_bytes()))
+                .is_err()
+            {
                 break;
             }
             if session.put(&filler(round), b"single").is_err() {
@@ -368,8 +368,10 @@ fn concurrent_groups_on_the_same_keys_serialize() {
                 let mut round = 0u32;
                 while !stop.load(Ordering::SeqCst) {
                     round += 1;
-                    let pairs = group_puts(&keys, format!("t{t}-{round:08}").as_bytes());
-                    store.write_atomically(&as_writes(&pairs)).unwrap();
+                    let value = format!("t{t}-{round:08}");
+                    store
+                        .write_atomically(&puts(&keys, value.as_bytes()))
+                        .unwrap();
                 }
                 round
             })
@@ -407,15 +409,7 @@ fn back_to_back_groups_do_not_starve_other_writers() {
                 let session = store.session();
                 let keys: Vec<Vec<u8>> = (0..8).map(|i| format!("s{t}-{i}").into_bytes()).collect();
                 while !stop.load(Ordering::SeqCst) {
-                    let writes: Vec<_> = keys
-                        .iter()
-                        .map(|k| AtomicWrite::Put {
-                            key: k,
-                            value: b"v",
-                            expiry: Expiry::Never,
-                        })
-                        .collect();
-                    session.write_atomically(&writes).unwrap();
+                    session.write_atomically(&puts(&keys, b"v")).unwrap();
                 }
                 session.commit().unwrap();
             })
@@ -460,17 +454,7 @@ fn a_group_cut_short_by_shutdown_loses_no_acknowledged_write() {
         let gkeys: Vec<Vec<u8>> = (0..n).map(|i| format!("g{i:08}").into_bytes()).collect();
         let group = {
             let (store, gkeys) = (store.clone(), gkeys.clone());
-            thread::spawn(move || {
-                let writes: Vec<_> = gkeys
-                    .iter()
-                    .map(|k| AtomicWrite::Put {
-                        key: k,
-                        value: b"group",
-                        expiry: Expiry::Never,
-                    })
-                    .collect();
-                store.write_atomically(&writes).is_ok()
-            })
+            thread::spawn(move || store.write_atomically(&puts(&gkeys, b"group")).is_ok())
         };
         thread::sleep(Duration::from_millis(20));
         let other = {

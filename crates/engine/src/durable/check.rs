@@ -146,9 +146,7 @@ pub fn check_with(storage: &dyn Storage, dir: &Path) -> Result<CheckReport> {
     let group_cut = recovery::unfinished_group(storage, &segments).map_err(io)?;
     for (i, (seq, path)) in segments.into_iter().enumerate() {
         let bytes = recovery::read_all(storage, &path).map_err(io)?;
-        let stop = group_cut
-            .filter(|&(seg, ..)| seg == i)
-            .map(|(_, at, begin)| (at, begin));
+        let stop = recovery::GroupCut::stop_in(group_cut, i);
         let scan: SegmentScan = recovery::scan_segment(seq, &bytes, after, stop, |_, _| {});
         if let Some(v) = scan.last_version {
             after = v;

@@ -201,13 +201,29 @@ fn load_checkpoint(
     Ok((Tree::new(*g), 0))
 }
 
-/// Where rule 6 cuts the log: (segment index, offset, begin version) of
-/// the earliest GROUP_BEGIN whose GROUP_END is not in the valid log (which
-/// ends at the first damage, as in replay). None: every group ended.
+/// Where rule 6 cuts the log: the earliest GROUP_BEGIN whose GROUP_END is
+/// not in the valid log.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GroupCut {
+    /// Index of the segment in the listing.
+    segment: usize,
+    offset: u64,
+    begin: u64,
+}
+
+impl GroupCut {
+    /// `scan_segment`'s `stop` for segment `i` of the listing.
+    pub(crate) fn stop_in(cut: Option<GroupCut>, i: usize) -> Option<(u64, u64)> {
+        cut.filter(|c| c.segment == i).map(|c| (c.offset, c.begin))
+    }
+}
+
+/// Finds rule 6's cut, reading the log as replay does (to the first
+/// damage). None: every group ended.
 pub(crate) fn unfinished_group(
     storage: &dyn Storage,
     segments: &[(u64, std::path::PathBuf)],
-) -> std::io::Result<Option<(usize, u64, u64)>> {
+) -> std::io::Result<Option<GroupCut>> {
     let mut open: BTreeMap<u64, (usize, u64)> = BTreeMap::new();
     let mut after = 0;
     for (i, (seq, path)) in segments.iter().enumerate() {
@@ -232,7 +248,11 @@ pub(crate) fn unfinished_group(
     Ok(open
         .into_iter()
         .next()
-        .map(|(begin, (i, at))| (i, at, begin)))
+        .map(|(begin, (segment, offset))| GroupCut {
+            segment,
+            offset,
+            begin,
+        }))
 }
 
 /// Recovers the store in `dir`.
@@ -264,9 +284,7 @@ pub(crate) fn recover(
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
         let bytes = read_all(storage, path).map_err(io(&name))?;
         let mut apply_err = None;
-        let stop = group_cut
-            .filter(|&(seg, ..)| seg == i)
-            .map(|(_, at, begin)| (at, begin));
+        let stop = GroupCut::stop_in(group_cut, i);
         let scan = scan_segment(*seq, &bytes, last, stop, |_, rec| {
             if apply_err.is_some() {
                 return;

@@ -24,18 +24,13 @@ fn check_keys(cx: &Ctx<'_, '_>, keys: &[&[u8]]) -> CmdResult {
 
 pub(super) fn del(cx: &mut Ctx<'_, '_>) -> CmdResult {
     check_keys(cx, &cx.args[1..])?;
-    let n = if cx.args.len() == 2 {
-        cx.session.delete(cx.args[1])?.is_some() as i64
-    } else {
-        // Several keys go as one atomic group, as in Redis.
-        let writes: Vec<AtomicWrite<'_>> = cx.args[1..]
-            .iter()
-            .map(|k| AtomicWrite::Delete { key: k })
-            .collect();
-        let done = cx.session.write_atomically(&writes)?;
-        done.iter().filter(|v| v.is_some()).count() as i64
-    };
-    cx.r.int(n);
+    // Several keys go as one atomic group, as in Redis.
+    let writes: Vec<AtomicWrite<'_>> = cx.args[1..]
+        .iter()
+        .map(|k| AtomicWrite::Delete { key: k })
+        .collect();
+    let done = cx.session.write_atomically(&writes)?;
+    cx.r.int(done.iter().filter(|v| v.is_some()).count() as i64);
     Ok(())
 }
 
