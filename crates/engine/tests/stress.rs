@@ -1,6 +1,8 @@
 //! Concurrent stress test of the store with a linearizability check.
 //!
-//! Writer threads insert, put, update, cas and delete over a small key space
+//! Writer threads insert, put, update, cas and delete, and write groups of
+//! puts and deletes atomically (`write_atomically`, as MSET and DEL use it),
+//! over a small key space
 //! (2,000 keys, mostly of 4..=10 bytes, a hot run of 16 adjacent keys, and
 //! bursts of contiguous inserts and deletes) so that nodes split and merge
 //! constantly (every third round confines all threads to 96 adjacent keys);
@@ -31,8 +33,8 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use combkv::{Config, Item, Range, Store};
-use linearizability::{Action, Entry, Key, Op, Query, Value, WriteKind};
+use combkv::{AtomicWrite, Config, Item, Range, Store};
+use linearizability::{Action, Entry, GroupWrite, Key, Op, Query, Value, WriteKind};
 
 /// Default (non-soak) length of each configuration's run.
 const DEFAULT_SMALL_NODES: Duration = Duration::from_millis(7_000);
@@ -296,6 +298,10 @@ fn writer(shared: &Shared, thread: usize, seed: u64) -> (Vec<Op>, Vec<String>) {
             }
             continue;
         }
+        if r < 40 {
+            seq = group_op(&mut rec, &mut rng, keys, thread, seq, grow);
+            continue;
+        }
         cursor = if rng.chance(15) {
             // A hot run of adjacent keys: contention on one leaf.
             hot + rng.below(HOT_KEYS)
@@ -400,6 +406,75 @@ fn write_op(
             })
         },
     );
+}
+
+/// Writes 2 to 6 distinct keys (some adjacent, some hot, some anywhere) as
+/// one group: a put first, then puts and deletes. Returns the last `seq`
+/// used for a value.
+fn group_op(
+    rec: &mut Recorder<'_>,
+    rng: &mut Rng,
+    keys: &[Key],
+    thread: usize,
+    mut seq: u64,
+    grow: bool,
+) -> u64 {
+    let n = rng.between(2, 6);
+    let mut picked: Vec<usize> = Vec::with_capacity(n);
+    let mut at = rng.below(keys.len());
+    while picked.len() < n {
+        let i = match rng.below(3) {
+            0 => hot_start(keys) + rng.below(HOT_KEYS),
+            1 => rng.below(keys.len()),
+            _ => (at + 1).min(keys.len() - 1),
+        };
+        at = i;
+        if !picked.contains(&i) {
+            picked.push(i);
+        }
+    }
+    let delete_percent = if grow { 25 } else { 60 };
+    let writes: Vec<GroupWrite> = picked
+        .iter()
+        .enumerate()
+        .map(|(j, &i)| {
+            seq += 1;
+            GroupWrite {
+                key: keys[i].clone(),
+                value: (j == 0 || !rng.chance(delete_percent))
+                    .then(|| make_value(rng, thread, seq)),
+                result: None,
+            }
+        })
+        .collect();
+    rec.record(
+        || format!("group of {} writes", writes.len()),
+        |s| {
+            let args: Vec<AtomicWrite<'_>> = writes
+                .iter()
+                .map(|w| match &w.value {
+                    Some(value) => AtomicWrite::Put {
+                        key: &w.key,
+                        value,
+                        expiry: combkv::Expiry::Never,
+                    },
+                    None => AtomicWrite::Delete { key: &w.key },
+                })
+                .collect();
+            let results = s.write_atomically(&args)?;
+            assert_eq!(results.len(), writes.len(), "one result per write");
+            let writes = writes
+                .iter()
+                .zip(results)
+                .map(|(w, r)| GroupWrite {
+                    result: r.map(|v| v.get()),
+                    ..w.clone()
+                })
+                .collect();
+            Ok::<_, combkv::Error>(Action::Group { writes })
+        },
+    );
+    seq
 }
 
 /// The first of the `HOT_KEYS` adjacent keys that get a share of all ops.

@@ -35,13 +35,25 @@
 //!    values, item versions, order, limit, reverse and floor_start;
 //! 4. reads through a snapshot (get_at, range_at) equal the model state at
 //!    exactly the snapshot's version, whatever happened afterwards; the
-//!    creation of the snapshot is a read whose version is the snapshot id.
+//!    creation of the snapshot is a read whose version is the snapshot id;
+//! 5. a group (`write_atomically`) is seen whole or not at all: no read is
+//!    assigned a version from the group's first write version up to (not
+//!    including) its last, so any write by others that took a version in
+//!    between is seen only with the whole group; the versions of two groups
+//!    do not interleave; a delete in a group that did not apply found its key
+//!    absent at some version from just before the group's first write to its
+//!    last (exact because a group begins with a put: every later write of the
+//!    group runs after the first took its version).
 //!
 //! Passing is a proof that the history is linearizable with this witness:
 //! order writes by version, put each read right after the write whose version
 //! it was assigned (reads at the same version in invocation order). Every
 //! real-time edge is respected by construction of the checks above, and every
-//! op returns what the sequential model returns at its place.
+//! op returns what the sequential model returns at its place. A group stands
+//! at one point of that order: the writes by others with versions inside its
+//! span each touch one key, so each goes before or after the group as that
+//! key's version order says (before it if the group does not touch the key),
+//! and no read sees a state between.
 //!
 //! # Efficiency
 //!
@@ -93,6 +105,15 @@ pub enum WriteKind {
     Cas { expected: u64 },
 }
 
+/// One write of an atomic group (`write_atomically`): a put if `value` is
+/// `Some`, else a delete; `result` as for [`Action::Write`].
+#[derive(Clone, Debug)]
+pub struct GroupWrite {
+    pub key: Key,
+    pub value: Option<Value>,
+    pub result: Option<u64>,
+}
+
 #[derive(Clone, Debug)]
 pub enum Action {
     /// `value` is `None` only for deletes. `result` is the version created,
@@ -114,6 +135,11 @@ pub enum Action {
     Range {
         query: Query,
         result: Vec<Entry>,
+    },
+    /// `write_atomically`: puts and deletes of distinct keys, at least one
+    /// of which applied, that no read may see in part.
+    Group {
+        writes: Vec<GroupWrite>,
     },
     /// Creation of a snapshot; `id` is the pinned version.
     Snapshot {
@@ -161,6 +187,8 @@ pub struct Stats {
     /// Reads (of any kind, snapshot creation included) whose real-time
     /// window contained at least one write: they had a choice of versions.
     pub concurrent_reads: usize,
+    /// Groups with at least one applied write.
+    pub groups: usize,
 }
 
 /// The outcome of a passing check.
@@ -266,6 +294,17 @@ impl<'a> KeyHist<'a> {
 struct WriteRec<'a> {
     version: u64,
     key: &'a [u8],
+    kind: WriteKind,
+    /// What the write stored (`None`: a delete).
+    value: Option<&'a [u8]>,
+    op: usize,
+}
+
+/// The versions of a group's applied writes, `first..=last`: no read
+/// stands in `[first, last)`.
+struct Span {
+    first: u64,
+    last: u64,
     op: usize,
 }
 
@@ -275,16 +314,21 @@ struct Model<'a> {
     writes: Vec<WriteRec<'a>>,
     /// value -> (key, version of the change that stored it in the model).
     values: HashMap<&'a [u8], (&'a [u8], u64)>,
+    /// Groups' spans, sorted, disjoint (else a violation was reported).
+    spans: Vec<Span>,
 }
 
 /// How an op takes part in the real-time sweep.
 enum Class<'a> {
-    /// A write that applied, at this version.
-    Applied(u64),
+    /// A write that applied, at version `first` (`first == last`), or a
+    /// group whose writes applied at versions `first..=last`.
+    Applied { first: u64, last: u64 },
     /// Something that observes the state at one version.
     Read(ReadKind<'a>),
     /// Snapshot reads: checked at the snapshot's version, outside the sweep.
     AtSnapshot,
+    /// A group none of whose writes applied (a violation, reported).
+    Nothing,
 }
 
 enum ReadKind<'a> {
@@ -350,7 +394,10 @@ fn classify(op: &Op) -> Class<'_> {
         Action::Write {
             kind, key, result, ..
         } => match result {
-            Some(v) => Class::Applied(*v),
+            Some(v) => Class::Applied {
+                first: *v,
+                last: *v,
+            },
             None => Class::Read(ReadKind::Key {
                 key,
                 pred: match kind {
@@ -370,6 +417,13 @@ fn classify(op: &Op) -> Class<'_> {
             pred: KeyPred::Item(result.as_ref().map(|e| (&e.value[..], e.version))),
         }),
         Action::Range { query, result } => Class::Read(ReadKind::Range { query, result }),
+        Action::Group { writes } => {
+            let versions = || writes.iter().filter_map(|w| w.result);
+            match (versions().min(), versions().max()) {
+                (Some(first), Some(last)) => Class::Applied { first, last },
+                _ => Class::Nothing,
+            }
+        }
         Action::Snapshot { id } => Class::Read(ReadKind::Snapshot(*id)),
         Action::ReadVersion { version } => Class::Read(ReadKind::Snapshot(*version)),
         Action::GetAt { .. } | Action::RangeAt { .. } => Class::AtSnapshot,
@@ -398,37 +452,86 @@ impl<'a> Model<'a> {
             values.insert(val, (k, 0));
         }
         let mut writes = Vec::new();
+        let mut spans = Vec::new();
         for (i, op) in history.iter().enumerate() {
             assert!(
                 op.invoke < op.respond,
                 "harness bug: op {i} responds before it is invoked"
             );
-            if let Action::Write {
-                kind,
-                key,
-                value,
-                result,
-            } = &op.action
-            {
-                assert_eq!(
-                    value.is_none(),
-                    *kind == WriteKind::Delete,
-                    "harness bug: op {i}: only deletes have no value"
-                );
-                match result {
-                    Some(version) => writes.push(WriteRec {
-                        version: *version,
-                        key,
-                        op: i,
-                    }),
-                    None if *kind == WriteKind::Put => {
-                        viol.push(|| format!("put did not apply: {}", fmt_op(history, i)))
+            match &op.action {
+                Action::Write {
+                    kind,
+                    key,
+                    value,
+                    result,
+                } => {
+                    assert_eq!(
+                        value.is_none(),
+                        *kind == WriteKind::Delete,
+                        "harness bug: op {i}: only deletes have no value"
+                    );
+                    match result {
+                        Some(version) => writes.push(WriteRec {
+                            version: *version,
+                            key,
+                            kind: *kind,
+                            value: value.as_deref(),
+                            op: i,
+                        }),
+                        None if *kind == WriteKind::Put => {
+                            viol.push(|| format!("put did not apply: {}", fmt_op(history, i)))
+                        }
+                        None => {}
                     }
-                    None => {}
                 }
+                Action::Group { writes: group } => {
+                    assert!(
+                        group.first().is_some_and(|w| w.value.is_some()),
+                        "harness bug: op {i}: a group begins with a put"
+                    );
+                    for (j, w) in group.iter().enumerate() {
+                        assert!(
+                            group[..j].iter().all(|o| o.key != w.key),
+                            "harness bug: op {i}: a group writes a key twice"
+                        );
+                        match w.result {
+                            Some(version) => writes.push(WriteRec {
+                                version,
+                                key: &w.key,
+                                kind: if w.value.is_some() {
+                                    WriteKind::Put
+                                } else {
+                                    WriteKind::Delete
+                                },
+                                value: w.value.as_deref(),
+                                op: i,
+                            }),
+                            None if w.value.is_some() => viol.push(|| {
+                                format!("put in a group did not apply: {}", fmt_op(history, i))
+                            }),
+                            None => {}
+                        }
+                    }
+                    if let Class::Applied { first, last } = classify(op) {
+                        spans.push(Span { first, last, op: i });
+                    }
+                }
+                _ => {}
             }
         }
         writes.sort_by_key(|w| w.version);
+        spans.sort_by_key(|s| s.first);
+        for pair in spans.windows(2) {
+            if pair[1].first < pair[0].last {
+                viol.push(|| {
+                    format!(
+                        "the versions of two groups interleave:\n  {}\n  {}",
+                        fmt_op(history, pair[0].op),
+                        fmt_op(history, pair[1].op)
+                    )
+                });
+            }
+        }
         for pair in writes.windows(2) {
             if pair[0].version == pair[1].version {
                 viol.push(|| {
@@ -451,16 +554,13 @@ impl<'a> Model<'a> {
                     )
                 });
             }
-            let Action::Write { kind, value, .. } = &history[w.op].action else {
-                unreachable!()
-            };
             let hist = keys.entry(w.key).or_default();
             let before = hist.changes.last().and_then(|c| c.1);
-            let ok = match kind {
+            let ok = match w.kind {
                 WriteKind::Put => true,
                 WriteKind::Insert => before.is_none(),
                 WriteKind::Update | WriteKind::Delete => before.is_some(),
-                WriteKind::Cas { expected } => cas_applies(*expected, before),
+                WriteKind::Cas { expected } => cas_applies(expected, before),
             };
             if !ok {
                 viol.push(|| {
@@ -471,12 +571,12 @@ impl<'a> Model<'a> {
                     )
                 });
             }
-            let after = value.as_deref().map(|value| Cell {
+            let after = w.value.map(|value| Cell {
                 value,
                 item_version: w.version,
             });
             hist.changes.push((w.version, after));
-            if let Some(val) = value
+            if let Some(val) = w.value
                 && let Some(prev) = values.insert(val, (w.key, w.version))
             {
                 panic!(
@@ -491,6 +591,31 @@ impl<'a> Model<'a> {
             keys,
             writes,
             values,
+            spans,
+        }
+    }
+
+    /// If `v` lies inside a group's span, the first version past it.
+    fn inside_span(&self, v: u64) -> Option<u64> {
+        let i = self.spans.partition_point(|s| s.first <= v);
+        let s = self.spans.get(i.checked_sub(1)?)?;
+        (v < s.last).then_some(s.last)
+    }
+
+    /// The smallest version from `lb` that `find` accepts and no group's
+    /// span holds. `find(lb)` gives the smallest accepted version from `lb`
+    /// (within the caller's bound).
+    fn first_outside_spans(
+        &self,
+        mut lb: u64,
+        mut find: impl FnMut(u64) -> Option<u64>,
+    ) -> Option<u64> {
+        loop {
+            let v = find(lb)?;
+            match self.inside_span(v) {
+                None => return Some(v),
+                Some(past) => lb = past,
+            }
         }
     }
 
@@ -683,7 +808,7 @@ impl<'a> Model<'a> {
             while p < n && history[by_respond[p]].respond < inv {
                 let y = by_respond[p];
                 match classes[y] {
-                    Class::Applied(v) if v > lbw => (lbw, lbw_op) = (v, Some(y)),
+                    Class::Applied { last, .. } if last > lbw => (lbw, lbw_op) = (last, Some(y)),
                     _ => {
                         if let Some(pt) = point[y]
                             && pt > lbr
@@ -695,8 +820,12 @@ impl<'a> Model<'a> {
                 p += 1;
             }
             match &classes[x] {
-                Class::Applied(v) => {
-                    if let Some(w) = lbw_op.filter(|_| *v <= lbw) {
+                Class::Applied { first, last } => {
+                    if let Action::Group { writes } = &history[x].action {
+                        stats.groups += 1;
+                        self.check_group_deletes(history, x, writes, (*first, *last), viol);
+                    }
+                    if let Some(w) = lbw_op.filter(|_| *first <= lbw) {
                         viol.push(|| {
                             format!(
                                 "write versions contradict real time: {}\n  was invoked after this \
@@ -717,22 +846,22 @@ impl<'a> Model<'a> {
                     let found = match kind {
                         ReadKind::Key { key, pred } => {
                             stats.gets += 1;
-                            self.first_key_match(key, *pred, lb, hi)
+                            self.first_outside_spans(lb, |lb| {
+                                self.first_key_match(key, *pred, lb, hi)
+                            })
                         }
                         ReadKind::Range { query, result } => {
                             stats.ranges += 1;
                             stats.range_items += result.len();
-                            self.first_range_match(
-                                query,
-                                result,
-                                lb,
-                                hi,
-                                &mut stats.extra_range_candidates,
-                            )
+                            let extra = &mut stats.extra_range_candidates;
+                            self.first_outside_spans(lb, |lb| {
+                                self.first_range_match(query, result, lb, hi, extra)
+                            })
                         }
                         ReadKind::Snapshot(id) => {
                             stats.snapshots += 1;
-                            (lb <= *id && *id < hi).then_some(*id)
+                            (lb <= *id && *id < hi && self.inside_span(*id).is_none())
+                                .then_some(*id)
                         }
                     };
                     match found {
@@ -745,13 +874,50 @@ impl<'a> Model<'a> {
                     stats.snapshot_reads += 1;
                     self.check_at_snapshot(history, x, viol);
                 }
+                Class::Nothing => {}
             }
         }
         stats.writes_not_applied = history
             .iter()
-            .filter(|op| matches!(op.action, Action::Write { result: None, .. }))
-            .count();
+            .map(|op| match &op.action {
+                Action::Write { result: None, .. } => 1,
+                Action::Group { writes } => writes.iter().filter(|w| w.result.is_none()).count(),
+                _ => 0,
+            })
+            .sum();
         stats
+    }
+
+    /// A delete in group `x` that did not apply found its key absent: at
+    /// some version from just before the group's first write to its last.
+    fn check_group_deletes(
+        &self,
+        history: &[Op],
+        x: usize,
+        writes: &[GroupWrite],
+        (first, last): (u64, u64),
+        viol: &mut Violations,
+    ) {
+        for w in writes {
+            if w.value.is_some() || w.result.is_some() {
+                continue;
+            }
+            let (lo, hi) = (first - 1, last + 1);
+            if self
+                .first_key_match(&w.key, KeyPred::Absent, lo, hi)
+                .is_none()
+            {
+                viol.push(|| {
+                    format!(
+                        "a delete in a group did not apply, but its key {} was present at \
+                         every version in [{lo}, {last}]: {}\n  key history: {}",
+                        fmt_bytes(&w.key),
+                        fmt_op(history, x),
+                        self.fmt_key_hist(history, &w.key, lo, hi)
+                    )
+                });
+            }
+        }
     }
 
     fn check_at_snapshot(&self, history: &[Op], x: usize, viol: &mut Violations) {
@@ -831,6 +997,15 @@ impl<'a> Model<'a> {
                 s,
                 "\n  latest read responded before invocation: {}",
                 fmt_op(history, r)
+            );
+        }
+        for sp in self.spans.iter().filter(|sp| sp.last > lb && sp.first < hi) {
+            let _ = write!(
+                s,
+                "\n  no read stands in [{}, {}), a group's span: {}",
+                sp.first,
+                sp.last,
+                fmt_op(history, sp.op)
             );
         }
         match kind {
@@ -1032,6 +1207,22 @@ pub fn fmt_op(history: &[Op], i: usize) -> String {
         Action::Range { query, result } => {
             format!("range({}) -> {}", fmt_query(query), fmt_entries(result))
         }
+        Action::Group { writes } => {
+            let mut s = "group(".to_string();
+            for (i, w) in writes.iter().enumerate() {
+                let sep = if i == 0 { "" } else { ", " };
+                let _ = match &w.value {
+                    Some(v) => write!(s, "{sep}put {} {}", fmt_bytes(&w.key), fmt_bytes(v)),
+                    None => write!(s, "{sep}delete {}", fmt_bytes(&w.key)),
+                };
+            }
+            let _ = write!(
+                s,
+                ") -> {:?}",
+                writes.iter().map(|w| w.result).collect::<Vec<_>>()
+            );
+            s
+        }
         Action::Snapshot { id } => format!("snapshot() -> {id}"),
         Action::ReadVersion { version } => format!("read_version() -> {version}"),
         Action::GetAt { snap, key, result } => format!(
@@ -1115,6 +1306,20 @@ mod tests {
 
     fn range(query: Query, result: Vec<Entry>) -> Action {
         Action::Range { query, result }
+    }
+
+    /// A group: (key, value or None for a delete, result).
+    fn group(writes: &[(&str, Option<&str>, Option<u64>)]) -> Action {
+        Action::Group {
+            writes: writes
+                .iter()
+                .map(|&(key, value, result)| GroupWrite {
+                    key: k(key),
+                    value: value.map(k),
+                    result,
+                })
+                .collect(),
+        }
     }
 
     fn run(h: &[Op]) -> Result<Report, Vec<String>> {
@@ -1441,6 +1646,140 @@ mod tests {
         assert_fails(&h, "window [0, 1)");
     }
 
+    /// `a` before; a group writes `b` at 2 and `c` at 4 while another
+    /// thread's put of `d` takes version 3, inside the group's span.
+    fn group_history(range_during: Vec<Entry>) -> Vec<Op> {
+        vec![
+            op(0, 1, 2, put("a", "a0", 1)),
+            op(
+                0,
+                3,
+                12,
+                group(&[("b", Some("b1"), Some(2)), ("c", Some("c1"), Some(4))]),
+            ),
+            op(1, 4, 11, put("d", "d1", 3)),
+            op(2, 5, 6, range(all(), range_during)),
+            op(
+                2,
+                13,
+                14,
+                range(
+                    all(),
+                    vec![
+                        e("a", "a0", 1),
+                        e("b", "b1", 2),
+                        e("c", "c1", 4),
+                        e("d", "d1", 3),
+                    ],
+                ),
+            ),
+        ]
+    }
+
+    #[test]
+    fn groups_seen_whole_pass() {
+        let r = run(&group_history(vec![e("a", "a0", 1)])).unwrap_or_else(|v| panic!("{v:#?}"));
+        assert_eq!(r.stats.groups, 1);
+        assert_eq!(r.max_version, 4);
+        // Seeing the whole group during its op is fine too.
+        run(&group_history(vec![
+            e("a", "a0", 1),
+            e("b", "b1", 2),
+            e("c", "c1", 4),
+            e("d", "d1", 3),
+        ]))
+        .unwrap_or_else(|v| panic!("{v:#?}"));
+    }
+
+    #[test]
+    fn a_group_seen_in_part_fails() {
+        // Version 2: b without c.
+        assert_fails(
+            &group_history(vec![e("a", "a0", 1), e("b", "b1", 2)]),
+            "a group's span",
+        );
+        // Version 3: the put inside the span, with half of the group.
+        assert_fails(
+            &group_history(vec![e("a", "a0", 1), e("b", "b1", 2), e("d", "d1", 3)]),
+            "a group's span",
+        );
+        // A single-key read inside the span: b's absence needs version 1,
+        // but the read began after d (version 3) was acknowledged, and the
+        // span pushes it to 4, where b is present.
+        let mut h = group_history(vec![e("a", "a0", 1)]);
+        h[1].respond = 20;
+        h.push(op(3, 12, 13, get("b", None)));
+        assert_fails(&h, "a group's span");
+        // A snapshot cannot stand inside a span either.
+        let mut h = group_history(vec![e("a", "a0", 1)]);
+        h.push(op(3, 7, 8, Action::Snapshot { id: 3 }));
+        assert_fails(&h, "a group's span");
+    }
+
+    #[test]
+    fn interleaved_groups_fail() {
+        let h = vec![
+            op(
+                0,
+                1,
+                10,
+                group(&[("a", Some("a1"), Some(1)), ("b", Some("b1"), Some(3))]),
+            ),
+            op(
+                1,
+                2,
+                9,
+                group(&[("b", Some("b2"), Some(2)), ("a", Some("a2"), Some(4))]),
+            ),
+        ];
+        assert_fails(&h, "the versions of two groups interleave");
+    }
+
+    #[test]
+    fn group_deletes_that_did_not_apply_are_reads() {
+        let h = |z_before: bool| {
+            let mut h = vec![op(
+                0,
+                3,
+                4,
+                group(&[("a", Some("a1"), Some(2)), ("z", None, None)]),
+            )];
+            if z_before {
+                h.push(op(1, 1, 2, put("z", "z0", 1)));
+            } else {
+                h.push(op(1, 1, 2, put("y", "y0", 1)));
+            }
+            h
+        };
+        run(&h(false)).unwrap_or_else(|v| panic!("{v:#?}"));
+        assert_fails(&h(true), "a delete in a group did not apply");
+        // An applied delete needs the key present.
+        let h = vec![op(
+            0,
+            1,
+            2,
+            group(&[("a", Some("a1"), Some(1)), ("z", None, Some(2))]),
+        )];
+        assert_fails(
+            &h,
+            "write applied although the state before its version was absent",
+        );
+    }
+
+    #[test]
+    fn group_versions_against_real_time_fail() {
+        let h = vec![
+            op(0, 1, 2, put("a", "a1", 5)),
+            op(
+                1,
+                3,
+                4,
+                group(&[("b", Some("b1"), Some(4)), ("c", Some("c1"), Some(6))]),
+            ),
+        ];
+        assert_fails(&h, "write versions contradict real time");
+    }
+
     #[test]
     fn snapshots_are_checked_at_their_version() {
         let base = vec![
@@ -1606,6 +1945,7 @@ mod tests {
                 keys: t,
                 writes: vec![],
                 values: HashMap::new(),
+                spans: vec![],
             };
             model.range_entries(q, 0)
         };
@@ -1628,7 +1968,7 @@ mod tests {
                         };
                         Some(version)
                     };
-                    let action = match rng.below(10) {
+                    let action = match rng.below(11) {
                         0 => Action::Write {
                             kind: WriteKind::Put,
                             key: k.clone(),
@@ -1709,6 +2049,38 @@ mod tests {
                             let result = model_range(&model, &query);
                             Action::Range { query, result }
                         }
+                        10 => {
+                            // A group applies at once: consecutive versions.
+                            let mut keys = vec![k.clone()];
+                            for _ in 0..rng.below(3) {
+                                let other = key(&mut rng);
+                                if !keys.contains(&other) {
+                                    keys.push(other);
+                                }
+                            }
+                            let writes = keys
+                                .into_iter()
+                                .enumerate()
+                                .map(|(j, key)| {
+                                    seq += 1;
+                                    let value = (j == 0 || rng.below(2) == 0)
+                                        .then(|| format!("v{seq}").into_bytes());
+                                    let result = match &value {
+                                        Some(v) => {
+                                            version += 1;
+                                            model.insert(key.clone(), (v.clone(), version));
+                                            Some(version)
+                                        }
+                                        None => model.remove(&key).map(|_| {
+                                            version += 1;
+                                            version
+                                        }),
+                                    };
+                                    GroupWrite { key, value, result }
+                                })
+                                .collect();
+                            Action::Group { writes }
+                        }
                         _ => match held[t].take() {
                             None => {
                                 snaps.insert(version, model.clone());
@@ -1768,7 +2140,7 @@ mod tests {
             let h = simulate(seed, 1 + seed as usize % 6, 3000);
             let r =
                 check(&BTreeMap::new(), 0, &h).unwrap_or_else(|v| panic!("seed {seed}: {v:#?}"));
-            assert!(r.stats.writes_applied > 0 && r.stats.ranges > 0);
+            assert!(r.stats.writes_applied > 0 && r.stats.ranges > 0 && r.stats.groups > 0);
         }
     }
 
