@@ -1127,9 +1127,12 @@ impl Store {
     /// resuming where the previous call stopped (wrapping around at the end).
     /// Expired items are invisible already; this reclaims their space through
     /// the normal write path. Returns how many it deleted. The server calls it
-    /// periodically. A read-only store deletes nothing.
+    /// periodically. A read-only store deletes nothing, and neither does a
+    /// store that never held an item with an expiry: it visits nothing and
+    /// its cursor stays put (a sweep of a large store that uses no TTL would
+    /// otherwise decode every item over and over).
     pub fn sweep_expired(&self, max_items: usize) -> usize {
-        if self.admit().is_err() {
+        if self.admit().is_err() || !self.tree.expiring.load(crate::sync::Ordering::Relaxed) {
             return 0;
         }
         let max_items = max_items.max(1);

@@ -3,10 +3,10 @@
 //! schedules deterministically.
 
 #[cfg(not(feature = "shuttle"))]
-pub(crate) use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU64, Ordering};
 
 #[cfg(feature = "shuttle")]
-pub(crate) use shuttle::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, Ordering};
+pub(crate) use shuttle::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU64, Ordering};
 
 #[cfg(not(feature = "shuttle"))]
 pub(crate) use parking_lot::{Mutex, MutexGuard};

@@ -516,6 +516,37 @@ fn recovery_loads_the_checkpoint_and_replays_the_tail_with_versions_and_ttls() {
     assert_eq!(n.live_buffers, n.reachable_buffers);
 }
 
+/// The sweep skips a store that never held an item with an expiry; a
+/// recovered store knows it holds some, whether they came back from a
+/// checkpoint or from the log.
+#[test]
+fn expired_items_recovered_from_a_checkpoint_or_the_log_are_swept() {
+    for from_checkpoint in [true, false] {
+        let fs = FaultyStorage::new(6 + u64::from(from_checkpoint));
+        {
+            let (store, _) = open(&fs).unwrap();
+            fill(&store, 50);
+            let soon = combkv::now_ms() + 50;
+            store.put_with(b"gone", b"x", Expiry::AtMs(soon)).unwrap();
+            if from_checkpoint {
+                store.checkpoint().unwrap();
+            }
+            store.shutdown().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let (store, report) = open(&fs).unwrap();
+        assert_eq!(report.checkpoint.is_some(), from_checkpoint, "{report}");
+        let before = store.len();
+        assert!(store.get(b"gone").unwrap().is_none(), "expired while down");
+        assert_eq!(
+            store.sweep_expired(10_000),
+            1,
+            "checkpoint: {from_checkpoint}"
+        );
+        assert_eq!(store.len(), before - 1);
+    }
+}
+
 #[test]
 fn a_corrupt_newest_checkpoint_falls_back_to_the_previous_one() {
     let fs = FaultyStorage::new(6);

@@ -79,6 +79,9 @@ impl<'g> BulkLoader<'g> {
         if version == 0 {
             return Err(format!("item {} has version 0", self.items));
         }
+        if expiry != 0 {
+            self.tree().note_expiring();
+        }
         let entry = Entry {
             key,
             value: ValueRef::Inline(value),

@@ -120,6 +120,9 @@ pub(crate) struct Tree {
     pub log: Option<Arc<dyn VersionLog>>,
     /// Keys stored (expired ones included until they are swept).
     pub keys: KeyCount,
+    /// Set once an item with an expiry is stored or loaded; until then an
+    /// expiry sweep has nothing to find and visits nothing.
+    pub expiring: crate::sync::AtomicBool,
 }
 
 /// A counter updated by every writing thread: sharded over cache lines so
@@ -169,6 +172,15 @@ impl KeyCount {
 }
 
 impl Tree {
+    /// Records that an item with an expiry exists (see `expiring`). Loads
+    /// first: once set, writers only read the line.
+    #[inline]
+    pub(crate) fn note_expiring(&self) {
+        if !self.expiring.load(crate::sync::Ordering::Relaxed) {
+            self.expiring.store(true, crate::sync::Ordering::Relaxed);
+        }
+    }
+
     pub(crate) fn new(g: Geometry) -> Tree {
         let shared = Arc::new(Shared {
             geometry: g,
@@ -191,6 +203,7 @@ impl Tree {
             epochs: epoch::Epochs::default(),
             log: None,
             keys: KeyCount::default(),
+            expiring: crate::sync::AtomicBool::new(false),
         }
     }
 

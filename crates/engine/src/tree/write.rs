@@ -517,6 +517,11 @@ impl Tree {
             None => !it.is_tombstone(),
         });
         let (op, r) = decide(live.as_ref());
+        if let WriteOp::Put { expiry, .. } = op
+            && expiry != 0
+        {
+            self.note_expiring();
+        }
         let held_leaf = Held {
             buf: leaf.buf,
             state: leaf.state,

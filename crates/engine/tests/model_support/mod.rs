@@ -1130,6 +1130,9 @@ pub struct Runner {
     expired: BTreeSet<Vec<u8>>,
     /// Where the engine's next `sweep_expired` resumes.
     sweep_cursor: Option<Vec<u8>>,
+    /// Whether any item was ever stored with an expiry (else a sweep visits
+    /// nothing).
+    expiring: bool,
     last_version: u64,
     max_snap_id: Option<u64>,
     last_snap: Option<u64>,
@@ -1217,6 +1220,7 @@ impl Runner {
             history: BTreeMap::new(),
             expired: BTreeSet::new(),
             sweep_cursor: None,
+            expiring: false,
             last_version,
             max_snap_id: None,
             last_snap: None,
@@ -1337,6 +1341,7 @@ impl Runner {
         now: u64,
     ) {
         self.history.entry(key.to_vec()).or_default().push(version);
+        self.expiring |= expires.is_some();
         if expires.is_some_and(|t| t <= now) {
             self.model.remove(key);
             self.expired.insert(key.to_vec());
@@ -2184,6 +2189,15 @@ impl Runner {
             self.sweep_cursor.clone().map(K)
         );
         let n = self.store.sweep_expired(max);
+        if !self.expiring {
+            // No item ever had an expiry: the sweep visits nothing.
+            ensure!(
+                n == 0,
+                "sweep count",
+                "{what}: deleted {n} keys, but no item ever had an expiry"
+            );
+            return Ok(());
+        }
         let max = max.max(1);
         let mut keys: Vec<&Vec<u8>> = self.model.keys().chain(self.expired.iter()).collect();
         keys.sort();
