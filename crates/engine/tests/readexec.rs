@@ -13,9 +13,24 @@ use combkv::{Config, Item, Range, SnapshotId, Store};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+/// `space` 0 asks for keys whose 8-byte search prefixes tie: a letter, seven
+/// `x`, then 0 to 3 of `a`/`b` (390 keys). A node holding more than one
+/// letter shares no prefix, so every key of a letter has the same prefix:
+/// long runs of tied shortcuts, and keys that are prefixes of others.
 fn key(rng: &mut StdRng, space: u32) -> Vec<u8> {
+    if space == TIED {
+        let mut k = vec![b'a' + rng.random_range(0..26u8)];
+        k.extend_from_slice(b"xxxxxxx");
+        for _ in 0..rng.random_range(0..4) {
+            k.push(if rng.random_bool(0.5) { b'a' } else { b'b' });
+        }
+        return k;
+    }
     format!("k{:05}", rng.random_range(0..space)).into_bytes()
 }
+
+/// The key space of `key` whose search prefixes tie.
+const TIED: u32 = 0;
 
 fn bound(rng: &mut StdRng, space: u32) -> Bound<Vec<u8>> {
     match rng.random_range(0..3) {
@@ -134,6 +149,24 @@ fn batches_equal_plain_reads() {
             let snap = store.snapshot(Duration::from_secs(60)).unwrap();
             for n in [1, 2, 7, 16, 33, 128] {
                 compare_batch(&store, snap, &mut rng, 3000, n);
+            }
+            assert!(store.release_snapshot(snap), "round {round}");
+        }
+    }
+}
+
+/// Where search prefixes tie, a segment search must compare whole keys, and
+/// runs of tied shortcuts span segments: both paths must still agree.
+#[test]
+fn batches_equal_plain_reads_where_prefixes_tie() {
+    for node in [1024, 8192] {
+        let store = Store::new(Config::with_node_size(node)).unwrap();
+        let mut rng = StdRng::seed_from_u64(node as u64 + 1);
+        for round in 0..30 {
+            fill(&store, &mut rng, TIED, 150);
+            let snap = store.snapshot(Duration::from_secs(60)).unwrap();
+            for n in [1, 7, 16, 128] {
+                compare_batch(&store, snap, &mut rng, TIED, n);
             }
             assert!(store.release_snapshot(snap), "round {round}");
         }
