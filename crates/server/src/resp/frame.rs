@@ -123,14 +123,42 @@ fn parse_int(b: &[u8]) -> Option<i64> {
     super::cmd::parse_i64(b)
 }
 
-fn parse_multibulk(input: &[u8], limits: Limits, req: &mut Request) -> Result<bool, FrameError> {
-    let Some((head, mut at)) = line(input, 1) else {
-        if input.len() > MAX_INLINE {
-            return Err(FrameError::TooBigCount);
+/// The usual count or length line, read in one pass: 1 to 18 digits without
+/// a leading zero, then CRLF, all arrived. `None` for anything else (a sign,
+/// a bare LF, a bad byte, a partial line), which the general path (`line`
+/// then `parse_int`) answers, with the same result wherever both answer.
+#[inline]
+fn fast_int_line(input: &[u8], at: usize) -> Option<(i64, usize)> {
+    let rest = input.get(at..)?;
+    let mut n: i64 = 0;
+    for (i, &b) in rest.iter().enumerate().take(19) {
+        match b {
+            b'0'..=b'9' if i < 18 && !(i == 1 && rest[0] == b'0') => {
+                n = n * 10 + i64::from(b - b'0');
+            }
+            b'\r' if i > 0 && rest.get(i + 1) == Some(&b'\n') => return Some((n, at + i + 2)),
+            _ => return None,
         }
-        return Ok(false);
+    }
+    None
+}
+
+fn parse_multibulk(input: &[u8], limits: Limits, req: &mut Request) -> Result<bool, FrameError> {
+    let (count, mut at) = match fast_int_line(input, 1) {
+        Some(parsed) => parsed,
+        None => {
+            let Some((head, at)) = line(input, 1) else {
+                if input.len() > MAX_INLINE {
+                    return Err(FrameError::TooBigCount);
+                }
+                return Ok(false);
+            };
+            (
+                parse_int(head).ok_or(FrameError::InvalidMultibulkLength)?,
+                at,
+            )
+        }
     };
-    let count = parse_int(head).ok_or(FrameError::InvalidMultibulkLength)?;
     if count > MAX_ARGS {
         return Err(FrameError::InvalidMultibulkLength);
     }
@@ -151,13 +179,21 @@ fn parse_multibulk(input: &[u8], limits: Limits, req: &mut Request) -> Result<bo
         if input[at] != b'$' {
             return Err(FrameError::ExpectedDollar(input[at]));
         }
-        let Some((len_line, data_at)) = line(input, at + 1) else {
-            if input.len() - at > MAX_INLINE {
-                return Err(FrameError::TooBigBulkCount);
+        let (len, data_at) = match fast_int_line(input, at + 1) {
+            Some(parsed) => parsed,
+            None => {
+                let Some((len_line, data_at)) = line(input, at + 1) else {
+                    if input.len() - at > MAX_INLINE {
+                        return Err(FrameError::TooBigBulkCount);
+                    }
+                    return Ok(false);
+                };
+                (
+                    parse_int(len_line).ok_or(FrameError::InvalidBulkLength)?,
+                    data_at,
+                )
             }
-            return Ok(false);
         };
-        let len = parse_int(len_line).ok_or(FrameError::InvalidBulkLength)?;
         if len < 0 || len as u64 > limits.max_request_bytes as u64 {
             return Err(FrameError::InvalidBulkLength);
         }
@@ -303,6 +339,61 @@ fn split_args(line: &[u8], req: &mut Request) -> Result<(), FrameError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Wherever the one-pass reader answers, the general path gives the
+    /// same number and end; it answers the common lines.
+    #[test]
+    fn fast_int_lines_agree_with_the_general_path() {
+        let general = |input: &[u8]| {
+            line(input, 0).and_then(|(body, next)| parse_int(body).map(|n| (n, next)))
+        };
+        let mut inputs: Vec<Vec<u8>> = Vec::new();
+        let atoms: [&[u8]; 9] = [b"0", b"1", b"9", b"-", b"\r", b"\n", b"+", b" ", b"a"];
+        // Every string of up to 5 atoms, then a tail.
+        let mut frontier: Vec<Vec<u8>> = vec![Vec::new()];
+        for _ in 0..5 {
+            let mut next = Vec::new();
+            for f in &frontier {
+                for a in atoms {
+                    let mut v = f.clone();
+                    v.extend_from_slice(a);
+                    next.push(v);
+                }
+            }
+            inputs.extend(next.iter().cloned());
+            frontier = next;
+        }
+        for n in [
+            0u64,
+            7,
+            10,
+            99,
+            1_000_000,
+            999_999_999_999_999_999,
+            u64::MAX,
+        ] {
+            inputs.push(format!("{n}\r\n$").into_bytes());
+            inputs.push(format!("{n}\r\n").into_bytes());
+            inputs.push(format!("{n}\r").into_bytes());
+            inputs.push(format!("0{n}\r\n").into_bytes());
+        }
+        inputs.push(b"1234567890123456789\r\n".to_vec());
+        for input in &inputs {
+            if let Some(fast) = fast_int_line(input, 0) {
+                assert_eq!(
+                    Some(fast),
+                    general(input),
+                    "{:?}",
+                    String::from_utf8_lossy(input)
+                );
+            }
+        }
+        assert_eq!(fast_int_line(b"16\r\nx", 0), Some((16, 4)));
+        assert_eq!(fast_int_line(b"*3\r\n", 1), Some((3, 4)));
+        assert_eq!(fast_int_line(b"0\r\n", 0), Some((0, 3)));
+        assert_eq!(fast_int_line(b"01\r\n", 0), None);
+        assert_eq!(fast_int_line(b"-1\r\n", 0), None);
+    }
 
     const L: Limits = Limits {
         max_request_bytes: 1 << 20,

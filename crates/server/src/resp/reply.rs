@@ -43,8 +43,25 @@ impl Reply<'_> {
         self.header(b':', n);
     }
 
+    /// `header` for a count or length: those below 100 (keys, small
+    /// values, small arrays) are written as fixed-size pieces, which compile
+    /// to plain stores instead of a formatting call and a copy.
+    #[inline]
+    fn count(&mut self, kind: u8, n: usize) {
+        if n < 10 {
+            self.out
+                .extend_from_slice(&[kind, b'0' + n as u8, b'\r', b'\n']);
+        } else if n < 100 {
+            let (tens, ones) = (b'0' + (n / 10) as u8, b'0' + (n % 10) as u8);
+            self.out
+                .extend_from_slice(&[kind, tens, ones, b'\r', b'\n']);
+        } else {
+            self.header(kind, n);
+        }
+    }
+
     pub fn bulk(&mut self, b: &[u8]) {
-        self.header(b'$', b.len());
+        self.count(b'$', b.len());
         self.out.extend_from_slice(b);
         self.out.extend_from_slice(b"\r\n");
     }
@@ -66,7 +83,7 @@ impl Reply<'_> {
     }
 
     pub fn array(&mut self, n: usize) {
-        self.header(b'*', n);
+        self.count(b'*', n);
     }
 
     /// A map of `n` pairs (a flat array of 2n in RESP2).
@@ -121,6 +138,42 @@ mod tests {
         assert_eq!(
             out,
             b"$-1\r\n*-1\r\n*2\r\n$2\r\nab\r\n:-3\r\n-ERR x y\r\n$2\r\nhi\r\n"
+        );
+        // Both bulk paths (small strings on the stack, large ones in place)
+        // and the integer extremes.
+        for len in [0, 1, 9, 10, 11, 63, 64, 65, 99, 100, 101, 1000, 100_000] {
+            let mut out = Vec::new();
+            let b = vec![b'x'; len];
+            Reply {
+                out: &mut out,
+                resp3: false,
+            }
+            .bulk(&b);
+            let mut want = format!("${len}\r\n").into_bytes();
+            want.extend_from_slice(&b);
+            want.extend_from_slice(b"\r\n");
+            assert_eq!(out, want, "bulk of {len}");
+        }
+        let mut out = Vec::new();
+        let mut r = Reply {
+            out: &mut out,
+            resp3: false,
+        };
+        r.int(i64::MIN);
+        r.int(i64::MAX);
+        r.array(usize::MAX);
+        for n in [0, 9, 10, 99, 100] {
+            r.array(n);
+        }
+        assert_eq!(
+            out,
+            format!(
+                ":{}\r\n:{}\r\n*{}\r\n*0\r\n*9\r\n*10\r\n*99\r\n*100\r\n",
+                i64::MIN,
+                i64::MAX,
+                usize::MAX
+            )
+            .into_bytes()
         );
         let mut out = Vec::new();
         let mut r = Reply {
