@@ -29,6 +29,8 @@ pub(crate) struct RespConn {
     pending: Vec<(usize, usize, Batchable)>,
     /// Argument offsets of pending requests (`pending` indexes into it).
     pending_args: Vec<(usize, usize)>,
+    /// The pending RANGEs' specs (slots reused across batches).
+    ranges: cmd::RangeSlots,
     /// This connection wrote through the session since its last commit: a
     /// read must commit first to see its own writes.
     wrote: bool,
@@ -53,6 +55,7 @@ impl RespConn {
         let mut close = false;
         self.pending.clear();
         self.pending_args.clear();
+        self.ranges.clear();
         while out.len() <= reply_budget {
             // Per request: an AUTH earlier in the same read lifts the
             // unauthenticated limits for the requests after it.
@@ -132,7 +135,7 @@ impl RespConn {
                 .iter()
                 .all(|a| matches!(a, frame::Arg::Input { .. }));
             if self.authenticated && from_input {
-                if let Some(b) = cmd::batchable(spec, args, cx.shared) {
+                if let Some(b) = cmd::batchable(spec, args, cx.shared, &mut self.ranges) {
                     // Offsets of a batched request's arguments, absolute in `input`.
                     let first = self.pending_args.len();
                     for a in args {
@@ -230,7 +233,7 @@ impl RespConn {
             out,
             resp3: self.resp3,
         };
-        cmd::run_batch(cx, &pending, &args, &mut r);
+        cmd::run_batch(cx, &pending, &args, &self.ranges, &mut r);
         let took = started.elapsed();
         if cx.shared.slowlog.wants(took) {
             let name = cx.client.name.clone().unwrap_or_default();
@@ -242,6 +245,7 @@ impl RespConn {
         self.pending = pending;
         self.pending.clear();
         self.pending_args.clear();
+        self.ranges.clear();
         true
     }
 }

@@ -319,3 +319,58 @@ fn snapshot_errors_and_limits() {
         &err("ERR FLOOR needs an inclusive start"),
     );
 }
+
+/// RANGEs pipelined in one read go to the read engine as one batch, their
+/// parsed bounds kept in slots the connection reuses from batch to batch.
+/// Every reply must equal the one the unbatched path gives (an inline
+/// request never joins a batch), whatever sits beside it in the pipeline.
+#[test]
+fn pipelined_ranges_answer_as_unbatched_ones() {
+    let s = server();
+    let mut c = s.connect();
+    c.ok("MSET a 1 ab 2 abc 3 b 4 bcd 5 c 6 cc 7 d 8", OK);
+    let lines = [
+        "RANGE [ab + LIMIT 2",
+        "RANGE (a [c LIMIT 10 REV",
+        "GET abc",
+        "RANGE [abcdefghijklmnop + LIMIT 1 KEYSONLY",
+        "RANGE - +",
+        "RANGE [b (cc LIMIT 3 WITHVERSIONS",
+        "RANGE [x [a LIMIT 2",
+        "RANGE [c + LIMIT 0",
+        "RANGE [bb + LIMIT 2 FLOOR",
+        "RANGE [a + LIMIT x",
+        "RANGE (b + LIMIT 2",
+        "RANGE [a",
+        "MGET a zz d",
+        "RANGE - (c LIMIT 1000 KEYSONLY",
+    ];
+    let unbatched: Vec<Vec<u8>> = lines
+        .iter()
+        .map(|l| {
+            c.send(format!("{l}\r\n").as_bytes());
+            c.reply()
+        })
+        .collect();
+    for round in 0..lines.len() {
+        // Rotated each round: every request meets other neighbours, and
+        // slots are refilled with bounds of other lengths.
+        let order: Vec<usize> = (0..lines.len())
+            .map(|i| (i + round) % lines.len())
+            .collect();
+        let mut bytes = Vec::new();
+        for &i in &order {
+            let args: Vec<&[u8]> = lines[i].split(' ').map(str::as_bytes).collect();
+            bytes.extend(encode(&args));
+        }
+        c.send(&bytes);
+        for &i in &order {
+            assert_eq!(
+                String::from_utf8_lossy(&c.reply()),
+                String::from_utf8_lossy(&unbatched[i]),
+                "round {round}: {}",
+                lines[i]
+            );
+        }
+    }
+}

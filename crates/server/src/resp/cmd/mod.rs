@@ -5,7 +5,7 @@
 //! HELLO AUTH INFO CONFIG CLIENT COMMAND SLOWLOG ...).
 
 mod keys;
-mod ordered;
+pub(crate) mod ordered;
 mod server;
 mod strings;
 
@@ -724,7 +724,46 @@ pub(crate) enum Batchable {
     Get,
     Mget,
     Getv,
-    Range(Box<RangeSpec>),
+    /// The spec's slot in the connection's `RangeSlots`.
+    Range(usize),
+}
+
+/// The parsed RANGEs of a connection's pending batch, kept between batches
+/// so that their key buffers are reused instead of allocated per request.
+#[derive(Debug, Default)]
+pub(crate) struct RangeSlots {
+    specs: Vec<RangeSpec>,
+    used: usize,
+}
+
+impl RangeSlots {
+    /// Slots a connection keeps across batches, at most.
+    const KEEP: usize = 64;
+
+    /// Parses a RANGE into the next slot: its index, or the parse error.
+    fn parse(&mut self, args: &[&[u8]], max_key: usize) -> Result<usize, CmdError> {
+        if self.used == self.specs.len() {
+            self.specs.push(RangeSpec::none());
+        }
+        ordered::parse_range_into(args, max_key, &mut self.specs[self.used])?;
+        self.used += 1;
+        Ok(self.used - 1)
+    }
+
+    /// Gives back the last slot taken (its RANGE did not join the batch).
+    fn unparse(&mut self) {
+        self.used -= 1;
+    }
+
+    pub(crate) fn get(&self, i: usize) -> &RangeSpec {
+        &self.specs[i]
+    }
+
+    /// The batch is answered: every slot is free again.
+    pub(crate) fn clear(&mut self) {
+        self.used = 0;
+        self.specs.truncate(Self::KEEP);
+    }
 }
 
 /// RANGEs with a LIMIT up to this join batches; longer ones stream through
@@ -733,11 +772,13 @@ const BATCH_RANGE_LIMIT: usize = 1000;
 
 /// Whether `args` is a read the batch path answers exactly as the command
 /// would. Anything unusual (bad arity, invalid key, no LIMIT) takes the
-/// normal path, which also produces the right error.
+/// normal path, which also produces the right error. A RANGE is parsed
+/// into the next of `ranges`' slots.
 pub(crate) fn batchable(
     spec: Option<&'static Spec>,
     args: &[&[u8]],
     shared: &Shared,
+    ranges: &mut RangeSlots,
 ) -> Option<Batchable> {
     let max_key = shared.store.max_key_len();
     let key_ok = |k: &[u8]| !k.is_empty() && k.len() <= max_key;
@@ -752,10 +793,12 @@ pub(crate) fn batchable(
         return Some(Batchable::Getv);
     }
     if name == "range" && args.len() >= 3 {
-        let spec = ordered::parse_range(&args[1..], max_key).ok()?;
+        let slot = ranges.parse(&args[1..], max_key).ok()?;
+        let spec = ranges.get(slot);
         if spec.range.limit.is_some_and(|l| l <= BATCH_RANGE_LIMIT) && spec.valid_keys(max_key) {
-            return Some(Batchable::Range(Box::new(spec)));
+            return Some(Batchable::Range(slot));
         }
+        ranges.unparse();
     }
     None
 }
@@ -766,6 +809,7 @@ pub(crate) fn run_batch(
     cx: &mut Cx<'_>,
     pending: &[(usize, usize, Batchable)],
     args: &[&[u8]],
+    ranges: &RangeSlots,
     r: &mut Reply<'_>,
 ) {
     let mut requests: Vec<ReadRequest<'_>> = Vec::with_capacity(pending.len());
@@ -774,7 +818,7 @@ pub(crate) fn run_batch(
         match b {
             Batchable::Get | Batchable::Getv => requests.push(ReadRequest::Get(a[1])),
             Batchable::Mget => requests.extend(a[1..].iter().map(|k| ReadRequest::Get(k))),
-            Batchable::Range(spec) => requests.push(ReadRequest::Range(&spec.range)),
+            Batchable::Range(slot) => requests.push(ReadRequest::Range(&ranges.get(*slot).range)),
         }
     }
     let stats = &cx.shared.stats;
@@ -839,8 +883,8 @@ pub(crate) fn run_batch(
                 }
                 i += n;
             }
-            Batchable::Range(spec) => {
-                ordered::reply_items(r, spec, res, i, max_reply);
+            Batchable::Range(slot) => {
+                ordered::reply_items(r, ranges.get(*slot), res, i, max_reply);
                 i += 1;
             }
         }

@@ -22,6 +22,16 @@ pub(crate) struct RangeSpec {
 }
 
 impl RangeSpec {
+    /// A spec that holds no buffers (a slot to parse into).
+    pub(crate) fn none() -> RangeSpec {
+        RangeSpec {
+            range: Range::all(),
+            keys_only: false,
+            with_versions: false,
+            empty: false,
+        }
+    }
+
     /// Bound keys within the key-length limit (the engine refuses longer).
     pub(crate) fn valid_keys(&self, max_key: usize) -> bool {
         [&self.range.start, &self.range.end]
@@ -45,13 +55,27 @@ enum Lex {
     Excl(Vec<u8>),
 }
 
-fn lex(b: &[u8]) -> Result<Lex, CmdError> {
+/// Reads a bound, copying its key into `buf` (a buffer to reuse).
+fn lex(b: &[u8], mut buf: Vec<u8>) -> Result<Lex, CmdError> {
+    let mut key = |b: &[u8]| {
+        buf.clear();
+        buf.extend_from_slice(b);
+        std::mem::take(&mut buf)
+    };
     match b.first() {
         Some(b'-') if b.len() == 1 => Ok(Lex::Min),
         Some(b'+') if b.len() == 1 => Ok(Lex::Max),
-        Some(b'[') => Ok(Lex::Incl(b[1..].to_vec())),
-        Some(b'(') => Ok(Lex::Excl(b[1..].to_vec())),
+        Some(b'[') => Ok(Lex::Incl(key(&b[1..]))),
+        Some(b'(') => Ok(Lex::Excl(key(&b[1..]))),
         _ => Err(bad_bound()),
+    }
+}
+
+/// The key buffer of a bound, to reuse.
+fn into_buf(b: Bound<Vec<u8>>) -> Vec<u8> {
+    match b {
+        Bound::Included(v) | Bound::Excluded(v) => v,
+        Bound::Unbounded => Vec::new(),
     }
 }
 
@@ -61,7 +85,8 @@ fn lex(b: &[u8]) -> Result<Lex, CmdError> {
 /// when `k <= T`. A FLOOR start stays inclusive: the greatest key `<= B`
 /// is the greatest key `<= T`.
 fn clamp(k: Vec<u8>, is_start: bool, floor: bool, max_key: usize) -> Bound<Vec<u8>> {
-    let t = k[..max_key].to_vec();
+    let mut t = k;
+    t.truncate(max_key);
     match (is_start, floor) {
         (true, true) => Bound::Included(t),
         (true, false) => Bound::Excluded(t),
@@ -73,13 +98,27 @@ fn clamp(k: Vec<u8>, is_start: bool, floor: bool, max_key: usize) -> Bound<Vec<u
 /// Bounds longer than `max_key` are valid (any string is a bound) and are
 /// cut to an equivalent one the engine accepts.
 pub(crate) fn parse_range(args: &[&[u8]], max_key: usize) -> Result<RangeSpec, CmdError> {
-    let (start, end) = (lex(args[0])?, lex(args[1])?);
-    let mut spec = RangeSpec {
-        range: Range::all(),
-        keys_only: false,
-        with_versions: false,
-        empty: false,
-    };
+    let mut spec = RangeSpec::none();
+    parse_range_into(args, max_key, &mut spec)?;
+    Ok(spec)
+}
+
+/// `parse_range` into `spec` (one done with), copying the bounds into its
+/// key buffers rather than allocating: pipelined RANGEs reuse them. On an
+/// error `spec` holds no range worth reading.
+pub(crate) fn parse_range_into(
+    args: &[&[u8]],
+    max_key: usize,
+    spec: &mut RangeSpec,
+) -> Result<(), CmdError> {
+    let b0 = into_buf(std::mem::replace(&mut spec.range.start, Bound::Unbounded));
+    let b1 = into_buf(std::mem::replace(&mut spec.range.end, Bound::Unbounded));
+    let (start, end) = (lex(args[0], b0)?, lex(args[1], b1)?);
+    spec.range.limit = None;
+    spec.range.reverse = false;
+    spec.keys_only = false;
+    spec.with_versions = false;
+    spec.empty = false;
     let mut floor = false;
     let mut i = 2;
     while i < args.len() {
@@ -136,7 +175,7 @@ pub(crate) fn parse_range(args: &[&[u8]], max_key: usize) -> Result<RangeSpec, C
     if spec.range.limit == Some(0) {
         spec.empty = true;
     }
-    Ok(spec)
+    Ok(())
 }
 
 fn too_big() -> CmdError {
