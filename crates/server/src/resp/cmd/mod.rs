@@ -640,10 +640,62 @@ pub(crate) static COMMANDS: &[Spec] = &[
 ];
 
 pub(crate) fn lookup(name: &[u8]) -> Option<&'static Spec> {
-    // This runs for every request: names compare as integers, no memcmp.
+    // This runs for every request: one multiply picks the only slot a name
+    // can be in, and names compare as integers (a binary search over the
+    // table was ~180 instructions and seven unpredictable branches).
     let key = name_key(name)?;
-    NAME_KEYS.binary_search(&key).ok().map(|i| &COMMANDS[i])
+    let t = &*NAME_TABLE;
+    let i = t.slots[t.slot(key)];
+    (i != NameTable::EMPTY && NAME_KEYS[i as usize] == key).then(|| &COMMANDS[i as usize])
 }
+
+/// A perfect hash of the command names: every name of `COMMANDS` has a slot
+/// of its own, found once at start-up by trying multipliers.
+struct NameTable {
+    mult: u64,
+    /// `COMMANDS` index per slot, or `EMPTY`.
+    slots: Vec<u8>,
+}
+
+impl NameTable {
+    const BITS: u32 = 10;
+    const EMPTY: u8 = u8::MAX;
+
+    fn slot(&self, key: u128) -> usize {
+        let folded = (key >> 64) as u64 ^ key as u64;
+        (folded.wrapping_mul(self.mult) >> (64 - Self::BITS)) as usize
+    }
+
+    fn build(keys: &[u128]) -> NameTable {
+        assert!(
+            keys.len() < usize::from(Self::EMPTY),
+            "command indexes fit a byte"
+        );
+        // splitmix64 steps: odd multipliers, the same on every start.
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        loop {
+            seed = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = seed;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            let mut t = NameTable {
+                mult: (z ^ (z >> 31)) | 1,
+                slots: vec![Self::EMPTY; 1 << Self::BITS],
+            };
+            let placed = keys.iter().enumerate().all(|(i, &k)| {
+                let s = t.slot(k);
+                let free = t.slots[s] == Self::EMPTY;
+                t.slots[s] = i as u8;
+                free
+            });
+            if placed {
+                return t;
+            }
+        }
+    }
+}
+
+static NAME_TABLE: LazyLock<NameTable> = LazyLock::new(|| NameTable::build(&NAME_KEYS));
 
 /// A command name lowercased into a big-endian integer, zero padded: the
 /// integers sort as the names do. None for what cannot be a command name
@@ -954,6 +1006,31 @@ mod lookup_tests {
 
     #[test]
     fn near_misses_are_unknown() {
+        // Every name one byte off a command's (and each truncation) is
+        // unknown unless it is a command itself.
+        for spec in COMMANDS {
+            let name = spec.name.as_bytes();
+            let mut near: Vec<Vec<u8>> = (0..name.len()).map(|n| name[..n].to_vec()).collect();
+            for i in 0..name.len() {
+                for b in [b'a', b'z', b'_', b'0', 0x80] {
+                    let mut v = name.to_vec();
+                    v[i] = b;
+                    near.push(v);
+                }
+            }
+            near.push([name, b"x"].concat());
+            for n in near {
+                let is_command = COMMANDS
+                    .iter()
+                    .any(|s| s.name.as_bytes().eq_ignore_ascii_case(&n));
+                assert_eq!(
+                    lookup(&n).is_some(),
+                    is_command,
+                    "{:?}",
+                    String::from_utf8_lossy(&n)
+                );
+            }
+        }
         for name in [
             &b""[..],
             b"ge",
