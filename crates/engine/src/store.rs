@@ -896,9 +896,15 @@ impl Store {
                 }
                 AtomicWrite::Delete { key } => self.delete_in(Ack::Defer(&wait), key)?,
             };
+            // The span reaches past every version this write took and every
+            // version its decision saw (`wait`): a delete that found its key
+            // already deleted by another writer saw that write, whose
+            // version may be above all of the group's and not complete yet.
+            // Released before it, the group would be seen without it.
             if let Some(v) = v {
                 open.last = open.last.max(v.0);
             }
+            open.last = open.last.max(wait.get());
             out.push(v);
         }
         if let Some(begin) = begin {

@@ -37,13 +37,18 @@
 //!    exactly the snapshot's version, whatever happened afterwards; the
 //!    creation of the snapshot is a read whose version is the snapshot id;
 //! 5. a group (`write_atomically`) is seen whole or not at all: no read is
-//!    assigned a version from the group's first write version up to (not
-//!    including) its last, so any write by others that took a version in
-//!    between is seen only with the whole group; the versions of two groups
-//!    do not interleave; a delete in a group that did not apply found its key
-//!    absent at some version from just before the group's first write to its
-//!    last (exact because a group begins with a put: every later write of the
-//!    group runs after the first took its version).
+//!    assigned a version inside the group's span, from its first write
+//!    version up to (not including) the end of the span, so any write by
+//!    others that took a version in between is seen only with the whole
+//!    group; the spans of two groups do not interleave. The span ends at the
+//!    group's last write version, or later where the group's deletes that
+//!    did not apply need it: they found their keys absent, all at one
+//!    version from just before the group's first write on (a group begins
+//!    with a put, so every later write of the group runs after the first
+//!    took its version) and below the group's real-time bound, and the
+//!    smallest such version ends the span. A delete may have seen another
+//!    writer's delete whose version is above all of the group's: the group
+//!    stands after it, so no read may see the group without it.
 //!
 //! Passing is a proof that the history is linearizable with this witness:
 //! order writes by version, put each read right after the write whose version
@@ -215,8 +220,10 @@ pub fn check(
     history: &[Op],
 ) -> Result<Report, Vec<String>> {
     let mut v = Violations::default();
-    let model = Model::build(initial, base_version, history, &mut v);
-    let stats = model.check_all(history, base_version, &mut v);
+    let mut model = Model::build(initial, base_version, history, &mut v);
+    let rt = RealTime::of(&model, history);
+    model.spans = model.group_spans(history, &rt, &mut v);
+    let stats = model.check_all(history, base_version, &rt, &mut v);
     if v.count > 0 {
         let mut out = v.list;
         if v.count > out.len() {
@@ -300,8 +307,36 @@ struct WriteRec<'a> {
     op: usize,
 }
 
-/// The versions of a group's applied writes, `first..=last`: no read
-/// stands in `[first, last)`.
+/// Applied writes by invocation, with suffix minima of their versions: the
+/// upper bound of an op's window (no version at or above the first write
+/// invoked after the op responded).
+struct RealTime {
+    w_inv: Vec<(u64, u64)>,
+    suffix_min: Vec<u64>,
+}
+
+impl RealTime {
+    fn of(model: &Model<'_>, history: &[Op]) -> RealTime {
+        let mut w_inv: Vec<(u64, u64)> = model
+            .writes
+            .iter()
+            .map(|w| (history[w.op].invoke, w.version))
+            .collect();
+        w_inv.sort_unstable();
+        let mut suffix_min = vec![u64::MAX; w_inv.len() + 1];
+        for i in (0..w_inv.len()).rev() {
+            suffix_min[i] = suffix_min[i + 1].min(w_inv[i].1);
+        }
+        RealTime { w_inv, suffix_min }
+    }
+
+    fn hi_for(&self, respond: u64) -> u64 {
+        self.suffix_min[self.w_inv.partition_point(|(inv, _)| *inv <= respond)]
+    }
+}
+
+/// A group's span: no read stands in `[first, last)` (`first`: its first
+/// write version; `last`: its last, or later, see check 5).
 struct Span {
     first: u64,
     last: u64,
@@ -452,7 +487,6 @@ impl<'a> Model<'a> {
             values.insert(val, (k, 0));
         }
         let mut writes = Vec::new();
-        let mut spans = Vec::new();
         for (i, op) in history.iter().enumerate() {
             assert!(
                 op.invoke < op.respond,
@@ -512,26 +546,11 @@ impl<'a> Model<'a> {
                             None => {}
                         }
                     }
-                    if let Class::Applied { first, last } = classify(op) {
-                        spans.push(Span { first, last, op: i });
-                    }
                 }
                 _ => {}
             }
         }
         writes.sort_by_key(|w| w.version);
-        spans.sort_by_key(|s| s.first);
-        for pair in spans.windows(2) {
-            if pair[1].first < pair[0].last {
-                viol.push(|| {
-                    format!(
-                        "the versions of two groups interleave:\n  {}\n  {}",
-                        fmt_op(history, pair[0].op),
-                        fmt_op(history, pair[1].op)
-                    )
-                });
-            }
-        }
         for pair in writes.windows(2) {
             if pair[0].version == pair[1].version {
                 viol.push(|| {
@@ -591,7 +610,87 @@ impl<'a> Model<'a> {
             keys,
             writes,
             values,
-            spans,
+            spans: Vec::new(),
+        }
+    }
+
+    /// Every group's span (check 5), sorted; reports groups whose deletes
+    /// saw no common absence and spans that interleave.
+    fn group_spans(&self, history: &[Op], rt: &RealTime, viol: &mut Violations) -> Vec<Span> {
+        let mut spans = Vec::new();
+        for (i, op) in history.iter().enumerate() {
+            let Action::Group { writes } = &op.action else {
+                continue;
+            };
+            let Class::Applied { first, last } = classify(op) else {
+                continue;
+            };
+            let absent: Vec<&[u8]> = writes
+                .iter()
+                .filter(|w| w.value.is_none() && w.result.is_none())
+                .map(|w| &w.key[..])
+                .collect();
+            let hi = rt.hi_for(op.respond);
+            let end = match self.first_all_absent(&absent, first - 1, hi) {
+                Some(v) => last.max(v),
+                None => {
+                    viol.push(|| {
+                        let hists: Vec<String> = absent
+                            .iter()
+                            .map(|k| {
+                                format!(
+                                    "\n  {}: {}",
+                                    fmt_bytes(k),
+                                    self.fmt_key_hist(history, k, first - 1, hi)
+                                )
+                            })
+                            .collect();
+                        format!(
+                            "deletes in a group did not apply, but at no version in [{}, {}) \
+                             were all their keys absent: {}{}",
+                            first - 1,
+                            fmt_ver(hi),
+                            fmt_op(history, i),
+                            hists.concat()
+                        )
+                    });
+                    last
+                }
+            };
+            spans.push(Span {
+                first,
+                last: end,
+                op: i,
+            });
+        }
+        spans.sort_by_key(|s| s.first);
+        for pair in spans.windows(2) {
+            if pair[1].first < pair[0].last {
+                viol.push(|| {
+                    format!(
+                        "the spans of two groups interleave:\n  {}\n  {}",
+                        fmt_op(history, pair[0].op),
+                        fmt_op(history, pair[1].op)
+                    )
+                });
+            }
+        }
+        spans
+    }
+
+    /// The smallest version in `[lb, hi)` at which every one of `keys` is
+    /// absent.
+    fn first_all_absent(&self, keys: &[&[u8]], lb: u64, hi: u64) -> Option<u64> {
+        let mut v = lb;
+        loop {
+            let mut next = v;
+            for k in keys {
+                next = next.max(self.first_key_match(k, KeyPred::Absent, v, hi)?);
+            }
+            if next == v {
+                return (v < hi).then_some(v);
+            }
+            v = next;
         }
     }
 
@@ -770,7 +869,13 @@ impl<'a> Model<'a> {
     }
 
     /// Checks 1 (real time), 3 and 4.
-    fn check_all(&self, history: &'a [Op], base_version: u64, viol: &mut Violations) -> Stats {
+    fn check_all(
+        &self,
+        history: &'a [Op],
+        base_version: u64,
+        rt: &RealTime,
+        viol: &mut Violations,
+    ) -> Stats {
         let n = history.len();
         let mut stats = Stats {
             ops: n,
@@ -783,19 +888,7 @@ impl<'a> Model<'a> {
         by_respond.sort_by_key(|&i| history[i].respond);
         let classes: Vec<Class<'a>> = history.iter().map(classify).collect();
 
-        // Applied writes by invocation, with suffix minima of versions: the
-        // upper bound of a read's window.
-        let mut w_inv: Vec<(u64, u64)> = self
-            .writes
-            .iter()
-            .map(|w| (history[w.op].invoke, w.version))
-            .collect();
-        w_inv.sort_unstable();
-        let mut suffix_min = vec![u64::MAX; w_inv.len() + 1];
-        for i in (0..w_inv.len()).rev() {
-            suffix_min[i] = suffix_min[i + 1].min(w_inv[i].1);
-        }
-        let hi_for = |respond: u64| suffix_min[w_inv.partition_point(|(inv, _)| *inv <= respond)];
+        let hi_for = |respond: u64| rt.hi_for(respond);
 
         let mut point: Vec<Option<u64>> = vec![None; n];
         // Highest write version / read point among ops that responded
@@ -820,10 +913,9 @@ impl<'a> Model<'a> {
                 p += 1;
             }
             match &classes[x] {
-                Class::Applied { first, last } => {
-                    if let Action::Group { writes } = &history[x].action {
+                Class::Applied { first, .. } => {
+                    if let Action::Group { .. } = &history[x].action {
                         stats.groups += 1;
-                        self.check_group_deletes(history, x, writes, (*first, *last), viol);
                     }
                     if let Some(w) = lbw_op.filter(|_| *first <= lbw) {
                         viol.push(|| {
@@ -886,38 +978,6 @@ impl<'a> Model<'a> {
             })
             .sum();
         stats
-    }
-
-    /// A delete in group `x` that did not apply found its key absent: at
-    /// some version from just before the group's first write to its last.
-    fn check_group_deletes(
-        &self,
-        history: &[Op],
-        x: usize,
-        writes: &[GroupWrite],
-        (first, last): (u64, u64),
-        viol: &mut Violations,
-    ) {
-        for w in writes {
-            if w.value.is_some() || w.result.is_some() {
-                continue;
-            }
-            let (lo, hi) = (first - 1, last + 1);
-            if self
-                .first_key_match(&w.key, KeyPred::Absent, lo, hi)
-                .is_none()
-            {
-                viol.push(|| {
-                    format!(
-                        "a delete in a group did not apply, but its key {} was present at \
-                         every version in [{lo}, {last}]: {}\n  key history: {}",
-                        fmt_bytes(&w.key),
-                        fmt_op(history, x),
-                        self.fmt_key_hist(history, &w.key, lo, hi)
-                    )
-                });
-            }
-        }
     }
 
     fn check_at_snapshot(&self, history: &[Op], x: usize, viol: &mut Violations) {
@@ -1732,7 +1792,7 @@ mod tests {
                 group(&[("b", Some("b2"), Some(2)), ("a", Some("a2"), Some(4))]),
             ),
         ];
-        assert_fails(&h, "the versions of two groups interleave");
+        assert_fails(&h, "the spans of two groups interleave");
     }
 
     #[test]
@@ -1752,7 +1812,7 @@ mod tests {
             h
         };
         run(&h(false)).unwrap_or_else(|v| panic!("{v:#?}"));
-        assert_fails(&h(true), "a delete in a group did not apply");
+        assert_fails(&h(true), "deletes in a group did not apply");
         // An applied delete needs the key present.
         let h = vec![op(
             0,
@@ -1764,6 +1824,38 @@ mod tests {
             &h,
             "write applied although the state before its version was absent",
         );
+    }
+
+    /// A group's delete found its key already deleted by a write whose
+    /// version is above all of the group's: the group stands after that
+    /// write, so its span reaches it and no read sees the group without it.
+    #[test]
+    fn a_group_spans_the_writes_its_deletes_saw() {
+        let h = |during: Vec<Entry>| {
+            vec![
+                op(0, 1, 2, put("z", "z0", 1)),
+                op(
+                    0,
+                    3,
+                    10,
+                    group(&[("a", Some("a1"), Some(2)), ("z", None, None)]),
+                ),
+                op(1, 4, 9, write(WriteKind::Delete, "z", None, Some(3))),
+                op(2, 5, 6, range(all(), during)),
+                op(2, 11, 12, range(all(), vec![e("a", "a1", 2)])),
+            ]
+        };
+        let r = run(&h(vec![e("z", "z0", 1)])).unwrap_or_else(|v| panic!("{v:#?}"));
+        assert_eq!(r.stats.groups, 1);
+        // Version 2: the group's put without the delete it saw.
+        assert_fails(&h(vec![e("a", "a1", 2), e("z", "z0", 1)]), "a group's span");
+        // The delete it saw must have come before the group responded.
+        let mut late = h(vec![e("z", "z0", 1)]);
+        late[2].invoke = 11;
+        late[2].respond = 12;
+        late[4].invoke = 13;
+        late[4].respond = 14;
+        assert_fails(&late, "deletes in a group did not apply");
     }
 
     #[test]
