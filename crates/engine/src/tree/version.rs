@@ -357,9 +357,9 @@ impl VersionClock {
 
     /// Closes a group whose writes are all complete; `last` is the newest
     /// version it took or whose write its decisions saw (below its floor if
-    /// none). The read version
-    /// then jumps from below the group's first version to `last` or beyond
-    /// once every version in between has completed.
+    /// none). The read version then jumps from below the group's first
+    /// version to `last` or beyond once every version in between has
+    /// completed.
     pub(crate) fn close_group(&self, hold: GroupHold<'_>, last: u64) {
         let mut g = self.groups.lock();
         g.open = None;
