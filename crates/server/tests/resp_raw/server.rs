@@ -401,6 +401,32 @@ fn slowlog_get_len_reset() {
         "SLOWLOG GET 1 2",
         &err("ERR unknown subcommand or wrong number of arguments for 'GET'. Try SLOWLOG HELP."),
     );
+    // Pipelined commands are each logged with their own arguments (the
+    // stopwatch takes one clock read per command).
+    c.ok("SLOWLOG RESET", OK);
+    let mut bytes = Vec::new();
+    for args in [
+        &[&b"SET"[..], b"p1", b"a"][..],
+        &[b"GET", b"p1"],
+        &[b"SET", b"p2", b"b"],
+    ] {
+        bytes.extend(encode(args));
+    }
+    c.send(&bytes);
+    assert_eq!(c.reply_str(), OK);
+    assert_eq!(c.reply_str(), bulk("a"));
+    assert_eq!(c.reply_str(), OK);
+    let got = c.q("SLOWLOG GET 3");
+    let at = |needle: String| {
+        got.find(&needle)
+            .unwrap_or_else(|| panic!("{needle:?} in {got}"))
+    };
+    let (p2, get, p1) = (
+        at(format!("*3\r\n{}{}{}", bulk("SET"), bulk("p2"), bulk("b"))),
+        at(format!("*2\r\n{}{}", bulk("GET"), bulk("p1"))),
+        at(format!("*3\r\n{}{}{}", bulk("SET"), bulk("p1"), bulk("a"))),
+    );
+    assert!(p2 < get && get < p1, "newest first: {got}");
     c.ok("SLOWLOG LEN x", &arity("slowlog|len"));
     c.ok("SLOWLOG RESET x", &arity("slowlog|reset"));
     c.ok("SLOWLOG", &arity("slowlog"));
