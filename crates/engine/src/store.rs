@@ -896,15 +896,13 @@ impl Store {
                 }
                 AtomicWrite::Delete { key } => self.delete_in(Ack::Defer(&wait), key)?,
             };
-            // The span reaches past every version this write took and every
-            // version its decision saw (`wait`): a delete that found its key
-            // already deleted by another writer saw that write, whose
-            // version may be above all of the group's and not complete yet.
-            // Released before it, the group would be seen without it.
-            if let Some(v) = v {
-                open.last = open.last.max(v.0);
-            }
-            open.last = open.last.max(wait.get());
+            // The span reaches the group's acknowledgement version so far:
+            // every version its writes took, and every version their
+            // decisions saw. A delete that found its key already deleted by
+            // another writer saw that write, whose version may be above all
+            // of the group's and not complete yet; released before it, the
+            // group would be seen without it.
+            open.last = wait.get();
             out.push(v);
         }
         if let Some(begin) = begin {

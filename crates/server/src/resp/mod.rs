@@ -56,6 +56,12 @@ impl Laps {
         }
     }
 
+    /// Closes the open lap without timing it: the next `start` reads the
+    /// clock afresh.
+    fn restart(&mut self) {
+        self.last = None;
+    }
+
     /// The time since the open lap began; the next lap begins now.
     fn lap(&mut self) -> Duration {
         let now = Instant::now();
@@ -243,7 +249,7 @@ impl RespConn {
         if self.wrote {
             // The commit (an fsync with `durability always`) is nobody's
             // command: the next lap starts after it.
-            self.laps.last = None;
+            self.laps.restart();
         }
         cx.commit_own_writes(&mut self.wrote)
     }

@@ -139,8 +139,8 @@ mod tests {
             out,
             b"$-1\r\n*-1\r\n*2\r\n$2\r\nab\r\n:-3\r\n-ERR x y\r\n$2\r\nhi\r\n"
         );
-        // Both bulk paths (small strings on the stack, large ones in place)
-        // and the integer extremes.
+        // Lengths on each of `count`'s paths (one digit, two, the general
+        // one), then the integer extremes and counts on each path.
         for len in [0, 1, 9, 10, 11, 63, 64, 65, 99, 100, 101, 1000, 100_000] {
             let mut out = Vec::new();
             let b = vec![b'x'; len];
