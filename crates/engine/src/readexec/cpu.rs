@@ -111,6 +111,13 @@ impl ReadBackend for CpuBackend {
     ) {
         let tree = view.tree;
         let now = &Now::at(now_ms);
+        // A lone request has no memory waits to overlap with: the plain
+        // path answers it without a flight's stages and their prefetches
+        // (a pipeline of one, as a client that waits for each reply sends).
+        if let [only] = requests {
+            answer_directly(tree, rv, now, 0, only, out);
+            return;
+        }
         let mut next = 0;
         let mut flights: Vec<Flight<'_>> = Vec::with_capacity(self.window);
         // Takes the next interleavable request into a flight; answers the
@@ -121,16 +128,7 @@ impl ReadBackend for CpuBackend {
                 *next += 1;
                 match seek_key(&requests[i]) {
                     Some(key) => return Some(start(tree, rv, i, key)),
-                    None => {
-                        let ReadRequest::Range(r) = requests[i] else {
-                            unreachable!()
-                        };
-                        out.begin(i);
-                        tree.visit_range(r, rv, now, &mut |it| {
-                            out.push(i, &it);
-                            true
-                        });
-                    }
+                    None => answer_directly(tree, rv, now, i, &requests[i], out),
                 }
             }
             None
@@ -157,6 +155,31 @@ impl ReadBackend for CpuBackend {
                 }
             }
             i += 1;
+        }
+    }
+}
+
+/// Answers request `i` on the plain read path, not interleaved.
+fn answer_directly(
+    tree: &Tree,
+    rv: u64,
+    now: &Now,
+    i: usize,
+    request: &ReadRequest<'_>,
+    out: &mut BatchResults,
+) {
+    out.begin(i);
+    match request {
+        ReadRequest::Get(key) => {
+            if let Some(it) = tree.get_at(key, rv).filter(|it| it.is_live(now)) {
+                out.push(i, &it);
+            }
+        }
+        ReadRequest::Range(r) => {
+            tree.visit_range(r, rv, now, &mut |it| {
+                out.push(i, &it);
+                true
+            });
         }
     }
 }
