@@ -117,6 +117,8 @@ impl Tree {
     ) {
         // Invariant 6: keys strictly ascend along the leaf chain at one version.
         let mut last: Option<&[u8]> = None;
+        // So once one key is past the start, every later one is too.
+        let mut started = matches!(start, Bound::Unbounded);
         loop {
             let more = leaf_walk(leaf, rv, from, |it| {
                 debug_assert!(
@@ -126,7 +128,13 @@ impl Tree {
                     last
                 );
                 last = Some(it.key);
-                if !it.is_live(now) || before_start(it.key, start) {
+                if !started {
+                    if before_start(it.key, start) {
+                        return true;
+                    }
+                    started = true;
+                }
+                if !it.is_live(now) {
                     return true;
                 }
                 !after_end(it.key, end) && f(it)
