@@ -1066,10 +1066,23 @@ pub(crate) fn key_prefix(key: &[u8]) -> u64 {
     if let Some(head) = key.first_chunk::<8>() {
         return u64::from_be_bytes(*head);
     }
-    // Shorter keys: byte by byte (a variable-length copy is a libc call).
-    key.iter()
-        .enumerate()
-        .fold(0, |p, (i, &b)| p | (b as u64) << (56 - 8 * i))
+    // Shorter keys: a 4-, 2- and 1-byte read as the length's bits say (a
+    // variable-length copy is a libc call, a byte loop up to seven steps).
+    let n = key.len();
+    let (mut p, mut at) = (0u64, 0);
+    if n & 4 != 0 {
+        p = u64::from(u32::from_be_bytes(key[..4].try_into().expect("4 bytes"))) << 32;
+        at = 4;
+    }
+    if n & 2 != 0 {
+        let half = u16::from_be_bytes(key[at..at + 2].try_into().expect("2 bytes"));
+        p |= u64::from(half) << (48 - 8 * at);
+        at += 2;
+    }
+    if n & 1 != 0 {
+        p |= u64::from(key[at]) << (56 - 8 * at);
+    }
+    p
 }
 
 #[cfg(test)]
