@@ -57,9 +57,9 @@ impl CpuBackend {
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Stage {
-    /// The page-table entry of the root or of a leaf was prefetched: load
-    /// it, prefetch the node's first lines. (Interior children skip this
-    /// stage: see the module doc.)
+    /// The page-table entry of a leaf was prefetched: load it, prefetch the
+    /// leaf's first lines. (Interior children skip this stage: see the
+    /// module doc.)
     Node,
     /// Header, log directory and shortcuts are (nearly) in cache: pick the
     /// version, find the segment, prefetch it (and a GET's log items whose
@@ -76,6 +76,7 @@ enum Stage {
 struct Flight<'a> {
     req: usize,
     key: &'a [u8],
+    /// The leaf whose page-table entry the Node stage loads.
     lid: Lid,
     node: NodePtr,
     stage: Stage,
