@@ -52,15 +52,13 @@ fn measure(
                 let deadline = Instant::now() + Duration::from_secs_f64(secs);
                 let mut ops = 0u64;
                 let b = batch.unwrap_or(1);
-                let mut ids = vec![0u64; b];
                 let mut keys = vec![[0u8; 16]; b];
                 let mut ranges: Vec<Range> = Vec::with_capacity(b);
                 let mut out = BatchResults::new();
                 while Instant::now() < deadline {
                     for _ in 0..64 {
-                        for j in 0..b {
-                            ids[j] = rng.below(n);
-                            keys[j] = key(ids[j]);
+                        for k in keys.iter_mut() {
+                            *k = key(rng.below(n));
                         }
                         match (kind, batch) {
                             (Kind::Get, None) => {

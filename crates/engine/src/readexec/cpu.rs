@@ -23,8 +23,8 @@ use crate::tree::node::{
     shortcut_base,
 };
 use crate::tree::read::{
-    SegSearch, WalkFrom, find_group, find_in_group, find_segment, interior_child, leaf_get_matches,
-    log_fp_matches, published_leaf, segment_lower_bound, settle,
+    SegSearch, WalkFrom, find_group, find_in_group, interior_child, leaf_get_matches,
+    log_fp_matches, published, published_leaf, route, segment_lower_bound, settle,
 };
 use crate::tree::{Now, Tree};
 
@@ -194,9 +194,7 @@ fn start<'a>(tree: &Tree, rv: u64, req: usize, key: &'a [u8]) -> Flight<'a> {
     let mut level = node.header().level;
     let mut lid = Lid::ROOT;
     while level >= 2 {
-        let (buf, _) = published_leaf(node);
-        let seg = find_segment(buf, node.header(), key, false);
-        lid = interior_child(node, buf, seg, key);
+        lid = route(node, published(node), key);
         level -= 1;
         node = tree.resolve(lid, rv);
     }

@@ -306,6 +306,14 @@ pub(crate) fn interior_child(
     child
 }
 
+/// The child of interior buffer `p` (published bytes `buf`) for `key`,
+/// searching the node whole: what `find_segment` and `interior_child` do in
+/// turn, for a caller that has nothing to do between the two.
+#[inline]
+pub(crate) fn route(p: NodePtr, buf: &[u8], key: &[u8]) -> Lid {
+    interior_child(p, buf, find_segment(buf, p.header(), key, false), key)
+}
+
 /// The child an interior buffer routes `seek` to, and that child's low
 /// separator (None for the leftmost child).
 pub(crate) fn interior_seek<'b>(

@@ -27,8 +27,8 @@ use super::node::{
     leaf_item_key, log_dir_entry, state_appended, state_log_count, state_size,
 };
 use super::read::{
-    LogOrder, MAX_LOG_ITEMS, WalkFrom, find_segment, interior_child, leaf_walk, published,
-    published_leaf, scan_segment,
+    LogOrder, MAX_LOG_ITEMS, WalkFrom, find_segment, leaf_walk, published, published_leaf, route,
+    scan_segment,
 };
 use super::{LogEntry, Now, Tree};
 use crate::config::LOG_EXTRA_BYTES;
@@ -473,11 +473,9 @@ impl Tree {
                 super::node::prefetch_range(buf, sorted_end, state_size(state));
                 return true;
             }
-            let bytes = published(buf);
-            let h = buf.header();
             // The segment scan keeps the child as it goes (as the read
             // engine's does), rather than finding the item, then decoding it.
-            lid = interior_child(buf, bytes, find_segment(bytes, h, key, false), key);
+            lid = route(buf, published(buf), key);
         }
     }
 
