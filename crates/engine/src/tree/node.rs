@@ -342,8 +342,10 @@ pub(crate) fn leaf_item_key(buf: &[u8], offset: usize, log: bool) -> (&[u8], usi
 }
 
 /// Byte-wise key order, compared eight bytes at a time (keys are short; a
-/// libc `memcmp` call costs more than the comparison).
-#[inline]
+/// libc `memcmp` call costs more than the comparison). Always inlined: the
+/// segment scans call it once per item, and the call itself cost more than
+/// the first word's compare (batched GET 1,895 -> 1,850 instructions).
+#[inline(always)]
 pub(crate) fn key_cmp(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
     let (mut a, mut b) = (a, b);
     while a.len() >= 8 && b.len() >= 8 {
