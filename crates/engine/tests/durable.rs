@@ -474,6 +474,77 @@ fn a_corrupt_record_cuts_the_log_there_and_sets_later_segments_aside() {
     assert_eq!(dump(&store).len(), n + 1);
 }
 
+/// A whole record (checksum intact) of a kind this version does not know
+/// was written by a newer combkv: recovery must refuse the directory and
+/// change nothing, where cutting the log there would drop acknowledged
+/// writes.
+#[test]
+fn a_record_of_an_unknown_kind_is_refused_not_cut() {
+    use combkv::durable::Storage;
+    let fs = FaultyStorage::new(4);
+    {
+        let (store, _) = open(&fs).unwrap();
+        fill(&store, 60);
+        store.shutdown().unwrap();
+    }
+    let segs = segments(&fs);
+    assert!(segs.len() >= 4, "small segments rotate");
+    // The last record of a middle segment becomes kind 9, re-checksummed:
+    // frames are u32 body length | u32 crc(length ++ body) | body, after a
+    // 32-byte header, and a body starts with its kind.
+    let victim = &segs[1];
+    let mut bytes = fs.file(victim).unwrap();
+    let mut at = 32;
+    loop {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        if at + 8 + len == bytes.len() {
+            break;
+        }
+        at += 8 + len;
+    }
+    bytes[at + 8] = 9;
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&bytes[at..at + 4]);
+    crc.update(&bytes[at + 8..]);
+    let crc = crc.finalize().to_le_bytes();
+    bytes[at + 4..at + 8].copy_from_slice(&crc);
+    fs.put_file(victim, bytes);
+    let before: Vec<_> = fs
+        .list(Path::new(DIR))
+        .unwrap()
+        .into_iter()
+        .map(|n| {
+            let data = fs.file(&Path::new(DIR).join(&n));
+            (n, data)
+        })
+        .collect();
+
+    let check = combkv::durable::check::check_with(&fs, Path::new(DIR))
+        .unwrap()
+        .to_string();
+    assert!(check.contains("REFUSED at offset"), "{check}");
+    assert!(check.contains("kind 9"), "{check}");
+    match open(&fs) {
+        Err(Error::Corrupt(why)) => {
+            assert!(
+                why.contains("kind 9") && why.contains("nothing was changed"),
+                "{why}"
+            )
+        }
+        other => panic!("recovery must refuse, got {:?}", other.map(|(_, r)| r)),
+    }
+    let after: Vec<_> = fs
+        .list(Path::new(DIR))
+        .unwrap()
+        .into_iter()
+        .map(|n| {
+            let data = fs.file(&Path::new(DIR).join(&n));
+            (n, data)
+        })
+        .collect();
+    assert_eq!(before, after, "recovery changed the directory");
+}
+
 // ---- checkpoints -------------------------------------------------------------
 
 #[test]

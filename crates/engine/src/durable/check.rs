@@ -6,6 +6,7 @@ use std::fmt;
 use std::path::Path;
 
 use super::file::{FsStorage, Storage};
+use super::record::Damage;
 use super::recovery::{self, SegmentScan};
 use super::{checkpoint, record};
 use crate::error::{Error, Result};
@@ -31,6 +32,9 @@ pub struct SegmentCheck {
     pub last_version: Option<u64>,
     /// Where the valid records end and why, if before the end of the file.
     pub cut: Option<(u64, String)>,
+    /// The records end at one of a kind this version does not know:
+    /// recovery refuses the directory there instead of cutting it.
+    pub refused: bool,
 }
 
 /// What `check` found.
@@ -88,6 +92,10 @@ impl fmt::Display for CheckReport {
             )?;
             match &s.cut {
                 None => writeln!(f, "  ok")?,
+                Some((offset, why)) if s.refused => writeln!(
+                    f,
+                    "  REFUSED at offset {offset}: {why}; recovery stops and changes nothing"
+                )?,
                 Some((offset, why)) => writeln!(
                     f,
                     "  CUT at offset {offset}: {why} ({} bytes after it)",
@@ -158,6 +166,7 @@ pub fn check_with(storage: &dyn Storage, dir: &Path) -> Result<CheckReport> {
             records: scan.records,
             first_version: scan.first_version,
             last_version: scan.last_version,
+            refused: matches!(scan.damage, Some((_, Damage::UnknownKind(_)))),
             cut: scan.damage.map(|(o, d)| (o, d.to_string())),
         });
     }

@@ -144,6 +144,10 @@ pub(crate) enum Damage {
     /// An atomic group begun at this version never ended: its writes (and
     /// every later one) were never acknowledged.
     Unfinished(u64),
+    /// A whole record (its checksum holds) of a kind this version does not
+    /// know: written by a newer combkv, not damaged. Recovery refuses it
+    /// rather than cut the log there and drop acknowledged writes.
+    UnknownKind(u8),
 }
 
 impl std::fmt::Display for Damage {
@@ -154,6 +158,10 @@ impl std::fmt::Display for Damage {
             Damage::Unfinished(begin) => write!(
                 f,
                 "an atomic group begun at version {begin} never ended (not acknowledged)"
+            ),
+            Damage::UnknownKind(k) => write!(
+                f,
+                "a record of kind {k}, unknown to this version (written by a newer combkv?)"
             ),
         }
     }
@@ -238,7 +246,10 @@ pub(crate) fn decode_record(buf: &[u8]) -> Result<(Record<'_>, usize), Damage> {
             }
             Record::GroupEnd { version, begin }
         }
-        k => return Err(bad(&format!("kind {k}"))),
+        k @ (CLEAR | GROUP_BEGIN | GROUP_END) => {
+            return Err(bad(&format!("kind {k} lengths")));
+        }
+        k => return Err(Damage::UnknownKind(k)),
     };
     Ok((rec, used))
 }

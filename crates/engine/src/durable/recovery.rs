@@ -13,7 +13,9 @@
 //!    tokens) and TTLs. A Clear record empties the tree.
 //! 4. The first damaged record (torn, bad checksum, version not above the
 //!    previous one) ends the log: its segment is cut there, later segments
-//!    are renamed `.discarded`, and both are reported.
+//!    are renamed `.discarded`, and both are reported. A whole record of a
+//!    kind this version does not know is not damage (a newer combkv wrote
+//!    it): recovery refuses (`Error::Corrupt`) and changes nothing.
 //! 5. The clock restarts above every version seen (checkpoint, records,
 //!    segment start versions).
 //! 6. An atomic group (MSET) whose GROUP_BEGIN has no GROUP_END in the
@@ -312,6 +314,13 @@ pub(crate) fn recover(
         if let Some(v) = scan.last_version {
             last = v;
             max_version = max_version.max(v);
+        }
+        if let Some((offset, Damage::UnknownKind(kind))) = scan.damage {
+            // Not damage: cutting here would drop acknowledged writes.
+            return Err(Error::Corrupt(format!(
+                "{name}: offset {offset}: {}; nothing was changed: open the directory with the version that wrote it",
+                Damage::UnknownKind(kind)
+            )));
         }
         report.segments_replayed += 1;
         if let Some((offset, damage)) = scan.damage.clone() {
