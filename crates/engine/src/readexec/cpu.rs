@@ -23,8 +23,9 @@ use crate::tree::node::{
     shortcut_base,
 };
 use crate::tree::read::{
-    SegSearch, WalkFrom, find_group, find_in_group, interior_child, leaf_get_matches,
-    log_fp_matches, published, published_leaf, route, segment_lower_bound, settle,
+    SegSearch, WalkFrom, confirm_tie, find_group, find_in_group_deferred, interior_child,
+    leaf_get_matches, log_fp_matches, published, published_leaf, route, segment_lower_bound,
+    settle,
 };
 use crate::tree::{Now, Tree};
 
@@ -85,6 +86,9 @@ struct Flight<'a> {
     matches: u32,
     /// The segment the Head stage found, for the Segment stage.
     seg: Option<(usize, usize)>,
+    /// `seg` was accepted on a prefix tie without reading the tied key
+    /// (`SegSearch::deferring`): the Segment stage confirms it.
+    tied: bool,
     /// The shortcut group a leaf's Head stage found, for the Group stage.
     group: usize,
 }
@@ -207,6 +211,7 @@ fn start<'a>(tree: &Tree, rv: u64, req: usize, key: &'a [u8]) -> Flight<'a> {
         stage: Stage::Head,
         matches: 0,
         seg: None,
+        tied: false,
         group: 0,
     }
 }
@@ -252,7 +257,7 @@ fn step(
             }
             let (buf, nlog) = published_leaf(f.node);
             let h = f.node.header();
-            let s = SegSearch::new(h, f.key, false);
+            let s = SegSearch::deferring(h, f.key);
             let group = find_group(buf, h, &s);
             let sc = Shortcuts::of(h);
             // A leaf's group lines were not prefetched (only the top line):
@@ -262,7 +267,8 @@ fn step(
                 f.group = group.unwrap_or(0);
                 prefetch(f.node.as_raw().wrapping_add(sc.group_line(f.group)));
             } else {
-                f.seg = group.and_then(|g| find_in_group(buf, h, &s, g));
+                (f.seg, f.tied) =
+                    group.map_or((None, false), |g| find_in_group_deferred(buf, h, &s, g));
                 if let Some((from, to)) = f.seg {
                     prefetch_range(f.node, from, to);
                 }
@@ -288,8 +294,8 @@ fn step(
         Stage::Group => {
             let (buf, _) = published_leaf(f.node);
             let h = f.node.header();
-            let s = SegSearch::new(h, f.key, false);
-            f.seg = find_in_group(buf, h, &s, f.group);
+            let s = SegSearch::deferring(h, f.key);
+            (f.seg, f.tied) = find_in_group_deferred(buf, h, &s, f.group);
             if let Some((from, to)) = f.seg {
                 prefetch_range(f.node, from, to);
             }
@@ -299,7 +305,12 @@ fn step(
         Stage::Segment => {
             let (buf, _) = published_leaf(f.node);
             let h = f.node.header();
-            let seg = settle(buf, h, f.key, f.seg);
+            let seg = if f.tied {
+                confirm_tie(buf, h, f.key, f.seg)
+            } else {
+                f.seg
+            };
+            let seg = settle(buf, h, f.key, seg);
             if !f.node.is_leaf() {
                 let child = interior_child(f.node, buf, seg, f.key);
                 f.lid = child;

@@ -42,6 +42,9 @@ pub(crate) struct SegSearch<'k> {
     pub key: &'k [u8],
     pub kp: u64,
     pub strict: bool,
+    /// Shortcuts whose prefix ties the key's are accepted without reading
+    /// their keys (see `SegSearch::deferring`).
+    pub defer_ties: bool,
 }
 
 impl<'k> SegSearch<'k> {
@@ -54,6 +57,20 @@ impl<'k> SegSearch<'k> {
             key,
             kp: key_prefix(&key[skip..]),
             strict,
+            defer_ties: false,
+        }
+    }
+
+    /// A non-strict search that accepts every shortcut whose prefix ties
+    /// the key's without reading the shortcut's key: that read is a demand
+    /// miss (the item lies in the segment, not yet fetched), and a key that
+    /// is itself a segment's first key, common for reads of existing keys,
+    /// ties. The segment found is then the last one whose prefix is `<=`
+    /// the key's; `confirm_tie` checks it once its lines are in cache.
+    pub(crate) fn deferring(h: &Header, key: &'k [u8]) -> SegSearch<'k> {
+        SegSearch {
+            defer_ties: true,
+            ..SegSearch::new(h, key, false)
         }
     }
 
@@ -93,7 +110,11 @@ fn count_accepted(
     offset: impl Fn(usize) -> usize,
 ) -> usize {
     let (mut count, tie) = count_below(prefixes, n, s.kp);
-    if tie {
+    if tie && s.defer_ties {
+        while count < n && prefixes[count] == s.kp {
+            count += 1;
+        }
+    } else if tie {
         let leaf = h.level == 0;
         while count < n
             && prefixes[count] == s.kp
@@ -133,19 +154,70 @@ pub(crate) fn find_in_group(
     s: &SegSearch<'_>,
     g: usize,
 ) -> Option<(usize, usize)> {
+    search_group(buf, h, s, g).0
+}
+
+/// `find_in_group` for a deferring search (`SegSearch::deferring`), and
+/// whether the segment found was accepted on a tie, unchecked: then
+/// `confirm_tie` must check it before it is used.
+#[inline(always)]
+pub(crate) fn find_in_group_deferred(
+    buf: &[u8],
+    h: &Header,
+    s: &SegSearch<'_>,
+    g: usize,
+) -> (Option<(usize, usize)>, bool) {
+    debug_assert!(s.defer_ties && !s.strict);
+    search_group(buf, h, s, g)
+}
+
+/// `find_in_group`, and whether the segment's shortcut ties the key's
+/// prefix. Shortcuts ascend, so with a deferring search the last one
+/// accepted ties exactly when some tie was accepted unread.
+#[inline(always)]
+fn search_group(
+    buf: &[u8],
+    h: &Header,
+    s: &SegSearch<'_>,
+    g: usize,
+) -> (Option<(usize, usize)>, bool) {
     let sc = Shortcuts::of(h);
     let line = sc.group(buf, g);
     let n = sc.group_len(g);
     let count = count_accepted(buf, h, s, &line.prefixes, n, |i| line.offsets[i] as usize);
     // The segment: from its shortcut to the next one (or the group's end,
     // which follows the last offset in the line, so `n` indexes it).
-    let seg = count.checked_sub(1)?;
+    let Some(seg) = count.checked_sub(1) else {
+        return (None, false);
+    };
     let end = if seg + 1 < n {
         seg + 1
     } else {
         SHORTCUTS_PER_LINE
     };
-    Some((line.offsets[seg] as usize, line.offsets[end] as usize))
+    (
+        Some((line.offsets[seg] as usize, line.offsets[end] as usize)),
+        line.prefixes[seg] == s.kp,
+    )
+}
+
+/// Checks a segment a deferring search accepted on a tie: its first key
+/// must be `<= key`. If it is not (a key between two that share its
+/// prefix, rare), the node is searched again, reading the tied keys. Call
+/// it before `settle`, with the segment's lines in cache.
+#[inline]
+pub(crate) fn confirm_tie(
+    buf: &[u8],
+    h: &Header,
+    key: &[u8],
+    seg: Option<(usize, usize)>,
+) -> Option<(usize, usize)> {
+    let (from, _) = seg?;
+    if key_cmp(sorted_key(buf, from, h.level == 0).0, key) == Cmp::Greater {
+        let s = SegSearch::new(h, key, false);
+        return find_group(buf, h, &s).and_then(|g| find_in_group(buf, h, &s, g));
+    }
+    seg
 }
 
 /// Corrects a segment search for a key that differs from the node's shared
