@@ -46,7 +46,7 @@ impl McConn {
     ) -> Outcome {
         let limits = limits(cx.shared);
         let mut at = self.skip(input.len());
-        let mut pending: Vec<Request<'_>> = Vec::new();
+        let mut pending = cmd::Pending::new();
         let mut close = false;
         let abort = |at| Outcome {
             consumed: at,
@@ -141,7 +141,7 @@ impl McConn {
     fn run_batch(
         &mut self,
         cx: &mut Cx<'_>,
-        pending: &mut Vec<Request<'_>>,
+        pending: &mut cmd::Pending<'_>,
         out: &mut Vec<u8>,
     ) -> bool {
         if pending.is_empty() {

@@ -265,23 +265,23 @@ impl RespConn {
         }
         self.laps.start();
         let pending = std::mem::take(&mut self.pending);
-        let args: Vec<&[u8]> = self
-            .pending_args
-            .iter()
-            .map(|&(off, len)| &input[off..off + len])
-            .collect();
+        let args = cmd::Args {
+            input,
+            offs: &self.pending_args,
+        };
         let mut r = Reply {
             out,
             resp3: self.resp3,
         };
-        cmd::run_batch(cx, &pending, &args, &self.ranges, &mut r);
+        cmd::run_batch(cx, &pending, args, &self.ranges, &mut r);
         let took = self.laps.lap();
         if cx.shared.slowlog.wants(took) {
             let name = cx.client.name.clone().unwrap_or_default();
             let (first, end, _) = pending[0];
+            let logged: Vec<&[u8]> = (first..end).map(|i| args.get(i)).collect();
             cx.shared
                 .slowlog
-                .record(took, &args[first..end], &cx.client.addr.to_string(), &name);
+                .record(took, &logged, &cx.client.addr.to_string(), &name);
         }
         self.pending = pending;
         self.pending.clear();

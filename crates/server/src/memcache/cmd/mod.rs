@@ -9,6 +9,7 @@ use std::io::Write as _;
 
 use combkv::readexec::ReadRequest;
 use combkv::{Expiry, Flags, ItemView, Write};
+use smallvec::SmallVec;
 
 use super::error::McError;
 use super::parse::{self, GetKind, RELATIVE_EXPTIME_MAX, Request};
@@ -116,12 +117,17 @@ pub(crate) fn reads(req: &Request<'_>) -> bool {
     matches!(req, Request::MetaDebug { .. } | Request::Stats { .. })
 }
 
+/// Reads waiting to run as one batch. A pipeline's reads fit on the stack
+/// (a heap list was a malloc and a free per batch, and at one request per
+/// read every request is a batch).
+pub(crate) type Pending<'a> = SmallVec<[Request<'a>; 16]>;
+
 /// Answers the pending reads with one read-engine batch, in order.
-pub(crate) fn run_batch<'a>(cx: &mut Cx<'_>, pending: &mut Vec<Request<'a>>, out: &mut Vec<u8>) {
+pub(crate) fn run_batch(cx: &mut Cx<'_>, pending: &mut Pending<'_>, out: &mut Vec<u8>) {
     if pending.is_empty() {
         return;
     }
-    let mut requests: Vec<ReadRequest<'_>> = Vec::with_capacity(pending.len());
+    let mut requests: SmallVec<[ReadRequest<'_>; 16]> = SmallVec::with_capacity(pending.len());
     for r in pending.iter() {
         match r {
             Request::Get { keys, .. } => {
@@ -136,7 +142,9 @@ pub(crate) fn run_batch<'a>(cx: &mut Cx<'_>, pending: &mut Vec<Request<'a>>, out
     let mc = &shared.memcache.stats;
     Stats::add(&stats.read_batches, 1);
     Stats::add(&stats.read_batch_requests, requests.len() as u64);
-    if let Err(e) = shared.store.read_batch(&requests, cx.batch) {
+    let done = shared.store.read_batch(&requests, cx.batch);
+    drop(requests);
+    if let Err(e) = done {
         // Keys were checked when parsed; an engine refusal is still
         // answered on every request rather than lost.
         let err = McError::from(e);
@@ -146,7 +154,6 @@ pub(crate) fn run_batch<'a>(cx: &mut Cx<'_>, pending: &mut Vec<Request<'a>>, out
         pending.clear();
         return;
     }
-    drop(requests);
     let res = &*cx.batch;
     let now = combkv::now_ms();
     let (mut hits, mut misses) = (0u64, 0u64);

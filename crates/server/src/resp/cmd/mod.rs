@@ -12,6 +12,7 @@ mod strings;
 use std::sync::LazyLock;
 
 use combkv::readexec::ReadRequest;
+use smallvec::SmallVec;
 
 use super::RespConn;
 use super::error::{CmdError, CmdResult};
@@ -771,7 +772,7 @@ fn unknown_command(args: &[&[u8]]) -> String {
 // ---- batched reads -----------------------------------------------------------
 
 /// A read that can join a read-engine batch.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) enum Batchable {
     Get,
     Mget,
@@ -855,22 +856,44 @@ pub(crate) fn batchable(
     None
 }
 
+/// The arguments of pending requests, as offsets into the input they were
+/// parsed from: argument `i` is `input[offs[i].0..][..offs[i].1]`. Sliced on
+/// demand, so a batch allocates no list of them.
+#[derive(Clone, Copy)]
+pub(crate) struct Args<'a> {
+    pub input: &'a [u8],
+    pub offs: &'a [(usize, usize)],
+}
+
+impl<'a> Args<'a> {
+    #[inline]
+    pub(crate) fn get(&self, i: usize) -> &'a [u8] {
+        let (at, len) = self.offs[i];
+        &self.input[at..at + len]
+    }
+}
+
 /// Answers `pending` (requests whose arguments are `args[first..end]`) with
 /// one read-engine batch, replies in order.
 pub(crate) fn run_batch(
     cx: &mut Cx<'_>,
     pending: &[(usize, usize, Batchable)],
-    args: &[&[u8]],
+    args: Args<'_>,
     ranges: &RangeSlots,
     r: &mut Reply<'_>,
 ) {
-    let mut requests: Vec<ReadRequest<'_>> = Vec::with_capacity(pending.len());
-    for (first, end, b) in pending {
-        let a = &args[*first..*end];
+    // A pipeline's reads fit on the stack: at -P 1 every request is a
+    // batch of its own, and a heap list was a malloc and a free each.
+    let mut requests: SmallVec<[ReadRequest<'_>; 16]> = SmallVec::with_capacity(pending.len());
+    for &(first, end, b) in pending {
         match b {
-            Batchable::Get | Batchable::Getv => requests.push(ReadRequest::Get(a[1])),
-            Batchable::Mget => requests.extend(a[1..].iter().map(|k| ReadRequest::Get(k))),
-            Batchable::Range(slot) => requests.push(ReadRequest::Range(&ranges.get(*slot).range)),
+            Batchable::Get | Batchable::Getv => {
+                requests.push(ReadRequest::Get(args.get(first + 1)))
+            }
+            Batchable::Mget => {
+                requests.extend((first + 1..end).map(|i| ReadRequest::Get(args.get(i))))
+            }
+            Batchable::Range(slot) => requests.push(ReadRequest::Range(&ranges.get(slot).range)),
         }
     }
     let stats = &cx.shared.stats;
@@ -888,7 +911,7 @@ pub(crate) fn run_batch(
     let max_reply = cx.shared.config.max_reply_bytes.0 as usize;
     let mut i = 0;
     let (mut hits, mut misses) = (0, 0);
-    for (first, end, b) in pending {
+    for &(first, end, b) in pending {
         match b {
             Batchable::Get => {
                 match res.value(i) {
@@ -936,7 +959,7 @@ pub(crate) fn run_batch(
                 i += n;
             }
             Batchable::Range(slot) => {
-                ordered::reply_items(r, ranges.get(*slot), res, i, max_reply);
+                ordered::reply_items(r, ranges.get(slot), res, i, max_reply);
                 i += 1;
             }
         }
