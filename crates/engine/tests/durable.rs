@@ -394,6 +394,19 @@ fn segments(fs: &FaultyStorage) -> Vec<std::path::PathBuf> {
     v
 }
 
+/// Writes `n` keys through a store on `fs` and shuts it down: the log
+/// spans at least four segments. Returns them, oldest first.
+fn logged_in_segments(fs: &FaultyStorage, n: usize) -> Vec<std::path::PathBuf> {
+    {
+        let (store, _) = open(fs).unwrap();
+        fill(&store, n);
+        store.shutdown().unwrap();
+    }
+    let segs = segments(fs);
+    assert!(segs.len() >= 4, "small segments rotate");
+    segs
+}
+
 fn fill(store: &Store, n: usize) {
     for i in 0..n {
         store
@@ -438,13 +451,7 @@ fn a_torn_tail_is_cut_at_the_last_valid_record_and_reported() {
 #[test]
 fn a_corrupt_record_cuts_the_log_there_and_sets_later_segments_aside() {
     let fs = FaultyStorage::new(4);
-    {
-        let (store, _) = open(&fs).unwrap();
-        fill(&store, 60);
-        store.shutdown().unwrap();
-    }
-    let segs = segments(&fs);
-    assert!(segs.len() >= 4, "small segments rotate");
+    let segs = logged_in_segments(&fs, 60);
     let victim = &segs[1];
     let mut bytes = fs.file(victim).unwrap();
     let at = bytes.len() - 5;
@@ -482,13 +489,7 @@ fn a_corrupt_record_cuts_the_log_there_and_sets_later_segments_aside() {
 fn a_record_of_an_unknown_kind_is_refused_not_cut() {
     use combkv::durable::Storage;
     let fs = FaultyStorage::new(4);
-    {
-        let (store, _) = open(&fs).unwrap();
-        fill(&store, 60);
-        store.shutdown().unwrap();
-    }
-    let segs = segments(&fs);
-    assert!(segs.len() >= 4, "small segments rotate");
+    let segs = logged_in_segments(&fs, 60);
     // The last record of a middle segment becomes kind 9, re-checksummed:
     // frames are u32 body length | u32 crc(length ++ body) | body, after a
     // 32-byte header, and a body starts with its kind.
@@ -509,15 +510,15 @@ fn a_record_of_an_unknown_kind_is_refused_not_cut() {
     let crc = crc.finalize().to_le_bytes();
     bytes[at + 4..at + 8].copy_from_slice(&crc);
     fs.put_file(victim, bytes);
-    let before: Vec<_> = fs
-        .list(Path::new(DIR))
-        .unwrap()
-        .into_iter()
-        .map(|n| {
-            let data = fs.file(&Path::new(DIR).join(&n));
-            (n, data)
-        })
-        .collect();
+    // Every file of the directory with its bytes.
+    let files = || -> Vec<_> {
+        let names = fs.list(Path::new(DIR)).unwrap();
+        names
+            .into_iter()
+            .map(|n| (fs.file(&Path::new(DIR).join(&n)), n))
+            .collect()
+    };
+    let before = files();
 
     let check = combkv::durable::check::check_with(&fs, Path::new(DIR))
         .unwrap()
@@ -533,16 +534,7 @@ fn a_record_of_an_unknown_kind_is_refused_not_cut() {
         }
         other => panic!("recovery must refuse, got {:?}", other.map(|(_, r)| r)),
     }
-    let after: Vec<_> = fs
-        .list(Path::new(DIR))
-        .unwrap()
-        .into_iter()
-        .map(|n| {
-            let data = fs.file(&Path::new(DIR).join(&n));
-            (n, data)
-        })
-        .collect();
-    assert_eq!(before, after, "recovery changed the directory");
+    assert_eq!(before, files(), "recovery changed the directory");
 }
 
 // ---- checkpoints -------------------------------------------------------------
