@@ -323,11 +323,19 @@ fn mset_and_del_are_atomic_for_readers() {
     let server = TestServer::start();
     let keys: Vec<String> = (0..20).map(|i| format!("atom:{:03}", i * 13)).collect();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Reads done so far: the writer goes on until enough of them overlapped
+    // its writes (on a loaded machine 300 rounds can pass before the reader
+    // is scheduled), or a minute has passed.
+    let reads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let writer = {
         let (url, keys, stop) = (server.url(false), keys.clone(), stop.clone());
+        let reads = reads.clone();
         std::thread::spawn(move || {
             let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
-            for round in 1..=300u32 {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            let mut round = 0u32;
+            loop {
+                round += 1;
                 let mut cmd = redis::cmd("MSET");
                 for k in &keys {
                     cmd.arg(k).arg(format!("round-{round:05}"));
@@ -336,6 +344,10 @@ fn mset_and_del_are_atomic_for_readers() {
                 if round % 7 == 0 {
                     let n: i64 = redis::cmd("DEL").arg(&keys).query(&mut c).unwrap();
                     assert_eq!(n, keys.len() as i64);
+                }
+                let overlapped = reads.load(std::sync::atomic::Ordering::SeqCst) >= 50;
+                if round >= 300 && (overlapped || std::time::Instant::now() > deadline) {
+                    break;
                 }
             }
             stop.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -375,6 +387,7 @@ fn mset_and_del_are_atomic_for_readers() {
             "RANGE saw a torn MSET or DEL: {values:?}"
         );
         checked += 1;
+        reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
     writer.join().unwrap();
     other.join().unwrap();
