@@ -23,7 +23,7 @@ use crate::tree::node::{
     shortcut_base,
 };
 use crate::tree::read::{
-    SegSearch, WalkFrom, confirm_tie, find_group, find_in_group_deferred, interior_child,
+    SegSearch, WalkFrom, confirm_tie, find_group, find_in_group_tied, interior_child,
     leaf_get_matches, log_fp_matches, published, published_leaf, route, segment_lower_bound,
     settle,
 };
@@ -268,7 +268,7 @@ fn step(
                 prefetch(f.node.as_raw().wrapping_add(sc.group_line(f.group)));
             } else {
                 (f.seg, f.tied) =
-                    group.map_or((None, false), |g| find_in_group_deferred(buf, h, &s, g));
+                    group.map_or((None, false), |g| find_in_group_tied(buf, h, &s, g));
                 if let Some((from, to)) = f.seg {
                     prefetch_range(f.node, from, to);
                 }
@@ -295,7 +295,7 @@ fn step(
             let (buf, _) = published_leaf(f.node);
             let h = f.node.header();
             let s = SegSearch::deferring(h, f.key);
-            (f.seg, f.tied) = find_in_group_deferred(buf, h, &s, f.group);
+            (f.seg, f.tied) = find_in_group_tied(buf, h, &s, f.group);
             if let Some((from, to)) = f.seg {
                 prefetch_range(f.node, from, to);
             }

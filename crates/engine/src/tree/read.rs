@@ -154,28 +154,16 @@ pub(crate) fn find_in_group(
     s: &SegSearch<'_>,
     g: usize,
 ) -> Option<(usize, usize)> {
-    search_group(buf, h, s, g).0
-}
-
-/// `find_in_group` for a deferring search (`SegSearch::deferring`), and
-/// whether the segment found was accepted on a tie, unchecked: then
-/// `confirm_tie` must check it before it is used.
-#[inline(always)]
-pub(crate) fn find_in_group_deferred(
-    buf: &[u8],
-    h: &Header,
-    s: &SegSearch<'_>,
-    g: usize,
-) -> (Option<(usize, usize)>, bool) {
-    debug_assert!(s.defer_ties && !s.strict);
-    search_group(buf, h, s, g)
+    find_in_group_tied(buf, h, s, g).0
 }
 
 /// `find_in_group`, and whether the segment's shortcut ties the key's
-/// prefix. Shortcuts ascend, so with a deferring search the last one
-/// accepted ties exactly when some tie was accepted unread.
+/// prefix. Shortcuts ascend, so with a deferring search
+/// (`SegSearch::deferring`) the last one accepted ties exactly when some
+/// tie was accepted unread: then `confirm_tie` must check the segment
+/// before it is used.
 #[inline(always)]
-fn search_group(
+pub(crate) fn find_in_group_tied(
     buf: &[u8],
     h: &Header,
     s: &SegSearch<'_>,
@@ -214,8 +202,7 @@ pub(crate) fn confirm_tie(
 ) -> Option<(usize, usize)> {
     let (from, _) = seg?;
     if key_cmp(sorted_key(buf, from, h.level == 0).0, key) == Cmp::Greater {
-        let s = SegSearch::new(h, key, false);
-        return find_group(buf, h, &s).and_then(|g| find_in_group(buf, h, &s, g));
+        return search_node(buf, h, &SegSearch::new(h, key, false));
     }
     seg
 }
@@ -289,9 +276,14 @@ pub(crate) fn find_segment(
     key: &[u8],
     strict: bool,
 ) -> Option<(usize, usize)> {
-    let s = SegSearch::new(h, key, strict);
-    let found = find_group(buf, h, &s).and_then(|g| find_in_group(buf, h, &s, g));
+    let found = search_node(buf, h, &SegSearch::new(h, key, strict));
     settle(buf, h, key, found)
+}
+
+/// The segment a search of the whole node ends in, before `settle`.
+#[inline(always)]
+fn search_node(buf: &[u8], h: &Header, s: &SegSearch<'_>) -> Option<(usize, usize)> {
+    find_group(buf, h, s).and_then(|g| find_in_group(buf, h, s, g))
 }
 
 /// The last shortcut segment of a node with items.
