@@ -321,6 +321,49 @@ impl ServerConfig {
             ),
         ]
     }
+
+    /// Redis's names for settings combkv has under its own names, answered
+    /// by CONFIG GET (read only; not TOML keys): Redis tools read them, and
+    /// an empty answer reads as a broken server (`redis-benchmark` warns
+    /// "Could not fetch server CONFIG" without `save` and `appendonly`).
+    /// Each value is what the setting means in Redis's terms.
+    pub fn redis_params(&self) -> Vec<(&'static str, String)> {
+        let (port, bind) = match self.resp {
+            Listen::Off => (String::from("0"), String::new()),
+            Listen::At(a) => (a.port().to_string(), a.ip().to_string()),
+        };
+        let logged = self.data_dir.is_some();
+        vec![
+            ("port", port),
+            ("bind", bind),
+            (
+                "dir",
+                self.data_dir
+                    .as_ref()
+                    .map_or(String::new(), |d| d.display().to_string()),
+            ),
+            // Every write is logged when there is a data directory; its
+            // fsync policy is the durability mode.
+            ("appendonly", if logged { "yes" } else { "no" }.into()),
+            (
+                "appendfsync",
+                match self.durability_mode() {
+                    DurabilityMode::Always => "always",
+                    DurabilityMode::Everysec => "everysec",
+                    DurabilityMode::None => "no",
+                }
+                .into(),
+            ),
+            // No RDB save points: checkpoints follow the log's size.
+            ("save", String::new()),
+            // At maxmemory writes are refused and nothing is evicted.
+            ("maxmemory-policy", "noeviction".into()),
+            // One keyspace (SELECT 0 only).
+            ("databases", "1".into()),
+            // Idle clients are never closed.
+            ("timeout", "0".into()),
+        ]
+    }
 }
 
 #[cfg(test)]

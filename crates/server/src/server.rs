@@ -93,11 +93,23 @@ impl Server {
         };
         let store = open_store(&config)?;
         let threads_n = config.thread_count();
-        let shared = Arc::new(Shared::new(Arc::new(store), config));
         let addr = |l: &Option<TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
         let resp_addr = addr(&resp);
         let memcached_addr = addr(&memcached);
         let metrics_addr = metrics.as_ref().and_then(|l| l.local_addr().ok());
+        // What was bound, not what was asked for: port 0 picks a free port,
+        // and INFO and CONFIG GET report the one in use.
+        let mut config = config;
+        for (setting, bound) in [
+            (&mut config.resp, resp_addr),
+            (&mut config.memcached, memcached_addr),
+            (&mut config.metrics, metrics_addr),
+        ] {
+            if let Some(a) = bound {
+                *setting = Listen::At(a);
+            }
+        }
+        let shared = Arc::new(Shared::new(Arc::new(store), config));
 
         let mut wakers = Vec::new();
         let mut threads = Vec::new();

@@ -2,6 +2,8 @@
 //! CLIENT COMMAND SLOWLOG SAVE BGSAVE LASTSAVE; the arity check of every
 //! command in the table; unknown commands.
 
+use combkv_server::DurabilityMode;
+
 use crate::wire::*;
 
 /// Every command in the table with its Redis-style arity. `COMMAND COUNT`
@@ -255,6 +257,67 @@ fn config_get_and_refusals() {
         &err("ERR unknown subcommand 'BOGUS'. Try CONFIG HELP."),
     );
     c.ok("CONFIG GET maxclients", &bulks(&["maxclients", "77"]));
+}
+
+/// Redis's names for combkv's settings, as Redis tools read them
+/// (`redis-benchmark` reads `save` and `appendonly`), and the address
+/// actually bound rather than the `:0` asked for.
+#[test]
+fn config_get_answers_redis_names_and_the_bound_port() {
+    let s = server();
+    let mut c = s.connect();
+    let port = s.server().resp_addr().unwrap().port().to_string();
+    c.ok(
+        "CONFIG GET save appendonly",
+        &bulks(&["appendonly", "no", "save", ""]),
+    );
+    c.ok(
+        "CONFIG GET append*",
+        &bulks(&["appendonly", "no", "appendfsync", "no"]),
+    );
+    c.ok(
+        "CONFIG GET port bind",
+        &bulks(&["port", &port, "bind", "127.0.0.1"]),
+    );
+    c.ok(
+        "CONFIG GET resp",
+        &bulks(&["resp", &format!("127.0.0.1:{port}")]),
+    );
+    c.ok(
+        "CONFIG GET maxmemory*",
+        &bulks(&["maxmemory", "0", "maxmemory-policy", "noeviction"]),
+    );
+    c.ok(
+        "CONFIG GET databases timeout",
+        &bulks(&["databases", "1", "timeout", "0"]),
+    );
+    let info = c.q("INFO server");
+    assert!(info.contains(&format!("tcp_port:{port}\r\n")), "{info}");
+    drop(c);
+    drop(s);
+
+    let dir = std::env::temp_dir().join(format!("combkv-config-get-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for (mode, fsync) in [
+        (DurabilityMode::Always, "always"),
+        (DurabilityMode::Everysec, "everysec"),
+        (DurabilityMode::None, "no"),
+    ] {
+        let mut cfg = config();
+        cfg.data_dir = Some(dir.clone());
+        cfg.durability = Some(mode);
+        let s = TestServer::start(cfg);
+        let mut c = s.connect();
+        c.ok(
+            "CONFIG GET append*",
+            &bulks(&["appendonly", "yes", "appendfsync", fsync]),
+        );
+        c.ok(
+            "CONFIG GET dir",
+            &bulks(&["dir", &dir.display().to_string()]),
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -335,7 +335,8 @@ pub(super) fn config(cx: &mut Ctx<'_, '_>) -> CmdResult {
         if cx.args.len() < 3 {
             return Err(CmdError::Arity("config|get".into()));
         }
-        let params = cx.shared.config.params();
+        let mut params = cx.shared.config.params();
+        params.extend(cx.shared.config.redis_params());
         let hits: Vec<&(&str, String)> = params
             .iter()
             .filter(|(name, _)| {
