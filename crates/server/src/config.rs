@@ -63,6 +63,16 @@ impl FromStr for Listen {
     }
 }
 
+impl Listen {
+    /// The port, as INFO and CONFIG GET write it: 0 when off.
+    pub(crate) fn port(self) -> u16 {
+        match self {
+            Listen::At(a) => a.port(),
+            Listen::Off => 0,
+        }
+    }
+}
+
 impl<'de> Deserialize<'de> for Listen {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
@@ -279,6 +289,13 @@ impl ServerConfig {
         }
     }
 
+    /// The data directory as CONFIG GET writes it: empty when none.
+    fn data_dir_text(&self) -> String {
+        self.data_dir
+            .as_ref()
+            .map_or(String::new(), |d| d.display().to_string())
+    }
+
     /// `(name, value)` of every parameter, for CONFIG GET.
     pub fn params(&self) -> Vec<(&'static str, String)> {
         let listen = |l: Listen| match l {
@@ -289,12 +306,7 @@ impl ServerConfig {
             ("resp", listen(self.resp)),
             ("memcached", listen(self.memcached)),
             ("metrics", listen(self.metrics)),
-            (
-                "data-dir",
-                self.data_dir
-                    .as_ref()
-                    .map_or(String::new(), |d| d.display().to_string()),
-            ),
+            ("data-dir", self.data_dir_text()),
             ("durability", self.durability_mode().as_str().into()),
             ("threads", self.thread_count().to_string()),
             ("maxmemory", self.maxmemory.0.to_string()),
@@ -328,20 +340,15 @@ impl ServerConfig {
     /// "Could not fetch server CONFIG" without `save` and `appendonly`).
     /// Each value is what the setting means in Redis's terms.
     pub fn redis_params(&self) -> Vec<(&'static str, String)> {
-        let (port, bind) = match self.resp {
-            Listen::Off => (String::from("0"), String::new()),
-            Listen::At(a) => (a.port().to_string(), a.ip().to_string()),
+        let bind = match self.resp {
+            Listen::Off => String::new(),
+            Listen::At(a) => a.ip().to_string(),
         };
         let logged = self.data_dir.is_some();
         vec![
-            ("port", port),
+            ("port", self.resp.port().to_string()),
             ("bind", bind),
-            (
-                "dir",
-                self.data_dir
-                    .as_ref()
-                    .map_or(String::new(), |d| d.display().to_string()),
-            ),
+            ("dir", self.data_dir_text()),
             // Every write is logged when there is a data directory; its
             // fsync policy is the durability mode.
             ("appendonly", if logged { "yes" } else { "no" }.into()),

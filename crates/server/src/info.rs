@@ -4,7 +4,6 @@
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
-use crate::config::Listen;
 use crate::shared::{Shared, Stats};
 
 /// Sections in INFO's default order.
@@ -57,10 +56,6 @@ pub fn fields(shared: &Shared, name: &str) -> Vec<(&'static str, String)> {
     let store = &shared.store;
     match name {
         "server" => {
-            let port = |l: Listen| match l {
-                Listen::At(a) => a.port().to_string(),
-                Listen::Off => "0".into(),
-            };
             vec![
                 ("redis_version", "7.2.0".into()),
                 ("combkv_version", env!("CARGO_PKG_VERSION").into()),
@@ -69,8 +64,8 @@ pub fn fields(shared: &Shared, name: &str) -> Vec<(&'static str, String)> {
                 ("arch_bits", (usize::BITS).to_string()),
                 ("multiplexing_api", "epoll".into()),
                 ("process_id", std::process::id().to_string()),
-                ("tcp_port", port(c.resp)),
-                ("memcached_port", port(c.memcached)),
+                ("tcp_port", c.resp.port().to_string()),
+                ("memcached_port", c.memcached.port().to_string()),
                 ("uptime_in_seconds", shared.uptime().as_secs().to_string()),
                 (
                     "uptime_in_days",
