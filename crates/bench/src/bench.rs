@@ -98,7 +98,7 @@ pub fn run(opts: &BenchOptions, self_args: &[String]) -> Result<Vec<RunResult>> 
     let network = opts.targets.iter().filter(|t| t.is_network()).count();
     if network != 0 && network != opts.targets.len() {
         return Err(BenchError::new(
-            "--targets mixes in-process targets (engine, btreemap, skipmap, scc) with network \
+            "--targets mixes in-process targets (engine, btreemap, skipmap, scc, masstree) with network \
              targets (combkv-resp, combkv-memcached, redis, memcached); run them separately: \
              each table compares its targets with one reference (the engine in-process, \
              combkv-resp over the network)",

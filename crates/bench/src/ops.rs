@@ -476,7 +476,7 @@ mod tests {
     use super::*;
     use crate::keys::key_hash;
     use crate::record::SizeRange;
-    use crate::target::{BTreeMapTarget, SccTarget, SkipMapTarget};
+    use crate::target::{BTreeMapTarget, MasstreeTarget, SccTarget, SkipMapTarget};
 
     /// On the initial store every cloud range holds exactly the 3 records at
     /// sorted positions `j..j+3`, on every target and at varied key sizes.
@@ -495,6 +495,7 @@ mod tests {
             Box::new(BTreeMapTarget::new()),
             Box::new(SkipMapTarget::new()),
             Box::new(SccTarget::new()),
+            Box::new(MasstreeTarget::new()),
         ];
         let (mut k, mut v, mut lo, mut hi) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for t in &targets {

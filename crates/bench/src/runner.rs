@@ -14,7 +14,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::keys::{self, KEY_LEN, Key};
 use crate::report::{Report, Throughput};
-use crate::target::{BTreeMapTarget, SccTarget, SkipMapTarget, Target, TargetKind};
+use crate::target::{BTreeMapTarget, MasstreeTarget, SccTarget, SkipMapTarget, Target, TargetKind};
 use crate::{BenchError, Result};
 
 /// What one [`measure`] call does.
@@ -44,6 +44,7 @@ pub fn measure(kind: TargetKind, p: &Params) -> Result<Report> {
         TargetKind::BTreeMap => measure_with(kind, p, || Ok(BTreeMapTarget::new())),
         TargetKind::SkipMap => measure_with(kind, p, || Ok(SkipMapTarget::new())),
         TargetKind::Scc => measure_with(kind, p, || Ok(SccTarget::new())),
+        TargetKind::Masstree => measure_with(kind, p, || Ok(MasstreeTarget::new())),
         other => Err(BenchError(format!(
             "{other} is a network target; engine-figures measures in-process targets \
              (use `combkv bench --targets {other}`)"
@@ -386,7 +387,12 @@ mod tests {
 
     #[test]
     fn peers_pass_every_check() {
-        for kind in [TargetKind::BTreeMap, TargetKind::SkipMap, TargetKind::Scc] {
+        for kind in [
+            TargetKind::BTreeMap,
+            TargetKind::SkipMap,
+            TargetKind::Scc,
+            TargetKind::Masstree,
+        ] {
             for threads in [1, 2] {
                 let r = measure(kind, &params(threads)).unwrap();
                 assert_eq!(r.load.ops, 5000);

@@ -21,7 +21,7 @@ use crate::model::Model;
 use crate::ops::{Context, OpCounts, Worker, run_op};
 use crate::record::Shape;
 use crate::runner::rss_bytes;
-use crate::target::{BTreeMapTarget, SccTarget, SkipMapTarget, Target, TargetKind};
+use crate::target::{BTreeMapTarget, MasstreeTarget, SccTarget, SkipMapTarget, Target, TargetKind};
 use crate::workload::Workload;
 use crate::{BenchError, Result};
 
@@ -200,6 +200,7 @@ pub fn run_one(spec: &RunSpec, progress: bool) -> Result<RunResult> {
         TargetKind::BTreeMap => run_with(spec, progress, || Ok(BTreeMapTarget::new())),
         TargetKind::SkipMap => run_with(spec, progress, || Ok(SkipMapTarget::new())),
         TargetKind::Scc => run_with(spec, progress, || Ok(SccTarget::new())),
+        TargetKind::Masstree => run_with(spec, progress, || Ok(MasstreeTarget::new())),
         TargetKind::CombkvResp
         | TargetKind::CombkvMemcached
         | TargetKind::Redis

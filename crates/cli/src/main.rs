@@ -60,12 +60,12 @@ struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "a")]
     workload: Vec<Workload>,
 
-    /// Targets, comma-separated: engine, btreemap, skipmap, scc (in-process),
+    /// Targets, comma-separated: engine, btreemap, skipmap, scc, masstree (in-process),
     /// or combkv-resp, combkv-memcached, redis, memcached (network).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "engine,btreemap,skipmap,scc"
+        default_value = "engine,btreemap,skipmap,scc,masstree"
     )]
     targets: Vec<TargetKind>,
 

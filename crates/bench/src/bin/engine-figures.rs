@@ -21,7 +21,7 @@ use combkv_bench::target::TargetKind;
 #[derive(Parser, Debug)]
 #[command(
     name = "engine-figures",
-    about = "Load, get and range throughput and resident bytes per record: combkv engine vs BTreeMap, SkipMap and scc TreeIndex",
+    about = "Load, get and range throughput and resident bytes per record: combkv engine vs BTreeMap, SkipMap, scc TreeIndex and Masstree",
     after_help = "Throughput is in millions of operations per second, all threads together. \
                   Ratio columns are engine/peer: above 1 the engine is faster (or, for \
                   resident B/record, bigger)."
@@ -31,11 +31,11 @@ struct Args {
     #[arg(long, default_value_t = 1_000_000)]
     records: u64,
 
-    /// Targets to measure, comma-separated: engine, btreemap, skipmap, scc.
+    /// Targets to measure, comma-separated: engine, btreemap, skipmap, scc, masstree.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "engine,btreemap,skipmap,scc"
+        default_value = "engine,btreemap,skipmap,scc,masstree"
     )]
     targets: Vec<TargetKind>,
 

@@ -16,7 +16,7 @@ mod peers;
 
 #[cfg(feature = "engine")]
 pub use engine::EngineTarget;
-pub use peers::{BTreeMapTarget, SccTarget, SkipMapTarget};
+pub use peers::{BTreeMapTarget, MasstreeTarget, SccTarget, SkipMapTarget};
 
 /// A concurrent ordered key-value map that the driver can measure.
 pub trait Target: Send + Sync {
@@ -68,6 +68,9 @@ pub enum TargetKind {
     /// `scc::TreeIndex<Vec<u8>, Vec<u8>>`.
     #[serde(rename = "scc")]
     Scc,
+    /// The `masstree` crate's `MassTree15<Vec<u8>>` (see [`MasstreeTarget`]).
+    #[serde(rename = "masstree")]
+    Masstree,
     /// `combkv serve`, over its RESP listener.
     #[serde(rename = "combkv-resp")]
     CombkvResp,
@@ -87,11 +90,12 @@ pub const NETWORK_TARGETS: [&str; 4] = ["combkv-resp", "combkv-memcached", "redi
 
 impl TargetKind {
     /// Every in-process target, in table order.
-    pub const ALL: [TargetKind; 4] = [
+    pub const ALL: [TargetKind; 5] = [
         TargetKind::Engine,
         TargetKind::BTreeMap,
         TargetKind::SkipMap,
         TargetKind::Scc,
+        TargetKind::Masstree,
     ];
 
     /// Every network target, in table order.
@@ -109,6 +113,7 @@ impl TargetKind {
             TargetKind::BTreeMap => "btreemap",
             TargetKind::SkipMap => "skipmap",
             TargetKind::Scc => "scc",
+            TargetKind::Masstree => "masstree",
             TargetKind::CombkvResp => "combkv-resp",
             TargetKind::CombkvMemcached => "combkv-memcached",
             TargetKind::Redis => "redis",
@@ -157,7 +162,7 @@ impl FromStr for TargetKind {
             .find(|k| k.name() == s)
             .ok_or_else(|| {
                 format!(
-                    "unknown target {s:?} (in-process: engine, btreemap, skipmap, scc; \
+                    "unknown target {s:?} (in-process: engine, btreemap, skipmap, scc, masstree; \
                      network: {})",
                     NETWORK_TARGETS.join(", ")
                 )
@@ -191,6 +196,7 @@ mod tests {
             Box::new(BTreeMapTarget::new()),
             Box::new(SkipMapTarget::new()),
             Box::new(SccTarget::new()),
+            Box::new(MasstreeTarget::new()),
         ];
         for t in &targets {
             for k in [b"b", b"d", b"f", b"h"] {

@@ -1,16 +1,18 @@
 //! The in-process peers of WORKLOADS.md: `BTreeMap` behind a `RwLock`,
-//! crossbeam's `SkipMap` and scc's `TreeIndex`, each used the way its API
-//! makes cheapest for a caller that looks at values without keeping them.
+//! crossbeam's `SkipMap` and scc's `TreeIndex`, plus a Masstree (the
+//! `masstree` crate), each used the way its API makes cheapest for a caller
+//! that looks at values without keeping them.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Bound;
 
 use crossbeam_skiplist::SkipMap;
+use masstree::{MassTree15, RangeBound};
 use parking_lot::RwLock;
 
 use super::Target;
-use crate::Result;
+use crate::{BenchError, Result};
 
 /// A `BTreeMap` behind a `parking_lot::RwLock`.
 #[derive(Debug, Default)]
@@ -215,6 +217,120 @@ impl SccTarget {
             Some((first, _)) if start <= &first[..] => Bound::Unbounded,
             _ => Bound::Included(start),
         }
+    }
+}
+
+/// The longest key the `masstree` crate takes (it panics on longer ones).
+const MASSTREE_MAX_KEY: usize = 256;
+
+/// The `masstree` crate's `MassTree15` (0.9): a Rust Masstree, a trie of
+/// B+trees with optimistic, lock-free reads. Values are boxed out of line,
+/// as C++ Masstree keeps them; an overwrite swaps in a new box.
+pub struct MasstreeTarget {
+    map: MassTree15<Vec<u8>>,
+}
+
+impl MasstreeTarget {
+    /// An empty tree.
+    pub fn new() -> Self {
+        Self {
+            map: MassTree15::new(),
+        }
+    }
+}
+
+impl Default for MasstreeTarget {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for MasstreeTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MasstreeTarget").finish_non_exhaustive()
+    }
+}
+
+fn masstree_key(key: &[u8]) -> Result<&[u8]> {
+    if key.len() > MASSTREE_MAX_KEY {
+        return Err(BenchError(format!(
+            "masstree takes keys of at most {MASSTREE_MAX_KEY} bytes, not {}",
+            key.len()
+        )));
+    }
+    Ok(key)
+}
+
+impl Target for MasstreeTarget {
+    fn insert(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        let key = masstree_key(key)?;
+        let guard = self.map.guard();
+        self.map.insert_with_guard(key, value.to_vec(), &guard);
+        Ok(())
+    }
+
+    fn read(&self, key: &[u8], visit: &mut dyn FnMut(&[u8])) -> Result<bool> {
+        let key = masstree_key(key)?;
+        let guard = self.map.guard();
+        Ok(self
+            .map
+            .get_with_guard(key, &guard)
+            .map(|v| visit(&v[..]))
+            .is_some())
+    }
+
+    fn range(&self, start: &[u8], n: usize, visit: &mut dyn FnMut(&[u8], &[u8])) -> Result<usize> {
+        let start = masstree_key(start)?;
+        if n == 0 {
+            return Ok(0);
+        }
+        let guard = self.map.guard();
+        let mut count = 0;
+        self.map.scan(
+            RangeBound::Included(start),
+            RangeBound::Unbounded,
+            |k, v| {
+                visit(k, &v[..]);
+                count += 1;
+                count < n
+            },
+            &guard,
+        );
+        Ok(count)
+    }
+
+    fn range_floor(
+        &self,
+        lo: &[u8],
+        hi: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        let (lo, hi) = (masstree_key(lo)?, masstree_key(hi)?);
+        let guard = self.map.guard();
+        // The floor: the first key of a descending walk from `lo`.
+        let mut floor: Option<Vec<u8>> = None;
+        self.map.scan_rev_batch(
+            RangeBound::Unbounded,
+            RangeBound::Included(lo),
+            |k, _| {
+                floor = Some(k.to_vec());
+                false
+            },
+            &guard,
+        );
+        let start = floor_start(floor.as_deref(), lo);
+        let mut count = 0;
+        self.map.scan(
+            RangeBound::Included(start),
+            RangeBound::Included(hi),
+            |k, v| {
+                visit(k, &v[..]);
+                count += 1;
+                true
+            },
+            &guard,
+        );
+        Ok(count)
     }
 }
 
