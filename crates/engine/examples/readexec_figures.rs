@@ -63,81 +63,90 @@ fn measure(
     threads: usize,
     secs: f64,
 ) -> f64 {
-    let handles: Vec<_> = (0..threads)
-        .map(|t| {
-            let store = store.clone();
-            std::thread::spawn(move || {
-                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((t as u64 + 1) * 0x1234_5678));
-                let deadline = Instant::now() + Duration::from_secs_f64(secs);
-                let mut ops = 0u64;
-                let b = batch.unwrap_or(1);
-                let mut keys = vec![[0u8; 16]; b];
-                // Range specs are reused, their start keys rewritten in
-                // place, as the server reuses its RANGE specs: the figure is
-                // the engine's, not the allocator's.
-                let mut ranges: Vec<Range> = (0..b)
-                    .map(|_| {
-                        Range::new(Bound::Included(Vec::with_capacity(16)), Bound::Unbounded)
-                            .with_limit(3)
-                    })
-                    .collect();
-                let mut out = BatchResults::new();
-                while Instant::now() < deadline {
-                    for _ in 0..64 {
-                        for k in keys.iter_mut() {
-                            *k = key(rng.below(n));
+    let store = store.clone();
+    timed(threads, secs, move |mut rng, deadline| {
+        let mut ops = 0u64;
+        let b = batch.unwrap_or(1);
+        let mut keys = vec![[0u8; 16]; b];
+        // Range specs are reused, their start keys rewritten in
+        // place, as the server reuses its RANGE specs: the figure is
+        // the engine's, not the allocator's.
+        let mut ranges: Vec<Range> = (0..b)
+            .map(|_| {
+                Range::new(Bound::Included(Vec::with_capacity(16)), Bound::Unbounded).with_limit(3)
+            })
+            .collect();
+        let mut out = BatchResults::new();
+        while Instant::now() < deadline {
+            for _ in 0..64 {
+                for k in keys.iter_mut() {
+                    *k = key(rng.below(n));
+                }
+                match (kind, batch) {
+                    (Kind::Get, None) => {
+                        let ok = store
+                            .get_with(&keys[0], |it| {
+                                it.is_some_and(|it| is_value_of(it.value, &keys[0]))
+                            })
+                            .unwrap();
+                        assert!(ok, "wrong value");
+                    }
+                    (Kind::Range3, None) => {
+                        set_start(&mut ranges[0], &keys[0]);
+                        let mut first = true;
+                        let seen = store
+                            .scan(&ranges[0], |it| {
+                                if first {
+                                    assert!(is_value_of(it.value, &keys[0]), "wrong value");
+                                    first = false;
+                                }
+                                true
+                            })
+                            .unwrap();
+                        assert!(seen >= 1);
+                    }
+                    (Kind::Get, Some(_)) => {
+                        let reqs: Vec<ReadRequest<'_>> =
+                            keys.iter().map(|k| ReadRequest::Get(k)).collect();
+                        store.read_batch(&reqs, &mut out).unwrap();
+                        for (j, k) in keys.iter().enumerate() {
+                            let v = out.value(j).expect("every key exists");
+                            assert!(is_value_of(v, k), "wrong value");
                         }
-                        match (kind, batch) {
-                            (Kind::Get, None) => {
-                                let ok = store
-                                    .get_with(&keys[0], |it| {
-                                        it.is_some_and(|it| is_value_of(it.value, &keys[0]))
-                                    })
-                                    .unwrap();
-                                assert!(ok, "wrong value");
-                            }
-                            (Kind::Range3, None) => {
-                                set_start(&mut ranges[0], &keys[0]);
-                                let mut first = true;
-                                let seen = store
-                                    .scan(&ranges[0], |it| {
-                                        if first {
-                                            assert!(is_value_of(it.value, &keys[0]), "wrong value");
-                                            first = false;
-                                        }
-                                        true
-                                    })
-                                    .unwrap();
-                                assert!(seen >= 1);
-                            }
-                            (Kind::Get, Some(_)) => {
-                                let reqs: Vec<ReadRequest<'_>> =
-                                    keys.iter().map(|k| ReadRequest::Get(k)).collect();
-                                store.read_batch(&reqs, &mut out).unwrap();
-                                for (j, k) in keys.iter().enumerate() {
-                                    let v = out.value(j).expect("every key exists");
-                                    assert!(is_value_of(v, k), "wrong value");
-                                }
-                            }
-                            (Kind::Range3, Some(_)) => {
-                                for (r, k) in ranges.iter_mut().zip(&keys) {
-                                    set_start(r, k);
-                                }
-                                let reqs: Vec<ReadRequest<'_>> =
-                                    ranges.iter().map(ReadRequest::Range).collect();
-                                store.read_batch(&reqs, &mut out).unwrap();
-                                for (j, k) in keys.iter().enumerate() {
-                                    let first =
-                                        out.items(j).next().expect("range finds its start key");
-                                    assert!(is_value_of(first.value, k), "wrong value");
-                                }
-                            }
+                    }
+                    (Kind::Range3, Some(_)) => {
+                        for (r, k) in ranges.iter_mut().zip(&keys) {
+                            set_start(r, k);
                         }
-                        ops += b as u64;
+                        let reqs: Vec<ReadRequest<'_>> =
+                            ranges.iter().map(ReadRequest::Range).collect();
+                        store.read_batch(&reqs, &mut out).unwrap();
+                        for (j, k) in keys.iter().enumerate() {
+                            let first = out.items(j).next().expect("range finds its start key");
+                            assert!(is_value_of(first.value, k), "wrong value");
+                        }
                     }
                 }
-                ops
-            })
+                ops += b as u64;
+            }
+        }
+        ops
+    })
+}
+
+/// Ops per second of `work` run on `threads` threads for `secs`: each
+/// thread gets its own draws (seeded by its index, the same every run) and
+/// the deadline, and returns the ops it did.
+fn timed<F>(threads: usize, secs: f64, work: F) -> f64
+where
+    F: Fn(Rng, Instant) -> u64 + Clone + Send + 'static,
+{
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let work = work.clone();
+            let rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((t as u64 + 1) * 0x1234_5678));
+            std::thread::spawn(move || work(rng, deadline))
         })
         .collect();
     let total: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
@@ -147,48 +156,40 @@ fn measure(
 /// The Masstree peer's ops per second over `threads` threads for `secs`:
 /// the same draws and checks as `measure`'s plain path.
 fn measure_peer(peer: &Arc<Peer>, n: u64, kind: Kind, threads: usize, secs: f64) -> f64 {
-    let handles: Vec<_> = (0..threads)
-        .map(|t| {
-            let peer = peer.clone();
-            std::thread::spawn(move || {
-                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((t as u64 + 1) * 0x1234_5678));
-                let guard = peer.guard();
-                let deadline = Instant::now() + Duration::from_secs_f64(secs);
-                let mut ops = 0u64;
-                while Instant::now() < deadline {
-                    for _ in 0..64 {
-                        let k = key(rng.below(n));
-                        match kind {
-                            Kind::Get => {
-                                let v = peer.get_with_guard(&k, &guard).expect("every key exists");
-                                assert!(is_value_of(&v[..], &k), "wrong value");
-                            }
-                            Kind::Range3 => {
-                                let mut seen = 0;
-                                peer.scan(
-                                    RangeBound::Included(&k[..]),
-                                    RangeBound::Unbounded,
-                                    |_, v| {
-                                        if seen == 0 {
-                                            assert!(is_value_of(&v[..], &k), "wrong value");
-                                        }
-                                        seen += 1;
-                                        seen < 3
-                                    },
-                                    &guard,
-                                );
-                                assert!(seen >= 1);
-                            }
-                        }
-                        ops += 1;
+    let peer = peer.clone();
+    timed(threads, secs, move |mut rng, deadline| {
+        let guard = peer.guard();
+        let mut ops = 0u64;
+        while Instant::now() < deadline {
+            for _ in 0..64 {
+                let k = key(rng.below(n));
+                match kind {
+                    Kind::Get => {
+                        let v = peer.get_with_guard(&k, &guard).expect("every key exists");
+                        assert!(is_value_of(&v[..], &k), "wrong value");
+                    }
+                    Kind::Range3 => {
+                        let mut seen = 0;
+                        peer.scan(
+                            RangeBound::Included(&k[..]),
+                            RangeBound::Unbounded,
+                            |_, v| {
+                                if seen == 0 {
+                                    assert!(is_value_of(&v[..], &k), "wrong value");
+                                }
+                                seen += 1;
+                                seen < 3
+                            },
+                            &guard,
+                        );
+                        assert!(seen >= 1);
                     }
                 }
-                ops
-            })
-        })
-        .collect();
-    let total: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
-    total as f64 / secs
+                ops += 1;
+            }
+        }
+        ops
+    })
 }
 
 fn main() {

@@ -237,6 +237,33 @@ impl MasstreeTarget {
             map: MassTree15::new(),
         }
     }
+
+    /// Shows `visit` the first `n` items from `start` to `end`, in key
+    /// order; returns how many it showed.
+    fn visit_scan(
+        &self,
+        start: RangeBound<'_>,
+        end: RangeBound<'_>,
+        n: usize,
+        visit: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> usize {
+        if n == 0 {
+            return 0;
+        }
+        let guard = self.map.guard();
+        let mut count = 0;
+        self.map.scan(
+            start,
+            end,
+            |k, v| {
+                visit(k, &v[..]);
+                count += 1;
+                count < n
+            },
+            &guard,
+        );
+        count
+    }
 }
 
 impl Default for MasstreeTarget {
@@ -281,22 +308,7 @@ impl Target for MasstreeTarget {
 
     fn range(&self, start: &[u8], n: usize, visit: &mut dyn FnMut(&[u8], &[u8])) -> Result<usize> {
         let start = masstree_key(start)?;
-        if n == 0 {
-            return Ok(0);
-        }
-        let guard = self.map.guard();
-        let mut count = 0;
-        self.map.scan(
-            RangeBound::Included(start),
-            RangeBound::Unbounded,
-            |k, v| {
-                visit(k, &v[..]);
-                count += 1;
-                count < n
-            },
-            &guard,
-        );
-        Ok(count)
+        Ok(self.visit_scan(RangeBound::Included(start), RangeBound::Unbounded, n, visit))
     }
 
     fn range_floor(
@@ -307,30 +319,27 @@ impl Target for MasstreeTarget {
     ) -> Result<usize> {
         let (lo, hi) = (masstree_key(lo)?, masstree_key(hi)?);
         let guard = self.map.guard();
-        // The floor: the first key of a descending walk from `lo`.
-        let mut floor: Option<Vec<u8>> = None;
+        // The floor: the first key of a descending walk from `lo`, copied
+        // out of the walk's callback into a buffer that fits any key.
+        let mut buf = [0u8; MASSTREE_MAX_KEY];
+        let mut floor_len = None;
         self.map.scan_rev_batch(
             RangeBound::Unbounded,
             RangeBound::Included(lo),
             |k, _| {
-                floor = Some(k.to_vec());
+                buf[..k.len()].copy_from_slice(k);
+                floor_len = Some(k.len());
                 false
             },
             &guard,
         );
-        let start = floor_start(floor.as_deref(), lo);
-        let mut count = 0;
-        self.map.scan(
+        let start = floor_start(floor_len.map(|n| &buf[..n]), lo);
+        Ok(self.visit_scan(
             RangeBound::Included(start),
             RangeBound::Included(hi),
-            |k, v| {
-                visit(k, &v[..]);
-                count += 1;
-                true
-            },
-            &guard,
-        );
-        Ok(count)
+            usize::MAX,
+            visit,
+        ))
     }
 }
 
