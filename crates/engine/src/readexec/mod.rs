@@ -28,16 +28,16 @@ pub enum ReadRequest<'a> {
     Range(&'a Range),
 }
 
-/// Where one returned item's bytes lie in the result arena.
+/// Where one returned item's bytes lie in the result arena: its key at
+/// `key_at`, its value right after the key.
 #[derive(Debug, Clone, Copy, Default)]
 struct Slot {
-    key_at: u32,
-    key_len: u32,
-    value_at: u32,
-    value_len: u32,
     version: u64,
     /// Unix ms; 0 = never.
     expiry: u64,
+    key_at: u32,
+    key_len: u32,
+    value_len: u32,
     /// Client flags; 0 = none.
     flags: u32,
 }
@@ -79,12 +79,15 @@ impl BatchResults {
         let (first, n) = self.spans[i];
         self.slots[first as usize..(first + n) as usize]
             .iter()
-            .map(move |s| ItemView {
-                key: &self.arena[s.key_at as usize..(s.key_at + s.key_len) as usize],
-                value: &self.arena[s.value_at as usize..(s.value_at + s.value_len) as usize],
-                version: Version(s.version),
-                expires_at_ms: (s.expiry != 0).then_some(s.expiry),
-                flags: s.flags,
+            .map(move |s| {
+                let value_at = s.key_at + s.key_len;
+                ItemView {
+                    key: &self.arena[s.key_at as usize..value_at as usize],
+                    value: &self.arena[value_at as usize..(value_at + s.value_len) as usize],
+                    version: Version(s.version),
+                    expires_at_ms: (s.expiry != 0).then_some(s.expiry),
+                    flags: s.flags,
+                }
             })
     }
 
@@ -107,19 +110,18 @@ impl BatchResults {
     }
 
     /// Appends an item (as the tree stores it) to the request begun last.
+    #[inline]
     pub(crate) fn push(&mut self, i: usize, it: &ItemRef<'_>) {
-        let (key, value, version, expiry) = (it.key, it.value.bytes(), it.version, it.expiry);
+        let (key, value) = (it.key, it.value.bytes());
         let key_at = self.arena.len() as u32;
         self.arena.extend_from_slice(key);
-        let value_at = self.arena.len() as u32;
         self.arena.extend_from_slice(value);
         self.slots.push(Slot {
+            version: it.version,
+            expiry: it.expiry,
             key_at,
             key_len: key.len() as u32,
-            value_at,
             value_len: value.len() as u32,
-            version,
-            expiry,
             flags: it.cflags,
         });
         self.spans[i].1 += 1;

@@ -10,7 +10,9 @@ use super::node::{
     LOG_META_REPLACES, LOG_META_TOMBSTONE, Shortcuts, decode_interior, key_fp, key_prefix,
     leaf_item_key, log_dir_entry,
 };
-use super::read::{find_segment, published_leaf, scan_segment};
+use super::read::{
+    LogOrder, WalkFrom, find_segment, first_bp_from, leaf_walk, published_leaf, scan_segment,
+};
 use crate::config::{ITEM_HEADER_BYTES, SHORTCUTS_PER_LINE};
 
 impl Tree {
@@ -141,6 +143,53 @@ impl Tree {
             }
             if i != nlog {
                 return fail(format!("{nlog} log entries published, {i} log items"));
+            }
+            // A walk meets the log a back pointer's group at a time: the
+            // groups, chained, are the whole log order.
+            let whole = LogOrder::of(buf, nlog);
+            let mut chained = Vec::new();
+            let mut bp = first_bp_from(buf, nlog, 0);
+            while bp != u32::MAX {
+                let (group, next) = LogOrder::at_bp(buf, nlog, bp);
+                if next <= bp {
+                    return fail(format!("log group after {bp} at {next}"));
+                }
+                chained.extend((0..group.n).map(|j| (group.at(j), group.bp(j), group.flags(j))));
+                bp = next;
+            }
+            let all: Vec<_> = (0..whole.n)
+                .map(|j| (whole.at(j), whole.bp(j), whole.flags(j)))
+                .collect();
+            if chained != all {
+                return fail(format!("log groups {chained:?}, log order {all:?}"));
+            }
+            // A walk from any sorted item is the whole walk past the item
+            // before it, at the newest version and at the buffer's own.
+            for rv in [u64::MAX, h.version] {
+                let walk = |from: WalkFrom<'_>| {
+                    let mut seen = Vec::new();
+                    leaf_walk(p, rv, from, |it| {
+                        seen.push((it.key.to_vec(), it.version));
+                        true
+                    });
+                    seen
+                };
+                let full = walk(WalkFrom::First);
+                let ends = items
+                    .iter()
+                    .map(|&(off, _)| off)
+                    .chain([h.sorted_end as usize]);
+                for (k, off) in ends.enumerate() {
+                    let after = k.checked_sub(1).map(|k| items[k].1);
+                    let want: Vec<_> = full
+                        .iter()
+                        .filter(|(key, _)| after.is_none_or(|a| &key[..] > a))
+                        .cloned()
+                        .collect();
+                    if walk(WalkFrom::Offset(off)) != want {
+                        return fail(format!("walk from sorted offset {off} at version {rv}"));
+                    }
+                }
             }
         }
         Ok(())

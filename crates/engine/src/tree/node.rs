@@ -263,6 +263,7 @@ fn rd_u64(b: &[u8], at: usize) -> u64 {
 }
 
 /// Decodes the leaf item at `offset` of `buf` (the published bytes of a node).
+#[inline(always)]
 pub(crate) fn decode_item(buf: &[u8], offset: usize, log: bool) -> ItemRef<'_> {
     let flags = buf[offset];
     let klen = rd_u16(buf, offset + 1) as usize;

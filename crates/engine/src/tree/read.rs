@@ -541,51 +541,122 @@ pub(crate) const MAX_LOG_ITEMS: usize = crate::config::LOG_DIR_MAX + 1;
 
 /// A leaf's log items in key order (Honeycomb figure 8): item `i` in arrival
 /// order is inserted at position `hint(i)`; back pointers and flags ride
-/// along so walks need not decode items to group them.
+/// along so walks need not decode items to group them. Each entry is one
+/// word (offset, back pointer, flags), so an insertion moves one array.
 pub(crate) struct LogOrder {
-    pub at: [u32; MAX_LOG_ITEMS],
-    pub bp: [u32; MAX_LOG_ITEMS],
-    pub flags: [u8; MAX_LOG_ITEMS],
+    entries: [u64; MAX_LOG_ITEMS],
     pub n: usize,
 }
+
+/// `ITEM_REPLACES` / `ITEM_DUP` from a directory entry's meta byte.
+#[inline]
+fn order_flags(meta: u8) -> u8 {
+    (if meta & LOG_META_REPLACES != 0 {
+        ITEM_REPLACES
+    } else {
+        0
+    }) | if meta & LOG_META_DUP != 0 {
+        ITEM_DUP
+    } else {
+        0
+    }
+}
+
+/// The smallest back pointer at or past `bp` among a leaf's `nlog` log
+/// items (`u32::MAX` if none): where a walk from sorted offset `bp` first
+/// meets the log.
+#[inline]
+pub(crate) fn first_bp_from(buf: &[u8], nlog: usize, bp: u32) -> u32 {
+    (0..nlog)
+        .map(|i| log_dir_entry(buf, i).bp as u32)
+        .filter(|&b| b >= bp)
+        .min()
+        .unwrap_or(u32::MAX)
+}
+
+/// Bits of a `LogOrder` entry: the item's offset (or a caller's marker, such
+/// as a merge's new item) in the low 32, then the back pointer (nodes are at
+/// most 64 KiB), then `ITEM_REPLACES` / `ITEM_DUP`.
+const ORDER_BP_SHIFT: u32 = 32;
+const ORDER_FLAGS_SHIFT: u32 = 48;
 
 impl LogOrder {
     /// The log of published bytes `buf` with `nlog` log items, from its
     /// directory alone (no log item is read).
     pub(crate) fn of(buf: &[u8], nlog: usize) -> LogOrder {
-        let mut o = LogOrder {
-            at: [0; MAX_LOG_ITEMS],
-            bp: [0; MAX_LOG_ITEMS],
-            flags: [0; MAX_LOG_ITEMS],
-            n: 0,
-        };
+        let mut o = LogOrder::empty();
         for i in 0..nlog {
             let e = log_dir_entry(buf, i);
-            let flags = if e.meta & LOG_META_REPLACES != 0 {
-                ITEM_REPLACES
-            } else {
-                0
-            } | if e.meta & LOG_META_DUP != 0 {
-                ITEM_DUP
-            } else {
-                0
-            };
-            o.insert(e.at as u32, e.hint(), e.bp as u32, flags);
+            o.insert(e.at as u32, e.hint(), e.bp as u32, order_flags(e.meta));
         }
         o
     }
 
+    /// The log items whose back pointer is `bp` (the versions of one key
+    /// that replaces the sorted item at `bp`, and the new keys that sort
+    /// just before it), in key order, and the smallest back pointer past
+    /// `bp` (`u32::MAX` if none): what a walk needs when it reaches `bp`.
+    ///
+    /// Every item with a smaller back pointer sorts before every item of
+    /// the group (its key is at most the sorted key at its back pointer; a
+    /// group key is above the sorted key before `bp`), and every item with
+    /// a greater one sorts after. So a group item's hint, less the items
+    /// with smaller back pointers that arrived before it, is its hint
+    /// within the group.
+    pub(crate) fn at_bp(buf: &[u8], nlog: usize, bp: u32) -> (LogOrder, u32) {
+        let mut o = LogOrder::empty();
+        let (mut below, mut next) = (0, u32::MAX);
+        for i in 0..nlog {
+            let e = log_dir_entry(buf, i);
+            let ebp = e.bp as u32;
+            if ebp < bp {
+                below += 1;
+            } else if ebp > bp {
+                next = next.min(ebp);
+            } else {
+                let hint = e.hint().saturating_sub(below);
+                o.insert(e.at as u32, hint, ebp, order_flags(e.meta));
+            }
+        }
+        (o, next)
+    }
+
+    fn empty() -> LogOrder {
+        LogOrder {
+            entries: [0; MAX_LOG_ITEMS],
+            n: 0,
+        }
+    }
+
     /// Adds an item that arrived after all present ones.
     pub(crate) fn insert(&mut self, at: u32, hint: usize, bp: u32, flags: u8) {
+        debug_assert!(bp <= u16::MAX as u32, "back pointers are node offsets");
         let (pos, n) = (hint.min(self.n), self.n);
-        // At most a dozen entries: a loop beats three memmove calls.
+        // At most a dozen entries: a loop beats a memmove call.
         for k in (pos..n).rev() {
-            self.at[k + 1] = self.at[k];
-            self.bp[k + 1] = self.bp[k];
-            self.flags[k + 1] = self.flags[k];
+            self.entries[k + 1] = self.entries[k];
         }
-        (self.at[pos], self.bp[pos], self.flags[pos]) = (at, bp, flags);
+        self.entries[pos] =
+            at as u64 | (bp as u64) << ORDER_BP_SHIFT | (flags as u64) << ORDER_FLAGS_SHIFT;
         self.n += 1;
+    }
+
+    /// Offset (or marker) of the item at position `j` in key order.
+    #[inline]
+    pub(crate) fn at(&self, j: usize) -> u32 {
+        self.entries[j] as u32
+    }
+
+    /// Back pointer of the item at position `j`.
+    #[inline]
+    pub(crate) fn bp(&self, j: usize) -> u32 {
+        (self.entries[j] >> ORDER_BP_SHIFT) as u16 as u32
+    }
+
+    /// `ITEM_REPLACES` / `ITEM_DUP` of the item at position `j`.
+    #[inline]
+    pub(crate) fn flags(&self, j: usize) -> u8 {
+        (self.entries[j] >> ORDER_FLAGS_SHIFT) as u8
     }
 }
 
@@ -645,19 +716,6 @@ pub(crate) fn leaf_walk(
     let (buf, nlog) = published_leaf(leaf);
     let h = leaf.header();
     let sorted_end = h.sorted_end as usize;
-    // Log item offsets in key order: item i goes to position hint(i).
-    let order = LogOrder::of(buf, nlog);
-    let n = order.n;
-    let log = |j: usize| decode_item(buf, order.at[j] as usize, true);
-    // The newest candidate visible at rv: candidates come in version order.
-    let pick = |base: Option<ItemRef<'static>>, from: usize, to: usize| {
-        (from..to)
-            .rev()
-            .map(log)
-            .find(|it| it.version <= rv)
-            .or(base)
-    };
-
     let mut off = match from {
         WalkFrom::First => node::sorted_start_of(h),
         WalkFrom::Key(k) => {
@@ -665,50 +723,77 @@ pub(crate) fn leaf_walk(
         }
         WalkFrom::Offset(o) => o,
     };
-    let mut j = 0;
-    while j < n && order.bp[j] < off as u32 {
-        j += 1;
+    // Where the walk next meets log items: their back pointers are sorted
+    // offsets (or the sorted block's end), and only items with a back
+    // pointer at or past the start can come after it.
+    let mut next_bp = first_bp_from(buf, nlog, off as u32);
+    loop {
+        let s = (off < sorted_end).then(|| decode_item(buf, off, false));
+        if next_bp == off as u32 {
+            let group;
+            (group, next_bp) = LogOrder::at_bp(buf, nlog, next_bp);
+            if !walk_group(buf, rv, &group, s, &mut f) {
+                return false;
+            }
+        } else if let Some(s) = s {
+            if !f(s) {
+                return false;
+            }
+        }
+        match s {
+            Some(s) => off += s.len as usize,
+            None => {
+                debug_assert_eq!(next_bp, u32::MAX, "every log item belongs to a group");
+                return true;
+            }
+        }
     }
-    // New keys (not in the sorted block) that sort before sorted offset `bp`.
-    let new_keys = |bp: u32, j: &mut usize, f: &mut dyn FnMut(ItemRef<'static>) -> bool| {
-        while *j < n {
-            if order.bp[*j] != bp || order.flags[*j] & ITEM_REPLACES != 0 {
-                break;
-            }
-            let start = *j;
-            *j += 1;
-            while *j < n && order.flags[*j] & ITEM_DUP != 0 {
-                *j += 1;
-            }
-            if let Some(it) = pick(None, start, *j) {
-                if !f(it) {
-                    return false;
-                }
-            }
-        }
-        true
+}
+
+/// One back pointer's log items (`group`, in key order) and the sorted
+/// item `sorted` they sort before or replace (None past the sorted
+/// block's end): calls `f` with each new key's newest version visible at
+/// `rv`, then with the sorted item's (its newest replacement, or itself).
+/// False if `f` stopped the walk.
+fn walk_group(
+    buf: &'static [u8],
+    rv: u64,
+    group: &LogOrder,
+    sorted: Option<ItemRef<'static>>,
+    f: &mut impl FnMut(ItemRef<'static>) -> bool,
+) -> bool {
+    let n = group.n;
+    // The newest of candidates `from..to` visible at rv (they come in
+    // version order), else `base`.
+    let pick = |base: Option<ItemRef<'static>>, from: usize, to: usize| {
+        (from..to)
+            .rev()
+            .map(|j| decode_item(buf, group.at(j) as usize, true))
+            .find(|it| it.version <= rv)
+            .or(base)
     };
-    while off < sorted_end {
-        let s = decode_item(buf, off, false);
-        if !new_keys(off as u32, &mut j, &mut f) {
-            return false;
-        }
+    let mut j = 0;
+    // New keys, each with its DUP versions.
+    while j < n && group.flags(j) & ITEM_REPLACES == 0 {
         let start = j;
-        while j < n && order.bp[j] == off as u32 {
+        j += 1;
+        while j < n && group.flags(j) & ITEM_DUP != 0 {
             j += 1;
         }
-        if let Some(it) = pick(Some(s), start, j) {
+        if let Some(it) = pick(None, start, j) {
             if !f(it) {
                 return false;
             }
         }
-        off += s.len as usize;
     }
-    if !new_keys(sorted_end as u32, &mut j, &mut f) {
-        return false;
+    debug_assert!(
+        j == n || sorted.is_some(),
+        "replacements point at a sorted item"
+    );
+    match pick(sorted, j, n) {
+        Some(it) => f(it),
+        None => true,
     }
-    debug_assert_eq!(j, n, "every log item belongs to a group");
-    true
 }
 
 #[cfg(test)]

@@ -716,7 +716,7 @@ impl Tree {
             0
         };
         order.insert(NEW_ITEM, look.hint, look.backptr, new_flags);
-        let (n, ordered, bps, flags) = (order.n, &order.at, &order.bp, &order.flags);
+        let n = order.n;
         // Each key's log items are adjacent in key order (a group: a new
         // key's items, or those replacing one sorted item). The merge keeps
         // a group's newest, the last to arrive (nothing if a delete marker),
@@ -729,18 +729,18 @@ impl Tree {
         let mut size = sorted_end - sorted_start;
         let mut j = 0;
         while j < n {
-            let (bp, replaces) = (bps[j] as usize, flags[j] & ITEM_REPLACES != 0);
+            let (bp, replaces) = (order.bp(j) as usize, order.flags(j) & ITEM_REPLACES != 0);
             j += 1;
             while j < n
                 && if replaces {
-                    bps[j] as usize == bp && flags[j] & ITEM_REPLACES != 0
+                    order.bp(j) as usize == bp && order.flags(j) & ITEM_REPLACES != 0
                 } else {
-                    flags[j] & ITEM_DUP != 0
+                    order.flags(j) & ITEM_DUP != 0
                 }
             {
                 j += 1;
             }
-            let newest = ordered[j - 1];
+            let newest = order.at(j - 1);
             let replaced = if replaces {
                 leaf_item_key(buf, bp, false).1
             } else {
