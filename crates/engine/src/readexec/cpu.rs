@@ -1,36 +1,38 @@
 //! The CPU backend: requests advance as interleaved state machines. Each
 //! step of a request ends by prefetching what its next step will touch (a
-//! node's header, log directory and shortcut block; a segment and the log
-//! items whose fingerprint matches), then moves on to another request, so the
-//! memory waits of up to `window` requests overlap instead of adding up
-//! (Honeycomb 4.1-4.2: many requests in flight, executed out of order).
+//! node's header, log directory and top shortcut line; its group line; a
+//! segment and the log items whose fingerprint matches), then moves on to
+//! another request, so the memory waits of up to `window` requests overlap
+//! instead of adding up (Honeycomb 4.1-4.2: many requests in flight,
+//! executed out of order).
 //!
-//! Nodes two or more levels up are a handful and stay cached: a request
-//! searches them on the spot when it starts, with no prefetch and no stage
-//! of its own (80 fewer instructions per GET at 200 K keys than giving the
-//! root its stages, at the same speed at 10 M keys). An interior child's
-//! page-table entry is loaded directly, not prefetched a step ahead:
-//! interior nodes are few enough for their entries to stay cached, and a
-//! stage fewer per level is worth more. A leaf's entry misses (profiled at
-//! 10 M keys), so leaves get the extra stage.
+//! Every level is searched in stages, the root included. Searched on the
+//! spot, the root and level-2 nodes missed the first-level cache (leaves
+//! stream through it) and their dependent loads stalled each request: at
+//! 10 M keys `find_segment` called from that direct descent held 12% of
+//! the samples of a batched RANGE, and loading a level-1 node's entry and
+//! header there another 8%. The page-table entries of the root's children
+//! are a handful and stay cached, so those children are resolved at once;
+//! level-1 nodes (hundreds) and leaves (100 K at 10 M keys) miss on their
+//! entries, so they get a Node stage that loads the entry prefetched a step
+//! before. The gain is smaller than those shares (2-4%, see
+//! docs/design.md): the waits move to the line-fill buffers.
 
 use std::ops::Bound;
 
 use super::{BatchResults, ReadBackend, ReadRequest, TreeView, bounds};
 use crate::config::LINE_BYTES;
 use crate::tree::node::{
-    Lid, NodePtr, Shortcuts, head_bytes, key_fp, log_dir_entry, prefetch, prefetch_range,
-    shortcut_base,
+    Lid, NodePtr, Shortcuts, key_fp, log_dir_entry, prefetch, prefetch_range, shortcut_base,
 };
 use crate::tree::read::{
     SegSearch, WalkFrom, confirm_tie, find_group, find_in_group_tied, interior_child,
-    leaf_get_matches, log_fp_matches, published, published_leaf, route, segment_lower_bound,
-    settle,
+    leaf_get_matches, log_fp_matches, published_leaf, segment_lower_bound, settle,
 };
 use crate::tree::{Now, Tree};
 
 /// Requests in flight per thread unless configured otherwise.
-pub const DEFAULT_WINDOW: usize = 16;
+pub const DEFAULT_WINDOW: usize = 32;
 
 /// Executes batches on the calling thread with up to `window` requests in
 /// flight.
@@ -58,15 +60,16 @@ impl CpuBackend {
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Stage {
-    /// The page-table entry of a leaf was prefetched: load it, prefetch the
-    /// leaf's first lines. (Interior children skip this stage: see the
-    /// module doc.)
+    /// The page-table entry of a leaf or a level-1 node was prefetched:
+    /// load it, prefetch the node's first lines. (Entries further up stay
+    /// cached: see the module doc.)
     Node,
-    /// Header, log directory and shortcuts are (nearly) in cache: pick the
-    /// version, find the segment, prefetch it (and a GET's log items whose
-    /// fingerprint matches).
+    /// Header, log directory and top line are (nearly) in cache: pick the
+    /// version and the group, prefetch the group line (or, in a node with
+    /// one group, find the segment and prefetch it), and a GET's log items
+    /// whose fingerprint matches.
     Head,
-    /// A leaf with a top line: its group line is (nearly) in cache; find
+    /// A node with a top line: its group line is (nearly) in cache; find
     /// the segment in it, prefetch the segment.
     Group,
     /// Search the segment: go to the child, or answer at the leaf.
@@ -77,8 +80,10 @@ enum Stage {
 struct Flight<'a> {
     req: usize,
     key: &'a [u8],
-    /// The leaf whose page-table entry the Node stage loads.
+    /// The node whose page-table entry the Node stage loads.
     lid: Lid,
+    /// Its level (known from its parent's before its header is read).
+    level: u8,
     node: NodePtr,
     stage: Stage,
     /// A GET's log directory entries whose fingerprint matches its key,
@@ -189,24 +194,16 @@ fn answer_directly(
     }
 }
 
-/// A flight for request `req` seeking `key`: nodes two or more levels up
-/// are a handful and stay in cache, so they are searched on the spot, with
-/// no prefetch and no stage of their own; the flight starts at the first
-/// node below them (a level-1 node, or a leaf in a small tree).
+/// A flight for request `req` seeking `key`, at the root.
 fn start<'a>(tree: &Tree, rv: u64, req: usize, key: &'a [u8]) -> Flight<'a> {
-    let mut node = tree.resolve(Lid::ROOT, rv);
-    let mut level = node.header().level;
-    let mut lid = Lid::ROOT;
-    while level >= 2 {
-        lid = route(node, published(node), key);
-        level -= 1;
-        node = tree.resolve(lid, rv);
-    }
-    prefetch_range(node, 0, head_bytes_at(tree, level));
+    let node = tree.resolve(Lid::ROOT, rv);
+    let level = node.header().level;
+    prefetch_range(node, 0, head_bytes_at(level));
     Flight {
         req,
         key,
-        lid,
+        lid: Lid::ROOT,
+        level,
         node,
         stage: Stage::Head,
         matches: 0,
@@ -217,17 +214,13 @@ fn start<'a>(tree: &Tree, rv: u64, req: usize, key: &'a [u8]) -> Flight<'a> {
 }
 
 /// The first bytes of a node at `level` that a search reads before it
-/// knows which group line it needs: a leaf's header, log directory and top
-/// line (its group line comes a stage later; the top line is group 0's when
-/// there is only one group), an interior node's whole head (upper levels
-/// stay cached, and a stage fewer is worth more there).
+/// knows which group line it needs: the header, a leaf's log directory,
+/// and the top line (group 0's line when there is only one group). The
+/// group line comes a stage later: prefetching a level-1 node's whole head
+/// (ten lines) spent line-fill buffers on lines the search never reads.
 #[inline]
-fn head_bytes_at(tree: &Tree, level: u8) -> usize {
-    if level == 0 {
-        shortcut_base(0) + LINE_BYTES
-    } else {
-        head_bytes(&tree.g)
-    }
+fn head_bytes_at(level: u8) -> usize {
+    shortcut_base(level) + LINE_BYTES
 }
 
 /// Advances one request by one stage. True when it is answered.
@@ -242,7 +235,7 @@ fn step(
     match f.stage {
         Stage::Node => {
             f.node = tree.pages.get(f.lid).expect("reachable LID is mapped");
-            prefetch_range(f.node, 0, head_bytes_at(tree, 0));
+            prefetch_range(f.node, 0, head_bytes_at(f.level));
             f.stage = Stage::Head;
             false
         }
@@ -252,7 +245,7 @@ fn step(
                     .node
                     .old()
                     .expect("old-version chain reaches every live read version");
-                prefetch_range(f.node, 0, head_bytes_at(tree, f.node.header().level));
+                prefetch_range(f.node, 0, head_bytes_at(f.node.header().level));
                 return false;
             }
             let (buf, nlog) = published_leaf(f.node);
@@ -260,9 +253,9 @@ fn step(
             let s = SegSearch::deferring(h, f.key);
             let group = find_group(buf, h, &s);
             let sc = Shortcuts::of(h);
-            // A leaf's group lines were not prefetched (only the top line):
-            // ask for the one the search needs and finish it next step.
-            let wait_group = h.level == 0 && sc.has_top() && group.is_some();
+            // The group lines were not prefetched (only the top line): ask
+            // for the one the search needs and finish it next step.
+            let wait_group = sc.has_top() && group.is_some();
             if wait_group {
                 f.group = group.unwrap_or(0);
                 prefetch(f.node.as_raw().wrapping_add(sc.group_line(f.group)));
@@ -313,23 +306,21 @@ fn step(
             let seg = settle(buf, h, f.key, seg);
             if !f.node.is_leaf() {
                 let child = interior_child(f.node, buf, seg, f.key);
-                f.lid = child;
-                // The child's level from its parent's (in cache), not from
-                // its header, which is what this prefetch is for.
-                let level_below = f.node.header().level - 1;
-                if level_below == 0 {
-                    // Leaves are too many for their page-table entries to
-                    // stay cached: prefetch the entry, load it next step.
+                // Leaves and level-1 nodes are too many for their
+                // page-table entries to stay cached: prefetch the entry,
+                // load it next step. The child's level comes from its
+                // parent's, not from its header, which is what the next
+                // prefetch is for.
+                let below = h.level - 1;
+                if below <= 1 {
                     if let Some(slot) = tree.pages.slot_addr(child) {
                         prefetch(slot);
                     }
-                    f.stage = Stage::Node;
+                    (f.lid, f.level, f.stage) = (child, below, Stage::Node);
                 } else {
-                    // Only `start` descends through levels above 1.
-                    debug_assert_eq!(level_below, 1, "levels above 1 are searched in `start`");
                     f.node = tree.pages.get(child).expect("reachable LID is mapped");
-                    prefetch_range(f.node, 0, head_bytes(&tree.g));
-                    f.stage = Stage::Head;
+                    prefetch_range(f.node, 0, head_bytes_at(below));
+                    (f.lid, f.level, f.stage) = (child, below, Stage::Head);
                 }
                 return false;
             }
@@ -343,24 +334,107 @@ fn step(
                     }
                 }
                 ReadRequest::Range(r) => {
-                    let (start, end) = bounds(r);
-                    let limit = r.limit.unwrap_or(usize::MAX);
-                    let mut seen = 0;
-                    if limit > 0 && !crate::tree::scan::empty_bounds(start, end) {
-                        let req = f.req;
-                        // The segment search already done here tells where
-                        // in the leaf the walk starts.
-                        let at = segment_lower_bound(buf, h, seg, f.key);
-                        let from = WalkFrom::Offset(at);
-                        tree.scan_from_leaf(f.node, rv, now, start, end, from, &mut |it| {
-                            out.push(req, &it);
-                            seen += 1;
-                            seen < limit
-                        });
-                    }
+                    // The segment search already done here tells where in
+                    // the leaf the walk starts.
+                    let at = segment_lower_bound(buf, h, seg, f.key);
+                    answer_range(tree, rv, now, f.node, at, f.req, r, out);
                 }
             }
             true
+        }
+    }
+}
+
+/// Answers range request `req` (`r`) from sorted offset `at` of `leaf`,
+/// where the flight's search of the leaf found its start. Kept out of the
+/// stage loop, which stays small (inlined, the batched 3-item RANGE was no
+/// faster: 6.16-6.49 against 6.21-6.58 M/s, three alternating rounds).
+#[inline(never)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "a walk's version, clock, start point and result place"
+)]
+fn answer_range(
+    tree: &Tree,
+    rv: u64,
+    now: &Now,
+    leaf: NodePtr,
+    at: usize,
+    req: usize,
+    r: &crate::store::Range,
+    out: &mut BatchResults,
+) {
+    let (start, end) = bounds(r);
+    let limit = r.limit.unwrap_or(usize::MAX);
+    let mut seen = 0;
+    if limit > 0 && !crate::tree::scan::empty_bounds(start, end) {
+        let from = WalkFrom::Offset(at);
+        tree.scan_from_leaf(leaf, rv, now, start, end, from, &mut |it| {
+            out.push(req, &it);
+            seen += 1;
+            seen < limit
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ops::Bound;
+
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    use crate::readexec::{BatchResults, ReadRequest};
+    use crate::tree::node::Lid;
+    use crate::{Config, Range, Store};
+
+    /// Flights search every level in stages; children of nodes two or more
+    /// levels up are resolved at once, the others through a Node stage. A
+    /// tree four levels deep takes every one of those paths.
+    #[test]
+    fn batches_equal_plain_reads_in_a_deep_tree() {
+        let store = Store::new(Config::with_node_size(1024)).unwrap();
+        let mut rng = StdRng::seed_from_u64(4);
+        let key = |i: u32| format!("{:08x}", i.wrapping_mul(0x9E37_79B9)).into_bytes();
+        for i in 0..60_000 {
+            store.put(&key(i), &i.to_le_bytes()).unwrap();
+        }
+        let root = store.tree().pages.get(Lid::ROOT).unwrap();
+        assert!(
+            root.header().level >= 3,
+            "root level {}",
+            root.header().level
+        );
+        let mut out = BatchResults::new();
+        for _ in 0..50 {
+            let keys: Vec<Vec<u8>> = (0..64).map(|_| key(rng.random_range(0..70_000))).collect();
+            let ranges: Vec<Range> = keys
+                .iter()
+                .map(|k| {
+                    Range::new(Bound::Included(k.clone()), Bound::Unbounded)
+                        .with_limit(rng.random_range(1..40))
+                })
+                .collect();
+            let mut reqs: Vec<ReadRequest<'_>> = keys.iter().map(|k| ReadRequest::Get(k)).collect();
+            reqs.extend(ranges.iter().map(ReadRequest::Range));
+            store.read_batch(&reqs, &mut out).unwrap();
+            for (i, k) in keys.iter().enumerate() {
+                assert_eq!(out.value(i), store.get(k).unwrap().as_deref());
+            }
+            for (i, r) in ranges.iter().enumerate() {
+                let mut plain = Vec::new();
+                store
+                    .scan(r, |it| {
+                        plain.push((it.key.to_vec(), it.value.to_vec()));
+                        true
+                    })
+                    .unwrap();
+                let batched: Vec<_> = out
+                    .items(keys.len() + i)
+                    .map(|it| (it.key.to_vec(), it.value.to_vec()))
+                    .collect();
+                assert_eq!(batched, plain);
+            }
         }
     }
 }
