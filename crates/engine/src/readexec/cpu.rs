@@ -369,7 +369,7 @@ fn answer_range(
     let mut seen = 0;
     if limit > 0 && !crate::tree::scan::empty_bounds(start, end) {
         let from = WalkFrom::Offset(at);
-        tree.scan_from_leaf(leaf, rv, now, start, end, from, &mut |it| {
+        tree.scan_from_leaf(leaf, rv, now, start, end, from, |it| {
             out.push(req, &it);
             seen += 1;
             seen < limit

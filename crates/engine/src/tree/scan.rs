@@ -105,7 +105,7 @@ impl Tree {
         clippy::too_many_arguments,
         reason = "a scan's read version, clock, bounds and start point"
     )]
-    pub(crate) fn scan_from_leaf<F>(
+    pub(crate) fn scan_from_leaf(
         &self,
         mut leaf: NodePtr,
         rv: u64,
@@ -113,10 +113,8 @@ impl Tree {
         start: Bound<&[u8]>,
         end: Bound<&[u8]>,
         mut from: WalkFrom<'_>,
-        f: &mut F,
-    ) where
-        F: FnMut(ItemRef<'static>) -> bool + ?Sized,
-    {
+        mut f: impl FnMut(ItemRef<'static>) -> bool,
+    ) {
         // Invariant 6: keys strictly ascend along the leaf chain at one version.
         let mut last: Option<&[u8]> = None;
         // So once one key is past the start, every later one is too.
