@@ -37,7 +37,7 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Verify every checkpoint and WAL segment in a data directory.
     Check(CheckArgs),
-    /// Run YCSB workloads (WORKLOADS.md) against the engine and in-process
+    /// Run YCSB workloads (docs/workloads.md) against the engine and in-process
     /// peers, or against combkv, Redis and memcached servers over loopback.
     Bench(BenchArgs),
 }
@@ -51,8 +51,8 @@ enum Command {
     Network targets (combkv-resp, combkv-memcached, redis, memcached) run in their own \
     invocation, not mixed with in-process ones. Each pair starts a fresh server on free \
     loopback ports: combkv-* run `combkv serve --durability none` from this build (see \
-    --server-bin); redis and memcached are installed from apt if missing and started by \
-    scripts/peers (built into this binary) with persistence off. The memcached targets \
+    --server-bin); redis and memcached run from PATH with persistence off (install them \
+    with `scripts/peers install`; the bench installs nothing). The memcached targets \
     skip workloads e and cloud (no ordered scans in that protocol)."
 )]
 struct BenchArgs {

@@ -6,7 +6,7 @@
 //! - [`dialect`]: what each target is sent for each operation.
 //! - `session`: one connection's pipelined, checked share of a run.
 //! - [`server`]: starting each target's server (`combkv serve`, or
-//!   `scripts/peers` for redis and memcached) and reading its memory.
+//!   `redis-server`, `memcached`) and reading its memory.
 //!
 //! One client implementation per protocol serves every target that speaks
 //! it, with the same settings: combkv-resp and redis share the RESP client,

@@ -1,64 +1,76 @@
 //! Starting and stopping the servers under test, and reading their memory.
 //!
-//! `redis` and `memcached` go through `scripts/peers` (compiled into this
-//! binary, run with bash): it installs the Debian package when missing and
-//! starts the server on a free loopback port with persistence off. combkv
-//! is started here as `combkv serve` from the same build. Every server is
-//! fresh per measurement and stopped with SIGTERM when its [`Server`] is
-//! dropped.
+//! Every server is a child of this process, started fresh per measurement
+//! on a free loopback port and stopped with SIGTERM when its [`Server`] is
+//! dropped: combkv as `combkv serve` from the same build, `redis-server` and
+//! `memcached` with persistence off. The bench never installs anything: a
+//! missing peer is an error that names `scripts/peers install`.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use rand::Rng;
+
 use crate::target::TargetKind;
 use crate::{BenchError, Result};
 
-/// `scripts/peers`, carried in the binary so that `combkv bench` works from
-/// any directory.
-pub const PEERS_SCRIPT: &str = include_str!("../../../../scripts/peers");
-
-/// How long a started combkv server gets to answer PING.
+/// How long a started server gets to answer its protocol's no-op.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a server gets to exit after SIGTERM before SIGKILL.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
-/// Attempts at starting combkv: a port found free may be taken before the
+/// Attempts at starting a server: a port found free may be taken before the
 /// server binds it.
-const START_ATTEMPTS: usize = 3;
+const START_ATTEMPTS: usize = 5;
 /// Memory memcached is allowed per record (`-m`), beyond key and value:
 /// its item header (48-56 B) and slab rounding, with room to spare. Too
 /// little would evict records, which the checker reports as missing.
 const MEMCACHED_OVERHEAD_BYTES: u64 = 200;
+/// Ports are drawn from here: above the well-known and registered ports the
+/// servers default to (6379, 11211) and below Linux's ephemeral range
+/// (32768-60999), so a port we pick is not one the kernel hands to an
+/// outgoing connection meanwhile.
+pub const PORT_RANGE: std::ops::RangeInclusive<u16> = 20000..=32000;
 
-/// Runs `scripts/peers` with `args`; returns its stdout.
-pub fn peers(args: &[&str]) -> Result<String> {
-    let out = Command::new("bash")
-        .arg("-c")
-        .arg(PEERS_SCRIPT)
-        .arg("scripts/peers")
-        .args(args)
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| BenchError(format!("running bash for scripts/peers: {e}")))?;
-    if !out.status.success() {
-        return Err(BenchError(format!(
-            "scripts/peers {} failed ({})",
-            args.join(" "),
-            out.status
-        )));
-    }
-    String::from_utf8(out.stdout).map_err(|_| BenchError::new("scripts/peers printed non-UTF-8"))
+/// A loopback port in [`PORT_RANGE`] that nothing listens on now (checked by
+/// binding it), starting at a random offset so that concurrent callers tend
+/// to pick different ports.
+pub fn free_port() -> Result<u16> {
+    free_port_in(PORT_RANGE)
 }
 
-/// A free loopback port, by the script's rule.
-pub fn free_port() -> Result<u16> {
-    let out = peers(&["free-port"])?;
-    out.trim()
-        .parse()
-        .map_err(|_| BenchError(format!("scripts/peers free-port printed {out:?}")))
+/// A loopback port in `range` that nothing listens on now.
+pub fn free_port_in(range: std::ops::RangeInclusive<u16>) -> Result<u16> {
+    let (from, to) = (*range.start(), *range.end());
+    if from == 0 || from > to {
+        return Err(BenchError(format!("no ports in {from}..={to}")));
+    }
+    let span = u32::from(to - from) + 1;
+    let first = rand::rng().random_range(0..span);
+    for i in 0..span {
+        let port = from + ((first + i) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(BenchError(format!("every port in {from}..={to} is taken")))
+}
+
+/// The program a peer runs, found on `PATH`, or an error that says how to
+/// install it.
+fn peer_program(program: &str, package: &str) -> Result<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            BenchError(format!(
+                "{program} is not installed: run `scripts/peers install` \
+                 (or apt-get install {package})"
+            ))
+        })
 }
 
 /// Resident bytes of process `pid` (`VmRSS` in `/proc/PID/status`).
@@ -92,7 +104,7 @@ pub struct Server {
     pid: u32,
     /// Where the bench's requests go.
     pub addr: SocketAddr,
-    /// Our own child (combkv); peers are children of the script's shell.
+    /// Our child; `None` for a server someone else runs.
     child: Option<Child>,
     log: Option<PathBuf>,
     stopped: bool,
@@ -110,21 +122,107 @@ pub struct StartOptions {
     pub value_bytes_max: usize,
 }
 
+/// The protocol whose no-op tells that a started server is ready.
+#[derive(Clone, Copy, Debug)]
+enum Probe {
+    /// RESP `PING` on this address.
+    Resp(SocketAddr),
+    /// memcached `version` on this address.
+    Memcached(SocketAddr),
+}
+
+impl Probe {
+    fn answers(self) -> std::io::Result<()> {
+        match self {
+            Probe::Resp(a) => ping(a),
+            Probe::Memcached(a) => memcached_version(a),
+        }
+    }
+}
+
+/// A command line to start on a fresh pair of ports, and where to reach it.
+struct Launch {
+    command: Command,
+    addr: SocketAddr,
+    probe: Probe,
+}
+
 impl Server {
     /// Starts a fresh server for `target` and waits until it answers.
     pub fn start(target: TargetKind, opts: &StartOptions) -> Result<Server> {
         match target {
             TargetKind::CombkvResp | TargetKind::CombkvMemcached => {
-                Server::start_combkv(target, &opts.combkv_bin)
+                let bin = opts.combkv_bin.clone();
+                if !bin.is_file() {
+                    return Err(BenchError(format!(
+                        "no combkv binary at {} (build it with `cargo build --release -p \
+                         combkv-cli`, or name it with --server-bin)",
+                        bin.display()
+                    )));
+                }
+                Server::launch("combkv", |resp_port, mc_port| {
+                    let resp = SocketAddr::from(([127, 0, 0, 1], resp_port));
+                    let mc = SocketAddr::from(([127, 0, 0, 1], mc_port));
+                    let mut command = Command::new(&bin);
+                    command
+                        .args(["serve", "--resp", &resp.to_string()])
+                        .args(["--memcached", &mc.to_string()])
+                        .args(["--durability", "none"]);
+                    let addr = if target == TargetKind::CombkvResp {
+                        resp
+                    } else {
+                        mc
+                    };
+                    Launch {
+                        command,
+                        addr,
+                        probe: Probe::Resp(resp),
+                    }
+                })
             }
-            TargetKind::Redis => Server::start_peer("redis", &[]),
+            TargetKind::Redis => {
+                let program = peer_program("redis-server", "redis-server")?;
+                Server::launch("redis", |port, _| {
+                    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+                    let mut command = Command::new(&program);
+                    // No RDB snapshots, no AOF: an in-memory peer, as combkv
+                    // runs with --durability none in the bench.
+                    command
+                        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                        .args(["--save", "", "--appendonly", "no"])
+                        .args(["--daemonize", "no", "--protected-mode", "yes"]);
+                    Launch {
+                        command,
+                        addr,
+                        probe: Probe::Resp(addr),
+                    }
+                })
+            }
             TargetKind::Memcached => {
+                let program = peer_program("memcached", "memcached")?;
                 let per_record =
                     (opts.key_bytes_max + opts.value_bytes_max) as u64 + MEMCACHED_OVERHEAD_BYTES;
                 // The run's inserts come on top of the load: twice the load's
                 // estimate, and never below memcached's own default of 64 MB.
                 let mb = (opts.records.saturating_mul(per_record).saturating_mul(2) >> 20).max(64);
-                Server::start_peer("memcached", &[&mb.to_string()])
+                Server::launch("memcached", |port, _| {
+                    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+                    let mut command = Command::new(&program);
+                    // -U 0: no UDP listener; -c: enough connections for the
+                    // bench; -u: memcached refuses to run as root without
+                    // naming a user.
+                    command
+                        .args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0"])
+                        .args(["-m", &mb.to_string(), "-c", "4096"]);
+                    if is_root() {
+                        command.args(["-u", "root"]);
+                    }
+                    Launch {
+                        command,
+                        addr,
+                        probe: Probe::Memcached(addr),
+                    }
+                })
             }
             other => Err(BenchError(format!("{other} is not a network target"))),
         }
@@ -143,76 +241,43 @@ impl Server {
         }
     }
 
-    fn start_peer(name: &'static str, extra: &[&str]) -> Result<Server> {
-        let mut args = vec!["start", name];
-        args.extend_from_slice(extra);
-        let out = peers(&args)?;
-        let mut words = out.split_whitespace();
-        let (Some(port), Some(pid), None) = (words.next(), words.next(), words.next()) else {
-            return Err(BenchError(format!(
-                "scripts/peers start {name} printed {out:?}, not \"PORT PID\""
-            )));
-        };
-        let (Ok(port), Ok(pid)) = (port.parse::<u16>(), pid.parse::<u32>()) else {
-            return Err(BenchError(format!(
-                "scripts/peers start {name} printed {out:?}"
-            )));
-        };
-        Ok(Server {
-            name,
-            pid,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-            child: None,
-            log: None,
-            stopped: false,
-        })
-    }
-
-    fn start_combkv(target: TargetKind, bin: &Path) -> Result<Server> {
-        if !bin.is_file() {
-            return Err(BenchError(format!(
-                "no combkv binary at {} (build it with `cargo build --release -p combkv-cli`, \
-                 or name it with --server-bin)",
-                bin.display()
-            )));
-        }
+    /// Starts what `launch` builds for two free ports (the second for
+    /// combkv's memcached listener) and waits for it to answer, trying
+    /// fresh ports when a start fails.
+    fn launch(name: &'static str, launch: impl Fn(u16, u16) -> Launch) -> Result<Server> {
         let mut last = String::new();
         for _ in 0..START_ATTEMPTS {
-            let resp_port = free_port()?;
-            let mut mc_port = free_port()?;
-            while mc_port == resp_port {
-                mc_port = free_port()?;
+            let port = free_port()?;
+            let mut second = free_port()?;
+            while second == port {
+                second = free_port()?;
             }
-            let resp = SocketAddr::from(([127, 0, 0, 1], resp_port));
-            let mc = SocketAddr::from(([127, 0, 0, 1], mc_port));
-            let log = std::env::temp_dir().join(format!("combkv-bench-serve-{resp_port}.log"));
+            let Launch {
+                mut command,
+                addr,
+                probe,
+            } = launch(port, second);
+            let log = std::env::temp_dir().join(format!("combkv-bench-{name}-{port}.log"));
             let log_file = std::fs::File::create(&log)
                 .map_err(|e| BenchError(format!("creating {}: {e}", log.display())))?;
             let log_err = log_file
                 .try_clone()
                 .map_err(|e| BenchError(format!("{}: {e}", log.display())))?;
-            let child = Command::new(bin)
-                .args(["serve", "--resp", &resp.to_string()])
-                .args(["--memcached", &mc.to_string()])
-                .args(["--durability", "none"])
+            let child = command
                 .stdin(Stdio::null())
                 .stdout(log_file)
                 .stderr(log_err)
                 .spawn()
-                .map_err(|e| BenchError(format!("starting {}: {e}", bin.display())))?;
+                .map_err(|e| BenchError(format!("starting {name}: {e}")))?;
             let mut server = Server {
-                name: "combkv",
+                name,
                 pid: child.id(),
-                addr: if target == TargetKind::CombkvResp {
-                    resp
-                } else {
-                    mc
-                },
+                addr,
                 child: Some(child),
                 log: Some(log.clone()),
                 stopped: false,
             };
-            match server.wait_for_ping(resp) {
+            match server.wait_until_ready(probe) {
                 Ok(()) => return Ok(server),
                 Err(e) => {
                     last = format!("{e}; its log ({}):\n{}", log.display(), tail(&log));
@@ -221,12 +286,12 @@ impl Server {
             }
         }
         Err(BenchError(format!(
-            "combkv serve did not start after {START_ATTEMPTS} attempts: {last}"
+            "{name} did not start after {START_ATTEMPTS} attempts: {last}"
         )))
     }
 
-    /// Polls `PING` on the RESP listener until `+PONG` comes back.
-    fn wait_for_ping(&mut self, resp: SocketAddr) -> Result<()> {
+    /// Polls the server's no-op until it answers.
+    fn wait_until_ready(&mut self, probe: Probe) -> Result<()> {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             let exited = self
@@ -235,14 +300,15 @@ impl Server {
                 .and_then(|c| c.try_wait().ok().flatten());
             if let Some(status) = exited {
                 self.stopped = true;
-                return Err(BenchError(format!("combkv serve exited with {status}")));
+                return Err(BenchError(format!("{} exited with {status}", self.name)));
             }
-            if ping(resp).is_ok() {
+            if probe.answers().is_ok() {
                 return Ok(());
             }
             if Instant::now() > deadline {
                 return Err(BenchError(format!(
-                    "combkv serve did not answer PING on {resp} within {READY_TIMEOUT:?}"
+                    "{} did not answer on {:?} within {READY_TIMEOUT:?}",
+                    self.name, probe
                 )));
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -259,21 +325,9 @@ impl Server {
         rss_bytes_of(self.pid)
     }
 
-    /// Stops the server (SIGTERM, then SIGKILL after a grace period) and
-    /// checks that it went.
+    /// Stops the server (SIGTERM, then SIGKILL after a grace period).
     pub fn stop(mut self) -> Result<()> {
-        if self.stopped {
-            // External, or already gone.
-            return Ok(());
-        }
         self.stop_now();
-        if std::path::Path::new(&format!("/proc/{}", self.pid)).exists() && self.child.is_none() {
-            // A peer that is not our child: gone once its /proc entry is.
-            return Err(BenchError(format!(
-                "{} (pid {}) did not stop",
-                self.name, self.pid
-            )));
-        }
         Ok(())
     }
 
@@ -281,32 +335,28 @@ impl Server {
         if std::mem::replace(&mut self.stopped, true) {
             return;
         }
-        match self.child.as_mut() {
-            Some(child) => {
-                sigterm(self.pid);
-                let deadline = Instant::now() + STOP_TIMEOUT;
-                loop {
-                    match child.try_wait() {
-                        Ok(Some(_)) | Err(_) => break,
-                        Ok(None) if Instant::now() > deadline => {
-                            eprintln!(
-                                "combkv bench: {} (pid {}) ignored SIGTERM for {STOP_TIMEOUT:?}; killing it",
-                                self.name, self.pid
-                            );
-                            let _ = child.kill();
-                            let _ = child.wait();
-                            break;
-                        }
-                        Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-                    }
+        let Some(child) = self.child.as_mut() else {
+            return;
+        };
+        sigterm(self.pid);
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        loop {
+            match child.try_wait() {
+                Ok(Some(_)) | Err(_) => break,
+                Ok(None) if Instant::now() > deadline => {
+                    eprintln!(
+                        "combkv bench: {} (pid {}) ignored SIGTERM for {STOP_TIMEOUT:?}; killing it",
+                        self.name, self.pid
+                    );
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
                 }
-                if let Some(log) = &self.log {
-                    let _ = std::fs::remove_file(log);
-                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
             }
-            None => {
-                let _ = peers(&["stop", &self.pid.to_string()]);
-            }
+        }
+        if let Some(log) = &self.log {
+            let _ = std::fs::remove_file(log);
         }
     }
 }
@@ -314,6 +364,35 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.stop_now();
+    }
+}
+
+/// Whether this process runs as root (memcached then needs `-u root`).
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|rest| rest.split_whitespace().next().map(|uid| uid == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Sends memcached's `version` and expects `VERSION ...`.
+fn memcached_version(addr: SocketAddr) -> std::io::Result<()> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    s.write_all(b"version\r\n")?;
+    let mut got = [0u8; 8];
+    s.read_exact(&mut got)?;
+    if &got == b"VERSION " {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!(
+            "version answered {:?}",
+            String::from_utf8_lossy(&got)
+        )))
     }
 }
 
