@@ -2,7 +2,7 @@
 //! (with a writer running), recovery time (checkpoint load + log replay),
 //! and put throughput with each durability mode.
 //!
-//! `cargo run --release -p combkv --example durable_figures -- [N] [THREADS] [DIR]`
+//! `cargo run --release -p combkv-bench --example durable_figures -- [N] [THREADS] [DIR]`
 //! (defaults: 10000000 records of 16-byte keys and values, 2 threads,
 //! $TMPDIR/combkv-durable-figures). The directory is removed at the end.
 
@@ -12,14 +12,7 @@ use std::time::{Duration, Instant};
 
 use combkv::{Config, Durability, DurableConfig, Store};
 
-fn key(i: u64) -> [u8; 16] {
-    // Spread keys over the key space (a multiplicative permutation of i).
-    let x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    let mut k = [0u8; 16];
-    k[..8].copy_from_slice(&x.to_be_bytes());
-    k[8..].copy_from_slice(&i.to_be_bytes());
-    k
-}
+use combkv_bench::keys::key;
 
 fn value(i: u64, round: u64) -> [u8; 16] {
     let mut v = [b'v'; 16];

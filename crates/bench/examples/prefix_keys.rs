@@ -1,7 +1,7 @@
 //! Point reads and writes on keys with a long shared prefix, as
 //! `redis-benchmark -r` makes them (`key:000000123456`): the case the
 //! shortcut prefix skip (`Header::prefix_skip`) is for.
-//! `cargo run --release -p combkv --example prefix_keys -- 1000000`
+//! `cargo run --release -p combkv-bench --example prefix_keys -- 1000000`
 use std::time::Instant;
 
 use combkv::{Config, Store};

@@ -1,8 +1,8 @@
 //! Read-engine figures: plain vs batched GET and 3-item RANGE over uniform
-//! random existing keys (WORKLOADS.md key function, 16-byte keys and values),
+//! random existing keys (the key function of `docs/workloads.md`, 16-byte keys and values),
 //! for batch sizes 1, 8, 32 and 128, with 1 and 2 threads.
 //!
-//! `cargo run --release -p combkv --example readexec_figures -- [records] [secs]`
+//! `cargo run --release -p combkv-bench --example readexec_figures -- [records] [secs]`
 //! (defaults: 10,000,000 records, 3 s per figure). Every value is checked.
 //!
 //! The last column is the yardstick measured in the same run: the

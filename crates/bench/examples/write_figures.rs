@@ -4,7 +4,7 @@
 //! as a server applies a `-P 16` pipeline. 1 and 2 threads; every round
 //! ends by checking a sample of the writes.
 //!
-//! `cargo run --release -p combkv --example write_figures -- [records] [puts] [rounds] [threads]`
+//! `cargo run --release -p combkv-bench --example write_figures -- [records] [puts] [rounds] [threads]`
 //! (defaults: 1,000,000 records, 2,000,000 puts per thread per round, 3
 //! rounds, 1 and 2 threads; `threads` 1 runs one thread only, e.g. under
 //! callgrind). Prints ns per put (per thread) and M puts/s (all threads).

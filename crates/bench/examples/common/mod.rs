@@ -1,21 +1,8 @@
-//! What the figure examples share: WORKLOADS.md's key function and a small
-//! deterministic generator for uniform draws.
+//! What the figure examples share: the bench's key function
+//! (`docs/workloads.md`) and a small deterministic generator for uniform
+//! draws.
 
-/// Key of record `i`: 16 hex digits of an FNV-1a hash of `i` (uniform over
-/// the key space, printable).
-pub fn key(i: u64) -> [u8; 16] {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in i.to_le_bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    let mut out = [0u8; 16];
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    for (j, o) in out.iter_mut().enumerate() {
-        *o = HEX[((h >> (60 - 4 * j)) & 15) as usize];
-    }
-    out
-}
+pub use combkv_bench::keys::key;
 
 /// xorshift64: uniform draws, the same sequence for the same seed.
 pub struct Rng(pub u64);
