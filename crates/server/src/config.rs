@@ -266,13 +266,13 @@ impl ServerConfig {
                 ("memcached", self.memcached),
                 ("metrics", self.metrics),
             ] {
-                if let Listen::At(a) = l {
-                    if !a.ip().is_loopback() {
-                        return Err(format!(
-                            "{name} address {a} is not loopback; set protected-mode = false \
+                if let Listen::At(a) = l
+                    && !a.ip().is_loopback()
+                {
+                    return Err(format!(
+                        "{name} address {a} is not loopback; set protected-mode = false \
                              in the config file to listen on it"
-                        ));
-                    }
+                    ));
                 }
             }
         }
@@ -413,5 +413,40 @@ mod tests {
         c.data_dir = Some("/tmp/x".into());
         assert!(c.validate().is_ok());
         assert_eq!(c.durability_mode(), DurabilityMode::Always);
+    }
+
+    /// `combkv.example.toml` at the repository root: it parses, it is the
+    /// built-in defaults, and it names every setting (commented out where
+    /// the default is "none").
+    #[test]
+    fn the_example_config_is_every_setting_at_its_default() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../combkv.example.toml");
+        let c = ServerConfig::from_file(&path).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.params(), ServerConfig::default().params());
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (name, _) in ServerConfig::default().params() {
+            let named = text.lines().any(|l| {
+                let l = l.trim_start_matches("# ");
+                l.strip_prefix(name)
+                    .is_some_and(|rest| rest.trim_start().starts_with('='))
+            });
+            assert!(named, "combkv.example.toml does not name {name}");
+        }
+        // The commented-out examples are valid settings too.
+        let uncommented: String = text
+            .lines()
+            .map(|l| {
+                l.strip_prefix("# ")
+                    .filter(|r| r.contains(" = "))
+                    .unwrap_or(l)
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let all: ServerConfig = toml::from_str(&uncommented).unwrap();
+        assert_eq!(all.data_dir.as_deref(), Some(Path::new("/var/lib/combkv")));
+        assert_eq!(all.durability, Some(DurabilityMode::Always));
+        assert!(all.requirepass.is_some());
+        all.validate().unwrap();
     }
 }
