@@ -1,7 +1,7 @@
 //! Record keys and values.
 //!
 //! The key of record `i` is the 16 lowercase hex digits of FNV-1a-64 of `i`
-//! encoded as 8 little-endian bytes (see WORKLOADS.md). Because the key is a
+//! encoded as 8 little-endian bytes (see `docs/workloads.md`). Because the key is a
 //! hash, inserting records in record-number order is inserting in random key
 //! order.
 //!

@@ -71,7 +71,7 @@ impl SizeRange {
 
     /// Whether `len` is one of the range's sizes.
     pub fn holds(self, len: usize) -> bool {
-        (self.min..=self.max).contains(&len) && (len - self.min) % 8 == 0
+        (self.min..=self.max).contains(&len) && (len - self.min).is_multiple_of(8)
     }
 }
 

@@ -1,4 +1,4 @@
-//! The workloads of WORKLOADS.md: operation mixes and their default
+//! The workloads of `docs/workloads.md`: operation mixes and their default
 //! distributions.
 
 use std::fmt;

@@ -157,7 +157,7 @@ struct DropsInserts {
 impl Target for DropsInserts {
     fn insert(&self, key: &[u8], value: &[u8]) -> Result<()> {
         let n = self.writes.fetch_add(1, Ordering::Relaxed);
-        if n >= 2000 && n % 50 == 0 {
+        if n >= 2000 && n.is_multiple_of(50) {
             return Ok(());
         }
         self.inner.insert(key, value)

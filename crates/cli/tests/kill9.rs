@@ -59,12 +59,11 @@ fn start(dir: &Path, port: u16) -> Child {
     // Recovery can take a moment: poll until it answers.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if let Ok(c) = redis::Client::open(format!("redis://127.0.0.1:{port}/")) {
-            if let Ok(mut con) = c.get_connection() {
-                if redis::cmd("PING").query::<String>(&mut con).is_ok() {
-                    return child;
-                }
-            }
+        if let Ok(c) = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+            && let Ok(mut con) = c.get_connection()
+            && redis::cmd("PING").query::<String>(&mut con).is_ok()
+        {
+            return child;
         }
         if Instant::now() > deadline {
             let _ = child.kill();

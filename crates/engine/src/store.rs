@@ -505,13 +505,13 @@ impl Store {
 
     fn check_range(&self, r: &Range) -> Result<()> {
         for b in [&r.start, &r.end] {
-            if let Bound::Included(k) | Bound::Excluded(k) = b {
-                if k.len() > self.geometry.max_key_len {
-                    return Err(Error::KeyTooLong {
-                        len: k.len(),
-                        max: self.geometry.max_key_len,
-                    });
-                }
+            if let Bound::Included(k) | Bound::Excluded(k) = b
+                && k.len() > self.geometry.max_key_len
+            {
+                return Err(Error::KeyTooLong {
+                    len: k.len(),
+                    max: self.geometry.max_key_len,
+                });
             }
         }
         Ok(())

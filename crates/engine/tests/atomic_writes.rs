@@ -80,7 +80,7 @@ fn readers_see_a_group_whole_or_not_at_all() {
                     .write_atomically(&puts(&keys, value.as_bytes()))
                     .unwrap();
                 assert!(vs.windows(2).all(|w| w[0] < w[1]), "versions in order");
-                if round % 5 == 0 {
+                if round.is_multiple_of(5) {
                     // A multi-key delete of the whole group, atomic too.
                     let dels: Vec<_> = keys
                         .iter()
@@ -103,7 +103,7 @@ fn readers_see_a_group_whole_or_not_at_all() {
             while !stop.load(Ordering::SeqCst) {
                 i += 1;
                 let k = filler(i % 3000);
-                if i % 3 == 0 {
+                if i.is_multiple_of(3) {
                     store.delete(&k).unwrap();
                 } else {
                     store.put(&k, b"filler-value-filler-value").unwrap();

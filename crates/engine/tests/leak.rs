@@ -18,7 +18,7 @@ fn key(i: usize) -> Vec<u8> {
 fn value(i: usize, round: usize) -> Vec<u8> {
     let mut v = format!("v{i}.{round}.").into_bytes();
     // Mostly small values, some large ones.
-    let pad = if i % 97 == 0 { 1_000 } else { i % 40 };
+    let pad = if i.is_multiple_of(97) { 1_000 } else { i % 40 };
     v.resize(v.len() + pad, b'x');
     v
 }

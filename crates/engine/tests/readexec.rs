@@ -44,10 +44,9 @@ fn random_range(rng: &mut StdRng, space: u32) -> Range {
     let (mut a, mut b) = (bound(rng, space), bound(rng, space));
     if let (Bound::Included(x) | Bound::Excluded(x), Bound::Included(y) | Bound::Excluded(y)) =
         (&a, &b)
+        && x > y
     {
-        if x > y {
-            std::mem::swap(&mut a, &mut b);
-        }
+        std::mem::swap(&mut a, &mut b);
     }
     let mut r = Range::new(a, b);
     if rng.random_bool(0.8) {

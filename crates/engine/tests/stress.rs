@@ -902,7 +902,7 @@ fn quiescent_checks(
                 c.reachable_buffers
             );
         }
-        if calls % 16 == 0 {
+        if calls.is_multiple_of(16) {
             thread::sleep(Duration::from_millis(1));
         }
     }

@@ -78,11 +78,11 @@ impl EventLoop {
             } else {
                 Duration::ZERO
             };
-            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
-                if e.kind() != io::ErrorKind::Interrupted {
-                    tracing::error!("event loop poll failed: {e}");
-                    break;
-                }
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout))
+                && e.kind() != io::ErrorKind::Interrupted
+            {
+                tracing::error!("event loop poll failed: {e}");
+                break;
             }
             // (token, whether a short read may end its reading): only for a
             // readable event that reports no hang-up or error. Connections
@@ -304,15 +304,15 @@ impl EventLoop {
         let shared = self.shared.clone();
         let session = shared.store.session();
         for &t in &tokens {
-            if let Some(conn) = self.conns.get_mut(t) {
-                if conn.pending_input() > 0 {
-                    let parts = CxParts {
-                        shared: &self.shared,
-                        session: &session,
-                        batch: &mut self.batch,
-                    };
-                    conn.process(parts, usize::MAX);
-                }
+            if let Some(conn) = self.conns.get_mut(t)
+                && conn.pending_input() > 0
+            {
+                let parts = CxParts {
+                    shared: &self.shared,
+                    session: &session,
+                    batch: &mut self.batch,
+                };
+                conn.process(parts, usize::MAX);
             }
         }
         if let Err(e) = session.commit() {

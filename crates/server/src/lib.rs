@@ -1,5 +1,5 @@
 //! combkv's server: a Redis RESP listener and a memcached text/meta listener
-//! over one [`combkv::Store`] (DESIGN.md section 6, PROTOCOL.md).
+//! over one [`combkv::Store`] (`docs/design.md`, "Server"; `docs/protocol.md`).
 //!
 //! - `config`: defaults, TOML file, flags; every limit
 //! - `server`: start/stop, acceptor, housekeeping

@@ -1,7 +1,7 @@
 //! The seam between a connection and its protocol: a protocol turns the
 //! bytes a connection has read into replies, executing every complete request
 //! it finds. Requests that only read are gathered into one read-engine batch
-//! (DESIGN.md section 6); replies are appended in request order.
+//! (`docs/design.md`, "A turn"); replies are appended in request order.
 
 use std::net::SocketAddr;
 use std::time::Instant;

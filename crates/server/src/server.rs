@@ -250,11 +250,11 @@ impl Acceptor {
             (&mut self.resp, RESP_LISTENER),
             (&mut self.memcached, MEMCACHED_LISTENER),
         ] {
-            if let Some(l) = l {
-                if let Err(e) = self.poll.registry().register(l, t, Interest::READABLE) {
-                    tracing::error!("cannot register listener: {e}");
-                    return;
-                }
+            if let Some(l) = l
+                && let Err(e) = self.poll.registry().register(l, t, Interest::READABLE)
+            {
+                tracing::error!("cannot register listener: {e}");
+                return;
             }
         }
         let mut events = Events::with_capacity(64);
@@ -262,11 +262,10 @@ impl Acceptor {
             if let Err(e) = self
                 .poll
                 .poll(&mut events, Some(Duration::from_millis(200)))
+                && e.kind() != io::ErrorKind::Interrupted
             {
-                if e.kind() != io::ErrorKind::Interrupted {
-                    tracing::error!("acceptor poll failed: {e}");
-                    return;
-                }
+                tracing::error!("acceptor poll failed: {e}");
+                return;
             }
             for ev in events.iter() {
                 match ev.token() {

@@ -341,7 +341,7 @@ fn mset_and_del_are_atomic_for_readers() {
                     cmd.arg(k).arg(format!("round-{round:05}"));
                 }
                 let _: () = cmd.query(&mut c).unwrap();
-                if round % 7 == 0 {
+                if round.is_multiple_of(7) {
                     let n: i64 = redis::cmd("DEL").arg(&keys).query(&mut c).unwrap();
                     assert_eq!(n, keys.len() as i64);
                 }

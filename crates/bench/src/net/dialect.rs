@@ -1,4 +1,4 @@
-//! What each network target is sent for each operation of WORKLOADS.md,
+//! What each network target is sent for each operation of the workloads (`docs/workloads.md`),
 //! and how its replies read.
 //!
 //! | operation | combkv-resp | redis | memcached, combkv-memcached |

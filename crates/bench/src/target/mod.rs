@@ -85,7 +85,7 @@ pub enum TargetKind {
     Memcached,
 }
 
-/// Names of the targets of WORKLOADS.md that talk to a server over loopback.
+/// Names of the targets of `docs/workloads.md` that talk to a server over loopback.
 pub const NETWORK_TARGETS: [&str; 4] = ["combkv-resp", "combkv-memcached", "redis", "memcached"];
 
 impl TargetKind {

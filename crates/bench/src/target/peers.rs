@@ -1,4 +1,4 @@
-//! The in-process peers of WORKLOADS.md: `BTreeMap` behind a `RwLock`,
+//! The in-process peers of `docs/workloads.md`: `BTreeMap` behind a `RwLock`,
 //! crossbeam's `SkipMap` and scc's `TreeIndex`, plus a Masstree (the
 //! `masstree` crate), each used the way its API makes cheapest for a caller
 //! that looks at values without keeping them.

@@ -1,5 +1,6 @@
 //! The background executor for checkpoint and compaction work, in the shape
-//! of `lsm-compaction-offload.txt` section 3.2:
+//! of the compaction-offload paper (FPGA-accelerated compactions for
+//! LSM-based key-value stores, section 3.2; `docs/design.md`, "References"):
 //!
 //! - *builder*: the code that wants work done (a checkpoint trigger, SAVE,
 //!   BGSAVE) builds a `Task` and submits it to the bounded task queue; a
@@ -226,16 +227,16 @@ fn drive(s: &Shared) {
         };
         let backend = dispatch(s);
         let mut outcome = backend.run(task.as_mut());
-        if let Err(e) = &outcome {
-            if !backend.is_cpu() {
-                s.retried.fetch_add(1, Ordering::Relaxed);
-                *s.last_failure.lock() = Some(format!(
-                    "{} failed on {} ({e}); retried on the CPU",
-                    task.name(),
-                    backend.name()
-                ));
-                outcome = task.run_cpu();
-            }
+        if let Err(e) = &outcome
+            && !backend.is_cpu()
+        {
+            s.retried.fetch_add(1, Ordering::Relaxed);
+            *s.last_failure.lock() = Some(format!(
+                "{} failed on {} ({e}); retried on the CPU",
+                task.name(),
+                backend.name()
+            ));
+            outcome = task.run_cpu();
         }
         match &outcome {
             Ok(()) => s.completed.fetch_add(1, Ordering::Relaxed),

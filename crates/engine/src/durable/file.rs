@@ -61,10 +61,10 @@ impl Storage for FsStorage {
         let mut out = Vec::new();
         for e in std::fs::read_dir(dir)? {
             let e = e?;
-            if e.file_type()?.is_file() {
-                if let Some(name) = e.file_name().to_str() {
-                    out.push(name.to_string());
-                }
+            if e.file_type()?.is_file()
+                && let Some(name) = e.file_name().to_str()
+            {
+                out.push(name.to_string());
             }
         }
         out.sort();

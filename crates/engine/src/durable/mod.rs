@@ -1,4 +1,4 @@
-//! Durability (DESIGN.md section 5): a write-ahead log with group commit,
+//! Durability (`docs/design.md`, "Durability"): a write-ahead log with group commit,
 //! checkpoints from MVCC snapshots, recovery by bulk loading and log
 //! replay, and a background executor for checkpoint work. File formats,
 //! sync points and recovery rules: docs/design.md, "Durability".

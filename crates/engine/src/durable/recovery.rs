@@ -92,11 +92,11 @@ pub(crate) fn scan_segment(
     let mut at = record::HEADER_BYTES;
     scan.valid_bytes = at as u64;
     while at < bytes.len() {
-        if let Some((offset, begin)) = stop {
-            if at as u64 == offset {
-                scan.damage = Some((offset, Damage::Unfinished(begin)));
-                return scan;
-            }
+        if let Some((offset, begin)) = stop
+            && at as u64 == offset
+        {
+            scan.damage = Some((offset, Damage::Unfinished(begin)));
+            return scan;
         }
         match record::decode_record(&bytes[at..]) {
             Ok((rec, used)) => {

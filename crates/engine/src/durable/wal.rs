@@ -219,10 +219,10 @@ impl Wal {
     /// failed first.
     pub(crate) fn wait_durable(&self, v: u64) -> Result<(), String> {
         if self.mode != Durability::Always {
-            if let Some(cause) = self.failure() {
-                if v > self.written.load(Ordering::Acquire) {
-                    return Err(cause);
-                }
+            if let Some(cause) = self.failure()
+                && v > self.written.load(Ordering::Acquire)
+            {
+                return Err(cause);
             }
             return Ok(());
         }

@@ -266,15 +266,15 @@ fn step(
                     prefetch_range(f.node, from, to);
                 }
             }
-            if h.level == 0 {
-                if let ReadRequest::Get(key) = requests[f.req] {
-                    f.matches = log_fp_matches(buf, nlog, key_fp(key));
-                    let mut m = f.matches;
-                    while m != 0 {
-                        let e = log_dir_entry(buf, m.trailing_zeros() as usize);
-                        prefetch(f.node.as_raw().wrapping_add(e.at as usize));
-                        m &= m - 1;
-                    }
+            if h.level == 0
+                && let ReadRequest::Get(key) = requests[f.req]
+            {
+                f.matches = log_fp_matches(buf, nlog, key_fp(key));
+                let mut m = f.matches;
+                while m != 0 {
+                    let e = log_dir_entry(buf, m.trailing_zeros() as usize);
+                    prefetch(f.node.as_raw().wrapping_add(e.at as usize));
+                    m &= m - 1;
                 }
             }
             f.stage = if wait_group {
@@ -327,10 +327,10 @@ fn step(
             out.begin(f.req);
             match requests[f.req] {
                 ReadRequest::Get(key) => {
-                    if let Some(it) = leaf_get_matches(buf, f.matches, seg, key, rv) {
-                        if it.is_live(now) {
-                            out.push(f.req, &it);
-                        }
+                    if let Some(it) = leaf_get_matches(buf, f.matches, seg, key, rv)
+                        && it.is_live(now)
+                    {
+                        out.push(f.req, &it);
                     }
                 }
                 ReadRequest::Range(r) => {

@@ -60,10 +60,10 @@ impl Tree {
                 return fail("out-of-line value without NODE_EXTERNAL".into());
             }
             let skip = h.prefix_skip as usize;
-            if let (Some(first), Some(last)) = (items.first(), items.last()) {
-                if skip != node::prefix_skip(first.1, last.1) {
-                    return fail(format!("prefix_skip {skip}"));
-                }
+            if let (Some(first), Some(last)) = (items.first(), items.last())
+                && skip != node::prefix_skip(first.1, last.1)
+            {
+                return fail(format!("prefix_skip {skip}"));
             }
             let sc = Shortcuts::of(h);
             if items.is_empty() != (sc.n == 0) || sc.n > self.g.max_shortcuts() {

@@ -735,10 +735,10 @@ pub(crate) fn leaf_walk(
             if !walk_group(buf, rv, &group, s, &mut f) {
                 return false;
             }
-        } else if let Some(s) = s {
-            if !f(s) {
-                return false;
-            }
+        } else if let Some(s) = s
+            && !f(s)
+        {
+            return false;
         }
         match s {
             Some(s) => off += s.len as usize,
@@ -780,10 +780,10 @@ fn walk_group(
         while j < n && group.flags(j) & ITEM_DUP != 0 {
             j += 1;
         }
-        if let Some(it) = pick(None, start, j) {
-            if !f(it) {
-                return false;
-            }
+        if let Some(it) = pick(None, start, j)
+            && !f(it)
+        {
+            return false;
         }
     }
     debug_assert!(

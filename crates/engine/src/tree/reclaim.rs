@@ -1,4 +1,4 @@
-//! Reclamation of replaced buffers (DESIGN.md section 2, "The hard parts").
+//! Reclamation of replaced buffers (`docs/design.md`, "Why reclamation is safe").
 //!
 //! A buffer replaced by the write at version `w` serves read versions in
 //! `[its own version, w)`. It is retired only after `w` is released, so every

@@ -167,12 +167,11 @@ impl Tree {
             return 0;
         }
         let mut start = r.start.as_ref().map(|k| &k[..]);
-        if r.floor_start {
-            if let Bound::Included(k) = start {
-                if let Some(f) = self.floor_at(k, rv, now) {
-                    start = Bound::Included(f.key);
-                }
-            }
+        if r.floor_start
+            && let Bound::Included(k) = start
+            && let Some(f) = self.floor_at(k, rv, now)
+        {
+            start = Bound::Included(f.key);
         }
         let end = r.end.as_ref().map(|k| &k[..]);
         self.scan(rv, now, start, end, r.reverse, |it| {

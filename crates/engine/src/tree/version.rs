@@ -152,10 +152,10 @@ impl Runs {
     /// Forgets every version `<= v`.
     fn drop_through(&mut self, v: u64) {
         let mut rest = self.0.split_off(&(v + 1));
-        if let Some((_, &end)) = self.0.iter().next_back() {
-            if end > v {
-                rest.insert(v + 1, end);
-            }
+        if let Some((_, &end)) = self.0.iter().next_back()
+            && end > v
+        {
+            rest.insert(v + 1, end);
         }
         self.0 = rest;
     }

@@ -442,7 +442,7 @@ impl Tree {
             w.set(n);
             n
         });
-        if n % 256 == 0 {
+        if n.is_multiple_of(256) {
             self.collect(false);
         }
     }
@@ -1021,12 +1021,12 @@ impl Tree {
             level_idx -= 1;
             node = parent;
             // A root left with one child we just built: the child becomes the root.
-            if node.lid == Lid::ROOT {
-                if let Content::Interior(ch, _) = &content {
-                    if ch.len() == 1 && self.collapse_root(plan, ch[0].lid, node) {
-                        return true;
-                    }
-                }
+            if node.lid == Lid::ROOT
+                && let Content::Interior(ch, _) = &content
+                && ch.len() == 1
+                && self.collapse_root(plan, ch[0].lid, node)
+            {
+                return true;
             }
         }
     }

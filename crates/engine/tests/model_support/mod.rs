@@ -435,7 +435,11 @@ impl Setup {
             10..=16 => Some(16 * 1024),
             _ => Some(100),
         };
-        let max_snapshots = if (h >> 8) % 10 == 0 { Some(3) } else { None };
+        let max_snapshots = if (h >> 8).is_multiple_of(10) {
+            Some(3)
+        } else {
+            None
+        };
         Setup {
             node,
             max_val,
@@ -770,18 +774,19 @@ impl Gen {
         };
         let mut end = self.bound();
         // Mostly make non-empty ranges: swap inverted bounds 60% of the time.
-        if let (Included(a) | Excluded(a), Included(b) | Excluded(b)) = (&start, &end) {
-            if a > b && self.rng.random_bool(0.6) {
-                let (a, b) = (a.clone(), b.clone());
-                start = match start {
-                    Included(_) => Included(b),
-                    _ => Excluded(b),
-                };
-                end = match end {
-                    Included(_) => Included(a),
-                    _ => Excluded(a),
-                };
-            }
+        if let (Included(a) | Excluded(a), Included(b) | Excluded(b)) = (&start, &end)
+            && a > b
+            && self.rng.random_bool(0.6)
+        {
+            let (a, b) = (a.clone(), b.clone());
+            start = match start {
+                Included(_) => Included(b),
+                _ => Excluded(b),
+            };
+            end = match end {
+                Included(_) => Included(a),
+                _ => Excluded(a),
+            };
         }
         let limit = match self.pct() {
             0..=59 => None,
@@ -1247,10 +1252,10 @@ impl Runner {
 
     fn write_bads(&self, key: &[u8], val_len: Option<usize>) -> Vec<Bad> {
         let mut v: Vec<Bad> = self.key_bad(key).into_iter().collect();
-        if let Some(l) = val_len {
-            if l > self.max_val {
-                v.push(Bad::ValueTooLarge(Some(l)));
-            }
+        if let Some(l) = val_len
+            && l > self.max_val
+        {
+            v.push(Bad::ValueTooLarge(Some(l)));
         }
         v
     }
@@ -1407,7 +1412,7 @@ impl Runner {
         match op {
             Op::DeleteMost(keep, order, seed) => {
                 let mut keys: Vec<Vec<u8>> = self.model.keys().cloned().collect();
-                let keep_it = |i: usize| *keep != 0 && i % *keep == 0;
+                let keep_it = |i: usize| *keep != 0 && i.is_multiple_of(*keep);
                 keys = keys
                     .into_iter()
                     .enumerate()
@@ -2601,11 +2606,9 @@ pub fn shrink(setup: Setup, trace: Vec<Op>, failure: Failure) -> (Vec<Op>, Failu
             },
             _ => false,
         };
-        if changed {
-            if let Some((_, f)) = try_ops(&cand) {
-                cur = cand;
-                best = f;
-            }
+        if changed && let Some((_, f)) = try_ops(&cand) {
+            cur = cand;
+            best = f;
         }
     }
     QUIET.with(|q| q.set(false));

@@ -1,5 +1,5 @@
 //! Every error line the memcached listener sends, built in one place. The
-//! texts are memcached 1.6's (`proto_text.c`), except where PROTOCOL.md
+//! texts are memcached 1.6's (`proto_text.c`), except where `docs/protocol.md`
 //! names its own (`CLIENT_ERROR key too long`); docs/protocol.md lists the
 //! differences.
 

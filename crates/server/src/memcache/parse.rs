@@ -728,10 +728,10 @@ fn meta_line<'a>(which: u8, line: &'a [u8], toks: &Tokens<'a>, limits: &Limits) 
         Meta::Get => Request::MetaGet { key, flags },
         Meta::Delete => Request::MetaDelete { key, flags },
         _ => {
-            if let Some(m) = flags.mode {
-                if !matches!(m, b'I' | b'i' | b'+' | b'D' | b'd' | b'-') {
-                    return error(McError::MaMode);
-                }
+            if let Some(m) = flags.mode
+                && !matches!(m, b'I' | b'i' | b'+' | b'D' | b'd' | b'-')
+            {
+                return error(McError::MaMode);
             }
             Request::MetaArith { key, flags }
         }
@@ -777,10 +777,10 @@ fn meta_set<'a>(
     if let Err(e) = check_opaque(&flags) {
         return fail(e, skip);
     }
-    if let Some(m) = flags.mode {
-        if !b"EeAaPpRrSs".contains(&m) {
-            return fail(McError::MsMode, skip);
-        }
+    if let Some(m) = flags.mode
+        && !b"EeAaPpRrSs".contains(&m)
+    {
+        return fail(McError::MsMode, skip);
     }
     if too_large(line_len, vlen, limits) {
         return fail(McError::TooLarge, skip);
@@ -894,7 +894,7 @@ fn b64_value(c: u8) -> Option<u8> {
 /// Decodes a padded base64 key; None if it is not valid base64 or decodes
 /// to nothing.
 fn decode_key(raw: &[u8]) -> Option<Key<'_>> {
-    if raw.is_empty() || raw.len() % 4 != 0 || raw.len() > MEMCACHED_MAX_KEY + 2 {
+    if raw.is_empty() || !raw.len().is_multiple_of(4) || raw.len() > MEMCACHED_MAX_KEY + 2 {
         return None;
     }
     let mut buf = [0u8; DECODED_KEY_MAX];

@@ -149,10 +149,10 @@ impl FlushTimer {
             }
             st.deadline_ms = None;
             drop(st);
-            if let Some(s) = store.upgrade() {
-                if let Err(e) = s.clear() {
-                    tracing::warn!("delayed flush_all failed: {e}");
-                }
+            if let Some(s) = store.upgrade()
+                && let Err(e) = s.clear()
+            {
+                tracing::warn!("delayed flush_all failed: {e}");
             }
             st = self.state.lock();
         }

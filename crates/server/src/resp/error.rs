@@ -1,5 +1,5 @@
 //! Every error reply a RESP command can send, built in one place. The texts
-//! are Redis 7's where Redis has the condition, and PROTOCOL.md's otherwise.
+//! are Redis 7's where Redis has the condition, and `docs/protocol.md`'s otherwise.
 
 use combkv::Error as StoreError;
 
@@ -40,7 +40,7 @@ impl CmdError {
             CmdError::Store(e) => match e {
                 StoreError::NotAnInteger => "ERR value is not an integer or out of range".into(),
                 StoreError::Overflow => "ERR increment or decrement would overflow".into(),
-                // The rest read as PROTOCOL.md gives them ("key too long
+                // The rest read as `docs/protocol.md` gives them ("key too long
                 // (max N bytes)", "no such snapshot", "store is read-only: ...").
                 other => format!("ERR {other}"),
             },

@@ -170,18 +170,19 @@ impl RespConn {
                 .args
                 .iter()
                 .all(|a| matches!(a, frame::Arg::Input { .. }));
-            if self.authenticated && from_input {
-                if let Some(b) = cmd::batchable(spec, args, cx.shared, &mut self.ranges) {
-                    // Offsets of a batched request's arguments, absolute in `input`.
-                    let first = self.pending_args.len();
-                    for a in args {
-                        let off = a.as_ptr() as usize - input.as_ptr() as usize;
-                        self.pending_args.push((off, a.len()));
-                    }
-                    self.pending.push((first, self.pending_args.len(), b));
-                    self.req = req;
-                    continue;
+            if self.authenticated
+                && from_input
+                && let Some(b) = cmd::batchable(spec, args, cx.shared, &mut self.ranges)
+            {
+                // Offsets of a batched request's arguments, absolute in `input`.
+                let first = self.pending_args.len();
+                for a in args {
+                    let off = a.as_ptr() as usize - input.as_ptr() as usize;
+                    self.pending_args.push((off, a.len()));
                 }
+                self.pending.push((first, self.pending_args.len(), b));
+                self.req = req;
+                continue;
             }
             if !self.run_batch(cx, input, out) {
                 return Outcome {

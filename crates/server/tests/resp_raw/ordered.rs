@@ -1,5 +1,5 @@
 //! combkv's ordered and versioned reads: RANGE FLOOR CEIL SNAPSHOT GETAT
-//! RANGEAT (PROTOCOL.md).
+//! RANGEAT (`docs/protocol.md`).
 
 use crate::wire::*;
 

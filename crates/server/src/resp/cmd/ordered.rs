@@ -1,4 +1,4 @@
-//! combkv's ordered and versioned reads (PROTOCOL.md): RANGE FLOOR CEIL,
+//! combkv's ordered and versioned reads (`docs/protocol.md`): RANGE FLOOR CEIL,
 //! SNAPSHOT CREATE/RELEASE/LIST, GETAT, RANGEAT.
 
 use std::ops::Bound;
@@ -329,7 +329,7 @@ pub(super) fn ceil(cx: &mut Ctx<'_, '_>) -> CmdResult {
     Ok(())
 }
 
-/// Default snapshot lifetime (PROTOCOL.md).
+/// Default snapshot lifetime (`docs/protocol.md`).
 const SNAPSHOT_DEFAULT_SECS: u64 = 60;
 
 pub(super) fn snapshot(cx: &mut Ctx<'_, '_>) -> CmdResult {

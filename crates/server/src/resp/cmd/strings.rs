@@ -238,7 +238,7 @@ pub(super) fn mset(cx: &mut Ctx<'_, '_>) -> CmdResult {
             .into());
         }
     }
-    // One atomic group: no reader sees part of it (PROTOCOL.md).
+    // One atomic group: no reader sees part of it (`docs/protocol.md`, MSET).
     let writes: Vec<AtomicWrite<'_>> = cx.args[1..]
         .chunks(2)
         .map(|pair| AtomicWrite::Put {
