@@ -19,6 +19,7 @@ pub use config::Config;
 pub use durable::check::{CheckReport, check};
 pub use durable::{CheckpointInfo, Durability, DurableConfig, PersistenceStats, RecoveryReport};
 pub use error::{Error, Result};
+pub use store::op;
 pub use store::{
     AtomicWrite, Expiry, Flags, Item, ItemView, NodeCounts, Range, Session, SnapshotId, Store,
     Version, Write, now_ms,

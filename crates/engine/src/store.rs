@@ -1,5 +1,7 @@
 //! The public store API: what the server, the bench and embedders call.
 
+pub mod op;
+
 use std::borrow::Cow;
 use std::ops::Bound;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -273,18 +275,6 @@ pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
-}
-
-fn parse_i64(v: &[u8]) -> Option<i64> {
-    // Redis's rules: optional '-', digits, no '+', no spaces, no leading zeros.
-    let digits = v.strip_prefix(b"-").unwrap_or(v);
-    if digits.is_empty() || v.len() > 20 || (digits.len() > 1 && digits[0] == b'0') {
-        return None;
-    }
-    if v == b"-0" {
-        return None;
-    }
-    std::str::from_utf8(v).ok()?.parse().ok()
 }
 
 impl Drop for Store {
@@ -987,7 +977,7 @@ impl Store {
         let (r, _) = self.write_key(ack, key, |cur| {
             let old = match cur {
                 None => 0,
-                Some(c) => match parse_i64(c.value.bytes()) {
+                Some(c) => match op::parse_signed(c.value.bytes()) {
                     Some(n) => n,
                     None => return (WriteOp::Noop, Err(Error::NotAnInteger)),
                 },
