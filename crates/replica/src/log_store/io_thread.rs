@@ -1,0 +1,307 @@
+//! The one thread that changes the log's files, in the order it is asked.
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, Sender, channel};
+
+use combkv::durable::{Storage, WritableFile};
+use openraft::storage::LogFlushed;
+use parking_lot::Mutex;
+use tokio::sync::oneshot;
+
+use super::segment::{self, COMMITTED_FILE, META_FILE, Meta};
+use crate::types::{LogId, TypeConfig, Vote};
+
+/// A segment file and where its entries' records start.
+#[derive(Debug)]
+pub(crate) struct Segment {
+    pub first: u64,
+    pub name: String,
+    pub bytes: u64,
+    /// (entry index, record offset), ascending.
+    pub offsets: Vec<(u64, u64)>,
+}
+
+/// Work for the I/O thread.
+pub(crate) enum Job {
+    /// Records to write, (index, offset in `records`) of each, and the
+    /// callback to fire once they are synced.
+    Append {
+        records: Vec<u8>,
+        indexes: Vec<(u64, usize)>,
+        callback: LogFlushed<TypeConfig>,
+    },
+    SaveVote {
+        vote: Vote,
+        done: oneshot::Sender<io::Result<()>>,
+    },
+    SaveCommitted {
+        committed: Option<LogId>,
+    },
+    /// Remove every entry from `since` on.
+    Truncate {
+        since: u64,
+        done: oneshot::Sender<io::Result<()>>,
+    },
+    /// Remove every entry up to `upto`.
+    Purge {
+        upto: LogId,
+        done: oneshot::Sender<io::Result<()>>,
+    },
+}
+
+/// The handle: sends jobs; the thread ends when it is dropped.
+#[derive(Debug)]
+pub(crate) struct IoThread {
+    tx: Mutex<Option<Sender<Job>>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl IoThread {
+    pub(crate) fn start(
+        storage: Arc<dyn Storage>,
+        dir: PathBuf,
+        segment_bytes: u64,
+        segments: Vec<Segment>,
+        meta: Meta,
+    ) -> io::Result<IoThread> {
+        let (tx, rx) = channel();
+        let mut files = Files {
+            storage,
+            dir,
+            segment_bytes,
+            segments,
+            open: None,
+            meta,
+            failed: None,
+        };
+        let thread = std::thread::Builder::new()
+            .name("raft-log-io".into())
+            .spawn(move || files.serve(rx))?;
+        Ok(IoThread {
+            tx: Mutex::new(Some(tx)),
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    pub(crate) fn send(&self, job: Job) -> io::Result<()> {
+        let tx = self.tx.lock();
+        let tx = tx
+            .as_ref()
+            .ok_or_else(|| io::Error::other("the Raft log is closed"))?;
+        tx.send(job)
+            .map_err(|_| io::Error::other("the Raft log's I/O thread stopped"))
+    }
+}
+
+impl Drop for IoThread {
+    fn drop(&mut self) {
+        self.tx.lock().take();
+        if let Some(t) = self.thread.lock().take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The files, owned by the I/O thread.
+struct Files {
+    storage: Arc<dyn Storage>,
+    dir: PathBuf,
+    segment_bytes: u64,
+    segments: Vec<Segment>,
+    /// The segment being appended to (the last of `segments`).
+    open: Option<Box<dyn WritableFile>>,
+    meta: Meta,
+    /// After a failed write or sync, nothing more is written: the state of
+    /// the file is unknown, and openraft stops the node on the error.
+    failed: Option<String>,
+}
+
+impl Files {
+    fn serve(&mut self, rx: Receiver<Job>) {
+        let mut next = rx.recv().ok();
+        while let Some(job) = next.take() {
+            match job {
+                Job::Append {
+                    records,
+                    indexes,
+                    callback,
+                } => {
+                    // Group commit: every append already queued behind this
+                    // one shares its sync.
+                    let mut callbacks = vec![callback];
+                    let mut result = self.write(&records, &indexes);
+                    loop {
+                        match rx.try_recv() {
+                            Ok(Job::Append {
+                                records,
+                                indexes,
+                                callback,
+                            }) => {
+                                if result.is_ok() {
+                                    result = self.write(&records, &indexes);
+                                }
+                                callbacks.push(callback);
+                            }
+                            Ok(other) => {
+                                next = Some(other);
+                                break;
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                    if result.is_ok() {
+                        result = self.sync();
+                    }
+                    for cb in callbacks {
+                        cb.log_io_completed(match &result {
+                            Ok(()) => Ok(()),
+                            Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+                        });
+                    }
+                }
+                Job::SaveVote { vote, done } => {
+                    let mut meta = self.meta.clone();
+                    meta.vote = Some(vote);
+                    let r = self.write_meta(meta);
+                    let _ = done.send(r);
+                }
+                Job::SaveCommitted { committed } => {
+                    let _ = segment::write_small(
+                        &*self.storage,
+                        &self.dir,
+                        COMMITTED_FILE,
+                        &committed,
+                        false,
+                    );
+                }
+                Job::Truncate { since, done } => {
+                    let _ = done.send(self.guarded(|f| f.truncate(since)));
+                }
+                Job::Purge { upto, done } => {
+                    let _ = done.send(self.guarded(|f| f.purge(upto)));
+                }
+            }
+            if next.is_none() {
+                next = rx.recv().ok();
+            }
+        }
+    }
+
+    /// Runs a file change unless an earlier one failed; a failure stops
+    /// every later change.
+    fn guarded(&mut self, f: impl FnOnce(&mut Files) -> io::Result<()>) -> io::Result<()> {
+        if let Some(why) = &self.failed {
+            return Err(io::Error::other(format!(
+                "the Raft log failed earlier: {why}"
+            )));
+        }
+        let r = f(self);
+        if let Err(e) = &r {
+            self.failed = Some(e.to_string());
+        }
+        r
+    }
+
+    fn write(&mut self, records: &[u8], indexes: &[(u64, usize)]) -> io::Result<()> {
+        self.guarded(|f| f.write_unguarded(records, indexes))
+    }
+
+    fn write_unguarded(&mut self, records: &[u8], indexes: &[(u64, usize)]) -> io::Result<()> {
+        let Some(&(first, _)) = indexes.first() else {
+            return Ok(());
+        };
+        let full = self
+            .segments
+            .last()
+            .is_some_and(|s| s.bytes >= self.segment_bytes);
+        if self.open.is_none() || full {
+            self.begin_segment(first)?;
+        }
+        let seg = self.segments.last_mut().expect("a segment is open");
+        let file = self.open.as_mut().expect("a segment is open");
+        file.write_all(records)?;
+        for &(index, at) in indexes {
+            seg.offsets.push((index, seg.bytes + at as u64));
+        }
+        seg.bytes += records.len() as u64;
+        Ok(())
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.guarded(|f| match f.open.as_mut() {
+            Some(file) => file.sync_data(),
+            None => Ok(()),
+        })
+    }
+
+    /// Starts a new segment whose first entry is `first`. Its directory
+    /// entry is synced before anything is acknowledged from it.
+    fn begin_segment(&mut self, first: u64) -> io::Result<()> {
+        if let Some(mut old) = self.open.take() {
+            old.sync_data()?;
+        }
+        let name = segment::segment_name(first);
+        // An empty segment left by a torn tail at its very start is
+        // begun again, not listed twice.
+        if self.segments.last().is_some_and(|s| s.name == name) {
+            self.segments.pop();
+        }
+        let file = self.storage.create(&self.dir.join(&name))?;
+        self.storage.sync_dir(&self.dir)?;
+        self.open = Some(file);
+        self.segments.push(Segment {
+            first,
+            name,
+            bytes: 0,
+            offsets: Vec::new(),
+        });
+        Ok(())
+    }
+
+    /// Removes the entries from `since` on: whole segments that begin at or
+    /// after it, then the tail of the segment that holds it. Appends after
+    /// this go to a new segment.
+    fn truncate(&mut self, since: u64) -> io::Result<()> {
+        if let Some(mut f) = self.open.take() {
+            f.sync_data()?;
+        }
+        while self.segments.last().is_some_and(|s| s.first >= since) {
+            let s = self.segments.pop().expect("checked");
+            self.storage.remove(&self.dir.join(&s.name))?;
+        }
+        self.storage.sync_dir(&self.dir)?;
+        if let Some(s) = self.segments.last_mut() {
+            let keep = s.offsets.partition_point(|&(i, _)| i < since);
+            if keep < s.offsets.len() {
+                let cut = s.offsets[keep].1;
+                s.offsets.truncate(keep);
+                s.bytes = cut;
+                self.storage.truncate(&self.dir.join(&s.name), cut)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records the purge point durably, then removes the segments every
+    /// entry of which it covers.
+    fn purge(&mut self, upto: LogId) -> io::Result<()> {
+        let mut meta = self.meta.clone();
+        meta.purged = Some(upto);
+        self.write_meta(meta)?;
+        // A segment is covered once the next one begins at or before the
+        // entry after `upto`; the last segment always stays.
+        while self.segments.len() > 1 && self.segments[1].first <= upto.index + 1 {
+            let s = self.segments.remove(0);
+            self.storage.remove(&self.dir.join(&s.name))?;
+        }
+        self.storage.sync_dir(&self.dir)
+    }
+
+    fn write_meta(&mut self, meta: Meta) -> io::Result<()> {
+        segment::write_small(&*self.storage, &self.dir, META_FILE, &meta, true)?;
+        self.meta = meta;
+        Ok(())
+    }
+}

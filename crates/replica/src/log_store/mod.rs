@@ -1,0 +1,341 @@
+//! The Raft log, which in cluster mode is combkv's write-ahead log.
+//!
+//! Entries live in memory (for the replication tasks that read them) and
+//! in segment files (`segment`). Every change to the files goes through one
+//! I/O thread, in the order openraft asked for it, so no write overtakes an
+//! earlier one. Appends are group-committed: the thread writes every append
+//! queued behind the first, syncs once, and only then reports each of them
+//! flushed, never before. The vote is written to a temporary file, synced,
+//! renamed into place and the directory synced before `save_vote` returns.
+//! Entries are purged (their segments removed) only once openraft says a
+//! snapshot covers them, that is after the snapshot is durable.
+//!
+//! On open, a bad record at the end of the last segment with nothing valid
+//! after it is a torn tail (a crash during an append that was never
+//! acknowledged) and is cut; a bad record anywhere else is corruption and
+//! the open fails, naming the file and offset.
+
+mod io_thread;
+pub(crate) mod segment;
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::io;
+use std::ops::RangeBounds;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use combkv::durable::Storage;
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{LogIdOptionExt, OptionalSend, RaftLogReader, StorageIOError};
+use parking_lot::Mutex;
+
+use crate::types::{Entry, LogId, StorageError, TypeConfig, Vote};
+use io_thread::{IoThread, Job};
+use segment::{COMMITTED_FILE, META_FILE, Meta};
+
+/// A segment is closed and a new one begun once it holds this many bytes.
+pub const DEFAULT_SEGMENT_BYTES: u64 = 64 << 20;
+
+/// The log's in-memory state, shared with its readers.
+#[derive(Debug, Default)]
+struct State {
+    entries: BTreeMap<u64, Entry>,
+    vote: Option<Vote>,
+    committed: Option<LogId>,
+    purged: Option<LogId>,
+}
+
+/// The Raft log of one node, in a directory of its own.
+#[derive(Debug, Clone)]
+pub struct LogStore {
+    state: Arc<Mutex<State>>,
+    io: Arc<IoThread>,
+    dir: PathBuf,
+}
+
+/// What opening a log found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenReport {
+    /// Entries loaded (after the purged prefix).
+    pub entries: usize,
+    /// A torn tail cut from the last segment: (file, offset, bytes dropped).
+    pub torn_tail: Option<(String, u64, u64)>,
+}
+
+/// Why a log could not be opened.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// Reading or repairing the files failed.
+    Io(io::Error),
+    /// A segment is damaged where valid data follows: cutting it would lose
+    /// entries this node may have acknowledged.
+    Corrupt {
+        file: String,
+        offset: u64,
+        what: String,
+    },
+    /// The entries are not consecutive.
+    Gap { after: u64, next: u64 },
+}
+
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpenError::Io(e) => write!(f, "reading the Raft log: {e}"),
+            OpenError::Corrupt { file, offset, what } => write!(
+                f,
+                "the Raft log is corrupt: {file} at byte {offset}: {what}, and valid data follows"
+            ),
+            OpenError::Gap { after, next } => {
+                write!(f, "the Raft log has a gap: entry {next} follows {after}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for OpenError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            OpenError::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<io::Error> for OpenError {
+    fn from(e: io::Error) -> Self {
+        OpenError::Io(e)
+    }
+}
+
+impl LogStore {
+    /// Opens (or creates) the log in `dir`.
+    pub fn open(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+        segment_bytes: u64,
+    ) -> Result<(LogStore, OpenReport), OpenError> {
+        storage.create_dir_all(dir)?;
+        let meta: Meta = segment::read_small(&*storage, dir, META_FILE)?.unwrap_or_default();
+        // The commit point may lag or be lost; a damaged one is no loss.
+        let committed: Option<LogId> = segment::read_small(&*storage, dir, COMMITTED_FILE)
+            .ok()
+            .flatten();
+        let (entries, segments, report) = Self::load_segments(&*storage, dir, meta.purged)?;
+        let state = State {
+            entries,
+            vote: meta.vote,
+            committed,
+            purged: meta.purged,
+        };
+        let io = IoThread::start(
+            Arc::clone(&storage),
+            dir.to_path_buf(),
+            segment_bytes,
+            segments,
+            meta,
+        )?;
+        let store = LogStore {
+            state: Arc::new(Mutex::new(state)),
+            io: Arc::new(io),
+            dir: dir.to_path_buf(),
+        };
+        Ok((store, report))
+    }
+
+    /// Reads every segment, cutting a torn tail, refusing corruption.
+    #[expect(clippy::type_complexity, reason = "one private loader's results")]
+    fn load_segments(
+        storage: &dyn Storage,
+        dir: &Path,
+        purged: Option<LogId>,
+    ) -> Result<(BTreeMap<u64, Entry>, Vec<io_thread::Segment>, OpenReport), OpenError> {
+        let mut names: Vec<(u64, String)> = storage
+            .list(dir)?
+            .into_iter()
+            .filter_map(|n| segment::segment_first(&n).map(|first| (first, n)))
+            .collect();
+        names.sort();
+        let mut entries = BTreeMap::new();
+        let mut segments = Vec::new();
+        let mut report = OpenReport::default();
+        let last = names.len().saturating_sub(1);
+        for (i, (first, name)) in names.iter().enumerate() {
+            let path = dir.join(name);
+            let read = segment::read_segment(storage, &path)?;
+            if let Some(what) = &read.damage {
+                if i != last {
+                    return Err(OpenError::Corrupt {
+                        file: path.display().to_string(),
+                        offset: read.valid_bytes,
+                        what: what.clone(),
+                    });
+                }
+                // The last segment's tail: written, never synced, so never
+                // acknowledged. Cut it so that appends follow valid data.
+                storage.truncate(&path, read.valid_bytes)?;
+                report.torn_tail = Some((
+                    path.display().to_string(),
+                    read.valid_bytes,
+                    read.file_bytes - read.valid_bytes,
+                ));
+            }
+            let mut offsets = Vec::with_capacity(read.entries.len());
+            for (offset, e) in read.entries {
+                offsets.push((e.log_id.index, offset));
+                entries.insert(e.log_id.index, e);
+            }
+            segments.push(io_thread::Segment {
+                first: *first,
+                name: name.clone(),
+                bytes: read.valid_bytes,
+                offsets,
+            });
+        }
+        let keep_from = purged.next_index();
+        entries.retain(|&i, _| i >= keep_from);
+        let mut prev: Option<u64> = purged.map(|p| p.index);
+        for &i in entries.keys() {
+            if let Some(p) = prev
+                && i != p + 1
+            {
+                return Err(OpenError::Gap { after: p, next: i });
+            }
+            prev = Some(i);
+        }
+        report.entries = entries.len();
+        Ok((entries, segments, report))
+    }
+
+    /// The directory of this log.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn io_error(e: io::Error) -> StorageError {
+        StorageIOError::write_logs(&e).into()
+    }
+
+    /// Runs `job` on the I/O thread and waits for it (from async code,
+    /// without blocking the runtime's worker).
+    async fn run(
+        &self,
+        job: impl FnOnce(tokio::sync::oneshot::Sender<io::Result<()>>) -> Job,
+    ) -> io::Result<()> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.io.send(job(tx))?;
+        rx.await
+            .map_err(|_| io::Error::other("the Raft log's I/O thread stopped"))?
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError> {
+        let state = self.state.lock();
+        Ok(state.entries.range(range).map(|(_, e)| e.clone()).collect())
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
+        let state = self.state.lock();
+        let last = state
+            .entries
+            .last_key_value()
+            .map(|(_, e)| e.log_id)
+            .or(state.purged);
+        Ok(LogState {
+            last_purged_log_id: state.purged,
+            last_log_id: last,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
+        let vote = *vote;
+        self.run(|done| Job::SaveVote { vote, done })
+            .await
+            .map_err(|e| StorageError::from(StorageIOError::write_vote(&e)))?;
+        self.state.lock().vote = Some(vote);
+        Ok(())
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
+        Ok(self.state.lock().vote)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
+        self.state.lock().committed = committed;
+        // Not synced, and not waited for: a commit point that lags after a
+        // crash only delays re-applying until a leader says more.
+        let _ = self.io.send(Job::SaveCommitted { committed });
+        Ok(())
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+        Ok(self.state.lock().committed)
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut records = Vec::new();
+        let mut indexes = Vec::new();
+        let mut state = self.state.lock();
+        for e in entries {
+            let at = records.len();
+            segment::encode_record(&e, &mut records).map_err(Self::io_error)?;
+            indexes.push((e.log_id.index, at));
+            state.entries.insert(e.log_id.index, e);
+        }
+        drop(state);
+        // Readable now; flushed when the I/O thread calls back.
+        self.io
+            .send(Job::Append {
+                records,
+                indexes,
+                callback,
+            })
+            .map_err(Self::io_error)?;
+        Ok(())
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.state.lock().entries.split_off(&log_id.index);
+        let since = log_id.index;
+        self.run(|done| Job::Truncate { since, done })
+            .await
+            .map_err(Self::io_error)
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        {
+            let mut state = self.state.lock();
+            let keep = state.entries.split_off(&(log_id.index + 1));
+            state.entries = keep;
+            state.purged = Some(log_id);
+        }
+        self.run(|done| Job::Purge { upto: log_id, done })
+            .await
+            .map_err(|e| StorageError::from(StorageIOError::write_logs(&e)))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,182 @@
+//! The log's files: segments of checksummed records, and the small files
+//! that hold the vote and the commit point.
+//!
+//! A segment `seg-<first index, 20 digits>.log` is a sequence of records
+//! `[payload length: u32 LE][CRC-32 of the payload: u32 LE][payload]`, the
+//! payload being one postcard-encoded entry. A reader stops at the first
+//! record that is incomplete or fails its checksum; what that means (a torn
+//! tail, or corruption) is decided by the caller, who knows whether valid
+//! records follow.
+
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+use combkv::durable::Storage;
+use serde::{Deserialize, Serialize};
+
+use crate::types::{Entry, LogId, Vote};
+
+/// Bytes of a record's header.
+pub(crate) const RECORD_HEADER_BYTES: usize = 8;
+/// The largest payload a record may claim: a larger claim is damage, not an
+/// entry (a batch carries at most a turn's writes; values are at most 64 MiB
+/// each, and a turn never holds more than the request limit).
+pub(crate) const MAX_RECORD_BYTES: usize = 1 << 30;
+
+/// The file name of the segment whose first entry has index `first`.
+pub(crate) fn segment_name(first: u64) -> String {
+    format!("seg-{first:020}.log")
+}
+
+/// The first index named by a segment's file name.
+pub(crate) fn segment_first(name: &str) -> Option<u64> {
+    name.strip_prefix("seg-")?
+        .strip_suffix(".log")
+        .filter(|d| d.len() == 20)?
+        .parse()
+        .ok()
+}
+
+/// Appends one record holding `entry` to `buf`.
+pub(crate) fn encode_record(entry: &Entry, buf: &mut Vec<u8>) -> io::Result<()> {
+    let start = buf.len();
+    buf.extend_from_slice(&[0; RECORD_HEADER_BYTES]);
+    let mut payload = postcard::to_stdvec(entry).map_err(io::Error::other)?;
+    if payload.len() > MAX_RECORD_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("a log entry of {} bytes is too large", payload.len()),
+        ));
+    }
+    let crc = crc32fast::hash(&payload);
+    buf[start..start + 4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    buf[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    buf.append(&mut payload);
+    Ok(())
+}
+
+/// One segment as read from disk.
+#[derive(Debug)]
+pub(crate) struct ReadSegment {
+    /// Each valid entry with the byte offset of its record.
+    pub entries: Vec<(u64, Entry)>,
+    /// Where the valid records end.
+    pub valid_bytes: u64,
+    /// The file's length.
+    pub file_bytes: u64,
+    /// Why reading stopped before the end of the file, if it did.
+    pub damage: Option<String>,
+}
+
+/// Reads every valid record of a segment.
+pub(crate) fn read_segment(storage: &dyn Storage, path: &Path) -> io::Result<ReadSegment> {
+    let file_bytes = storage.len(path)?;
+    let mut bytes = Vec::with_capacity(file_bytes as usize);
+    storage.open_read(path)?.read_to_end(&mut bytes)?;
+    let mut entries = Vec::new();
+    let mut at = 0usize;
+    let damage = loop {
+        if at == bytes.len() {
+            break None;
+        }
+        let Some(header) = bytes.get(at..at + RECORD_HEADER_BYTES) else {
+            break Some(format!("an incomplete record header at byte {at}"));
+        };
+        let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
+        let crc = u32::from_le_bytes(header[4..].try_into().expect("4 bytes"));
+        let body = at + RECORD_HEADER_BYTES;
+        if len > MAX_RECORD_BYTES {
+            break Some(format!("a record at byte {at} claims {len} bytes"));
+        }
+        let Some(payload) = bytes.get(body..body + len) else {
+            break Some(format!("an incomplete record at byte {at}"));
+        };
+        if crc32fast::hash(payload) != crc {
+            break Some(format!("a record at byte {at} fails its checksum"));
+        }
+        match postcard::from_bytes::<Entry>(payload) {
+            Ok(e) => entries.push((at as u64, e)),
+            Err(e) => break Some(format!("a record at byte {at} does not decode: {e}")),
+        }
+        at = body + len;
+    };
+    Ok(ReadSegment {
+        entries,
+        valid_bytes: at as u64,
+        file_bytes,
+        damage,
+    })
+}
+
+/// The durable part of the log's state besides its entries.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Meta {
+    pub vote: Option<Vote>,
+    /// The newest entry purged after a snapshot covered it.
+    pub purged: Option<LogId>,
+}
+
+/// The file holding [`Meta`].
+pub(crate) const META_FILE: &str = "meta";
+/// The file holding the commit point (see `save_committed`).
+pub(crate) const COMMITTED_FILE: &str = "committed";
+
+/// Replaces `dir/name` with `value`, checksummed: written to a temporary
+/// file, synced, renamed over the old one, and the directory synced, so a
+/// crash leaves the old value or the new one, never a mix. With `sync`
+/// false (the commit point, which may lag) nothing is synced.
+pub(crate) fn write_small<T: Serialize>(
+    storage: &dyn Storage,
+    dir: &Path,
+    name: &str,
+    value: &T,
+    sync: bool,
+) -> io::Result<()> {
+    let payload = postcard::to_stdvec(value).map_err(io::Error::other)?;
+    let mut buf = Vec::with_capacity(payload.len() + 4);
+    buf.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+    buf.extend_from_slice(&payload);
+    let tmp = dir.join(format!("{name}.tmp"));
+    let mut f = storage.create(&tmp)?;
+    f.write_all(&buf)?;
+    if sync {
+        f.sync_data()?;
+    }
+    drop(f);
+    storage.rename(&tmp, &dir.join(name))?;
+    if sync {
+        storage.sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// Reads what [`write_small`] wrote: `Ok(None)` if the file is absent,
+/// an error if it is damaged.
+pub(crate) fn read_small<T: for<'de> Deserialize<'de>>(
+    storage: &dyn Storage,
+    dir: &Path,
+    name: &str,
+) -> io::Result<Option<T>> {
+    let path: PathBuf = dir.join(name);
+    if !storage.list(dir)?.iter().any(|n| n == name) {
+        return Ok(None);
+    }
+    let mut buf = Vec::new();
+    storage.open_read(&path)?.read_to_end(&mut buf)?;
+    let damaged = || {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} is damaged", path.display()),
+        )
+    };
+    if buf.len() < 4 {
+        return Err(damaged());
+    }
+    let crc = u32::from_le_bytes(buf[..4].try_into().expect("4 bytes"));
+    if crc32fast::hash(&buf[4..]) != crc {
+        return Err(damaged());
+    }
+    postcard::from_bytes(&buf[4..])
+        .map(Some)
+        .map_err(|_| damaged())
+}

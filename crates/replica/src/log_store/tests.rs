@@ -1,0 +1,216 @@
+//! The log's own behaviour: reopening, torn tails against corruption,
+//! truncation and purging, and crashes at every sync point.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use combkv::durable::{FaultyStorage, FsStorage, Storage};
+use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
+use openraft::{CommittedLeaderId, EntryPayload, RaftLogReader};
+
+use super::*;
+use crate::types::{Batch, Entry, LogId};
+
+fn log_id(term: u64, index: u64) -> LogId {
+    LogId::new(CommittedLeaderId::new(term, 1), index)
+}
+
+fn entry(term: u64, index: u64) -> Entry {
+    Entry {
+        log_id: log_id(term, index),
+        payload: EntryPayload::Normal(Batch {
+            now_ms: index,
+            ops: vec![index as u8; (index % 7) as usize],
+        }),
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn open(
+    storage: &Arc<dyn Storage>,
+    segment_bytes: u64,
+) -> Result<(LogStore, OpenReport), OpenError> {
+    LogStore::open(Arc::clone(storage), Path::new("/raft"), segment_bytes)
+}
+
+async fn indexes(log: &mut LogStore) -> Vec<u64> {
+    log.try_get_log_entries(..)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.log_id.index)
+        .collect()
+}
+
+#[test]
+fn entries_vote_and_purge_point_survive_a_reopen() {
+    let storage: Arc<dyn Storage> = Arc::new(FaultyStorage::new(1));
+    rt().block_on(async {
+        let (mut log, _) = open(&storage, 200).unwrap();
+        log.blocking_append((1..=30).map(|i| entry(1, i)))
+            .await
+            .unwrap();
+        let vote = openraft::Vote::new(3, 2);
+        log.save_vote(&vote).await.unwrap();
+        log.purge(log_id(1, 10)).await.unwrap();
+        log.truncate(log_id(1, 26)).await.unwrap();
+        log.blocking_append((26..=28).map(|i| entry(2, i)))
+            .await
+            .unwrap();
+        drop(log);
+        let (mut log, report) = open(&storage, 200).unwrap();
+        assert_eq!(report.torn_tail, None);
+        assert_eq!(indexes(&mut log).await, (11..=28).collect::<Vec<_>>());
+        let got = log.try_get_log_entries(26..27).await.unwrap();
+        assert_eq!(got, vec![entry(2, 26)]);
+        assert_eq!(log.read_vote().await.unwrap(), Some(vote));
+        let state = log.get_log_state().await.unwrap();
+        assert_eq!(state.last_purged_log_id, Some(log_id(1, 10)));
+        assert_eq!(state.last_log_id, Some(log_id(2, 28)));
+    });
+}
+
+#[test]
+fn a_torn_tail_is_cut_and_corruption_refuses_to_open() {
+    let storage = Arc::new(FaultyStorage::new(2));
+    let dynamic: Arc<dyn Storage> = storage.clone();
+    let path = Path::new("/raft").join(segment::segment_name(1));
+    rt().block_on(async {
+        let (mut log, _) = open(&dynamic, 1 << 20).unwrap();
+        log.blocking_append((1..=10).map(|i| entry(1, i)))
+            .await
+            .unwrap();
+    });
+    let whole = storage.file(&path).unwrap();
+    // A half-written last record: cut, and the nine before it kept.
+    storage.put_file(&path, whole[..whole.len() - 3].to_vec());
+    let (mut log, report) = open(&dynamic, 1 << 20).unwrap();
+    assert!(report.torn_tail.is_some());
+    assert_eq!(
+        rt().block_on(indexes(&mut log)),
+        (1..=9).collect::<Vec<_>>()
+    );
+    drop(log);
+    // A flipped byte in the first record, valid records after it.
+    let mut bad = whole.clone();
+    bad[segment::RECORD_HEADER_BYTES + 1] ^= 0x40;
+    storage.put_file(&path, bad);
+    let second = Path::new("/raft").join(segment::segment_name(11));
+    storage.put_file(&second, Vec::new());
+    match open(&dynamic, 1 << 20) {
+        Err(OpenError::Corrupt { file, offset, .. }) => {
+            assert!(file.contains("seg-00000000000000000001"), "{file}");
+            assert_eq!(offset, 0);
+        }
+        other => panic!("opened a corrupt log: {other:?}"),
+    }
+}
+
+#[test]
+fn segments_roll_over_and_purged_ones_are_removed() {
+    let storage = Arc::new(FaultyStorage::new(3));
+    let dynamic: Arc<dyn Storage> = storage.clone();
+    rt().block_on(async {
+        let (mut log, _) = open(&dynamic, 64).unwrap();
+        for i in 1..=40 {
+            log.blocking_append([entry(1, i)]).await.unwrap();
+        }
+        let names = |s: &Arc<dyn Storage>| {
+            s.list(Path::new("/raft"))
+                .unwrap()
+                .into_iter()
+                .filter(|n| n.starts_with("seg-"))
+                .count()
+        };
+        let before = names(&dynamic);
+        assert!(before > 3, "{before} segments");
+        log.purge(log_id(1, 35)).await.unwrap();
+        assert!(names(&dynamic) < before);
+        drop(log);
+        let (mut log, _) = open(&dynamic, 64).unwrap();
+        assert_eq!(indexes(&mut log).await, (36..=40).collect::<Vec<_>>());
+    });
+}
+
+/// Crashes at every sync point of a run of appends, votes, truncations and
+/// purges: whatever the crash, the reopened log holds every entry whose
+/// append was reported flushed, the last vote whose save returned, and no
+/// gap.
+#[test]
+fn a_crash_at_every_sync_point_keeps_what_was_flushed() {
+    let mut point = 1;
+    loop {
+        let storage = Arc::new(FaultyStorage::new(point));
+        let dynamic: Arc<dyn Storage> = storage.clone();
+        storage.crash_at_sync(point);
+        let (flushed, vote) = rt().block_on(async {
+            let (mut log, _) = match open(&dynamic, 96) {
+                Ok(l) => l,
+                Err(_) => return (0, None),
+            };
+            let mut flushed = 0;
+            let mut vote = None;
+            for round in 1..=6u64 {
+                let from = flushed + 1;
+                let batch: Vec<_> = (from..from + 3).map(|i| entry(round, i)).collect();
+                if log.blocking_append(batch).await.is_err() {
+                    break;
+                }
+                flushed = from + 2;
+                let v = openraft::Vote::new(round, 1);
+                if log.save_vote(&v).await.is_err() {
+                    break;
+                }
+                vote = Some(v);
+                if round == 3 && log.purge(log_id(3, 4)).await.is_err() {
+                    break;
+                }
+            }
+            (flushed, vote)
+        });
+        let crashed = storage.has_crashed();
+        storage.restart();
+        let (mut log, _) = open(&dynamic, 96).unwrap_or_else(|e| panic!("sync point {point}: {e}"));
+        let got = rt().block_on(indexes(&mut log));
+        let first = got.first().copied().unwrap_or(1);
+        assert!(
+            got.last().copied().unwrap_or(0) >= flushed,
+            "sync point {point}: flushed up to {flushed}, reopened {got:?}"
+        );
+        assert_eq!(
+            got,
+            (first..first + got.len() as u64).collect::<Vec<_>>(),
+            "sync point {point}: a gap"
+        );
+        let read = rt().block_on(log.read_vote()).unwrap();
+        assert!(read >= vote, "sync point {point}: vote {read:?} < {vote:?}");
+        if !crashed {
+            break;
+        }
+        point += 1;
+    }
+    assert!(point > 10, "only {point} sync points");
+}
+
+#[test]
+fn the_real_file_system_works_too() {
+    let dir = std::env::temp_dir().join(format!("combkv-raft-log-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let storage: Arc<dyn Storage> = Arc::new(FsStorage);
+    rt().block_on(async {
+        let (mut log, _) = LogStore::open(Arc::clone(&storage), &dir, 1 << 20).unwrap();
+        log.blocking_append((1..=5).map(|i| entry(1, i)))
+            .await
+            .unwrap();
+        drop(log);
+        let (mut log, _) = LogStore::open(Arc::clone(&storage), &dir, 1 << 20).unwrap();
+        assert_eq!(indexes(&mut log).await, vec![1, 2, 3, 4, 5]);
+    });
+    std::fs::remove_dir_all(&dir).unwrap();
+}
