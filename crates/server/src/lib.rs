@@ -26,9 +26,6 @@ pub use resp::fuzzing as resp_fuzzing;
 mod server;
 mod shared;
 mod slowlog;
-/// The task-per-connection tokio server, for measuring the threading model.
-#[cfg(feature = "tokio-variant")]
-pub mod tokio_variant;
 
 pub use config::{ByteSize, DurabilityMode, Listen, ServerConfig};
 pub use server::{Server, StartError, Stopper};
