@@ -15,6 +15,7 @@ mod event_loop;
 pub mod info;
 mod memcache;
 mod metrics;
+mod pipeline;
 mod proto;
 mod resp;
 /// Entry points for the memcached fuzz target and fuzz tests; not an API.

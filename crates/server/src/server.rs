@@ -16,7 +16,8 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use crate::config::{DurabilityMode, Listen, ServerConfig};
 use crate::connection::Connection;
 use crate::event_loop::EventLoop;
-use crate::proto::{Client, ProtoState};
+use crate::pipeline::{Client, Pipeline};
+use crate::proto::ProtoState;
 use crate::shared::{Shared, Stats};
 
 /// Why the server could not start: one line for the operator.
@@ -325,7 +326,7 @@ impl Acceptor {
                 shared.config.requirepass.is_some(),
             ))
         } else {
-            ProtoState::Memcache(crate::memcache::McConn::default())
+            ProtoState::Memcache(Pipeline::new(crate::memcache::Memcache::default()))
         };
         let conn = Connection::new(stream, proto, client);
         let (tx, waker) = &self.loops[self.next % self.loops.len()];

@@ -29,7 +29,7 @@ const MAX_OPAQUE: usize = 32;
 pub const RELATIVE_EXPTIME_MAX: i64 = 60 * 60 * 24 * 30;
 
 /// The limits a request is checked against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Limits {
     /// The store's longest key (the memcached limit of 250 applies as well).
     pub max_key_len: usize,

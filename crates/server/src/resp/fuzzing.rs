@@ -10,7 +10,7 @@ use combkv::Store;
 use combkv::readexec::BatchResults;
 
 use crate::config::ServerConfig;
-use crate::proto::{Client, Cx};
+use crate::pipeline::{Client, Cx};
 use crate::resp::RespConn;
 use crate::resp::frame::{self, Limits, Request};
 use crate::shared::Shared;

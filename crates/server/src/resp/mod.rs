@@ -11,7 +11,7 @@ pub(crate) mod reply;
 
 use std::time::{Duration, Instant};
 
-use crate::proto::{Cx, Outcome};
+use crate::pipeline::{Cx, Processed as Outcome};
 use crate::shared::Stats;
 use cmd::{Batchable, Ctx};
 use frame::{Limits, Request};

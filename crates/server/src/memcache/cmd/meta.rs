@@ -8,7 +8,7 @@ use combkv::{Expiry, Flags, Write};
 use super::{Found, error_line, expiry, expiry_ms, line, stored_number, touch_item, ttl_secs};
 use crate::memcache::error::McError;
 use crate::memcache::parse::{Key, MetaFlags, encode_base64};
-use crate::proto::Cx;
+use crate::pipeline::Cx;
 use crate::shared::Stats;
 
 /// ` k<key>`, base64 and followed by ` b` for a binary key.

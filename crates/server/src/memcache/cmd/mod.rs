@@ -7,13 +7,12 @@ mod text;
 
 use std::io::Write as _;
 
-use combkv::readexec::ReadRequest;
+use combkv::readexec::BatchResults;
 use combkv::{Expiry, Flags, ItemView, Write};
-use smallvec::SmallVec;
 
 use super::error::McError;
-use super::parse::{self, GetKind, RELATIVE_EXPTIME_MAX, Request};
-use crate::proto::Cx;
+use super::parse::{self, RELATIVE_EXPTIME_MAX, Request};
+use crate::pipeline::Cx;
 use crate::shared::Stats;
 
 /// A found item as a reply needs it (from a batch result or a write).
@@ -85,80 +84,21 @@ fn write_value(out: &mut Vec<u8>, key: &[u8], f: &Found<'_>, with_cas: bool) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// Reads that join the read batch: they never write.
-pub(crate) fn batchable(req: &Request<'_>) -> bool {
-    match req {
-        Request::Get { kind, .. } => matches!(kind, GetKind::Get | GetKind::Gets),
-        Request::MetaGet { flags, .. } => flags.ttl.is_none(),
-        _ => false,
-    }
-}
-
-/// Requests that write (through the turn's session).
-pub(crate) fn writes(req: &Request<'_>) -> bool {
-    match req {
-        Request::Get { kind, .. } => matches!(kind, GetKind::Gat | GetKind::Gats),
-        Request::MetaGet { flags, .. } => flags.ttl.is_some(),
-        Request::Store { .. }
-        | Request::Delete { .. }
-        | Request::Arith { .. }
-        | Request::Touch { .. }
-        | Request::FlushAll { .. }
-        | Request::MetaSet { .. }
-        | Request::MetaDelete { .. }
-        | Request::MetaArith { .. } => true,
-        _ => false,
-    }
-}
-
-/// Unbatched requests that read the store (they must see the connection's
-/// own writes, so the session commits first).
-pub(crate) fn reads(req: &Request<'_>) -> bool {
-    matches!(req, Request::MetaDebug { .. } | Request::Stats { .. })
-}
-
-/// Reads waiting to run as one batch. A pipeline's reads fit on the stack
-/// (a heap list was a malloc and a free per batch, and at one request per
-/// read every request is a batch).
-pub(crate) type Pending<'a> = SmallVec<[Request<'a>; 16]>;
-
-/// Answers the pending reads with one read-engine batch, in order.
-pub(crate) fn run_batch(cx: &mut Cx<'_>, pending: &mut Pending<'_>, out: &mut Vec<u8>) {
-    if pending.is_empty() {
-        return;
-    }
-    let mut requests: SmallVec<[ReadRequest<'_>; 16]> = SmallVec::with_capacity(pending.len());
-    for r in pending.iter() {
-        match r {
-            Request::Get { keys, .. } => {
-                requests.extend(parse::keys(keys).map(ReadRequest::Get));
-            }
-            Request::MetaGet { key, .. } => requests.push(ReadRequest::Get(key.bytes())),
-            _ => unreachable!("only batchable requests are pending"),
-        }
-    }
+/// Writes the replies of a read batch (`get`, `gets`, `mg`) from its
+/// results, in request order.
+pub(crate) fn reply_batch(
+    cx: &Cx<'_>,
+    pending: &[Request<'_>],
+    res: &BatchResults,
+    out: &mut Vec<u8>,
+) {
     let shared = cx.shared;
     let stats = &shared.stats;
     let mc = &shared.memcache.stats;
-    Stats::add(&stats.read_batches, 1);
-    Stats::add(&stats.read_batch_requests, requests.len() as u64);
-    let done = shared.store.read_batch(&requests, cx.batch);
-    drop(requests);
-    if let Err(e) = done {
-        // Keys were checked when parsed; an engine refusal is still
-        // answered on every request rather than lost.
-        let err = McError::from(e);
-        for _ in pending.iter() {
-            error_line(cx, out, &err);
-        }
-        pending.clear();
-        return;
-    }
-    let res = &*cx.batch;
     let now = combkv::now_ms();
     let (mut hits, mut misses) = (0u64, 0u64);
     let mut i = 0;
-    for r in pending.iter() {
+    for r in pending {
         match r {
             Request::Get { kind, keys, .. } => {
                 for key in parse::keys(keys) {
@@ -187,10 +127,9 @@ pub(crate) fn run_batch(cx: &mut Cx<'_>, pending: &mut Pending<'_>, out: &mut Ve
                 }
                 i += 1;
             }
-            _ => unreachable!("only batchable requests are pending"),
+            _ => unreachable!("only get, gets and mg are batched"),
         }
     }
-    pending.clear();
     Stats::add(&mc.cmd_get, hits + misses);
     Stats::add(&mc.get_hits, hits);
     Stats::add(&mc.get_misses, misses);
@@ -199,11 +138,11 @@ pub(crate) fn run_batch(cx: &mut Cx<'_>, pending: &mut Pending<'_>, out: &mut Ve
 }
 
 /// Executes one request that is not part of a read batch.
-pub(crate) fn execute(cx: &mut Cx<'_>, req: Request<'_>, out: &mut Vec<u8>) {
+pub(crate) fn execute(cx: &mut Cx<'_>, req: &Request<'_>, out: &mut Vec<u8>) {
     if tracing::enabled!(tracing::Level::DEBUG) {
         tracing::debug!(client = cx.client.id, "memcached request: {req:?}");
     }
-    match req {
+    match *req {
         Request::Get {
             kind,
             exptime,

@@ -5,7 +5,7 @@ use combkv::{Expiry, Flags, Write};
 use super::{Found, error_line, expiry, expiry_ms, line, stored_number, touch_item, write_value};
 use crate::memcache::error::McError;
 use crate::memcache::parse::{self, GetKind, RELATIVE_EXPTIME_MAX, StoreCmd};
-use crate::proto::Cx;
+use crate::pipeline::Cx;
 use crate::shared::Stats;
 
 /// What a storage command did.

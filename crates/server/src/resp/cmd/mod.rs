@@ -17,7 +17,7 @@ use smallvec::SmallVec;
 use super::RespConn;
 use super::error::{CmdError, CmdResult};
 use super::reply::Reply;
-use crate::proto::{Client, Cx};
+use crate::pipeline::{Client, Cx};
 use crate::shared::{Shared, Stats};
 
 pub(crate) use ordered::RangeSpec;
