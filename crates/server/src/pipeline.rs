@@ -388,20 +388,3 @@ impl Laps {
         took
     }
 }
-
-impl Cx<'_> {
-    /// Commits the turn's session if the connection wrote since its last
-    /// commit (`wrote`, cleared here). False: the commit failed.
-    pub(crate) fn commit_own_writes(&self, wrote: &mut bool) -> bool {
-        if !std::mem::take(wrote) {
-            return true;
-        }
-        match self.session.commit() {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::error!(client = self.client.id, "commit failed: {e}");
-                false
-            }
-        }
-    }
-}

@@ -4,12 +4,12 @@
 
 use crate::memcache::Memcache;
 use crate::pipeline::{Cx, Pipeline, Processed, Protocol};
-use crate::resp::RespConn;
+use crate::resp::Resp;
 
 /// A connection's protocol state.
 #[derive(Debug)]
 pub(crate) enum ProtoState {
-    Resp(RespConn),
+    Resp(Pipeline<Resp>),
     Memcache(Pipeline<Memcache>),
 }
 
@@ -24,7 +24,7 @@ impl ProtoState {
         reply_budget: usize,
     ) -> Processed {
         match self {
-            ProtoState::Resp(c) => c.process(cx, input, out, reply_budget),
+            ProtoState::Resp(p) => p.process(cx, input, out, reply_budget),
             ProtoState::Memcache(p) => p.process(cx, input, out, reply_budget),
         }
     }
@@ -32,14 +32,14 @@ impl ProtoState {
     /// The reply sent before closing a connection whose request hit a bug.
     pub(crate) fn internal_error(&self) -> &'static [u8] {
         match self {
-            ProtoState::Resp(_) => b"-ERR internal error; closing connection\r\n",
+            ProtoState::Resp(_) => Resp::INTERNAL_ERROR,
             ProtoState::Memcache(_) => Memcache::INTERNAL_ERROR,
         }
     }
 
     pub(crate) fn name(&self) -> &'static str {
         match self {
-            ProtoState::Resp(_) => "resp",
+            ProtoState::Resp(_) => Resp::NAME,
             ProtoState::Memcache(_) => Memcache::NAME,
         }
     }

@@ -322,9 +322,9 @@ impl Acceptor {
             connected_at: Instant::now(),
         };
         let proto = if resp {
-            ProtoState::Resp(crate::resp::RespConn::new(
+            ProtoState::Resp(Pipeline::new(crate::resp::Resp::new(
                 shared.config.requirepass.is_some(),
-            ))
+            )))
         } else {
             ProtoState::Memcache(Pipeline::new(crate::memcache::Memcache::default()))
         };

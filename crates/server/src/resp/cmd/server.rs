@@ -3,7 +3,8 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::{COMMANDS, Ctx, eq_ic, lookup, parse_i64};
+use super::table::COMMANDS;
+use super::{Ctx, eq_ic, lookup, parse_i64};
 use crate::resp::error::{CmdError, CmdResult};
 use crate::resp::glob;
 
@@ -251,7 +252,7 @@ fn command_info(cx: &mut Ctx<'_, '_>, spec: &super::Spec) {
     cx.r.array(10);
     cx.r.bulk_str(spec.name);
     cx.r.int(spec.arity as i64);
-    let mut flags = vec![if spec.write { "write" } else { "readonly" }];
+    let mut flags = vec![if spec.writes() { "write" } else { "readonly" }];
     if spec.denyoom {
         flags.push("denyoom");
     }

@@ -3,62 +3,22 @@
 
 use combkv::{AtomicWrite, Expiry, Flags, Write, now_ms};
 
+use super::batch::{self, BatchRead};
 use super::{Ctx, eq_ic, parse_i64};
 use crate::resp::error::{CmdError, CmdResult};
-use crate::shared::Stats;
 
+/// GET, MGET and GETV are read-engine batches (`batch`): a request that
+/// did not join one (an invalid key) runs as a batch of one.
 pub(super) fn get(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    let v = cx.store().get(cx.args[1])?;
-    hit(cx, v.is_some());
-    match v {
-        Some(v) => cx.r.bulk(&v),
-        None => cx.r.null(),
-    }
-    Ok(())
-}
-
-fn hit(cx: &Ctx<'_, '_>, found: bool) {
-    let s = &cx.shared.stats;
-    Stats::add(
-        if found {
-            &s.keyspace_hits
-        } else {
-            &s.keyspace_misses
-        },
-        1,
-    );
+    batch::run_one(cx, BatchRead::Get)
 }
 
 pub(super) fn getv(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    match cx.store().get_item(cx.args[1])? {
-        Some(it) => {
-            hit(cx, true);
-            cx.r.array(2);
-            cx.r.bulk(&it.value);
-            cx.r.int(it.version.get() as i64);
-        }
-        None => {
-            hit(cx, false);
-            cx.r.null_array();
-        }
-    }
-    Ok(())
+    batch::run_one(cx, BatchRead::Getv)
 }
 
 pub(super) fn mget(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    let mut values = Vec::with_capacity(cx.args.len() - 1);
-    for k in &cx.args[1..] {
-        values.push(cx.store().get(k)?);
-    }
-    cx.r.array(values.len());
-    for v in values {
-        hit(cx, v.is_some());
-        match v {
-            Some(v) => cx.r.bulk(&v),
-            None => cx.r.null(),
-        }
-    }
-    Ok(())
+    batch::run_one(cx, BatchRead::Mget)
 }
 
 /// An expiry option's deadline in unix ms. `unit_ms` 1000 for seconds;
