@@ -1,6 +1,6 @@
-//! Executing memcached requests against the store: the read batch
-//! (`get`, `gets`, `mg`), the text commands (`text`) and the meta commands
-//! (`meta`). Every reply line is built here or in those two files.
+//! Executing memcached requests against the store: the read batch's
+//! replies (`get`, `gets`, `mg`), the text commands (`text`) and the meta
+//! commands (`meta`). Every reply line is built here or in those two files.
 
 mod meta;
 mod text;
@@ -8,7 +8,7 @@ mod text;
 use std::io::Write as _;
 
 use combkv::readexec::BatchResults;
-use combkv::{Expiry, Flags, ItemView, Write};
+use combkv::{Expiry, Item, ItemView};
 
 use super::error::McError;
 use super::parse::{self, RELATIVE_EXPTIME_MAX, Request};
@@ -22,6 +22,17 @@ pub(crate) struct Found<'v> {
     pub version: u64,
     pub flags: u32,
     pub expires_at_ms: Option<u64>,
+}
+
+impl<'v> From<&'v Item> for Found<'v> {
+    fn from(it: &'v Item) -> Found<'v> {
+        Found {
+            value: &it.value,
+            version: it.version.get(),
+            flags: it.flags,
+            expires_at_ms: it.expires_at_ms,
+        }
+    }
 }
 
 impl<'v> From<&ItemView<'v>> for Found<'v> {
@@ -184,47 +195,5 @@ pub(crate) fn execute(cx: &mut Cx<'_>, req: &Request<'_>, out: &mut Vec<u8>) {
         Request::MetaSet { key, flags, data } => meta::set(cx, &key, &flags, data, out),
         Request::MetaDelete { key, flags } => meta::delete(cx, &key, &flags, out),
         Request::MetaArith { key, flags } => meta::arith(cx, &key, &flags, out),
-    }
-}
-
-/// Rewrites a live item with a new expiry, keeping value and flags; hands
-/// the item as written to `seen`. memcached's touch keeps the CAS unique;
-/// combkv's is the item version, which every write renews.
-pub(crate) fn touch_item<T>(
-    cx: &Cx<'_>,
-    key: &[u8],
-    exp: Expiry,
-    seen: impl Fn(&[u8], u32) -> T,
-) -> Result<Option<(T, u64)>, McError> {
-    let (r, v) = cx.session.write_with(key, |cur| match cur {
-        None => (Write::Keep, None),
-        Some(it) => {
-            let w = Write::Put {
-                value: it.value.to_vec(),
-                expiry: exp,
-                flags: Flags::Keep,
-            };
-            (w, Some(seen(it.value, it.flags)))
-        }
-    })?;
-    Ok(r.map(|t| (t, v.map_or(0, |v| v.get()))))
-}
-
-/// memcached's incr/decr reading of a stored value: a 64-bit unsigned
-/// decimal (leading white space and trailing white space allowed); an
-/// empty value is not a number.
-pub(crate) fn stored_number(value: &[u8]) -> Option<u64> {
-    if value.is_empty() {
-        return None;
-    }
-    parse::parse_c_u64(value)
-}
-
-/// incr wraps at 2^64; decr stops at 0 (memcached).
-pub(crate) fn apply_delta(old: u64, incr: bool, delta: u64) -> u64 {
-    if incr {
-        old.wrapping_add(delta)
-    } else {
-        old.saturating_sub(delta)
     }
 }
