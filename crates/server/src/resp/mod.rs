@@ -157,7 +157,7 @@ impl Protocol for Resp {
                 String::from_utf8_lossy(name)
             );
         }
-        req.spec = cmd::lookup(name);
+        req.spec = cmd::lookup_request(name);
         if let Some(spec) = req.spec
             && let cmd::Kind::BatchRead(kind) = spec.kind
             && self.conn.authenticated

@@ -7,6 +7,9 @@ mod atomic;
 mod keys;
 mod limits;
 mod ordered;
+// `DEBUG PANIC` exists in debug builds only.
+#[cfg(debug_assertions)]
+mod panic;
 mod protocol;
 mod server;
 mod strings;

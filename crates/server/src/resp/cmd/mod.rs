@@ -21,7 +21,7 @@ use super::reply::Reply;
 use crate::pipeline::Client;
 use crate::shared::{Shared, Stats};
 
-pub(crate) use table::{Kind, Spec, lookup};
+pub(crate) use table::{Kind, Spec, lookup, lookup_request};
 
 /// What a command runs with.
 pub(crate) struct Ctx<'a, 'b> {

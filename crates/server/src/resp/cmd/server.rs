@@ -467,3 +467,14 @@ pub(super) fn lastsave(cx: &mut Ctx<'_, '_>) -> CmdResult {
     cx.r.int(t as i64);
     Ok(())
 }
+
+/// `DEBUG PANIC` (debug builds only; see `table::lookup_request`): a bug
+/// inside a command handler, on request.
+#[cfg(debug_assertions)]
+pub(super) fn debug(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let sub = cx.args[1];
+    if eq_ic(sub, "panic") {
+        panic!("DEBUG PANIC: a command handler panicked on request");
+    }
+    Err(unknown_subcommand(sub, "DEBUG"))
+}

@@ -210,6 +210,27 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "generic", "Deletes keys."),
 ];
 
+/// A test-only command, in debug builds alone (so never in a release
+/// binary) and absent from the table (so from COMMAND): `DEBUG PANIC`
+/// panics inside its handler, for the tests that check that a bug costs
+/// one connection and nothing else.
+#[cfg(debug_assertions)]
+#[rustfmt::skip]
+static DEBUG: Spec = spec!("debug", -2, Kind::Control, "", 0, 0, server::debug,
+    "server", "DEBUG PANIC: panics (debug builds only).");
+
+/// The command a request names: [`lookup`], and in debug builds the
+/// test-only `DEBUG`.
+#[inline]
+pub(crate) fn lookup_request(name: &[u8]) -> Option<&'static Spec> {
+    let found = lookup(name);
+    #[cfg(debug_assertions)]
+    if found.is_none() && name.eq_ignore_ascii_case(b"debug") {
+        return Some(&DEBUG);
+    }
+    found
+}
+
 pub(crate) fn lookup(name: &[u8]) -> Option<&'static Spec> {
     // This runs for every request: one multiply picks the only slot a name
     // can be in, and names compare as integers (a binary search over the
