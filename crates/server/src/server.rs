@@ -60,6 +60,14 @@ fn bind(l: Listen, what: &str) -> Result<Option<TcpListener>, StartError> {
     }
 }
 
+/// Starts a named server thread.
+fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>, StartError> {
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(f)
+        .map_err(|e| StartError(format!("cannot start thread: {e}")))
+}
+
 pub(crate) fn open_store(config: &ServerConfig) -> Result<Store, StartError> {
     let Some(dir) = &config.data_dir else {
         return Store::new(config.engine_config()).map_err(|e| StartError(e.to_string()));
@@ -121,12 +129,7 @@ impl Server {
                 .map_err(|e| StartError(format!("cannot start event loop: {e}")))?;
             senders.push((tx, waker.clone()));
             wakers.push(waker);
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("combkv-loop-{i}"))
-                    .spawn(move || ev.run())
-                    .map_err(|e| StartError(format!("cannot start thread: {e}")))?,
-            );
+            threads.push(spawn(format!("combkv-loop-{i}"), move || ev.run())?);
         }
         let poll = Poll::new().map_err(|e| StartError(format!("cannot create poll: {e}")))?;
         let acceptor_waker = Arc::new(
@@ -142,27 +145,16 @@ impl Server {
             loops: senders,
             next: 0,
         };
-        threads.push(
-            std::thread::Builder::new()
-                .name("combkv-accept".into())
-                .spawn(move || acceptor.run())
-                .map_err(|e| StartError(format!("cannot start thread: {e}")))?,
-        );
+        threads.push(spawn("combkv-accept".into(), move || acceptor.run())?);
         let hk = shared.clone();
-        threads.push(
-            std::thread::Builder::new()
-                .name("combkv-housekeeping".into())
-                .spawn(move || housekeeping(hk))
-                .map_err(|e| StartError(format!("cannot start thread: {e}")))?,
-        );
+        threads.push(spawn("combkv-housekeeping".into(), move || {
+            housekeeping(hk)
+        })?);
         if let Some(l) = metrics {
             let m = shared.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name("combkv-metrics".into())
-                    .spawn(move || crate::metrics::serve(l, m))
-                    .map_err(|e| StartError(format!("cannot start thread: {e}")))?,
-            );
+            threads.push(spawn("combkv-metrics".into(), move || {
+                crate::metrics::serve(l, m)
+            })?);
         }
         tracing::info!(
             resp = ?resp_addr,
