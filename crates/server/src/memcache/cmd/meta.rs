@@ -181,11 +181,14 @@ pub(super) fn set(
         },
     };
     let outcome = match cx.session.apply(&op) {
-        Err(combkv::Error::ValueTooLarge { .. }) => {
-            Stats::add(&mc.store_too_large, 1);
-            return error_line(cx, out, &McError::TooLarge);
+        Err(e) => {
+            let e = McError::from(e);
+            if e == McError::TooLarge {
+                // An append or prepend past max-value-bytes.
+                Stats::add(&mc.store_too_large, 1);
+            }
+            return error_line(cx, out, &e);
         }
-        Err(e) => return error_line(cx, out, &McError::from(e)),
         Ok(o) => o,
     };
     // A set or replace with `C` wants its item present: `NF` when absent.
