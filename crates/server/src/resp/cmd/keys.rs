@@ -90,6 +90,7 @@ fn expire_generic(cx: &mut Ctx<'_, '_>, name: &str, unit_ms: i64, absolute: bool
     let when = expire_when(&cx.args[3..])?;
     let n = parse_i64(cx.args[2]).ok_or(CmdError::NotInteger)?;
     let invalid = || CmdError::err(format!("invalid expire time in '{name}' command"));
+    // One clock reading: the deadline and whether it has passed.
     let now = now_ms() as i64;
     let ms = n.checked_mul(unit_ms).ok_or_else(invalid)?;
     let at = if absolute {

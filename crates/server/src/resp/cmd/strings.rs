@@ -28,13 +28,13 @@ pub(super) fn mget(cx: &mut Ctx<'_, '_>) -> CmdResult {
 }
 
 /// An expiry option's deadline in unix ms. `unit_ms` 1000 for seconds;
-/// `absolute` for EXAT/PXAT; `now`: the command's clock reading. Redis
-/// refuses values <= 0 and overflows.
+/// `absolute` for EXAT/PXAT, else relative to the command's one clock
+/// reading (taken here, and only then). Redis refuses values <= 0 and
+/// overflows.
 pub(super) fn deadline_ms(
     raw: &[u8],
     unit_ms: i64,
     absolute: bool,
-    now: u64,
     cmd: &str,
 ) -> Result<u64, CmdError> {
     let n = parse_i64(raw).ok_or(CmdError::NotInteger)?;
@@ -46,7 +46,7 @@ pub(super) fn deadline_ms(
     let at = if absolute {
         ms
     } else {
-        ms.checked_add(now as i64).ok_or_else(invalid)?
+        ms.checked_add(now_ms() as i64).ok_or_else(invalid)?
     };
     Ok(at as u64)
 }
@@ -110,12 +110,12 @@ impl<'a> SetOptions<'a> {
         Ok(o)
     }
 
-    /// The expiry, relative times resolved against `now`.
-    fn expiry(&self, now: u64) -> Result<Expiry, CmdError> {
+    /// The expiry, a relative time resolved to an absolute one.
+    fn expiry(&self) -> Result<Expiry, CmdError> {
         Ok(match self.ttl {
             SetTtl::None => Expiry::Never,
             SetTtl::Keep => Expiry::Keep,
-            SetTtl::At(_, unit, abs, n) => Expiry::AtMs(deadline_ms(n, unit, abs, now, "set")?),
+            SetTtl::At(_, unit, abs, n) => Expiry::AtMs(deadline_ms(n, unit, abs, "set")?),
         })
     }
 }
@@ -123,7 +123,7 @@ impl<'a> SetOptions<'a> {
 pub(super) fn set(cx: &mut Ctx<'_, '_>) -> CmdResult {
     let (key, value) = (cx.args[1], cx.args[2]);
     let opts = SetOptions::parse(&cx.args[3..])?;
-    let expiry = opts.expiry(now_ms())?;
+    let expiry = opts.expiry()?;
     if (opts.cond != Cond::Any || opts.get_old) && value.len() > cx.store().max_value_len() {
         return set_oversized(cx, &opts, expiry);
     }
@@ -324,11 +324,10 @@ pub(super) fn cas(cx: &mut Ctx<'_, '_>) -> CmdResult {
         Some(v) if v >= 0 => v as u64,
         _ => return Err(CmdError::NotInteger),
     };
-    let now = now_ms();
     let expiry = match &cx.args[4..] {
         [] => Expiry::Never,
-        [opt, n] if eq_ic(opt, "ex") => Expiry::AtMs(deadline_ms(n, 1000, false, now, "cas")?),
-        [opt, n] if eq_ic(opt, "px") => Expiry::AtMs(deadline_ms(n, 1, false, now, "cas")?),
+        [opt, n] if eq_ic(opt, "ex") => Expiry::AtMs(deadline_ms(n, 1000, false, "cas")?),
+        [opt, n] if eq_ic(opt, "px") => Expiry::AtMs(deadline_ms(n, 1, false, "cas")?),
         _ => return Err(CmdError::Syntax),
     };
     // Version 0: only if absent (no item has version 0).
