@@ -4,7 +4,9 @@
 //! - `config`: defaults, TOML file, flags; every limit
 //! - `server`: start/stop, acceptor, housekeeping
 //! - `event_loop`, `connection`: thread-per-core `mio` loops, buffers
-//! - `proto`: the seam between a connection and its protocol
+//! - `pipeline`: the request pipeline both protocols run (classify, batch
+//!   reads, commit before reads, the turn's rules); `proto`: a connection's
+//!   pipeline, RESP or memcached
 //! - `resp/`: frame -> command -> reply; `memcache/`: text and meta commands
 //! - `info`, `metrics`, `slowlog`, `admin`: observability and whole-store ops
 
