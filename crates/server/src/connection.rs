@@ -5,7 +5,8 @@ use std::io::{self, Read, Write};
 
 use mio::net::TcpStream;
 
-use crate::proto::{Client, Cx, ProtoState};
+use crate::pipeline::{Client, Cx, Processed};
+use crate::proto::ProtoState;
 
 /// Bytes read per `read` call.
 const READ_CHUNK: usize = 16 * 1024;
@@ -135,7 +136,7 @@ impl Connection {
                     "request handling panicked; closing the connection"
                 );
                 self.wbuf.extend_from_slice(self.proto.internal_error());
-                crate::proto::Outcome {
+                Processed {
                     consumed: self.rend - self.rstart,
                     close: true,
                     abort: false,

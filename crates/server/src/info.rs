@@ -51,125 +51,108 @@ fn human(bytes: u64) -> String {
 
 /// `name:value` pairs of a section, for INFO and the metrics endpoint.
 pub fn fields(shared: &Shared, name: &str) -> Vec<(&'static str, String)> {
-    let st = &shared.stats;
-    let c = &shared.config;
-    let store = &shared.store;
     match name {
-        "server" => {
+        "server" => server_fields(shared),
+        "clients" => {
+            let c = &shared.config;
             vec![
-                ("redis_version", "7.2.0".into()),
-                ("combkv_version", env!("CARGO_PKG_VERSION").into()),
-                ("redis_mode", "standalone".into()),
-                ("os", std::env::consts::OS.into()),
-                ("arch_bits", (usize::BITS).to_string()),
-                ("multiplexing_api", "epoll".into()),
-                ("process_id", std::process::id().to_string()),
-                ("tcp_port", c.resp.port().to_string()),
-                ("memcached_port", c.memcached.port().to_string()),
-                ("uptime_in_seconds", shared.uptime().as_secs().to_string()),
                 (
-                    "uptime_in_days",
-                    (shared.uptime().as_secs() / 86_400).to_string(),
+                    "connected_clients",
+                    shared.clients.load(Ordering::Relaxed).to_string(),
                 ),
-                ("event_loop_threads", c.thread_count().to_string()),
+                ("maxclients", c.maxclients.to_string()),
+                ("max_request_bytes", c.max_request_bytes.0.to_string()),
+                ("max_reply_bytes", c.max_reply_bytes.0.to_string()),
             ]
         }
-        "clients" => vec![
-            (
-                "connected_clients",
-                shared.clients.load(Ordering::Relaxed).to_string(),
-            ),
-            ("maxclients", c.maxclients.to_string()),
-            ("max_request_bytes", c.max_request_bytes.0.to_string()),
-            ("max_reply_bytes", c.max_reply_bytes.0.to_string()),
-        ],
-        "memory" => {
-            let used = shared.used_memory.load(Ordering::Relaxed);
-            let peak = shared.used_memory_peak.load(Ordering::Relaxed);
-            vec![
-                ("used_memory", used.to_string()),
-                ("used_memory_human", human(used)),
-                ("used_memory_rss", used.to_string()),
-                ("used_memory_peak", peak.to_string()),
-                ("used_memory_peak_human", human(peak)),
-                ("maxmemory", c.maxmemory.0.to_string()),
-                ("maxmemory_human", human(c.maxmemory.0)),
-                ("maxmemory_policy", "noeviction".into()),
-                (
-                    "node_memory_bytes",
-                    (store.node_counts().live_buffers as u64 * c.node_size_bytes.0).to_string(),
-                ),
-            ]
-        }
+        "memory" => memory_fields(shared),
         "persistence" => crate::admin::persistence_fields(shared),
-        "stats" => vec![
-            (
-                "total_connections_received",
-                Stats::get(&st.connections_received).to_string(),
-            ),
-            (
-                "total_commands_processed",
-                Stats::get(&st.commands_processed).to_string(),
-            ),
-            (
-                "rejected_connections",
-                Stats::get(&st.connections_rejected).to_string(),
-            ),
-            ("keyspace_hits", Stats::get(&st.keyspace_hits).to_string()),
-            (
-                "keyspace_misses",
-                Stats::get(&st.keyspace_misses).to_string(),
-            ),
-            (
-                "total_net_input_bytes",
-                Stats::get(&st.net_input_bytes).to_string(),
-            ),
-            (
-                "total_net_output_bytes",
-                Stats::get(&st.net_output_bytes).to_string(),
-            ),
-            (
-                "total_error_replies",
-                Stats::get(&st.errors_replied).to_string(),
-            ),
-            (
-                "protocol_errors",
-                Stats::get(&st.protocol_errors).to_string(),
-            ),
-            ("read_batches", Stats::get(&st.read_batches).to_string()),
-            (
-                "read_batch_requests",
-                Stats::get(&st.read_batch_requests).to_string(),
-            ),
-            (
-                "oom_rejected_writes",
-                Stats::get(&st.writes_refused_oom).to_string(),
-            ),
-        ],
+        "stats" => stats_fields(&shared.stats),
         "keyspace" => {
-            let n = store.len();
+            let n = shared.store.len();
             if n == 0 {
                 Vec::new()
             } else {
                 vec![("db0", format!("keys={n},expires=0,avg_ttl=0"))]
             }
         }
-        "engine" => {
-            let g = store.config();
-            let nodes = store.node_counts();
-            vec![
-                ("node_size_bytes", g.node_size_bytes.to_string()),
-                ("max_key_len", store.max_key_len().to_string()),
-                ("max_value_len", store.max_value_len().to_string()),
-                ("read_version", store.read_version().get().to_string()),
-                ("live_buffers", nodes.live_buffers.to_string()),
-                ("reachable_buffers", nodes.reachable_buffers.to_string()),
-                ("snapshots", store.list_snapshots().len().to_string()),
-                ("max_snapshots", g.max_snapshots.to_string()),
-            ]
-        }
+        "engine" => engine_fields(&shared.store),
         _ => Vec::new(),
     }
+}
+
+fn server_fields(shared: &Shared) -> Vec<(&'static str, String)> {
+    let c = &shared.config;
+    vec![
+        ("redis_version", "7.2.0".into()),
+        ("combkv_version", env!("CARGO_PKG_VERSION").into()),
+        ("redis_mode", "standalone".into()),
+        ("os", std::env::consts::OS.into()),
+        ("arch_bits", (usize::BITS).to_string()),
+        ("multiplexing_api", "epoll".into()),
+        ("process_id", std::process::id().to_string()),
+        ("tcp_port", c.resp.port().to_string()),
+        ("memcached_port", c.memcached.port().to_string()),
+        ("uptime_in_seconds", shared.uptime().as_secs().to_string()),
+        (
+            "uptime_in_days",
+            (shared.uptime().as_secs() / 86_400).to_string(),
+        ),
+        ("event_loop_threads", c.thread_count().to_string()),
+    ]
+}
+
+fn memory_fields(shared: &Shared) -> Vec<(&'static str, String)> {
+    let c = &shared.config;
+    let used = shared.used_memory.load(Ordering::Relaxed);
+    let peak = shared.used_memory_peak.load(Ordering::Relaxed);
+    vec![
+        ("used_memory", used.to_string()),
+        ("used_memory_human", human(used)),
+        ("used_memory_rss", used.to_string()),
+        ("used_memory_peak", peak.to_string()),
+        ("used_memory_peak_human", human(peak)),
+        ("maxmemory", c.maxmemory.0.to_string()),
+        ("maxmemory_human", human(c.maxmemory.0)),
+        ("maxmemory_policy", "noeviction".into()),
+        (
+            "node_memory_bytes",
+            (shared.store.node_counts().live_buffers as u64 * c.node_size_bytes.0).to_string(),
+        ),
+    ]
+}
+
+fn stats_fields(st: &crate::shared::Stats) -> Vec<(&'static str, String)> {
+    let n = |c: &crate::shared::Counter| Stats::get(c).to_string();
+    vec![
+        ("total_connections_received", n(&st.connections_received)),
+        ("total_commands_processed", n(&st.commands_processed)),
+        ("rejected_connections", n(&st.connections_rejected)),
+        ("keyspace_hits", n(&st.keyspace_hits)),
+        ("keyspace_misses", n(&st.keyspace_misses)),
+        ("total_net_input_bytes", n(&st.net_input_bytes)),
+        ("total_net_output_bytes", n(&st.net_output_bytes)),
+        ("total_error_replies", n(&st.errors_replied)),
+        ("protocol_errors", n(&st.protocol_errors)),
+        ("read_batches", n(&st.read_batches)),
+        ("read_batch_requests", n(&st.read_batch_requests)),
+        ("oom_rejected_writes", n(&st.writes_refused_oom)),
+    ]
+}
+
+fn engine_fields(store: &combkv::Store) -> Vec<(&'static str, String)> {
+    let g = store.config();
+    let nodes = store.node_counts();
+    vec![
+        ("node_size_bytes", g.node_size_bytes.to_string()),
+        ("max_key_len", store.max_key_len().to_string()),
+        ("max_value_len", store.max_value_len().to_string()),
+        ("read_version", store.read_version().get().to_string()),
+        ("live_buffers", nodes.live_buffers.to_string()),
+        ("reachable_buffers", nodes.reachable_buffers.to_string()),
+        ("snapshots", store.list_snapshots().len().to_string()),
+        ("max_snapshots", g.max_snapshots.to_string()),
+    ]
 }
 
 fn section(shared: &Shared, name: &str, out: &mut String) {

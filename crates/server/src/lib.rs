@@ -4,7 +4,9 @@
 //! - `config`: defaults, TOML file, flags; every limit
 //! - `server`: start/stop, acceptor, housekeeping
 //! - `event_loop`, `connection`: thread-per-core `mio` loops, buffers
-//! - `proto`: the seam between a connection and its protocol
+//! - `pipeline`: the request pipeline both protocols run (classify, batch
+//!   reads, commit before reads, the turn's rules); `proto`: a connection's
+//!   pipeline, RESP or memcached
 //! - `resp/`: frame -> command -> reply; `memcache/`: text and meta commands
 //! - `info`, `metrics`, `slowlog`, `admin`: observability and whole-store ops
 
@@ -15,6 +17,7 @@ mod event_loop;
 pub mod info;
 mod memcache;
 mod metrics;
+mod pipeline;
 mod proto;
 mod resp;
 /// Entry points for the memcached fuzz target and fuzz tests; not an API.
@@ -26,9 +29,6 @@ pub use resp::fuzzing as resp_fuzzing;
 mod server;
 mod shared;
 mod slowlog;
-/// The task-per-connection tokio server, for measuring the threading model.
-#[cfg(feature = "tokio-variant")]
-pub mod tokio_variant;
 
 pub use config::{ByteSize, DurabilityMode, Listen, ServerConfig};
 pub use server::{Server, StartError, Stopper};

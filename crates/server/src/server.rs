@@ -16,7 +16,8 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use crate::config::{DurabilityMode, Listen, ServerConfig};
 use crate::connection::Connection;
 use crate::event_loop::EventLoop;
-use crate::proto::{Client, ProtoState};
+use crate::pipeline::{Client, Pipeline};
+use crate::proto::ProtoState;
 use crate::shared::{Shared, Stats};
 
 /// Why the server could not start: one line for the operator.
@@ -57,6 +58,14 @@ fn bind(l: Listen, what: &str) -> Result<Option<TcpListener>, StartError> {
             .map(Some)
             .map_err(|e| StartError(format!("cannot listen on {addr} ({what}): {e}"))),
     }
+}
+
+/// Starts a named server thread.
+fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>, StartError> {
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(f)
+        .map_err(|e| StartError(format!("cannot start thread: {e}")))
 }
 
 pub(crate) fn open_store(config: &ServerConfig) -> Result<Store, StartError> {
@@ -120,12 +129,7 @@ impl Server {
                 .map_err(|e| StartError(format!("cannot start event loop: {e}")))?;
             senders.push((tx, waker.clone()));
             wakers.push(waker);
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("combkv-loop-{i}"))
-                    .spawn(move || ev.run())
-                    .map_err(|e| StartError(format!("cannot start thread: {e}")))?,
-            );
+            threads.push(spawn(format!("combkv-loop-{i}"), move || ev.run())?);
         }
         let poll = Poll::new().map_err(|e| StartError(format!("cannot create poll: {e}")))?;
         let acceptor_waker = Arc::new(
@@ -141,27 +145,16 @@ impl Server {
             loops: senders,
             next: 0,
         };
-        threads.push(
-            std::thread::Builder::new()
-                .name("combkv-accept".into())
-                .spawn(move || acceptor.run())
-                .map_err(|e| StartError(format!("cannot start thread: {e}")))?,
-        );
+        threads.push(spawn("combkv-accept".into(), move || acceptor.run())?);
         let hk = shared.clone();
-        threads.push(
-            std::thread::Builder::new()
-                .name("combkv-housekeeping".into())
-                .spawn(move || housekeeping(hk))
-                .map_err(|e| StartError(format!("cannot start thread: {e}")))?,
-        );
+        threads.push(spawn("combkv-housekeeping".into(), move || {
+            housekeeping(hk)
+        })?);
         if let Some(l) = metrics {
             let m = shared.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name("combkv-metrics".into())
-                    .spawn(move || crate::metrics::serve(l, m))
-                    .map_err(|e| StartError(format!("cannot start thread: {e}")))?,
-            );
+            threads.push(spawn("combkv-metrics".into(), move || {
+                crate::metrics::serve(l, m)
+            })?);
         }
         tracing::info!(
             resp = ?resp_addr,
@@ -321,11 +314,11 @@ impl Acceptor {
             connected_at: Instant::now(),
         };
         let proto = if resp {
-            ProtoState::Resp(crate::resp::RespConn::new(
+            ProtoState::Resp(Pipeline::new(crate::resp::Resp::new(
                 shared.config.requirepass.is_some(),
-            ))
+            )))
         } else {
-            ProtoState::Memcache(crate::memcache::McConn::default())
+            ProtoState::Memcache(Pipeline::new(crate::memcache::Memcache::default()))
         };
         let conn = Connection::new(stream, proto, client);
         let (tx, waker) = &self.loops[self.next % self.loops.len()];

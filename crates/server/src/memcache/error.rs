@@ -1,13 +1,20 @@
-//! Every error line the memcached listener sends, built in one place. The
-//! texts are memcached 1.6's (`proto_text.c`), except where `docs/protocol.md`
-//! names its own (`CLIENT_ERROR key too long`); docs/protocol.md lists the
-//! differences.
+//! Every error line the memcached listener sends, built in one place: a
+//! request is answered by an [`McError`], an engine refusal
+//! ([`combkv::Error`]) is mapped to one by `From` below and nowhere else,
+//! and [`McError::line`] is its text. The texts are memcached 1.6's
+//! (`proto_text.c`), except where `docs/protocol.md` names its own
+//! (`CLIENT_ERROR key too long`); docs/protocol.md lists the differences.
 
 use std::borrow::Cow;
 
 use combkv::Error as StoreError;
 
+/// Why a memcached request was refused (or, for [`McError::LineTooLong`],
+/// why its connection closes); the reply is [`McError::line`] and `\r\n`.
+/// Public to the fuzz entry points (`memcache_fuzzing`), which see it in
+/// the parser's results; new conditions may be added.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum McError {
     /// Unknown command, or a known one with the wrong number of tokens.
     UnknownCommand,
@@ -21,9 +28,12 @@ pub enum McError {
     TooLarge,
     /// The data block did not end with `\r\n`.
     BadDataChunk,
+    /// An exptime (or flush_all delay) that is no 32-bit integer.
     InvalidExptime,
     /// `incr`/`decr` delta not a 64-bit unsigned decimal.
     InvalidDelta,
+    /// incr/decr/ma of a value that is no 64-bit unsigned decimal (or a
+    /// signed overflow, which memcached's numbers cannot reach).
     NonNumeric,
     /// Above `maxmemory`: a storage command.
     OutOfMemoryStoring,
@@ -32,26 +42,37 @@ pub enum McError {
     /// A command line without a newline past the line limit: the
     /// connection is closed after this line.
     LineTooLong,
-    // Meta command flag errors.
+    // Meta command flag errors, memcached's texts.
+    /// A flag given twice.
     DuplicateFlag,
+    /// A flag the command does not take (or that combkv does not serve).
     InvalidFlag,
+    /// A flag's numeric token does not parse.
     BadToken,
+    /// A `b` key that is not valid base64.
     KeyDecode,
+    /// An `O` token longer than 32 bytes.
     OpaqueTooLong,
     /// More than 17 flags on `mg` (memcached's wording differs by command).
     MgFlagsTooLong,
     FlagsTooLong,
     /// md/ma: any flag error.
     InvalidOrDuplicateFlag,
+    /// An `M` token that is not one character.
     MTokenLength,
+    /// An `M` mode ms does not have.
     MsMode,
+    /// An `M` mode ma does not have.
     MaMode,
+    /// ma's `J` is no 64-bit unsigned decimal.
     InitialValue,
+    /// ma's `D` is no 64-bit unsigned decimal.
     MetaDelta,
     /// An engine refusal that has no memcached equivalent.
     Store(StoreError),
 }
 
+/// The one mapping of engine refusals to memcached replies.
 impl From<StoreError> for McError {
     fn from(e: StoreError) -> Self {
         match e {

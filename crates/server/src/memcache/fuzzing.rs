@@ -13,9 +13,9 @@ use combkv::readexec::BatchResults;
 pub use super::error::McError;
 pub use super::parse::{Limits, Parsed, Request, parse as parse_memcache};
 
-use super::McConn;
+use super::Memcache;
 use crate::config::ServerConfig;
-use crate::proto::{Client, Cx};
+use crate::pipeline::{Client, Cx, Pipeline};
 use crate::shared::Shared;
 
 /// One memcached connection over a real store, without a socket: bytes in,
@@ -26,7 +26,7 @@ pub struct MemcacheSession {
     shared: Arc<Shared>,
     batch: BatchResults,
     client: Client,
-    conn: McConn,
+    conn: Pipeline<Memcache>,
     input: Vec<u8>,
     /// Replies so far (the caller may clear it).
     pub output: Vec<u8>,
@@ -45,7 +45,7 @@ impl MemcacheSession {
                 name: None,
                 connected_at: Instant::now(),
             },
-            conn: McConn::default(),
+            conn: Pipeline::new(Memcache::default()),
             input: Vec::new(),
             output: Vec::new(),
             closed: false,

@@ -1,20 +1,36 @@
-//! Every error reply a RESP command can send, built in one place. The texts
-//! are Redis 7's where Redis has the condition, and `docs/protocol.md`'s otherwise.
+//! Every error reply a RESP command can send, built in one place: a
+//! command returns a [`CmdError`], and [`CmdError::line`] is the only code
+//! that turns one, an engine refusal ([`combkv::Error`]) included, into
+//! reply text. The texts are Redis 7's where Redis has the condition, and
+//! `docs/protocol.md`'s otherwise. (Framing errors, which close the
+//! connection, are `frame::FrameError`.)
 
 use combkv::Error as StoreError;
 
+/// Why a RESP command was refused; its reply is `-` and [`CmdError::line`].
+/// An error reply changes nothing in the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum CmdError {
-    /// Wrong argument count for a command (its lowercase name).
+    /// Wrong argument count for a command (its lowercase name, or
+    /// `command|subcommand`): `ERR wrong number of arguments for '...'
+    /// command`.
     Arity(String),
+    /// An unknown option or a misplaced word: `ERR syntax error`.
     Syntax,
+    /// An argument that must be an integer is not one (Redis's strict
+    /// syntax): `ERR value is not an integer or out of range`.
     NotInteger,
-    /// An engine refusal.
+    /// An engine refusal: a key or value over the limits, a stored value
+    /// that is no number, an overflow, an unknown snapshot, a read-only
+    /// store. Its text is mapped in [`CmdError::line`] and nowhere else.
     Store(StoreError),
-    /// Above `maxmemory`.
+    /// A write that can add data, above `maxmemory`: Redis's OOM reply.
     Oom,
+    /// A command other than AUTH, HELLO or QUIT before AUTH (with
+    /// `requirepass`).
     NoAuth,
-    /// A full error line, code included (`ERR ...`, `NOPROTO ...`).
+    /// Any other error: the full line, code included (`ERR ...`,
+    /// `NOPROTO ...`, `WRONGPASS ...`).
     Other(String),
 }
 
@@ -25,6 +41,7 @@ impl From<StoreError> for CmdError {
 }
 
 impl CmdError {
+    /// An `ERR` error with this message.
     pub(crate) fn err(msg: impl Into<String>) -> CmdError {
         CmdError::Other(format!("ERR {}", msg.into()))
     }
@@ -51,4 +68,5 @@ impl CmdError {
     }
 }
 
+/// What a command handler returns: its reply is written on `Ok`.
 pub(crate) type CmdResult = Result<(), CmdError>;

@@ -4,29 +4,61 @@
 //! are checked against limits first, and bytes are only ever taken from the
 //! input that has arrived.
 
-/// Where an argument lies: in the input, or (inline commands with quotes and
-/// escapes) in the parser's scratch buffer.
+/// Where an argument lies: in its request's input, or (inline commands,
+/// whose quotes and escapes are undone) in the scratch arena of [`Frames`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Arg {
-    Input { at: u32, len: u32 },
-    Scratch { at: u32, len: u32 },
+    /// At an offset from the start of the request.
+    Input {
+        at: u32,
+        len: u32,
+    },
+    Scratch {
+        at: u32,
+        len: u32,
+    },
 }
 
-/// One parsed request: its arguments (offsets) and how many input bytes it
-/// used.
+/// The arguments of the requests parsed since the last [`Frames::clear`]:
+/// a request's arguments stay valid while later requests are parsed, so a
+/// request waiting in a read batch keeps them, inline ones included. The
+/// connection keeps one `Frames` and clears it when no parsed request is
+/// held (its buffers are reused, not allocated per request).
 #[derive(Debug, Default)]
-pub(crate) struct Request {
-    pub args: Vec<Arg>,
-    pub scratch: Vec<u8>,
-    pub consumed: usize,
+pub(crate) struct Frames {
+    args: Vec<Arg>,
+    /// The unescaped arguments of inline requests.
+    scratch: Vec<u8>,
 }
 
-impl Request {
+/// One parsed request: its arguments are entries `first..end` of the
+/// [`Frames`] it was parsed into, and it used `consumed` input bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Frame {
+    pub consumed: usize,
+    pub first: usize,
+    pub end: usize,
+}
+
+impl Frames {
+    /// Forgets every parsed request's arguments.
+    pub(crate) fn clear(&mut self) {
+        self.args.clear();
+        self.scratch.clear();
+    }
+
+    /// Argument entry `i`, of a request whose input starts at `input`.
+    #[inline]
     pub(crate) fn arg<'a>(&'a self, input: &'a [u8], i: usize) -> &'a [u8] {
         match self.args[i] {
             Arg::Input { at, len } => &input[at as usize..(at + len) as usize],
             Arg::Scratch { at, len } => &self.scratch[at as usize..(at + len) as usize],
         }
+    }
+
+    /// Bytes in the scratch arena.
+    pub(crate) fn scratch_len(&self) -> usize {
+        self.scratch.len()
     }
 }
 
@@ -92,20 +124,34 @@ const UNAUTH_MAX_BULK_BYTES: i64 = 16 * 1024;
 /// Longest inline command line and longest length line (Redis: 64 KiB).
 const MAX_INLINE: usize = 64 * 1024;
 
-/// Parses the request at the start of `input` into `req`. `Ok(false)`: not
-/// complete yet (nothing consumed). An empty inline line is consumed with no
-/// arguments (Redis ignores it).
-pub(crate) fn parse(input: &[u8], limits: Limits, req: &mut Request) -> Result<bool, FrameError> {
-    req.args.clear();
-    req.scratch.clear();
-    req.consumed = 0;
-    if input.is_empty() {
-        return Ok(false);
-    }
-    if input[0] == b'*' {
-        parse_multibulk(input, limits, req)
+/// Parses the request at the start of `input`, appending its arguments to
+/// `frames`. `Ok(None)`: not complete yet (nothing consumed, `frames` as it
+/// was). An empty inline line, `*0` or `*-1` is consumed with no arguments
+/// (Redis ignores them).
+pub(crate) fn parse(
+    input: &[u8],
+    limits: Limits,
+    frames: &mut Frames,
+) -> Result<Option<Frame>, FrameError> {
+    let (first, scratch) = (frames.args.len(), frames.scratch.len());
+    let parsed = if input.is_empty() {
+        Ok(None)
+    } else if input[0] == b'*' {
+        parse_multibulk(input, limits, frames)
     } else {
-        parse_inline(input, req)
+        parse_inline(input, frames)
+    };
+    match parsed {
+        Ok(Some(consumed)) => Ok(Some(Frame {
+            consumed,
+            first,
+            end: frames.args.len(),
+        })),
+        other => {
+            frames.args.truncate(first);
+            frames.scratch.truncate(scratch);
+            other.map(|_| None)
+        }
     }
 }
 
@@ -143,7 +189,12 @@ fn fast_int_line(input: &[u8], at: usize) -> Option<(i64, usize)> {
     None
 }
 
-fn parse_multibulk(input: &[u8], limits: Limits, req: &mut Request) -> Result<bool, FrameError> {
+/// `Ok(Some(n))`: a whole request of `n` bytes.
+fn parse_multibulk(
+    input: &[u8],
+    limits: Limits,
+    frames: &mut Frames,
+) -> Result<Option<usize>, FrameError> {
     let (count, mut at) = match fast_int_line(input, 1) {
         Some(parsed) => parsed,
         None => {
@@ -151,7 +202,7 @@ fn parse_multibulk(input: &[u8], limits: Limits, req: &mut Request) -> Result<bo
                 if input.len() > MAX_INLINE {
                     return Err(FrameError::TooBigCount);
                 }
-                return Ok(false);
+                return Ok(None);
             };
             (
                 parse_int(head).ok_or(FrameError::InvalidMultibulkLength)?,
@@ -167,14 +218,15 @@ fn parse_multibulk(input: &[u8], limits: Limits, req: &mut Request) -> Result<bo
     }
     if count <= 0 {
         // `*0` and `*-1` are empty requests, ignored as Redis does.
-        req.consumed = at;
-        return Ok(true);
+        return Ok(Some(at));
     }
     // Reserve by what can have arrived, never by the declared count.
-    req.args.reserve((count as usize).min(input.len() / 4 + 1));
+    frames
+        .args
+        .reserve((count as usize).min(input.len() / 4 + 1));
     for _ in 0..count {
         if at >= input.len() {
-            return Ok(false);
+            return Ok(None);
         }
         if input[at] != b'$' {
             return Err(FrameError::ExpectedDollar(input[at]));
@@ -186,7 +238,7 @@ fn parse_multibulk(input: &[u8], limits: Limits, req: &mut Request) -> Result<bo
                     if input.len() - at > MAX_INLINE {
                         return Err(FrameError::TooBigBulkCount);
                     }
-                    return Ok(false);
+                    return Ok(None);
                 };
                 (
                     parse_int(len_line).ok_or(FrameError::InvalidBulkLength)?,
@@ -205,34 +257,32 @@ fn parse_multibulk(input: &[u8], limits: Limits, req: &mut Request) -> Result<bo
             return Err(FrameError::InvalidBulkLength);
         }
         if input.len() < data_at + len + 2 {
-            return Ok(false);
+            return Ok(None);
         }
         if &input[data_at + len..data_at + len + 2] != b"\r\n" {
             return Err(FrameError::InvalidBulkLength);
         }
-        req.args.push(Arg::Input {
+        frames.args.push(Arg::Input {
             at: data_at as u32,
             len: len as u32,
         });
         at = data_at + len + 2;
     }
-    req.consumed = at;
-    Ok(true)
+    Ok(Some(at))
 }
 
-fn parse_inline(input: &[u8], req: &mut Request) -> Result<bool, FrameError> {
+fn parse_inline(input: &[u8], frames: &mut Frames) -> Result<Option<usize>, FrameError> {
     let Some((body, next)) = line(input, 0) else {
         if input.len() > MAX_INLINE {
             return Err(FrameError::TooBigInline);
         }
-        return Ok(false);
+        return Ok(None);
     };
     if body.len() > MAX_INLINE {
         return Err(FrameError::TooBigInline);
     }
-    split_args(body, req)?;
-    req.consumed = next;
-    Ok(true)
+    split_args(body, frames)?;
+    Ok(Some(next))
 }
 
 /// C's `isspace`, which `sdssplitargs` uses between arguments.
@@ -245,7 +295,7 @@ fn is_space(b: u8) -> bool {
 /// 'single quotes' take \'; a closing quote must be followed by a space or
 /// the end. A NUL byte ends the line, as it ends the C string Redis splits
 /// (inside quotes that leaves them unbalanced).
-fn split_args(line: &[u8], req: &mut Request) -> Result<(), FrameError> {
+fn split_args(line: &[u8], frames: &mut Frames) -> Result<(), FrameError> {
     let line = &line[..line.iter().position(|&b| b == 0).unwrap_or(line.len())];
     let mut i = 0;
     let n = line.len();
@@ -256,7 +306,7 @@ fn split_args(line: &[u8], req: &mut Request) -> Result<(), FrameError> {
         if i == n {
             return Ok(());
         }
-        let start = req.scratch.len();
+        let start = frames.scratch.len();
         let mut in_dq = false;
         let mut in_sq = false;
         loop {
@@ -272,12 +322,14 @@ fn split_args(line: &[u8], req: &mut Request) -> Result<(), FrameError> {
                     && line[i + 3].is_ascii_hexdigit()
                 {
                     let hex = |b: u8| (b as char).to_digit(16).expect("hex digit") as u8;
-                    req.scratch.push(hex(line[i + 2]) * 16 + hex(line[i + 3]));
+                    frames
+                        .scratch
+                        .push(hex(line[i + 2]) * 16 + hex(line[i + 3]));
                     i += 4;
                     continue;
                 } else if c == b'\\' && i + 1 < n {
                     i += 1;
-                    req.scratch.push(match line[i] {
+                    frames.scratch.push(match line[i] {
                         b'n' => b'\n',
                         b'r' => b'\r',
                         b't' => b'\t',
@@ -292,7 +344,7 @@ fn split_args(line: &[u8], req: &mut Request) -> Result<(), FrameError> {
                     i += 1;
                     break;
                 } else {
-                    req.scratch.push(c);
+                    frames.scratch.push(c);
                 }
                 i += 1;
             } else if in_sq {
@@ -301,7 +353,7 @@ fn split_args(line: &[u8], req: &mut Request) -> Result<(), FrameError> {
                 }
                 let c = line[i];
                 if c == b'\\' && i + 1 < n && line[i + 1] == b'\'' {
-                    req.scratch.push(b'\'');
+                    frames.scratch.push(b'\'');
                     i += 2;
                     continue;
                 } else if c == b'\'' {
@@ -311,7 +363,7 @@ fn split_args(line: &[u8], req: &mut Request) -> Result<(), FrameError> {
                     i += 1;
                     break;
                 } else {
-                    req.scratch.push(c);
+                    frames.scratch.push(c);
                 }
                 i += 1;
             } else {
@@ -324,14 +376,14 @@ fn split_args(line: &[u8], req: &mut Request) -> Result<(), FrameError> {
                     b' ' | b'\n' | b'\r' | b'\t' => break,
                     b'"' => in_dq = true,
                     b'\'' => in_sq = true,
-                    c => req.scratch.push(c),
+                    c => frames.scratch.push(c),
                 }
                 i += 1;
             }
         }
-        req.args.push(Arg::Scratch {
+        frames.args.push(Arg::Scratch {
             at: start as u32,
-            len: (req.scratch.len() - start) as u32,
+            len: (frames.scratch.len() - start) as u32,
         });
     }
 }
@@ -403,14 +455,50 @@ mod tests {
     type Parsed = Option<(Vec<Vec<u8>>, usize)>;
 
     fn args(input: &[u8]) -> Result<Parsed, FrameError> {
-        let mut r = Request::default();
-        if !parse(input, L, &mut r)? {
+        let mut frames = Frames::default();
+        let Some(f) = parse(input, L, &mut frames)? else {
+            assert!(frames.args.is_empty() && frames.scratch.is_empty());
             return Ok(None);
-        }
-        let a = (0..r.args.len())
-            .map(|i| r.arg(input, i).to_vec())
+        };
+        let a = (f.first..f.end)
+            .map(|i| frames.arg(input, i).to_vec())
             .collect();
-        Ok(Some((a, r.consumed)))
+        Ok(Some((a, f.consumed)))
+    }
+
+    /// Requests parsed one after another into one `Frames` keep their
+    /// arguments, inline ones included, until it is cleared.
+    #[test]
+    fn earlier_requests_keep_their_arguments() {
+        let input = b"MGET \"a b\" c\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\nGET 'x y'\r\n";
+        let mut frames = Frames::default();
+        let mut at = 0;
+        let mut parsed = Vec::new();
+        while let Some(f) = parse(&input[at..], L, &mut frames).unwrap() {
+            parsed.push((at, f));
+            at += f.consumed;
+        }
+        assert_eq!(at, input.len());
+        let all: Vec<Vec<&[u8]>> = parsed
+            .iter()
+            .map(|&(at, f)| {
+                (f.first..f.end)
+                    .map(|i| frames.arg(&input[at..], i))
+                    .collect()
+            })
+            .collect();
+        let want: Vec<Vec<&[u8]>> = vec![
+            vec![b"MGET", b"a b", b"c"],
+            vec![b"GET", b"k"],
+            vec![b"GET", b"x y"],
+        ];
+        assert_eq!(all, want);
+        // An incomplete request leaves nothing behind.
+        let before = (frames.args.len(), frames.scratch.len());
+        assert_eq!(parse(b"GET 'unfinished", L, &mut frames), Ok(None));
+        assert_eq!(before, (frames.args.len(), frames.scratch.len()));
+        frames.clear();
+        assert!(frames.args.is_empty() && frames.scratch.is_empty());
     }
 
     #[test]

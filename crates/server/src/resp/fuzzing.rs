@@ -10,9 +10,10 @@ use combkv::Store;
 use combkv::readexec::BatchResults;
 
 use crate::config::ServerConfig;
-use crate::proto::{Client, Cx};
-use crate::resp::RespConn;
-use crate::resp::frame::{self, Limits, Request};
+use crate::pipeline::Pipeline;
+use crate::pipeline::{Client, Cx};
+use crate::resp::Resp;
+use crate::resp::frame::{self, Frames, Limits};
 use crate::shared::Shared;
 
 /// Parses every complete RESP request at the start of `input`, as the
@@ -24,21 +25,21 @@ pub fn resp_parse(input: &[u8], max_request_bytes: usize) -> (usize, usize) {
         max_request_bytes,
         authenticated: true,
     };
-    let mut req = Request::default();
+    let mut frames = Frames::default();
     let (mut at, mut n) = (0, 0);
     while at < input.len() {
-        match frame::parse(&input[at..], limits, &mut req) {
-            Ok(true) => {}
-            Ok(false) | Err(_) => break,
+        let f = match frame::parse(&input[at..], limits, &mut frames) {
+            Ok(Some(f)) => f,
+            Ok(None) | Err(_) => break,
+        };
+        assert!(f.consumed > 0, "a complete request consumes input");
+        assert!(at + f.consumed <= input.len(), "consumed past the input");
+        for i in f.first..f.end {
+            // Every argument lies inside the input or the scratch arena.
+            let a = frames.arg(&input[at..], i);
+            assert!(a.len() <= f.consumed.max(frames.scratch_len()));
         }
-        assert!(req.consumed > 0, "a complete request consumes input");
-        assert!(at + req.consumed <= input.len(), "consumed past the input");
-        for i in 0..req.args.len() {
-            // Every argument lies inside the input or the scratch buffer.
-            let a = req.arg(&input[at..], i);
-            assert!(a.len() <= req.consumed.max(req.scratch.len()));
-        }
-        at += req.consumed;
+        at += f.consumed;
         n += 1;
     }
     (n, at)
@@ -49,7 +50,7 @@ pub fn resp_parse(input: &[u8], max_request_bytes: usize) -> (usize, usize) {
 #[derive(Debug)]
 pub struct RespSession {
     shared: Arc<Shared>,
-    conn: RespConn,
+    conn: Pipeline<Resp>,
     client: Client,
     batch: BatchResults,
     input: Vec<u8>,
@@ -65,7 +66,7 @@ impl RespSession {
         let shared = Arc::new(Shared::new(Arc::new(store), config));
         RespSession {
             shared,
-            conn: RespConn::new(needs_auth),
+            conn: Pipeline::new(Resp::new(needs_auth)),
             client: Client {
                 id: 1,
                 addr: ([127, 0, 0, 1], 1).into(),
@@ -86,7 +87,7 @@ impl RespSession {
 
     /// A new connection to the same store (the client reconnected).
     pub fn reconnect(&mut self) {
-        self.conn = RespConn::new(self.shared.config.requirepass.is_some());
+        self.conn = Pipeline::new(Resp::new(self.shared.config.requirepass.is_some()));
         self.client.name = None;
         self.input.clear();
         self.closed = false;

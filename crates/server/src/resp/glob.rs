@@ -63,45 +63,10 @@ fn match_at(
                 if not {
                     p = &p[1..];
                 }
-                let mut hit = false;
-                loop {
-                    if p.is_empty() {
-                        break;
-                    }
-                    if p[0] == b'\\' && p.len() >= 2 {
-                        p = &p[1..];
-                        if p[0] == s[0] {
-                            hit = true;
-                        }
-                    } else if p[0] == b']' {
-                        break;
-                    } else if p.len() >= 3 && p[1] == b'-' {
-                        let (mut lo, mut hi) = (p[0], p[2]);
-                        if lo > hi {
-                            std::mem::swap(&mut lo, &mut hi);
-                        }
-                        let c = s[0];
-                        let (lo, hi, c) = if nocase {
-                            (
-                                lo.to_ascii_lowercase(),
-                                hi.to_ascii_lowercase(),
-                                c.to_ascii_lowercase(),
-                            )
-                        } else {
-                            (lo, hi, c)
-                        };
-                        if c >= lo && c <= hi {
-                            hit = true;
-                        }
-                        p = &p[2..];
-                    } else if eq(p[0], s[0], nocase) {
-                        hit = true;
-                    }
-                    p = &p[1..];
-                }
+                let hit;
+                (hit, p) = class(p, s[0], nocase);
                 if p.is_empty() {
                     // An unterminated class: Redis treats the end as `]`.
-                    p = &p[..0];
                     if not == hit {
                         return false;
                     }
@@ -136,6 +101,48 @@ fn match_at(
         }
     }
     p.is_empty() && s.is_empty()
+}
+
+/// Matches `c` against the body of a `[...]` class (after `[` and `^`):
+/// whether it is in the class, and the pattern from the closing `]` on
+/// (empty if the class is unterminated).
+fn class(mut p: &[u8], c: u8, nocase: bool) -> (bool, &[u8]) {
+    let mut hit = false;
+    loop {
+        if p.is_empty() {
+            break;
+        }
+        if p[0] == b'\\' && p.len() >= 2 {
+            p = &p[1..];
+            if p[0] == c {
+                hit = true;
+            }
+        } else if p[0] == b']' {
+            break;
+        } else if p.len() >= 3 && p[1] == b'-' {
+            let (mut lo, mut hi) = (p[0], p[2]);
+            if lo > hi {
+                std::mem::swap(&mut lo, &mut hi);
+            }
+            let (lo, hi, c) = if nocase {
+                (
+                    lo.to_ascii_lowercase(),
+                    hi.to_ascii_lowercase(),
+                    c.to_ascii_lowercase(),
+                )
+            } else {
+                (lo, hi, c)
+            };
+            if c >= lo && c <= hi {
+                hit = true;
+            }
+            p = &p[2..];
+        } else if eq(p[0], c, nocase) {
+            hit = true;
+        }
+        p = &p[1..];
+    }
+    (hit, p)
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
-//! The RESP listener's protocol: bytes -> request frames (`frame`) ->
-//! commands (`cmd`) -> replies (`reply`). Consecutive GET, MGET, GETV and
-//! bounded RANGE requests of one read are answered by one read-engine batch.
+//! The RESP listener's protocol, as the pipeline's [`Protocol`]: bytes ->
+//! request frames (`frame`) -> commands (`cmd`: the table says each one's
+//! kind; GET, MGET, GETV and bounded RANGEs are batchable reads) ->
+//! replies (`reply`).
 
 pub(crate) mod cmd;
 pub(crate) mod error;
@@ -9,286 +10,294 @@ pub mod fuzzing;
 pub(crate) mod glob;
 pub(crate) mod reply;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::proto::{Cx, Outcome};
+use combkv::readexec::BatchResults;
+
+use crate::pipeline::{Class, Cx, Protocol, Reads, Step};
 use crate::shared::Stats;
-use cmd::{Batchable, Ctx};
-use frame::{Limits, Request};
+use cmd::batch::{self, Hits, Planned, RangeSlots};
+use cmd::{ArgList, Ctx, Spec};
+use error::CmdError;
+use frame::{FrameError, Frames, Limits};
 use reply::Reply;
 
-/// A RESP connection's state.
+/// What RESP commands change about a connection.
 #[derive(Debug, Default)]
 pub(crate) struct RespConn {
     /// RESP3 after `HELLO 3`.
     pub resp3: bool,
     pub authenticated: bool,
-    req: Request,
-    /// Reads waiting to run as one batch: (input range of the request, what
-    /// it asks). Their replies are due before any later request's.
-    pending: Vec<(usize, usize, Batchable)>,
-    /// Argument offsets of pending requests (`pending` indexes into it).
-    pending_args: Vec<(usize, usize)>,
-    /// The pending RANGEs' specs (slots reused across batches).
-    ranges: cmd::RangeSlots,
-    /// This connection wrote through the session since its last commit: a
-    /// read must commit first to see its own writes.
-    wrote: bool,
-    /// The slow log's stopwatch for this turn.
-    laps: Laps,
 }
 
-/// Times commands for the slow log with one clock read per command, not
-/// two: a command's time runs from the end of the one before it in the same
-/// turn (its parse included, a few hundred nanoseconds) or from its own
-/// start if it is the turn's first. A clock read was 3% of a pipelined
-/// SET's samples.
+/// A RESP connection's protocol state: the connection's, and the buffers
+/// its parsed requests keep.
 #[derive(Debug, Default)]
-struct Laps {
-    last: Option<Instant>,
+pub(crate) struct Resp {
+    pub conn: RespConn,
+    /// The arguments of the requests parsed since no request was held
+    /// (inline requests' arguments included, so they batch too).
+    frames: Frames,
+    /// The pending RANGEs' specs (slots reused across batches).
+    ranges: RangeSlots,
 }
 
-impl Laps {
-    /// Marks a command's start (reads the clock only if no lap is open).
-    fn start(&mut self) {
-        if self.last.is_none() {
-            self.last = Some(Instant::now());
-        }
-    }
+/// A parsed RESP request: its command and where its arguments are.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RespRequest {
+    /// The command's table entry (`None`: unknown).
+    spec: Option<&'static Spec>,
+    /// Where the request starts in the input.
+    base: usize,
+    /// Its arguments: entries `first..end` of the connection's frames.
+    first: usize,
+    end: usize,
+    /// Planned into a read batch.
+    planned: Option<Planned>,
+}
 
-    /// Closes the open lap without timing it: the next `start` reads the
-    /// clock afresh.
-    fn restart(&mut self) {
-        self.last = None;
-    }
+/// A request's arguments in the frames, sliced on demand.
+#[derive(Clone, Copy)]
+struct FrameArgs<'a> {
+    /// The input from the request's start.
+    input: &'a [u8],
+    frames: &'a Frames,
+    first: usize,
+    len: usize,
+}
 
-    /// The time since the open lap began; the next lap begins now.
-    fn lap(&mut self) -> Duration {
-        let now = Instant::now();
-        let took = self.last.map_or(Duration::ZERO, |t| now - t);
-        self.last = Some(now);
-        took
+impl<'a> ArgList<'a> for FrameArgs<'a> {
+    #[inline]
+    fn len(&self) -> usize {
+        self.len
+    }
+    #[inline]
+    fn get(&self, i: usize) -> &'a [u8] {
+        debug_assert!(i < self.len);
+        self.frames.arg(self.input, self.first + i)
     }
 }
 
-impl RespConn {
-    pub(crate) fn new(needs_auth: bool) -> RespConn {
-        RespConn {
-            authenticated: !needs_auth,
+impl Resp {
+    pub(crate) fn new(needs_auth: bool) -> Resp {
+        Resp {
+            conn: RespConn {
+                resp3: false,
+                authenticated: !needs_auth,
+            },
             ..Default::default()
         }
     }
 
-    pub(crate) fn process(
+    #[inline]
+    fn args<'a>(&'a self, input: &'a [u8], req: &RespRequest) -> FrameArgs<'a> {
+        FrameArgs::of(&self.frames, input, req)
+    }
+}
+
+impl<'a> FrameArgs<'a> {
+    #[inline]
+    fn of(frames: &'a Frames, input: &'a [u8], req: &RespRequest) -> FrameArgs<'a> {
+        FrameArgs {
+            input: &input[req.base..],
+            frames,
+            first: req.first,
+            len: req.end - req.first,
+        }
+    }
+}
+
+impl Protocol for Resp {
+    type Request<'a> = RespRequest;
+    type Error = FrameError;
+    const NAME: &'static str = "resp";
+    const INTERNAL_ERROR: &'static [u8] = b"-ERR internal error; closing connection\r\n";
+    const TIMED: bool = true;
+
+    #[inline]
+    fn parse(
+        &mut self,
+        cx: &Cx<'_>,
+        input: &[u8],
+        at: usize,
+        fresh: bool,
+    ) -> Step<RespRequest, FrameError> {
+        if fresh {
+            self.frames.clear();
+            self.ranges.clear();
+        }
+        // Per request: an AUTH earlier in the same read lifts the
+        // unauthenticated limits for the requests after it.
+        let limits = Limits {
+            max_request_bytes: cx.shared.config.max_request_bytes.0 as usize,
+            authenticated: self.conn.authenticated,
+        };
+        let f = match frame::parse(&input[at..], limits, &mut self.frames) {
+            Ok(Some(f)) => f,
+            Ok(None) => return Step::Incomplete,
+            Err(e) => return Step::Close(e),
+        };
+        if f.first == f.end {
+            return Step::Skip(f.consumed);
+        }
+        Stats::add(&cx.shared.stats.commands_processed, 1);
+        let mut req = RespRequest {
+            spec: None,
+            base: at,
+            first: f.first,
+            end: f.end,
+            planned: None,
+        };
+        let args = FrameArgs::of(&self.frames, input, &req);
+        let name = args.get(0);
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            tracing::debug!(
+                client = cx.client.id,
+                "resp request: {}",
+                String::from_utf8_lossy(name)
+            );
+        }
+        req.spec = cmd::lookup_request(name);
+        if let Some(spec) = req.spec
+            && let cmd::Kind::BatchRead(kind) = spec.kind
+            && self.conn.authenticated
+            && spec.arity_ok(args.len)
+        {
+            let max_key = cx.shared.store.max_key_len();
+            req.planned = kind.plan(args, max_key, &mut self.ranges);
+        }
+        Step::Request(req, f.consumed)
+    }
+
+    #[inline]
+    fn class(&self, req: &RespRequest) -> Class {
+        match (req.planned, req.spec) {
+            (Some(_), _) => Class::BatchRead,
+            (None, Some(spec)) => spec.kind.class(),
+            // An unknown command: its error alone.
+            (None, None) => Class::Control,
+        }
+    }
+
+    #[inline]
+    fn read_requests<'s>(&'s self, input: &'s [u8], req: &'s RespRequest, into: &mut Reads<'s>) {
+        let planned = req.planned.expect("a batched request is planned");
+        batch::read_requests(planned, self.args(input, req), &self.ranges, into);
+    }
+
+    fn reply_batch(
+        &self,
+        cx: &Cx<'_>,
+        _input: &[u8],
+        pending: &[RespRequest],
+        results: &BatchResults,
+        out: &mut Vec<u8>,
+    ) {
+        let max_reply = cx.shared.config.max_reply_bytes.0 as usize;
+        let mut r = Reply {
+            out,
+            resp3: self.conn.resp3,
+        };
+        let mut hits = Hits::default();
+        let mut i = 0;
+        for req in pending {
+            let planned = req.planned.expect("a batched request is planned");
+            let n = req.end - req.first;
+            i += batch::reply(
+                planned,
+                n,
+                results,
+                i,
+                &self.ranges,
+                max_reply,
+                &mut hits,
+                &mut r,
+            );
+        }
+        hits.record(&cx.shared.stats);
+    }
+
+    fn batch_failed(
+        &self,
+        _cx: &Cx<'_>,
+        err: combkv::Error,
+        pending: &[RespRequest],
+        out: &mut Vec<u8>,
+    ) {
+        let mut r = Reply {
+            out,
+            resp3: self.conn.resp3,
+        };
+        let line = CmdError::from(err).line();
+        for _ in pending {
+            r.error(&line);
+        }
+    }
+
+    fn execute(
         &mut self,
         cx: &mut Cx<'_>,
         input: &[u8],
+        req: &RespRequest,
         out: &mut Vec<u8>,
-        reply_budget: usize,
-    ) -> Outcome {
-        let mut at = 0;
-        let mut close = false;
-        self.pending.clear();
-        self.pending_args.clear();
-        self.ranges.clear();
-        self.laps = Laps::default();
-        while out.len() <= reply_budget {
-            // Per request: an AUTH earlier in the same read lifts the
-            // unauthenticated limits for the requests after it.
-            let limits = Limits {
-                max_request_bytes: cx.shared.config.max_request_bytes.0 as usize,
-                authenticated: self.authenticated,
-            };
-            let mut req = std::mem::take(&mut self.req);
-            let parsed = frame::parse(&input[at..], limits, &mut req);
-            match parsed {
-                Ok(false) => {
-                    self.req = req;
-                    break;
-                }
-                Err(e) => {
-                    self.req = req;
-                    if !self.run_batch(cx, input, out) {
-                        return Outcome {
-                            consumed: at,
-                            close: true,
-                            abort: true,
-                        };
-                    }
-                    Stats::add(&cx.shared.stats.protocol_errors, 1);
-                    let mut r = Reply {
-                        out,
-                        resp3: self.resp3,
-                    };
-                    r.error(&format!("ERR {}", e.message()));
-                    tracing::debug!(
-                        client = cx.client.id,
-                        "closing after protocol error: {}",
-                        e.message()
-                    );
-                    // Framing is lost: nothing after this can be trusted.
-                    return Outcome {
-                        consumed: input.len(),
-                        close: true,
-                        abort: false,
-                    };
-                }
-                Ok(true) => {}
+    ) -> bool {
+        let Resp { conn, frames, .. } = self;
+        let input = &input[req.base..];
+        let n = req.end - req.first;
+        // Most requests have a few arguments: keep them on the stack.
+        let mut small: [&[u8]; 8] = [&[]; 8];
+        let heap: Vec<&[u8]>;
+        let args: &[&[u8]] = if n <= small.len() {
+            for (i, slot) in small.iter_mut().enumerate().take(n) {
+                *slot = frames.arg(input, req.first + i);
             }
-            let base = at;
-            at += req.consumed;
-            if req.args.is_empty() {
-                self.req = req;
-                continue;
-            }
-            // Most requests have a few arguments: keep them on the stack.
-            let mut small: [&[u8]; 8] = [&[]; 8];
-            let heap: Vec<&[u8]>;
-            let args: &[&[u8]] = if req.args.len() <= small.len() {
-                for (i, slot) in small.iter_mut().enumerate().take(req.args.len()) {
-                    *slot = req.arg(&input[base..], i);
-                }
-                &small[..req.args.len()]
-            } else {
-                heap = (0..req.args.len())
-                    .map(|i| req.arg(&input[base..], i))
-                    .collect();
-                &heap
-            };
-            Stats::add(&cx.shared.stats.commands_processed, 1);
-            if tracing::enabled!(tracing::Level::DEBUG) {
-                tracing::debug!(
-                    client = cx.client.id,
-                    "resp request: {}",
-                    String::from_utf8_lossy(args[0])
-                );
-            }
-            let spec = cmd::lookup(args[0]);
-            // Inline requests' arguments live in the parser's scratch
-            // buffer, which the next request reuses: they run unbatched.
-            let from_input = req
-                .args
-                .iter()
-                .all(|a| matches!(a, frame::Arg::Input { .. }));
-            if self.authenticated
-                && from_input
-                && let Some(b) = cmd::batchable(spec, args, cx.shared, &mut self.ranges)
-            {
-                // Offsets of a batched request's arguments, absolute in `input`.
-                let first = self.pending_args.len();
-                for a in args {
-                    let off = a.as_ptr() as usize - input.as_ptr() as usize;
-                    self.pending_args.push((off, a.len()));
-                }
-                self.pending.push((first, self.pending_args.len(), b));
-                self.req = req;
-                continue;
-            }
-            if !self.run_batch(cx, input, out) {
-                return Outcome {
-                    consumed: at,
-                    close: true,
-                    abort: true,
-                };
-            }
-            let write = spec.is_some_and(|s| s.write);
-            if write {
-                self.wrote = true;
-            } else if !self.commit_before_read(cx) {
-                return Outcome {
-                    consumed: at,
-                    close: true,
-                    abort: true,
-                };
-            }
-            self.laps.start();
-            let mut ctx = Ctx {
-                shared: cx.shared,
-                session: cx.session,
-                conn: self,
-                client: cx.client,
-                args,
-                r: Reply { out, resp3: false },
-                close: false,
-            };
-            ctx.r.resp3 = ctx.conn.resp3;
-            cmd::dispatch(&mut ctx, spec);
-            close = ctx.close;
-            let took = self.laps.lap();
-            if cx.shared.slowlog.wants(took) {
-                let name = cx.client.name.clone().unwrap_or_default();
-                cx.shared.slowlog.record(
-                    took,
-                    &slowlog_args(args),
-                    &cx.client.addr.to_string(),
-                    &name,
-                );
-            }
-            self.req = req;
-            if close {
-                break;
-            }
-        }
-        if !self.run_batch(cx, input, out) {
-            return Outcome {
-                consumed: at,
-                close: true,
-                abort: true,
-            };
-        }
-        Outcome {
-            consumed: at,
-            close,
-            abort: false,
-        }
-    }
-
-    /// Commits the session if this connection wrote since its last commit,
-    /// so a read sees the connection's own writes. False: the commit failed
-    /// and the turn must be aborted.
-    fn commit_before_read(&mut self, cx: &Cx<'_>) -> bool {
-        if self.wrote {
-            // The commit (an fsync with `durability always`) is nobody's
-            // command: the next lap starts after it.
-            self.laps.restart();
-        }
-        cx.commit_own_writes(&mut self.wrote)
-    }
-
-    /// Runs the pending reads as one batch and writes their replies.
-    /// False: a commit failed (abort the turn).
-    fn run_batch(&mut self, cx: &mut Cx<'_>, input: &[u8], out: &mut Vec<u8>) -> bool {
-        if self.pending.is_empty() {
-            return true;
-        }
-        if !self.commit_before_read(cx) {
-            return false;
-        }
-        self.laps.start();
-        let pending = std::mem::take(&mut self.pending);
-        let args = cmd::Args {
-            input,
-            offs: &self.pending_args,
+            &small[..n]
+        } else {
+            heap = (req.first..req.end).map(|i| frames.arg(input, i)).collect();
+            &heap
         };
+        let resp3 = conn.resp3;
+        let mut ctx = Ctx {
+            shared: cx.shared,
+            session: cx.session,
+            batch: cx.batch,
+            conn,
+            client: cx.client,
+            args,
+            r: Reply { out, resp3 },
+            close: false,
+        };
+        cmd::dispatch(&mut ctx, req.spec);
+        ctx.close
+    }
+
+    fn reject(&mut self, _cx: &Cx<'_>, err: FrameError, _out: &mut Vec<u8>) {
+        unreachable!("RESP rejects no request without closing: {err:?}");
+    }
+
+    fn protocol_error(&mut self, cx: &Cx<'_>, err: FrameError, out: &mut Vec<u8>) {
         let mut r = Reply {
             out,
-            resp3: self.resp3,
+            resp3: self.conn.resp3,
         };
-        cmd::run_batch(cx, &pending, args, &self.ranges, &mut r);
-        let took = self.laps.lap();
-        if cx.shared.slowlog.wants(took) {
-            let name = cx.client.name.clone().unwrap_or_default();
-            let (first, end, _) = pending[0];
-            let logged: Vec<&[u8]> = (first..end).map(|i| args.get(i)).collect();
-            cx.shared
-                .slowlog
-                .record(took, &logged, &cx.client.addr.to_string(), &name);
-        }
-        self.pending = pending;
-        self.pending.clear();
-        self.pending_args.clear();
-        self.ranges.clear();
-        true
+        r.error(&format!("ERR {}", err.message()));
+        tracing::debug!(
+            client = cx.client.id,
+            "closing after protocol error: {}",
+            err.message()
+        );
+    }
+
+    fn slow(&self, cx: &Cx<'_>, input: &[u8], req: &RespRequest, took: Duration) {
+        let args = self.args(input, req);
+        let args: Vec<&[u8]> = (0..args.len).map(|i| args.get(i)).collect();
+        let name = cx.client.name.clone().unwrap_or_default();
+        cx.shared.slowlog.record(
+            took,
+            &slowlog_args(&args),
+            &cx.client.addr.to_string(),
+            &name,
+        );
     }
 }
 

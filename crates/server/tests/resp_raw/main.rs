@@ -3,9 +3,13 @@
 //! paths (issue 6, "What it must show" 1). Each test starts its own server
 //! on a free port.
 
+mod atomic;
 mod keys;
 mod limits;
 mod ordered;
+// `DEBUG PANIC` exists in debug builds only.
+#[cfg(debug_assertions)]
+mod panic;
 mod protocol;
 mod server;
 mod strings;

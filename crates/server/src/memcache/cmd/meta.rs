@@ -1,14 +1,18 @@
 //! memcached's meta commands: mg (with T; plain mg is in the read batch),
 //! ms, md, ma, me. Return flags follow the order the client gave them.
+//! Each write decides an [`Op`], the session applies it, and the reply
+//! comes from its [`Outcome`].
 
 use std::io::Write as _;
 
-use combkv::{Expiry, Flags, Write};
+use combkv::op::{Arith, Cond, Number, OnMissing, Op, Outcome, Status};
+use combkv::{Expiry, Flags, Version, Write};
 
-use super::{Found, error_line, expiry, expiry_ms, line, stored_number, touch_item, ttl_secs};
+use super::text::touch_op;
+use super::{Found, error_line, expiry, line, ttl_secs};
 use crate::memcache::error::McError;
 use crate::memcache::parse::{Key, MetaFlags, encode_base64};
-use crate::proto::Cx;
+use crate::pipeline::Cx;
 use crate::shared::Stats;
 
 /// ` k<key>`, base64 and followed by ` b` for a binary key.
@@ -91,49 +95,37 @@ pub(super) fn get_touch(cx: &mut Cx<'_>, key: &Key<'_>, flags: &MetaFlags<'_>, o
     Stats::add(&mc.cmd_meta, 1);
     Stats::add(&mc.cmd_touch, 1);
     let now = combkv::now_ms();
-    let ttl = flags.ttl.unwrap_or(0);
-    let exp = expiry(ttl, now);
-    match touch_item(cx, key.bytes(), exp, |value, cflags| {
-        (value.to_vec(), cflags)
-    }) {
-        Err(e) => error_line(cx, out, &e),
-        Ok(None) => {
+    let op = touch_op(key.bytes(), expiry(flags.ttl.unwrap_or(0), now), true);
+    match cx.session.apply(&op) {
+        Err(e) => error_line(cx, out, &McError::from(e)),
+        Ok(Outcome::Expire {
+            status: Status::Done,
+            item: Some(it),
+            ..
+        }) => {
+            Stats::add(&mc.touch_hits, 1);
+            write_get_hit(out, key, flags, &Found::from(&it), now);
+        }
+        Ok(_) => {
             Stats::add(&mc.touch_misses, 1);
             write_miss(out, b"EN", key, flags);
         }
-        Ok(Some(((value, cflags), version))) => {
-            Stats::add(&mc.touch_hits, 1);
-            let f = Found {
-                value: &value,
-                version,
-                flags: cflags,
-                expires_at_ms: expiry_ms(ttl, now),
-            };
-            write_get_hit(out, key, flags, &f, now);
-        }
     }
 }
 
-/// What ms, md and ma decided.
-enum Outcome {
-    /// HD (or VA for ma with `v`).
-    Done,
-    NotStored,
-    Exists,
-    NotFound,
-    TooLarge,
-    NonNumeric,
+/// The status code of a meta write that did not happen: `EX` for a CAS
+/// mismatch, `NF` for a key that had to be present (`nf`), `NS` otherwise.
+fn miss_code(status: Status, nf: bool) -> &'static [u8] {
+    match status {
+        Status::Mismatch => b"EX",
+        Status::Missing if nf => b"NF",
+        _ => b"NS",
+    }
 }
 
-impl Outcome {
-    fn code(&self) -> &'static [u8] {
-        match self {
-            Outcome::Done => b"HD",
-            Outcome::NotStored => b"NS",
-            Outcome::Exists => b"EX",
-            _ => b"NF",
-        }
-    }
+/// `C`: the write holds only for an item of this version.
+fn cas_cond(flags: &MetaFlags<'_>) -> Option<Cond> {
+    flags.compare_cas.map(|c| Cond::Version(Version(c)))
 }
 
 /// ms: mode S (set, default), E (add), A (append), P (prepend), R
@@ -156,70 +148,74 @@ pub(super) fn set(
         return error_line(cx, out, &McError::OutOfMemoryStoring);
     }
     let now = combkv::now_ms();
-    let exp = expiry(flags.ttl.unwrap_or(0), now);
-    let cflags = Flags::Set(flags.client_flags.unwrap_or(0));
     let mode = flags.mode.unwrap_or(b'S').to_ascii_uppercase();
-    let max = shared.store.max_value_len();
-    let put = |value: Vec<u8>| Write::Put {
-        value,
-        expiry: exp,
-        flags: cflags,
+    let put = |cond| Op::Put {
+        key: key.bytes(),
+        value: data,
+        expiry: expiry(flags.ttl.unwrap_or(0), now),
+        flags: Flags::Set(flags.client_flags.unwrap_or(0)),
+        cond,
+        return_old: false,
     };
-    let r = cx.session.write_with(key.bytes(), |cur| {
-        let cas_ok = |v: u64| flags.compare_cas.is_none_or(|c| c == v);
-        match (mode, cur) {
-            (b'S' | b'R', None) if flags.compare_cas.is_some() => (Write::Keep, Outcome::NotFound),
-            (b'S' | b'R', Some(it)) if !cas_ok(it.version.get()) => (Write::Keep, Outcome::Exists),
-            (b'S', _) | (b'R', Some(_)) | (b'E', None) => (put(data.to_vec()), Outcome::Done),
-            (b'R', None) | (b'E', Some(_)) => (Write::Keep, Outcome::NotStored),
-            (_, None) => match flags.vivify {
-                Some(ttl) => {
-                    let w = Write::Put {
-                        value: data.to_vec(),
-                        expiry: expiry(ttl, now),
-                        flags: cflags,
-                    };
-                    (w, Outcome::Done)
-                }
-                None => (Write::Keep, Outcome::NotStored),
+    let op = match mode {
+        b'S' => put(cas_cond(flags).unwrap_or(Cond::Any)),
+        b'R' => put(cas_cond(flags).unwrap_or(Cond::Present)),
+        b'E' => put(Cond::Absent),
+        _ if flags.vivify.is_some()
+            && (flags.compare_cas.is_some() || flags.client_flags.is_some_and(|f| f != 0)) =>
+        {
+            return set_vivify_closure(cx, key, flags, data, mode == b'A', now, out);
+        }
+        _ => Op::Append {
+            key: key.bytes(),
+            value: data,
+            front: mode == b'P',
+            on_missing: match flags.vivify {
+                Some(ttl) => OnMissing::Create {
+                    value: data,
+                    expiry: expiry(ttl, now),
+                },
+                None => OnMissing::Fail,
             },
-            (_, Some(it)) if !cas_ok(it.version.get()) => (Write::Keep, Outcome::Exists),
-            (append_or_prepend, Some(it)) => {
-                let (a, b) = if append_or_prepend == b'A' {
-                    (it.value, data)
-                } else {
-                    (data, it.value)
-                };
-                if a.len() + b.len() > max {
-                    return (Write::Keep, Outcome::TooLarge);
-                }
-                let w = Write::Put {
-                    value: [a, b].concat(),
-                    expiry: Expiry::Keep,
-                    flags: Flags::Keep,
-                };
-                (w, Outcome::Done)
-            }
-        }
-    });
-    let (outcome, version) = match r {
-        Err(e) => return error_line(cx, out, &McError::from(e)),
-        Ok(r) => r,
+            cond: cas_cond(flags).unwrap_or(Cond::Any),
+        },
     };
-    match outcome {
-        Outcome::TooLarge => {
-            Stats::add(&mc.store_too_large, 1);
-            return error_line(cx, out, &McError::TooLarge);
-        }
-        Outcome::Done => {
-            Stats::add(&mc.total_items, 1);
-            if flags.quiet {
-                return;
+    let outcome = match cx.session.apply(&op) {
+        Err(e) => {
+            let e = McError::from(e);
+            if e == McError::TooLarge {
+                // An append or prepend past max-value-bytes.
+                Stats::add(&mc.store_too_large, 1);
             }
+            return error_line(cx, out, &e);
         }
-        _ => {}
-    }
-    out.extend_from_slice(outcome.code());
+        Ok(o) => o,
+    };
+    // A set or replace with `C` wants its item present: `NF` when absent.
+    let nf = matches!(mode, b'S' | b'R') && flags.compare_cas.is_some();
+    set_reply(cx, key, flags, outcome.status(), outcome.version(), nf, out);
+}
+
+/// ms's reply: `HD` (hidden by `q`), or why not, with the return flags.
+fn set_reply(
+    cx: &Cx<'_>,
+    key: &Key<'_>,
+    flags: &MetaFlags<'_>,
+    status: Status,
+    version: Option<Version>,
+    nf: bool,
+    out: &mut Vec<u8>,
+) {
+    let code: &[u8] = if status == Status::Done {
+        Stats::add(&cx.shared.memcache.stats.total_items, 1);
+        if flags.quiet {
+            return;
+        }
+        b"HD"
+    } else {
+        miss_code(status, nf)
+    };
+    out.extend_from_slice(code);
     for t in flags.iter() {
         match t[0] {
             b'O' => opaque_flag(out, t),
@@ -233,30 +229,91 @@ pub(super) fn set(
     out.extend_from_slice(b"\r\n");
 }
 
+/// ms in mode A or P with `N` and with `C` or nonzero `F`, on the path ms
+/// took before writes became [`Op`]s: `OnMissing::Create` stores no client
+/// flags, and a `Cond::Version` fails on an absent key before `on_missing`
+/// is looked at, where ms creates the item (with its `F` flags) whatever
+/// `C` says. It leaves once `OnMissing::Create` carries flags and a
+/// condition can hold for an absent key.
+fn set_vivify_closure(
+    cx: &mut Cx<'_>,
+    key: &Key<'_>,
+    flags: &MetaFlags<'_>,
+    data: &[u8],
+    append: bool,
+    now: u64,
+    out: &mut Vec<u8>,
+) {
+    /// What the closure decided.
+    enum Vivify {
+        Wrote,
+        Mismatch,
+        TooLarge,
+    }
+    let max = cx.shared.store.max_value_len();
+    let r = cx.session.write_with(key.bytes(), |cur| match cur {
+        None => {
+            let w = Write::Put {
+                value: data.to_vec(),
+                expiry: expiry(flags.vivify.unwrap_or(0), now),
+                flags: Flags::Set(flags.client_flags.unwrap_or(0)),
+            };
+            (w, Vivify::Wrote)
+        }
+        Some(it) if flags.compare_cas.is_some_and(|c| c != it.version.get()) => {
+            (Write::Keep, Vivify::Mismatch)
+        }
+        Some(it) => {
+            let (a, b) = if append {
+                (it.value, data)
+            } else {
+                (data, it.value)
+            };
+            if a.len() + b.len() > max {
+                return (Write::Keep, Vivify::TooLarge);
+            }
+            let w = Write::Put {
+                value: [a, b].concat(),
+                expiry: Expiry::Keep,
+                flags: Flags::Keep,
+            };
+            (w, Vivify::Wrote)
+        }
+    });
+    let (status, version) = match r {
+        Err(e) => return error_line(cx, out, &McError::from(e)),
+        Ok((Vivify::TooLarge, _)) => {
+            Stats::add(&cx.shared.memcache.stats.store_too_large, 1);
+            return error_line(cx, out, &McError::TooLarge);
+        }
+        Ok((Vivify::Wrote, v)) => (Status::Done, v),
+        Ok((Vivify::Mismatch, v)) => (Status::Mismatch, v),
+    };
+    set_reply(cx, key, flags, status, version, false, out);
+}
+
 /// md: delete, only if the CAS unique matches when `C` is given.
 pub(super) fn delete(cx: &mut Cx<'_>, key: &Key<'_>, flags: &MetaFlags<'_>, out: &mut Vec<u8>) {
     let mc = &cx.shared.memcache.stats;
     Stats::add(&mc.cmd_meta, 1);
-    let r = cx.session.write_with(key.bytes(), |cur| match cur {
-        None => (Write::Keep, Outcome::NotFound),
-        Some(it) if flags.compare_cas.is_some_and(|c| c != it.version.get()) => {
-            (Write::Keep, Outcome::Exists)
-        }
-        Some(_) => (Write::Delete, Outcome::Done),
-    });
-    let outcome = match r {
-        Err(e) => return error_line(cx, out, &McError::from(e)),
-        Ok((o, _)) => o,
+    let op = Op::Delete {
+        key: key.bytes(),
+        cond: cas_cond(flags).unwrap_or(Cond::Any),
+        return_old: false,
     };
-    if matches!(outcome, Outcome::Done) {
+    let status = match cx.session.apply(&op) {
+        Err(e) => return error_line(cx, out, &McError::from(e)),
+        Ok(o) => o.status(),
+    };
+    if status == Status::Done {
         Stats::add(&mc.delete_hits, 1);
         if flags.quiet {
             return;
         }
-    } else {
-        Stats::add(&mc.delete_misses, 1);
+        return write_miss(out, b"HD", key, flags);
     }
-    write_miss(out, outcome.code(), key, flags);
+    Stats::add(&mc.delete_misses, 1);
+    write_miss(out, miss_code(status, true), key, flags);
 }
 
 /// ma: incr (default) or decr by `D` (default 1); `N` creates a missing
@@ -270,66 +327,93 @@ pub(super) fn arith(cx: &mut Cx<'_>, key: &Key<'_>, flags: &MetaFlags<'_>, out: 
         return error_line(cx, out, &McError::OutOfMemory);
     }
     let incr = !matches!(flags.mode, Some(b'D' | b'd' | b'-'));
-    let delta = flags.delta.unwrap_or(1);
     let now = combkv::now_ms();
-    // (outcome, number, expiry after the write, created)
-    let r = cx.session.write_with(key.bytes(), |cur| match cur {
-        None => match flags.vivify {
-            None => (Write::Keep, (Outcome::NotFound, 0, None, false)),
-            Some(ttl) => {
-                let n = flags.initial.unwrap_or(0);
-                let w = Write::Put {
-                    value: n.to_string().into_bytes(),
+    let r = if flags.vivify.is_some() && flags.compare_cas.is_some() {
+        arith_vivify_closure(cx, key, flags, incr, now)
+    } else {
+        let mut initial = itoa::Buffer::new();
+        let op = Op::Incr {
+            key: key.bytes(),
+            arith: Arith::Unsigned {
+                delta: flags.delta.unwrap_or(1),
+                decrement: !incr,
+            },
+            on_missing: match flags.vivify {
+                Some(ttl) => OnMissing::Create {
+                    value: initial.format(flags.initial.unwrap_or(0)).as_bytes(),
                     expiry: expiry(ttl, now),
-                    flags: Flags::NONE,
-                };
-                (w, (Outcome::Done, n, expiry_ms(ttl, now), true))
-            }
-        },
-        Some(it) if flags.compare_cas.is_some_and(|c| c != it.version.get()) => {
-            (Write::Keep, (Outcome::Exists, 0, None, false))
-        }
-        Some(it) => match stored_number(it.value) {
-            None => (Write::Keep, (Outcome::NonNumeric, 0, None, false)),
-            Some(old) => {
-                let n = super::apply_delta(old, incr, delta);
-                let (exp, at) = match flags.ttl {
-                    Some(t) => (expiry(t, now), expiry_ms(t, now)),
-                    None => (Expiry::Keep, it.expires_at_ms),
-                };
-                let w = Write::Put {
-                    value: n.to_string().into_bytes(),
-                    expiry: exp,
-                    flags: Flags::Keep,
-                };
-                (w, (Outcome::Done, n, at, false))
-            }
-        },
-    });
-    let ((outcome, n, at, created), version) = match r {
-        Err(e) => return error_line(cx, out, &McError::from(e)),
-        Ok(r) => r,
+                },
+                None => OnMissing::Fail,
+            },
+            cond: cas_cond(flags).unwrap_or(Cond::Any),
+            expiry: flags.ttl.map_or(Expiry::Keep, |t| expiry(t, now)),
+        };
+        cx.session.apply(&op).map(|o| match o {
+            Outcome::Incr {
+                status,
+                version,
+                number: Number::Unsigned(n),
+                created,
+                expires_at_ms,
+            } => ArithDone {
+                status,
+                version,
+                n,
+                created,
+                expires_at_ms,
+            },
+            other => unreachable!("an unsigned increment's outcome: {other:?}"),
+        })
     };
+    match r {
+        Err(e) => error_line(cx, out, &McError::from(e)),
+        Ok(done) => arith_reply(cx, key, flags, incr, &done, now, out),
+    }
+}
+
+/// What ma did.
+struct ArithDone {
+    status: Status,
+    version: Option<Version>,
+    /// The number stored afterwards.
+    n: u64,
+    created: bool,
+    /// The item's expiry afterwards.
+    expires_at_ms: Option<u64>,
+}
+
+/// ma's reply: `HD` or `VA` with the number (hidden by `q` unless the item
+/// was created), or why not, with the return flags.
+fn arith_reply(
+    cx: &Cx<'_>,
+    key: &Key<'_>,
+    flags: &MetaFlags<'_>,
+    incr: bool,
+    done: &ArithDone,
+    now: u64,
+    out: &mut Vec<u8>,
+) {
+    let mc = &cx.shared.memcache.stats;
     let (hits, misses) = if incr {
         (&mc.incr_hits, &mc.incr_misses)
     } else {
         (&mc.decr_hits, &mc.decr_misses)
     };
-    match outcome {
-        Outcome::NonNumeric => return error_line(cx, out, &McError::NonNumeric),
-        Outcome::Done => {
-            Stats::add(hits, 1);
-            // memcached's quiet mode hides a plain success, not a creation.
-            if flags.quiet && !created {
-                return;
-            }
-        }
-        _ => {
-            Stats::add(misses, 1);
-            return write_miss(out, outcome.code(), key, flags);
-        }
+    if done.status != Status::Done {
+        Stats::add(misses, 1);
+        let code: &[u8] = if done.status == Status::Mismatch {
+            b"EX"
+        } else {
+            b"NF"
+        };
+        return write_miss(out, code, key, flags);
     }
-    let number = n.to_string();
+    Stats::add(hits, 1);
+    // memcached's quiet mode hides a plain success, not a creation.
+    if flags.quiet && !done.created {
+        return;
+    }
+    let number = done.n.to_string();
     if flags.value {
         let _ = write!(out, "VA {}", number.len());
     } else {
@@ -337,8 +421,8 @@ pub(super) fn arith(cx: &mut Cx<'_>, key: &Key<'_>, flags: &MetaFlags<'_>, out: 
     }
     for t in flags.iter() {
         let _ = match t[0] {
-            b'c' => write!(out, " c{}", version.map_or(0, |v| v.get())),
-            b't' => write!(out, " t{}", ttl_secs(at, now)),
+            b'c' => write!(out, " c{}", done.version.map_or(0, |v| v.get())),
+            b't' => write!(out, " t{}", ttl_secs(done.expires_at_ms, now)),
             b'O' => {
                 opaque_flag(out, t);
                 Ok(())
@@ -355,6 +439,74 @@ pub(super) fn arith(cx: &mut Cx<'_>, key: &Key<'_>, flags: &MetaFlags<'_>, out: 
         out.extend_from_slice(number.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
+}
+
+/// ma with `N` and `C`, on the path ma took before writes became [`Op`]s:
+/// a `Cond::Version` fails on an absent key before `on_missing` is looked
+/// at, where ma creates the item whatever `C` says. It leaves once a
+/// condition can hold for an absent key.
+fn arith_vivify_closure(
+    cx: &mut Cx<'_>,
+    key: &Key<'_>,
+    flags: &MetaFlags<'_>,
+    incr: bool,
+    now: u64,
+) -> combkv::Result<ArithDone> {
+    let delta = flags.delta.unwrap_or(1);
+    let r = cx.session.write_with(key.bytes(), |cur| {
+        let done = |status, n, expires_at_ms, created| ArithDone {
+            status,
+            version: None,
+            n,
+            created,
+            expires_at_ms,
+        };
+        match cur {
+            None => {
+                let ttl = flags.vivify.unwrap_or(0);
+                let n = flags.initial.unwrap_or(0);
+                let w = Write::Put {
+                    value: n.to_string().into_bytes(),
+                    expiry: expiry(ttl, now),
+                    flags: Flags::NONE,
+                };
+                (
+                    w,
+                    Ok(done(Status::Done, n, super::expiry_ms(ttl, now), true)),
+                )
+            }
+            Some(it) if flags.compare_cas.is_some_and(|c| c != it.version.get()) => {
+                (Write::Keep, Ok(done(Status::Mismatch, 0, None, false)))
+            }
+            Some(it) => match (!it.value.is_empty())
+                .then(|| combkv::op::parse_unsigned(it.value))
+                .flatten()
+            {
+                None => (Write::Keep, Err(combkv::Error::NotAnInteger)),
+                Some(old) => {
+                    let n = if incr {
+                        old.wrapping_add(delta)
+                    } else {
+                        old.saturating_sub(delta)
+                    };
+                    let (exp, at) = match flags.ttl {
+                        Some(t) => (expiry(t, now), super::expiry_ms(t, now)),
+                        None => (Expiry::Keep, it.expires_at_ms),
+                    };
+                    let w = Write::Put {
+                        value: n.to_string().into_bytes(),
+                        expiry: exp,
+                        flags: Flags::Keep,
+                    };
+                    (w, Ok(done(Status::Done, n, at, false)))
+                }
+            },
+        }
+    })?;
+    let (done, version) = r;
+    let mut done = done?;
+    done.version = version;
+    Ok(done)
 }
 
 /// me: what combkv knows of an item, in memcached's `key=value` form.

@@ -1,19 +1,18 @@
-//! Executing memcached requests against the store: the read batch
-//! (`get`, `gets`, `mg`), the text commands (`text`) and the meta commands
-//! (`meta`). Every reply line is built here or in those two files.
+//! Executing memcached requests against the store: the read batch's
+//! replies (`get`, `gets`, `mg`), the text commands (`text`) and the meta
+//! commands (`meta`). Every reply line is built here or in those two files.
 
 mod meta;
 mod text;
 
 use std::io::Write as _;
 
-use combkv::readexec::ReadRequest;
-use combkv::{Expiry, Flags, ItemView, Write};
-use smallvec::SmallVec;
+use combkv::readexec::BatchResults;
+use combkv::{Expiry, Item, ItemView};
 
 use super::error::McError;
-use super::parse::{self, GetKind, RELATIVE_EXPTIME_MAX, Request};
-use crate::proto::Cx;
+use super::parse::{self, RELATIVE_EXPTIME_MAX, Request};
+use crate::pipeline::Cx;
 use crate::shared::Stats;
 
 /// A found item as a reply needs it (from a batch result or a write).
@@ -23,6 +22,17 @@ pub(crate) struct Found<'v> {
     pub version: u64,
     pub flags: u32,
     pub expires_at_ms: Option<u64>,
+}
+
+impl<'v> From<&'v Item> for Found<'v> {
+    fn from(it: &'v Item) -> Found<'v> {
+        Found {
+            value: &it.value,
+            version: it.version.get(),
+            flags: it.flags,
+            expires_at_ms: it.expires_at_ms,
+        }
+    }
 }
 
 impl<'v> From<&ItemView<'v>> for Found<'v> {
@@ -85,80 +95,21 @@ fn write_value(out: &mut Vec<u8>, key: &[u8], f: &Found<'_>, with_cas: bool) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// Reads that join the read batch: they never write.
-pub(crate) fn batchable(req: &Request<'_>) -> bool {
-    match req {
-        Request::Get { kind, .. } => matches!(kind, GetKind::Get | GetKind::Gets),
-        Request::MetaGet { flags, .. } => flags.ttl.is_none(),
-        _ => false,
-    }
-}
-
-/// Requests that write (through the turn's session).
-pub(crate) fn writes(req: &Request<'_>) -> bool {
-    match req {
-        Request::Get { kind, .. } => matches!(kind, GetKind::Gat | GetKind::Gats),
-        Request::MetaGet { flags, .. } => flags.ttl.is_some(),
-        Request::Store { .. }
-        | Request::Delete { .. }
-        | Request::Arith { .. }
-        | Request::Touch { .. }
-        | Request::FlushAll { .. }
-        | Request::MetaSet { .. }
-        | Request::MetaDelete { .. }
-        | Request::MetaArith { .. } => true,
-        _ => false,
-    }
-}
-
-/// Unbatched requests that read the store (they must see the connection's
-/// own writes, so the session commits first).
-pub(crate) fn reads(req: &Request<'_>) -> bool {
-    matches!(req, Request::MetaDebug { .. } | Request::Stats { .. })
-}
-
-/// Reads waiting to run as one batch. A pipeline's reads fit on the stack
-/// (a heap list was a malloc and a free per batch, and at one request per
-/// read every request is a batch).
-pub(crate) type Pending<'a> = SmallVec<[Request<'a>; 16]>;
-
-/// Answers the pending reads with one read-engine batch, in order.
-pub(crate) fn run_batch(cx: &mut Cx<'_>, pending: &mut Pending<'_>, out: &mut Vec<u8>) {
-    if pending.is_empty() {
-        return;
-    }
-    let mut requests: SmallVec<[ReadRequest<'_>; 16]> = SmallVec::with_capacity(pending.len());
-    for r in pending.iter() {
-        match r {
-            Request::Get { keys, .. } => {
-                requests.extend(parse::keys(keys).map(ReadRequest::Get));
-            }
-            Request::MetaGet { key, .. } => requests.push(ReadRequest::Get(key.bytes())),
-            _ => unreachable!("only batchable requests are pending"),
-        }
-    }
+/// Writes the replies of a read batch (`get`, `gets`, `mg`) from its
+/// results, in request order.
+pub(crate) fn reply_batch(
+    cx: &Cx<'_>,
+    pending: &[Request<'_>],
+    res: &BatchResults,
+    out: &mut Vec<u8>,
+) {
     let shared = cx.shared;
     let stats = &shared.stats;
     let mc = &shared.memcache.stats;
-    Stats::add(&stats.read_batches, 1);
-    Stats::add(&stats.read_batch_requests, requests.len() as u64);
-    let done = shared.store.read_batch(&requests, cx.batch);
-    drop(requests);
-    if let Err(e) = done {
-        // Keys were checked when parsed; an engine refusal is still
-        // answered on every request rather than lost.
-        let err = McError::from(e);
-        for _ in pending.iter() {
-            error_line(cx, out, &err);
-        }
-        pending.clear();
-        return;
-    }
-    let res = &*cx.batch;
     let now = combkv::now_ms();
     let (mut hits, mut misses) = (0u64, 0u64);
     let mut i = 0;
-    for r in pending.iter() {
+    for r in pending {
         match r {
             Request::Get { kind, keys, .. } => {
                 for key in parse::keys(keys) {
@@ -187,10 +138,9 @@ pub(crate) fn run_batch(cx: &mut Cx<'_>, pending: &mut Pending<'_>, out: &mut Ve
                 }
                 i += 1;
             }
-            _ => unreachable!("only batchable requests are pending"),
+            _ => unreachable!("only get, gets and mg are batched"),
         }
     }
-    pending.clear();
     Stats::add(&mc.cmd_get, hits + misses);
     Stats::add(&mc.get_hits, hits);
     Stats::add(&mc.get_misses, misses);
@@ -199,11 +149,11 @@ pub(crate) fn run_batch(cx: &mut Cx<'_>, pending: &mut Pending<'_>, out: &mut Ve
 }
 
 /// Executes one request that is not part of a read batch.
-pub(crate) fn execute(cx: &mut Cx<'_>, req: Request<'_>, out: &mut Vec<u8>) {
+pub(crate) fn execute(cx: &mut Cx<'_>, req: &Request<'_>, out: &mut Vec<u8>) {
     if tracing::enabled!(tracing::Level::DEBUG) {
         tracing::debug!(client = cx.client.id, "memcached request: {req:?}");
     }
-    match req {
+    match *req {
         Request::Get {
             kind,
             exptime,
@@ -245,47 +195,5 @@ pub(crate) fn execute(cx: &mut Cx<'_>, req: Request<'_>, out: &mut Vec<u8>) {
         Request::MetaSet { key, flags, data } => meta::set(cx, &key, &flags, data, out),
         Request::MetaDelete { key, flags } => meta::delete(cx, &key, &flags, out),
         Request::MetaArith { key, flags } => meta::arith(cx, &key, &flags, out),
-    }
-}
-
-/// Rewrites a live item with a new expiry, keeping value and flags; hands
-/// the item as written to `seen`. memcached's touch keeps the CAS unique;
-/// combkv's is the item version, which every write renews.
-pub(crate) fn touch_item<T>(
-    cx: &Cx<'_>,
-    key: &[u8],
-    exp: Expiry,
-    seen: impl Fn(&[u8], u32) -> T,
-) -> Result<Option<(T, u64)>, McError> {
-    let (r, v) = cx.session.write_with(key, |cur| match cur {
-        None => (Write::Keep, None),
-        Some(it) => {
-            let w = Write::Put {
-                value: it.value.to_vec(),
-                expiry: exp,
-                flags: Flags::Keep,
-            };
-            (w, Some(seen(it.value, it.flags)))
-        }
-    })?;
-    Ok(r.map(|t| (t, v.map_or(0, |v| v.get()))))
-}
-
-/// memcached's incr/decr reading of a stored value: a 64-bit unsigned
-/// decimal (leading white space and trailing white space allowed); an
-/// empty value is not a number.
-pub(crate) fn stored_number(value: &[u8]) -> Option<u64> {
-    if value.is_empty() {
-        return None;
-    }
-    parse::parse_c_u64(value)
-}
-
-/// incr wraps at 2^64; decr stops at 0 (memcached).
-pub(crate) fn apply_delta(old: u64, incr: bool, delta: u64) -> u64 {
-    if incr {
-        old.wrapping_add(delta)
-    } else {
-        old.saturating_sub(delta)
     }
 }

@@ -1,21 +1,16 @@
 //! memcached's classic text commands (the ones not in the read batch).
+//! Each write decides an [`Op`] (exptime resolved against one clock
+//! reading), the session applies it, and the reply comes from its
+//! [`Outcome`].
 
-use combkv::{Expiry, Flags, Write};
+use combkv::op::{Arith, Cond, Number, OnMissing, Op, Outcome, Status};
+use combkv::{Expiry, Flags, Version};
 
-use super::{Found, error_line, expiry, expiry_ms, line, stored_number, touch_item, write_value};
+use super::{Found, error_line, expiry, line, write_value};
 use crate::memcache::error::McError;
 use crate::memcache::parse::{self, GetKind, RELATIVE_EXPTIME_MAX, StoreCmd};
-use crate::proto::Cx;
+use crate::pipeline::Cx;
 use crate::shared::Stats;
-
-/// What a storage command did.
-enum Effect {
-    Stored,
-    NotStored,
-    Exists,
-    NotFound,
-    TooLarge,
-}
 
 fn reply(cx: &Cx<'_>, out: &mut Vec<u8>, noreply: bool, r: Result<&str, McError>) {
     if noreply {
@@ -27,19 +22,41 @@ fn reply(cx: &Cx<'_>, out: &mut Vec<u8>, noreply: bool, r: Result<&str, McError>
     }
 }
 
-/// `a` then `b`, unless longer than `max`.
-fn concat(a: &[u8], b: &[u8], max: usize) -> Option<Vec<u8>> {
-    let len = a.len() + b.len();
-    if len > max {
-        return None;
+/// The op of a storage command: set, add, replace and cas store `data`
+/// (under their condition); append and prepend grow a present item,
+/// keeping its flags and expiry (memcached ignores theirs).
+fn store_op<'a>(
+    cmd: StoreCmd,
+    key: &'a [u8],
+    data: &'a [u8],
+    flags: u32,
+    exp: Expiry,
+    cas: u64,
+) -> Op<'a> {
+    let put = |cond| Op::Put {
+        key,
+        value: data,
+        expiry: exp,
+        flags: Flags::Set(flags),
+        cond,
+        return_old: false,
+    };
+    match cmd {
+        StoreCmd::Set => put(Cond::Any),
+        StoreCmd::Add => put(Cond::Absent),
+        StoreCmd::Replace => put(Cond::Present),
+        StoreCmd::Cas => put(Cond::Version(Version(cas))),
+        StoreCmd::Append | StoreCmd::Prepend => Op::Append {
+            key,
+            value: data,
+            front: cmd == StoreCmd::Prepend,
+            on_missing: OnMissing::Fail,
+            cond: Cond::Any,
+        },
     }
-    let mut v = Vec::with_capacity(len);
-    v.extend_from_slice(a);
-    v.extend_from_slice(b);
-    Some(v)
 }
 
-/// set, add, replace, append, prepend, cas: one atomic decide-and-write.
+/// set, add, replace, append, prepend, cas: one op.
 #[expect(clippy::too_many_arguments, reason = "the fields of one request")]
 pub(super) fn store(
     cx: &mut Cx<'_>,
@@ -60,60 +77,35 @@ pub(super) fn store(
         Stats::add(&shared.stats.writes_refused_oom, 1);
         return reply(cx, out, noreply, Err(McError::OutOfMemoryStoring));
     }
-    let max = shared.store.max_value_len();
-    let exp = expiry(exptime, combkv::now_ms());
-    let put = |value: Vec<u8>| Write::Put {
-        value,
-        expiry: exp,
-        flags: Flags::Set(flags),
-    };
-    // append/prepend keep the item's flags and expiry (memcached ignores
-    // theirs).
-    let grow = |value: Vec<u8>| Write::Put {
-        value,
-        expiry: Expiry::Keep,
-        flags: Flags::Keep,
-    };
-    let r = cx.session.write_with(key, |cur| match (cmd, cur) {
-        (StoreCmd::Set, _) | (StoreCmd::Add, None) => (put(data.to_vec()), Effect::Stored),
-        (StoreCmd::Replace, Some(_)) => (put(data.to_vec()), Effect::Stored),
-        (StoreCmd::Add, Some(_))
-        | (StoreCmd::Replace | StoreCmd::Append | StoreCmd::Prepend, None) => {
-            (Write::Keep, Effect::NotStored)
-        }
-        (StoreCmd::Append, Some(it)) => match concat(it.value, data, max) {
-            Some(v) => (grow(v), Effect::Stored),
-            None => (Write::Keep, Effect::TooLarge),
-        },
-        (StoreCmd::Prepend, Some(it)) => match concat(data, it.value, max) {
-            Some(v) => (grow(v), Effect::Stored),
-            None => (Write::Keep, Effect::TooLarge),
-        },
-        (StoreCmd::Cas, None) => (Write::Keep, Effect::NotFound),
-        (StoreCmd::Cas, Some(it)) if it.version.get() != cas => (Write::Keep, Effect::Exists),
-        (StoreCmd::Cas, Some(_)) => (put(data.to_vec()), Effect::Stored),
-    });
-    let r = match r {
+    let op = store_op(
+        cmd,
+        key,
+        data,
+        flags,
+        expiry(exptime, combkv::now_ms()),
+        cas,
+    );
+    let r = match cx.session.apply(&op) {
         Err(e) => Err(McError::from(e)),
-        Ok((s, _)) => {
+        Ok(o) => {
+            let status = o.status();
             if cmd == StoreCmd::Cas {
-                let c = match s {
-                    Effect::Stored => &mc.cas_hits,
-                    Effect::Exists => &mc.cas_badval,
+                let c = match status {
+                    Status::Done => &mc.cas_hits,
+                    Status::Mismatch => &mc.cas_badval,
                     _ => &mc.cas_misses,
                 };
                 Stats::add(c, 1);
             }
-            match s {
-                Effect::Stored => {
+            Ok(match (status, cmd) {
+                (Status::Done, _) => {
                     Stats::add(&mc.total_items, 1);
-                    Ok("STORED")
+                    "STORED"
                 }
-                Effect::NotStored => Ok("NOT_STORED"),
-                Effect::Exists => Ok("EXISTS"),
-                Effect::NotFound => Ok("NOT_FOUND"),
-                Effect::TooLarge => Err(McError::TooLarge),
-            }
+                (Status::Mismatch, _) => "EXISTS",
+                (Status::Missing, StoreCmd::Cas) => "NOT_FOUND",
+                _ => "NOT_STORED",
+            })
         }
     };
     if matches!(r, Err(McError::TooLarge)) {
@@ -124,12 +116,17 @@ pub(super) fn store(
 
 pub(super) fn delete(cx: &mut Cx<'_>, key: &[u8], noreply: bool, out: &mut Vec<u8>) {
     let mc = &cx.shared.memcache.stats;
-    let r = match cx.session.delete(key) {
-        Ok(Some(_)) => {
+    let op = Op::Delete {
+        key,
+        cond: Cond::Any,
+        return_old: false,
+    };
+    let r = match cx.session.apply(&op).map(|o| o.status()) {
+        Ok(Status::Done) => {
             Stats::add(&mc.delete_hits, 1);
             Ok("DELETED")
         }
-        Ok(None) => {
+        Ok(_) => {
             Stats::add(&mc.delete_misses, 1);
             Ok("NOT_FOUND")
         }
@@ -138,13 +135,8 @@ pub(super) fn delete(cx: &mut Cx<'_>, key: &[u8], noreply: bool, out: &mut Vec<u
     reply(cx, out, noreply, r);
 }
 
-/// What incr/decr found.
-pub(super) enum Arith {
-    NotFound,
-    NonNumeric,
-    Value(u64),
-}
-
+/// incr and decr: memcached's number rules (`Arith::Unsigned`: increments
+/// wrap at 2^64, decrements stop at 0); flags and expiry kept.
 pub(super) fn arith(
     cx: &mut Cx<'_>,
     incr: bool,
@@ -158,55 +150,65 @@ pub(super) fn arith(
         Stats::add(&shared.stats.writes_refused_oom, 1);
         return reply(cx, out, noreply, Err(McError::OutOfMemory));
     }
-    let r = cx.session.write_with(key, |cur| match cur {
-        None => (Write::Keep, Arith::NotFound),
-        Some(it) => match stored_number(it.value) {
-            None => (Write::Keep, Arith::NonNumeric),
-            Some(old) => {
-                let n = super::apply_delta(old, incr, delta);
-                let w = Write::Put {
-                    value: n.to_string().into_bytes(),
-                    expiry: Expiry::Keep,
-                    flags: Flags::Keep,
-                };
-                (w, Arith::Value(n))
-            }
+    let op = Op::Incr {
+        key,
+        arith: Arith::Unsigned {
+            delta,
+            decrement: !incr,
         },
-    });
+        on_missing: OnMissing::Fail,
+        cond: Cond::Any,
+        expiry: Expiry::Keep,
+    };
     let mc = &shared.memcache.stats;
     let (hits, misses) = if incr {
         (&mc.incr_hits, &mc.incr_misses)
     } else {
         (&mc.decr_hits, &mc.decr_misses)
     };
-    let text;
-    let r = match r {
+    let mut text = itoa::Buffer::new();
+    let r = match cx.session.apply(&op) {
         Err(e) => Err(McError::from(e)),
-        Ok((Arith::NotFound, _)) => {
+        Ok(Outcome::Incr {
+            status: Status::Done,
+            number: Number::Unsigned(n),
+            ..
+        }) => {
+            Stats::add(hits, 1);
+            Ok(text.format(n))
+        }
+        Ok(_) => {
             Stats::add(misses, 1);
             Ok("NOT_FOUND")
-        }
-        Ok((Arith::NonNumeric, _)) => Err(McError::NonNumeric),
-        Ok((Arith::Value(n), _)) => {
-            Stats::add(hits, 1);
-            text = n.to_string();
-            Ok(text.as_str())
         }
     };
     reply(cx, out, noreply, r);
 }
 
+/// The op that sets a present key's expiry (touch, gat, mg T): the item is
+/// rewritten with it, keeping value and flags. memcached's touch keeps the
+/// CAS unique; combkv's is the item version, which every write renews.
+pub(super) fn touch_op(key: &[u8], exp: Expiry, return_item: bool) -> Op<'_> {
+    Op::Expire {
+        key,
+        expiry: exp,
+        when: Default::default(),
+        past: false,
+        return_item,
+    }
+}
+
 pub(super) fn touch(cx: &mut Cx<'_>, key: &[u8], exptime: i64, noreply: bool, out: &mut Vec<u8>) {
     let mc = &cx.shared.memcache.stats;
     Stats::add(&mc.cmd_touch, 1);
-    let exp = expiry(exptime, combkv::now_ms());
-    let r = match touch_item(cx, key, exp, |_, _| ()) {
-        Err(e) => Err(e),
-        Ok(Some(_)) => {
+    let op = touch_op(key, expiry(exptime, combkv::now_ms()), false);
+    let r = match cx.session.apply(&op).map(|o| o.status()) {
+        Err(e) => Err(McError::from(e)),
+        Ok(Status::Done) => {
             Stats::add(&mc.touch_hits, 1);
             Ok("TOUCHED")
         }
-        Ok(None) => {
+        Ok(_) => {
             Stats::add(&mc.touch_misses, 1);
             Ok("NOT_FOUND")
         }
@@ -223,28 +225,25 @@ pub(super) fn get_and_touch(
     out: &mut Vec<u8>,
 ) {
     let mc = &cx.shared.memcache.stats;
-    let now = combkv::now_ms();
-    let exp = expiry(exptime, now);
+    let exp = expiry(exptime, combkv::now_ms());
     let mark = out.len();
     for key in parse::keys(keys) {
         Stats::add(&mc.cmd_touch, 1);
-        match touch_item(cx, key, exp, |v, f| (v.to_vec(), f)) {
+        match cx.session.apply(&touch_op(key, exp, true)) {
             Err(e) => {
                 // memcached answers a failed multi-key request by the error alone.
                 out.truncate(mark);
-                return error_line(cx, out, &e);
+                return error_line(cx, out, &McError::from(e));
             }
-            Ok(None) => Stats::add(&mc.touch_misses, 1),
-            Ok(Some(((value, flags), version))) => {
+            Ok(Outcome::Expire {
+                status: Status::Done,
+                item: Some(it),
+                ..
+            }) => {
                 Stats::add(&mc.touch_hits, 1);
-                let f = Found {
-                    value: &value,
-                    version,
-                    flags,
-                    expires_at_ms: expiry_ms(exptime, now),
-                };
-                write_value(out, key, &f, kind.with_cas());
+                write_value(out, key, &Found::from(&it), kind.with_cas());
             }
+            Ok(_) => Stats::add(&mc.touch_misses, 1),
         }
     }
     out.extend_from_slice(b"END\r\n");
@@ -266,8 +265,8 @@ pub(super) fn flush_all(cx: &mut Cx<'_>, delay: i64, noreply: bool, out: &mut Ve
         Ok("OK")
     } else {
         shared.memcache.flush.cancel();
-        match cx.session.clear() {
-            Ok(()) => Ok("OK"),
+        match cx.session.apply(&Op::Clear) {
+            Ok(_) => Ok("OK"),
             Err(e) => Err(McError::from(e)),
         }
     };

@@ -1,9 +1,13 @@
 //! Keyspace commands: DEL UNLINK EXISTS EXPIRE PEXPIRE EXPIREAT PEXPIREAT
-//! TTL PTTL PERSIST TYPE DBSIZE FLUSHDB FLUSHALL KEYS SCAN.
+//! TTL PTTL PERSIST TYPE DBSIZE FLUSHDB FLUSHALL KEYS SCAN. The writes
+//! (DEL, UNLINK, the EXPIRE family, PERSIST, FLUSHALL) decide an [`Op`]
+//! that the session applies.
 
+use std::borrow::Cow;
 use std::ops::Bound;
 
-use combkv::{AtomicWrite, Expiry, Flags, Range, Write, now_ms};
+use combkv::op::{ExpireWhen, Op, Outcome, Status};
+use combkv::{AtomicWrite, Expiry, Range, now_ms};
 
 use super::{Ctx, eq_ic, parse_i64};
 use crate::resp::error::{CmdError, CmdResult};
@@ -29,8 +33,10 @@ pub(super) fn del(cx: &mut Ctx<'_, '_>) -> CmdResult {
         .iter()
         .map(|k| AtomicWrite::Delete { key: k })
         .collect();
-    let done = cx.session.write_atomically(&writes)?;
-    cx.r.int(done.iter().filter(|v| v.is_some()).count() as i64);
+    let Outcome::Atomic { versions } = cx.session.apply(&Op::Atomic(Cow::Owned(writes)))? else {
+        unreachable!("an atomic group's outcome");
+    };
+    cx.r.int(versions.iter().filter(|v| v.is_some()).count() as i64);
     Ok(())
 }
 
@@ -44,20 +50,19 @@ pub(super) fn exists(cx: &mut Ctx<'_, '_>) -> CmdResult {
     Ok(())
 }
 
-/// EXPIRE family: `deadline` turns the argument into unix ms (None: the
-/// arithmetic overflowed).
-fn expire_generic(cx: &mut Ctx<'_, '_>, name: &str, unit_ms: i64, absolute: bool) -> CmdResult {
-    // Redis checks the options before the time argument.
-    let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
-    for opt in &cx.args[3..] {
+/// The EXPIRE family's options, checked before the time argument (as
+/// Redis does).
+fn expire_when(opts: &[&[u8]]) -> Result<ExpireWhen, CmdError> {
+    let mut when = ExpireWhen::default();
+    for opt in opts {
         if eq_ic(opt, "nx") {
-            nx = true;
+            when.nx = true;
         } else if eq_ic(opt, "xx") {
-            xx = true;
+            when.xx = true;
         } else if eq_ic(opt, "gt") {
-            gt = true;
+            when.gt = true;
         } else if eq_ic(opt, "lt") {
-            lt = true;
+            when.lt = true;
         } else {
             return Err(CmdError::err(format!(
                 "Unsupported option {}",
@@ -65,50 +70,44 @@ fn expire_generic(cx: &mut Ctx<'_, '_>, name: &str, unit_ms: i64, absolute: bool
             )));
         }
     }
-    if nx && (xx || gt || lt) {
+    if when.nx && (when.xx || when.gt || when.lt) {
         return Err(CmdError::err(
             "NX and XX, GT or LT options at the same time are not compatible",
         ));
     }
-    if gt && lt {
+    if when.gt && when.lt {
         return Err(CmdError::err(
             "GT and LT options at the same time are not compatible",
         ));
     }
+    Ok(when)
+}
+
+/// EXPIRE family: the argument in `unit_ms` units, an absolute unix time
+/// or relative to one clock reading. A deadline that has passed deletes the
+/// key, as in Redis.
+fn expire_generic(cx: &mut Ctx<'_, '_>, name: &str, unit_ms: i64, absolute: bool) -> CmdResult {
+    let when = expire_when(&cx.args[3..])?;
     let n = parse_i64(cx.args[2]).ok_or(CmdError::NotInteger)?;
     let invalid = || CmdError::err(format!("invalid expire time in '{name}' command"));
+    // One clock reading: the deadline and whether it has passed.
+    let now = now_ms() as i64;
     let ms = n.checked_mul(unit_ms).ok_or_else(invalid)?;
     let at = if absolute {
         ms
     } else {
-        ms.checked_add(now_ms() as i64).ok_or_else(invalid)?
+        ms.checked_add(now).ok_or_else(invalid)?
     };
-    let now = now_ms() as i64;
-    let (changed, _) = cx.session.write_with(cx.args[1], |cur| {
-        let Some(it) = cur else {
-            return (Write::Keep, false);
-        };
-        let current = it.expires_at_ms.map(|t| t as i64);
-        let ok = (!nx || current.is_none())
-            && (!xx || current.is_some())
-            && (!gt || current.is_some_and(|c| at > c))
-            && (!lt || current.is_none_or(|c| at < c));
-        if !ok {
-            return (Write::Keep, false);
-        }
-        if at <= now {
-            // A deadline in the past deletes the key, as in Redis.
-            return (Write::Delete, true);
-        }
-        (
-            Write::Put {
-                value: it.value.to_vec(),
-                expiry: Expiry::AtMs(at as u64),
-                flags: Flags::Keep,
-            },
-            true,
-        )
-    })?;
+    // A deadline at or before the epoch compares as the earliest one; the
+    // key is deleted (`past`) whatever it is.
+    let op = Op::Expire {
+        key: cx.args[1],
+        expiry: Expiry::AtMs(at.max(1) as u64),
+        when,
+        past: at <= now,
+        return_item: false,
+    };
+    let changed = cx.session.apply(&op)?.status() == Status::Done;
     cx.r.int(changed as i64);
     Ok(())
 }
@@ -150,17 +149,18 @@ pub(super) fn pttl(cx: &mut Ctx<'_, '_>) -> CmdResult {
 }
 
 pub(super) fn persist(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    let (changed, _) = cx.session.write_with(cx.args[1], |cur| match cur {
-        Some(it) if it.expires_at_ms.is_some() => (
-            Write::Put {
-                value: it.value.to_vec(),
-                expiry: Expiry::Never,
-                flags: Flags::Keep,
-            },
-            true,
-        ),
-        _ => (Write::Keep, false),
-    })?;
+    // Only a key with an expiry changes.
+    let op = Op::Expire {
+        key: cx.args[1],
+        expiry: Expiry::Never,
+        when: ExpireWhen {
+            xx: true,
+            ..ExpireWhen::default()
+        },
+        past: false,
+        return_item: false,
+    };
+    let changed = cx.session.apply(&op)?.status() == Status::Done;
     cx.r.int(changed as i64);
     Ok(())
 }
@@ -182,7 +182,7 @@ pub(super) fn flushall(cx: &mut Ctx<'_, '_>) -> CmdResult {
         [m] if eq_ic(m, "sync") || eq_ic(m, "async") => {}
         _ => return Err(CmdError::Syntax),
     }
-    cx.session.clear()?;
+    cx.session.apply(&Op::Clear)?;
     cx.r.ok();
     Ok(())
 }

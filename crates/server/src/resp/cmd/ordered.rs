@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use combkv::{ItemView, Range, SnapshotId};
 
-use super::{Ctx, eq_ic, parse_i64};
+use super::{ArgList, Ctx, eq_ic, parse_i64};
 use crate::resp::error::{CmdError, CmdResult};
 use crate::resp::reply::Reply;
 
@@ -99,33 +99,36 @@ fn clamp(k: Vec<u8>, is_start: bool, floor: bool, max_key: usize) -> Bound<Vec<u
 /// cut to an equivalent one the engine accepts.
 pub(crate) fn parse_range(args: &[&[u8]], max_key: usize) -> Result<RangeSpec, CmdError> {
     let mut spec = RangeSpec::none();
-    parse_range_into(args, max_key, &mut spec)?;
+    parse_range_into(args, 0, max_key, &mut spec)?;
     Ok(spec)
 }
 
-/// `parse_range` into `spec` (one done with), copying the bounds into its
-/// key buffers rather than allocating: pipelined RANGEs reuse them. On an
-/// error `spec` holds no range worth reading.
-pub(crate) fn parse_range_into(
-    args: &[&[u8]],
+/// `parse_range` of `args[from..]` into `spec` (one done with), copying
+/// the bounds into its key buffers rather than allocating: pipelined
+/// RANGEs reuse them. On an error `spec` holds no range worth reading.
+pub(crate) fn parse_range_into<'a>(
+    args: impl ArgList<'a>,
+    from: usize,
     max_key: usize,
     spec: &mut RangeSpec,
 ) -> Result<(), CmdError> {
     let b0 = into_buf(std::mem::replace(&mut spec.range.start, Bound::Unbounded));
     let b1 = into_buf(std::mem::replace(&mut spec.range.end, Bound::Unbounded));
-    let (start, end) = (lex(args[0], b0)?, lex(args[1], b1)?);
+    let (start, end) = (lex(args.get(from), b0)?, lex(args.get(from + 1), b1)?);
     spec.range.limit = None;
     spec.range.reverse = false;
     spec.keys_only = false;
     spec.with_versions = false;
     spec.empty = false;
     let mut floor = false;
-    let mut i = 2;
+    let mut i = from + 2;
     while i < args.len() {
-        let a = args[i];
+        let a = args.get(i);
         if eq_ic(a, "limit") {
-            let n = args.get(i + 1).ok_or(CmdError::Syntax)?;
-            let n = parse_i64(n).ok_or(CmdError::NotInteger)?;
+            if i + 1 >= args.len() {
+                return Err(CmdError::Syntax);
+            }
+            let n = parse_i64(args.get(i + 1)).ok_or(CmdError::NotInteger)?;
             // A negative count means no limit, as in ZRANGEBYLEX.
             spec.range.limit = (n >= 0).then_some(n as usize);
             i += 1;

@@ -3,7 +3,8 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::{COMMANDS, Ctx, eq_ic, lookup, parse_i64};
+use super::table::COMMANDS;
+use super::{Ctx, eq_ic, lookup, parse_i64};
 use crate::resp::error::{CmdError, CmdResult};
 use crate::resp::glob;
 
@@ -251,7 +252,7 @@ fn command_info(cx: &mut Ctx<'_, '_>, spec: &super::Spec) {
     cx.r.array(10);
     cx.r.bulk_str(spec.name);
     cx.r.int(spec.arity as i64);
-    let mut flags = vec![if spec.write { "write" } else { "readonly" }];
+    let mut flags = vec![if spec.writes() { "write" } else { "readonly" }];
     if spec.denyoom {
         flags.push("denyoom");
     }
@@ -465,4 +466,15 @@ pub(super) fn lastsave(cx: &mut Ctx<'_, '_>) -> CmdResult {
         .load(std::sync::atomic::Ordering::Relaxed);
     cx.r.int(t as i64);
     Ok(())
+}
+
+/// `DEBUG PANIC` (debug builds only; see `table::lookup_request`): a bug
+/// inside a command handler, on request.
+#[cfg(debug_assertions)]
+pub(super) fn debug(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let sub = cx.args[1];
+    if eq_ic(sub, "panic") {
+        panic!("DEBUG PANIC: a command handler panicked on request");
+    }
+    Err(unknown_subcommand(sub, "DEBUG"))
 }

@@ -1,68 +1,36 @@
 //! String commands: GET SET SETNX GETDEL MGET MSET APPEND STRLEN INCR DECR
-//! INCRBY DECRBY, and combkv's GETV and CAS.
+//! INCRBY DECRBY, and combkv's GETV and CAS. Each write parses and checks
+//! its arguments, decides an [`Op`] (relative expiry times resolved with
+//! one clock reading), has the session apply it, and replies from the
+//! [`Outcome`].
 
-use combkv::{AtomicWrite, Expiry, Flags, Write, now_ms};
+use std::borrow::Cow;
 
+use combkv::op::{Arith, Cond, Number, OnMissing, Op, Outcome, Status};
+use combkv::{AtomicWrite, Expiry, Flags, Version, Write, now_ms};
+
+use super::batch::{self, BatchRead};
 use super::{Ctx, eq_ic, parse_i64};
 use crate::resp::error::{CmdError, CmdResult};
-use crate::shared::Stats;
 
+/// GET, MGET and GETV are read-engine batches (`batch`): a request that
+/// did not join one (an invalid key) runs as a batch of one.
 pub(super) fn get(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    let v = cx.store().get(cx.args[1])?;
-    hit(cx, v.is_some());
-    match v {
-        Some(v) => cx.r.bulk(&v),
-        None => cx.r.null(),
-    }
-    Ok(())
-}
-
-fn hit(cx: &Ctx<'_, '_>, found: bool) {
-    let s = &cx.shared.stats;
-    Stats::add(
-        if found {
-            &s.keyspace_hits
-        } else {
-            &s.keyspace_misses
-        },
-        1,
-    );
+    batch::run_one(cx, BatchRead::Get)
 }
 
 pub(super) fn getv(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    match cx.store().get_item(cx.args[1])? {
-        Some(it) => {
-            hit(cx, true);
-            cx.r.array(2);
-            cx.r.bulk(&it.value);
-            cx.r.int(it.version.get() as i64);
-        }
-        None => {
-            hit(cx, false);
-            cx.r.null_array();
-        }
-    }
-    Ok(())
+    batch::run_one(cx, BatchRead::Getv)
 }
 
 pub(super) fn mget(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    let mut values = Vec::with_capacity(cx.args.len() - 1);
-    for k in &cx.args[1..] {
-        values.push(cx.store().get(k)?);
-    }
-    cx.r.array(values.len());
-    for v in values {
-        hit(cx, v.is_some());
-        match v {
-            Some(v) => cx.r.bulk(&v),
-            None => cx.r.null(),
-        }
-    }
-    Ok(())
+    batch::run_one(cx, BatchRead::Mget)
 }
 
 /// An expiry option's deadline in unix ms. `unit_ms` 1000 for seconds;
-/// `absolute` for EXAT/PXAT. Redis refuses values <= 0 and overflows.
+/// `absolute` for EXAT/PXAT, else relative to the command's one clock
+/// reading (taken here, and only then). Redis refuses values <= 0 and
+/// overflows.
 pub(super) fn deadline_ms(
     raw: &[u8],
     unit_ms: i64,
@@ -83,13 +51,6 @@ pub(super) fn deadline_ms(
     Ok(at as u64)
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Cond {
-    Any,
-    Nx,
-    Xx,
-}
-
 /// SET's expiry option as parsed: KEEPTTL, or EX/PX/EXAT/PXAT with its
 /// (not yet checked) argument.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -100,74 +61,122 @@ enum SetTtl<'a> {
     At(&'static str, i64, bool, &'a [u8]),
 }
 
-pub(super) fn set(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    let (key, value) = (cx.args[1], cx.args[2]);
-    let mut cond = Cond::Any;
-    let mut get_old = false;
-    let mut ttl = SetTtl::None;
-    // Redis's `parseExtendedStringArgumentsOrReply`: an option may repeat
-    // (`NX NX`, `EX 1 EX 2`: the last wins) but not meet a conflicting one
-    // (NX with XX; any two different expiry options); the expiry argument is
-    // only checked once every option has parsed.
-    let mut i = 3;
-    while i < cx.args.len() {
-        let a = cx.args[i];
-        let next = cx.args.get(i + 1);
-        let expiry_free = |name: &str| match ttl {
-            SetTtl::None => true,
-            SetTtl::Keep => false,
-            SetTtl::At(n, ..) => n == name,
+/// SET's options: its condition, GET, and its expiry.
+struct SetOptions<'a> {
+    cond: Cond,
+    get_old: bool,
+    ttl: SetTtl<'a>,
+}
+
+impl<'a> SetOptions<'a> {
+    /// Redis's `parseExtendedStringArgumentsOrReply`: an option may repeat
+    /// (`NX NX`, `EX 1 EX 2`: the last wins) but not meet a conflicting one
+    /// (NX with XX; any two different expiry options); the expiry argument
+    /// is only checked once every option has parsed.
+    fn parse(opts: &[&'a [u8]]) -> Result<SetOptions<'a>, CmdError> {
+        let mut o = SetOptions {
+            cond: Cond::Any,
+            get_old: false,
+            ttl: SetTtl::None,
         };
-        if eq_ic(a, "nx") && cond != Cond::Xx {
-            cond = Cond::Nx;
-        } else if eq_ic(a, "xx") && cond != Cond::Nx {
-            cond = Cond::Xx;
-        } else if eq_ic(a, "get") {
-            get_old = true;
-        } else if eq_ic(a, "keepttl") && matches!(ttl, SetTtl::None | SetTtl::Keep) {
-            ttl = SetTtl::Keep;
-        } else if let (Some((name, unit, abs)), Some(n)) = (expiry_opt(a), next) {
-            if !expiry_free(name) {
+        let mut i = 0;
+        while i < opts.len() {
+            let a = opts[i];
+            let next = opts.get(i + 1);
+            let expiry_free = |name: &str| match o.ttl {
+                SetTtl::None => true,
+                SetTtl::Keep => false,
+                SetTtl::At(n, ..) => n == name,
+            };
+            if eq_ic(a, "nx") && o.cond != Cond::Present {
+                o.cond = Cond::Absent;
+            } else if eq_ic(a, "xx") && o.cond != Cond::Absent {
+                o.cond = Cond::Present;
+            } else if eq_ic(a, "get") {
+                o.get_old = true;
+            } else if eq_ic(a, "keepttl") && matches!(o.ttl, SetTtl::None | SetTtl::Keep) {
+                o.ttl = SetTtl::Keep;
+            } else if let (Some((name, unit, abs)), Some(n)) = (expiry_opt(a), next) {
+                if !expiry_free(name) {
+                    return Err(CmdError::Syntax);
+                }
+                o.ttl = SetTtl::At(name, unit, abs, n);
+                i += 1;
+            } else {
                 return Err(CmdError::Syntax);
             }
-            ttl = SetTtl::At(name, unit, abs, n);
             i += 1;
-        } else {
-            return Err(CmdError::Syntax);
         }
-        i += 1;
+        Ok(o)
     }
-    let expiry = match ttl {
-        SetTtl::None => Expiry::Never,
-        SetTtl::Keep => Expiry::Keep,
-        SetTtl::At(_, unit, abs, n) => Expiry::AtMs(deadline_ms(n, unit, abs, "set")?),
+
+    /// The expiry, a relative time resolved to an absolute one.
+    fn expiry(&self) -> Result<Expiry, CmdError> {
+        Ok(match self.ttl {
+            SetTtl::None => Expiry::Never,
+            SetTtl::Keep => Expiry::Keep,
+            SetTtl::At(_, unit, abs, n) => Expiry::AtMs(deadline_ms(n, unit, abs, "set")?),
+        })
+    }
+}
+
+pub(super) fn set(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let (key, value) = (cx.args[1], cx.args[2]);
+    let opts = SetOptions::parse(&cx.args[3..])?;
+    let expiry = opts.expiry()?;
+    if (opts.cond != Cond::Any || opts.get_old) && value.len() > cx.store().max_value_len() {
+        return set_oversized(cx, &opts, expiry);
+    }
+    let op = Op::Put {
+        key,
+        value,
+        expiry,
+        flags: Flags::NONE,
+        cond: opts.cond,
+        return_old: opts.get_old,
     };
-    if cond == Cond::Any && !get_old {
-        cx.session.put_with(key, value, expiry)?;
+    let Outcome::Put { status, old, .. } = cx.session.apply(&op)? else {
+        unreachable!("a put's outcome");
+    };
+    if opts.get_old {
+        match old {
+            Some(it) => cx.r.bulk(&it.value),
+            None => cx.r.null(),
+        }
+    } else if status == Status::Done {
         cx.r.ok();
-        return Ok(());
+    } else {
+        cx.r.null();
     }
+    Ok(())
+}
+
+/// SET NX, XX or GET with a value over `max-value-bytes`, on the path SET
+/// took before writes became [`Op`]s: `Op::Put` refuses such a value before
+/// it looks at its condition, where SET answered a failed condition (null,
+/// or the old value) and refused the value only when the write would
+/// happen. It leaves once `Op::Put` checks the value's length after its
+/// condition.
+fn set_oversized(cx: &mut Ctx<'_, '_>, opts: &SetOptions<'_>, expiry: Expiry) -> CmdResult {
+    let (key, value) = (cx.args[1], cx.args[2]);
     let (old, written) = cx.session.write_with(key, |cur| {
         let old = cur.map(|it| it.value.to_vec());
-        let ok = match cond {
-            Cond::Any => true,
-            Cond::Nx => cur.is_none(),
-            Cond::Xx => cur.is_some(),
+        let holds = match opts.cond {
+            Cond::Absent => cur.is_none(),
+            Cond::Present => cur.is_some(),
+            _ => true,
         };
-        if ok {
-            (
-                Write::Put {
-                    value: value.to_vec(),
-                    expiry,
-                    flags: Flags::NONE,
-                },
-                old,
-            )
-        } else {
-            (Write::Keep, old)
+        if !holds {
+            return (Write::Keep, old);
         }
+        let put = Write::Put {
+            value: value.to_vec(),
+            expiry,
+            flags: Flags::NONE,
+        };
+        (put, old)
     })?;
-    if get_old {
+    if opts.get_old {
         match old {
             Some(v) => cx.r.bulk(&v),
             None => cx.r.null(),
@@ -196,18 +205,30 @@ fn expiry_opt(a: &[u8]) -> Option<(&'static str, i64, bool)> {
 }
 
 pub(super) fn setnx(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    let done = cx.session.insert(cx.args[1], cx.args[2])?;
-    cx.r.int(done.is_some() as i64);
+    let op = Op::Put {
+        key: cx.args[1],
+        value: cx.args[2],
+        expiry: Expiry::Never,
+        flags: Flags::NONE,
+        cond: Cond::Absent,
+        return_old: false,
+    };
+    let done = cx.session.apply(&op)?.status() == Status::Done;
+    cx.r.int(done as i64);
     Ok(())
 }
 
 pub(super) fn getdel(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    let (old, _) = cx.session.write_with(cx.args[1], |cur| match cur {
-        Some(it) => (Write::Delete, Some(it.value.to_vec())),
-        None => (Write::Keep, None),
-    })?;
+    let op = Op::Delete {
+        key: cx.args[1],
+        cond: Cond::Any,
+        return_old: true,
+    };
+    let Outcome::Delete { old, .. } = cx.session.apply(&op)? else {
+        unreachable!("a delete's outcome");
+    };
     match old {
-        Some(v) => cx.r.bulk(&v),
+        Some(it) => cx.r.bulk(&it.value),
         None => cx.r.null(),
     }
     Ok(())
@@ -217,28 +238,9 @@ pub(super) fn mset(cx: &mut Ctx<'_, '_>) -> CmdResult {
     if cx.args.len() % 2 != 1 {
         return Err(CmdError::Arity("mset".into()));
     }
-    // Check every pair first, so a bad one changes nothing.
-    let (max_key, max_value) = (cx.store().max_key_len(), cx.store().max_value_len());
-    for pair in cx.args[1..].chunks(2) {
-        if pair[0].is_empty() {
-            return Err(combkv::Error::KeyEmpty.into());
-        }
-        if pair[0].len() > max_key {
-            return Err(combkv::Error::KeyTooLong {
-                len: pair[0].len(),
-                max: max_key,
-            }
-            .into());
-        }
-        if pair[1].len() > max_value {
-            return Err(combkv::Error::ValueTooLarge {
-                len: pair[1].len(),
-                max: max_value,
-            }
-            .into());
-        }
-    }
-    // One atomic group: no reader sees part of it (`docs/protocol.md`, MSET).
+    // One atomic group: no reader sees part of it (`docs/protocol.md`,
+    // MSET). The store checks every pair first, so a bad one changes
+    // nothing.
     let writes: Vec<AtomicWrite<'_>> = cx.args[1..]
         .chunks(2)
         .map(|pair| AtomicWrite::Put {
@@ -247,13 +249,22 @@ pub(super) fn mset(cx: &mut Ctx<'_, '_>) -> CmdResult {
             expiry: Expiry::Never,
         })
         .collect();
-    cx.session.write_atomically(&writes)?;
+    cx.session.apply(&Op::Atomic(Cow::Owned(writes)))?;
     cx.r.ok();
     Ok(())
 }
 
 pub(super) fn append(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    let len = cx.session.append(cx.args[1], cx.args[2])?;
+    let op = Op::Append {
+        key: cx.args[1],
+        value: cx.args[2],
+        front: false,
+        on_missing: OnMissing::Empty,
+        cond: Cond::Any,
+    };
+    let Outcome::Append { len, .. } = cx.session.apply(&op)? else {
+        unreachable!("an append's outcome");
+    };
     cx.r.int(len as i64);
     Ok(())
 }
@@ -266,9 +277,23 @@ pub(super) fn strlen(cx: &mut Ctx<'_, '_>) -> CmdResult {
     Ok(())
 }
 
+/// INCR and its kin: Redis's number rules (`Arith::Signed`), an absent key
+/// read as 0, the expiry and flags kept.
 fn incr_by(cx: &mut Ctx<'_, '_>, delta: i64) -> CmdResult {
-    let n = cx.session.incr_by(cx.args[1], delta)?;
-    cx.r.int(n);
+    let op = Op::Incr {
+        key: cx.args[1],
+        arith: Arith::Signed(delta),
+        on_missing: OnMissing::Empty,
+        cond: Cond::Any,
+        expiry: Expiry::Keep,
+    };
+    match cx.session.apply(&op)? {
+        Outcome::Incr {
+            number: Number::Signed(n),
+            ..
+        } => cx.r.int(n),
+        other => unreachable!("a signed increment's outcome: {other:?}"),
+    }
     Ok(())
 }
 
@@ -305,7 +330,20 @@ pub(super) fn cas(cx: &mut Ctx<'_, '_>) -> CmdResult {
         [opt, n] if eq_ic(opt, "px") => Expiry::AtMs(deadline_ms(n, 1, false, "cas")?),
         _ => return Err(CmdError::Syntax),
     };
-    match cx.session.cas(cx.args[1], expected, cx.args[3], expiry)? {
+    // Version 0: only if absent (no item has version 0).
+    let cond = match expected {
+        0 => Cond::Absent,
+        v => Cond::Version(Version(v)),
+    };
+    let op = Op::Put {
+        key: cx.args[1],
+        value: cx.args[3],
+        expiry,
+        flags: Flags::NONE,
+        cond,
+        return_old: false,
+    };
+    match cx.session.apply(&op)?.version() {
         Some(v) => cx.r.int(v.get() as i64),
         None => cx.r.null(),
     }

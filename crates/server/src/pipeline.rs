@@ -1,0 +1,401 @@
+//! The request pipeline both protocols share (`docs/design.md`, "A turn").
+//!
+//! A connection's input is a pipeline of requests. [`Pipeline::process`]
+//! runs the complete ones in order, and owns every rule of a turn:
+//!
+//! - each request is parsed and *classified* ([`Class`]): a read the read
+//!   engine answers, another read, a write, or control;
+//! - consecutive batchable reads are gathered and answered by one
+//!   [`combkv::Store::read_batch`], their replies in request order;
+//! - a read that follows the connection's own writes commits the turn's
+//!   session first (reads never see undurable writes, their own included);
+//! - processing stops once the replies pass the reply budget;
+//! - a failed commit aborts the turn: nothing it produced is sent, and the
+//!   connection closes;
+//! - a protocol error (framing lost) is answered, then the connection
+//!   closes;
+//! - with [`Protocol::TIMED`], each command is timed for the slow log.
+//!
+//! A [`Protocol`] supplies the rest: parsing, the commands and their
+//! replies. `resp::Resp` and `memcache::Memcache` are the two.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use combkv::Session;
+use combkv::readexec::{BatchResults, ReadRequest};
+use smallvec::SmallVec;
+
+use crate::shared::{Shared, Stats};
+
+/// Per-connection facts every protocol may need.
+#[derive(Debug)]
+pub(crate) struct Client {
+    pub id: u64,
+    pub addr: SocketAddr,
+    pub name: Option<String>,
+    pub connected_at: Instant,
+}
+
+/// What a protocol works with while processing one connection's input.
+pub(crate) struct Cx<'a> {
+    pub shared: &'a Shared,
+    /// Writes go through the turn's session: their replies are written at
+    /// once, but leave only after the event loop commits the session (one
+    /// group commit per turn). A read after this connection's own writes
+    /// commits first.
+    pub session: &'a Session<'a>,
+    /// The event loop's reusable result buffers for read batches.
+    pub batch: &'a mut BatchResults,
+    pub client: &'a mut Client,
+}
+
+/// How a request takes part in a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Class {
+    /// A read the read engine answers: it joins the pending batch.
+    BatchRead,
+    /// Reads the store by itself (after the pending batch, and after a
+    /// commit of the connection's own writes).
+    Read,
+    /// Writes through the turn's session.
+    Write,
+    /// Touches no stored data: connection state, server information, QUIT,
+    /// error replies.
+    Control,
+}
+
+/// What a protocol's parser found at the start of the unprocessed input.
+#[derive(Debug)]
+pub(crate) enum Step<R, E> {
+    /// No complete request yet: wait for more input.
+    Incomplete,
+    /// `usize` bytes that hold nothing to answer (an empty line, the rest
+    /// of a rejected data block).
+    Skip(usize),
+    /// A request, `usize` bytes long.
+    Request(R, usize),
+    /// A request answered by an error alone, `usize` bytes long; framing is
+    /// kept.
+    Reject(E, usize),
+    /// Framing is lost: answer the error, then close the connection.
+    Close(E),
+}
+
+/// The read requests of a batch. A pipeline's reads fit on the stack: at
+/// one request per read every request is a batch of its own, and a heap
+/// list was a malloc and a free each.
+pub(crate) type Reads<'a> = SmallVec<[ReadRequest<'a>; 16]>;
+
+/// One protocol's part of the pipeline: parsing, commands, replies.
+pub(crate) trait Protocol {
+    /// A parsed request, borrowing from the input.
+    type Request<'a>;
+    /// Why a request is answered by an error alone.
+    type Error;
+    /// The listener's name (CLIENT LIST's `protocol=`).
+    const NAME: &'static str;
+    /// Sent before closing a connection whose request hit a bug.
+    const INTERNAL_ERROR: &'static [u8];
+    /// Commands are timed for the slow log.
+    const TIMED: bool;
+
+    /// Called once per call of [`Pipeline::process`], before any parsing.
+    fn begin(&mut self, _cx: &Cx<'_>) {}
+
+    /// Parses the request at `input[at..]`. `fresh`: no parsed request is
+    /// held any more (the pending batch is empty), so buffers the parser
+    /// keeps for requests may be reused.
+    fn parse<'a>(
+        &mut self,
+        cx: &Cx<'_>,
+        input: &'a [u8],
+        at: usize,
+        fresh: bool,
+    ) -> Step<Self::Request<'a>, Self::Error>;
+
+    /// The request's class; only a `BatchRead` joins a batch.
+    fn class(&self, req: &Self::Request<'_>) -> Class;
+
+    /// Appends what a batched request reads (`class` said `BatchRead`).
+    fn read_requests<'s>(
+        &'s self,
+        input: &'s [u8],
+        req: &'s Self::Request<'_>,
+        into: &mut Reads<'s>,
+    );
+
+    /// Writes the replies of a batch from its results, in request order.
+    fn reply_batch(
+        &self,
+        cx: &Cx<'_>,
+        input: &[u8],
+        pending: &[Self::Request<'_>],
+        results: &BatchResults,
+        out: &mut Vec<u8>,
+    );
+
+    /// Answers every request of a batch the engine refused.
+    fn batch_failed(
+        &self,
+        cx: &Cx<'_>,
+        err: combkv::Error,
+        pending: &[Self::Request<'_>],
+        out: &mut Vec<u8>,
+    );
+
+    /// Runs a request that is not batched and writes its reply. True:
+    /// close the connection after the replies (QUIT).
+    fn execute(
+        &mut self,
+        cx: &mut Cx<'_>,
+        input: &[u8],
+        req: &Self::Request<'_>,
+        out: &mut Vec<u8>,
+    ) -> bool;
+
+    /// Answers a rejected request.
+    fn reject(&mut self, cx: &Cx<'_>, err: Self::Error, out: &mut Vec<u8>);
+
+    /// Answers the protocol error before the connection closes.
+    fn protocol_error(&mut self, cx: &Cx<'_>, err: Self::Error, out: &mut Vec<u8>);
+
+    /// Records a request (or a batch, by its first request) that took
+    /// `took` in the slow log (only with `TIMED`).
+    fn slow(&self, _cx: &Cx<'_>, _input: &[u8], _req: &Self::Request<'_>, _took: Duration) {}
+}
+
+/// The result of processing a connection's input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Processed {
+    /// Input bytes used (complete requests); the rest waits for more data.
+    pub consumed: usize,
+    /// Close the connection once the replies are written (QUIT, or framing
+    /// lost after a protocol error).
+    pub close: bool,
+    /// A commit failed (the store turned read-only): the replies of this
+    /// turn must not be sent, since they may acknowledge writes that are not
+    /// durable. The connection is closed without them.
+    pub abort: bool,
+}
+
+impl Processed {
+    fn aborted(consumed: usize) -> Processed {
+        Processed {
+            consumed,
+            close: true,
+            abort: true,
+        }
+    }
+}
+
+/// A connection's side of the pipeline: its protocol's state and what the
+/// turn rules keep between requests.
+#[derive(Debug, Default)]
+pub(crate) struct Pipeline<P> {
+    pub proto: P,
+    /// The connection wrote through the session since its last commit: a
+    /// read must commit first to see its own writes.
+    wrote: bool,
+    /// The slow log's stopwatch.
+    laps: Laps,
+}
+
+impl<P: Protocol> Pipeline<P> {
+    pub(crate) fn new(proto: P) -> Pipeline<P> {
+        Pipeline {
+            proto,
+            wrote: false,
+            laps: Laps::default(),
+        }
+    }
+
+    /// Executes every complete request in `input`, appending replies to
+    /// `out`. Stops early (leaving input unconsumed) once `out` holds more
+    /// than `reply_budget` bytes, so a slow reader cannot make replies pile
+    /// up.
+    pub(crate) fn process(
+        &mut self,
+        cx: &mut Cx<'_>,
+        input: &[u8],
+        out: &mut Vec<u8>,
+        reply_budget: usize,
+    ) -> Processed {
+        self.laps = Laps::default();
+        self.proto.begin(cx);
+        let mut pending: SmallVec<[P::Request<'_>; 16]> = SmallVec::new();
+        let mut at = 0;
+        let mut close = false;
+        while out.len() <= reply_budget {
+            match self.proto.parse(cx, input, at, pending.is_empty()) {
+                Step::Incomplete => break,
+                Step::Skip(n) => at += n,
+                Step::Request(req, n) => {
+                    at += n;
+                    let class = self.proto.class(&req);
+                    if class == Class::BatchRead {
+                        pending.push(req);
+                        continue;
+                    }
+                    if !self.flush(cx, input, &mut pending, out) {
+                        return Processed::aborted(at);
+                    }
+                    match class {
+                        Class::Write => self.wrote = true,
+                        Class::Read if !self.commit_own_writes(cx) => {
+                            return Processed::aborted(at);
+                        }
+                        _ => {}
+                    }
+                    if P::TIMED {
+                        self.laps.start();
+                    }
+                    close = self.proto.execute(cx, input, &req, out);
+                    if P::TIMED {
+                        let took = self.laps.lap();
+                        if cx.shared.slowlog.wants(took) {
+                            self.proto.slow(cx, input, &req, took);
+                        }
+                    }
+                    if close {
+                        break;
+                    }
+                }
+                Step::Reject(err, n) => {
+                    if !self.flush(cx, input, &mut pending, out) {
+                        return Processed::aborted(at);
+                    }
+                    self.proto.reject(cx, err, out);
+                    at += n;
+                }
+                Step::Close(err) => {
+                    if !self.flush(cx, input, &mut pending, out) {
+                        return Processed::aborted(at);
+                    }
+                    Stats::add(&cx.shared.stats.protocol_errors, 1);
+                    self.proto.protocol_error(cx, err, out);
+                    // Framing is lost: nothing after this can be trusted.
+                    return Processed {
+                        consumed: input.len(),
+                        close: true,
+                        abort: false,
+                    };
+                }
+            }
+        }
+        if !self.flush(cx, input, &mut pending, out) {
+            return Processed::aborted(at);
+        }
+        Processed {
+            consumed: at,
+            close,
+            abort: false,
+        }
+    }
+
+    /// Commits the session if this connection wrote since its last commit,
+    /// so a read sees the connection's own writes. False: the commit failed
+    /// and the turn must be aborted.
+    fn commit_own_writes(&mut self, cx: &Cx<'_>) -> bool {
+        if !std::mem::take(&mut self.wrote) {
+            return true;
+        }
+        // The commit (an fsync with `durability always`) is nobody's
+        // command: the next lap starts after it.
+        self.laps.restart();
+        match cx.session.commit() {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(client = cx.client.id, "commit failed: {e}");
+                false
+            }
+        }
+    }
+
+    /// Answers the pending reads, if any, with one read-engine batch,
+    /// replies in request order. False: a commit failed (abort the turn).
+    #[inline]
+    fn flush(
+        &mut self,
+        cx: &mut Cx<'_>,
+        input: &[u8],
+        pending: &mut SmallVec<[P::Request<'_>; 16]>,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        // Checked here, inlined: a write after a write has no batch to
+        // answer, and the call cost a pipelined SET about 25 instructions.
+        pending.is_empty() || self.answer_batch(cx, input, pending, out)
+    }
+
+    /// `flush` of a batch that is not empty.
+    fn answer_batch(
+        &mut self,
+        cx: &mut Cx<'_>,
+        input: &[u8],
+        pending: &mut SmallVec<[P::Request<'_>; 16]>,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        if !self.commit_own_writes(cx) {
+            return false;
+        }
+        if P::TIMED {
+            self.laps.start();
+        }
+        let mut reads = Reads::new();
+        for req in pending.iter() {
+            self.proto.read_requests(input, req, &mut reads);
+        }
+        let stats = &cx.shared.stats;
+        Stats::add(&stats.read_batches, 1);
+        Stats::add(&stats.read_batch_requests, reads.len() as u64);
+        let done = cx.shared.store.read_batch(&reads, cx.batch);
+        drop(reads);
+        match done {
+            Ok(()) => self.proto.reply_batch(cx, input, pending, &*cx.batch, out),
+            // Requests were checked when they joined the batch; an engine
+            // refusal is still answered on every request rather than lost.
+            Err(e) => self.proto.batch_failed(cx, e, pending, out),
+        }
+        if P::TIMED {
+            let took = self.laps.lap();
+            if cx.shared.slowlog.wants(took) {
+                self.proto.slow(cx, input, &pending[0], took);
+            }
+        }
+        pending.clear();
+        true
+    }
+}
+
+/// Times commands for the slow log with one clock read per command, not
+/// two: a command's time runs from the end of the one before it in the same
+/// turn (its parse included, a few hundred nanoseconds) or from its own
+/// start if it is the turn's first. A clock read was 3% of a pipelined
+/// SET's samples.
+#[derive(Debug, Default)]
+struct Laps {
+    last: Option<Instant>,
+}
+
+impl Laps {
+    /// Marks a command's start (reads the clock only if no lap is open).
+    fn start(&mut self) {
+        if self.last.is_none() {
+            self.last = Some(Instant::now());
+        }
+    }
+
+    /// Closes the open lap without timing it: the next `start` reads the
+    /// clock afresh.
+    fn restart(&mut self) {
+        self.last = None;
+    }
+
+    /// The time since the open lap began; the next lap begins now.
+    fn lap(&mut self) -> Duration {
+        let now = Instant::now();
+        let took = self.last.map_or(Duration::ZERO, |t| now - t);
+        self.last = Some(now);
+        took
+    }
+}

@@ -1,0 +1,375 @@
+//! The RESP command table: every command's name, arity, kind, flags and
+//! handler, and the lookup of a request's command name (a perfect hash).
+//! The table is the one place that says what a command is: how it takes
+//! part in a turn ([`Kind`]; a batchable read names its [`BatchRead`]),
+//! whether it is refused above `maxmemory`, and what COMMAND reports.
+
+use std::sync::LazyLock;
+
+use super::batch::BatchRead;
+use super::{Ctx, keys, ordered, server, strings};
+use crate::pipeline::Class;
+use crate::resp::error::CmdResult;
+
+pub(crate) type Handler = fn(&mut Ctx<'_, '_>) -> CmdResult;
+
+/// What a command does to the store, which decides its place in a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Touches no stored data: connection and server state.
+    Control,
+    /// Reads the store by itself.
+    Read,
+    /// A read the read engine answers in batches (when its arguments
+    /// allow: see [`BatchRead::plan`]).
+    BatchRead(BatchRead),
+    /// Writes through the turn's session.
+    Write,
+}
+
+impl Kind {
+    /// The pipeline's class of a request of this kind that was not batched.
+    pub(crate) fn class(self) -> Class {
+        match self {
+            Kind::Control => Class::Control,
+            Kind::Read | Kind::BatchRead(_) => Class::Read,
+            Kind::Write => Class::Write,
+        }
+    }
+}
+
+/// A command's table entry. `arity` as Redis gives it: n > 0 exactly n
+/// arguments (the name included), n < 0 at least -n.
+#[derive(Debug)]
+pub(crate) struct Spec {
+    pub name: &'static str,
+    pub arity: i32,
+    pub kind: Kind,
+    /// Refused above `maxmemory` (Redis's `denyoom`): writes that can add
+    /// data. Deletes, expiries and FLUSHALL free memory and stay allowed.
+    pub denyoom: bool,
+    /// Allowed before AUTH.
+    pub no_auth: bool,
+    pub first_key: i32,
+    pub last_key: i32,
+    pub summary: &'static str,
+    pub group: &'static str,
+    pub(super) handler: Handler,
+}
+
+impl Spec {
+    /// `n` arguments (the name included) fit the arity.
+    #[inline]
+    pub(crate) fn arity_ok(&self, n: usize) -> bool {
+        let n = n as i64;
+        let a = i64::from(self.arity);
+        if a > 0 { n == a } else { n >= -a }
+    }
+
+    /// A write (COMMAND's `write` flag; `readonly` otherwise).
+    pub(crate) fn writes(&self) -> bool {
+        self.kind == Kind::Write
+    }
+}
+
+const fn has_flag(flags: &str, f: u8) -> bool {
+    let b = flags.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == f {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
+
+/// A table entry; flags: `d` denyoom, `a` allowed before AUTH.
+macro_rules! spec {
+    ($name:literal, $arity:expr, $kind:expr, $flags:literal, $first:expr, $last:expr, $h:path, $group:literal, $summary:literal) => {
+        Spec {
+            name: $name,
+            arity: $arity,
+            kind: $kind,
+            denyoom: has_flag($flags, b'd'),
+            no_auth: has_flag($flags, b'a'),
+            first_key: $first,
+            last_key: $last,
+            summary: $summary,
+            group: $group,
+            handler: $h,
+        }
+    };
+}
+
+/// Every command, sorted by name: `spec!(name, arity, kind, flags, first
+/// key, last key, handler, group, summary)`.
+#[rustfmt::skip]
+pub(crate) static COMMANDS: &[Spec] = &[
+    spec!("append", 3, Kind::Write, "d", 1, 1, strings::append,
+          "string", "Appends a string to the value of a key."),
+    spec!("auth", -2, Kind::Control, "a", 0, 0, server::auth,
+          "connection", "Authenticates the connection."),
+    spec!("bgsave", -1, Kind::Read, "", 0, 0, server::bgsave,
+          "server", "Starts a checkpoint in the background."),
+    spec!("cas", -4, Kind::Write, "d", 1, 1, strings::cas,
+          "combkv", "Sets a key only if its version matches."),
+    spec!("ceil", 2, Kind::Read, "", 1, 1, ordered::ceil,
+          "combkv", "The smallest key >= key, with its value."),
+    spec!("client", -2, Kind::Control, "", 0, 0, server::client,
+          "connection", "CLIENT ID, SETNAME, GETNAME, LIST, INFO."),
+    spec!("command", -1, Kind::Control, "", 0, 0, server::command,
+          "server", "Describes the commands (COUNT, DOCS, INFO, LIST)."),
+    spec!("config", -2, Kind::Control, "", 0, 0, server::config,
+          "server", "CONFIG GET parameters."),
+    spec!("dbsize", 1, Kind::Read, "", 0, 0, keys::dbsize,
+          "server", "The number of keys."),
+    spec!("decr", 2, Kind::Write, "d", 1, 1, strings::decr,
+          "string", "Decrements the integer value of a key by one."),
+    spec!("decrby", 3, Kind::Write, "d", 1, 1, strings::decrby,
+          "string", "Decrements the integer value of a key."),
+    spec!("del", -2, Kind::Write, "", 1, -1, keys::del,
+          "generic", "Deletes keys."),
+    spec!("echo", 2, Kind::Control, "", 0, 0, server::echo,
+          "connection", "Returns the given string."),
+    spec!("exists", -2, Kind::Read, "", 1, -1, keys::exists,
+          "generic", "Counts the keys that exist."),
+    spec!("expire", -3, Kind::Write, "", 1, 1, keys::expire,
+          "generic", "Sets a key's time to live in seconds."),
+    spec!("expireat", -3, Kind::Write, "", 1, 1, keys::expireat,
+          "generic", "Sets a key's expiry as a unix time in seconds."),
+    spec!("floor", 2, Kind::Read, "", 1, 1, ordered::floor,
+          "combkv", "The greatest key <= key, with its value."),
+    spec!("flushall", -1, Kind::Write, "", 0, 0, keys::flushall,
+          "server", "Removes every key."),
+    spec!("flushdb", -1, Kind::Write, "", 0, 0, keys::flushall,
+          "server", "Removes every key."),
+    spec!("get", 2, Kind::BatchRead(BatchRead::Get), "", 1, 1, strings::get,
+          "string", "Returns the value of a key."),
+    spec!("getat", 3, Kind::Read, "", 2, 2, ordered::getat,
+          "combkv", "A key's value as of a snapshot."),
+    spec!("getdel", 2, Kind::Write, "", 1, 1, strings::getdel,
+          "string", "Returns the value of a key and deletes it."),
+    spec!("getv", 2, Kind::BatchRead(BatchRead::Getv), "", 1, 1, strings::getv,
+          "combkv", "A key's value and version."),
+    spec!("hello", -1, Kind::Control, "a", 0, 0, server::hello,
+          "connection", "Handshakes: protocol version, AUTH, SETNAME."),
+    spec!("incr", 2, Kind::Write, "d", 1, 1, strings::incr,
+          "string", "Increments the integer value of a key by one."),
+    spec!("incrby", 3, Kind::Write, "d", 1, 1, strings::incrby,
+          "string", "Increments the integer value of a key."),
+    spec!("info", -1, Kind::Read, "", 0, 0, server::info,
+          "server", "Information and statistics about the server."),
+    spec!("keys", 2, Kind::Read, "", 0, 0, keys::keys,
+          "generic", "Keys matching a pattern, in key order."),
+    spec!("lastsave", 1, Kind::Control, "", 0, 0, server::lastsave,
+          "server", "Unix time of the last successful checkpoint."),
+    spec!("mget", -2, Kind::BatchRead(BatchRead::Mget), "", 1, -1, strings::mget,
+          "string", "Returns the values of keys."),
+    spec!("mset", -3, Kind::Write, "d", 1, -1, strings::mset,
+          "string", "Sets several keys."),
+    spec!("persist", 2, Kind::Write, "", 1, 1, keys::persist,
+          "generic", "Removes a key's expiry."),
+    spec!("pexpire", -3, Kind::Write, "", 1, 1, keys::pexpire,
+          "generic", "Sets a key's time to live in milliseconds."),
+    spec!("pexpireat", -3, Kind::Write, "", 1, 1, keys::pexpireat,
+          "generic", "Sets a key's expiry as a unix time in milliseconds."),
+    spec!("ping", -1, Kind::Control, "", 0, 0, server::ping,
+          "connection", "Returns PONG or the given string."),
+    spec!("pttl", 2, Kind::Read, "", 1, 1, keys::pttl,
+          "generic", "A key's time to live in milliseconds."),
+    spec!("quit", -1, Kind::Control, "a", 0, 0, server::quit,
+          "connection", "Closes the connection."),
+    spec!("range", -3, Kind::BatchRead(BatchRead::Range), "", 0, 0, ordered::range,
+          "combkv", "Items between two bounds, in key order, from one snapshot."),
+    spec!("rangeat", -4, Kind::Read, "", 0, 0, ordered::rangeat,
+          "combkv", "RANGE as of a snapshot."),
+    spec!("save", 1, Kind::Read, "", 0, 0, server::save,
+          "server", "Takes a checkpoint now."),
+    spec!("scan", -2, Kind::Read, "", 0, 0, keys::scan,
+          "generic", "Iterates keys in key order."),
+    spec!("select", 2, Kind::Control, "", 0, 0, server::select,
+          "connection", "Selects database 0 (the only one)."),
+    spec!("set", -3, Kind::Write, "d", 1, 1, strings::set,
+          "string", "Sets a key (NX, XX, GET, EX, PX, EXAT, PXAT, KEEPTTL)."),
+    spec!("setnx", 3, Kind::Write, "d", 1, 1, strings::setnx,
+          "string", "Sets a key only if it does not exist."),
+    spec!("slowlog", -2, Kind::Control, "", 0, 0, server::slowlog,
+          "server", "SLOWLOG GET, LEN, RESET."),
+    spec!("snapshot", -2, Kind::Read, "", 0, 0, ordered::snapshot,
+          "combkv", "SNAPSHOT CREATE, RELEASE, LIST."),
+    spec!("strlen", 2, Kind::Read, "", 1, 1, strings::strlen,
+          "string", "The length of a key's value."),
+    spec!("time", 1, Kind::Control, "", 0, 0, server::time,
+          "server", "The server time."),
+    spec!("ttl", 2, Kind::Read, "", 1, 1, keys::ttl,
+          "generic", "A key's time to live in seconds."),
+    spec!("type", 2, Kind::Read, "", 1, 1, keys::type_,
+          "generic", "The type of a key's value."),
+    spec!("unlink", -2, Kind::Write, "", 1, -1, keys::del,
+          "generic", "Deletes keys."),
+];
+
+/// A test-only command, in debug builds alone (so never in a release
+/// binary) and absent from the table (so from COMMAND): `DEBUG PANIC`
+/// panics inside its handler, for the tests that check that a bug costs
+/// one connection and nothing else.
+#[cfg(debug_assertions)]
+#[rustfmt::skip]
+static DEBUG: Spec = spec!("debug", -2, Kind::Control, "", 0, 0, server::debug,
+    "server", "DEBUG PANIC: panics (debug builds only).");
+
+/// The command a request names: [`lookup`], and in debug builds the
+/// test-only `DEBUG`.
+#[inline]
+pub(crate) fn lookup_request(name: &[u8]) -> Option<&'static Spec> {
+    let found = lookup(name);
+    #[cfg(debug_assertions)]
+    if found.is_none() && name.eq_ignore_ascii_case(b"debug") {
+        return Some(&DEBUG);
+    }
+    found
+}
+
+pub(crate) fn lookup(name: &[u8]) -> Option<&'static Spec> {
+    // This runs for every request: one multiply picks the only slot a name
+    // can be in, and names compare as integers (a binary search over the
+    // table was ~180 instructions and seven unpredictable branches).
+    let key = name_key(name)?;
+    let t = &*NAME_TABLE;
+    let i = t.slots[t.slot(key)];
+    (i != NameTable::EMPTY && NAME_KEYS[i as usize] == key).then(|| &COMMANDS[i as usize])
+}
+
+/// A perfect hash of the command names: every name of `COMMANDS` has a slot
+/// of its own, found once at start-up by trying multipliers.
+struct NameTable {
+    mult: u64,
+    /// `COMMANDS` index per slot, or `EMPTY`.
+    slots: Vec<u8>,
+}
+
+impl NameTable {
+    const BITS: u32 = 10;
+    const EMPTY: u8 = u8::MAX;
+
+    fn slot(&self, key: u128) -> usize {
+        let folded = (key >> 64) as u64 ^ key as u64;
+        (folded.wrapping_mul(self.mult) >> (64 - Self::BITS)) as usize
+    }
+
+    fn build(keys: &[u128]) -> NameTable {
+        assert!(
+            keys.len() < usize::from(Self::EMPTY),
+            "command indexes fit a byte"
+        );
+        // splitmix64 steps: odd multipliers, the same on every start.
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        loop {
+            seed = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = seed;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            let mut t = NameTable {
+                mult: (z ^ (z >> 31)) | 1,
+                slots: vec![Self::EMPTY; 1 << Self::BITS],
+            };
+            let placed = keys.iter().enumerate().all(|(i, &k)| {
+                let s = t.slot(k);
+                let free = t.slots[s] == Self::EMPTY;
+                t.slots[s] = i as u8;
+                free
+            });
+            if placed {
+                return t;
+            }
+        }
+    }
+}
+
+static NAME_TABLE: LazyLock<NameTable> = LazyLock::new(|| NameTable::build(&NAME_KEYS));
+
+/// A command name lowercased into a big-endian integer, zero padded: the
+/// integers sort as the names do. None for what cannot be a command name
+/// (longer than 16 bytes, or holding a zero byte, which padding would hide).
+fn name_key(name: &[u8]) -> Option<u128> {
+    if name.len() > 16 {
+        return None;
+    }
+    let mut key = 0u128;
+    for (i, &b) in name.iter().enumerate() {
+        if b == 0 {
+            return None;
+        }
+        key |= u128::from(b.to_ascii_lowercase()) << (120 - 8 * i);
+    }
+    Some(key)
+}
+
+/// `name_key` of every command, in `COMMANDS` order.
+static NAME_KEYS: LazyLock<Vec<u128>> = LazyLock::new(|| {
+    COMMANDS
+        .iter()
+        .map(|s| name_key(s.name.as_bytes()).expect("command names fit in 16 bytes"))
+        .collect()
+});
+
+#[cfg(test)]
+mod tests {
+    use super::{COMMANDS, NAME_KEYS, lookup};
+
+    #[test]
+    fn the_table_is_sorted_lowercase_and_every_name_is_found_in_any_case() {
+        assert!(NAME_KEYS.windows(2).all(|w| w[0] < w[1]), "COMMANDS sorted");
+        for spec in COMMANDS {
+            assert_eq!(spec.name, spec.name.to_ascii_lowercase());
+            let upper = spec.name.to_ascii_uppercase();
+            assert_eq!(lookup(upper.as_bytes()).map(|s| s.name), Some(spec.name));
+            assert_eq!(
+                lookup(spec.name.as_bytes()).map(|s| s.name),
+                Some(spec.name)
+            );
+        }
+    }
+
+    #[test]
+    fn near_misses_are_unknown() {
+        // Every name one byte off a command's (and each truncation) is
+        // unknown unless it is a command itself.
+        for spec in COMMANDS {
+            let name = spec.name.as_bytes();
+            let mut near: Vec<Vec<u8>> = (0..name.len()).map(|n| name[..n].to_vec()).collect();
+            for i in 0..name.len() {
+                for b in [b'a', b'z', b'_', b'0', 0x80] {
+                    let mut v = name.to_vec();
+                    v[i] = b;
+                    near.push(v);
+                }
+            }
+            near.push([name, b"x"].concat());
+            for n in near {
+                let is_command = COMMANDS
+                    .iter()
+                    .any(|s| s.name.as_bytes().eq_ignore_ascii_case(&n));
+                assert_eq!(
+                    lookup(&n).is_some(),
+                    is_command,
+                    "{:?}",
+                    String::from_utf8_lossy(&n)
+                );
+            }
+        }
+        for name in [
+            &b""[..],
+            b"ge",
+            b"gett",
+            b"get\0",
+            b"\0get",
+            b"g\0t",
+            b"getxxxxxxxxxxxxxxxxxxx",
+            b"\xffget",
+        ] {
+            assert!(lookup(name).is_none(), "{name:?}");
+        }
+    }
+}
