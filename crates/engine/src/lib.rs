@@ -14,15 +14,17 @@ pub mod readexec;
 mod store;
 pub(crate) mod sync;
 pub(crate) mod tree;
+mod types;
 
 pub use config::Config;
 pub use durable::check::{CheckReport, check};
 pub use durable::{CheckpointInfo, Durability, DurableConfig, PersistenceStats, RecoveryReport};
 pub use error::{Error, Result};
 pub use store::op;
-pub use store::{
-    AtomicWrite, Expiry, Flags, Item, ItemView, NodeCounts, Range, Session, SnapshotId, Store,
-    Version, Write, now_ms,
-};
+pub use store::{Session, Store};
 pub use tree::epoch::flush_reclamation;
 pub use tree::node::{live_buffers_global, live_external_values_global};
+pub use types::{
+    AtomicWrite, Expiry, Flags, Item, ItemView, NodeCounts, Range, SnapshotId, Version, Write,
+    now_ms,
+};

@@ -4,7 +4,7 @@ pub mod op;
 
 use std::borrow::Cow;
 use std::ops::Bound;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -19,7 +19,11 @@ use crate::readexec::{BatchResults, CpuBackend, ReadBackend, ReadRequest, TreeVi
 use crate::tree::epoch;
 use crate::tree::node::ItemRef;
 use crate::tree::write::{WriteMode, WriteOp};
-use crate::tree::{LogEntry, Now, Tree};
+use crate::tree::{LogEntry, Tree};
+use crate::types::Now;
+use crate::types::{
+    AtomicWrite, Expiry, Item, ItemView, NodeCounts, Range, SnapshotId, Version, Write, now_ms,
+};
 
 /// Keys a clear deletes per scan.
 const CLEAR_BATCH: usize = 1024;
@@ -31,197 +35,6 @@ enum Ack<'s> {
     Now,
     /// At the session's commit: note the version to wait for.
     Defer(&'s Cell<u64>),
-}
-
-/// One write of [`Store::write_atomically`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AtomicWrite<'a> {
-    /// Store `value` under `key` (insert or overwrite).
-    Put {
-        key: &'a [u8],
-        value: &'a [u8],
-        expiry: Expiry,
-    },
-    /// Remove `key` if present.
-    Delete { key: &'a [u8] },
-}
-
-/// The version of a write: a positive integer, increasing in the order writes
-/// take effect. An item's version is the version of the write that produced
-/// it; it stays the same until the key is written again, so it serves as a
-/// compare-and-swap token (memcached's CAS unique).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Version(pub u64);
-
-impl Version {
-    pub fn get(self) -> u64 {
-        self.0
-    }
-}
-
-impl std::fmt::Display for Version {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-/// A snapshot: the read version it pins.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SnapshotId(pub u64);
-
-/// Expiry of a written item.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Expiry {
-    /// No expiry (clears an existing one).
-    #[default]
-    Never,
-    /// Expires at this unix time in milliseconds (> 0). A time in the past
-    /// makes the item invisible at once.
-    AtMs(u64),
-    /// Keep the expiry the item has now (none if absent).
-    Keep,
-}
-
-/// Client flags of a written item: memcached's opaque 32-bit per-item
-/// flags. Writes that do not name them ([`Store::put`], RESP SET) store 0,
-/// as Redis has no such thing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Flags {
-    /// Store these flags (0: none; costs no space).
-    Set(u32),
-    /// Keep the flags the item has now (0 if absent).
-    #[default]
-    Keep,
-}
-
-impl Flags {
-    /// No flags.
-    pub const NONE: Flags = Flags::Set(0);
-
-    fn resolve(self, current: Option<&ItemRef<'_>>) -> u32 {
-        match self {
-            Flags::Set(f) => f,
-            Flags::Keep => current.map_or(0, |c| c.cflags),
-        }
-    }
-}
-
-/// What [`Store::write_with`] does with a key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Write {
-    /// Leave it as it is.
-    Keep,
-    /// Store this value with this expiry ([`Expiry::Keep`] keeps the live
-    /// item's expiry, none if absent) and client flags ([`Flags::Keep`]
-    /// keeps the live item's flags, 0 if absent).
-    Put {
-        value: Vec<u8>,
-        expiry: Expiry,
-        flags: Flags,
-    },
-    /// Remove it (nothing happens if it is absent).
-    Delete,
-}
-
-/// One stored item as a read returns it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Item {
-    pub key: Bytes,
-    pub value: Bytes,
-    pub version: Version,
-    /// Unix time in milliseconds at which the item expires.
-    pub expires_at_ms: Option<u64>,
-    /// Client flags (memcached); 0 = none.
-    pub flags: u32,
-}
-
-impl Item {
-    fn from_ref(it: &ItemRef<'_>) -> Item {
-        Item {
-            key: Bytes::copy_from_slice(it.key),
-            value: it.value.to_bytes(),
-            version: Version(it.version),
-            expires_at_ms: (it.expiry != 0).then_some(it.expiry),
-            flags: it.cflags,
-        }
-    }
-}
-
-/// A borrowed view of an item, handed to the visitors of
-/// [`Store::get_with`] and [`Store::scan`]. Valid only inside the visitor.
-#[derive(Debug, Clone, Copy)]
-pub struct ItemView<'a> {
-    pub key: &'a [u8],
-    pub value: &'a [u8],
-    pub version: Version,
-    /// Unix time in milliseconds at which the item expires.
-    pub expires_at_ms: Option<u64>,
-    /// Client flags (memcached); 0 = none.
-    pub flags: u32,
-}
-
-impl<'a> ItemView<'a> {
-    fn from_ref(it: &ItemRef<'a>) -> ItemView<'a> {
-        ItemView {
-            key: it.key,
-            value: it.value.bytes(),
-            version: Version(it.version),
-            expires_at_ms: (it.expiry != 0).then_some(it.expiry),
-            flags: it.cflags,
-        }
-    }
-}
-
-/// A range read: bounds (low first, also when reversed), an optional limit,
-/// direction, and Honeycomb's floor start.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Range {
-    pub start: Bound<Vec<u8>>,
-    pub end: Bound<Vec<u8>>,
-    pub limit: Option<usize>,
-    /// Descending key order; `limit` then takes the highest keys.
-    pub reverse: bool,
-    /// With an inclusive start: begin at the greatest key `<= start` if one
-    /// exists (Honeycomb's SCAN), so a range over file offsets finds the chunk
-    /// covering its first byte.
-    pub floor_start: bool,
-}
-
-impl Range {
-    /// Every key.
-    pub fn all() -> Range {
-        Range::new(Bound::Unbounded, Bound::Unbounded)
-    }
-    pub fn new(start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> Range {
-        Range {
-            start,
-            end,
-            limit: None,
-            reverse: false,
-            floor_start: false,
-        }
-    }
-    pub fn with_limit(mut self, n: usize) -> Range {
-        self.limit = Some(n);
-        self
-    }
-    pub fn reversed(mut self) -> Range {
-        self.reverse = true;
-        self
-    }
-    pub fn with_floor_start(mut self) -> Range {
-        self.floor_start = true;
-        self
-    }
-}
-
-/// Node buffer counts, for reclamation tests and INFO.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NodeCounts {
-    /// Buffers allocated and not freed.
-    pub live_buffers: usize,
-    /// Buffers reachable from the page table (current ones and old-version chains).
-    pub reachable_buffers: usize,
 }
 
 /// An in-memory, ordered, multi-version key-value store.
@@ -266,15 +79,6 @@ pub struct Store {
     backend: Box<dyn ReadBackend>,
     /// Log, checkpoints and background work of a store opened with `open`.
     durable: Option<Durable>,
-}
-
-/// Milliseconds since the unix epoch: the clock TTLs are checked against.
-/// A request reads it at most once, and only when it looks at an item that
-/// has an expiry.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 impl Drop for Store {
@@ -465,7 +269,7 @@ impl Store {
         self.tree
             .get_at(key, rv)
             .filter(|it| it.is_live(now))
-            .map(|it| Item::from_ref(&it))
+            .map(|it| it.to_item())
     }
 
     /// Looks `key` up and hands the item (if live) to `f` without copying.
@@ -475,7 +279,7 @@ impl Store {
         self.check_key(key)?;
         Ok(self.read(|rv, now| {
             let it = self.tree.get_at(key, rv).filter(|it| it.is_live(now));
-            f(it.as_ref().map(ItemView::from_ref))
+            f(it.as_ref().map(ItemRef::view))
         }))
     }
 
@@ -484,7 +288,7 @@ impl Store {
     /// ends; returns how many items `f` saw. Like `get_with`, `f` runs pinned.
     pub fn scan(&self, r: &Range, mut f: impl FnMut(ItemView<'_>) -> bool) -> Result<usize> {
         self.check_range(r)?;
-        Ok(self.read(|rv, now| self.visit_at_version(r, rv, now, |it| f(ItemView::from_ref(it)))))
+        Ok(self.read(|rv, now| self.visit_at_version(r, rv, now, |it| f(it.view()))))
     }
 
     /// The items of a range, as one consistent snapshot.
@@ -510,7 +314,7 @@ impl Store {
     fn range_at_version(&self, r: &Range, rv: u64, now: &Now) -> Vec<Item> {
         let mut out = Vec::new();
         self.visit_at_version(r, rv, now, |it| {
-            out.push(Item::from_ref(it));
+            out.push(it.to_item());
             true
         });
         out
@@ -531,11 +335,7 @@ impl Store {
     /// The item with the greatest key `<= key`.
     pub fn floor(&self, key: &[u8]) -> Result<Option<Item>> {
         self.check_key(key)?;
-        Ok(self.read(|rv, now| {
-            self.tree
-                .floor_at(key, rv, now)
-                .map(|it| Item::from_ref(&it))
-        }))
+        Ok(self.read(|rv, now| self.tree.floor_at(key, rv, now).map(|it| it.to_item())))
     }
 
     /// The item with the smallest key `>= key`.
@@ -594,11 +394,7 @@ impl Store {
     // ---- writes ----------------------------------------------------------
 
     fn expiry_ms(e: Expiry, current: Option<&ItemRef<'_>>) -> u64 {
-        match e {
-            Expiry::Never => 0,
-            Expiry::AtMs(t) => t.max(1),
-            Expiry::Keep => current.map_or(0, |c| c.expiry),
-        }
+        e.resolve(current.map(|c| c.expiry))
     }
 
     /// Refuses writes after a durability failure or shutdown.
@@ -687,7 +483,7 @@ impl Store {
         self.check_key(key)?;
         let mut refused = None;
         let (r, v) = self.write_key(ack, key, |cur| {
-            let (w, r) = decide(cur.map(ItemView::from_ref));
+            let (w, r) = decide(cur.map(ItemRef::view));
             let op = match w {
                 Write::Keep => WriteOp::Noop,
                 Write::Delete => WriteOp::Delete,
@@ -704,7 +500,7 @@ impl Store {
                     WriteOp::Put {
                         value: Cow::Owned(value),
                         expiry: Self::expiry_ms(expiry, cur),
-                        flags: flags.resolve(cur),
+                        flags: flags.resolve(cur.map(|c| c.cflags)),
                     }
                 }
             };
@@ -1309,7 +1105,7 @@ impl Store {
     ) -> Result<usize> {
         self.check_range(r)?;
         self.at_snapshot(id, |rv, now| {
-            self.visit_at_version(r, rv, now, |it| f(ItemView::from_ref(it)))
+            self.visit_at_version(r, rv, now, |it| f(it.view()))
         })
     }
 

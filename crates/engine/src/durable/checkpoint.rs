@@ -18,7 +18,8 @@ use parking_lot::Mutex;
 
 use super::file::Storage;
 use super::record::{self, CkptItem, Damage};
-use crate::tree::{Now, Tree};
+use crate::tree::Tree;
+use crate::types::Now;
 
 /// Target payload bytes per checkpoint block.
 const BLOCK_BYTES: usize = 64 << 10;
@@ -92,7 +93,7 @@ pub(crate) fn write(
                 items,
                 bytes,
                 duration: started.elapsed(),
-                finished_unix_ms: crate::store::now_ms(),
+                finished_unix_ms: crate::types::now_ms(),
             }),
             Err(e) => {
                 let _ = storage.remove(&tmp);
@@ -110,7 +111,7 @@ fn write_file(
 ) -> Result<(u64, u64), String> {
     let err = |e: std::io::Error| format!("checkpoint {}: {e}", path.display());
     let mut f = storage.create(path).map_err(err)?;
-    let header = record::encode_header(record::CKPT_MAGIC, version, crate::store::now_ms());
+    let header = record::encode_header(record::CKPT_MAGIC, version, crate::types::now_ms());
     f.write_all(&header).map_err(err)?;
     let mut bytes = header.len() as u64;
     let mut items = 0u64;

@@ -20,8 +20,9 @@
 
 use std::ops::Bound;
 
-use super::{BatchResults, ReadBackend, ReadRequest, TreeView, bounds};
+use super::{BatchResults, ReadBackend, ReadRequest, TreeView};
 use crate::config::LINE_BYTES;
+use crate::tree::Tree;
 use crate::tree::node::{
     Lid, NodePtr, Shortcuts, key_fp, log_dir_entry, prefetch, prefetch_range, shortcut_base,
 };
@@ -29,7 +30,7 @@ use crate::tree::read::{
     SegSearch, WalkFrom, confirm_tie, find_group, find_in_group_tied, interior_child,
     leaf_get_matches, log_fp_matches, published_leaf, segment_lower_bound, settle,
 };
-use crate::tree::{Now, Tree};
+use crate::types::Now;
 
 /// Requests in flight per thread unless configured otherwise.
 pub const DEFAULT_WINDOW: usize = 32;
@@ -361,10 +362,10 @@ fn answer_range(
     leaf: NodePtr,
     at: usize,
     req: usize,
-    r: &crate::store::Range,
+    r: &crate::types::Range,
     out: &mut BatchResults,
 ) {
-    let (start, end) = bounds(r);
+    let (start, end) = r.bounds();
     let limit = r.limit.unwrap_or(usize::MAX);
     let mut seen = 0;
     if limit > 0 && !crate::tree::scan::empty_bounds(start, end) {

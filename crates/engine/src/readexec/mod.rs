@@ -11,13 +11,11 @@
 
 mod cpu;
 
-use std::ops::Bound;
-
 pub use cpu::CpuBackend;
 
-use crate::store::{ItemView, Range, Version};
 use crate::tree::Tree;
 use crate::tree::node::ItemRef;
+use crate::types::{ItemView, Range, Version};
 
 /// One request of a batch.
 #[derive(Debug, Clone, Copy)]
@@ -149,12 +147,4 @@ pub trait ReadBackend: Send + Sync + std::fmt::Debug {
         requests: &[ReadRequest<'_>],
         out: &mut BatchResults,
     );
-}
-
-/// The bounds of a range as borrowed slices.
-pub(crate) fn bounds(r: &Range) -> (Bound<&[u8]>, Bound<&[u8]>) {
-    (
-        r.start.as_ref().map(|k| &k[..]),
-        r.end.as_ref().map(|k| &k[..]),
-    )
 }

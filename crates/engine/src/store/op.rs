@@ -14,10 +14,11 @@
 
 use std::borrow::Cow;
 
-use super::{Ack, AtomicWrite, Expiry, Flags, Item, Session, Store, Version};
+use super::{Ack, Session, Store};
 use crate::error::{Error, Result};
 use crate::tree::node::ItemRef;
 use crate::tree::write::WriteOp;
+use crate::types::{AtomicWrite, Expiry, Flags, Item, Version};
 
 /// The condition a single-key write holds to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -373,7 +374,7 @@ impl Store {
         let ((status, old), version) = self.write_key(ack, key, |cur| {
             let status = Status::of(cond, cur);
             let old = if return_old {
-                cur.map(Item::from_ref)
+                cur.map(|c| c.to_item())
             } else {
                 None
             };
@@ -383,7 +384,7 @@ impl Store {
             let op = WriteOp::Put {
                 value: Cow::Borrowed(value),
                 expiry: Self::expiry_ms(expiry, cur),
-                flags: flags.resolve(cur),
+                flags: flags.resolve(cur.map(|c| c.cflags)),
             };
             (op, (status, old))
         })?;
@@ -408,7 +409,7 @@ impl Store {
                 s => s,
             };
             let old = if return_old {
-                cur.map(Item::from_ref)
+                cur.map(|c| c.to_item())
             } else {
                 None
             };
@@ -578,7 +579,7 @@ impl Store {
                 return (WriteOp::Delete, (Status::Done, None));
             }
             let item = return_item.then(|| {
-                let mut it = Item::from_ref(c);
+                let mut it = c.to_item();
                 it.expires_at_ms = new;
                 it
             });

@@ -33,32 +33,6 @@ use page_table::PageTable;
 use reclaim::{Reclaimer, SnapshotRegistry};
 use version::VersionClock;
 
-/// The clock of one request: read at most once, and only when an item with
-/// an expiry is examined (most requests never pay for a clock read).
-#[derive(Debug, Default)]
-pub(crate) struct Now(std::cell::Cell<u64>);
-
-impl Now {
-    /// A clock that reads the system clock on first use.
-    pub(crate) fn lazy() -> Now {
-        Now(std::cell::Cell::new(0))
-    }
-    /// A clock fixed at `ms` (unix milliseconds, > 0).
-    pub(crate) fn at(ms: u64) -> Now {
-        Now(std::cell::Cell::new(ms.max(1)))
-    }
-    /// Unix milliseconds, read once.
-    pub(crate) fn ms(&self) -> u64 {
-        let v = self.0.get();
-        if v != 0 {
-            return v;
-        }
-        let v = crate::store::now_ms().max(1);
-        self.0.set(v);
-        v
-    }
-}
-
 /// The durability layer's hook into the write path. A write takes its
 /// version through it while it holds its leaf lock, so the log receives
 /// records in version order (and, for one key, in the order the writes

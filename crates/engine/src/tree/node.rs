@@ -50,6 +50,7 @@ use crate::config::{
     CFLAGS_BYTES, Geometry, HEADER_BYTES, ITEM_HEADER_BYTES, LINE_BYTES, LOG_DIR_BYTES,
     LOG_DIR_ENTRY_BYTES, LOG_EXTRA_BYTES, SHORTCUTS_PER_LINE, TTL_BYTES,
 };
+use crate::types::{Item, ItemView, Now, Version};
 
 /// A logical node id: the index of a page-table entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -218,13 +219,38 @@ pub(crate) struct ItemRef<'a> {
     pub raw: &'a [u8],
 }
 
-impl ItemRef<'_> {
+impl<'a> ItemRef<'a> {
     pub(crate) fn is_tombstone(&self) -> bool {
         self.flags & ITEM_TOMBSTONE != 0
     }
     /// Live at `now_ms`: not a delete marker and not expired.
-    pub(crate) fn is_live(&self, now: &super::Now) -> bool {
+    pub(crate) fn is_live(&self, now: &Now) -> bool {
         !self.is_tombstone() && (self.expiry == 0 || self.expiry > now.ms())
+    }
+
+    /// The item as a read returns it (key and value copied, or for an
+    /// out-of-line value, shared).
+    #[inline]
+    pub(crate) fn to_item(self) -> Item {
+        Item {
+            key: bytes::Bytes::copy_from_slice(self.key),
+            value: self.value.to_bytes(),
+            version: Version(self.version),
+            expires_at_ms: (self.expiry != 0).then_some(self.expiry),
+            flags: self.cflags,
+        }
+    }
+
+    /// The item as a visitor sees it, borrowed from the buffer.
+    #[inline]
+    pub(crate) fn view(&self) -> ItemView<'a> {
+        ItemView {
+            key: self.key,
+            value: self.value.bytes(),
+            version: Version(self.version),
+            expires_at_ms: (self.expiry != 0).then_some(self.expiry),
+            flags: self.cflags,
+        }
     }
 }
 

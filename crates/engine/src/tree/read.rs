@@ -4,14 +4,15 @@
 
 use std::cmp::Ordering as Cmp;
 
+use super::Tree;
 use super::node::{
     self, Header, ItemRef, LOG_META_DUP, LOG_META_REPLACES, Lid, NodePtr, Shortcuts,
     decode_interior, decode_item, key_cmp, key_fp, key_prefix, leaf_item_key, log_dir_entry,
     log_dir_fp, state_log_count, state_size,
 };
 use super::node::{ITEM_DUP, ITEM_REPLACES};
-use super::{Now, Tree};
 use crate::config::SHORTCUTS_PER_LINE;
+use crate::types::Now;
 
 /// Where a descent goes.
 #[derive(Clone, Copy, Debug)]

@@ -30,9 +30,10 @@ use super::read::{
     LogOrder, MAX_LOG_ITEMS, WalkFrom, find_segment, leaf_walk, published, published_leaf, route,
     scan_segment,
 };
-use super::{LogEntry, Now, Tree};
+use super::{LogEntry, Tree};
 use crate::config::LOG_EXTRA_BYTES;
 use crate::sync::backoff;
+use crate::types::Now;
 
 /// What a write does to its key, decided with the leaf locked.
 #[derive(Debug, Clone)]
