@@ -16,17 +16,14 @@ use crate::durable::runtime::Durable;
 use crate::durable::{CheckpointInfo, DurableConfig, PersistenceStats, RecoveryReport};
 use crate::error::{Error, Result};
 use crate::readexec::{BatchResults, CpuBackend, ReadBackend, ReadRequest, TreeView};
+use crate::tree::Tree;
 use crate::tree::epoch;
 use crate::tree::node::ItemRef;
 use crate::tree::write::{WriteMode, WriteOp};
-use crate::tree::{LogEntry, Tree};
 use crate::types::Now;
 use crate::types::{
     AtomicWrite, Expiry, Item, ItemView, NodeCounts, Range, SnapshotId, Version, Write, now_ms,
 };
-
-/// Keys a clear deletes per scan.
-const CLEAR_BATCH: usize = 1024;
 
 /// When a write's answer may go out.
 #[derive(Clone, Copy)]
@@ -223,7 +220,7 @@ impl Store {
     /// that have expired count until the background sweep removes them, as
     /// Redis's DBSIZE counts them; exact once writers are quiescent.
     pub fn len(&self) -> u64 {
-        self.tree.keys.get()
+        self.tree.key_count()
     }
 
     /// True when no key is stored (see [`Store::len`]).
@@ -234,7 +231,7 @@ impl Store {
     /// The read version: every read that starts now sees exactly the writes
     /// with versions up to it.
     pub fn read_version(&self) -> Version {
-        Version(self.tree.clock.read_version())
+        Version(self.tree.read_version())
     }
 
     // ---- reads -----------------------------------------------------------
@@ -247,8 +244,8 @@ impl Store {
 
     fn read<T>(&self, f: impl FnOnce(u64, &Now) -> T) -> T {
         // Pin before taking the read version: see tree::reclaim.
-        let guard = self.tree.epochs.pin();
-        let rv = self.tree.clock.read_version();
+        let guard = self.tree.pin();
+        let rv = self.tree.read_version();
         let out = f(rv, &Now::lazy());
         drop(guard);
         out
@@ -387,7 +384,7 @@ impl Store {
     ) {
         out.reset(requests.len(), rv);
         // One clock reading stamps the batch, as one read version does.
-        let tree = TreeView { tree: &self.tree };
+        let tree = TreeView::new(&self.tree);
         self.backend.execute(tree, rv, now.ms(), requests, out);
     }
 
@@ -411,7 +408,7 @@ impl Store {
         if let Some(d) = &self.durable {
             d.wal.wait_durable(v).map_err(Error::ReadOnly)?;
         }
-        if !self.tree.clock.wait_released(v) {
+        if !self.tree.wait_released(v) {
             let cause = self
                 .durable
                 .as_ref()
@@ -624,53 +621,9 @@ impl Store {
             }]);
         }
         self.admit()?;
-        // Closes the group on every way out. One that did not finish (a
-        // write refused midway by a shutdown or a log failure, or a panic)
-        // must not become visible in part, and with a log its GROUP_BEGIN
-        // has no end, so recovery cuts the log there: nothing after it may
-        // be acknowledged. Its span is then closed for good and the clock
-        // poisoned, as after a log failure: the store stays readable at the
-        // state before the group, and waits for later writes give up.
-        struct Open<'c> {
-            clock: &'c crate::tree::version::VersionClock,
-            hold: Option<crate::tree::version::GroupHold<'c>>,
-            last: u64,
-            logged: bool,
-        }
-        impl Open<'_> {
-            fn finish(mut self) {
-                if let Some(hold) = self.hold.take() {
-                    self.clock.close_group(hold, self.last);
-                }
-            }
-        }
-        impl Drop for Open<'_> {
-            fn drop(&mut self) {
-                if let Some(hold) = self.hold.take() {
-                    if self.logged {
-                        self.clock.poison();
-                        self.clock.close_group(hold, u64::MAX);
-                    } else {
-                        // Memory only: nothing to recover; keep serving.
-                        self.clock.close_group(hold, self.last);
-                    }
-                }
-            }
-        }
-        let mut open = Open {
-            clock: &self.tree.clock,
-            hold: Some(self.tree.clock.open_group()),
-            last: 0,
-            logged: self.durable.is_some(),
-        };
-        // With a log, the group is bracketed there too, so that recovery
-        // brings it back whole or not at all (a begin without an end cuts
-        // the log: nothing after it was acknowledged).
-        let begin = self.durable.as_ref().map(|_| {
-            let b = self.tree.next_version(Some(LogEntry::GroupBegin));
-            self.tree.clock.complete(b);
-            b
-        });
+        // Closed on every way out (see `Group`): a group that does not
+        // finish never becomes visible in part.
+        let mut group = self.tree.open_group();
         // Each write's acknowledgement waits for the group's end: nothing
         // inside may wait for a release, which the open group holds back.
         let wait = Cell::new(0);
@@ -682,25 +635,15 @@ impl Store {
                 }
                 AtomicWrite::Delete { key } => self.delete_in(Ack::Defer(&wait), key)?,
             };
-            // The span reaches the group's acknowledgement version so far:
-            // every version its writes took, and every version their
-            // decisions saw. A delete that found its key already deleted by
-            // another writer saw that write, whose version may be above all
-            // of the group's and not complete yet; released before it, the
-            // group would be seen without it.
-            open.last = wait.get();
+            // The span reaches every version the group's writes took or
+            // their decisions saw (`Group::extend`).
+            group.extend(wait.get());
             out.push(v);
-        }
-        if let Some(begin) = begin {
-            let e = self.tree.next_version(Some(LogEntry::GroupEnd { begin }));
-            self.tree.clock.complete(e);
-            open.last = e;
-            wait.set(e);
         }
         // Closing hands the turn on: this group's acknowledgement (a
         // release, perhaps an fsync) is waited for without holding it.
-        open.finish();
-        self.acknowledge(ack, wait.get())?;
+        let last = group.close();
+        self.acknowledge(ack, last)?;
         Ok(out)
     }
 
@@ -866,51 +809,16 @@ impl Store {
 
     fn clear_in(&self, ack: Ack<'_>) -> Result<()> {
         self.admit()?;
+        // A checkpoint never sees a half-done clear.
         let clearing = self
             .durable
             .as_ref()
             .map(|d| d.checkpoints.clear_lock.lock());
-        let c = self.tree.next_version(Some(LogEntry::Clear));
-        self.tree.clock.complete(c);
-        // Every item older than `c` is visible from here on.
-        self.wait_acknowledgeable(c)?;
-        let mut from: Option<Vec<u8>> = None;
-        let mut last_version = c;
-        // Expired items too: a reading clock at the epoch sees them.
-        let epoch = Now::at(1);
-        loop {
-            let mut keys = Vec::new();
-            let mut last_key = None;
-            self.read(|rv, _| {
-                let start = from.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
-                self.tree
-                    .scan(rv, &epoch, start, Bound::Unbounded, false, |it| {
-                        if it.version < c {
-                            keys.push(it.key.to_vec());
-                        }
-                        last_key = Some(it.key.to_vec());
-                        keys.len() < CLEAR_BATCH
-                    });
-            });
-            for key in &keys {
-                // Unlogged: the Clear record covers these deletes.
-                let mode = WriteMode {
-                    now: None,
-                    logged: false,
-                };
-                let w = self.tree.write(key, mode, |cur| match cur {
-                    Some(it) if it.version < c => (WriteOp::Delete, ()),
-                    _ => (WriteOp::Noop, ()),
-                });
-                last_version = last_version.max(w.wait_for);
-            }
-            match last_key {
-                Some(k) => from = Some(k),
-                None => break,
-            }
-        }
+        // Every item older than the clear is visible once its version is
+        // acknowledgeable; the tree then deletes them.
+        let last = self.tree.clear(|c| self.wait_acknowledgeable(c))?;
         drop(clearing);
-        self.acknowledge(ack, last_version)
+        self.acknowledge(ack, last)
     }
 
     /// Deletes expired items, visiting at most `max_items` items per call and
@@ -922,7 +830,7 @@ impl Store {
     /// its cursor stays put (a sweep of a large store that uses no TTL would
     /// otherwise decode every item over and over).
     pub fn sweep_expired(&self, max_items: usize) -> usize {
-        if self.admit().is_err() || !self.tree.expiring.load(crate::sync::Ordering::Relaxed) {
+        if self.admit().is_err() || !self.tree.has_expiring() {
             return 0;
         }
         let max_items = max_items.max(1);
@@ -1017,70 +925,32 @@ impl Store {
                 max_secs: self.config.max_snapshot_age.as_secs(),
             });
         }
-        // Pinned while registering, so no buffer this version needs can pass
-        // its grace period before the registry shows the snapshot.
-        let guard = self.tree.epochs.pin();
-        let mut reg = self.tree.shared.snapshots.lock();
-        let now = Instant::now();
-        reg.prune(now);
-        if reg.live() >= self.config.max_snapshots {
-            return Err(Error::TooManySnapshots);
-        }
-        let rv = self.tree.clock.read_version();
-        let e = reg.pins.entry(rv).or_insert((0, 0, now));
-        e.0 += 1;
-        e.2 = e.2.max(now + ttl);
-        drop(reg);
-        drop(guard);
-        Ok(SnapshotId(rv))
+        self.tree
+            .pin_snapshot(ttl, Some(self.config.max_snapshots))
+            .map(SnapshotId)
+            .ok_or(Error::TooManySnapshots)
     }
 
     /// Releases one creation of a snapshot. False if unknown or expired.
     pub fn release_snapshot(&self, id: SnapshotId) -> bool {
-        let released = {
-            let mut reg = self.tree.shared.snapshots.lock();
-            reg.prune(Instant::now());
-            reg.release(id.0)
-        };
-        if released {
-            self.tree.collect(false);
-        }
-        released
+        self.tree.release_snapshot(id.0)
     }
 
     /// Live snapshots and the time each has left.
     pub fn list_snapshots(&self) -> Vec<(SnapshotId, Duration)> {
-        let mut reg = self.tree.shared.snapshots.lock();
-        let now = Instant::now();
-        reg.prune(now);
-        reg.pins
-            .iter()
-            .filter(|(_, e)| e.0 > 0)
-            .map(|(&v, e)| (SnapshotId(v), e.2.saturating_duration_since(now)))
+        self.tree
+            .list_snapshots()
+            .into_iter()
+            .map(|(v, left)| (SnapshotId(v), left))
             .collect()
     }
 
     /// Runs `f` at the snapshot's version, holding the snapshot against
     /// release and expiry meanwhile.
     fn at_snapshot<T>(&self, id: SnapshotId, f: impl FnOnce(u64, &Now) -> T) -> Result<T> {
-        let guard = self.tree.epochs.pin();
-        if !self
-            .tree
-            .shared
-            .snapshots
-            .lock()
-            .enter(id.0, Instant::now())
-        {
-            return Err(Error::NoSuchSnapshot);
-        }
-        let out = f(id.0, &Now::lazy());
         self.tree
-            .shared
-            .snapshots
-            .lock()
-            .leave(id.0, Instant::now());
-        drop(guard);
-        Ok(out)
+            .at_snapshot(id.0, |rv| f(rv, &Now::lazy()))
+            .ok_or(Error::NoSuchSnapshot)
     }
 
     /// The item of `key` as of a snapshot.
@@ -1122,7 +992,7 @@ impl Store {
         let deadline = Instant::now() + Duration::from_secs(2);
         loop {
             epoch::flush_reclamation();
-            self.tree.epochs.flush();
+            self.tree.flush_epochs();
             self.tree.collect(true);
             if self.tree.drained() || Instant::now() >= deadline {
                 return;

@@ -45,23 +45,13 @@ pub struct CheckpointInfo {
 /// The version is taken under `clear_lock`, so no clear is half done at it.
 fn with_snapshot<T>(tree: &Tree, clear_lock: &Mutex<()>, f: impl FnOnce(u64) -> T) -> T {
     let clearing = clear_lock.lock();
-    // Pinned while registering, as `Store::snapshot` does.
-    let guard = tree.epochs.pin();
-    let v = {
-        let mut reg = tree.shared.snapshots.lock();
-        let now = std::time::Instant::now();
-        let v = tree.clock.read_version();
-        let e = reg.pins.entry(v).or_insert((0, 0, now));
-        e.0 += 1;
-        e.2 = e.2.max(now + SNAPSHOT_TTL);
-        v
-    };
-    drop(guard);
+    let v = tree
+        .pin_snapshot(SNAPSHOT_TTL, None)
+        .expect("an uncapped registry takes every pin");
     drop(clearing);
     let out = f(v);
-    let released = tree.shared.snapshots.lock().release(v);
+    let released = tree.release_snapshot(v);
     debug_assert!(released, "checkpoint snapshot released twice");
-    tree.collect(false);
     out
 }
 
@@ -122,7 +112,7 @@ fn write_file(
         payload.clear();
         let mut last: Option<Vec<u8>> = None;
         {
-            let _guard = tree.epochs.pin();
+            let _guard = tree.pin();
             let start = match &from {
                 Some(k) => Bound::Excluded(&k[..]),
                 None => Bound::Unbounded,

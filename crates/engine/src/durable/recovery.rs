@@ -370,7 +370,7 @@ pub(crate) fn recover(
             .sync_dir(dir)
             .map_err(io("syncing the data directory"))?;
     }
-    tree.clock.reset_to(max_version);
+    tree.reset_clock(max_version);
     report.max_version = max_version;
     report.replay_time = started.elapsed();
     Ok(Recovered {
@@ -418,7 +418,7 @@ fn apply(
                     value.len()
                 ));
             }
-            tree.clock.reset_to(v - 1);
+            tree.reset_clock(v - 1);
             let w = tree.write(key, mode, |_| {
                 (
                     WriteOp::Put {
@@ -433,13 +433,13 @@ fn apply(
         }
         Record::Delete { key, .. } => {
             check_key(key)?;
-            tree.clock.reset_to(v - 1);
+            tree.reset_clock(v - 1);
             let w = tree.write(key, mode, |_| (WriteOp::Delete, ()));
             debug_assert!(w.version.is_none_or(|got| got == v));
         }
         Record::Clear { .. } => {
             *tree = Tree::new(*g);
-            tree.clock.reset_to(v);
+            tree.reset_clock(v);
         }
         // Markers only: by rule 6 every group replayed is whole. The next
         // record sets the clock to its own version.

@@ -187,7 +187,7 @@ impl Durable {
             Arc::clone(&config.storage),
             config.mode,
             config.wal_segment_bytes,
-            Arc::clone(&tree.clock),
+            tree.version_clock(),
             rec.segments,
             tick,
         )
@@ -197,7 +197,7 @@ impl Durable {
                 .bytes_since_checkpoint
                 .store(replayed_bytes, Ordering::Relaxed);
         }
-        tree.log = Some(Arc::clone(&wal) as Arc<dyn crate::tree::VersionLog>);
+        tree.set_log(Arc::clone(&wal) as Arc<dyn crate::tree::VersionLog>);
         let tree = Arc::new(tree);
         state.tree.set(Arc::downgrade(&tree)).expect("set once");
         state.wal.set(Arc::downgrade(&wal)).expect("set once");

@@ -120,7 +120,7 @@ impl ReadBackend for CpuBackend {
         requests: &[ReadRequest<'_>],
         out: &mut BatchResults,
     ) {
-        let tree = view.tree;
+        let tree = view.tree();
         let now = &Now::at(now_ms);
         // A lone request has no memory waits to overlap with: the plain
         // path answers it without a flight's stages and their prefetches
@@ -235,7 +235,7 @@ fn step(
 ) -> bool {
     match f.stage {
         Stage::Node => {
-            f.node = tree.pages.get(f.lid).expect("reachable LID is mapped");
+            f.node = tree.pages().get(f.lid).expect("reachable LID is mapped");
             prefetch_range(f.node, 0, head_bytes_at(f.level));
             f.stage = Stage::Head;
             false
@@ -314,12 +314,12 @@ fn step(
                 // prefetch is for.
                 let below = h.level - 1;
                 if below <= 1 {
-                    if let Some(slot) = tree.pages.slot_addr(child) {
+                    if let Some(slot) = tree.pages().slot_addr(child) {
                         prefetch(slot);
                     }
                     (f.lid, f.level, f.stage) = (child, below, Stage::Node);
                 } else {
-                    f.node = tree.pages.get(child).expect("reachable LID is mapped");
+                    f.node = tree.pages().get(child).expect("reachable LID is mapped");
                     prefetch_range(f.node, 0, head_bytes_at(below));
                     (f.lid, f.level, f.stage) = (child, below, Stage::Head);
                 }
@@ -400,7 +400,7 @@ mod tests {
         for i in 0..60_000 {
             store.put(&key(i), &i.to_le_bytes()).unwrap();
         }
-        let root = store.tree().pages.get(Lid::ROOT).unwrap();
+        let root = store.tree().pages().get(Lid::ROOT).unwrap();
         assert!(
             root.header().level >= 3,
             "root level {}",

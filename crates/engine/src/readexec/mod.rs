@@ -130,7 +130,19 @@ impl BatchResults {
 /// the fixed root LID. Opaque outside the engine.
 #[derive(Debug, Clone, Copy)]
 pub struct TreeView<'a> {
-    pub(crate) tree: &'a Tree,
+    tree: &'a Tree,
+}
+
+impl<'a> TreeView<'a> {
+    pub(crate) fn new(tree: &'a Tree) -> TreeView<'a> {
+        TreeView { tree }
+    }
+
+    /// The tree read through this view.
+    #[inline(always)]
+    pub(crate) fn tree(self) -> &'a Tree {
+        self.tree
+    }
 }
 
 /// Executes batches. Implementations must return exactly what the plain read

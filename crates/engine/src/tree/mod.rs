@@ -9,10 +9,20 @@
 //! - `version`: write/read versions and in-order release
 //! - `read`: descents, leaf search, ordered leaf iteration with order hints
 //! - `write`: log appends, merges, splits, node merges
+//! - `group`: atomic groups (their clock hold and log brackets)
+//! - `clear`: FLUSHALL (its record and the leaf-by-leaf delete)
+//! - `snapshots`: pinned read versions
 //! - `reclaim`, `epoch`: when a replaced buffer may be freed
+//!
+//! Nothing outside this module touches a `Tree`'s parts: the store, the
+//! read engine and the durability layer call its methods. The durability
+//! layer reaches in through one hook, [`VersionLog`], through which every
+//! write takes its version and records its log entry.
 
 pub(crate) mod build;
+mod clear;
 pub(crate) mod epoch;
+mod group;
 #[cfg(test)]
 mod layout_check;
 pub(crate) mod load;
@@ -21,6 +31,7 @@ pub(crate) mod page_table;
 pub(crate) mod read;
 pub(crate) mod reclaim;
 pub(crate) mod scan;
+mod snapshots;
 pub(crate) mod version;
 pub(crate) mod write;
 
@@ -30,7 +41,8 @@ use crate::config::Geometry;
 use crate::sync::Mutex;
 use node::{BufferCounter, Lid};
 use page_table::PageTable;
-use reclaim::{Reclaimer, SnapshotRegistry};
+use reclaim::Reclaimer;
+use snapshots::SnapshotRegistry;
 use version::VersionClock;
 
 /// The durability layer's hook into the write path. A write takes its
@@ -70,39 +82,40 @@ pub(crate) enum LogEntry<'a> {
 
 /// State shared with deferred reclamation closures (which may outlive the tree).
 #[derive(Debug)]
-pub(crate) struct Shared {
-    pub geometry: Geometry,
-    pub counter: BufferCounter,
-    pub reclaimer: Reclaimer,
-    pub snapshots: Mutex<SnapshotRegistry>,
+struct Shared {
+    geometry: Geometry,
+    counter: BufferCounter,
+    reclaimer: Reclaimer,
+    snapshots: Mutex<SnapshotRegistry>,
     /// LIDs whose anchors were freed, waiting to return to the allocator.
-    pub recycled: Mutex<Vec<Lid>>,
+    recycled: Mutex<Vec<Lid>>,
     /// Deferred reclamation closures not yet run (retire graces and frees).
-    pub deferred: std::sync::atomic::AtomicUsize,
+    deferred: std::sync::atomic::AtomicUsize,
 }
 
-/// The tree: page table, versions, shared reclamation state.
+/// The tree: page table, versions, shared reclamation state. Its parts are
+/// private to this module; the other layers call its methods.
 #[derive(Debug)]
 pub(crate) struct Tree {
-    pub g: Geometry,
-    pub pages: PageTable,
+    g: Geometry,
+    pages: PageTable,
     /// Shared with the log flusher, which raises its limit.
-    pub clock: Arc<VersionClock>,
-    pub shared: Arc<Shared>,
-    pub epochs: epoch::Epochs,
+    clock: Arc<VersionClock>,
+    shared: Arc<Shared>,
+    epochs: epoch::Epochs,
     /// Set on durable stores: every version is taken through it.
-    pub log: Option<Arc<dyn VersionLog>>,
+    log: Option<Arc<dyn VersionLog>>,
     /// Keys stored (expired ones included until they are swept).
-    pub keys: KeyCount,
+    keys: KeyCount,
     /// Set once an item with an expiry is stored or loaded; until then an
     /// expiry sweep has nothing to find and visits nothing.
-    pub expiring: crate::sync::AtomicBool,
+    expiring: crate::sync::AtomicBool,
 }
 
 /// A counter updated by every writing thread: sharded over cache lines so
 /// writers on different cores do not contend, summed on read.
 #[derive(Debug)]
-pub(crate) struct KeyCount {
+struct KeyCount {
     shards: [crossbeam_utils::CachePadded<crate::sync::AtomicI64>; KEY_COUNT_SHARDS],
 }
 
@@ -119,7 +132,7 @@ impl Default for KeyCount {
 }
 
 impl KeyCount {
-    pub(crate) fn add(&self, delta: i64) {
+    fn add(&self, delta: i64) {
         if delta == 0 {
             return;
         }
@@ -135,7 +148,7 @@ impl KeyCount {
     }
 
     /// The sum; exact once writers are quiescent.
-    pub(crate) fn get(&self) -> u64 {
+    fn get(&self) -> u64 {
         let sum: i64 = self
             .shards
             .iter()
@@ -179,6 +192,69 @@ impl Tree {
             keys: KeyCount::default(),
             expiring: crate::sync::AtomicBool::new(false),
         }
+    }
+
+    /// Sets the durability layer's hook: from now on every write version
+    /// is taken through `log`, which records the write's entry under it.
+    pub(crate) fn set_log(&mut self, log: Arc<dyn VersionLog>) {
+        self.log = Some(log);
+    }
+
+    /// The version clock, for the log flusher (which raises its limit and
+    /// poisons it on a failure).
+    pub(crate) fn version_clock(&self) -> Arc<VersionClock> {
+        Arc::clone(&self.clock)
+    }
+
+    /// Restarts the clock so that the next write takes `v + 1` (recovery
+    /// replays records with their own versions; nothing else may write).
+    pub(crate) fn reset_clock(&self, v: u64) {
+        self.clock.reset_to(v);
+    }
+
+    /// Pins the epoch: buffers reachable now stay allocated until the guard
+    /// is dropped. A reader pins *before* it loads the read version (see
+    /// `reclaim`).
+    #[inline(always)]
+    pub(crate) fn pin(&self) -> epoch::Guard {
+        self.epochs.pin()
+    }
+
+    /// Pushes deferred reclamation along.
+    pub(crate) fn flush_epochs(&self) {
+        self.epochs.flush();
+    }
+
+    /// The read version: a read that starts now sees exactly the writes up
+    /// to it.
+    #[inline(always)]
+    pub(crate) fn read_version(&self) -> u64 {
+        self.clock.read_version()
+    }
+
+    /// Waits until every write up to `v` is released. False if the clock is
+    /// poisoned first (`v` will never be released).
+    pub(crate) fn wait_released(&self, v: u64) -> bool {
+        self.clock.wait_released(v)
+    }
+
+    /// Keys stored (expired ones included until they are swept); exact once
+    /// writers are quiescent.
+    pub(crate) fn key_count(&self) -> u64 {
+        self.keys.get()
+    }
+
+    /// Whether an item with an expiry was ever stored or loaded (until then
+    /// an expiry sweep has nothing to find).
+    pub(crate) fn has_expiring(&self) -> bool {
+        self.expiring.load(crate::sync::Ordering::Relaxed)
+    }
+
+    /// The page table (LID -> newest buffer), for the read engine's
+    /// staged descent.
+    #[inline(always)]
+    pub(crate) fn pages(&self) -> &PageTable {
+        &self.pages
     }
 
     /// Takes the next write version, through the log if there is one.
