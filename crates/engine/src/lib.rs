@@ -17,11 +17,11 @@ pub(crate) mod tree;
 mod types;
 
 pub use config::Config;
-pub use durable::check::{CheckReport, check};
+pub use durable::check::CheckReport;
 pub use durable::{CheckpointInfo, Durability, DurableConfig, PersistenceStats, RecoveryReport};
 pub use error::{Error, Result};
 pub use store::op;
-pub use store::{Session, Store};
+pub use store::{Session, Store, check};
 pub use tree::epoch::flush_reclamation;
 pub use tree::node::{live_buffers_global, live_external_values_global};
 pub use types::{

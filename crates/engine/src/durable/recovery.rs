@@ -31,12 +31,12 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::checkpoint;
+use super::error::{CheckpointError, IoError, ItemRefused, RecordRefused, RecoveryError};
 use super::file::Storage;
 use super::record::{self, Damage, Record};
 use super::wal::SegmentMeta;
 use super::{LoadedCheckpoint, RecoveryReport, TailCut};
 use crate::config::Geometry;
-use crate::error::{Error, Result};
 use crate::tree::Tree;
 use crate::tree::load::BulkLoader;
 use crate::tree::write::{WriteMode, WriteOp};
@@ -152,8 +152,8 @@ pub(crate) struct Recovered {
     pub report: RecoveryReport,
 }
 
-fn io(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
-    move |e| Error::Io(format!("{what}: {e}"))
+fn io(what: &str) -> impl Fn(std::io::Error) -> RecoveryError + '_ {
+    move |e| RecoveryError::Io(IoError::new(what, e))
 }
 
 /// Loads the newest valid checkpoint into a fresh tree.
@@ -163,7 +163,7 @@ fn load_checkpoint(
     storage: &dyn Storage,
     dir: &Path,
     report: &mut RecoveryReport,
-) -> Result<(Tree, u64)> {
+) -> Result<(Tree, u64), RecoveryError> {
     for (version, path) in
         checkpoint::list(storage, dir).map_err(io("listing the data directory"))?
     {
@@ -173,15 +173,18 @@ fn load_checkpoint(
         let mut loader = BulkLoader::new(g);
         let read = checkpoint::read(storage, &path, |it| {
             if it.value.len() > max_value_len {
-                return Err(format!("value of {} bytes over the limit", it.value.len()));
+                return Err(ItemRefused::ValueTooLarge {
+                    len: it.value.len(),
+                });
             }
             if it.version > version {
-                return Err(format!(
-                    "item version {} above the checkpoint's",
-                    it.version
-                ));
+                return Err(ItemRefused::VersionAbove {
+                    version: it.version,
+                });
             }
-            loader.push(it.key, it.value, it.version, it.expiry, it.client_flags)
+            loader
+                .push(it.key, it.value, it.version, it.expiry, it.client_flags)
+                .map_err(ItemRefused::from)
         });
         match read {
             Ok((v, items)) if v == version => {
@@ -194,10 +197,11 @@ fn load_checkpoint(
                 debug_assert!(max_item_version <= version);
                 return Ok((tree, version));
             }
-            Ok((v, _)) => report
-                .skipped_checkpoints
-                .push((name, format!("header says version {v}"))),
-            Err(why) => report.skipped_checkpoints.push((name, why)),
+            Ok((v, _)) => report.skipped_checkpoints.push((
+                name,
+                CheckpointError::VersionMismatch { header: v }.to_string(),
+            )),
+            Err(why) => report.skipped_checkpoints.push((name, why.to_string())),
         }
     }
     Ok((Tree::new(*g), 0))
@@ -263,7 +267,7 @@ pub(crate) fn recover(
     max_value_len: usize,
     storage: &dyn Storage,
     dir: &Path,
-) -> Result<Recovered> {
+) -> Result<Recovered, RecoveryError> {
     storage
         .create_dir_all(dir)
         .map_err(io("creating the data directory"))?;
@@ -296,19 +300,24 @@ pub(crate) fn recover(
                 return;
             }
             if let Err(e) = apply(&mut tree, g, max_value_len, rec) {
-                apply_err = Some(e);
+                apply_err = Some((rec.version(), e));
             }
             report.records_replayed += 1;
         });
-        if let Some(e) = apply_err {
-            return Err(Error::Corrupt(format!("{name}: {e}")));
+        if let Some((version, refused)) = apply_err {
+            return Err(RecoveryError::BadRecord {
+                segment: name,
+                version,
+                refused,
+            });
         }
         let has_header = scan.damage.as_ref().is_none_or(|d| d.0 > 0);
         if i == 0 && has_header && scan.start_version > ckpt_version {
-            return Err(Error::Corrupt(format!(
-                "the log starts at version {} ({name}) but the newest valid checkpoint is at version {ckpt_version}: records in between are missing",
-                scan.start_version
-            )));
+            return Err(RecoveryError::MissingRecords {
+                segment: name,
+                log_start: scan.start_version,
+                checkpoint: ckpt_version,
+            });
         }
         max_version = max_version.max(scan.start_version);
         if let Some(v) = scan.last_version {
@@ -317,10 +326,11 @@ pub(crate) fn recover(
         }
         if let Some((offset, Damage::UnknownKind(kind))) = scan.damage {
             // Not damage: cutting here would drop acknowledged writes.
-            return Err(Error::Corrupt(format!(
-                "{name}: offset {offset}: {}; nothing was changed: open the directory with the version that wrote it",
-                Damage::UnknownKind(kind)
-            )));
+            return Err(RecoveryError::UnknownRecordKind {
+                segment: name,
+                offset,
+                kind,
+            });
         }
         report.segments_replayed += 1;
         if let Some((offset, damage)) = scan.damage.clone() {
@@ -386,7 +396,7 @@ fn apply(
     g: &Geometry,
     max_value_len: usize,
     rec: &Record<'_>,
-) -> Result<(), String> {
+) -> Result<(), RecordRefused> {
     let v = rec.version();
     let mode = WriteMode {
         now: None,
@@ -394,11 +404,10 @@ fn apply(
     };
     let check_key = |key: &[u8]| {
         if key.is_empty() || key.len() > g.max_key_len {
-            Err(format!(
-                "record {v}: key of {} bytes outside 1..={}",
-                key.len(),
-                g.max_key_len
-            ))
+            Err(RecordRefused::KeyLength {
+                len: key.len(),
+                max: g.max_key_len,
+            })
         } else {
             Ok(())
         }
@@ -413,10 +422,7 @@ fn apply(
         } => {
             check_key(key)?;
             if value.len() > max_value_len {
-                return Err(format!(
-                    "record {v}: value of {} bytes over the limit",
-                    value.len()
-                ));
+                return Err(RecordRefused::ValueTooLarge { len: value.len() });
             }
             tree.reset_clock(v - 1);
             let w = tree.write(key, mode, |_| {

@@ -23,7 +23,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::{Config, Geometry};
-use crate::durable::runtime::Durable;
+use crate::durable::check::CheckReport;
+use crate::durable::runtime::{Durable, SaveError};
 use crate::durable::{CheckpointInfo, DurableConfig, PersistenceStats, RecoveryReport};
 use crate::error::{Error, Result};
 use crate::readexec::{CpuBackend, ReadBackend};
@@ -206,16 +207,18 @@ impl Store {
     /// SAVE: writes a checkpoint now (on the background executor) and waits
     /// for it. Writers keep going meanwhile.
     pub fn checkpoint(&self) -> Result<CheckpointInfo> {
-        self.durable.as_ref().ok_or(Error::NotDurable)?.checkpoint()
+        let d = self.durable.as_ref().ok_or(Error::NotDurable)?;
+        d.checkpoint().map_err(|e| match e {
+            SaveError::ReadOnly(cause) => Error::ReadOnly(cause),
+            SaveError::Failed(e) => Error::from(e),
+        })
     }
 
     /// BGSAVE: starts a checkpoint in the background. False if one is
     /// already queued or running.
     pub fn checkpoint_in_background(&self) -> Result<bool> {
-        self.durable
-            .as_ref()
-            .ok_or(Error::NotDurable)?
-            .checkpoint_in_background()
+        let d = self.durable.as_ref().ok_or(Error::NotDurable)?;
+        Ok(d.checkpoint_in_background()?)
     }
 
     /// Durability figures (INFO persistence). `enabled` is false for an
@@ -231,7 +234,7 @@ impl Store {
     /// (`Error::ReadOnly`). Idempotent; dropping the store does it too.
     pub fn shutdown(&self) -> Result<()> {
         match &self.durable {
-            Some(d) => d.shutdown(),
+            Some(d) => Ok(d.shutdown()?),
             None => Ok(()),
         }
     }
@@ -266,4 +269,11 @@ impl Store {
             reachable_buffers,
         }
     }
+}
+
+/// Verifies every checkpoint and log segment of the data directory `dir`
+/// without changing anything (`combkv check`): the same decoders recovery
+/// uses, and what recovery would do. Fails only if a file cannot be read.
+pub fn check(dir: &std::path::Path) -> Result<CheckReport> {
+    Ok(crate::durable::check::check(dir)?)
 }

@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use std::cell::Cell;
 
 use super::{Store, op};
+use crate::durable::WalError;
 use crate::error::{Error, Result};
 use crate::tree::node::ItemRef;
 use crate::tree::write::{WriteMode, WriteOp};
@@ -44,7 +45,7 @@ impl Store {
                 .durable
                 .as_ref()
                 .and_then(|d| d.wal.failure())
-                .unwrap_or_else(|| "the write-ahead log failed".into());
+                .unwrap_or(WalError::Poisoned);
             return Err(Error::ReadOnly(cause));
         }
         Ok(())
