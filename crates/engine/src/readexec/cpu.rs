@@ -24,7 +24,7 @@ use super::{BatchResults, ReadBackend, ReadRequest, TreeView};
 use crate::config::LINE_BYTES;
 use crate::tree::Tree;
 use crate::tree::node::{
-    Lid, NodePtr, Shortcuts, key_fp, log_dir_entry, prefetch, prefetch_range, shortcut_base,
+    Lid, NodePtr, ShortcutBlock, key_fp, log_dir_entry, prefetch, prefetch_range, shortcut_base,
 };
 use crate::tree::read::{
     SegSearch, WalkFrom, confirm_tie, find_group, find_in_group_tied, interior_child,
@@ -253,7 +253,7 @@ fn step(
             let h = f.node.header();
             let s = SegSearch::deferring(h, f.key);
             let group = find_group(buf, h, &s);
-            let sc = Shortcuts::of(h);
+            let sc = ShortcutBlock::of(h);
             // The group lines were not prefetched (only the top line): ask
             // for the one the search needs and finish it next step.
             let wait_group = sc.has_top() && group.is_some();

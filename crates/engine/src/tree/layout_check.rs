@@ -7,8 +7,8 @@
 use super::Tree;
 use super::node::{
     self, Header, ITEM_DUP, ITEM_EXTERNAL, ITEM_REPLACES, ITEM_TOMBSTONE, LOG_META_DUP,
-    LOG_META_EXTERNAL, LOG_META_REPLACES, LOG_META_TOMBSTONE, Lid, NodePtr,
-    Shortcuts as ShortcutBlock, decode_interior, key_fp, key_prefix, leaf_item_key, log_dir_entry,
+    LOG_META_EXTERNAL, LOG_META_REPLACES, LOG_META_TOMBSTONE, Lid, NodePtr, ShortcutBlock,
+    decode_interior, key_fp, key_prefix, leaf_item_key, log_dir_entry,
 };
 use super::read::{
     LogOrder, WalkFrom, find_segment, first_bp_from, leaf_walk, published_leaf, scan_segment,
@@ -138,7 +138,7 @@ impl<'a> NodeCheck<'a> {
         Ok(())
     }
 
-    /// Shortcuts (offsets, prefixes, top line, group ends), and that the
+    /// ShortcutBlock (offsets, prefixes, top line, group ends), and that the
     /// search finds every sorted key.
     fn shortcuts(&self) -> Checked {
         let (h, buf, items) = (self.h, self.buf, &self.items);

@@ -6,7 +6,7 @@ use std::cmp::Ordering as Cmp;
 
 use super::Tree;
 use super::node::{
-    self, Header, ItemRef, LOG_META_DUP, LOG_META_REPLACES, Lid, NodePtr, Shortcuts,
+    self, Header, ItemRef, LOG_META_DUP, LOG_META_REPLACES, Lid, NodePtr, ShortcutBlock,
     decode_interior, decode_item, key_cmp, key_fp, key_prefix, leaf_item_key, log_dir_entry,
     log_dir_fp, state_log_count, state_size,
 };
@@ -43,7 +43,7 @@ pub(crate) struct SegSearch<'k> {
     pub key: &'k [u8],
     pub kp: u64,
     pub strict: bool,
-    /// Shortcuts whose prefix ties the key's are accepted without reading
+    /// ShortcutBlock whose prefix ties the key's are accepted without reading
     /// their keys (see `SegSearch::deferring`).
     pub defer_ties: bool,
 }
@@ -135,7 +135,7 @@ pub(crate) fn find_group(buf: &[u8], h: &Header, s: &SegSearch<'_>) -> Option<us
     if h.nitems == 0 {
         return None;
     }
-    let sc = Shortcuts::of(h);
+    let sc = ShortcutBlock::of(h);
     if !sc.has_top() {
         return Some(0);
     }
@@ -159,7 +159,7 @@ pub(crate) fn find_in_group(
 }
 
 /// `find_in_group`, and whether the segment's shortcut ties the key's
-/// prefix. Shortcuts ascend, so with a deferring search
+/// prefix. ShortcutBlock ascend, so with a deferring search
 /// (`SegSearch::deferring`) the last one accepted ties exactly when some
 /// tie was accepted unread: then `confirm_tie` must check the segment
 /// before it is used.
@@ -170,7 +170,7 @@ pub(crate) fn find_in_group_tied(
     s: &SegSearch<'_>,
     g: usize,
 ) -> (Option<(usize, usize)>, bool) {
-    let sc = Shortcuts::of(h);
+    let sc = ShortcutBlock::of(h);
     let line = sc.group(buf, g);
     let n = sc.group_len(g);
     let count = count_accepted(buf, h, s, &line.prefixes, n, |i| line.offsets[i] as usize);
@@ -289,7 +289,7 @@ fn search_node(buf: &[u8], h: &Header, s: &SegSearch<'_>) -> Option<(usize, usiz
 
 /// The last shortcut segment of a node with items.
 fn last_segment(buf: &[u8], h: &Header) -> (usize, usize) {
-    let sc = Shortcuts::of(h);
+    let sc = ShortcutBlock::of(h);
     (sc.get(buf, sc.n - 1).1, h.sorted_end as usize)
 }
 
