@@ -138,7 +138,7 @@ impl<'a> NodeCheck<'a> {
         Ok(())
     }
 
-    /// ShortcutBlock (offsets, prefixes, top line, group ends), and that the
+    /// Shortcuts (offsets, prefixes, top line, group ends), and that the
     /// search finds every sorted key.
     fn shortcuts(&self) -> Checked {
         let (h, buf, items) = (self.h, self.buf, &self.items);

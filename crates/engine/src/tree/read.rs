@@ -43,7 +43,7 @@ pub(crate) struct SegSearch<'k> {
     pub key: &'k [u8],
     pub kp: u64,
     pub strict: bool,
-    /// ShortcutBlock whose prefix ties the key's are accepted without reading
+    /// Shortcuts whose prefix ties the key's are accepted without reading
     /// their keys (see `SegSearch::deferring`).
     pub defer_ties: bool,
 }
@@ -159,7 +159,7 @@ pub(crate) fn find_in_group(
 }
 
 /// `find_in_group`, and whether the segment's shortcut ties the key's
-/// prefix. ShortcutBlock ascend, so with a deferring search
+/// prefix. Shortcuts ascend, so with a deferring search
 /// (`SegSearch::deferring`) the last one accepted ties exactly when some
 /// tie was accepted unread: then `confirm_tie` must check the segment
 /// before it is used.

@@ -36,7 +36,7 @@ impl ShortcutBlock {
         self.base + if self.has_top() { LINE_BYTES } else { 0 } + g * LINE_BYTES
     }
 
-    /// ShortcutBlock in group `g`.
+    /// Shortcuts in group `g`.
     pub(crate) fn group_len(&self, g: usize) -> usize {
         (self.n - g * SHORTCUTS_PER_LINE).min(SHORTCUTS_PER_LINE)
     }
