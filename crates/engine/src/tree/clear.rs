@@ -20,8 +20,7 @@ impl Tree {
     /// covers them). Returns the newest version the deletes rest on: once
     /// it is released, every item written before the clear began is gone.
     pub(crate) fn clear<E>(&self, released: impl FnOnce(u64) -> Result<(), E>) -> Result<u64, E> {
-        let c = self.next_version(Some(LogEntry::Clear));
-        self.clock.complete(c);
+        let c = self.next_version(Some(LogEntry::Clear)).complete();
         released(c)?;
         let mut from: Option<Vec<u8>> = None;
         let mut last_version = c;

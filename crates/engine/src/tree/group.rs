@@ -52,9 +52,7 @@ impl Tree {
             last: 0,
         };
         if self.log.is_some() {
-            let b = self.next_version(Some(LogEntry::GroupBegin));
-            self.clock.complete(b);
-            group.begin = Some(b);
+            group.begin = Some(self.next_version(Some(LogEntry::GroupBegin)).complete());
         }
         group
     }
@@ -77,8 +75,7 @@ impl Group<'_> {
     pub(crate) fn close(mut self) -> u64 {
         if let Some(begin) = self.begin {
             let end = self.tree.next_version(Some(LogEntry::GroupEnd { begin }));
-            self.clock.complete(end);
-            self.last = end;
+            self.last = end.complete();
         }
         if let Some(hold) = self.hold.take() {
             self.clock.close_group(hold, self.last);
@@ -98,5 +95,88 @@ impl Drop for Group<'_> {
                 self.clock.close_group(hold, self.last);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+    use std::sync::Arc;
+
+    use crate::tree::version::VersionClock;
+    use crate::tree::write::tests::{get, put, tree, within_bound};
+    use crate::tree::write::{WriteMode, WriteOp};
+    use crate::tree::{LogEntry, Tree, VersionLog};
+
+    /// A log that records nothing: the tree behaves as a durable store's.
+    #[derive(Debug)]
+    struct NullLog;
+
+    impl VersionLog for NullLog {
+        fn next_version(&self, clock: &VersionClock, _entry: Option<LogEntry<'_>>) -> u64 {
+            clock.next()
+        }
+    }
+
+    /// Opens a group, writes `k1`, then panics in the decision of its
+    /// write to `k2`.
+    fn a_group_whose_second_write_panics(tree: &Tree) {
+        let died = catch_unwind(AssertUnwindSafe(|| {
+            let mut group = tree.open_group();
+            group.extend(put(tree, b"k1", b"group"));
+            let mode = WriteMode {
+                now: None,
+                logged: true,
+            };
+            tree.write(b"k2", mode, |_| -> (WriteOp<'static>, ()) {
+                panic!("a write of the group panics")
+            });
+        }));
+        assert!(died.is_err());
+    }
+
+    /// Without a log there is nothing to recover: the group is closed as it
+    /// stands, its first write released, and writing goes on.
+    #[test]
+    fn a_group_unwinding_in_memory_is_closed_and_writes_go_on() {
+        let tree = tree();
+        put(&tree, b"k2", b"before");
+        a_group_whose_second_write_panics(&tree);
+        let t = Arc::clone(&tree);
+        within_bound("writes after the group", move || {
+            let v = put(&t, b"k2", b"after");
+            assert!(t.wait_released(v));
+            // The next group takes its turn.
+            let mut group = t.open_group();
+            group.extend(put(&t, b"k3", b"next group"));
+            assert!(t.wait_released(group.close()));
+        });
+        assert_eq!(get(&tree, b"k1").as_deref(), Some(&b"group"[..]));
+        assert_eq!(get(&tree, b"k2").as_deref(), Some(&b"after"[..]));
+    }
+
+    /// With a log, the group's GROUP_BEGIN has no end: the clock is
+    /// poisoned, as after a log failure. Readers stay at the state before
+    /// the group, and waits for later writes give up at once instead of
+    /// waiting for a release that never comes.
+    #[test]
+    fn a_group_unwinding_with_a_log_poisons_the_clock() {
+        let mut tree = Tree::new(crate::config::Geometry::new(1024));
+        tree.set_log(Arc::new(NullLog));
+        let tree = Arc::new(tree);
+        put(&tree, b"k2", b"before");
+        a_group_whose_second_write_panics(&tree);
+        assert!(tree.clock.is_poisoned());
+        assert_eq!(get(&tree, b"k1"), None, "part of a failed group is visible");
+        let t = Arc::clone(&tree);
+        let released = within_bound("a write after the group", move || {
+            let v = put(&t, b"k2", b"after");
+            t.wait_released(v)
+        });
+        assert!(
+            !released,
+            "a write after a failed logged group was acknowledged"
+        );
+        assert_eq!(get(&tree, b"k2").as_deref(), Some(&b"before"[..]));
     }
 }

@@ -43,7 +43,7 @@ use node::{BufferCounter, Lid};
 use page_table::PageTable;
 use reclaim::Reclaimer;
 use snapshots::SnapshotRegistry;
-use version::VersionClock;
+use version::{VersionClock, WriteVersion};
 
 /// The durability layer's hook into the write path. A write takes its
 /// version through it while it holds its leaf lock, so the log receives
@@ -52,7 +52,8 @@ use version::VersionClock;
 pub(crate) trait VersionLog: Send + Sync + std::fmt::Debug {
     /// Takes the next version from `clock` and records `entry` under it
     /// (`None`: a version without a record), atomically with respect to
-    /// every other call.
+    /// every other call. The tree completes the version; the hook must not
+    /// unwind once it has taken it (it only appends bytes to a buffer).
     fn next_version(&self, clock: &VersionClock, entry: Option<LogEntry<'_>>) -> u64;
 }
 
@@ -257,12 +258,17 @@ impl Tree {
         &self.pages
     }
 
-    /// Takes the next write version, through the log if there is one.
-    pub(crate) fn next_version(&self, entry: Option<LogEntry<'_>>) -> u64 {
-        match &self.log {
+    /// Takes the next write version, through the log if there is one. The
+    /// caller completes it once its write is published; if the caller
+    /// unwinds first, the guard completes it as a no-op (see
+    /// `version::WriteVersion`).
+    #[inline]
+    pub(crate) fn next_version(&self, entry: Option<LogEntry<'_>>) -> WriteVersion<'_> {
+        let v = match &self.log {
             Some(log) => log.next_version(&self.clock, entry),
             None => self.clock.next(),
-        }
+        };
+        self.clock.guard(v)
     }
 
     /// (allocated buffers, buffers reachable from the page table).

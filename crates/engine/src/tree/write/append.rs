@@ -1,10 +1,9 @@
 //! The fast path (Honeycomb 3.4): the item appended to the locked leaf's
 //! log block, published with its size, log count and unlock in one store.
 
-use std::sync::atomic::Ordering as CoreOrdering;
-
+use super::lock::LockedLeaf;
 use super::lookup::Lookup;
-use super::{WriteOp, log_entry};
+use super::{WriteOp, fault, log_entry};
 use crate::tree::Tree;
 use crate::tree::build::{own_value, stored_value_len};
 use crate::tree::node::{
@@ -12,20 +11,24 @@ use crate::tree::node::{
     LOG_META_REPLACES, LOG_META_TOMBSTONE, LogDirEntry, NodePtr, ValueRef, encode_item, item_len,
     key_fp, state_appended, state_log_count, state_size,
 };
+use crate::tree::version::WriteVersion;
 
 impl Tree {
-    /// Fast path: appends the item to the locked leaf's log block, takes the
-    /// write version and unlocks in one store. None if the log is full.
+    /// Fast path: appends the item to the locked leaf `leaf` (buffer
+    /// `buf`) log block, takes the write version and unlocks in one store;
+    /// the caller completes the version. Err gives the lock back if the
+    /// log is full.
     pub(super) fn append(
         &self,
-        leaf: NodePtr,
-        state: u64,
+        buf: NodePtr,
+        leaf: LockedLeaf,
         key: &[u8],
         op: &WriteOp<'_>,
         look: &Lookup,
         logged: bool,
-    ) -> Option<u64> {
+    ) -> Result<WriteVersion<'_>, LockedLeaf> {
         let g = &self.g;
+        let state = leaf.state();
         let (value, expiry, cflags, tomb) = match op {
             WriteOp::Put {
                 value,
@@ -36,7 +39,7 @@ impl Tree {
             WriteOp::Noop => unreachable!("no-op writes return early"),
         };
         let size = state_size(state);
-        let sorted_end = leaf.header().sorted_end as usize;
+        let sorted_end = buf.header().sorted_end as usize;
         let stored = stored_value_len(g, ValueRef::Inline(value));
         let len = item_len(key.len(), stored, expiry != 0, cflags != 0, true);
         debug_assert!(len <= g.max_item, "key and value limits keep items small");
@@ -45,7 +48,7 @@ impl Tree {
             || size - sorted_end + len > g.log_bytes
             || nlog >= crate::config::LOG_DIR_MAX
         {
-            return None;
+            return Err(leaf);
         }
         let (bp, replaces, hint, dup) = (look.backptr, look.replaces, look.hint, look.dup);
         let flags = tomb
@@ -54,7 +57,7 @@ impl Tree {
         let value = own_value(g, ValueRef::Inline(value));
         // SAFETY: the leaf is locked by this thread and `size` is its published
         // size, so no reader looks at `[size, size + len)` (node invariant 2).
-        let out = unsafe { leaf.bytes_mut(size, size + len) };
+        let out = unsafe { buf.bytes_mut(size, size + len) };
         encode_item(
             out,
             flags,
@@ -83,13 +86,11 @@ impl Tree {
         };
         // SAFETY: the leaf is locked by this thread and `nlog` is its
         // published log count.
-        unsafe { leaf.write_log_dir_entry(nlog, entry) };
+        unsafe { buf.write_log_dir_entry(nlog, entry) };
         let v = self.next_version(log_entry(key, op, logged));
-        out[7..15].copy_from_slice(&v.to_le_bytes());
-        crate::sync::schedule_point();
-        leaf.header()
-            .state
-            .store(state_appended(state, size + len), CoreOrdering::Release);
-        Some(v)
+        fault::point("append");
+        out[7..15].copy_from_slice(&v.get().to_le_bytes());
+        leaf.publish_append(state_appended(state, size + len));
+        Ok(v)
     }
 }

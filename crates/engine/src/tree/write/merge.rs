@@ -3,17 +3,18 @@
 
 use std::sync::atomic::Ordering as CoreOrdering;
 
+use super::lock::LockedLeaf;
 use super::lookup::Lookup;
-use super::{Step, WriteOp};
+use super::{Step, WriteOp, fault};
 use crate::config::LOG_EXTRA_BYTES;
 use crate::tree::Tree;
 use crate::tree::build::{Entry, LeafWriter};
 use crate::tree::epoch::Guard;
 use crate::tree::node::{
-    ITEM_DUP, ITEM_REPLACES, ITEM_TOMBSTONE, Lid, NodePtr, STATE_LOCKED, STATE_OBSOLETE, ValueRef,
-    leaf_item_key,
+    ITEM_DUP, ITEM_REPLACES, ITEM_TOMBSTONE, Lid, NodePtr, ValueRef, leaf_item_key,
 };
 use crate::tree::read::{LogOrder, MAX_LOG_ITEMS, published_leaf};
+use crate::tree::version::WriteVersion;
 
 /// Marks the item being written among the log items of a streaming merge.
 const NEW_ITEM: u32 = u32::MAX;
@@ -162,34 +163,33 @@ impl Tree {
     }
 
     /// Publishes a streamed merge at version `v`: the leaf's LID now maps to
-    /// `p`, whose old-version pointer is the leaf.
+    /// `p`, whose old-version pointer is the leaf (`locked`, which becomes
+    /// obsolete). Completes `v`.
     pub(super) fn publish_merge(
         &self,
         guard: &Guard,
         leaf: Step,
+        locked: LockedLeaf,
         p: NodePtr,
         new_at: Option<usize>,
-        v: u64,
+        v: WriteVersion<'_>,
     ) {
+        fault::point("merge");
         // SAFETY: `p` is unpublished and owned by this thread.
         unsafe {
-            p.header_mut().version = v;
+            p.header_mut().version = v.get();
             if let Some(at) = new_at {
                 p.bytes_mut(at + 7, at + 15)
-                    .copy_from_slice(&v.to_le_bytes());
+                    .copy_from_slice(&v.get().to_le_bytes());
             }
         }
         p.header()
             .old
             .store(leaf.buf.as_raw(), CoreOrdering::Relaxed);
         self.pages.set(leaf.lid, Some(p));
-        crate::sync::schedule_point();
-        leaf.buf.header().state.store(
-            leaf.state | STATE_LOCKED | STATE_OBSOLETE,
-            CoreOrdering::Release,
-        );
+        locked.make_obsolete();
         crate::tree::unlock_new(p);
-        self.clock.complete(v);
+        let v = v.complete();
         self.retire_after(guard, leaf.buf, leaf.lid, v, false);
     }
 }

@@ -21,6 +21,7 @@
 //! - `node_merge`: merging an underfull node into a neighbour
 
 mod append;
+mod fault;
 mod lock;
 mod lookup;
 mod merge;
@@ -36,8 +37,8 @@ use super::read::{published, route};
 use super::{LogEntry, Tree};
 use crate::sync::backoff;
 use crate::types::Now;
-use lock::{Held, try_lock, unlock_all};
-use lookup::lookup;
+use lock::LockedLeaf;
+use lookup::{Lookup, lookup};
 
 /// What a write does to its key, decided with the leaf locked.
 #[derive(Debug, Clone)]
@@ -245,18 +246,16 @@ impl Tree {
         }
         let path = &*path;
         let leaf = *path.last().expect("path ends at a leaf");
-        if !try_lock(leaf.buf, leaf.state) {
+        // Unlocked again when dropped, on every way out from here (a panic
+        // in `decide` included) but the ones that publish a change.
+        let Some(locked) = LockedLeaf::try_lock(leaf.buf, leaf.state) else {
             return Attempt::Restart;
-        }
+        };
         // Validate the path: every interior buffer is still current and
         // unlocked, so the routing to this leaf holds now.
         for s in &path[..path.len() - 1] {
             crate::sync::schedule_point();
             if s.buf.header().state.load(CoreOrdering::Acquire) != s.state {
-                unlock_all(&[Held {
-                    buf: leaf.buf,
-                    state: leaf.state,
-                }]);
                 return Attempt::Restart;
             }
         }
@@ -272,75 +271,87 @@ impl Tree {
         {
             self.note_expiring();
         }
-        let held_leaf = Held {
-            buf: leaf.buf,
-            state: leaf.state,
-        };
         match op {
-            WriteOp::Noop => {
-                // The decision read items whose writes may not be released
-                // yet; answer only once they are.
-                let seen = self.clock.write_version();
-                unlock_all(&[held_leaf]);
-                Attempt::Done(Written {
-                    result: r,
-                    version: None,
-                    wait_for: seen,
-                })
-            }
-            WriteOp::Delete if current.is_none_or(|c| c.is_tombstone()) => {
-                let seen = self.clock.write_version();
-                unlock_all(&[held_leaf]);
-                Attempt::Done(Written {
-                    result: r,
-                    version: None,
-                    wait_for: seen,
-                })
-            }
-            _ => {
-                // Stored keys change by one when a put creates a key (an
-                // expired item still counts as stored until it is swept) or a
-                // delete removes one.
-                let present = current.is_some_and(|c| !c.is_tombstone());
-                let key_delta = match op {
-                    WriteOp::Put { .. } if !present => 1,
-                    WriteOp::Delete => -1,
-                    _ => 0,
-                };
-                // A delete that empties its leaf restructures at once, so the
-                // empty leaf merges away instead of waiting for its log to fill.
-                let empties = matches!(op, WriteOp::Delete) && look.live_estimate <= 1;
-                let appended = if empties {
-                    None
-                } else {
-                    self.append(leaf.buf, leaf.state, key, &op, &look, mode.logged)
-                };
-                let done = |v| {
-                    Attempt::Done(Written {
-                        result: r,
-                        version: Some(v),
-                        wait_for: v,
-                    })
-                };
-                if let Some(v) = appended {
+            WriteOp::Noop => {}
+            WriteOp::Delete if current.is_none_or(|c| c.is_tombstone()) => {}
+            _ => return self.apply_write(guard, path, locked, key, &op, &look, mode.logged, r),
+        }
+        // The decision read items whose writes may not be released yet;
+        // answer only once they are.
+        let seen = self.clock.write_version();
+        drop(locked);
+        Attempt::Done(Written {
+            result: r,
+            version: None,
+            wait_for: seen,
+        })
+    }
+
+    /// Makes the change `op` decided on the locked leaf: a log append, else
+    /// a merge of the leaf, else a structure change. Each consumes the lock.
+    #[inline(always)]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "a write's path, lock, key, decision and lookup, and its result"
+    )]
+    fn apply_write<R>(
+        &self,
+        guard: &Guard,
+        path: &[Step],
+        locked: LockedLeaf,
+        key: &[u8],
+        op: &WriteOp<'_>,
+        look: &Lookup,
+        logged: bool,
+        r: R,
+    ) -> Attempt<R> {
+        let leaf = *path.last().expect("path ends at a leaf");
+        // Stored keys change by one when a put creates a key (an expired
+        // item still counts as stored until it is swept) or a delete
+        // removes one.
+        let present = look.current.is_some_and(|c| !c.is_tombstone());
+        let key_delta = match op {
+            WriteOp::Put { .. } if !present => 1,
+            WriteOp::Delete => -1,
+            _ => 0,
+        };
+        let done = |v| {
+            Attempt::Done(Written {
+                result: r,
+                version: Some(v),
+                wait_for: v,
+            })
+        };
+        // A delete that empties its leaf restructures at once, so the empty
+        // leaf merges away instead of waiting for its log to fill.
+        let empties = matches!(op, WriteOp::Delete) && look.live_estimate <= 1;
+        let locked = if empties {
+            locked
+        } else {
+            match self.append(leaf.buf, locked, key, op, look, logged) {
+                Ok(v) => {
                     self.keys.add(key_delta);
-                    self.clock.complete(v);
-                    return done(v);
+                    return done(v.complete());
                 }
-                if let Some((p, new_at)) = self.merge_stream(leaf, key, &op, &look) {
-                    let v = self.next_version(log_entry(key, &op, mode.logged));
-                    self.keys.add(key_delta);
-                    self.publish_merge(guard, leaf, p, new_at, v);
-                    return done(v);
-                }
-                match self.restructure(guard, path, key, &op, mode.logged) {
-                    Some(v) => {
-                        self.keys.add(key_delta);
-                        done(v)
-                    }
-                    None => Attempt::Restart,
-                }
+                Err(locked) => locked,
             }
+        };
+        if let Some((p, new_at)) = self.merge_stream(leaf, key, op, look) {
+            let v = self.next_version(log_entry(key, op, logged));
+            self.keys.add(key_delta);
+            let v_num = v.get();
+            self.publish_merge(guard, leaf, locked, p, new_at, v);
+            return done(v_num);
+        }
+        match self.restructure(guard, path, locked, key, op, logged) {
+            Some(v) => {
+                self.keys.add(key_delta);
+                done(v)
+            }
+            None => Attempt::Restart,
         }
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -2,7 +2,6 @@
 //! (the left one survives, so the leaf chain stays intact).
 
 use super::Step;
-use super::lock::{Held, try_lock, unlock_all};
 use super::split::{Content, NewNode, Plan, children_of, leaf_entries};
 use crate::tree::Tree;
 use crate::tree::build::{Child, interior_item_len};
@@ -59,15 +58,8 @@ impl Tree {
             return Err(content);
         }
         let held_before = plan.held.len();
-        if !try_lock(obuf, ostate) || {
-            plan.held.push(Held {
-                buf: obuf,
-                state: ostate,
-            });
-            !self.lock(plan, parent)
-        } {
-            unlock_all(&plan.held[held_before..]);
-            plan.held.truncate(held_before);
+        if !plan.held.try_lock(obuf, ostate) || !self.lock(plan, parent) {
+            plan.held.unlock_from(held_before);
             return Err(content);
         }
         // Entries of the other node were read before the lock; the lock's

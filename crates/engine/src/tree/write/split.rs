@@ -5,15 +5,14 @@
 
 use std::sync::atomic::Ordering as CoreOrdering;
 
-use super::lock::{Held, try_lock, unlock_all};
-use super::{Step, WriteOp, log_entry};
+use super::lock::{HeldLocks, LockedLeaf};
+use super::{Step, WriteOp, fault, log_entry};
 use crate::tree::Tree;
 use crate::tree::build::{self, Child, Entry, interior_item_len};
 use crate::tree::epoch::Guard;
-use crate::tree::node::{
-    Lid, NodePtr, STATE_LOCKED, STATE_OBSOLETE, ValueRef, decode_interior, key_cmp,
-};
+use crate::tree::node::{Lid, NodePtr, ValueRef, decode_interior, key_cmp};
 use crate::tree::read::{WalkFrom, leaf_walk, published};
+use crate::tree::version::WriteVersion;
 
 /// The children of an interior buffer; the first entry's key is unused.
 pub(super) fn children_of(p: NodePtr) -> Vec<Child<'static>> {
@@ -148,7 +147,7 @@ pub(super) struct NewNode<'a> {
 /// Everything one structure change publishes.
 #[derive(Default)]
 pub(super) struct Plan<'a> {
-    pub(super) held: Vec<Held>,
+    pub(super) held: HeldLocks,
     pub(super) nodes: Vec<NewNode<'a>>,
     /// LIDs removed from the tree and their last buffer.
     pub(super) kills: Vec<(Lid, NodePtr)>,
@@ -163,6 +162,7 @@ impl Tree {
         &self,
         guard: &Guard,
         path: &[Step],
+        locked: LockedLeaf,
         key: &[u8],
         op: &WriteOp<'_>,
         logged: bool,
@@ -212,23 +212,20 @@ impl Tree {
             (WriteOp::Delete, Err(_)) | (WriteOp::Noop, _) => {}
         }
         let mut plan = Plan {
-            held: vec![Held {
-                buf: leaf.buf,
-                state: leaf.state,
-            }],
+            held: HeldLocks::starting_at(locked),
             ..Plan::default()
         };
         let ok = self.plan(path, Content::Leaf(entries), &mut plan);
         if !ok {
-            unlock_all(&plan.held);
+            drop(std::mem::take(&mut plan.held));
             for lid in plan.fresh.drain(..) {
                 self.pages.recycle(lid);
             }
             return None;
         }
         let v = self.next_version(log_entry(key, op, logged));
-        self.publish(guard, plan, v);
-        Some(v)
+        fault::point("restructure");
+        Some(self.publish(guard, plan, v))
     }
 
     /// Decides the change level by level, from the leaf (path's last step)
@@ -388,18 +385,7 @@ impl Tree {
     }
 
     pub(super) fn lock<'a>(&self, plan: &mut Plan<'a>, step: Step) -> bool {
-        if plan.held.iter().any(|h| h.buf == step.buf) {
-            return true;
-        }
-        if try_lock(step.buf, step.state) {
-            plan.held.push(Held {
-                buf: step.buf,
-                state: step.state,
-            });
-            true
-        } else {
-            false
-        }
+        plan.held.holds(step.buf) || plan.held.try_lock(step.buf, step.state)
     }
 
     pub(super) fn fresh<'a>(&self, plan: &mut Plan<'a>) -> Lid {
@@ -408,9 +394,16 @@ impl Tree {
         lid
     }
 
-    /// Builds every planned buffer at version `v`, publishes them, releases
-    /// `v` and retires what they replaced.
-    pub(super) fn publish<'a>(&self, guard: &Guard, plan: Plan<'a>, v: u64) {
+    /// Builds every planned buffer at version `version`, publishes them,
+    /// completes the version and retires what they replaced. Returns the
+    /// version.
+    pub(super) fn publish<'a>(
+        &self,
+        guard: &Guard,
+        plan: Plan<'a>,
+        version: WriteVersion<'_>,
+    ) -> u64 {
+        let v = version.get();
         let mut built = Vec::with_capacity(plan.nodes.len());
         for n in plan.nodes {
             let buf = match n.content {
@@ -452,17 +445,11 @@ impl Tree {
         }
         // Old buffers become obsolete (writers that reach them restart), then
         // the new ones open.
-        for h in &plan.held {
-            crate::sync::schedule_point();
-            h.buf.header().state.store(
-                h.state | STATE_LOCKED | STATE_OBSOLETE,
-                CoreOrdering::Release,
-            );
-        }
+        plan.held.make_obsolete();
         for &(_, buf, _) in &built {
             crate::tree::unlock_new(buf);
         }
-        self.clock.complete(v);
+        version.complete();
         for (lid, _, replaces) in built {
             if let Some(old) = replaces {
                 self.retire_after(guard, old, lid, v, false);
@@ -475,5 +462,6 @@ impl Tree {
             self.retire_after(guard, old, lid, v, false);
             self.retire_after(guard, d, lid, v, true);
         }
+        v
     }
 }
