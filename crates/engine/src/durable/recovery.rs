@@ -285,32 +285,15 @@ pub(crate) fn recover(
     let mut last = 0u64;
     let mut cut_at: Option<usize> = None;
     for (i, (seq, path)) in segments.iter().enumerate() {
-        let name = path
-            .file_name()
-            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let name = name_of(path);
         let bytes = read_all(storage, path).map_err(io(&name))?;
-        let mut apply_err = None;
         let stop = GroupCut::stop_in(group_cut, i);
-        let scan = scan_segment(*seq, &bytes, last, stop, |_, rec| {
-            if apply_err.is_some() {
-                return;
-            }
-            if rec.version() <= ckpt_version {
-                report.records_skipped += 1;
-                return;
-            }
-            if let Err(e) = apply(&mut tree, g, max_value_len, rec) {
-                apply_err = Some((rec.version(), e));
-            }
-            report.records_replayed += 1;
-        });
-        if let Some((version, refused)) = apply_err {
-            return Err(RecoveryError::BadRecord {
-                segment: name,
-                version,
-                refused,
-            });
-        }
+        let replay = Replay {
+            g,
+            max_value_len,
+            after: ckpt_version,
+        };
+        let scan = replay.segment(&mut tree, *seq, &name, &bytes, last, stop, &mut report)?;
         let has_header = scan.damage.as_ref().is_none_or(|d| d.0 > 0);
         if i == 0 && has_header && scan.start_version > ckpt_version {
             return Err(RecoveryError::MissingRecords {
@@ -333,31 +316,16 @@ pub(crate) fn recover(
             });
         }
         report.segments_replayed += 1;
-        if let Some((offset, damage)) = scan.damage.clone() {
+        if scan.damage.is_some() {
             let is_last = i + 1 == segments.len();
-            report.tail_cut = Some(TailCut {
-                segment: name.clone(),
-                offset,
-                dropped_bytes: scan.total_bytes - scan.valid_bytes,
-                reason: damage.to_string(),
-            });
-            if offset == 0 && is_last && damage == Damage::Torn {
-                // Created but its header never became durable: it holds nothing.
-                storage.remove(path).map_err(io(&name))?;
-            } else if offset == 0 {
-                let aside = path.with_file_name(format!("{name}.discarded"));
-                storage.rename(path, &aside).map_err(io(&name))?;
-                report.discarded_segments.push(name.clone());
-            } else {
-                storage
-                    .truncate(path, scan.valid_bytes)
-                    .map_err(io(&name))?;
-                kept.push(SegmentMeta {
-                    seq: *seq,
-                    start_version: scan.start_version,
-                    bytes: scan.valid_bytes,
-                });
-            }
+            kept.extend(cut_segment(
+                storage,
+                path,
+                &name,
+                &scan,
+                is_last,
+                &mut report,
+            )?);
             cut_at = Some(i);
             break;
         }
@@ -369,12 +337,7 @@ pub(crate) fn recover(
     }
     if let Some(i) = cut_at {
         for (_, path) in &segments[i + 1..] {
-            let name = path
-                .file_name()
-                .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-            let aside = path.with_file_name(format!("{name}.discarded"));
-            storage.rename(path, &aside).map_err(io(&name))?;
-            report.discarded_segments.push(name);
+            set_aside(storage, path, &name_of(path), &mut report)?;
         }
         storage
             .sync_dir(dir)
@@ -388,6 +351,111 @@ pub(crate) fn recover(
         segments: kept,
         report,
     })
+}
+
+/// How records are replayed: above version `after` (the checkpoint's),
+/// within the limits of geometry `g` and `max_value_len`.
+struct Replay<'g> {
+    g: &'g Geometry,
+    max_value_len: usize,
+    after: u64,
+}
+
+impl Replay<'_> {
+    /// Replays segment `seq` (named `name`, bytes `bytes`) into `tree`, up
+    /// to the first damage or `stop`; `last` is the version of the record
+    /// before it. Err if a valid record cannot be applied.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "a segment, where it starts and stops, and what it goes into"
+    )]
+    fn segment(
+        &self,
+        tree: &mut Tree,
+        seq: u64,
+        name: &str,
+        bytes: &[u8],
+        last: u64,
+        stop: Option<(u64, u64)>,
+        report: &mut RecoveryReport,
+    ) -> Result<SegmentScan, RecoveryError> {
+        let mut apply_err = None;
+        let scan = scan_segment(seq, bytes, last, stop, |_, rec| {
+            if apply_err.is_some() {
+                return;
+            }
+            if rec.version() <= self.after {
+                report.records_skipped += 1;
+                return;
+            }
+            if let Err(e) = apply(tree, self.g, self.max_value_len, rec) {
+                apply_err = Some((rec.version(), e));
+            }
+            report.records_replayed += 1;
+        });
+        match apply_err {
+            Some((version, refused)) => Err(RecoveryError::BadRecord {
+                segment: name.to_string(),
+                version,
+                refused,
+            }),
+            None => Ok(scan),
+        }
+    }
+}
+
+/// A file's name, for reports.
+fn name_of(path: &Path) -> String {
+    path.file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+}
+
+/// Renames a segment after the cut `<name>.discarded` (rule 4).
+fn set_aside(
+    storage: &dyn Storage,
+    path: &Path,
+    name: &str,
+    report: &mut RecoveryReport,
+) -> Result<(), RecoveryError> {
+    let aside = path.with_file_name(format!("{name}.discarded"));
+    storage.rename(path, &aside).map_err(io(name))?;
+    report.discarded_segments.push(name.to_string());
+    Ok(())
+}
+
+/// Cuts the log where segment `path` (named `name`, scanned as `scan`,
+/// which found damage) stops being valid (rule 4), and reports it. Returns
+/// what the log keeps of the segment: its valid part, if it has one.
+fn cut_segment(
+    storage: &dyn Storage,
+    path: &Path,
+    name: &str,
+    scan: &SegmentScan,
+    is_last: bool,
+    report: &mut RecoveryReport,
+) -> Result<Option<SegmentMeta>, RecoveryError> {
+    let (offset, damage) = scan.damage.clone().expect("a damaged segment");
+    report.tail_cut = Some(TailCut {
+        segment: name.to_string(),
+        offset,
+        dropped_bytes: scan.total_bytes - scan.valid_bytes,
+        reason: damage.to_string(),
+    });
+    if offset == 0 && is_last && damage == Damage::Torn {
+        // Created but its header never became durable: it holds nothing.
+        storage.remove(path).map_err(io(name))?;
+        return Ok(None);
+    }
+    if offset == 0 {
+        set_aside(storage, path, name, report)?;
+        return Ok(None);
+    }
+    storage.truncate(path, scan.valid_bytes).map_err(io(name))?;
+    Ok(Some(SegmentMeta {
+        seq: scan.seq,
+        start_version: scan.start_version,
+        bytes: scan.valid_bytes,
+    }))
 }
 
 /// Applies one record with its own version.

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering as CoreOrdering;
 use super::lock::LockedLeaf;
 use super::lookup::Lookup;
 use super::{Step, WriteOp, fault};
-use crate::config::LOG_EXTRA_BYTES;
+use crate::config::{Geometry, LOG_EXTRA_BYTES};
 use crate::tree::Tree;
 use crate::tree::build::{Entry, LeafWriter};
 use crate::tree::epoch::Guard;
@@ -29,6 +29,63 @@ struct MergeGroup {
     replaced: usize,
     newest: u32,
     len: usize,
+}
+
+/// Finds the groups of a merge and the merged size, exactly: each key's
+/// log items are adjacent in key order (a group: a new key's items, or
+/// those replacing one sorted item), and the merge keeps a group's newest,
+/// the last to arrive (nothing if a delete marker), in place of the sorted
+/// item it replaces. `order` is the log with the write (`NEW_ITEM`, whose
+/// entry is `new_entry`, None for a delete) in it; `sorted_bytes` the
+/// sorted block's size. Fills `groups`; returns how many, and the merged
+/// sorted block's size. (A bound from the log's raw size would send leaves
+/// near capacity to the slow path though their merge fits.)
+#[inline(always)]
+fn merge_groups(
+    g: &Geometry,
+    buf: &[u8],
+    order: &LogOrder,
+    sorted_bytes: usize,
+    new_entry: &Option<Entry<'_>>,
+    groups: &mut [MergeGroup; MAX_LOG_ITEMS],
+) -> (usize, usize) {
+    let n = order.n;
+    let mut ngroups = 0;
+    let mut size = sorted_bytes;
+    let mut j = 0;
+    while j < n {
+        let (bp, replaces) = (order.bp(j) as usize, order.flags(j) & ITEM_REPLACES != 0);
+        j += 1;
+        while j < n
+            && if replaces {
+                order.bp(j) as usize == bp && order.flags(j) & ITEM_REPLACES != 0
+            } else {
+                order.flags(j) & ITEM_DUP != 0
+            }
+        {
+            j += 1;
+        }
+        let newest = order.at(j - 1);
+        let replaced = if replaces {
+            leaf_item_key(buf, bp, false).1
+        } else {
+            0
+        };
+        let len = match newest {
+            NEW_ITEM => new_entry.map_or(0, |e| e.sorted_len(g)),
+            x if buf[x as usize] & ITEM_TOMBSTONE != 0 => 0,
+            x => leaf_item_key(buf, x as usize, true).1 - LOG_EXTRA_BYTES,
+        };
+        size = size - replaced + len;
+        groups[ngroups] = MergeGroup {
+            bp,
+            replaced,
+            newest,
+            len,
+        };
+        ngroups += 1;
+    }
+    (ngroups, size)
 }
 
 impl Tree {
@@ -77,50 +134,9 @@ impl Tree {
             0
         };
         order.insert(NEW_ITEM, look.hint, look.backptr, new_flags);
-        let n = order.n;
-        // Each key's log items are adjacent in key order (a group: a new
-        // key's items, or those replacing one sorted item). The merge keeps
-        // a group's newest, the last to arrive (nothing if a delete marker),
-        // in place of the sorted item it replaces. One pass finds the
-        // groups and the merged size exactly; a bound from the log's raw
-        // size would send leaves near capacity to the slow path though their
-        // merge fits.
         let mut groups = [MergeGroup::default(); MAX_LOG_ITEMS];
-        let mut ngroups = 0;
-        let mut size = sorted_end - sorted_start;
-        let mut j = 0;
-        while j < n {
-            let (bp, replaces) = (order.bp(j) as usize, order.flags(j) & ITEM_REPLACES != 0);
-            j += 1;
-            while j < n
-                && if replaces {
-                    order.bp(j) as usize == bp && order.flags(j) & ITEM_REPLACES != 0
-                } else {
-                    order.flags(j) & ITEM_DUP != 0
-                }
-            {
-                j += 1;
-            }
-            let newest = order.at(j - 1);
-            let replaced = if replaces {
-                leaf_item_key(buf, bp, false).1
-            } else {
-                0
-            };
-            let len = match newest {
-                NEW_ITEM => new_entry.map_or(0, |e| e.sorted_len(g)),
-                x if buf[x as usize] & ITEM_TOMBSTONE != 0 => 0,
-                x => leaf_item_key(buf, x as usize, true).1 - LOG_EXTRA_BYTES,
-            };
-            size = size - replaced + len;
-            groups[ngroups] = MergeGroup {
-                bp,
-                replaced,
-                newest,
-                len,
-            };
-            ngroups += 1;
-        }
+        let sorted_bytes = sorted_end - sorted_start;
+        let (ngroups, size) = merge_groups(g, buf, &order, sorted_bytes, &new_entry, &mut groups);
         if size > g.leaf_capacity {
             return None;
         }

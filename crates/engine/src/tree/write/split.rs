@@ -237,53 +237,18 @@ impl Tree {
         loop {
             let bytes = content.bytes(self);
             let cap = content.capacity(self);
-            let is_root = node.lid == Lid::ROOT;
             let right = if content.level() == 0 {
                 Lid(node.buf.header().link)
             } else {
                 Lid::NONE
             };
-            if is_root {
-                if bytes <= cap {
-                    plan.nodes.push(NewNode {
-                        lid: Lid::ROOT,
-                        content,
-                        replaces: Some(node.buf),
-                        right,
-                    });
-                    return true;
-                }
-                // Grow: the parts move to fresh LIDs under a new root.
-                let level = content.level();
-                let parts = content.split(self);
-                let mut children = Vec::new();
-                let n = parts.len();
-                let lids: Vec<Lid> = (0..n).map(|_| self.fresh(plan)).collect();
-                for (i, (sep, c)) in parts.into_iter().enumerate() {
-                    let right = if i + 1 < n { lids[i + 1] } else { right };
-                    children.push(Child {
-                        key: sep,
-                        lid: lids[i],
-                    });
-                    plan.nodes.push(NewNode {
-                        lid: lids[i],
-                        content: c,
-                        replaces: None,
-                        right,
-                    });
-                }
-                plan.nodes.push(NewNode {
-                    lid: Lid::ROOT,
-                    content: Content::Interior(children, level + 1),
-                    replaces: Some(node.buf),
-                    right: Lid::NONE,
-                });
-                return true;
-            }
-            let parent = path[level_idx - 1];
-            let underfull = bytes < cap / 4;
-            if bytes <= cap && !underfull {
-                // Fits: this node is the root of the change.
+            let fits = if node.lid == Lid::ROOT {
+                bytes <= cap
+            } else {
+                bytes <= cap && bytes >= cap / 4
+            };
+            if fits {
+                // This node is the root of the change.
                 plan.nodes.push(NewNode {
                     lid: node.lid,
                     content,
@@ -292,40 +257,27 @@ impl Tree {
                 });
                 return true;
             }
+            if node.lid == Lid::ROOT {
+                self.grow_root(plan, node, content, right);
+                return true;
+            }
             // The parent changes: lock it (its state was recorded on the way down).
+            let parent = path[level_idx - 1];
             let mut siblings = children_of(parent.buf);
             let idx = siblings
                 .iter()
                 .position(|c| c.lid == node.lid)
                 .expect("child in parent");
-            let mut replace_from = idx;
-            let mut replace_n = 1;
-            let mut new_children: Vec<Child<'a>> = Vec::new();
-            if bytes > cap {
+            let (replace_from, replace_n, new_children) = if bytes > cap {
                 if !self.lock(plan, parent) {
                     return false;
                 }
-                let parts = content.split(self);
-                let n = parts.len();
-                let mut lids = vec![node.lid];
-                lids.extend((1..n).map(|_| self.fresh(plan)));
-                for (i, (sep, c)) in parts.into_iter().enumerate() {
-                    let key = if i == 0 { siblings[idx].key } else { sep };
-                    let r = if i + 1 < n { lids[i + 1] } else { right };
-                    let replaces = if i == 0 { Some(node.buf) } else { None };
-                    new_children.push(Child { key, lid: lids[i] });
-                    plan.nodes.push(NewNode {
-                        lid: lids[i],
-                        content: c,
-                        replaces,
-                        right: r,
-                    });
-                }
+                let parts = self.split_into(plan, node, siblings[idx].key, content, right);
+                (idx, 1, parts)
             } else {
                 // Underfull: merge with a neighbour under the same parent if
                 // one can be locked and the result stays well under capacity.
-                let merged = self.try_merge(plan, parent, &siblings, idx, node, content);
-                match merged {
+                match self.try_merge(plan, parent, &siblings, idx, node, content) {
                     Err(c) => {
                         plan.nodes.push(NewNode {
                             lid: node.lid,
@@ -335,13 +287,9 @@ impl Tree {
                         });
                         return true;
                     }
-                    Ok((from, child)) => {
-                        replace_from = from;
-                        replace_n = 2;
-                        new_children.push(child);
-                    }
+                    Ok((from, child)) => (from, 2, vec![child]),
                 }
-            }
+            };
             siblings.splice(replace_from..replace_from + replace_n, new_children);
             let level = parent.buf.header().level;
             content = Content::Interior(siblings, level);
@@ -356,6 +304,67 @@ impl Tree {
                 return true;
             }
         }
+    }
+
+    /// Grows the tree: `content`, too much for the root, is split into
+    /// parts under fresh LIDs, and the root LID gets a new buffer one level
+    /// up whose children they are.
+    fn grow_root<'a>(&self, plan: &mut Plan<'a>, root: Step, content: Content<'a>, right: Lid) {
+        let level = content.level();
+        let parts = content.split(self);
+        let mut children = Vec::new();
+        let n = parts.len();
+        let lids: Vec<Lid> = (0..n).map(|_| self.fresh(plan)).collect();
+        for (i, (sep, c)) in parts.into_iter().enumerate() {
+            let right = if i + 1 < n { lids[i + 1] } else { right };
+            children.push(Child {
+                key: sep,
+                lid: lids[i],
+            });
+            plan.nodes.push(NewNode {
+                lid: lids[i],
+                content: c,
+                replaces: None,
+                right,
+            });
+        }
+        plan.nodes.push(NewNode {
+            lid: Lid::ROOT,
+            content: Content::Interior(children, level + 1),
+            replaces: Some(root.buf),
+            right: Lid::NONE,
+        });
+    }
+
+    /// Splits the overfull `content` of `node` into parts: the first keeps
+    /// its LID (and `first_key`, its entry in the parent), the others get
+    /// fresh LIDs. Returns the parts' entries for the parent.
+    fn split_into<'a>(
+        &self,
+        plan: &mut Plan<'a>,
+        node: Step,
+        first_key: &'a [u8],
+        content: Content<'a>,
+        right: Lid,
+    ) -> Vec<Child<'a>> {
+        let parts = content.split(self);
+        let n = parts.len();
+        let mut lids = vec![node.lid];
+        lids.extend((1..n).map(|_| self.fresh(plan)));
+        let mut new_children = Vec::new();
+        for (i, (sep, c)) in parts.into_iter().enumerate() {
+            let key = if i == 0 { first_key } else { sep };
+            let r = if i + 1 < n { lids[i + 1] } else { right };
+            let replaces = if i == 0 { Some(node.buf) } else { None };
+            new_children.push(Child { key, lid: lids[i] });
+            plan.nodes.push(NewNode {
+                lid: lids[i],
+                content: c,
+                replaces,
+                right: r,
+            });
+        }
+        new_children
     }
 
     /// The root has one child, which this plan builds: give its content to
