@@ -234,127 +234,129 @@ fn step(
     out: &mut BatchResults,
 ) -> bool {
     match f.stage {
-        Stage::Node => stage_node(tree, f),
-        Stage::Head => stage_head(rv, requests, f),
-        Stage::Group => stage_group(f),
-        Stage::Segment => stage_segment(tree, rv, now, requests, f, out),
-    }
-}
-
-/// The Node stage: the node's page-table entry (prefetched a step before)
-/// is loaded, and the node's first lines are asked for.
-#[inline(always)]
-fn stage_node(tree: &Tree, f: &mut Flight<'_>) -> bool {
-    f.node = tree.pages().get(f.lid).expect("reachable LID is mapped");
-    prefetch_range(f.node, 0, head_bytes_at(f.level));
-    f.stage = Stage::Head;
-    false
-}
-
-/// The Head stage: the version is picked and the group found in the top
-/// line; its line (or the segment, with one group) and a GET's matching
-/// log items are asked for.
-#[inline(always)]
-fn stage_head(rv: u64, requests: &[ReadRequest<'_>], f: &mut Flight<'_>) -> bool {
-    if f.node.version() > rv {
-        f.node = f
-            .node
-            .old()
-            .expect("old-version chain reaches every live read version");
-        prefetch_range(f.node, 0, head_bytes_at(f.node.header().level));
-        return false;
-    }
-    let (buf, nlog) = published_leaf(f.node);
-    let h = f.node.header();
-    let s = SegSearch::deferring(h, f.key);
-    let group = find_group(buf, h, &s);
-    let sc = ShortcutBlock::of(h);
-    // The group lines were not prefetched (only the top line): ask
-    // for the one the search needs and finish it next step.
-    let wait_group = sc.has_top() && group.is_some();
-    if wait_group {
-        f.group = group.unwrap_or(0);
-        prefetch(f.node.as_raw().wrapping_add(sc.group_line(f.group)));
-    } else {
-        (f.seg, f.tied) = group.map_or((None, false), |g| find_in_group_tied(buf, h, &s, g));
-        if let Some((from, to)) = f.seg {
-            prefetch_range(f.node, from, to);
+        Stage::Node => {
+            f.node = tree.pages().get(f.lid).expect("reachable LID is mapped");
+            prefetch_range(f.node, 0, head_bytes_at(f.level));
+            f.stage = Stage::Head;
+            false
+        }
+        Stage::Head => {
+            if f.node.version() > rv {
+                f.node = f
+                    .node
+                    .old()
+                    .expect("old-version chain reaches every live read version");
+                prefetch_range(f.node, 0, head_bytes_at(f.node.header().level));
+                return false;
+            }
+            let (buf, nlog) = published_leaf(f.node);
+            let h = f.node.header();
+            let s = SegSearch::deferring(h, f.key);
+            let group = find_group(buf, h, &s);
+            let sc = ShortcutBlock::of(h);
+            // The group lines were not prefetched (only the top line): ask
+            // for the one the search needs and finish it next step.
+            let wait_group = sc.has_top() && group.is_some();
+            if wait_group {
+                f.group = group.unwrap_or(0);
+                prefetch(f.node.as_raw().wrapping_add(sc.group_line(f.group)));
+            } else {
+                (f.seg, f.tied) =
+                    group.map_or((None, false), |g| find_in_group_tied(buf, h, &s, g));
+                if let Some((from, to)) = f.seg {
+                    prefetch_range(f.node, from, to);
+                }
+            }
+            if h.level == 0
+                && let ReadRequest::Get(key) = requests[f.req]
+            {
+                prefetch_log_matches(f, buf, nlog, key);
+            }
+            f.stage = if wait_group {
+                Stage::Group
+            } else {
+                Stage::Segment
+            };
+            false
+        }
+        Stage::Group => {
+            let (buf, _) = published_leaf(f.node);
+            let h = f.node.header();
+            let s = SegSearch::deferring(h, f.key);
+            (f.seg, f.tied) = find_in_group_tied(buf, h, &s, f.group);
+            if let Some((from, to)) = f.seg {
+                prefetch_range(f.node, from, to);
+            }
+            f.stage = Stage::Segment;
+            false
+        }
+        Stage::Segment => {
+            let (buf, _) = published_leaf(f.node);
+            let h = f.node.header();
+            let seg = if f.tied {
+                confirm_tie(buf, h, f.key, f.seg)
+            } else {
+                f.seg
+            };
+            let seg = settle(buf, h, f.key, seg);
+            if !f.node.is_leaf() {
+                let child = interior_child(f.node, buf, seg, f.key);
+                // Leaves and level-1 nodes are too many for their
+                // page-table entries to stay cached: prefetch the entry,
+                // load it next step. The child's level comes from its
+                // parent's, not from its header, which is what the next
+                // prefetch is for.
+                let below = h.level - 1;
+                if below <= 1 {
+                    if let Some(slot) = tree.pages().slot_addr(child) {
+                        prefetch(slot);
+                    }
+                    (f.lid, f.level, f.stage) = (child, below, Stage::Node);
+                } else {
+                    f.node = tree.pages().get(child).expect("reachable LID is mapped");
+                    prefetch_range(f.node, 0, head_bytes_at(below));
+                    (f.lid, f.level, f.stage) = (child, below, Stage::Head);
+                }
+                return false;
+            }
+            answer_at_leaf(tree, rv, now, &requests[f.req], f, buf, seg, out);
+            true
         }
     }
-    if h.level == 0
-        && let ReadRequest::Get(key) = requests[f.req]
-    {
-        f.matches = log_fp_matches(buf, nlog, key_fp(key));
-        let mut m = f.matches;
-        while m != 0 {
-            let e = log_dir_entry(buf, m.trailing_zeros() as usize);
-            prefetch(f.node.as_raw().wrapping_add(e.at as usize));
-            m &= m - 1;
-        }
-    }
-    f.stage = if wait_group {
-        Stage::Group
-    } else {
-        Stage::Segment
-    };
-    false
 }
 
-/// The Group stage: the segment is found in the group line and asked for.
+/// A GET at its leaf: finds the log directory entries whose fingerprint
+/// matches its key and asks for their items.
 #[inline(always)]
-fn stage_group(f: &mut Flight<'_>) -> bool {
-    let (buf, _) = published_leaf(f.node);
-    let h = f.node.header();
-    let s = SegSearch::deferring(h, f.key);
-    (f.seg, f.tied) = find_in_group_tied(buf, h, &s, f.group);
-    if let Some((from, to)) = f.seg {
-        prefetch_range(f.node, from, to);
+fn prefetch_log_matches(f: &mut Flight<'_>, buf: &[u8], nlog: usize, key: &[u8]) {
+    f.matches = log_fp_matches(buf, nlog, key_fp(key));
+    let mut m = f.matches;
+    while m != 0 {
+        let e = log_dir_entry(buf, m.trailing_zeros() as usize);
+        prefetch(f.node.as_raw().wrapping_add(e.at as usize));
+        m &= m - 1;
     }
-    f.stage = Stage::Segment;
-    false
 }
 
-/// The Segment stage: the segment is searched; the flight goes on to the
-/// child, or answers at the leaf. True when answered.
+/// Answers a flight's request `request` at its leaf (published bytes
+/// `buf`), where its segment search found `seg`.
 #[inline(always)]
-fn stage_segment(
+#[expect(
+    clippy::too_many_arguments,
+    reason = "a request's version, clock, flight, leaf, segment and result place"
+)]
+fn answer_at_leaf(
     tree: &Tree,
     rv: u64,
     now: &Now,
-    requests: &[ReadRequest<'_>],
-    f: &mut Flight<'_>,
+    request: &ReadRequest<'_>,
+    f: &Flight<'_>,
+    buf: &'static [u8],
+    seg: Option<(usize, usize)>,
     out: &mut BatchResults,
-) -> bool {
-    let (buf, _) = published_leaf(f.node);
-    let h = f.node.header();
-    let seg = if f.tied {
-        confirm_tie(buf, h, f.key, f.seg)
-    } else {
-        f.seg
-    };
-    let seg = settle(buf, h, f.key, seg);
-    if !f.node.is_leaf() {
-        let child = interior_child(f.node, buf, seg, f.key);
-        // Leaves and level-1 nodes are too many for their
-        // page-table entries to stay cached: prefetch the entry,
-        // load it next step. The child's level comes from its
-        // parent's, not from its header, which is what the next
-        // prefetch is for.
-        let below = h.level - 1;
-        if below <= 1 {
-            if let Some(slot) = tree.pages().slot_addr(child) {
-                prefetch(slot);
-            }
-            (f.lid, f.level, f.stage) = (child, below, Stage::Node);
-        } else {
-            f.node = tree.pages().get(child).expect("reachable LID is mapped");
-            prefetch_range(f.node, 0, head_bytes_at(below));
-            (f.lid, f.level, f.stage) = (child, below, Stage::Head);
-        }
-        return false;
-    }
+) {
     out.begin(f.req);
-    match requests[f.req] {
+    match *request {
         ReadRequest::Get(key) => {
             if let Some(it) = leaf_get_matches(buf, f.matches, seg, key, rv)
                 && it.is_live(now)
@@ -363,13 +365,12 @@ fn stage_segment(
             }
         }
         ReadRequest::Range(r) => {
-            // The segment search already done here tells where in
-            // the leaf the walk starts.
-            let at = segment_lower_bound(buf, h, seg, f.key);
+            // The segment search already done here tells where in the leaf
+            // the walk starts.
+            let at = segment_lower_bound(buf, f.node.header(), seg, f.key);
             answer_range(tree, rv, now, f.node, at, f.req, r, out);
         }
     }
-    true
 }
 
 /// Answers range request `req` (`r`) from sorted offset `at` of `leaf`,
