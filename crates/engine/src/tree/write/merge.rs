@@ -181,6 +181,7 @@ impl Tree {
     /// Publishes a streamed merge at version `v`: the leaf's LID now maps to
     /// `p`, whose old-version pointer is the leaf (`locked`, which becomes
     /// obsolete). Completes `v`.
+    #[inline]
     pub(super) fn publish_merge(
         &self,
         guard: &Guard,

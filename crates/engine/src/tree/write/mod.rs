@@ -38,7 +38,7 @@ use super::{LogEntry, Tree};
 use crate::sync::backoff;
 use crate::types::Now;
 use lock::LockedLeaf;
-use lookup::{Lookup, lookup};
+use lookup::lookup;
 
 /// What a write does to its key, decided with the leaf locked.
 #[derive(Debug, Clone)]
@@ -272,10 +272,60 @@ impl Tree {
             self.note_expiring();
         }
         match op {
-            WriteOp::Noop => {}
-            WriteOp::Delete if current.is_none_or(|c| c.is_tombstone()) => {}
-            _ => return self.apply_write(guard, path, locked, key, &op, &look, mode.logged, r),
+            WriteOp::Noop => self.unchanged(locked, r),
+            WriteOp::Delete if current.is_none_or(|c| c.is_tombstone()) => {
+                self.unchanged(locked, r)
+            }
+            _ => {
+                let key_delta = key_delta(&op, current);
+                // A delete that empties its leaf restructures at once, so the
+                // empty leaf merges away instead of waiting for its log to fill.
+                let empties = matches!(op, WriteOp::Delete) && look.live_estimate <= 1;
+                let appended = if empties {
+                    Err(locked)
+                } else {
+                    self.append(leaf.buf, locked, key, &op, &look, mode.logged)
+                };
+                let done = |v| {
+                    Attempt::Done(Written {
+                        result: r,
+                        version: Some(v),
+                        wait_for: v,
+                    })
+                };
+                // Each path consumes the lock: the append publishes with
+                // it, the merge and the structure change mark the leaf
+                // obsolete (or hand it back unlocked if they restart).
+                let locked = match appended {
+                    Ok(v) => {
+                        self.keys.add(key_delta);
+                        return done(v.complete());
+                    }
+                    Err(locked) => locked,
+                };
+                if let Some((p, new_at)) = self.merge_stream(leaf, key, &op, &look) {
+                    let v = self.next_version(log_entry(key, &op, mode.logged));
+                    self.keys.add(key_delta);
+                    let v_num = v.get();
+                    self.publish_merge(guard, leaf, locked, p, new_at, v);
+                    return done(v_num);
+                }
+                match self.restructure(guard, path, locked, key, &op, mode.logged) {
+                    Some(v) => {
+                        self.keys.add(key_delta);
+                        done(v)
+                    }
+                    None => Attempt::Restart,
+                }
+            }
         }
+    }
+
+    /// A write that changes nothing (a no-op, or a delete of an absent
+    /// key): unlocks, and answers once every write the decision may have
+    /// read is released.
+    #[inline(always)]
+    fn unchanged<R>(&self, locked: LockedLeaf, r: R) -> Attempt<R> {
         // The decision read items whose writes may not be released yet;
         // answer only once they are.
         let seen = self.clock.write_version();
@@ -286,70 +336,18 @@ impl Tree {
             wait_for: seen,
         })
     }
+}
 
-    /// Makes the change `op` decided on the locked leaf: a log append, else
-    /// a merge of the leaf, else a structure change. Each consumes the lock.
-    #[inline(always)]
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "a write's path, lock, key, decision and lookup, and its result"
-    )]
-    fn apply_write<R>(
-        &self,
-        guard: &Guard,
-        path: &[Step],
-        locked: LockedLeaf,
-        key: &[u8],
-        op: &WriteOp<'_>,
-        look: &Lookup,
-        logged: bool,
-        r: R,
-    ) -> Attempt<R> {
-        let leaf = *path.last().expect("path ends at a leaf");
-        // Stored keys change by one when a put creates a key (an expired
-        // item still counts as stored until it is swept) or a delete
-        // removes one.
-        let present = look.current.is_some_and(|c| !c.is_tombstone());
-        let key_delta = match op {
-            WriteOp::Put { .. } if !present => 1,
-            WriteOp::Delete => -1,
-            _ => 0,
-        };
-        let done = |v| {
-            Attempt::Done(Written {
-                result: r,
-                version: Some(v),
-                wait_for: v,
-            })
-        };
-        // A delete that empties its leaf restructures at once, so the empty
-        // leaf merges away instead of waiting for its log to fill.
-        let empties = matches!(op, WriteOp::Delete) && look.live_estimate <= 1;
-        let locked = if empties {
-            locked
-        } else {
-            match self.append(leaf.buf, locked, key, op, look, logged) {
-                Ok(v) => {
-                    self.keys.add(key_delta);
-                    return done(v.complete());
-                }
-                Err(locked) => locked,
-            }
-        };
-        if let Some((p, new_at)) = self.merge_stream(leaf, key, op, look) {
-            let v = self.next_version(log_entry(key, op, logged));
-            self.keys.add(key_delta);
-            let v_num = v.get();
-            self.publish_merge(guard, leaf, locked, p, new_at, v);
-            return done(v_num);
-        }
-        match self.restructure(guard, path, locked, key, op, logged) {
-            Some(v) => {
-                self.keys.add(key_delta);
-                done(v)
-            }
-            None => Attempt::Restart,
-        }
+/// How a write changes the count of stored keys: by one when a put creates
+/// a key (an expired item still counts as stored until it is swept) or a
+/// delete removes one. `current` is the key's newest item, any version.
+#[inline(always)]
+fn key_delta(op: &WriteOp<'_>, current: Option<ItemRef<'_>>) -> i64 {
+    let present = current.is_some_and(|c| !c.is_tombstone());
+    match op {
+        WriteOp::Put { .. } if !present => 1,
+        WriteOp::Delete => -1,
+        _ => 0,
     }
 }
 
