@@ -6,6 +6,13 @@
 //! nodes), compared as unsigned bytes; values are 0 to
 //! [`Config::max_value_len`] bytes (64 MiB by default). Values longer than
 //! the inline limit (469 bytes with 8 KiB nodes) live outside the node.
+//!
+//! Layers (docs/design.md, "Engine layers"), each importing only those
+//! below it: `store` (the public API, with `error`) over `readexec` (the
+//! batched read engine) and `durable` (log, checkpoints, recovery), both
+//! over `tree` (the Honeycomb B+tree), all over `types`, `config` and
+//! `sync`. The durability layer reaches into the tree through one hook,
+//! the tree's `VersionLog`.
 
 mod config;
 pub mod durable;
