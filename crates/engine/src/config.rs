@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use crate::error::{Error, Result};
-
 /// How a store is built. `Config::default()` is the production shape
 /// (8 KiB nodes); tests use small nodes so splits and merges happen constantly.
 #[derive(Debug, Clone)]
@@ -38,26 +36,47 @@ impl Config {
         }
     }
 
-    pub(crate) fn validate(&self) -> Result<Geometry> {
+    pub(crate) fn validate(&self) -> Result<Geometry, ConfigError> {
         let n = self.node_size_bytes;
         if !n.is_power_of_two() || !(1024..=65536).contains(&n) {
-            return Err(Error::InvalidConfig(format!(
-                "node size must be a power of two between 1024 and 65536 bytes, not {n}"
-            )));
+            return Err(ConfigError::NodeSize(n));
         }
         if self.max_value_len > u32::MAX as usize {
-            return Err(Error::InvalidConfig(
-                "max value length must fit in 32 bits".into(),
-            ));
+            return Err(ConfigError::ValueLimit(self.max_value_len));
         }
         if self.max_snapshots == 0 {
-            return Err(Error::InvalidConfig(
-                "max snapshots must be at least 1".into(),
-            ));
+            return Err(ConfigError::NoSnapshots);
         }
         Ok(Geometry::new(n))
     }
 }
+
+/// Why a [`Config`] is not usable (`Error::InvalidConfig` carries its text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub(crate) enum ConfigError {
+    /// The node size is not a power of two in `1024..=65536`.
+    NodeSize(usize),
+    /// The value limit does not fit in 32 bits.
+    ValueLimit(usize),
+    /// `max_snapshots` is 0.
+    NoSnapshots,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigError::NodeSize(n) => write!(
+                f,
+                "node size must be a power of two between 1024 and 65536 bytes, not {n}"
+            ),
+            ConfigError::ValueLimit(_) => f.write_str("max value length must fit in 32 bits"),
+            ConfigError::NoSnapshots => f.write_str("max snapshots must be at least 1"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
 
 /// Byte budgets of a node, all derived from its size. See docs/design.md.
 #[derive(Debug, Clone, Copy)]

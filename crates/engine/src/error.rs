@@ -1,10 +1,19 @@
-//! The engine's error type. Protocol layers map these to their replies in one
-//! place; the `Display` text is what a user reads.
+//! The engine's public error type. Each layer below reports its own
+//! errors (`durable`: `WalError`, `CheckpointError`, `RecoveryError`, over
+//! `IoError`; the configuration: `ConfigError`); the store maps them here.
+//!
+//! The `Display` texts say what happened in neutral words. A protocol
+//! layer maps each variant to its own reply wording in one place (the
+//! server's `resp/error.rs` and `memcache/error.rs`).
 
 use std::fmt;
 
+use crate::config::ConfigError;
+use crate::durable::{CheckpointError, IoError, RecoveryError, WalError};
+
 /// Everything a store operation can refuse. A refused operation changes nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Error {
     /// Keys are 1 or more bytes.
     KeyEmpty,
@@ -24,44 +33,166 @@ pub enum Error {
     SnapshotTooLong { max_secs: u64 },
     /// The configuration is not usable; the text says why.
     InvalidConfig(String),
-    /// The store refuses writes after a durability failure; the text is the cause.
-    ReadOnly(String),
-    /// A file operation of the durability layer failed (opening, a
-    /// checkpoint); the text says which and why.
-    Io(String),
+    /// The store refuses writes after a durability failure or a shutdown;
+    /// the log's error says which (and its `source()` is the I/O error).
+    ReadOnly(WalError),
+    /// A file operation of the durability layer failed (opening the data
+    /// directory, a checkpoint): what was being done, and the I/O error
+    /// (its kind kept; `source()` returns it).
+    Io(IoError),
     /// The data directory cannot be recovered without losing acknowledged
     /// writes; the text says what is wrong. Nothing was changed.
     Corrupt(String),
     /// A durability operation on a store without a data directory.
     NotDurable,
+    /// A checkpoint failed for another reason than an I/O error.
+    Checkpoint(CheckpointError),
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::KeyEmpty => write!(f, "empty key"),
-            Error::KeyTooLong { max, .. } => write!(f, "key too long (max {max} bytes)"),
-            Error::ValueTooLarge { max, .. } => write!(f, "value too large (max {max} bytes)"),
-            Error::NotAnInteger => write!(f, "value is not an integer or out of range"),
-            Error::Overflow => write!(f, "increment or decrement would overflow"),
-            Error::NoSuchSnapshot => write!(f, "no such snapshot"),
-            Error::TooManySnapshots => write!(f, "too many snapshots"),
+            Error::KeyEmpty => write!(f, "the key is empty"),
+            Error::KeyTooLong { len, max } => {
+                write!(f, "the key is {len} bytes, over the limit of {max}")
+            }
+            Error::ValueTooLarge { len, max } => {
+                write!(f, "the value is {len} bytes, over the limit of {max}")
+            }
+            Error::NotAnInteger => write!(f, "the value is not a decimal 64-bit integer"),
+            Error::Overflow => write!(f, "the increment would overflow a 64-bit integer"),
+            Error::NoSuchSnapshot => write!(f, "no such snapshot (unknown, released or expired)"),
+            Error::TooManySnapshots => write!(f, "too many live snapshots"),
             Error::SnapshotTooLong { max_secs } => {
-                write!(
-                    f,
-                    "snapshot expiry exceeds max-snapshot-seconds ({max_secs})"
-                )
+                write!(f, "the snapshot lifetime is over the limit of {max_secs} s")
             }
             Error::InvalidConfig(why) => write!(f, "invalid configuration: {why}"),
             Error::ReadOnly(cause) => write!(f, "store is read-only: {cause}"),
-            Error::Io(why) => write!(f, "I/O error: {why}"),
-            Error::Corrupt(why) => write!(f, "data directory is corrupt: {why}"),
+            Error::Io(e) => write!(f, "I/O error: {e}"),
+            Error::Corrupt(why) => write!(f, "the data directory is corrupt: {why}"),
             Error::NotDurable => write!(f, "the store has no data directory"),
+            Error::Checkpoint(e) => write!(f, "the checkpoint failed: {e}"),
         }
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::ReadOnly(cause) => Some(cause),
+            Error::Io(e) => Some(e.io_error()),
+            Error::Checkpoint(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<ConfigError> for Error {
+    fn from(e: ConfigError) -> Error {
+        Error::InvalidConfig(e.to_string())
+    }
+}
+
+impl From<WalError> for Error {
+    fn from(e: WalError) -> Error {
+        Error::ReadOnly(e)
+    }
+}
+
+impl From<IoError> for Error {
+    fn from(e: IoError) -> Error {
+        Error::Io(e)
+    }
+}
+
+impl From<CheckpointError> for Error {
+    fn from(e: CheckpointError) -> Error {
+        match e {
+            CheckpointError::Io(e) => Error::Io(e),
+            other => Error::Checkpoint(other),
+        }
+    }
+}
+
+impl From<RecoveryError> for Error {
+    fn from(e: RecoveryError) -> Error {
+        match e {
+            RecoveryError::Io(e) => Error::Io(e),
+            other => Error::Corrupt(other.to_string()),
+        }
+    }
+}
 
 /// Shorthand used across the engine.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+    use std::io;
+
+    use super::*;
+
+    #[test]
+    fn an_io_error_keeps_its_kind_its_source_and_what_was_done() {
+        let io = io::Error::new(io::ErrorKind::PermissionDenied, "denied");
+        let e = Error::from(IoError::new("opening the data directory", io));
+        let Error::Io(inner) = &e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(inner.kind(), io::ErrorKind::PermissionDenied);
+        assert_eq!(inner.what(), "opening the data directory");
+        let source = e.source().and_then(|s| s.downcast_ref::<io::Error>());
+        assert_eq!(
+            source.map(io::Error::kind),
+            Some(io::ErrorKind::PermissionDenied)
+        );
+        assert_eq!(
+            e.to_string(),
+            "I/O error: opening the data directory: denied"
+        );
+        assert_eq!(e.clone(), e);
+    }
+
+    #[test]
+    fn read_only_carries_the_logs_failure_and_its_io_error() {
+        let io = io::Error::new(io::ErrorKind::StorageFull, "no space");
+        let e = Error::from(WalError::Write(IoError::new("write-ahead log", io)));
+        assert!(matches!(e, Error::ReadOnly(WalError::Write(_))));
+        assert_eq!(
+            e.to_string(),
+            "store is read-only: write-ahead log: no space"
+        );
+        let wal = e.source().expect("the log's error");
+        let io = wal.source().and_then(|s| s.downcast_ref::<io::Error>());
+        assert_eq!(io.map(io::Error::kind), Some(io::ErrorKind::StorageFull));
+        assert!(Error::ReadOnly(WalError::ShutDown).source().is_some());
+    }
+
+    #[test]
+    fn the_texts_say_what_happened_without_protocol_wording() {
+        for e in [Error::NotAnInteger, Error::Overflow] {
+            let text = e.to_string();
+            assert!(
+                !text.contains("out of range") && !text.contains("decrement"),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            Error::NotAnInteger.to_string(),
+            "the value is not a decimal 64-bit integer"
+        );
+    }
+
+    #[test]
+    fn recovery_refusals_are_corrupt_and_its_io_failures_io() {
+        let refused = RecoveryError::MissingRecords {
+            segment: "wal-1.log".into(),
+            log_start: 9,
+            checkpoint: 3,
+        };
+        assert!(matches!(Error::from(refused), Error::Corrupt(why) if why.contains("missing")));
+        let io = RecoveryError::Io(IoError::new("listing", io::Error::other("gone")));
+        assert!(matches!(Error::from(io), Error::Io(_)));
+    }
+}

@@ -6,6 +6,13 @@
 //! nodes), compared as unsigned bytes; values are 0 to
 //! [`Config::max_value_len`] bytes (64 MiB by default). Values longer than
 //! the inline limit (469 bytes with 8 KiB nodes) live outside the node.
+//!
+//! Layers (docs/design.md, "Engine layers"), each importing only those
+//! below it: `store` (the public API, with `error`) over `readexec` (the
+//! batched read engine) and `durable` (log, checkpoints, recovery), both
+//! over `tree` (the Honeycomb B+tree), all over `types`, `config` and
+//! `sync`. The durability layer reaches into the tree through one hook,
+//! the tree's `VersionLog`.
 
 mod config;
 pub mod durable;
@@ -14,15 +21,17 @@ pub mod readexec;
 mod store;
 pub(crate) mod sync;
 pub(crate) mod tree;
+mod types;
 
 pub use config::Config;
-pub use durable::check::{CheckReport, check};
+pub use durable::check::CheckReport;
 pub use durable::{CheckpointInfo, Durability, DurableConfig, PersistenceStats, RecoveryReport};
 pub use error::{Error, Result};
 pub use store::op;
-pub use store::{
-    AtomicWrite, Expiry, Flags, Item, ItemView, NodeCounts, Range, Session, SnapshotId, Store,
-    Version, Write, now_ms,
-};
+pub use store::{Session, Store, check};
 pub use tree::epoch::flush_reclamation;
 pub use tree::node::{live_buffers_global, live_external_values_global};
+pub use types::{
+    AtomicWrite, Expiry, Flags, Item, ItemView, NodeCounts, Range, SnapshotId, Version, Write,
+    now_ms,
+};

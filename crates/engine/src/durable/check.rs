@@ -5,11 +5,11 @@
 use std::fmt;
 use std::path::Path;
 
+use super::error::{CheckpointError, IoError, ItemRefused};
 use super::file::{FsStorage, Storage};
 use super::record::Damage;
 use super::recovery::{self, SegmentScan};
 use super::{checkpoint, record};
-use crate::error::{Error, Result};
 
 /// One checkpoint file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,7 +18,7 @@ pub struct CheckpointCheck {
     pub version: u64,
     pub bytes: u64,
     /// Ok(items) or why it is invalid.
-    pub status: Result<u64, String>,
+    pub status: Result<u64, CheckpointError>,
 }
 
 /// One log segment.
@@ -117,20 +117,21 @@ impl fmt::Display for CheckReport {
     }
 }
 
-/// Verifies every checkpoint and log segment in `dir`.
-pub fn check(dir: &Path) -> Result<CheckReport> {
+/// Verifies every checkpoint and log segment in `dir`. Fails only if a
+/// file cannot be read; damage is what the report is for.
+pub fn check(dir: &Path) -> Result<CheckReport, IoError> {
     check_with(&FsStorage, dir)
 }
 
 /// `check` through any storage.
-pub fn check_with(storage: &dyn Storage, dir: &Path) -> Result<CheckReport> {
-    let io = |e: std::io::Error| Error::Io(format!("{}: {e}", dir.display()));
+pub fn check_with(storage: &dyn Storage, dir: &Path) -> Result<CheckReport, IoError> {
+    let io = |e: std::io::Error| IoError::new(dir.display().to_string(), e);
     let mut report = CheckReport::default();
     for (version, path) in checkpoint::list(storage, dir).map_err(io)? {
         let mut last: Option<Vec<u8>> = None;
         let status = checkpoint::read(storage, &path, |it| {
             if last.as_deref().is_some_and(|l| l >= it.key) {
-                return Err("keys out of order".into());
+                return Err(ItemRefused::OutOfOrder);
             }
             last = Some(it.key.to_vec());
             Ok(())
@@ -139,7 +140,7 @@ pub fn check_with(storage: &dyn Storage, dir: &Path) -> Result<CheckReport> {
             if v == version {
                 Ok(items)
             } else {
-                Err(format!("header says version {v}"))
+                Err(CheckpointError::VersionMismatch { header: v })
             }
         });
         report.checkpoints.push(CheckpointCheck {

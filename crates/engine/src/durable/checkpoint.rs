@@ -16,9 +16,11 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use super::error::{CheckpointError, IoError, ItemRefused};
 use super::file::Storage;
-use super::record::{self, CkptItem, Damage};
-use crate::tree::{Now, Tree};
+use super::record::{self, CkptItem};
+use crate::tree::Tree;
+use crate::types::Now;
 
 /// Target payload bytes per checkpoint block.
 const BLOCK_BYTES: usize = 64 << 10;
@@ -44,23 +46,13 @@ pub struct CheckpointInfo {
 /// The version is taken under `clear_lock`, so no clear is half done at it.
 fn with_snapshot<T>(tree: &Tree, clear_lock: &Mutex<()>, f: impl FnOnce(u64) -> T) -> T {
     let clearing = clear_lock.lock();
-    // Pinned while registering, as `Store::snapshot` does.
-    let guard = tree.epochs.pin();
-    let v = {
-        let mut reg = tree.shared.snapshots.lock();
-        let now = std::time::Instant::now();
-        let v = tree.clock.read_version();
-        let e = reg.pins.entry(v).or_insert((0, 0, now));
-        e.0 += 1;
-        e.2 = e.2.max(now + SNAPSHOT_TTL);
-        v
-    };
-    drop(guard);
+    let v = tree
+        .pin_snapshot(SNAPSHOT_TTL, None)
+        .expect("an uncapped registry takes every pin");
     drop(clearing);
     let out = f(v);
-    let released = tree.shared.snapshots.lock().release(v);
+    let released = tree.release_snapshot(v);
     debug_assert!(released, "checkpoint snapshot released twice");
-    tree.collect(false);
     out
 }
 
@@ -72,7 +64,7 @@ pub(crate) fn write(
     dir: &Path,
     clear_lock: &Mutex<()>,
     on_snapshot: impl FnOnce(u64),
-) -> Result<CheckpointInfo, String> {
+) -> Result<CheckpointInfo, CheckpointError> {
     let started = Instant::now();
     with_snapshot(tree, clear_lock, |version| {
         on_snapshot(version);
@@ -82,7 +74,7 @@ pub(crate) fn write(
             storage
                 .rename(&tmp, &dir.join(&name))
                 .and_then(|()| storage.sync_dir(dir))
-                .map_err(|e| format!("checkpoint {name}: {e}"))?;
+                .map_err(IoError::doing(format!("checkpoint {name}")))?;
             Ok((items, bytes))
         });
         match result {
@@ -92,11 +84,11 @@ pub(crate) fn write(
                 items,
                 bytes,
                 duration: started.elapsed(),
-                finished_unix_ms: crate::store::now_ms(),
+                finished_unix_ms: crate::types::now_ms(),
             }),
             Err(e) => {
                 let _ = storage.remove(&tmp);
-                Err(e)
+                Err(CheckpointError::Io(e))
             }
         }
     })
@@ -107,10 +99,11 @@ fn write_file(
     storage: &dyn Storage,
     path: &Path,
     version: u64,
-) -> Result<(u64, u64), String> {
-    let err = |e: std::io::Error| format!("checkpoint {}: {e}", path.display());
+) -> Result<(u64, u64), IoError> {
+    let what = format!("checkpoint {}", path.display());
+    let err = |e: std::io::Error| IoError::new(what.clone(), e);
     let mut f = storage.create(path).map_err(err)?;
-    let header = record::encode_header(record::CKPT_MAGIC, version, crate::store::now_ms());
+    let header = record::encode_header(record::CKPT_MAGIC, version, crate::types::now_ms());
     f.write_all(&header).map_err(err)?;
     let mut bytes = header.len() as u64;
     let mut items = 0u64;
@@ -121,7 +114,7 @@ fn write_file(
         payload.clear();
         let mut last: Option<Vec<u8>> = None;
         {
-            let _guard = tree.epochs.pin();
+            let _guard = tree.pin();
             let start = match &from {
                 Some(k) => Bound::Excluded(&k[..]),
                 None => Bound::Unbounded,
@@ -172,26 +165,26 @@ fn write_file(
 
 /// Reads and verifies a checkpoint, handing each item to `f` in order.
 /// Returns (version, items). Any damage, a missing footer, an item count
-/// that does not match, or an error from `f` fails it.
+/// that does not match, or an item `f` refuses fails it.
 pub(crate) fn read(
     storage: &dyn Storage,
     path: &Path,
-    mut f: impl FnMut(&CkptItem<'_>) -> Result<(), String>,
-) -> Result<(u64, u64), String> {
+    mut f: impl FnMut(&CkptItem<'_>) -> Result<(), ItemRefused>,
+) -> Result<(u64, u64), CheckpointError> {
     let mut r = storage
         .open_read(path)
-        .map_err(|e| format!("cannot open: {e}"))?;
+        .map_err(IoError::doing("cannot open"))?;
     let io = |e: std::io::Error| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            Damage::Torn.to_string()
+            CheckpointError::Truncated
         } else {
-            format!("read error: {e}")
+            CheckpointError::Io(IoError::new("read error", e))
         }
     };
     let mut header = [0u8; record::HEADER_BYTES];
     r.read_exact(&mut header).map_err(io)?;
     let (version, _created) =
-        record::decode_header(record::CKPT_MAGIC, &header).map_err(|d| format!("header {d}"))?;
+        record::decode_header(record::CKPT_MAGIC, &header).map_err(CheckpointError::Header)?;
     let mut items = 0u64;
     let mut frame = Vec::new();
     let mut offset = record::HEADER_BYTES as u64;
@@ -203,31 +196,36 @@ pub(crate) fn read(
             let mut footer = [0u8; record::FOOTER_BYTES];
             footer[..4].copy_from_slice(&len);
             r.read_exact(&mut footer[4..]).map_err(io)?;
-            let count =
-                record::decode_footer(&footer).map_err(|d| format!("footer at {offset}: {d}"))?;
+            let count = record::decode_footer(&footer)
+                .map_err(|damage| CheckpointError::Footer { offset, damage })?;
             if count != items {
-                return Err(format!("footer says {count} items, blocks hold {items}"));
+                return Err(CheckpointError::ItemCount {
+                    footer: count,
+                    blocks: items,
+                });
             }
             let mut rest = [0u8; 1];
             if r.read(&mut rest).map_err(io)? != 0 {
-                return Err("bytes after the footer".into());
+                return Err(CheckpointError::TrailingBytes);
             }
             return Ok((version, items));
         }
+        let block = |damage| CheckpointError::Block { offset, damage };
         if word as usize > record::MAX_BODY_BYTES {
-            return Err(format!("block at {offset}: corrupt (length {word})"));
+            return Err(block(record::Damage::Corrupt(format!("length {word}"))));
         }
         frame.clear();
         frame.extend_from_slice(&len);
         frame.resize(record::FRAME_BYTES + word as usize, 0);
         r.read_exact(&mut frame[4..]).map_err(io)?;
-        let payload =
-            record::decode_frame(&frame).map_err(|d| format!("block at {offset}: {d}"))?;
+        let payload = record::decode_frame(&frame).map_err(block)?;
         let mut at = 0;
         while at < payload.len() {
-            let (it, next) = record::decode_ckpt_item(payload, at)
-                .map_err(|d| format!("block at {offset}: {d}"))?;
-            f(&it).map_err(|e| format!("item {items}: {e}"))?;
+            let (it, next) = record::decode_ckpt_item(payload, at).map_err(block)?;
+            f(&it).map_err(|refused| CheckpointError::Item {
+                index: items,
+                refused,
+            })?;
             items += 1;
             at = next;
         }

@@ -19,12 +19,50 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::{Condvar, Mutex};
 
+use super::error::{CheckpointError, IoError};
+
+/// Why a background task failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub(crate) enum TaskError {
+    /// A checkpoint failed.
+    Checkpoint(CheckpointError),
+    /// An offload backend could not run the task (the driver then retries
+    /// it on the CPU).
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "no offload backend exists yet; the tests have one"
+        )
+    )]
+    Offload { backend: String, source: IoError },
+}
+
+impl std::fmt::Display for TaskError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TaskError::Checkpoint(e) => e.fmt(f),
+            TaskError::Offload { backend, source } => write!(f, "{backend}: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for TaskError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TaskError::Checkpoint(e) => Some(e),
+            TaskError::Offload { source, .. } => Some(source),
+        }
+    }
+}
+
 /// A unit of background work. `run_cpu` is the reference implementation
 /// every task has; `finish` receives the outcome once (after any retry).
 pub(crate) trait Task: Send {
     fn name(&self) -> String;
-    fn run_cpu(&mut self) -> Result<(), String>;
-    fn finish(&mut self, outcome: Result<(), String>);
+    fn run_cpu(&mut self) -> Result<(), TaskError>;
+    fn finish(&mut self, outcome: Result<(), TaskError>);
 }
 
 /// Where tasks run. An offload backend returns Err for what it cannot do;
@@ -34,7 +72,7 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug {
     fn is_cpu(&self) -> bool {
         false
     }
-    fn run(&self, task: &mut dyn Task) -> Result<(), String>;
+    fn run(&self, task: &mut dyn Task) -> Result<(), TaskError>;
 }
 
 /// Runs tasks on the calling worker thread.
@@ -48,7 +86,7 @@ impl Backend for CpuBackend {
     fn is_cpu(&self) -> bool {
         true
     }
-    fn run(&self, task: &mut dyn Task) -> Result<(), String> {
+    fn run(&self, task: &mut dyn Task) -> Result<(), TaskError> {
         task.run_cpu()
     }
 }
@@ -257,24 +295,29 @@ mod tests {
     struct Probe {
         fail_cpu: bool,
         ran_cpu: Arc<AtomicU64>,
-        done: mpsc::Sender<Result<(), String>>,
+        done: mpsc::Sender<Result<(), TaskError>>,
     }
 
     impl Task for Probe {
         fn name(&self) -> String {
             "probe".into()
         }
-        fn run_cpu(&mut self) -> Result<(), String> {
+        fn run_cpu(&mut self) -> Result<(), TaskError> {
             self.ran_cpu.fetch_add(1, Ordering::SeqCst);
             if self.fail_cpu {
-                Err("cpu says no".into())
+                Err(cpu_says_no())
             } else {
                 Ok(())
             }
         }
-        fn finish(&mut self, outcome: Result<(), String>) {
+        fn finish(&mut self, outcome: Result<(), TaskError>) {
             let _ = self.done.send(outcome);
         }
+    }
+
+    fn cpu_says_no() -> TaskError {
+        let e = std::io::Error::other("cpu says no");
+        TaskError::Checkpoint(CheckpointError::Io(IoError::new("probe", e)))
     }
 
     #[derive(Debug)]
@@ -283,8 +326,11 @@ mod tests {
         fn name(&self) -> &str {
             "broken-offload"
         }
-        fn run(&self, _task: &mut dyn Task) -> Result<(), String> {
-            Err("device lost".into())
+        fn run(&self, _task: &mut dyn Task) -> Result<(), TaskError> {
+            Err(TaskError::Offload {
+                backend: self.name().into(),
+                source: IoError::new("running probe", std::io::Error::other("device lost")),
+            })
         }
     }
 
@@ -318,7 +364,7 @@ mod tests {
             done: tx,
         };
         assert!(ex.submit(Box::new(task)).is_ok());
-        assert_eq!(rx.recv().unwrap(), Err("cpu says no".into()));
+        assert_eq!(rx.recv().unwrap(), Err(cpu_says_no()));
         let st = ex.stats();
         assert_eq!((st.completed, st.failed, st.retried_on_cpu), (0, 1, 0));
         assert_eq!(ran.load(Ordering::SeqCst), 1);
@@ -331,7 +377,7 @@ mod tests {
         fn name(&self) -> String {
             "gate".into()
         }
-        fn run_cpu(&mut self) -> Result<(), String> {
+        fn run_cpu(&mut self) -> Result<(), TaskError> {
             let (m, c) = &*self.0;
             let mut open = m.lock();
             while !*open {
@@ -339,7 +385,7 @@ mod tests {
             }
             Ok(())
         }
-        fn finish(&mut self, _: Result<(), String>) {}
+        fn finish(&mut self, _: Result<(), TaskError>) {}
     }
 
     #[test]

@@ -12,12 +12,16 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+/// Names (not paths) of the files in a directory, as `Storage::list`
+/// returns them.
+pub type FileNames = Vec<String>;
+
 /// The file operations of the durability layer. Every method is a possible
 /// failure point; `sync_data` and `sync_dir` are the sync points.
 pub trait Storage: Send + Sync + fmt::Debug {
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
     /// Names (not paths) of the files in `dir`.
-    fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
+    fn list(&self, dir: &Path) -> io::Result<FileNames>;
     /// Creates `path` empty (truncating it if it exists) for appending.
     fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>>;
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn Read + Send>>;
@@ -57,7 +61,7 @@ impl Storage for FsStorage {
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         std::fs::create_dir_all(dir)
     }
-    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+    fn list(&self, dir: &Path) -> io::Result<FileNames> {
         let mut out = Vec::new();
         for e in std::fs::read_dir(dir)? {
             let e = e?;
@@ -331,7 +335,7 @@ impl Storage for FaultyStorage {
         let g = fs.generation;
         fs.live(g)
     }
-    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+    fn list(&self, dir: &Path) -> io::Result<FileNames> {
         let fs = self.inner.lock();
         fs.live(fs.generation)?;
         Ok(fs

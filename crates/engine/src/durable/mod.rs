@@ -11,9 +11,12 @@
 //! - `executor`: builder / dispatcher / driver for background tasks
 //! - `check`: offline verification of a data directory
 //! - `runtime`: how a durable store ties them together
+//! - `error`: what each part reports when it fails (`WalError`,
+//!   `CheckpointError`, `RecoveryError`, over `IoError`)
 
 pub mod check;
 pub(crate) mod checkpoint;
+mod error;
 pub(crate) mod executor;
 pub mod file;
 pub(crate) mod record;
@@ -27,8 +30,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use checkpoint::CheckpointInfo;
+pub use error::{
+    CheckpointError, Damage, IoError, ItemRefused, ParseDurabilityError, RecordRefused,
+    RecoveryError, WalError,
+};
 pub use executor::ExecutorStats;
-pub use file::{FaultyStorage, FsStorage, Storage, WritableFile};
+pub use file::{FaultyStorage, FileNames, FsStorage, Storage, WritableFile};
 
 /// When a write is acknowledged relative to its log record reaching disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -58,15 +65,13 @@ impl fmt::Display for Durability {
 }
 
 impl std::str::FromStr for Durability {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ParseDurabilityError;
+    fn from_str(s: &str) -> Result<Self, ParseDurabilityError> {
         match s.to_ascii_lowercase().as_str() {
             "always" => Ok(Durability::Always),
             "everysec" => Ok(Durability::EverySec),
             "none" | "no" => Ok(Durability::None),
-            other => Err(format!(
-                "unknown durability {other:?} (always, everysec, none)"
-            )),
+            other => Err(ParseDurabilityError::new(other)),
         }
     }
 }

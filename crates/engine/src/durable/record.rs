@@ -134,9 +134,10 @@ pub(crate) fn encode_record(out: &mut Vec<u8>, rec: &Record<'_>) {
     out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
 }
 
-/// Why bytes could not be decoded.
+/// Why bytes of a log segment or checkpoint could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Damage {
+#[non_exhaustive]
+pub enum Damage {
     /// The bytes end inside a frame: a torn write.
     Torn,
     /// The checksum or the contents are wrong.
@@ -149,6 +150,8 @@ pub(crate) enum Damage {
     /// rather than cut the log there and drop acknowledged writes.
     UnknownKind(u8),
 }
+
+impl std::error::Error for Damage {}
 
 impl std::fmt::Display for Damage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -31,12 +31,12 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::checkpoint;
+use super::error::{CheckpointError, IoError, ItemRefused, RecordRefused, RecoveryError};
 use super::file::Storage;
 use super::record::{self, Damage, Record};
 use super::wal::SegmentMeta;
 use super::{LoadedCheckpoint, RecoveryReport, TailCut};
 use crate::config::Geometry;
-use crate::error::{Error, Result};
 use crate::tree::Tree;
 use crate::tree::load::BulkLoader;
 use crate::tree::write::{WriteMode, WriteOp};
@@ -152,8 +152,8 @@ pub(crate) struct Recovered {
     pub report: RecoveryReport,
 }
 
-fn io(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
-    move |e| Error::Io(format!("{what}: {e}"))
+fn io(what: &str) -> impl Fn(std::io::Error) -> RecoveryError + '_ {
+    move |e| RecoveryError::Io(IoError::new(what, e))
 }
 
 /// Loads the newest valid checkpoint into a fresh tree.
@@ -163,7 +163,7 @@ fn load_checkpoint(
     storage: &dyn Storage,
     dir: &Path,
     report: &mut RecoveryReport,
-) -> Result<(Tree, u64)> {
+) -> Result<(Tree, u64), RecoveryError> {
     for (version, path) in
         checkpoint::list(storage, dir).map_err(io("listing the data directory"))?
     {
@@ -173,15 +173,18 @@ fn load_checkpoint(
         let mut loader = BulkLoader::new(g);
         let read = checkpoint::read(storage, &path, |it| {
             if it.value.len() > max_value_len {
-                return Err(format!("value of {} bytes over the limit", it.value.len()));
+                return Err(ItemRefused::ValueTooLarge {
+                    len: it.value.len(),
+                });
             }
             if it.version > version {
-                return Err(format!(
-                    "item version {} above the checkpoint's",
-                    it.version
-                ));
+                return Err(ItemRefused::VersionAbove {
+                    version: it.version,
+                });
             }
-            loader.push(it.key, it.value, it.version, it.expiry, it.client_flags)
+            loader
+                .push(it.key, it.value, it.version, it.expiry, it.client_flags)
+                .map_err(ItemRefused::from)
         });
         match read {
             Ok((v, items)) if v == version => {
@@ -194,10 +197,11 @@ fn load_checkpoint(
                 debug_assert!(max_item_version <= version);
                 return Ok((tree, version));
             }
-            Ok((v, _)) => report
-                .skipped_checkpoints
-                .push((name, format!("header says version {v}"))),
-            Err(why) => report.skipped_checkpoints.push((name, why)),
+            Ok((v, _)) => report.skipped_checkpoints.push((
+                name,
+                CheckpointError::VersionMismatch { header: v }.to_string(),
+            )),
+            Err(why) => report.skipped_checkpoints.push((name, why.to_string())),
         }
     }
     Ok((Tree::new(*g), 0))
@@ -263,7 +267,7 @@ pub(crate) fn recover(
     max_value_len: usize,
     storage: &dyn Storage,
     dir: &Path,
-) -> Result<Recovered> {
+) -> Result<Recovered, RecoveryError> {
     storage
         .create_dir_all(dir)
         .map_err(io("creating the data directory"))?;
@@ -281,34 +285,22 @@ pub(crate) fn recover(
     let mut last = 0u64;
     let mut cut_at: Option<usize> = None;
     for (i, (seq, path)) in segments.iter().enumerate() {
-        let name = path
-            .file_name()
-            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let name = name_of(path);
         let bytes = read_all(storage, path).map_err(io(&name))?;
-        let mut apply_err = None;
         let stop = GroupCut::stop_in(group_cut, i);
-        let scan = scan_segment(*seq, &bytes, last, stop, |_, rec| {
-            if apply_err.is_some() {
-                return;
-            }
-            if rec.version() <= ckpt_version {
-                report.records_skipped += 1;
-                return;
-            }
-            if let Err(e) = apply(&mut tree, g, max_value_len, rec) {
-                apply_err = Some(e);
-            }
-            report.records_replayed += 1;
-        });
-        if let Some(e) = apply_err {
-            return Err(Error::Corrupt(format!("{name}: {e}")));
-        }
+        let replay = Replay {
+            g,
+            max_value_len,
+            after: ckpt_version,
+        };
+        let scan = replay.segment(&mut tree, *seq, &name, &bytes, last, stop, &mut report)?;
         let has_header = scan.damage.as_ref().is_none_or(|d| d.0 > 0);
         if i == 0 && has_header && scan.start_version > ckpt_version {
-            return Err(Error::Corrupt(format!(
-                "the log starts at version {} ({name}) but the newest valid checkpoint is at version {ckpt_version}: records in between are missing",
-                scan.start_version
-            )));
+            return Err(RecoveryError::MissingRecords {
+                segment: name,
+                log_start: scan.start_version,
+                checkpoint: ckpt_version,
+            });
         }
         max_version = max_version.max(scan.start_version);
         if let Some(v) = scan.last_version {
@@ -317,37 +309,23 @@ pub(crate) fn recover(
         }
         if let Some((offset, Damage::UnknownKind(kind))) = scan.damage {
             // Not damage: cutting here would drop acknowledged writes.
-            return Err(Error::Corrupt(format!(
-                "{name}: offset {offset}: {}; nothing was changed: open the directory with the version that wrote it",
-                Damage::UnknownKind(kind)
-            )));
+            return Err(RecoveryError::UnknownRecordKind {
+                segment: name,
+                offset,
+                kind,
+            });
         }
         report.segments_replayed += 1;
-        if let Some((offset, damage)) = scan.damage.clone() {
+        if scan.damage.is_some() {
             let is_last = i + 1 == segments.len();
-            report.tail_cut = Some(TailCut {
-                segment: name.clone(),
-                offset,
-                dropped_bytes: scan.total_bytes - scan.valid_bytes,
-                reason: damage.to_string(),
-            });
-            if offset == 0 && is_last && damage == Damage::Torn {
-                // Created but its header never became durable: it holds nothing.
-                storage.remove(path).map_err(io(&name))?;
-            } else if offset == 0 {
-                let aside = path.with_file_name(format!("{name}.discarded"));
-                storage.rename(path, &aside).map_err(io(&name))?;
-                report.discarded_segments.push(name.clone());
-            } else {
-                storage
-                    .truncate(path, scan.valid_bytes)
-                    .map_err(io(&name))?;
-                kept.push(SegmentMeta {
-                    seq: *seq,
-                    start_version: scan.start_version,
-                    bytes: scan.valid_bytes,
-                });
-            }
+            kept.extend(cut_segment(
+                storage,
+                path,
+                &name,
+                &scan,
+                is_last,
+                &mut report,
+            )?);
             cut_at = Some(i);
             break;
         }
@@ -359,18 +337,13 @@ pub(crate) fn recover(
     }
     if let Some(i) = cut_at {
         for (_, path) in &segments[i + 1..] {
-            let name = path
-                .file_name()
-                .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-            let aside = path.with_file_name(format!("{name}.discarded"));
-            storage.rename(path, &aside).map_err(io(&name))?;
-            report.discarded_segments.push(name);
+            set_aside(storage, path, &name_of(path), &mut report)?;
         }
         storage
             .sync_dir(dir)
             .map_err(io("syncing the data directory"))?;
     }
-    tree.clock.reset_to(max_version);
+    tree.reset_clock(max_version);
     report.max_version = max_version;
     report.replay_time = started.elapsed();
     Ok(Recovered {
@@ -380,13 +353,118 @@ pub(crate) fn recover(
     })
 }
 
+/// How records are replayed: above version `after` (the checkpoint's),
+/// within the limits of geometry `g` and `max_value_len`.
+struct Replay<'g> {
+    g: &'g Geometry,
+    max_value_len: usize,
+    after: u64,
+}
+
+impl Replay<'_> {
+    /// Replays segment `seq` (named `name`, bytes `bytes`) into `tree`, up
+    /// to the first damage or `stop`; `last` is the version of the record
+    /// before it. Err if a valid record cannot be applied.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "a segment, where it starts and stops, and what it goes into"
+    )]
+    fn segment(
+        &self,
+        tree: &mut Tree,
+        seq: u64,
+        name: &str,
+        bytes: &[u8],
+        last: u64,
+        stop: Option<(u64, u64)>,
+        report: &mut RecoveryReport,
+    ) -> Result<SegmentScan, RecoveryError> {
+        let mut apply_err = None;
+        let scan = scan_segment(seq, bytes, last, stop, |_, rec| {
+            if apply_err.is_some() {
+                return;
+            }
+            if rec.version() <= self.after {
+                report.records_skipped += 1;
+                return;
+            }
+            if let Err(e) = apply(tree, self.g, self.max_value_len, rec) {
+                apply_err = Some((rec.version(), e));
+            }
+            report.records_replayed += 1;
+        });
+        match apply_err {
+            Some((version, refused)) => Err(RecoveryError::BadRecord {
+                segment: name.to_string(),
+                version,
+                refused,
+            }),
+            None => Ok(scan),
+        }
+    }
+}
+
+/// A file's name, for reports.
+fn name_of(path: &Path) -> String {
+    path.file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+}
+
+/// Renames a segment after the cut `<name>.discarded` (rule 4).
+fn set_aside(
+    storage: &dyn Storage,
+    path: &Path,
+    name: &str,
+    report: &mut RecoveryReport,
+) -> Result<(), RecoveryError> {
+    let aside = path.with_file_name(format!("{name}.discarded"));
+    storage.rename(path, &aside).map_err(io(name))?;
+    report.discarded_segments.push(name.to_string());
+    Ok(())
+}
+
+/// Cuts the log where segment `path` (named `name`, scanned as `scan`,
+/// which found damage) stops being valid (rule 4), and reports it. Returns
+/// what the log keeps of the segment: its valid part, if it has one.
+fn cut_segment(
+    storage: &dyn Storage,
+    path: &Path,
+    name: &str,
+    scan: &SegmentScan,
+    is_last: bool,
+    report: &mut RecoveryReport,
+) -> Result<Option<SegmentMeta>, RecoveryError> {
+    let (offset, damage) = scan.damage.clone().expect("a damaged segment");
+    report.tail_cut = Some(TailCut {
+        segment: name.to_string(),
+        offset,
+        dropped_bytes: scan.total_bytes - scan.valid_bytes,
+        reason: damage.to_string(),
+    });
+    if offset == 0 && is_last && damage == Damage::Torn {
+        // Created but its header never became durable: it holds nothing.
+        storage.remove(path).map_err(io(name))?;
+        return Ok(None);
+    }
+    if offset == 0 {
+        set_aside(storage, path, name, report)?;
+        return Ok(None);
+    }
+    storage.truncate(path, scan.valid_bytes).map_err(io(name))?;
+    Ok(Some(SegmentMeta {
+        seq: scan.seq,
+        start_version: scan.start_version,
+        bytes: scan.valid_bytes,
+    }))
+}
+
 /// Applies one record with its own version.
 fn apply(
     tree: &mut Tree,
     g: &Geometry,
     max_value_len: usize,
     rec: &Record<'_>,
-) -> Result<(), String> {
+) -> Result<(), RecordRefused> {
     let v = rec.version();
     let mode = WriteMode {
         now: None,
@@ -394,11 +472,10 @@ fn apply(
     };
     let check_key = |key: &[u8]| {
         if key.is_empty() || key.len() > g.max_key_len {
-            Err(format!(
-                "record {v}: key of {} bytes outside 1..={}",
-                key.len(),
-                g.max_key_len
-            ))
+            Err(RecordRefused::KeyLength {
+                len: key.len(),
+                max: g.max_key_len,
+            })
         } else {
             Ok(())
         }
@@ -413,12 +490,9 @@ fn apply(
         } => {
             check_key(key)?;
             if value.len() > max_value_len {
-                return Err(format!(
-                    "record {v}: value of {} bytes over the limit",
-                    value.len()
-                ));
+                return Err(RecordRefused::ValueTooLarge { len: value.len() });
             }
-            tree.clock.reset_to(v - 1);
+            tree.reset_clock(v - 1);
             let w = tree.write(key, mode, |_| {
                 (
                     WriteOp::Put {
@@ -433,13 +507,13 @@ fn apply(
         }
         Record::Delete { key, .. } => {
             check_key(key)?;
-            tree.clock.reset_to(v - 1);
+            tree.reset_clock(v - 1);
             let w = tree.write(key, mode, |_| (WriteOp::Delete, ()));
             debug_assert!(w.version.is_none_or(|got| got == v));
         }
         Record::Clear { .. } => {
             *tree = Tree::new(*g);
-            tree.clock.reset_to(v);
+            tree.reset_clock(v);
         }
         // Markers only: by rule 6 every group replayed is whole. The next
         // record sets the clock to its own version.

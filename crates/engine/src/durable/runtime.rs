@@ -8,12 +8,12 @@ use std::time::Instant;
 use parking_lot::Mutex;
 
 use super::checkpoint::{self, CheckpointInfo};
-use super::executor::{Executor, Task};
+use super::error::{CheckpointError, IoError, RecoveryError, WalError};
+use super::executor::{Executor, Task, TaskError};
 use super::recovery;
 use super::wal::{Tick, Wal};
 use super::{DurableConfig, PersistenceStats, RecoveryReport};
 use crate::config::Geometry;
-use crate::error::{Error, Result};
 use crate::tree::Tree;
 
 /// Checkpoints kept: the newest, and the one before it to fall back to.
@@ -43,18 +43,18 @@ pub(crate) struct Checkpoints {
 
 impl Checkpoints {
     /// Writes one checkpoint now (on the calling thread: a task's body).
-    fn run(&self) -> Result<CheckpointInfo, String> {
+    fn run(&self) -> Result<CheckpointInfo, CheckpointError> {
         let _one = self.serial.lock();
         let tree = self
             .tree
             .get()
             .and_then(Weak::upgrade)
-            .ok_or("the store is gone")?;
+            .ok_or(CheckpointError::StoreGone)?;
         let wal = self
             .wal
             .get()
             .and_then(Weak::upgrade)
-            .ok_or("the store is gone")?;
+            .ok_or(CheckpointError::StoreGone)?;
         *self.last_started.lock() = Instant::now();
         let storage = &*self.config.storage;
         let dir = &self.config.dir;
@@ -66,15 +66,15 @@ impl Checkpoints {
         // The log must reach back to the oldest kept checkpoint, so that
         // recovery can fall back to it with nothing lost.
         let all = checkpoint::retain(storage, dir, CHECKPOINTS_KEPT)
-            .map_err(|e| format!("removing old checkpoints: {e}"))?;
+            .map_err(IoError::doing("removing old checkpoints"))?;
         if checkpoint::list(storage, dir).map_or(0, |l| l.len()) >= CHECKPOINTS_KEPT {
             wal.remove_segments_upto(all)
-                .map_err(|e| format!("removing old log segments: {e}"))?;
+                .map_err(IoError::doing("removing old log segments"))?;
         }
         Ok(info)
     }
 
-    fn record(&self, outcome: &Result<CheckpointInfo, String>) {
+    fn record(&self, outcome: &Result<CheckpointInfo, CheckpointError>) {
         match outcome {
             Ok(info) => {
                 self.ok.fetch_add(1, Ordering::Relaxed);
@@ -82,7 +82,7 @@ impl Checkpoints {
             }
             Err(e) => {
                 self.failed.fetch_add(1, Ordering::Relaxed);
-                *self.last_error.lock() = Some(e.clone());
+                *self.last_error.lock() = Some(e.to_string());
             }
         }
     }
@@ -92,19 +92,25 @@ impl Checkpoints {
 struct CheckpointTask {
     state: Arc<Checkpoints>,
     info: Option<CheckpointInfo>,
-    reply: Option<mpsc::Sender<Result<CheckpointInfo, String>>>,
+    reply: Option<mpsc::Sender<Result<CheckpointInfo, CheckpointError>>>,
 }
 
 impl Task for CheckpointTask {
     fn name(&self) -> String {
         "checkpoint".into()
     }
-    fn run_cpu(&mut self) -> Result<(), String> {
-        self.info = Some(self.state.run()?);
+    fn run_cpu(&mut self) -> Result<(), TaskError> {
+        self.info = Some(self.state.run().map_err(TaskError::Checkpoint)?);
         Ok(())
     }
-    fn finish(&mut self, outcome: Result<(), String>) {
-        let outcome = outcome.map(|()| self.info.take().expect("a finished checkpoint"));
+    fn finish(&mut self, outcome: Result<(), TaskError>) {
+        let outcome = match outcome {
+            Ok(()) => Ok(self.info.take().expect("a finished checkpoint")),
+            Err(TaskError::Checkpoint(e)) => Err(e),
+            // The executor retries a failed offload on the CPU and hands
+            // over that outcome; an offload error never arrives here.
+            Err(TaskError::Offload { source, .. }) => Err(CheckpointError::Io(source)),
+        };
         self.state.record(&outcome);
         self.state.running.store(false, Ordering::Release);
         if let Some(reply) = self.reply.take() {
@@ -130,6 +136,15 @@ fn start_background(state: &Arc<Checkpoints>, executor: &Executor) -> bool {
     true
 }
 
+/// Why SAVE took no checkpoint.
+#[derive(Debug)]
+pub(crate) enum SaveError {
+    /// The log failed, or the store shut down, before the checkpoint ran.
+    ReadOnly(WalError),
+    /// The checkpoint itself failed.
+    Failed(CheckpointError),
+}
+
 /// The durable part of a store.
 #[derive(Debug)]
 pub(crate) struct Durable {
@@ -137,7 +152,7 @@ pub(crate) struct Durable {
     pub(crate) checkpoints: Arc<Checkpoints>,
     executor: Arc<Executor>,
     report: RecoveryReport,
-    shut: Mutex<Option<Result<(), String>>>,
+    shut: Mutex<Option<Result<(), WalError>>>,
 }
 
 impl Durable {
@@ -147,7 +162,7 @@ impl Durable {
         g: &Geometry,
         max_value_len: usize,
         config: DurableConfig,
-    ) -> Result<(Arc<Tree>, Durable)> {
+    ) -> Result<(Arc<Tree>, Durable), RecoveryError> {
         let rec = recovery::recover(g, max_value_len, &*config.storage, &config.dir)?;
         let mut tree = rec.tree;
         let state = Arc::new(Checkpoints {
@@ -187,17 +202,17 @@ impl Durable {
             Arc::clone(&config.storage),
             config.mode,
             config.wal_segment_bytes,
-            Arc::clone(&tree.clock),
+            tree.version_clock(),
             rec.segments,
             tick,
         )
-        .map_err(|e| Error::Io(format!("opening the write-ahead log: {e}")))?;
+        .map_err(IoError::doing("opening the write-ahead log"))?;
         if rec.report.records_replayed > 0 {
             wal.counters
                 .bytes_since_checkpoint
                 .store(replayed_bytes, Ordering::Relaxed);
         }
-        tree.log = Some(Arc::clone(&wal) as Arc<dyn crate::tree::VersionLog>);
+        tree.set_log(Arc::clone(&wal) as Arc<dyn crate::tree::VersionLog>);
         let tree = Arc::new(tree);
         state.tree.set(Arc::downgrade(&tree)).expect("set once");
         state.wal.set(Arc::downgrade(&wal)).expect("set once");
@@ -218,9 +233,9 @@ impl Durable {
     }
 
     /// SAVE: runs a checkpoint on the executor and waits for it.
-    pub(crate) fn checkpoint(&self) -> Result<CheckpointInfo> {
+    pub(crate) fn checkpoint(&self) -> Result<CheckpointInfo, SaveError> {
         if let Some(cause) = self.wal.failure() {
-            return Err(Error::ReadOnly(cause));
+            return Err(SaveError::ReadOnly(cause));
         }
         // Wait for a running one to finish, then run ours.
         loop {
@@ -237,18 +252,18 @@ impl Durable {
         };
         if self.executor.submit(Box::new(task)).is_err() {
             self.checkpoints.running.store(false, Ordering::Release);
-            return Err(Error::ReadOnly("the store is shut down".into()));
+            return Err(SaveError::ReadOnly(WalError::ShutDown));
         }
         match rx.recv() {
-            Ok(r) => r.map_err(Error::Io),
-            Err(_) => Err(Error::Io("the checkpoint task was dropped".into())),
+            Ok(r) => r.map_err(SaveError::Failed),
+            Err(_) => Err(SaveError::Failed(CheckpointError::TaskDropped)),
         }
     }
 
     /// BGSAVE: false if a checkpoint is already queued or running.
-    pub(crate) fn checkpoint_in_background(&self) -> Result<bool> {
+    pub(crate) fn checkpoint_in_background(&self) -> Result<bool, WalError> {
         if let Some(cause) = self.wal.failure() {
-            return Err(Error::ReadOnly(cause));
+            return Err(cause);
         }
         Ok(start_background(&self.checkpoints, &self.executor))
     }
@@ -272,7 +287,7 @@ impl Durable {
             checkpoints_failed: s.failed.load(Ordering::Relaxed),
             last_checkpoint: s.last.lock().clone(),
             last_checkpoint_error: s.last_error.lock().clone(),
-            read_only: self.wal.failure(),
+            read_only: self.wal.failure().map(|e| e.to_string()),
             recovery: self.report.clone(),
             executor: self.executor.stats(),
         }
@@ -280,12 +295,12 @@ impl Durable {
 
     /// Stops background work, writes and fsyncs the log, stops the flusher.
     /// Idempotent: later calls return the first outcome.
-    pub(crate) fn shutdown(&self) -> Result<()> {
+    pub(crate) fn shutdown(&self) -> Result<(), WalError> {
         let mut shut = self.shut.lock();
         if shut.is_none() {
             self.executor.stop();
             *shut = Some(self.wal.shutdown());
         }
-        shut.clone().expect("set above").map_err(Error::ReadOnly)
+        shut.clone().expect("set above")
     }
 }

@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use super::Durability;
+use super::error::{IoError, WalError};
 use super::file::{Storage, WritableFile};
 use super::record::{self, Record};
 use crate::tree::version::VersionClock;
@@ -89,7 +90,7 @@ pub(crate) struct Wal {
     written: AtomicU64,
     /// Waiters for `durable`/`written` block here (with `buffer`).
     progress: Condvar,
-    failure: Mutex<Option<String>>,
+    failure: Mutex<Option<WalError>>,
     failed: AtomicBool,
     stopping: AtomicBool,
     /// The flusher has exited: nothing more becomes durable.
@@ -188,7 +189,7 @@ impl Wal {
     }
 
     /// The cause, once the log has failed.
-    pub(crate) fn failure(&self) -> Option<String> {
+    pub(crate) fn failure(&self) -> Option<WalError> {
         if !self.failed.load(Ordering::Acquire) {
             return None;
         }
@@ -197,12 +198,12 @@ impl Wal {
 
     /// Whether writes may proceed: Err(cause) after a failure or shutdown.
     /// `EverySec`/`None` writers wait here while the buffer is over its bound.
-    pub(crate) fn admit(&self) -> Result<(), String> {
+    pub(crate) fn admit(&self) -> Result<(), WalError> {
         if let Some(cause) = self.failure() {
             return Err(cause);
         }
         if self.stopping.load(Ordering::Acquire) {
-            return Err("the store is shut down".into());
+            return Err(WalError::ShutDown);
         }
         if self.mode != Durability::Always {
             let mut b = self.buffer.lock();
@@ -217,7 +218,7 @@ impl Wal {
     /// Waits until version `v`'s record is as durable as the mode promises
     /// before acknowledgement (`Always`: on disk). Err(cause) if the log
     /// failed first.
-    pub(crate) fn wait_durable(&self, v: u64) -> Result<(), String> {
+    pub(crate) fn wait_durable(&self, v: u64) -> Result<(), WalError> {
         if self.mode != Durability::Always {
             if let Some(cause) = self.failure()
                 && v > self.written.load(Ordering::Acquire)
@@ -240,7 +241,7 @@ impl Wal {
                 return Err(cause);
             }
             if self.exited.load(Ordering::Acquire) {
-                return Err("the store is shut down".into());
+                return Err(WalError::ShutDown);
             }
             self.progress.wait_for(&mut b, IDLE_WAKE);
         }
@@ -251,7 +252,7 @@ impl Wal {
         self.durable.load(Ordering::Acquire)
     }
 
-    fn fail(&self, cause: String) {
+    fn fail(&self, cause: WalError) {
         let mut f = self.failure.lock();
         if f.is_none() {
             *f = Some(cause);
@@ -264,7 +265,7 @@ impl Wal {
     }
 
     /// Writes everything buffered, fsyncs it and stops the flusher.
-    pub(crate) fn shutdown(&self) -> Result<(), String> {
+    pub(crate) fn shutdown(&self) -> Result<(), WalError> {
         self.stopping.store(true, Ordering::Release);
         {
             let _b = self.buffer.lock();
@@ -328,7 +329,7 @@ impl Wal {
                 Durability::None => stop,
             };
             if let Err(e) = self.write_out(&mut file, &bytes, upto, sync) {
-                self.fail(format!("write-ahead log: {e}"));
+                self.fail(WalError::Write(IoError::new("write-ahead log", e)));
                 return;
             }
             if sync {
@@ -347,7 +348,7 @@ impl Wal {
             match self.maybe_rotate(file, upto) {
                 Ok(f) => file = f,
                 Err(e) => {
-                    self.fail(format!("write-ahead log segment: {e}"));
+                    self.fail(WalError::Rotate(IoError::new("write-ahead log segment", e)));
                     return;
                 }
             }

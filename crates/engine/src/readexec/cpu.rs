@@ -20,16 +20,17 @@
 
 use std::ops::Bound;
 
-use super::{BatchResults, ReadBackend, ReadRequest, TreeView, bounds};
+use super::{BatchResults, ReadBackend, ReadRequest, TreeView};
 use crate::config::LINE_BYTES;
+use crate::tree::Tree;
 use crate::tree::node::{
-    Lid, NodePtr, Shortcuts, key_fp, log_dir_entry, prefetch, prefetch_range, shortcut_base,
+    Lid, NodePtr, ShortcutBlock, key_fp, log_dir_entry, prefetch, prefetch_range, shortcut_base,
 };
 use crate::tree::read::{
     SegSearch, WalkFrom, confirm_tie, find_group, find_in_group_tied, interior_child,
     leaf_get_matches, log_fp_matches, published_leaf, segment_lower_bound, settle,
 };
-use crate::tree::{Now, Tree};
+use crate::types::Now;
 
 /// Requests in flight per thread unless configured otherwise.
 pub const DEFAULT_WINDOW: usize = 32;
@@ -119,7 +120,7 @@ impl ReadBackend for CpuBackend {
         requests: &[ReadRequest<'_>],
         out: &mut BatchResults,
     ) {
-        let tree = view.tree;
+        let tree = view.tree();
         let now = &Now::at(now_ms);
         // A lone request has no memory waits to overlap with: the plain
         // path answers it without a flight's stages and their prefetches
@@ -234,7 +235,7 @@ fn step(
 ) -> bool {
     match f.stage {
         Stage::Node => {
-            f.node = tree.pages.get(f.lid).expect("reachable LID is mapped");
+            f.node = tree.pages().get(f.lid).expect("reachable LID is mapped");
             prefetch_range(f.node, 0, head_bytes_at(f.level));
             f.stage = Stage::Head;
             false
@@ -252,7 +253,7 @@ fn step(
             let h = f.node.header();
             let s = SegSearch::deferring(h, f.key);
             let group = find_group(buf, h, &s);
-            let sc = Shortcuts::of(h);
+            let sc = ShortcutBlock::of(h);
             // The group lines were not prefetched (only the top line): ask
             // for the one the search needs and finish it next step.
             let wait_group = sc.has_top() && group.is_some();
@@ -269,13 +270,7 @@ fn step(
             if h.level == 0
                 && let ReadRequest::Get(key) = requests[f.req]
             {
-                f.matches = log_fp_matches(buf, nlog, key_fp(key));
-                let mut m = f.matches;
-                while m != 0 {
-                    let e = log_dir_entry(buf, m.trailing_zeros() as usize);
-                    prefetch(f.node.as_raw().wrapping_add(e.at as usize));
-                    m &= m - 1;
-                }
+                prefetch_log_matches(f, buf, nlog, key);
             }
             f.stage = if wait_group {
                 Stage::Group
@@ -313,34 +308,67 @@ fn step(
                 // prefetch is for.
                 let below = h.level - 1;
                 if below <= 1 {
-                    if let Some(slot) = tree.pages.slot_addr(child) {
+                    if let Some(slot) = tree.pages().slot_addr(child) {
                         prefetch(slot);
                     }
                     (f.lid, f.level, f.stage) = (child, below, Stage::Node);
                 } else {
-                    f.node = tree.pages.get(child).expect("reachable LID is mapped");
+                    f.node = tree.pages().get(child).expect("reachable LID is mapped");
                     prefetch_range(f.node, 0, head_bytes_at(below));
                     (f.lid, f.level, f.stage) = (child, below, Stage::Head);
                 }
                 return false;
             }
-            out.begin(f.req);
-            match requests[f.req] {
-                ReadRequest::Get(key) => {
-                    if let Some(it) = leaf_get_matches(buf, f.matches, seg, key, rv)
-                        && it.is_live(now)
-                    {
-                        out.push(f.req, &it);
-                    }
-                }
-                ReadRequest::Range(r) => {
-                    // The segment search already done here tells where in
-                    // the leaf the walk starts.
-                    let at = segment_lower_bound(buf, h, seg, f.key);
-                    answer_range(tree, rv, now, f.node, at, f.req, r, out);
-                }
-            }
+            answer_at_leaf(tree, rv, now, &requests[f.req], f, buf, seg, out);
             true
+        }
+    }
+}
+
+/// A GET at its leaf: finds the log directory entries whose fingerprint
+/// matches its key and asks for their items.
+#[inline(always)]
+fn prefetch_log_matches(f: &mut Flight<'_>, buf: &[u8], nlog: usize, key: &[u8]) {
+    f.matches = log_fp_matches(buf, nlog, key_fp(key));
+    let mut m = f.matches;
+    while m != 0 {
+        let e = log_dir_entry(buf, m.trailing_zeros() as usize);
+        prefetch(f.node.as_raw().wrapping_add(e.at as usize));
+        m &= m - 1;
+    }
+}
+
+/// Answers a flight's request `request` at its leaf (published bytes
+/// `buf`), where its segment search found `seg`.
+#[inline(always)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "a request's version, clock, flight, leaf, segment and result place"
+)]
+fn answer_at_leaf(
+    tree: &Tree,
+    rv: u64,
+    now: &Now,
+    request: &ReadRequest<'_>,
+    f: &Flight<'_>,
+    buf: &'static [u8],
+    seg: Option<(usize, usize)>,
+    out: &mut BatchResults,
+) {
+    out.begin(f.req);
+    match *request {
+        ReadRequest::Get(key) => {
+            if let Some(it) = leaf_get_matches(buf, f.matches, seg, key, rv)
+                && it.is_live(now)
+            {
+                out.push(f.req, &it);
+            }
+        }
+        ReadRequest::Range(r) => {
+            // The segment search already done here tells where in the leaf
+            // the walk starts.
+            let at = segment_lower_bound(buf, f.node.header(), seg, f.key);
+            answer_range(tree, rv, now, f.node, at, f.req, r, out);
         }
     }
 }
@@ -361,10 +389,10 @@ fn answer_range(
     leaf: NodePtr,
     at: usize,
     req: usize,
-    r: &crate::store::Range,
+    r: &crate::types::Range,
     out: &mut BatchResults,
 ) {
-    let (start, end) = bounds(r);
+    let (start, end) = r.bounds();
     let limit = r.limit.unwrap_or(usize::MAX);
     let mut seen = 0;
     if limit > 0 && !crate::tree::scan::empty_bounds(start, end) {
@@ -399,7 +427,7 @@ mod tests {
         for i in 0..60_000 {
             store.put(&key(i), &i.to_le_bytes()).unwrap();
         }
-        let root = store.tree().pages.get(Lid::ROOT).unwrap();
+        let root = store.tree().pages().get(Lid::ROOT).unwrap();
         assert!(
             root.header().level >= 3,
             "root level {}",

@@ -11,13 +11,11 @@
 
 mod cpu;
 
-use std::ops::Bound;
-
 pub use cpu::CpuBackend;
 
-use crate::store::{ItemView, Range, Version};
 use crate::tree::Tree;
 use crate::tree::node::ItemRef;
+use crate::types::{ItemView, Range, Version};
 
 /// One request of a batch.
 #[derive(Debug, Clone, Copy)]
@@ -132,7 +130,19 @@ impl BatchResults {
 /// the fixed root LID. Opaque outside the engine.
 #[derive(Debug, Clone, Copy)]
 pub struct TreeView<'a> {
-    pub(crate) tree: &'a Tree,
+    tree: &'a Tree,
+}
+
+impl<'a> TreeView<'a> {
+    pub(crate) fn new(tree: &'a Tree) -> TreeView<'a> {
+        TreeView { tree }
+    }
+
+    /// The tree read through this view.
+    #[inline(always)]
+    pub(crate) fn tree(self) -> &'a Tree {
+        self.tree
+    }
 }
 
 /// Executes batches. Implementations must return exactly what the plain read
@@ -149,12 +159,4 @@ pub trait ReadBackend: Send + Sync + std::fmt::Debug {
         requests: &[ReadRequest<'_>],
         out: &mut BatchResults,
     );
-}
-
-/// The bounds of a range as borrowed slices.
-pub(crate) fn bounds(r: &Range) -> (Bound<&[u8]>, Bound<&[u8]>) {
-    (
-        r.start.as_ref().map(|k| &k[..]),
-        r.end.as_ref().map(|k| &k[..]),
-    )
 }

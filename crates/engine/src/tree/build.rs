@@ -110,7 +110,7 @@ fn write_shortcuts(
     offsets: &[usize],
     sorted_end: usize,
 ) {
-    let sc = node::Shortcuts {
+    let sc = node::ShortcutBlock {
         base: node::shortcut_base(level),
         n: prefixes.len(),
     };

@@ -6,189 +6,274 @@
 
 use super::Tree;
 use super::node::{
-    self, ITEM_DUP, ITEM_EXTERNAL, ITEM_REPLACES, ITEM_TOMBSTONE, LOG_META_DUP, LOG_META_EXTERNAL,
-    LOG_META_REPLACES, LOG_META_TOMBSTONE, Shortcuts, decode_interior, key_fp, key_prefix,
-    leaf_item_key, log_dir_entry,
+    self, Header, ITEM_DUP, ITEM_EXTERNAL, ITEM_REPLACES, ITEM_TOMBSTONE, LOG_META_DUP,
+    LOG_META_EXTERNAL, LOG_META_REPLACES, LOG_META_TOMBSTONE, Lid, NodePtr, ShortcutBlock,
+    decode_interior, key_fp, key_prefix, leaf_item_key, log_dir_entry,
 };
 use super::read::{
     LogOrder, WalkFrom, find_segment, first_bp_from, leaf_walk, published_leaf, scan_segment,
 };
 use crate::config::{ITEM_HEADER_BYTES, SHORTCUTS_PER_LINE};
 
+/// A rule of the node layout that a buffer breaks.
+#[derive(Debug)]
+pub(crate) struct LayoutViolation {
+    node: u64,
+    level: u8,
+    what: String,
+}
+
+impl std::fmt::Display for LayoutViolation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "node {} (level {}): {}",
+            self.node, self.level, self.what
+        )
+    }
+}
+
+impl std::error::Error for LayoutViolation {}
+
+type Checked = Result<(), LayoutViolation>;
+
 impl Tree {
     /// Checks every current buffer. The tree must be quiescent.
-    pub(crate) fn check_layout(&self) -> Result<(), String> {
+    pub(crate) fn check_layout(&self) -> Checked {
         for (lid, p) in self.pages.entries() {
             let h = p.header();
             if h.flags & node::NODE_DEAD != 0 {
                 continue;
             }
             let (buf, nlog) = published_leaf(p);
-            let leaf = h.level == 0;
-            let fail = |what: String| Err(format!("node {} (level {}): {what}", lid.0, h.level));
-            if h.sorted_start as usize != node::sorted_start(&self.g, h.level) {
-                return fail(format!("sorted_start {}", h.sorted_start));
-            }
-            // Item boundaries and keys of the sorted block.
-            let mut items = Vec::new();
-            let mut at = h.sorted_start as usize;
-            while at < h.sorted_end as usize {
-                let (key, len) = if leaf {
-                    leaf_item_key(buf, at, false)
-                } else {
-                    let (k, _, len) = decode_interior(buf, at);
-                    (k, len)
-                };
-                items.push((at, key));
-                at += len;
-            }
-            if at != h.sorted_end as usize || items.len() != h.nitems as usize {
-                return fail(format!("{} items end at {at}", items.len()));
-            }
-            // `free` releases sorted-block values only under this flag.
-            // Log-only flags never reach the sorted block (merges copy log
-            // items into it without encoding them again).
-            if leaf
-                && let Some(&(off, _)) = items
-                    .iter()
-                    .find(|&&(off, _)| buf[off] & (ITEM_REPLACES | ITEM_DUP) != 0)
-            {
-                return fail(format!("sorted item at {off} has log flags"));
-            }
-            let external = items.iter().any(|&(off, _)| buf[off] & ITEM_EXTERNAL != 0);
-            if leaf && external && h.flags & node::NODE_EXTERNAL == 0 {
-                return fail("out-of-line value without NODE_EXTERNAL".into());
-            }
-            let skip = h.prefix_skip as usize;
-            if let (Some(first), Some(last)) = (items.first(), items.last())
-                && skip != node::prefix_skip(first.1, last.1)
-            {
-                return fail(format!("prefix_skip {skip}"));
-            }
-            let sc = Shortcuts::of(h);
-            if items.is_empty() != (sc.n == 0) || sc.n > self.g.max_shortcuts() {
-                return fail(format!("{} shortcuts for {} items", sc.n, items.len()));
-            }
-            let mut prev = 0;
-            for i in 0..sc.n {
-                let (prefix, off) = sc.get(buf, i);
-                let Some(&(_, key)) = items.iter().find(|(a, _)| *a == off) else {
-                    return fail(format!("shortcut {i} offset {off} is no item"));
-                };
-                if (i == 0 && off != h.sorted_start as usize) || (i > 0 && off <= prev) {
-                    return fail(format!("shortcut {i} offset {off} out of order"));
-                }
-                prev = off;
-                if prefix != key_prefix(&key[skip..]) {
-                    return fail(format!("shortcut {i} prefix"));
-                }
-                if sc.has_top()
-                    && i % SHORTCUTS_PER_LINE == 0
-                    && sc.top_prefixes(buf)[i / SHORTCUTS_PER_LINE] != prefix
-                {
-                    return fail(format!("top line entry of shortcut {i}"));
-                }
-            }
-            for g in 0..sc.groups() {
-                let end = if (g + 1) * SHORTCUTS_PER_LINE < sc.n {
-                    sc.get(buf, (g + 1) * SHORTCUTS_PER_LINE).1
-                } else {
-                    h.sorted_end as usize
-                };
-                if sc.group(buf, g).offsets[SHORTCUTS_PER_LINE] as usize != end {
-                    return fail(format!("group {g} end"));
-                }
-            }
-            // Every sorted key is found by the search.
-            for &(off, key) in &items {
-                let hit = find_segment(buf, h, key, false)
-                    .and_then(|(from, to)| scan_segment(buf, leaf, from, to, key, false));
-                if hit.map(|(o, _, eq)| (o, eq)) != Some((off, true)) {
-                    return fail(format!("search misses the item at {off}"));
-                }
-            }
-            if !leaf {
+            let mut c = NodeCheck {
+                g: &self.g,
+                lid,
+                p,
+                h,
+                buf,
+                nlog,
+                leaf: h.level == 0,
+                items: Vec::new(),
+            };
+            c.sorted_block()?;
+            c.shortcuts()?;
+            if !c.leaf {
                 if nlog != 0 || buf.len() != h.sorted_end as usize {
-                    return fail("interior node with a log".into());
+                    return c.fail("interior node with a log".into());
                 }
                 continue;
             }
-            // The log directory against the log items.
-            let mut at = h.sorted_end as usize;
-            let mut i = 0;
-            while at < buf.len() {
-                if i >= nlog {
-                    return fail(format!("more log items than the {nlog} published"));
-                }
-                let e = log_dir_entry(buf, i);
-                let flags = buf[at];
-                let x = ITEM_HEADER_BYTES;
-                let bp = u32::from_le_bytes(buf[at + x..at + x + 4].try_into().expect("4"));
-                let hint = buf[at + x + 4] as usize;
-                let (key, len) = leaf_item_key(buf, at, true);
-                let meta_ok = (e.meta & LOG_META_REPLACES != 0) == (flags & ITEM_REPLACES != 0)
-                    && (e.meta & LOG_META_DUP != 0) == (flags & ITEM_DUP != 0)
-                    && (e.meta & LOG_META_TOMBSTONE != 0) == (flags & ITEM_TOMBSTONE != 0)
-                    && (e.meta & LOG_META_EXTERNAL != 0) == (flags & ITEM_EXTERNAL != 0);
-                if e.at as usize != at
-                    || e.bp as u32 != bp
-                    || e.hint() != hint
-                    || e.fp != key_fp(key)
-                    || !meta_ok
-                {
-                    return fail(format!("log directory entry {i}: {e:?}"));
-                }
-                at += len;
-                i += 1;
+            c.log_directory()?;
+            c.log_groups()?;
+            c.walks()?;
+        }
+        Ok(())
+    }
+}
+
+/// One buffer under check, and its sorted items (offset, key) once read.
+struct NodeCheck<'a> {
+    g: &'a crate::config::Geometry,
+    lid: Lid,
+    p: NodePtr,
+    h: &'a Header,
+    buf: &'a [u8],
+    nlog: usize,
+    leaf: bool,
+    items: Vec<(usize, &'a [u8])>,
+}
+
+impl<'a> NodeCheck<'a> {
+    fn fail(&self, what: String) -> Checked {
+        Err(LayoutViolation {
+            node: self.lid.0,
+            level: self.h.level,
+            what,
+        })
+    }
+
+    /// Item boundaries and keys of the sorted block, its flags and shared
+    /// prefix.
+    fn sorted_block(&mut self) -> Checked {
+        let (h, buf, leaf) = (self.h, self.buf, self.leaf);
+        if h.sorted_start as usize != node::sorted_start(self.g, h.level) {
+            return self.fail(format!("sorted_start {}", h.sorted_start));
+        }
+        let mut at = h.sorted_start as usize;
+        while at < h.sorted_end as usize {
+            let (key, len) = if leaf {
+                leaf_item_key(buf, at, false)
+            } else {
+                let (k, _, len) = decode_interior(buf, at);
+                (k, len)
+            };
+            self.items.push((at, key));
+            at += len;
+        }
+        let items = &self.items;
+        if at != h.sorted_end as usize || items.len() != h.nitems as usize {
+            return self.fail(format!("{} items end at {at}", items.len()));
+        }
+        // `free` releases sorted-block values only under this flag.
+        // Log-only flags never reach the sorted block (merges copy log
+        // items into it without encoding them again).
+        if leaf
+            && let Some(&(off, _)) = items
+                .iter()
+                .find(|&&(off, _)| buf[off] & (ITEM_REPLACES | ITEM_DUP) != 0)
+        {
+            return self.fail(format!("sorted item at {off} has log flags"));
+        }
+        let external = items.iter().any(|&(off, _)| buf[off] & ITEM_EXTERNAL != 0);
+        if leaf && external && h.flags & node::NODE_EXTERNAL == 0 {
+            return self.fail("out-of-line value without NODE_EXTERNAL".into());
+        }
+        let skip = h.prefix_skip as usize;
+        if let (Some(first), Some(last)) = (items.first(), items.last())
+            && skip != node::prefix_skip(first.1, last.1)
+        {
+            return self.fail(format!("prefix_skip {skip}"));
+        }
+        Ok(())
+    }
+
+    /// Shortcuts (offsets, prefixes, top line, group ends), and that the
+    /// search finds every sorted key.
+    fn shortcuts(&self) -> Checked {
+        let (h, buf, items) = (self.h, self.buf, &self.items);
+        let skip = h.prefix_skip as usize;
+        let sc = ShortcutBlock::of(h);
+        if items.is_empty() != (sc.n == 0) || sc.n > self.g.max_shortcuts() {
+            return self.fail(format!("{} shortcuts for {} items", sc.n, items.len()));
+        }
+        let mut prev = 0;
+        for i in 0..sc.n {
+            let (prefix, off) = sc.get(buf, i);
+            let Some(&(_, key)) = items.iter().find(|(a, _)| *a == off) else {
+                return self.fail(format!("shortcut {i} offset {off} is no item"));
+            };
+            if (i == 0 && off != h.sorted_start as usize) || (i > 0 && off <= prev) {
+                return self.fail(format!("shortcut {i} offset {off} out of order"));
             }
-            if i != nlog {
-                return fail(format!("{nlog} log entries published, {i} log items"));
+            prev = off;
+            if prefix != key_prefix(&key[skip..]) {
+                return self.fail(format!("shortcut {i} prefix"));
             }
-            // A walk meets the log a back pointer's group at a time: the
-            // groups, chained, are the whole log order.
-            let whole = LogOrder::of(buf, nlog);
-            let mut chained = Vec::new();
-            let mut bp = first_bp_from(buf, nlog, 0);
-            while bp != u32::MAX {
-                let (group, next) = LogOrder::at_bp(buf, nlog, bp);
-                if next <= bp {
-                    return fail(format!("log group after {bp} at {next}"));
-                }
-                chained.extend((0..group.n).map(|j| (group.at(j), group.bp(j), group.flags(j))));
-                bp = next;
+            if sc.has_top()
+                && i % SHORTCUTS_PER_LINE == 0
+                && sc.top_prefixes(buf)[i / SHORTCUTS_PER_LINE] != prefix
+            {
+                return self.fail(format!("top line entry of shortcut {i}"));
             }
-            let all: Vec<_> = (0..whole.n)
-                .map(|j| (whole.at(j), whole.bp(j), whole.flags(j)))
-                .collect();
-            if chained != all {
-                return fail(format!("log groups {chained:?}, log order {all:?}"));
+        }
+        for g in 0..sc.groups() {
+            let end = if (g + 1) * SHORTCUTS_PER_LINE < sc.n {
+                sc.get(buf, (g + 1) * SHORTCUTS_PER_LINE).1
+            } else {
+                h.sorted_end as usize
+            };
+            if sc.group(buf, g).offsets[SHORTCUTS_PER_LINE] as usize != end {
+                return self.fail(format!("group {g} end"));
             }
-            // A walk from any sorted item is the whole walk past the item
-            // before it, at the newest version and at the buffer's own.
-            for rv in [u64::MAX, h.version] {
-                let walk = |from: WalkFrom<'_>| {
-                    let mut seen = Vec::new();
-                    leaf_walk(p, rv, from, |it| {
-                        seen.push((it.key.to_vec(), it.version));
-                        true
-                    });
-                    seen
-                };
-                let full = walk(WalkFrom::First);
-                let ends = items
+        }
+        for &(off, key) in items {
+            let hit = find_segment(buf, h, key, false)
+                .and_then(|(from, to)| scan_segment(buf, self.leaf, from, to, key, false));
+            if hit.map(|(o, _, eq)| (o, eq)) != Some((off, true)) {
+                return self.fail(format!("search misses the item at {off}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The log directory against the log items.
+    fn log_directory(&self) -> Checked {
+        let (h, buf, nlog) = (self.h, self.buf, self.nlog);
+        let mut at = h.sorted_end as usize;
+        let mut i = 0;
+        while at < buf.len() {
+            if i >= nlog {
+                return self.fail(format!("more log items than the {nlog} published"));
+            }
+            let e = log_dir_entry(buf, i);
+            let flags = buf[at];
+            let x = ITEM_HEADER_BYTES;
+            let bp = u32::from_le_bytes(buf[at + x..at + x + 4].try_into().expect("4"));
+            let hint = buf[at + x + 4] as usize;
+            let (key, len) = leaf_item_key(buf, at, true);
+            let meta_ok = (e.meta & LOG_META_REPLACES != 0) == (flags & ITEM_REPLACES != 0)
+                && (e.meta & LOG_META_DUP != 0) == (flags & ITEM_DUP != 0)
+                && (e.meta & LOG_META_TOMBSTONE != 0) == (flags & ITEM_TOMBSTONE != 0)
+                && (e.meta & LOG_META_EXTERNAL != 0) == (flags & ITEM_EXTERNAL != 0);
+            if e.at as usize != at
+                || e.bp as u32 != bp
+                || e.hint() != hint
+                || e.fp != key_fp(key)
+                || !meta_ok
+            {
+                return self.fail(format!("log directory entry {i}: {e:?}"));
+            }
+            at += len;
+            i += 1;
+        }
+        if i != nlog {
+            return self.fail(format!("{nlog} log entries published, {i} log items"));
+        }
+        Ok(())
+    }
+
+    /// A walk meets the log a back pointer's group at a time: the groups,
+    /// chained, are the whole log order.
+    fn log_groups(&self) -> Checked {
+        let (buf, nlog) = (self.buf, self.nlog);
+        let whole = LogOrder::of(buf, nlog);
+        let mut chained = Vec::new();
+        let mut bp = first_bp_from(buf, nlog, 0);
+        while bp != u32::MAX {
+            let (group, next) = LogOrder::at_bp(buf, nlog, bp);
+            if next <= bp {
+                return self.fail(format!("log group after {bp} at {next}"));
+            }
+            chained.extend((0..group.n).map(|j| (group.at(j), group.bp(j), group.flags(j))));
+            bp = next;
+        }
+        let all: Vec<_> = (0..whole.n)
+            .map(|j| (whole.at(j), whole.bp(j), whole.flags(j)))
+            .collect();
+        if chained != all {
+            return self.fail(format!("log groups {chained:?}, log order {all:?}"));
+        }
+        Ok(())
+    }
+
+    /// A walk from any sorted item is the whole walk past the item before
+    /// it, at the newest version and at the buffer's own.
+    fn walks(&self) -> Checked {
+        let items = &self.items;
+        for rv in [u64::MAX, self.h.version] {
+            let walk = |from: WalkFrom<'_>| {
+                let mut seen = Vec::new();
+                leaf_walk(self.p, rv, from, |it| {
+                    seen.push((it.key.to_vec(), it.version));
+                    true
+                });
+                seen
+            };
+            let full = walk(WalkFrom::First);
+            let ends = items
+                .iter()
+                .map(|&(off, _)| off)
+                .chain([self.h.sorted_end as usize]);
+            for (k, off) in ends.enumerate() {
+                let after = k.checked_sub(1).map(|k| items[k].1);
+                let want: Vec<_> = full
                     .iter()
-                    .map(|&(off, _)| off)
-                    .chain([h.sorted_end as usize]);
-                for (k, off) in ends.enumerate() {
-                    let after = k.checked_sub(1).map(|k| items[k].1);
-                    let want: Vec<_> = full
-                        .iter()
-                        .filter(|(key, _)| after.is_none_or(|a| &key[..] > a))
-                        .cloned()
-                        .collect();
-                    if walk(WalkFrom::Offset(off)) != want {
-                        return fail(format!("walk from sorted offset {off} at version {rv}"));
-                    }
+                    .filter(|(key, _)| after.is_none_or(|a| &key[..] > a))
+                    .cloned()
+                    .collect();
+                if walk(WalkFrom::Offset(off)) != want {
+                    return self.fail(format!("walk from sorted offset {off} at version {rv}"));
                 }
             }
         }

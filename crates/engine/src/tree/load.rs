@@ -9,6 +9,31 @@ use super::build::{self, Child, Entry, LeafWriter};
 use super::node::{Lid, ValueRef, key_cmp};
 use crate::config::Geometry;
 
+/// Why the bulk loader refused an item (the tree layer's only error: a
+/// write to a live tree never fails, it restarts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub(crate) enum LoadError {
+    /// The key is empty or longer than the geometry allows.
+    KeyLength { len: usize, max: usize },
+    /// The key is not above the one pushed before it.
+    OutOfOrder,
+    /// The item has version 0 (versions start at 1).
+    ZeroVersion,
+}
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LoadError::KeyLength { len, max } => write!(f, "key of {len} bytes outside 1..={max}"),
+            LoadError::OutOfOrder => f.write_str("keys out of order"),
+            LoadError::ZeroVersion => f.write_str("version 0"),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
+
 /// Builds a tree from a stream of items (`push` in strictly ascending key
 /// order, then `finish`). Nobody else sees the tree until `finish` returns.
 pub(crate) struct BulkLoader<'g> {
@@ -65,19 +90,18 @@ impl<'g> BulkLoader<'g> {
         version: u64,
         expiry: u64,
         cflags: u32,
-    ) -> Result<(), String> {
+    ) -> Result<(), LoadError> {
         if key.is_empty() || key.len() > self.g.max_key_len {
-            return Err(format!(
-                "key of {} bytes outside 1..={}",
-                key.len(),
-                self.g.max_key_len
-            ));
+            return Err(LoadError::KeyLength {
+                len: key.len(),
+                max: self.g.max_key_len,
+            });
         }
         if self.items > 0 && key_cmp(key, &self.last_key) != std::cmp::Ordering::Greater {
-            return Err(format!("keys out of order at item {}", self.items));
+            return Err(LoadError::OutOfOrder);
         }
         if version == 0 {
-            return Err(format!("item {} has version 0", self.items));
+            return Err(LoadError::ZeroVersion);
         }
         if expiry != 0 {
             self.tree().note_expiring();

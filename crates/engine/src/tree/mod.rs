@@ -9,10 +9,20 @@
 //! - `version`: write/read versions and in-order release
 //! - `read`: descents, leaf search, ordered leaf iteration with order hints
 //! - `write`: log appends, merges, splits, node merges
+//! - `group`: atomic groups (their clock hold and log brackets)
+//! - `clear`: FLUSHALL (its record and the leaf-by-leaf delete)
+//! - `snapshots`: pinned read versions
 //! - `reclaim`, `epoch`: when a replaced buffer may be freed
+//!
+//! Nothing outside this module touches a `Tree`'s parts: the store, the
+//! read engine and the durability layer call its methods. The durability
+//! layer reaches in through one hook, [`VersionLog`], through which every
+//! write takes its version and records its log entry.
 
 pub(crate) mod build;
+mod clear;
 pub(crate) mod epoch;
+mod group;
 #[cfg(test)]
 mod layout_check;
 pub(crate) mod load;
@@ -21,6 +31,7 @@ pub(crate) mod page_table;
 pub(crate) mod read;
 pub(crate) mod reclaim;
 pub(crate) mod scan;
+mod snapshots;
 pub(crate) mod version;
 pub(crate) mod write;
 
@@ -30,34 +41,9 @@ use crate::config::Geometry;
 use crate::sync::Mutex;
 use node::{BufferCounter, Lid};
 use page_table::PageTable;
-use reclaim::{Reclaimer, SnapshotRegistry};
-use version::VersionClock;
-
-/// The clock of one request: read at most once, and only when an item with
-/// an expiry is examined (most requests never pay for a clock read).
-#[derive(Debug, Default)]
-pub(crate) struct Now(std::cell::Cell<u64>);
-
-impl Now {
-    /// A clock that reads the system clock on first use.
-    pub(crate) fn lazy() -> Now {
-        Now(std::cell::Cell::new(0))
-    }
-    /// A clock fixed at `ms` (unix milliseconds, > 0).
-    pub(crate) fn at(ms: u64) -> Now {
-        Now(std::cell::Cell::new(ms.max(1)))
-    }
-    /// Unix milliseconds, read once.
-    pub(crate) fn ms(&self) -> u64 {
-        let v = self.0.get();
-        if v != 0 {
-            return v;
-        }
-        let v = crate::store::now_ms().max(1);
-        self.0.set(v);
-        v
-    }
-}
+use reclaim::Reclaimer;
+use snapshots::SnapshotRegistry;
+use version::{VersionClock, WriteVersion};
 
 /// The durability layer's hook into the write path. A write takes its
 /// version through it while it holds its leaf lock, so the log receives
@@ -66,7 +52,8 @@ impl Now {
 pub(crate) trait VersionLog: Send + Sync + std::fmt::Debug {
     /// Takes the next version from `clock` and records `entry` under it
     /// (`None`: a version without a record), atomically with respect to
-    /// every other call.
+    /// every other call. The tree completes the version; the hook must not
+    /// unwind once it has taken it (it only appends bytes to a buffer).
     fn next_version(&self, clock: &VersionClock, entry: Option<LogEntry<'_>>) -> u64;
 }
 
@@ -96,39 +83,40 @@ pub(crate) enum LogEntry<'a> {
 
 /// State shared with deferred reclamation closures (which may outlive the tree).
 #[derive(Debug)]
-pub(crate) struct Shared {
-    pub geometry: Geometry,
-    pub counter: BufferCounter,
-    pub reclaimer: Reclaimer,
-    pub snapshots: Mutex<SnapshotRegistry>,
+struct Shared {
+    geometry: Geometry,
+    counter: BufferCounter,
+    reclaimer: Reclaimer,
+    snapshots: Mutex<SnapshotRegistry>,
     /// LIDs whose anchors were freed, waiting to return to the allocator.
-    pub recycled: Mutex<Vec<Lid>>,
+    recycled: Mutex<Vec<Lid>>,
     /// Deferred reclamation closures not yet run (retire graces and frees).
-    pub deferred: std::sync::atomic::AtomicUsize,
+    deferred: std::sync::atomic::AtomicUsize,
 }
 
-/// The tree: page table, versions, shared reclamation state.
+/// The tree: page table, versions, shared reclamation state. Its parts are
+/// private to this module; the other layers call its methods.
 #[derive(Debug)]
 pub(crate) struct Tree {
-    pub g: Geometry,
-    pub pages: PageTable,
+    g: Geometry,
+    pages: PageTable,
     /// Shared with the log flusher, which raises its limit.
-    pub clock: Arc<VersionClock>,
-    pub shared: Arc<Shared>,
-    pub epochs: epoch::Epochs,
+    clock: Arc<VersionClock>,
+    shared: Arc<Shared>,
+    epochs: epoch::Epochs,
     /// Set on durable stores: every version is taken through it.
-    pub log: Option<Arc<dyn VersionLog>>,
+    log: Option<Arc<dyn VersionLog>>,
     /// Keys stored (expired ones included until they are swept).
-    pub keys: KeyCount,
+    keys: KeyCount,
     /// Set once an item with an expiry is stored or loaded; until then an
     /// expiry sweep has nothing to find and visits nothing.
-    pub expiring: crate::sync::AtomicBool,
+    expiring: crate::sync::AtomicBool,
 }
 
 /// A counter updated by every writing thread: sharded over cache lines so
 /// writers on different cores do not contend, summed on read.
 #[derive(Debug)]
-pub(crate) struct KeyCount {
+struct KeyCount {
     shards: [crossbeam_utils::CachePadded<crate::sync::AtomicI64>; KEY_COUNT_SHARDS],
 }
 
@@ -145,7 +133,7 @@ impl Default for KeyCount {
 }
 
 impl KeyCount {
-    pub(crate) fn add(&self, delta: i64) {
+    fn add(&self, delta: i64) {
         if delta == 0 {
             return;
         }
@@ -161,7 +149,7 @@ impl KeyCount {
     }
 
     /// The sum; exact once writers are quiescent.
-    pub(crate) fn get(&self) -> u64 {
+    fn get(&self) -> u64 {
         let sum: i64 = self
             .shards
             .iter()
@@ -207,12 +195,80 @@ impl Tree {
         }
     }
 
-    /// Takes the next write version, through the log if there is one.
-    pub(crate) fn next_version(&self, entry: Option<LogEntry<'_>>) -> u64 {
-        match &self.log {
+    /// Sets the durability layer's hook: from now on every write version
+    /// is taken through `log`, which records the write's entry under it.
+    pub(crate) fn set_log(&mut self, log: Arc<dyn VersionLog>) {
+        self.log = Some(log);
+    }
+
+    /// The version clock, for the log flusher (which raises its limit and
+    /// poisons it on a failure).
+    pub(crate) fn version_clock(&self) -> Arc<VersionClock> {
+        Arc::clone(&self.clock)
+    }
+
+    /// Restarts the clock so that the next write takes `v + 1` (recovery
+    /// replays records with their own versions; nothing else may write).
+    pub(crate) fn reset_clock(&self, v: u64) {
+        self.clock.reset_to(v);
+    }
+
+    /// Pins the epoch: buffers reachable now stay allocated until the guard
+    /// is dropped. A reader pins *before* it loads the read version (see
+    /// `reclaim`).
+    #[inline(always)]
+    pub(crate) fn pin(&self) -> epoch::Guard {
+        self.epochs.pin()
+    }
+
+    /// Pushes deferred reclamation along.
+    pub(crate) fn flush_epochs(&self) {
+        self.epochs.flush();
+    }
+
+    /// The read version: a read that starts now sees exactly the writes up
+    /// to it.
+    #[inline(always)]
+    pub(crate) fn read_version(&self) -> u64 {
+        self.clock.read_version()
+    }
+
+    /// Waits until every write up to `v` is released. False if the clock is
+    /// poisoned first (`v` will never be released).
+    pub(crate) fn wait_released(&self, v: u64) -> bool {
+        self.clock.wait_released(v)
+    }
+
+    /// Keys stored (expired ones included until they are swept); exact once
+    /// writers are quiescent.
+    pub(crate) fn key_count(&self) -> u64 {
+        self.keys.get()
+    }
+
+    /// Whether an item with an expiry was ever stored or loaded (until then
+    /// an expiry sweep has nothing to find).
+    pub(crate) fn has_expiring(&self) -> bool {
+        self.expiring.load(crate::sync::Ordering::Relaxed)
+    }
+
+    /// The page table (LID -> newest buffer), for the read engine's
+    /// staged descent.
+    #[inline(always)]
+    pub(crate) fn pages(&self) -> &PageTable {
+        &self.pages
+    }
+
+    /// Takes the next write version, through the log if there is one. The
+    /// caller completes it once its write is published; if the caller
+    /// unwinds first, the guard completes it as a no-op (see
+    /// `version::WriteVersion`).
+    #[inline]
+    pub(crate) fn next_version(&self, entry: Option<LogEntry<'_>>) -> WriteVersion<'_> {
+        let v = match &self.log {
             Some(log) => log.next_version(&self.clock, entry),
             None => self.clock.next(),
-        }
+        };
+        self.clock.guard(v)
     }
 
     /// (allocated buffers, buffers reachable from the page table).

@@ -60,66 +60,6 @@ struct Work {
     anchors: Vec<Retired>,
 }
 
-/// Live snapshots: pinned version -> (creations not yet released, reads in
-/// progress, expiry). An entry holds buffers back while it has creations
-/// that have not expired, or reads in progress (a read that began before a
-/// release or expiry finishes at its version).
-#[derive(Debug, Default)]
-pub(crate) struct SnapshotRegistry {
-    pub pins: BTreeMap<u64, (usize, usize, Instant)>,
-}
-
-impl SnapshotRegistry {
-    /// Forgets expired creations; drops entries nobody uses.
-    pub(crate) fn prune(&mut self, now: Instant) {
-        self.pins.retain(|_, e| {
-            if e.2 <= now {
-                e.0 = 0;
-            }
-            e.0 > 0 || e.1 > 0
-        });
-    }
-    /// Releases one creation; false if there was none.
-    pub(crate) fn release(&mut self, v: u64) -> bool {
-        let Some(e) = self.pins.get_mut(&v) else {
-            return false;
-        };
-        if e.0 == 0 {
-            return false;
-        }
-        e.0 -= 1;
-        if e.0 == 0 && e.1 == 0 {
-            self.pins.remove(&v);
-        }
-        true
-    }
-    /// Starts a read at snapshot `v`; false if it is not live.
-    pub(crate) fn enter(&mut self, v: u64, now: Instant) -> bool {
-        match self.pins.get_mut(&v) {
-            Some(e) if e.0 > 0 && e.2 > now => {
-                e.1 += 1;
-                true
-            }
-            _ => false,
-        }
-    }
-    /// Ends a read started by `enter`.
-    pub(crate) fn leave(&mut self, v: u64, now: Instant) {
-        if let Some(e) = self.pins.get_mut(&v) {
-            e.1 -= 1;
-        }
-        self.prune(now);
-    }
-    /// Whether a snapshot (or a read at one) needs read version in `[from, to)`.
-    pub(crate) fn any_in(&self, from: u64, to: u64) -> bool {
-        from < to && self.pins.range(from..to).next().is_some()
-    }
-    /// Live creations.
-    pub(crate) fn live(&self) -> usize {
-        self.pins.values().map(|e| e.0).sum()
-    }
-}
-
 impl Tree {
     /// Retires `buf` (of `lid`), replaced by the released write `to`.
     pub(crate) fn retire(&self, guard: &Guard, buf: NodePtr, lid: Lid, to: u64, anchor: bool) {

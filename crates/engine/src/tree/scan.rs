@@ -7,9 +7,10 @@ use std::ops::Bound;
 
 use std::cmp::Ordering;
 
+use super::Tree;
 use super::node::{ItemRef, Lid, NodePtr, key_cmp};
 use super::read::{Seek, WalkFrom, find_segment, leaf_ordered, leaf_walk, published};
-use super::{Now, Tree};
+use crate::types::Now;
 
 fn after_end(key: &[u8], end: Bound<&[u8]>) -> bool {
     match end {
@@ -156,7 +157,7 @@ impl Tree {
     /// one implementation of range semantics, for the store and the read engine.
     pub(crate) fn visit_range(
         &self,
-        r: &crate::store::Range,
+        r: &crate::types::Range,
         rv: u64,
         now: &Now,
         f: &mut dyn FnMut(ItemRef<'static>) -> bool,

@@ -26,6 +26,13 @@
 //! the read version could not land anywhere while they went on.
 //! While a group is open or its span not yet passed, the read version
 //! advances on a slow path under a mutex; without groups nothing changes.
+//!
+//! **Every version taken is completed, exactly once, on every path**,
+//! a panic included. In-order release is what makes one incomplete version
+//! fatal: the read version would stop below it for good, and with it every
+//! later write's acknowledgement. So a taken version is a [`WriteVersion`]
+//! guard: the write completes it once it is published, and a writer that
+//! unwinds first completes it as a no-op when the guard drops.
 
 use std::collections::BTreeMap;
 
@@ -161,6 +168,56 @@ impl Runs {
     }
 }
 
+/// A write version this thread took (Honeycomb's WriteVersion) and must
+/// complete: [`WriteVersion::complete`] once the write is published, or,
+/// if the writer unwinds before that, the guard's drop.
+///
+/// A version completed by the drop completes as a no-op: the write that
+/// took it had not published anything yet (a log append writes beyond the
+/// published size, a merge or a structure change into buffers no reader
+/// can reach until they are published), so releasing it releases nothing.
+/// A panic in the middle of publishing a structure change (a bug in the
+/// tree) leaves the tree as far as it got; completing the version then
+/// still keeps every other write's release going. With a log, the version's
+/// record may be in the log though the write never took effect in memory:
+/// the write was never acknowledged, so a recovery that replays it is
+/// within what a crash at that point could give.
+#[must_use = "a version taken must be completed"]
+pub(crate) struct WriteVersion<'c> {
+    clock: &'c VersionClock,
+    v: u64,
+}
+
+impl WriteVersion<'_> {
+    /// The version.
+    #[inline(always)]
+    pub(crate) fn get(&self) -> u64 {
+        self.v
+    }
+
+    /// Completes the version: its write is published. Returns it.
+    #[inline(always)]
+    pub(crate) fn complete(self) -> u64 {
+        let this = std::mem::ManuallyDrop::new(self);
+        this.clock.complete(this.v);
+        this.v
+    }
+}
+
+impl Drop for WriteVersion<'_> {
+    /// The writer unwound before publishing its write: complete the version
+    /// as a no-op, so that releases go on past it.
+    fn drop(&mut self) {
+        self.clock.complete(self.v);
+    }
+}
+
+impl std::fmt::Debug for WriteVersion<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("WriteVersion").field(&self.v).finish()
+    }
+}
+
 /// The open group (see the module doc), holding the turn:
 /// `VersionClock::close_group` ends it.
 #[must_use = "an open group holds the read version back until closed"]
@@ -226,9 +283,18 @@ impl VersionClock {
         self.write.load(Ordering::SeqCst)
     }
 
-    /// Takes the next write version. Call with the leaf lock held.
+    /// Takes the next write version. Call with the leaf lock held. The
+    /// caller completes it: callers in the tree hold it as a
+    /// [`WriteVersion`] (`VersionClock::guard`).
     pub(crate) fn next(&self) -> u64 {
         self.write.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// Holds `v`, a version just taken from this clock (`next`), until it
+    /// is completed.
+    #[inline(always)]
+    pub(crate) fn guard(&self, v: u64) -> WriteVersion<'_> {
+        WriteVersion { clock: self, v }
     }
 
     /// Marks `v` complete and advances the read version as far as it can.
@@ -565,6 +631,38 @@ mod tests {
             5000,
             3,
         );
+    }
+
+    /// A writer that unwinds between taking its version and completing it
+    /// must not stall the release of every later version: the guard
+    /// completes it as a no-op.
+    #[test]
+    fn a_version_a_panicking_writer_took_does_not_stall_releases() {
+        let c = VersionClock::starting_at(0);
+        let before = c.guard(c.next());
+        let died = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _v = c.guard(c.next());
+            panic!("the writer dies holding its version");
+        }));
+        assert!(died.is_err());
+        let after = c.guard(c.next()).complete();
+        assert_eq!(c.read_version(), 0, "`before` is still outstanding");
+        before.complete();
+        assert_eq!(
+            c.read_version(),
+            after,
+            "released past the dead writer's version"
+        );
+        // And inside a group: the group closes past it too.
+        let hold = c.open_group();
+        let died = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _v = c.guard(c.next());
+            panic!("a group's writer dies");
+        }));
+        assert!(died.is_err());
+        let last = c.guard(c.next()).complete();
+        c.close_group(hold, last);
+        assert_eq!(c.read_version(), last);
     }
 
     #[test]

@@ -115,8 +115,35 @@ impl McError {
             McError::MaMode => "CLIENT_ERROR invalid mode for ma M token",
             McError::InitialValue => "CLIENT_ERROR invalid numeric initial value",
             McError::MetaDelta => "CLIENT_ERROR invalid numeric delta value",
-            McError::Store(e) => return Cow::Owned(format!("SERVER_ERROR {e}")),
+            McError::Store(e) => {
+                return Cow::Owned(format!("SERVER_ERROR {}", store_error_text(e)));
+            }
         })
+    }
+}
+
+/// The text of a `SERVER_ERROR` for an engine refusal memcached has no
+/// reply of its own for (`docs/protocol.md`). The engine's own `Display`
+/// texts are not protocol wording; each variant is worded here.
+fn store_error_text(e: &StoreError) -> String {
+    match e {
+        StoreError::KeyEmpty => "empty key".into(),
+        StoreError::KeyTooLong { max, .. } => format!("key too long (max {max} bytes)"),
+        StoreError::ValueTooLarge { max, .. } => format!("value too large (max {max} bytes)"),
+        StoreError::NotAnInteger => "value is not an integer or out of range".into(),
+        StoreError::Overflow => "increment or decrement would overflow".into(),
+        StoreError::NoSuchSnapshot => "no such snapshot".into(),
+        StoreError::TooManySnapshots => "too many snapshots".into(),
+        StoreError::SnapshotTooLong { max_secs } => {
+            format!("snapshot expiry exceeds max-snapshot-seconds ({max_secs})")
+        }
+        StoreError::InvalidConfig(why) => format!("invalid configuration: {why}"),
+        StoreError::ReadOnly(cause) => format!("store is read-only: {cause}"),
+        StoreError::Io(e) => format!("I/O error: {e}"),
+        StoreError::Checkpoint(e) => format!("I/O error: {e}"),
+        StoreError::Corrupt(why) => format!("data directory is corrupt: {why}"),
+        StoreError::NotDurable => "the store has no data directory".into(),
+        other => other.to_string(),
     }
 }
 

@@ -1,0 +1,360 @@
+//! The durability layer's errors: one type per part (the log, checkpoints,
+//! recovery), each saying what failed and keeping the `std::io::Error` that
+//! made it fail, with its kind, as its `source()`.
+//!
+//! They are `Clone` (an I/O error is kept in an `Arc`): the log records
+//! its failure once and hands it to every writer refused afterwards. The
+//! store maps them to the public [`crate::Error`].
+
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+
+pub use super::record::Damage;
+
+/// An I/O operation that failed: what was being done, and the
+/// `std::io::Error` (its kind and its own source kept).
+#[derive(Debug, Clone)]
+pub struct IoError {
+    what: String,
+    source: Arc<io::Error>,
+}
+
+impl IoError {
+    /// `source`, which failed while doing `what` (a short description:
+    /// "opening the write-ahead log", "checkpoint ckpt-...ckpt").
+    pub fn new(what: impl Into<String>, source: io::Error) -> IoError {
+        IoError {
+            what: what.into(),
+            source: Arc::new(source),
+        }
+    }
+
+    /// A closure for `map_err` that wraps an `io::Error` with `what`.
+    pub(crate) fn doing(what: impl Into<String>) -> impl FnOnce(io::Error) -> IoError {
+        let what = what.into();
+        move |e| IoError::new(what, e)
+    }
+
+    /// What was being done.
+    pub fn what(&self) -> &str {
+        &self.what
+    }
+
+    /// The kind of the underlying I/O error.
+    pub fn kind(&self) -> io::ErrorKind {
+        self.source.kind()
+    }
+
+    /// The underlying I/O error.
+    pub fn io_error(&self) -> &io::Error {
+        &self.source
+    }
+}
+
+impl fmt::Display for IoError {
+    /// `<what>: <the I/O error>`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.what, self.source)
+    }
+}
+
+impl std::error::Error for IoError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
+    }
+}
+
+/// Equal when they describe the same failure: the same operation, error
+/// kind and message (`io::Error` itself has no equality).
+impl PartialEq for IoError {
+    fn eq(&self, other: &IoError) -> bool {
+        Arc::ptr_eq(&self.source, &other.source)
+            || (self.what == other.what
+                && self.source.kind() == other.source.kind()
+                && self.source.to_string() == other.source.to_string())
+    }
+}
+
+impl Eq for IoError {}
+
+/// Why the write-ahead log refuses writes: the cause of a read-only store
+/// (`Error::ReadOnly`). Once the log fails it stays failed; every later
+/// write is refused with the same error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WalError {
+    /// Writing or syncing the current log segment failed.
+    Write(IoError),
+    /// Starting the next log segment failed.
+    Rotate(IoError),
+    /// The store was shut down: nothing more is written.
+    ShutDown,
+    /// Versions are no longer released, and the log recorded no failure of
+    /// its own: an atomic group failed midway, which poisons the clock as
+    /// a log failure does.
+    Poisoned,
+}
+
+impl fmt::Display for WalError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WalError::Write(e) | WalError::Rotate(e) => e.fmt(f),
+            WalError::ShutDown => f.write_str("the store is shut down"),
+            WalError::Poisoned => f.write_str("the write-ahead log failed"),
+        }
+    }
+}
+
+impl std::error::Error for WalError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            WalError::Write(e) | WalError::Rotate(e) => Some(e.io_error()),
+            _ => None,
+        }
+    }
+}
+
+/// Why the reader of a checkpoint refused one of its items.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ItemRefused {
+    /// The key is empty or longer than the node size allows.
+    KeyLength { len: usize, max: usize },
+    /// The key is not above the one before it.
+    OutOfOrder,
+    /// The item has version 0 (versions start at 1).
+    ZeroVersion,
+    /// The value is longer than the store's `max_value_len`.
+    ValueTooLarge { len: usize },
+    /// The item's version is above the checkpoint's own.
+    VersionAbove { version: u64 },
+}
+
+impl fmt::Display for ItemRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ItemRefused::KeyLength { len, max } => {
+                write!(f, "key of {len} bytes outside 1..={max}")
+            }
+            ItemRefused::OutOfOrder => f.write_str("keys out of order"),
+            ItemRefused::ZeroVersion => f.write_str("version 0"),
+            ItemRefused::ValueTooLarge { len } => {
+                write!(f, "value of {len} bytes over the limit")
+            }
+            ItemRefused::VersionAbove { version } => {
+                write!(f, "item version {version} above the checkpoint's")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ItemRefused {}
+
+/// Why a checkpoint could not be written, or a checkpoint file is not
+/// valid (recovery then falls back to an older one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CheckpointError {
+    /// A file operation failed.
+    Io(IoError),
+    /// The file ends inside its header, a block or its footer.
+    Truncated,
+    /// The header is damaged.
+    Header(Damage),
+    /// The block at this offset is damaged.
+    Block { offset: u64, damage: Damage },
+    /// The footer at this offset is damaged.
+    Footer { offset: u64, damage: Damage },
+    /// The footer's item count is not the number of items in the blocks.
+    ItemCount { footer: u64, blocks: u64 },
+    /// Bytes follow the footer.
+    TrailingBytes,
+    /// The header names another version than the file name.
+    VersionMismatch { header: u64 },
+    /// Item `index` was refused by its reader.
+    Item { index: u64, refused: ItemRefused },
+    /// The store was dropped before the checkpoint ran.
+    StoreGone,
+    /// The checkpoint task was dropped without running (the store shut
+    /// down meanwhile).
+    TaskDropped,
+}
+
+impl fmt::Display for CheckpointError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CheckpointError::Io(e) => e.fmt(f),
+            CheckpointError::Truncated => Damage::Torn.fmt(f),
+            CheckpointError::Header(d) => write!(f, "header {d}"),
+            CheckpointError::Block { offset, damage } => write!(f, "block at {offset}: {damage}"),
+            CheckpointError::Footer { offset, damage } => {
+                write!(f, "footer at {offset}: {damage}")
+            }
+            CheckpointError::ItemCount { footer, blocks } => {
+                write!(f, "footer says {footer} items, blocks hold {blocks}")
+            }
+            CheckpointError::TrailingBytes => f.write_str("bytes after the footer"),
+            CheckpointError::VersionMismatch { header } => {
+                write!(f, "header says version {header}")
+            }
+            CheckpointError::Item { index, refused } => write!(f, "item {index}: {refused}"),
+            CheckpointError::StoreGone => f.write_str("the store is gone"),
+            CheckpointError::TaskDropped => f.write_str("the checkpoint task was dropped"),
+        }
+    }
+}
+
+impl std::error::Error for CheckpointError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CheckpointError::Io(e) => Some(e.io_error()),
+            CheckpointError::Item { refused, .. } => Some(refused),
+            _ => None,
+        }
+    }
+}
+
+impl From<IoError> for CheckpointError {
+    fn from(e: IoError) -> CheckpointError {
+        CheckpointError::Io(e)
+    }
+}
+
+/// Why a log record could not be replayed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RecordRefused {
+    /// The key is empty or longer than the node size allows.
+    KeyLength { len: usize, max: usize },
+    /// The value is longer than the store's `max_value_len`.
+    ValueTooLarge { len: usize },
+}
+
+impl fmt::Display for RecordRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RecordRefused::KeyLength { len, max } => {
+                write!(f, "key of {len} bytes outside 1..={max}")
+            }
+            RecordRefused::ValueTooLarge { len } => {
+                write!(f, "value of {len} bytes over the limit")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RecordRefused {}
+
+/// Why a data directory could not be opened. Except for `Io`, recovery
+/// refuses the directory rather than lose acknowledged writes, and changes
+/// nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RecoveryError {
+    /// A file operation failed.
+    Io(IoError),
+    /// The log starts after the newest valid checkpoint: the records in
+    /// between are missing.
+    MissingRecords {
+        segment: String,
+        log_start: u64,
+        checkpoint: u64,
+    },
+    /// A whole record (its checksum holds) of a kind this version does not
+    /// know: written by a newer combkv.
+    UnknownRecordKind {
+        segment: String,
+        offset: u64,
+        kind: u8,
+    },
+    /// A valid record that cannot be applied.
+    BadRecord {
+        segment: String,
+        version: u64,
+        refused: RecordRefused,
+    },
+}
+
+impl fmt::Display for RecoveryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RecoveryError::Io(e) => e.fmt(f),
+            RecoveryError::MissingRecords {
+                segment,
+                log_start,
+                checkpoint,
+            } => write!(
+                f,
+                "the log starts at version {log_start} ({segment}) but the newest valid checkpoint is at version {checkpoint}: records in between are missing"
+            ),
+            RecoveryError::UnknownRecordKind {
+                segment,
+                offset,
+                kind,
+            } => write!(
+                f,
+                "{segment}: offset {offset}: {}; nothing was changed: open the directory with the version that wrote it",
+                Damage::UnknownKind(*kind)
+            ),
+            RecoveryError::BadRecord {
+                segment,
+                version,
+                refused,
+            } => write!(f, "{segment}: record {version}: {refused}"),
+        }
+    }
+}
+
+impl std::error::Error for RecoveryError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RecoveryError::Io(e) => Some(e.io_error()),
+            RecoveryError::BadRecord { refused, .. } => Some(refused),
+            _ => None,
+        }
+    }
+}
+
+impl From<IoError> for RecoveryError {
+    fn from(e: IoError) -> RecoveryError {
+        RecoveryError::Io(e)
+    }
+}
+
+/// A durability mode name that is not one (`Durability::from_str`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseDurabilityError {
+    input: String,
+}
+
+impl ParseDurabilityError {
+    pub(crate) fn new(input: &str) -> ParseDurabilityError {
+        ParseDurabilityError {
+            input: input.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for ParseDurabilityError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown durability {:?} (always, everysec, none)",
+            self.input
+        )
+    }
+}
+
+impl std::error::Error for ParseDurabilityError {}
+
+impl From<crate::tree::load::LoadError> for ItemRefused {
+    fn from(e: crate::tree::load::LoadError) -> ItemRefused {
+        use crate::tree::load::LoadError;
+        match e {
+            LoadError::KeyLength { len, max } => ItemRefused::KeyLength { len, max },
+            LoadError::OutOfOrder => ItemRefused::OutOfOrder,
+            LoadError::ZeroVersion => ItemRefused::ZeroVersion,
+        }
+    }
+}

@@ -1,0 +1,351 @@
+//! Applying a decided write: each op is one `Store::write_key` whose
+//! decision is a pure function of the op and the key's live item.
+
+use std::borrow::Cow;
+
+use super::{
+    Arith, Cond, ExpireWhen, Number, OnMissing, Op, Outcome, Status, parse_signed, parse_unsigned,
+};
+use crate::error::{Error, Result};
+use crate::store::{Ack, Session, Store};
+use crate::tree::write::WriteOp;
+use crate::types::{Expiry, Flags};
+
+impl Store {
+    /// Applies a decided write and waits for its acknowledgement (durable
+    /// per the mode, and visible). A refused op (a key or value over the
+    /// limits, a number that is not one) changes nothing.
+    pub fn apply(&self, op: &Op<'_>) -> Result<Outcome> {
+        self.apply_in(Ack::Now, op)
+    }
+
+    pub(super) fn apply_in(&self, ack: Ack<'_>, op: &Op<'_>) -> Result<Outcome> {
+        match op {
+            &Op::Put {
+                key,
+                value,
+                expiry,
+                flags,
+                cond,
+                return_old,
+            } => self.apply_put(ack, key, value, expiry, flags, cond, return_old),
+            &Op::Delete {
+                key,
+                cond,
+                return_old,
+            } => self.apply_delete(ack, key, cond, return_old),
+            &Op::Append {
+                key,
+                value,
+                front,
+                on_missing,
+                cond,
+            } => self.apply_append(ack, key, value, front, on_missing, cond),
+            &Op::Incr {
+                key,
+                arith,
+                on_missing,
+                cond,
+                expiry,
+            } => self.apply_incr(ack, key, arith, on_missing, cond, expiry),
+            &Op::Expire {
+                key,
+                expiry,
+                when,
+                past,
+                return_item,
+            } => self.apply_expire(ack, key, expiry, when, past, return_item),
+            Op::Atomic(writes) => Ok(Outcome::Atomic {
+                versions: self.write_atomically_in(ack, writes)?,
+            }),
+            Op::Clear => {
+                self.clear_in(ack)?;
+                Ok(Outcome::Clear)
+            }
+        }
+    }
+
+    #[expect(clippy::too_many_arguments, reason = "the fields of one op")]
+    fn apply_put(
+        &self,
+        ack: Ack<'_>,
+        key: &[u8],
+        value: &[u8],
+        expiry: Expiry,
+        flags: Flags,
+        cond: Cond,
+        return_old: bool,
+    ) -> Result<Outcome> {
+        self.check_key(key)?;
+        self.check_value(value.len())?;
+        let ((status, old), version) = self.write_key(ack, key, |cur| {
+            let status = Status::of(cond, cur);
+            let old = if return_old {
+                cur.map(|c| c.to_item())
+            } else {
+                None
+            };
+            if status != Status::Done {
+                return (WriteOp::Noop, (status, old));
+            }
+            let op = WriteOp::Put {
+                value: Cow::Borrowed(value),
+                expiry: Self::expiry_ms(expiry, cur),
+                flags: flags.resolve(cur.map(|c| c.cflags)),
+            };
+            (op, (status, old))
+        })?;
+        Ok(Outcome::Put {
+            status,
+            version,
+            old,
+        })
+    }
+
+    fn apply_delete(
+        &self,
+        ack: Ack<'_>,
+        key: &[u8],
+        cond: Cond,
+        return_old: bool,
+    ) -> Result<Outcome> {
+        self.check_key(key)?;
+        let ((status, old), version) = self.write_key(ack, key, |cur| {
+            let status = match Status::of(cond, cur) {
+                Status::Done if cur.is_none() => Status::Missing,
+                s => s,
+            };
+            let old = if return_old {
+                cur.map(|c| c.to_item())
+            } else {
+                None
+            };
+            match status {
+                Status::Done => (WriteOp::Delete, (status, old)),
+                _ => (WriteOp::Noop, (status, old)),
+            }
+        })?;
+        Ok(Outcome::Delete {
+            status,
+            version,
+            old,
+        })
+    }
+
+    fn apply_append(
+        &self,
+        ack: Ack<'_>,
+        key: &[u8],
+        value: &[u8],
+        front: bool,
+        on_missing: OnMissing<'_>,
+        cond: Cond,
+    ) -> Result<Outcome> {
+        self.check_key(key)?;
+        let (r, version) = self.write_key(ack, key, |cur| {
+            let status = Status::of(cond, cur);
+            if status != Status::Done {
+                return (WriteOp::Noop, Ok((status, 0)));
+            }
+            let (old, expiry, flags) = match (cur, on_missing) {
+                (Some(c), _) => (c.value.bytes(), c.expiry, c.cflags),
+                (None, OnMissing::Fail) => return (WriteOp::Noop, Ok((Status::Missing, 0))),
+                (None, OnMissing::Empty) => (&[][..], 0, 0),
+                (None, OnMissing::Create { value, expiry }) => {
+                    if let Err(e) = self.check_value(value.len()) {
+                        return (WriteOp::Noop, Err(e));
+                    }
+                    let op = WriteOp::Put {
+                        value: Cow::Borrowed(value),
+                        expiry: Self::expiry_ms(expiry, None),
+                        flags: 0,
+                    };
+                    return (op, Ok((Status::Done, value.len())));
+                }
+            };
+            let len = old.len() + value.len();
+            if let Err(e) = self.check_value(len) {
+                return (WriteOp::Noop, Err(e));
+            }
+            let mut v = Vec::with_capacity(len);
+            let (a, b) = if front { (value, old) } else { (old, value) };
+            v.extend_from_slice(a);
+            v.extend_from_slice(b);
+            let op = WriteOp::Put {
+                value: Cow::Owned(v),
+                expiry,
+                flags,
+            };
+            (op, Ok((Status::Done, len)))
+        })?;
+        let (status, len) = r?;
+        Ok(Outcome::Append {
+            status,
+            version,
+            len,
+        })
+    }
+
+    fn apply_incr(
+        &self,
+        ack: Ack<'_>,
+        key: &[u8],
+        arith: Arith,
+        on_missing: OnMissing<'_>,
+        cond: Cond,
+        expiry: Expiry,
+    ) -> Result<Outcome> {
+        self.check_key(key)?;
+        let (r, version) = self.write_key(ack, key, |cur| {
+            let status = Status::of(cond, cur);
+            let zero = match arith {
+                Arith::Signed(_) => Number::Signed(0),
+                Arith::Unsigned { .. } => Number::Unsigned(0),
+            };
+            if status != Status::Done {
+                return (WriteOp::Noop, Ok((status, zero, false, None)));
+            }
+            let created = cur.is_none() && matches!(on_missing, OnMissing::Create { .. });
+            let number = match (cur, on_missing) {
+                (None, OnMissing::Fail) => {
+                    return (WriteOp::Noop, Ok((Status::Missing, zero, false, None)));
+                }
+                (None, OnMissing::Create { value, .. }) => match read_number(arith, value) {
+                    Some(n) => Ok(n),
+                    None => return (WriteOp::Noop, Err(Error::NotAnInteger)),
+                },
+                (None, OnMissing::Empty) => step(arith, zero),
+                (Some(c), _) => match read_number(arith, c.value.bytes()) {
+                    Some(n) => step(arith, n),
+                    None => return (WriteOp::Noop, Err(Error::NotAnInteger)),
+                },
+            };
+            let number = match number {
+                Ok(n) => n,
+                Err(e) => return (WriteOp::Noop, Err(e)),
+            };
+            let expiry = match (cur, on_missing) {
+                (None, OnMissing::Create { expiry, .. }) => Self::expiry_ms(expiry, None),
+                _ => Self::expiry_ms(expiry, cur),
+            };
+            let text = match number {
+                Number::Signed(n) => n.to_string(),
+                Number::Unsigned(n) => n.to_string(),
+            };
+            let op = WriteOp::Put {
+                value: Cow::Owned(text.into_bytes()),
+                expiry,
+                flags: cur.map_or(0, |c| c.cflags),
+            };
+            let at = (expiry != 0).then_some(expiry);
+            (op, Ok((Status::Done, number, created, at)))
+        })?;
+        let (status, number, created, expires_at_ms) = r?;
+        Ok(Outcome::Incr {
+            status,
+            version,
+            number,
+            created,
+            expires_at_ms,
+        })
+    }
+
+    fn apply_expire(
+        &self,
+        ack: Ack<'_>,
+        key: &[u8],
+        expiry: Expiry,
+        when: ExpireWhen,
+        past: bool,
+        return_item: bool,
+    ) -> Result<Outcome> {
+        self.check_key(key)?;
+        let ((status, item), version) = self.write_key(ack, key, |cur| {
+            let Some(c) = cur else {
+                return (WriteOp::Noop, (Status::Missing, None));
+            };
+            let current = (c.expiry != 0).then_some(c.expiry);
+            let new = match expiry {
+                Expiry::AtMs(t) => Some(t.max(1)),
+                Expiry::Never => None,
+                Expiry::Keep => current,
+            };
+            let later = |a: Option<u64>, b: Option<u64>| match (a, b) {
+                (None, _) => false,
+                (Some(_), None) => true,
+                (Some(a), Some(b)) => a < b,
+            };
+            let holds = (!when.nx || current.is_none())
+                && (!when.xx || current.is_some())
+                && (!when.gt || later(current, new))
+                && (!when.lt || later(new, current));
+            if !holds {
+                return (WriteOp::Noop, (Status::Mismatch, None));
+            }
+            if past {
+                return (WriteOp::Delete, (Status::Done, None));
+            }
+            let item = return_item.then(|| {
+                let mut it = c.to_item();
+                it.expires_at_ms = new;
+                it
+            });
+            // The value is rewritten with the new expiry: the write's
+            // buffer outlives the leaf the item is read from.
+            let op = WriteOp::Put {
+                value: Cow::Owned(c.value.bytes().to_vec()),
+                expiry: new.unwrap_or(0),
+                flags: c.cflags,
+            };
+            (op, (Status::Done, item))
+        })?;
+        // The item afterwards carries the version of the write that made it.
+        let item = item.map(|mut it| {
+            it.version = version.unwrap_or(it.version);
+            it
+        });
+        Ok(Outcome::Expire {
+            status,
+            version,
+            item,
+        })
+    }
+}
+
+/// The number `value` holds under `arith`'s rules.
+fn read_number(arith: Arith, value: &[u8]) -> Option<Number> {
+    match arith {
+        Arith::Signed(_) => parse_signed(value).map(Number::Signed),
+        Arith::Unsigned { .. } => {
+            // memcached reads an empty value as no number.
+            (!value.is_empty())
+                .then(|| parse_unsigned(value))
+                .flatten()
+                .map(Number::Unsigned)
+        }
+    }
+}
+
+/// `n` changed by `arith`'s delta.
+fn step(arith: Arith, n: Number) -> Result<Number> {
+    match (arith, n) {
+        (Arith::Signed(d), Number::Signed(n)) => {
+            n.checked_add(d).map(Number::Signed).ok_or(Error::Overflow)
+        }
+        (Arith::Unsigned { delta, decrement }, Number::Unsigned(n)) => {
+            Ok(Number::Unsigned(if decrement {
+                n.saturating_sub(delta)
+            } else {
+                n.wrapping_add(delta)
+            }))
+        }
+        _ => unreachable!("read_number reads the kind arith names"),
+    }
+}
+
+impl Session<'_> {
+    /// [`Store::apply`], acknowledged at the session's commit.
+    pub fn apply(&self, op: &Op<'_>) -> Result<Outcome> {
+        self.store.apply_in(self.ack(), op)
+    }
+}

@@ -1,0 +1,308 @@
+//! Decided writes: what a write command does, as data, and its application.
+//!
+//! A protocol turns a write command into an [`Op`] (the *decision*): it
+//! validates the arguments and resolves everything that depends on the
+//! moment it is decided, relative expiry times above all, into absolute
+//! values. Applying the op ([`Store::apply`], [`Session::apply`]) is then a
+//! deterministic function of the op and the key's current item: the same op
+//! applied to the same state gives the same result and the same new state.
+//! That is what lets an op travel, in a replicated log for instance, and be
+//! applied again elsewhere.
+//!
+//! Each op is one atomic step: the condition is checked and the write made
+//! with the key locked against other writers.
+
+mod apply;
+#[cfg(test)]
+mod tests;
+
+use std::borrow::Cow;
+
+use crate::tree::node::ItemRef;
+use crate::types::{AtomicWrite, Expiry, Flags, Item, Version};
+#[cfg(doc)]
+use crate::{Error, Session, Store};
+
+/// The condition a single-key write holds to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Cond {
+    /// Whatever the key holds.
+    #[default]
+    Any,
+    /// Only if the key is absent (SET NX, memcached add).
+    Absent,
+    /// Only if the key is present (SET XX, memcached replace).
+    Present,
+    /// Only if the key's item has this version (compare-and-swap).
+    Version(Version),
+}
+
+/// Why a conditional write did nothing, or that it did its work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// The write happened (or, for a delete, found its key).
+    Done,
+    /// The key is absent, and the op needed it present.
+    Missing,
+    /// The key is present, and the op needed it absent.
+    Present,
+    /// The key is present with another version than the op's condition.
+    Mismatch,
+}
+
+impl Status {
+    /// What `cond` says of the item `cur` (`Done`: it holds).
+    fn of(cond: Cond, cur: Option<&ItemRef<'_>>) -> Status {
+        match (cond, cur) {
+            (Cond::Any, _) | (Cond::Absent, None) => Status::Done,
+            (Cond::Present, Some(_)) => Status::Done,
+            (Cond::Version(v), Some(c)) if c.version == v.0 => Status::Done,
+            (Cond::Absent, Some(_)) => Status::Present,
+            (Cond::Present | Cond::Version(_), None) => Status::Missing,
+            (Cond::Version(_), Some(_)) => Status::Mismatch,
+        }
+    }
+}
+
+/// How [`Op::Incr`] reads and changes a number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arith {
+    /// Redis: the value is a signed 64-bit decimal in Redis's strict syntax
+    /// (an absent key reads as 0); a result outside `i64` is
+    /// [`Error::Overflow`], a value that is no such number
+    /// [`Error::NotAnInteger`].
+    Signed(i64),
+    /// memcached: the value is an unsigned 64-bit decimal
+    /// ([`parse_unsigned`]); increments wrap at 2^64, decrements stop at 0.
+    /// A value that is no such number is [`Error::NotAnInteger`].
+    Unsigned {
+        /// How much to add, or with `decrement`, to take away.
+        delta: u64,
+        decrement: bool,
+    },
+}
+
+/// A number an [`Op::Incr`] left in the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Number {
+    Signed(i64),
+    Unsigned(u64),
+}
+
+/// What [`Op::Incr`] and [`Op::Append`] do when the key is absent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnMissing<'a> {
+    /// Nothing: the result is [`Status::Missing`].
+    Fail,
+    /// Work on an empty value (APPEND) or on 0 (INCR), with no expiry.
+    Empty,
+    /// Store this value with this expiry and no flags, and apply no delta
+    /// (memcached meta `N` flag: the value is the initial one).
+    Create { value: &'a [u8], expiry: Expiry },
+}
+
+/// The EXPIRE family's conditions on the current expiry (Redis 7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ExpireWhen {
+    /// Only if the key has no expiry.
+    pub nx: bool,
+    /// Only if the key has an expiry.
+    pub xx: bool,
+    /// Only if the new expiry is later than the current one (none counts
+    /// as infinitely late).
+    pub gt: bool,
+    /// Only if the new expiry is earlier than the current one.
+    pub lt: bool,
+}
+
+/// A decided write: the data of one write command, every relative time
+/// already resolved. Borrows its keys and values (from a request buffer, or
+/// from a log record it was decoded from).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Op<'a> {
+    /// Store `value` under `key` if `cond` holds. `return_old`: the outcome
+    /// carries the item the key held (SET ... GET).
+    Put {
+        key: &'a [u8],
+        value: &'a [u8],
+        expiry: Expiry,
+        flags: Flags,
+        cond: Cond,
+        return_old: bool,
+    },
+    /// Remove `key` if `cond` holds (and it is present).
+    Delete {
+        key: &'a [u8],
+        cond: Cond,
+        return_old: bool,
+    },
+    /// Add `value` after (or with `front`, before) the current value,
+    /// keeping the item's expiry and flags, if `cond` holds.
+    Append {
+        key: &'a [u8],
+        value: &'a [u8],
+        front: bool,
+        on_missing: OnMissing<'a>,
+        cond: Cond,
+    },
+    /// Change the number stored at `key`, if `cond` holds. `expiry` is the
+    /// updated item's expiry ([`Expiry::Keep`] for INCR).
+    Incr {
+        key: &'a [u8],
+        arith: Arith,
+        on_missing: OnMissing<'a>,
+        cond: Cond,
+        expiry: Expiry,
+    },
+    /// Set (`Expiry::AtMs`) or remove (`Expiry::Never`) the expiry of a
+    /// present key if `when` holds. `past`: the deadline had passed when
+    /// the op was decided, so the key is deleted instead (as Redis does).
+    /// `return_item`: the outcome carries the item as it is afterwards
+    /// (memcached gat).
+    Expire {
+        key: &'a [u8],
+        expiry: Expiry,
+        when: ExpireWhen,
+        past: bool,
+        return_item: bool,
+    },
+    /// Several puts and deletes as one atomic step (MSET, multi-key DEL).
+    Atomic(Cow<'a, [AtomicWrite<'a>]>),
+    /// Remove every key (FLUSHALL).
+    Clear,
+}
+
+/// What applying an [`Op`] did. `version` is the version of the write it
+/// made (`None`: it wrote nothing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Outcome {
+    Put {
+        status: Status,
+        version: Option<Version>,
+        /// With `return_old`: the item before the write.
+        old: Option<Item>,
+    },
+    Delete {
+        status: Status,
+        version: Option<Version>,
+        /// With `return_old`: the item deleted.
+        old: Option<Item>,
+    },
+    Append {
+        status: Status,
+        version: Option<Version>,
+        /// The value's length afterwards.
+        len: usize,
+    },
+    Incr {
+        status: Status,
+        version: Option<Version>,
+        /// The number stored afterwards (meaningful when `Done`).
+        number: Number,
+        /// `OnMissing::Create` made the item.
+        created: bool,
+        /// The item's expiry afterwards (unix ms).
+        expires_at_ms: Option<u64>,
+    },
+    Expire {
+        /// `Done`: the expiry changed (or the key was deleted as past);
+        /// `Missing`: absent; `Mismatch`: a condition of `when` failed.
+        status: Status,
+        version: Option<Version>,
+        /// With `return_item`: the item as it is afterwards.
+        item: Option<Item>,
+    },
+    /// One result per write: the version it took, or `None` for a delete
+    /// whose key was absent.
+    Atomic {
+        versions: Vec<Option<Version>>,
+    },
+    Clear,
+}
+
+impl Outcome {
+    /// The status of a single-key op (`Done` for `Atomic` and `Clear`).
+    pub fn status(&self) -> Status {
+        match self {
+            Outcome::Put { status, .. }
+            | Outcome::Delete { status, .. }
+            | Outcome::Append { status, .. }
+            | Outcome::Incr { status, .. }
+            | Outcome::Expire { status, .. } => *status,
+            Outcome::Atomic { .. } | Outcome::Clear => Status::Done,
+        }
+    }
+
+    /// The version of the write the op made, for single-key ops.
+    pub fn version(&self) -> Option<Version> {
+        match self {
+            Outcome::Put { version, .. }
+            | Outcome::Delete { version, .. }
+            | Outcome::Append { version, .. }
+            | Outcome::Incr { version, .. }
+            | Outcome::Expire { version, .. } => *version,
+            Outcome::Atomic { .. } | Outcome::Clear => None,
+        }
+    }
+}
+
+/// memcached's reading of a stored number (its `safe_strtoull`): optional
+/// leading white space, an optional sign, decimal digits, and optional
+/// trailing white space; within `u64`; a negative number is refused.
+pub fn parse_unsigned(s: &[u8]) -> Option<u64> {
+    let space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | b'\x0b' | b'\x0c' | b'\r');
+    let mut i = 0;
+    while i < s.len() && space(s[i]) {
+        i += 1;
+    }
+    let mut neg = false;
+    if i < s.len() && (s[i] == b'+' || s[i] == b'-') {
+        neg = s[i] == b'-';
+        i += 1;
+    }
+    let start = i;
+    let mut v: u64 = 0;
+    while i < s.len() && s[i].is_ascii_digit() {
+        v = v.checked_mul(10)?.checked_add(u64::from(s[i] - b'0'))?;
+        i += 1;
+    }
+    if i == start || (i < s.len() && !space(s[i])) {
+        return None;
+    }
+    if neg {
+        // strtoull negates; memcached refuses what then reads as negative.
+        v = v.wrapping_neg();
+        if (v as i64) < 0 {
+            return None;
+        }
+    }
+    Some(v)
+}
+
+/// Redis's integer syntax (`string2ll`): an optional '-', digits, no '+',
+/// no spaces, no leading zeros, within `i64`.
+pub fn parse_signed(b: &[u8]) -> Option<i64> {
+    let (neg, digits) = match b {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, b),
+    };
+    match digits {
+        [] => return None,
+        [b'0'] => return (!neg).then_some(0),
+        [b'0', ..] => return None,
+        _ if digits.len() > 19 => return None,
+        _ => {}
+    }
+    // Accumulate negatively so i64::MIN parses without overflow.
+    let mut n: i64 = 0;
+    for &d in digits {
+        let v = d.wrapping_sub(b'0');
+        if v > 9 {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_sub(i64::from(v))?;
+    }
+    if neg { Some(n) } else { n.checked_neg() }
+}

@@ -1,0 +1,219 @@
+use super::*;
+use crate::{Config, Error, Store};
+
+fn put(key: &[u8], value: &[u8], cond: Cond) -> Op<'static> {
+    // Leaked so the op may borrow them for 'static in a test.
+    let key: &'static [u8] = Box::leak(key.to_vec().into_boxed_slice());
+    let value: &'static [u8] = Box::leak(value.to_vec().into_boxed_slice());
+    Op::Put {
+        key,
+        value,
+        expiry: Expiry::Never,
+        flags: Flags::Set(0),
+        cond,
+        return_old: true,
+    }
+}
+
+#[test]
+fn conditions_decide_put_and_delete() {
+    let s = Store::new(Config::default()).unwrap();
+    let r = s.apply(&put(b"k", b"1", Cond::Present)).unwrap();
+    assert_eq!(r.status(), Status::Missing);
+    let r = s.apply(&put(b"k", b"1", Cond::Absent)).unwrap();
+    assert_eq!(r.status(), Status::Done);
+    let v1 = r.version().unwrap();
+    let r = s.apply(&put(b"k", b"2", Cond::Absent)).unwrap();
+    assert_eq!(r.status(), Status::Present);
+    let r = s
+        .apply(&put(b"k", b"2", Cond::Version(Version(v1.0 + 100))))
+        .unwrap();
+    assert_eq!(r.status(), Status::Mismatch);
+    let r = s.apply(&put(b"k", b"2", Cond::Version(v1))).unwrap();
+    let Outcome::Put { status, old, .. } = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(status, Status::Done);
+    assert_eq!(old.unwrap().value.as_ref(), b"1");
+    assert_eq!(s.get(b"k").unwrap().unwrap().as_ref(), b"2");
+    let del = Op::Delete {
+        key: b"k",
+        cond: Cond::Any,
+        return_old: true,
+    };
+    let r = s.apply(&del).unwrap();
+    assert!(
+        matches!(&r, Outcome::Delete { status: Status::Done, old: Some(o), .. } if o.value.as_ref() == b"2")
+    );
+    assert_eq!(s.apply(&del).unwrap().status(), Status::Missing);
+}
+
+#[test]
+fn incr_follows_each_protocols_rules() {
+    let s = Store::new(Config::default()).unwrap();
+    let incr = |arith, on_missing| Op::Incr {
+        key: b"n",
+        arith,
+        on_missing,
+        cond: Cond::Any,
+        expiry: Expiry::Keep,
+    };
+    let r = s.apply(&incr(Arith::Signed(5), OnMissing::Empty)).unwrap();
+    assert!(matches!(
+        r,
+        Outcome::Incr {
+            number: Number::Signed(5),
+            ..
+        }
+    ));
+    s.put(b"n", &i64::MAX.to_string().into_bytes()).unwrap();
+    let e = s.apply(&incr(Arith::Signed(1), OnMissing::Empty));
+    assert_eq!(e.unwrap_err(), Error::Overflow);
+    s.put(b"n", b"+1").unwrap();
+    let e = s.apply(&incr(Arith::Signed(1), OnMissing::Empty));
+    assert_eq!(e.unwrap_err(), Error::NotAnInteger, "Redis refuses '+1'");
+    let down = Arith::Unsigned {
+        delta: 5,
+        decrement: true,
+    };
+    s.put(b"n", b" 3 ").unwrap();
+    let r = s.apply(&incr(down, OnMissing::Fail)).unwrap();
+    assert!(matches!(
+        r,
+        Outcome::Incr {
+            number: Number::Unsigned(0),
+            ..
+        }
+    ));
+    s.put(b"n", &u64::MAX.to_string().into_bytes()).unwrap();
+    let up = Arith::Unsigned {
+        delta: 2,
+        decrement: false,
+    };
+    let r = s.apply(&incr(up, OnMissing::Fail)).unwrap();
+    assert!(matches!(
+        r,
+        Outcome::Incr {
+            number: Number::Unsigned(1),
+            ..
+        }
+    ));
+    s.delete(b"n").unwrap();
+    let r = s.apply(&incr(up, OnMissing::Fail)).unwrap();
+    assert_eq!(r.status(), Status::Missing);
+    let create = OnMissing::Create {
+        value: b"10",
+        expiry: Expiry::Never,
+    };
+    let r = s.apply(&incr(up, create)).unwrap();
+    assert!(matches!(
+        r,
+        Outcome::Incr {
+            number: Number::Unsigned(10),
+            created: true,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn expire_conditions_and_past_deadlines() {
+    let s = Store::new(Config::default()).unwrap();
+    s.put(b"k", b"v").unwrap();
+    let at = crate::now_ms() + 60_000;
+    let expire = |expiry, when, past| Op::Expire {
+        key: b"k",
+        expiry,
+        when,
+        past,
+        return_item: true,
+    };
+    let xx = ExpireWhen {
+        xx: true,
+        ..ExpireWhen::default()
+    };
+    let r = s.apply(&expire(Expiry::AtMs(at), xx, false)).unwrap();
+    assert_eq!(r.status(), Status::Mismatch, "XX needs an expiry");
+    let r = s
+        .apply(&expire(Expiry::AtMs(at), ExpireWhen::default(), false))
+        .unwrap();
+    let Outcome::Expire { item, version, .. } = r else {
+        panic!()
+    };
+    let item = item.unwrap();
+    assert_eq!(
+        (item.expires_at_ms, Some(item.version)),
+        (Some(at), version)
+    );
+    let gt = ExpireWhen {
+        gt: true,
+        ..ExpireWhen::default()
+    };
+    let r = s.apply(&expire(Expiry::AtMs(at - 1), gt, false)).unwrap();
+    assert_eq!(r.status(), Status::Mismatch);
+    let r = s.apply(&expire(Expiry::Never, gt, false)).unwrap();
+    assert_eq!(r.status(), Status::Done, "no expiry is later than any");
+    let r = s
+        .apply(&expire(Expiry::AtMs(1), ExpireWhen::default(), true))
+        .unwrap();
+    assert_eq!(r.status(), Status::Done);
+    assert_eq!(s.get(b"k").unwrap(), None, "a past deadline deletes");
+}
+
+#[test]
+fn append_creates_or_fails_on_a_missing_key() {
+    let s = Store::new(Config::default()).unwrap();
+    let app = |front, on_missing| Op::Append {
+        key: b"a",
+        value: b"xy",
+        front,
+        on_missing,
+        cond: Cond::Any,
+    };
+    assert_eq!(
+        s.apply(&app(false, OnMissing::Fail)).unwrap().status(),
+        Status::Missing
+    );
+    let r = s.apply(&app(false, OnMissing::Empty)).unwrap();
+    assert!(matches!(r, Outcome::Append { len: 2, .. }));
+    s.apply(&app(true, OnMissing::Fail)).unwrap();
+    assert_eq!(s.get(b"a").unwrap().unwrap().as_ref(), b"xyxy");
+    let small = Store::new(Config {
+        max_value_len: 3,
+        ..Config::default()
+    })
+    .unwrap();
+    let e = small.apply(&app(false, OnMissing::Empty)).unwrap();
+    assert!(matches!(e, Outcome::Append { len: 2, .. }));
+    let e = small.apply(&app(false, OnMissing::Empty)).unwrap_err();
+    assert!(matches!(e, Error::ValueTooLarge { len: 4, max: 3 }));
+}
+
+#[test]
+fn number_parsers_follow_redis_and_memcached() {
+    for (s, want) in [
+        (&b"0"[..], Some(0)),
+        (b"-1", Some(-1)),
+        (b"+1", None),
+        (b"01", None),
+        (b"-0", None),
+        (b" 1", None),
+        (b"9223372036854775807", Some(i64::MAX)),
+        (b"-9223372036854775808", Some(i64::MIN)),
+        (b"9223372036854775808", None),
+    ] {
+        assert_eq!(parse_signed(s), want, "{:?}", String::from_utf8_lossy(s));
+    }
+    for (s, want) in [
+        (&b"0"[..], Some(0)),
+        (b" 12 ", Some(12)),
+        (b"+7", Some(7)),
+        (b"-1", None),
+        (b"1x", None),
+        (b"", None),
+        (b"18446744073709551615", Some(u64::MAX)),
+        (b"18446744073709551616", None),
+    ] {
+        assert_eq!(parse_unsigned(s), want, "{:?}", String::from_utf8_lossy(s));
+    }
+}

@@ -1,0 +1,138 @@
+//! Reads: point lookups, ranges, floor and ceil, and read-engine batches.
+//! Each reads at one read version, taken after pinning the epoch; none
+//! locks, waits or retries.
+
+use std::ops::Bound;
+
+use bytes::Bytes;
+
+use super::Store;
+use crate::error::Result;
+use crate::readexec::{BatchResults, ReadRequest, TreeView};
+use crate::tree::node::ItemRef;
+use crate::types::{Item, ItemView, Now, Range, SnapshotId};
+
+impl Store {
+    /// The value of `key`.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        Ok(self.get_item(key)?.map(|i| i.value))
+    }
+
+    /// The item of `key`: value, version and expiry.
+    pub fn get_item(&self, key: &[u8]) -> Result<Option<Item>> {
+        self.check_key(key)?;
+        Ok(self.read(|rv, now| self.item_at(key, rv, now)))
+    }
+
+    pub(super) fn item_at(&self, key: &[u8], rv: u64, now: &Now) -> Option<Item> {
+        self.tree
+            .get_at(key, rv)
+            .filter(|it| it.is_live(now))
+            .map(|it| it.to_item())
+    }
+
+    /// Looks `key` up and hands the item (if live) to `f` without copying.
+    /// `f` runs while the reader holds its epoch pin: keep it short (copy or
+    /// serialise what it needs).
+    pub fn get_with<T>(&self, key: &[u8], f: impl FnOnce(Option<ItemView<'_>>) -> T) -> Result<T> {
+        self.check_key(key)?;
+        Ok(self.read(|rv, now| {
+            let it = self.tree.get_at(key, rv).filter(|it| it.is_live(now));
+            f(it.as_ref().map(ItemRef::view))
+        }))
+    }
+
+    /// Visits the items of a range in order, as one consistent snapshot,
+    /// without copying, until `f` returns false or the range (or its limit)
+    /// ends; returns how many items `f` saw. Like `get_with`, `f` runs pinned.
+    pub fn scan(&self, r: &Range, mut f: impl FnMut(ItemView<'_>) -> bool) -> Result<usize> {
+        self.check_range(r)?;
+        Ok(self.read(|rv, now| self.visit_at_version(r, rv, now, |it| f(it.view()))))
+    }
+
+    /// The items of a range, as one consistent snapshot.
+    pub fn range(&self, r: &Range) -> Result<Vec<Item>> {
+        self.check_range(r)?;
+        Ok(self.read(|rv, now| self.range_at_version(r, rv, now)))
+    }
+
+    pub(super) fn range_at_version(&self, r: &Range, rv: u64, now: &Now) -> Vec<Item> {
+        let mut out = Vec::new();
+        self.visit_at_version(r, rv, now, |it| {
+            out.push(it.to_item());
+            true
+        });
+        out
+    }
+
+    /// Calls `f` with the range's items at `rv` (respecting the limit) until
+    /// it returns false; returns how many it saw.
+    pub(super) fn visit_at_version(
+        &self,
+        r: &Range,
+        rv: u64,
+        now: &Now,
+        mut f: impl FnMut(&ItemRef<'_>) -> bool,
+    ) -> usize {
+        self.tree.visit_range(r, rv, now, &mut |it| f(&it))
+    }
+
+    /// The item with the greatest key `<= key`.
+    pub fn floor(&self, key: &[u8]) -> Result<Option<Item>> {
+        self.check_key(key)?;
+        Ok(self.read(|rv, now| self.tree.floor_at(key, rv, now).map(|it| it.to_item())))
+    }
+
+    /// The item with the smallest key `>= key`.
+    pub fn ceil(&self, key: &[u8]) -> Result<Option<Item>> {
+        self.check_key(key)?;
+        let r = Range::new(Bound::Included(key.to_vec()), Bound::Unbounded).with_limit(1);
+        Ok(self
+            .read(|rv, now| self.range_at_version(&r, rv, now))
+            .pop())
+    }
+
+    /// Executes a batch of reads on the read engine: every request sees the
+    /// same read version; results land in `out` (request `i`'s items are
+    /// `out.items(i)`), exactly what the plain reads would return at that
+    /// version. Invalid keys or bounds fail the whole batch before anything runs.
+    pub fn read_batch(&self, requests: &[ReadRequest<'_>], out: &mut BatchResults) -> Result<()> {
+        self.check_batch(requests)?;
+        self.read(|rv, now| self.execute_batch(requests, rv, now, out));
+        Ok(())
+    }
+
+    /// As `read_batch`, at a snapshot's version.
+    pub fn read_batch_at(
+        &self,
+        id: SnapshotId,
+        requests: &[ReadRequest<'_>],
+        out: &mut BatchResults,
+    ) -> Result<()> {
+        self.check_batch(requests)?;
+        self.at_snapshot(id, |rv, now| self.execute_batch(requests, rv, now, out))
+    }
+
+    pub(super) fn check_batch(&self, requests: &[ReadRequest<'_>]) -> Result<()> {
+        for r in requests {
+            match r {
+                ReadRequest::Get(k) => self.check_key(k)?,
+                ReadRequest::Range(r) => self.check_range(r)?,
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn execute_batch(
+        &self,
+        requests: &[ReadRequest<'_>],
+        rv: u64,
+        now: &Now,
+        out: &mut BatchResults,
+    ) {
+        out.reset(requests.len(), rv);
+        // One clock reading stamps the batch, as one read version does.
+        let tree = TreeView::new(&self.tree);
+        self.backend.execute(tree, rv, now.ms(), requests, out);
+    }
+}

@@ -1,0 +1,96 @@
+//! Sessions: writes acknowledged together.
+
+use std::cell::Cell;
+
+use super::{Ack, Store};
+use crate::error::Result;
+use crate::types::{AtomicWrite, Expiry, ItemView, Version, Write};
+
+/// A batch of writes acknowledged together: every write method of `Store`,
+/// with the same arguments and results, but the acknowledgement waits for
+/// `commit`, so a pipeline of writes pays for one group commit.
+///
+/// Until `commit` returns Ok, the session's writes are not acknowledged:
+/// they may not be visible to reads yet (with `Always`, not before they
+/// are durable), and a crash may lose them. Reads, including the session's
+/// own, do not see them before they are released; commit before reading
+/// your own writes. A session dropped without `commit` leaves its writes
+/// applied; they become durable and visible on their own.
+#[derive(Debug)]
+pub struct Session<'s> {
+    pub(super) store: &'s Store,
+    /// The newest version an answer so far rests on.
+    pending: Cell<u64>,
+}
+
+impl Session<'_> {
+    /// Waits until every write of the session is durable (per the mode) and
+    /// visible. Err(ReadOnly) if the log failed first: then none of the
+    /// session's writes since the last commit may be taken as acknowledged.
+    pub fn commit(&self) -> Result<()> {
+        let v = self.pending.replace(0);
+        if v == 0 {
+            return Ok(());
+        }
+        self.store.wait_acknowledgeable(v)
+    }
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<Version> {
+        self.put_with(key, value, Expiry::Never)
+    }
+    pub fn put_with(&self, key: &[u8], value: &[u8], expiry: Expiry) -> Result<Version> {
+        self.store.put_in(self.ack(), key, value, expiry)
+    }
+    pub fn insert(&self, key: &[u8], value: &[u8]) -> Result<Option<Version>> {
+        self.store.insert_in(self.ack(), key, value)
+    }
+    pub fn update(&self, key: &[u8], value: &[u8]) -> Result<Option<Version>> {
+        self.store.update_in(self.ack(), key, value)
+    }
+    pub fn delete(&self, key: &[u8]) -> Result<Option<Version>> {
+        self.store.delete_in(self.ack(), key)
+    }
+    pub fn cas(
+        &self,
+        key: &[u8],
+        expected: u64,
+        value: &[u8],
+        expiry: Expiry,
+    ) -> Result<Option<Version>> {
+        self.store.cas_in(self.ack(), key, expected, value, expiry)
+    }
+    pub fn incr_by(&self, key: &[u8], delta: i64) -> Result<i64> {
+        self.store.incr_by_in(self.ack(), key, delta)
+    }
+    pub fn append(&self, key: &[u8], value: &[u8]) -> Result<usize> {
+        self.store.append_in(self.ack(), key, value)
+    }
+    pub fn expire(&self, key: &[u8], expiry: Expiry) -> Result<Option<Version>> {
+        self.store.expire_in(self.ack(), key, expiry)
+    }
+    pub fn clear(&self) -> Result<()> {
+        self.store.clear_in(self.ack())
+    }
+    pub fn write_atomically(&self, writes: &[AtomicWrite<'_>]) -> Result<Vec<Option<Version>>> {
+        self.store.write_atomically_in(self.ack(), writes)
+    }
+    pub fn write_with<R>(
+        &self,
+        key: &[u8],
+        decide: impl FnMut(Option<ItemView<'_>>) -> (Write, R),
+    ) -> Result<(R, Option<Version>)> {
+        self.store.write_with_in(self.ack(), key, decide)
+    }
+    pub(super) fn ack(&self) -> Ack<'_> {
+        Ack::Defer(&self.pending)
+    }
+}
+
+impl Store {
+    /// A session: writes whose acknowledgement waits for `Session::commit`.
+    pub fn session(&self) -> Session<'_> {
+        Session {
+            store: self,
+            pending: Cell::new(0),
+        }
+    }
+}

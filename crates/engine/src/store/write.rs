@@ -1,0 +1,509 @@
+//! Writes: each takes its key's leaf lock in the tree, lets a decision
+//! see the key's live item, and is acknowledged once released (and, with a
+//! log, durable), at once or at a session's commit.
+
+use std::borrow::Cow;
+use std::cell::Cell;
+
+use super::{Store, op};
+use crate::durable::WalError;
+use crate::error::{Error, Result};
+use crate::tree::node::ItemRef;
+use crate::tree::write::{WriteMode, WriteOp};
+use crate::types::{AtomicWrite, Expiry, ItemView, Now, Version, Write, now_ms};
+
+/// When a write's answer may go out.
+#[derive(Clone, Copy)]
+pub(super) enum Ack<'s> {
+    /// Now: wait for its release (and durability).
+    Now,
+    /// At the session's commit: note the version to wait for.
+    Defer(&'s Cell<u64>),
+}
+
+impl Store {
+    pub(super) fn expiry_ms(e: Expiry, current: Option<&ItemRef<'_>>) -> u64 {
+        e.resolve(current.map(|c| c.expiry))
+    }
+
+    /// Refuses writes after a durability failure or shutdown.
+    pub(super) fn admit(&self) -> Result<()> {
+        match &self.durable {
+            Some(d) => d.wal.admit().map_err(Error::ReadOnly),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits until every write up to `v` is released, and with a log, as
+    /// durable as the mode promises: then an answer resting on them may go out.
+    pub(super) fn wait_acknowledgeable(&self, v: u64) -> Result<()> {
+        if let Some(d) = &self.durable {
+            d.wal.wait_durable(v).map_err(Error::ReadOnly)?;
+        }
+        if !self.tree.wait_released(v) {
+            let cause = self
+                .durable
+                .as_ref()
+                .and_then(|d| d.wal.failure())
+                .unwrap_or(WalError::Poisoned);
+            return Err(Error::ReadOnly(cause));
+        }
+        Ok(())
+    }
+
+    pub(super) fn acknowledge(&self, ack: Ack<'_>, v: u64) -> Result<()> {
+        match ack {
+            Ack::Now => self.wait_acknowledgeable(v),
+            Ack::Defer(pending) => {
+                pending.set(pending.get().max(v));
+                Ok(())
+            }
+        }
+    }
+
+    /// One logged write of `key`: `decide` sees the newest live item.
+    pub(super) fn write_key<'v, R>(
+        &self,
+        ack: Ack<'_>,
+        key: &[u8],
+        decide: impl FnMut(Option<&ItemRef<'_>>) -> (WriteOp<'v>, R),
+    ) -> Result<(R, Option<Version>)> {
+        self.admit()?;
+        let now = Now::lazy();
+        let mode = WriteMode {
+            now: Some(&now),
+            logged: true,
+        };
+        let w = self.tree.write(key, mode, decide);
+        self.acknowledge(ack, w.wait_for)?;
+        Ok((w.result, w.version.map(Version)))
+    }
+
+    /// The general conditional write: `decide` sees the key's live item (or
+    /// `None`) with the key locked against other writers and returns what to
+    /// do and a result for the caller. The decision and the write are one
+    /// atomic step, so read-then-write commands (SET with NX/XX/GET, GETDEL,
+    /// EXPIRE with NX/XX/GT/LT) need no retry loop. `decide` may run more
+    /// than once (the write restarts if a structure change intervenes) and
+    /// must only depend on its argument. Returns the result and the write's
+    /// version (`None` for [`Write::Keep`]).
+    pub fn write_with<R>(
+        &self,
+        key: &[u8],
+        decide: impl FnMut(Option<ItemView<'_>>) -> (Write, R),
+    ) -> Result<(R, Option<Version>)> {
+        self.write_with_in(Ack::Now, key, decide)
+    }
+
+    pub(super) fn write_with_in<R>(
+        &self,
+        ack: Ack<'_>,
+        key: &[u8],
+        mut decide: impl FnMut(Option<ItemView<'_>>) -> (Write, R),
+    ) -> Result<(R, Option<Version>)> {
+        self.check_key(key)?;
+        let mut refused = None;
+        let (r, v) = self.write_key(ack, key, |cur| {
+            let (w, r) = decide(cur.map(ItemRef::view));
+            let op = match w {
+                Write::Keep => WriteOp::Noop,
+                Write::Delete => WriteOp::Delete,
+                Write::Put {
+                    value,
+                    expiry,
+                    flags,
+                } => {
+                    if let Err(e) = self.check_value(value.len()) {
+                        refused = Some(e);
+                        return (WriteOp::Noop, Some(r));
+                    }
+                    refused = None;
+                    WriteOp::Put {
+                        value: Cow::Owned(value),
+                        expiry: Self::expiry_ms(expiry, cur),
+                        flags: flags.resolve(cur.map(|c| c.cflags)),
+                    }
+                }
+            };
+            (op, Some(r))
+        })?;
+        if let Some(e) = refused {
+            return Err(e);
+        }
+        Ok((r.expect("decide ran"), v))
+    }
+
+    /// Stores `value` under `key` (insert or overwrite) with no expiry.
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<Version> {
+        self.put_with(key, value, Expiry::Never)
+    }
+
+    /// Stores `value` under `key` with an expiry.
+    pub fn put_with(&self, key: &[u8], value: &[u8], expiry: Expiry) -> Result<Version> {
+        self.put_in(Ack::Now, key, value, expiry)
+    }
+
+    pub(super) fn put_in(
+        &self,
+        ack: Ack<'_>,
+        key: &[u8],
+        value: &[u8],
+        expiry: Expiry,
+    ) -> Result<Version> {
+        self.check_key(key)?;
+        self.check_value(value.len())?;
+        let ((), v) = self.write_key(ack, key, |cur| {
+            let expiry = Self::expiry_ms(expiry, cur);
+            (
+                WriteOp::Put {
+                    value: Cow::Borrowed(value),
+                    expiry,
+                    flags: 0,
+                },
+                (),
+            )
+        })?;
+        Ok(v.expect("a put always writes"))
+    }
+
+    /// Stores `value` only if `key` is absent. `None`: it was present.
+    pub fn insert(&self, key: &[u8], value: &[u8]) -> Result<Option<Version>> {
+        self.insert_in(Ack::Now, key, value)
+    }
+
+    pub(super) fn insert_in(
+        &self,
+        ack: Ack<'_>,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<Option<Version>> {
+        self.check_key(key)?;
+        self.check_value(value.len())?;
+        let ((), v) = self.write_key(ack, key, |cur| match cur {
+            Some(_) => (WriteOp::Noop, ()),
+            None => (
+                WriteOp::Put {
+                    value: Cow::Borrowed(value),
+                    expiry: 0,
+                    flags: 0,
+                },
+                (),
+            ),
+        })?;
+        Ok(v)
+    }
+
+    /// Overwrites the value of `key` only if present (keeps no expiry).
+    /// `None`: it was absent.
+    pub fn update(&self, key: &[u8], value: &[u8]) -> Result<Option<Version>> {
+        self.update_in(Ack::Now, key, value)
+    }
+
+    pub(super) fn update_in(
+        &self,
+        ack: Ack<'_>,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<Option<Version>> {
+        self.check_key(key)?;
+        self.check_value(value.len())?;
+        let ((), v) = self.write_key(ack, key, |cur| match cur {
+            None => (WriteOp::Noop, ()),
+            Some(_) => (
+                WriteOp::Put {
+                    value: Cow::Borrowed(value),
+                    expiry: 0,
+                    flags: 0,
+                },
+                (),
+            ),
+        })?;
+        Ok(v)
+    }
+
+    /// Applies `writes` in order as one atomic step (MSET, multi-key DEL):
+    /// a reader, a scan or a snapshot sees all of them or none, and none is
+    /// acknowledged before all are. Every key and value is checked first; a
+    /// bad one changes nothing. One result per write: a put's version, a
+    /// delete's version or `None` if the key was absent.
+    ///
+    /// Each write takes its own version, in order; the read version jumps
+    /// over the group's versions at once (`VersionClock` groups, which take
+    /// turns). Writes by others that land in between are released with the
+    /// group. A single write is atomic already and goes without a group.
+    pub fn write_atomically(&self, writes: &[AtomicWrite<'_>]) -> Result<Vec<Option<Version>>> {
+        self.write_atomically_in(Ack::Now, writes)
+    }
+
+    pub(super) fn write_atomically_in(
+        &self,
+        ack: Ack<'_>,
+        writes: &[AtomicWrite<'_>],
+    ) -> Result<Vec<Option<Version>>> {
+        for w in writes {
+            match *w {
+                AtomicWrite::Put { key, value, .. } => {
+                    self.check_key(key)?;
+                    self.check_value(value.len())?;
+                }
+                AtomicWrite::Delete { key } => self.check_key(key)?,
+            }
+        }
+        if writes.is_empty() {
+            return Ok(Vec::new());
+        }
+        if let [w] = writes {
+            return Ok(vec![match *w {
+                AtomicWrite::Put { key, value, expiry } => {
+                    Some(self.put_in(ack, key, value, expiry)?)
+                }
+                AtomicWrite::Delete { key } => self.delete_in(ack, key)?,
+            }]);
+        }
+        self.admit()?;
+        // Closed on every way out (see `Group`): a group that does not
+        // finish never becomes visible in part.
+        let mut group = self.tree.open_group();
+        // Each write's acknowledgement waits for the group's end: nothing
+        // inside may wait for a release, which the open group holds back.
+        let wait = Cell::new(0);
+        let mut out = Vec::with_capacity(writes.len());
+        for w in writes {
+            let v = match *w {
+                AtomicWrite::Put { key, value, expiry } => {
+                    Some(self.put_in(Ack::Defer(&wait), key, value, expiry)?)
+                }
+                AtomicWrite::Delete { key } => self.delete_in(Ack::Defer(&wait), key)?,
+            };
+            // The span reaches every version the group's writes took or
+            // their decisions saw (`Group::extend`).
+            group.extend(wait.get());
+            out.push(v);
+        }
+        // Closing hands the turn on: this group's acknowledgement (a
+        // release, perhaps an fsync) is waited for without holding it.
+        let last = group.close();
+        self.acknowledge(ack, last)?;
+        Ok(out)
+    }
+
+    /// Removes `key`. `None`: it was absent.
+    pub fn delete(&self, key: &[u8]) -> Result<Option<Version>> {
+        self.delete_in(Ack::Now, key)
+    }
+
+    pub(super) fn delete_in(&self, ack: Ack<'_>, key: &[u8]) -> Result<Option<Version>> {
+        self.check_key(key)?;
+        let ((), v) = self.write_key(ack, key, |cur| match cur {
+            None => (WriteOp::Noop, ()),
+            Some(_) => (WriteOp::Delete, ()),
+        })?;
+        Ok(v)
+    }
+
+    /// Stores `value` only if the item's version is `expected` (0: only if
+    /// absent). `None`: the version did not match.
+    pub fn cas(
+        &self,
+        key: &[u8],
+        expected: u64,
+        value: &[u8],
+        expiry: Expiry,
+    ) -> Result<Option<Version>> {
+        self.cas_in(Ack::Now, key, expected, value, expiry)
+    }
+
+    pub(super) fn cas_in(
+        &self,
+        ack: Ack<'_>,
+        key: &[u8],
+        expected: u64,
+        value: &[u8],
+        expiry: Expiry,
+    ) -> Result<Option<Version>> {
+        self.check_key(key)?;
+        self.check_value(value.len())?;
+        let ((), v) = self.write_key(ack, key, |cur| {
+            let matches = match cur {
+                None => expected == 0,
+                Some(c) => c.version == expected,
+            };
+            if matches {
+                let expiry = Self::expiry_ms(expiry, cur);
+                (
+                    WriteOp::Put {
+                        value: Cow::Borrowed(value),
+                        expiry,
+                        flags: 0,
+                    },
+                    (),
+                )
+            } else {
+                (WriteOp::Noop, ())
+            }
+        })?;
+        Ok(v)
+    }
+
+    /// Adds `delta` to the decimal integer stored at `key` (absent = 0) and
+    /// returns the result. Keeps the expiry.
+    pub fn incr_by(&self, key: &[u8], delta: i64) -> Result<i64> {
+        self.incr_by_in(Ack::Now, key, delta)
+    }
+
+    pub(super) fn incr_by_in(&self, ack: Ack<'_>, key: &[u8], delta: i64) -> Result<i64> {
+        self.check_key(key)?;
+        let (r, _) = self.write_key(ack, key, |cur| {
+            let old = match cur {
+                None => 0,
+                Some(c) => match op::parse_signed(c.value.bytes()) {
+                    Some(n) => n,
+                    None => return (WriteOp::Noop, Err(Error::NotAnInteger)),
+                },
+            };
+            match old.checked_add(delta) {
+                None => (WriteOp::Noop, Err(Error::Overflow)),
+                Some(n) => {
+                    let expiry = cur.map_or(0, |c| c.expiry);
+                    let flags = cur.map_or(0, |c| c.cflags);
+                    let value = Cow::Owned(n.to_string().into_bytes());
+                    let op = WriteOp::Put {
+                        value,
+                        expiry,
+                        flags,
+                    };
+                    (op, Ok(n))
+                }
+            }
+        })?;
+        r
+    }
+
+    /// Appends `value` to the value at `key` (absent = empty) and returns the
+    /// new length. Keeps the expiry.
+    pub fn append(&self, key: &[u8], value: &[u8]) -> Result<usize> {
+        self.append_in(Ack::Now, key, value)
+    }
+
+    pub(super) fn append_in(&self, ack: Ack<'_>, key: &[u8], value: &[u8]) -> Result<usize> {
+        self.check_key(key)?;
+        let (r, _) = self.write_key(ack, key, |cur| {
+            let old = cur.map_or(&[][..], |c| c.value.bytes());
+            let len = old.len() + value.len();
+            if let Err(e) = self.check_value(len) {
+                return (WriteOp::Noop, Err(e));
+            }
+            let mut v = Vec::with_capacity(len);
+            v.extend_from_slice(old);
+            v.extend_from_slice(value);
+            let expiry = cur.map_or(0, |c| c.expiry);
+            (
+                WriteOp::Put {
+                    value: Cow::Owned(v),
+                    expiry,
+                    flags: cur.map_or(0, |c| c.cflags),
+                },
+                Ok(len),
+            )
+        })?;
+        r
+    }
+
+    /// Sets or clears the expiry of an existing key (a write: the item gets a
+    /// new version). `None`: absent.
+    pub fn expire(&self, key: &[u8], expiry: Expiry) -> Result<Option<Version>> {
+        self.expire_in(Ack::Now, key, expiry)
+    }
+
+    pub(super) fn expire_in(
+        &self,
+        ack: Ack<'_>,
+        key: &[u8],
+        expiry: Expiry,
+    ) -> Result<Option<Version>> {
+        self.check_key(key)?;
+        let ((), v) = self.write_key(ack, key, |cur| match cur {
+            None => (WriteOp::Noop, ()),
+            Some(c) => {
+                let expiry = Self::expiry_ms(expiry, Some(c));
+                (
+                    WriteOp::Put {
+                        value: Cow::Owned(c.value.bytes().to_vec()),
+                        expiry,
+                        flags: c.cflags,
+                    },
+                    (),
+                )
+            }
+        })?;
+        Ok(v)
+    }
+
+    /// Removes every key (FLUSHALL). Logged as one Clear record.
+    ///
+    /// Not atomic for concurrent readers: the clear takes a version `c`,
+    /// waits until every write before it is released (and, with a log,
+    /// durable), then deletes every item older than `c` leaf by leaf, so a
+    /// reader meanwhile may see some of those items gone and others not yet.
+    /// Writes concurrent with the clear (versions above `c`) survive it, as
+    /// if they came after it. When `clear` returns, every item written
+    /// before it began is gone, and recovery reproduces exactly that.
+    pub fn clear(&self) -> Result<()> {
+        self.clear_in(Ack::Now)
+    }
+
+    pub(super) fn clear_in(&self, ack: Ack<'_>) -> Result<()> {
+        self.admit()?;
+        // A checkpoint never sees a half-done clear.
+        let clearing = self
+            .durable
+            .as_ref()
+            .map(|d| d.checkpoints.clear_lock.lock());
+        // Every item older than the clear is visible once its version is
+        // acknowledgeable; the tree then deletes them.
+        let last = self.tree.clear(|c| self.wait_acknowledgeable(c))?;
+        drop(clearing);
+        self.acknowledge(ack, last)
+    }
+
+    /// Deletes expired items, visiting at most `max_items` items per call and
+    /// resuming where the previous call stopped (wrapping around at the end).
+    /// Expired items are invisible already; this reclaims their space through
+    /// the normal write path. Returns how many it deleted. The server calls it
+    /// periodically. A read-only store deletes nothing, and neither does a
+    /// store that never held an item with an expiry: it visits nothing and
+    /// its cursor stays put (a sweep of a large store that uses no TTL would
+    /// otherwise decode every item over and over).
+    pub fn sweep_expired(&self, max_items: usize) -> usize {
+        if self.admit().is_err() || !self.tree.has_expiring() {
+            return 0;
+        }
+        let max_items = max_items.max(1);
+        let cursor = self.sweep_cursor.lock().clone();
+        let (expired, last) = self.read(|rv, now| {
+            self.tree
+                .expired_after(rv, now, cursor.as_deref(), max_items)
+        });
+        *self.sweep_cursor.lock() = last;
+        let now = now_ms();
+        let mut deleted = 0;
+        let mut wait_for = 0;
+        for key in expired {
+            let mode = WriteMode {
+                now: None,
+                logged: true,
+            };
+            let w = self.tree.write(&key, mode, |cur| match cur {
+                Some(c) if c.expiry != 0 && c.expiry <= now => (WriteOp::Delete, ()),
+                _ => (WriteOp::Noop, ()),
+            });
+            wait_for = wait_for.max(w.wait_for);
+            deleted += usize::from(w.version.is_some());
+        }
+        // One wait (one group commit) for the whole sweep.
+        match self.wait_acknowledgeable(wait_for) {
+            Ok(()) => deleted,
+            Err(_) => 0,
+        }
+    }
+}

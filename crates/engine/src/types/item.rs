@@ -1,0 +1,112 @@
+//! Items and the versions they carry.
+
+use bytes::Bytes;
+
+/// The version of a write: a positive integer, increasing in the order writes
+/// take effect. An item's version is the version of the write that produced
+/// it; it stays the same until the key is written again, so it serves as a
+/// compare-and-swap token (memcached's CAS unique).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Version(pub u64);
+
+impl Version {
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A snapshot: the read version it pins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SnapshotId(pub u64);
+
+/// Expiry of a written item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Expiry {
+    /// No expiry (clears an existing one).
+    #[default]
+    Never,
+    /// Expires at this unix time in milliseconds (> 0). A time in the past
+    /// makes the item invisible at once.
+    AtMs(u64),
+    /// Keep the expiry the item has now (none if absent).
+    Keep,
+}
+
+impl Expiry {
+    /// The expiry to store (unix ms, 0 = never), given the live item's
+    /// (`None`: the key is absent).
+    #[inline]
+    pub(crate) fn resolve(self, current: Option<u64>) -> u64 {
+        match self {
+            Expiry::Never => 0,
+            Expiry::AtMs(t) => t.max(1),
+            Expiry::Keep => current.unwrap_or(0),
+        }
+    }
+}
+
+/// Client flags of a written item: memcached's opaque 32-bit per-item
+/// flags. Writes that do not name them (`Store::put`, RESP SET) store 0,
+/// as Redis has no such thing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Flags {
+    /// Store these flags (0: none; costs no space).
+    Set(u32),
+    /// Keep the flags the item has now (0 if absent).
+    #[default]
+    Keep,
+}
+
+impl Flags {
+    /// No flags.
+    pub const NONE: Flags = Flags::Set(0);
+
+    /// The flags to store, given the live item's (`None`: the key is absent).
+    #[inline]
+    pub(crate) fn resolve(self, current: Option<u32>) -> u32 {
+        match self {
+            Flags::Set(f) => f,
+            Flags::Keep => current.unwrap_or(0),
+        }
+    }
+}
+
+/// One stored item as a read returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    pub key: Bytes,
+    pub value: Bytes,
+    pub version: Version,
+    /// Unix time in milliseconds at which the item expires.
+    pub expires_at_ms: Option<u64>,
+    /// Client flags (memcached); 0 = none.
+    pub flags: u32,
+}
+
+/// A borrowed view of an item, handed to the visitors of
+/// `Store::get_with` and `Store::scan`. Valid only inside the visitor.
+#[derive(Debug, Clone, Copy)]
+pub struct ItemView<'a> {
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+    pub version: Version,
+    /// Unix time in milliseconds at which the item expires.
+    pub expires_at_ms: Option<u64>,
+    /// Client flags (memcached); 0 = none.
+    pub flags: u32,
+}
+
+/// Node buffer counts, for reclamation tests and INFO.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeCounts {
+    /// Buffers allocated and not freed.
+    pub live_buffers: usize,
+    /// Buffers reachable from the page table (current ones and old-version chains).
+    pub reachable_buffers: usize,
+}

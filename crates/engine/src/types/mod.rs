@@ -1,0 +1,16 @@
+//! The engine's shared vocabulary, at the bottom of the crate: the data a
+//! store reads and writes ([`Version`], [`Item`], [`ItemView`], [`Range`],
+//! [`Write`], [`AtomicWrite`], ...) and the request clock. Every layer
+//! (`store`, `readexec`, `tree`, `durable`) speaks these types; this module
+//! imports none of them (docs/design.md, "Engine layers").
+
+mod clock;
+mod item;
+mod range;
+mod write;
+
+pub(crate) use clock::Now;
+pub use clock::now_ms;
+pub use item::{Expiry, Flags, Item, ItemView, NodeCounts, SnapshotId, Version};
+pub use range::Range;
+pub use write::{AtomicWrite, Write};
