@@ -28,10 +28,10 @@ pub use durable::check::CheckReport;
 pub use durable::{CheckpointInfo, Durability, DurableConfig, PersistenceStats, RecoveryReport};
 pub use error::{Error, Result};
 pub use store::op;
-pub use store::{Session, Store, check};
+pub use store::{Pin, Session, Store, check};
 pub use tree::epoch::flush_reclamation;
 pub use tree::node::{live_buffers_global, live_external_values_global};
 pub use types::{
-    AtomicWrite, Expiry, Flags, Item, ItemView, NodeCounts, Range, SnapshotId, Version, Write,
-    now_ms,
+    AtomicWrite, Expiry, Flags, Item, ItemView, NodeCounts, Range, SnapshotId, SnapshotInfo,
+    Version, Write, now_ms,
 };

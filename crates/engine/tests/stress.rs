@@ -547,7 +547,7 @@ fn reader(shared: &Shared, thread: usize, seed: u64) -> (Vec<Op>, Vec<String>) {
         errors: Vec::new(),
     };
     let keys = shared.active_keys();
-    let mut held: Vec<combkv::SnapshotId> = Vec::new();
+    let mut held: Vec<Held> = Vec::new();
     // One reader per round also holds a snapshot for the whole round, so
     // that it reads through long chains of old node versions.
     let long = if thread % (WRITERS + READERS) == WRITERS {
@@ -662,31 +662,50 @@ fn reader(shared: &Shared, thread: usize, seed: u64) -> (Vec<Op>, Vec<String>) {
     (rec.ops, rec.errors)
 }
 
-fn take_snapshot(rec: &mut Recorder<'_>) -> Option<combkv::SnapshotId> {
-    let id = rec.record(
+/// A held snapshot: its handle, and the version it pins (what the
+/// checker knows snapshots by).
+#[derive(Clone, Copy)]
+struct Held {
+    id: combkv::SnapshotId,
+    version: u64,
+}
+
+fn take_snapshot(rec: &mut Recorder<'_>) -> Option<Held> {
+    let mut handle = None;
+    let action = rec.record(
         || "snapshot".to_string(),
         |s| {
             let id = s.snapshot(Duration::from_secs(600))?;
-            Ok::<_, combkv::Error>(Action::Snapshot { id: id.0 })
+            handle = Some(id);
+            let version = s
+                .list_snapshots()
+                .into_iter()
+                .find(|i| i.id == id)
+                .map(|i| i.version.get())
+                .expect("a new snapshot is listed");
+            Ok::<_, combkv::Error>(Action::Snapshot { id: version })
         },
     );
-    match id {
-        Some(Action::Snapshot { id }) => Some(combkv::SnapshotId(*id)),
+    match (action, handle) {
+        (Some(Action::Snapshot { id: version }), Some(id)) => Some(Held {
+            id,
+            version: *version,
+        }),
         _ => None,
     }
 }
 
 /// One get_at or range_at through `snap`.
-fn read_at(rec: &mut Recorder<'_>, rng: &mut Rng, snap: combkv::SnapshotId) {
+fn read_at(rec: &mut Recorder<'_>, rng: &mut Rng, snap: Held) {
     let keys = rec.shared.active_keys();
     let key = random_key(rng, keys);
     if rng.chance(60) {
         rec.record(
-            || format!("get_at({}, {key:?})", snap.0),
+            || format!("get_at({}, {key:?})", snap.id.0),
             |s| {
-                let item = s.get_at(snap, &key).map_err(|e| format!("{e:?}"))?;
+                let item = s.get_at(snap.id, &key).map_err(|e| format!("{e:?}"))?;
                 Ok::<_, String>(Action::GetAt {
-                    snap: snap.0,
+                    snap: snap.version,
                     key: key.clone(),
                     result: opt_entry(item)?,
                 })
@@ -695,13 +714,13 @@ fn read_at(rec: &mut Recorder<'_>, rng: &mut Rng, snap: combkv::SnapshotId) {
     } else {
         let query = random_query(rng, keys);
         rec.record(
-            || format!("range_at({}, {query:?})", snap.0),
+            || format!("range_at({}, {query:?})", snap.id.0),
             |s| {
                 let items = s
-                    .range_at(snap, &to_range(&query))
+                    .range_at(snap.id, &to_range(&query))
                     .map_err(|e| format!("{e:?}"))?;
                 Ok::<_, String>(Action::RangeAt {
-                    snap: snap.0,
+                    snap: snap.version,
                     result: entries(items)?,
                     query: query.clone(),
                 })
@@ -710,11 +729,11 @@ fn read_at(rec: &mut Recorder<'_>, rng: &mut Rng, snap: combkv::SnapshotId) {
     }
 }
 
-fn release(rec: &mut Recorder<'_>, snap: combkv::SnapshotId) {
-    if !rec.store().release_snapshot(snap) {
+fn release(rec: &mut Recorder<'_>, snap: Held) {
+    if !rec.store().release_snapshot(snap.id) {
         rec.errors.push(format!(
             "thread {}: release_snapshot({}) returned false for a held snapshot",
-            rec.thread, snap.0
+            rec.thread, snap.id.0
         ));
     }
 }

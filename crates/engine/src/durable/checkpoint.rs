@@ -24,9 +24,6 @@ use crate::types::Now;
 
 /// Target payload bytes per checkpoint block.
 const BLOCK_BYTES: usize = 64 << 10;
-/// How long the checkpoint's internal snapshot may live: far longer than any
-/// checkpoint takes; it is released explicitly when the checkpoint ends.
-const SNAPSHOT_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// What a finished checkpoint wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,17 +39,16 @@ pub struct CheckpointInfo {
     pub finished_unix_ms: u64,
 }
 
-/// Pins the current read version in the snapshot registry while `f` runs.
-/// The version is taken under `clear_lock`, so no clear is half done at it.
+/// Pins the current read version while `f` runs (an engine pin: no client
+/// can release it). The version is taken under `clear_lock`, so no clear is
+/// half done at it.
 fn with_snapshot<T>(tree: &Tree, clear_lock: &Mutex<()>, f: impl FnOnce(u64) -> T) -> T {
     let clearing = clear_lock.lock();
-    let v = tree
-        .pin_snapshot(SNAPSHOT_TTL, None)
-        .expect("an uncapped registry takes every pin");
+    let pin = tree.pin_version();
     drop(clearing);
-    let out = f(v);
-    let released = tree.release_snapshot(v);
-    debug_assert!(released, "checkpoint snapshot released twice");
+    let out = f(pin.version());
+    drop(pin);
+    tree.collect(false);
     out
 }
 

@@ -32,6 +32,7 @@ use crate::tree::Tree;
 use crate::tree::epoch;
 use crate::types::{NodeCounts, Now, Range, Version};
 pub use session::Session;
+pub use snapshot::Pin;
 use write::Ack;
 
 /// An in-memory, ordered, multi-version key-value store.

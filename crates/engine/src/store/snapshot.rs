@@ -4,7 +4,23 @@ use std::time::Duration;
 
 use super::Store;
 use crate::error::{Error, Result};
-use crate::types::{Item, ItemView, Now, Range, SnapshotId};
+use crate::tree::snapshots::VersionPin;
+use crate::types::{Item, ItemView, Now, Range, SnapshotId, SnapshotInfo, Version};
+
+/// The current read version, held while this guard lives: reads at it
+/// (`Store::visit_all_at`) see the store as of that version. For the
+/// engine's users that take their own consistent copies (replication
+/// snapshots); unlike a [`SnapshotId`] it has no expiry, counts toward no
+/// limit and no client can release it.
+#[derive(Debug)]
+pub struct Pin(VersionPin);
+
+impl Pin {
+    /// The version held.
+    pub fn version(&self) -> Version {
+        Version(self.0.version())
+    }
+}
 
 impl Store {
     /// Pins the current read version for `ttl`. Reads at the snapshot see the
@@ -16,23 +32,32 @@ impl Store {
             });
         }
         self.tree
-            .pin_snapshot(ttl, Some(self.config.max_snapshots))
-            .map(SnapshotId)
+            .create_snapshot(ttl, self.config.max_snapshots)
+            .map(|(id, _)| SnapshotId(id))
             .ok_or(Error::TooManySnapshots)
     }
 
-    /// Releases one creation of a snapshot. False if unknown or expired.
+    /// Releases a snapshot. False if unknown, released or expired.
     pub fn release_snapshot(&self, id: SnapshotId) -> bool {
         self.tree.release_snapshot(id.0)
     }
 
-    /// Live snapshots and the time each has left.
-    pub fn list_snapshots(&self) -> Vec<(SnapshotId, Duration)> {
+    /// Live snapshots: id, version and the time each has left.
+    pub fn list_snapshots(&self) -> Vec<SnapshotInfo> {
         self.tree
             .list_snapshots()
             .into_iter()
-            .map(|(v, left)| (SnapshotId(v), left))
+            .map(|h| SnapshotInfo {
+                id: SnapshotId(h.id),
+                version: Version(h.version),
+                left: h.left,
+            })
             .collect()
+    }
+
+    /// Holds the current read version until the guard drops.
+    pub fn pin(&self) -> Pin {
+        Pin(self.tree.pin_version())
     }
 
     /// Runs `f` at the snapshot's version, holding the snapshot against

@@ -31,7 +31,7 @@ pub(crate) mod page_table;
 pub(crate) mod read;
 pub(crate) mod reclaim;
 pub(crate) mod scan;
-mod snapshots;
+pub(crate) mod snapshots;
 pub(crate) mod version;
 pub(crate) mod write;
 

@@ -1,105 +1,185 @@
 //! Snapshots (docs/design.md, "Definitions"): read versions pinned in a
-//! registry with an expiry. Reclamation (`reclaim`) keeps every buffer a
-//! registered version needs; a read at a snapshot holds its entry against
-//! release and expiry while it runs.
+//! registry. Reclamation (`reclaim`) keeps every buffer a pinned version
+//! needs.
+//!
+//! A version is held by *handles* (client snapshots: a unique id each, with
+//! an expiry) and by *pins* (the engine's own holds: a checkpoint, a
+//! replication snapshot, which end when their guard drops). Two handles on
+//! the same version are two entries: releasing one never ends the other,
+//! and a client cannot release a pin. A read at a snapshot holds its
+//! version against release and expiry while it runs.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::Tree;
+use super::{Shared, Tree};
 
-/// Live snapshots: pinned version -> (creations not yet released, reads in
-/// progress, expiry). An entry holds buffers back while it has creations
-/// that have not expired, or reads in progress (a read that began before a
-/// release or expiry finishes at its version).
+/// The registry of pinned versions.
 #[derive(Debug, Default)]
 pub(crate) struct SnapshotRegistry {
-    pub pins: BTreeMap<u64, (usize, usize, Instant)>,
+    /// Pinned version -> (handles and pins holding it, reads in progress).
+    versions: BTreeMap<u64, (usize, usize)>,
+    /// Handle id -> (version, expiry).
+    handles: BTreeMap<u64, (u64, Instant)>,
+    /// The last handle id given out (ids are never reused).
+    last_handle: u64,
+}
+
+/// A live client snapshot, as listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HandleInfo {
+    pub id: u64,
+    pub version: u64,
+    pub left: Duration,
 }
 
 impl SnapshotRegistry {
-    /// Forgets expired creations; drops entries nobody uses.
-    pub(crate) fn prune(&mut self, now: Instant) {
-        self.pins.retain(|_, e| {
-            if e.2 <= now {
-                e.0 = 0;
+    fn hold(&mut self, v: u64) {
+        self.versions.entry(v).or_default().0 += 1;
+    }
+
+    fn unhold(&mut self, v: u64) {
+        if let Some(e) = self.versions.get_mut(&v) {
+            e.0 -= 1;
+            if e.0 == 0 && e.1 == 0 {
+                self.versions.remove(&v);
             }
-            e.0 > 0 || e.1 > 0
-        });
-    }
-    /// Releases one creation; false if there was none.
-    pub(crate) fn release(&mut self, v: u64) -> bool {
-        let Some(e) = self.pins.get_mut(&v) else {
-            return false;
-        };
-        if e.0 == 0 {
-            return false;
         }
-        e.0 -= 1;
-        if e.0 == 0 && e.1 == 0 {
-            self.pins.remove(&v);
-        }
-        true
     }
-    /// Starts a read at snapshot `v`; false if it is not live.
-    pub(crate) fn enter(&mut self, v: u64, now: Instant) -> bool {
-        match self.pins.get_mut(&v) {
-            Some(e) if e.0 > 0 && e.2 > now => {
-                e.1 += 1;
+
+    /// Ends expired handles.
+    pub(crate) fn prune(&mut self, now: Instant) {
+        let expired: Vec<(u64, u64)> = self
+            .handles
+            .iter()
+            .filter(|(_, (_, until))| *until <= now)
+            .map(|(&id, &(v, _))| (id, v))
+            .collect();
+        for (id, v) in expired {
+            self.handles.remove(&id);
+            self.unhold(v);
+        }
+    }
+
+    /// Ends handle `id`; false if it was not live.
+    fn release(&mut self, id: u64) -> bool {
+        match self.handles.remove(&id) {
+            Some((v, _)) => {
+                self.unhold(v);
                 true
             }
-            _ => false,
+            None => false,
         }
     }
+
+    /// Starts a read at handle `id`: its version, if the handle is live.
+    fn enter(&mut self, id: u64, now: Instant) -> Option<u64> {
+        match self.handles.get(&id) {
+            Some(&(v, until)) if until > now => {
+                self.versions.entry(v).or_default().1 += 1;
+                Some(v)
+            }
+            _ => None,
+        }
+    }
+
     /// Ends a read started by `enter`.
-    pub(crate) fn leave(&mut self, v: u64, now: Instant) {
-        if let Some(e) = self.pins.get_mut(&v) {
+    fn leave(&mut self, v: u64) {
+        if let Some(e) = self.versions.get_mut(&v) {
             e.1 -= 1;
+            if e.0 == 0 && e.1 == 0 {
+                self.versions.remove(&v);
+            }
         }
-        self.prune(now);
     }
-    /// Whether a snapshot (or a read at one) needs read version in `[from, to)`.
+
+    /// Whether a handle, a pin or a read needs read version in `[from, to)`.
     pub(crate) fn any_in(&self, from: u64, to: u64) -> bool {
-        from < to && self.pins.range(from..to).next().is_some()
+        from < to && self.versions.range(from..to).next().is_some()
     }
-    /// Live creations.
+
+    /// Live client snapshots (what `max_snapshots` caps).
     pub(crate) fn live(&self) -> usize {
-        self.pins.values().map(|e| e.0).sum()
+        self.handles.len()
+    }
+}
+
+/// A version the engine holds for itself: buffers it needs stay until the
+/// guard drops. Reclamation frees them at its next pass.
+#[derive(Debug)]
+pub(crate) struct VersionPin {
+    shared: Arc<Shared>,
+    version: u64,
+}
+
+impl VersionPin {
+    pub(crate) fn version(&self) -> u64 {
+        self.version
+    }
+}
+
+impl Drop for VersionPin {
+    fn drop(&mut self) {
+        self.shared.snapshots.lock().unhold(self.version);
     }
 }
 
 impl Tree {
-    /// Pins the current read version in the registry for `ttl`, unless
-    /// `max` snapshots are live already (`None`: no cap). Returns the
-    /// version pinned.
-    pub(crate) fn pin_snapshot(&self, ttl: Duration, max: Option<usize>) -> Option<u64> {
-        // Pinned while registering, so no buffer this version needs can pass
-        // its grace period before the registry shows the snapshot.
+    /// Runs `f` with the current read version registered under the epoch
+    /// that keeps its buffers, so no buffer the version needs can pass its
+    /// grace period before the registry shows it.
+    fn register(&self, f: impl FnOnce(&mut SnapshotRegistry, u64) -> Option<u64>) -> Option<u64> {
         let guard = self.epochs.pin();
         let mut reg = self.shared.snapshots.lock();
-        let now = Instant::now();
-        if let Some(max) = max {
+        let rv = self.clock.read_version();
+        let out = f(&mut reg, rv);
+        drop(reg);
+        drop(guard);
+        out
+    }
+
+    /// A new client snapshot of the current read version, live for `ttl`,
+    /// unless `max` are live already. Returns (handle id, version).
+    pub(crate) fn create_snapshot(&self, ttl: Duration, max: usize) -> Option<(u64, u64)> {
+        let mut version = 0;
+        let id = self.register(|reg, rv| {
+            let now = Instant::now();
             reg.prune(now);
             if reg.live() >= max {
                 return None;
             }
-        }
-        let rv = self.clock.read_version();
-        let e = reg.pins.entry(rv).or_insert((0, 0, now));
-        e.0 += 1;
-        e.2 = e.2.max(now + ttl);
-        drop(reg);
-        drop(guard);
-        Some(rv)
+            reg.last_handle += 1;
+            let id = reg.last_handle;
+            reg.handles.insert(id, (rv, now + ttl));
+            reg.hold(rv);
+            version = rv;
+            Some(id)
+        })?;
+        Some((id, version))
     }
 
-    /// Releases one creation of the snapshot at `v` and frees what it alone
-    /// held. False if it was unknown or expired.
-    pub(crate) fn release_snapshot(&self, v: u64) -> bool {
+    /// Holds the current read version for the engine itself.
+    pub(crate) fn pin_version(&self) -> VersionPin {
+        let version = self
+            .register(|reg, rv| {
+                reg.hold(rv);
+                Some(rv)
+            })
+            .expect("a pin is always taken");
+        VersionPin {
+            shared: Arc::clone(&self.shared),
+            version,
+        }
+    }
+
+    /// Ends client snapshot `id` and frees what it alone held. False if it
+    /// was unknown, released or expired.
+    pub(crate) fn release_snapshot(&self, id: u64) -> bool {
         let released = {
             let mut reg = self.shared.snapshots.lock();
             reg.prune(Instant::now());
-            reg.release(v)
+            reg.release(id)
         };
         if released {
             self.collect(false);
@@ -107,28 +187,57 @@ impl Tree {
         released
     }
 
-    /// Live snapshots and the time each has left.
-    pub(crate) fn list_snapshots(&self) -> Vec<(u64, Duration)> {
+    /// Live client snapshots: id, version, time left.
+    pub(crate) fn list_snapshots(&self) -> Vec<HandleInfo> {
         let mut reg = self.shared.snapshots.lock();
         let now = Instant::now();
         reg.prune(now);
-        reg.pins
+        reg.handles
             .iter()
-            .filter(|(_, e)| e.0 > 0)
-            .map(|(&v, e)| (v, e.2.saturating_duration_since(now)))
+            .map(|(&id, &(version, until))| HandleInfo {
+                id,
+                version,
+                left: until.saturating_duration_since(now),
+            })
             .collect()
     }
 
-    /// Runs `f` at the snapshot's version `v`, holding the snapshot against
-    /// release and expiry meanwhile. None if `v` is not a live snapshot.
-    pub(crate) fn at_snapshot<T>(&self, v: u64, f: impl FnOnce(u64) -> T) -> Option<T> {
+    /// Runs `f` at the version of client snapshot `id`, holding it against
+    /// release and expiry meanwhile. None if `id` is not live.
+    pub(crate) fn at_snapshot<T>(&self, id: u64, f: impl FnOnce(u64) -> T) -> Option<T> {
         let guard = self.epochs.pin();
-        if !self.shared.snapshots.lock().enter(v, Instant::now()) {
-            return None;
-        }
+        let v = self.shared.snapshots.lock().enter(id, Instant::now())?;
         let out = f(v);
-        self.shared.snapshots.lock().leave(v, Instant::now());
+        self.shared.snapshots.lock().leave(v);
         drop(guard);
         Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_are_unique_and_pins_are_private() {
+        let mut reg = SnapshotRegistry::default();
+        let now = Instant::now();
+        for id in [1, 2] {
+            reg.handles.insert(id, (7, now + Duration::from_secs(60)));
+            reg.hold(7);
+        }
+        reg.hold(7); // an engine pin
+        assert_eq!(reg.live(), 2);
+        assert!(reg.release(1));
+        assert!(!reg.release(1), "a double release ends nothing more");
+        assert!(reg.any_in(7, 8), "handle 2 and the pin still hold 7");
+        assert!(reg.release(2));
+        assert!(reg.any_in(7, 8), "the pin still holds 7");
+        reg.unhold(7);
+        assert!(!reg.any_in(0, u64::MAX));
+        reg.handles.insert(3, (9, now));
+        reg.hold(9);
+        reg.prune(now + Duration::from_millis(1));
+        assert!(!reg.any_in(0, u64::MAX), "expired");
     }
 }

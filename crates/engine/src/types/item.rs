@@ -21,9 +21,20 @@ impl std::fmt::Display for Version {
     }
 }
 
-/// A snapshot: the read version it pins.
+/// A client snapshot's handle: a unique id, never reused by a store. Two
+/// snapshots of the same version have different ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SnapshotId(pub u64);
+
+/// A live snapshot, as [`crate::Store::list_snapshots`] lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotInfo {
+    pub id: SnapshotId,
+    /// The read version it pins.
+    pub version: Version,
+    /// Time until it expires.
+    pub left: std::time::Duration,
+}
 
 /// Expiry of a written item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -1139,7 +1139,8 @@ pub struct Runner {
     /// nothing).
     expiring: bool,
     last_version: u64,
-    max_snap_id: Option<u64>,
+    /// The highest version a snapshot pinned.
+    max_snap_version: Option<u64>,
     last_snap: Option<u64>,
     wrote_since_snap: bool,
     snaps: BTreeMap<u64, SnapModel>,
@@ -1227,7 +1228,7 @@ impl Runner {
             sweep_cursor: None,
             expiring: false,
             last_version,
-            max_snap_id: None,
+            max_snap_version: None,
             last_snap: None,
             wrote_since_snap: false,
             snaps: BTreeMap::new(),
@@ -1317,11 +1318,11 @@ impl Runner {
             "{what}: returned version {v}, but version {} was already issued",
             self.last_version
         );
-        if let Some(s) = self.max_snap_id {
+        if let Some(s) = self.max_snap_version {
             ensure!(
                 v > s,
                 "version not after snapshot",
-                "{what}: returned version {v}, not greater than snapshot id {s} taken earlier"
+                "{what}: returned version {v}, not greater than snapshot version {s} taken earlier"
             );
         }
         let rv = self.store.read_version().get();
@@ -2114,25 +2115,14 @@ impl Runner {
     fn snap(&mut self) -> R {
         let rv0 = self.store.read_version().get();
         let got = self.store.snapshot(SNAP_TTL);
-        let held: usize = self.snaps.values().map(|s| s.refs).sum();
-        let distinct = self.snaps.len();
-        // The id it would get if the same version as the last snapshot.
-        let same_as_last = if self.wrote_since_snap {
-            None
-        } else {
-            self.last_snap
-        };
-        let reuses_live = same_as_last.is_some_and(|id| self.snaps.contains_key(&id));
-        // The doc does not say whether max_snapshots counts handles or
-        // distinct ids: refuse only where both readings agree.
-        let must_ok = held < self.max_snapshots;
-        let must_fail = !reuses_live && distinct >= self.max_snapshots;
+        // Every creation is a handle of its own; max_snapshots counts them.
+        let live = self.snaps.len();
         let id = match got {
             Err(Error::TooManySnapshots) => {
                 ensure!(
-                    !must_ok,
+                    live >= self.max_snapshots,
                     "too many snapshots",
-                    "snapshot(): {held} handles held ({distinct} ids), max_snapshots {}, got Err(TooManySnapshots)",
+                    "snapshot(): {live} held, max_snapshots {}, got Err(TooManySnapshots)",
                     self.max_snapshots
                 );
                 return self.expect_unchanged("snapshot() refused", rv0);
@@ -2140,49 +2130,61 @@ impl Runner {
             Err(e) => bail!(err_tag(&e), "snapshot(): unexpected Err({e:?})"),
             Ok(id) => {
                 ensure!(
-                    !must_fail,
+                    live < self.max_snapshots,
                     "too many snapshots",
-                    "snapshot(): {held} handles / {distinct} ids held, max_snapshots {}, expected Err(TooManySnapshots), got Ok({})",
+                    "snapshot(): {live} held, max_snapshots {}, expected Err(TooManySnapshots), got Ok({})",
                     self.max_snapshots,
                     id.0
                 );
                 id.0
             }
         };
+        let version = self.new_handle("snapshot()", id)?;
+        self.handles.push((id, false));
+        self.snaps.insert(
+            id,
+            SnapModel {
+                refs: 1,
+                frozen: self.model.clone(),
+            },
+        );
+        self.max_snap_version = Some(self.max_snap_version.map_or(version, |m| m.max(version)));
+        Ok(())
+    }
+
+    /// Checks a new handle: an id never issued before, and the version it
+    /// pins (read from `list_snapshots`) at or after the last write, and the
+    /// same as the last snapshot's when nothing was written since.
+    fn new_handle(&mut self, what: &str, id: u64) -> Result<u64, Fail> {
         ensure!(
-            id >= self.last_version,
+            self.handles.iter().all(|h| h.0 != id),
             "snapshot id",
-            "snapshot(): id {id} is below the last write's version {}",
+            "{what}: id {id} was issued before"
+        );
+        let listed = self.store.list_snapshots();
+        let Some(info) = listed.iter().find(|i| i.id.0 == id) else {
+            bail!(
+                "list_snapshots",
+                "{what}: id {id} is not listed: {listed:?}"
+            );
+        };
+        let version = info.version.get();
+        ensure!(
+            version >= self.last_version,
+            "snapshot version",
+            "{what}: pins version {version}, below the last write's version {}",
             self.last_version
         );
-        if let Some(last) = self.last_snap {
-            if self.wrote_since_snap {
-                ensure!(
-                    id > last,
-                    "snapshot id",
-                    "snapshot(): a write happened since snapshot {last}, but the new one got id {id}"
-                );
-            } else {
-                ensure!(
-                    id == last,
-                    "snapshot id",
-                    "snapshot(): no write since snapshot {last}, but the new one got id {id}"
-                );
-            }
+        if let Some(last) = self.last_snap.filter(|_| !self.wrote_since_snap) {
+            ensure!(
+                version == last,
+                "snapshot version",
+                "{what}: no write since a snapshot of version {last}, but this one pins {version}"
+            );
         }
-        self.last_snap = Some(id);
-        self.max_snap_id = Some(self.max_snap_id.map_or(id, |m| m.max(id)));
+        self.last_snap = Some(version);
         self.wrote_since_snap = false;
-        self.handles.push((id, false));
-        let model = &self.model;
-        self.snaps
-            .entry(id)
-            .or_insert_with(|| SnapModel {
-                refs: 0,
-                frozen: model.clone(),
-            })
-            .refs += 1;
-        Ok(())
+        Ok(version)
     }
 
     /// `sweep_expired(max)`: the model walks the same items from the same
@@ -2260,14 +2262,13 @@ impl Runner {
 
     fn snap_short(&mut self) -> R {
         let got = self.store.snapshot(Duration::from_millis(1));
-        std::thread::sleep(Duration::from_millis(3));
-        let held: usize = self.snaps.values().map(|s| s.refs).sum();
+        let live = self.snaps.len();
         let id = match got {
             Err(Error::TooManySnapshots) => {
                 ensure!(
-                    held >= self.max_snapshots,
+                    live >= self.max_snapshots,
                     "too many snapshots",
-                    "snapshot(1ms): {held} handles held, max_snapshots {}, got Err(TooManySnapshots)",
+                    "snapshot(1ms): {live} held, max_snapshots {}, got Err(TooManySnapshots)",
                     self.max_snapshots
                 );
                 return Ok(());
@@ -2275,47 +2276,30 @@ impl Runner {
             Err(e) => bail!(err_tag(&e), "snapshot(1ms): unexpected Err({e:?})"),
             Ok(id) => id.0,
         };
-        ensure!(
-            id >= self.last_version,
-            "snapshot id",
-            "snapshot(1ms): id {id} is below the last write's version {}",
-            self.last_version
-        );
-        if let Some(last) = self.last_snap.filter(|_| !self.wrote_since_snap) {
-            ensure!(
-                id == last,
-                "snapshot id",
-                "snapshot(1ms): no write since snapshot {last}, but the new one got id {id}"
-            );
-        }
-        self.last_snap = Some(id);
-        self.max_snap_id = Some(self.max_snap_id.map_or(id, |m| m.max(id)));
-        self.wrote_since_snap = false;
+        let version = self.new_handle("snapshot(1ms)", id)?;
+        self.max_snap_version = Some(self.max_snap_version.map_or(version, |m| m.max(version)));
         self.handles.push((id, false));
-        // A snapshot's expiry is per id (the latest of its creations): with
-        // a long-lived creation of the same id it lives on as one more
-        // creation; alone it has expired by now.
-        if let Some(s) = self.snaps.get_mut(&id) {
-            s.refs += 1;
-        }
+        // Expired by the time anything reads through it.
+        std::thread::sleep(Duration::from_millis(3));
         Ok(())
     }
 
     fn check_list(&self) -> R {
         let list = self.store.list_snapshots();
-        let got: BTreeSet<u64> = list.iter().map(|(id, _)| id.0).collect();
+        let got: BTreeSet<u64> = list.iter().map(|i| i.id.0).collect();
         let exp: BTreeSet<u64> = self.snaps.keys().copied().collect();
         ensure!(
             got == exp,
             "list_snapshots",
             "list_snapshots(): expected ids {exp:?}, got {list:?}"
         );
-        for (id, left) in &list {
+        for i in &list {
             ensure!(
-                *left <= SNAP_TTL,
+                i.left <= SNAP_TTL,
                 "list_snapshots",
-                "list_snapshots(): snapshot {} has {left:?} left, more than its TTL {SNAP_TTL:?}",
-                id.0
+                "list_snapshots(): snapshot {} has {:?} left, more than its TTL {SNAP_TTL:?}",
+                i.id.0,
+                i.left
             );
         }
         Ok(())

@@ -246,15 +246,20 @@ fn snapshots_see_old_data() {
         "RANGE - +",
         &pairs(&[("b", "2"), ("c", "3"), ("d", "40"), ("h", "8")]),
     );
-    // LIST shows it with its time left (default 60 s).
+    // LIST shows it with the version it pins and its time left (default
+    // 60 s).
     let list = c.q("SNAPSHOT LIST");
-    let prefix = format!("*1\r\n*2\r\n:{id}\r\n:");
+    let prefix = format!("*1\r\n*3\r\n:{id}\r\n:");
     assert!(list.starts_with(&prefix), "{list}");
-    let ms: i64 = list[prefix.len()..].trim_end().parse().unwrap();
-    assert!((50_000..=60_000).contains(&ms), "{ms}");
+    let rest: Vec<i64> = list[prefix.len()..]
+        .split("\r\n:")
+        .map(|f| f.trim_end().parse().unwrap())
+        .collect();
+    assert!(rest[0] > 0, "a version: {list}");
+    assert!((50_000..=60_000).contains(&rest[1]), "{list}");
     // Explicit expiry.
     let id2 = as_int(&c.q("SNAPSHOT CREATE EX 5"));
-    assert!(id2 >= id);
+    assert!(id2 > id);
     c.ok(&format!("SNAPSHOT RELEASE {id2}"), &int(1));
     c.ok(&format!("SNAPSHOT RELEASE {id}"), &int(1));
     c.ok(&format!("SNAPSHOT RELEASE {id}"), &int(0));
@@ -281,6 +286,8 @@ fn snapshot_errors_and_limits() {
         "SNAPSHOT BOGUS",
         &err("ERR unknown subcommand 'BOGUS'. Try SNAPSHOT HELP."),
     );
+    let help = c.q("SNAPSHOT HELP");
+    assert!(help.starts_with('*') && help.contains("RELEASE"), "{help}");
     c.ok("SNAPSHOT CREATE EX", SYNTAX);
     c.ok("SNAPSHOT CREATE PX 5", SYNTAX);
     c.ok("SNAPSHOT CREATE EX x", NOT_INT);
@@ -295,14 +302,27 @@ fn snapshot_errors_and_limits() {
     c.ok("SNAPSHOT RELEASE", &arity("snapshot|release"));
     c.ok("SNAPSHOT RELEASE x", NOT_INT);
     c.ok("SNAPSHOT LIST x", &arity("snapshot|list"));
-    // On a store never written to, the snapshot id (the read version) is
-    // 0, and 0 is usable like any other id.
-    c.ok("SNAPSHOT CREATE", ":0\r\n");
+    // Ids are handles: unique even for one version, counted one by one,
+    // released one by one. A store never written to pins version 0.
+    let a = as_int(&c.q("SNAPSHOT CREATE"));
+    let b = as_int(&c.q("SNAPSHOT CREATE"));
+    assert!(a > 0 && b > a, "{a} {b}");
+    c.ok("SNAPSHOT CREATE", &err("ERR too many snapshots"));
     c.ok("SET k v0", OK);
-    c.ok("GETAT 0 k", NIL);
-    c.ok("RANGEAT 0 - +", "*0\r\n");
-    c.ok("SNAPSHOT RELEASE 0", &int(1));
-    c.ok("GETAT 0 k", &err("ERR no such snapshot"));
+    c.ok(&format!("SNAPSHOT RELEASE {a}"), &int(1));
+    c.ok(&format!("SNAPSHOT RELEASE {a}"), &int(0));
+    c.ok(&format!("GETAT {a} k"), &err("ERR no such snapshot"));
+    c.ok(&format!("GETAT {b} k"), NIL);
+    c.ok(&format!("RANGEAT {b} - +"), "*0\r\n");
+    let list = c.q("SNAPSHOT LIST");
+    assert_eq!(
+        list,
+        format!(
+            "*1\r\n*3\r\n:{b}\r\n:0\r\n:{}",
+            &list[list.rfind(':').unwrap() + 1..]
+        )
+    );
+    c.ok(&format!("SNAPSHOT RELEASE {b}"), &int(1));
     let id = as_int(&c.q("SNAPSHOT CREATE EX 100"));
     c.ok("SET k v", OK);
     as_int(&c.q("SNAPSHOT CREATE"));

@@ -369,11 +369,28 @@ pub(super) fn snapshot(cx: &mut Ctx<'_, '_>) -> CmdResult {
         }
         let list = cx.store().list_snapshots();
         cx.r.array(list.len());
-        for (id, left) in list {
-            cx.r.array(2);
-            cx.r.int(id.0 as i64);
-            cx.r.int(left.as_millis() as i64);
+        for snap in list {
+            cx.r.array(3);
+            cx.r.int(snap.id.0 as i64);
+            cx.r.int(snap.version.get() as i64);
+            cx.r.int(snap.left.as_millis() as i64);
         }
+    } else if eq_ic(sub, "help") && cx.args.len() == 2 {
+        const HELP: [&str; 8] = [
+            "SNAPSHOT <subcommand> [<arg> ...]. Subcommands are:",
+            "CREATE [EX <seconds>]",
+            "    Pin the current state; returns a new snapshot id (default expiry 60 s).",
+            "RELEASE <id>",
+            "    End snapshot <id>; returns 1, or 0 if it was not live.",
+            "LIST",
+            "    Every live snapshot as [id, version, ms until expiry].",
+            "HELP",
+        ];
+        cx.r.array(HELP.len() + 1);
+        for line in HELP {
+            cx.r.simple(line);
+        }
+        cx.r.simple("    Print this help.");
     } else {
         return Err(CmdError::err(format!(
             "unknown subcommand '{}'. Try SNAPSHOT HELP.",
