@@ -14,6 +14,7 @@
 
 pub mod op;
 mod read;
+mod replica;
 mod session;
 mod snapshot;
 mod write;
@@ -90,14 +91,19 @@ impl Store {
     /// Creates an empty store.
     pub fn new(config: Config) -> Result<Store> {
         let geometry = config.validate()?;
-        Ok(Store {
-            tree: Arc::new(Tree::new(geometry)),
+        Ok(Store::with_tree(config, geometry, Tree::new(geometry)))
+    }
+
+    /// An in-memory store around `tree`.
+    pub(super) fn with_tree(config: Config, geometry: Geometry, tree: Tree) -> Store {
+        Store {
+            tree: Arc::new(tree),
             config,
             geometry,
             sweep_cursor: Default::default(),
             backend: Box::new(CpuBackend::default()),
             durable: None,
-        })
+        }
     }
 
     /// Longest key accepted: 460 bytes with nodes of 8 KiB and more.

@@ -81,7 +81,7 @@ impl Session<'_> {
         self.store.write_with_in(self.ack(), key, decide)
     }
     pub(super) fn ack(&self) -> Ack<'_> {
-        Ack::Defer(&self.pending)
+        Ack::defer(&self.pending)
     }
 }
 

@@ -12,13 +12,58 @@ use crate::tree::node::ItemRef;
 use crate::tree::write::{WriteMode, WriteOp};
 use crate::types::{AtomicWrite, Expiry, ItemView, Now, Version, Write, now_ms};
 
-/// When a write's answer may go out.
+/// How a write is made: when its answer may go out, and the clock its
+/// decision judges expiry against.
 #[derive(Clone, Copy)]
-pub(super) enum Ack<'s> {
-    /// Now: wait for its release (and durability).
-    Now,
-    /// At the session's commit: note the version to wait for.
-    Defer(&'s Cell<u64>),
+pub(super) struct Ack<'s> {
+    /// `None`: wait for its release (and durability) now. `Some`: at the
+    /// session's commit; note the version to wait for here.
+    defer: Option<&'s Cell<u64>>,
+    /// Unix ms the write judges expiry against; 0: the wall clock, read
+    /// when needed. A replicated write carries its entry's clock, so that
+    /// every replica decides alike.
+    clock_ms: u64,
+}
+
+impl<'s> Ack<'s> {
+    /// Acknowledged now, at the wall clock.
+    pub(super) const NOW: Ack<'static> = Ack {
+        defer: None,
+        clock_ms: 0,
+    };
+
+    /// Acknowledged at the session's commit.
+    pub(super) fn defer(pending: &'s Cell<u64>) -> Ack<'s> {
+        Ack {
+            defer: Some(pending),
+            clock_ms: 0,
+        }
+    }
+
+    /// The same, judging expiry at `ms` instead of the wall clock.
+    pub(super) fn at(self, ms: u64) -> Ack<'s> {
+        Ack {
+            clock_ms: ms,
+            ..self
+        }
+    }
+
+    /// Deferred to `pending`, at this write's clock.
+    pub(super) fn deferred_to(self, pending: &Cell<u64>) -> Ack<'_> {
+        Ack {
+            defer: Some(pending),
+            clock_ms: self.clock_ms,
+        }
+    }
+
+    /// The clock of one write.
+    pub(super) fn now(&self) -> Now {
+        if self.clock_ms == 0 {
+            Now::lazy()
+        } else {
+            Now::at(self.clock_ms)
+        }
+    }
 }
 
 impl Store {
@@ -52,9 +97,9 @@ impl Store {
     }
 
     pub(super) fn acknowledge(&self, ack: Ack<'_>, v: u64) -> Result<()> {
-        match ack {
-            Ack::Now => self.wait_acknowledgeable(v),
-            Ack::Defer(pending) => {
+        match ack.defer {
+            None => self.wait_acknowledgeable(v),
+            Some(pending) => {
                 pending.set(pending.get().max(v));
                 Ok(())
             }
@@ -69,7 +114,7 @@ impl Store {
         decide: impl FnMut(Option<&ItemRef<'_>>) -> (WriteOp<'v>, R),
     ) -> Result<(R, Option<Version>)> {
         self.admit()?;
-        let now = Now::lazy();
+        let now = ack.now();
         let mode = WriteMode {
             now: Some(&now),
             logged: true,
@@ -92,7 +137,7 @@ impl Store {
         key: &[u8],
         decide: impl FnMut(Option<ItemView<'_>>) -> (Write, R),
     ) -> Result<(R, Option<Version>)> {
-        self.write_with_in(Ack::Now, key, decide)
+        self.write_with_in(Ack::NOW, key, decide)
     }
 
     pub(super) fn write_with_in<R>(
@@ -140,7 +185,7 @@ impl Store {
 
     /// Stores `value` under `key` with an expiry.
     pub fn put_with(&self, key: &[u8], value: &[u8], expiry: Expiry) -> Result<Version> {
-        self.put_in(Ack::Now, key, value, expiry)
+        self.put_in(Ack::NOW, key, value, expiry)
     }
 
     pub(super) fn put_in(
@@ -168,7 +213,7 @@ impl Store {
 
     /// Stores `value` only if `key` is absent. `None`: it was present.
     pub fn insert(&self, key: &[u8], value: &[u8]) -> Result<Option<Version>> {
-        self.insert_in(Ack::Now, key, value)
+        self.insert_in(Ack::NOW, key, value)
     }
 
     pub(super) fn insert_in(
@@ -196,7 +241,7 @@ impl Store {
     /// Overwrites the value of `key` only if present (keeps no expiry).
     /// `None`: it was absent.
     pub fn update(&self, key: &[u8], value: &[u8]) -> Result<Option<Version>> {
-        self.update_in(Ack::Now, key, value)
+        self.update_in(Ack::NOW, key, value)
     }
 
     pub(super) fn update_in(
@@ -232,7 +277,7 @@ impl Store {
     /// turns). Writes by others that land in between are released with the
     /// group. A single write is atomic already and goes without a group.
     pub fn write_atomically(&self, writes: &[AtomicWrite<'_>]) -> Result<Vec<Option<Version>>> {
-        self.write_atomically_in(Ack::Now, writes)
+        self.write_atomically_in(Ack::NOW, writes)
     }
 
     pub(super) fn write_atomically_in(
@@ -271,9 +316,9 @@ impl Store {
         for w in writes {
             let v = match *w {
                 AtomicWrite::Put { key, value, expiry } => {
-                    Some(self.put_in(Ack::Defer(&wait), key, value, expiry)?)
+                    Some(self.put_in(ack.deferred_to(&wait), key, value, expiry)?)
                 }
-                AtomicWrite::Delete { key } => self.delete_in(Ack::Defer(&wait), key)?,
+                AtomicWrite::Delete { key } => self.delete_in(ack.deferred_to(&wait), key)?,
             };
             // The span reaches every version the group's writes took or
             // their decisions saw (`Group::extend`).
@@ -289,7 +334,7 @@ impl Store {
 
     /// Removes `key`. `None`: it was absent.
     pub fn delete(&self, key: &[u8]) -> Result<Option<Version>> {
-        self.delete_in(Ack::Now, key)
+        self.delete_in(Ack::NOW, key)
     }
 
     pub(super) fn delete_in(&self, ack: Ack<'_>, key: &[u8]) -> Result<Option<Version>> {
@@ -310,7 +355,7 @@ impl Store {
         value: &[u8],
         expiry: Expiry,
     ) -> Result<Option<Version>> {
-        self.cas_in(Ack::Now, key, expected, value, expiry)
+        self.cas_in(Ack::NOW, key, expected, value, expiry)
     }
 
     pub(super) fn cas_in(
@@ -348,7 +393,7 @@ impl Store {
     /// Adds `delta` to the decimal integer stored at `key` (absent = 0) and
     /// returns the result. Keeps the expiry.
     pub fn incr_by(&self, key: &[u8], delta: i64) -> Result<i64> {
-        self.incr_by_in(Ack::Now, key, delta)
+        self.incr_by_in(Ack::NOW, key, delta)
     }
 
     pub(super) fn incr_by_in(&self, ack: Ack<'_>, key: &[u8], delta: i64) -> Result<i64> {
@@ -382,7 +427,7 @@ impl Store {
     /// Appends `value` to the value at `key` (absent = empty) and returns the
     /// new length. Keeps the expiry.
     pub fn append(&self, key: &[u8], value: &[u8]) -> Result<usize> {
-        self.append_in(Ack::Now, key, value)
+        self.append_in(Ack::NOW, key, value)
     }
 
     pub(super) fn append_in(&self, ack: Ack<'_>, key: &[u8], value: &[u8]) -> Result<usize> {
@@ -412,7 +457,7 @@ impl Store {
     /// Sets or clears the expiry of an existing key (a write: the item gets a
     /// new version). `None`: absent.
     pub fn expire(&self, key: &[u8], expiry: Expiry) -> Result<Option<Version>> {
-        self.expire_in(Ack::Now, key, expiry)
+        self.expire_in(Ack::NOW, key, expiry)
     }
 
     pub(super) fn expire_in(
@@ -449,7 +494,7 @@ impl Store {
     /// if they came after it. When `clear` returns, every item written
     /// before it began is gone, and recovery reproduces exactly that.
     pub fn clear(&self) -> Result<()> {
-        self.clear_in(Ack::Now)
+        self.clear_in(Ack::NOW)
     }
 
     pub(super) fn clear_in(&self, ack: Ack<'_>) -> Result<()> {
@@ -475,20 +520,14 @@ impl Store {
     /// its cursor stays put (a sweep of a large store that uses no TTL would
     /// otherwise decode every item over and over).
     pub fn sweep_expired(&self, max_items: usize) -> usize {
-        if self.admit().is_err() || !self.tree.has_expiring() {
+        if self.admit().is_err() {
             return 0;
         }
-        let max_items = max_items.max(1);
-        let cursor = self.sweep_cursor.lock().clone();
-        let (expired, last) = self.read(|rv, now| {
-            self.tree
-                .expired_after(rv, now, cursor.as_deref(), max_items)
-        });
-        *self.sweep_cursor.lock() = last;
+        let expired = self.expired_items(max_items);
         let now = now_ms();
         let mut deleted = 0;
         let mut wait_for = 0;
-        for key in expired {
+        for (key, _) in expired {
             let mode = WriteMode {
                 now: None,
                 logged: true,
@@ -505,5 +544,25 @@ impl Store {
             Ok(()) => deleted,
             Err(_) => 0,
         }
+    }
+
+    /// The expired items among the next `max_items` items from where the
+    /// previous call (of this or [`Store::sweep_expired`]) stopped,
+    /// wrapping around at the end: (key, version) each. Deletes nothing: a
+    /// replicated store's leader proposes [`crate::op::Op::Reap`] for them,
+    /// so every replica deletes the same items. A store that never held an
+    /// item with an expiry visits nothing.
+    pub fn expired_items(&self, max_items: usize) -> Vec<(Vec<u8>, Version)> {
+        if !self.tree.has_expiring() {
+            return Vec::new();
+        }
+        let max_items = max_items.max(1);
+        let cursor = self.sweep_cursor.lock().clone();
+        let (expired, last) = self.read(|rv, now| {
+            self.tree
+                .expired_after(rv, now, cursor.as_deref(), max_items)
+        });
+        *self.sweep_cursor.lock() = last;
+        expired.into_iter().map(|(k, v)| (k, Version(v))).collect()
     }
 }

@@ -222,6 +222,9 @@ impl Tree {
     }
 }
 
+/// An expired item a sweep found: its key and version.
+pub(crate) type Expired = (Vec<u8>, u64);
+
 impl Tree {
     /// Up to `max_items` keys after `cursor` (from the start if None), in key
     /// order at `rv`, with the keys among them that expired by `now`.
@@ -232,7 +235,7 @@ impl Tree {
         now: &Now,
         cursor: Option<&[u8]>,
         max_items: usize,
-    ) -> (Vec<Vec<u8>>, Option<Vec<u8>>) {
+    ) -> (Vec<Expired>, Option<Vec<u8>>) {
         let start = cursor.map_or(Bound::Unbounded, Bound::Excluded);
         let seek = cursor.map_or(Seek::Key(&[]), Seek::Key);
         let (mut leaf, _) = self.descend(seek, rv);
@@ -248,7 +251,7 @@ impl Tree {
                         return true;
                     }
                     if it.expiry != 0 && it.expiry <= now.ms() {
-                        expired.push(it.key.to_vec());
+                        expired.push((it.key.to_vec(), it.version));
                     }
                     seen += 1;
                     if seen >= max_items {

@@ -8,15 +8,22 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::store::{Ack, Session, Store};
-use crate::tree::write::WriteOp;
-use crate::types::{Expiry, Flags};
+use crate::tree::write::{WriteMode, WriteOp};
+use crate::types::{Expiry, Flags, Version};
 
 impl Store {
     /// Applies a decided write and waits for its acknowledgement (durable
     /// per the mode, and visible). A refused op (a key or value over the
     /// limits, a number that is not one) changes nothing.
     pub fn apply(&self, op: &Op<'_>) -> Result<Outcome> {
-        self.apply_in(Ack::Now, op)
+        self.apply_in(Ack::NOW, op)
+    }
+
+    /// [`Store::apply`] judging expiry at `now_ms` (unix ms) instead of the
+    /// wall clock: what a replica does with an entry, at the clock the
+    /// leader put in it, so that every replica decides alike.
+    pub fn apply_at(&self, op: &Op<'_>, now_ms: u64) -> Result<Outcome> {
+        self.apply_in(Ack::NOW.at(now_ms.max(1)), op)
     }
 
     pub(super) fn apply_in(&self, ack: Ack<'_>, op: &Op<'_>) -> Result<Outcome> {
@@ -62,7 +69,31 @@ impl Store {
                 self.clear_in(ack)?;
                 Ok(Outcome::Clear)
             }
+            &Op::Reap { key, version } => self.apply_reap(ack, key, version),
         }
+    }
+
+    fn apply_reap(&self, ack: Ack<'_>, key: &[u8], version: Version) -> Result<Outcome> {
+        self.check_key(key)?;
+        self.admit()?;
+        let now = ack.now();
+        // Expired items are what this op is for: the write sees them.
+        let mode = WriteMode {
+            now: None,
+            logged: true,
+        };
+        let w = self.tree.write(key, mode, |cur| match cur {
+            None => (WriteOp::Noop, Status::Missing),
+            Some(c) if c.version == version.0 && c.expiry != 0 && c.expiry <= now.ms() => {
+                (WriteOp::Delete, Status::Done)
+            }
+            Some(_) => (WriteOp::Noop, Status::Mismatch),
+        });
+        self.acknowledge(ack, w.wait_for)?;
+        Ok(Outcome::Reap {
+            status: w.result,
+            version: w.version.map(Version),
+        })
     }
 
     #[expect(clippy::too_many_arguments, reason = "the fields of one op")]
@@ -77,7 +108,22 @@ impl Store {
         return_old: bool,
     ) -> Result<Outcome> {
         self.check_key(key)?;
-        self.check_value(value.len())?;
+        if cond == Cond::Any && !return_old && flags == Flags::NONE {
+            // SET's path: nothing to decide, nothing to hand back.
+            let v = self.put_in(ack, key, value, expiry)?;
+            return Ok(Outcome::Put {
+                status: Status::Done,
+                version: Some(v),
+                old: None,
+            });
+        }
+        if cond == Cond::Any {
+            self.check_value(value.len())?;
+        }
+        // With a condition, the value's length is refused only when the
+        // write would happen (SET NX of an oversized value on a present
+        // key answers null, as before).
+        let too_long = value.len() > self.config.max_value_len;
         let ((status, old), version) = self.write_key(ack, key, |cur| {
             let status = Status::of(cond, cur);
             let old = if return_old {
@@ -85,7 +131,7 @@ impl Store {
             } else {
                 None
             };
-            if status != Status::Done {
+            if status != Status::Done || too_long {
                 return (WriteOp::Noop, (status, old));
             }
             let op = WriteOp::Put {
@@ -95,6 +141,12 @@ impl Store {
             };
             (op, (status, old))
         })?;
+        if too_long && status == Status::Done {
+            return Err(Error::ValueTooLarge {
+                len: value.len(),
+                max: self.config.max_value_len,
+            });
+        }
         Ok(Outcome::Put {
             status,
             version,
@@ -143,22 +195,31 @@ impl Store {
     ) -> Result<Outcome> {
         self.check_key(key)?;
         let (r, version) = self.write_key(ack, key, |cur| {
-            let status = Status::of(cond, cur);
-            if status != Status::Done {
-                return (WriteOp::Noop, Ok((status, 0)));
+            if cur.is_some() {
+                let status = Status::of(cond, cur);
+                if status != Status::Done {
+                    return (WriteOp::Noop, Ok((status, 0)));
+                }
             }
             let (old, expiry, flags) = match (cur, on_missing) {
                 (Some(c), _) => (c.value.bytes(), c.expiry, c.cflags),
                 (None, OnMissing::Fail) => return (WriteOp::Noop, Ok((Status::Missing, 0))),
                 (None, OnMissing::Empty) => (&[][..], 0, 0),
-                (None, OnMissing::Create { value, expiry }) => {
+                (
+                    None,
+                    OnMissing::Create {
+                        value,
+                        expiry,
+                        flags,
+                    },
+                ) => {
                     if let Err(e) = self.check_value(value.len()) {
                         return (WriteOp::Noop, Err(e));
                     }
                     let op = WriteOp::Put {
                         value: Cow::Borrowed(value),
                         expiry: Self::expiry_ms(expiry, None),
-                        flags: 0,
+                        flags,
                     };
                     return (op, Ok((Status::Done, value.len())));
                 }
@@ -197,13 +258,15 @@ impl Store {
     ) -> Result<Outcome> {
         self.check_key(key)?;
         let (r, version) = self.write_key(ack, key, |cur| {
-            let status = Status::of(cond, cur);
             let zero = match arith {
                 Arith::Signed(_) => Number::Signed(0),
                 Arith::Unsigned { .. } => Number::Unsigned(0),
             };
-            if status != Status::Done {
-                return (WriteOp::Noop, Ok((status, zero, false, None)));
+            if cur.is_some() {
+                let status = Status::of(cond, cur);
+                if status != Status::Done {
+                    return (WriteOp::Noop, Ok((status, zero, false, None)));
+                }
             }
             let created = cur.is_none() && matches!(on_missing, OnMissing::Create { .. });
             let number = match (cur, on_missing) {
@@ -232,10 +295,18 @@ impl Store {
                 Number::Signed(n) => n.to_string(),
                 Number::Unsigned(n) => n.to_string(),
             };
+            if let Err(e) = self.check_value(text.len()) {
+                return (WriteOp::Noop, Err(e));
+            }
+            let flags = match (cur, on_missing) {
+                (Some(c), _) => c.cflags,
+                (None, OnMissing::Create { flags, .. }) => flags,
+                (None, _) => 0,
+            };
             let op = WriteOp::Put {
                 value: Cow::Owned(text.into_bytes()),
                 expiry,
-                flags: cur.map_or(0, |c| c.cflags),
+                flags,
             };
             let at = (expiry != 0).then_some(expiry);
             (op, Ok((Status::Done, number, created, at)))
@@ -260,9 +331,9 @@ impl Store {
         return_item: bool,
     ) -> Result<Outcome> {
         self.check_key(key)?;
-        let ((status, item), version) = self.write_key(ack, key, |cur| {
+        let (r, version) = self.write_key(ack, key, |cur| {
             let Some(c) = cur else {
-                return (WriteOp::Noop, (Status::Missing, None));
+                return (WriteOp::Noop, Ok((Status::Missing, None)));
             };
             let current = (c.expiry != 0).then_some(c.expiry);
             let new = match expiry {
@@ -280,10 +351,15 @@ impl Store {
                 && (!when.gt || later(current, new))
                 && (!when.lt || later(new, current));
             if !holds {
-                return (WriteOp::Noop, (Status::Mismatch, None));
+                return (WriteOp::Noop, Ok((Status::Mismatch, None)));
             }
             if past {
-                return (WriteOp::Delete, (Status::Done, None));
+                return (WriteOp::Delete, Ok((Status::Done, None)));
+            }
+            // Rewritten, the value meets today's limit (it may have been
+            // lowered since the value was stored).
+            if let Err(e) = self.check_value(c.value.bytes().len()) {
+                return (WriteOp::Noop, Err(e));
             }
             let item = return_item.then(|| {
                 let mut it = c.to_item();
@@ -297,8 +373,9 @@ impl Store {
                 expiry: new.unwrap_or(0),
                 flags: c.cflags,
             };
-            (op, (Status::Done, item))
+            (op, Ok((Status::Done, item)))
         })?;
+        let (status, item) = r?;
         // The item afterwards carries the version of the write that made it.
         let item = item.map(|mut it| {
             it.version = version.unwrap_or(it.version);

@@ -96,9 +96,13 @@ pub enum OnMissing<'a> {
     Fail,
     /// Work on an empty value (APPEND) or on 0 (INCR), with no expiry.
     Empty,
-    /// Store this value with this expiry and no flags, and apply no delta
-    /// (memcached meta `N` flag: the value is the initial one).
-    Create { value: &'a [u8], expiry: Expiry },
+    /// Store this value with this expiry and client flags, and apply no
+    /// delta (memcached meta `N` flag: the value is the initial one).
+    Create {
+        value: &'a [u8],
+        expiry: Expiry,
+        flags: u32,
+    },
 }
 
 /// The EXPIRE family's conditions on the current expiry (Redis 7).
@@ -138,7 +142,9 @@ pub enum Op<'a> {
         return_old: bool,
     },
     /// Add `value` after (or with `front`, before) the current value,
-    /// keeping the item's expiry and flags, if `cond` holds.
+    /// keeping the item's expiry and flags, if `cond` holds of the present
+    /// item; an absent key is handled by `on_missing` alone, whatever
+    /// `cond` says (memcached creates with `N` even under a CAS `C`).
     Append {
         key: &'a [u8],
         value: &'a [u8],
@@ -146,7 +152,8 @@ pub enum Op<'a> {
         on_missing: OnMissing<'a>,
         cond: Cond,
     },
-    /// Change the number stored at `key`, if `cond` holds. `expiry` is the
+    /// Change the number stored at `key`, if `cond` holds of the present
+    /// item (an absent key: `on_missing` alone decides). `expiry` is the
     /// updated item's expiry ([`Expiry::Keep`] for INCR).
     Incr {
         key: &'a [u8],
@@ -171,6 +178,10 @@ pub enum Op<'a> {
     Atomic(Cow<'a, [AtomicWrite<'a>]>),
     /// Remove every key (FLUSHALL).
     Clear,
+    /// Remove `key` if its item still has `version` and has expired at the
+    /// op's clock: the expiry sweep of a replicated store, proposed by its
+    /// leader so that every replica deletes the same items.
+    Reap { key: &'a [u8], version: Version },
 }
 
 /// What applying an [`Op`] did. `version` is the version of the write it
@@ -220,6 +231,12 @@ pub enum Outcome {
         versions: Vec<Option<Version>>,
     },
     Clear,
+    Reap {
+        /// `Done`: deleted; `Mismatch`: another version, or not expired;
+        /// `Missing`: absent.
+        status: Status,
+        version: Option<Version>,
+    },
 }
 
 impl Outcome {
@@ -230,7 +247,8 @@ impl Outcome {
             | Outcome::Delete { status, .. }
             | Outcome::Append { status, .. }
             | Outcome::Incr { status, .. }
-            | Outcome::Expire { status, .. } => *status,
+            | Outcome::Expire { status, .. }
+            | Outcome::Reap { status, .. } => *status,
             Outcome::Atomic { .. } | Outcome::Clear => Status::Done,
         }
     }
@@ -242,7 +260,8 @@ impl Outcome {
             | Outcome::Delete { version, .. }
             | Outcome::Append { version, .. }
             | Outcome::Incr { version, .. }
-            | Outcome::Expire { version, .. } => *version,
+            | Outcome::Expire { version, .. }
+            | Outcome::Reap { version, .. } => *version,
             Outcome::Atomic { .. } | Outcome::Clear => None,
         }
     }

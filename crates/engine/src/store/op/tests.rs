@@ -104,6 +104,7 @@ fn incr_follows_each_protocols_rules() {
     let create = OnMissing::Create {
         value: b"10",
         expiry: Expiry::Never,
+        flags: 9,
     };
     let r = s.apply(&incr(up, create)).unwrap();
     assert!(matches!(
@@ -216,4 +217,116 @@ fn number_parsers_follow_redis_and_memcached() {
     ] {
         assert_eq!(parse_unsigned(s), want, "{:?}", String::from_utf8_lossy(s));
     }
+}
+
+#[test]
+fn a_missing_key_is_created_whatever_the_condition_says() {
+    let s = Store::new(Config::default()).unwrap();
+    let op = Op::Append {
+        key: b"m",
+        value: b"tail",
+        front: false,
+        on_missing: OnMissing::Create {
+            value: b"first",
+            expiry: Expiry::Never,
+            flags: 7,
+        },
+        cond: Cond::Version(Version(12345)),
+    };
+    assert_eq!(s.apply(&op).unwrap().status(), Status::Done);
+    let it = s.get_item(b"m").unwrap().unwrap();
+    assert_eq!((it.value.as_ref(), it.flags), (&b"first"[..], 7));
+    // Present now: the condition applies, and fails.
+    assert_eq!(s.apply(&op).unwrap().status(), Status::Mismatch);
+}
+
+#[test]
+fn a_conditional_put_refuses_an_oversized_value_only_when_it_would_write() {
+    let s = Store::new(Config {
+        max_value_len: 4,
+        ..Config::default()
+    })
+    .unwrap();
+    s.put(b"k", b"v").unwrap();
+    let nx = Op::Put {
+        key: b"k",
+        value: b"too long",
+        expiry: Expiry::Never,
+        flags: Flags::NONE,
+        cond: Cond::Absent,
+        return_old: true,
+    };
+    let r = s.apply(&nx).unwrap();
+    assert_eq!(r.status(), Status::Present, "the condition fails first");
+    let xx = Op::Put {
+        key: b"k",
+        value: b"too long",
+        expiry: Expiry::Never,
+        flags: Flags::NONE,
+        cond: Cond::Present,
+        return_old: true,
+    };
+    assert!(matches!(
+        s.apply(&xx).unwrap_err(),
+        Error::ValueTooLarge { len: 8, max: 4 }
+    ));
+    assert_eq!(s.get(b"k").unwrap().unwrap().as_ref(), b"v");
+}
+
+#[test]
+fn apply_at_judges_expiry_at_the_ops_clock() {
+    let s = Store::new(Config::default()).unwrap();
+    let put = Op::Put {
+        key: b"t",
+        value: b"v",
+        expiry: Expiry::AtMs(1_000),
+        flags: Flags::NONE,
+        cond: Cond::Any,
+        return_old: false,
+    };
+    s.apply_at(&put, 500).unwrap();
+    let version = s
+        .apply_at(
+            &Op::Expire {
+                key: b"t",
+                expiry: Expiry::AtMs(2_000),
+                when: ExpireWhen::default(),
+                past: false,
+                return_item: false,
+            },
+            900,
+        )
+        .unwrap()
+        .version()
+        .expect("live at 900: its expiry changes");
+    // At 2,500 it has expired: absent for an insert, and reaped.
+    let insert = Op::Put {
+        key: b"t",
+        value: b"v",
+        expiry: Expiry::AtMs(1_000),
+        flags: Flags::NONE,
+        cond: Cond::Absent,
+        return_old: false,
+    };
+    let reap = Op::Reap { key: b"t", version };
+    assert_eq!(s.apply_at(&reap, 1_999).unwrap().status(), Status::Mismatch);
+    assert_eq!(
+        s.apply_at(
+            &Op::Reap {
+                key: b"t",
+                version: Version(version.0 + 1)
+            },
+            2_500
+        )
+        .unwrap()
+        .status(),
+        Status::Mismatch
+    );
+    assert_eq!(s.apply_at(&reap, 2_500).unwrap().status(), Status::Done);
+    assert_eq!(s.apply_at(&reap, 2_500).unwrap().status(), Status::Missing);
+    assert_eq!(s.apply_at(&insert, 2_500).unwrap().status(), Status::Done);
+    // By the wall clock it has long expired: the leader's sweep finds it.
+    let items = s.expired_items(100);
+    assert_eq!(items.len(), 1, "{items:?}");
+    assert_eq!(items[0].0, b"t");
 }

@@ -6,7 +6,7 @@
 use std::io::Write as _;
 
 use combkv::op::{Arith, Cond, Number, OnMissing, Op, Outcome, Status};
-use combkv::{Expiry, Flags, Version, Write};
+use combkv::{Expiry, Flags, Version};
 
 use super::text::touch_op;
 use super::{Found, error_line, expiry, line, ttl_secs};
@@ -161,11 +161,8 @@ pub(super) fn set(
         b'S' => put(cas_cond(flags).unwrap_or(Cond::Any)),
         b'R' => put(cas_cond(flags).unwrap_or(Cond::Present)),
         b'E' => put(Cond::Absent),
-        _ if flags.vivify.is_some()
-            && (flags.compare_cas.is_some() || flags.client_flags.is_some_and(|f| f != 0)) =>
-        {
-            return set_vivify_closure(cx, key, flags, data, mode == b'A', now, out);
-        }
+        // An absent key is created with `N` whatever `C` says: the op's
+        // condition only applies to a present item.
         _ => Op::Append {
             key: key.bytes(),
             value: data,
@@ -174,6 +171,7 @@ pub(super) fn set(
                 Some(ttl) => OnMissing::Create {
                     value: data,
                     expiry: expiry(ttl, now),
+                    flags: flags.client_flags.unwrap_or(0),
                 },
                 None => OnMissing::Fail,
             },
@@ -229,69 +227,6 @@ fn set_reply(
     out.extend_from_slice(b"\r\n");
 }
 
-/// ms in mode A or P with `N` and with `C` or nonzero `F`, on the path ms
-/// took before writes became [`Op`]s: `OnMissing::Create` stores no client
-/// flags, and a `Cond::Version` fails on an absent key before `on_missing`
-/// is looked at, where ms creates the item (with its `F` flags) whatever
-/// `C` says. It leaves once `OnMissing::Create` carries flags and a
-/// condition can hold for an absent key.
-fn set_vivify_closure(
-    cx: &mut Cx<'_>,
-    key: &Key<'_>,
-    flags: &MetaFlags<'_>,
-    data: &[u8],
-    append: bool,
-    now: u64,
-    out: &mut Vec<u8>,
-) {
-    /// What the closure decided.
-    enum Vivify {
-        Wrote,
-        Mismatch,
-        TooLarge,
-    }
-    let max = cx.shared.store.max_value_len();
-    let r = cx.session.write_with(key.bytes(), |cur| match cur {
-        None => {
-            let w = Write::Put {
-                value: data.to_vec(),
-                expiry: expiry(flags.vivify.unwrap_or(0), now),
-                flags: Flags::Set(flags.client_flags.unwrap_or(0)),
-            };
-            (w, Vivify::Wrote)
-        }
-        Some(it) if flags.compare_cas.is_some_and(|c| c != it.version.get()) => {
-            (Write::Keep, Vivify::Mismatch)
-        }
-        Some(it) => {
-            let (a, b) = if append {
-                (it.value, data)
-            } else {
-                (data, it.value)
-            };
-            if a.len() + b.len() > max {
-                return (Write::Keep, Vivify::TooLarge);
-            }
-            let w = Write::Put {
-                value: [a, b].concat(),
-                expiry: Expiry::Keep,
-                flags: Flags::Keep,
-            };
-            (w, Vivify::Wrote)
-        }
-    });
-    let (status, version) = match r {
-        Err(e) => return error_line(cx, out, &McError::from(e)),
-        Ok((Vivify::TooLarge, _)) => {
-            Stats::add(&cx.shared.memcache.stats.store_too_large, 1);
-            return error_line(cx, out, &McError::TooLarge);
-        }
-        Ok((Vivify::Wrote, v)) => (Status::Done, v),
-        Ok((Vivify::Mismatch, v)) => (Status::Mismatch, v),
-    };
-    set_reply(cx, key, flags, status, version, false, out);
-}
-
 /// md: delete, only if the CAS unique matches when `C` is given.
 pub(super) fn delete(cx: &mut Cx<'_>, key: &Key<'_>, flags: &MetaFlags<'_>, out: &mut Vec<u8>) {
     let mc = &cx.shared.memcache.stats;
@@ -328,9 +263,7 @@ pub(super) fn arith(cx: &mut Cx<'_>, key: &Key<'_>, flags: &MetaFlags<'_>, out: 
     }
     let incr = !matches!(flags.mode, Some(b'D' | b'd' | b'-'));
     let now = combkv::now_ms();
-    let r = if flags.vivify.is_some() && flags.compare_cas.is_some() {
-        arith_vivify_closure(cx, key, flags, incr, now)
-    } else {
+    let r = {
         let mut initial = itoa::Buffer::new();
         let op = Op::Incr {
             key: key.bytes(),
@@ -342,6 +275,7 @@ pub(super) fn arith(cx: &mut Cx<'_>, key: &Key<'_>, flags: &MetaFlags<'_>, out: 
                 Some(ttl) => OnMissing::Create {
                     value: initial.format(flags.initial.unwrap_or(0)).as_bytes(),
                     expiry: expiry(ttl, now),
+                    flags: 0,
                 },
                 None => OnMissing::Fail,
             },
@@ -439,74 +373,6 @@ fn arith_reply(
         out.extend_from_slice(number.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-}
-
-/// ma with `N` and `C`, on the path ma took before writes became [`Op`]s:
-/// a `Cond::Version` fails on an absent key before `on_missing` is looked
-/// at, where ma creates the item whatever `C` says. It leaves once a
-/// condition can hold for an absent key.
-fn arith_vivify_closure(
-    cx: &mut Cx<'_>,
-    key: &Key<'_>,
-    flags: &MetaFlags<'_>,
-    incr: bool,
-    now: u64,
-) -> combkv::Result<ArithDone> {
-    let delta = flags.delta.unwrap_or(1);
-    let r = cx.session.write_with(key.bytes(), |cur| {
-        let done = |status, n, expires_at_ms, created| ArithDone {
-            status,
-            version: None,
-            n,
-            created,
-            expires_at_ms,
-        };
-        match cur {
-            None => {
-                let ttl = flags.vivify.unwrap_or(0);
-                let n = flags.initial.unwrap_or(0);
-                let w = Write::Put {
-                    value: n.to_string().into_bytes(),
-                    expiry: expiry(ttl, now),
-                    flags: Flags::NONE,
-                };
-                (
-                    w,
-                    Ok(done(Status::Done, n, super::expiry_ms(ttl, now), true)),
-                )
-            }
-            Some(it) if flags.compare_cas.is_some_and(|c| c != it.version.get()) => {
-                (Write::Keep, Ok(done(Status::Mismatch, 0, None, false)))
-            }
-            Some(it) => match (!it.value.is_empty())
-                .then(|| combkv::op::parse_unsigned(it.value))
-                .flatten()
-            {
-                None => (Write::Keep, Err(combkv::Error::NotAnInteger)),
-                Some(old) => {
-                    let n = if incr {
-                        old.wrapping_add(delta)
-                    } else {
-                        old.saturating_sub(delta)
-                    };
-                    let (exp, at) = match flags.ttl {
-                        Some(t) => (expiry(t, now), super::expiry_ms(t, now)),
-                        None => (Expiry::Keep, it.expires_at_ms),
-                    };
-                    let w = Write::Put {
-                        value: n.to_string().into_bytes(),
-                        expiry: exp,
-                        flags: Flags::Keep,
-                    };
-                    (w, Ok(done(Status::Done, n, at, false)))
-                }
-            },
-        }
-    })?;
-    let (done, version) = r;
-    let mut done = done?;
-    done.version = version;
-    Ok(done)
 }
 
 /// me: what combkv knows of an item, in memcached's `key=value` form.

@@ -7,7 +7,7 @@
 use std::borrow::Cow;
 
 use combkv::op::{Arith, Cond, Number, OnMissing, Op, Outcome, Status};
-use combkv::{AtomicWrite, Expiry, Flags, Version, Write, now_ms};
+use combkv::{AtomicWrite, Expiry, Flags, Version, now_ms};
 
 use super::batch::{self, BatchRead};
 use super::{Ctx, eq_ic, parse_i64};
@@ -124,9 +124,6 @@ pub(super) fn set(cx: &mut Ctx<'_, '_>) -> CmdResult {
     let (key, value) = (cx.args[1], cx.args[2]);
     let opts = SetOptions::parse(&cx.args[3..])?;
     let expiry = opts.expiry()?;
-    if (opts.cond != Cond::Any || opts.get_old) && value.len() > cx.store().max_value_len() {
-        return set_oversized(cx, &opts, expiry);
-    }
     let op = Op::Put {
         key,
         value,
@@ -144,44 +141,6 @@ pub(super) fn set(cx: &mut Ctx<'_, '_>) -> CmdResult {
             None => cx.r.null(),
         }
     } else if status == Status::Done {
-        cx.r.ok();
-    } else {
-        cx.r.null();
-    }
-    Ok(())
-}
-
-/// SET NX, XX or GET with a value over `max-value-bytes`, on the path SET
-/// took before writes became [`Op`]s: `Op::Put` refuses such a value before
-/// it looks at its condition, where SET answered a failed condition (null,
-/// or the old value) and refused the value only when the write would
-/// happen. It leaves once `Op::Put` checks the value's length after its
-/// condition.
-fn set_oversized(cx: &mut Ctx<'_, '_>, opts: &SetOptions<'_>, expiry: Expiry) -> CmdResult {
-    let (key, value) = (cx.args[1], cx.args[2]);
-    let (old, written) = cx.session.write_with(key, |cur| {
-        let old = cur.map(|it| it.value.to_vec());
-        let holds = match opts.cond {
-            Cond::Absent => cur.is_none(),
-            Cond::Present => cur.is_some(),
-            _ => true,
-        };
-        if !holds {
-            return (Write::Keep, old);
-        }
-        let put = Write::Put {
-            value: value.to_vec(),
-            expiry,
-            flags: Flags::NONE,
-        };
-        (put, old)
-    })?;
-    if opts.get_old {
-        match old {
-            Some(v) => cx.r.bulk(&v),
-            None => cx.r.null(),
-        }
-    } else if written.is_some() {
         cx.r.ok();
     } else {
         cx.r.null();
@@ -330,6 +289,13 @@ pub(super) fn cas(cx: &mut Ctx<'_, '_>) -> CmdResult {
         [opt, n] if eq_ic(opt, "px") => Expiry::AtMs(deadline_ms(n, 1, false, "cas")?),
         _ => return Err(CmdError::Syntax),
     };
+    // CAS refuses an oversized value before it looks at the version (an
+    // `Op::Put` with a condition refuses it only when it would write).
+    let max = cx.store().max_value_len();
+    if cx.args[3].len() > max {
+        let len = cx.args[3].len();
+        return Err(combkv::Error::ValueTooLarge { len, max }.into());
+    }
     // Version 0: only if absent (no item has version 0).
     let cond = match expected {
         0 => Cond::Absent,
