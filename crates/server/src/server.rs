@@ -50,6 +50,8 @@ const ACCEPTOR_WAKER: Token = Token(2);
 /// Expired items the housekeeping thread deletes per tick at most.
 const SWEEP_PER_TICK: usize = 20_000;
 const HOUSEKEEPING_TICK: Duration = Duration::from_millis(100);
+/// How often a listener that ran out of descriptors tries again.
+const ACCEPT_RETRY: Duration = Duration::from_millis(10);
 
 fn bind(l: Listen, what: &str) -> Result<Option<TcpListener>, StartError> {
     match l {
@@ -66,6 +68,37 @@ fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<(
         .name(name)
         .spawn(f)
         .map_err(|e| StartError(format!("cannot start thread: {e}")))
+}
+
+/// Raises the open-files limit for `maxclients`, or lowers `maxclients`
+/// to fit the limit (with a warning, as Redis does).
+fn fit_descriptors(config: &mut ServerConfig) -> Result<(), StartError> {
+    let own = crate::fdlimit::own_needs(config.thread_count(), config.data_dir.is_some());
+    let Some(fitted) = crate::fdlimit::fit(config.maxclients, own) else {
+        tracing::warn!("cannot read the open files limit (RLIMIT_NOFILE); maxclients unchecked");
+        return Ok(());
+    };
+    if fitted.maxclients == config.maxclients {
+        return Ok(());
+    }
+    if fitted.maxclients == 0 {
+        return Err(StartError(format!(
+            "the open files limit ({}, hard limit {}) leaves no descriptor for clients: \
+             the server needs {own} for itself; raise it (ulimit -n)",
+            fitted.limit, fitted.hard
+        )));
+    }
+    tracing::warn!(
+        "maxclients lowered from {} to {}: the open files limit is {} (hard limit {}) \
+         and the server needs {own} descriptors beside its clients; raise it (ulimit -n) \
+         to serve more",
+        config.maxclients,
+        fitted.maxclients,
+        fitted.limit,
+        fitted.hard
+    );
+    config.maxclients = fitted.maxclients;
+    Ok(())
 }
 
 pub(crate) fn open_store(config: &ServerConfig) -> Result<Store, StartError> {
@@ -91,6 +124,8 @@ impl Server {
     /// Opens the store, binds every listener and starts serving.
     pub fn start(config: ServerConfig) -> Result<Server, StartError> {
         config.validate().map_err(StartError)?;
+        let mut config = config;
+        fit_descriptors(&mut config)?;
         let resp = bind(config.resp, "resp")?;
         let memcached = bind(config.memcached, "memcached")?;
         let metrics = match config.metrics {
@@ -108,7 +143,6 @@ impl Server {
         let metrics_addr = metrics.as_ref().and_then(|l| l.local_addr().ok());
         // What was bound, not what was asked for: port 0 picks a free port,
         // and INFO and CONFIG GET report the one in use.
-        let mut config = config;
         for (setting, bound) in [
             (&mut config.resp, resp_addr),
             (&mut config.memcached, memcached_addr),
@@ -144,6 +178,7 @@ impl Server {
             shared: shared.clone(),
             loops: senders,
             next: 0,
+            stalled: [false; 2],
         };
         threads.push(spawn("combkv-accept".into(), move || acceptor.run())?);
         let hk = shared.clone();
@@ -235,6 +270,9 @@ struct Acceptor {
     shared: Arc<Shared>,
     loops: Vec<(Sender<Connection>, Arc<Waker>)>,
     next: usize,
+    /// Per listener (RESP, memcached): the last accept failed for want of
+    /// descriptors or memory.
+    stalled: [bool; 2],
 }
 
 impl Acceptor {
@@ -252,39 +290,70 @@ impl Acceptor {
         }
         let mut events = Events::with_capacity(64);
         while !self.shared.shutting_down.load(Ordering::Acquire) {
-            if let Err(e) = self
-                .poll
-                .poll(&mut events, Some(Duration::from_millis(200)))
+            // A stalled listener is retried on a timer: its readiness is
+            // edge-triggered, and a full backlog brings no new edge.
+            let timeout = if self.stalled.iter().any(|&s| s) {
+                ACCEPT_RETRY
+            } else {
+                Duration::from_millis(200)
+            };
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout))
                 && e.kind() != io::ErrorKind::Interrupted
             {
                 tracing::error!("acceptor poll failed: {e}");
                 return;
             }
+            let mut tried = [false; 2];
             for ev in events.iter() {
                 match ev.token() {
-                    RESP_LISTENER => self.accept_all(true),
-                    MEMCACHED_LISTENER => self.accept_all(false),
+                    RESP_LISTENER => tried[0] = true,
+                    MEMCACHED_LISTENER => tried[1] = true,
                     _ => {}
+                }
+            }
+            for (i, resp) in [(0, true), (1, false)] {
+                if tried[i] || self.stalled[i] {
+                    self.accept_all(resp);
                 }
             }
         }
         // Listeners close here: no new connections during shutdown.
     }
 
+    /// Accepts until the backlog is empty. Out of descriptors (or kernel
+    /// memory) the listener is marked stalled and retried every
+    /// `ACCEPT_RETRY` until an accept goes through again.
     fn accept_all(&mut self, resp: bool) {
+        let i = usize::from(!resp);
         loop {
             let listener = if resp { &self.resp } else { &self.memcached };
             let Some(listener) = listener else {
                 return;
             };
             match listener.accept() {
-                Ok((stream, addr)) => self.adopt(stream, addr, resp),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Ok((stream, addr)) => {
+                    if std::mem::take(&mut self.stalled[i]) {
+                        tracing::info!("accepting connections again");
+                    }
+                    self.adopt(stream, addr, resp);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.stalled[i] = false;
+                    return;
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                    ) => {}
                 Err(e) => {
-                    // EMFILE and friends: log and back off briefly.
-                    tracing::warn!("accept failed: {e}");
-                    std::thread::sleep(Duration::from_millis(10));
+                    // EMFILE, ENFILE, ENOBUFS, ENOMEM: retried on a timer.
+                    if !std::mem::replace(&mut self.stalled[i], true) {
+                        tracing::warn!(
+                            "accept failed: {e}; retrying every {} ms",
+                            ACCEPT_RETRY.as_millis()
+                        );
+                    }
                     return;
                 }
             }
