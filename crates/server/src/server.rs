@@ -403,9 +403,32 @@ impl Acceptor {
 /// Samples memory, sweeps expired items, and (with durability) lets the
 /// engine's own threads do checkpoints; stops at shutdown.
 fn housekeeping(shared: Arc<Shared>) {
+    let mut tick = 0u64;
     while !shared.shutting_down.load(Ordering::Acquire) {
+        if tick.is_multiple_of(TRIM_EVERY_TICKS) {
+            trim_heap();
+        }
         shared.sample_memory();
         shared.store.sweep_expired(SWEEP_PER_TICK);
         std::thread::sleep(HOUSEKEEPING_TICK);
+        tick += 1;
+    }
+}
+
+/// Housekeeping ticks between heap trims (one a second).
+const TRIM_EVERY_TICKS: u64 = 10;
+
+/// Gives the heap's free memory back to the system. glibc's malloc keeps
+/// what large replies and requests freed in its arenas, resident, until it
+/// is trimmed; without this the resident size (what `maxmemory` is compared
+/// with) stayed hundreds of megabytes up after a client with large replies
+/// left, and writes were refused for minutes (`docs/experiments.md`,
+/// "Giving memory back").
+fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim has no preconditions; it only releases free
+    // memory of glibc's heap.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }

@@ -77,7 +77,26 @@ pub(crate) enum FrameError {
     UnauthenticatedMultibulkLength,
     /// Before AUTH: a bulk string longer than `UNAUTH_MAX_BULK_BYTES`.
     UnauthenticatedBulkLength,
+    /// A bulk string larger than `maxmemory` leaves room for (past
+    /// `BIG_BODY`): the request is refused with the OOM error once the
+    /// header is read, and the rest of it (`discard`) is skipped unread.
+    NoRoom {
+        header_end: usize,
+        discard: Discard,
+    },
 }
+
+/// What is left to skip of a request refused for `maxmemory`: the rest of
+/// the bulk string being skipped, then `args` more bulk strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Discard {
+    pub bytes: usize,
+    pub args: usize,
+}
+
+/// Bulk strings up to this size are read whatever `max_body` says: the
+/// command itself then refuses them above `maxmemory`.
+pub(crate) const BIG_BODY: usize = 64 * 1024;
 
 impl FrameError {
     /// Redis's error text for the condition.
@@ -98,6 +117,9 @@ impl FrameError {
             FrameError::UnauthenticatedBulkLength => {
                 "Protocol error: unauthenticated bulk length".into()
             }
+            FrameError::NoRoom { .. } => {
+                "OOM command not allowed when used memory > 'maxmemory'.".into()
+            }
         }
     }
 }
@@ -112,6 +134,9 @@ pub(crate) struct Limits {
     /// does, so a client without the password cannot make the server buffer
     /// a large request.
     pub authenticated: bool,
+    /// The largest bulk string `maxmemory` leaves room for
+    /// (`Shared::body_room`).
+    pub max_body: usize,
 }
 
 /// Arguments per request at most. Redis 7 allows up to INT_MAX; a bound
@@ -241,7 +266,7 @@ fn parse_multibulk(
     frames
         .args
         .reserve((count as usize).min(input.len() / 4 + 1));
-    for _ in 0..count {
+    for i in 0..count {
         if at >= input.len() {
             return Ok(None);
         }
@@ -272,6 +297,15 @@ fn parse_multibulk(
             return Err(FrameError::UnauthenticatedBulkLength);
         }
         let len = len as usize;
+        if len > limits.max_body && len > BIG_BODY {
+            return Err(FrameError::NoRoom {
+                header_end: data_at,
+                discard: Discard {
+                    bytes: len + 2,
+                    args: (count - i - 1) as usize,
+                },
+            });
+        }
         if data_at > limits.max_request_bytes {
             return Err(FrameError::InvalidBulkLength);
         }
@@ -288,6 +322,38 @@ fn parse_multibulk(
         at = data_at + len + 2;
     }
     Ok(Some(at))
+}
+
+/// Skips what is left of a request refused for `maxmemory`, as it
+/// arrives: `Ok(Some(n))` skips `n` bytes (none of them kept), `Ok(None)`
+/// waits for a bulk header to arrive whole. The bulk headers are checked
+/// as `parse` checks them.
+pub(crate) fn discard(
+    input: &[u8],
+    d: &mut Discard,
+    limits: Limits,
+) -> Result<Option<usize>, FrameError> {
+    if d.bytes > 0 {
+        let n = d.bytes.min(input.len());
+        d.bytes -= n;
+        return Ok((n > 0).then_some(n));
+    }
+    let Some((len_line, data_at)) = header_line(input, 0) else {
+        if input.len() > MAX_INLINE {
+            return Err(FrameError::TooBigBulkCount);
+        }
+        return Ok(None);
+    };
+    if input[0] != b'$' {
+        return Err(FrameError::ExpectedDollar(input[0]));
+    }
+    let len = parse_int(&len_line[1..]).ok_or(FrameError::InvalidBulkLength)?;
+    if len < 0 || len as u64 > limits.max_request_bytes as u64 {
+        return Err(FrameError::InvalidBulkLength);
+    }
+    d.args -= 1;
+    d.bytes = len as usize + 2;
+    Ok(Some(data_at))
 }
 
 fn parse_inline(input: &[u8], frames: &mut Frames) -> Result<Option<usize>, FrameError> {
@@ -469,6 +535,7 @@ mod tests {
     const L: Limits = Limits {
         max_request_bytes: 1 << 20,
         authenticated: true,
+        max_body: usize::MAX,
     };
 
     type Parsed = Option<(Vec<Vec<u8>>, usize)>;
