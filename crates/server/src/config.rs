@@ -141,7 +141,8 @@ pub struct ServerConfig {
     pub threads: usize,
     /// Writes are refused above this much used memory; 0 = no limit.
     pub maxmemory: ByteSize,
-    /// Password for AUTH on the RESP listener; none = no authentication.
+    /// Password for AUTH on the RESP listener and memcached's text-protocol
+    /// authentication; none = no authentication.
     pub requirepass: Option<String>,
     /// `error`, `warn`, `info`, `debug` or `trace` (debug logs every request).
     pub log_level: String,
@@ -171,8 +172,7 @@ pub struct ServerConfig {
     pub slowlog_log_slower_than: i64,
     /// Slow log entries kept.
     pub slowlog_max_len: usize,
-    /// Refuse to listen on non-loopback addresses (the server has no TLS,
-    /// and memcached has no authentication).
+    /// Refuse to listen on non-loopback addresses (the server has no TLS).
     pub protected_mode: bool,
 }
 

@@ -101,6 +101,27 @@ fn fit_descriptors(config: &mut ServerConfig) -> Result<(), StartError> {
     Ok(())
 }
 
+/// Logs how the memcached listener is protected: with `requirepass` it
+/// asks for memcached's text-protocol authentication; without it, anyone
+/// who reaches it reads and writes the whole keyspace, which deserves a
+/// warning on an address other than loopback.
+fn warn_unprotected(config: &ServerConfig) {
+    let Listen::At(addr) = config.memcached else {
+        return;
+    };
+    if config.requirepass.is_some() {
+        tracing::info!(
+            "memcached listener on {addr} requires authentication: \
+             set <any key> 0 0 <bytes> with \"default <requirepass>\" as data"
+        );
+    } else if !addr.ip().is_loopback() {
+        tracing::warn!(
+            "memcached listener on {addr} has no authentication: anyone who reaches it can \
+             read, overwrite and flush the keyspace (set requirepass)"
+        );
+    }
+}
+
 pub(crate) fn open_store(config: &ServerConfig) -> Result<Store, StartError> {
     let Some(dir) = &config.data_dir else {
         return Store::new(config.engine_config()).map_err(|e| StartError(e.to_string()));
@@ -191,6 +212,7 @@ impl Server {
                 crate::metrics::serve(l, m)
             })?);
         }
+        warn_unprotected(&shared.config);
         tracing::info!(
             resp = ?resp_addr,
             memcached = ?memcached_addr,
@@ -387,7 +409,9 @@ impl Acceptor {
                 shared.config.requirepass.is_some(),
             )))
         } else {
-            ProtoState::Memcache(Pipeline::new(crate::memcache::Memcache::default()))
+            ProtoState::Memcache(Pipeline::new(crate::memcache::Memcache::new(
+                shared.config.requirepass.is_some(),
+            )))
         };
         let conn = Connection::new(stream, proto, client);
         let (tx, waker) = &self.loops[self.next % self.loops.len()];

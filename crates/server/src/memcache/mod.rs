@@ -3,6 +3,7 @@
 //! and replies (`cmd`). `get`, `gets` and `mg` (without `T`) are batchable
 //! reads; replies leave in request order.
 
+mod auth;
 pub(crate) mod cmd;
 pub mod error;
 pub mod fuzzing;
@@ -31,6 +32,9 @@ pub(crate) struct Memcache {
     /// The input starts inside a retrieval line whose first parts were
     /// parsed: the rest of its keys come next.
     cont: Option<Cont>,
+    /// False until the connection authenticates, where the server has a
+    /// password (`auth`).
+    authenticated: bool,
 }
 
 /// The rest of a retrieval line being answered in parts.
@@ -61,6 +65,53 @@ pub(crate) fn limits(shared: &Shared) -> Limits {
 }
 
 impl Memcache {
+    /// A connection's state; `needs_auth`: the server has a password.
+    pub(crate) fn new(needs_auth: bool) -> Memcache {
+        Memcache {
+            authenticated: !needs_auth,
+            ..Memcache::default()
+        }
+    }
+
+    /// Before authentication only the authenticating `set` is read; every
+    /// other line is refused.
+    fn parse_unauthenticated<'a>(&mut self, input: &'a [u8]) -> Step<Request<'a>, Rejected> {
+        let refused = |err| Rejected {
+            err,
+            noreply: false,
+        };
+        match auth::parse(input) {
+            auth::AuthStep::Incomplete => Step::Incomplete,
+            auth::AuthStep::Close => Step::Close(refused(McError::Unauthenticated)),
+            auth::AuthStep::Refused {
+                err,
+                consumed,
+                swallow,
+            } => {
+                self.swallow = swallow;
+                Step::Reject(refused(err), consumed)
+            }
+            auth::AuthStep::Credentials {
+                user,
+                pass,
+                consumed,
+            } => Step::Request(Request::Auth { user, pass }, consumed),
+        }
+    }
+
+    /// Answers the authenticating `set`.
+    fn authenticate(&mut self, cx: &Cx<'_>, user: &[u8], pass: &[u8], out: &mut Vec<u8>) {
+        let ok =
+            (cx.shared.config.requirepass.as_deref()).is_some_and(|p| auth::check(user, pass, p));
+        if ok {
+            self.authenticated = true;
+            cmd::line(out, "STORED");
+        } else {
+            tracing::debug!(client = cx.client.id, "memcached authentication failed");
+            cmd::error_line(cx, out, &McError::AuthFailure);
+        }
+    }
+
     /// The part of a retrieval line whose keys, `keys`, start `keys_at`
     /// bytes into the rest of the line (`cont.left` bytes with its
     /// newline): its next `GET_CHUNK_KEYS` keys, or all of them if no more
@@ -165,6 +216,9 @@ impl Protocol for Memcache {
         if let Some(cont) = self.cont {
             return self.next_part(input, at, cont);
         }
+        if !self.authenticated {
+            return self.parse_unauthenticated(&input[at..]);
+        }
         match parse::parse(&input[at..], &self.limits, self.scanned) {
             Parsed::Incomplete { scanned } => {
                 self.scanned = scanned;
@@ -255,9 +309,11 @@ impl Protocol for Memcache {
             | Request::MetaDelete { .. }
             | Request::MetaArith { .. } => Class::Write,
             Request::MetaDebug { .. } | Request::Stats { .. } => Class::Read,
-            Request::Version | Request::Verbosity { .. } | Request::Quit | Request::MetaNoop => {
-                Class::Control
-            }
+            Request::Version
+            | Request::Verbosity { .. }
+            | Request::Quit
+            | Request::MetaNoop
+            | Request::Auth { .. } => Class::Control,
         }
     }
 
@@ -301,8 +357,13 @@ impl Protocol for Memcache {
         req: &Request<'_>,
         out: &mut Vec<u8>,
     ) -> bool {
-        if matches!(req, Request::Quit) {
-            return true;
+        match *req {
+            Request::Quit => return true,
+            Request::Auth { user, pass } => {
+                self.authenticate(cx, user, pass, out);
+                return false;
+            }
+            _ => {}
         }
         cmd::execute(cx, req, out);
         false

@@ -209,5 +209,6 @@ pub(crate) fn execute(cx: &mut Cx<'_>, req: &Request<'_>, out: &mut Vec<u8>) {
         Request::MetaSet { key, flags, data } => meta::set(cx, &key, &flags, data, out),
         Request::MetaDelete { key, flags } => meta::delete(cx, &key, &flags, out),
         Request::MetaArith { key, flags } => meta::arith(cx, &key, &flags, out),
+        Request::Auth { .. } => unreachable!("the protocol answers authentication"),
     }
 }

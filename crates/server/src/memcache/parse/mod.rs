@@ -192,6 +192,12 @@ pub enum Request<'a> {
         key: Key<'a>,
         flags: MetaFlags<'a>,
     },
+    /// The authenticating `set` of a connection that must authenticate
+    /// (`memcache::auth`; never returned by [`parse`]).
+    Auth {
+        user: &'a [u8],
+        pass: &'a [u8],
+    },
 }
 
 /// The longest key a base64 token of `MEMCACHED_MAX_KEY` bytes decodes to.
