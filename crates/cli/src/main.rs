@@ -4,16 +4,6 @@
 
 mod serve;
 
-// The allocators compared in docs/experiments.md ("Giving memory back"):
-// glibc's malloc (the default, trimmed by the server's housekeeping),
-// jemalloc and mimalloc, each behind a feature.
-#[cfg(feature = "jemalloc")]
-#[global_allocator]
-static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-#[cfg(all(feature = "mimalloc", not(feature = "jemalloc")))]
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use std::path::PathBuf;
 use std::process::ExitCode;
 

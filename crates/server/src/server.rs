@@ -442,12 +442,11 @@ fn housekeeping(shared: Arc<Shared>) {
 /// Housekeeping ticks between heap trims (one a second).
 const TRIM_EVERY_TICKS: u64 = 10;
 
-/// Gives the heap's free memory back to the system. glibc's malloc keeps
-/// what large replies and requests freed in its arenas, resident, until it
-/// is trimmed; without this the resident size (what `maxmemory` is compared
-/// with) stayed hundreds of megabytes up after a client with large replies
-/// left, and writes were refused for minutes (`docs/experiments.md`,
-/// "Giving memory back").
+/// Gives the heap's free memory back to the system. glibc's malloc returns
+/// blocks above its mmap threshold when they are freed, but keeps what
+/// smaller buffers freed in its arenas, resident, until it is trimmed; the
+/// resident size is what `maxmemory` is compared with (`docs/experiments.md`,
+/// "Giving memory back", compares this with jemalloc and mimalloc).
 fn trim_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim has no preconditions; it only releases free
