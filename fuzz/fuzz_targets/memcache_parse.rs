@@ -11,6 +11,7 @@ fuzz_target!(|data: &[u8]| {
         max_key_len: 250,
         max_value_len: 1 << 20,
         max_request_bytes: 4 << 20,
+        max_body: usize::MAX,
     };
     let mut at = 0;
     while at < data.len() {

@@ -34,7 +34,8 @@ pub struct ServeArgs {
     /// Refuse writes above this much memory (e.g. 4gb; 0 = no limit).
     #[arg(long, value_name = "BYTES")]
     maxmemory: Option<ByteSize>,
-    /// Require AUTH with this password on the RESP listener.
+    /// Require this password: AUTH on the RESP listener, memcached's
+    /// text-protocol authentication (a `set` of "default <password>").
     #[arg(long, value_name = "PASS")]
     requirepass: Option<String>,
     /// Prometheus metrics address (GET /metrics), or `off`.

@@ -141,7 +141,8 @@ pub struct ServerConfig {
     pub threads: usize,
     /// Writes are refused above this much used memory; 0 = no limit.
     pub maxmemory: ByteSize,
-    /// Password for AUTH on the RESP listener; none = no authentication.
+    /// Password for AUTH on the RESP listener and memcached's text-protocol
+    /// authentication; none = no authentication.
     pub requirepass: Option<String>,
     /// `error`, `warn`, `info`, `debug` or `trace` (debug logs every request).
     pub log_level: String,
@@ -153,6 +154,12 @@ pub struct ServerConfig {
     /// Largest reply a client may have pending; a RANGE that would exceed it
     /// is refused, and a client reading too slowly stops being read.
     pub max_reply_bytes: ByteSize,
+    /// A client whose pending replies pass this is disconnected (Redis's
+    /// `client-output-buffer-limit` hard limit); 0 = no limit.
+    pub client_output_hard_limit: ByteSize,
+    /// Input buffered for all clients together at most: past it a client
+    /// whose request needs a larger buffer is refused and disconnected.
+    pub max_total_query_bytes: ByteSize,
     /// Largest value accepted.
     pub max_value_bytes: ByteSize,
     /// Engine node size (power of two, 1 KiB .. 64 KiB).
@@ -165,8 +172,7 @@ pub struct ServerConfig {
     pub slowlog_log_slower_than: i64,
     /// Slow log entries kept.
     pub slowlog_max_len: usize,
-    /// Refuse to listen on non-loopback addresses (the server has no TLS,
-    /// and memcached has no authentication).
+    /// Refuse to listen on non-loopback addresses (the server has no TLS).
     pub protected_mode: bool,
 }
 
@@ -185,6 +191,8 @@ impl Default for ServerConfig {
             maxclients: 10_000,
             max_request_bytes: ByteSize(128 << 20),
             max_reply_bytes: ByteSize(64 << 20),
+            client_output_hard_limit: ByteSize(256 << 20),
+            max_total_query_bytes: ByteSize(512 << 20),
             max_value_bytes: ByteSize(64 << 20),
             node_size_bytes: ByteSize(8192),
             max_snapshots: 1024,
@@ -247,6 +255,16 @@ impl ServerConfig {
         }
         if self.max_reply_bytes.0 < 1024 {
             return Err("max-reply-bytes must be at least 1024".into());
+        }
+        if self.client_output_hard_limit.0 != 0
+            && self.client_output_hard_limit.0 < self.max_reply_bytes.0
+        {
+            return Err(
+                "client-output-hard-limit must be 0 (none) or at least max-reply-bytes".into(),
+            );
+        }
+        if self.max_total_query_bytes.0 < self.max_request_bytes.0 {
+            return Err("max-total-query-bytes must be at least max-request-bytes".into());
         }
         if self.threads > 1024 {
             return Err("threads must be at most 1024".into());
@@ -315,6 +333,14 @@ impl ServerConfig {
             ("maxclients", self.maxclients.to_string()),
             ("max-request-bytes", self.max_request_bytes.0.to_string()),
             ("max-reply-bytes", self.max_reply_bytes.0.to_string()),
+            (
+                "client-output-hard-limit",
+                self.client_output_hard_limit.0.to_string(),
+            ),
+            (
+                "max-total-query-bytes",
+                self.max_total_query_bytes.0.to_string(),
+            ),
             ("max-value-bytes", self.max_value_bytes.0.to_string()),
             ("node-size-bytes", self.node_size_bytes.0.to_string()),
             ("max-snapshots", self.max_snapshots.to_string()),

@@ -5,8 +5,11 @@ use std::io::{self, Read, Write};
 
 use mio::net::TcpStream;
 
+use std::sync::atomic::Ordering;
+
 use crate::pipeline::{Client, Cx, Processed};
 use crate::proto::ProtoState;
+use crate::shared::Shared;
 
 /// Bytes read per `read` call.
 const READ_CHUNK: usize = 16 * 1024;
@@ -32,7 +35,15 @@ pub(crate) struct Connection {
     /// Output length when this turn first processed input: replies after it
     /// wait for the turn's commit.
     pub turn_mark: Option<usize>,
+    /// The output buffer's capacity as last added to `Shared::output_buffers`.
+    out_counted: usize,
 }
+
+/// An input buffer up to this size is always granted: only larger ones
+/// count against `max-total-query-bytes`, so small requests are always read.
+const QUERY_FLOOR: usize = 64 * 1024;
+/// Buffers larger than this are given back once little of them is in use.
+const SHRINK_ABOVE: usize = 1 << 20;
 
 /// What one read attempt found.
 pub(crate) enum Fill {
@@ -45,6 +56,9 @@ pub(crate) enum Fill {
     },
     WouldBlock,
     Eof,
+    /// The input buffer must grow, and every client's input together would
+    /// pass `max-total-query-bytes`.
+    OverLimit,
 }
 
 impl Connection {
@@ -62,6 +76,7 @@ impl Connection {
             close_after_flush: false,
             want_writable: false,
             turn_mark: None,
+            out_counted: 0,
         }
     }
 
@@ -78,7 +93,11 @@ impl Connection {
     /// Reads once from the socket into the spare room after the unprocessed
     /// input. The buffer's length is its zeroed capacity and `rend` marks the
     /// end of the data, so a read does not re-zero the buffer each time.
-    pub fn fill(&mut self) -> io::Result<Fill> {
+    ///
+    /// A buffer past `QUERY_FLOOR` grows only while every client's input
+    /// buffers together stay within `max-total-query-bytes`
+    /// (`Fill::OverLimit` otherwise).
+    pub fn fill(&mut self, shared: &Shared) -> io::Result<Fill> {
         if self.rstart > 0
             && (self.rstart == self.rend || self.rbuf.len() - self.rend < READ_CHUNK / 2)
         {
@@ -88,6 +107,14 @@ impl Connection {
         }
         if self.rbuf.len() - self.rend < READ_CHUNK / 2 {
             let grow = self.rbuf.len().max(READ_CHUNK);
+            let total = &shared.query_buffers;
+            let cap = usize::try_from(shared.config.max_total_query_bytes.0).unwrap_or(usize::MAX);
+            if self.rbuf.len() + grow > QUERY_FLOOR
+                && total.load(Ordering::Relaxed).saturating_add(grow) > cap
+            {
+                return Ok(Fill::OverLimit);
+            }
+            total.fetch_add(grow, Ordering::Relaxed);
             self.rbuf.resize(self.rbuf.len() + grow, 0);
         }
         let room = self.rbuf.len() - self.rend;
@@ -154,12 +181,59 @@ impl Connection {
         if self.rstart == self.rend {
             self.rstart = 0;
             self.rend = 0;
-            // Give back the memory of a large request once it is done.
-            if self.rbuf.len() > 1 << 20 {
-                self.rbuf = Vec::new();
-            }
         }
+        self.shrink_input(cx_parts.shared);
+        self.count_output(cx_parts.shared);
         out.consumed
+    }
+
+    /// Gives back a large input buffer once little of it is in use (a large
+    /// request is done): the unprocessed input moves to a buffer of its own
+    /// size.
+    fn shrink_input(&mut self, shared: &Shared) {
+        let len = self.rbuf.len();
+        let used = self.rend - self.rstart;
+        if len <= SHRINK_ABOVE || used * 4 > len {
+            return;
+        }
+        let keep = if used == 0 { 0 } else { used.max(READ_CHUNK) };
+        let mut smaller = vec![0; keep];
+        smaller[..used].copy_from_slice(&self.rbuf[self.rstart..self.rend]);
+        self.rbuf = smaller;
+        self.rstart = 0;
+        self.rend = used;
+        shared
+            .query_buffers
+            .fetch_sub(len - keep, Ordering::Relaxed);
+    }
+
+    /// Brings `Shared::output_buffers` up to date with the output buffer.
+    pub fn count_output(&mut self, shared: &Shared) {
+        let cap = self.wbuf.capacity();
+        if cap >= self.out_counted {
+            shared
+                .output_buffers
+                .fetch_add(cap - self.out_counted, Ordering::Relaxed);
+        } else {
+            shared
+                .output_buffers
+                .fetch_sub(self.out_counted - cap, Ordering::Relaxed);
+        }
+        self.out_counted = cap;
+    }
+
+    /// Drops both buffers (the connection is closing, or passed a limit)
+    /// and takes them out of the shared counts.
+    pub fn release(&mut self, shared: &Shared) {
+        shared
+            .query_buffers
+            .fetch_sub(self.rbuf.len(), Ordering::Relaxed);
+        self.rbuf = Vec::new();
+        self.rstart = 0;
+        self.rend = 0;
+        self.wbuf = Vec::new();
+        self.wpos = 0;
+        self.count_output(shared);
     }
 
     /// Drops the replies produced this turn (they may acknowledge writes
@@ -185,7 +259,8 @@ impl Connection {
         }
         self.wbuf.clear();
         self.wpos = 0;
-        if self.wbuf.capacity() > 4 << 20 {
+        // Give back the memory of a large reply once it is written.
+        if self.wbuf.capacity() > SHRINK_ABOVE {
             self.wbuf = Vec::new();
         }
         Ok(true)

@@ -10,7 +10,7 @@
 
 use std::io;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use combkv::readexec::BatchResults;
@@ -175,6 +175,8 @@ impl EventLoop {
     fn serve(&mut self, t: usize, session: &combkv::Session<'_>, short_ok: bool) {
         let max_reply = self.shared.config.max_reply_bytes.0 as usize;
         let max_request = self.shared.config.max_request_bytes.0 as usize;
+        let hard_limit =
+            usize::try_from(self.shared.config.client_output_hard_limit.0).unwrap_or(usize::MAX);
         let Some(conn) = self.conns.get_mut(t) else {
             return;
         };
@@ -186,12 +188,16 @@ impl EventLoop {
                 break;
             }
             let mut drained = false;
-            let got = match conn.fill() {
+            let got = match conn.fill(&self.shared) {
                 Ok(Fill::Data { n, short }) => {
                     drained = short && short_ok;
                     n
                 }
                 Ok(Fill::WouldBlock) => 0,
+                Ok(Fill::OverLimit) => {
+                    refuse_query(&self.shared, conn);
+                    break;
+                }
                 Ok(Fill::Eof) => {
                     conn.input_closed = true;
                     conn.close_after_flush = true;
@@ -214,6 +220,11 @@ impl EventLoop {
                 self.served.push(t);
                 if conn.pending_output() != before {
                     self.dirty.push(t);
+                }
+                if hard_limit != 0 && conn.pending_output() > hard_limit {
+                    output_limit_reached(&self.shared, conn);
+                    failed = true;
+                    break;
                 }
                 budget = budget.saturating_sub(used);
                 if used == 0 && conn.pending_input() > max_request.saturating_add(READ_SLACK) {
@@ -252,6 +263,7 @@ impl EventLoop {
             };
             let before = conn.pending_output();
             let flushed = conn.flush();
+            conn.count_output(&self.shared);
             let sent = before - conn.pending_output();
             Stats::add(&self.shared.stats.net_output_bytes, sent as u64);
             match flushed {
@@ -291,6 +303,7 @@ impl EventLoop {
 
     fn close(&mut self, t: usize) {
         if let Some(mut conn) = self.conns.try_remove(t) {
+            conn.release(&self.shared);
             let _ = self.poll.registry().deregister(&mut conn.stream);
             self.shared.clients.fetch_sub(1, Ordering::Relaxed);
             self.shared.client_registry.lock().remove(&conn.client.id);
@@ -336,6 +349,51 @@ impl EventLoop {
             self.close(t);
         }
     }
+}
+
+/// A client whose pending replies passed `client-output-hard-limit`: its
+/// replies are dropped and it is closed (Redis's client output buffer
+/// limit). The first time is logged as a warning, later ones at debug.
+fn output_limit_reached(shared: &Shared, conn: &mut Connection) {
+    static LOGGED: AtomicBool = AtomicBool::new(false);
+    Stats::add(&shared.stats.output_limit_disconnections, 1);
+    let pending = conn.pending_output();
+    if LOGGED.swap(true, Ordering::Relaxed) {
+        tracing::debug!(
+            client = conn.client.id,
+            pending,
+            "client-output-hard-limit reached"
+        );
+    } else {
+        tracing::warn!(
+            client = conn.client.id,
+            addr = %conn.client.addr,
+            pending,
+            "closing a client whose pending replies passed client-output-hard-limit \
+             (logged once; INFO stats counts them)"
+        );
+    }
+    conn.release(shared);
+}
+
+/// A client whose input needs a larger buffer while every client's input
+/// buffers together are at `max-total-query-bytes`: it gets an error and
+/// is closed, so that large requests arriving slowly cannot hold memory
+/// without bound.
+fn refuse_query(shared: &Shared, conn: &mut Connection) {
+    static LOGGED: AtomicBool = AtomicBool::new(false);
+    Stats::add(&shared.stats.query_limit_disconnections, 1);
+    if !LOGGED.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            client = conn.client.id,
+            addr = %conn.client.addr,
+            "closing a client: the input buffers of all clients are at max-total-query-bytes \
+             (logged once; INFO stats counts them)"
+        );
+    }
+    conn.wbuf.extend_from_slice(conn.proto.query_limit_error());
+    conn.input_closed = true;
+    conn.close_after_flush = true;
 }
 
 /// Slack over `max-request-bytes` for framing around the largest request.

@@ -63,6 +63,14 @@ pub fn fields(shared: &Shared, name: &str) -> Vec<(&'static str, String)> {
                 ("maxclients", c.maxclients.to_string()),
                 ("max_request_bytes", c.max_request_bytes.0.to_string()),
                 ("max_reply_bytes", c.max_reply_bytes.0.to_string()),
+                (
+                    "client_output_hard_limit",
+                    c.client_output_hard_limit.0.to_string(),
+                ),
+                (
+                    "max_total_query_bytes",
+                    c.max_total_query_bytes.0.to_string(),
+                ),
             ]
         }
         "memory" => memory_fields(shared),
@@ -115,6 +123,13 @@ fn memory_fields(shared: &Shared) -> Vec<(&'static str, String)> {
         ("maxmemory", c.maxmemory.0.to_string()),
         ("maxmemory_human", human(c.maxmemory.0)),
         ("maxmemory_policy", "noeviction".into()),
+        // Redis's name: every client's input and output buffers.
+        (
+            "mem_clients_normal",
+            (shared.query_buffers.load(Ordering::Relaxed)
+                + shared.output_buffers.load(Ordering::Relaxed))
+            .to_string(),
+        ),
         (
             "node_memory_bytes",
             (shared.store.node_counts().live_buffers as u64 * c.node_size_bytes.0).to_string(),
@@ -137,6 +152,14 @@ fn stats_fields(st: &crate::shared::Stats) -> Vec<(&'static str, String)> {
         ("read_batches", n(&st.read_batches)),
         ("read_batch_requests", n(&st.read_batch_requests)),
         ("oom_rejected_writes", n(&st.writes_refused_oom)),
+        (
+            "client_output_buffer_limit_disconnections",
+            n(&st.output_limit_disconnections),
+        ),
+        (
+            "client_query_buffer_limit_disconnections",
+            n(&st.query_limit_disconnections),
+        ),
     ]
 }
 

@@ -14,6 +14,7 @@ mod admin;
 pub mod config;
 mod connection;
 mod event_loop;
+mod fdlimit;
 pub mod info;
 mod memcache;
 mod metrics;

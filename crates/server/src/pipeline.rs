@@ -117,6 +117,17 @@ pub(crate) trait Protocol {
     /// The request's class; only a `BatchRead` joins a batch.
     fn class(&self, req: &Self::Request<'_>) -> Class;
 
+    /// How many reads a batched request adds to its batch (keys, ranges).
+    fn reads(&self, _req: &Self::Request<'_>) -> usize {
+        1
+    }
+
+    /// Puts the parser back where it was before it parsed `req` (or a step
+    /// that was not a request), which will be parsed again from its start:
+    /// the turn stopped before answering it. Only a parser that keeps state
+    /// between requests needs it.
+    fn rewind(&mut self, _req: Option<&Self::Request<'_>>) {}
+
     /// Appends what a batched request reads (`class` said `BatchRead`).
     fn read_requests<'s>(
         &'s self,
@@ -125,7 +136,9 @@ pub(crate) trait Protocol {
         into: &mut Reads<'s>,
     );
 
-    /// Writes the replies of a batch from its results, in request order.
+    /// Writes the replies of a batch from its results, in request order,
+    /// until `out` holds more than `budget` bytes. Returns how many requests
+    /// were answered (at least one); the rest are parsed again later.
     fn reply_batch(
         &self,
         cx: &Cx<'_>,
@@ -133,7 +146,8 @@ pub(crate) trait Protocol {
         pending: &[Self::Request<'_>],
         results: &BatchResults,
         out: &mut Vec<u8>,
-    );
+        budget: usize,
+    ) -> usize;
 
     /// Answers every request of a batch the engine refused.
     fn batch_failed(
@@ -213,7 +227,9 @@ impl<P: Protocol> Pipeline<P> {
     /// Executes every complete request in `input`, appending replies to
     /// `out`. Stops early (leaving input unconsumed) once `out` holds more
     /// than `reply_budget` bytes, so a slow reader cannot make replies pile
-    /// up.
+    /// up: the request whose reply passes the budget is the last one
+    /// answered, in a batch too (the rest of the batch is parsed again
+    /// later), so the budget is passed by one request's reply at most.
     pub(crate) fn process(
         &mut self,
         cx: &mut Cx<'_>,
@@ -223,22 +239,50 @@ impl<P: Protocol> Pipeline<P> {
     ) -> Processed {
         self.laps = Laps::default();
         self.proto.begin(cx);
-        let mut pending: SmallVec<[P::Request<'_>; 16]> = SmallVec::new();
+        let mut batch = Batch::default();
         let mut at = 0;
         let mut close = false;
         while out.len() <= reply_budget {
-            match self.proto.parse(cx, input, at, pending.is_empty()) {
+            let start = at;
+            let step = self.proto.parse(cx, input, at, batch.reqs.is_empty());
+            // Requests before this one are answered first; a step that
+            // needs them answered waits if that passed the budget.
+            let answers_batch = match &step {
+                Step::Incomplete | Step::Skip(_) => false,
+                Step::Request(req, _) if self.proto.class(req) == Class::BatchRead => {
+                    !batch.reqs.is_empty() && batch.reads + self.proto.reads(req) > MAX_BATCH_READS
+                }
+                _ => true,
+            };
+            if answers_batch {
+                match self.flush(cx, input, &mut batch, out, reply_budget) {
+                    Flushed::Abort => return Processed::aborted(start),
+                    Flushed::Partial(resume) => {
+                        at = resume;
+                        break;
+                    }
+                    Flushed::Done if out.len() > reply_budget => {
+                        let req = match &step {
+                            Step::Request(req, _) => Some(req),
+                            _ => None,
+                        };
+                        self.proto.rewind(req);
+                        at = start;
+                        break;
+                    }
+                    Flushed::Done => {}
+                }
+            }
+            match step {
                 Step::Incomplete => break,
                 Step::Skip(n) => at += n,
                 Step::Request(req, n) => {
                     at += n;
                     let class = self.proto.class(&req);
                     if class == Class::BatchRead {
-                        pending.push(req);
+                        let reads = self.proto.reads(&req);
+                        batch.push(req, start, reads);
                         continue;
-                    }
-                    if !self.flush(cx, input, &mut pending, out) {
-                        return Processed::aborted(at);
                     }
                     match class {
                         Class::Write => self.wrote = true,
@@ -247,31 +291,16 @@ impl<P: Protocol> Pipeline<P> {
                         }
                         _ => {}
                     }
-                    if P::TIMED {
-                        self.laps.start();
-                    }
-                    close = self.proto.execute(cx, input, &req, out);
-                    if P::TIMED {
-                        let took = self.laps.lap();
-                        if cx.shared.slowlog.wants(took) {
-                            self.proto.slow(cx, input, &req, took);
-                        }
-                    }
+                    close = self.run(cx, input, &req, out);
                     if close {
                         break;
                     }
                 }
                 Step::Reject(err, n) => {
-                    if !self.flush(cx, input, &mut pending, out) {
-                        return Processed::aborted(at);
-                    }
                     self.proto.reject(cx, err, out);
                     at += n;
                 }
                 Step::Close(err) => {
-                    if !self.flush(cx, input, &mut pending, out) {
-                        return Processed::aborted(at);
-                    }
                     Stats::add(&cx.shared.stats.protocol_errors, 1);
                     self.proto.protocol_error(cx, err, out);
                     // Framing is lost: nothing after this can be trusted.
@@ -283,14 +312,38 @@ impl<P: Protocol> Pipeline<P> {
                 }
             }
         }
-        if !self.flush(cx, input, &mut pending, out) {
-            return Processed::aborted(at);
+        match self.flush(cx, input, &mut batch, out, reply_budget) {
+            Flushed::Abort => return Processed::aborted(at),
+            Flushed::Partial(resume) => at = resume,
+            Flushed::Done => {}
         }
         Processed {
             consumed: at,
             close,
             abort: false,
         }
+    }
+
+    /// Executes one request that is not batched, timed for the slow log.
+    /// True: close the connection after the replies.
+    fn run(
+        &mut self,
+        cx: &mut Cx<'_>,
+        input: &[u8],
+        req: &P::Request<'_>,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        if P::TIMED {
+            self.laps.start();
+        }
+        let close = self.proto.execute(cx, input, req, out);
+        if P::TIMED {
+            let took = self.laps.lap();
+            if cx.shared.slowlog.wants(took) {
+                self.proto.slow(cx, input, req, took);
+            }
+        }
+        close
     }
 
     /// Commits the session if this connection wrote since its last commit,
@@ -313,34 +366,40 @@ impl<P: Protocol> Pipeline<P> {
     }
 
     /// Answers the pending reads, if any, with one read-engine batch,
-    /// replies in request order. False: a commit failed (abort the turn).
+    /// replies in request order.
     #[inline]
-    fn flush(
+    fn flush<'a>(
         &mut self,
         cx: &mut Cx<'_>,
-        input: &[u8],
-        pending: &mut SmallVec<[P::Request<'_>; 16]>,
+        input: &'a [u8],
+        batch: &mut Batch<P::Request<'a>>,
         out: &mut Vec<u8>,
-    ) -> bool {
+        budget: usize,
+    ) -> Flushed {
         // Checked here, inlined: a write after a write has no batch to
         // answer, and the call cost a pipelined SET about 25 instructions.
-        pending.is_empty() || self.answer_batch(cx, input, pending, out)
+        if batch.reqs.is_empty() {
+            return Flushed::Done;
+        }
+        self.answer_batch(cx, input, batch, out, budget)
     }
 
     /// `flush` of a batch that is not empty.
-    fn answer_batch(
+    fn answer_batch<'a>(
         &mut self,
         cx: &mut Cx<'_>,
-        input: &[u8],
-        pending: &mut SmallVec<[P::Request<'_>; 16]>,
+        input: &'a [u8],
+        batch: &mut Batch<P::Request<'a>>,
         out: &mut Vec<u8>,
-    ) -> bool {
+        budget: usize,
+    ) -> Flushed {
         if !self.commit_own_writes(cx) {
-            return false;
+            return Flushed::Abort;
         }
         if P::TIMED {
             self.laps.start();
         }
+        let pending = &batch.reqs;
         let mut reads = Reads::new();
         for req in pending.iter() {
             self.proto.read_requests(input, req, &mut reads);
@@ -350,11 +409,21 @@ impl<P: Protocol> Pipeline<P> {
         Stats::add(&stats.read_batch_requests, reads.len() as u64);
         let done = cx.shared.store.read_batch(&reads, cx.batch);
         drop(reads);
-        match done {
-            Ok(()) => self.proto.reply_batch(cx, input, pending, &*cx.batch, out),
+        let before = out.len();
+        let answered = match done {
+            Ok(()) => self
+                .proto
+                .reply_batch(cx, input, pending, &*cx.batch, out, budget),
             // Requests were checked when they joined the batch; an engine
             // refusal is still answered on every request rather than lost.
-            Err(e) => self.proto.batch_failed(cx, e, pending, out),
+            Err(e) => {
+                self.proto.batch_failed(cx, e, pending, out);
+                pending.len()
+            }
+        };
+        if out.len() - before > SHRINK_AFTER_BYTES {
+            // The results held every value of the batch: give that back.
+            *cx.batch = BatchResults::new();
         }
         if P::TIMED {
             let took = self.laps.lap();
@@ -362,9 +431,67 @@ impl<P: Protocol> Pipeline<P> {
                 self.proto.slow(cx, input, &pending[0], took);
             }
         }
-        pending.clear();
-        true
+        let flushed = match pending.get(answered) {
+            Some(first_left) => {
+                self.proto.rewind(Some(first_left));
+                Flushed::Partial(batch.starts[answered])
+            }
+            None => Flushed::Done,
+        };
+        batch.clear();
+        flushed
     }
+}
+
+/// Reads one batch gathers at most: the batch's results hold every value
+/// it read until its replies are written.
+pub(crate) const MAX_BATCH_READS: usize = 16;
+
+/// A batch whose replies took more than this gives its result buffers back.
+const SHRINK_AFTER_BYTES: usize = 1 << 20;
+
+/// The pending batch: its requests, where each starts in the input, and
+/// the reads they make.
+struct Batch<R> {
+    reqs: SmallVec<[R; 16]>,
+    starts: SmallVec<[usize; 16]>,
+    reads: usize,
+}
+
+impl<R> Default for Batch<R> {
+    fn default() -> Self {
+        Batch {
+            reqs: SmallVec::new(),
+            starts: SmallVec::new(),
+            reads: 0,
+        }
+    }
+}
+
+impl<R> Batch<R> {
+    fn push(&mut self, req: R, start: usize, reads: usize) {
+        self.reqs.push(req);
+        self.starts.push(start);
+        self.reads += reads;
+    }
+
+    fn clear(&mut self) {
+        self.reqs.clear();
+        self.starts.clear();
+        self.reads = 0;
+    }
+}
+
+/// What answering the pending batch came to.
+enum Flushed {
+    /// Every request answered (or none was pending).
+    Done,
+    /// The replies passed the budget before the batch's end: processing
+    /// stops, and resumes at this input offset (the first request not
+    /// answered).
+    Partial(usize),
+    /// A commit failed: abort the turn.
+    Abort,
 }
 
 /// Times commands for the slow log with one clock read per command, not

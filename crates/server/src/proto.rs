@@ -37,6 +37,18 @@ impl ProtoState {
         }
     }
 
+    /// The reply sent before closing a connection refused for
+    /// `max-total-query-bytes`.
+    pub(crate) fn query_limit_error(&self) -> &'static [u8] {
+        match self {
+            ProtoState::Resp(_) => {
+                b"-ERR client query buffers are at max-total-query-bytes; closing connection\r\n"
+            }
+            // memcached's reply when it cannot buffer a request.
+            ProtoState::Memcache(_) => b"SERVER_ERROR out of memory reading request\r\n",
+        }
+    }
+
     pub(crate) fn name(&self) -> &'static str {
         match self {
             ProtoState::Resp(_) => Resp::NAME,

@@ -50,6 +50,8 @@ const ACCEPTOR_WAKER: Token = Token(2);
 /// Expired items the housekeeping thread deletes per tick at most.
 const SWEEP_PER_TICK: usize = 20_000;
 const HOUSEKEEPING_TICK: Duration = Duration::from_millis(100);
+/// How often a listener that ran out of descriptors tries again.
+const ACCEPT_RETRY: Duration = Duration::from_millis(10);
 
 fn bind(l: Listen, what: &str) -> Result<Option<TcpListener>, StartError> {
     match l {
@@ -66,6 +68,58 @@ fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<(
         .name(name)
         .spawn(f)
         .map_err(|e| StartError(format!("cannot start thread: {e}")))
+}
+
+/// Raises the open-files limit for `maxclients`, or lowers `maxclients`
+/// to fit the limit (with a warning, as Redis does).
+fn fit_descriptors(config: &mut ServerConfig) -> Result<(), StartError> {
+    let own = crate::fdlimit::own_needs(config.thread_count(), config.data_dir.is_some());
+    let Some(fitted) = crate::fdlimit::fit(config.maxclients, own) else {
+        tracing::warn!("cannot read the open files limit (RLIMIT_NOFILE); maxclients unchecked");
+        return Ok(());
+    };
+    if fitted.maxclients == config.maxclients {
+        return Ok(());
+    }
+    if fitted.maxclients == 0 {
+        return Err(StartError(format!(
+            "the open files limit ({}, hard limit {}) leaves no descriptor for clients: \
+             the server needs {own} for itself; raise it (ulimit -n)",
+            fitted.limit, fitted.hard
+        )));
+    }
+    tracing::warn!(
+        "maxclients lowered from {} to {}: the open files limit is {} (hard limit {}) \
+         and the server needs {own} descriptors beside its clients; raise it (ulimit -n) \
+         to serve more",
+        config.maxclients,
+        fitted.maxclients,
+        fitted.limit,
+        fitted.hard
+    );
+    config.maxclients = fitted.maxclients;
+    Ok(())
+}
+
+/// Logs how the memcached listener is protected: with `requirepass` it
+/// asks for memcached's text-protocol authentication; without it, anyone
+/// who reaches it reads and writes the whole keyspace, which deserves a
+/// warning on an address other than loopback.
+fn warn_unprotected(config: &ServerConfig) {
+    let Listen::At(addr) = config.memcached else {
+        return;
+    };
+    if config.requirepass.is_some() {
+        tracing::info!(
+            "memcached listener on {addr} requires authentication: \
+             set <any key> 0 0 <bytes> with \"default <requirepass>\" as data"
+        );
+    } else if !addr.ip().is_loopback() {
+        tracing::warn!(
+            "memcached listener on {addr} has no authentication: anyone who reaches it can \
+             read, overwrite and flush the keyspace (set requirepass)"
+        );
+    }
 }
 
 pub(crate) fn open_store(config: &ServerConfig) -> Result<Store, StartError> {
@@ -91,6 +145,8 @@ impl Server {
     /// Opens the store, binds every listener and starts serving.
     pub fn start(config: ServerConfig) -> Result<Server, StartError> {
         config.validate().map_err(StartError)?;
+        let mut config = config;
+        fit_descriptors(&mut config)?;
         let resp = bind(config.resp, "resp")?;
         let memcached = bind(config.memcached, "memcached")?;
         let metrics = match config.metrics {
@@ -108,7 +164,6 @@ impl Server {
         let metrics_addr = metrics.as_ref().and_then(|l| l.local_addr().ok());
         // What was bound, not what was asked for: port 0 picks a free port,
         // and INFO and CONFIG GET report the one in use.
-        let mut config = config;
         for (setting, bound) in [
             (&mut config.resp, resp_addr),
             (&mut config.memcached, memcached_addr),
@@ -144,6 +199,7 @@ impl Server {
             shared: shared.clone(),
             loops: senders,
             next: 0,
+            stalled: [false; 2],
         };
         threads.push(spawn("combkv-accept".into(), move || acceptor.run())?);
         let hk = shared.clone();
@@ -156,6 +212,7 @@ impl Server {
                 crate::metrics::serve(l, m)
             })?);
         }
+        warn_unprotected(&shared.config);
         tracing::info!(
             resp = ?resp_addr,
             memcached = ?memcached_addr,
@@ -235,6 +292,9 @@ struct Acceptor {
     shared: Arc<Shared>,
     loops: Vec<(Sender<Connection>, Arc<Waker>)>,
     next: usize,
+    /// Per listener (RESP, memcached): the last accept failed for want of
+    /// descriptors or memory.
+    stalled: [bool; 2],
 }
 
 impl Acceptor {
@@ -252,39 +312,70 @@ impl Acceptor {
         }
         let mut events = Events::with_capacity(64);
         while !self.shared.shutting_down.load(Ordering::Acquire) {
-            if let Err(e) = self
-                .poll
-                .poll(&mut events, Some(Duration::from_millis(200)))
+            // A stalled listener is retried on a timer: its readiness is
+            // edge-triggered, and a full backlog brings no new edge.
+            let timeout = if self.stalled.iter().any(|&s| s) {
+                ACCEPT_RETRY
+            } else {
+                Duration::from_millis(200)
+            };
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout))
                 && e.kind() != io::ErrorKind::Interrupted
             {
                 tracing::error!("acceptor poll failed: {e}");
                 return;
             }
+            let mut tried = [false; 2];
             for ev in events.iter() {
                 match ev.token() {
-                    RESP_LISTENER => self.accept_all(true),
-                    MEMCACHED_LISTENER => self.accept_all(false),
+                    RESP_LISTENER => tried[0] = true,
+                    MEMCACHED_LISTENER => tried[1] = true,
                     _ => {}
+                }
+            }
+            for (i, resp) in [(0, true), (1, false)] {
+                if tried[i] || self.stalled[i] {
+                    self.accept_all(resp);
                 }
             }
         }
         // Listeners close here: no new connections during shutdown.
     }
 
+    /// Accepts until the backlog is empty. Out of descriptors (or kernel
+    /// memory) the listener is marked stalled and retried every
+    /// `ACCEPT_RETRY` until an accept goes through again.
     fn accept_all(&mut self, resp: bool) {
+        let i = usize::from(!resp);
         loop {
             let listener = if resp { &self.resp } else { &self.memcached };
             let Some(listener) = listener else {
                 return;
             };
             match listener.accept() {
-                Ok((stream, addr)) => self.adopt(stream, addr, resp),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Ok((stream, addr)) => {
+                    if std::mem::take(&mut self.stalled[i]) {
+                        tracing::info!("accepting connections again");
+                    }
+                    self.adopt(stream, addr, resp);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.stalled[i] = false;
+                    return;
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                    ) => {}
                 Err(e) => {
-                    // EMFILE and friends: log and back off briefly.
-                    tracing::warn!("accept failed: {e}");
-                    std::thread::sleep(Duration::from_millis(10));
+                    // EMFILE, ENFILE, ENOBUFS, ENOMEM: retried on a timer.
+                    if !std::mem::replace(&mut self.stalled[i], true) {
+                        tracing::warn!(
+                            "accept failed: {e}; retrying every {} ms",
+                            ACCEPT_RETRY.as_millis()
+                        );
+                    }
                     return;
                 }
             }
@@ -318,7 +409,9 @@ impl Acceptor {
                 shared.config.requirepass.is_some(),
             )))
         } else {
-            ProtoState::Memcache(Pipeline::new(crate::memcache::Memcache::default()))
+            ProtoState::Memcache(Pipeline::new(crate::memcache::Memcache::new(
+                shared.config.requirepass.is_some(),
+            )))
         };
         let conn = Connection::new(stream, proto, client);
         let (tx, waker) = &self.loops[self.next % self.loops.len()];
@@ -334,9 +427,31 @@ impl Acceptor {
 /// Samples memory, sweeps expired items, and (with durability) lets the
 /// engine's own threads do checkpoints; stops at shutdown.
 fn housekeeping(shared: Arc<Shared>) {
+    let mut tick = 0u64;
     while !shared.shutting_down.load(Ordering::Acquire) {
+        if tick.is_multiple_of(TRIM_EVERY_TICKS) {
+            trim_heap();
+        }
         shared.sample_memory();
         shared.store.sweep_expired(SWEEP_PER_TICK);
         std::thread::sleep(HOUSEKEEPING_TICK);
+        tick += 1;
+    }
+}
+
+/// Housekeeping ticks between heap trims (one a second).
+const TRIM_EVERY_TICKS: u64 = 10;
+
+/// Gives the heap's free memory back to the system. glibc's malloc returns
+/// blocks above its mmap threshold when they are freed, but keeps what
+/// smaller buffers freed in its arenas, resident, until it is trimmed; the
+/// resident size is what `maxmemory` is compared with (`docs/experiments.md`,
+/// "Giving memory back", compares this with jemalloc and mimalloc).
+fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim has no preconditions; it only releases free
+    // memory of glibc's heap.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }

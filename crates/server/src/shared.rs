@@ -68,6 +68,10 @@ pub struct Stats {
     pub read_batch_requests: Counter,
     pub writes_refused_oom: Counter,
     pub protocol_errors: Counter,
+    /// Clients disconnected for passing `client-output-hard-limit`.
+    pub output_limit_disconnections: Counter,
+    /// Clients refused for `max-total-query-bytes`.
+    pub query_limit_disconnections: Counter,
 }
 
 impl Stats {
@@ -106,6 +110,10 @@ pub struct Shared {
     pub used_memory: AtomicU64,
     /// Highest `used_memory` seen.
     pub used_memory_peak: AtomicU64,
+    /// Bytes of every connection's input buffer (`max-total-query-bytes`).
+    pub query_buffers: AtomicUsize,
+    /// Bytes of every connection's output buffer.
+    pub output_buffers: AtomicUsize,
     pub shutting_down: AtomicBool,
     /// Unix time of the last successful checkpoint (SAVE/BGSAVE/automatic).
     pub last_save_unix: AtomicU64,
@@ -160,6 +168,8 @@ impl Shared {
             next_client_id: AtomicU64::new(1),
             used_memory: AtomicU64::new(resident_bytes()),
             used_memory_peak: AtomicU64::new(0),
+            query_buffers: AtomicUsize::new(0),
+            output_buffers: AtomicUsize::new(0),
             shutting_down: AtomicBool::new(false),
             last_save_unix: AtomicU64::new(
                 now.duration_since(SystemTime::UNIX_EPOCH)
@@ -175,6 +185,19 @@ impl Shared {
     pub fn over_maxmemory(&self) -> bool {
         let max = self.config.maxmemory.0;
         max != 0 && self.used_memory.load(Ordering::Relaxed) > max
+    }
+
+    /// The largest request body (a bulk string, a memcached data block)
+    /// that may still be read under `maxmemory`: half the room left, since
+    /// a value is held twice while it is stored (the input buffer and the
+    /// store's copy). `usize::MAX` without `maxmemory`.
+    pub fn body_room(&self) -> usize {
+        let max = self.config.maxmemory.0;
+        if max == 0 {
+            return usize::MAX;
+        }
+        let used = self.used_memory.load(Ordering::Relaxed);
+        usize::try_from(max.saturating_sub(used) / 2).unwrap_or(usize::MAX)
     }
 
     /// Re-reads the resident set size.
@@ -200,6 +223,8 @@ impl Shared {
             &s.read_batch_requests,
             &s.writes_refused_oom,
             &s.protocol_errors,
+            &s.output_limit_disconnections,
+            &s.query_limit_disconnections,
         ] {
             c.reset();
         }

@@ -207,11 +207,13 @@ fn parser_allocates_nothing_and_never_panics() {
             max_key_len: 250,
             max_value_len: 64,
             max_request_bytes: 4096,
+            max_body: 100,
         },
         Limits {
             max_key_len: 17,
             max_value_len: 1 << 20,
             max_request_bytes: 128 << 20,
+            max_body: usize::MAX,
         },
     ];
     for i in 0..iters() {

@@ -58,6 +58,15 @@ pub enum McError {
     FlagsTooLong,
     /// md/ma: any flag error.
     InvalidOrDuplicateFlag,
+    // Authentication (memcached's `-Y`), memcached's texts.
+    /// Any command before the authenticating `set`.
+    Unauthenticated,
+    /// The authenticating `set` names no user and password.
+    AuthFormat,
+    /// The authenticating `set`'s data did not end with `\r\n`.
+    AuthTermination,
+    /// Wrong user or password.
+    AuthFailure,
     /// An `M` token that is not one character.
     MTokenLength,
     /// An `M` mode ms does not have.
@@ -110,6 +119,10 @@ impl McError {
             McError::MgFlagsTooLong => "CLIENT_ERROR options flags are too long",
             McError::FlagsTooLong => "CLIENT_ERROR options flags too long",
             McError::InvalidOrDuplicateFlag => "CLIENT_ERROR invalid or duplicate flag",
+            McError::Unauthenticated => "CLIENT_ERROR unauthenticated",
+            McError::AuthFormat => "CLIENT_ERROR bad authentication token format",
+            McError::AuthTermination => "CLIENT_ERROR bad command line termination",
+            McError::AuthFailure => "CLIENT_ERROR authentication failure",
             McError::MTokenLength => "CLIENT_ERROR incorrect length for M token",
             McError::MsMode => "CLIENT_ERROR invalid mode for ms M token",
             McError::MaMode => "CLIENT_ERROR invalid mode for ma M token",

@@ -36,6 +36,7 @@ pub struct MemcacheSession {
 
 impl MemcacheSession {
     pub fn new(store: Arc<Store>, config: ServerConfig) -> MemcacheSession {
+        let needs_auth = config.requirepass.is_some();
         MemcacheSession {
             shared: Arc::new(Shared::new(store, config)),
             batch: BatchResults::new(),
@@ -45,7 +46,7 @@ impl MemcacheSession {
                 name: None,
                 connected_at: Instant::now(),
             },
-            conn: Pipeline::new(Memcache::default()),
+            conn: Pipeline::new(Memcache::new(needs_auth)),
             input: Vec::new(),
             output: Vec::new(),
             closed: false,

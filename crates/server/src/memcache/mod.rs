@@ -3,6 +3,7 @@
 //! and replies (`cmd`). `get`, `gets` and `mg` (without `T`) are batchable
 //! reads; replies leave in request order.
 
+mod auth;
 pub(crate) mod cmd;
 pub mod error;
 pub mod fuzzing;
@@ -28,6 +29,21 @@ pub(crate) struct Memcache {
     scanned: usize,
     /// The server's request limits, read once per `process`.
     limits: Limits,
+    /// The input starts inside a retrieval line whose first parts were
+    /// parsed: the rest of its keys come next.
+    cont: Option<Cont>,
+    /// False until the connection authenticates, where the server has a
+    /// password (`auth`).
+    authenticated: bool,
+}
+
+/// The rest of a retrieval line being answered in parts.
+#[derive(Debug, Clone, Copy)]
+struct Cont {
+    kind: GetKind,
+    exptime: i64,
+    /// The line's bytes left, its newline included.
+    left: usize,
 }
 
 /// A request answered by an error alone.
@@ -44,6 +60,127 @@ pub(crate) fn limits(shared: &Shared) -> Limits {
         max_key_len: shared.store.max_key_len(),
         max_value_len: shared.store.max_value_len(),
         max_request_bytes: usize::try_from(shared.config.max_request_bytes.0).unwrap_or(usize::MAX),
+        max_body: shared.body_room(),
+    }
+}
+
+impl Memcache {
+    /// A connection's state; `needs_auth`: the server has a password.
+    pub(crate) fn new(needs_auth: bool) -> Memcache {
+        Memcache {
+            authenticated: !needs_auth,
+            ..Memcache::default()
+        }
+    }
+
+    /// Before authentication only the authenticating `set` is read; every
+    /// other line is refused.
+    fn parse_unauthenticated<'a>(&mut self, input: &'a [u8]) -> Step<Request<'a>, Rejected> {
+        let refused = |err| Rejected {
+            err,
+            noreply: false,
+        };
+        match auth::parse(input) {
+            auth::AuthStep::Incomplete => Step::Incomplete,
+            auth::AuthStep::Close => Step::Close(refused(McError::Unauthenticated)),
+            auth::AuthStep::Refused {
+                err,
+                consumed,
+                swallow,
+            } => {
+                self.swallow = swallow;
+                Step::Reject(refused(err), consumed)
+            }
+            auth::AuthStep::Credentials {
+                user,
+                pass,
+                consumed,
+            } => Step::Request(Request::Auth { user, pass }, consumed),
+        }
+    }
+
+    /// Answers the authenticating `set`.
+    fn authenticate(&mut self, cx: &Cx<'_>, user: &[u8], pass: &[u8], out: &mut Vec<u8>) {
+        let ok =
+            (cx.shared.config.requirepass.as_deref()).is_some_and(|p| auth::check(user, pass, p));
+        if ok {
+            self.authenticated = true;
+            cmd::line(out, "STORED");
+        } else {
+            tracing::debug!(client = cx.client.id, "memcached authentication failed");
+            cmd::error_line(cx, out, &McError::AuthFailure);
+        }
+    }
+
+    /// The part of a retrieval line whose keys, `keys`, start `keys_at`
+    /// bytes into the rest of the line (`cont.left` bytes with its
+    /// newline): its next `GET_CHUNK_KEYS` keys, or all of them if no more
+    /// follow.
+    fn part<'a>(
+        &mut self,
+        keys_at: usize,
+        keys: &'a [u8],
+        cont: Cont,
+        first: bool,
+    ) -> Step<Request<'a>, Rejected> {
+        // The end of the `GET_CHUNK_KEYS`-th key, if another key follows.
+        let mut end = None;
+        let mut n = 0;
+        let mut i = 0;
+        while i < keys.len() {
+            while i < keys.len() && keys[i] == b' ' {
+                i += 1;
+            }
+            if i == keys.len() {
+                break;
+            }
+            if n == parse::GET_CHUNK_KEYS {
+                end = Some(keys_at + i);
+                break;
+            }
+            while i < keys.len() && keys[i] != b' ' {
+                i += 1;
+            }
+            n += 1;
+        }
+        let (consumed, last) = match end {
+            Some(e) => (e, false),
+            None => (cont.left, true),
+        };
+        self.cont = (!last).then_some(Cont {
+            left: cont.left - consumed,
+            ..cont
+        });
+        let part = match end {
+            Some(e) => &keys[..e - keys_at],
+            None => keys,
+        };
+        let req = Request::Get {
+            kind: cont.kind,
+            exptime: cont.exptime,
+            keys: part,
+            first,
+            last,
+            line_left: if first { 0 } else { cont.left },
+        };
+        Step::Request(req, consumed)
+    }
+
+    /// The next part of a retrieval line whose first part was parsed: its
+    /// keys run to the newline `cont.left` bytes on (the line arrived whole
+    /// and its keys were checked when its first part was parsed).
+    fn next_part<'a>(
+        &mut self,
+        input: &'a [u8],
+        at: usize,
+        cont: Cont,
+    ) -> Step<Request<'a>, Rejected> {
+        let rest = &input[at..at + cont.left];
+        let mut keys = &rest[..rest.len() - 1];
+        if let [head @ .., b'\r'] = keys {
+            keys = head;
+        }
+        self.part(0, keys, cont, false)
     }
 }
 
@@ -76,6 +213,12 @@ impl Protocol for Memcache {
                 Step::Skip(n)
             };
         }
+        if let Some(cont) = self.cont {
+            return self.next_part(input, at, cont);
+        }
+        if !self.authenticated {
+            return self.parse_unauthenticated(&input[at..]);
+        }
         match parse::parse(&input[at..], &self.limits, self.scanned) {
             Parsed::Incomplete { scanned } => {
                 self.scanned = scanned;
@@ -98,9 +241,52 @@ impl Protocol for Memcache {
             Parsed::Request { req, consumed } => {
                 self.scanned = 0;
                 Stats::add(&cx.shared.stats.commands_processed, 1);
-                Step::Request(req, consumed)
+                match req {
+                    Request::Get {
+                        kind,
+                        exptime,
+                        keys,
+                        ..
+                    } => {
+                        // The keys start inside the line, which starts at `at`.
+                        let keys_at = keys.as_ptr() as usize - input[at..].as_ptr() as usize;
+                        let cont = Cont {
+                            kind,
+                            exptime,
+                            left: consumed,
+                        };
+                        self.part(keys_at, keys, cont, true)
+                    }
+                    req => Step::Request(req, consumed),
+                }
             }
         }
+    }
+
+    fn reads(&self, req: &Request<'_>) -> usize {
+        match req {
+            Request::Get { keys, .. } => parse::keys(keys).count(),
+            _ => 1,
+        }
+    }
+
+    fn rewind(&mut self, req: Option<&Request<'_>>) {
+        self.swallow = 0;
+        self.scanned = 0;
+        self.cont = match req {
+            Some(&Request::Get {
+                kind,
+                exptime,
+                first: false,
+                line_left,
+                ..
+            }) => Some(Cont {
+                kind,
+                exptime,
+                left: line_left,
+            }),
+            _ => None,
+        };
     }
 
     fn class(&self, req: &Request<'_>) -> Class {
@@ -123,9 +309,11 @@ impl Protocol for Memcache {
             | Request::MetaDelete { .. }
             | Request::MetaArith { .. } => Class::Write,
             Request::MetaDebug { .. } | Request::Stats { .. } => Class::Read,
-            Request::Version | Request::Verbosity { .. } | Request::Quit | Request::MetaNoop => {
-                Class::Control
-            }
+            Request::Version
+            | Request::Verbosity { .. }
+            | Request::Quit
+            | Request::MetaNoop
+            | Request::Auth { .. } => Class::Control,
         }
     }
 
@@ -144,8 +332,9 @@ impl Protocol for Memcache {
         pending: &[Request<'_>],
         results: &BatchResults,
         out: &mut Vec<u8>,
-    ) {
-        cmd::reply_batch(cx, pending, results, out);
+        budget: usize,
+    ) -> usize {
+        cmd::reply_batch(cx, pending, results, out, budget)
     }
 
     fn batch_failed(
@@ -168,14 +357,24 @@ impl Protocol for Memcache {
         req: &Request<'_>,
         out: &mut Vec<u8>,
     ) -> bool {
-        if matches!(req, Request::Quit) {
-            return true;
+        match *req {
+            Request::Quit => return true,
+            Request::Auth { user, pass } => {
+                self.authenticate(cx, user, pass, out);
+                return false;
+            }
+            _ => {}
         }
         cmd::execute(cx, req, out);
         false
     }
 
     fn reject(&mut self, cx: &Cx<'_>, err: Rejected, out: &mut Vec<u8>) {
+        if err.err == McError::OutOfMemoryStoring {
+            // A data block refused for maxmemory before it was read.
+            Stats::add(&cx.shared.memcache.stats.store_no_memory, 1);
+            Stats::add(&cx.shared.stats.writes_refused_oom, 1);
+        }
         if !err.noreply {
             cmd::error_line(cx, out, &err.err);
         }

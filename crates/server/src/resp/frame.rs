@@ -77,7 +77,26 @@ pub(crate) enum FrameError {
     UnauthenticatedMultibulkLength,
     /// Before AUTH: a bulk string longer than `UNAUTH_MAX_BULK_BYTES`.
     UnauthenticatedBulkLength,
+    /// A bulk string larger than `maxmemory` leaves room for (past
+    /// `BIG_BODY`): the request is refused with the OOM error once the
+    /// header is read, and the rest of it (`discard`) is skipped unread.
+    NoRoom {
+        header_end: usize,
+        discard: Discard,
+    },
 }
+
+/// What is left to skip of a request refused for `maxmemory`: the rest of
+/// the bulk string being skipped, then `args` more bulk strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Discard {
+    pub bytes: usize,
+    pub args: usize,
+}
+
+/// Bulk strings up to this size are read whatever `max_body` says: the
+/// command itself then refuses them above `maxmemory`.
+pub(crate) const BIG_BODY: usize = 64 * 1024;
 
 impl FrameError {
     /// Redis's error text for the condition.
@@ -98,6 +117,9 @@ impl FrameError {
             FrameError::UnauthenticatedBulkLength => {
                 "Protocol error: unauthenticated bulk length".into()
             }
+            FrameError::NoRoom { .. } => {
+                "OOM command not allowed when used memory > 'maxmemory'.".into()
+            }
         }
     }
 }
@@ -112,6 +134,9 @@ pub(crate) struct Limits {
     /// does, so a client without the password cannot make the server buffer
     /// a large request.
     pub authenticated: bool,
+    /// The largest bulk string `maxmemory` leaves room for
+    /// (`Shared::body_room`).
+    pub max_body: usize,
 }
 
 /// Arguments per request at most. Redis 7 allows up to INT_MAX; a bound
@@ -155,7 +180,24 @@ pub(crate) fn parse(
     }
 }
 
-/// The line starting at `at` (without CRLF) and the offset after its LF.
+/// A multibulk header line (a count or a bulk length) as Redis 7 reads it
+/// (`processMultibulkBuffer`): it ends at the first `\r`, which must have
+/// one more byte after it (Redis skips that byte unchecked). A line ending
+/// in a bare LF has no end there: its `\r` is found later, inside what
+/// follows, and the number does not parse (`invalid multibulk length`,
+/// `invalid bulk length`); with no `\r` at all the request waits, up to the
+/// inline limit. `None`: not complete.
+fn header_line(input: &[u8], at: usize) -> Option<(&[u8], usize)> {
+    let rest = &input[at..];
+    let cr = rest.iter().position(|&b| b == b'\r')?;
+    if cr + 1 >= rest.len() {
+        return None;
+    }
+    Some((&rest[..cr], at + cr + 2))
+}
+
+/// An inline line starting at `at` (without CRLF) and the offset after its
+/// LF: inline commands may end in LF alone.
 fn line(input: &[u8], at: usize) -> Option<(&[u8], usize)> {
     let rest = &input[at..];
     let nl = rest.iter().position(|&b| b == b'\n')?;
@@ -198,7 +240,7 @@ fn parse_multibulk(
     let (count, mut at) = match fast_int_line(input, 1) {
         Some(parsed) => parsed,
         None => {
-            let Some((head, at)) = line(input, 1) else {
+            let Some((head, at)) = header_line(input, 1) else {
                 if input.len() > MAX_INLINE {
                     return Err(FrameError::TooBigCount);
                 }
@@ -224,24 +266,26 @@ fn parse_multibulk(
     frames
         .args
         .reserve((count as usize).min(input.len() / 4 + 1));
-    for _ in 0..count {
+    for i in 0..count {
         if at >= input.len() {
             return Ok(None);
         }
-        if input[at] != b'$' {
-            return Err(FrameError::ExpectedDollar(input[at]));
-        }
         let (len, data_at) = match fast_int_line(input, at + 1) {
-            Some(parsed) => parsed,
-            None => {
-                let Some((len_line, data_at)) = line(input, at + 1) else {
+            Some(parsed) if input[at] == b'$' => parsed,
+            _ => {
+                // As Redis: the line must be whole before its first byte
+                // is checked.
+                let Some((len_line, data_at)) = header_line(input, at) else {
                     if input.len() - at > MAX_INLINE {
                         return Err(FrameError::TooBigBulkCount);
                     }
                     return Ok(None);
                 };
+                if input[at] != b'$' {
+                    return Err(FrameError::ExpectedDollar(input[at]));
+                }
                 (
-                    parse_int(len_line).ok_or(FrameError::InvalidBulkLength)?,
+                    parse_int(&len_line[1..]).ok_or(FrameError::InvalidBulkLength)?,
                     data_at,
                 )
             }
@@ -253,6 +297,15 @@ fn parse_multibulk(
             return Err(FrameError::UnauthenticatedBulkLength);
         }
         let len = len as usize;
+        if len > limits.max_body && len > BIG_BODY {
+            return Err(FrameError::NoRoom {
+                header_end: data_at,
+                discard: Discard {
+                    bytes: len + 2,
+                    args: (count - i - 1) as usize,
+                },
+            });
+        }
         if data_at > limits.max_request_bytes {
             return Err(FrameError::InvalidBulkLength);
         }
@@ -269,6 +322,38 @@ fn parse_multibulk(
         at = data_at + len + 2;
     }
     Ok(Some(at))
+}
+
+/// Skips what is left of a request refused for `maxmemory`, as it
+/// arrives: `Ok(Some(n))` skips `n` bytes (none of them kept), `Ok(None)`
+/// waits for a bulk header to arrive whole. The bulk headers are checked
+/// as `parse` checks them.
+pub(crate) fn discard(
+    input: &[u8],
+    d: &mut Discard,
+    limits: Limits,
+) -> Result<Option<usize>, FrameError> {
+    if d.bytes > 0 {
+        let n = d.bytes.min(input.len());
+        d.bytes -= n;
+        return Ok((n > 0).then_some(n));
+    }
+    let Some((len_line, data_at)) = header_line(input, 0) else {
+        if input.len() > MAX_INLINE {
+            return Err(FrameError::TooBigBulkCount);
+        }
+        return Ok(None);
+    };
+    if input[0] != b'$' {
+        return Err(FrameError::ExpectedDollar(input[0]));
+    }
+    let len = parse_int(&len_line[1..]).ok_or(FrameError::InvalidBulkLength)?;
+    if len < 0 || len as u64 > limits.max_request_bytes as u64 {
+        return Err(FrameError::InvalidBulkLength);
+    }
+    d.args -= 1;
+    d.bytes = len as usize + 2;
+    Ok(Some(data_at))
 }
 
 fn parse_inline(input: &[u8], frames: &mut Frames) -> Result<Option<usize>, FrameError> {
@@ -397,7 +482,7 @@ mod tests {
     #[test]
     fn fast_int_lines_agree_with_the_general_path() {
         let general = |input: &[u8]| {
-            line(input, 0).and_then(|(body, next)| parse_int(body).map(|n| (n, next)))
+            header_line(input, 0).and_then(|(body, next)| parse_int(body).map(|n| (n, next)))
         };
         let mut inputs: Vec<Vec<u8>> = Vec::new();
         let atoms: [&[u8]; 9] = [b"0", b"1", b"9", b"-", b"\r", b"\n", b"+", b" ", b"a"];
@@ -450,6 +535,7 @@ mod tests {
     const L: Limits = Limits {
         max_request_bytes: 1 << 20,
         authenticated: true,
+        max_body: usize::MAX,
     };
 
     type Parsed = Option<(Vec<Vec<u8>>, usize)>;
@@ -544,6 +630,39 @@ mod tests {
         assert_eq!(args(b"set \"abc\r\n"), Err(FrameError::UnbalancedQuotes));
         let long = vec![b'a'; MAX_INLINE + 1];
         assert_eq!(args(&long), Err(FrameError::TooBigInline));
+    }
+
+    /// Header lines end at `\r`, as Redis 7 reads them (checked against
+    /// redis-server 7.0: a bare LF waits, then fails where a `\r` shows up).
+    #[test]
+    fn header_lines_need_a_carriage_return() {
+        assert_eq!(args(b"*1\n$4\nPING\n"), Ok(None));
+        assert_eq!(
+            args(b"*1\n$4\nPING\r\n"),
+            Err(FrameError::InvalidMultibulkLength)
+        );
+        assert_eq!(
+            args(b"*1\r\n$4\nPING\r\n"),
+            Err(FrameError::InvalidBulkLength)
+        );
+        // Redis skips the byte after `\r` unchecked.
+        let (a, used) = args(b"*1\rX$4\rYPING\r\n").unwrap().unwrap();
+        assert_eq!((a, used), (vec![b"PING".to_vec()], 14));
+        // The first byte of a bulk header is checked once its line is whole.
+        assert_eq!(args(b"*1\r\n:3"), Ok(None));
+        let mut long = b"*1\n".to_vec();
+        long.resize(MAX_INLINE + 2, b'x');
+        assert_eq!(args(&long), Err(FrameError::TooBigCount));
+        let mut long = b"*1\r\n$1\n".to_vec();
+        long.resize(MAX_INLINE + 8, b'x');
+        assert_eq!(args(&long), Err(FrameError::TooBigBulkCount));
+        for bad in [&b"*+1\r\n"[..], b"*01\r\n", b"* 1\r\n", b"*-0\r\n"] {
+            assert_eq!(args(bad), Err(FrameError::InvalidMultibulkLength));
+        }
+        for bad in [&b"$+4\r\n"[..], b"$04\r\n", b"$ 4\r\n", b"$-0\r\n"] {
+            let input = [&b"*1\r\n"[..], bad, b"PING\r\n"].concat();
+            assert_eq!(args(&input), Err(FrameError::InvalidBulkLength));
+        }
     }
 
     #[test]

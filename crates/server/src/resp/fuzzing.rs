@@ -24,6 +24,7 @@ pub fn resp_parse(input: &[u8], max_request_bytes: usize) -> (usize, usize) {
     let limits = Limits {
         max_request_bytes,
         authenticated: true,
+        max_body: usize::MAX,
     };
     let mut frames = Frames::default();
     let (mut at, mut n) = (0, 0);

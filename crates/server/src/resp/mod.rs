@@ -19,7 +19,7 @@ use crate::shared::Stats;
 use cmd::batch::{self, Hits, Planned, RangeSlots};
 use cmd::{ArgList, Ctx, Spec};
 use error::CmdError;
-use frame::{FrameError, Frames, Limits};
+use frame::{Discard, FrameError, Frames, Limits};
 use reply::Reply;
 
 /// What RESP commands change about a connection.
@@ -40,6 +40,8 @@ pub(crate) struct Resp {
     frames: Frames,
     /// The pending RANGEs' specs (slots reused across batches).
     ranges: RangeSlots,
+    /// The rest of a request refused for `maxmemory`, being skipped.
+    discard: Option<Discard>,
 }
 
 /// A parsed RESP request: its command and where its arguments are.
@@ -131,10 +133,33 @@ impl Protocol for Resp {
         let limits = Limits {
             max_request_bytes: cx.shared.config.max_request_bytes.0 as usize,
             authenticated: self.conn.authenticated,
+            max_body: cx.shared.body_room(),
         };
+        if let Some(d) = &mut self.discard {
+            let step = match frame::discard(&input[at..], d, limits) {
+                Ok(Some(n)) => Step::Skip(n),
+                Ok(None) => Step::Incomplete,
+                Err(e) => Step::Close(e),
+            };
+            if d.bytes == 0 && d.args == 0 {
+                self.discard = None;
+            }
+            return step;
+        }
         let f = match frame::parse(&input[at..], limits, &mut self.frames) {
             Ok(Some(f)) => f,
             Ok(None) => return Step::Incomplete,
+            Err(FrameError::NoRoom {
+                header_end,
+                discard,
+            }) => {
+                self.discard = Some(discard);
+                let e = FrameError::NoRoom {
+                    header_end,
+                    discard,
+                };
+                return Step::Reject(e, header_end);
+            }
             Err(e) => return Step::Close(e),
         };
         if f.first == f.end {
@@ -180,6 +205,14 @@ impl Protocol for Resp {
     }
 
     #[inline]
+    fn reads(&self, req: &RespRequest) -> usize {
+        match req.planned {
+            Some(Planned::Mget) => req.end - req.first - 1,
+            _ => 1,
+        }
+    }
+
+    #[inline]
     fn read_requests<'s>(&'s self, input: &'s [u8], req: &'s RespRequest, into: &mut Reads<'s>) {
         let planned = req.planned.expect("a batched request is planned");
         batch::read_requests(planned, self.args(input, req), &self.ranges, into);
@@ -192,7 +225,8 @@ impl Protocol for Resp {
         pending: &[RespRequest],
         results: &BatchResults,
         out: &mut Vec<u8>,
-    ) {
+        budget: usize,
+    ) -> usize {
         let max_reply = cx.shared.config.max_reply_bytes.0 as usize;
         let mut r = Reply {
             out,
@@ -200,6 +234,7 @@ impl Protocol for Resp {
         };
         let mut hits = Hits::default();
         let mut i = 0;
+        let mut answered = 0;
         for req in pending {
             let planned = req.planned.expect("a batched request is planned");
             let n = req.end - req.first;
@@ -213,8 +248,13 @@ impl Protocol for Resp {
                 &mut hits,
                 &mut r,
             );
+            answered += 1;
+            if r.out.len() > budget {
+                break;
+            }
         }
         hits.record(&cx.shared.stats);
+        answered
     }
 
     fn batch_failed(
@@ -271,8 +311,22 @@ impl Protocol for Resp {
         ctx.close
     }
 
-    fn reject(&mut self, _cx: &Cx<'_>, err: FrameError, _out: &mut Vec<u8>) {
-        unreachable!("RESP rejects no request without closing: {err:?}");
+    /// The one request RESP answers without running it: one whose bulk
+    /// string `maxmemory` leaves no room for (its rest is being skipped).
+    fn reject(&mut self, cx: &Cx<'_>, err: FrameError, out: &mut Vec<u8>) {
+        Stats::add(&cx.shared.stats.commands_processed, 1);
+        Stats::add(&cx.shared.stats.writes_refused_oom, 1);
+        Stats::add(&cx.shared.stats.errors_replied, 1);
+        let mut r = Reply {
+            out,
+            resp3: self.conn.resp3,
+        };
+        r.error(&err.message());
+    }
+
+    fn rewind(&mut self, _req: Option<&RespRequest>) {
+        // Only a refused request sets `discard`, and it is parsed again.
+        self.discard = None;
     }
 
     fn protocol_error(&mut self, cx: &Cx<'_>, err: FrameError, out: &mut Vec<u8>) {

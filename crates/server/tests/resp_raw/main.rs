@@ -12,5 +12,6 @@ mod ordered;
 mod panic;
 mod protocol;
 mod server;
+mod strict;
 mod strings;
 mod wire;

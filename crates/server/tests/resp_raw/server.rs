@@ -240,7 +240,7 @@ fn config_get_and_refusals() {
     );
     let r = c.q("CONFIG GET max-*");
     assert!(
-        r.starts_with("*10\r\n") && r.contains("max-reply-bytes"),
+        r.starts_with("*12\r\n") && r.contains("max-total-query-bytes"),
         "{r}"
     );
     c.ok("CONFIG GET nothing-like-this", "*0\r\n");

@@ -96,22 +96,27 @@ fn write_value(out: &mut Vec<u8>, key: &[u8], f: &Found<'_>, with_cas: bool) {
 }
 
 /// Writes the replies of a read batch (`get`, `gets`, `mg`) from its
-/// results, in request order.
+/// results, in request order, until `out` passes `budget`. Returns the
+/// requests answered.
 pub(crate) fn reply_batch(
     cx: &Cx<'_>,
     pending: &[Request<'_>],
     res: &BatchResults,
     out: &mut Vec<u8>,
-) {
+    budget: usize,
+) -> usize {
     let shared = cx.shared;
     let stats = &shared.stats;
     let mc = &shared.memcache.stats;
     let now = combkv::now_ms();
     let (mut hits, mut misses) = (0u64, 0u64);
     let mut i = 0;
+    let mut answered = 0;
     for r in pending {
         match r {
-            Request::Get { kind, keys, .. } => {
+            Request::Get {
+                kind, keys, last, ..
+            } => {
                 for key in parse::keys(keys) {
                     match res.items(i).next() {
                         Some(it) => {
@@ -122,7 +127,9 @@ pub(crate) fn reply_batch(
                     }
                     i += 1;
                 }
-                out.extend_from_slice(b"END\r\n");
+                if *last {
+                    out.extend_from_slice(b"END\r\n");
+                }
             }
             Request::MetaGet { key, flags } => {
                 Stats::add(&mc.cmd_meta, 1);
@@ -140,12 +147,17 @@ pub(crate) fn reply_batch(
             }
             _ => unreachable!("only get, gets and mg are batched"),
         }
+        answered += 1;
+        if out.len() > budget {
+            break;
+        }
     }
     Stats::add(&mc.cmd_get, hits + misses);
     Stats::add(&mc.get_hits, hits);
     Stats::add(&mc.get_misses, misses);
     Stats::add(&stats.keyspace_hits, hits);
     Stats::add(&stats.keyspace_misses, misses);
+    answered
 }
 
 /// Executes one request that is not part of a read batch.
@@ -158,7 +170,9 @@ pub(crate) fn execute(cx: &mut Cx<'_>, req: &Request<'_>, out: &mut Vec<u8>) {
             kind,
             exptime,
             keys,
-        } => text::get_and_touch(cx, kind, exptime, keys, out),
+            last,
+            ..
+        } => text::get_and_touch(cx, kind, exptime, keys, last, out),
         Request::Store {
             cmd,
             key,
@@ -195,5 +209,6 @@ pub(crate) fn execute(cx: &mut Cx<'_>, req: &Request<'_>, out: &mut Vec<u8>) {
         Request::MetaSet { key, flags, data } => meta::set(cx, &key, &flags, data, out),
         Request::MetaDelete { key, flags } => meta::delete(cx, &key, &flags, out),
         Request::MetaArith { key, flags } => meta::arith(cx, &key, &flags, out),
+        Request::Auth { .. } => unreachable!("the protocol answers authentication"),
     }
 }

@@ -222,6 +222,7 @@ pub(super) fn get_and_touch(
     kind: GetKind,
     exptime: i64,
     keys: &[u8],
+    last: bool,
     out: &mut Vec<u8>,
 ) {
     let mc = &cx.shared.memcache.stats;
@@ -246,7 +247,9 @@ pub(super) fn get_and_touch(
             Ok(_) => Stats::add(&mc.touch_misses, 1),
         }
     }
-    out.extend_from_slice(b"END\r\n");
+    if last {
+        out.extend_from_slice(b"END\r\n");
+    }
 }
 
 /// flush_all [delay]: everything now, or everything written before the

@@ -1,7 +1,7 @@
 //! The meta commands' lines: mg, ms (with its data block), md, ma, me,
 //! and their flags (memcached's `_meta_flag_preparse`).
 
-use super::text::{data_block, too_large};
+use super::text::{data_block, no_room, too_large};
 use super::token::{Tokens, after_words, decode_key, parse_i32, parse_u32, parse_u64, words};
 use super::{
     Key, Limits, LineResult, MAX_OPAQUE, MEMCACHED_MAX_KEY, META_MAX_TOKENS, MetaFlags, Parsed,
@@ -206,6 +206,9 @@ pub(super) fn meta_set<'a>(
     }
     if too_large(line_len, vlen, limits) {
         return fail(McError::TooLarge, skip);
+    }
+    if no_room(vlen, limits) {
+        return fail(McError::OutOfMemoryStoring, skip);
     }
     match data_block(input, line_len, vlen) {
         Ok(None) => Parsed::Incomplete { scanned: 0 },

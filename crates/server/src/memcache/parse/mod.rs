@@ -20,6 +20,9 @@ use super::error::McError;
 use token::{Tokens, after_words};
 
 pub(crate) use token::encode_base64;
+
+/// Keys per part of a retrieval line (see [`Request::Get`]).
+pub const GET_CHUNK_KEYS: usize = 4;
 pub use token::{keys, words};
 
 /// Longest command line memcached waits for without a newline; a longer one
@@ -47,7 +50,15 @@ pub struct Limits {
     pub max_value_len: usize,
     /// A whole request: line and data block.
     pub max_request_bytes: usize,
+    /// The largest data block `maxmemory` leaves room for (see
+    /// `Shared::body_room`); a larger one, past `BIG_BODY`, is refused with
+    /// the out-of-memory error as soon as its line is read, and skipped.
+    pub max_body: usize,
 }
+
+/// Data blocks up to this size are read whatever `max_body` says: the
+/// storage command itself then refuses them above `maxmemory`.
+pub const BIG_BODY: usize = 64 * 1024;
 
 /// What the parser made of the start of the input.
 #[derive(Debug)]
@@ -104,12 +115,22 @@ pub enum StoreCmd {
 /// A request line (with its data block), borrowing from the input.
 #[derive(Debug)]
 pub enum Request<'a> {
+    /// A retrieval line, or a part of one: a line with more than
+    /// `GET_CHUNK_KEYS` keys is answered in parts, so that its replies can
+    /// stop at the reply budget between parts (see `Memcache::parse`).
     Get {
         kind: GetKind,
         /// Gat/gats only.
         exptime: i64,
         /// Space-separated keys (see [`keys`]); each checked against the limits.
         keys: &'a [u8],
+        /// The line's first part (counted as a command).
+        first: bool,
+        /// The line's last part: `END` follows its values.
+        last: bool,
+        /// For a part after the first: the line's bytes left from where the
+        /// part starts, its newline included.
+        line_left: usize,
     },
     Store {
         cmd: StoreCmd,
@@ -170,6 +191,12 @@ pub enum Request<'a> {
     MetaArith {
         key: Key<'a>,
         flags: MetaFlags<'a>,
+    },
+    /// The authenticating `set` of a connection that must authenticate
+    /// (`memcache::auth`; never returned by [`parse`]).
+    Auth {
+        user: &'a [u8],
+        pass: &'a [u8],
     },
 }
 
@@ -355,6 +382,7 @@ mod tests {
         max_key_len: 250,
         max_value_len: 1024,
         max_request_bytes: 1 << 20,
+        max_body: usize::MAX,
     };
 
     pub(super) fn req(input: &[u8]) -> Request<'_> {

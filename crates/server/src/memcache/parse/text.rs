@@ -36,6 +36,9 @@ pub(super) fn retrieval<'a>(
         kind,
         exptime,
         keys,
+        first: true,
+        last: true,
+        line_left: 0,
     })
 }
 
@@ -58,6 +61,11 @@ pub(super) fn data_block(
 
 pub(super) fn too_large(line_len: usize, vlen: usize, limits: &Limits) -> bool {
     vlen > limits.max_value_len || line_len.saturating_add(vlen + 2) > limits.max_request_bytes
+}
+
+/// A data block larger than `maxmemory` leaves room for.
+pub(super) fn no_room(vlen: usize, limits: &Limits) -> bool {
+    vlen > limits.max_body && vlen > super::BIG_BODY
 }
 
 pub(super) fn storage<'a>(
@@ -109,6 +117,9 @@ pub(super) fn storage<'a>(
     };
     if too_large(line_len, vlen, limits) {
         return fail(McError::TooLarge, noreply, skip);
+    }
+    if no_room(vlen, limits) {
+        return fail(McError::OutOfMemoryStoring, noreply, skip);
     }
     match data_block(input, line_len, vlen) {
         Ok(None) => Parsed::Incomplete { scanned: 0 },

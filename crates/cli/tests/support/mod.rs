@@ -1,0 +1,197 @@
+//! What the process-level tests of `combkv serve` share: a server child
+//! that is killed when the test ends, free ports, raw sockets, and the
+//! child's memory as /proc reports it.
+//!
+//! `COMBKV_TEST_BIN` runs the tests against another build (e.g. one kept
+//! from before a change) instead of this crate's binary.
+
+#![allow(dead_code, reason = "each test binary uses a part")]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt as _;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `combkv serve` child, killed on drop.
+pub struct Server {
+    pub child: Child,
+    pub resp: SocketAddr,
+    pub memcached: SocketAddr,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The binary under test.
+pub fn binary() -> String {
+    std::env::var("COMBKV_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_combkv").into())
+}
+
+impl Server {
+    /// Starts `combkv serve` on free ports with `args` after them; with
+    /// `nofile`, under that open-files limit (soft and hard). Returns once
+    /// the RESP port answers PING.
+    pub fn start(args: &[&str], nofile: Option<u64>) -> Server {
+        let resp: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        let memcached: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        let mut cmd = Command::new(binary());
+        cmd.args(["serve", "--resp", &resp.to_string()])
+            .args(["--memcached", &memcached.to_string()])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        if let Some(n) = nofile {
+            // SAFETY: between fork and exec the closure only calls
+            // setrlimit, which is async-signal-safe, on a local value.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let r = libc::rlimit {
+                        rlim_cur: n as libc::rlim_t,
+                        rlim_max: n as libc::rlim_t,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = cmd.spawn().expect("combkv starts");
+        let server = Server {
+            child,
+            resp,
+            memcached,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !server.answers(Duration::from_millis(500)) {
+            assert!(Instant::now() < deadline, "no PONG from {resp}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+
+    /// True if a new RESP connection gets +PONG within `wait`.
+    pub fn answers(&self, wait: Duration) -> bool {
+        ask(self.resp, b"PING\r\n", b"+PONG\r\n", wait)
+    }
+
+    /// True if a new memcached connection answers `version` within `wait`.
+    pub fn answers_memcached(&self, wait: Duration) -> bool {
+        ask(self.memcached, b"version\r\n", b"VERSION ", wait)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// (VmRSS, VmHWM) of the server in bytes.
+    pub fn memory(&self) -> (u64, u64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                .unwrap_or(0)
+                * 1024
+        };
+        (field("VmRSS:"), field("VmHWM:"))
+    }
+}
+
+/// Sends `req` on a new connection; true if the reply starts with `want`
+/// within `wait`.
+pub fn ask(addr: SocketAddr, req: &[u8], want: &[u8], wait: Duration) -> bool {
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, wait) else {
+        return false;
+    };
+    let deadline = Instant::now() + wait;
+    if s.write_all(req).is_err() {
+        return false;
+    }
+    let mut got = Vec::new();
+    let mut buf = [0u8; 256];
+    while got.len() < want.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || s.set_read_timeout(Some(left)).is_err() {
+            return false;
+        }
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    reset(&s);
+    got.starts_with(want)
+}
+
+/// Closes with a reset (SO_LINGER 0), so thousands of short connections
+/// leave no TIME_WAIT behind to use up the local ports.
+pub fn reset(s: &TcpStream) {
+    use std::os::fd::AsRawFd as _;
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: a valid socket and a linger value of the size passed.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&l as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
+}
+
+/// Sends one RESP command built from `args` and reads one reply line (or a
+/// bulk reply's header and body) with `wait`.
+pub fn resp_cmd(s: &mut TcpStream, args: &[&[u8]]) {
+    let mut req = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        req.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        req.extend_from_slice(a);
+        req.extend_from_slice(b"\r\n");
+    }
+    s.write_all(&req).unwrap();
+}
+
+/// Reads until `want` ends what was read, or panics after `wait`.
+pub fn read_until(s: &mut TcpStream, want: &[u8], wait: Duration) -> Vec<u8> {
+    let deadline = Instant::now() + wait;
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    while !got.ends_with(want) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(
+            !left.is_zero(),
+            "no {:?} within {wait:?}; got {:?}",
+            String::from_utf8_lossy(want),
+            String::from_utf8_lossy(&got[got.len().saturating_sub(200)..])
+        );
+        s.set_read_timeout(Some(left)).unwrap();
+        match s.read(&mut buf) {
+            Ok(0) => panic!("closed; got {:?}", String::from_utf8_lossy(&got)),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(e) => panic!("read failed: {e}"),
+        }
+    }
+    got
+}

@@ -1,0 +1,152 @@
+//! memcached's text-protocol authentication (its `-Y` option), served when
+//! the server has a `requirepass`: until a connection authenticates, every
+//! line is refused with `CLIENT_ERROR unauthenticated` and nothing runs. It
+//! authenticates with a `set` whose data is `<user> <password>` (any key,
+//! flags and exptime): user `default` and the `requirepass` password, the
+//! one user RESP's AUTH knows. The replies follow memcached 1.6's
+//! `proto_text.c` (`process_request_ascii` before authentication).
+
+use super::error::McError;
+use super::parse::words;
+
+/// Longest authenticating data block read; a longer one is skipped unread
+/// and refused (memcached reads it whole).
+const MAX_AUTH_DATA: usize = 1024;
+/// Longest line read before authentication (memcached: 1024, then close).
+const MAX_UNAUTH_LINE: usize = 1024;
+
+/// What the start of an unauthenticated connection's input holds.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum AuthStep<'a> {
+    /// Not a whole line (or block) yet.
+    Incomplete,
+    /// A line past the limit without a newline: close.
+    Close,
+    /// Refused with this error; `consumed` bytes used, the next `swallow`
+    /// skipped unread.
+    Refused {
+        err: McError,
+        consumed: usize,
+        swallow: usize,
+    },
+    /// A whole authenticating `set`, `consumed` bytes long.
+    Credentials {
+        user: &'a [u8],
+        pass: &'a [u8],
+        consumed: usize,
+    },
+}
+
+/// Parses the start of an unauthenticated connection's input.
+pub(crate) fn parse(input: &[u8]) -> AuthStep<'_> {
+    let Some(nl) = input.iter().position(|&b| b == b'\n') else {
+        return if input.len() > MAX_UNAUTH_LINE {
+            AuthStep::Close
+        } else {
+            AuthStep::Incomplete
+        };
+    };
+    let line = &input[..nl];
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let toks: Vec<&[u8]> = words(line).take(6).collect();
+    let refused = |err, swallow| AuthStep::Refused {
+        err,
+        consumed: nl + 1,
+        swallow,
+    };
+    let size = toks
+        .get(4)
+        .and_then(|t| std::str::from_utf8(t).ok()?.parse::<u32>().ok());
+    let (true, Some(size)) = (toks.len() >= 5 && toks[0] == b"set", size) else {
+        return refused(McError::Unauthenticated, 0);
+    };
+    let size = size as usize;
+    if size > MAX_AUTH_DATA {
+        return refused(McError::AuthFormat, size + 2);
+    }
+    let start = nl + 1;
+    let Some(block) = input.get(start..start + size + 2) else {
+        return AuthStep::Incomplete;
+    };
+    let consumed = start + size + 2;
+    if &block[size..] != b"\r\n" {
+        return AuthStep::Refused {
+            err: McError::AuthTermination,
+            consumed,
+            swallow: 0,
+        };
+    }
+    let mut creds = words(&block[..size]);
+    match (creds.next(), creds.next()) {
+        (Some(user), Some(pass)) => AuthStep::Credentials {
+            user,
+            pass,
+            consumed,
+        },
+        _ => AuthStep::Refused {
+            err: McError::AuthFormat,
+            consumed,
+            swallow: 0,
+        },
+    }
+}
+
+/// Whether `user` and `pass` are the server's credentials (compared in
+/// time independent of where they differ).
+pub(crate) fn check(user: &[u8], pass: &[u8], requirepass: &str) -> bool {
+    let same = |a: &[u8], b: &[u8]| {
+        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    };
+    same(user, b"default") & same(pass, requirepass.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_authenticating_set_and_its_refusals() {
+        assert_eq!(
+            parse(b"set a 0 0 10\r\ndefault pw\r\nget k\r\n"),
+            AuthStep::Credentials {
+                user: b"default",
+                pass: b"pw",
+                consumed: 26
+            }
+        );
+        assert_eq!(parse(b"set a 0 0 10\r\ndefault"), AuthStep::Incomplete);
+        assert_eq!(parse(b"get k"), AuthStep::Incomplete);
+        let refused = |err, consumed, swallow| AuthStep::Refused {
+            err,
+            consumed,
+            swallow,
+        };
+        assert_eq!(parse(b"get k\r\n"), refused(McError::Unauthenticated, 7, 0));
+        assert_eq!(parse(b"mn\r\n"), refused(McError::Unauthenticated, 4, 0));
+        assert_eq!(
+            parse(b"set a 0 0\r\n"),
+            refused(McError::Unauthenticated, 11, 0)
+        );
+        assert_eq!(
+            parse(b"set a 0 0 x\r\n"),
+            refused(McError::Unauthenticated, 13, 0)
+        );
+        assert_eq!(
+            parse(b"set a 0 0 2\r\nab\r\n"),
+            refused(McError::AuthFormat, 17, 0)
+        );
+        assert_eq!(
+            parse(b"set a 0 0 2\r\nabcd"),
+            refused(McError::AuthTermination, 17, 0)
+        );
+        assert_eq!(
+            parse(b"set a 0 0 5000\r\n"),
+            refused(McError::AuthFormat, 16, 5002)
+        );
+        assert_eq!(parse(&[b'x'; 2000]), AuthStep::Close);
+        assert!(check(b"default", b"pw", "pw"));
+        assert!(!check(b"default", b"pW", "pw"));
+        assert!(!check(b"other", b"pw", "pw"));
+        assert!(!check(b"default", b"pww", "pw"));
+    }
+}
