@@ -4,8 +4,18 @@
 //! Every openraft type stays inside this crate: the engine knows nothing of
 //! Raft, and the server talks to a cluster through this crate's own types.
 
+mod client;
+pub mod codec;
 pub mod log_store;
+pub mod network;
+mod node;
+mod rpc;
+mod snapshot;
+mod state_machine;
 pub mod types;
 
-pub use log_store::{LogStore, OpenError, OpenReport};
+pub use client::{ClusterError, REQUEST_TIMEOUT};
+pub use log_store::{LogOptions, LogStore, OpenError, OpenReport, SyncPolicy};
+pub use node::{ApplyHook, Replica, ReplicaConfig, Role, StartError, Status, cluster_dir};
+pub use state_machine::{StateMachine, StoreCell};
 pub use types::{Applied, Batch, NodeId, TypeConfig};

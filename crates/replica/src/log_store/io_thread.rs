@@ -10,6 +10,7 @@ use openraft::storage::LogFlushed;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
+use super::SyncPolicy;
 use super::segment::{self, COMMITTED_FILE, META_FILE, Meta};
 use crate::types::{LogId, TypeConfig, Vote};
 
@@ -51,11 +52,16 @@ pub(crate) enum Job {
     },
 }
 
-/// The handle: sends jobs; the thread ends when it is dropped.
+/// The handle: sends jobs to the thread (which ends when the handle is
+/// dropped), or runs them at once in the caller (`inline`, for simulated
+/// clusters, whose clock must not run ahead of work on another thread).
 #[derive(Debug)]
-pub(crate) struct IoThread {
-    tx: Mutex<Option<Sender<Job>>>,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+pub(crate) enum IoThread {
+    Thread {
+        tx: Mutex<Option<Sender<Job>>>,
+        thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    },
+    Inline(Mutex<Files>),
 }
 
 impl IoThread {
@@ -63,52 +69,77 @@ impl IoThread {
         storage: Arc<dyn Storage>,
         dir: PathBuf,
         segment_bytes: u64,
+        sync: SyncPolicy,
         segments: Vec<Segment>,
         meta: Meta,
+        inline: bool,
     ) -> io::Result<IoThread> {
-        let (tx, rx) = channel();
         let mut files = Files {
             storage,
             dir,
             segment_bytes,
+            sync,
+            unsynced: false,
             segments,
             open: None,
             meta,
             failed: None,
         };
+        if inline {
+            return Ok(IoThread::Inline(Mutex::new(files)));
+        }
+        let (tx, rx) = channel();
         let thread = std::thread::Builder::new()
             .name("raft-log-io".into())
             .spawn(move || files.serve(rx))?;
-        Ok(IoThread {
+        Ok(IoThread::Thread {
             tx: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
         })
     }
 
     pub(crate) fn send(&self, job: Job) -> io::Result<()> {
-        let tx = self.tx.lock();
-        let tx = tx
-            .as_ref()
-            .ok_or_else(|| io::Error::other("the Raft log is closed"))?;
-        tx.send(job)
-            .map_err(|_| io::Error::other("the Raft log's I/O thread stopped"))
+        match self {
+            IoThread::Inline(files) => {
+                let mut files = files.lock();
+                let mut next = Some(job);
+                while let Some(job) = next.take() {
+                    next = files.run(job, &mut || None);
+                }
+                Ok(())
+            }
+            IoThread::Thread { tx, .. } => {
+                let tx = tx.lock();
+                let tx = tx
+                    .as_ref()
+                    .ok_or_else(|| io::Error::other("the Raft log is closed"))?;
+                tx.send(job)
+                    .map_err(|_| io::Error::other("the Raft log's I/O thread stopped"))
+            }
+        }
     }
 }
 
 impl Drop for IoThread {
     fn drop(&mut self) {
-        self.tx.lock().take();
-        if let Some(t) = self.thread.lock().take() {
-            let _ = t.join();
+        if let IoThread::Thread { tx, thread } = self {
+            tx.lock().take();
+            if let Some(t) = thread.lock().take() {
+                let _ = t.join();
+            }
         }
     }
 }
 
 /// The files, owned by the I/O thread.
-struct Files {
+#[derive(Debug)]
+pub(crate) struct Files {
     storage: Arc<dyn Storage>,
     dir: PathBuf,
     segment_bytes: u64,
+    sync: SyncPolicy,
+    /// Written but not synced (with `EverySec`).
+    unsynced: bool,
     segments: Vec<Segment>,
     /// The segment being appended to (the last of `segments`).
     open: Option<Box<dyn WritableFile>>,
@@ -120,71 +151,106 @@ struct Files {
 
 impl Files {
     fn serve(&mut self, rx: Receiver<Job>) {
-        let mut next = rx.recv().ok();
+        let mut next = self.next_job(&rx);
         while let Some(job) = next.take() {
-            match job {
-                Job::Append {
-                    records,
-                    indexes,
-                    callback,
-                } => {
-                    // Group commit: every append already queued behind this
-                    // one shares its sync.
-                    let mut callbacks = vec![callback];
-                    let mut result = self.write(&records, &indexes);
-                    loop {
-                        match rx.try_recv() {
-                            Ok(Job::Append {
-                                records,
-                                indexes,
-                                callback,
-                            }) => {
-                                if result.is_ok() {
-                                    result = self.write(&records, &indexes);
-                                }
-                                callbacks.push(callback);
+            next = self.run(job, &mut || rx.try_recv().ok());
+            if next.is_none() {
+                next = self.next_job(&rx);
+            }
+        }
+    }
+
+    /// Runs `job`; an append takes every append `more` has behind it into
+    /// its sync (group commit). Returns a job `more` gave that is not an
+    /// append, to be run next.
+    fn run(&mut self, job: Job, more: &mut dyn FnMut() -> Option<Job>) -> Option<Job> {
+        match job {
+            Job::Append {
+                records,
+                indexes,
+                callback,
+            } => {
+                let mut callbacks = vec![callback];
+                let mut result = self.write(&records, &indexes);
+                let mut leftover = None;
+                while let Some(job) = more() {
+                    match job {
+                        Job::Append {
+                            records,
+                            indexes,
+                            callback,
+                        } => {
+                            if result.is_ok() {
+                                result = self.write(&records, &indexes);
                             }
-                            Ok(other) => {
-                                next = Some(other);
-                                break;
-                            }
-                            Err(_) => break,
+                            callbacks.push(callback);
+                        }
+                        other => {
+                            leftover = Some(other);
+                            break;
                         }
                     }
-                    if result.is_ok() {
-                        result = self.sync();
-                    }
-                    for cb in callbacks {
-                        cb.log_io_completed(match &result {
-                            Ok(()) => Ok(()),
-                            Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
-                        });
-                    }
                 }
-                Job::SaveVote { vote, done } => {
-                    let mut meta = self.meta.clone();
-                    meta.vote = Some(vote);
-                    let r = self.write_meta(meta);
-                    let _ = done.send(r);
+                if result.is_ok() {
+                    result = match self.sync {
+                        SyncPolicy::Always => self.sync(),
+                        SyncPolicy::EverySec => {
+                            self.unsynced = true;
+                            Ok(())
+                        }
+                        SyncPolicy::None => Ok(()),
+                    };
                 }
-                Job::SaveCommitted { committed } => {
-                    let _ = segment::write_small(
-                        &*self.storage,
-                        &self.dir,
-                        COMMITTED_FILE,
-                        &committed,
-                        false,
-                    );
+                for cb in callbacks {
+                    cb.log_io_completed(match &result {
+                        Ok(()) => Ok(()),
+                        Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+                    });
                 }
-                Job::Truncate { since, done } => {
-                    let _ = done.send(self.guarded(|f| f.truncate(since)));
-                }
-                Job::Purge { upto, done } => {
-                    let _ = done.send(self.guarded(|f| f.purge(upto)));
-                }
+                return leftover;
             }
-            if next.is_none() {
-                next = rx.recv().ok();
+            Job::SaveVote { vote, done } => {
+                let mut meta = self.meta.clone();
+                meta.vote = Some(vote);
+                let r = self.write_meta(meta);
+                let _ = done.send(r);
+            }
+            Job::SaveCommitted { committed } => {
+                let _ = segment::write_small(
+                    &*self.storage,
+                    &self.dir,
+                    COMMITTED_FILE,
+                    &committed,
+                    false,
+                );
+            }
+            Job::Truncate { since, done } => {
+                let _ = done.send(self.guarded(|f| f.truncate(since)));
+            }
+            Job::Purge { upto, done } => {
+                let _ = done.send(self.guarded(|f| f.purge(upto)));
+            }
+        }
+        None
+    }
+
+    /// Waits for the next job; with `EverySec`, syncs what was written
+    /// once a second meanwhile.
+    fn next_job(&mut self, rx: &Receiver<Job>) -> Option<Job> {
+        if self.sync != SyncPolicy::EverySec {
+            return rx.recv().ok();
+        }
+        loop {
+            match rx.recv_timeout(std::time::Duration::from_secs(1)) {
+                Ok(job) => return Some(job),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    if std::mem::take(&mut self.unsynced)
+                        && let Err(e) = self.sync()
+                    {
+                        tracing::error!("raft log: sync failed: {e}");
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return None,
             }
         }
     }

@@ -37,6 +37,41 @@ use segment::{COMMITTED_FILE, META_FILE, Meta};
 /// A segment is closed and a new one begun once it holds this many bytes.
 pub const DEFAULT_SEGMENT_BYTES: u64 = 64 << 20;
 
+/// When appended entries are synced (the server's durability mode). The
+/// vote and the purge point are always synced before they count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncPolicy {
+    /// Before openraft hears they are flushed: an entry counts toward a
+    /// quorum only once it is durable here.
+    Always,
+    /// Once a second; appends are reported flushed when written. A crash of
+    /// a majority loses up to about a second of acknowledged writes.
+    EverySec,
+    /// Never (the operating system writes them out in its own time).
+    None,
+}
+
+/// How a log is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogOptions {
+    /// A segment is closed once it holds this many bytes.
+    pub segment_bytes: u64,
+    pub sync: SyncPolicy,
+    /// Do file work in the caller instead of the I/O thread (simulated
+    /// clusters, whose paused clock must not run ahead of another thread).
+    pub inline: bool,
+}
+
+impl Default for LogOptions {
+    fn default() -> Self {
+        LogOptions {
+            segment_bytes: DEFAULT_SEGMENT_BYTES,
+            sync: SyncPolicy::Always,
+            inline: false,
+        }
+    }
+}
+
 /// The log's in-memory state, shared with its readers.
 #[derive(Debug, Default)]
 struct State {
@@ -115,15 +150,23 @@ impl LogStore {
     pub fn open(
         storage: Arc<dyn Storage>,
         dir: &Path,
-        segment_bytes: u64,
+        options: LogOptions,
     ) -> Result<(LogStore, OpenReport), OpenError> {
         storage.create_dir_all(dir)?;
         let meta: Meta = segment::read_small(&*storage, dir, META_FILE)?.unwrap_or_default();
         // The commit point may lag or be lost; a damaged one is no loss.
-        let committed: Option<LogId> = segment::read_small(&*storage, dir, COMMITTED_FILE)
-            .ok()
-            .flatten();
+        let committed: Option<LogId> =
+            segment::read_small::<Option<LogId>>(&*storage, dir, COMMITTED_FILE)
+                .ok()
+                .flatten()
+                .flatten();
         let (entries, segments, report) = Self::load_segments(&*storage, dir, meta.purged)?;
+        // A commit point past what the log kept (entries not yet synced
+        // when the node died) would have openraft re-apply entries that are
+        // gone: keep it only where the log still holds that very entry.
+        let committed = committed.filter(|c| {
+            Some(*c) <= meta.purged || entries.get(&c.index).is_some_and(|e| e.log_id == *c)
+        });
         let state = State {
             entries,
             vote: meta.vote,
@@ -133,9 +176,11 @@ impl LogStore {
         let io = IoThread::start(
             Arc::clone(&storage),
             dir.to_path_buf(),
-            segment_bytes,
+            options.segment_bytes,
+            options.sync,
             segments,
             meta,
+            options.inline,
         )?;
         let store = LogStore {
             state: Arc::new(Mutex::new(state)),
@@ -212,6 +257,11 @@ impl LogStore {
     /// The directory of this log.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The newest commit point openraft reported.
+    pub fn committed(&self) -> Option<LogId> {
+        self.state.lock().committed
     }
 
     fn io_error(e: io::Error) -> StorageError {

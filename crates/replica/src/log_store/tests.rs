@@ -36,7 +36,14 @@ fn open(
     storage: &Arc<dyn Storage>,
     segment_bytes: u64,
 ) -> Result<(LogStore, OpenReport), OpenError> {
-    LogStore::open(Arc::clone(storage), Path::new("/raft"), segment_bytes)
+    LogStore::open(
+        Arc::clone(storage),
+        Path::new("/raft"),
+        LogOptions {
+            segment_bytes,
+            ..LogOptions::default()
+        },
+    )
 }
 
 async fn indexes(log: &mut LogStore) -> Vec<u64> {
@@ -63,8 +70,12 @@ fn entries_vote_and_purge_point_survive_a_reopen() {
         log.blocking_append((26..=28).map(|i| entry(2, i)))
             .await
             .unwrap();
+        log.save_committed(Some(log_id(2, 27))).await.unwrap();
+        // Jobs run in order: once this vote is saved, so is the commit point.
+        log.save_vote(&vote).await.unwrap();
         drop(log);
         let (mut log, report) = open(&storage, 200).unwrap();
+        assert_eq!(log.read_committed().await.unwrap(), Some(log_id(2, 27)));
         assert_eq!(report.torn_tail, None);
         assert_eq!(indexes(&mut log).await, (11..=28).collect::<Vec<_>>());
         let got = log.try_get_log_entries(26..27).await.unwrap();
@@ -73,6 +84,13 @@ fn entries_vote_and_purge_point_survive_a_reopen() {
         let state = log.get_log_state().await.unwrap();
         assert_eq!(state.last_purged_log_id, Some(log_id(1, 10)));
         assert_eq!(state.last_log_id, Some(log_id(2, 28)));
+        // A commit point naming an entry the log no longer holds (written
+        // but never synced before a crash) is dropped, not trusted.
+        log.save_committed(Some(log_id(3, 40))).await.unwrap();
+        log.save_vote(&vote).await.unwrap();
+        drop(log);
+        let (mut log, _) = open(&storage, 200).unwrap();
+        assert_eq!(log.read_committed().await.unwrap(), None);
     });
 }
 
@@ -204,12 +222,14 @@ fn the_real_file_system_works_too() {
     let _ = std::fs::remove_dir_all(&dir);
     let storage: Arc<dyn Storage> = Arc::new(FsStorage);
     rt().block_on(async {
-        let (mut log, _) = LogStore::open(Arc::clone(&storage), &dir, 1 << 20).unwrap();
+        let (mut log, _) =
+            LogStore::open(Arc::clone(&storage), &dir, LogOptions::default()).unwrap();
         log.blocking_append((1..=5).map(|i| entry(1, i)))
             .await
             .unwrap();
         drop(log);
-        let (mut log, _) = LogStore::open(Arc::clone(&storage), &dir, 1 << 20).unwrap();
+        let (mut log, _) =
+            LogStore::open(Arc::clone(&storage), &dir, LogOptions::default()).unwrap();
         assert_eq!(indexes(&mut log).await, vec![1, 2, 3, 4, 5]);
     });
     std::fs::remove_dir_all(&dir).unwrap();

@@ -1,0 +1,259 @@
+//! Serving clients from any node: writes are proposed by the leader (a
+//! follower forwards them), acknowledged once committed on a quorum and
+//! applied; linearizable reads wait for a read index, one quorum round for
+//! every read queued before it (etcd's read loop).
+//!
+//! A write whose answer is lost (a timeout, a connection that broke after
+//! the request left, a leader that crashed) may or may not have happened:
+//! the error says so, and the write is never retried behind the client's
+//! back. A write refused before it entered any log (this node is no leader,
+//! or the leader truncated it away) is retried with the leader.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
+
+use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
+use parking_lot::Mutex;
+use tokio::sync::{Notify, oneshot};
+
+use crate::node::Replica;
+use crate::rpc::{RaftResult, Request, Response};
+use crate::types::{Applied, Batch, LogId, NodeId};
+
+/// How long a write or a read waits for a leader and a quorum.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long to wait before asking again when no leader is known.
+const NO_LEADER_RETRY: Duration = Duration::from_millis(50);
+
+/// Why a cluster request failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClusterError {
+    /// No leader could be reached in time: nothing was written.
+    NoLeader,
+    /// The write may or may not have been applied (its answer was lost).
+    Unknown(String),
+    /// This request must go to the leader (administration).
+    NotLeader {
+        leader: Option<NodeId>,
+        addr: Option<String>,
+    },
+    /// The cluster refused the request; the text says why.
+    Refused(String),
+    /// The node is shutting down.
+    Stopped,
+}
+
+impl std::fmt::Display for ClusterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClusterError::NoLeader => write!(f, "no leader is reachable"),
+            ClusterError::Unknown(why) => {
+                write!(f, "the write may or may not have been applied: {why}")
+            }
+            ClusterError::NotLeader { leader, addr } => match (leader, addr) {
+                (Some(id), Some(a)) => write!(f, "not the leader; node {id} at {a} is"),
+                _ => write!(f, "not the leader, and no leader is known"),
+            },
+            ClusterError::Refused(why) => write!(f, "{why}"),
+            ClusterError::Stopped => write!(f, "the node is shutting down"),
+        }
+    }
+}
+
+impl std::error::Error for ClusterError {}
+
+fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Replica {
+    /// The clock for a batch this node proposes: its wall clock, but never
+    /// below the last applied batch's clock or its own last proposal, so
+    /// the log's clock never goes back.
+    pub fn clock_ms(&self) -> u64 {
+        let floor = self
+            .inner
+            .sm
+            .now_ms()
+            .max(self.inner.last_proposed_ms.load(Ordering::Relaxed));
+        let now = wall_ms().max(floor);
+        self.inner
+            .last_proposed_ms
+            .fetch_max(now, Ordering::Relaxed);
+        now
+    }
+
+    /// Proposes encoded ops (see [`crate::codec`]) decided at `now_ms` as
+    /// one entry, through the leader, and returns their encoded results
+    /// once the entry is committed and applied here or on the leader.
+    pub async fn write(&self, now_ms: u64, ops: Vec<u8>) -> Result<Vec<u8>, ClusterError> {
+        let _place = self
+            .inner
+            .in_flight
+            .acquire()
+            .await
+            .map_err(|_| ClusterError::Stopped)?;
+        let batch = Batch { now_ms, ops };
+        let deadline = Instant::now() + REQUEST_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ClusterError::NoLeader);
+            }
+            let r = match self.leader_addr() {
+                Some((leader, _)) if leader == self.inner.id => {
+                    match tokio::time::timeout(left, self.propose_here(batch.clone())).await {
+                        Ok(r) => r,
+                        Err(_) => {
+                            return Err(ClusterError::Unknown("no quorum answered in time".into()));
+                        }
+                    }
+                }
+                Some((leader, addr)) => {
+                    let req = Request::Forward(batch.clone());
+                    match self.inner.transport.call(leader, &addr, req, left).await {
+                        Ok(Response::Forward(r)) => r,
+                        Ok(_) => return Err(ClusterError::Unknown("a confused peer".into())),
+                        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                            // Never sent: safe to try again.
+                            tokio::time::sleep(NO_LEADER_RETRY).await;
+                            continue;
+                        }
+                        Err(e) => {
+                            return Err(ClusterError::Unknown(format!(
+                                "forwarding to node {leader}: {e}"
+                            )));
+                        }
+                    }
+                }
+                None => {
+                    tokio::time::sleep(NO_LEADER_RETRY.min(left)).await;
+                    continue;
+                }
+            };
+            match r {
+                Ok((_, applied)) => return Ok(applied.results),
+                // Refused before it entered the log, or truncated from it:
+                // not applied, so it may go again.
+                Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
+                    tokio::time::sleep(NO_LEADER_RETRY.min(left)).await;
+                }
+                Err(RaftError::Fatal(_)) => {
+                    return Err(ClusterError::Unknown("the leader stopped".into()));
+                }
+                Err(e) => return Err(ClusterError::Refused(e.to_string())),
+            }
+        }
+    }
+
+    /// Proposes `batch` on this node, which must be the leader.
+    pub(crate) async fn propose_here(
+        &self,
+        batch: Batch,
+    ) -> RaftResult<(LogId, Applied), ClientWriteError<NodeId, openraft::BasicNode>> {
+        self.inner
+            .raft
+            .client_write(batch)
+            .await
+            .map(|r| (r.log_id, r.data))
+    }
+
+    /// Waits until a read on this node is linearizable: this node has
+    /// applied everything committed before the call (a read index, asked
+    /// of the leader). Every read queued before a round starts shares it.
+    pub async fn read_barrier(&self) -> Result<(), ClusterError> {
+        let (tx, rx) = oneshot::channel();
+        self.inner.reads.queue.lock().push(tx);
+        self.inner.reads.wake.notify_one();
+        match tokio::time::timeout(REQUEST_TIMEOUT, rx).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(ClusterError::Stopped),
+            Err(_) => Err(ClusterError::NoLeader),
+        }
+    }
+
+    /// The read loop: one read index per round for every waiting read.
+    pub(crate) fn spawn_read_loop(&self) {
+        let weak = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            loop {
+                let Some(inner) = weak.upgrade() else { return };
+                let wake = Arc::clone(&inner.reads.wake);
+                drop(inner);
+                wake.notified().await;
+                let Some(inner) = weak.upgrade() else { return };
+                let me = Replica { inner };
+                let waiting = std::mem::take(&mut *me.inner.reads.queue.lock());
+                if waiting.is_empty() {
+                    continue;
+                }
+                let r = me.read_index_round().await;
+                for w in waiting {
+                    let _ = w.send(r.clone());
+                }
+            }
+        });
+    }
+
+    async fn read_index_round(&self) -> Result<(), ClusterError> {
+        let deadline = Instant::now() + REQUEST_TIMEOUT;
+        let index = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ClusterError::NoLeader);
+            }
+            let got: RaftResult<Option<LogId>, CheckIsLeaderError<NodeId, openraft::BasicNode>> =
+                match self.leader_addr() {
+                    Some((leader, _)) if leader == self.inner.id => {
+                        match tokio::time::timeout(left, self.inner.raft.get_read_log_id()).await {
+                            Ok(r) => r.map(|(read, _)| read),
+                            Err(_) => return Err(ClusterError::NoLeader),
+                        }
+                    }
+                    Some((leader, addr)) => {
+                        match self
+                            .inner
+                            .transport
+                            .call(leader, &addr, Request::ReadIndex, left)
+                            .await
+                        {
+                            Ok(Response::ReadIndex(r)) => r,
+                            // A read index asked again changes nothing.
+                            _ => {
+                                tokio::time::sleep(NO_LEADER_RETRY.min(left)).await;
+                                continue;
+                            }
+                        }
+                    }
+                    None => {
+                        tokio::time::sleep(NO_LEADER_RETRY.min(left)).await;
+                        continue;
+                    }
+                };
+            match got {
+                Ok(read) => break crate::node::index_of(read),
+                Err(RaftError::Fatal(_)) => return Err(ClusterError::Stopped),
+                Err(_) => tokio::time::sleep(NO_LEADER_RETRY.min(left)).await,
+            }
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if self.wait_applied(index, left).await {
+            Ok(())
+        } else {
+            Err(ClusterError::NoLeader)
+        }
+    }
+}
+
+/// Reads waiting for the next read-index round.
+#[derive(Debug, Default)]
+pub(crate) struct ReadBatcher {
+    pub(crate) queue: Mutex<Vec<oneshot::Sender<Result<(), ClusterError>>>>,
+    pub(crate) wake: Arc<Notify>,
+}

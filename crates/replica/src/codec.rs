@@ -1,0 +1,779 @@
+//! The bytes of decided writes and of their outcomes, as log entries and
+//! replies carry them. A small tagged format of its own: fixed-width
+//! little-endian integers and length-prefixed byte strings, so that a
+//! decoded op borrows its keys and values from the entry it came from.
+//!
+//! The format is part of the log: a change to it needs a new tag, never a
+//! new meaning for an old one.
+
+use std::borrow::Cow;
+
+use combkv::op::{Arith, Cond, ExpireWhen, Number, OnMissing, Op, Outcome, Status};
+use combkv::{AtomicWrite, Error, Expiry, Flags, Item, Version};
+
+/// Why bytes could not be decoded (a damaged or foreign entry).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError(pub &'static str);
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "undecodable replicated data: {}", self.0)
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+type Decoded<T> = Result<T, DecodeError>;
+
+/// Appends the encoding of `ops` to `out`.
+pub fn encode_ops(ops: &[Op<'_>], out: &mut Vec<u8>) {
+    put_u64(out, ops.len() as u64);
+    for op in ops {
+        encode_op(op, out);
+    }
+}
+
+/// The ops `bytes` holds, borrowing from it.
+pub fn decode_ops(bytes: &[u8]) -> Decoded<Vec<Op<'_>>> {
+    let mut r = Reader { b: bytes };
+    let n = r.count()?;
+    let mut ops = Vec::with_capacity(n);
+    for _ in 0..n {
+        ops.push(r.op()?);
+    }
+    r.end()?;
+    Ok(ops)
+}
+
+/// Appends the encoding of one op's result.
+pub fn encode_result(result: &Result<Outcome, Error>, out: &mut Vec<u8>) {
+    match result {
+        Ok(o) => {
+            out.push(0);
+            encode_outcome(o, out);
+        }
+        Err(e) => {
+            out.push(1);
+            encode_error(e, out);
+        }
+    }
+}
+
+/// The results `bytes` holds.
+pub fn decode_results(bytes: &[u8]) -> Decoded<Vec<Result<Outcome, Error>>> {
+    let mut r = Reader { b: bytes };
+    let mut out = Vec::new();
+    while !r.b.is_empty() {
+        out.push(match r.u8()? {
+            0 => Ok(r.outcome()?),
+            1 => Err(r.error()?),
+            _ => return Err(DecodeError("result tag")),
+        });
+    }
+    Ok(out)
+}
+
+fn put_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    put_u64(out, b.len() as u64);
+    out.extend_from_slice(b);
+}
+
+fn put_expiry(out: &mut Vec<u8>, e: Expiry) {
+    match e {
+        Expiry::Never => out.push(0),
+        Expiry::AtMs(t) => {
+            out.push(1);
+            put_u64(out, t);
+        }
+        Expiry::Keep => out.push(2),
+    }
+}
+
+fn put_flags(out: &mut Vec<u8>, f: Flags) {
+    match f {
+        Flags::Set(v) => {
+            out.push(0);
+            put_u64(out, u64::from(v));
+        }
+        Flags::Keep => out.push(1),
+    }
+}
+
+fn put_cond(out: &mut Vec<u8>, c: Cond) {
+    match c {
+        Cond::Any => out.push(0),
+        Cond::Absent => out.push(1),
+        Cond::Present => out.push(2),
+        Cond::Version(v) => {
+            out.push(3);
+            put_u64(out, v.get());
+        }
+    }
+}
+
+fn put_on_missing(out: &mut Vec<u8>, m: OnMissing<'_>) {
+    match m {
+        OnMissing::Fail => out.push(0),
+        OnMissing::Empty => out.push(1),
+        OnMissing::Create {
+            value,
+            expiry,
+            flags,
+        } => {
+            out.push(2);
+            put_bytes(out, value);
+            put_expiry(out, expiry);
+            put_u64(out, u64::from(flags));
+        }
+    }
+}
+
+fn encode_op(op: &Op<'_>, out: &mut Vec<u8>) {
+    match op {
+        &Op::Put {
+            key,
+            value,
+            expiry,
+            flags,
+            cond,
+            return_old,
+        } => {
+            out.push(1);
+            put_bytes(out, key);
+            put_bytes(out, value);
+            put_expiry(out, expiry);
+            put_flags(out, flags);
+            put_cond(out, cond);
+            out.push(u8::from(return_old));
+        }
+        &Op::Delete {
+            key,
+            cond,
+            return_old,
+        } => {
+            out.push(2);
+            put_bytes(out, key);
+            put_cond(out, cond);
+            out.push(u8::from(return_old));
+        }
+        &Op::Append {
+            key,
+            value,
+            front,
+            on_missing,
+            cond,
+        } => {
+            out.push(3);
+            put_bytes(out, key);
+            put_bytes(out, value);
+            out.push(u8::from(front));
+            put_on_missing(out, on_missing);
+            put_cond(out, cond);
+        }
+        &Op::Incr {
+            key,
+            arith,
+            on_missing,
+            cond,
+            expiry,
+        } => {
+            out.push(4);
+            put_bytes(out, key);
+            match arith {
+                Arith::Signed(d) => {
+                    out.push(0);
+                    put_u64(out, d as u64);
+                }
+                Arith::Unsigned { delta, decrement } => {
+                    out.push(1);
+                    put_u64(out, delta);
+                    out.push(u8::from(decrement));
+                }
+            }
+            put_on_missing(out, on_missing);
+            put_cond(out, cond);
+            put_expiry(out, expiry);
+        }
+        &Op::Expire {
+            key,
+            expiry,
+            when,
+            past,
+            return_item,
+        } => {
+            out.push(5);
+            put_bytes(out, key);
+            put_expiry(out, expiry);
+            let bits = u8::from(when.nx)
+                | u8::from(when.xx) << 1
+                | u8::from(when.gt) << 2
+                | u8::from(when.lt) << 3
+                | u8::from(past) << 4
+                | u8::from(return_item) << 5;
+            out.push(bits);
+        }
+        Op::Atomic(writes) => {
+            out.push(6);
+            put_u64(out, writes.len() as u64);
+            for w in writes.iter() {
+                match *w {
+                    AtomicWrite::Put { key, value, expiry } => {
+                        out.push(0);
+                        put_bytes(out, key);
+                        put_bytes(out, value);
+                        put_expiry(out, expiry);
+                    }
+                    AtomicWrite::Delete { key } => {
+                        out.push(1);
+                        put_bytes(out, key);
+                    }
+                }
+            }
+        }
+        Op::Clear => out.push(7),
+        &Op::Reap { key, version } => {
+            out.push(8);
+            put_bytes(out, key);
+            put_u64(out, version.get());
+        }
+        // `Op` is non-exhaustive: a new kind needs a tag here before it
+        // can be replicated.
+        _ => unreachable!("an op kind without an encoding: {op:?}"),
+    }
+}
+
+fn put_status(out: &mut Vec<u8>, s: Status) {
+    out.push(match s {
+        Status::Done => 0,
+        Status::Missing => 1,
+        Status::Present => 2,
+        Status::Mismatch => 3,
+    });
+}
+
+fn put_version(out: &mut Vec<u8>, v: Option<Version>) {
+    put_u64(out, v.map_or(0, Version::get));
+}
+
+fn put_item(out: &mut Vec<u8>, item: &Option<Item>) {
+    match item {
+        None => out.push(0),
+        Some(it) => {
+            out.push(1);
+            put_bytes(out, &it.key);
+            put_bytes(out, &it.value);
+            put_u64(out, it.version.get());
+            put_u64(out, it.expires_at_ms.unwrap_or(0));
+            put_u64(out, u64::from(it.flags));
+        }
+    }
+}
+
+fn encode_outcome(o: &Outcome, out: &mut Vec<u8>) {
+    match o {
+        Outcome::Put {
+            status,
+            version,
+            old,
+        } => {
+            out.push(1);
+            put_status(out, *status);
+            put_version(out, *version);
+            put_item(out, old);
+        }
+        Outcome::Delete {
+            status,
+            version,
+            old,
+        } => {
+            out.push(2);
+            put_status(out, *status);
+            put_version(out, *version);
+            put_item(out, old);
+        }
+        Outcome::Append {
+            status,
+            version,
+            len,
+        } => {
+            out.push(3);
+            put_status(out, *status);
+            put_version(out, *version);
+            put_u64(out, *len as u64);
+        }
+        Outcome::Incr {
+            status,
+            version,
+            number,
+            created,
+            expires_at_ms,
+        } => {
+            out.push(4);
+            put_status(out, *status);
+            put_version(out, *version);
+            match number {
+                Number::Signed(n) => {
+                    out.push(0);
+                    put_u64(out, *n as u64);
+                }
+                Number::Unsigned(n) => {
+                    out.push(1);
+                    put_u64(out, *n);
+                }
+            }
+            out.push(u8::from(*created));
+            put_u64(out, expires_at_ms.unwrap_or(0));
+        }
+        Outcome::Expire {
+            status,
+            version,
+            item,
+        } => {
+            out.push(5);
+            put_status(out, *status);
+            put_version(out, *version);
+            put_item(out, item);
+        }
+        Outcome::Atomic { versions } => {
+            out.push(6);
+            put_u64(out, versions.len() as u64);
+            for v in versions {
+                put_version(out, *v);
+            }
+        }
+        Outcome::Clear => out.push(7),
+        Outcome::Reap { status, version } => {
+            out.push(8);
+            put_status(out, *status);
+            put_version(out, *version);
+        }
+        _ => unreachable!("an outcome kind without an encoding: {o:?}"),
+    }
+}
+
+/// Errors an apply can answer, by code; anything else travels as its text
+/// under [`Error::InvalidConfig`]'s neighbour code 255 and reads back as
+/// `Error::Corrupt` with that text (it cannot happen in apply, which only
+/// refuses what the values in the store make impossible).
+fn encode_error(e: &Error, out: &mut Vec<u8>) {
+    match e {
+        Error::KeyEmpty => out.push(1),
+        Error::KeyTooLong { len, max } => {
+            out.push(2);
+            put_u64(out, *len as u64);
+            put_u64(out, *max as u64);
+        }
+        Error::ValueTooLarge { len, max } => {
+            out.push(3);
+            put_u64(out, *len as u64);
+            put_u64(out, *max as u64);
+        }
+        Error::NotAnInteger => out.push(4),
+        Error::Overflow => out.push(5),
+        other => {
+            out.push(255);
+            put_bytes(out, other.to_string().as_bytes());
+        }
+    }
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Decoded<&'a [u8]> {
+        if self.b.len() < n {
+            return Err(DecodeError("truncated"));
+        }
+        let (head, rest) = self.b.split_at(n);
+        self.b = rest;
+        Ok(head)
+    }
+    fn u8(&mut self) -> Decoded<u8> {
+        Ok(self.take(1)?[0])
+    }
+    fn bool(&mut self) -> Decoded<bool> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(DecodeError("bool")),
+        }
+    }
+    fn u64(&mut self) -> Decoded<u64> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
+    }
+    /// A count of things that each take at least one byte.
+    fn count(&mut self) -> Decoded<usize> {
+        let n = self.u64()?;
+        if n > self.b.len() as u64 {
+            return Err(DecodeError("count"));
+        }
+        Ok(n as usize)
+    }
+    fn bytes(&mut self) -> Decoded<&'a [u8]> {
+        let n = self.u64()?;
+        if n > self.b.len() as u64 {
+            return Err(DecodeError("length"));
+        }
+        self.take(n as usize)
+    }
+    fn end(&self) -> Decoded<()> {
+        if self.b.is_empty() {
+            Ok(())
+        } else {
+            Err(DecodeError("trailing bytes"))
+        }
+    }
+    fn expiry(&mut self) -> Decoded<Expiry> {
+        match self.u8()? {
+            0 => Ok(Expiry::Never),
+            1 => Ok(Expiry::AtMs(self.u64()?)),
+            2 => Ok(Expiry::Keep),
+            _ => Err(DecodeError("expiry")),
+        }
+    }
+    fn flags(&mut self) -> Decoded<Flags> {
+        match self.u8()? {
+            0 => u32::try_from(self.u64()?)
+                .map(Flags::Set)
+                .map_err(|_| DecodeError("flags")),
+            1 => Ok(Flags::Keep),
+            _ => Err(DecodeError("flags")),
+        }
+    }
+    fn cond(&mut self) -> Decoded<Cond> {
+        match self.u8()? {
+            0 => Ok(Cond::Any),
+            1 => Ok(Cond::Absent),
+            2 => Ok(Cond::Present),
+            3 => Ok(Cond::Version(Version(self.u64()?))),
+            _ => Err(DecodeError("condition")),
+        }
+    }
+    fn on_missing(&mut self) -> Decoded<OnMissing<'a>> {
+        match self.u8()? {
+            0 => Ok(OnMissing::Fail),
+            1 => Ok(OnMissing::Empty),
+            2 => Ok(OnMissing::Create {
+                value: self.bytes()?,
+                expiry: self.expiry()?,
+                flags: u32::try_from(self.u64()?).map_err(|_| DecodeError("flags"))?,
+            }),
+            _ => Err(DecodeError("on missing")),
+        }
+    }
+    fn op(&mut self) -> Decoded<Op<'a>> {
+        Ok(match self.u8()? {
+            1 => Op::Put {
+                key: self.bytes()?,
+                value: self.bytes()?,
+                expiry: self.expiry()?,
+                flags: self.flags()?,
+                cond: self.cond()?,
+                return_old: self.bool()?,
+            },
+            2 => Op::Delete {
+                key: self.bytes()?,
+                cond: self.cond()?,
+                return_old: self.bool()?,
+            },
+            3 => Op::Append {
+                key: self.bytes()?,
+                value: self.bytes()?,
+                front: self.bool()?,
+                on_missing: self.on_missing()?,
+                cond: self.cond()?,
+            },
+            4 => {
+                let key = self.bytes()?;
+                let arith = match self.u8()? {
+                    0 => Arith::Signed(self.u64()? as i64),
+                    1 => Arith::Unsigned {
+                        delta: self.u64()?,
+                        decrement: self.bool()?,
+                    },
+                    _ => return Err(DecodeError("arith")),
+                };
+                Op::Incr {
+                    key,
+                    arith,
+                    on_missing: self.on_missing()?,
+                    cond: self.cond()?,
+                    expiry: self.expiry()?,
+                }
+            }
+            5 => {
+                let key = self.bytes()?;
+                let expiry = self.expiry()?;
+                let bits = self.u8()?;
+                if bits >> 6 != 0 {
+                    return Err(DecodeError("expire bits"));
+                }
+                let bit = |i: u8| bits >> i & 1 == 1;
+                Op::Expire {
+                    key,
+                    expiry,
+                    when: ExpireWhen {
+                        nx: bit(0),
+                        xx: bit(1),
+                        gt: bit(2),
+                        lt: bit(3),
+                    },
+                    past: bit(4),
+                    return_item: bit(5),
+                }
+            }
+            6 => {
+                let n = self.count()?;
+                let mut writes = Vec::with_capacity(n);
+                for _ in 0..n {
+                    writes.push(match self.u8()? {
+                        0 => AtomicWrite::Put {
+                            key: self.bytes()?,
+                            value: self.bytes()?,
+                            expiry: self.expiry()?,
+                        },
+                        1 => AtomicWrite::Delete { key: self.bytes()? },
+                        _ => return Err(DecodeError("atomic write")),
+                    });
+                }
+                Op::Atomic(Cow::Owned(writes))
+            }
+            7 => Op::Clear,
+            8 => Op::Reap {
+                key: self.bytes()?,
+                version: Version(self.u64()?),
+            },
+            _ => return Err(DecodeError("op tag")),
+        })
+    }
+    fn status(&mut self) -> Decoded<Status> {
+        Ok(match self.u8()? {
+            0 => Status::Done,
+            1 => Status::Missing,
+            2 => Status::Present,
+            3 => Status::Mismatch,
+            _ => return Err(DecodeError("status")),
+        })
+    }
+    fn version(&mut self) -> Decoded<Option<Version>> {
+        Ok(match self.u64()? {
+            0 => None,
+            v => Some(Version(v)),
+        })
+    }
+    fn item(&mut self) -> Decoded<Option<Item>> {
+        Ok(match self.u8()? {
+            0 => None,
+            1 => Some(Item {
+                key: self.bytes()?.to_vec().into(),
+                value: self.bytes()?.to_vec().into(),
+                version: Version(self.u64()?),
+                expires_at_ms: Some(self.u64()?).filter(|&t| t != 0),
+                flags: u32::try_from(self.u64()?).map_err(|_| DecodeError("item flags"))?,
+            }),
+            _ => return Err(DecodeError("item")),
+        })
+    }
+    fn outcome(&mut self) -> Decoded<Outcome> {
+        Ok(match self.u8()? {
+            1 => Outcome::Put {
+                status: self.status()?,
+                version: self.version()?,
+                old: self.item()?,
+            },
+            2 => Outcome::Delete {
+                status: self.status()?,
+                version: self.version()?,
+                old: self.item()?,
+            },
+            3 => Outcome::Append {
+                status: self.status()?,
+                version: self.version()?,
+                len: self.u64()? as usize,
+            },
+            4 => {
+                let status = self.status()?;
+                let version = self.version()?;
+                let number = match self.u8()? {
+                    0 => Number::Signed(self.u64()? as i64),
+                    1 => Number::Unsigned(self.u64()?),
+                    _ => return Err(DecodeError("number")),
+                };
+                Outcome::Incr {
+                    status,
+                    version,
+                    number,
+                    created: self.bool()?,
+                    expires_at_ms: Some(self.u64()?).filter(|&t| t != 0),
+                }
+            }
+            5 => Outcome::Expire {
+                status: self.status()?,
+                version: self.version()?,
+                item: self.item()?,
+            },
+            6 => {
+                let n = self.count()?;
+                let mut versions = Vec::with_capacity(n);
+                for _ in 0..n {
+                    versions.push(self.version()?);
+                }
+                Outcome::Atomic { versions }
+            }
+            7 => Outcome::Clear,
+            8 => Outcome::Reap {
+                status: self.status()?,
+                version: self.version()?,
+            },
+            _ => return Err(DecodeError("outcome tag")),
+        })
+    }
+    fn error(&mut self) -> Decoded<Error> {
+        Ok(match self.u8()? {
+            1 => Error::KeyEmpty,
+            2 => Error::KeyTooLong {
+                len: self.u64()? as usize,
+                max: self.u64()? as usize,
+            },
+            3 => Error::ValueTooLarge {
+                len: self.u64()? as usize,
+                max: self.u64()? as usize,
+            },
+            4 => Error::NotAnInteger,
+            5 => Error::Overflow,
+            255 => Error::Corrupt(String::from_utf8_lossy(self.bytes()?).into_owned()),
+            _ => return Err(DecodeError("error code")),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_op_and_outcome_round_trips() {
+        let writes = [
+            AtomicWrite::Put {
+                key: b"a",
+                value: b"1",
+                expiry: Expiry::AtMs(9),
+            },
+            AtomicWrite::Delete { key: b"b" },
+        ];
+        let ops = vec![
+            Op::Put {
+                key: b"k",
+                value: b"v",
+                expiry: Expiry::AtMs(77),
+                flags: Flags::Set(5),
+                cond: Cond::Version(Version(12)),
+                return_old: true,
+            },
+            Op::Delete {
+                key: b"k",
+                cond: Cond::Present,
+                return_old: false,
+            },
+            Op::Append {
+                key: b"k",
+                value: b"tail",
+                front: true,
+                on_missing: OnMissing::Create {
+                    value: b"x",
+                    expiry: Expiry::Keep,
+                    flags: 3,
+                },
+                cond: Cond::Absent,
+            },
+            Op::Incr {
+                key: b"n",
+                arith: Arith::Signed(-3),
+                on_missing: OnMissing::Empty,
+                cond: Cond::Any,
+                expiry: Expiry::Keep,
+            },
+            Op::Incr {
+                key: b"n",
+                arith: Arith::Unsigned {
+                    delta: u64::MAX,
+                    decrement: true,
+                },
+                on_missing: OnMissing::Fail,
+                cond: Cond::Any,
+                expiry: Expiry::Never,
+            },
+            Op::Expire {
+                key: b"e",
+                expiry: Expiry::AtMs(1),
+                when: ExpireWhen {
+                    nx: false,
+                    xx: true,
+                    gt: false,
+                    lt: true,
+                },
+                past: true,
+                return_item: false,
+            },
+            Op::Atomic(Cow::Borrowed(&writes)),
+            Op::Clear,
+            Op::Reap {
+                key: b"gone",
+                version: Version(41),
+            },
+        ];
+        let mut buf = Vec::new();
+        encode_ops(&ops, &mut buf);
+        assert_eq!(decode_ops(&buf).unwrap(), ops);
+        for cut in 0..buf.len() {
+            assert!(
+                decode_ops(&buf[..cut]).is_err(),
+                "a prefix of {cut} decoded"
+            );
+        }
+        let item = Item {
+            key: b"k".to_vec().into(),
+            value: b"v".to_vec().into(),
+            version: Version(4),
+            expires_at_ms: Some(8),
+            flags: 3,
+        };
+        let results = vec![
+            Ok(Outcome::Put {
+                status: Status::Mismatch,
+                version: None,
+                old: Some(item.clone()),
+            }),
+            Ok(Outcome::Incr {
+                status: Status::Done,
+                version: Some(Version(9)),
+                number: Number::Signed(-7),
+                created: true,
+                expires_at_ms: None,
+            }),
+            Ok(Outcome::Atomic {
+                versions: vec![Some(Version(1)), None],
+            }),
+            Ok(Outcome::Expire {
+                status: Status::Done,
+                version: Some(Version(2)),
+                item: Some(item),
+            }),
+            Err(Error::ValueTooLarge { len: 5, max: 4 }),
+            Err(Error::Overflow),
+        ];
+        let mut buf = Vec::new();
+        for r in &results {
+            encode_result(r, &mut buf);
+        }
+        assert_eq!(decode_results(&buf).unwrap(), results);
+    }
+}

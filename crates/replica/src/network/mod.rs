@@ -1,0 +1,184 @@
+//! Carrying requests between nodes. A [`Transport`] moves one request to a
+//! node and brings its response back: over TCP in a real cluster (`tcp`),
+//! through a simulated network with seeded faults in tests (`sim`). openraft
+//! talks to peers through [`Network`], which turns transport failures into
+//! the errors openraft acts on (back off from an unreachable node, retry
+//! after a timeout).
+
+pub mod sim;
+pub(crate) mod tcp;
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Timeout, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::{BasicNode, RPCTypes};
+
+use crate::rpc::{Request, Response};
+use crate::types::{NodeId, TypeConfig};
+
+/// A boxed future, for the object-safe traits below.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Moves one request to the node `target` at `addr` and returns its
+/// response, or fails within `timeout`.
+pub(crate) trait Transport: Send + Sync + std::fmt::Debug + 'static {
+    fn call(
+        &self,
+        target: NodeId,
+        addr: &str,
+        req: Request,
+        timeout: Duration,
+    ) -> BoxFuture<'_, io::Result<Response>>;
+}
+
+/// What a node does with a request that reached it.
+pub(crate) trait Handler: Send + Sync + 'static {
+    fn handle(&self, req: Request) -> BoxFuture<'_, Response>;
+}
+
+/// openraft's view of the peers: one [`Peer`] per target.
+#[derive(Debug, Clone)]
+pub(crate) struct Network {
+    transport: Arc<dyn Transport>,
+}
+
+impl Network {
+    pub(crate) fn new(transport: Arc<dyn Transport>) -> Network {
+        Network { transport }
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = Peer;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Peer {
+        Peer {
+            target,
+            addr: node.addr.clone(),
+            transport: Arc::clone(&self.transport),
+        }
+    }
+}
+
+/// One peer, as openraft's replication and election tasks reach it.
+#[derive(Debug)]
+pub(crate) struct Peer {
+    target: NodeId,
+    addr: String,
+    transport: Arc<dyn Transport>,
+}
+
+type RpcResult<T, E = openraft::error::Infallible> =
+    Result<T, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>;
+
+impl Peer {
+    /// Sends `req` and hands the response to `pick`, which takes the kind
+    /// it expects.
+    async fn call<T, E: std::error::Error>(
+        &self,
+        action: RPCTypes,
+        req: Request,
+        option: &RPCOption,
+        pick: impl FnOnce(Response) -> Option<Result<T, RaftError<NodeId, E>>>,
+    ) -> RpcResult<T, E> {
+        let timeout = option.hard_ttl();
+        let got = self
+            .transport
+            .call(self.target, &self.addr, req, timeout)
+            .await
+            .map_err(|e| transport_error(action, self.target, timeout, e))?;
+        match pick(got) {
+            Some(Ok(v)) => Ok(v),
+            Some(Err(e)) => Err(RPCError::RemoteError(RemoteError::new(self.target, e))),
+            None => Err(RPCError::Network(NetworkError::new(&io::Error::other(
+                "the peer answered another kind of request",
+            )))),
+        }
+    }
+}
+
+/// A transport failure as openraft should act on it: a refused or broken
+/// connection means back off; a timeout is retried.
+fn transport_error<E: std::error::Error>(
+    action: RPCTypes,
+    target: NodeId,
+    timeout: Duration,
+    e: io::Error,
+) -> RPCError<NodeId, BasicNode, RaftError<NodeId, E>> {
+    match e.kind() {
+        io::ErrorKind::TimedOut => RPCError::Timeout(Timeout {
+            action,
+            id: 0,
+            target,
+            timeout,
+        }),
+        io::ErrorKind::ConnectionRefused
+        | io::ErrorKind::ConnectionReset
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::NotConnected
+        | io::ErrorKind::BrokenPipe
+        | io::ErrorKind::UnexpectedEof
+        | io::ErrorKind::HostUnreachable
+        | io::ErrorKind::NetworkUnreachable => RPCError::Unreachable(Unreachable::new(&e)),
+        _ => RPCError::Network(NetworkError::new(&e)),
+    }
+}
+
+impl RaftNetwork<TypeConfig> for Peer {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<AppendEntriesResponse<NodeId>> {
+        self.call(
+            RPCTypes::AppendEntries,
+            Request::Append(rpc),
+            &option,
+            |r| match r {
+                Response::Append(r) => Some(r),
+                _ => None,
+            },
+        )
+        .await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
+        self.call(
+            RPCTypes::InstallSnapshot,
+            Request::Snapshot(rpc),
+            &option,
+            |r| match r {
+                Response::Snapshot(r) => Some(r),
+                _ => None,
+            },
+        )
+        .await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> RpcResult<VoteResponse<NodeId>> {
+        self.call(RPCTypes::Vote, Request::Vote(rpc), &option, |r| match r {
+            Response::Vote(r) => Some(r),
+            _ => None,
+        })
+        .await
+    }
+}

@@ -1,0 +1,448 @@
+//! One node of a cluster: its Raft instance, log and state machine, the
+//! requests it serves for its peers, and its administration (initialize,
+//! add and remove nodes, status).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use combkv::Store;
+use openraft::error::{ClientWriteError, InitializeError, RaftError};
+use openraft::{BasicNode, ChangeMembers, Raft, ServerState, SnapshotPolicy};
+
+use crate::client::{ClusterError, ReadBatcher};
+use crate::log_store::{LogOptions, LogStore};
+use crate::network::{BoxFuture, Handler, Network, Transport};
+use crate::rpc::{Request, Response};
+use crate::state_machine::{StateMachine, StoreCell};
+use crate::types::{LogId, NodeId, TypeConfig};
+
+/// How a node is set up.
+#[derive(Debug, Clone)]
+pub struct ReplicaConfig {
+    /// This node's id in the cluster, never 0.
+    pub id: NodeId,
+    /// The address peers reach this node at (`--raft-addr`).
+    pub raft_addr: SocketAddr,
+    /// The Raft log, snapshots and vote live here.
+    pub dir: PathBuf,
+    /// A follower that hears no leader for a random time in this range
+    /// starts an election. Near a second on a small machine: the 150-300
+    /// ms of the Raft paper make a loaded two-core host elect spuriously.
+    pub election_timeout_ms: (u64, u64),
+    /// How often a leader sends heartbeats.
+    pub heartbeat_ms: u64,
+    /// A snapshot is taken once this many entries were applied since the
+    /// last one; the log before it is then purged.
+    pub snapshot_entries: u64,
+    /// How the log is kept (its sync policy is the server's durability).
+    pub log: LogOptions,
+    /// The store's configuration.
+    pub engine: combkv::Config,
+    /// Called after each batch is applied (change feeds, tests).
+    pub on_apply: Option<ApplyHook>,
+}
+
+/// A function told of every applied batch: its log index, the batch, and
+/// its encoded results (see [`crate::codec`]).
+#[derive(Clone)]
+pub struct ApplyHook(pub Arc<ApplyFn>);
+
+/// See [`ApplyHook`].
+pub type ApplyFn = dyn Fn(u64, &crate::types::Batch, &[u8]) + Send + Sync;
+
+impl std::fmt::Debug for ApplyHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApplyHook")
+    }
+}
+
+impl ReplicaConfig {
+    /// The defaults for node `id` at `raft_addr`, storing in `dir`.
+    pub fn new(id: NodeId, raft_addr: SocketAddr, dir: impl Into<PathBuf>) -> ReplicaConfig {
+        ReplicaConfig {
+            id,
+            raft_addr,
+            dir: dir.into(),
+            election_timeout_ms: (1000, 2000),
+            heartbeat_ms: 250,
+            snapshot_entries: 100_000,
+            log: LogOptions::default(),
+            engine: combkv::Config::default(),
+            on_apply: None,
+        }
+    }
+
+    fn raft_config(&self) -> Result<openraft::Config, StartError> {
+        let c = openraft::Config {
+            cluster_name: "combkv".into(),
+            election_timeout_min: self.election_timeout_ms.0,
+            election_timeout_max: self.election_timeout_ms.1,
+            heartbeat_interval: self.heartbeat_ms,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_entries),
+            // Keep a little log behind a snapshot, so a follower that lags
+            // by a few entries catches up from the log, not a snapshot.
+            max_in_snapshot_log_to_keep: 1000,
+            install_snapshot_timeout: 10_000,
+            ..Default::default()
+        };
+        c.validate().map_err(|e| StartError::Config(e.to_string()))
+    }
+}
+
+/// Why a node could not start.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum StartError {
+    Config(String),
+    Log(crate::log_store::OpenError),
+    Io(std::io::Error),
+    Raft(String),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Config(why) => write!(f, "bad cluster configuration: {why}"),
+            StartError::Log(e) => e.fmt(f),
+            StartError::Io(e) => write!(f, "cluster storage: {e}"),
+            StartError::Raft(why) => write!(f, "starting Raft: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StartError::Log(e) => Some(e),
+            StartError::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<std::io::Error> for StartError {
+    fn from(e: std::io::Error) -> Self {
+        StartError::Io(e)
+    }
+}
+
+/// A running node.
+#[derive(Clone)]
+pub struct Replica {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Replica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replica")
+            .field("id", &self.inner.id)
+            .finish()
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) id: NodeId,
+    pub(crate) raft: Raft<TypeConfig>,
+    pub(crate) sm: StateMachine,
+    /// A handle on the log (it knows the commit point).
+    pub(crate) log: LogStore,
+    pub(crate) transport: Arc<dyn Transport>,
+    pub(crate) reads: ReadBatcher,
+    /// Bounds the batches this node has in flight (its own and forwarded).
+    pub(crate) in_flight: tokio::sync::Semaphore,
+    /// The clock of the newest batch this node proposed.
+    pub(crate) last_proposed_ms: std::sync::atomic::AtomicU64,
+}
+
+/// Batches a node proposes or forwards at once; more wait for a place.
+const MAX_IN_FLIGHT: usize = 1024;
+
+impl Replica {
+    /// Starts node `config.id` inside the current tokio runtime, sending
+    /// to its peers through `transport`. The caller serves the node's
+    /// requests (`handler`) at its address.
+    pub(crate) async fn start_with(
+        config: &ReplicaConfig,
+        transport: Arc<dyn Transport>,
+    ) -> Result<Replica, StartError> {
+        let raft_config = Arc::new(config.raft_config()?);
+        let storage: Arc<dyn combkv::durable::Storage> = Arc::new(combkv::durable::FsStorage);
+        let (log, report) = LogStore::open(storage, &config.dir.join("log"), config.log)
+            .map_err(StartError::Log)?;
+        if let Some((file, offset, bytes)) = &report.torn_tail {
+            tracing::warn!("raft log: cut a torn tail of {bytes} bytes at {file}:{offset}");
+        }
+        let sm = StateMachine::open(
+            config.engine.clone(),
+            &config.dir.join("snapshots"),
+            config.on_apply.clone(),
+        )?;
+        let raft = Raft::new(
+            config.id,
+            raft_config,
+            Network::new(Arc::clone(&transport)),
+            log.clone(),
+            sm.clone(),
+        )
+        .await
+        .map_err(|e| StartError::Raft(e.to_string()))?;
+        let inner = Arc::new(Inner {
+            id: config.id,
+            raft,
+            log,
+            reads: ReadBatcher::default(),
+            sm,
+            transport,
+            in_flight: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
+            last_proposed_ms: std::sync::atomic::AtomicU64::new(0),
+        });
+        let replica = Replica { inner };
+        replica.spawn_read_loop();
+        Ok(replica)
+    }
+
+    /// Starts a node that talks TCP: binds `config.raft_addr` and serves
+    /// peers there. Runs inside the current tokio runtime.
+    pub async fn start(config: &ReplicaConfig) -> Result<Replica, StartError> {
+        let listener = tokio::net::TcpListener::bind(config.raft_addr).await?;
+        let transport = Arc::new(crate::network::tcp::TcpTransport::new(Some(
+            config.raft_addr.ip(),
+        )));
+        let replica = Replica::start_with(config, transport).await?;
+        let handler: Arc<dyn Handler> = Arc::new(replica.clone());
+        tokio::spawn(crate::network::tcp::serve(listener, handler));
+        Ok(replica)
+    }
+
+    /// Starts a node on a simulated network (tests): inside the current
+    /// runtime, usually a single-threaded one with its clock paused.
+    pub async fn start_simulated(
+        config: &ReplicaConfig,
+        net: &crate::network::sim::SimNet,
+    ) -> Result<Replica, StartError> {
+        let replica = Replica::start_with(config, net.transport(config.id)).await?;
+        net.register(config.id, Arc::new(replica.clone()));
+        Ok(replica)
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.inner.id
+    }
+
+    /// The store this node serves from (replaced whole when a snapshot is
+    /// installed).
+    pub fn store(&self) -> &StoreCell {
+        self.inner.sm.store()
+    }
+
+    /// The current store, for one request.
+    pub fn current_store(&self) -> Arc<Store> {
+        self.inner.sm.store().get()
+    }
+
+    /// Makes this node the first member of a new cluster whose voters are
+    /// `members` (id and Raft address each; this node among them). Fails if
+    /// the node is already part of a cluster.
+    pub async fn initialize(&self, members: &[(NodeId, String)]) -> Result<(), ClusterError> {
+        let nodes: BTreeMap<NodeId, BasicNode> = members
+            .iter()
+            .map(|(id, addr)| (*id, BasicNode::new(addr)))
+            .collect();
+        match self.inner.raft.initialize(nodes).await {
+            Ok(()) => Ok(()),
+            Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Err(ClusterError::Refused(
+                "this node is already part of a cluster".into(),
+            )),
+            Err(e) => Err(ClusterError::Refused(e.to_string())),
+        }
+    }
+
+    /// Adds node `id` at `addr`: as a learner first, which the leader
+    /// catches up (log or snapshot), then as a voter. On the leader only;
+    /// elsewhere the error names the leader.
+    pub async fn add_node(&self, id: NodeId, addr: &str) -> Result<(), ClusterError> {
+        let raft = &self.inner.raft;
+        raft.add_learner(id, BasicNode::new(addr), true)
+            .await
+            .map_err(write_error)?;
+        let change = ChangeMembers::AddVoterIds(BTreeSet::from([id]));
+        raft.change_membership(change, false)
+            .await
+            .map_err(write_error)?;
+        Ok(())
+    }
+
+    /// Removes node `id` from the cluster (its voting right, then the node).
+    pub async fn remove_node(&self, id: NodeId) -> Result<(), ClusterError> {
+        let raft = &self.inner.raft;
+        let change = ChangeMembers::RemoveVoters(BTreeSet::from([id]));
+        raft.change_membership(change, false)
+            .await
+            .map_err(write_error)?;
+        let change = ChangeMembers::RemoveNodes(BTreeSet::from([id]));
+        raft.change_membership(change, false)
+            .await
+            .map_err(write_error)?;
+        Ok(())
+    }
+
+    /// What this node knows of the cluster now.
+    pub fn status(&self) -> Status {
+        let m = self.inner.raft.metrics().borrow().clone();
+        let role = match m.state {
+            ServerState::Leader => Role::Leader,
+            ServerState::Follower => Role::Follower,
+            ServerState::Candidate => Role::Candidate,
+            ServerState::Learner => Role::Learner,
+            ServerState::Shutdown => Role::Shutdown,
+        };
+        let membership = m.membership_config.membership();
+        let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+        let nodes: Vec<(NodeId, String, bool)> = membership
+            .nodes()
+            .map(|(id, n)| (*id, n.addr.clone(), voters.contains(id)))
+            .collect();
+        let last = m.last_log_index.unwrap_or(0);
+        let followers = m
+            .replication
+            .as_ref()
+            .map(|r| {
+                r.iter()
+                    .filter(|(id, _)| **id != self.inner.id)
+                    .map(|(id, matched)| {
+                        let at = matched.map_or(0, |l| l.index);
+                        (*id, at, last.saturating_sub(at))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Status {
+            id: self.inner.id,
+            role,
+            leader: m.current_leader,
+            term: m.current_term,
+            last_log_index: last,
+            commit_index: index_of(self.inner.log.committed()),
+            applied_index: m.last_applied.map_or(0, |l| l.index),
+            snapshot_index: m.snapshot.map_or(0, |l| l.index),
+            nodes,
+            followers,
+        }
+    }
+
+    /// A digest of this node's state and the log id it stands at (tests
+    /// compare replicas with it).
+    pub fn digest(&self) -> std::io::Result<(Option<(u64, u64)>, u64)> {
+        let (at, d) = self.inner.sm.digest()?;
+        Ok((at.map(|l| (l.leader_id.term, l.index)), d))
+    }
+
+    /// Waits until this node has applied at least `index`.
+    pub async fn wait_applied(&self, index: u64, timeout: Duration) -> bool {
+        let mut rx = self.inner.sm.applied();
+        tokio::time::timeout(timeout, async {
+            loop {
+                if rx.borrow_and_update().is_some_and(|l| l.index >= index) {
+                    return;
+                }
+                if rx.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        })
+        .await
+        .is_ok()
+    }
+
+    /// Stops the node's Raft instance.
+    pub async fn shutdown(&self) {
+        let _ = self.inner.raft.shutdown().await;
+    }
+
+    pub(crate) fn leader_addr(&self) -> Option<(NodeId, String)> {
+        let m = self.inner.raft.metrics().borrow().clone();
+        let leader = m.current_leader?;
+        let node = m.membership_config.membership().get_node(&leader)?.clone();
+        Some((leader, node.addr))
+    }
+}
+
+fn write_error(e: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>) -> ClusterError {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => ClusterError::NotLeader {
+            leader: f.leader_id,
+            addr: f.leader_node.map(|n| n.addr),
+        },
+        other => ClusterError::Refused(other.to_string()),
+    }
+}
+
+/// A node's role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Leader,
+    Follower,
+    Candidate,
+    Learner,
+    Shutdown,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Leader => "leader",
+            Role::Follower => "follower",
+            Role::Candidate => "candidate",
+            Role::Learner => "learner",
+            Role::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// What [`Replica::status`] reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    pub id: NodeId,
+    pub role: Role,
+    pub leader: Option<NodeId>,
+    pub term: u64,
+    pub last_log_index: u64,
+    pub commit_index: u64,
+    pub applied_index: u64,
+    pub snapshot_index: u64,
+    /// (id, Raft address, voter) of every member.
+    pub nodes: Vec<(NodeId, String, bool)>,
+    /// On a leader: (follower id, matched index, lag in entries).
+    pub followers: Vec<(NodeId, u64, u64)>,
+}
+
+impl Handler for Replica {
+    fn handle(&self, req: Request) -> BoxFuture<'_, Response> {
+        Box::pin(async move {
+            let raft = &self.inner.raft;
+            match req {
+                Request::Append(r) => Response::Append(raft.append_entries(r).await),
+                Request::Vote(r) => Response::Vote(raft.vote(r).await),
+                Request::Snapshot(r) => Response::Snapshot(raft.install_snapshot(r).await),
+                Request::Forward(batch) => Response::Forward(self.propose_here(batch).await),
+                Request::ReadIndex => {
+                    Response::ReadIndex(raft.get_read_log_id().await.map(|(read, _applied)| read))
+                }
+            }
+        })
+    }
+}
+
+/// The applied log id as tests see it.
+pub(crate) fn index_of(l: Option<LogId>) -> u64 {
+    l.map_or(0, |l| l.index)
+}
+
+/// Where a node keeps its files, under the server's data directory.
+pub fn cluster_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("cluster")
+}

@@ -1,0 +1,202 @@
+//! Snapshot files: the state machine at one applied log id, as a checkpoint
+//! of the store taken from an MVCC pin while apply goes on.
+//!
+//! A file is `CKVRSNP1`, a header record, then one record per item, then an
+//! end record holding the item count; each record is `[length: u32 LE]
+//! [CRC-32: u32 LE][payload]`. The header carries the snapshot's meta
+//! (last log id, membership), the store's version clock and the entry clock
+//! at that point, so that a node that installs it goes on giving writes the
+//! same versions as every other replica. Items are written in key order,
+//! expired ones included (expiry is judged against each entry's clock on
+//! apply, so a replica must keep what the others keep).
+
+use std::fs::File;
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use combkv::{Item, Version};
+use openraft::{BasicNode, SnapshotMeta};
+use serde::{Deserialize, Serialize};
+
+use crate::types::NodeId;
+
+const MAGIC: &[u8; 8] = b"CKVRSNP1";
+/// The largest record a reader accepts (a key, a 64 MiB value and framing).
+const MAX_RECORD_BYTES: usize = 80 << 20;
+
+/// What a snapshot file says about itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Header {
+    pub meta: SnapshotMeta<NodeId, BasicNode>,
+    /// The store's version clock: the newest version any write took.
+    pub clock: u64,
+    /// The clock of the last entry applied before the snapshot.
+    pub now_ms: u64,
+}
+
+/// The file name of a snapshot.
+pub(crate) fn file_name(meta: &SnapshotMeta<NodeId, BasicNode>) -> String {
+    format!("snapshot-{}.snap", meta.snapshot_id)
+}
+
+/// Writes a snapshot file: the header, then `items` (in key order), then the
+/// end record; synced before it returns.
+pub(crate) struct Writer {
+    out: BufWriter<File>,
+    items: u64,
+    path: PathBuf,
+}
+
+impl Writer {
+    pub(crate) fn create(path: &Path, header: &Header) -> io::Result<Writer> {
+        let mut out = BufWriter::with_capacity(1 << 20, File::create(path)?);
+        out.write_all(MAGIC)?;
+        let head = postcard::to_stdvec(header).map_err(io::Error::other)?;
+        record(&mut out, &head)?;
+        Ok(Writer {
+            out,
+            items: 0,
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub(crate) fn item(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        version: u64,
+        expiry: u64,
+        flags: u32,
+    ) -> io::Result<()> {
+        let mut buf = Vec::with_capacity(key.len() + value.len() + 28);
+        buf.push(1);
+        buf.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        buf.extend_from_slice(key);
+        buf.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        buf.extend_from_slice(value);
+        buf.extend_from_slice(&version.to_le_bytes());
+        buf.extend_from_slice(&expiry.to_le_bytes());
+        buf.extend_from_slice(&flags.to_le_bytes());
+        record(&mut self.out, &buf)?;
+        self.items += 1;
+        Ok(())
+    }
+
+    /// Ends the file and makes it durable.
+    pub(crate) fn finish(mut self) -> io::Result<PathBuf> {
+        let mut end = vec![2];
+        end.extend_from_slice(&self.items.to_le_bytes());
+        record(&mut self.out, &end)?;
+        let file = self.out.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        Ok(self.path)
+    }
+}
+
+fn record(out: &mut impl Write, payload: &[u8]) -> io::Result<()> {
+    out.write_all(&(payload.len() as u32).to_le_bytes())?;
+    out.write_all(&crc32fast::hash(payload).to_le_bytes())?;
+    out.write_all(payload)
+}
+
+fn bad(path: &Path, what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("snapshot {}: {what}", path.display()),
+    )
+}
+
+/// Reads a snapshot file record by record, checking every checksum and the
+/// item count at the end.
+pub(crate) struct Reader {
+    input: BufReader<File>,
+    path: PathBuf,
+    items: u64,
+    done: bool,
+}
+
+impl Reader {
+    pub(crate) fn open(path: &Path) -> io::Result<(Reader, Header)> {
+        let mut input = BufReader::with_capacity(1 << 20, File::open(path)?);
+        let mut magic = [0u8; 8];
+        input.read_exact(&mut magic)?;
+        if &magic != MAGIC {
+            return Err(bad(path, "not a snapshot file"));
+        }
+        let mut r = Reader {
+            input,
+            path: path.to_path_buf(),
+            items: 0,
+            done: false,
+        };
+        let head = r.record()?;
+        let header = postcard::from_bytes(&head).map_err(|_| bad(path, "bad header"))?;
+        Ok((r, header))
+    }
+
+    fn record(&mut self) -> io::Result<Vec<u8>> {
+        let mut h = [0u8; 8];
+        self.input
+            .read_exact(&mut h)
+            .map_err(|_| bad(&self.path, "truncated"))?;
+        let len = u32::from_le_bytes(h[..4].try_into().expect("4 bytes")) as usize;
+        let crc = u32::from_le_bytes(h[4..].try_into().expect("4 bytes"));
+        if len > MAX_RECORD_BYTES {
+            return Err(bad(&self.path, "a record claims too many bytes"));
+        }
+        let mut payload = vec![0u8; len];
+        self.input
+            .read_exact(&mut payload)
+            .map_err(|_| bad(&self.path, "truncated"))?;
+        if crc32fast::hash(&payload) != crc {
+            return Err(bad(&self.path, "a record fails its checksum"));
+        }
+        Ok(payload)
+    }
+
+    /// The next item, `None` after the last (whose count is checked).
+    pub(crate) fn next_item(&mut self) -> io::Result<Option<Item>> {
+        if self.done {
+            return Ok(None);
+        }
+        let rec = self.record()?;
+        let bad_item = || bad(&self.path, "a malformed item");
+        match rec.first() {
+            Some(1) => {
+                let mut at = 1;
+                let mut take = |n: usize| -> io::Result<&[u8]> {
+                    let s = rec.get(at..at + n).ok_or_else(bad_item)?;
+                    at += n;
+                    Ok(s)
+                };
+                let klen = u32::from_le_bytes(take(4)?.try_into().expect("4")) as usize;
+                let key = take(klen)?.to_vec();
+                let vlen = u32::from_le_bytes(take(4)?.try_into().expect("4")) as usize;
+                let value = take(vlen)?.to_vec();
+                let version = u64::from_le_bytes(take(8)?.try_into().expect("8"));
+                let expiry = u64::from_le_bytes(take(8)?.try_into().expect("8"));
+                let flags = u32::from_le_bytes(take(4)?.try_into().expect("4"));
+                if at != rec.len() {
+                    return Err(bad_item());
+                }
+                self.items += 1;
+                Ok(Some(Item {
+                    key: key.into(),
+                    value: value.into(),
+                    version: Version(version),
+                    expires_at_ms: (expiry != 0).then_some(expiry),
+                    flags,
+                }))
+            }
+            Some(2) if rec.len() == 9 => {
+                let n = u64::from_le_bytes(rec[1..].try_into().expect("8"));
+                if n != self.items {
+                    return Err(bad(&self.path, "the item count does not match"));
+                }
+                self.done = true;
+                Ok(None)
+            }
+            _ => Err(bad(&self.path, "an unknown record")),
+        }
+    }
+}

@@ -1,0 +1,441 @@
+//! The state machine: a combkv store that applies committed entries in log
+//! order, single-threaded, each at its entry's clock (never the wall clock),
+//! so that every replica gives every write the same version and answer.
+//! Snapshots are checkpoints of the store taken from an MVCC pin while
+//! apply goes on (`snapshot`); installing one loads a new store and swaps it
+//! in whole.
+
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use combkv::{Config, Store, Version};
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{
+    BasicNode, EntryPayload, RaftSnapshotBuilder, SnapshotMeta, StorageIOError, StoredMembership,
+};
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::watch;
+
+use crate::codec;
+use crate::node::ApplyHook;
+use crate::snapshot::{self, Header};
+use crate::types::{Applied, Entry, LogId, NodeId, StorageError, TypeConfig};
+
+/// The store a node serves from. Installing a snapshot replaces it whole;
+/// a reader takes the current one for a request and keeps it to the end.
+#[derive(Debug, Clone)]
+pub struct StoreCell(Arc<RwLock<Arc<Store>>>);
+
+impl StoreCell {
+    pub fn new(store: Arc<Store>) -> StoreCell {
+        StoreCell(Arc::new(RwLock::new(store)))
+    }
+    /// The current store.
+    pub fn get(&self) -> Arc<Store> {
+        Arc::clone(&self.0.read())
+    }
+    fn set(&self, store: Arc<Store>) {
+        *self.0.write() = store;
+    }
+}
+
+/// What the state machine has applied.
+#[derive(Debug, Clone, Default)]
+struct SmState {
+    log_id: Option<LogId>,
+    membership: StoredMembership<NodeId, BasicNode>,
+    /// The clock of the last applied batch.
+    now_ms: u64,
+    /// The newest durable snapshot: its meta and file.
+    snapshot: Option<(SnapshotMeta<NodeId, BasicNode>, PathBuf)>,
+}
+
+/// One node's state machine.
+#[derive(Debug, Clone)]
+pub struct StateMachine {
+    cell: StoreCell,
+    config: Config,
+    /// Where snapshot files live.
+    dir: PathBuf,
+    state: Arc<Mutex<SmState>>,
+    applied_tx: Arc<watch::Sender<Option<LogId>>>,
+    on_apply: Option<ApplyHook>,
+}
+
+fn io_err(e: io::Error) -> StorageError {
+    StorageIOError::write_state_machine(&e).into()
+}
+
+/// The snapshot files in `dir`, newest first by their last log index.
+fn snapshot_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let p = e?.path();
+        if p.extension().is_some_and(|x| x == "snap") {
+            found.push(p);
+        }
+    }
+    found.sort();
+    found.reverse();
+    Ok(found)
+}
+
+impl StateMachine {
+    /// Opens the state machine of `dir`: an empty store, or the newest
+    /// valid snapshot there loaded into one. Entries after it come back
+    /// from the log when openraft re-applies them.
+    pub fn open(
+        config: Config,
+        dir: &Path,
+        on_apply: Option<ApplyHook>,
+    ) -> io::Result<StateMachine> {
+        std::fs::create_dir_all(dir)?;
+        let mut state = SmState::default();
+        let mut store = None;
+        for path in snapshot_files(dir)? {
+            match load(&config, &path) {
+                Ok((s, header)) => {
+                    state.log_id = header.meta.last_log_id;
+                    state.membership = header.meta.last_membership.clone();
+                    state.now_ms = header.now_ms;
+                    state.snapshot = Some((header.meta, path));
+                    store = Some(s);
+                    break;
+                }
+                Err(e) => tracing::warn!("skipping snapshot {}: {e}", path.display()),
+            }
+        }
+        let store = match store {
+            Some(s) => s,
+            None => Store::new(config.clone()).map_err(io::Error::other)?,
+        };
+        let (applied_tx, _) = watch::channel(state.log_id);
+        Ok(StateMachine {
+            cell: StoreCell::new(Arc::new(store)),
+            config,
+            dir: dir.to_path_buf(),
+            state: Arc::new(Mutex::new(state)),
+            applied_tx: Arc::new(applied_tx),
+            on_apply,
+        })
+    }
+
+    /// The store this node serves reads from.
+    pub fn store(&self) -> &StoreCell {
+        &self.cell
+    }
+
+    /// Follows the applied log id.
+    pub fn applied(&self) -> watch::Receiver<Option<LogId>> {
+        self.applied_tx.subscribe()
+    }
+
+    /// The clock of the last applied batch: a leader never proposes below it.
+    pub fn now_ms(&self) -> u64 {
+        self.state.lock().now_ms
+    }
+
+    /// A digest of the whole state (every item's key, value, version,
+    /// expiry and flags, in key order) and the log id it stands at; equal
+    /// on every replica at the same applied log id.
+    pub fn digest(&self) -> io::Result<(Option<LogId>, u64)> {
+        let state = self.state.lock();
+        let store = self.cell.get();
+        let pin = store.pin();
+        let at = state.log_id;
+        drop(state);
+        let mut h = crc32fast::Hasher::new();
+        let mut n = 0u64;
+        store.visit_all_at(&pin, |it| {
+            for part in [it.key, it.value] {
+                h.update(&(part.len() as u64).to_le_bytes());
+                h.update(part);
+            }
+            h.update(&it.version.get().to_le_bytes());
+            h.update(&it.expires_at_ms.unwrap_or(0).to_le_bytes());
+            h.update(&it.flags.to_le_bytes());
+            n += 1;
+            true
+        });
+        Ok((at, u64::from(h.finalize()) << 32 | (n & 0xffff_ffff)))
+    }
+
+    /// Applies one entry. A failure is rare and ends the node, so its size
+    /// (openraft's error type) costs nothing on the path that matters.
+    #[allow(clippy::result_large_err)]
+    fn apply_entry(&self, entry: Entry, state: &mut SmState) -> Result<Applied, StorageError> {
+        state.log_id = Some(entry.log_id);
+        match entry.payload {
+            EntryPayload::Blank => Ok(Applied::default()),
+            EntryPayload::Membership(m) => {
+                state.membership = StoredMembership::new(Some(entry.log_id), m);
+                Ok(Applied::default())
+            }
+            EntryPayload::Normal(batch) => {
+                let ops = codec::decode_ops(&batch.ops)
+                    .map_err(|e| StorageError::from(StorageIOError::read_logs(&e)))?;
+                // The log's clocks only go forward; a batch below the last
+                // one (a new leader whose clock lags) is applied at the last.
+                let now = batch.now_ms.max(state.now_ms);
+                state.now_ms = now;
+                let store = self.cell.get();
+                let mut results = Vec::new();
+                for op in &ops {
+                    let r = store.apply_at(op, now);
+                    if let Err(e @ combkv::Error::ReadOnly(_)) = &r {
+                        // A store that refuses writes cannot go on
+                        // applying: the node must stop.
+                        return Err(io_err(io::Error::other(e.to_string())));
+                    }
+                    codec::encode_result(&r, &mut results);
+                }
+                if let Some(hook) = &self.on_apply {
+                    (hook.0)(entry.log_id.index, &batch, &results);
+                }
+                Ok(Applied { results })
+            }
+        }
+    }
+}
+
+/// Whether `file` is the file at `path` (same device and inode).
+async fn same_file(file: &tokio::fs::File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata().await, tokio::fs::metadata(path).await) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// Loads a snapshot file into a new store.
+fn load(config: &Config, path: &Path) -> io::Result<(Store, Header)> {
+    let (mut reader, header) = snapshot::Reader::open(path)?;
+    let mut failed = None;
+    let items = std::iter::from_fn(|| match reader.next_item() {
+        Ok(it) => it,
+        Err(e) => {
+            failed = Some(e);
+            None
+        }
+    });
+    let store = Store::restore(config.clone(), Version(header.clock), items);
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    Ok((store.map_err(io::Error::other)?, header))
+}
+
+/// Builds a snapshot from the state captured when openraft asked for it.
+#[derive(Debug)]
+pub struct Builder {
+    sm: StateMachine,
+    store: Arc<Store>,
+    /// Held from the moment openraft asked until the file is written.
+    pin: Option<combkv::Pin>,
+    header: Header,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for Builder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let dir = self.sm.dir.clone();
+        let header = self.header.clone();
+        let store = Arc::clone(&self.store);
+        let pin = self.pin.take().expect("a builder builds once");
+        // Writing millions of items is blocking work: off the runtime.
+        let path = tokio::task::spawn_blocking(move || -> io::Result<PathBuf> {
+            let name = snapshot::file_name(&header.meta);
+            let tmp = dir.join(format!("{name}.tmp"));
+            let mut w = snapshot::Writer::create(&tmp, &header)?;
+            let mut failed = None;
+            store.visit_all_at(&pin, |it| {
+                let r = w.item(
+                    it.key,
+                    it.value,
+                    it.version.get(),
+                    it.expires_at_ms.unwrap_or(0),
+                    it.flags,
+                );
+                match r {
+                    Ok(()) => true,
+                    Err(e) => {
+                        failed = Some(e);
+                        false
+                    }
+                }
+            });
+            drop(pin);
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            w.finish()?;
+            let path = dir.join(name);
+            std::fs::rename(&tmp, &path)?;
+            File::open(&dir)?.sync_all()?;
+            Ok(path)
+        })
+        .await
+        .map_err(|e| io_err(io::Error::other(e)))?
+        .map_err(io_err)?;
+        self.sm.set_current(self.header.meta.clone(), path.clone());
+        let file = tokio::fs::File::open(&path).await.map_err(io_err)?;
+        Ok(Snapshot {
+            meta: self.header.meta.clone(),
+            snapshot: Box::new(file),
+        })
+    }
+}
+
+impl StateMachine {
+    /// Makes `meta` at `path` the current snapshot and removes older files.
+    fn set_current(&self, meta: SnapshotMeta<NodeId, BasicNode>, path: PathBuf) {
+        let mut state = self.state.lock();
+        let newer = state
+            .snapshot
+            .as_ref()
+            .is_none_or(|(m, _)| m.last_log_id <= meta.last_log_id);
+        if !newer {
+            let _ = std::fs::remove_file(&path);
+            return;
+        }
+        if let Some((_, old)) = state.snapshot.replace((meta, path.clone()))
+            && old != path
+        {
+            let _ = std::fs::remove_file(old);
+        }
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = Builder;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId>, StoredMembership<NodeId, BasicNode>), StorageError> {
+        let s = self.state.lock();
+        Ok((s.log_id, s.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Applied>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + openraft::OptionalSend,
+        I::IntoIter: openraft::OptionalSend,
+    {
+        let mut out = Vec::new();
+        // Held for the whole batch: a snapshot or a digest taken meanwhile
+        // sees the store and the applied log id of one moment.
+        let mut state = self.state.lock();
+        for entry in entries {
+            out.push(self.apply_entry(entry, &mut state)?);
+        }
+        let log_id = state.log_id;
+        drop(state);
+        self.applied_tx.send_replace(log_id);
+        Ok(out)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Builder {
+        let state = self.state.lock();
+        let store = self.cell.get();
+        let pin = store.pin();
+        let meta = SnapshotMeta {
+            last_log_id: state.log_id,
+            last_membership: state.membership.clone(),
+            snapshot_id: format!(
+                "{:020}-{}-{}",
+                state.log_id.map_or(0, |l| l.index),
+                state.log_id.map_or(0, |l| l.leader_id.term),
+                pin.version().get()
+            ),
+        };
+        let header = Header {
+            meta,
+            clock: store.read_version().get(),
+            now_ms: state.now_ms,
+        };
+        drop(state);
+        Builder {
+            sm: self.clone(),
+            store,
+            pin: Some(pin),
+            header,
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<tokio::fs::File>, StorageError> {
+        let path = self
+            .dir
+            .join(format!("receiving-{}.tmp", std::process::id()));
+        let f = tokio::fs::File::create(&path).await.map_err(io_err)?;
+        Ok(Box::new(f))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, BasicNode>,
+        snapshot: Box<tokio::fs::File>,
+    ) -> Result<(), StorageError> {
+        let received = self
+            .dir
+            .join(format!("receiving-{}.tmp", std::process::id()));
+        let path = self.dir.join(snapshot::file_name(meta));
+        let mut snapshot = snapshot;
+        if same_file(&snapshot, &received).await {
+            // What `begin_receiving_snapshot` handed out, filled: keep it.
+            snapshot.sync_all().await.map_err(io_err)?;
+            drop(snapshot);
+            std::fs::rename(&received, &path).map_err(io_err)?;
+        } else {
+            // Some other file (openraft allows it): copy it in whole.
+            use tokio::io::AsyncSeekExt;
+            let _ = std::fs::remove_file(&received);
+            snapshot
+                .seek(std::io::SeekFrom::Start(0))
+                .await
+                .map_err(io_err)?;
+            let tmp = self.dir.join(format!("{}.tmp", snapshot::file_name(meta)));
+            let mut out = tokio::fs::File::create(&tmp).await.map_err(io_err)?;
+            tokio::io::copy(&mut *snapshot, &mut out)
+                .await
+                .map_err(io_err)?;
+            out.sync_all().await.map_err(io_err)?;
+            drop(out);
+            std::fs::rename(&tmp, &path).map_err(io_err)?;
+        }
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io_err)?;
+        let config = self.config.clone();
+        let load_path = path.clone();
+        let (store, header) = tokio::task::spawn_blocking(move || load(&config, &load_path))
+            .await
+            .map_err(|e| io_err(io::Error::other(e)))?
+            .map_err(io_err)?;
+        // One swap: a reader sees the old state or the new, never a mix.
+        self.cell.set(Arc::new(store));
+        {
+            let mut s = self.state.lock();
+            s.log_id = meta.last_log_id;
+            s.membership = meta.last_membership.clone();
+            s.now_ms = header.now_ms;
+        }
+        self.set_current(meta.clone(), path);
+        self.applied_tx.send_replace(meta.last_log_id);
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        let current = self.state.lock().snapshot.clone();
+        match current {
+            None => Ok(None),
+            Some((meta, path)) => {
+                let file = tokio::fs::File::open(&path).await.map_err(io_err)?;
+                Ok(Some(Snapshot {
+                    meta,
+                    snapshot: Box::new(file),
+                }))
+            }
+        }
+    }
+}
