@@ -2,6 +2,7 @@
 //! data directory), `bench` (the YCSB driver, in-process and over the
 //! network).
 
+mod cluster;
 mod serve;
 
 use std::path::PathBuf;
@@ -35,6 +36,8 @@ struct Cli {
 enum Command {
     /// Run the server: RESP and memcached listeners over one store.
     Serve(serve::ServeArgs),
+    /// Manage a replicated cluster: init, add, remove, status.
+    Cluster(cluster::ClusterArgs),
     /// Verify every checkpoint and WAL segment in a data directory.
     Check(CheckArgs),
     /// Run YCSB workloads (docs/workloads.md) against the engine and in-process
@@ -136,6 +139,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Bench(args) => bench_main(args),
         Command::Serve(args) => serve::serve_main(args),
+        Command::Cluster(args) => cluster::cluster_main(args),
         Command::Check(args) => check_main(&args),
     }
 }

@@ -47,6 +47,21 @@ pub struct ServeArgs {
     /// Connections served at once.
     #[arg(long)]
     maxclients: Option<usize>,
+    /// This node's id in a replicated cluster (0 or absent: a single node).
+    #[arg(long, value_name = "ID")]
+    node_id: Option<u64>,
+    /// The address this node's peers reach it at (Raft traffic).
+    #[arg(long, value_name = "ADDR")]
+    raft_addr: Option<std::net::SocketAddr>,
+    /// The cluster's first voters, `id=host:port,...` (Raft addresses), this
+    /// node among them; the lowest id forms the cluster on its first start.
+    /// Leave out to start a node that waits to be added.
+    #[arg(long, value_name = "LIST")]
+    peers: Option<String>,
+    /// linearizable (default) | local: local reads skip the leader and may
+    /// be stale.
+    #[arg(long, value_name = "MODE")]
+    cluster_reads: Option<combkv_server::config::ClusterReads>,
 }
 
 fn config(args: &ServeArgs) -> Result<ServerConfig, String> {
@@ -83,6 +98,18 @@ fn config(args: &ServeArgs) -> Result<ServerConfig, String> {
     }
     if let Some(v) = args.maxclients {
         c.maxclients = v;
+    }
+    if let Some(v) = args.node_id {
+        c.node_id = v;
+    }
+    if let Some(v) = args.raft_addr {
+        c.raft_addr = Some(v);
+    }
+    if let Some(v) = &args.peers {
+        c.peers = v.clone();
+    }
+    if let Some(v) = args.cluster_reads {
+        c.cluster_reads = v;
     }
     c.validate()?;
     Ok(c)

@@ -47,6 +47,12 @@ pub enum Error {
     NotDurable,
     /// A checkpoint failed for another reason than an I/O error.
     Checkpoint(CheckpointError),
+    /// The write was not taken: whoever must order it (a replicated
+    /// store's leader and quorum) could not be reached. Nothing changed; it
+    /// may be sent again.
+    Unavailable(String),
+    /// The write's answer was lost: it may or may not have been applied.
+    Uncertain(String),
 }
 
 impl fmt::Display for Error {
@@ -72,6 +78,10 @@ impl fmt::Display for Error {
             Error::Corrupt(why) => write!(f, "the data directory is corrupt: {why}"),
             Error::NotDurable => write!(f, "the store has no data directory"),
             Error::Checkpoint(e) => write!(f, "the checkpoint failed: {e}"),
+            Error::Unavailable(why) => write!(f, "the write was not taken: {why}"),
+            Error::Uncertain(why) => {
+                write!(f, "the write may or may not have been applied: {why}")
+            }
         }
     }
 }

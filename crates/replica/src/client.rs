@@ -138,7 +138,14 @@ impl Replica {
                 }
             };
             match r {
-                Ok((_, applied)) => return Ok(applied.results),
+                Ok((log_id, applied)) => {
+                    // A forwarded write is applied on the leader; wait until
+                    // it is here too, so that this node's next read sees it.
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    self.wait_applied(log_id.index, left.max(Duration::from_secs(1)))
+                        .await;
+                    return Ok(applied.results);
+                }
                 // Refused before it entered the log, or truncated from it:
                 // not applied, so it may go again.
                 Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {

@@ -11,6 +11,11 @@ fn no_data_dir() -> CmdError {
 }
 
 fn durable(shared: &Shared) -> Result<(), CmdError> {
+    if shared.cluster.is_some() {
+        return Err(CmdError::err(
+            "a cluster node's log is its persistence; Raft takes its snapshots",
+        ));
+    }
     if shared.config.data_dir.is_none() {
         return Err(no_data_dir());
     }
@@ -20,7 +25,7 @@ fn durable(shared: &Shared) -> Result<(), CmdError> {
 /// SAVE: a checkpoint now (writers keep going; it is taken from a snapshot).
 pub fn save(shared: &Shared) -> Result<(), CmdError> {
     durable(shared)?;
-    let info = shared.store.checkpoint()?;
+    let info = shared.current_store().checkpoint()?;
     shared
         .last_save_unix
         .store(info.finished_unix_ms / 1000, Ordering::Relaxed);
@@ -30,20 +35,23 @@ pub fn save(shared: &Shared) -> Result<(), CmdError> {
 /// BGSAVE: Ok(true) if a checkpoint started, Ok(false) if one is running.
 pub fn bgsave(shared: &Shared) -> Result<bool, CmdError> {
     durable(shared)?;
-    Ok(shared.store.checkpoint_in_background()?)
+    Ok(shared.current_store().checkpoint_in_background()?)
 }
 
 /// Flushes the log and stops the engine's background threads (clean
 /// shutdown). Errors are logged: there is no one left to answer.
 pub fn close(shared: &Shared) {
-    if let Err(e) = shared.store.shutdown() {
+    if let Some(c) = &shared.cluster {
+        c.shutdown();
+    }
+    if let Err(e) = shared.current_store().shutdown() {
         tracing::error!("store shutdown: {e}");
     }
 }
 
 pub fn persistence_fields(shared: &Shared) -> Vec<(&'static str, String)> {
     let c = &shared.config;
-    let p = shared.store.persistence();
+    let p = shared.current_store().persistence();
     let last = p.last_checkpoint.as_ref();
     if let Some(l) = last {
         shared

@@ -122,6 +122,9 @@ impl<'de> Deserialize<'de> for ByteSize {
     }
 }
 
+/// Event-loop threads of a cluster node unless `threads` says otherwise.
+pub const CLUSTER_THREADS: usize = 32;
+
 /// Everything `combkv serve` can be told. Field names are the TOML keys
 /// (kebab-case) and `CONFIG GET` names.
 #[derive(Debug, Clone, Deserialize)]
@@ -174,6 +177,75 @@ pub struct ServerConfig {
     pub slowlog_max_len: usize,
     /// Refuse to listen on non-loopback addresses (the server has no TLS).
     pub protected_mode: bool,
+    /// This node's id in a replicated cluster; 0 = a single node.
+    pub node_id: u64,
+    /// The address this node's peers reach it at (Raft traffic).
+    pub raft_addr: Option<SocketAddr>,
+    /// The cluster's first voters, `id=host:port,...`, this node among
+    /// them: on its first start the node with the lowest id forms the
+    /// cluster. Empty: the node waits to be added (`combkv cluster add`).
+    pub peers: String,
+    /// `linearizable` (the default) or `local`: served from this node's
+    /// state without asking the leader, possibly stale.
+    pub cluster_reads: ClusterReads,
+}
+
+/// How a cluster node serves reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClusterReads {
+    /// Every read sees every write acknowledged before it began (a read
+    /// index from the leader, one quorum round for all reads waiting).
+    Linearizable,
+    /// This node's applied state, possibly behind the leader's.
+    Local,
+}
+
+impl ClusterReads {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClusterReads::Linearizable => "linearizable",
+            ClusterReads::Local => "local",
+        }
+    }
+}
+
+impl FromStr for ClusterReads {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "linearizable" => Ok(ClusterReads::Linearizable),
+            "local" => Ok(ClusterReads::Local),
+            _ => Err(format!(
+                "unknown cluster-reads '{s}' (expected linearizable or local)"
+            )),
+        }
+    }
+}
+
+/// Parses `id=host:port,...` (`peers`).
+pub fn parse_peers(s: &str) -> Result<Vec<(u64, SocketAddr)>, String> {
+    let mut out: Vec<(u64, SocketAddr)> = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, addr) = part
+            .split_once('=')
+            .ok_or_else(|| format!("peer '{part}' is not id=host:port"))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .ok()
+            .filter(|&id| id > 0)
+            .ok_or_else(|| format!("peer '{part}': the id must be a number above 0"))?;
+        let addr: SocketAddr = addr
+            .trim()
+            .parse()
+            .map_err(|e| format!("peer '{part}': {e}"))?;
+        if out.iter().any(|(i, _)| *i == id) {
+            return Err(format!("peer id {id} is named twice"));
+        }
+        out.push((id, addr));
+    }
+    Ok(out)
 }
 
 impl Default for ServerConfig {
@@ -200,6 +272,10 @@ impl Default for ServerConfig {
             slowlog_log_slower_than: 10_000,
             slowlog_max_len: 128,
             protected_mode: true,
+            node_id: 0,
+            raft_addr: None,
+            peers: String::new(),
+            cluster_reads: ClusterReads::Linearizable,
         }
     }
 }
@@ -227,13 +303,23 @@ impl ServerConfig {
         })
     }
 
-    /// Event-loop threads in effect.
+    /// Event-loop threads in effect. A cluster node's loops wait for a
+    /// quorum on each write and linearizable read, so by default it runs
+    /// many more than it has cores: enough that clients on other loops go
+    /// on meanwhile.
     pub fn thread_count(&self) -> usize {
         if self.threads > 0 {
             self.threads
+        } else if self.node_id > 0 {
+            CLUSTER_THREADS
         } else {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         }
+    }
+
+    /// Whether this node is part of a replicated cluster.
+    pub fn clustered(&self) -> bool {
+        self.node_id > 0
     }
 
     /// Checks what can be checked before binding anything.
@@ -249,6 +335,23 @@ impl ServerConfig {
         }
         if self.maxclients == 0 {
             return Err("maxclients must be at least 1".into());
+        }
+        if self.clustered() {
+            if self.raft_addr.is_none() {
+                return Err("a cluster node needs --raft-addr".into());
+            }
+            if self.data_dir.is_none() {
+                return Err("a cluster node needs --data-dir (its Raft log lives there)".into());
+            }
+            let peers = parse_peers(&self.peers)?;
+            if !peers.is_empty() && !peers.iter().any(|(id, _)| *id == self.node_id) {
+                return Err(format!(
+                    "--peers must name this node (id {}) among the first voters",
+                    self.node_id
+                ));
+            }
+        } else if self.raft_addr.is_some() || !self.peers.is_empty() {
+            return Err("--raft-addr and --peers need --node-id (a cluster node)".into());
         }
         if self.max_request_bytes.0 < 1024 {
             return Err("max-request-bytes must be at least 1024".into());
@@ -357,6 +460,13 @@ impl ServerConfig {
                 "protected-mode",
                 if self.protected_mode { "yes" } else { "no" }.into(),
             ),
+            ("node-id", self.node_id.to_string()),
+            (
+                "raft-addr",
+                self.raft_addr.map(|a| a.to_string()).unwrap_or_default(),
+            ),
+            ("peers", self.peers.clone()),
+            ("cluster-reads", self.cluster_reads.as_str().into()),
         ]
     }
 

@@ -144,6 +144,7 @@ impl Connection {
             session: cx_parts.session,
             batch: cx_parts.batch,
             client: &mut self.client,
+            read_ready: false,
         };
         // A bug in a command must cost one connection, not the event loop
         // and every other client on it.

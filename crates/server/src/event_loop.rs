@@ -106,8 +106,8 @@ impl EventLoop {
             // Per token, the full read wins over the short one.
             ready.sort_unstable();
             ready.dedup_by_key(|r| r.0);
-            let shared = self.shared.clone();
-            let session = shared.store.session();
+            let store = self.shared.current_store();
+            let session = store.session();
             for &(t, short_ok) in &ready {
                 self.serve(t, &session, short_ok);
             }
@@ -314,8 +314,8 @@ impl EventLoop {
     /// (for up to a few seconds), then every connection is closed.
     fn drain(&mut self) {
         let tokens: Vec<usize> = self.conns.iter().map(|(t, _)| t).collect();
-        let shared = self.shared.clone();
-        let session = shared.store.session();
+        let store = self.shared.current_store();
+        let session = store.session();
         for &t in &tokens {
             if let Some(conn) = self.conns.get_mut(t)
                 && conn.pending_input() > 0

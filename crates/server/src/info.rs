@@ -7,12 +7,13 @@ use std::sync::atomic::Ordering;
 use crate::shared::{Shared, Stats};
 
 /// Sections in INFO's default order.
-pub const SECTIONS: [&str; 7] = [
+pub const SECTIONS: [&str; 8] = [
     "server",
     "clients",
     "memory",
     "persistence",
     "stats",
+    "replication",
     "keyspace",
     "engine",
 ];
@@ -77,14 +78,15 @@ pub fn fields(shared: &Shared, name: &str) -> Vec<(&'static str, String)> {
         "persistence" => crate::admin::persistence_fields(shared),
         "stats" => stats_fields(&shared.stats),
         "keyspace" => {
-            let n = shared.store.len();
+            let n = shared.current_store().len();
             if n == 0 {
                 Vec::new()
             } else {
                 vec![("db0", format!("keys={n},expires=0,avg_ttl=0"))]
             }
         }
-        "engine" => engine_fields(&shared.store),
+        "engine" => engine_fields(&shared.current_store()),
+        "replication" => crate::cluster::info_fields(shared),
         _ => Vec::new(),
     }
 }
@@ -132,7 +134,8 @@ fn memory_fields(shared: &Shared) -> Vec<(&'static str, String)> {
         ),
         (
             "node_memory_bytes",
-            (shared.store.node_counts().live_buffers as u64 * c.node_size_bytes.0).to_string(),
+            (shared.current_store().node_counts().live_buffers as u64 * c.node_size_bytes.0)
+                .to_string(),
         ),
     ]
 }

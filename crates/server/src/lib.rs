@@ -11,6 +11,7 @@
 //! - `info`, `metrics`, `slowlog`, `admin`: observability and whole-store ops
 
 mod admin;
+pub mod cluster;
 pub mod config;
 mod connection;
 mod event_loop;

@@ -71,7 +71,20 @@ pub fn render(shared: &Shared) -> String {
     }
     out.push_str(&format!(
         "# TYPE combkv_keys gauge\ncombkv_keys {}\n",
-        shared.store.len()
+        shared.current_store().len()
     ));
+    if let Some(c) = &shared.cluster {
+        let s = c.status();
+        if !s.followers.is_empty() {
+            out.push_str("# TYPE combkv_raft_follower_lag gauge\n");
+            out.push_str("# TYPE combkv_raft_follower_matched_index gauge\n");
+        }
+        for (id, matched, lag) in s.followers {
+            out.push_str(&format!(
+                "combkv_raft_follower_lag{{node=\"{id}\"}} {lag}\n\
+                 combkv_raft_follower_matched_index{{node=\"{id}\"}} {matched}\n"
+            ));
+        }
+    }
     out
 }

@@ -48,6 +48,47 @@ pub(crate) struct Cx<'a> {
     /// The event loop's reusable result buffers for read batches.
     pub batch: &'a mut BatchResults,
     pub client: &'a mut Client,
+    /// A cluster node took a read index in this call: reads may go ahead
+    /// (every request here arrived before it was taken).
+    pub read_ready: bool,
+}
+
+impl Cx<'_> {
+    /// The store of this turn.
+    pub fn store(&self) -> &combkv::Store {
+        self.session.store()
+    }
+
+    /// Applies a decided write: through the turn's session on a single
+    /// node, through the cluster's log on a cluster node.
+    pub fn apply(&self, op: &combkv::op::Op<'_>) -> combkv::Result<combkv::op::Outcome> {
+        apply(self.shared, self.session, op)
+    }
+
+    /// On a cluster node with linearizable reads, waits once per call for
+    /// a read index. Err: no leader answered; the reads are refused.
+    fn ready_to_read(&mut self) -> combkv::Result<()> {
+        if self.read_ready {
+            return Ok(());
+        }
+        if let Some(c) = &self.shared.cluster {
+            c.read_barrier()?;
+        }
+        self.read_ready = true;
+        Ok(())
+    }
+}
+
+/// [`Cx::apply`] for callers holding the parts.
+pub(crate) fn apply(
+    shared: &Shared,
+    session: &combkv::Session<'_>,
+    op: &combkv::op::Op<'_>,
+) -> combkv::Result<combkv::op::Outcome> {
+    match &shared.cluster {
+        Some(c) => c.apply(op),
+        None => session.apply(op),
+    }
 }
 
 /// How a request takes part in a turn.
@@ -286,8 +327,15 @@ impl<P: Protocol> Pipeline<P> {
                     }
                     match class {
                         Class::Write => self.wrote = true,
-                        Class::Read if !self.commit_own_writes(cx) => {
-                            return Processed::aborted(at);
+                        Class::Read => {
+                            if !self.commit_own_writes(cx) {
+                                return Processed::aborted(at);
+                            }
+                            if let Err(e) = cx.ready_to_read() {
+                                self.proto
+                                    .batch_failed(cx, e, std::slice::from_ref(&req), out);
+                                continue;
+                            }
                         }
                         _ => {}
                     }
@@ -396,6 +444,11 @@ impl<P: Protocol> Pipeline<P> {
         if !self.commit_own_writes(cx) {
             return Flushed::Abort;
         }
+        if let Err(e) = cx.ready_to_read() {
+            self.proto.batch_failed(cx, e, &batch.reqs, out);
+            batch.clear();
+            return Flushed::Done;
+        }
         if P::TIMED {
             self.laps.start();
         }
@@ -407,7 +460,7 @@ impl<P: Protocol> Pipeline<P> {
         let stats = &cx.shared.stats;
         Stats::add(&stats.read_batches, 1);
         Stats::add(&stats.read_batch_requests, reads.len() as u64);
-        let done = cx.shared.store.read_batch(&reads, cx.batch);
+        let done = cx.session.store().read_batch(&reads, cx.batch);
         drop(reads);
         let before = out.len();
         let answered = match done {

@@ -156,7 +156,12 @@ impl Server {
                     .map_err(|e| StartError(format!("cannot listen on {addr} (metrics): {e}")))?,
             ),
         };
-        let store = open_store(&config)?;
+        let (store, cluster) = if config.clustered() {
+            let c = crate::cluster::Cluster::start(&config)?;
+            (c.store(), Some(c))
+        } else {
+            (Arc::new(open_store(&config)?), None)
+        };
         let threads_n = config.thread_count();
         let addr = |l: &Option<TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
         let resp_addr = addr(&resp);
@@ -173,7 +178,7 @@ impl Server {
                 *setting = Listen::At(a);
             }
         }
-        let shared = Arc::new(Shared::new(Arc::new(store), config));
+        let shared = Arc::new(Shared::new(store, cluster, config));
 
         let mut wakers = Vec::new();
         let mut threads = Vec::new();
@@ -240,8 +245,10 @@ impl Server {
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics_addr
     }
-    pub fn store(&self) -> &Arc<Store> {
-        &self.shared.store
+    /// The store served now (a cluster node's changes when it installs a
+    /// snapshot).
+    pub fn store(&self) -> Arc<Store> {
+        self.shared.current_store()
     }
 
     /// A handle that can stop the server from another thread (signals).
@@ -433,7 +440,13 @@ fn housekeeping(shared: Arc<Shared>) {
             trim_heap();
         }
         shared.sample_memory();
-        shared.store.sweep_expired(SWEEP_PER_TICK);
+        match &shared.cluster {
+            // Only the leader deletes, through the log (see cluster.rs).
+            Some(c) => c.reap(SWEEP_PER_TICK),
+            None => {
+                shared.current_store().sweep_expired(SWEEP_PER_TICK);
+            }
+        }
         std::thread::sleep(HOUSEKEEPING_TICK);
         tick += 1;
     }

@@ -96,7 +96,10 @@ pub struct ClientInfo {
 /// What the event loops share.
 #[derive(Debug)]
 pub struct Shared {
-    pub store: Arc<Store>,
+    /// A single node's store (a cluster node's is `cluster`'s).
+    store: Arc<Store>,
+    /// The Raft node, on a cluster node.
+    pub cluster: Option<crate::cluster::Cluster>,
     pub config: ServerConfig,
     pub stats: Stats,
     pub slowlog: SlowLog,
@@ -154,11 +157,16 @@ impl ScanCursors {
 }
 
 impl Shared {
-    pub fn new(store: Arc<Store>, config: ServerConfig) -> Shared {
+    pub fn new(
+        store: Arc<Store>,
+        cluster: Option<crate::cluster::Cluster>,
+        config: ServerConfig,
+    ) -> Shared {
         let slowlog = SlowLog::new(config.slowlog_max_len, config.slowlog_log_slower_than);
         let now = SystemTime::now();
         Shared {
             store,
+            cluster,
             config,
             stats: Stats::default(),
             slowlog,
@@ -178,6 +186,15 @@ impl Shared {
             client_registry: Mutex::new(Default::default()),
             scan_cursors: Mutex::new(Default::default()),
             memcache: Default::default(),
+        }
+    }
+
+    /// The store to serve from now: a turn takes it once and keeps it (a
+    /// cluster node's is replaced whole when it installs a snapshot).
+    pub fn current_store(&self) -> Arc<Store> {
+        match &self.cluster {
+            Some(c) => c.store(),
+            None => Arc::clone(&self.store),
         }
     }
 

@@ -23,7 +23,12 @@ pub struct Session<'s> {
     pending: Cell<u64>,
 }
 
-impl Session<'_> {
+impl<'s> Session<'s> {
+    /// The store the session writes to.
+    pub fn store(&self) -> &'s Store {
+        self.store
+    }
+
     /// Waits until every write of the session is durable (per the mode) and
     /// visible. Err(ReadOnly) if the log failed first: then none of the
     /// session's writes since the last commit may be taken as acknowledged.

@@ -156,6 +156,10 @@ fn store_error_text(e: &StoreError) -> String {
         StoreError::Checkpoint(e) => format!("I/O error: {e}"),
         StoreError::Corrupt(why) => format!("data directory is corrupt: {why}"),
         StoreError::NotDurable => "the store has no data directory".into(),
+        StoreError::Unavailable(why) => format!("cluster unavailable: {why}"),
+        StoreError::Uncertain(why) => {
+            format!("the write may or may not have been applied: {why}")
+        }
         other => other.to_string(),
     }
 }

@@ -38,7 +38,7 @@ impl MemcacheSession {
     pub fn new(store: Arc<Store>, config: ServerConfig) -> MemcacheSession {
         let needs_auth = config.requirepass.is_some();
         MemcacheSession {
-            shared: Arc::new(Shared::new(store, config)),
+            shared: Arc::new(Shared::new(store, None, config)),
             batch: BatchResults::new(),
             client: Client {
                 id: 1,
@@ -71,13 +71,15 @@ impl MemcacheSession {
         self.input.extend_from_slice(bytes);
         let budget = self.shared.config.max_reply_bytes.0 as usize;
         let shared = self.shared.clone();
-        let session = shared.store.session();
+        let store = shared.current_store();
+        let session = store.session();
         loop {
             let mut cx = Cx {
                 shared: &self.shared,
                 session: &session,
                 batch: &mut self.batch,
                 client: &mut self.client,
+                read_ready: false,
             };
             let out = self
                 .conn

@@ -57,8 +57,8 @@ pub(crate) struct Rejected {
 /// The request limits of a server.
 pub(crate) fn limits(shared: &Shared) -> Limits {
     Limits {
-        max_key_len: shared.store.max_key_len(),
-        max_value_len: shared.store.max_value_len(),
+        max_key_len: shared.current_store().max_key_len(),
+        max_value_len: shared.current_store().max_value_len(),
         max_request_bytes: usize::try_from(shared.config.max_request_bytes.0).unwrap_or(usize::MAX),
         max_body: shared.body_room(),
     }

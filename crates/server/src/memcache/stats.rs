@@ -217,7 +217,7 @@ pub fn write_stats(shared: &Shared, out: &mut Vec<u8>) {
         ("limit_maxbytes", shared.config.maxmemory.0.to_string()),
         ("threads", shared.config.thread_count().to_string()),
         ("bytes", used.to_string()),
-        ("curr_items", shared.store.len().to_string()),
+        ("curr_items", shared.current_store().len().to_string()),
         ("total_items", mc.total_items.get().to_string()),
         ("evictions", "0".to_string()),
     ]);

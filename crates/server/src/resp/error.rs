@@ -86,6 +86,11 @@ fn store_error_line(e: &StoreError) -> String {
         StoreError::Checkpoint(e) => format!("ERR I/O error: {e}"),
         StoreError::Corrupt(why) => format!("ERR data directory is corrupt: {why}"),
         StoreError::NotDurable => "ERR the store has no data directory".into(),
+        // Redis Cluster's words for a cluster that cannot serve now.
+        StoreError::Unavailable(why) => format!("CLUSTERDOWN {why}"),
+        StoreError::Uncertain(why) => {
+            format!("ERR the write may or may not have been applied: {why}")
+        }
         other => format!("ERR {other}"),
     }
 }

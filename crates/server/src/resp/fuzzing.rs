@@ -64,7 +64,7 @@ impl RespSession {
     pub fn new(config: ServerConfig) -> RespSession {
         let store = Store::new(config.engine_config()).expect("valid engine config");
         let needs_auth = config.requirepass.is_some();
-        let shared = Arc::new(Shared::new(Arc::new(store), config));
+        let shared = Arc::new(Shared::new(Arc::new(store), None, config));
         RespSession {
             shared,
             conn: Pipeline::new(Resp::new(needs_auth)),
@@ -109,13 +109,15 @@ impl RespSession {
         self.input.extend_from_slice(bytes);
         let max_reply = self.shared.config.max_reply_bytes.0 as usize;
         let shared = self.shared.clone();
-        let session = shared.store.session();
+        let store = shared.current_store();
+        let session = store.session();
         loop {
             let mut cx = Cx {
                 shared: &self.shared,
                 session: &session,
                 batch: &mut self.batch,
                 client: &mut self.client,
+                read_ready: false,
             };
             // The client is assumed to read every reply: the budget counts
             // this round's output only.

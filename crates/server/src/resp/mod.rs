@@ -188,7 +188,7 @@ impl Protocol for Resp {
             && self.conn.authenticated
             && spec.arity_ok(args.len)
         {
-            let max_key = cx.shared.store.max_key_len();
+            let max_key = cx.store().max_key_len();
             req.planned = kind.plan(args, max_key, &mut self.ranges);
         }
         Step::Request(req, f.consumed)

@@ -16,6 +16,7 @@ const TABLE: &[(&str, i32)] = &[
     ("cas", -4),
     ("ceil", 2),
     ("client", -2),
+    ("cluster", -2),
     ("command", -1),
     ("config", -2),
     ("dbsize", 1),
@@ -49,6 +50,7 @@ const TABLE: &[(&str, i32)] = &[
     ("quit", -1),
     ("range", -3),
     ("rangeat", -4),
+    ("role", 1),
     ("save", 1),
     ("scan", -2),
     ("select", 2),
@@ -92,6 +94,20 @@ fn every_command_checks_its_arity() {
         }
     }
     c.ok("PING", "+PONG\r\n");
+}
+
+#[test]
+fn a_single_node_is_a_master_and_not_a_cluster() {
+    let s = server();
+    let mut c = s.connect();
+    c.ok("ROLE", "*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n");
+    c.ok(
+        "CLUSTER STATUS",
+        &err("ERR this server is not a cluster node (start it with --node-id and --raft-addr)"),
+    );
+    let info = c.q("INFO replication");
+    assert!(info.contains("role:master\r\n"), "{info}");
+    assert!(info.contains("cluster_enabled:0\r\n"), "{info}");
 }
 
 #[test]

@@ -96,7 +96,7 @@ pub(super) fn get_touch(cx: &mut Cx<'_>, key: &Key<'_>, flags: &MetaFlags<'_>, o
     Stats::add(&mc.cmd_touch, 1);
     let now = combkv::now_ms();
     let op = touch_op(key.bytes(), expiry(flags.ttl.unwrap_or(0), now), true);
-    match cx.session.apply(&op) {
+    match cx.apply(&op) {
         Err(e) => error_line(cx, out, &McError::from(e)),
         Ok(Outcome::Expire {
             status: Status::Done,
@@ -178,7 +178,7 @@ pub(super) fn set(
             cond: cas_cond(flags).unwrap_or(Cond::Any),
         },
     };
-    let outcome = match cx.session.apply(&op) {
+    let outcome = match cx.apply(&op) {
         Err(e) => {
             let e = McError::from(e);
             if e == McError::TooLarge {
@@ -236,7 +236,7 @@ pub(super) fn delete(cx: &mut Cx<'_>, key: &Key<'_>, flags: &MetaFlags<'_>, out:
         cond: cas_cond(flags).unwrap_or(Cond::Any),
         return_old: false,
     };
-    let status = match cx.session.apply(&op) {
+    let status = match cx.apply(&op) {
         Err(e) => return error_line(cx, out, &McError::from(e)),
         Ok(o) => o.status(),
     };
@@ -282,7 +282,7 @@ pub(super) fn arith(cx: &mut Cx<'_>, key: &Key<'_>, flags: &MetaFlags<'_>, out: 
             cond: cas_cond(flags).unwrap_or(Cond::Any),
             expiry: flags.ttl.map_or(Expiry::Keep, |t| expiry(t, now)),
         };
-        cx.session.apply(&op).map(|o| match o {
+        cx.apply(&op).map(|o| match o {
             Outcome::Incr {
                 status,
                 version,
@@ -381,7 +381,7 @@ fn arith_reply(
 pub(super) fn debug(cx: &mut Cx<'_>, key: &Key<'_>, out: &mut Vec<u8>) {
     Stats::add(&cx.shared.memcache.stats.cmd_meta, 1);
     let now = combkv::now_ms();
-    let r = cx.shared.store.get_with(key.bytes(), |it| {
+    let r = cx.store().get_with(key.bytes(), |it| {
         it.map(|it| {
             let mut l = b"ME ".to_vec();
             if key.is_binary() {

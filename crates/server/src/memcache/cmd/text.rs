@@ -85,7 +85,7 @@ pub(super) fn store(
         expiry(exptime, combkv::now_ms()),
         cas,
     );
-    let r = match cx.session.apply(&op) {
+    let r = match cx.apply(&op) {
         Err(e) => Err(McError::from(e)),
         Ok(o) => {
             let status = o.status();
@@ -121,7 +121,7 @@ pub(super) fn delete(cx: &mut Cx<'_>, key: &[u8], noreply: bool, out: &mut Vec<u
         cond: Cond::Any,
         return_old: false,
     };
-    let r = match cx.session.apply(&op).map(|o| o.status()) {
+    let r = match cx.apply(&op).map(|o| o.status()) {
         Ok(Status::Done) => {
             Stats::add(&mc.delete_hits, 1);
             Ok("DELETED")
@@ -167,7 +167,7 @@ pub(super) fn arith(
         (&mc.decr_hits, &mc.decr_misses)
     };
     let mut text = itoa::Buffer::new();
-    let r = match cx.session.apply(&op) {
+    let r = match cx.apply(&op) {
         Err(e) => Err(McError::from(e)),
         Ok(Outcome::Incr {
             status: Status::Done,
@@ -202,7 +202,7 @@ pub(super) fn touch(cx: &mut Cx<'_>, key: &[u8], exptime: i64, noreply: bool, ou
     let mc = &cx.shared.memcache.stats;
     Stats::add(&mc.cmd_touch, 1);
     let op = touch_op(key, expiry(exptime, combkv::now_ms()), false);
-    let r = match cx.session.apply(&op).map(|o| o.status()) {
+    let r = match cx.apply(&op).map(|o| o.status()) {
         Err(e) => Err(McError::from(e)),
         Ok(Status::Done) => {
             Stats::add(&mc.touch_hits, 1);
@@ -230,7 +230,7 @@ pub(super) fn get_and_touch(
     let mark = out.len();
     for key in parse::keys(keys) {
         Stats::add(&mc.cmd_touch, 1);
-        match cx.session.apply(&touch_op(key, exp, true)) {
+        match cx.apply(&touch_op(key, exp, true)) {
             Err(e) => {
                 // memcached answers a failed multi-key request by the error alone.
                 out.truncate(mark);
@@ -263,12 +263,17 @@ pub(super) fn flush_all(cx: &mut Cx<'_>, delay: i64, noreply: bool, out: &mut Ve
     } else {
         now + delay.max(0) as u64 * 1000
     };
-    let r = if at > now {
-        shared.memcache.flush.schedule(&shared.store, at);
+    let r = if at > now && shared.cluster.is_some() {
+        // A timer on one node would clear only its own replica.
+        Err(McError::Store(combkv::Error::Unavailable(
+            "flush_all with a delay is not supported on a cluster node".into(),
+        )))
+    } else if at > now {
+        shared.memcache.flush.schedule(&shared.current_store(), at);
         Ok("OK")
     } else {
         shared.memcache.flush.cancel();
-        match cx.session.apply(&Op::Clear) {
+        match cx.apply(&Op::Clear) {
             Ok(_) => Ok("OK"),
             Err(e) => Err(McError::from(e)),
         }

@@ -202,7 +202,7 @@ pub(super) fn run_one(cx: &mut Ctx<'_, '_>, kind: BatchRead) -> CmdResult {
     let stats = &cx.shared.stats;
     Stats::add(&stats.read_batches, 1);
     Stats::add(&stats.read_batch_requests, reads.len() as u64);
-    cx.shared.store.read_batch(&reads, cx.batch)?;
+    cx.session.store().read_batch(&reads, cx.batch)?;
     let max_reply = cx.shared.config.max_reply_bytes.0 as usize;
     let mut hits = Hits::default();
     let n = cx.args.len();

@@ -33,7 +33,7 @@ pub(super) fn del(cx: &mut Ctx<'_, '_>) -> CmdResult {
         .iter()
         .map(|k| AtomicWrite::Delete { key: k })
         .collect();
-    let Outcome::Atomic { versions } = cx.session.apply(&Op::Atomic(Cow::Owned(writes)))? else {
+    let Outcome::Atomic { versions } = cx.apply(&Op::Atomic(Cow::Owned(writes)))? else {
         unreachable!("an atomic group's outcome");
     };
     cx.r.int(versions.iter().filter(|v| v.is_some()).count() as i64);
@@ -107,7 +107,7 @@ fn expire_generic(cx: &mut Ctx<'_, '_>, name: &str, unit_ms: i64, absolute: bool
         past: at <= now,
         return_item: false,
     };
-    let changed = cx.session.apply(&op)?.status() == Status::Done;
+    let changed = cx.apply(&op)?.status() == Status::Done;
     cx.r.int(changed as i64);
     Ok(())
 }
@@ -160,7 +160,7 @@ pub(super) fn persist(cx: &mut Ctx<'_, '_>) -> CmdResult {
         past: false,
         return_item: false,
     };
-    let changed = cx.session.apply(&op)?.status() == Status::Done;
+    let changed = cx.apply(&op)?.status() == Status::Done;
     cx.r.int(changed as i64);
     Ok(())
 }
@@ -182,7 +182,7 @@ pub(super) fn flushall(cx: &mut Ctx<'_, '_>) -> CmdResult {
         [m] if eq_ic(m, "sync") || eq_ic(m, "async") => {}
         _ => return Err(CmdError::Syntax),
     }
-    cx.session.apply(&Op::Clear)?;
+    cx.apply(&Op::Clear)?;
     cx.r.ok();
     Ok(())
 }

@@ -7,6 +7,7 @@
 //! ...).
 
 pub(crate) mod batch;
+mod cluster;
 mod keys;
 pub(crate) mod ordered;
 mod server;
@@ -45,7 +46,12 @@ impl Ctx<'_, '_> {
     }
 
     pub(crate) fn store(&self) -> &combkv::Store {
-        &self.shared.store
+        self.session.store()
+    }
+
+    /// Applies a decided write (see `pipeline::Cx::apply`).
+    pub(crate) fn apply(&self, op: &combkv::op::Op<'_>) -> combkv::Result<combkv::op::Outcome> {
+        crate::pipeline::apply(self.shared, self.session, op)
     }
 
     /// Refuses a write above `maxmemory`.

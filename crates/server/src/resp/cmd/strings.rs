@@ -132,7 +132,7 @@ pub(super) fn set(cx: &mut Ctx<'_, '_>) -> CmdResult {
         cond: opts.cond,
         return_old: opts.get_old,
     };
-    let Outcome::Put { status, old, .. } = cx.session.apply(&op)? else {
+    let Outcome::Put { status, old, .. } = cx.apply(&op)? else {
         unreachable!("a put's outcome");
     };
     if opts.get_old {
@@ -172,7 +172,7 @@ pub(super) fn setnx(cx: &mut Ctx<'_, '_>) -> CmdResult {
         cond: Cond::Absent,
         return_old: false,
     };
-    let done = cx.session.apply(&op)?.status() == Status::Done;
+    let done = cx.apply(&op)?.status() == Status::Done;
     cx.r.int(done as i64);
     Ok(())
 }
@@ -183,7 +183,7 @@ pub(super) fn getdel(cx: &mut Ctx<'_, '_>) -> CmdResult {
         cond: Cond::Any,
         return_old: true,
     };
-    let Outcome::Delete { old, .. } = cx.session.apply(&op)? else {
+    let Outcome::Delete { old, .. } = cx.apply(&op)? else {
         unreachable!("a delete's outcome");
     };
     match old {
@@ -208,7 +208,7 @@ pub(super) fn mset(cx: &mut Ctx<'_, '_>) -> CmdResult {
             expiry: Expiry::Never,
         })
         .collect();
-    cx.session.apply(&Op::Atomic(Cow::Owned(writes)))?;
+    cx.apply(&Op::Atomic(Cow::Owned(writes)))?;
     cx.r.ok();
     Ok(())
 }
@@ -221,7 +221,7 @@ pub(super) fn append(cx: &mut Ctx<'_, '_>) -> CmdResult {
         on_missing: OnMissing::Empty,
         cond: Cond::Any,
     };
-    let Outcome::Append { len, .. } = cx.session.apply(&op)? else {
+    let Outcome::Append { len, .. } = cx.apply(&op)? else {
         unreachable!("an append's outcome");
     };
     cx.r.int(len as i64);
@@ -246,7 +246,7 @@ fn incr_by(cx: &mut Ctx<'_, '_>, delta: i64) -> CmdResult {
         cond: Cond::Any,
         expiry: Expiry::Keep,
     };
-    match cx.session.apply(&op)? {
+    match cx.apply(&op)? {
         Outcome::Incr {
             number: Number::Signed(n),
             ..
@@ -309,7 +309,7 @@ pub(super) fn cas(cx: &mut Ctx<'_, '_>) -> CmdResult {
         cond,
         return_old: false,
     };
-    match cx.session.apply(&op)?.version() {
+    match cx.apply(&op)?.version() {
         Some(v) => cx.r.int(v.get() as i64),
         None => cx.r.null(),
     }

@@ -7,7 +7,7 @@
 use std::sync::LazyLock;
 
 use super::batch::BatchRead;
-use super::{Ctx, keys, ordered, server, strings};
+use super::{Ctx, cluster, keys, ordered, server, strings};
 use crate::pipeline::Class;
 use crate::resp::error::CmdResult;
 
@@ -118,6 +118,8 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "combkv", "The smallest key >= key, with its value."),
     spec!("client", -2, Kind::Control, "", 0, 0, server::client,
           "connection", "CLIENT ID, SETNAME, GETNAME, LIST, INFO."),
+    spec!("cluster", -2, Kind::Control, "", 0, 0, cluster::cluster,
+          "cluster", "CLUSTER STATUS, INIT, ADD, REMOVE: a combkv cluster's administration."),
     spec!("command", -1, Kind::Control, "", 0, 0, server::command,
           "server", "Describes the commands (COUNT, DOCS, INFO, LIST)."),
     spec!("config", -2, Kind::Control, "", 0, 0, server::config,
@@ -158,7 +160,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "string", "Increments the integer value of a key by one."),
     spec!("incrby", 3, Kind::Write, "d", 1, 1, strings::incrby,
           "string", "Increments the integer value of a key."),
-    spec!("info", -1, Kind::Read, "", 0, 0, server::info,
+    spec!("info", -1, Kind::Control, "", 0, 0, server::info,
           "server", "Information and statistics about the server."),
     spec!("keys", 2, Kind::Read, "", 0, 0, keys::keys,
           "generic", "Keys matching a pattern, in key order."),
@@ -184,6 +186,8 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "combkv", "Items between two bounds, in key order, from one snapshot."),
     spec!("rangeat", -4, Kind::Read, "", 0, 0, ordered::rangeat,
           "combkv", "RANGE as of a snapshot."),
+    spec!("role", 1, Kind::Control, "", 0, 0, cluster::role,
+          "server", "The node's replication role."),
     spec!("save", 1, Kind::Read, "", 0, 0, server::save,
           "server", "Takes a checkpoint now."),
     spec!("scan", -2, Kind::Read, "", 0, 0, keys::scan,

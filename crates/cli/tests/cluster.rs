@@ -1,0 +1,495 @@
+//! Process-level cluster tests: three `combkv serve` processes on loopback
+//! addresses (nodes 1, 2, 3 at 127.0.0.1, .2, .3), clients through the
+//! `redis` crate.
+//!
+//! - `acknowledged_writes_survive_kill_9_of_leader_or_follower`: writers
+//!   send SET, DEL and INCR to any node while the leader or a follower is
+//!   killed with SIGKILL and restarted, `COMBKV_CLUSTER_KILL9_CYCLES`
+//!   times (default 10); afterwards every acknowledged write is on the
+//!   node that leads, with its value.
+//! - `a_leader_cut_off_stops_acknowledging_and_the_majority_elects`: the
+//!   Raft traffic runs through a proxy per node that can cut one node off
+//!   both ways; the cut-off leader acknowledges no write, the other two
+//!   elect a leader and take writes, and once healed the old leader serves
+//!   the new state.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+
+/// One node's addresses and files.
+#[derive(Clone)]
+struct NodeSpec {
+    id: u64,
+    resp: SocketAddr,
+    /// Where it listens for Raft traffic.
+    raft: SocketAddr,
+    dir: PathBuf,
+}
+
+struct Cluster {
+    specs: Vec<NodeSpec>,
+    /// `id=addr,...` as the nodes are told (proxies, if any).
+    peers: String,
+    nodes: Vec<Option<Child>>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for c in self.nodes.iter_mut().flatten() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A node's log, beside its data directory (kept across restarts; the
+/// test's directory is removed only when it passes).
+fn log_file(dir: &Path) -> std::fs::File {
+    std::fs::create_dir_all(dir.parent().unwrap()).unwrap();
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.with_extension("log"))
+        .unwrap()
+}
+
+fn ip(id: u64) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 0, 0, id as u8))
+}
+
+impl Cluster {
+    /// Three nodes whose peers reach each other at `advertised(id)`.
+    fn new(root: &Path, advertised: impl Fn(u64, SocketAddr) -> SocketAddr) -> Cluster {
+        let _ = std::fs::remove_dir_all(root);
+        let specs: Vec<NodeSpec> = (1..=3)
+            .map(|id| NodeSpec {
+                id,
+                resp: SocketAddr::new(ip(id), support::free_port()),
+                raft: SocketAddr::new(ip(id), support::free_port()),
+                dir: root.join(format!("n{id}")),
+            })
+            .collect();
+        let peers = specs
+            .iter()
+            .map(|s| format!("{}={}", s.id, advertised(s.id, s.raft)))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut c = Cluster {
+            specs,
+            peers,
+            nodes: vec![None, None, None],
+        };
+        for id in 1..=3 {
+            c.start(id);
+        }
+        c
+    }
+
+    fn start(&mut self, id: u64) {
+        let s = &self.specs[id as usize - 1];
+        let child = Command::new(support::binary())
+            .args(["serve", "--node-id", &id.to_string()])
+            .args(["--raft-addr", &s.raft.to_string()])
+            .args(["--peers", &self.peers])
+            .args(["--resp", &s.resp.to_string(), "--memcached", "off"])
+            .args(["--data-dir", s.dir.to_str().unwrap()])
+            .args(["--log-level", "warn"])
+            .stdout(Stdio::null())
+            .stderr(log_file(&s.dir))
+            .spawn()
+            .expect("combkv starts");
+        self.nodes[id as usize - 1] = Some(child);
+    }
+
+    fn kill(&mut self, id: u64) {
+        if let Some(mut c) = self.nodes[id as usize - 1].take() {
+            c.kill().expect("SIGKILL");
+            c.wait().unwrap();
+        }
+    }
+
+    fn url(&self, id: u64) -> String {
+        format!("redis://{}/", self.specs[id as usize - 1].resp)
+    }
+
+    /// The node's INFO replication fields, if it answers.
+    fn replication(&self, id: u64) -> Option<BTreeMap<String, String>> {
+        let c = redis::Client::open(self.url(id)).ok()?;
+        let mut con = c.get_connection_with_timeout(Duration::from_secs(2)).ok()?;
+        con.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        let text: String = redis::cmd("INFO").arg("replication").query(&mut con).ok()?;
+        Some(
+            text.lines()
+                .filter_map(|l| l.split_once(':'))
+                .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+                .collect(),
+        )
+    }
+
+    /// Waits for a leader that the nodes in `among` agree on.
+    fn leader(&self, among: &[u64], within: Duration) -> u64 {
+        let deadline = Instant::now() + within;
+        loop {
+            for &id in among {
+                if let Some(r) = self.replication(id)
+                    && r.get("raft_role").map(String::as_str) == Some("leader")
+                {
+                    let term = r.get("raft_term").cloned();
+                    let agreed = among.iter().all(|&o| {
+                        self.replication(o).is_some_and(|f| {
+                            f.get("raft_leader_id") == Some(&id.to_string())
+                                && f.get("raft_term") == term.as_ref()
+                        })
+                    });
+                    if agreed {
+                        return id;
+                    }
+                }
+            }
+            assert!(Instant::now() < deadline, "no leader among {among:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// What the writers were told.
+#[derive(Default)]
+struct Acked {
+    values: BTreeMap<String, String>,
+    /// Keys whose last write got no answer: it may or may not have
+    /// happened (None: a DEL).
+    unsure: BTreeMap<String, Option<String>>,
+    deleted: Vec<String>,
+    counter: i64,
+}
+
+fn writer(cluster_urls: Vec<String>, t: usize, acked: Arc<Mutex<Acked>>, stop: Arc<AtomicBool>) {
+    let mut node = t;
+    let mut con: Option<redis::Connection> = None;
+    let mut i = 0u64;
+    while !stop.load(Ordering::SeqCst) {
+        let Some(c) = con.as_mut() else {
+            node = (node + 1) % cluster_urls.len();
+            con = redis::Client::open(cluster_urls[node].as_str())
+                .ok()
+                .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)).ok());
+            if let Some(c) = &con {
+                let _ = c.set_read_timeout(Some(Duration::from_secs(15)));
+            } else {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            continue;
+        };
+        i += 1;
+        let key = if i % 7 == 3 {
+            format!("t{t}-{}", i / 2)
+        } else {
+            format!("t{t}-{i}")
+        };
+        let value = format!("v{t}-{i}");
+        let victim = format!("t{t}-{}", i - 1);
+        let del = i % 13 == 6;
+        let incr = i % 11 == 5;
+        let (target, after) = if del {
+            (victim.clone(), None)
+        } else {
+            (key.clone(), Some(value.clone()))
+        };
+        let r = if incr {
+            redis::cmd("INCR").arg("counter").query::<i64>(c).map(|n| {
+                let mut a = acked.lock().unwrap();
+                a.counter = a.counter.max(n);
+            })
+        } else if del {
+            redis::cmd("DEL").arg(&victim).query::<i64>(c).map(|_| {
+                let mut a = acked.lock().unwrap();
+                a.values.remove(&victim);
+                a.unsure.remove(&victim);
+                a.deleted.push(victim.clone());
+            })
+        } else {
+            redis::cmd("SET")
+                .arg(&key)
+                .arg(&value)
+                .query::<()>(c)
+                .map(|_| {
+                    let mut a = acked.lock().unwrap();
+                    a.values.insert(key.clone(), value.clone());
+                    a.unsure.remove(&key);
+                })
+        };
+        if let Err(e) = r {
+            if !incr {
+                acked.lock().unwrap().unsure.insert(target, after);
+            }
+            // A node refusing (no leader yet) keeps the connection; a dead
+            // one loses it. Either way try another node.
+            if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+                con = None;
+            } else {
+                std::thread::sleep(Duration::from_millis(50));
+                con = None;
+            }
+        }
+    }
+}
+
+/// Every acknowledged write on node `id`, read linearizably.
+fn check_acked(cl: &Cluster, id: u64, a: &Acked, when: &str) -> usize {
+    let client = redis::Client::open(cl.url(id)).unwrap();
+    let mut con = client.get_connection().unwrap();
+    let mut checked = 0;
+    for (k, v) in &a.values {
+        let got: Option<String> = redis::cmd("GET").arg(k).query(&mut con).unwrap();
+        let alt = a.unsure.get(k);
+        assert!(
+            got.as_ref() == Some(v) || alt.is_some_and(|alt| *alt == got),
+            "{when}: acknowledged {k}={v} read back from node {id} as {got:?}"
+        );
+        checked += 1;
+    }
+    for k in &a.deleted {
+        if a.values.contains_key(k) {
+            continue;
+        }
+        let got: Option<String> = redis::cmd("GET").arg(k).query(&mut con).unwrap();
+        assert!(
+            got.is_none() || a.unsure.contains_key(k),
+            "{when}: acknowledged DEL {k} undone on node {id} ({got:?})"
+        );
+    }
+    let n: Option<i64> = redis::cmd("GET").arg("counter").query(&mut con).unwrap();
+    assert!(
+        n.unwrap_or(0) >= a.counter,
+        "{when}: counter {n:?} on node {id} below an acknowledged INCR result {}",
+        a.counter
+    );
+    checked
+}
+
+#[test]
+fn acknowledged_writes_survive_kill_9_of_leader_or_follower() {
+    let cycles: usize = std::env::var("COMBKV_CLUSTER_KILL9_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let root = std::env::temp_dir().join(format!("combkv-cluster-kill9-{}", std::process::id()));
+    let mut cl = Cluster::new(&root, |_, raft| raft);
+    cl.leader(&[1, 2, 3], Duration::from_secs(60));
+    let urls: Vec<String> = (1..=3).map(|id| cl.url(id)).collect();
+    let acked = Arc::new(Mutex::new(Acked::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..3)
+        .map(|t| {
+            let (urls, acked, stop) = (urls.clone(), acked.clone(), stop.clone());
+            std::thread::spawn(move || writer(urls, t, acked, stop))
+        })
+        .collect();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x636c7573);
+    for cycle in 0..cycles {
+        std::thread::sleep(Duration::from_millis(rng.random_range(300..1500)));
+        let leader = cl.leader(&[1, 2, 3], Duration::from_secs(60));
+        let victim = if rng.random_bool(0.5) {
+            leader
+        } else {
+            *[1, 2, 3]
+                .iter()
+                .filter(|&&n| n != leader)
+                .nth(rng.random_range(0..2))
+                .unwrap()
+        };
+        eprintln!("cycle {cycle}: killing node {victim} (leader {leader})");
+        cl.kill(victim);
+        // Down for long enough, often, that the others elect a new leader
+        // (election timeouts are 1-2 s); a leader back sooner resumes.
+        std::thread::sleep(Duration::from_millis(rng.random_range(200..3500)));
+        cl.start(victim);
+    }
+    let leader = cl.leader(&[1, 2, 3], Duration::from_secs(60));
+    stop.store(true, Ordering::SeqCst);
+    for w in writers {
+        w.join().unwrap();
+    }
+    let leader_after = cl.leader(&[1, 2, 3], Duration::from_secs(60));
+    let a = acked.lock().unwrap();
+    assert!(
+        a.values.len() > 20,
+        "too few writes were acknowledged to mean anything: {}",
+        a.values.len()
+    );
+    let checked = check_acked(&cl, leader_after, &a, "after the kills");
+    eprintln!(
+        "{cycles} kills; {checked} acknowledged keys checked on leader {leader_after} \
+         (leader before the writers stopped: {leader}); {} writes unanswered",
+        a.unsure.len()
+    );
+    // Every node, read linearizably, agrees.
+    for id in 1..=3 {
+        check_acked(&cl, id, &a, "on every node");
+    }
+    drop(cl);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// A TCP proxy in front of one node's Raft port that can cut that node
+/// off: while `cut` names a node, connections from or to it are refused
+/// and the open ones are closed.
+struct Proxy {
+    addr: SocketAddr,
+}
+
+struct Cut {
+    node: AtomicU64,
+    /// Bumped at every cut; pumps of an older generation stop.
+    generation: AtomicU64,
+}
+
+impl Proxy {
+    fn start(target_id: u64, target: SocketAddr, cut: Arc<Cut>) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(from) = conn else { continue };
+                let Ok(peer) = from.peer_addr() else { continue };
+                let c = cut.node.load(Ordering::SeqCst);
+                // Nodes send from their own 127.0.0.<id> address.
+                if c == target_id || peer.ip() == ip(c) && c != 0 {
+                    continue;
+                }
+                let Ok(to) = TcpStream::connect(target) else {
+                    continue;
+                };
+                let generation = cut.generation.load(Ordering::SeqCst);
+                for (mut a, mut b) in [
+                    (from.try_clone().unwrap(), to.try_clone().unwrap()),
+                    (to, from),
+                ] {
+                    let cut = cut.clone();
+                    std::thread::spawn(move || {
+                        let _ = a.set_read_timeout(Some(Duration::from_millis(100)));
+                        let mut buf = vec![0u8; 64 * 1024];
+                        loop {
+                            if cut.generation.load(Ordering::SeqCst) != generation {
+                                break;
+                            }
+                            match a.read(&mut buf) {
+                                Ok(0) => break,
+                                Ok(n) => {
+                                    if b.write_all(&buf[..n]).is_err() {
+                                        break;
+                                    }
+                                }
+                                Err(e)
+                                    if matches!(
+                                        e.kind(),
+                                        std::io::ErrorKind::WouldBlock
+                                            | std::io::ErrorKind::TimedOut
+                                    ) => {}
+                                Err(_) => break,
+                            }
+                        }
+                        let _ = a.shutdown(std::net::Shutdown::Both);
+                        let _ = b.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Proxy { addr }
+    }
+}
+
+#[test]
+fn a_leader_cut_off_stops_acknowledging_and_the_majority_elects() {
+    let root = std::env::temp_dir().join(format!("combkv-cluster-cut-{}", std::process::id()));
+    let cut = Arc::new(Cut {
+        node: AtomicU64::new(0),
+        generation: AtomicU64::new(0),
+    });
+    let proxies = Mutex::new(BTreeMap::new());
+    let mut cl = Cluster::new(&root, |id, raft| {
+        let p = Proxy::start(id, raft, cut.clone());
+        let a = p.addr;
+        proxies.lock().unwrap().insert(id, p);
+        a
+    });
+    let old = cl.leader(&[1, 2, 3], Duration::from_secs(60));
+    let old_con = |cl: &Cluster| {
+        let c = redis::Client::open(cl.url(old)).unwrap();
+        let con = c.get_connection().unwrap();
+        con.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        con
+    };
+    let mut con = old_con(&cl);
+    redis::cmd("SET")
+        .arg("before")
+        .arg("1")
+        .query::<()>(&mut con)
+        .unwrap();
+
+    // Cut the leader off, both ways.
+    cut.node.store(old, Ordering::SeqCst);
+    cut.generation.fetch_add(1, Ordering::SeqCst);
+    let cut_at = Instant::now();
+    let r = redis::cmd("SET")
+        .arg("cut")
+        .arg("old")
+        .query::<()>(&mut con);
+    assert!(
+        r.is_err(),
+        "the cut-off leader acknowledged a write ({:.1} s after the cut)",
+        cut_at.elapsed().as_secs_f64()
+    );
+    eprintln!(
+        "the cut-off leader refused a write after {:.1} s: {}",
+        cut_at.elapsed().as_secs_f64(),
+        r.unwrap_err()
+    );
+    let rest: Vec<u64> = (1..=3).filter(|&n| n != old).collect();
+    let new = cl.leader(&rest, Duration::from_secs(60));
+    assert_ne!(new, old);
+    eprintln!(
+        "node {new} leads the majority {:.1} s after the cut",
+        cut_at.elapsed().as_secs_f64()
+    );
+    let client = redis::Client::open(cl.url(new)).unwrap();
+    let mut con_new = client.get_connection().unwrap();
+    redis::cmd("SET")
+        .arg("cut")
+        .arg("new")
+        .query::<()>(&mut con_new)
+        .unwrap();
+    // A linearizable read on the cut-off node is refused too, not stale.
+    let mut con = old_con(&cl);
+    let stale = redis::cmd("GET")
+        .arg("cut")
+        .query::<Option<String>>(&mut con);
+    assert!(
+        stale.is_err(),
+        "the cut-off node served a read it cannot know is current: {stale:?}"
+    );
+
+    // Heal: the old leader follows and serves the new state.
+    cut.node.store(0, Ordering::SeqCst);
+    let leader = cl.leader(&[1, 2, 3], Duration::from_secs(60));
+    eprintln!("healed; node {leader} leads all three");
+    let mut con = old_con(&cl);
+    let got: Option<String> = redis::cmd("GET").arg("cut").query(&mut con).unwrap();
+    assert_eq!(got.as_deref(), Some("new"));
+    let got: Option<String> = redis::cmd("GET").arg("before").query(&mut con).unwrap();
+    assert_eq!(got.as_deref(), Some("1"));
+    cl.kill(1);
+    drop(cl);
+    drop(proxies);
+    let _ = std::fs::remove_dir_all(&root);
+}

@@ -1,0 +1,283 @@
+//! A cluster node's side of the server (`docs/cluster.md`): the Raft node
+//! this process runs, and the three things the request pipeline asks of it.
+//!
+//! - A write is decided as an [`Op`] as on a single node, then proposed
+//!   through the leader; its reply is rendered from the outcome the log
+//!   gave it, once a quorum has it. The event loop waits meanwhile, which
+//!   is why a cluster node runs many loops (`config::CLUSTER_THREADS`).
+//! - A linearizable read waits, once per connection and turn, for a read
+//!   index (one quorum round shared by every read waiting on any loop),
+//!   then reads this node's store like any other read.
+//! - Expired items are deleted by the leader's proposals (`reap`), never
+//!   by a node on its own, so that every replica deletes the same ones.
+//!
+//! The Raft node runs on a small tokio runtime of its own; the event loops
+//! are not tokio threads and wait with `block_on`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use combkv::op::{Op, Outcome};
+use combkv::{Error as StoreError, Store};
+use combkv_replica::{ClusterError, LogOptions, Replica, ReplicaConfig, Role, Status, SyncPolicy};
+
+use crate::config::{ClusterReads, DurabilityMode, ServerConfig, parse_peers};
+use crate::server::StartError;
+
+/// The node this server runs.
+pub struct Cluster {
+    replica: Replica,
+    rt: tokio::runtime::Runtime,
+    reads: ClusterReads,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("id", &self.replica.id())
+            .field("reads", &self.reads)
+            .finish()
+    }
+}
+
+/// Raft's own threads: its core, replication and the network are light.
+const RAFT_THREADS: usize = 2;
+
+impl Cluster {
+    /// Opens the node's log and snapshots under the data directory and
+    /// starts it. With `peers`, the node of the lowest id forms the
+    /// cluster on its first start (later starts find it formed).
+    pub(crate) fn start(config: &ServerConfig) -> Result<Cluster, StartError> {
+        let (Some(raft_addr), Some(data_dir)) = (config.raft_addr, &config.data_dir) else {
+            return Err(StartError(
+                "a cluster node needs --raft-addr and --data-dir".into(),
+            ));
+        };
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(RAFT_THREADS)
+            .thread_name("combkv-raft")
+            .enable_all()
+            .build()
+            .map_err(|e| StartError(format!("cannot start the Raft runtime: {e}")))?;
+        let mut rc = ReplicaConfig::new(
+            config.node_id,
+            raft_addr,
+            combkv_replica::cluster_dir(data_dir),
+        );
+        rc.engine = config.engine_config();
+        rc.log = LogOptions {
+            sync: match config.durability_mode() {
+                DurabilityMode::Always => SyncPolicy::Always,
+                DurabilityMode::Everysec => SyncPolicy::EverySec,
+                DurabilityMode::None => SyncPolicy::None,
+            },
+            ..LogOptions::default()
+        };
+        let replica = rt
+            .block_on(Replica::start(&rc))
+            .map_err(|e| StartError(format!("cannot start cluster node {}: {e}", rc.id)))?;
+        let peers = parse_peers(&config.peers).map_err(StartError)?;
+        let lowest = peers.iter().map(|(id, _)| *id).min();
+        if lowest == Some(config.node_id) {
+            let members: Vec<(u64, String)> =
+                peers.iter().map(|(id, a)| (*id, a.to_string())).collect();
+            match rt.block_on(replica.initialize(&members)) {
+                Ok(()) => tracing::info!(?members, "formed a new cluster"),
+                // Formed on an earlier start.
+                Err(ClusterError::Refused(why)) => tracing::debug!("not forming a cluster: {why}"),
+                Err(e) => return Err(StartError(format!("cannot form the cluster: {e}"))),
+            }
+        }
+        Ok(Cluster {
+            replica,
+            rt,
+            reads: config.cluster_reads,
+        })
+    }
+
+    /// The store this node serves now (a snapshot install replaces it).
+    pub(crate) fn store(&self) -> Arc<Store> {
+        self.replica.current_store()
+    }
+
+    /// Proposes `op` and waits for its outcome.
+    pub(crate) fn apply(&self, op: &Op<'_>) -> Result<Outcome, StoreError> {
+        let mut results = self.apply_all(std::slice::from_ref(op))?;
+        results.pop().unwrap_or_else(|| {
+            Err(StoreError::Uncertain(
+                "the log returned no result for the write".into(),
+            ))
+        })
+    }
+
+    /// Proposes `ops` as one entry and waits for their outcomes.
+    pub(crate) fn apply_all(
+        &self,
+        ops: &[Op<'_>],
+    ) -> Result<Vec<Result<Outcome, StoreError>>, StoreError> {
+        let mut bytes = Vec::new();
+        combkv_replica::codec::encode_ops(ops, &mut bytes);
+        let now = self.replica.clock_ms();
+        match self.rt.block_on(self.replica.write(now, bytes)) {
+            Ok(results) => combkv_replica::codec::decode_results(&results)
+                .map_err(|e| StoreError::Uncertain(format!("the log's answer is unreadable: {e}"))),
+            Err(e) => Err(cluster_error(e)),
+        }
+    }
+
+    /// Waits until a read on this node is linearizable (with
+    /// `cluster-reads linearizable`).
+    pub(crate) fn read_barrier(&self) -> Result<(), StoreError> {
+        if self.reads == ClusterReads::Local {
+            return Ok(());
+        }
+        self.rt
+            .block_on(self.replica.read_barrier())
+            .map_err(cluster_error)
+    }
+
+    /// On the leader: proposes the deletion of up to `max` expired items
+    /// (each only if it is still the version found expired). Elsewhere
+    /// nothing: the leader's deletions reach every node through the log.
+    pub(crate) fn reap(&self, max: usize) {
+        if self.replica.status().role != Role::Leader {
+            return;
+        }
+        let store = self.store();
+        let expired = store.expired_items(max);
+        if expired.is_empty() {
+            return;
+        }
+        let ops: Vec<Op<'_>> = expired
+            .iter()
+            .map(|(key, version)| Op::Reap {
+                key,
+                version: *version,
+            })
+            .collect();
+        if let Err(e) = self.apply_all(&ops) {
+            tracing::debug!("reaping expired items: {e}");
+        }
+    }
+
+    /// What this node knows of the cluster.
+    pub fn status(&self) -> Status {
+        self.replica.status()
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> u64 {
+        self.replica.id()
+    }
+
+    /// How reads are served.
+    pub fn reads(&self) -> ClusterReads {
+        self.reads
+    }
+
+    /// Forms a new cluster of `members` (id, Raft address), this node one.
+    pub(crate) fn initialize(&self, members: &[(u64, String)]) -> Result<(), ClusterError> {
+        self.rt.block_on(self.replica.initialize(members))
+    }
+
+    /// On the leader: adds node `id` at `addr` (a learner caught up, then a
+    /// voter).
+    pub(crate) fn add_node(&self, id: u64, addr: &str) -> Result<(), ClusterError> {
+        self.rt.block_on(self.replica.add_node(id, addr))
+    }
+
+    /// On the leader: removes node `id`.
+    pub(crate) fn remove_node(&self, id: u64) -> Result<(), ClusterError> {
+        self.rt.block_on(self.replica.remove_node(id))
+    }
+
+    /// Stops the Raft node (at server shutdown).
+    pub(crate) fn shutdown(&self) {
+        let _ = self.rt.block_on(async {
+            tokio::time::timeout(Duration::from_secs(5), self.replica.shutdown()).await
+        });
+    }
+}
+
+fn cluster_error(e: ClusterError) -> StoreError {
+    match e {
+        ClusterError::Unknown(why) => StoreError::Uncertain(why),
+        other => StoreError::Unavailable(other.to_string()),
+    }
+}
+
+/// INFO's `replication` section (and, numeric fields, the metrics): the
+/// node's role and Raft state, and on a leader each follower's progress.
+pub fn info_fields(shared: &crate::shared::Shared) -> Vec<(&'static str, String)> {
+    let Some(c) = &shared.cluster else {
+        return vec![
+            ("role", "master".into()),
+            ("cluster_enabled", "0".into()),
+            ("connected_slaves", "0".into()),
+        ];
+    };
+    let s = c.status();
+    let mut f = vec![
+        (
+            "role",
+            if s.role == Role::Leader {
+                "master"
+            } else {
+                "slave"
+            }
+            .into(),
+        ),
+        ("cluster_enabled", "1".into()),
+        ("raft_role", s.role.as_str().into()),
+        ("raft_node_id", s.id.to_string()),
+        (
+            "raft_leader_id",
+            s.leader.map_or(String::new(), |l| l.to_string()),
+        ),
+        ("raft_term", s.term.to_string()),
+        ("raft_last_log_index", s.last_log_index.to_string()),
+        ("raft_commit_index", s.commit_index.to_string()),
+        ("raft_applied_index", s.applied_index.to_string()),
+        ("raft_snapshot_index", s.snapshot_index.to_string()),
+        (
+            "raft_voters",
+            s.nodes.iter().filter(|n| n.2).count().to_string(),
+        ),
+        (
+            "raft_learners",
+            s.nodes.iter().filter(|n| !n.2).count().to_string(),
+        ),
+        ("cluster_reads", c.reads().as_str().into()),
+        ("connected_slaves", s.followers.len().to_string()),
+    ];
+    const NAMES: [&str; 16] = [
+        "follower0",
+        "follower1",
+        "follower2",
+        "follower3",
+        "follower4",
+        "follower5",
+        "follower6",
+        "follower7",
+        "follower8",
+        "follower9",
+        "follower10",
+        "follower11",
+        "follower12",
+        "follower13",
+        "follower14",
+        "follower15",
+    ];
+    for (name, (id, matched, lag)) in NAMES.iter().zip(&s.followers) {
+        let addr = s
+            .nodes
+            .iter()
+            .find(|n| n.0 == *id)
+            .map_or("", |n| n.1.as_str());
+        f.push((
+            name,
+            format!("id={id},addr={addr},match={matched},lag={lag}"),
+        ));
+    }
+    f
+}

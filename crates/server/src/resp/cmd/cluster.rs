@@ -1,0 +1,148 @@
+//! ROLE and CLUSTER: a node's place in its cluster, and the cluster's
+//! administration (`docs/cluster.md`). `combkv cluster ...` sends these.
+
+use combkv_replica::{ClusterError, Role};
+
+use super::Ctx;
+use crate::resp::error::{CmdError, CmdResult};
+use crate::resp::reply::Reply;
+
+/// ROLE in Redis's shape: a leader is a `master` with its followers'
+/// matched indexes as offsets; a follower is a `slave` of the leader's
+/// Raft address. A single node is a `master` without followers.
+pub(super) fn role(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let Some(c) = &cx.shared.cluster else {
+        cx.r.array(3);
+        cx.r.bulk_str("master");
+        cx.r.int(0);
+        cx.r.array(0);
+        return Ok(());
+    };
+    let s = c.status();
+    if s.role == Role::Leader {
+        cx.r.array(3);
+        cx.r.bulk_str("master");
+        cx.r.int(s.commit_index as i64);
+        cx.r.array(s.followers.len());
+        for (id, matched, _) in &s.followers {
+            let addr = s.nodes.iter().find(|n| n.0 == *id).map_or("", |n| &n.1);
+            let (host, port) = addr.rsplit_once(':').unwrap_or((addr, ""));
+            cx.r.array(3);
+            cx.r.bulk_str(host);
+            cx.r.bulk_str(port);
+            cx.r.bulk_str(&matched.to_string());
+        }
+        return Ok(());
+    }
+    let leader = s
+        .leader
+        .and_then(|l| s.nodes.iter().find(|n| n.0 == l))
+        .map(|n| n.1.clone());
+    let (host, port) = match &leader {
+        Some(a) => a.rsplit_once(':').unwrap_or((a.as_str(), "")),
+        None => ("", ""),
+    };
+    cx.r.array(5);
+    cx.r.bulk_str("slave");
+    cx.r.bulk_str(host);
+    cx.r.int(port.parse().unwrap_or(0));
+    cx.r.bulk_str(if leader.is_some() {
+        "connected"
+    } else {
+        "connect"
+    });
+    cx.r.int(s.applied_index as i64);
+    Ok(())
+}
+
+/// CLUSTER INIT id=host:port,... | ADD id host:port | REMOVE id | STATUS.
+pub(super) fn cluster(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let Some(c) = &cx.shared.cluster else {
+        return Err(CmdError::err(
+            "this server is not a cluster node (start it with --node-id and --raft-addr)",
+        ));
+    };
+    let sub = String::from_utf8_lossy(cx.args[1]).to_ascii_lowercase();
+    let text = |i: usize| String::from_utf8_lossy(cx.args[i]).into_owned();
+    match (sub.as_str(), cx.args.len()) {
+        ("status", 2) => {
+            let mut out = String::new();
+            for (name, value) in crate::cluster::info_fields(cx.shared) {
+                out.push_str(&format!("{name}:{value}\r\n"));
+            }
+            for (id, addr, voter) in c.status().nodes {
+                let kind = if voter { "voter" } else { "learner" };
+                out.push_str(&format!("member:id={id},addr={addr},{kind}\r\n"));
+            }
+            cx.r.verbatim(&out);
+        }
+        ("init", 3) => {
+            let members = crate::config::parse_peers(&text(2)).map_err(CmdError::err)?;
+            if !members.iter().any(|(id, _)| *id == c.id()) {
+                return Err(CmdError::err(format!(
+                    "the members must include this node (id {})",
+                    c.id()
+                )));
+            }
+            let members: Vec<(u64, String)> = members
+                .into_iter()
+                .map(|(id, a)| (id, a.to_string()))
+                .collect();
+            c.initialize(&members).map_err(admin_error)?;
+            cx.r.ok();
+        }
+        ("add", 4) => {
+            let id = node_id(&text(2))?;
+            let addr: std::net::SocketAddr = text(3)
+                .parse()
+                .map_err(|e| CmdError::err(format!("bad address '{}': {e}", text(3))))?;
+            c.add_node(id, &addr.to_string()).map_err(admin_error)?;
+            cx.r.ok();
+        }
+        ("remove", 3) => {
+            let id = node_id(&text(2))?;
+            c.remove_node(id).map_err(admin_error)?;
+            cx.r.ok();
+        }
+        ("help", 2) => help(&mut cx.r),
+        _ => {
+            return Err(CmdError::err(format!(
+                "unknown CLUSTER subcommand or wrong number of arguments for '{sub}' \
+                 (try CLUSTER HELP)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn help(r: &mut Reply<'_>) {
+    let lines = [
+        "CLUSTER STATUS: this node's role, term, indexes, members and followers.",
+        "CLUSTER INIT id=host:port,...: forms a new cluster of these voters (this node one).",
+        "CLUSTER ADD id host:port: on the leader, adds a node (learner, caught up, then voter).",
+        "CLUSTER REMOVE id: on the leader, removes a node.",
+    ];
+    r.array(lines.len());
+    for l in lines {
+        r.bulk_str(l);
+    }
+}
+
+fn node_id(s: &str) -> Result<u64, CmdError> {
+    s.parse()
+        .ok()
+        .filter(|&id| id > 0)
+        .ok_or_else(|| CmdError::err(format!("bad node id '{s}' (a number above 0)")))
+}
+
+fn admin_error(e: ClusterError) -> CmdError {
+    match e {
+        ClusterError::NotLeader {
+            leader: Some(id),
+            addr: Some(addr),
+        } => CmdError::err(format!(
+            "not the leader; send this to node {id} (Raft address {addr})"
+        )),
+        other => CmdError::err(other.to_string()),
+    }
+}
