@@ -12,6 +12,10 @@
 //!   both ways; the cut-off leader acknowledges no write, the other two
 //!   elect a leader and take writes, and once healed the old leader serves
 //!   the new state.
+//! - `a_node_is_added_caught_up_and_removed_while_clients_write`: `combkv
+//!   cluster add` makes a fourth node a voter that serves every write
+//!   acknowledged before; `combkv cluster remove` takes it out while
+//!   writers go on.
 
 mod support;
 
@@ -96,11 +100,19 @@ impl Cluster {
     }
 
     fn start(&mut self, id: u64) {
+        let peers = if id <= 3 {
+            self.peers.clone()
+        } else {
+            String::new()
+        };
         let s = &self.specs[id as usize - 1];
-        let child = Command::new(support::binary())
-            .args(["serve", "--node-id", &id.to_string()])
-            .args(["--raft-addr", &s.raft.to_string()])
-            .args(["--peers", &self.peers])
+        let mut cmd = Command::new(support::binary());
+        cmd.args(["serve", "--node-id", &id.to_string()])
+            .args(["--raft-addr", &s.raft.to_string()]);
+        if !peers.is_empty() {
+            cmd.args(["--peers", &peers]);
+        }
+        let child = cmd
             .args(["--resp", &s.resp.to_string(), "--memcached", "off"])
             .args(["--data-dir", s.dir.to_str().unwrap()])
             .args(["--log-level", "warn"])
@@ -109,6 +121,33 @@ impl Cluster {
             .spawn()
             .expect("combkv starts");
         self.nodes[id as usize - 1] = Some(child);
+    }
+
+    /// A fourth node, started without peers: it waits to be added.
+    fn start_spare(&mut self, root: &Path) -> u64 {
+        let id = self.specs.len() as u64 + 1;
+        self.specs.push(NodeSpec {
+            id,
+            resp: SocketAddr::new(ip(id), support::free_port()),
+            raft: SocketAddr::new(ip(id), support::free_port()),
+            dir: root.join(format!("n{id}")),
+        });
+        self.nodes.push(None);
+        self.start(id);
+        id
+    }
+
+    /// Runs `combkv cluster ARGS` against node `via`.
+    fn admin(&self, via: u64, args: &[&str]) -> std::process::Output {
+        Command::new(support::binary())
+            .args([
+                "cluster",
+                "--server",
+                &self.specs[via as usize - 1].resp.to_string(),
+            ])
+            .args(args)
+            .output()
+            .expect("combkv cluster runs")
     }
 
     fn kill(&mut self, id: u64) {
@@ -491,5 +530,89 @@ fn a_leader_cut_off_stops_acknowledging_and_the_majority_elects() {
     cl.kill(1);
     drop(cl);
     drop(proxies);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn a_node_is_added_caught_up_and_removed_while_clients_write() {
+    let root = std::env::temp_dir().join(format!("combkv-cluster-members-{}", std::process::id()));
+    let mut cl = Cluster::new(&root, |_, raft| raft);
+    let leader = cl.leader(&[1, 2, 3], Duration::from_secs(60));
+    let urls: Vec<String> = (1..=3).map(|id| cl.url(id)).collect();
+    let acked = Arc::new(Mutex::new(Acked::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..2)
+        .map(|t| {
+            let (urls, acked, stop) = (urls.clone(), acked.clone(), stop.clone());
+            std::thread::spawn(move || writer(urls, t, acked, stop))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+
+    // A node started without peers is no member until the leader adds it.
+    let spare = cl.start_spare(&root);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while cl.replication(spare).is_none() {
+        assert!(Instant::now() < deadline, "node {spare} did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let raft = cl.specs[spare as usize - 1].raft.to_string();
+    // Sent to a follower, the error names the leader.
+    let follower = (1..=3).find(|&n| n != leader).unwrap();
+    let out = cl.admin(follower, &["add", &spare.to_string(), &raft]);
+    assert!(!out.status.success());
+    let why = String::from_utf8_lossy(&out.stderr);
+    assert!(why.contains(&format!("node {leader}")), "{why}");
+    let out = cl.admin(leader, &["add", &spare.to_string(), &raft]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = cl.admin(leader, &["status"]);
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.contains(&format!("member:id={spare},addr={raft},voter")),
+        "{status}"
+    );
+    // The new voter has caught up: everything acknowledged so far reads
+    // back from it (linearizably, so no later than the leader's state).
+    let a = acked.lock().unwrap().values.clone();
+    let client = redis::Client::open(cl.url(spare)).unwrap();
+    let mut con = client.get_connection().unwrap();
+    for (k, v) in &a {
+        let got: Option<String> = redis::cmd("GET").arg(k).query(&mut con).unwrap();
+        assert!(
+            got.as_ref() == Some(v) || acked.lock().unwrap().values.get(k) != Some(v),
+            "the added node has {k}={got:?}, acknowledged {v}"
+        );
+    }
+    let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut con).unwrap();
+    assert_eq!(role[0], redis::Value::BulkString(b"slave".to_vec()));
+
+    // Removed again while the writers go on.
+    let out = cl.admin(leader, &["remove", &spare.to_string()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = cl.admin(leader, &["status"]);
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(!status.contains(&format!("member:id={spare}")), "{status}");
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::SeqCst);
+    for w in writers {
+        w.join().unwrap();
+    }
+    let a = acked.lock().unwrap();
+    assert!(
+        a.values.len() > 10,
+        "few writes acknowledged: {}",
+        a.values.len()
+    );
+    let leader = cl.leader(&[1, 2, 3], Duration::from_secs(60));
+    check_acked(&cl, leader, &a, "after the membership changes");
+    drop(cl);
     let _ = std::fs::remove_dir_all(&root);
 }
