@@ -1,6 +1,10 @@
 //! `combkv serve`: defaults, then `--config FILE`, then flags.
+//!
+//! `wal-truncate-corrupt` is handled here rather than in the server's
+//! config: with it, a corrupt log is cut (`combkv::durable::repair`, what
+//! `combkv check --repair` does) before the server opens the directory.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
@@ -47,13 +51,51 @@ pub struct ServeArgs {
     /// Connections served at once.
     #[arg(long)]
     maxclients: Option<usize>,
+    /// If the write-ahead log is corrupt (damage followed by valid data, not
+    /// a torn tail), cut it there and start instead of refusing: what
+    /// `combkv check --repair` does. The dropped data is kept as .discarded
+    /// files and versions restart above it; acknowledged writes in it are
+    /// lost.
+    #[arg(long)]
+    wal_truncate_corrupt: bool,
 }
 
-fn config(args: &ServeArgs) -> Result<ServerConfig, String> {
-    let mut c = match &args.config {
-        Some(path) => ServerConfig::from_file(path)?,
-        None => ServerConfig::default(),
+/// The config file key for `--wal-truncate-corrupt`.
+const TRUNCATE_KEY: &str = "wal-truncate-corrupt";
+
+/// Reads the config file: the server's settings, and `wal-truncate-corrupt`
+/// (which the server's config does not know, so it is taken out first).
+fn from_file(path: &Path) -> Result<(ServerConfig, bool), String> {
+    let Some(mut table) = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|text| text.parse::<toml::Table>().ok())
+        .filter(|t| t.contains_key(TRUNCATE_KEY))
+    else {
+        // Without the key, the server reads the file (and words its errors).
+        return Ok((ServerConfig::from_file(path)?, false));
     };
+    let bad = |why: String| format!("bad config file {}: {why}", path.display());
+    let truncate = match table.remove(TRUNCATE_KEY) {
+        Some(toml::Value::Boolean(b)) => b,
+        other => {
+            return Err(bad(format!(
+                "{TRUNCATE_KEY} must be true or false, not {other:?}"
+            )));
+        }
+    };
+    let c = table
+        .try_into::<ServerConfig>()
+        .map_err(|e| bad(e.message().trim_end().to_string()))?;
+    Ok((c, truncate))
+}
+
+/// The server's config, and whether to cut a corrupt log first.
+fn config(args: &ServeArgs) -> Result<(ServerConfig, bool), String> {
+    let (mut c, mut truncate) = match &args.config {
+        Some(path) => from_file(path)?,
+        None => (ServerConfig::default(), false),
+    };
+    truncate |= args.wal_truncate_corrupt;
     if let Some(v) = args.resp {
         c.resp = v;
     }
@@ -85,11 +127,32 @@ fn config(args: &ServeArgs) -> Result<ServerConfig, String> {
         c.maxclients = v;
     }
     c.validate()?;
-    Ok(c)
+    if truncate && c.data_dir.is_none() {
+        return Err(format!(
+            "{TRUNCATE_KEY} needs a data directory (--data-dir)"
+        ));
+    }
+    Ok((c, truncate))
+}
+
+/// `--wal-truncate-corrupt`: cuts the log where recovery would refuse it,
+/// and logs what was dropped. Err: why the directory cannot be repaired.
+fn truncate_corrupt(dir: &Path) -> Result<(), String> {
+    let report = combkv::durable::repair(dir)
+        .map_err(|e| format!("cannot repair data directory {}: {e}", dir.display()))?;
+    match &report.cut {
+        Some(cut) if cut.corrupt => tracing::error!(
+            "{TRUNCATE_KEY}: the write-ahead log was corrupt and has been cut; acknowledged writes \
+             after the cut are lost: {report}"
+        ),
+        Some(_) => tracing::warn!("{TRUNCATE_KEY}: {report}"),
+        None => tracing::info!("{TRUNCATE_KEY}: {report}"),
+    }
+    Ok(())
 }
 
 pub fn serve_main(args: ServeArgs) -> ExitCode {
-    let c = match config(&args) {
+    let (c, truncate) = match config(&args) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("combkv serve: {e}");
@@ -102,6 +165,13 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+    if truncate
+        && let Some(dir) = &c.data_dir
+        && let Err(e) = truncate_corrupt(dir)
+    {
+        eprintln!("combkv serve: {e}");
+        return ExitCode::FAILURE;
+    }
     let server = match Server::start(c) {
         Ok(s) => s,
         Err(e) => {

@@ -557,15 +557,19 @@ pub fn repair(dir: &Path) -> Result<RepairReport, RecoveryError> {
 
 /// `repair` through any storage.
 pub fn repair_with(storage: &dyn Storage, dir: &Path) -> Result<RepairReport, RecoveryError> {
-    let floor = read_floor(storage, dir)?;
-    let survey =
-        survey(storage, dir).map_err(|e| RecoveryError::Io(IoError::new("reading the log", e)))?;
     let mut report = RepairReport {
         dir: dir.to_path_buf(),
         cut: None,
         discarded_segments: Vec::new(),
         version_floor: None,
     };
+    let survey = match survey(storage, dir) {
+        Ok(s) => s,
+        // No directory yet: nothing to repair (and nothing is created).
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(report),
+        Err(e) => return Err(RecoveryError::Io(IoError::new("reading the log", e))),
+    };
+    let floor = read_floor(storage, dir)?;
     let Some(cut) = survey.plan(storage, dir, true)? else {
         return Ok(report);
     };
