@@ -146,21 +146,38 @@ fn main() -> ExitCode {
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Reads every file without changing any. Exit status 0: everything is valid; \
-    1: something is damaged (recovery would cut a log tail or skip a checkpoint); 2: the \
-    directory cannot be read."
+    after_help = "Without --repair, reads every file without changing any. Exit status 0: \
+    everything is valid; 1: something is damaged, and recovery would cut a torn log tail or \
+    skip a checkpoint; 2: the directory cannot be read; 3: recovery would refuse to start \
+    (a corrupt log: damage followed by valid data).\n\n\
+    With --repair (the server must not be running on the directory), cuts the log where \
+    recovery would cut or refuse it, as redis-check-aof --fix does, and prints what it \
+    dropped: the cut segment is copied whole to <name>.discarded, later segments are renamed \
+    <name>.discarded, and the highest version the dropped data held is written to \
+    version-floor, so that new writes never reuse one. Acknowledged writes after the cut are \
+    lost. Exit status 0: repaired, or nothing to repair; 1: it cannot be repaired (e.g. a \
+    record of a kind this version does not know: open it with the combkv that wrote it); \
+    2: a file operation failed."
 )]
 struct CheckArgs {
     /// The server's data directory.
     #[arg(long, value_name = "DIR")]
     data_dir: PathBuf,
+    /// Cut a corrupt or torn log so that the server starts (see below).
+    #[arg(long)]
+    repair: bool,
 }
 
 fn check_main(args: &CheckArgs) -> ExitCode {
+    if args.repair {
+        return repair_main(&args.data_dir);
+    }
     match combkv::check(&args.data_dir) {
         Ok(report) => {
             print!("{report}");
-            if report.is_clean() {
+            if report.would_refuse() {
+                ExitCode::from(3)
+            } else if report.is_clean() {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)
@@ -169,6 +186,26 @@ fn check_main(args: &CheckArgs) -> ExitCode {
         Err(e) => {
             eprintln!("combkv check: {}: {e}", args.data_dir.display());
             ExitCode::from(2)
+        }
+    }
+}
+
+fn repair_main(dir: &std::path::Path) -> ExitCode {
+    match combkv::durable::repair(dir) {
+        Ok(report) => {
+            println!("{report}");
+            ExitCode::SUCCESS
+        }
+        Err(combkv::durable::RecoveryError::Io(e)) => {
+            eprintln!("combkv check --repair: {}: {e}", dir.display());
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!(
+                "combkv check --repair: {}: cannot repair: {e}",
+                dir.display()
+            );
+            ExitCode::from(1)
         }
     }
 }

@@ -1,6 +1,10 @@
 //! `combkv serve`: defaults, then `--config FILE`, then flags.
+//!
+//! With `wal-truncate-corrupt`, a corrupt log is cut
+//! (`combkv::durable::repair`, what `combkv check --repair` does) before the
+//! server opens the directory.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
@@ -62,13 +66,22 @@ pub struct ServeArgs {
     /// be stale.
     #[arg(long, value_name = "MODE")]
     cluster_reads: Option<combkv_server::config::ClusterReads>,
+    /// If the write-ahead log is corrupt (damage followed by valid data, not
+    /// a torn tail), cut it there and start instead of refusing: what
+    /// `combkv check --repair` does. The dropped data is kept as .discarded
+    /// files and versions restart above it; acknowledged writes in it are
+    /// lost.
+    #[arg(long)]
+    wal_truncate_corrupt: bool,
 }
 
-fn config(args: &ServeArgs) -> Result<ServerConfig, String> {
+/// The server's config, and whether to cut a corrupt log first.
+fn config(args: &ServeArgs) -> Result<(ServerConfig, bool), String> {
     let mut c = match &args.config {
         Some(path) => ServerConfig::from_file(path)?,
         None => ServerConfig::default(),
     };
+    c.wal_truncate_corrupt |= args.wal_truncate_corrupt;
     if let Some(v) = args.resp {
         c.resp = v;
     }
@@ -112,11 +125,28 @@ fn config(args: &ServeArgs) -> Result<ServerConfig, String> {
         c.cluster_reads = v;
     }
     c.validate()?;
-    Ok(c)
+    let truncate = c.wal_truncate_corrupt;
+    Ok((c, truncate))
+}
+
+/// `--wal-truncate-corrupt`: cuts the log where recovery would refuse it,
+/// and logs what was dropped. Err: why the directory cannot be repaired.
+fn truncate_corrupt(dir: &Path) -> Result<(), String> {
+    let report = combkv::durable::repair(dir)
+        .map_err(|e| format!("cannot repair data directory {}: {e}", dir.display()))?;
+    match &report.cut {
+        Some(cut) if cut.corrupt => tracing::error!(
+            "wal-truncate-corrupt: the write-ahead log was corrupt and has been cut; acknowledged writes \
+             after the cut are lost: {report}"
+        ),
+        Some(_) => tracing::warn!("wal-truncate-corrupt: {report}"),
+        None => tracing::info!("wal-truncate-corrupt: {report}"),
+    }
+    Ok(())
 }
 
 pub fn serve_main(args: ServeArgs) -> ExitCode {
-    let c = match config(&args) {
+    let (c, truncate) = match config(&args) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("combkv serve: {e}");
@@ -129,6 +159,13 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+    if truncate
+        && let Some(dir) = &c.data_dir
+        && let Err(e) = truncate_corrupt(dir)
+    {
+        eprintln!("combkv serve: {e}");
+        return ExitCode::FAILURE;
+    }
     let server = match Server::start(c) {
         Ok(s) => s,
         Err(e) => {

@@ -448,8 +448,11 @@ fn a_torn_tail_is_cut_at_the_last_valid_record_and_reported() {
     assert_eq!(store.range(&Range::all()).unwrap().len(), 29);
 }
 
+/// A damaged record with later segments after it is corruption, not a
+/// torn tail (corruption.rs has the cases): refused by default, cut only
+/// with `truncate_corrupt`, later segments set aside.
 #[test]
-fn a_corrupt_record_cuts_the_log_there_and_sets_later_segments_aside() {
+fn a_corrupt_record_is_cut_only_when_asked_and_later_segments_set_aside() {
     let fs = FaultyStorage::new(4);
     let segs = logged_in_segments(&fs, 60);
     let victim = &segs[1];
@@ -460,10 +463,15 @@ fn a_corrupt_record_cuts_the_log_there_and_sets_later_segments_aside() {
     let report_text = combkv::durable::check::check_with(&fs, Path::new(DIR))
         .unwrap()
         .to_string();
-    assert!(report_text.contains("CUT at offset"), "{report_text}");
-    let (store, report) = open(&fs).unwrap();
+    assert!(report_text.contains("CORRUPT at offset"), "{report_text}");
+    assert!(matches!(open(&fs), Err(Error::Corrupt(_))));
+    let cfg = DurableConfig {
+        truncate_corrupt: true,
+        ..config(&fs)
+    };
+    let (store, report) = Store::open(Config::with_node_size(1024), cfg).unwrap();
     let cut = report.tail_cut.clone().unwrap();
-    assert!(cut.reason.contains("checksum"), "{report}");
+    assert!(cut.reason.contains("checksum") && cut.corrupt, "{report}");
     assert_eq!(report.discarded_segments.len(), segs.len() - 2, "{report}");
     // A prefix survives, in order.
     let got = dump(&store);

@@ -188,6 +188,9 @@ pub struct ServerConfig {
     /// `linearizable` (the default) or `local`: served from this node's
     /// state without asking the leader, possibly stale.
     pub cluster_reads: ClusterReads,
+    /// Cut a corrupt write-ahead log (damage followed by valid data) and
+    /// start, instead of refusing to: what `combkv check --repair` does.
+    pub wal_truncate_corrupt: bool,
 }
 
 /// How a cluster node serves reads.
@@ -276,6 +279,7 @@ impl Default for ServerConfig {
             raft_addr: None,
             peers: String::new(),
             cluster_reads: ClusterReads::Linearizable,
+            wal_truncate_corrupt: false,
         }
     }
 }
@@ -335,6 +339,9 @@ impl ServerConfig {
         }
         if self.maxclients == 0 {
             return Err("maxclients must be at least 1".into());
+        }
+        if self.wal_truncate_corrupt && self.data_dir.is_none() {
+            return Err("wal-truncate-corrupt needs a data directory (--data-dir)".into());
         }
         if self.clustered() {
             if self.raft_addr.is_none() {
@@ -467,6 +474,15 @@ impl ServerConfig {
             ),
             ("peers", self.peers.clone()),
             ("cluster-reads", self.cluster_reads.as_str().into()),
+            (
+                "wal-truncate-corrupt",
+                if self.wal_truncate_corrupt {
+                    "yes"
+                } else {
+                    "no"
+                }
+                .into(),
+            ),
         ]
     }
 

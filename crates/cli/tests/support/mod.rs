@@ -7,6 +7,8 @@
 
 #![allow(dead_code, reason = "each test binary uses a part")]
 
+pub mod writes;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::process::CommandExt as _;

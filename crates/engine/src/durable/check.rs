@@ -1,15 +1,18 @@
 //! Offline verification of a data directory (`combkv check --data-dir DIR`):
 //! reads every checkpoint and log segment with the same decoders recovery
-//! uses, changes nothing, and says what recovery would do.
+//! uses, changes nothing, and says what recovery would do: cut a torn tail,
+//! or refuse a corrupt log (which `combkv check --repair`, `cut::repair`,
+//! then cuts).
 
 use std::fmt;
 use std::path::Path;
 
-use super::error::{CheckpointError, IoError, ItemRefused};
+use super::cut::{self, GroupCut};
+use super::error::{CheckpointError, IoError, ItemRefused, RecoveryError};
 use super::file::{FsStorage, Storage};
 use super::record::Damage;
 use super::recovery::{self, SegmentScan};
-use super::{checkpoint, record};
+use super::{TailCut, checkpoint, record};
 
 /// One checkpoint file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +38,11 @@ pub struct SegmentCheck {
     /// The records end at one of a kind this version does not know:
     /// recovery refuses the directory there instead of cutting it.
     pub refused: bool,
+    /// The log's valid records end in this segment, and it is corruption,
+    /// not a torn tail: recovery refuses it unless told to cut it.
+    pub corrupt: bool,
+    /// Well-formed records after the cut in this segment (resync scan).
+    pub records_after: u64,
 }
 
 /// What `check` found.
@@ -46,6 +54,14 @@ pub struct CheckReport {
     pub segments: Vec<SegmentCheck>,
     /// Other files (unfinished `.tmp` checkpoints, `.discarded` segments).
     pub other_files: Vec<String>,
+    /// The version floor a cut set (the `version-floor` file), if any.
+    pub version_floor: Option<u64>,
+    /// Why recovery would refuse the directory (a corrupt log, a record of
+    /// an unknown kind, a damaged floor file); nothing would be changed.
+    pub refused: Option<RecoveryError>,
+    /// The cut recovery would make (a torn tail, an unfinished group), or
+    /// that `--repair` would make of a corrupt log.
+    pub log_cut: Option<TailCut>,
 }
 
 impl CheckReport {
@@ -59,6 +75,12 @@ impl CheckReport {
     pub fn is_clean(&self) -> bool {
         self.checkpoints.iter().all(|c| c.status.is_ok())
             && self.segments.iter().all(|s| s.cut.is_none())
+            && self.refused.is_none()
+    }
+
+    /// True if recovery would refuse the directory.
+    pub fn would_refuse(&self) -> bool {
+        self.refused.is_some()
     }
 }
 
@@ -96,6 +118,12 @@ impl fmt::Display for CheckReport {
                     f,
                     "  REFUSED at offset {offset}: {why}; recovery stops and changes nothing"
                 )?,
+                Some((offset, why)) if s.corrupt => writeln!(
+                    f,
+                    "  CORRUPT at offset {offset}: {why} ({} bytes after it, {} well-formed records among them)",
+                    s.bytes - offset,
+                    s.records_after
+                )?,
                 Some((offset, why)) => writeln!(
                     f,
                     "  CUT at offset {offset}: {why} ({} bytes after it)",
@@ -105,6 +133,28 @@ impl fmt::Display for CheckReport {
         }
         if !self.other_files.is_empty() {
             writeln!(f, "other files: {}", self.other_files.join(", "))?;
+        }
+        if let Some(v) = self.version_floor {
+            writeln!(
+                f,
+                "version floor: {v} (a cut dropped versions up to it; new writes take versions above)"
+            )?;
+        }
+        if let Some(why) = &self.refused {
+            writeln!(f, "recovery would REFUSE to start: {why}")?;
+            if let Some(c) = &self.log_cut {
+                writeln!(
+                    f,
+                    "--repair would cut {} at offset {} and drop {}",
+                    c.segment, c.offset, c.dropped
+                )?;
+            }
+        } else if let Some(c) = &self.log_cut {
+            writeln!(
+                f,
+                "recovery would cut {} at offset {} ({}) and drop {}",
+                c.segment, c.offset, c.reason, c.dropped
+            )?;
         }
         match self.usable_checkpoint() {
             Some(c) => write!(
@@ -150,30 +200,59 @@ pub fn check_with(storage: &dyn Storage, dir: &Path) -> Result<CheckReport, IoEr
             status,
         });
     }
+    let survey = cut::survey(storage, dir).map_err(io)?;
+    let end = survey.end.clone();
     let mut after = 0;
-    let segments = recovery::list_segments(storage, dir).map_err(io)?;
-    let group_cut = recovery::unfinished_group(storage, &segments).map_err(io)?;
-    for (i, (seq, path)) in segments.into_iter().enumerate() {
-        let bytes = recovery::read_all(storage, &path).map_err(io)?;
-        let stop = recovery::GroupCut::stop_in(group_cut, i);
-        let scan: SegmentScan = recovery::scan_segment(seq, &bytes, after, stop, |_, _| {});
+    for (i, (seq, path)) in survey.segments.iter().enumerate() {
+        let bytes = recovery::read_all(storage, path).map_err(io)?;
+        let stop = GroupCut::stop_in(survey.group, i);
+        let scan: SegmentScan = recovery::scan_segment(*seq, &bytes, after, stop, |_, _| {});
         if let Some(v) = scan.last_version {
             after = v;
         }
+        let at_end = end.as_ref().filter(|e| e.segment == i);
         report.segments.push(SegmentCheck {
-            file: name_of(&path),
+            file: name_of(path),
             bytes: scan.total_bytes,
             start_version: scan.start_version,
             records: scan.records,
             first_version: scan.first_version,
             last_version: scan.last_version,
             refused: matches!(scan.damage, Some((_, Damage::UnknownKind(_)))),
+            corrupt: at_end.is_some_and(|e| e.corrupt),
+            records_after: at_end.map_or(0, |e| e.records_after),
             cut: scan.damage.map(|(o, d)| (o, d.to_string())),
         });
     }
+    match cut::read_floor(storage, dir) {
+        Ok(0) => {}
+        Ok(v) => report.version_floor = Some(v),
+        Err(e) => report.refused = Some(e),
+    }
+    let seg_bytes: Vec<u64> = report.segments.iter().map(|s| s.bytes).collect();
+    let as_tail = |c: cut::Cut| TailCut {
+        segment: survey.name(c.segment),
+        offset: c.offset,
+        dropped_bytes: seg_bytes[c.segment].saturating_sub(c.offset),
+        reason: c.reason(),
+        corrupt: c.corrupt,
+        dropped: c.dropped,
+        copy: None,
+    };
+    match survey.plan(storage, dir, false) {
+        Ok(c) => report.log_cut = c.map(as_tail),
+        Err(RecoveryError::Io(e)) => return Err(e),
+        Err(e) => {
+            report.refused.get_or_insert(e);
+            // What --repair would cut (nothing, for a record of a kind
+            // this version does not know).
+            report.log_cut = survey.plan(storage, dir, true).ok().flatten().map(as_tail);
+        }
+    }
     for name in storage.list(dir).map_err(io)? {
         let known = record::parse_name(&name, "ckpt-", ".ckpt").is_some()
-            || record::parse_name(&name, "wal-", ".log").is_some();
+            || record::parse_name(&name, "wal-", ".log").is_some()
+            || name == cut::FLOOR_FILE;
         if !known {
             report.other_files.push(name);
         }

@@ -8,8 +8,10 @@
 
 use std::fmt;
 use std::io;
+use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::Dropped;
 pub use super::record::Damage;
 
 /// An I/O operation that failed: what was being done, and the
@@ -274,6 +276,16 @@ pub enum RecoveryError {
         version: u64,
         refused: RecordRefused,
     },
+    /// The log is damaged where a crash cannot have torn it: well-formed
+    /// records follow the damage in its segment, or later segments follow
+    /// it (a segment is synced before the next one is started). Cutting
+    /// there would drop what follows, acknowledged writes among it.
+    /// Nothing was changed; `DurableConfig::truncate_corrupt` (`combkv
+    /// serve --wal-truncate-corrupt`) or `combkv check --repair` cut it.
+    CorruptLog(Box<CorruptLog>),
+    /// The `version-floor` file is damaged: the floor a cut set is unknown,
+    /// and starting without it could reuse versions handed out before.
+    VersionFloor { file: String, damage: Damage },
 }
 
 impl fmt::Display for RecoveryError {
@@ -302,6 +314,14 @@ impl fmt::Display for RecoveryError {
                 version,
                 refused,
             } => write!(f, "{segment}: record {version}: {refused}"),
+            RecoveryError::CorruptLog(c) => c.fmt(f),
+            RecoveryError::VersionFloor { file, damage } => write!(
+                f,
+                "{file}: {damage}; it holds the version floor a cut of the log set (versions up to \
+                 it were handed out by the data the cut dropped). Nothing was changed. Restore it \
+                 from a backup; removing it lets the store start, but new writes may then reuse \
+                 versions (CAS tokens) that clients saw before the cut"
+            ),
         }
     }
 }
@@ -319,6 +339,40 @@ impl std::error::Error for RecoveryError {
 impl From<IoError> for RecoveryError {
     fn from(e: IoError) -> RecoveryError {
         RecoveryError::Io(e)
+    }
+}
+
+/// Where a log is corrupt and what cutting it would drop
+/// (`RecoveryError::CorruptLog`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CorruptLog {
+    /// The data directory.
+    pub dir: PathBuf,
+    /// The segment, and the offset of the first record that does not decode.
+    pub segment: String,
+    pub offset: u64,
+    pub damage: Damage,
+    /// What a cut would drop.
+    pub dropped: Dropped,
+}
+
+impl fmt::Display for CorruptLog {
+    /// The file, the offset, what follows, and the ways out.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: offset {}: {}, and the log goes on after it, so this is corruption, not a torn tail; \
+             cutting the log would drop {}. Nothing was changed. \
+             Restore the directory from a backup, or accept the loss and cut the log there: \
+             offline with `combkv check --repair --data-dir {}`, or by starting with \
+             --wal-truncate-corrupt (DurableConfig::truncate_corrupt); \
+             either keeps what it drops as .discarded files and restarts versions above it",
+            self.dir.join(&self.segment).display(),
+            self.offset,
+            self.damage,
+            self.dropped,
+            self.dir.display()
+        )
     }
 }
 

@@ -8,6 +8,8 @@
 //! - `wal`: the log, its flusher thread and group commit
 //! - `checkpoint`: writing and reading checkpoints
 //! - `recovery`: checkpoint load + log replay
+//! - `cut`: where the log ends, torn tail or corruption, what a cut drops,
+//!   and the version floor that keeps dropped versions from coming back
 //! - `executor`: builder / dispatcher / driver for background tasks
 //! - `check`: offline verification of a data directory
 //! - `runtime`: how a durable store ties them together
@@ -16,6 +18,7 @@
 
 pub mod check;
 pub(crate) mod checkpoint;
+pub(crate) mod cut;
 mod error;
 pub(crate) mod executor;
 pub mod file;
@@ -30,8 +33,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use checkpoint::CheckpointInfo;
+pub use cut::{FLOOR_FILE, RepairReport, repair, repair_with};
 pub use error::{
-    CheckpointError, Damage, IoError, ItemRefused, ParseDurabilityError, RecordRefused,
+    CheckpointError, CorruptLog, Damage, IoError, ItemRefused, ParseDurabilityError, RecordRefused,
     RecoveryError, WalError,
 };
 pub use executor::ExecutorStats;
@@ -96,6 +100,13 @@ pub struct DurableConfig {
     /// Where files go: the real file system by default; tests pass a
     /// `FaultyStorage`.
     pub storage: Arc<dyn Storage>,
+    /// What recovery does with a *corrupt* log: damage that a crash cannot
+    /// have left (valid records after it, or later segments). False (the
+    /// default): refuse to open (`RecoveryError::CorruptLog`, nothing is
+    /// changed). True: cut the log there as `combkv check --repair` does,
+    /// set what follows aside as `.discarded` files, and restart versions
+    /// above everything it held. A torn tail is cut either way.
+    pub truncate_corrupt: bool,
 }
 
 impl DurableConfig {
@@ -109,6 +120,7 @@ impl DurableConfig {
             checkpoint_interval: Duration::from_secs(300),
             background_threads: 1,
             storage: Arc::new(FsStorage),
+            truncate_corrupt: false,
         }
     }
 
@@ -126,14 +138,86 @@ pub struct LoadedCheckpoint {
     pub items: u64,
 }
 
+/// What a cut of the log drops: the rest of the segment it is in, and
+/// every later segment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Dropped {
+    /// Bytes after the cut, in its segment and in the later ones.
+    pub bytes: u64,
+    /// Well-formed records (frame, lengths and checksum hold, version above
+    /// the last one kept) a resync scan finds in those bytes.
+    pub records: u64,
+    /// The later segments, set aside whole.
+    pub segments: Vec<String>,
+    /// The lowest and highest version of those records.
+    pub versions: Option<(u64, u64)>,
+    /// The highest version the dropped bytes may have handed out: their
+    /// records', the start versions of the later segments, and (when
+    /// nothing else bounds it) the version field of the damaged record.
+    /// New writes must take versions above it. 0: none.
+    pub highest_version: u64,
+}
+
+impl fmt::Display for Dropped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} bytes holding {} well-formed records",
+            self.bytes, self.records
+        )?;
+        if let Some((lo, hi)) = self.versions {
+            write!(f, " (versions {lo}..={hi})")?;
+        }
+        match self.segments.len() {
+            0 => Ok(()),
+            1 => write!(f, ", in 1 later segment ({})", self.segments[0]),
+            n => write!(
+                f,
+                ", in {n} later segments ({} .. {})",
+                self.segments[0],
+                self.segments[n - 1]
+            ),
+        }
+    }
+}
+
 /// Where recovery cut the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TailCut {
     pub segment: String,
     /// Offset of the first invalid byte; the segment was truncated here.
     pub offset: u64,
+    /// Bytes dropped from `segment` itself.
     pub dropped_bytes: u64,
     pub reason: String,
+    /// The damage was corruption, not a torn tail: the cut was made only
+    /// because the operator asked for it (`truncate_corrupt`, `combkv
+    /// check --repair`).
+    pub corrupt: bool,
+    /// Everything the cut dropped, later segments included.
+    pub dropped: Dropped,
+    /// A copy of the whole segment as it was before the cut (a corrupt cut
+    /// keeps one), named `<segment>.discarded`.
+    pub copy: Option<String>,
+}
+
+impl fmt::Display for TailCut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = if self.corrupt {
+            "corrupt log cut"
+        } else {
+            "log cut"
+        };
+        write!(
+            f,
+            "{what} in {} at offset {} ({}): dropped {}",
+            self.segment, self.offset, self.reason, self.dropped
+        )?;
+        if let Some(copy) = &self.copy {
+            write!(f, "; the segment as it was is kept as {copy}")?;
+        }
+        Ok(())
+    }
 }
 
 /// What `Store::open` found and did.
@@ -150,7 +234,11 @@ pub struct RecoveryReport {
     pub tail_cut: Option<TailCut>,
     /// Segments after a cut, renamed `<name>.discarded`.
     pub discarded_segments: Vec<String>,
-    /// The clock restarted here: every recovered version is at most this.
+    /// The version floor in force (the `version-floor` file): versions up
+    /// to it were handed out by data a cut dropped, now or earlier.
+    pub version_floor: Option<u64>,
+    /// The clock restarted here: every recovered version is at most this,
+    /// and so is the version floor.
     pub max_version: u64,
     pub load_time: Duration,
     pub replay_time: Duration,
@@ -182,17 +270,19 @@ impl fmt::Display for RecoveryReport {
             write!(f, "; skipped corrupt checkpoint {file}: {why}")?;
         }
         if let Some(c) = &self.tail_cut {
-            write!(
-                f,
-                "; log cut in {} at offset {} ({}), {} bytes dropped",
-                c.segment, c.offset, c.reason, c.dropped_bytes
-            )?;
+            write!(f, "; {c}")?;
         }
         if !self.discarded_segments.is_empty() {
             write!(
                 f,
                 "; segments set aside as .discarded: {}",
                 self.discarded_segments.join(", ")
+            )?;
+        }
+        if let Some(v) = self.version_floor {
+            write!(
+                f,
+                "; version floor {v} (versions dropped by a cut are never reused)"
             )?;
         }
         Ok(())

@@ -257,6 +257,51 @@ pub(crate) fn decode_record(buf: &[u8]) -> Result<(Record<'_>, usize), Damage> {
     Ok((rec, used))
 }
 
+/// Versions at or above this are not plausible: a store taking a billion
+/// versions a second would need 146 years to reach one. A record claiming
+/// one is not counted by `probe_record`, so bytes that only look like a
+/// record cannot push the clock to the end of its range.
+pub(crate) const PLAUSIBLE_VERSIONS: u64 = 1 << 62;
+
+/// A well-formed record at the start of `buf`, if there is one: the frame
+/// fits in `buf`, the kind is known, the kind's lengths agree with the
+/// frame's, the version is plausible, and the checksum holds. The checks
+/// before the checksum are cheap, so a resync scan can call it at every
+/// offset of damaged bytes (`cut::salvage`) without hashing most of them.
+pub(crate) fn probe_record(buf: &[u8]) -> Option<(Record<'_>, usize)> {
+    if buf.len() < FRAME_BYTES + 9 {
+        return None;
+    }
+    let len = u32_at(buf, 0) as usize;
+    let body = buf.get(FRAME_BYTES..FRAME_BYTES.checked_add(len)?)?;
+    if body.len() < 9 {
+        return None;
+    }
+    let fits = match body[0] {
+        PUT => {
+            body.len() >= 27
+                && body.len() == 27 + u16_at(body, 21) as usize + u32_at(body, 23) as usize
+        }
+        DELETE => body.len() >= 11 && body.len() == 11 + u16_at(body, 9) as usize,
+        CLEAR | GROUP_BEGIN => body.len() == 9,
+        GROUP_END => body.len() == 17,
+        _ => false,
+    };
+    let version = u64_at(body, 1);
+    if !fits || version == 0 || version >= PLAUSIBLE_VERSIONS {
+        return None;
+    }
+    decode_record(buf).ok()
+}
+
+/// The version field of a record at the start of `buf` whose frame or
+/// checksum does not hold, if its bytes are there and it is plausible: the
+/// best guess at what a damaged record carried.
+pub(crate) fn unchecked_version(buf: &[u8]) -> Option<u64> {
+    let v = u64_at(buf.get(..FRAME_BYTES + 9)?, FRAME_BYTES + 1);
+    (v > 0 && v < PLAUSIBLE_VERSIONS).then_some(v)
+}
+
 /// A 32-byte header: magic, two u64 fields, checksum.
 pub(crate) fn encode_header(magic: &[u8; 8], a: u64, b: u64) -> [u8; HEADER_BYTES] {
     let mut h = [0u8; HEADER_BYTES];
@@ -457,6 +502,43 @@ mod tests {
                 assert!(decode_record(&b).is_err(), "flip {byte}.{bit}");
             }
         }
+    }
+
+    #[test]
+    fn probe_finds_whole_records_and_nothing_else() {
+        let mut buf = Vec::new();
+        for r in samples() {
+            encode_record(&mut buf, &r);
+        }
+        // At record boundaries it agrees with decode_record.
+        let mut at = 0;
+        for want in samples() {
+            let (got, used) = probe_record(&buf[at..]).unwrap();
+            assert_eq!(got, want);
+            at += used;
+        }
+        // Every flipped bit of the first record is refused.
+        let first = FRAME_BYTES + decode_frame(&buf).unwrap().len();
+        for byte in 0..first {
+            for bit in 0..8 {
+                let mut b = buf.clone();
+                b[byte] ^= 1 << bit;
+                assert!(probe_record(&b).is_none(), "flip {byte}.{bit}");
+            }
+        }
+        // Zeros, and an implausible version with a valid checksum, are not records.
+        assert!(probe_record(&[0u8; 64]).is_none());
+        let mut big = Vec::new();
+        encode_record(
+            &mut big,
+            &Record::Clear {
+                version: PLAUSIBLE_VERSIONS,
+            },
+        );
+        assert!(decode_record(&big).is_ok());
+        assert!(probe_record(&big).is_none());
+        assert_eq!(unchecked_version(&buf), Some(7));
+        assert_eq!(unchecked_version(&buf[..FRAME_BYTES + 8]), None);
     }
 
     #[test]

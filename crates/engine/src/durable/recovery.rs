@@ -12,12 +12,18 @@
 //!    applied with their own versions, so items keep their versions (CAS
 //!    tokens) and TTLs. A Clear record empties the tree.
 //! 4. The first damaged record (torn, bad checksum, version not above the
-//!    previous one) ends the log: its segment is cut there, later segments
-//!    are renamed `.discarded`, and both are reported. A whole record of a
-//!    kind this version does not know is not damage (a newer combkv wrote
-//!    it): recovery refuses (`Error::Corrupt`) and changes nothing.
+//!    previous one) ends the log. If a crash can have left it (a torn tail:
+//!    `cut`'s module documentation says exactly when), its segment is cut
+//!    there. Otherwise it is corruption: recovery refuses
+//!    (`RecoveryError::CorruptLog`) and changes nothing, unless
+//!    `truncate_corrupt` asks for the cut, which then keeps a copy of the
+//!    segment and sets later segments aside as `.discarded`. A whole record
+//!    of a kind this version does not know is not damage (a newer combkv
+//!    wrote it): recovery refuses (`Error::Corrupt`) and changes nothing.
 //! 5. The clock restarts above every version seen (checkpoint, records,
-//!    segment start versions).
+//!    segment start versions) and above the version floor: a cut that drops
+//!    well-formed records first writes the highest version they carry to
+//!    the `version-floor` file, and every later recovery honours it.
 //! 6. An atomic group (MSET) whose GROUP_BEGIN has no GROUP_END in the
 //!    valid log was never acknowledged, nor (with `Always`) was anything
 //!    logged after its begin: the read version stays below the group's
@@ -26,16 +32,16 @@
 //!    all. (`EverySec`/`None` acknowledge before durability; what the cut
 //!    drops is within what they may lose.)
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
 
 use super::checkpoint;
+use super::cut::{self, GroupCut};
 use super::error::{CheckpointError, IoError, ItemRefused, RecordRefused, RecoveryError};
 use super::file::Storage;
 use super::record::{self, Damage, Record};
-use super::wal::SegmentMeta;
-use super::{LoadedCheckpoint, RecoveryReport, TailCut};
+use super::wal::{Existing, SegmentMeta};
+use super::{LoadedCheckpoint, RecoveryReport};
 use crate::config::Geometry;
 use crate::tree::Tree;
 use crate::tree::load::BulkLoader;
@@ -145,10 +151,10 @@ pub(crate) fn read_all(storage: &dyn Storage, path: &Path) -> std::io::Result<Ve
     Ok(out)
 }
 
-/// The recovered tree, the segments the log keeps, and the report.
+/// The recovered tree, the log it continues, and the report.
 pub(crate) struct Recovered {
     pub tree: Tree,
-    pub segments: Vec<SegmentMeta>,
+    pub log: Existing,
     pub report: RecoveryReport,
 }
 
@@ -207,66 +213,14 @@ fn load_checkpoint(
     Ok((Tree::new(*g), 0))
 }
 
-/// Where rule 6 cuts the log: the earliest GROUP_BEGIN whose GROUP_END is
-/// not in the valid log.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct GroupCut {
-    /// Index of the segment in the listing.
-    segment: usize,
-    offset: u64,
-    begin: u64,
-}
-
-impl GroupCut {
-    /// `scan_segment`'s `stop` for segment `i` of the listing.
-    pub(crate) fn stop_in(cut: Option<GroupCut>, i: usize) -> Option<(u64, u64)> {
-        cut.filter(|c| c.segment == i).map(|c| (c.offset, c.begin))
-    }
-}
-
-/// Finds rule 6's cut, reading the log as replay does (to the first
-/// damage). None: every group ended.
-pub(crate) fn unfinished_group(
-    storage: &dyn Storage,
-    segments: &[(u64, std::path::PathBuf)],
-) -> std::io::Result<Option<GroupCut>> {
-    let mut open: BTreeMap<u64, (usize, u64)> = BTreeMap::new();
-    let mut after = 0;
-    for (i, (seq, path)) in segments.iter().enumerate() {
-        let bytes = read_all(storage, path)?;
-        let scan = scan_segment(*seq, &bytes, after, None, |at, rec| match *rec {
-            Record::GroupBegin { version } => {
-                open.insert(version, (i, at));
-            }
-            Record::GroupEnd { begin, .. } => {
-                open.remove(&begin);
-            }
-            _ => {}
-        });
-        if let Some(v) = scan.last_version {
-            after = v;
-        }
-        if scan.damage.is_some() {
-            break;
-        }
-    }
-    // Begins ascend in log order, so the smallest is the earliest.
-    Ok(open
-        .into_iter()
-        .next()
-        .map(|(begin, (segment, offset))| GroupCut {
-            segment,
-            offset,
-            begin,
-        }))
-}
-
-/// Recovers the store in `dir`.
+/// Recovers the store in `dir`. `truncate_corrupt`: cut a corrupt log
+/// rather than refuse it (rule 4).
 pub(crate) fn recover(
     g: &Geometry,
     max_value_len: usize,
     storage: &dyn Storage,
     dir: &Path,
+    truncate_corrupt: bool,
 ) -> Result<Recovered, RecoveryError> {
     storage
         .create_dir_all(dir)
@@ -277,17 +231,19 @@ pub(crate) fn recover(
     report.load_time = started.elapsed();
     let started = Instant::now();
 
-    let segments = list_segments(storage, dir).map_err(io("listing the data directory"))?;
-    let group_cut =
-        unfinished_group(storage, &segments).map_err(io("reading the log for atomic groups"))?;
+    let floor = cut::read_floor(storage, dir)?;
+    let survey = cut::survey(storage, dir).map_err(io("reading the log"))?;
+    // Refusals come first: nothing is changed before the plan holds.
+    let plan = survey.plan(storage, dir, truncate_corrupt)?;
+    let segments = &survey.segments;
     let mut kept = Vec::new();
+    let mut floor = floor;
     let mut max_version = ckpt_version;
     let mut last = 0u64;
-    let mut cut_at: Option<usize> = None;
     for (i, (seq, path)) in segments.iter().enumerate() {
         let name = name_of(path);
         let bytes = read_all(storage, path).map_err(io(&name))?;
-        let stop = GroupCut::stop_in(group_cut, i);
+        let stop = GroupCut::stop_in(survey.group, i);
         let replay = Replay {
             g,
             max_value_len,
@@ -307,48 +263,38 @@ pub(crate) fn recover(
             last = v;
             max_version = max_version.max(v);
         }
-        if let Some((offset, Damage::UnknownKind(kind))) = scan.damage {
-            // Not damage: cutting here would drop acknowledged writes.
-            return Err(RecoveryError::UnknownRecordKind {
-                segment: name,
-                offset,
-                kind,
-            });
-        }
         report.segments_replayed += 1;
-        if scan.damage.is_some() {
-            let is_last = i + 1 == segments.len();
-            kept.extend(cut_segment(
-                storage,
-                path,
-                &name,
-                &scan,
-                is_last,
-                &mut report,
-            )?);
-            cut_at = Some(i);
-            break;
-        }
-        kept.push(SegmentMeta {
+        let meta = SegmentMeta {
             seq: *seq,
             start_version: scan.start_version,
-            bytes: scan.total_bytes,
-        });
-    }
-    if let Some(i) = cut_at {
-        for (_, path) in &segments[i + 1..] {
-            set_aside(storage, path, &name_of(path), &mut report)?;
+            bytes: scan.valid_bytes,
+        };
+        if let Some(c) = plan.as_ref().filter(|c| c.segment == i) {
+            debug_assert_eq!(scan.damage.map(|d| d.0), Some(c.offset), "{name}");
+            let done = cut::make_cut(storage, dir, segments, c, floor)?;
+            if done.kept {
+                kept.push(meta);
+            }
+            floor = floor.max(done.floor.unwrap_or(0));
+            report.tail_cut = Some(done.tail);
+            report.discarded_segments = done.discarded;
+            break;
         }
-        storage
-            .sync_dir(dir)
-            .map_err(io("syncing the data directory"))?;
+        debug_assert!(scan.damage.is_none(), "{name}: damage the survey missed");
+        kept.push(meta);
+    }
+    if floor > 0 {
+        report.version_floor = Some(floor);
     }
     tree.reset_clock(max_version);
-    report.max_version = max_version;
+    report.max_version = max_version.max(floor);
     report.replay_time = started.elapsed();
     Ok(Recovered {
         tree,
-        segments: kept,
+        log: Existing {
+            segments: kept,
+            floor,
+        },
         report,
     })
 }
@@ -408,54 +354,6 @@ impl Replay<'_> {
 fn name_of(path: &Path) -> String {
     path.file_name()
         .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
-}
-
-/// Renames a segment after the cut `<name>.discarded` (rule 4).
-fn set_aside(
-    storage: &dyn Storage,
-    path: &Path,
-    name: &str,
-    report: &mut RecoveryReport,
-) -> Result<(), RecoveryError> {
-    let aside = path.with_file_name(format!("{name}.discarded"));
-    storage.rename(path, &aside).map_err(io(name))?;
-    report.discarded_segments.push(name.to_string());
-    Ok(())
-}
-
-/// Cuts the log where segment `path` (named `name`, scanned as `scan`,
-/// which found damage) stops being valid (rule 4), and reports it. Returns
-/// what the log keeps of the segment: its valid part, if it has one.
-fn cut_segment(
-    storage: &dyn Storage,
-    path: &Path,
-    name: &str,
-    scan: &SegmentScan,
-    is_last: bool,
-    report: &mut RecoveryReport,
-) -> Result<Option<SegmentMeta>, RecoveryError> {
-    let (offset, damage) = scan.damage.clone().expect("a damaged segment");
-    report.tail_cut = Some(TailCut {
-        segment: name.to_string(),
-        offset,
-        dropped_bytes: scan.total_bytes - scan.valid_bytes,
-        reason: damage.to_string(),
-    });
-    if offset == 0 && is_last && damage == Damage::Torn {
-        // Created but its header never became durable: it holds nothing.
-        storage.remove(path).map_err(io(name))?;
-        return Ok(None);
-    }
-    if offset == 0 {
-        set_aside(storage, path, name, report)?;
-        return Ok(None);
-    }
-    storage.truncate(path, scan.valid_bytes).map_err(io(name))?;
-    Ok(Some(SegmentMeta {
-        seq: scan.seq,
-        start_version: scan.start_version,
-        bytes: scan.valid_bytes,
-    }))
 }
 
 /// Applies one record with its own version.

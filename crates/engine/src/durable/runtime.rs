@@ -163,7 +163,13 @@ impl Durable {
         max_value_len: usize,
         config: DurableConfig,
     ) -> Result<(Arc<Tree>, Durable), RecoveryError> {
-        let rec = recovery::recover(g, max_value_len, &*config.storage, &config.dir)?;
+        let rec = recovery::recover(
+            g,
+            max_value_len,
+            &*config.storage,
+            &config.dir,
+            config.truncate_corrupt,
+        )?;
         let mut tree = rec.tree;
         let state = Arc::new(Checkpoints {
             config: config.clone(),
@@ -196,14 +202,14 @@ impl Durable {
                 }
             })
         };
-        let replayed_bytes: u64 = rec.segments.iter().map(|s| s.bytes).sum();
+        let replayed_bytes: u64 = rec.log.segments.iter().map(|s| s.bytes).sum();
         let wal = Wal::open(
             config.dir.clone(),
             Arc::clone(&config.storage),
             config.mode,
             config.wal_segment_bytes,
             tree.version_clock(),
-            rec.segments,
+            rec.log,
             tick,
         )
         .map_err(IoError::doing("opening the write-ahead log"))?;

@@ -53,6 +53,16 @@ pub(crate) struct SegmentMeta {
     pub bytes: u64,
 }
 
+/// The log recovery leaves for `Wal::open` to continue.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Existing {
+    /// Its segments, oldest first.
+    pub segments: Vec<SegmentMeta>,
+    /// The version floor: versions up to it may have been handed out by
+    /// records a cut dropped; the clock jumps above it (0: none).
+    pub floor: u64,
+}
+
 #[derive(Debug, Default)]
 struct Buffer {
     bytes: Vec<u8>,
@@ -116,26 +126,31 @@ pub(crate) type Tick = Box<dyn Fn(&Wal) + Send + Sync>;
 
 impl Wal {
     /// Opens a fresh segment after the existing ones (`old`, in order) and
-    /// starts the flusher. `start` is the recovered version: the clock's
-    /// write and read versions, and every version `<= start` is durable.
+    /// starts the flusher. The clock's write version is the recovered
+    /// version, the fresh segment's start version. The clock then jumps to
+    /// the version floor if that is above: those versions have no records
+    /// (a cut dropped them, and the floor file keeps them from being
+    /// reused). Every version `<=` the clock's is then durable.
     pub(crate) fn open(
         dir: PathBuf,
         storage: Arc<dyn Storage>,
         mode: Durability,
         segment_bytes: u64,
         clock: Arc<VersionClock>,
-        old: Vec<SegmentMeta>,
+        old: Existing,
         tick: Tick,
     ) -> std::io::Result<Arc<Wal>> {
-        let start = clock.write_version();
-        let seq = old.last().map_or(1, |s| s.seq + 1);
-        let file = Self::create_segment(&*storage, &dir, seq, start)?;
-        let mut segments = old;
+        let recovered = clock.write_version();
+        let seq = old.segments.last().map_or(1, |s| s.seq + 1);
+        let file = Self::create_segment(&*storage, &dir, seq, recovered)?;
+        let mut segments = old.segments;
         segments.push(SegmentMeta {
             seq,
-            start_version: start,
+            start_version: recovered,
             bytes: record::HEADER_BYTES as u64,
         });
+        let start = recovered.max(old.floor);
+        clock.reset_to(start);
         if mode == Durability::Always {
             clock.set_limit(start);
         }
