@@ -37,9 +37,9 @@ pub(crate) enum Job {
         vote: Vote,
         done: oneshot::Sender<io::Result<()>>,
     },
-    SaveCommitted {
-        committed: Option<LogId>,
-    },
+    /// Saves the newest commit point the slot holds (see
+    /// `LogStore::save_committed`).
+    SaveCommitted { slot: super::CommitSlot },
     /// Remove every entry from `since` on.
     Truncate {
         since: u64,
@@ -215,7 +215,10 @@ impl Files {
                 let r = self.write_meta(meta);
                 let _ = done.send(r);
             }
-            Job::SaveCommitted { committed } => {
+            Job::SaveCommitted { slot } => {
+                let Some(committed) = slot.lock().take() else {
+                    return None;
+                };
                 let _ = segment::write_small(
                     &*self.storage,
                     &self.dir,

@@ -87,7 +87,12 @@ pub struct LogStore {
     state: Arc<Mutex<State>>,
     io: Arc<IoThread>,
     dir: PathBuf,
+    /// The commit point waiting to be saved, if a save job is queued.
+    commit_to_save: CommitSlot,
 }
+
+/// See [`LogStore::save_committed`].
+pub(crate) type CommitSlot = Arc<Mutex<Option<Option<LogId>>>>;
 
 /// What opening a log found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -186,6 +191,7 @@ impl LogStore {
             state: Arc::new(Mutex::new(state)),
             io: Arc::new(io),
             dir: dir.to_path_buf(),
+            commit_to_save: CommitSlot::default(),
         };
         Ok((store, report))
     }
@@ -326,9 +332,19 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
         self.state.lock().committed = committed;
-        // Not synced, and not waited for: a commit point that lags after a
-        // crash only delays re-applying until a leader says more.
-        let _ = self.io.send(Job::SaveCommitted { committed });
+        // Not synced and not waited for: a commit point that lags after a
+        // crash only means re-applying a little more of the log at the next
+        // start. Each save is a file written and renamed in the appends'
+        // queue, so saves that pile up behind appends are coalesced: one
+        // job is queued at a time and writes the newest point.
+        let mut slot = self.commit_to_save.lock();
+        let queued = slot.is_some();
+        *slot = Some(committed);
+        drop(slot);
+        if !queued {
+            let slot = Arc::clone(&self.commit_to_save);
+            let _ = self.io.send(Job::SaveCommitted { slot });
+        }
         Ok(())
     }
 

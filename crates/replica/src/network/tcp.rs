@@ -57,7 +57,13 @@ impl TcpTransport {
     }
 
     async fn round_trip(&self, target: NodeId, addr: &str, frame: &[u8]) -> io::Result<Response> {
-        let pooled = self.idle.lock().get_mut(&target).and_then(Vec::pop);
+        let mut pooled = None;
+        while let Some(s) = self.idle.lock().get_mut(&target).and_then(Vec::pop) {
+            if still_open(&s) {
+                pooled = Some(s);
+                break;
+            }
+        }
         let mut stream = match pooled {
             Some(s) => s,
             None => self.connect(addr).await?,
@@ -93,6 +99,20 @@ impl Transport for TcpTransport {
                 )),
             }
         })
+    }
+}
+
+/// Whether an idle connection may be used: the peer has not closed it.
+/// A peer that restarted closed its old connections; sending on one would
+/// fail only after the request left, and a write would then have to be
+/// answered "may or may not have been applied" although it never arrived.
+fn still_open(stream: &TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    match stream.try_read(&mut byte) {
+        // Nothing to read: open and idle, as it should be.
+        Err(e) => e.kind() == io::ErrorKind::WouldBlock,
+        // Closed (0) or, out of turn, data: not usable either way.
+        Ok(_) => false,
     }
 }
 
