@@ -216,9 +216,7 @@ impl Files {
                 let _ = done.send(r);
             }
             Job::SaveCommitted { slot } => {
-                let Some(committed) = slot.lock().take() else {
-                    return None;
-                };
+                let committed = slot.lock().take()?;
                 let _ = segment::write_small(
                     &*self.storage,
                     &self.dir,
