@@ -19,6 +19,8 @@
 
 mod support;
 
+use support::writes::{Acked, assert_all_acked, write_one};
+
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -201,25 +203,32 @@ impl Cluster {
     }
 }
 
-/// What the writers were told.
-#[derive(Default)]
-struct Acked {
-    values: BTreeMap<String, String>,
-    /// Keys whose last write got no answer: it may or may not have
-    /// happened (None: a DEL).
-    unsure: BTreeMap<String, Option<String>>,
-    deleted: Vec<String>,
-    counter: i64,
+/// Writers through any node: each sends `support::writes::write_one` to
+/// one node, and after an error (no leader yet, the node killed) moves to
+/// the next, until `stop`.
+fn spawn_writers(
+    cl: &Cluster,
+    n: usize,
+    acked: &Arc<Mutex<Acked>>,
+    stop: &Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    let urls: Vec<String> = (1..=3).map(|id| cl.url(id)).collect();
+    (0..n)
+        .map(|t| {
+            let (urls, acked, stop) = (urls.clone(), acked.clone(), stop.clone());
+            std::thread::spawn(move || writer(&urls, t, &acked, &stop))
+        })
+        .collect()
 }
 
-fn writer(cluster_urls: Vec<String>, t: usize, acked: Arc<Mutex<Acked>>, stop: Arc<AtomicBool>) {
+fn writer(urls: &[String], t: usize, acked: &Mutex<Acked>, stop: &AtomicBool) {
     let mut node = t;
     let mut con: Option<redis::Connection> = None;
     let mut i = 0u64;
     while !stop.load(Ordering::SeqCst) {
         let Some(c) = con.as_mut() else {
-            node = (node + 1) % cluster_urls.len();
-            con = redis::Client::open(cluster_urls[node].as_str())
+            node = (node + 1) % urls.len();
+            con = redis::Client::open(urls[node].as_str())
                 .ok()
                 .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)).ok());
             if let Some(c) = &con {
@@ -230,55 +239,13 @@ fn writer(cluster_urls: Vec<String>, t: usize, acked: Arc<Mutex<Acked>>, stop: A
             continue;
         };
         i += 1;
-        let key = if i % 7 == 3 {
-            format!("t{t}-{}", i / 2)
-        } else {
-            format!("t{t}-{i}")
-        };
-        let value = format!("v{t}-{i}");
-        let victim = format!("t{t}-{}", i - 1);
-        let del = i % 13 == 6;
-        let incr = i % 11 == 5;
-        let (target, after) = if del {
-            (victim.clone(), None)
-        } else {
-            (key.clone(), Some(value.clone()))
-        };
-        let r = if incr {
-            redis::cmd("INCR").arg("counter").query::<i64>(c).map(|n| {
-                let mut a = acked.lock().unwrap();
-                a.counter = a.counter.max(n);
-            })
-        } else if del {
-            redis::cmd("DEL").arg(&victim).query::<i64>(c).map(|_| {
-                let mut a = acked.lock().unwrap();
-                a.values.remove(&victim);
-                a.unsure.remove(&victim);
-                a.deleted.push(victim.clone());
-            })
-        } else {
-            redis::cmd("SET")
-                .arg(&key)
-                .arg(&value)
-                .query::<()>(c)
-                .map(|_| {
-                    let mut a = acked.lock().unwrap();
-                    a.values.insert(key.clone(), value.clone());
-                    a.unsure.remove(&key);
-                })
-        };
-        if let Err(e) = r {
-            if !incr {
-                acked.lock().unwrap().unsure.insert(target, after);
-            }
-            // A node refusing (no leader yet) keeps the connection; a dead
-            // one loses it. Either way try another node.
-            if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
-                con = None;
-            } else {
+        if let Err(e) = write_one(acked, c, 0, t, i) {
+            // A node without a leader answers at once: wait a little before
+            // asking another one; a dead one has taken its time already.
+            if !(e.is_io_error() || e.is_timeout() || e.is_connection_dropped()) {
                 std::thread::sleep(Duration::from_millis(50));
-                con = None;
             }
+            con = None;
         }
     }
 }
@@ -287,33 +254,7 @@ fn writer(cluster_urls: Vec<String>, t: usize, acked: Arc<Mutex<Acked>>, stop: A
 fn check_acked(cl: &Cluster, id: u64, a: &Acked, when: &str) -> usize {
     let client = redis::Client::open(cl.url(id)).unwrap();
     let mut con = client.get_connection().unwrap();
-    let mut checked = 0;
-    for (k, v) in &a.values {
-        let got: Option<String> = redis::cmd("GET").arg(k).query(&mut con).unwrap();
-        let alt = a.unsure.get(k);
-        assert!(
-            got.as_ref() == Some(v) || alt.is_some_and(|alt| *alt == got),
-            "{when}: acknowledged {k}={v} read back from node {id} as {got:?}"
-        );
-        checked += 1;
-    }
-    for k in &a.deleted {
-        if a.values.contains_key(k) {
-            continue;
-        }
-        let got: Option<String> = redis::cmd("GET").arg(k).query(&mut con).unwrap();
-        assert!(
-            got.is_none() || a.unsure.contains_key(k),
-            "{when}: acknowledged DEL {k} undone on node {id} ({got:?})"
-        );
-    }
-    let n: Option<i64> = redis::cmd("GET").arg("counter").query(&mut con).unwrap();
-    assert!(
-        n.unwrap_or(0) >= a.counter,
-        "{when}: counter {n:?} on node {id} below an acknowledged INCR result {}",
-        a.counter
-    );
-    checked
+    assert_all_acked(a, &mut con, &format!("{when}, node {id}"))
 }
 
 #[test]
@@ -325,15 +266,9 @@ fn acknowledged_writes_survive_kill_9_of_leader_or_follower() {
     let root = std::env::temp_dir().join(format!("combkv-cluster-kill9-{}", std::process::id()));
     let mut cl = Cluster::new(&root, |_, raft| raft);
     cl.leader(&[1, 2, 3], Duration::from_secs(60));
-    let urls: Vec<String> = (1..=3).map(|id| cl.url(id)).collect();
     let acked = Arc::new(Mutex::new(Acked::default()));
     let stop = Arc::new(AtomicBool::new(false));
-    let writers: Vec<_> = (0..3)
-        .map(|t| {
-            let (urls, acked, stop) = (urls.clone(), acked.clone(), stop.clone());
-            std::thread::spawn(move || writer(urls, t, acked, stop))
-        })
-        .collect();
+    let writers = spawn_writers(&cl, 3, &acked, &stop);
     let mut rng = rand::rngs::StdRng::seed_from_u64(0x636c7573);
     for cycle in 0..cycles {
         std::thread::sleep(Duration::from_millis(rng.random_range(300..1500)));
@@ -370,7 +305,7 @@ fn acknowledged_writes_survive_kill_9_of_leader_or_follower() {
     eprintln!(
         "{cycles} kills; {checked} acknowledged keys checked on leader {leader_after} \
          (leader before the writers stopped: {leader}); {} writes unanswered",
-        a.unsure.len()
+        a.in_flight.len()
     );
     // Every node, read linearizably, agrees.
     for id in 1..=3 {
@@ -538,15 +473,9 @@ fn a_node_is_added_caught_up_and_removed_while_clients_write() {
     let root = std::env::temp_dir().join(format!("combkv-cluster-members-{}", std::process::id()));
     let mut cl = Cluster::new(&root, |_, raft| raft);
     let leader = cl.leader(&[1, 2, 3], Duration::from_secs(60));
-    let urls: Vec<String> = (1..=3).map(|id| cl.url(id)).collect();
     let acked = Arc::new(Mutex::new(Acked::default()));
     let stop = Arc::new(AtomicBool::new(false));
-    let writers: Vec<_> = (0..2)
-        .map(|t| {
-            let (urls, acked, stop) = (urls.clone(), acked.clone(), stop.clone());
-            std::thread::spawn(move || writer(urls, t, acked, stop))
-        })
-        .collect();
+    let writers = spawn_writers(&cl, 2, &acked, &stop);
     std::thread::sleep(Duration::from_millis(500));
 
     // A node started without peers is no member until the leader adds it.

@@ -34,60 +34,71 @@ fn write_until_gone(acked: &Mutex<Acked>, port: u16, cycle: usize, t: usize) {
         return;
     };
     for i in 0u64.. {
-        let key = format!("c{cycle}-t{t}-{i}");
-        // Overwrite an earlier key now and then, so recovery must keep the
-        // newest value, not the first.
-        let key = if i % 7 == 3 {
-            format!("c{cycle}-t{t}-{}", i / 2)
-        } else {
-            key
-        };
-        let value = format!("v{cycle}-{t}-{i}");
-        let victim = format!("c{cycle}-t{t}-{}", i.saturating_sub(1));
-        let del = i % 13 == 6;
-        let (target, after) = if del {
-            (victim.clone(), None)
-        } else {
-            (key.clone(), Some(value.clone()))
-        };
-        acked
-            .lock()
-            .unwrap()
-            .in_flight
-            .insert(target.clone(), after.clone());
-        let r = if i % 11 == 5 {
-            redis::cmd("INCR")
-                .arg("counter")
-                .query::<i64>(&mut con)
-                .map(|n| {
-                    let mut a = acked.lock().unwrap();
-                    a.counter = a.counter.max(n);
-                })
-        } else if del {
-            redis::cmd("DEL")
-                .arg(&victim)
-                .query::<i64>(&mut con)
-                .map(|_| {
-                    let mut a = acked.lock().unwrap();
-                    a.values.remove(&victim);
-                    a.deleted.push(victim);
-                })
-        } else {
-            redis::cmd("SET")
-                .arg(&key)
-                .arg(&value)
-                .query::<()>(&mut con)
-                .map(|_| {
-                    let mut a = acked.lock().unwrap();
-                    a.values.insert(key.clone(), value.clone());
-                })
-        };
-        if r.is_err() {
+        if write_one(acked, &mut con, cycle, t, i).is_err() {
             // The server is gone: this write stays in flight.
             return;
         }
-        acked.lock().unwrap().in_flight.remove(&target);
     }
+}
+
+/// Client `t`'s write number `i`: a SET of `c<cycle>-t<t>-<i>` (now and
+/// then overwriting an earlier key), a DEL of the key before, or an INCR of
+/// `counter`, recorded in `acked` once answered. Unanswered (Err), it stays
+/// in flight.
+pub fn write_one(
+    acked: &Mutex<Acked>,
+    con: &mut redis::Connection,
+    cycle: usize,
+    t: usize,
+    i: u64,
+) -> redis::RedisResult<()> {
+    let key = format!("c{cycle}-t{t}-{i}");
+    // Overwrite an earlier key now and then, so recovery must keep the
+    // newest value, not the first.
+    let key = if i % 7 == 3 {
+        format!("c{cycle}-t{t}-{}", i / 2)
+    } else {
+        key
+    };
+    let value = format!("v{cycle}-{t}-{i}");
+    let victim = format!("c{cycle}-t{t}-{}", i.saturating_sub(1));
+    let del = i % 13 == 6;
+    let (target, after) = if del {
+        (victim.clone(), None)
+    } else {
+        (key.clone(), Some(value.clone()))
+    };
+    acked
+        .lock()
+        .unwrap()
+        .in_flight
+        .insert(target.clone(), after.clone());
+    if i % 11 == 5 {
+        redis::cmd("INCR")
+            .arg("counter")
+            .query::<i64>(con)
+            .map(|n| {
+                let mut a = acked.lock().unwrap();
+                a.counter = a.counter.max(n);
+            })?;
+    } else if del {
+        redis::cmd("DEL").arg(&victim).query::<i64>(con).map(|_| {
+            let mut a = acked.lock().unwrap();
+            a.values.remove(&victim);
+            a.deleted.push(victim);
+        })?;
+    } else {
+        redis::cmd("SET")
+            .arg(&key)
+            .arg(&value)
+            .query::<()>(con)
+            .map(|_| {
+                let mut a = acked.lock().unwrap();
+                a.values.insert(key.clone(), value.clone());
+            })?;
+    }
+    acked.lock().unwrap().in_flight.remove(&target);
+    Ok(())
 }
 
 /// Asserts that the server behind `con` has every acknowledged write (an
