@@ -363,11 +363,25 @@ impl Replica {
         let _ = self.inner.raft.shutdown().await;
     }
 
+    /// Whether this node is the leader now (as far as it knows).
+    pub fn is_leader(&self) -> bool {
+        self.inner.raft.metrics().borrow().current_leader == Some(self.inner.id)
+    }
+
+    /// The leader this node knows of and its address. Asked on every write
+    /// and read-index round, so it reads the metrics in place rather than
+    /// cloning them (membership and replication maps included).
     pub(crate) fn leader_addr(&self) -> Option<(NodeId, String)> {
-        let m = self.inner.raft.metrics().borrow().clone();
+        let metrics = self.inner.raft.metrics();
+        let m = metrics.borrow();
         let leader = m.current_leader?;
-        let node = m.membership_config.membership().get_node(&leader)?.clone();
-        Some((leader, node.addr))
+        let addr = m
+            .membership_config
+            .membership()
+            .get_node(&leader)?
+            .addr
+            .clone();
+        Some((leader, addr))
     }
 }
 

@@ -140,7 +140,7 @@ impl Cluster {
     /// (each only if it is still the version found expired). Elsewhere
     /// nothing: the leader's deletions reach every node through the log.
     pub(crate) fn reap(&self, max: usize) {
-        if self.replica.status().role != Role::Leader {
+        if !self.replica.is_leader() {
             return;
         }
         let store = self.store();

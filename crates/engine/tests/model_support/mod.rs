@@ -2156,18 +2156,13 @@ impl Runner {
     /// pins (read from `list_snapshots`) at or after the last write, and the
     /// same as the last snapshot's when nothing was written since.
     fn new_handle(&mut self, what: &str, id: u64) -> Result<u64, Fail> {
-        match self.handle_listed(what, id, false)? {
-            Some(v) => Ok(v),
-            None => unreachable!("a handle that may not expire is listed or fails"),
-        }
+        Ok(self
+            .handle_listed(what, id, false)?
+            .expect("a handle that may not expire is listed or fails"))
     }
 
-    /// `new_handle` for a snapshot that may have expired before it could
-    /// be listed: None then.
-    fn new_handle_or_expired(&mut self, what: &str, id: u64) -> Result<Option<u64>, Fail> {
-        self.handle_listed(what, id, true)
-    }
-
+    /// `new_handle`, for a snapshot that may have expired before it could
+    /// be listed (`may_expire`): None then.
     fn handle_listed(
         &mut self,
         what: &str,
@@ -2299,7 +2294,7 @@ impl Runner {
         };
         // On a loaded machine the millisecond may pass before it is listed:
         // then it is gone already, as a read through it would find.
-        let Some(version) = self.new_handle_or_expired("snapshot(1ms)", id)? else {
+        let Some(version) = self.handle_listed("snapshot(1ms)", id, true)? else {
             self.handles.push((id, false));
             return Ok(());
         };

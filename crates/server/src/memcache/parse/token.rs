@@ -66,47 +66,16 @@ fn is_c_space(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
 }
 
-/// `strtoull` then memcached's checks: leading white space and a sign are
-/// allowed, at least one digit, the number ends the text or is followed by
-/// white space, no overflow, and a `-` only where the result stays
-/// non-negative as a signed number (so `-0` reads as 0).
-pub fn parse_c_u64(s: &[u8]) -> Option<u64> {
-    let mut i = 0;
-    while i < s.len() && is_c_space(s[i]) {
-        i += 1;
-    }
-    let mut neg = false;
-    if i < s.len() && (s[i] == b'+' || s[i] == b'-') {
-        neg = s[i] == b'-';
-        i += 1;
-    }
-    let start = i;
-    let mut v: u64 = 0;
-    while i < s.len() && s[i].is_ascii_digit() {
-        v = v.checked_mul(10)?.checked_add(u64::from(s[i] - b'0'))?;
-        i += 1;
-    }
-    if i == start || (i < s.len() && !is_c_space(s[i])) {
-        return None;
-    }
-    if neg {
-        v = v.wrapping_neg();
-        if (v as i64) < 0 {
-            return None;
-        }
-    }
-    Some(v)
-}
-
 /// A 64-bit unsigned token (`safe_strtoull`).
+/// The engine reads a stored number for `incr` the same way.
 pub fn parse_u64(s: &[u8]) -> Option<u64> {
-    parse_c_u64(s)
+    combkv::op::parse_unsigned(s)
 }
 
 /// A 32-bit unsigned token (`safe_strtoul`; larger values are refused
 /// rather than truncated).
 pub fn parse_u32(s: &[u8]) -> Option<u32> {
-    parse_c_u64(s).and_then(|v| u32::try_from(v).ok())
+    parse_u64(s).and_then(|v| u32::try_from(v).ok())
 }
 
 /// A 32-bit signed token (`safe_strtol`).
