@@ -19,9 +19,10 @@ use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use parking_lot::Mutex;
 use tokio::sync::{Notify, oneshot};
 
+use crate::group_commit::ProposeError;
 use crate::node::Replica;
 use crate::rpc::{RaftResult, Request, Response};
-use crate::types::{Applied, Batch, LogId, NodeId};
+use crate::types::{Batch, LogId, NodeId};
 
 /// How long a write or a read waits for a leader and a quorum.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -138,37 +139,31 @@ impl Replica {
                 }
             };
             match r {
-                Ok((log_id, applied)) => {
+                Ok((log_id, results)) => {
                     // A forwarded write is applied on the leader; wait until
                     // it is here too, so that this node's next read sees it.
                     let left = deadline.saturating_duration_since(Instant::now());
                     self.wait_applied(log_id.index, left.max(Duration::from_secs(1)))
                         .await;
-                    return Ok(applied.results);
+                    return Ok(results);
                 }
                 // Refused before it entered the log, or truncated from it:
                 // not applied, so it may go again.
-                Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
+                Err(ProposeError::Raft(RaftError::APIError(
+                    ClientWriteError::ForwardToLeader(_),
+                ))) => {
                     tokio::time::sleep(NO_LEADER_RETRY.min(left)).await;
                 }
-                Err(RaftError::Fatal(_)) => {
+                Err(ProposeError::Raft(RaftError::Fatal(_))) => {
                     return Err(ClusterError::Unknown("the leader stopped".into()));
                 }
-                Err(e) => return Err(ClusterError::Refused(e.to_string())),
+                Err(ProposeError::Unreadable(why)) => return Err(ClusterError::Unknown(why)),
+                Err(ProposeError::Raft(e)) => return Err(ClusterError::Refused(e.to_string())),
+                Err(ProposeError::Malformed(why)) => {
+                    return Err(ClusterError::Refused(format!("a malformed write: {why}")));
+                }
             }
         }
-    }
-
-    /// Proposes `batch` on this node, which must be the leader.
-    pub(crate) async fn propose_here(
-        &self,
-        batch: Batch,
-    ) -> RaftResult<(LogId, Applied), ClientWriteError<NodeId, openraft::BasicNode>> {
-        self.inner
-            .raft
-            .client_write(batch)
-            .await
-            .map(|r| (r.log_id, r.data))
     }
 
     /// Waits until a read on this node is linearizable: this node has

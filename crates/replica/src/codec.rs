@@ -73,6 +73,50 @@ pub fn decode_results(bytes: &[u8]) -> Decoded<Vec<Result<Outcome, Error>>> {
     Ok(out)
 }
 
+/// How many ops an encoded list holds, checking that every one decodes
+/// (a malformed list in an entry would stop every replica applying it).
+pub fn op_count(bytes: &[u8]) -> Decoded<usize> {
+    decode_ops(bytes).map(|ops| ops.len())
+}
+
+/// Joins encoded op lists, each checked by [`op_count`], into one, in
+/// order (group commit: many proposals, one entry).
+pub fn join_ops<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
+    let mut out = vec![0u8; 8];
+    let mut total = 0u64;
+    for part in parts {
+        let (count, ops) = part.split_at(8);
+        total += u64::from_le_bytes(count.try_into().expect("8 bytes"));
+        out.extend_from_slice(ops);
+    }
+    out[..8].copy_from_slice(&total.to_le_bytes());
+    out
+}
+
+/// Cuts the results of a joined entry (see [`join_ops`]) back into each
+/// part's results: `counts[i]` results for part `i`.
+pub fn split_results(bytes: &[u8], counts: &[usize]) -> Decoded<Vec<Vec<u8>>> {
+    let mut r = Reader { b: bytes };
+    let mut out = Vec::with_capacity(counts.len());
+    for &n in counts {
+        let start = bytes.len() - r.b.len();
+        for _ in 0..n {
+            match r.u8()? {
+                0 => {
+                    r.outcome()?;
+                }
+                1 => {
+                    r.error()?;
+                }
+                _ => return Err(DecodeError("result tag")),
+            }
+        }
+        out.push(bytes[start..bytes.len() - r.b.len()].to_vec());
+    }
+    r.end()?;
+    Ok(out)
+}
+
 fn put_u64(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(&v.to_le_bytes());
 }
@@ -658,6 +702,62 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn joined_ops_split_back_into_each_part_s_results() {
+        let put = |k: &'static [u8]| Op::Put {
+            key: k,
+            value: b"v",
+            expiry: Expiry::Never,
+            flags: Flags::Set(0),
+            cond: Cond::Any,
+            return_old: false,
+        };
+        let del = Op::Delete {
+            key: b"z",
+            cond: Cond::Present,
+            return_old: false,
+        };
+        let parts: Vec<Vec<Op<'_>>> = vec![vec![put(b"a")], vec![put(b"b"), del], vec![]];
+        let encoded: Vec<Vec<u8>> = parts
+            .iter()
+            .map(|p| {
+                let mut b = Vec::new();
+                encode_ops(p, &mut b);
+                b
+            })
+            .collect();
+        let counts: Vec<usize> = encoded.iter().map(|b| op_count(b).unwrap()).collect();
+        assert_eq!(counts, [1, 2, 0]);
+        let joined = join_ops(encoded.iter().map(Vec::as_slice));
+        let all: Vec<Op<'_>> = parts.concat();
+        assert_eq!(decode_ops(&joined).unwrap(), all);
+        // Results as apply writes them, one per op, distinct per op.
+        let outcomes: Vec<Result<Outcome, Error>> = vec![
+            Ok(Outcome::Put {
+                status: Status::Done,
+                version: Some(Version(1)),
+                old: None,
+            }),
+            Ok(Outcome::Put {
+                status: Status::Done,
+                version: Some(Version(2)),
+                old: None,
+            }),
+            Err(Error::Overflow),
+        ];
+        let mut results = Vec::new();
+        for r in &outcomes {
+            encode_result(r, &mut results);
+        }
+        let shares = split_results(&results, &counts).unwrap();
+        let decoded: Vec<_> = shares.iter().map(|s| decode_results(s).unwrap()).collect();
+        assert_eq!(decoded, [&outcomes[..1], &outcomes[1..], &[]]);
+        // Too few results for the counts, or too many, is an error.
+        assert!(split_results(&results, &[1, 3]).is_err());
+        assert!(split_results(&results, &[1, 1]).is_err());
+        assert!(op_count(&joined[..joined.len() - 1]).is_err());
+    }
 
     #[test]
     fn every_op_and_outcome_round_trips() {

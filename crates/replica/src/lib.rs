@@ -6,6 +6,7 @@
 
 mod client;
 pub mod codec;
+mod group_commit;
 pub mod log_store;
 pub mod network;
 mod node;

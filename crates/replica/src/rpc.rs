@@ -2,14 +2,14 @@
 //! combkv's own that let any node serve any client (a follower forwards its
 //! clients' writes to the leader, and asks the leader for a read index).
 
-use openraft::error::{CheckIsLeaderError, ClientWriteError, InstallSnapshotError, RaftError};
+use openraft::error::{CheckIsLeaderError, InstallSnapshotError, RaftError};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
 use serde::{Deserialize, Serialize};
 
-use crate::types::{Applied, Batch, LogId, NodeId, TypeConfig};
+use crate::types::{Batch, LogId, NodeId, TypeConfig};
 
 /// A request from one node to another.
 #[derive(Debug, Serialize, Deserialize)]
@@ -33,7 +33,7 @@ pub(crate) enum Response {
     Append(RaftResult<AppendEntriesResponse<NodeId>>),
     Vote(RaftResult<VoteResponse<NodeId>>),
     Snapshot(RaftResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError>),
-    Forward(RaftResult<(LogId, Applied), ClientWriteError<NodeId, openraft::BasicNode>>),
+    Forward(crate::group_commit::Proposed),
     ReadIndex(RaftResult<Option<LogId>, CheckIsLeaderError<NodeId, openraft::BasicNode>>),
 }
 

@@ -123,7 +123,7 @@ impl<'de> Deserialize<'de> for ByteSize {
 }
 
 /// Event-loop threads of a cluster node unless `threads` says otherwise.
-pub const CLUSTER_THREADS: usize = 32;
+pub const CLUSTER_THREADS: usize = 64;
 
 /// Everything `combkv serve` can be told. Field names are the TOML keys
 /// (kebab-case) and `CONFIG GET` names.
