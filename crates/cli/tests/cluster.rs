@@ -560,3 +560,73 @@ fn a_node_is_added_caught_up_and_removed_while_clients_write() {
     drop(cl);
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// One pipeline of writes and reads, keys under `p`, in inline form: a
+/// command that writes several times, reads of the connection's own
+/// writes, conditional writes that fail, a RANGE; ECHO marks its end.
+fn mixed_pipeline(p: &str) -> Vec<u8> {
+    let cmds = [
+        "SET {p}k1 v1",
+        "GET {p}k1",
+        "SET {p}k2 v2",
+        "MSET {p}k3 x {p}k4 y",
+        "GET {p}k3",
+        "DEL {p}k1 {p}k2 {p}nokey",
+        "EXISTS {p}k1 {p}k3",
+        "INCR {p}n",
+        "INCR {p}n",
+        "INCRBY {p}n 5",
+        "GET {p}n",
+        "APPEND {p}k3 zz",
+        "GET {p}k3",
+        "SETNX {p}k3 q",
+        "SET {p}k5 v NX",
+        "SET {p}k5 w XX GET",
+        "MGET {p}k3 {p}k4 {p}k5 {p}k1",
+        "RANGE [{p} + LIMIT 20",
+        "INCR {p}k3",
+        "GET {p}nokey",
+        "ECHO end-of-pipeline",
+    ];
+    cmds.iter()
+        .map(|c| c.replace("{p}", p) + "\r\n")
+        .collect::<String>()
+        .into_bytes()
+}
+
+/// Sends the whole pipeline in one write and reads every reply.
+fn run_pipeline(addr: SocketAddr, p: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(&mixed_pipeline(p)).unwrap();
+    let got = support::read_until(
+        &mut s,
+        b"$15\r\nend-of-pipeline\r\n",
+        Duration::from_secs(30),
+    );
+    String::from_utf8(got).unwrap()
+}
+
+/// A cluster node parks a connection on each write and read index and runs
+/// the request again when the log answers (`park`): a pipeline through the
+/// leader or a follower must answer exactly as a single node does.
+#[test]
+fn a_pipeline_answers_alike_on_a_cluster_node_and_a_single_node() {
+    let root = std::env::temp_dir().join(format!("combkv-cluster-pipe-{}", std::process::id()));
+    let cl = Cluster::new(&root, |_, raft| raft);
+    let single = support::Server::start(&[], None);
+    let want = run_pipeline(single.resp, "a:");
+    assert!(
+        want.contains("$2\r\nv1\r\n") && want.contains(":7\r\n"),
+        "{want}"
+    );
+    assert!(!want.contains("CLUSTERDOWN"), "{want}");
+
+    let leader = cl.leader(&[1, 2, 3], Duration::from_secs(60));
+    let follower = (1..=3).find(|&n| n != leader).unwrap();
+    let at = |id: u64| cl.specs[id as usize - 1].resp;
+    assert_eq!(run_pipeline(at(leader), "a:"), want, "through the leader");
+    let via_follower = run_pipeline(at(follower), "b:").replace("b:", "a:");
+    assert_eq!(via_follower, want, "through a follower");
+    drop(cl);
+    let _ = std::fs::remove_dir_all(&root);
+}

@@ -3,16 +3,18 @@
 //!
 //! - A write is decided as an [`Op`] as on a single node, then proposed
 //!   through the leader; its reply is rendered from the outcome the log
-//!   gave it, once a quorum has it. The event loop waits meanwhile, which
-//!   is why a cluster node runs many loops (`config::CLUSTER_THREADS`).
-//! - A linearizable read waits, once per connection and turn, for a read
-//!   index (one quorum round shared by every read waiting on any loop),
-//!   then reads this node's store like any other read.
+//!   gave it, once a quorum has it. Meanwhile its connection is parked
+//!   and the event loop serves others (`park`); a turn's writes go as one
+//!   proposal (`propose_all`).
+//! - A linearizable read waits for a read index (one quorum round shared
+//!   by every read waiting on any loop), then reads this node's store like
+//!   any other read.
 //! - Expired items are deleted by the leader's proposals (`reap`), never
 //!   by a node on its own, so that every replica deletes the same ones.
 //!
 //! The Raft node runs on a small tokio runtime of its own; the event loops
-//! are not tokio threads and wait with `block_on`.
+//! are not tokio threads. What must wait (administration, reaping, a
+//! shutdown's last requests) waits with `block_on`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -102,12 +104,10 @@ impl Cluster {
 
     /// Proposes `op` and waits for its outcome.
     pub(crate) fn apply(&self, op: &Op<'_>) -> Result<Outcome, StoreError> {
-        let mut results = self.apply_all(std::slice::from_ref(op))?;
-        results.pop().unwrap_or_else(|| {
-            Err(StoreError::Uncertain(
-                "the log returned no result for the write".into(),
-            ))
-        })
+        let mut bytes = Vec::new();
+        combkv_replica::codec::encode_ops(std::slice::from_ref(op), &mut bytes);
+        let now = self.replica.clock_ms();
+        one_result(self.rt.block_on(self.replica.write(now, bytes)))
     }
 
     /// Proposes `ops` as one entry and waits for their outcomes.
@@ -123,6 +123,48 @@ impl Cluster {
                 .map_err(|e| StoreError::Uncertain(format!("the log's answer is unreadable: {e}"))),
             Err(e) => Err(cluster_error(e)),
         }
+    }
+
+    /// Proposes one-op writes (each encoded alone) in the background as
+    /// one batch; `done` gets their outcomes in order (on a Raft thread: it
+    /// must only hand them on).
+    pub(crate) fn propose_all(
+        &self,
+        ops: Vec<Vec<u8>>,
+        done: impl FnOnce(Vec<Result<Outcome, StoreError>>) + Send + 'static,
+    ) {
+        let n = ops.len();
+        let joined = combkv_replica::codec::join_ops(ops.iter().map(Vec::as_slice));
+        let now = self.replica.clock_ms();
+        let replica = self.replica.clone();
+        self.rt.spawn(async move {
+            let results = match replica.write(now, joined).await {
+                Ok(bytes) => match combkv_replica::codec::decode_results(&bytes) {
+                    Ok(r) if r.len() == n => r,
+                    _ => vec![
+                        Err(StoreError::Uncertain(
+                            "the log's answer is unreadable".into()
+                        ));
+                        n
+                    ],
+                },
+                Err(e) => vec![Err(cluster_error(e)); n],
+            };
+            done(results);
+        });
+    }
+
+    /// Asks for a read index in the background; `done` hears when reads
+    /// on this node are linearizable (on a Raft thread: it must only hand
+    /// it on).
+    pub(crate) fn read_barrier_then(
+        &self,
+        done: impl FnOnce(Result<(), StoreError>) + Send + 'static,
+    ) {
+        let replica = self.replica.clone();
+        self.rt.spawn(async move {
+            done(replica.read_barrier().await.map_err(cluster_error));
+        });
     }
 
     /// Waits until a read on this node is linearizable (with
@@ -196,6 +238,19 @@ impl Cluster {
         let _ = self.rt.block_on(async {
             tokio::time::timeout(Duration::from_secs(5), self.replica.shutdown()).await
         });
+    }
+}
+
+/// The outcome of a one-op write from the log's answer.
+fn one_result(answer: Result<Vec<u8>, ClusterError>) -> Result<Outcome, StoreError> {
+    let results = answer.map_err(cluster_error)?;
+    let mut results = combkv_replica::codec::decode_results(&results)
+        .map_err(|e| StoreError::Uncertain(format!("the log's answer is unreadable: {e}")))?;
+    match (results.pop(), results.is_empty()) {
+        (Some(r), true) => r,
+        _ => Err(StoreError::Uncertain(
+            "the log's answer holds no single result".into(),
+        )),
     }
 }
 

@@ -122,9 +122,6 @@ impl<'de> Deserialize<'de> for ByteSize {
     }
 }
 
-/// Event-loop threads of a cluster node unless `threads` says otherwise.
-pub const CLUSTER_THREADS: usize = 64;
-
 /// Everything `combkv serve` can be told. Field names are the TOML keys
 /// (kebab-case) and `CONFIG GET` names.
 #[derive(Debug, Clone, Deserialize)]
@@ -307,15 +304,12 @@ impl ServerConfig {
         })
     }
 
-    /// Event-loop threads in effect. A cluster node's loops wait for a
-    /// quorum on each write and linearizable read, so by default it runs
-    /// many more than it has cores: enough that clients on other loops go
-    /// on meanwhile.
+    /// Event-loop threads in effect. A cluster node's loops do not wait
+    /// on the log either (they park connections, see `park`), so one per
+    /// core serves a cluster node too.
     pub fn thread_count(&self) -> usize {
         if self.threads > 0 {
             self.threads
-        } else if self.node_id > 0 {
-            CLUSTER_THREADS
         } else {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         }

@@ -7,6 +7,9 @@ use mio::net::TcpStream;
 
 use std::sync::atomic::Ordering;
 
+use std::cell::RefCell;
+
+use crate::park::{Inbox, Park, Parking};
 use crate::pipeline::{Client, Cx, Processed};
 use crate::proto::ProtoState;
 use crate::shared::Shared;
@@ -37,6 +40,8 @@ pub(crate) struct Connection {
     pub turn_mark: Option<usize>,
     /// The output buffer's capacity as last added to `Shared::output_buffers`.
     out_counted: usize,
+    /// On a cluster node: what it waits for from the log (see `park`).
+    pub park: RefCell<Park>,
 }
 
 /// An input buffer up to this size is always granted: only larger ones
@@ -77,6 +82,7 @@ impl Connection {
             want_writable: false,
             turn_mark: None,
             out_counted: 0,
+            park: RefCell::new(Park::default()),
         }
     }
 
@@ -139,12 +145,20 @@ impl Connection {
         if self.turn_mark.is_none() {
             self.turn_mark = Some(self.wbuf.len());
         }
+        let client = self.client.id;
+        let parking = cx_parts.shared.cluster.as_ref().map(|_| Parking {
+            park: &self.park,
+            inbox: cx_parts.inbox,
+            token: cx_parts.token,
+            client,
+        });
         let mut cx = Cx {
             shared: cx_parts.shared,
             session: cx_parts.session,
             batch: cx_parts.batch,
             client: &mut self.client,
             read_ready: false,
+            parking,
         };
         // A bug in a command must cost one connection, not the event loop
         // and every other client on it.
@@ -172,6 +186,9 @@ impl Connection {
             }
         };
         self.rstart += out.consumed;
+        // A read index that landed served this processing of the input it
+        // was asked for; input read later needs its own.
+        self.park.get_mut().forget_read();
         if out.abort {
             self.abort_turn();
         }
@@ -273,4 +290,9 @@ pub(crate) struct CxParts<'a> {
     pub shared: &'a crate::shared::Shared,
     pub session: &'a combkv::Session<'a>,
     pub batch: &'a mut combkv::readexec::BatchResults,
+    /// On a cluster node, where this loop hears that a parked connection
+    /// may go on (none while draining at shutdown: writes then block).
+    pub inbox: Option<&'a std::sync::Arc<Inbox>>,
+    /// The connection's token in its loop.
+    pub token: usize,
 }

@@ -19,6 +19,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 
 use crate::connection::{Connection, CxParts, Fill};
+use crate::park::Inbox;
 use crate::shared::{Shared, Stats};
 
 /// Input processed per connection per turn.
@@ -44,6 +45,10 @@ pub(crate) struct EventLoop {
     dirty: Vec<usize>,
     /// Connections whose input was processed this turn.
     served: Vec<usize>,
+    /// On a cluster node: where parked connections' answers land.
+    inbox: Option<Arc<Inbox>>,
+    /// Parked connections whose answer landed: served first next turn.
+    resumed: Vec<usize>,
 }
 
 impl EventLoop {
@@ -53,6 +58,10 @@ impl EventLoop {
     ) -> io::Result<(EventLoop, Arc<Waker>)> {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let inbox = shared
+            .cluster
+            .as_ref()
+            .map(|_| Arc::new(Inbox::new(Arc::clone(&waker))));
         Ok((
             EventLoop {
                 poll,
@@ -64,6 +73,8 @@ impl EventLoop {
                 ready: Vec::new(),
                 dirty: Vec::new(),
                 served: Vec::new(),
+                inbox,
+                resumed: Vec::new(),
             },
             waker,
         ))
@@ -93,6 +104,7 @@ impl EventLoop {
             for ev in events.iter() {
                 if ev.token() == WAKER {
                     self.adopt();
+                    self.take_landed();
                     continue;
                 }
                 let t = ev.token().0;
@@ -103,13 +115,25 @@ impl EventLoop {
                     ready.push((t, !(ev.is_read_closed() || ev.is_error())));
                 }
             }
+            let store = self.shared.current_store();
+            let session = store.session();
+            // Parked connections whose answer landed go on with the input
+            // they parked on before their sockets are read again (a read
+            // index covers only that input); then they read until
+            // `WouldBlock`, since edges that came meanwhile were passed by.
+            for t in std::mem::take(&mut self.resumed) {
+                if self.resume(t, &session) {
+                    ready.push((t, false));
+                }
+            }
             // Per token, the full read wins over the short one.
             ready.sort_unstable();
             ready.dedup_by_key(|r| r.0);
-            let store = self.shared.current_store();
-            let session = store.session();
             for &(t, short_ok) in &ready {
                 self.serve(t, &session, short_ok);
+            }
+            if let (Some(inbox), Some(cluster)) = (&self.inbox, &self.shared.cluster) {
+                inbox.submit(cluster);
             }
             ready.clear();
             self.ready = ready;
@@ -135,6 +159,55 @@ impl EventLoop {
                 return;
             }
         }
+    }
+
+    /// Takes what landed for parked connections (see `park`).
+    fn take_landed(&mut self) {
+        let Some(inbox) = &self.inbox else { return };
+        for l in inbox.take() {
+            // A connection closed meanwhile may have passed its token on.
+            if let Some(conn) = self.conns.get_mut(l.token)
+                && conn.client.id == l.client
+            {
+                conn.park.get_mut().land(l.what);
+                self.resumed.push(l.token);
+            }
+        }
+    }
+
+    /// Runs a parked connection's input again now that its answer landed.
+    /// True: it may be served (read) again this turn.
+    fn resume(&mut self, t: usize, session: &combkv::Session<'_>) -> bool {
+        let max_reply = self.shared.config.max_reply_bytes.0 as usize;
+        let hard_limit =
+            usize::try_from(self.shared.config.client_output_hard_limit.0).unwrap_or(usize::MAX);
+        let Some(conn) = self.conns.get_mut(t) else {
+            return false;
+        };
+        if conn.pending_input() > 0 {
+            let before = conn.pending_output();
+            let parts = CxParts {
+                shared: &self.shared,
+                session,
+                batch: &mut self.batch,
+                inbox: self.inbox.as_ref(),
+                token: t,
+            };
+            conn.process(parts, max_reply);
+            self.served.push(t);
+            if conn.pending_output() != before {
+                self.dirty.push(t);
+            }
+            if hard_limit != 0 && conn.pending_output() > hard_limit {
+                output_limit_reached(&self.shared, conn);
+                self.close(t);
+                return false;
+            }
+        }
+        if conn_done(&self.conns[t]) {
+            self.dirty.push(t);
+        }
+        !self.conns[t].park.get_mut().waiting
     }
 
     /// Registers connections the acceptor sent.
@@ -180,6 +253,10 @@ impl EventLoop {
         let Some(conn) = self.conns.get_mut(t) else {
             return;
         };
+        if conn.park.get_mut().waiting {
+            // Neither read nor served until its answer lands.
+            return;
+        }
         let mut budget = TURN_INPUT_BYTES;
         let mut failed = false;
         loop {
@@ -215,6 +292,8 @@ impl EventLoop {
                     shared: &self.shared,
                     session,
                     batch: &mut self.batch,
+                    inbox: self.inbox.as_ref(),
+                    token: t,
                 };
                 let used = conn.process(parts, max_reply);
                 self.served.push(t);
@@ -224,6 +303,10 @@ impl EventLoop {
                 if hard_limit != 0 && conn.pending_output() > hard_limit {
                     output_limit_reached(&self.shared, conn);
                     failed = true;
+                    break;
+                }
+                if conn.park.get_mut().waiting {
+                    // Read no more until the log answers.
                     break;
                 }
                 budget = budget.saturating_sub(used);
@@ -313,6 +396,24 @@ impl EventLoop {
     /// Shutdown: requests already read are answered, replies are flushed
     /// (for up to a few seconds), then every connection is closed.
     fn drain(&mut self) {
+        // Parked connections first get their answers (a write in flight
+        // must not be proposed twice); then the rest of the input runs
+        // with writes that block.
+        if let Some(inbox) = self.inbox.clone() {
+            let deadline = std::time::Instant::now() + combkv_replica::REQUEST_TIMEOUT;
+            while self.conns.iter().any(|(_, c)| c.park.borrow().waiting)
+                && std::time::Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(1));
+                for l in inbox.take() {
+                    if let Some(conn) = self.conns.get_mut(l.token)
+                        && conn.client.id == l.client
+                    {
+                        conn.park.get_mut().land(l.what);
+                    }
+                }
+            }
+        }
         let tokens: Vec<usize> = self.conns.iter().map(|(t, _)| t).collect();
         let store = self.shared.current_store();
         let session = store.session();
@@ -324,6 +425,8 @@ impl EventLoop {
                     shared: &self.shared,
                     session: &session,
                     batch: &mut self.batch,
+                    inbox: None,
+                    token: t,
                 };
                 conn.process(parts, usize::MAX);
             }

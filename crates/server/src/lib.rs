@@ -6,7 +6,8 @@
 //! - `event_loop`, `connection`: thread-per-core `mio` loops, buffers
 //! - `pipeline`: the request pipeline both protocols run (classify, batch
 //!   reads, commit before reads, the turn's rules); `proto`: a connection's
-//!   pipeline, RESP or memcached
+//!   pipeline, RESP or memcached; `park`: how a cluster node's connection
+//!   waits for the log without blocking its loop
 //! - `resp/`: frame -> command -> reply; `memcache/`: text and meta commands
 //! - `info`, `metrics`, `slowlog`, `admin`: observability and whole-store ops
 
@@ -19,6 +20,7 @@ mod fdlimit;
 pub mod info;
 mod memcache;
 mod metrics;
+mod park;
 mod pipeline;
 mod proto;
 mod resp;

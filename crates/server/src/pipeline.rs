@@ -26,6 +26,7 @@ use combkv::Session;
 use combkv::readexec::{BatchResults, ReadRequest};
 use smallvec::SmallVec;
 
+use crate::park::Parking;
 use crate::shared::{Shared, Stats};
 
 /// Per-connection facts every protocol may need.
@@ -51,6 +52,9 @@ pub(crate) struct Cx<'a> {
     /// A cluster node took a read index in this call: reads may go ahead
     /// (every request here arrived before it was taken).
     pub read_ready: bool,
+    /// On a cluster node: how this connection waits for the log (see
+    /// `park`). None on a single node.
+    pub parking: Option<Parking<'a>>,
 }
 
 impl Cx<'_> {
@@ -62,7 +66,12 @@ impl Cx<'_> {
     /// Applies a decided write: through the turn's session on a single
     /// node, through the cluster's log on a cluster node.
     pub fn apply(&self, op: &combkv::op::Op<'_>) -> combkv::Result<combkv::op::Outcome> {
-        apply(self.shared, self.session, op)
+        apply(self.shared, self.session, self.parking, op)
+    }
+
+    /// Whether the request that ran parked the connection.
+    fn parked(&self) -> bool {
+        self.parking.is_some_and(|p| p.parked())
     }
 
     /// On a cluster node with linearizable reads, waits once per call for
@@ -71,8 +80,10 @@ impl Cx<'_> {
         if self.read_ready {
             return Ok(());
         }
-        if let Some(c) = &self.shared.cluster {
-            c.read_barrier()?;
+        match (&self.shared.cluster, self.parking) {
+            (Some(c), Some(p)) => p.read_barrier(c)?,
+            (Some(c), None) => c.read_barrier()?,
+            (None, _) => {}
         }
         self.read_ready = true;
         Ok(())
@@ -83,11 +94,13 @@ impl Cx<'_> {
 pub(crate) fn apply(
     shared: &Shared,
     session: &combkv::Session<'_>,
+    parking: Option<Parking<'_>>,
     op: &combkv::op::Op<'_>,
 ) -> combkv::Result<combkv::op::Outcome> {
-    match &shared.cluster {
-        Some(c) => c.apply(op),
-        None => session.apply(op),
+    match (&shared.cluster, parking) {
+        (Some(c), Some(p)) => p.apply(c, op),
+        (Some(c), None) => c.apply(op),
+        (None, _) => session.apply(op),
     }
 }
 
@@ -332,6 +345,11 @@ impl<P: Protocol> Pipeline<P> {
                                 return Processed::aborted(at);
                             }
                             if let Err(e) = cx.ready_to_read() {
+                                if cx.parked() {
+                                    self.proto.rewind(Some(&req));
+                                    at = start;
+                                    break;
+                                }
                                 self.proto
                                     .batch_failed(cx, e, std::slice::from_ref(&req), out);
                                 continue;
@@ -339,7 +357,22 @@ impl<P: Protocol> Pipeline<P> {
                         }
                         _ => {}
                     }
+                    if let Some(p) = cx.parking {
+                        p.begin_request();
+                    }
+                    let before = out.len();
                     close = self.run(cx, input, &req, out);
+                    if let Some(p) = cx.parking {
+                        if p.parked() {
+                            // Runs again, from its start, when the log answers.
+                            out.truncate(before);
+                            self.proto.rewind(Some(&req));
+                            at = start;
+                            close = false;
+                            break;
+                        }
+                        p.end_request();
+                    }
                     if close {
                         break;
                     }
@@ -445,6 +478,13 @@ impl<P: Protocol> Pipeline<P> {
             return Flushed::Abort;
         }
         if let Err(e) = cx.ready_to_read() {
+            if cx.parked() {
+                // The whole batch is parsed again once the read index lands.
+                self.proto.rewind(batch.reqs.first());
+                let resume = batch.starts[0];
+                batch.clear();
+                return Flushed::Partial(resume);
+            }
             self.proto.batch_failed(cx, e, &batch.reqs, out);
             batch.clear();
             return Flushed::Done;

@@ -80,6 +80,7 @@ impl MemcacheSession {
                 batch: &mut self.batch,
                 client: &mut self.client,
                 read_ready: false,
+                parking: None,
             };
             let out = self
                 .conn

@@ -118,6 +118,7 @@ impl RespSession {
                 batch: &mut self.batch,
                 client: &mut self.client,
                 read_ready: false,
+                parking: None,
             };
             // The client is assumed to read every reply: the budget counts
             // this round's output only.

@@ -300,6 +300,7 @@ impl Protocol for Resp {
         let mut ctx = Ctx {
             shared: cx.shared,
             session: cx.session,
+            parking: cx.parking,
             batch: cx.batch,
             conn,
             client: cx.client,

@@ -29,6 +29,8 @@ pub(crate) struct Ctx<'a, 'b> {
     pub shared: &'a Shared,
     /// Writes go through the turn's session (see `pipeline::Cx`).
     pub session: &'a combkv::Session<'a>,
+    /// How the connection waits for the log on a cluster node.
+    pub parking: Option<crate::park::Parking<'a>>,
     /// The event loop's result buffers, for a read answered on its own.
     pub batch: &'a mut BatchResults,
     pub conn: &'a mut RespConn,
@@ -51,7 +53,7 @@ impl Ctx<'_, '_> {
 
     /// Applies a decided write (see `pipeline::Cx::apply`).
     pub(crate) fn apply(&self, op: &combkv::op::Op<'_>) -> combkv::Result<combkv::op::Outcome> {
-        crate::pipeline::apply(self.shared, self.session, op)
+        crate::pipeline::apply(self.shared, self.session, self.parking, op)
     }
 
     /// Refuses a write above `maxmemory`.
