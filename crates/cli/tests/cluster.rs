@@ -16,6 +16,9 @@
 //!   cluster add` makes a fourth node a voter that serves every write
 //!   acknowledged before; `combkv cluster remove` takes it out while
 //!   writers go on.
+//! - `a_pipeline_answers_alike_on_a_cluster_node_and_a_single_node`: one
+//!   pipeline of writes and reads through a single node, the leader and a
+//!   follower gets the same replies (connections park on the log).
 
 mod support;
 

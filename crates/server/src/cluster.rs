@@ -42,8 +42,15 @@ impl std::fmt::Debug for Cluster {
     }
 }
 
-/// Raft's own threads: its core, replication and the network are light.
-const RAFT_THREADS: usize = 2;
+/// Raft's own threads (its core, replication, the network, apply): half
+/// the cores, the event loops having the other half. On a small machine
+/// one thread is also fastest, since every hop between two of them is a
+/// thread wake.
+fn raft_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get() / 2)
+        .max(1)
+}
 
 impl Cluster {
     /// Opens the node's log and snapshots under the data directory and
@@ -56,7 +63,7 @@ impl Cluster {
             ));
         };
         let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(RAFT_THREADS)
+            .worker_threads(raft_threads())
             .thread_name("combkv-raft")
             .enable_all()
             .build()

@@ -304,14 +304,19 @@ impl ServerConfig {
         })
     }
 
-    /// Event-loop threads in effect. A cluster node's loops do not wait
-    /// on the log either (they park connections, see `park`), so one per
-    /// core serves a cluster node too.
+    /// Event-loop threads in effect: one per core on a single node. A
+    /// cluster node's loops leave half the cores to Raft (its runtime, the
+    /// log's writer), and fewer loops make larger batches: each loop's
+    /// turn is one proposal and one read-index request
+    /// (`docs/experiments.md`, "Cluster").
     pub fn thread_count(&self) -> usize {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         if self.threads > 0 {
             self.threads
+        } else if self.node_id > 0 {
+            (cores / 2).max(1)
         } else {
-            std::thread::available_parallelism().map_or(1, |n| n.get())
+            cores
         }
     }
 
