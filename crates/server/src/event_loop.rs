@@ -122,15 +122,13 @@ impl EventLoop {
             // index covers only that input); then they read until
             // `WouldBlock`, since edges that came meanwhile were passed by.
             for t in std::mem::take(&mut self.resumed) {
-                if self.resume(t, &session) {
-                    ready.push((t, false));
-                }
+                self.serve(t, &session, false, true);
             }
             // Per token, the full read wins over the short one.
             ready.sort_unstable();
             ready.dedup_by_key(|r| r.0);
             for &(t, short_ok) in &ready {
-                self.serve(t, &session, short_ok);
+                self.serve(t, &session, short_ok, false);
             }
             if let (Some(inbox), Some(cluster)) = (&self.inbox, &self.shared.cluster) {
                 inbox.submit(cluster);
@@ -175,41 +173,6 @@ impl EventLoop {
         }
     }
 
-    /// Runs a parked connection's input again now that its answer landed.
-    /// True: it may be served (read) again this turn.
-    fn resume(&mut self, t: usize, session: &combkv::Session<'_>) -> bool {
-        let max_reply = self.shared.config.max_reply_bytes.0 as usize;
-        let hard_limit =
-            usize::try_from(self.shared.config.client_output_hard_limit.0).unwrap_or(usize::MAX);
-        let Some(conn) = self.conns.get_mut(t) else {
-            return false;
-        };
-        if conn.pending_input() > 0 {
-            let before = conn.pending_output();
-            let parts = CxParts {
-                shared: &self.shared,
-                session,
-                batch: &mut self.batch,
-                inbox: self.inbox.as_ref(),
-                token: t,
-            };
-            conn.process(parts, max_reply);
-            self.served.push(t);
-            if conn.pending_output() != before {
-                self.dirty.push(t);
-            }
-            if hard_limit != 0 && conn.pending_output() > hard_limit {
-                output_limit_reached(&self.shared, conn);
-                self.close(t);
-                return false;
-            }
-        }
-        if conn_done(&self.conns[t]) {
-            self.dirty.push(t);
-        }
-        !self.conns[t].park.get_mut().waiting
-    }
-
     /// Registers connections the acceptor sent.
     fn adopt(&mut self) {
         while let Ok(mut conn) = self.incoming.try_recv() {
@@ -244,8 +207,9 @@ impl EventLoop {
     /// With `short_ok`, a read that returns less than the room offered ends
     /// the reading: the socket is drained, and the next data brings a new
     /// edge. That saves the `WouldBlock` read (a third of the syscalls of an
-    /// unpipelined request).
-    fn serve(&mut self, t: usize, session: &combkv::Session<'_>, short_ok: bool) {
+    /// unpipelined request). A `resumed` connection (its answer from the
+    /// log landed) first runs the input it parked on, then reads.
+    fn serve(&mut self, t: usize, session: &combkv::Session<'_>, short_ok: bool, resumed: bool) {
         let max_reply = self.shared.config.max_reply_bytes.0 as usize;
         let max_request = self.shared.config.max_request_bytes.0 as usize;
         let hard_limit =
@@ -259,33 +223,43 @@ impl EventLoop {
         }
         let mut budget = TURN_INPUT_BYTES;
         let mut failed = false;
+        let mut read = !resumed;
         loop {
             if conn.input_closed || conn.pending_output() > max_reply {
                 // Paused until the client reads its replies (see write_out).
                 break;
             }
             let mut drained = false;
-            let got = match conn.fill(&self.shared) {
-                Ok(Fill::Data { n, short }) => {
-                    drained = short && short_ok;
-                    n
-                }
-                Ok(Fill::WouldBlock) => 0,
-                Ok(Fill::OverLimit) => {
-                    refuse_query(&self.shared, conn);
-                    break;
-                }
-                Ok(Fill::Eof) => {
-                    conn.input_closed = true;
-                    conn.close_after_flush = true;
-                    0
-                }
-                Err(_) => {
-                    failed = true;
-                    break;
-                }
+            // None: nothing read this time (a resumed connection's first
+            // round; edges that came while it was parked were passed by,
+            // so it then reads until `WouldBlock`).
+            let got = if !std::mem::replace(&mut read, true) {
+                None
+            } else {
+                Some(match conn.fill(&self.shared) {
+                    Ok(Fill::Data { n, short }) => {
+                        drained = short && short_ok;
+                        n
+                    }
+                    Ok(Fill::WouldBlock) => 0,
+                    Ok(Fill::OverLimit) => {
+                        refuse_query(&self.shared, conn);
+                        break;
+                    }
+                    Ok(Fill::Eof) => {
+                        conn.input_closed = true;
+                        conn.close_after_flush = true;
+                        0
+                    }
+                    Err(_) => {
+                        failed = true;
+                        break;
+                    }
+                })
             };
-            Stats::add(&self.shared.stats.net_input_bytes, got as u64);
+            if let Some(n) = got {
+                Stats::add(&self.shared.stats.net_input_bytes, n as u64);
+            }
             if conn.pending_input() > 0 {
                 let before = conn.pending_output();
                 let parts = CxParts {
@@ -318,7 +292,7 @@ impl EventLoop {
                     break;
                 }
             }
-            if got == 0 || drained {
+            if got == Some(0) || drained {
                 break;
             }
             if budget == 0 {
