@@ -17,8 +17,9 @@
 //!   acknowledged before; `combkv cluster remove` takes it out while
 //!   writers go on.
 //! - `a_pipeline_answers_alike_on_a_cluster_node_and_a_single_node`: one
-//!   pipeline of writes and reads through a single node, the leader and a
-//!   follower gets the same replies (connections park on the log).
+//!   pipeline of writes and reads, RESP and memcached, through a single
+//!   node, the leader and a follower gets the same replies (connections
+//!   park on the log).
 
 mod support;
 
@@ -40,6 +41,7 @@ use rand::{Rng, SeedableRng};
 struct NodeSpec {
     id: u64,
     resp: SocketAddr,
+    memcached: SocketAddr,
     /// Where it listens for Raft traffic.
     raft: SocketAddr,
     dir: PathBuf,
@@ -94,6 +96,7 @@ impl Cluster {
             .map(|id| NodeSpec {
                 id,
                 resp: free_addr(id),
+                memcached: free_addr(id),
                 raft: free_addr(id),
                 dir: root.join(format!("n{id}")),
             })
@@ -128,7 +131,8 @@ impl Cluster {
             cmd.args(["--peers", &peers]);
         }
         let child = cmd
-            .args(["--resp", &s.resp.to_string(), "--memcached", "off"])
+            .args(["--resp", &s.resp.to_string()])
+            .args(["--memcached", &s.memcached.to_string()])
             .args(["--data-dir", s.dir.to_str().unwrap()])
             .args(["--log-level", "warn"])
             .stdout(Stdio::null())
@@ -144,6 +148,7 @@ impl Cluster {
         self.specs.push(NodeSpec {
             id,
             resp: free_addr(id),
+            memcached: free_addr(id),
             raft: free_addr(id),
             dir: root.join(format!("n{id}")),
         });
@@ -597,15 +602,41 @@ fn mixed_pipeline(p: &str) -> Vec<u8> {
         .into_bytes()
 }
 
-/// Sends the whole pipeline in one write and reads every reply.
-fn run_pipeline(addr: SocketAddr, p: &str) -> String {
+/// The same for memcached: text and meta commands, keys under `p`; `mn`
+/// marks its end.
+fn mixed_memcached_pipeline(p: &str) -> Vec<u8> {
+    [
+        "set {p}a 5 0 2\r\nhi",
+        "get {p}a",
+        "append {p}a 0 0 2\r\nyo",
+        "prepend {p}a 0 0 1\r\n>",
+        "incr {p}n 1",
+        "set {p}n 0 0 1\r\n5",
+        "incr {p}n 3",
+        "decr {p}n 10",
+        "add {p}a 0 0 1\r\nx",
+        "replace {p}z 0 0 1\r\nx",
+        "get {p}a {p}n",
+        "delete {p}a",
+        "delete {p}a",
+        "set {p}q 0 0 1 noreply\r\nq",
+        "ms {p}m 2 T0\r\nhi",
+        "mg {p}m v",
+        "mg {p}q v",
+        "get {p}a {p}n",
+        "mn",
+    ]
+    .iter()
+    .map(|c| c.replace("{p}", p) + "\r\n")
+    .collect::<String>()
+    .into_bytes()
+}
+
+/// Sends a whole pipeline in one write and reads every reply, up to `end`.
+fn run_pipeline(addr: SocketAddr, pipeline: &[u8], end: &[u8]) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
-    s.write_all(&mixed_pipeline(p)).unwrap();
-    let got = support::read_until(
-        &mut s,
-        b"$15\r\nend-of-pipeline\r\n",
-        Duration::from_secs(30),
-    );
+    s.write_all(pipeline).unwrap();
+    let got = support::read_until(&mut s, end, Duration::from_secs(30));
     String::from_utf8(got).unwrap()
 }
 
@@ -617,19 +648,30 @@ fn a_pipeline_answers_alike_on_a_cluster_node_and_a_single_node() {
     let root = std::env::temp_dir().join(format!("combkv-cluster-pipe-{}", std::process::id()));
     let cl = Cluster::new(&root, |_, raft| raft);
     let single = support::Server::start(&[], None);
-    let want = run_pipeline(single.resp, "a:");
+    let resp_end: &[u8] = b"$15\r\nend-of-pipeline\r\n";
+    let want = run_pipeline(single.resp, &mixed_pipeline("a:"), resp_end);
     assert!(
         want.contains("$2\r\nv1\r\n") && want.contains(":7\r\n"),
         "{want}"
     );
     assert!(!want.contains("CLUSTERDOWN"), "{want}");
+    let mc_want = run_pipeline(single.memcached, &mixed_memcached_pipeline("m:"), b"MN\r\n");
+    assert!(mc_want.contains("VALUE m:a 5 5\r\n>hiyo\r\n"), "{mc_want}");
+    assert!(!mc_want.contains("ERROR"), "{mc_want}");
 
     let leader = cl.leader(&[1, 2, 3], Duration::from_secs(60));
     let follower = (1..=3).find(|&n| n != leader).unwrap();
-    let at = |id: u64| cl.specs[id as usize - 1].resp;
-    assert_eq!(run_pipeline(at(leader), "a:"), want, "through the leader");
-    let via_follower = run_pipeline(at(follower), "b:").replace("b:", "a:");
-    assert_eq!(via_follower, want, "through a follower");
+    let spec = |id: u64| &cl.specs[id as usize - 1];
+    let got = run_pipeline(spec(leader).resp, &mixed_pipeline("a:"), resp_end);
+    assert_eq!(got, want, "through the leader");
+    let got = run_pipeline(spec(follower).resp, &mixed_pipeline("b:"), resp_end);
+    assert_eq!(got.replace("b:", "a:"), want, "through a follower");
+    // memcached: keys of its own everywhere (the RESP pipelines wrote a:n).
+    let mc = |id: u64, p: &str| {
+        run_pipeline(spec(id).memcached, &mixed_memcached_pipeline(p), b"MN\r\n").replace(p, "m:")
+    };
+    assert_eq!(mc(leader, "c:"), mc_want, "memcached through the leader");
+    assert_eq!(mc(follower, "d:"), mc_want, "memcached through a follower");
     drop(cl);
     let _ = std::fs::remove_dir_all(&root);
 }
