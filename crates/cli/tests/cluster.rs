@@ -632,6 +632,27 @@ fn mixed_memcached_pipeline(p: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+/// INFO stats' commands and error replies counted at `addr` so far.
+fn counted(addr: SocketAddr) -> (u64, u64) {
+    let mut con = redis::Client::open(format!("redis://{addr}/"))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let text: String = redis::cmd("INFO").arg("stats").query(&mut con).unwrap();
+    let field = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    (
+        field("total_commands_processed"),
+        field("total_error_replies"),
+    )
+}
+
 /// Sends a whole pipeline in one write and reads every reply, up to `end`.
 fn run_pipeline(addr: SocketAddr, pipeline: &[u8], end: &[u8]) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
@@ -649,6 +670,7 @@ fn a_pipeline_answers_alike_on_a_cluster_node_and_a_single_node() {
     let cl = Cluster::new(&root, |_, raft| raft);
     let single = support::Server::start(&[], None);
     let resp_end: &[u8] = b"$15\r\nend-of-pipeline\r\n";
+    let before = counted(single.resp);
     let want = run_pipeline(single.resp, &mixed_pipeline("a:"), resp_end);
     assert!(
         want.contains("$2\r\nv1\r\n") && want.contains(":7\r\n"),
@@ -658,6 +680,8 @@ fn a_pipeline_answers_alike_on_a_cluster_node_and_a_single_node() {
     let mc_want = run_pipeline(single.memcached, &mixed_memcached_pipeline("m:"), b"MN\r\n");
     assert!(mc_want.contains("VALUE m:a 5 5\r\n>hiyo\r\n"), "{mc_want}");
     assert!(!mc_want.contains("ERROR"), "{mc_want}");
+    let after = counted(single.resp);
+    let counts_want = (after.0 - before.0, after.1 - before.1);
 
     let leader = cl.leader(&[1, 2, 3], Duration::from_secs(60));
     let follower = (1..=3).find(|&n| n != leader).unwrap();
@@ -672,6 +696,16 @@ fn a_pipeline_answers_alike_on_a_cluster_node_and_a_single_node() {
     };
     assert_eq!(mc(leader, "c:"), mc_want, "memcached through the leader");
     assert_eq!(mc(follower, "d:"), mc_want, "memcached through a follower");
+    // A request that waited for the log counts once, as on a single node.
+    let before = counted(spec(follower).resp);
+    run_pipeline(spec(follower).resp, &mixed_pipeline("e:"), resp_end);
+    mc(follower, "f:");
+    let after = counted(spec(follower).resp);
+    let counts = (after.0 - before.0, after.1 - before.1);
+    assert_eq!(
+        counts, counts_want,
+        "(commands, errors) counted on a follower"
+    );
     drop(cl);
     let _ = std::fs::remove_dir_all(&root);
 }

@@ -69,8 +69,9 @@ impl Cx<'_> {
         apply(self.shared, self.session, self.parking, op)
     }
 
-    /// Whether the request that ran parked the connection.
-    fn parked(&self) -> bool {
+    /// Whether the request that ran parked the connection (its reply is
+    /// dropped, so its errors are not counted).
+    pub(crate) fn parked(&self) -> bool {
         self.parking.is_some_and(|p| p.parked())
     }
 
@@ -309,13 +310,22 @@ impl<P: Protocol> Pipeline<P> {
                 _ => true,
             };
             if answers_batch {
+                // This step waits for a later call, which parses (and
+                // counts) its request again.
+                let again = |cx: &Cx<'_>| {
+                    if matches!(step, Step::Request(..)) {
+                        Stats::sub(&cx.shared.stats.commands_processed, 1);
+                    }
+                };
                 match self.flush(cx, input, &mut batch, out, reply_budget) {
                     Flushed::Abort => return Processed::aborted(start),
                     Flushed::Partial(resume) => {
+                        again(cx);
                         at = resume;
                         break;
                     }
                     Flushed::Done if out.len() > reply_budget => {
+                        again(cx);
                         let req = match &step {
                             Step::Request(req, _) => Some(req),
                             _ => None,
@@ -346,6 +356,8 @@ impl<P: Protocol> Pipeline<P> {
                             }
                             if let Err(e) = cx.ready_to_read() {
                                 if cx.parked() {
+                                    // Parsed (and counted) again later.
+                                    Stats::sub(&cx.shared.stats.commands_processed, 1);
                                     self.proto.rewind(Some(&req));
                                     at = start;
                                     break;
@@ -364,7 +376,9 @@ impl<P: Protocol> Pipeline<P> {
                     close = self.run(cx, input, &req, out);
                     if let Some(p) = cx.parking {
                         if p.parked() {
-                            // Runs again, from its start, when the log answers.
+                            // Runs again, from its start, when the log
+                            // answers; parsed (and counted) again then.
+                            Stats::sub(&cx.shared.stats.commands_processed, 1);
                             out.truncate(before);
                             self.proto.rewind(Some(&req));
                             at = start;
@@ -480,6 +494,7 @@ impl<P: Protocol> Pipeline<P> {
         if let Err(e) = cx.ready_to_read() {
             if cx.parked() {
                 // The whole batch is parsed again once the read index lands.
+                Stats::sub(&cx.shared.stats.commands_processed, batch.reqs.len() as u64);
                 self.proto.rewind(batch.reqs.first());
                 let resume = batch.starts[0];
                 batch.clear();
@@ -526,6 +541,11 @@ impl<P: Protocol> Pipeline<P> {
         }
         let flushed = match pending.get(answered) {
             Some(first_left) => {
+                // Parsed (and counted) again by a later call.
+                Stats::sub(
+                    &cx.shared.stats.commands_processed,
+                    (pending.len() - answered) as u64,
+                );
                 self.proto.rewind(Some(first_left));
                 Flushed::Partial(batch.starts[answered])
             }

@@ -122,7 +122,10 @@ pub(crate) fn eq_ic(a: &[u8], b: &str) -> bool {
 pub(crate) fn dispatch(cx: &mut Ctx<'_, '_>, spec: Option<&'static Spec>) {
     let result = run(cx, spec);
     if let Err(e) = result {
-        Stats::add(&cx.shared.stats.errors_replied, 1);
+        // A parked request's reply is dropped: not an error replied.
+        if !cx.parking.is_some_and(|p| p.parked()) {
+            Stats::add(&cx.shared.stats.errors_replied, 1);
+        }
         cx.r.error(&e.line());
     }
 }
