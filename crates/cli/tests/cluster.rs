@@ -594,6 +594,9 @@ fn mixed_pipeline(p: &str) -> Vec<u8> {
         "RANGE [{p} + LIMIT 20",
         "INCR {p}k3",
         "GET {p}nokey",
+        "SETEX {p}t 100 v",
+        "GETSET {p}t w",
+        "TTL {p}t",
         "ECHO end-of-pipeline",
     ];
     cmds.iter()

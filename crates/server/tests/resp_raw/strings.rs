@@ -1,5 +1,6 @@
-//! String commands: GET SET SETNX GETDEL MGET MSET APPEND STRLEN INCR DECR
-//! INCRBY DECRBY, GETV and CAS; each with its happy path and error paths.
+//! String commands: GET SET SETNX SETEX PSETEX GETSET GETDEL MGET MSET
+//! APPEND STRLEN INCR DECR INCRBY DECRBY, GETV and CAS; each with its happy
+//! path and error paths.
 
 use crate::wire::*;
 
@@ -63,6 +64,51 @@ fn set_conditions_and_get_option() {
     c.ok("SET k v XX NX", SYNTAX);
     c.ok("SET k v BOGUS", SYNTAX);
     c.ok("GET k", &bulk("a"));
+}
+
+#[test]
+fn setex_psetex_and_getset() {
+    let s = server();
+    let mut c = s.connect();
+    c.ok("SETEX k 100 v", OK);
+    c.ok("GET k", &bulk("v"));
+    let ttl = as_int(&c.q("TTL k"));
+    assert!((99..=100).contains(&ttl), "ttl {ttl}");
+    c.ok("PSETEX k 100000 w", OK);
+    c.ok("GET k", &bulk("w"));
+    let pttl = as_int(&c.q("PTTL k"));
+    assert!((90_000..=100_000).contains(&pttl), "pttl {pttl}");
+    // GETSET: the old value, and the time to live cleared as by SET.
+    c.ok("GETSET k x", &bulk("w"));
+    c.ok("TTL k", &int(-1));
+    c.ok("GET k", &bulk("x"));
+    c.ok("GETSET fresh y", NIL);
+    c.ok("GET fresh", &bulk("y"));
+    // Errors, Redis 7's texts; nothing is written.
+    for (bad, name) in [
+        ("SETEX k 0 z", "setex"),
+        ("SETEX k -1 z", "setex"),
+        ("SETEX k 9223372036854775807 z", "setex"),
+        ("PSETEX k 0 z", "psetex"),
+        ("PSETEX k -5 z", "psetex"),
+    ] {
+        c.ok(
+            bad,
+            &err(&format!("ERR invalid expire time in '{name}' command")),
+        );
+    }
+    c.ok("SETEX k abc z", NOT_INT);
+    c.ok("PSETEX k 1.5 z", NOT_INT);
+    c.ok("SETEX k 10", &arity("setex"));
+    c.ok("PSETEX k 10 v extra", &arity("psetex"));
+    c.ok("GETSET k", &arity("getset"));
+    c.ok(&format!("SETEX {} 10 v", long_key()), KEY_TOO_LONG);
+    c.ok(&format!("GETSET k {}", big_value()), VALUE_TOO_LARGE);
+    c.ok("GET k", &bulk("x"));
+    // A short time to live runs out.
+    c.ok("PSETEX gone 1 v", OK);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    c.ok("GET gone", NIL);
 }
 
 #[test]

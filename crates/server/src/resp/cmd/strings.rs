@@ -1,5 +1,5 @@
-//! String commands: GET SET SETNX GETDEL MGET MSET APPEND STRLEN INCR DECR
-//! INCRBY DECRBY, and combkv's GETV and CAS. Each write parses and checks
+//! String commands: GET SET SETNX SETEX PSETEX GETSET GETDEL MGET MSET
+//! APPEND STRLEN INCR DECR INCRBY DECRBY, and combkv's GETV and CAS. Each write parses and checks
 //! its arguments, decides an [`Op`] (relative expiry times resolved with
 //! one clock reading), has the session apply it, and replies from the
 //! [`Outcome`].
@@ -174,6 +174,52 @@ pub(super) fn setnx(cx: &mut Ctx<'_, '_>) -> CmdResult {
     };
     let done = cx.apply(&op)?.status() == Status::Done;
     cx.r.int(done as i64);
+    Ok(())
+}
+
+/// SETEX key seconds value: SET with EX, the time before the value.
+pub(super) fn setex(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    set_expiring(cx, 1000, "setex")
+}
+
+/// PSETEX key milliseconds value: SET with PX.
+pub(super) fn psetex(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    set_expiring(cx, 1, "psetex")
+}
+
+fn set_expiring(cx: &mut Ctx<'_, '_>, unit_ms: i64, name: &str) -> CmdResult {
+    let at = deadline_ms(cx.args[2], unit_ms, false, name)?;
+    let op = Op::Put {
+        key: cx.args[1],
+        value: cx.args[3],
+        expiry: Expiry::AtMs(at),
+        flags: Flags::NONE,
+        cond: Cond::Any,
+        return_old: false,
+    };
+    cx.apply(&op)?;
+    cx.r.ok();
+    Ok(())
+}
+
+/// GETSET key value: SET key value GET (the old value or nil; any time to
+/// live is cleared, as by SET).
+pub(super) fn getset(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let op = Op::Put {
+        key: cx.args[1],
+        value: cx.args[2],
+        expiry: Expiry::Never,
+        flags: Flags::NONE,
+        cond: Cond::Any,
+        return_old: true,
+    };
+    let Outcome::Put { old, .. } = cx.apply(&op)? else {
+        unreachable!("a put's outcome");
+    };
+    match old {
+        Some(it) => cx.r.bulk(&it.value),
+        None => cx.r.null(),
+    }
     Ok(())
 }
 
