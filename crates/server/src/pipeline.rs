@@ -14,7 +14,9 @@
 //!   connection closes;
 //! - a protocol error (framing lost) is answered, then the connection
 //!   closes;
-//! - with [`Protocol::TIMED`], each command is timed for the slow log.
+//! - with [`Protocol::TIMED`], each command is timed for the slow log;
+//! - a request counts as processed once it is answered (one that waits,
+//!   for the budget or for a cluster's log, is parsed again later).
 //!
 //! A [`Protocol`] supplies the rest: parsing, the commands and their
 //! replies. `resp::Resp` and `memcache::Memcache` are the two.
@@ -310,22 +312,13 @@ impl<P: Protocol> Pipeline<P> {
                 _ => true,
             };
             if answers_batch {
-                // This step waits for a later call, which parses (and
-                // counts) its request again.
-                let again = |cx: &Cx<'_>| {
-                    if matches!(step, Step::Request(..)) {
-                        Stats::sub(&cx.shared.stats.commands_processed, 1);
-                    }
-                };
                 match self.flush(cx, input, &mut batch, out, reply_budget) {
                     Flushed::Abort => return Processed::aborted(start),
                     Flushed::Partial(resume) => {
-                        again(cx);
                         at = resume;
                         break;
                     }
                     Flushed::Done if out.len() > reply_budget => {
-                        again(cx);
                         let req = match &step {
                             Step::Request(req, _) => Some(req),
                             _ => None,
@@ -356,14 +349,13 @@ impl<P: Protocol> Pipeline<P> {
                             }
                             if let Err(e) = cx.ready_to_read() {
                                 if cx.parked() {
-                                    // Parsed (and counted) again later.
-                                    Stats::sub(&cx.shared.stats.commands_processed, 1);
                                     self.proto.rewind(Some(&req));
                                     at = start;
                                     break;
                                 }
                                 self.proto
                                     .batch_failed(cx, e, std::slice::from_ref(&req), out);
+                                Stats::add(&cx.shared.stats.commands_processed, 1);
                                 continue;
                             }
                         }
@@ -377,8 +369,7 @@ impl<P: Protocol> Pipeline<P> {
                     if let Some(p) = cx.parking {
                         if p.parked() {
                             // Runs again, from its start, when the log
-                            // answers; parsed (and counted) again then.
-                            Stats::sub(&cx.shared.stats.commands_processed, 1);
+                            // answers.
                             out.truncate(before);
                             self.proto.rewind(Some(&req));
                             at = start;
@@ -387,6 +378,7 @@ impl<P: Protocol> Pipeline<P> {
                         }
                         p.end_request();
                     }
+                    Stats::add(&cx.shared.stats.commands_processed, 1);
                     if close {
                         break;
                     }
@@ -494,13 +486,13 @@ impl<P: Protocol> Pipeline<P> {
         if let Err(e) = cx.ready_to_read() {
             if cx.parked() {
                 // The whole batch is parsed again once the read index lands.
-                Stats::sub(&cx.shared.stats.commands_processed, batch.reqs.len() as u64);
                 self.proto.rewind(batch.reqs.first());
                 let resume = batch.starts[0];
                 batch.clear();
                 return Flushed::Partial(resume);
             }
             self.proto.batch_failed(cx, e, &batch.reqs, out);
+            Stats::add(&cx.shared.stats.commands_processed, batch.reqs.len() as u64);
             batch.clear();
             return Flushed::Done;
         }
@@ -512,9 +504,8 @@ impl<P: Protocol> Pipeline<P> {
         for req in pending.iter() {
             self.proto.read_requests(input, req, &mut reads);
         }
-        let stats = &cx.shared.stats;
-        Stats::add(&stats.read_batches, 1);
-        Stats::add(&stats.read_batch_requests, reads.len() as u64);
+        Stats::add(&cx.shared.stats.read_batches, 1);
+        Stats::add(&cx.shared.stats.read_batch_requests, reads.len() as u64);
         let done = cx.session.store().read_batch(&reads, cx.batch);
         drop(reads);
         let before = out.len();
@@ -529,6 +520,7 @@ impl<P: Protocol> Pipeline<P> {
                 pending.len()
             }
         };
+        Stats::add(&cx.shared.stats.commands_processed, answered as u64);
         if out.len() - before > SHRINK_AFTER_BYTES {
             // The results held every value of the batch: give that back.
             *cx.batch = BatchResults::new();
@@ -541,11 +533,6 @@ impl<P: Protocol> Pipeline<P> {
         }
         let flushed = match pending.get(answered) {
             Some(first_left) => {
-                // Parsed (and counted) again by a later call.
-                Stats::sub(
-                    &cx.shared.stats.commands_processed,
-                    (pending.len() - answered) as u64,
-                );
                 self.proto.rewind(Some(first_left));
                 Flushed::Partial(batch.starts[answered])
             }

@@ -31,16 +31,6 @@ impl Default for Counter {
 
 impl Counter {
     pub fn add(&self, n: u64) {
-        self.shard().fetch_add(n, Ordering::Relaxed);
-    }
-
-    /// Takes back what this thread added (a request counted, then parsed
-    /// again). Shards may wrap; their sum does not.
-    pub fn sub(&self, n: u64) {
-        self.shard().fetch_sub(n, Ordering::Relaxed);
-    }
-
-    fn shard(&self) -> &AtomicU64 {
         thread_local! {
             static SHARD: usize = {
                 use std::sync::atomic::AtomicUsize;
@@ -48,13 +38,12 @@ impl Counter {
                 NEXT.fetch_add(1, Ordering::Relaxed) % COUNTER_SHARDS
             };
         }
-        &self.shards[SHARD.with(|s| *s)]
+        let i = SHARD.with(|s| *s);
+        self.shards[i].fetch_add(n, Ordering::Relaxed);
     }
 
     pub fn get(&self) -> u64 {
-        self.shards
-            .iter()
-            .fold(0u64, |sum, s| sum.wrapping_add(s.load(Ordering::Relaxed)))
+        self.shards.iter().map(|s| s.load(Ordering::Relaxed)).sum()
     }
 
     pub fn reset(&self) {
@@ -88,9 +77,6 @@ pub struct Stats {
 impl Stats {
     pub fn add(counter: &Counter, n: u64) {
         counter.add(n);
-    }
-    pub fn sub(counter: &Counter, n: u64) {
-        counter.sub(n);
     }
     pub fn get(counter: &Counter) -> u64 {
         counter.get()

@@ -197,7 +197,7 @@ impl Protocol for Memcache {
 
     fn parse<'a>(
         &mut self,
-        cx: &Cx<'_>,
+        _cx: &Cx<'_>,
         input: &'a [u8],
         at: usize,
         _fresh: bool,
@@ -240,7 +240,6 @@ impl Protocol for Memcache {
             }
             Parsed::Request { req, consumed } => {
                 self.scanned = 0;
-                Stats::add(&cx.shared.stats.commands_processed, 1);
                 match req {
                     Request::Get {
                         kind,

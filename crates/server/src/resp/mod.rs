@@ -165,7 +165,6 @@ impl Protocol for Resp {
         if f.first == f.end {
             return Step::Skip(f.consumed);
         }
-        Stats::add(&cx.shared.stats.commands_processed, 1);
         let mut req = RespRequest {
             spec: None,
             base: at,
