@@ -33,6 +33,42 @@ pub fn encode_ops(ops: &[Op<'_>], out: &mut Vec<u8>) {
     }
 }
 
+/// An encoded op list built one op at a time, as [`encode_ops`] writes it
+/// (an event loop's turn of writes, without a buffer per op).
+#[derive(Debug, Default)]
+pub struct OpList {
+    bytes: Vec<u8>,
+    count: u64,
+}
+
+impl OpList {
+    pub fn push(&mut self, op: &Op<'_>) {
+        if self.bytes.is_empty() {
+            // Room for the count, written by `finish`.
+            self.bytes.extend_from_slice(&[0; 8]);
+        }
+        encode_op(op, &mut self.bytes);
+        self.count += 1;
+    }
+
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The encoded list.
+    pub fn finish(mut self) -> Vec<u8> {
+        if self.bytes.is_empty() {
+            self.bytes.extend_from_slice(&[0; 8]);
+        }
+        self.bytes[..8].copy_from_slice(&self.count.to_le_bytes());
+        self.bytes
+    }
+}
+
 /// The ops `bytes` holds, borrowing from it.
 pub fn decode_ops(bytes: &[u8]) -> Decoded<Vec<Op<'_>>> {
     let mut r = Reader { b: bytes };
@@ -732,6 +768,14 @@ mod tests {
         let joined = join_ops(encoded.iter().map(Vec::as_slice));
         let all: Vec<Op<'_>> = parts.concat();
         assert_eq!(decode_ops(&joined).unwrap(), all);
+        // Built one op at a time, the same bytes.
+        let mut list = OpList::default();
+        for op in &all {
+            list.push(op);
+        }
+        assert_eq!(list.len(), 3);
+        assert_eq!(list.finish(), joined);
+        assert_eq!(decode_ops(&OpList::default().finish()).unwrap(), []);
         // Results as apply writes them, one per op, distinct per op.
         let outcomes: Vec<Result<Outcome, Error>> = vec![
             Ok(Outcome::Put {

@@ -120,47 +120,52 @@ impl Replica {
 
 /// Proposes `taken` as one entry and hands each proposal its results.
 async fn propose(raft: Raft<TypeConfig>, taken: Vec<Pending>, _place: OwnedSemaphorePermit) {
-    let mut parts = Vec::with_capacity(taken.len());
+    let (mut batches, mut waiting, mut counts) = (Vec::new(), Vec::new(), Vec::new());
     for p in taken {
         match codec::op_count(&p.batch.ops) {
-            Ok(n) => parts.push((p, n)),
+            Ok(n) => {
+                batches.push(p.batch);
+                waiting.push(p.tx);
+                counts.push(n);
+            }
             Err(e) => {
                 let _ = p.tx.send(Err(ProposeError::Malformed(e.to_string())));
             }
         }
     }
-    let batch = match parts.as_slice() {
-        [] => return,
-        [(one, _)] => one.batch.clone(),
-        many => Batch {
+    let batch = match batches.len() {
+        0 => return,
+        1 => batches.pop().expect("one batch"),
+        _ => Batch {
             // Each part was decided at its own clock; the entry's is the
             // latest (apply never lets the log's clock go back anyway).
-            now_ms: many.iter().map(|(p, _)| p.batch.now_ms).max().unwrap_or(0),
-            ops: codec::join_ops(many.iter().map(|(p, _)| p.batch.ops.as_slice())),
+            now_ms: batches.iter().map(|b| b.now_ms).max().unwrap_or(0),
+            ops: codec::join_ops(batches.iter().map(|b| b.ops.as_slice())),
         },
     };
-    match raft.client_write(batch).await {
-        Ok(r) => {
-            let counts: Vec<usize> = parts.iter().map(|(_, n)| *n).collect();
-            match codec::split_results(&r.data.results, &counts) {
-                Ok(shares) => {
-                    for ((p, _), share) in parts.into_iter().zip(shares) {
-                        let _ = p.tx.send(Ok((r.log_id, share)));
-                    }
-                }
-                // Applied, but its answer cannot be read: say so, never
-                // "not applied".
-                Err(e) => {
-                    tracing::error!("the results of entry {} are unreadable: {e}", r.log_id);
-                    for (p, _) in parts {
-                        let _ = p.tx.send(Err(ProposeError::Unreadable(e.to_string())));
-                    }
-                }
+    let shares = match raft.client_write(batch).await {
+        // A lone proposal's results are the entry's.
+        Ok(r) if waiting.len() == 1 => Ok((r.log_id, vec![r.data.results])),
+        Ok(r) => match codec::split_results(&r.data.results, &counts) {
+            Ok(shares) => Ok((r.log_id, shares)),
+            // Applied, but its answer cannot be read: say so, never "not
+            // applied".
+            Err(e) => {
+                tracing::error!("the results of entry {} are unreadable: {e}", r.log_id);
+                Err(ProposeError::Unreadable(e.to_string()))
+            }
+        },
+        Err(e) => Err(ProposeError::Raft(e)),
+    };
+    match shares {
+        Ok((log_id, shares)) => {
+            for (tx, share) in waiting.into_iter().zip(shares) {
+                let _ = tx.send(Ok((log_id, share)));
             }
         }
         Err(e) => {
-            for (p, _) in parts {
-                let _ = p.tx.send(Err(ProposeError::Raft(e.clone())));
+            for tx in waiting {
+                let _ = tx.send(Err(e.clone()));
             }
         }
     }

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use combkv::op::{Op, Outcome};
 use combkv::{Error as StoreError, Store};
+use combkv_replica::codec::OpList;
 use combkv_replica::{ClusterError, LogOptions, Replica, ReplicaConfig, Role, Status, SyncPolicy};
 
 use crate::config::{ClusterReads, DurabilityMode, ServerConfig, parse_peers};
@@ -132,16 +133,15 @@ impl Cluster {
         }
     }
 
-    /// Proposes one-op writes (each encoded alone) in the background as
-    /// one batch; `done` gets their outcomes in order (on a Raft thread: it
-    /// must only hand them on).
+    /// Proposes writes in the background as one batch; `done` gets their
+    /// outcomes in order (on a Raft thread: it must only hand them on).
     pub(crate) fn propose_all(
         &self,
-        ops: Vec<Vec<u8>>,
+        ops: OpList,
         done: impl FnOnce(Vec<Result<Outcome, StoreError>>) + Send + 'static,
     ) {
         let n = ops.len();
-        let joined = combkv_replica::codec::join_ops(ops.iter().map(Vec::as_slice));
+        let joined = ops.finish();
         let now = self.replica.clock_ms();
         let replica = self.replica.clone();
         self.rt.spawn(async move {

@@ -373,19 +373,13 @@ impl EventLoop {
         // Parked connections first get their answers (a write in flight
         // must not be proposed twice); then the rest of the input runs
         // with writes that block.
-        if let Some(inbox) = self.inbox.clone() {
+        if self.inbox.is_some() {
             let deadline = std::time::Instant::now() + combkv_replica::REQUEST_TIMEOUT;
             while self.conns.iter().any(|(_, c)| c.park.borrow().waiting)
                 && std::time::Instant::now() < deadline
             {
                 std::thread::sleep(Duration::from_millis(1));
-                for l in inbox.take() {
-                    if let Some(conn) = self.conns.get_mut(l.token)
-                        && conn.client.id == l.client
-                    {
-                        conn.park.get_mut().land(l.what);
-                    }
-                }
+                self.take_landed();
             }
         }
         let tokens: Vec<usize> = self.conns.iter().map(|(t, _)| t).collect();

@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use combkv::op::{Op, Outcome};
 use combkv::{Error, Result};
+use combkv_replica::codec::OpList;
 use parking_lot::Mutex;
 
 use crate::cluster::Cluster;
@@ -51,8 +52,8 @@ pub(crate) struct Landed {
 pub(crate) struct Inbox {
     landed: Mutex<Vec<Landed>>,
     waker: Arc<mio::Waker>,
-    /// This turn's writes: (one encoded op, token, client).
-    writes: Mutex<Vec<(Vec<u8>, usize, u64)>>,
+    /// This turn's writes, and whom each is for: (token, client).
+    writes: Mutex<(OpList, Vec<(usize, u64)>)>,
     /// This turn's connections waiting for a read index: (token, client).
     reads: Mutex<Vec<(usize, u64)>>,
 }
@@ -62,7 +63,7 @@ impl Inbox {
         Inbox {
             landed: Mutex::new(Vec::new()),
             waker,
-            writes: Mutex::new(Vec::new()),
+            writes: Mutex::new((OpList::default(), Vec::new())),
             reads: Mutex::new(Vec::new()),
         }
     }
@@ -72,10 +73,8 @@ impl Inbox {
     /// index for every connection that waits for one (every request they
     /// parked on arrived before it is asked).
     pub(crate) fn submit(self: &Arc<Self>, cluster: &Cluster) {
-        let writes = std::mem::take(&mut *self.writes.lock());
-        if !writes.is_empty() {
-            let (ops, to): (Vec<Vec<u8>>, Vec<(usize, u64)>) =
-                writes.into_iter().map(|(op, t, c)| (op, (t, c))).unzip();
+        let (ops, to) = std::mem::take(&mut *self.writes.lock());
+        if !ops.is_empty() {
             let inbox = Arc::clone(self);
             cluster.propose_all(ops, move |results| {
                 for ((token, client), r) in to.into_iter().zip(results) {
@@ -202,9 +201,9 @@ impl Parking<'_> {
         };
         if !p.waiting {
             p.waiting = true;
-            let mut bytes = Vec::new();
-            combkv_replica::codec::encode_ops(std::slice::from_ref(op), &mut bytes);
-            inbox.writes.lock().push((bytes, self.token, self.client));
+            let mut writes = inbox.writes.lock();
+            writes.0.push(op);
+            writes.1.push((self.token, self.client));
         }
         Err(parked())
     }
