@@ -277,10 +277,7 @@ fn check_acked(cl: &Cluster, id: u64, a: &Acked, when: &str) -> usize {
 
 #[test]
 fn acknowledged_writes_survive_kill_9_of_leader_or_follower() {
-    let cycles: usize = std::env::var("COMBKV_CLUSTER_KILL9_CYCLES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10);
+    let cycles: usize = support::env_number("COMBKV_CLUSTER_KILL9_CYCLES", 10);
     let root = std::env::temp_dir().join(format!("combkv-cluster-kill9-{}", std::process::id()));
     let mut cl = Cluster::new(&root, |_, raft| raft);
     cl.leader(&[1, 2, 3], Duration::from_secs(60));

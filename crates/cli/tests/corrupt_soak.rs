@@ -132,14 +132,8 @@ fn connect(port: u16) -> redis::Connection {
 
 #[test]
 fn damage_to_a_closed_segment_is_refused_or_loses_nothing() {
-    let cycles: usize = std::env::var("COMBKV_SOAK_CYCLES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(4);
-    let seed: u64 = std::env::var("COMBKV_SOAK_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0x736f616b);
+    let cycles: usize = support::env_number("COMBKV_SOAK_CYCLES", 4);
+    let seed: u64 = support::env_number("COMBKV_SOAK_SEED", 0x736f616b);
     let dir = std::env::temp_dir().join(format!("combkv-soak-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let acked = Arc::new(Mutex::new(Acked::default()));

@@ -78,10 +78,7 @@ fn start(dir: &Path, port: u16) -> Child {
 
 #[test]
 fn acknowledged_writes_survive_kill_9() {
-    let cycles: usize = std::env::var("COMBKV_KILL9_CYCLES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10);
+    let cycles: usize = support::env_number("COMBKV_KILL9_CYCLES", 10);
     let dir = std::env::temp_dir().join(format!("combkv-kill9-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let acked = Arc::new(Mutex::new(Acked::default()));

@@ -3,6 +3,8 @@
 //! to, and never lets a write after the cut reuse a version the dropped
 //! data held, on this start or a later one.
 
+mod wal_files;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,16 +40,8 @@ fn key(i: usize) -> Vec<u8> {
     format!("key{i:05}").into_bytes()
 }
 
-fn segments(fs: &FaultyStorage) -> Vec<PathBuf> {
-    let mut v: Vec<_> = fs
-        .list(Path::new(DIR))
-        .unwrap()
-        .into_iter()
-        .filter(|n| n.starts_with("wal-") && n.ends_with(".log"))
-        .map(|n| Path::new(DIR).join(n))
-        .collect();
-    v.sort();
-    v
+fn segments(fs: &FaultyStorage) -> Vec<std::path::PathBuf> {
+    wal_files::segments(fs, DIR)
 }
 
 fn name(p: &Path) -> String {

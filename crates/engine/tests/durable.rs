@@ -2,6 +2,8 @@
 //! poisoning, torn and corrupt tails, checkpoint fallback, and one test per
 //! behaviour of the log, checkpoints and recovery.
 
+mod wal_files;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -382,16 +384,7 @@ fn a_failed_write_makes_the_store_read_only() {
 // ---- torn and corrupt logs -------------------------------------------------
 
 fn segments(fs: &FaultyStorage) -> Vec<std::path::PathBuf> {
-    use combkv::durable::Storage;
-    let mut v: Vec<_> = fs
-        .list(Path::new(DIR))
-        .unwrap()
-        .into_iter()
-        .filter(|n| n.starts_with("wal-") && n.ends_with(".log"))
-        .map(|n| Path::new(DIR).join(n))
-        .collect();
-    v.sort();
-    v
+    wal_files::segments(fs, DIR)
 }
 
 /// Writes `n` keys through a store on `fs` and shuts it down: the log

@@ -37,6 +37,17 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A number from the environment (a soak or replay setting), or `default`
+/// when it is unset; a value that is no number stops the test.
+pub fn env_number<T: std::str::FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
+        Err(_) => default,
+    }
+}
+
 /// The binary under test.
 pub fn binary() -> String {
     std::env::var("COMBKV_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_combkv").into())
