@@ -53,6 +53,28 @@ pub enum Error {
     Unavailable(String),
     /// The write's answer was lost: it may or may not have been applied.
     Uncertain(String),
+    /// The op cannot run inside a transaction ([`crate::op::Op::Txn`]):
+    /// a FLUSHALL, another transaction, a read outside one. The text says
+    /// which.
+    NotInTransaction(String),
+}
+
+impl Error {
+    /// The operation was refused for what it asked, before it changed
+    /// anything, and the store goes on as before: a bad key, value or
+    /// number. A transaction reports such an error for its op and applies
+    /// the rest (as Redis's EXEC does); any other error ends it.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            Error::KeyEmpty
+                | Error::KeyTooLong { .. }
+                | Error::ValueTooLarge { .. }
+                | Error::NotAnInteger
+                | Error::Overflow
+                | Error::NotInTransaction(_)
+        )
+    }
 }
 
 impl fmt::Display for Error {
@@ -82,6 +104,7 @@ impl fmt::Display for Error {
             Error::Uncertain(why) => {
                 write!(f, "the write may or may not have been applied: {why}")
             }
+            Error::NotInTransaction(why) => write!(f, "not allowed in a transaction: {why}"),
         }
     }
 }

@@ -8,7 +8,7 @@
 
 use std::borrow::Cow;
 
-use combkv::op::{Arith, Cond, ExpireWhen, Number, OnMissing, Op, Outcome, Status};
+use combkv::op::{Arith, Cond, ExpireWhen, Number, OnMissing, Op, Outcome, Status, Watch};
 use combkv::{AtomicWrite, Error, Expiry, Flags, Item, Version};
 
 /// Why bytes could not be decoded (a damaged or foreign entry).
@@ -320,6 +320,25 @@ fn encode_op(op: &Op<'_>, out: &mut Vec<u8>) {
             put_bytes(out, key);
             put_u64(out, version.get());
         }
+        Op::Read { keys } => {
+            out.push(9);
+            put_u64(out, keys.len() as u64);
+            for k in keys.iter() {
+                put_bytes(out, k);
+            }
+        }
+        Op::Txn { watch, ops } => {
+            out.push(10);
+            put_u64(out, watch.len() as u64);
+            for w in watch.iter() {
+                put_bytes(out, w.key);
+                put_version(out, w.version);
+            }
+            put_u64(out, ops.len() as u64);
+            for op in ops.iter() {
+                encode_op(op, out);
+            }
+        }
         // `Op` is non-exhaustive: a new kind needs a tag here before it
         // can be replicated.
         _ => unreachable!("an op kind without an encoding: {op:?}"),
@@ -431,6 +450,26 @@ fn encode_outcome(o: &Outcome, out: &mut Vec<u8>) {
             put_status(out, *status);
             put_version(out, *version);
         }
+        Outcome::Read { items } => {
+            out.push(9);
+            put_u64(out, items.len() as u64);
+            for it in items {
+                put_item(out, it);
+            }
+        }
+        Outcome::Txn { results } => {
+            out.push(10);
+            match results {
+                None => out.push(0),
+                Some(results) => {
+                    out.push(1);
+                    put_u64(out, results.len() as u64);
+                    for r in results {
+                        encode_result(r, out);
+                    }
+                }
+            }
+        }
         _ => unreachable!("an outcome kind without an encoding: {o:?}"),
     }
 }
@@ -454,6 +493,10 @@ fn encode_error(e: &Error, out: &mut Vec<u8>) {
         }
         Error::NotAnInteger => out.push(4),
         Error::Overflow => out.push(5),
+        Error::NotInTransaction(why) => {
+            out.push(6);
+            put_bytes(out, why.as_bytes());
+        }
         other => {
             out.push(255);
             put_bytes(out, other.to_string().as_bytes());
@@ -631,6 +674,35 @@ impl<'a> Reader<'a> {
                 key: self.bytes()?,
                 version: Version(self.u64()?),
             },
+            9 => {
+                let n = self.count()?;
+                let mut keys = Vec::with_capacity(n);
+                for _ in 0..n {
+                    keys.push(self.bytes()?);
+                }
+                Op::Read {
+                    keys: Cow::Owned(keys),
+                }
+            }
+            10 => {
+                let n = self.count()?;
+                let mut watch = Vec::with_capacity(n);
+                for _ in 0..n {
+                    watch.push(Watch {
+                        key: self.bytes()?,
+                        version: self.version()?,
+                    });
+                }
+                let n = self.count()?;
+                let mut ops = Vec::with_capacity(n);
+                for _ in 0..n {
+                    ops.push(self.op()?);
+                }
+                Op::Txn {
+                    watch: Cow::Owned(watch),
+                    ops: Cow::Owned(ops),
+                }
+            }
             _ => return Err(DecodeError("op tag")),
         })
     }
@@ -713,6 +785,32 @@ impl<'a> Reader<'a> {
                 status: self.status()?,
                 version: self.version()?,
             },
+            9 => {
+                let n = self.count()?;
+                let mut items = Vec::with_capacity(n);
+                for _ in 0..n {
+                    items.push(self.item()?);
+                }
+                Outcome::Read { items }
+            }
+            10 => match self.u8()? {
+                0 => Outcome::Txn { results: None },
+                1 => {
+                    let n = self.count()?;
+                    let mut results = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        results.push(match self.u8()? {
+                            0 => Ok(self.outcome()?),
+                            1 => Err(self.error()?),
+                            _ => return Err(DecodeError("result tag")),
+                        });
+                    }
+                    Outcome::Txn {
+                        results: Some(results),
+                    }
+                }
+                _ => return Err(DecodeError("transaction outcome")),
+            },
             _ => return Err(DecodeError("outcome tag")),
         })
     }
@@ -729,6 +827,7 @@ impl<'a> Reader<'a> {
             },
             4 => Error::NotAnInteger,
             5 => Error::Overflow,
+            6 => Error::NotInTransaction(String::from_utf8_lossy(self.bytes()?).into_owned()),
             255 => Error::Corrupt(String::from_utf8_lossy(self.bytes()?).into_owned()),
             _ => return Err(DecodeError("error code")),
         })
@@ -873,7 +972,25 @@ mod tests {
                 key: b"gone",
                 version: Version(41),
             },
+            Op::Read {
+                keys: Cow::Owned(vec![&b"r1"[..], b"r2"]),
+            },
         ];
+        let mut ops = ops;
+        let inner = ops.clone();
+        ops.push(Op::Txn {
+            watch: Cow::Owned(vec![
+                Watch {
+                    key: b"w1",
+                    version: Some(Version(3)),
+                },
+                Watch {
+                    key: b"w2",
+                    version: None,
+                },
+            ]),
+            ops: Cow::Owned(inner),
+        });
         let mut buf = Vec::new();
         encode_ops(&ops, &mut buf);
         assert_eq!(decode_ops(&buf).unwrap(), ops);
@@ -890,6 +1007,7 @@ mod tests {
             expires_at_ms: Some(8),
             flags: 3,
         };
+        let read = item.clone();
         let results = vec![
             Ok(Outcome::Put {
                 status: Status::Mismatch,
@@ -913,7 +1031,17 @@ mod tests {
             }),
             Err(Error::ValueTooLarge { len: 5, max: 4 }),
             Err(Error::Overflow),
+            Ok(Outcome::Read {
+                items: vec![None, Some(read)],
+            }),
+            Ok(Outcome::Txn { results: None }),
+            Err(Error::NotInTransaction("FLUSHALL".into())),
         ];
+        let mut results = results;
+        let inner = results.clone();
+        results.push(Ok(Outcome::Txn {
+            results: Some(inner),
+        }));
         let mut buf = Vec::new();
         for r in &results {
             encode_result(r, &mut buf);

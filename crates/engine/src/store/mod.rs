@@ -78,6 +78,11 @@ pub struct Store {
     backend: Box<dyn ReadBackend>,
     /// Log, checkpoints and background work of a store opened with `open`.
     durable: Option<Durable>,
+    /// Transactions (`op::Op::Txn`) hold it exclusively; every other write
+    /// holds it shared while it writes, so a transaction's ops see no
+    /// other writer between them. Sharded: the shared side, on every
+    /// write, touches a line of its thread's own.
+    txn_lock: crossbeam_utils::sync::ShardedLock<()>,
 }
 
 impl Drop for Store {
@@ -101,6 +106,7 @@ impl Store {
             config,
             geometry,
             sweep_cursor: Default::default(),
+            txn_lock: Default::default(),
             backend: Box::new(CpuBackend::default()),
             durable: None,
         }
@@ -205,6 +211,7 @@ impl Store {
             config,
             geometry,
             sweep_cursor: Default::default(),
+            txn_lock: Default::default(),
             backend: Box::new(CpuBackend::default()),
             durable: Some(d),
         };

@@ -23,6 +23,10 @@ pub(super) struct Ack<'s> {
     /// when needed. A replicated write carries its entry's clock, so that
     /// every replica decides alike.
     clock_ms: u64,
+    /// The caller holds the transaction lock (`Store::txn_lock`, shared or
+    /// exclusive) and has an atomic group open: a write inside takes
+    /// neither again.
+    inside: bool,
 }
 
 impl<'s> Ack<'s> {
@@ -30,6 +34,7 @@ impl<'s> Ack<'s> {
     pub(super) const NOW: Ack<'static> = Ack {
         defer: None,
         clock_ms: 0,
+        inside: false,
     };
 
     /// Acknowledged at the session's commit.
@@ -37,6 +42,7 @@ impl<'s> Ack<'s> {
         Ack {
             defer: Some(pending),
             clock_ms: 0,
+            inside: false,
         }
     }
 
@@ -48,12 +54,20 @@ impl<'s> Ack<'s> {
         }
     }
 
-    /// Deferred to `pending`, at this write's clock.
-    pub(super) fn deferred_to(self, pending: &Cell<u64>) -> Ack<'_> {
+    /// Deferred to `pending`, at this write's clock, inside a group that
+    /// holds the transaction lock (an atomic group's or a transaction's
+    /// writes).
+    pub(super) fn inside_group(self, pending: &Cell<u64>) -> Ack<'_> {
         Ack {
             defer: Some(pending),
             clock_ms: self.clock_ms,
+            inside: true,
         }
+    }
+
+    /// Whether the caller holds the transaction lock and an open group.
+    pub(super) fn inside(&self) -> bool {
+        self.inside
     }
 
     /// The clock of one write.
@@ -119,7 +133,9 @@ impl Store {
             now: Some(&now),
             logged: true,
         };
+        let shared = self.lock_out_transactions(ack);
         let w = self.tree.write(key, mode, decide);
+        drop(shared);
         self.acknowledge(ack, w.wait_for)?;
         Ok((w.result, w.version.map(Version)))
     }
@@ -297,6 +313,10 @@ impl Store {
         if writes.is_empty() {
             return Ok(Vec::new());
         }
+        if ack.inside() {
+            // A transaction's group is this group.
+            return writes.iter().map(|w| self.atomic_write(ack, w)).collect();
+        }
         if let [w] = writes {
             return Ok(vec![match *w {
                 AtomicWrite::Put { key, value, expiry } => {
@@ -306,6 +326,9 @@ impl Store {
             }]);
         }
         self.admit()?;
+        // No transaction runs while the group is open (a transaction
+        // opening its group would wait for this one's turn).
+        let shared = self.lock_out_transactions(ack);
         // Closed on every way out (see `Group`): a group that does not
         // finish never becomes visible in part.
         let mut group = self.tree.open_group();
@@ -314,12 +337,7 @@ impl Store {
         let wait = Cell::new(0);
         let mut out = Vec::with_capacity(writes.len());
         for w in writes {
-            let v = match *w {
-                AtomicWrite::Put { key, value, expiry } => {
-                    Some(self.put_in(ack.deferred_to(&wait), key, value, expiry)?)
-                }
-                AtomicWrite::Delete { key } => self.delete_in(ack.deferred_to(&wait), key)?,
-            };
+            let v = self.atomic_write(ack.inside_group(&wait), w)?;
             // The span reaches every version the group's writes took or
             // their decisions saw (`Group::extend`).
             group.extend(wait.get());
@@ -328,8 +346,36 @@ impl Store {
         // Closing hands the turn on: this group's acknowledgement (a
         // release, perhaps an fsync) is waited for without holding it.
         let last = group.close();
+        drop(shared);
         self.acknowledge(ack, last)?;
         Ok(out)
+    }
+
+    fn atomic_write(&self, ack: Ack<'_>, w: &AtomicWrite<'_>) -> Result<Option<Version>> {
+        match *w {
+            AtomicWrite::Put { key, value, expiry } => {
+                Ok(Some(self.put_in(ack, key, value, expiry)?))
+            }
+            AtomicWrite::Delete { key } => self.delete_in(ack, key),
+        }
+    }
+
+    /// The transaction lock held shared for one write or group, so that no
+    /// transaction runs meanwhile; nothing when the caller holds it
+    /// already (`Ack::inside`). Held only while writing, never while
+    /// waiting for an acknowledgement.
+    pub(super) fn lock_out_transactions(
+        &self,
+        ack: Ack<'_>,
+    ) -> Option<crossbeam_utils::sync::ShardedLockReadGuard<'_, ()>> {
+        if ack.inside() {
+            return None;
+        }
+        Some(
+            self.txn_lock
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     /// Removes `key`. `None`: it was absent.
@@ -498,7 +544,13 @@ impl Store {
     }
 
     pub(super) fn clear_in(&self, ack: Ack<'_>) -> Result<()> {
+        if ack.inside() {
+            // The clear waits for every version before its own to be
+            // released, which the open group holds back.
+            return Err(Error::NotInTransaction("FLUSHALL".into()));
+        }
         self.admit()?;
+        let shared = self.lock_out_transactions(ack);
         // A checkpoint never sees a half-done clear.
         let clearing = self
             .durable
@@ -508,6 +560,7 @@ impl Store {
         // acknowledgeable; the tree then deletes them.
         let last = self.tree.clear(|c| self.wait_acknowledgeable(c))?;
         drop(clearing);
+        drop(shared);
         self.acknowledge(ack, last)
     }
 
@@ -532,10 +585,12 @@ impl Store {
                 now: None,
                 logged: true,
             };
+            let shared = self.lock_out_transactions(Ack::NOW);
             let w = self.tree.write(&key, mode, |cur| match cur {
                 Some(c) if c.expiry != 0 && c.expiry <= now => (WriteOp::Delete, ()),
                 _ => (WriteOp::Noop, ()),
             });
+            drop(shared);
             wait_for = wait_for.max(w.wait_for);
             deleted += usize::from(w.version.is_some());
         }

@@ -3,13 +3,16 @@
 
 use std::borrow::Cow;
 
+use std::cell::Cell;
+
 use super::{
-    Arith, Cond, ExpireWhen, Number, OnMissing, Op, Outcome, Status, parse_signed, parse_unsigned,
+    Arith, Cond, ExpireWhen, Number, OnMissing, Op, Outcome, Status, Watch, parse_signed,
+    parse_unsigned,
 };
 use crate::error::{Error, Result};
 use crate::store::{Ack, Session, Store};
 use crate::tree::write::{WriteMode, WriteOp};
-use crate::types::{Expiry, Flags, Version};
+use crate::types::{Expiry, Flags, Item, Version};
 
 impl Store {
     /// Applies a decided write and waits for its acknowledgement (durable
@@ -70,7 +73,88 @@ impl Store {
                 Ok(Outcome::Clear)
             }
             &Op::Reap { key, version } => self.apply_reap(ack, key, version),
+            Op::Read { keys } => self.apply_read(ack, keys),
+            Op::Txn { watch, ops } => self.apply_txn(ack, watch, ops),
         }
+    }
+
+    /// The newest live item of each key, items the transaction's own
+    /// earlier writes made included (they are not released yet).
+    fn apply_read(&self, ack: Ack<'_>, keys: &[&[u8]]) -> Result<Outcome> {
+        if !ack.inside() {
+            return Err(Error::NotInTransaction(
+                "a read op runs inside a transaction".into(),
+            ));
+        }
+        let mut items = Vec::with_capacity(keys.len());
+        for key in keys {
+            items.push(self.newest_live(ack, key)?);
+        }
+        Ok(Outcome::Read { items })
+    }
+
+    /// The key's newest live item, under its leaf lock (a write that
+    /// writes nothing; its answer waits for the version it saw).
+    fn newest_live(&self, ack: Ack<'_>, key: &[u8]) -> Result<Option<Item>> {
+        self.check_key(key)?;
+        let (item, _) =
+            self.write_key(ack, key, |cur| (WriteOp::Noop, cur.map(|c| c.to_item())))?;
+        Ok(item)
+    }
+
+    /// A transaction (`Op::Txn`): with the transaction lock held
+    /// exclusively no other write runs, so the watches, the reads and the
+    /// writes see one state that only the transaction changes; its writes
+    /// are one atomic group (one release, one GROUP_BEGIN..GROUP_END span
+    /// in the log).
+    fn apply_txn(&self, ack: Ack<'_>, watch: &[Watch<'_>], ops: &[Op<'_>]) -> Result<Outcome> {
+        if ack.inside() {
+            return Err(Error::NotInTransaction("a transaction inside one".into()));
+        }
+        for w in watch {
+            self.check_key(w.key)?;
+        }
+        self.admit()?;
+        let exclusive = self
+            .txn_lock
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let wait = Cell::new(0);
+        let inner = ack.inside_group(&wait);
+        for w in watch {
+            let now = self.newest_live(inner, w.key)?.map(|it| it.version);
+            if now != w.version {
+                drop(exclusive);
+                // The answer rests on the version it saw.
+                self.acknowledge(ack, wait.get())?;
+                return Ok(Outcome::Txn { results: None });
+            }
+        }
+        let writes = ops.iter().any(|op| !matches!(op, Op::Read { .. }));
+        // Closed on every way out (see `Group`): a transaction that does
+        // not finish is never visible in part, nor recovered in part.
+        let mut group = writes.then(|| self.tree.open_group());
+        let mut results = Vec::with_capacity(ops.len());
+        for op in ops {
+            let r = match op {
+                Op::Clear => Err(Error::NotInTransaction("FLUSHALL".into())),
+                Op::Txn { .. } => Err(Error::NotInTransaction("a transaction inside one".into())),
+                op => self.apply_in(inner, op),
+            };
+            if let Some(g) = &mut group {
+                g.extend(wait.get());
+            }
+            match r {
+                Err(e) if !e.is_refusal() => return Err(e),
+                r => results.push(r),
+            }
+        }
+        let last = group.map_or(wait.get(), |g| g.close());
+        drop(exclusive);
+        self.acknowledge(ack, last)?;
+        Ok(Outcome::Txn {
+            results: Some(results),
+        })
     }
 
     fn apply_reap(&self, ack: Ack<'_>, key: &[u8], version: Version) -> Result<Outcome> {
@@ -82,6 +166,7 @@ impl Store {
             now: None,
             logged: true,
         };
+        let shared = self.lock_out_transactions(ack);
         let w = self.tree.write(key, mode, |cur| match cur {
             None => (WriteOp::Noop, Status::Missing),
             Some(c) if c.version == version.0 && c.expiry != 0 && c.expiry <= now.ms() => {
@@ -89,6 +174,7 @@ impl Store {
             }
             Some(_) => (WriteOp::Noop, Status::Mismatch),
         });
+        drop(shared);
         self.acknowledge(ack, w.wait_for)?;
         Ok(Outcome::Reap {
             status: w.result,

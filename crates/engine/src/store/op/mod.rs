@@ -15,13 +15,16 @@
 mod apply;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod txn_tests;
 
 use std::borrow::Cow;
 
+use crate::Error;
 use crate::tree::node::ItemRef;
 use crate::types::{AtomicWrite, Expiry, Flags, Item, Version};
 #[cfg(doc)]
-use crate::{Error, Session, Store};
+use crate::{Session, Store};
 
 /// The condition a single-key write holds to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -182,6 +185,28 @@ pub enum Op<'a> {
     /// op's clock: the expiry sweep of a replicated store, proposed by its
     /// leader so that every replica deletes the same items.
     Reap { key: &'a [u8], version: Version },
+    /// Read the newest live item of each key: only inside [`Op::Txn`],
+    /// where it sees the state the transaction's earlier ops left.
+    Read { keys: Cow<'a, [&'a [u8]]> },
+    /// A transaction (Redis's EXEC): if every watched key's live item
+    /// still has the version given (`None`: absent), apply `ops` in order
+    /// as one atomic, isolated step: no other write lands between them,
+    /// and no reader, scan, snapshot or recovery sees part of them. An op
+    /// refused for what it asked ([`Error::is_refusal`]) reports its error
+    /// and the others still apply, as in Redis. It may not hold
+    /// [`Op::Clear`] or another `Txn`.
+    Txn {
+        watch: Cow<'a, [Watch<'a>]>,
+        ops: Cow<'a, [Op<'a>]>,
+    },
+}
+
+/// A key a transaction watches, and the version its live item had when
+/// watched (`None`: absent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Watch<'a> {
+    pub key: &'a [u8],
+    pub version: Option<Version>,
 }
 
 /// What applying an [`Op`] did. `version` is the version of the write it
@@ -237,10 +262,19 @@ pub enum Outcome {
         status: Status,
         version: Option<Version>,
     },
+    /// Each key's live item, in order.
+    Read {
+        items: Vec<Option<Item>>,
+    },
+    /// `None`: a watched key had changed, and nothing was applied. Else
+    /// one result per op, in order.
+    Txn {
+        results: Option<Vec<Result<Outcome, Error>>>,
+    },
 }
 
 impl Outcome {
-    /// The status of a single-key op (`Done` for `Atomic` and `Clear`).
+    /// The status of a single-key op (`Done` for the others).
     pub fn status(&self) -> Status {
         match self {
             Outcome::Put { status, .. }
@@ -249,7 +283,10 @@ impl Outcome {
             | Outcome::Incr { status, .. }
             | Outcome::Expire { status, .. }
             | Outcome::Reap { status, .. } => *status,
-            Outcome::Atomic { .. } | Outcome::Clear => Status::Done,
+            Outcome::Atomic { .. }
+            | Outcome::Clear
+            | Outcome::Read { .. }
+            | Outcome::Txn { .. } => Status::Done,
         }
     }
 
@@ -262,7 +299,10 @@ impl Outcome {
             | Outcome::Incr { version, .. }
             | Outcome::Expire { version, .. }
             | Outcome::Reap { version, .. } => *version,
-            Outcome::Atomic { .. } | Outcome::Clear => None,
+            Outcome::Atomic { .. }
+            | Outcome::Clear
+            | Outcome::Read { .. }
+            | Outcome::Txn { .. } => None,
         }
     }
 }
