@@ -100,6 +100,19 @@ pub struct Item {
     pub flags: u32,
 }
 
+impl Item {
+    /// The item as a visitor sees it.
+    pub fn view(&self) -> ItemView<'_> {
+        ItemView {
+            key: &self.key,
+            value: &self.value,
+            version: self.version,
+            expires_at_ms: self.expires_at_ms,
+            flags: self.flags,
+        }
+    }
+}
+
 /// A borrowed view of an item, handed to the visitors of
 /// `Store::get_with` and `Store::scan`. Valid only inside the visitor.
 #[derive(Debug, Clone, Copy)]

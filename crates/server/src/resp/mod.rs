@@ -28,6 +28,10 @@ pub(crate) struct RespConn {
     /// RESP3 after `HELLO 3`.
     pub resp3: bool,
     pub authenticated: bool,
+    /// After MULTI: the transaction being queued.
+    pub multi: Option<cmd::multi::Multi>,
+    /// WATCHed keys, until EXEC, DISCARD or UNWATCH.
+    pub watched: Vec<cmd::multi::Watched>,
 }
 
 /// A RESP connection's protocol state: the connection's, and the buffers
@@ -84,8 +88,8 @@ impl Resp {
     pub(crate) fn new(needs_auth: bool) -> Resp {
         Resp {
             conn: RespConn {
-                resp3: false,
                 authenticated: !needs_auth,
+                ..Default::default()
             },
             ..Default::default()
         }
@@ -182,9 +186,11 @@ impl Protocol for Resp {
             );
         }
         req.spec = cmd::lookup_request(name);
+        // After MULTI a read is queued, not batched.
         if let Some(spec) = req.spec
             && let cmd::Kind::BatchRead(kind) = spec.kind
             && self.conn.authenticated
+            && self.conn.multi.is_none()
             && spec.arity_ok(args.len)
         {
             let max_key = cx.store().max_key_len();
@@ -197,6 +203,8 @@ impl Protocol for Resp {
     fn class(&self, req: &RespRequest) -> Class {
         match (req.planned, req.spec) {
             (Some(_), _) => Class::BatchRead,
+            // Queuing after MULTI touches no data.
+            (None, Some(spec)) if self.conn.multi.is_some() && !spec.in_multi_now => Class::Control,
             (None, Some(spec)) => spec.kind.class(),
             // An unknown command: its error alone.
             (None, None) => Class::Control,
@@ -306,6 +314,7 @@ impl Protocol for Resp {
             args,
             r: Reply { out, resp3 },
             close: false,
+            txn: None,
         };
         cmd::dispatch(&mut ctx, req.spec);
         ctx.close

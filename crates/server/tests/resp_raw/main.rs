@@ -6,6 +6,7 @@
 mod atomic;
 mod keys;
 mod limits;
+mod multi;
 mod ordered;
 // `DEBUG PANIC` exists in debug builds only.
 #[cfg(debug_assertions)]

@@ -23,7 +23,9 @@ const TABLE: &[(&str, i32)] = &[
     ("decr", 2),
     ("decrby", 3),
     ("del", -2),
+    ("discard", 1),
     ("echo", 2),
+    ("exec", 1),
     ("exists", -2),
     ("expire", -3),
     ("expireat", -3),
@@ -43,6 +45,7 @@ const TABLE: &[(&str, i32)] = &[
     ("lastsave", 1),
     ("mget", -2),
     ("mset", -3),
+    ("multi", 1),
     ("persist", 2),
     ("pexpire", -3),
     ("pexpireat", -3),
@@ -66,6 +69,8 @@ const TABLE: &[(&str, i32)] = &[
     ("ttl", 2),
     ("type", 2),
     ("unlink", -2),
+    ("unwatch", 1),
+    ("watch", -2),
 ];
 
 #[test]

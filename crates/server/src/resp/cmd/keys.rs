@@ -44,7 +44,7 @@ pub(super) fn exists(cx: &mut Ctx<'_, '_>) -> CmdResult {
     check_keys(cx, &cx.args[1..])?;
     let mut n = 0;
     for k in &cx.args[1..] {
-        n += cx.store().get_with(k, |it| it.is_some())? as i64;
+        n += cx.get_with(k, |it| it.is_some())? as i64;
     }
     cx.r.int(n);
     Ok(())
@@ -127,7 +127,7 @@ pub(super) fn pexpireat(cx: &mut Ctx<'_, '_>) -> CmdResult {
 
 fn ttl_generic(cx: &mut Ctx<'_, '_>, ms: bool) -> CmdResult {
     let now = now_ms();
-    let t = cx.store().get_with(cx.args[1], |it| match it {
+    let t = cx.get_with(cx.args[1], |it| match it {
         None => -2,
         Some(it) => match it.expires_at_ms {
             None => -1,
@@ -166,7 +166,7 @@ pub(super) fn persist(cx: &mut Ctx<'_, '_>) -> CmdResult {
 }
 
 pub(super) fn type_(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    let present = cx.store().get_with(cx.args[1], |it| it.is_some())?;
+    let present = cx.get_with(cx.args[1], |it| it.is_some())?;
     cx.r.simple(if present { "string" } else { "none" });
     Ok(())
 }

@@ -9,6 +9,7 @@
 pub(crate) mod batch;
 mod cluster;
 mod keys;
+pub(crate) mod multi;
 pub(crate) mod ordered;
 mod server;
 mod strings;
@@ -39,6 +40,8 @@ pub(crate) struct Ctx<'a, 'b> {
     pub r: Reply<'a>,
     /// Close the connection after this reply (QUIT).
     pub close: bool,
+    /// Inside EXEC: how the command's writes and reads run (`multi`).
+    pub txn: Option<&'a std::cell::RefCell<multi::TxnStep>>,
 }
 
 impl Ctx<'_, '_> {
@@ -51,9 +54,26 @@ impl Ctx<'_, '_> {
         self.session.store()
     }
 
-    /// Applies a decided write (see `pipeline::Cx::apply`).
+    /// Applies a decided write (see `pipeline::Cx::apply`); inside EXEC,
+    /// records it or replays its result (`multi`).
     pub(crate) fn apply(&self, op: &combkv::op::Op<'_>) -> combkv::Result<combkv::op::Outcome> {
-        crate::pipeline::apply(self.shared, self.session, self.parking, op)
+        match self.txn {
+            Some(step) => multi::apply(step, op),
+            None => crate::pipeline::apply(self.shared, self.session, self.parking, op),
+        }
+    }
+
+    /// Reads a key's live item, for a read command that a transaction may
+    /// hold: inside EXEC the item as the transaction's earlier ops left it.
+    pub(crate) fn get_with<T>(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(Option<combkv::ItemView<'_>>) -> T,
+    ) -> combkv::Result<T> {
+        match self.txn {
+            Some(step) => multi::get_with(step, key, f),
+            None => self.store().get_with(key, f),
+        }
     }
 
     /// Refuses a write above `maxmemory`.
@@ -133,7 +153,29 @@ pub(crate) fn dispatch(cx: &mut Ctx<'_, '_>, spec: Option<&'static Spec>) {
 /// The checks run in Redis 7's order (`processCommand`): the command
 /// exists, its arity, authentication, then `maxmemory` for writes. So an
 /// unknown command before AUTH is "unknown command", not NOAUTH.
+///
+/// After MULTI a command that passes them is queued instead (`multi`), and
+/// one that fails them fails the transaction.
 fn run(cx: &mut Ctx<'_, '_>, spec: Option<&'static Spec>) -> CmdResult {
+    let checked = check(cx, spec);
+    if cx.conn.multi.is_none() {
+        return (checked?.handler)(cx);
+    }
+    match checked {
+        Ok(spec) if spec.in_multi_now => (spec.handler)(cx),
+        Ok(spec) if spec.no_multi => {
+            multi::fail(cx);
+            Err(CmdError::err("Command not allowed inside a transaction"))
+        }
+        Ok(spec) => multi::queue(cx, spec),
+        Err(e) => {
+            multi::fail(cx);
+            Err(e)
+        }
+    }
+}
+
+fn check(cx: &mut Ctx<'_, '_>, spec: Option<&'static Spec>) -> Result<&'static Spec, CmdError> {
     let Some(spec) = spec else {
         return Err(CmdError::Other(unknown_command(cx.args)));
     };
@@ -146,7 +188,7 @@ fn run(cx: &mut Ctx<'_, '_>, spec: Option<&'static Spec>) -> CmdResult {
     if spec.denyoom {
         cx.check_memory()?;
     }
-    (spec.handler)(cx)
+    Ok(spec)
 }
 
 /// Redis 7's text: `ERR unknown command 'x', with args beginning with: 'a' 'b' `.

@@ -16,15 +16,22 @@ use crate::resp::error::{CmdError, CmdResult};
 /// GET, MGET and GETV are read-engine batches (`batch`): a request that
 /// did not join one (an invalid key) runs as a batch of one.
 pub(super) fn get(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    batch::run_one(cx, BatchRead::Get)
+    batch_read(cx, BatchRead::Get)
 }
 
 pub(super) fn getv(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    batch::run_one(cx, BatchRead::Getv)
+    batch_read(cx, BatchRead::Getv)
 }
 
 pub(super) fn mget(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    batch::run_one(cx, BatchRead::Mget)
+    batch_read(cx, BatchRead::Mget)
+}
+
+fn batch_read(cx: &mut Ctx<'_, '_>, kind: BatchRead) -> CmdResult {
+    match cx.txn {
+        Some(_) => super::multi::batch_read(cx, kind),
+        None => batch::run_one(cx, kind),
+    }
 }
 
 /// An expiry option's deadline in unix ms. `unit_ms` 1000 for seconds;
@@ -275,9 +282,7 @@ pub(super) fn append(cx: &mut Ctx<'_, '_>) -> CmdResult {
 }
 
 pub(super) fn strlen(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    let n = cx
-        .store()
-        .get_with(cx.args[1], |it| it.map_or(0, |it| it.value.len()))?;
+    let n = cx.get_with(cx.args[1], |it| it.map_or(0, |it| it.value.len()))?;
     cx.r.int(n as i64);
     Ok(())
 }

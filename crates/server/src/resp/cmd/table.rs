@@ -7,7 +7,7 @@
 use std::sync::LazyLock;
 
 use super::batch::BatchRead;
-use super::{Ctx, cluster, keys, ordered, server, strings};
+use super::{Ctx, cluster, keys, multi, ordered, server, strings};
 use crate::pipeline::Class;
 use crate::resp::error::CmdResult;
 
@@ -50,6 +50,12 @@ pub(crate) struct Spec {
     pub denyoom: bool,
     /// Allowed before AUTH.
     pub no_auth: bool,
+    /// Refused inside MULTI (Redis's `no-multi`; here also the reads a
+    /// transaction cannot make consistently: scans, snapshots, SAVE).
+    pub no_multi: bool,
+    /// Runs at once inside MULTI instead of being queued (EXEC, DISCARD,
+    /// MULTI, WATCH, QUIT).
+    pub in_multi_now: bool,
     pub first_key: i32,
     pub last_key: i32,
     pub summary: &'static str,
@@ -84,7 +90,8 @@ const fn has_flag(flags: &str, f: u8) -> bool {
     false
 }
 
-/// A table entry; flags: `d` denyoom, `a` allowed before AUTH.
+/// A table entry; flags: `d` denyoom, `a` allowed before AUTH, `x`
+/// refused inside MULTI, `m` runs at once inside MULTI.
 macro_rules! spec {
     ($name:literal, $arity:expr, $kind:expr, $flags:literal, $first:expr, $last:expr, $h:path, $group:literal, $summary:literal) => {
         Spec {
@@ -93,6 +100,8 @@ macro_rules! spec {
             kind: $kind,
             denyoom: has_flag($flags, b'd'),
             no_auth: has_flag($flags, b'a'),
+            no_multi: has_flag($flags, b'x'),
+            in_multi_now: has_flag($flags, b'm'),
             first_key: $first,
             last_key: $last,
             summary: $summary,
@@ -110,21 +119,21 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "string", "Appends a string to the value of a key."),
     spec!("auth", -2, Kind::Control, "a", 0, 0, server::auth,
           "connection", "Authenticates the connection."),
-    spec!("bgsave", -1, Kind::Read, "", 0, 0, server::bgsave,
+    spec!("bgsave", -1, Kind::Read, "x", 0, 0, server::bgsave,
           "server", "Starts a checkpoint in the background."),
     spec!("cas", -4, Kind::Write, "d", 1, 1, strings::cas,
           "combkv", "Sets a key only if its version matches."),
-    spec!("ceil", 2, Kind::Read, "", 1, 1, ordered::ceil,
+    spec!("ceil", 2, Kind::Read, "x", 1, 1, ordered::ceil,
           "combkv", "The smallest key >= key, with its value."),
     spec!("client", -2, Kind::Control, "", 0, 0, server::client,
           "connection", "CLIENT ID, SETNAME, GETNAME, LIST, INFO."),
-    spec!("cluster", -2, Kind::Control, "", 0, 0, cluster::cluster,
+    spec!("cluster", -2, Kind::Control, "x", 0, 0, cluster::cluster,
           "cluster", "CLUSTER STATUS, INIT, ADD, REMOVE: a combkv cluster's administration."),
     spec!("command", -1, Kind::Control, "", 0, 0, server::command,
           "server", "Describes the commands (COUNT, DOCS, INFO, LIST)."),
     spec!("config", -2, Kind::Control, "", 0, 0, server::config,
           "server", "CONFIG GET parameters."),
-    spec!("dbsize", 1, Kind::Read, "", 0, 0, keys::dbsize,
+    spec!("dbsize", 1, Kind::Read, "x", 0, 0, keys::dbsize,
           "server", "The number of keys."),
     spec!("decr", 2, Kind::Write, "d", 1, 1, strings::decr,
           "string", "Decrements the integer value of a key by one."),
@@ -132,23 +141,27 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "string", "Decrements the integer value of a key."),
     spec!("del", -2, Kind::Write, "", 1, -1, keys::del,
           "generic", "Deletes keys."),
+    spec!("discard", 1, Kind::Control, "m", 0, 0, multi::discard,
+          "transactions", "Discards a transaction."),
     spec!("echo", 2, Kind::Control, "", 0, 0, server::echo,
           "connection", "Returns the given string."),
+    spec!("exec", 1, Kind::Write, "m", 0, 0, multi::exec,
+          "transactions", "Executes the commands queued since MULTI."),
     spec!("exists", -2, Kind::Read, "", 1, -1, keys::exists,
           "generic", "Counts the keys that exist."),
     spec!("expire", -3, Kind::Write, "", 1, 1, keys::expire,
           "generic", "Sets a key's time to live in seconds."),
     spec!("expireat", -3, Kind::Write, "", 1, 1, keys::expireat,
           "generic", "Sets a key's expiry as a unix time in seconds."),
-    spec!("floor", 2, Kind::Read, "", 1, 1, ordered::floor,
+    spec!("floor", 2, Kind::Read, "x", 1, 1, ordered::floor,
           "combkv", "The greatest key <= key, with its value."),
-    spec!("flushall", -1, Kind::Write, "", 0, 0, keys::flushall,
+    spec!("flushall", -1, Kind::Write, "x", 0, 0, keys::flushall,
           "server", "Removes every key."),
-    spec!("flushdb", -1, Kind::Write, "", 0, 0, keys::flushall,
+    spec!("flushdb", -1, Kind::Write, "x", 0, 0, keys::flushall,
           "server", "Removes every key."),
     spec!("get", 2, Kind::BatchRead(BatchRead::Get), "", 1, 1, strings::get,
           "string", "Returns the value of a key."),
-    spec!("getat", 3, Kind::Read, "", 2, 2, ordered::getat,
+    spec!("getat", 3, Kind::Read, "x", 2, 2, ordered::getat,
           "combkv", "A key's value as of a snapshot."),
     spec!("getdel", 2, Kind::Write, "", 1, 1, strings::getdel,
           "string", "Returns the value of a key and deletes it."),
@@ -164,7 +177,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "string", "Increments the integer value of a key."),
     spec!("info", -1, Kind::Control, "", 0, 0, server::info,
           "server", "Information and statistics about the server."),
-    spec!("keys", 2, Kind::Read, "", 0, 0, keys::keys,
+    spec!("keys", 2, Kind::Read, "x", 0, 0, keys::keys,
           "generic", "Keys matching a pattern, in key order."),
     spec!("lastsave", 1, Kind::Control, "", 0, 0, server::lastsave,
           "server", "Unix time of the last successful checkpoint."),
@@ -172,6 +185,8 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "string", "Returns the values of keys."),
     spec!("mset", -3, Kind::Write, "d", 1, -1, strings::mset,
           "string", "Sets several keys."),
+    spec!("multi", 1, Kind::Control, "m", 0, 0, multi::multi,
+          "transactions", "Starts a transaction."),
     spec!("persist", 2, Kind::Write, "", 1, 1, keys::persist,
           "generic", "Removes a key's expiry."),
     spec!("pexpire", -3, Kind::Write, "", 1, 1, keys::pexpire,
@@ -184,17 +199,17 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "string", "Sets a key with a time to live in milliseconds."),
     spec!("pttl", 2, Kind::Read, "", 1, 1, keys::pttl,
           "generic", "A key's time to live in milliseconds."),
-    spec!("quit", -1, Kind::Control, "a", 0, 0, server::quit,
+    spec!("quit", -1, Kind::Control, "am", 0, 0, server::quit,
           "connection", "Closes the connection."),
-    spec!("range", -3, Kind::BatchRead(BatchRead::Range), "", 0, 0, ordered::range,
+    spec!("range", -3, Kind::BatchRead(BatchRead::Range), "x", 0, 0, ordered::range,
           "combkv", "Items between two bounds, in key order, from one snapshot."),
-    spec!("rangeat", -4, Kind::Read, "", 0, 0, ordered::rangeat,
+    spec!("rangeat", -4, Kind::Read, "x", 0, 0, ordered::rangeat,
           "combkv", "RANGE as of a snapshot."),
     spec!("role", 1, Kind::Control, "", 0, 0, cluster::role,
           "server", "The node's replication role."),
-    spec!("save", 1, Kind::Read, "", 0, 0, server::save,
+    spec!("save", 1, Kind::Read, "x", 0, 0, server::save,
           "server", "Takes a checkpoint now."),
-    spec!("scan", -2, Kind::Read, "", 0, 0, keys::scan,
+    spec!("scan", -2, Kind::Read, "x", 0, 0, keys::scan,
           "generic", "Iterates keys in key order."),
     spec!("select", 2, Kind::Control, "", 0, 0, server::select,
           "connection", "Selects database 0 (the only one)."),
@@ -206,7 +221,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "string", "Sets a key only if it does not exist."),
     spec!("slowlog", -2, Kind::Control, "", 0, 0, server::slowlog,
           "server", "SLOWLOG GET, LEN, RESET."),
-    spec!("snapshot", -2, Kind::Read, "", 0, 0, ordered::snapshot,
+    spec!("snapshot", -2, Kind::Read, "x", 0, 0, ordered::snapshot,
           "combkv", "SNAPSHOT CREATE, RELEASE, LIST."),
     spec!("strlen", 2, Kind::Read, "", 1, 1, strings::strlen,
           "string", "The length of a key's value."),
@@ -218,6 +233,10 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "generic", "The type of a key's value."),
     spec!("unlink", -2, Kind::Write, "", 1, -1, keys::del,
           "generic", "Deletes keys."),
+    spec!("unwatch", 1, Kind::Control, "", 0, 0, multi::unwatch,
+          "transactions", "Forgets every watched key."),
+    spec!("watch", -2, Kind::Read, "m", 1, -1, multi::watch,
+          "transactions", "Aborts the next EXEC if any of these keys changes."),
 ];
 
 /// A test-only command, in debug builds alone (so never in a release

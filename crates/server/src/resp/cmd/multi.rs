@@ -1,0 +1,348 @@
+//! Transactions: MULTI EXEC DISCARD WATCH UNWATCH (`docs/protocol.md`,
+//! "Transactions").
+//!
+//! Between MULTI and EXEC a connection's commands are checked (existence,
+//! arity, authentication, `maxmemory`) and queued; a refusal marks the
+//! transaction failed, and EXEC then answers EXECABORT. EXEC runs in three
+//! steps, so that the whole transaction is one decided op
+//! ([`Op::Txn`]) that a single node applies under its transaction lock and
+//! a cluster applies from one log entry:
+//!
+//! 1. *decide*: each queued data command's handler runs with [`TxnStep::
+//!    Decide`]: its write is recorded instead of applied, and its reads
+//!    ([`Ctx::get_with`]) are recorded as [`Op::Read`] and answered
+//!    "absent" (the partial reply is thrown away);
+//! 2. *apply*: the recorded ops, with the watched keys' versions, go as
+//!    one `Op::Txn` (on a cluster node the connection parks, and EXEC runs
+//!    again from step 1 when the log answers);
+//! 3. *reply*: each handler runs again with [`TxnStep::Reply`], taking
+//!    the results of its own ops in order, and writes its reply into
+//!    EXEC's array. Control commands (PING, ECHO, CLIENT ...) run only
+//!    here.
+//!
+//! So a data command in a transaction makes its reads before its one
+//! write, and decides the same ops both times (its arguments are the
+//! same; only an op's result differs, which it reads in step 3).
+
+use std::borrow::Cow;
+use std::cell::RefCell;
+
+use combkv::op::{Op, Outcome, Watch};
+use combkv::{ItemView, Result as StoreResult, Version};
+use combkv_replica::codec::{self, OpList};
+
+use super::Ctx;
+use super::batch::BatchRead;
+use super::table::{Kind, Spec};
+use crate::resp::error::{CmdError, CmdResult};
+use crate::resp::reply::Reply;
+use crate::shared::Stats;
+
+/// What a queued argument costs besides its bytes (its `Vec`), counted
+/// against the transaction's limit.
+const ARG_OVERHEAD: usize = 24;
+
+/// A transaction being queued (after MULTI).
+#[derive(Debug, Default)]
+pub(crate) struct Multi {
+    queued: Vec<Queued>,
+    /// What the queued commands hold, overheads included.
+    bytes: usize,
+    /// A command was refused while queuing: EXEC answers EXECABORT.
+    failed: bool,
+}
+
+#[derive(Debug)]
+struct Queued {
+    spec: &'static Spec,
+    args: Vec<Vec<u8>>,
+}
+
+/// A watched key and its live item's version when watched (`None`:
+/// absent).
+#[derive(Debug)]
+pub(crate) struct Watched {
+    key: Vec<u8>,
+    version: Option<Version>,
+}
+
+/// How a command's data access runs inside EXEC (see the module doc).
+pub(crate) enum TxnStep {
+    Decide(OpList),
+    Reply(std::vec::IntoIter<StoreResult<Outcome>>),
+}
+
+/// Why a deciding handler stopped at its write: it is recorded, not
+/// applied (the handler's reply is thrown away).
+fn decided() -> combkv::Error {
+    combkv::Error::Unavailable("decided, applied with the transaction".into())
+}
+
+/// A handler's result count did not match between deciding and replying:
+/// a bug in a command, answered as an error instead of a wrong reply.
+fn mismatch() -> combkv::Error {
+    combkv::Error::Corrupt("a command in the transaction did not replay its ops".into())
+}
+
+/// [`Ctx::apply`] inside EXEC.
+pub(super) fn apply(step: &RefCell<TxnStep>, op: &Op<'_>) -> StoreResult<Outcome> {
+    match &mut *step.borrow_mut() {
+        TxnStep::Decide(ops) => {
+            ops.push(op);
+            Err(decided())
+        }
+        TxnStep::Reply(results) => results.next().unwrap_or_else(|| Err(mismatch())),
+    }
+}
+
+/// [`Ctx::get_with`] inside EXEC: the key's item as the transaction's
+/// earlier ops left it.
+pub(super) fn get_with<T>(
+    step: &RefCell<TxnStep>,
+    key: &[u8],
+    f: impl FnOnce(Option<ItemView<'_>>) -> T,
+) -> StoreResult<T> {
+    let r = match &mut *step.borrow_mut() {
+        TxnStep::Decide(ops) => {
+            ops.push(&Op::Read {
+                keys: Cow::Borrowed(&[key]),
+            });
+            return Ok(f(None));
+        }
+        TxnStep::Reply(results) => results.next().unwrap_or_else(|| Err(mismatch()))?,
+    };
+    match r {
+        Outcome::Read { items } if items.len() == 1 => Ok(f(items[0].as_ref().map(|it| it.view()))),
+        _ => Err(mismatch()),
+    }
+}
+
+/// GET, GETV and MGET inside EXEC: through [`Ctx::get_with`] instead of a
+/// read-engine batch.
+pub(super) fn batch_read(cx: &mut Ctx<'_, '_>, kind: BatchRead) -> CmdResult {
+    let value = |it: Option<ItemView<'_>>| it.map(|it| it.value.to_vec());
+    match kind {
+        BatchRead::Get => match cx.get_with(cx.args[1], value)? {
+            Some(v) => cx.r.bulk(&v),
+            None => cx.r.null(),
+        },
+        BatchRead::Getv => {
+            let it = cx.get_with(cx.args[1], |it| {
+                it.map(|it| (it.value.to_vec(), it.version))
+            })?;
+            match it {
+                Some((v, version)) => {
+                    cx.r.array(2);
+                    cx.r.bulk(&v);
+                    cx.r.int(version.get() as i64);
+                }
+                None => cx.r.null_array(),
+            }
+        }
+        BatchRead::Mget => {
+            let mut values = Vec::with_capacity(cx.args.len() - 1);
+            for &k in &cx.args[1..] {
+                values.push(cx.get_with(k, value)?);
+            }
+            cx.r.array(values.len());
+            for v in values {
+                match v {
+                    Some(v) => cx.r.bulk(&v),
+                    None => cx.r.null(),
+                }
+            }
+        }
+        BatchRead::Range => unreachable!("RANGE is refused inside MULTI"),
+    }
+    Ok(())
+}
+
+/// Queues a command after MULTI (its checks passed): `+QUEUED`.
+pub(super) fn queue(cx: &mut Ctx<'_, '_>, spec: &'static Spec) -> CmdResult {
+    let limit = cx.shared.config.max_request_bytes.0 as usize;
+    let watched = watched_bytes(&cx.conn.watched);
+    let multi = cx.conn.multi.as_mut().expect("queued inside MULTI");
+    let bytes: usize = cx.args.iter().map(|a| a.len() + ARG_OVERHEAD).sum();
+    if multi.bytes + bytes + watched > limit {
+        multi.failed = true;
+        return Err(CmdError::err(format!(
+            "the transaction's queued commands and watched keys pass max-request-bytes ({limit})"
+        )));
+    }
+    multi.bytes += bytes;
+    multi.queued.push(Queued {
+        spec,
+        args: cx.args.iter().map(|a| a.to_vec()).collect(),
+    });
+    cx.r.simple("QUEUED");
+    Ok(())
+}
+
+/// A refusal while queuing: EXEC will answer EXECABORT.
+pub(super) fn fail(cx: &mut Ctx<'_, '_>) {
+    if let Some(m) = &mut cx.conn.multi {
+        m.failed = true;
+    }
+}
+
+fn watched_bytes(w: &[Watched]) -> usize {
+    w.iter().map(|w| w.key.len() + ARG_OVERHEAD).sum()
+}
+
+pub(super) fn multi(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    if cx.conn.multi.is_some() {
+        return Err(CmdError::err("MULTI calls can not be nested"));
+    }
+    cx.conn.multi = Some(Multi::default());
+    cx.r.ok();
+    Ok(())
+}
+
+pub(super) fn discard(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    if cx.conn.multi.take().is_none() {
+        return Err(CmdError::err("DISCARD without MULTI"));
+    }
+    cx.conn.watched.clear();
+    cx.r.ok();
+    Ok(())
+}
+
+/// WATCH key...: notes each key's version now (a read: it follows the
+/// connection's own writes, and on a cluster node a read index).
+pub(super) fn watch(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    if cx.conn.multi.is_some() {
+        return Err(CmdError::err("WATCH inside MULTI is not allowed"));
+    }
+    let limit = cx.shared.config.max_request_bytes.0 as usize;
+    for &key in &cx.args[1..] {
+        // The first WATCH of a key counts: a change since then aborts.
+        if cx.conn.watched.iter().any(|w| w.key == key) {
+            continue;
+        }
+        if watched_bytes(&cx.conn.watched) + key.len() + ARG_OVERHEAD > limit {
+            return Err(CmdError::err(format!(
+                "the watched keys pass max-request-bytes ({limit})"
+            )));
+        }
+        let version = cx.store().get_with(key, |it| it.map(|it| it.version))?;
+        cx.conn.watched.push(Watched {
+            key: key.to_vec(),
+            version,
+        });
+    }
+    cx.r.ok();
+    Ok(())
+}
+
+pub(super) fn unwatch(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    cx.conn.watched.clear();
+    cx.r.ok();
+    Ok(())
+}
+
+pub(super) fn exec(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let Some(multi) = cx.conn.multi.take() else {
+        return Err(CmdError::err("EXEC without MULTI"));
+    };
+    let watched = std::mem::take(&mut cx.conn.watched);
+    if multi.failed {
+        return Err(CmdError::Other(
+            "EXECABORT Transaction discarded because of previous errors.".into(),
+        ));
+    }
+    let step = RefCell::new(TxnStep::Decide(OpList::default()));
+    let mut counts = Vec::with_capacity(multi.queued.len());
+    let mut scratch = Vec::new();
+    for q in &multi.queued {
+        let before = decided_count(&step);
+        if q.spec.kind != Kind::Control {
+            // Its reply (or error) is thrown away: it is made in step 3.
+            let _ = run_queued(cx, q, &step, &mut scratch);
+            scratch.clear();
+        }
+        counts.push(decided_count(&step) - before);
+    }
+    let TxnStep::Decide(ops) = step.replace(TxnStep::Reply(Vec::new().into_iter())) else {
+        unreachable!("deciding");
+    };
+    let bytes = ops.finish();
+    let applied = {
+        let ops =
+            codec::decode_ops(&bytes).map_err(|e| CmdError::err(format!("internal error: {e}")))?;
+        let watch: Vec<Watch<'_>> = watched
+            .iter()
+            .map(|w| Watch {
+                key: &w.key,
+                version: w.version,
+            })
+            .collect();
+        cx.apply(&Op::Txn {
+            watch: Cow::Owned(watch),
+            ops: Cow::Owned(ops),
+        })
+    };
+    let outcome = match applied {
+        Ok(o) => o,
+        Err(e) => {
+            if cx.parking.is_some_and(|p| p.parked()) {
+                // EXEC runs again when the log answers.
+                cx.conn.multi = Some(multi);
+                cx.conn.watched = watched;
+            }
+            return Err(e.into());
+        }
+    };
+    let Outcome::Txn { results } = outcome else {
+        return Err(mismatch().into());
+    };
+    let Some(results) = results else {
+        // A watched key changed: nothing was applied.
+        cx.r.null_array();
+        return Ok(());
+    };
+    cx.r.array(multi.queued.len());
+    let mut results = results.into_iter();
+    for (q, n) in multi.queued.iter().zip(counts) {
+        let mine: Vec<_> = results.by_ref().take(n).collect();
+        *step.borrow_mut() = TxnStep::Reply(mine.into_iter());
+        let mut out = std::mem::take(cx.r.out);
+        let r = run_queued(cx, q, &step, &mut out);
+        *cx.r.out = out;
+        if let Err(e) = r {
+            Stats::add(&cx.shared.stats.errors_replied, 1);
+            cx.r.error(&e.line());
+        }
+    }
+    Ok(())
+}
+
+fn decided_count(step: &RefCell<TxnStep>) -> usize {
+    match &*step.borrow() {
+        TxnStep::Decide(ops) => ops.len(),
+        TxnStep::Reply(_) => 0,
+    }
+}
+
+/// Runs a queued command's handler inside EXEC, its reply into `out`.
+fn run_queued(
+    cx: &mut Ctx<'_, '_>,
+    q: &Queued,
+    step: &RefCell<TxnStep>,
+    out: &mut Vec<u8>,
+) -> CmdResult {
+    let args: Vec<&[u8]> = q.args.iter().map(Vec::as_slice).collect();
+    let resp3 = cx.r.resp3;
+    let mut sub = Ctx {
+        shared: cx.shared,
+        session: cx.session,
+        parking: None,
+        batch: &mut *cx.batch,
+        conn: &mut *cx.conn,
+        client: &mut *cx.client,
+        args: &args,
+        r: Reply { out, resp3 },
+        close: false,
+        txn: Some(step),
+    };
+    (q.spec.handler)(&mut sub)
+}
