@@ -62,3 +62,39 @@ pub(crate) fn schedule_point() {
     #[cfg(feature = "shuttle")]
     shuttle::thread::yield_now();
 }
+
+/// The transaction lock (`Store::txn_lock`): every write holds it shared
+/// while it writes, a transaction exclusively. Sharded outside shuttle, so
+/// that the shared side touches a line of its thread's own.
+#[derive(Debug, Default)]
+pub(crate) struct TxnLock {
+    #[cfg(not(feature = "shuttle"))]
+    lock: crossbeam_utils::sync::ShardedLock<()>,
+    #[cfg(feature = "shuttle")]
+    lock: shuttle::sync::RwLock<()>,
+}
+
+#[cfg(not(feature = "shuttle"))]
+pub(crate) type SharedGuard<'a> = crossbeam_utils::sync::ShardedLockReadGuard<'a, ()>;
+#[cfg(not(feature = "shuttle"))]
+pub(crate) type ExclusiveGuard<'a> = crossbeam_utils::sync::ShardedLockWriteGuard<'a, ()>;
+#[cfg(feature = "shuttle")]
+pub(crate) type SharedGuard<'a> = shuttle::sync::RwLockReadGuard<'a, ()>;
+#[cfg(feature = "shuttle")]
+pub(crate) type ExclusiveGuard<'a> = shuttle::sync::RwLockWriteGuard<'a, ()>;
+
+impl TxnLock {
+    /// Nothing inside panics while holding it, but a poisoned lock would
+    /// still guard nothing more than `()`: poisoning is ignored.
+    pub(crate) fn shared(&self) -> SharedGuard<'_> {
+        self.lock
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn exclusive(&self) -> ExclusiveGuard<'_> {
+        self.lock
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}

@@ -175,6 +175,107 @@ fn groups_are_released_whole() {
     );
 }
 
+/// Transactions (`Op::Txn`) against a plain writer and a reader: two
+/// threads' transactions each read `a`, increment it, and increment `t1`
+/// and `t2`, while a plain writer increments `a` too and a reader scans.
+/// Isolation: the `a` a transaction's increment left is the `a` it read
+/// plus one (no other write landed between them); atomicity: every scan
+/// sees `t1` = `t2`. Every increment lands once.
+#[test]
+fn transactions_are_isolated_and_released_whole() {
+    use combkv::op::{Arith, Cond, OnMissing, Op, Outcome};
+    use std::borrow::Cow;
+
+    fn incr(key: &[u8]) -> Op<'_> {
+        Op::Incr {
+            key,
+            arith: Arith::Signed(1),
+            on_missing: OnMissing::Empty,
+            cond: Cond::Any,
+            expiry: Expiry::Keep,
+        }
+    }
+    shuttle::check_random(
+        || {
+            let store = small_store();
+            store.put(b"a", b"0").unwrap();
+            store.put(b"t1", b"0").unwrap();
+            store.put(b"t2", b"0").unwrap();
+            let txns: Vec<_> = (0..2)
+                .map(|_| {
+                    let store = store.clone();
+                    thread::spawn(move || {
+                        for _ in 0..2 {
+                            let ops = [
+                                Op::Read {
+                                    keys: Cow::Borrowed(&[&b"a"[..]]),
+                                },
+                                incr(b"a"),
+                                incr(b"t1"),
+                                incr(b"t2"),
+                            ];
+                            let out = store
+                                .apply(&Op::Txn {
+                                    watch: Cow::Borrowed(&[]),
+                                    ops: Cow::Borrowed(&ops),
+                                })
+                                .unwrap();
+                            let Outcome::Txn { results: Some(r) } = out else {
+                                panic!("{out:?}")
+                            };
+                            let Ok(Outcome::Read { items }) = &r[0] else {
+                                panic!("{r:?}")
+                            };
+                            let a: i64 = std::str::from_utf8(&items[0].as_ref().unwrap().value)
+                                .unwrap()
+                                .parse()
+                                .unwrap();
+                            let Ok(Outcome::Incr { number, .. }) = &r[1] else {
+                                panic!("{r:?}")
+                            };
+                            assert_eq!(
+                                *number,
+                                combkv::op::Number::Signed(a + 1),
+                                "a write landed inside a transaction"
+                            );
+                        }
+                    })
+                })
+                .collect();
+            let plain = {
+                let store = store.clone();
+                thread::spawn(move || {
+                    for _ in 0..2 {
+                        store.incr_by(b"a", 1).unwrap();
+                    }
+                })
+            };
+            let reader = {
+                let store = store.clone();
+                thread::spawn(move || {
+                    for _ in 0..3 {
+                        let items = store.range(&Range::all()).unwrap();
+                        let num = |k: &[u8]| -> i64 {
+                            let it = items.iter().find(|i| i.key[..] == *k).unwrap();
+                            std::str::from_utf8(&it.value).unwrap().parse().unwrap()
+                        };
+                        assert_eq!(num(b"t1"), num(b"t2"), "a scan saw part of a transaction");
+                    }
+                })
+            };
+            for t in txns {
+                t.join().unwrap();
+            }
+            plain.join().unwrap();
+            reader.join().unwrap();
+            assert_eq!(store.get(b"a").unwrap().unwrap().as_ref(), b"6");
+            assert_eq!(store.get(b"t1").unwrap().unwrap().as_ref(), b"4");
+            assert_eq!(store.get(b"t2").unwrap().unwrap().as_ref(), b"4");
+        },
+        ITERATIONS,
+    );
+}
+
 /// A group's delete that finds its key already deleted by another thread
 /// saw that thread's write, whose version may be above every version the
 /// group took and not yet complete: the group must not be released before

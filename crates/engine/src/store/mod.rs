@@ -82,7 +82,7 @@ pub struct Store {
     /// holds it shared while it writes, so a transaction's ops see no
     /// other writer between them. Sharded: the shared side, on every
     /// write, touches a line of its thread's own.
-    txn_lock: crossbeam_utils::sync::ShardedLock<()>,
+    txn_lock: crate::sync::TxnLock,
 }
 
 impl Drop for Store {

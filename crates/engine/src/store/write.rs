@@ -367,15 +367,11 @@ impl Store {
     pub(super) fn lock_out_transactions(
         &self,
         ack: Ack<'_>,
-    ) -> Option<crossbeam_utils::sync::ShardedLockReadGuard<'_, ()>> {
+    ) -> Option<crate::sync::SharedGuard<'_>> {
         if ack.inside() {
             return None;
         }
-        Some(
-            self.txn_lock
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        )
+        Some(self.txn_lock.shared())
     }
 
     /// Removes `key`. `None`: it was absent.

@@ -115,10 +115,7 @@ impl Store {
             self.check_key(w.key)?;
         }
         self.admit()?;
-        let exclusive = self
-            .txn_lock
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let exclusive = self.txn_lock.exclusive();
         let wait = Cell::new(0);
         let inner = ack.inside_group(&wait);
         for w in watch {
