@@ -393,3 +393,106 @@ fn mset_and_del_are_atomic_for_readers() {
     other.join().unwrap();
     assert!(checked > 10, "only {checked} reads overlapped the writes");
 }
+
+/// redis's `pipe().atomic()` sends MULTI ... EXEC and unpacks EXEC's
+/// array; over both protocols.
+#[test]
+fn transaction_pipelines() {
+    let s = TestServer::start();
+    for resp3 in [false, true] {
+        let mut c = s.connect(resp3);
+        let _: () = q(&mut c, &["FLUSHALL"]);
+        let (n, v, missing, both): (i64, String, Option<String>, Vec<Option<String>>) =
+            redis::pipe()
+                .atomic()
+                .cmd("INCRBY")
+                .arg("n")
+                .arg(5)
+                .cmd("SET")
+                .arg("k")
+                .arg("v")
+                .ignore()
+                .cmd("GET")
+                .arg("k")
+                .cmd("GET")
+                .arg("missing")
+                .cmd("MGET")
+                .arg("k")
+                .arg("n")
+                .query(&mut c)
+                .unwrap();
+        assert_eq!(n, 5);
+        assert_eq!(v, "v");
+        assert_eq!(missing, None);
+        assert_eq!(both, [Some("v".to_string()), Some("5".to_string())]);
+        // A command's own error inside EXEC is an error of the pipeline;
+        // the others applied.
+        let r: redis::RedisResult<(i64, i64)> = redis::pipe()
+            .atomic()
+            .cmd("INCR")
+            .arg("k")
+            .cmd("INCR")
+            .arg("n")
+            .query(&mut c);
+        assert!(r.is_err(), "{r:?}");
+        assert_eq!(q::<i64>(&mut c, &["GET", "n"]), 6);
+        // A refusal while queuing discards the whole transaction.
+        let r: redis::RedisResult<()> = redis::pipe()
+            .atomic()
+            .cmd("SET")
+            .arg("n")
+            .arg("0")
+            .cmd("SET")
+            .arg("only-one-argument")
+            .query(&mut c);
+        // (The crate reports the queuing error, which EXECABORT follows.)
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("wrong number of arguments for 'set'"), "{e}");
+        assert_eq!(q::<i64>(&mut c, &["GET", "n"]), 6);
+    }
+}
+
+/// Optimistic locking, as Redis documents it: WATCH, read, MULTI, write,
+/// EXEC, retry on a null reply. Eight clients increment one counter
+/// through it; the total is exact, and some EXECs were aborted and
+/// retried (the loop really raced).
+#[test]
+fn watch_multi_exec_retry_loop_ends_with_the_exact_total() {
+    const CLIENTS: usize = 8;
+    const EACH: i64 = 150;
+    let s = Arc::new(TestServer::start());
+    let barrier = Arc::new(Barrier::new(CLIENTS));
+    let url = s.url(false);
+    let handles: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let (url, barrier) = (url.clone(), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+                barrier.wait();
+                let mut aborted = 0;
+                for _ in 0..EACH {
+                    loop {
+                        let _: () = redis::cmd("WATCH").arg("counter").query(&mut c).unwrap();
+                        let n: Option<i64> = redis::cmd("GET").arg("counter").query(&mut c).unwrap();
+                        let r: Option<(String,)> = redis::pipe()
+                            .atomic()
+                            .cmd("SET")
+                            .arg("counter")
+                            .arg(n.unwrap_or(0) + 1)
+                            .query(&mut c)
+                            .unwrap();
+                        match r {
+                            Some(_) => break,
+                            None => aborted += 1,
+                        }
+                    }
+                }
+                aborted
+            })
+        })
+        .collect();
+    let aborted: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    let mut c = s.connect(false);
+    assert_eq!(q::<i64>(&mut c, &["GET", "counter"]), CLIENTS as i64 * EACH);
+    assert!(aborted > 0, "no EXEC was ever aborted: the clients did not race");
+}
