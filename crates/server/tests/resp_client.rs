@@ -473,7 +473,8 @@ fn watch_multi_exec_retry_loop_ends_with_the_exact_total() {
                 for _ in 0..EACH {
                     loop {
                         let _: () = redis::cmd("WATCH").arg("counter").query(&mut c).unwrap();
-                        let n: Option<i64> = redis::cmd("GET").arg("counter").query(&mut c).unwrap();
+                        let n: Option<i64> =
+                            redis::cmd("GET").arg("counter").query(&mut c).unwrap();
                         let r: Option<(String,)> = redis::pipe()
                             .atomic()
                             .cmd("SET")
@@ -494,5 +495,8 @@ fn watch_multi_exec_retry_loop_ends_with_the_exact_total() {
     let aborted: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
     let mut c = s.connect(false);
     assert_eq!(q::<i64>(&mut c, &["GET", "counter"]), CLIENTS as i64 * EACH);
-    assert!(aborted > 0, "no EXEC was ever aborted: the clients did not race");
+    assert!(
+        aborted > 0,
+        "no EXEC was ever aborted: the clients did not race"
+    );
 }

@@ -1,0 +1,136 @@
+"""redis-py against a running combkv (run by crates/server/tests/redis_py.rs).
+
+Usage: python transactions.py PORT
+
+Application code as redis-py users write it: pipeline() (MULTI/EXEC by
+default), the WATCH retry loop of redis-py's documentation under eight
+concurrent incrementers, transaction() with a callback, and the string
+commands added for clients like these. Any failed check raises, and the
+process exits non-zero with the traceback.
+"""
+
+import sys
+import threading
+
+import redis
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def pipelines(r):
+    r.flushall()
+    # pipeline() wraps the commands in MULTI ... EXEC.
+    with r.pipeline() as p:
+        p.set("a", "1").incr("a").get("a").mget("a", "missing").exists("a", "missing")
+        out = p.execute()
+    check(out == [True, 2, b"2", [b"2", None], 1], f"transaction pipeline: {out}")
+    # A command's own error is raised by execute(); the rest applied.
+    with r.pipeline() as p:
+        p.set("text", "abc").incr("text").set("after", "yes")
+        try:
+            p.execute()
+            raise AssertionError("INCR of a non-number inside EXEC did not fail")
+        except redis.ResponseError as e:
+            check("not an integer" in str(e), f"error text: {e}")
+    check(r.get("after") == b"yes", "the commands after a failed one did not apply")
+    # A queuing error (wrong arity) discards the whole transaction.
+    with r.pipeline() as p:
+        p.set("discarded", "1")
+        p.execute_command("SET", "only-key")
+        try:
+            p.execute()
+            raise AssertionError("a queuing error did not abort EXEC")
+        except redis.ResponseError as e:
+            check("EXECABORT" in str(e) or "wrong number" in str(e), f"error text: {e}")
+    check(r.get("discarded") is None, "an aborted transaction applied a command")
+    # Without transaction=False, no MULTI: plain pipelining still works.
+    with r.pipeline(transaction=False) as p:
+        out = p.set("x", "1").get("x").execute()
+    check(out == [True, b"1"], f"plain pipeline: {out}")
+
+
+def watch_retry_loop(port, clients=8, each=100):
+    """redis-py's documented optimistic-locking loop."""
+    r = redis.Redis(port=port)
+    r.delete("counter")
+    errors = []
+    aborted = [0]
+    lock = threading.Lock()
+
+    def work():
+        try:
+            c = redis.Redis(port=port)
+            for _ in range(each):
+                with c.pipeline() as pipe:
+                    while True:
+                        try:
+                            pipe.watch("counter")
+                            n = int(pipe.get("counter") or 0)
+                            pipe.multi()
+                            pipe.set("counter", n + 1)
+                            pipe.execute()
+                            break
+                        except redis.WatchError:
+                            with lock:
+                                aborted[0] += 1
+        except Exception as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    total = int(r.get("counter"))
+    check(total == clients * each, f"counter is {total}, not {clients * each}")
+    check(aborted[0] > 0, "no EXEC was aborted: the clients did not race")
+    print(f"watch loop: {clients} clients x {each}, {aborted[0]} retries")
+
+
+def transaction_helper(r):
+    r.set("balance:a", 100)
+    r.set("balance:b", 0)
+
+    def move(pipe):
+        a = int(pipe.get("balance:a"))
+        pipe.multi()
+        pipe.set("balance:a", a - 30)
+        pipe.incrby("balance:b", 30)
+
+    out = r.transaction(move, "balance:a", "balance:b")
+    check(out == [True, 30], f"transaction(): {out}")
+    check(r.get("balance:a") == b"70", "transaction() did not apply")
+
+
+def string_commands(r):
+    check(r.setex("sx", 100, "v") is True, "setex")
+    check(90 <= r.ttl("sx") <= 100, "setex's ttl")
+    check(r.psetex("px", 100000, "w") is True, "psetex")
+    check(90000 <= r.pttl("px") <= 100000, "psetex's pttl")
+    check(r.getset("px", "new") == b"w", "getset's old value")
+    check(r.ttl("px") == -1, "getset clears the ttl")
+    try:
+        r.setex("sx", 0, "v")
+        raise AssertionError("SETEX 0 was accepted")
+    except redis.ResponseError as e:
+        check("invalid expire time" in str(e), f"setex error: {e}")
+
+
+def main():
+    port = int(sys.argv[1])
+    r = redis.Redis(port=port)
+    check(r.ping(), "ping")
+    pipelines(r)
+    transaction_helper(r)
+    string_commands(r)
+    watch_retry_loop(port)
+    print("redis-py: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
