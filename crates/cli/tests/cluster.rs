@@ -594,6 +594,26 @@ fn mixed_pipeline(p: &str) -> Vec<u8> {
         "SETEX {p}t 100 v",
         "GETSET {p}t w",
         "TTL {p}t",
+        // A transaction (one log entry on a cluster), a watched one that
+        // aborts, and one that fails while queuing.
+        "WATCH {p}n {p}w",
+        "MULTI",
+        "INCR {p}n",
+        "GET {p}n",
+        "SET {p}k9 v9",
+        "MGET {p}k9 {p}nokey",
+        "INCR {p}k3",
+        "PING",
+        "EXEC",
+        "WATCH {p}w",
+        "SET {p}w changed",
+        "MULTI",
+        "SET {p}k9 lost",
+        "EXEC",
+        "MULTI",
+        "SET {p}k9",
+        "EXEC",
+        "GET {p}k9",
         "ECHO end-of-pipeline",
     ];
     cmds.iter()
@@ -677,6 +697,12 @@ fn a_pipeline_answers_alike_on_a_cluster_node_and_a_single_node() {
         "{want}"
     );
     assert!(!want.contains("CLUSTERDOWN"), "{want}");
+    assert!(
+        want.contains("*6\r\n:8\r\n$1\r\n8\r\n+OK\r\n*2\r\n$2\r\nv9\r\n$-1\r\n")
+            && want.contains("*-1\r\n")
+            && want.contains("-EXECABORT"),
+        "{want}"
+    );
     let mc_want = run_pipeline(single.memcached, &mixed_memcached_pipeline("m:"), b"MN\r\n");
     assert!(mc_want.contains("VALUE m:a 5 5\r\n>hiyo\r\n"), "{mc_want}");
     assert!(!mc_want.contains("ERROR"), "{mc_want}");

@@ -259,6 +259,9 @@ fn command_info(cx: &mut Ctx<'_, '_>, spec: &super::Spec) {
     if spec.no_auth {
         flags.push("no_auth");
     }
+    if spec.no_multi {
+        flags.push("no-multi");
+    }
     flags.push("fast");
     cx.r.set(flags.len());
     for f in flags {
