@@ -1,7 +1,8 @@
 //! Concurrent stress test of the store with a linearizability check.
 //!
 //! Writer threads insert, put, update, cas and delete, and write groups of
-//! puts and deletes atomically (`write_atomically`, as MSET and DEL use it),
+//! puts and deletes atomically (`write_atomically`, as MSET and DEL use it,
+//! and as transactions, `Op::Txn`, as EXEC uses it),
 //! over a small key space
 //! (2,000 keys, mostly of 4..=10 bytes, a hot run of 16 adjacent keys, and
 //! bursts of contiguous inserts and deletes) so that nodes split and merge
@@ -434,6 +435,9 @@ fn group_op(
         }
     }
     let delete_percent = if grow { 25 } else { 60 };
+    // Half the groups go as a transaction (`Op::Txn`, EXEC's path): the
+    // same check, that no read sees part of it, holds for both.
+    let as_txn = rng.chance(50);
     let writes: Vec<GroupWrite> = picked
         .iter()
         .enumerate()
@@ -448,8 +452,11 @@ fn group_op(
         })
         .collect();
     rec.record(
-        || format!("group of {} writes", writes.len()),
+        || format!("group of {} writes (transaction: {as_txn})", writes.len()),
         |s| {
+            if as_txn {
+                return txn_group(s, &writes);
+            }
             let args: Vec<AtomicWrite<'_>> = writes
                 .iter()
                 .map(|w| match &w.value {
@@ -475,6 +482,48 @@ fn group_op(
         },
     );
     seq
+}
+
+/// A group's puts and deletes as one transaction (`Op::Txn`).
+fn txn_group(s: &Store, writes: &[GroupWrite]) -> Result<Action, combkv::Error> {
+    use combkv::op::{Cond, Op as StoreOp, Outcome};
+    let ops: Vec<StoreOp<'_>> = writes
+        .iter()
+        .map(|w| match &w.value {
+            Some(value) => StoreOp::Put {
+                key: &w.key,
+                value,
+                expiry: combkv::Expiry::Never,
+                flags: combkv::Flags::NONE,
+                cond: Cond::Any,
+                return_old: false,
+            },
+            None => StoreOp::Delete {
+                key: &w.key,
+                cond: Cond::Any,
+                return_old: false,
+            },
+        })
+        .collect();
+    let out = s.apply(&StoreOp::Txn {
+        watch: std::borrow::Cow::Borrowed(&[]),
+        ops: std::borrow::Cow::Owned(ops),
+    })?;
+    let Outcome::Txn {
+        results: Some(results),
+    } = out
+    else {
+        panic!("a transaction without watches applies: {out:?}");
+    };
+    assert_eq!(results.len(), writes.len(), "one result per op");
+    let mut done = Vec::with_capacity(writes.len());
+    for (w, r) in writes.iter().zip(results) {
+        done.push(GroupWrite {
+            result: r?.version().map(|v| v.get()),
+            ..w.clone()
+        });
+    }
+    Ok(Action::Group { writes: done })
 }
 
 /// The first of the `HOT_KEYS` adjacent keys that get a share of all ops.
