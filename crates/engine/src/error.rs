@@ -53,9 +53,9 @@ pub enum Error {
     Unavailable(String),
     /// The write's answer was lost: it may or may not have been applied.
     Uncertain(String),
-    /// The op cannot run inside a transaction ([`crate::op::Op::Txn`]):
-    /// a FLUSHALL, another transaction, a read outside one. The text says
-    /// which.
+    /// The op cannot run where it was asked to: a FLUSHALL inside a
+    /// transaction ([`crate::op::Op::Txn`]), a read op outside one. The
+    /// text says which.
     NotInTransaction(String),
 }
 

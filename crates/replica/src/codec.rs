@@ -339,6 +339,17 @@ fn encode_op(op: &Op<'_>, out: &mut Vec<u8>) {
                 encode_op(op, out);
             }
         }
+        &Op::Move {
+            from,
+            to,
+            replace,
+            keep_source,
+        } => {
+            out.push(11);
+            put_bytes(out, from);
+            put_bytes(out, to);
+            out.push(u8::from(replace) | u8::from(keep_source) << 1);
+        }
         // `Op` is non-exhaustive: a new kind needs a tag here before it
         // can be replicated.
         _ => unreachable!("an op kind without an encoding: {op:?}"),
@@ -469,6 +480,10 @@ fn encode_outcome(o: &Outcome, out: &mut Vec<u8>) {
                     }
                 }
             }
+        }
+        Outcome::Move { status } => {
+            out.push(11);
+            put_status(out, *status);
         }
         _ => unreachable!("an outcome kind without an encoding: {o:?}"),
     }
@@ -703,6 +718,19 @@ impl<'a> Reader<'a> {
                     ops: Cow::Owned(ops),
                 }
             }
+            11 => {
+                let (from, to) = (self.bytes()?, self.bytes()?);
+                let bits = self.u8()?;
+                if bits > 3 {
+                    return Err(DecodeError("move flags"));
+                }
+                Op::Move {
+                    from,
+                    to,
+                    replace: bits & 1 != 0,
+                    keep_source: bits & 2 != 0,
+                }
+            }
             _ => return Err(DecodeError("op tag")),
         })
     }
@@ -810,6 +838,9 @@ impl<'a> Reader<'a> {
                     }
                 }
                 _ => return Err(DecodeError("transaction outcome")),
+            },
+            11 => Outcome::Move {
+                status: self.status()?,
             },
             _ => return Err(DecodeError("outcome tag")),
         })
@@ -975,6 +1006,18 @@ mod tests {
             Op::Read {
                 keys: Cow::Owned(vec![&b"r1"[..], b"r2"]),
             },
+            Op::Move {
+                from: b"src",
+                to: b"dst",
+                replace: false,
+                keep_source: true,
+            },
+            Op::Move {
+                from: b"src",
+                to: b"dst",
+                replace: true,
+                keep_source: false,
+            },
         ];
         let mut ops = ops;
         let inner = ops.clone();
@@ -1036,6 +1079,9 @@ mod tests {
             }),
             Ok(Outcome::Txn { results: None }),
             Err(Error::NotInTransaction("FLUSHALL".into())),
+            Ok(Outcome::Move {
+                status: Status::Present,
+            }),
         ];
         let mut results = results;
         let inner = results.clone();

@@ -75,7 +75,78 @@ impl Store {
             &Op::Reap { key, version } => self.apply_reap(ack, key, version),
             Op::Read { keys } => self.apply_read(ack, keys),
             Op::Txn { watch, ops } => self.apply_txn(ack, watch, ops),
+            &Op::Move {
+                from,
+                to,
+                replace,
+                keep_source,
+            } => self.apply_move(ack, from, to, replace, keep_source),
         }
+    }
+
+    /// `Op::Move`: a transaction of its own (the lock held exclusively,
+    /// its writes one group), or a part of the one it is in.
+    fn apply_move(
+        &self,
+        ack: Ack<'_>,
+        from: &[u8],
+        to: &[u8],
+        replace: bool,
+        keep_source: bool,
+    ) -> Result<Outcome> {
+        self.check_key(from)?;
+        self.check_key(to)?;
+        let body = |inner: Ack<'_>| -> Result<Status> {
+            let Some(item) = self.newest_live(inner, from)? else {
+                return Ok(Status::Missing);
+            };
+            if from == to {
+                return Ok(if replace {
+                    Status::Done
+                } else {
+                    Status::Present
+                });
+            }
+            if !replace && self.newest_live(inner, to)?.is_some() {
+                return Ok(Status::Present);
+            }
+            let put = Op::Put {
+                key: to,
+                value: &item.value,
+                expiry: item.expires_at_ms.map_or(Expiry::Never, Expiry::AtMs),
+                flags: Flags::Set(item.flags),
+                cond: Cond::Any,
+                return_old: false,
+            };
+            self.apply_in(inner, &put)?;
+            if !keep_source {
+                self.apply_in(
+                    inner,
+                    &Op::Delete {
+                        key: from,
+                        cond: Cond::Any,
+                        return_old: false,
+                    },
+                )?;
+            }
+            Ok(Status::Done)
+        };
+        let status = if ack.inside() {
+            body(ack)?
+        } else {
+            self.admit()?;
+            let exclusive = self.txn_lock.exclusive();
+            let wait = Cell::new(0);
+            let group = self.tree.open_group();
+            let status = body(ack.inside_group(&wait))?;
+            let mut group = group;
+            group.extend(wait.get());
+            let last = group.close();
+            drop(exclusive);
+            self.acknowledge(ack, last)?;
+            status
+        };
+        Ok(Outcome::Move { status })
     }
 
     /// The newest live item of each key, items the transaction's own
@@ -106,52 +177,80 @@ impl Store {
     /// exclusively no other write runs, so the watches, the reads and the
     /// writes see one state that only the transaction changes; its writes
     /// are one atomic group (one release, one GROUP_BEGIN..GROUP_END span
-    /// in the log).
+    /// in the log). A transaction inside one runs within the outer one.
     fn apply_txn(&self, ack: Ack<'_>, watch: &[Watch<'_>], ops: &[Op<'_>]) -> Result<Outcome> {
-        if ack.inside() {
-            return Err(Error::NotInTransaction("a transaction inside one".into()));
-        }
         for w in watch {
             self.check_key(w.key)?;
+        }
+        if ack.inside() {
+            // A transaction inside one (MSETNX inside MULTI): the outer one
+            // holds the lock and the group.
+            if !self.watches_hold(ack, watch)? {
+                return Ok(Outcome::Txn { results: None });
+            }
+            let results = self.txn_ops(ack, ops, || {})?;
+            return Ok(Outcome::Txn {
+                results: Some(results),
+            });
         }
         self.admit()?;
         let exclusive = self.txn_lock.exclusive();
         let wait = Cell::new(0);
         let inner = ack.inside_group(&wait);
-        for w in watch {
-            let now = self.newest_live(inner, w.key)?.map(|it| it.version);
-            if now != w.version {
-                drop(exclusive);
-                // The answer rests on the version it saw.
-                self.acknowledge(ack, wait.get())?;
-                return Ok(Outcome::Txn { results: None });
-            }
+        if !self.watches_hold(inner, watch)? {
+            drop(exclusive);
+            // The answer rests on the version it saw.
+            self.acknowledge(ack, wait.get())?;
+            return Ok(Outcome::Txn { results: None });
         }
         let writes = ops.iter().any(|op| !matches!(op, Op::Read { .. }));
         // Closed on every way out (see `Group`): a transaction that does
         // not finish is never visible in part, nor recovered in part.
         let mut group = writes.then(|| self.tree.open_group());
-        let mut results = Vec::with_capacity(ops.len());
-        for op in ops {
-            let r = match op {
-                Op::Clear => Err(Error::NotInTransaction("FLUSHALL".into())),
-                Op::Txn { .. } => Err(Error::NotInTransaction("a transaction inside one".into())),
-                op => self.apply_in(inner, op),
-            };
+        let results = self.txn_ops(inner, ops, || {
             if let Some(g) = &mut group {
                 g.extend(wait.get());
             }
-            match r {
-                Err(e) if !e.is_refusal() => return Err(e),
-                r => results.push(r),
-            }
-        }
+        })?;
         let last = group.map_or(wait.get(), |g| g.close());
         drop(exclusive);
         self.acknowledge(ack, last)?;
         Ok(Outcome::Txn {
             results: Some(results),
         })
+    }
+
+    /// Every watched key's live item still has the version watched.
+    fn watches_hold(&self, inner: Ack<'_>, watch: &[Watch<'_>]) -> Result<bool> {
+        for w in watch {
+            if self.newest_live(inner, w.key)?.map(|it| it.version) != w.version {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// A transaction's ops in order, `after` run after each; a refusal is
+    /// that op's result, any other error ends the transaction.
+    fn txn_ops(
+        &self,
+        inner: Ack<'_>,
+        ops: &[Op<'_>],
+        mut after: impl FnMut(),
+    ) -> Result<Vec<Result<Outcome>>> {
+        let mut results = Vec::with_capacity(ops.len());
+        for op in ops {
+            let r = match op {
+                Op::Clear => Err(Error::NotInTransaction("FLUSHALL".into())),
+                op => self.apply_in(inner, op),
+            };
+            after();
+            match r {
+                Err(e) if !e.is_refusal() => return Err(e),
+                r => results.push(r),
+            }
+        }
+        Ok(results)
     }
 
     fn apply_reap(&self, ack: Ack<'_>, key: &[u8], version: Version) -> Result<Outcome> {

@@ -185,6 +185,18 @@ pub enum Op<'a> {
     /// op's clock: the expiry sweep of a replicated store, proposed by its
     /// leader so that every replica deletes the same items.
     Reap { key: &'a [u8], version: Version },
+    /// Copy the item of `from` (value, expiry, client flags) to `to`, and
+    /// unless `keep_source` delete `from`, as one atomic, isolated step
+    /// (RENAME, RENAMENX, COPY). An existing `to` is overwritten only with
+    /// `replace`. `Missing`: `from` is absent; `Present`: `to` exists and
+    /// `replace` is not set (also when `from` = `to`, which is otherwise
+    /// `Done` without a write).
+    Move {
+        from: &'a [u8],
+        to: &'a [u8],
+        replace: bool,
+        keep_source: bool,
+    },
     /// Read the newest live item of each key: only inside [`Op::Txn`],
     /// where it sees the state the transaction's earlier ops left.
     Read { keys: Cow<'a, [&'a [u8]]> },
@@ -194,7 +206,8 @@ pub enum Op<'a> {
     /// and no reader, scan, snapshot or recovery sees part of them. An op
     /// refused for what it asked ([`Error::is_refusal`]) reports its error
     /// and the others still apply, as in Redis. It may not hold
-    /// [`Op::Clear`] or another `Txn`.
+    /// [`Op::Clear`]; a `Txn` inside one (MSETNX inside MULTI) checks its
+    /// watches and applies its ops within the outer one.
     Txn {
         watch: Cow<'a, [Watch<'a>]>,
         ops: Cow<'a, [Op<'a>]>,
@@ -271,6 +284,9 @@ pub enum Outcome {
     Txn {
         results: Option<Vec<Result<Outcome, Error>>>,
     },
+    Move {
+        status: Status,
+    },
 }
 
 impl Outcome {
@@ -282,7 +298,8 @@ impl Outcome {
             | Outcome::Append { status, .. }
             | Outcome::Incr { status, .. }
             | Outcome::Expire { status, .. }
-            | Outcome::Reap { status, .. } => *status,
+            | Outcome::Reap { status, .. }
+            | Outcome::Move { status } => *status,
             Outcome::Atomic { .. }
             | Outcome::Clear
             | Outcome::Read { .. }
@@ -302,7 +319,8 @@ impl Outcome {
             Outcome::Atomic { .. }
             | Outcome::Clear
             | Outcome::Read { .. }
-            | Outcome::Txn { .. } => None,
+            | Outcome::Txn { .. }
+            | Outcome::Move { .. } => None,
         }
     }
 }

@@ -110,7 +110,6 @@ fn a_refused_op_reports_its_error_and_the_others_apply() {
                 set(b"a", b"1"),
                 incr(b"text"),
                 Op::Clear,
-                txn(vec![], vec![]),
                 set(b"", b"empty key"),
                 set(b"b", b"2"),
             ],
@@ -120,12 +119,34 @@ fn a_refused_op_reports_its_error_and_the_others_apply() {
     assert!(r[0].is_ok());
     assert_eq!(r[1], Err(Error::NotAnInteger));
     assert!(matches!(r[2], Err(Error::NotInTransaction(_))));
-    assert!(matches!(r[3], Err(Error::NotInTransaction(_))));
-    assert_eq!(r[4], Err(Error::KeyEmpty));
-    assert!(r[5].is_ok());
+    assert_eq!(r[3], Err(Error::KeyEmpty));
+    assert!(r[4].is_ok());
     assert_eq!(s.get(b"a").unwrap().unwrap().as_ref(), b"1");
     assert_eq!(s.get(b"b").unwrap().unwrap().as_ref(), b"2");
     assert_eq!(s.get(b"text").unwrap().unwrap().as_ref(), b"abc");
+}
+
+/// MSETNX inside MULTI: an inner transaction whose watches decide within
+/// the outer one, seeing the outer one's earlier writes.
+#[test]
+fn a_transaction_inside_one_checks_its_watches_at_its_place() {
+    let s = Store::new(Config::default()).unwrap();
+    let absent = |key| Watch { key, version: None };
+    let out = s
+        .apply(&txn(
+            vec![],
+            vec![
+                set(b"x", b"1"),
+                txn(vec![absent(b"x")], vec![set(b"y", b"no")]),
+                txn(vec![absent(b"z")], vec![set(b"z", b"yes")]),
+            ],
+        ))
+        .unwrap();
+    let r = results(out);
+    assert_eq!(r[1], Ok(Outcome::Txn { results: None }));
+    assert!(matches!(&r[2], Ok(Outcome::Txn { results: Some(inner) }) if inner.len() == 1));
+    assert_eq!(s.get(b"y").unwrap(), None);
+    assert_eq!(s.get(b"z").unwrap().unwrap().as_ref(), b"yes");
 }
 
 #[test]
@@ -310,4 +331,71 @@ fn no_reader_sees_part_of_a_transaction_and_no_writer_gets_between_its_ops() {
     }
     assert_eq!(s.get(b"a").unwrap().unwrap().as_ref(), b"20000");
     assert_eq!(s.get(b"b").unwrap().unwrap().as_ref(), b"20000");
+}
+
+fn mv<'a>(from: &'a [u8], to: &'a [u8], replace: bool, keep_source: bool) -> Op<'a> {
+    Op::Move {
+        from,
+        to,
+        replace,
+        keep_source,
+    }
+}
+
+#[test]
+fn move_renames_and_copies_with_expiry_and_flags() {
+    let s = Store::new(Config::default()).unwrap();
+    let at = crate::now_ms() + 100_000;
+    s.apply(&Op::Put {
+        key: b"src",
+        value: b"v",
+        expiry: Expiry::AtMs(at),
+        flags: Flags::Set(7),
+        cond: Cond::Any,
+        return_old: false,
+    })
+    .unwrap();
+    let status = |op: &Op<'_>| s.apply(op).unwrap().status();
+    // COPY: the source stays; without REPLACE an existing target stays.
+    assert_eq!(status(&mv(b"src", b"copy", false, true)), Status::Done);
+    assert_eq!(status(&mv(b"src", b"copy", false, true)), Status::Present);
+    let copy = s.get_item(b"copy").unwrap().unwrap();
+    assert_eq!(
+        (copy.value.as_ref(), copy.expires_at_ms, copy.flags),
+        (&b"v"[..], Some(at), 7)
+    );
+    // RENAME over an existing key; RENAMENX refused by one.
+    s.put(b"dst", b"old").unwrap();
+    assert_eq!(status(&mv(b"src", b"dst", false, false)), Status::Present);
+    assert_eq!(status(&mv(b"src", b"dst", true, false)), Status::Done);
+    assert_eq!(s.get(b"src").unwrap(), None);
+    let moved = s.get_item(b"dst").unwrap().unwrap();
+    assert_eq!(
+        (moved.value.as_ref(), moved.expires_at_ms, moved.flags),
+        (&b"v"[..], Some(at), 7)
+    );
+    // A missing source; the same key.
+    assert_eq!(status(&mv(b"nothing", b"x", true, false)), Status::Missing);
+    assert_eq!(status(&mv(b"dst", b"dst", true, false)), Status::Done);
+    assert_eq!(status(&mv(b"dst", b"dst", false, false)), Status::Present);
+    assert_eq!(s.get(b"dst").unwrap().unwrap().as_ref(), b"v");
+    // Inside a transaction, after the transaction's own write.
+    let out = s
+        .apply(&txn(
+            vec![],
+            vec![
+                set(b"a", b"fresh"),
+                mv(b"a", b"b", true, false),
+                read(&[b"a", b"b"]),
+            ],
+        ))
+        .unwrap();
+    let r = results(out);
+    assert_eq!(
+        r[1],
+        Ok(Outcome::Move {
+            status: Status::Done
+        })
+    );
+    assert_eq!(read_values(&r[2]), [None, Some(b"fresh".to_vec())]);
 }
