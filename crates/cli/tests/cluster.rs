@@ -614,6 +614,15 @@ fn mixed_pipeline(p: &str) -> Vec<u8> {
         "SET {p}k9",
         "EXEC",
         "GET {p}k9",
+        // Read-then-write commands, one op each through the log.
+        "MSETNX {p}x1 1 {p}x2 2",
+        "MSETNX {p}x2 9 {p}x3 3",
+        "RENAME {p}x1 {p}x4",
+        "RENAMENX {p}x4 {p}x2",
+        "COPY {p}x2 {p}x5",
+        "GETEX {p}x5 PX 100000",
+        "GETRANGE {p}k9 0 0",
+        "MGET {p}x1 {p}x2 {p}x3 {p}x4 {p}x5",
         "ECHO end-of-pipeline",
     ];
     cmds.iter()

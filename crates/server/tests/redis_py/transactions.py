@@ -119,6 +119,20 @@ def string_commands(r):
         raise AssertionError("SETEX 0 was accepted")
     except redis.ResponseError as e:
         check("invalid expire time" in str(e), f"setex error: {e}")
+    r.set("g", "Hello")
+    check(r.getex("g", ex=50) == b"Hello" and 40 <= r.ttl("g") <= 50, "getex ex")
+    check(r.getex("g", persist=True) == b"Hello" and r.ttl("g") == -1, "getex persist")
+    check(r.getrange("g", 1, 3) == b"ell" and r.substr("g", -3, -1) == b"llo", "getrange")
+    check(r.msetnx({"n1": 1, "n2": 2}) is True, "msetnx all new")
+    check(r.msetnx({"n2": 9, "n3": 3}) is False and r.get("n3") is None, "msetnx none")
+    check(r.touch("n1", "n2", "nokey") == 2, "touch")
+    r.expireat("n1", 33177600000)
+    check(r.expiretime("n1") == 33177600000, "expiretime")
+    check(r.pexpiretime("n2") == -1, "pexpiretime")
+    check(r.rename("n1", "renamed") is True and r.get("renamed") == b"1", "rename")
+    check(r.renamenx("renamed", "n2") is False, "renamenx")
+    check(r.copy("n2", "copied") is True and r.get("copied") == b"2", "copy")
+    check(r.copy("n2", "copied") is False and r.copy("n2", "copied", replace=True), "copy replace")
 
 
 def main():

@@ -15,4 +15,5 @@ mod protocol;
 mod server;
 mod strict;
 mod strings;
+mod strings2;
 mod wire;

@@ -19,6 +19,7 @@ const TABLE: &[(&str, i32)] = &[
     ("cluster", -2),
     ("command", -1),
     ("config", -2),
+    ("copy", -3),
     ("dbsize", 1),
     ("decr", 2),
     ("decrby", 3),
@@ -29,12 +30,15 @@ const TABLE: &[(&str, i32)] = &[
     ("exists", -2),
     ("expire", -3),
     ("expireat", -3),
+    ("expiretime", 2),
     ("floor", 2),
     ("flushall", -1),
     ("flushdb", -1),
     ("get", 2),
     ("getat", 3),
     ("getdel", 2),
+    ("getex", -2),
+    ("getrange", 4),
     ("getset", 3),
     ("getv", 2),
     ("hello", -1),
@@ -45,16 +49,20 @@ const TABLE: &[(&str, i32)] = &[
     ("lastsave", 1),
     ("mget", -2),
     ("mset", -3),
+    ("msetnx", -3),
     ("multi", 1),
     ("persist", 2),
     ("pexpire", -3),
     ("pexpireat", -3),
+    ("pexpiretime", 2),
     ("ping", -1),
     ("psetex", 4),
     ("pttl", 2),
     ("quit", -1),
     ("range", -3),
     ("rangeat", -4),
+    ("rename", 3),
+    ("renamenx", 3),
     ("role", 1),
     ("save", 1),
     ("scan", -2),
@@ -65,7 +73,9 @@ const TABLE: &[(&str, i32)] = &[
     ("slowlog", -2),
     ("snapshot", -2),
     ("strlen", 2),
+    ("substr", 4),
     ("time", 1),
+    ("touch", -2),
     ("ttl", 2),
     ("type", 2),
     ("unlink", -2),
@@ -520,5 +530,39 @@ fn slowlog_get_len_reset() {
     c.ok(
         "SLOWLOG BOGUS",
         &err("ERR unknown subcommand 'BOGUS'. Try SLOWLOG HELP."),
+    );
+}
+
+/// Every command in the table is sent by some raw-bytes test: a request
+/// that starts with its name in capitals (`"NAME ...` or `b"NAME"`) in one
+/// of this directory's files. A command added without a raw test (and so
+/// without its replies and errors checked byte for byte) fails here.
+#[test]
+fn every_command_has_a_raw_bytes_test() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/resp_raw");
+    let mut sources = String::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            sources.push_str(&std::fs::read_to_string(&path).unwrap());
+        }
+    }
+    let untested: Vec<&str> = TABLE
+        .iter()
+        .map(|(name, _)| *name)
+        .filter(|name| {
+            let upper = name.to_uppercase();
+            ![
+                format!("\"{upper} "),
+                format!("\"{upper}\""),
+                format!("b\"{upper}\""),
+            ]
+            .iter()
+            .any(|p| sources.contains(p.as_str()))
+        })
+        .collect();
+    assert!(
+        untested.is_empty(),
+        "commands without a raw-bytes request in tests/resp_raw: {untested:?}"
     );
 }

@@ -532,11 +532,19 @@ impl Store {
                 && (!when.xx || current.is_some())
                 && (!when.gt || later(current, new))
                 && (!when.lt || later(new, current));
+            // With `return_item`, an item that stays as it was, or is
+            // deleted, is returned as it was (GETEX answers its value).
             if !holds {
-                return (WriteOp::Noop, Ok((Status::Mismatch, None)));
+                return (
+                    WriteOp::Noop,
+                    Ok((Status::Mismatch, return_item.then(|| c.to_item()))),
+                );
             }
             if past {
-                return (WriteOp::Delete, Ok((Status::Done, None)));
+                return (
+                    WriteOp::Delete,
+                    Ok((Status::Done, return_item.then(|| c.to_item()))),
+                );
             }
             // Rewritten, the value meets today's limit (it may have been
             // lowered since the value was stored).

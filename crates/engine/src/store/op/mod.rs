@@ -169,7 +169,8 @@ pub enum Op<'a> {
     /// present key if `when` holds. `past`: the deadline had passed when
     /// the op was decided, so the key is deleted instead (as Redis does).
     /// `return_item`: the outcome carries the item as it is afterwards
-    /// (memcached gat).
+    /// (memcached gat), or as it was if `when` failed or the key was
+    /// deleted as past (GETEX).
     Expire {
         key: &'a [u8],
         expiry: Expiry,
@@ -260,7 +261,8 @@ pub enum Outcome {
         /// `Missing`: absent; `Mismatch`: a condition of `when` failed.
         status: Status,
         version: Option<Version>,
-        /// With `return_item`: the item as it is afterwards.
+        /// With `return_item`: the item as it is afterwards (see
+        /// `Op::Expire`).
         item: Option<Item>,
     },
     /// One result per write: the version it took, or `None` for a delete

@@ -1,7 +1,8 @@
-//! Keyspace commands: DEL UNLINK EXISTS EXPIRE PEXPIRE EXPIREAT PEXPIREAT
-//! TTL PTTL PERSIST TYPE DBSIZE FLUSHDB FLUSHALL KEYS SCAN. The writes
-//! (DEL, UNLINK, the EXPIRE family, PERSIST, FLUSHALL) decide an [`Op`]
-//! that the session applies.
+//! Keyspace commands: DEL UNLINK EXISTS TOUCH EXPIRE PEXPIRE EXPIREAT
+//! PEXPIREAT TTL PTTL EXPIRETIME PEXPIRETIME PERSIST TYPE RENAME RENAMENX
+//! COPY DBSIZE FLUSHDB FLUSHALL KEYS SCAN. The writes (DEL, UNLINK, the
+//! EXPIRE family, PERSIST, RENAME, RENAMENX, COPY, FLUSHALL) decide an
+//! [`Op`] that the session applies.
 
 use std::borrow::Cow;
 use std::ops::Bound;
@@ -322,6 +323,98 @@ pub(super) fn scan(cx: &mut Ctx<'_, '_>) -> CmdResult {
     for k in found {
         cx.r.bulk(&k);
     }
+    Ok(())
+}
+
+/// TOUCH key...: how many exist (counted once per argument, as EXISTS).
+/// combkv keeps no access times, so nothing else changes.
+pub(super) fn touch(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    exists(cx)
+}
+
+/// EXPIRETIME / PEXPIRETIME: the absolute unix time (s, rounded as Redis
+/// rounds, or ms) the key expires at; -1 none, -2 absent.
+fn expiretime_generic(cx: &mut Ctx<'_, '_>, ms: bool) -> CmdResult {
+    let t = cx.get_with(cx.args[1], |it| match it {
+        None => -2,
+        Some(it) => match it.expires_at_ms {
+            None => -1,
+            Some(at) if ms => at as i64,
+            Some(at) => (at as i64 + 500) / 1000,
+        },
+    })?;
+    cx.r.int(t);
+    Ok(())
+}
+
+pub(super) fn expiretime(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    expiretime_generic(cx, false)
+}
+
+pub(super) fn pexpiretime(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    expiretime_generic(cx, true)
+}
+
+/// RENAME, RENAMENX, COPY: one `Op::Move`, its status.
+fn move_key(
+    cx: &mut Ctx<'_, '_>,
+    from: &[u8],
+    to: &[u8],
+    replace: bool,
+    keep_source: bool,
+) -> Result<Status, CmdError> {
+    let op = Op::Move {
+        from,
+        to,
+        replace,
+        keep_source,
+    };
+    Ok(cx.apply(&op)?.status())
+}
+
+pub(super) fn rename(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    match move_key(cx, cx.args[1], cx.args[2], true, false)? {
+        Status::Missing => return Err(CmdError::err("no such key")),
+        _ => cx.r.ok(),
+    }
+    Ok(())
+}
+
+pub(super) fn renamenx(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    match move_key(cx, cx.args[1], cx.args[2], false, false)? {
+        Status::Missing => return Err(CmdError::err("no such key")),
+        Status::Done => cx.r.int(1),
+        _ => cx.r.int(0),
+    }
+    Ok(())
+}
+
+/// COPY source destination [DB 0] [REPLACE]: 1 copied, 0 not (absent
+/// source, or an existing destination without REPLACE).
+pub(super) fn copy(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let mut replace = false;
+    let mut i = 3;
+    while i < cx.args.len() {
+        let a = cx.args[i];
+        if eq_ic(a, "replace") {
+            replace = true;
+        } else if eq_ic(a, "db") && i + 1 < cx.args.len() {
+            i += 1;
+            match parse_i64(cx.args[i]) {
+                Some(0) => {}
+                Some(_) => return Err(CmdError::err("DB index is out of range")),
+                None => return Err(CmdError::NotInteger),
+            }
+        } else {
+            return Err(CmdError::Syntax);
+        }
+        i += 1;
+    }
+    if cx.args[1] == cx.args[2] {
+        return Err(CmdError::err("source and destination objects are the same"));
+    }
+    let done = move_key(cx, cx.args[1], cx.args[2], replace, true)? == Status::Done;
+    cx.r.int(done as i64);
     Ok(())
 }
 

@@ -1,12 +1,13 @@
-//! String commands: GET SET SETNX SETEX PSETEX GETSET GETDEL MGET MSET
-//! APPEND STRLEN INCR DECR INCRBY DECRBY, and combkv's GETV and CAS. Each write parses and checks
+//! String commands: GET SET SETNX SETEX PSETEX GETSET GETDEL GETEX
+//! GETRANGE (SUBSTR) MGET MSET MSETNX APPEND STRLEN INCR DECR INCRBY DECRBY,
+//! and combkv's GETV and CAS. Each write parses and checks
 //! its arguments, decides an [`Op`] (relative expiry times resolved with
 //! one clock reading), has the session apply it, and replies from the
 //! [`Outcome`].
 
 use std::borrow::Cow;
 
-use combkv::op::{Arith, Cond, Number, OnMissing, Op, Outcome, Status};
+use combkv::op::{Arith, Cond, ExpireWhen, Number, OnMissing, Op, Outcome, Status, Watch};
 use combkv::{AtomicWrite, Expiry, Flags, Version, now_ms};
 
 use super::batch::{self, BatchRead};
@@ -363,6 +364,148 @@ pub(super) fn cas(cx: &mut Ctx<'_, '_>) -> CmdResult {
     match cx.apply(&op)?.version() {
         Some(v) => cx.r.int(v.get() as i64),
         None => cx.r.null(),
+    }
+    Ok(())
+}
+
+/// GETEX key [EX s | PX ms | EXAT t | PXAT t | PERSIST]: the value, and
+/// the expiry changed as asked. Options parse as SET's do (a repeated one
+/// is fine, two different ones a syntax error). With none, a plain read.
+pub(super) fn getex(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let mut ttl = SetTtl::None;
+    let mut persist = false;
+    let opts = &cx.args[2..];
+    let mut i = 0;
+    while i < opts.len() {
+        let a = opts[i];
+        if eq_ic(a, "persist") && ttl == SetTtl::None {
+            persist = true;
+        } else if let (Some((name, unit, abs)), Some(n), false) =
+            (expiry_opt(a), opts.get(i + 1), persist)
+        {
+            if matches!(ttl, SetTtl::At(other, ..) if other != name) {
+                return Err(CmdError::Syntax);
+            }
+            ttl = SetTtl::At(name, unit, abs, n);
+            i += 1;
+        } else {
+            return Err(CmdError::Syntax);
+        }
+        i += 1;
+    }
+    let key = cx.args[1];
+    let op = match ttl {
+        SetTtl::At(_, unit, abs, n) => {
+            let at = deadline_ms(n, unit, abs, "getex")?;
+            Op::Expire {
+                key,
+                expiry: Expiry::AtMs(at),
+                when: ExpireWhen::default(),
+                past: abs && at <= now_ms(),
+                return_item: true,
+            }
+        }
+        // Only a key with an expiry is rewritten (no new version for one
+        // without, as Redis leaves it untouched).
+        _ if persist => Op::Expire {
+            key,
+            expiry: Expiry::Never,
+            when: ExpireWhen {
+                xx: true,
+                ..ExpireWhen::default()
+            },
+            past: false,
+            return_item: true,
+        },
+        _ => {
+            let v = cx.get_with(key, |it| it.map(|it| it.value.to_vec()))?;
+            match v {
+                Some(v) => cx.r.bulk(&v),
+                None => cx.r.null(),
+            }
+            return Ok(());
+        }
+    };
+    let Outcome::Expire { item, .. } = cx.apply(&op)? else {
+        unreachable!("an expire's outcome");
+    };
+    match item {
+        Some(it) => cx.r.bulk(&it.value),
+        None => cx.r.null(),
+    }
+    Ok(())
+}
+
+/// GETRANGE key start end (and SUBSTR, its old name): Redis's
+/// `getrangeCommand` index rules; a missing key is the empty string.
+pub(super) fn getrange(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let (start, end) = (cx.int(2)?, cx.int(3)?);
+    let part = cx.get_with(cx.args[1], |it| {
+        let v = it.map_or(&[][..], |it| it.value);
+        range_of(v.len(), start, end).map(|(s, e)| v[s..=e].to_vec())
+    })?;
+    cx.r.bulk(part.as_deref().unwrap_or(b""));
+    Ok(())
+}
+
+/// The inclusive byte range GETRANGE answers for a value of `len` bytes,
+/// or `None` for the empty string.
+fn range_of(len: usize, mut start: i64, mut end: i64) -> Option<(usize, usize)> {
+    let len = len as i64;
+    if start < 0 && end < 0 && start > end {
+        return None;
+    }
+    if start < 0 {
+        start = start.saturating_add(len);
+    }
+    if end < 0 {
+        end = end.saturating_add(len);
+    }
+    start = start.max(0);
+    end = end.max(0);
+    if end >= len {
+        end = len - 1;
+    }
+    if start > end || len == 0 {
+        return None;
+    }
+    Some((start as usize, end as usize))
+}
+
+/// MSETNX key value [key value ...]: all of them, only if none of the keys
+/// exists; 1 or 0. A transaction watching each key as absent, so the check
+/// and the writes are one step (inside MULTI, at its place in it).
+pub(super) fn msetnx(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    if cx.args.len() % 2 != 1 {
+        return Err(CmdError::Arity("msetnx".into()));
+    }
+    let pairs: Vec<(&[u8], &[u8])> = cx.args[1..].chunks(2).map(|p| (p[0], p[1])).collect();
+    let watch: Vec<Watch<'_>> = pairs
+        .iter()
+        .map(|&(key, _)| Watch { key, version: None })
+        .collect();
+    let writes: Vec<AtomicWrite<'_>> = pairs
+        .iter()
+        .map(|&(key, value)| AtomicWrite::Put {
+            key,
+            value,
+            expiry: Expiry::Never,
+        })
+        .collect();
+    let op = Op::Txn {
+        watch: Cow::Owned(watch),
+        ops: Cow::Owned(vec![Op::Atomic(Cow::Owned(writes))]),
+    };
+    let Outcome::Txn { results } = cx.apply(&op)? else {
+        unreachable!("a transaction's outcome");
+    };
+    match results {
+        None => cx.r.int(0),
+        Some(mut r) => {
+            // The one op's refusal (a key or value over the limits).
+            r.pop().expect("one op")?;
+            cx.r.int(1);
+        }
     }
     Ok(())
 }

@@ -1,0 +1,203 @@
+//! The string and key commands redis clients use beside the basic ones:
+//! GETEX, GETRANGE/SUBSTR, MSETNX, TOUCH, EXPIRETIME, PEXPIRETIME, RENAME,
+//! RENAMENX, COPY, with Redis 7's replies, options and errors.
+
+use crate::wire::*;
+
+#[test]
+fn getex_sets_or_removes_the_expiry_and_answers_the_value() {
+    let s = server();
+    let mut c = s.connect();
+    c.ok("SET k v", OK);
+    // No option: a plain read.
+    c.ok("GETEX k", &bulk("v"));
+    c.ok("TTL k", &int(-1));
+    c.ok("GETEX k EX 100", &bulk("v"));
+    let ttl = as_int(&c.q("TTL k"));
+    assert!((99..=100).contains(&ttl), "ttl {ttl}");
+    c.ok("GETEX k PX 50000", &bulk("v"));
+    let pttl = as_int(&c.q("PTTL k"));
+    assert!((40_000..=50_000).contains(&pttl), "pttl {pttl}");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let at = now + 1000;
+    c.ok(&format!("GETEX k EXAT {at}"), &bulk("v"));
+    c.ok("EXPIRETIME k", &int(at));
+    c.ok(&format!("GETEX k PXAT {}", at * 1000 + 7), &bulk("v"));
+    c.ok("PEXPIRETIME k", &int(at * 1000 + 7));
+    c.ok("GETEX k PERSIST", &bulk("v"));
+    c.ok("TTL k", &int(-1));
+    // PERSIST on a key without an expiry leaves it as it is.
+    let v1 = c.q("GETV k");
+    c.ok("GETEX k PERSIST", &bulk("v"));
+    assert_eq!(
+        c.q("GETV k"),
+        v1,
+        "PERSIST without an expiry rewrote the key"
+    );
+    // A deadline in the past deletes the key and still answers the value.
+    c.ok("GETEX k EXAT 1", &bulk("v"));
+    c.ok("EXISTS k", &int(0));
+    c.ok("GETEX nokey EX 10", NIL);
+    c.ok("GETEX nokey", NIL);
+    // Errors: Redis's texts; nothing changes.
+    c.ok("SET k v", OK);
+    for bad in [
+        "GETEX k EX",
+        "GETEX k EX 10 PX 10",
+        "GETEX k PERSIST EX 10",
+        "GETEX k EX 10 PERSIST",
+        "GETEX k NX",
+        "GETEX k KEEPTTL",
+        "GETEX k BOGUS",
+    ] {
+        c.ok(bad, SYNTAX);
+    }
+    c.ok("GETEX k EX 10 EX 20", &bulk("v"));
+    c.ok("GETEX k EX abc", NOT_INT);
+    for bad in [
+        "GETEX k EX 0",
+        "GETEX k PX -1",
+        "GETEX k EX 9223372036854775807",
+    ] {
+        c.ok(bad, &err("ERR invalid expire time in 'getex' command"));
+    }
+    c.ok("GETEX", &arity("getex"));
+    c.ok(&format!("GETEX {}", long_key()), KEY_TOO_LONG);
+}
+
+#[test]
+fn getrange_and_substr_follow_redis_index_rules() {
+    let s = server();
+    let mut c = s.connect();
+    c.ok("SET s Hello", OK);
+    for (range, want) in [
+        ("0 -1", "Hello"),
+        ("0 0", "H"),
+        ("1 3", "ell"),
+        ("-3 -1", "llo"),
+        ("-1 -3", ""),
+        ("3 1", ""),
+        ("0 100", "Hello"),
+        ("-100 1", "He"),
+        ("-100 -100", "H"),
+        ("5 10", ""),
+        ("4 4", "o"),
+        ("-9223372036854775808 9223372036854775807", "Hello"),
+    ] {
+        c.ok(&format!("GETRANGE s {range}"), &bulk(want));
+        c.ok(&format!("SUBSTR s {range}"), &bulk(want));
+    }
+    c.ok("GETRANGE nokey 0 -1", &bulk(""));
+    assert_eq!(c.cmd(&[b"SET", b"empty", b""]), OK.as_bytes());
+    c.ok("GETRANGE empty 0 -1", &bulk(""));
+    c.ok("GETRANGE s a 1", NOT_INT);
+    c.ok("GETRANGE s 0 1.5", NOT_INT);
+    c.ok("GETRANGE s 0", &arity("getrange"));
+    c.ok("SUBSTR s 0 1 2", &arity("substr"));
+}
+
+#[test]
+fn msetnx_sets_all_or_none() {
+    let s = server();
+    let mut c = s.connect();
+    c.ok("MSETNX a 1 b 2", &int(1));
+    c.ok("MGET a b", "*2\r\n$1\r\n1\r\n$1\r\n2\r\n");
+    // One existing key: nothing is written.
+    c.ok("MSETNX c 3 a 9", &int(0));
+    c.ok("MGET a c", "*2\r\n$1\r\n1\r\n$-1\r\n");
+    c.ok("MSETNX a", &arity("msetnx"));
+    c.ok("MSETNX a 1 b", &arity("msetnx"));
+    c.ok(&format!("MSETNX x 1 y {}", big_value()), VALUE_TOO_LARGE);
+    c.ok("EXISTS x y", &int(0));
+    // An expired key counts as absent.
+    c.ok("PSETEX gone 1 v", OK);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    c.ok("MSETNX gone 1", &int(1));
+    // Inside MULTI, it sees the transaction's earlier writes.
+    c.ok("MULTI", OK);
+    c.ok("SET m 1", "+QUEUED\r\n");
+    c.ok("MSETNX m 2 n 2", "+QUEUED\r\n");
+    c.ok("MSETNX n 3", "+QUEUED\r\n");
+    c.ok("EXEC", "*3\r\n+OK\r\n:0\r\n:1\r\n");
+    c.ok("MGET m n", "*2\r\n$1\r\n1\r\n$1\r\n3\r\n");
+}
+
+#[test]
+fn touch_expiretime_and_pexpiretime() {
+    let s = server();
+    let mut c = s.connect();
+    c.ok("SET a 1", OK);
+    c.ok("TOUCH a a nokey", &int(2));
+    c.ok("TOUCH", &arity("touch"));
+    c.ok("EXPIRETIME a", &int(-1));
+    c.ok("PEXPIRETIME a", &int(-1));
+    c.ok("EXPIRETIME nokey", &int(-2));
+    c.ok("PEXPIRETIME nokey", &int(-2));
+    c.ok("PEXPIREAT a 33177600000499", &int(1));
+    c.ok("PEXPIRETIME a", &int(33_177_600_000_499));
+    c.ok("EXPIRETIME a", &int(33_177_600_000));
+    c.ok("PEXPIREAT a 33177600000500", &int(1));
+    c.ok("EXPIRETIME a", &int(33_177_600_001));
+    c.ok("EXPIRETIME", &arity("expiretime"));
+    c.ok("PEXPIRETIME a b", &arity("pexpiretime"));
+}
+
+#[test]
+fn rename_renamenx_and_copy() {
+    let s = server();
+    let mut c = s.connect();
+    c.ok("SET a 1", OK);
+    c.ok("EXPIRE a 100", &int(1));
+    c.ok("RENAME a b", OK);
+    c.ok("EXISTS a", &int(0));
+    c.ok("GET b", &bulk("1"));
+    let ttl = as_int(&c.q("TTL b"));
+    assert!(
+        (99..=100).contains(&ttl),
+        "the expiry moved with the value: {ttl}"
+    );
+    c.ok("SET c 3", OK);
+    c.ok("RENAME b c", OK);
+    c.ok("GET c", &bulk("1"));
+    c.ok("RENAME c c", OK);
+    c.ok("GET c", &bulk("1"));
+    c.ok("RENAME nokey x", &err("ERR no such key"));
+    c.ok("RENAMENX nokey x", &err("ERR no such key"));
+    c.ok("SET d 4", OK);
+    c.ok("RENAMENX c d", &int(0));
+    c.ok("RENAMENX c c", &int(0));
+    c.ok("RENAMENX c e", &int(1));
+    c.ok("MGET c d e", "*3\r\n$-1\r\n$1\r\n4\r\n$1\r\n1\r\n");
+    // COPY keeps the source; REPLACE overwrites; DB 0 is the only one.
+    c.ok("COPY e f", &int(1));
+    c.ok("COPY e f", &int(0));
+    c.ok("COPY d f REPLACE", &int(1));
+    c.ok("COPY d g DB 0", &int(1));
+    c.ok(
+        "MGET d e f g",
+        "*4\r\n$1\r\n4\r\n$1\r\n1\r\n$1\r\n4\r\n$1\r\n4\r\n",
+    );
+    c.ok("COPY nokey h", &int(0));
+    c.ok(
+        "COPY d d",
+        &err("ERR source and destination objects are the same"),
+    );
+    c.ok("COPY d h DB 1", &err("ERR DB index is out of range"));
+    c.ok("COPY d h DB x", NOT_INT);
+    c.ok("COPY d h BOGUS", SYNTAX);
+    c.ok("COPY d h DB", SYNTAX);
+    c.ok("COPY d", &arity("copy"));
+    c.ok("RENAME a", &arity("rename"));
+    c.ok("RENAMENX a b c", &arity("renamenx"));
+    c.ok(&format!("RENAME d {}", long_key()), KEY_TOO_LONG);
+    c.ok("GET d", &bulk("4"));
+    // Inside a transaction, after its own write.
+    c.ok("MULTI", OK);
+    c.ok("SET t1 x", "+QUEUED\r\n");
+    c.ok("RENAME t1 t2", "+QUEUED\r\n");
+    c.ok("GET t2", "+QUEUED\r\n");
+    c.ok("EXEC", &["*3\r\n", OK, OK, &bulk("x")].concat());
+}
