@@ -188,6 +188,10 @@ pub struct ServerConfig {
     /// Cut a corrupt write-ahead log (damage followed by valid data) and
     /// start, instead of refusing to: what `combkv check --repair` does.
     pub wal_truncate_corrupt: bool,
+    /// memcached's `shutdown` command stops the server (memcached's `-A`,
+    /// `--enable-shutdown`); off, it answers `ERROR: shutdown not enabled`.
+    /// RESP's SHUTDOWN needs no setting (AUTH guards it, as in Redis).
+    pub memcached_shutdown: bool,
 }
 
 /// How a cluster node serves reads.
@@ -277,6 +281,7 @@ impl Default for ServerConfig {
             peers: String::new(),
             cluster_reads: ClusterReads::Linearizable,
             wal_truncate_corrupt: false,
+            memcached_shutdown: false,
         }
     }
 }
@@ -481,6 +486,10 @@ impl ServerConfig {
                     "no"
                 }
                 .into(),
+            ),
+            (
+                "memcached-shutdown",
+                if self.memcached_shutdown { "yes" } else { "no" }.into(),
             ),
         ]
     }

@@ -197,6 +197,7 @@ impl Server {
                 .map_err(|e| StartError(format!("cannot create waker: {e}")))?,
         );
         wakers.push(acceptor_waker);
+        let _ = shared.wakers.set(wakers.clone());
         let acceptor = Acceptor {
             poll,
             resp,

@@ -118,6 +118,9 @@ pub struct Shared {
     /// Bytes of every connection's output buffer.
     pub output_buffers: AtomicUsize,
     pub shutting_down: AtomicBool,
+    /// Every event loop's and the acceptor's waker, set once they exist:
+    /// what a SHUTDOWN command wakes.
+    pub wakers: std::sync::OnceLock<Vec<Arc<mio::Waker>>>,
     /// Unix time of the last successful checkpoint (SAVE/BGSAVE/automatic).
     pub last_save_unix: AtomicU64,
     pub client_registry: Mutex<std::collections::BTreeMap<u64, ClientInfo>>,
@@ -179,6 +182,7 @@ impl Shared {
             query_buffers: AtomicUsize::new(0),
             output_buffers: AtomicUsize::new(0),
             shutting_down: AtomicBool::new(false),
+            wakers: std::sync::OnceLock::new(),
             last_save_unix: AtomicU64::new(
                 now.duration_since(SystemTime::UNIX_EPOCH)
                     .map_or(0, |d| d.as_secs()),
@@ -186,6 +190,16 @@ impl Shared {
             client_registry: Mutex::new(Default::default()),
             scan_cursors: Mutex::new(Default::default()),
             memcache: Default::default(),
+        }
+    }
+
+    /// Stops the server as SIGTERM does (SHUTDOWN, memcached `shutdown`):
+    /// every loop answers what it has, flushes and ends.
+    pub fn request_shutdown(&self) {
+        tracing::info!("shutdown requested by a client");
+        self.shutting_down.store(true, Ordering::Release);
+        for w in self.wakers.get().into_iter().flatten() {
+            let _ = w.wake();
         }
     }
 

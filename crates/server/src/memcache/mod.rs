@@ -311,6 +311,7 @@ impl Protocol for Memcache {
             Request::Version
             | Request::Verbosity { .. }
             | Request::Quit
+            | Request::Shutdown { .. }
             | Request::MetaNoop
             | Request::Auth { .. } => Class::Control,
         }
@@ -358,6 +359,18 @@ impl Protocol for Memcache {
     ) -> bool {
         match *req {
             Request::Quit => return true,
+            // memcached's replies: closed when it shuts down.
+            Request::Shutdown { valid } => {
+                if !cx.shared.config.memcached_shutdown {
+                    out.extend_from_slice(b"ERROR: shutdown not enabled\r\n");
+                } else if !valid {
+                    out.extend_from_slice(b"CLIENT_ERROR invalid shutdown mode\r\n");
+                } else {
+                    cx.shared.request_shutdown();
+                    return true;
+                }
+                return false;
+            }
             Request::Auth { user, pass } => {
                 self.authenticate(cx, user, pass, out);
                 return false;

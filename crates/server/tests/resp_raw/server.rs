@@ -70,6 +70,7 @@ const TABLE: &[(&str, i32)] = &[
     ("set", -3),
     ("setex", 4),
     ("setnx", 3),
+    ("shutdown", -1),
     ("slowlog", -2),
     ("snapshot", -2),
     ("strlen", 2),
@@ -565,4 +566,26 @@ fn every_command_has_a_raw_bytes_test() {
         untested.is_empty(),
         "commands without a raw-bytes request in tests/resp_raw: {untested:?}"
     );
+}
+
+/// SHUTDOWN's refusals change nothing; SHUTDOWN itself answers nothing and
+/// closes the connection, after the replies before it, and the server
+/// stops (the process test `crates/cli/tests/shutdown.rs` checks SAVE and
+/// the exit).
+#[test]
+fn shutdown_refusals_then_shutdown() {
+    let s = server();
+    let mut c = s.connect();
+    c.ok("SHUTDOWN NOSAVE SAVE", SYNTAX);
+    c.ok("SHUTDOWN NOW BOGUS", SYNTAX);
+    c.ok("SHUTDOWN ABORT NOW", SYNTAX);
+    c.ok("SHUTDOWN ABORT", &err("ERR No shutdown in progress."));
+    c.ok(
+        "SHUTDOWN SAVE",
+        &err("ERR Errors trying to SHUTDOWN. Check logs."),
+    );
+    c.ok("PING", "+PONG\r\n");
+    c.send(b"SET k v\r\nSHUTDOWN NOSAVE NOW FORCE\r\nPING\r\n");
+    assert_eq!(c.reply_str(), OK);
+    c.expect_closed();
 }

@@ -205,7 +205,7 @@ pub(crate) fn execute(cx: &mut Cx<'_>, req: &Request<'_>, out: &mut Vec<u8>) {
             }
         }
         Request::Stats { args } => text::stats(cx, args, out),
-        Request::Quit => {}
+        Request::Quit | Request::Shutdown { .. } => {}
         Request::MetaNoop => line(out, "MN"),
         Request::MetaDebug { key } => meta::debug(cx, &key, out),
         Request::MetaGet { key, flags } => meta::get_touch(cx, &key, &flags, out),

@@ -164,6 +164,10 @@ pub enum Request<'a> {
     },
     Version,
     Quit,
+    /// `shutdown [graceful]` (both graceful here); `Err`: another mode.
+    Shutdown {
+        valid: bool,
+    },
     Verbosity {
         noreply: bool,
     },
@@ -343,6 +347,10 @@ fn parse_line<'a>(input: &'a [u8], line: &'a [u8], line_len: usize, limits: &Lim
             b"flush_all" => text::flush_all(&toks),
             b"version" => Ok(Request::Version),
             b"quit" => Ok(Request::Quit),
+            b"shutdown" => Ok(Request::Shutdown {
+                // memcached's `ntokens` counts the terminal token.
+                valid: toks.ntokens() == 2 || (toks.ntokens() == 3 && toks.t[1] == b"graceful"),
+            }),
             b"verbosity" => text::verbosity(&toks),
             b"stats" => Ok(Request::Stats {
                 args: after_words(line, 1),

@@ -448,6 +448,43 @@ pub(super) fn save(cx: &mut Ctx<'_, '_>) -> CmdResult {
     Ok(())
 }
 
+/// SHUTDOWN [NOSAVE | SAVE] [NOW] [FORCE] [ABORT]: stops the server as
+/// SIGTERM does (every connection's received requests are answered, the
+/// log flushed). SAVE takes a checkpoint first; a failed one refuses the
+/// shutdown with Redis's text. NOW and FORCE change nothing (there is no
+/// wait to skip); ABORT has no shutdown in progress to stop. Like Redis,
+/// it answers nothing: the connection closes.
+pub(super) fn shutdown(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let (mut save, mut nosave, mut abort) = (false, false, false);
+    for a in &cx.args[1..] {
+        if eq_ic(a, "save") {
+            save = true;
+        } else if eq_ic(a, "nosave") {
+            nosave = true;
+        } else if eq_ic(a, "abort") {
+            abort = true;
+        } else if !(eq_ic(a, "now") || eq_ic(a, "force")) {
+            return Err(CmdError::Syntax);
+        }
+    }
+    if (save && nosave) || (abort && cx.args.len() > 2) {
+        return Err(CmdError::Syntax);
+    }
+    if abort {
+        return Err(CmdError::err("No shutdown in progress."));
+    }
+    if save && let Err(e) = crate::admin::save(cx.shared) {
+        tracing::error!(
+            "SHUTDOWN SAVE: the checkpoint failed, not shutting down: {}",
+            e.line()
+        );
+        return Err(CmdError::err("Errors trying to SHUTDOWN. Check logs."));
+    }
+    cx.shared.request_shutdown();
+    cx.close = true;
+    Ok(())
+}
+
 pub(super) fn bgsave(cx: &mut Ctx<'_, '_>) -> CmdResult {
     match &cx.args[1..] {
         [] => {}

@@ -235,6 +235,8 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "string", "Sets a key with a time to live in seconds."),
     spec!("setnx", 3, Kind::Write, "d", 1, 1, strings::setnx,
           "string", "Sets a key only if it does not exist."),
+    spec!("shutdown", -1, Kind::Read, "x", 0, 0, server::shutdown,
+          "server", "Stops the server as SIGTERM does (SAVE: checkpoint first)."),
     spec!("slowlog", -2, Kind::Control, "", 0, 0, server::slowlog,
           "server", "SLOWLOG GET, LEN, RESET."),
     spec!("snapshot", -2, Kind::Read, "x", 0, 0, ordered::snapshot,
