@@ -623,6 +623,18 @@ fn mixed_pipeline(p: &str) -> Vec<u8> {
         "GETEX {p}x5 PX 100000",
         "GETRANGE {p}k9 0 0",
         "MGET {p}x1 {p}x2 {p}x3 {p}x4 {p}x5",
+        // COMPARE: checks decided at the transaction's place in the log.
+        "MULTI",
+        "COMPARE {p}k9 VALUE = v9",
+        "COMPARE RANGE [{p}x ({p}x9 COUNT = 3",
+        "SET {p}c ok",
+        "EXEC",
+        "MULTI",
+        "COMPARE {p}k9 VALUE = nope",
+        "SET {p}c bad",
+        "EXEC",
+        "COMPARE RANGE [{p}x ({p}x9 COUNT = 3",
+        "GET {p}c",
         "ECHO end-of-pipeline",
     ];
     cmds.iter()
@@ -709,7 +721,9 @@ fn a_pipeline_answers_alike_on_a_cluster_node_and_a_single_node() {
     assert!(
         want.contains("*6\r\n:8\r\n$1\r\n8\r\n+OK\r\n*2\r\n$2\r\nv9\r\n$-1\r\n")
             && want.contains("*-1\r\n")
-            && want.contains("-EXECABORT"),
+            && want.contains("-EXECABORT")
+            && want.contains("*3\r\n:1\r\n:1\r\n+OK\r\n")
+            && want.contains(":1\r\n$2\r\nok\r\n$15\r\nend-of-pipeline"),
         "{want}"
     );
     let mc_want = run_pipeline(single.memcached, &mixed_memcached_pipeline("m:"), b"MN\r\n");

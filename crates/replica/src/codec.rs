@@ -8,7 +8,11 @@
 
 use std::borrow::Cow;
 
-use combkv::op::{Arith, Cond, ExpireWhen, Number, OnMissing, Op, Outcome, Status, Watch};
+use std::ops::Bound;
+
+use combkv::op::{
+    Arith, Check, CmpOp, Cond, ExpireWhen, Number, OnMissing, Op, Outcome, Status, Watch,
+};
 use combkv::{AtomicWrite, Error, Expiry, Flags, Item, Version};
 
 /// Why bytes could not be decoded (a damaged or foreign entry).
@@ -350,9 +354,75 @@ fn encode_op(op: &Op<'_>, out: &mut Vec<u8>) {
             put_bytes(out, to);
             out.push(u8::from(replace) | u8::from(keep_source) << 1);
         }
+        Op::Check(c) => {
+            out.push(12);
+            match *c {
+                Check::Version { key, op, version } => {
+                    out.push(0);
+                    put_bytes(out, key);
+                    out.push(cmp_code(op));
+                    put_u64(out, version);
+                }
+                Check::Value { key, op, value } => {
+                    out.push(1);
+                    put_bytes(out, key);
+                    out.push(cmp_code(op));
+                    put_bytes(out, value);
+                }
+                Check::Count { start, end, op, n } => {
+                    out.push(2);
+                    put_bound(out, start);
+                    put_bound(out, end);
+                    out.push(cmp_code(op));
+                    put_u64(out, n);
+                }
+                Check::MaxVersion {
+                    start,
+                    end,
+                    op,
+                    version,
+                } => {
+                    out.push(3);
+                    put_bound(out, start);
+                    put_bound(out, end);
+                    out.push(cmp_code(op));
+                    put_u64(out, version);
+                }
+            }
+        }
         // `Op` is non-exhaustive: a new kind needs a tag here before it
         // can be replicated.
         _ => unreachable!("an op kind without an encoding: {op:?}"),
+    }
+}
+
+const CMP_OPS: [CmpOp; 6] = [
+    CmpOp::Eq,
+    CmpOp::Ne,
+    CmpOp::Lt,
+    CmpOp::Le,
+    CmpOp::Gt,
+    CmpOp::Ge,
+];
+
+fn cmp_code(op: CmpOp) -> u8 {
+    CMP_OPS
+        .iter()
+        .position(|&o| o == op)
+        .expect("every comparison has a code") as u8
+}
+
+fn put_bound(out: &mut Vec<u8>, b: Bound<&[u8]>) {
+    match b {
+        Bound::Unbounded => out.push(0),
+        Bound::Included(k) => {
+            out.push(1);
+            put_bytes(out, k);
+        }
+        Bound::Excluded(k) => {
+            out.push(2);
+            put_bytes(out, k);
+        }
     }
 }
 
@@ -485,6 +555,7 @@ fn encode_outcome(o: &Outcome, out: &mut Vec<u8>) {
             out.push(11);
             put_status(out, *status);
         }
+        Outcome::Check => out.push(12),
         _ => unreachable!("an outcome kind without an encoding: {o:?}"),
     }
 }
@@ -731,7 +802,46 @@ impl<'a> Reader<'a> {
                     keep_source: bits & 2 != 0,
                 }
             }
+            12 => Op::Check(match self.u8()? {
+                0 => Check::Version {
+                    key: self.bytes()?,
+                    op: self.cmp()?,
+                    version: self.u64()?,
+                },
+                1 => Check::Value {
+                    key: self.bytes()?,
+                    op: self.cmp()?,
+                    value: self.bytes()?,
+                },
+                2 => Check::Count {
+                    start: self.bound()?,
+                    end: self.bound()?,
+                    op: self.cmp()?,
+                    n: self.u64()?,
+                },
+                3 => Check::MaxVersion {
+                    start: self.bound()?,
+                    end: self.bound()?,
+                    op: self.cmp()?,
+                    version: self.u64()?,
+                },
+                _ => return Err(DecodeError("check kind")),
+            }),
             _ => return Err(DecodeError("op tag")),
+        })
+    }
+    fn cmp(&mut self) -> Decoded<CmpOp> {
+        CMP_OPS
+            .get(usize::from(self.u8()?))
+            .copied()
+            .ok_or(DecodeError("comparison"))
+    }
+    fn bound(&mut self) -> Decoded<Bound<&'a [u8]>> {
+        Ok(match self.u8()? {
+            0 => Bound::Unbounded,
+            1 => Bound::Included(self.bytes()?),
+            2 => Bound::Excluded(self.bytes()?),
+            _ => return Err(DecodeError("bound")),
         })
     }
     fn status(&mut self) -> Decoded<Status> {
@@ -842,6 +952,7 @@ impl<'a> Reader<'a> {
             11 => Outcome::Move {
                 status: self.status()?,
             },
+            12 => Outcome::Check,
             _ => return Err(DecodeError("outcome tag")),
         })
     }
@@ -1018,6 +1129,28 @@ mod tests {
                 replace: true,
                 keep_source: false,
             },
+            Op::Check(Check::Version {
+                key: b"k",
+                op: CmpOp::Ge,
+                version: 9,
+            }),
+            Op::Check(Check::Value {
+                key: b"k",
+                op: CmpOp::Ne,
+                value: b"x",
+            }),
+            Op::Check(Check::Count {
+                start: Bound::Included(b"a"),
+                end: Bound::Unbounded,
+                op: CmpOp::Eq,
+                n: 3,
+            }),
+            Op::Check(Check::MaxVersion {
+                start: Bound::Unbounded,
+                end: Bound::Excluded(b"z"),
+                op: CmpOp::Le,
+                version: 77,
+            }),
         ];
         let mut ops = ops;
         let inner = ops.clone();
@@ -1082,6 +1215,7 @@ mod tests {
             Ok(Outcome::Move {
                 status: Status::Present,
             }),
+            Ok(Outcome::Check),
         ];
         let mut results = results;
         let inner = results.clone();

@@ -233,6 +233,11 @@ impl Tree {
         self.clock.read_version()
     }
 
+    /// The last version handed out, released or not.
+    pub(crate) fn write_version(&self) -> u64 {
+        self.clock.write_version()
+    }
+
     /// Waits until every write up to `v` is released. False if the clock is
     /// poisoned first (`v` will never be released).
     pub(crate) fn wait_released(&self, v: u64) -> bool {

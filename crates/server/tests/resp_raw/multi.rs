@@ -251,3 +251,72 @@ fn queued_commands_are_checked_for_auth_and_arity_before_exec() {
     c.ok("EXEC", EXECABORT);
     c.ok("GET a", NIL);
 }
+
+#[test]
+fn compare_conditions_gate_exec_and_answer_alone() {
+    let s = server();
+    let mut c = s.connect();
+    c.ok("MSET a 1 b 2 c 3 x outside", OK);
+    let va = as_int(
+        &c.q("GETV a")
+            .split("\r\n")
+            .nth(3)
+            .map(|v| format!("{v}\r\n"))
+            .unwrap(),
+    );
+    // Alone: 1 or 0.
+    c.ok(&format!("COMPARE a VERSION = {va}"), &int(1));
+    c.ok(&format!("COMPARE a VERSION > {va}"), &int(0));
+    c.ok("COMPARE nokey VERSION = 0", &int(1));
+    c.ok("COMPARE b VALUE = 2", &int(1));
+    c.ok("COMPARE b VALUE >= 3", &int(0));
+    c.ok("COMPARE nokey VALUE != x", &int(0));
+    c.ok("COMPARE RANGE [a (d COUNT = 3", &int(1));
+    c.ok("COMPARE RANGE [a (d COUNT > 3", &int(0));
+    c.ok("COMPARE RANGE - + COUNT = 4", &int(1));
+    c.ok(&format!("COMPARE RANGE [a (d MAXVERSION >= {va}"), &int(1));
+    c.ok("COMPARE RANGE [a (d MAXVERSION = 0", &int(0));
+    c.ok("COMPARE RANGE [q (r MAXVERSION = 0", &int(1));
+    // In a transaction: all hold, everything applies.
+    c.ok("MULTI", OK);
+    c.ok("COMPARE b VALUE = 2", QUEUED);
+    c.ok("COMPARE RANGE [a (d COUNT = 3", QUEUED);
+    c.ok("SET d 4", QUEUED);
+    c.ok("INCR a", QUEUED);
+    c.ok("EXEC", "*4\r\n:1\r\n:1\r\n+OK\r\n:2\r\n");
+    // One fails (d was written into [a, d]): nothing applies, EXEC
+    // answers null.
+    c.ok("MULTI", OK);
+    c.ok("COMPARE b VALUE = 2", QUEUED);
+    c.ok("COMPARE RANGE [a [d COUNT = 3", QUEUED);
+    c.ok("SET e 5", QUEUED);
+    c.ok("EXEC", NIL_ARRAY);
+    c.ok("EXISTS e", &int(0));
+    // A COMPARE after a data command fails the transaction.
+    c.ok("MULTI", OK);
+    c.ok("PING", QUEUED);
+    c.ok("SET e 5", QUEUED);
+    c.ok(
+        "COMPARE b VALUE = 2",
+        &err("ERR COMPARE must come before the transaction's other data commands"),
+    );
+    c.ok("EXEC", EXECABORT);
+    c.ok("EXISTS e", &int(0));
+    // Errors.
+    c.ok(
+        "COMPARE a VERSION ~ 1",
+        &err("ERR unknown comparison '~' (=, !=, <, <=, >, >=)"),
+    );
+    c.ok("COMPARE a VERSION = -1", NOT_INT);
+    c.ok("COMPARE a VERSION = x", NOT_INT);
+    c.ok("COMPARE a BOGUS = 1", SYNTAX);
+    c.ok("COMPARE RANGE [a (d BOGUS = 1", SYNTAX);
+    c.ok("COMPARE RANGE a (d COUNT = 1", BAD_BOUND);
+    c.ok(
+        "COMPARE RANGE + + COUNT = 0",
+        &err("ERR COMPARE RANGE needs bounds that can hold keys"),
+    );
+    c.ok("COMPARE a VERSION =", &arity("compare"));
+    c.ok("COMPARE a VERSION = 1 2", &arity("compare"));
+    c.ok(&format!("COMPARE {} VALUE = 1", long_key()), KEY_TOO_LONG);
+}

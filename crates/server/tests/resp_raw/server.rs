@@ -18,6 +18,7 @@ const TABLE: &[(&str, i32)] = &[
     ("client", -2),
     ("cluster", -2),
     ("command", -1),
+    ("compare", -5),
     ("config", -2),
     ("copy", -3),
     ("dbsize", 1),

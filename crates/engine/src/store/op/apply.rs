@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::cell::Cell;
 
 use super::{
-    Arith, Cond, ExpireWhen, Number, OnMissing, Op, Outcome, Status, Watch, parse_signed,
+    Arith, Check, Cond, ExpireWhen, Number, OnMissing, Op, Outcome, Status, Watch, parse_signed,
     parse_unsigned,
 };
 use crate::error::{Error, Result};
@@ -74,6 +74,10 @@ impl Store {
             }
             &Op::Reap { key, version } => self.apply_reap(ack, key, version),
             Op::Read { keys } => self.apply_read(ack, keys),
+            // Checks are taken by the transaction they open.
+            Op::Check(_) => Err(Error::NotInTransaction(
+                "a check runs first in a transaction".into(),
+            )),
             Op::Txn { watch, ops } => self.apply_txn(ack, watch, ops),
             &Op::Move {
                 from,
@@ -185,7 +189,7 @@ impl Store {
         if ack.inside() {
             // A transaction inside one (MSETNX inside MULTI): the outer one
             // holds the lock and the group.
-            if !self.watches_hold(ack, watch)? {
+            if !self.watches_hold(ack, watch, ops)? {
                 return Ok(Outcome::Txn { results: None });
             }
             let results = self.txn_ops(ack, ops, || {})?;
@@ -197,7 +201,7 @@ impl Store {
         let exclusive = self.txn_lock.exclusive();
         let wait = Cell::new(0);
         let inner = ack.inside_group(&wait);
-        if !self.watches_hold(inner, watch)? {
+        if !self.watches_hold(inner, watch, ops)? {
             drop(exclusive);
             // The answer rests on the version it saw.
             self.acknowledge(ack, wait.get())?;
@@ -220,14 +224,76 @@ impl Store {
         })
     }
 
-    /// Every watched key's live item still has the version watched.
-    fn watches_hold(&self, inner: Ack<'_>, watch: &[Watch<'_>]) -> Result<bool> {
+    /// Every watched key's live item still has the version watched, and
+    /// every check the ops begin with holds.
+    fn watches_hold(&self, inner: Ack<'_>, watch: &[Watch<'_>], ops: &[Op<'_>]) -> Result<bool> {
         for w in watch {
             if self.newest_live(inner, w.key)?.map(|it| it.version) != w.version {
                 return Ok(false);
             }
         }
+        for op in ops {
+            let Op::Check(c) = op else { break };
+            if !self.check_holds(inner, c)? {
+                return Ok(false);
+            }
+        }
         Ok(true)
+    }
+
+    /// One check, against the newest state: with the transaction lock held
+    /// exclusively no write is under way, so every version handed out is
+    /// complete, and a range is read at the newest of them (released or
+    /// not: the transaction's answer waits for them all).
+    fn check_holds(&self, inner: Ack<'_>, c: &Check<'_>) -> Result<bool> {
+        Ok(match *c {
+            Check::Version { key, op, version } => {
+                let v = self
+                    .newest_live(inner, key)?
+                    .map_or(0, |it| it.version.get());
+                op.holds(&v, &version)
+            }
+            Check::Value { key, op, value } => self
+                .newest_live(inner, key)?
+                .is_some_and(|it| op.holds(&it.value[..], value)),
+            Check::Count { start, end, op, n } => {
+                let (count, _) = self.range_summary(inner, start, end)?;
+                op.holds(&count, &n)
+            }
+            Check::MaxVersion {
+                start,
+                end,
+                op,
+                version,
+            } => {
+                let (_, newest) = self.range_summary(inner, start, end)?;
+                op.holds(&newest, &version)
+            }
+        })
+    }
+
+    /// A range's live item count and newest item version, at the newest
+    /// version handed out (see `check_holds`), judged at the op's clock.
+    fn range_summary(
+        &self,
+        inner: Ack<'_>,
+        start: std::ops::Bound<&[u8]>,
+        end: std::ops::Bound<&[u8]>,
+    ) -> Result<(u64, u64)> {
+        let range = crate::Range::new(start.map(<[u8]>::to_vec), end.map(<[u8]>::to_vec));
+        self.check_range(&range)?;
+        let guard = self.tree.pin();
+        let v = self.tree.write_version();
+        let (mut count, mut newest) = (0u64, 0u64);
+        self.visit_at_version(&range, v, &inner.now(), |it| {
+            count += 1;
+            newest = newest.max(it.version);
+            true
+        });
+        drop(guard);
+        // The answer rests on every version up to `v`.
+        self.acknowledge(inner, v)?;
+        Ok((count, newest))
     }
 
     /// A transaction's ops in order, `after` run after each; a refusal is
@@ -239,9 +305,13 @@ impl Store {
         mut after: impl FnMut(),
     ) -> Result<Vec<Result<Outcome>>> {
         let mut results = Vec::with_capacity(ops.len());
+        let mut leading = true;
         for op in ops {
+            leading &= matches!(op, Op::Check(_));
             let r = match op {
                 Op::Clear => Err(Error::NotInTransaction("FLUSHALL".into())),
+                // Checked before any op ran (`watches_hold`).
+                Op::Check(_) if leading => Ok(Outcome::Check),
                 op => self.apply_in(inner, op),
             };
             after();

@@ -198,6 +198,11 @@ pub enum Op<'a> {
         replace: bool,
         keep_source: bool,
     },
+    /// A condition of the transaction it opens ([`Op::Txn`]; only there,
+    /// before every other op): checked with the transaction's other
+    /// conditions, and if it fails nothing is applied (the outcome is a
+    /// transaction without results, as for a changed watched key).
+    Check(Check<'a>),
     /// Read the newest live item of each key: only inside [`Op::Txn`],
     /// where it sees the state the transaction's earlier ops left.
     Read { keys: Cow<'a, [&'a [u8]]> },
@@ -212,6 +217,67 @@ pub enum Op<'a> {
     Txn {
         watch: Cow<'a, [Watch<'a>]>,
         ops: Cow<'a, [Op<'a>]>,
+    },
+}
+
+/// How an [`Op::Check`] compares what the store holds (left) with the
+/// check's operand (right).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmpOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl CmpOp {
+    /// `a op b`.
+    pub fn holds<T: Ord + ?Sized>(self, a: &T, b: &T) -> bool {
+        match self {
+            CmpOp::Eq => a == b,
+            CmpOp::Ne => a != b,
+            CmpOp::Lt => a < b,
+            CmpOp::Le => a <= b,
+            CmpOp::Gt => a > b,
+            CmpOp::Ge => a >= b,
+        }
+    }
+}
+
+/// What an [`Op::Check`] compares: a key's item version or value, or a
+/// range's item count or newest item version, each as it stands when the
+/// transaction begins (its own writes come after its checks).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Check<'a> {
+    /// The key's live item version (0: absent).
+    Version {
+        key: &'a [u8],
+        op: CmpOp,
+        version: u64,
+    },
+    /// The key's value, bytewise; an absent key fails every comparison.
+    Value {
+        key: &'a [u8],
+        op: CmpOp,
+        value: &'a [u8],
+    },
+    /// How many live items the range holds.
+    Count {
+        start: std::ops::Bound<&'a [u8]>,
+        end: std::ops::Bound<&'a [u8]>,
+        op: CmpOp,
+        n: u64,
+    },
+    /// The newest live item version in the range (0: none): with `Le` and
+    /// a version read earlier, "no item in the range was written since"
+    /// (a deletion shows in `Count`).
+    MaxVersion {
+        start: std::ops::Bound<&'a [u8]>,
+        end: std::ops::Bound<&'a [u8]>,
+        op: CmpOp,
+        version: u64,
     },
 }
 
@@ -289,6 +355,8 @@ pub enum Outcome {
     Move {
         status: Status,
     },
+    /// A check that held (one that fails ends its transaction).
+    Check,
 }
 
 impl Outcome {
@@ -305,7 +373,8 @@ impl Outcome {
             Outcome::Atomic { .. }
             | Outcome::Clear
             | Outcome::Read { .. }
-            | Outcome::Txn { .. } => Status::Done,
+            | Outcome::Txn { .. }
+            | Outcome::Check => Status::Done,
         }
     }
 
@@ -322,7 +391,8 @@ impl Outcome {
             | Outcome::Clear
             | Outcome::Read { .. }
             | Outcome::Txn { .. }
-            | Outcome::Move { .. } => None,
+            | Outcome::Move { .. }
+            | Outcome::Check => None,
         }
     }
 }

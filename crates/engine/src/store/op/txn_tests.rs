@@ -399,3 +399,85 @@ fn move_renames_and_copies_with_expiry_and_flags() {
     );
     assert_eq!(read_values(&r[2]), [None, Some(b"fresh".to_vec())]);
 }
+
+#[test]
+fn checks_gate_the_whole_transaction() {
+    use std::ops::Bound;
+    let s = Store::new(Config::default()).unwrap();
+    let va = s.put(b"a", b"1").unwrap().get();
+    s.put(b"b", b"2").unwrap();
+    let vc = s.put(b"c", b"3").unwrap().get();
+    s.put(b"x", b"outside").unwrap();
+    let range = |op, n| {
+        Op::Check(Check::Count {
+            start: Bound::Included(&b"a"[..]),
+            end: Bound::Excluded(&b"d"[..]),
+            op,
+            n,
+        })
+    };
+    let newest = |op, version| {
+        Op::Check(Check::MaxVersion {
+            start: Bound::Included(&b"a"[..]),
+            end: Bound::Excluded(&b"d"[..]),
+            op,
+            version,
+        })
+    };
+    let version = |key, op, version| Op::Check(Check::Version { key, op, version });
+    let value = |key, op, value| Op::Check(Check::Value { key, op, value });
+    let applied = |checks: Vec<Op<'static>>| {
+        let mut ops = checks;
+        ops.push(incr(b"n"));
+        match s.apply(&txn(vec![], ops)).unwrap() {
+            Outcome::Txn { results: Some(r) } => {
+                assert!(r[..r.len() - 1].iter().all(|c| *c == Ok(Outcome::Check)));
+                true
+            }
+            Outcome::Txn { results: None } => false,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert!(applied(vec![
+        version(b"a", CmpOp::Eq, va),
+        version(b"nokey", CmpOp::Eq, 0),
+        value(b"b", CmpOp::Eq, b"2"),
+        value(b"b", CmpOp::Lt, b"3"),
+        range(CmpOp::Eq, 3),
+        newest(CmpOp::Eq, vc),
+        newest(CmpOp::Le, vc),
+    ]));
+    assert_eq!(s.get(b"n").unwrap().unwrap().as_ref(), b"1");
+    for failing in [
+        version(b"a", CmpOp::Gt, va),
+        version(b"nokey", CmpOp::Ne, 0),
+        value(b"nokey", CmpOp::Ne, b"anything"),
+        value(b"b", CmpOp::Ge, b"3"),
+        range(CmpOp::Gt, 3),
+        newest(CmpOp::Lt, vc),
+    ] {
+        assert!(
+            !applied(vec![version(b"a", CmpOp::Eq, va), failing.clone()]),
+            "{failing:?}"
+        );
+    }
+    assert_eq!(
+        s.get(b"n").unwrap().unwrap().as_ref(),
+        b"1",
+        "a failed check applied ops"
+    );
+    // A write in the range since: MaxVersion sees it; a delete: Count does.
+    s.put(b"b", b"22").unwrap();
+    assert!(!applied(vec![newest(CmpOp::Le, vc)]));
+    s.delete(b"b").unwrap();
+    assert!(!applied(vec![range(CmpOp::Eq, 3)]));
+    // A check after another op is refused; a check alone is refused.
+    let out = s
+        .apply(&txn(vec![], vec![incr(b"n"), version(b"a", CmpOp::Eq, va)]))
+        .unwrap();
+    assert!(matches!(&results(out)[1], Err(Error::NotInTransaction(_))));
+    assert!(matches!(
+        s.apply(&version(b"a", CmpOp::Eq, va)),
+        Err(Error::NotInTransaction(_))
+    ));
+}

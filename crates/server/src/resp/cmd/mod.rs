@@ -8,6 +8,7 @@
 
 pub(crate) mod batch;
 mod cluster;
+mod compare;
 mod keys;
 pub(crate) mod multi;
 pub(crate) mod ordered;

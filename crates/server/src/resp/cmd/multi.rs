@@ -169,6 +169,18 @@ pub(super) fn queue(cx: &mut Ctx<'_, '_>, spec: &'static Spec) -> CmdResult {
             "the transaction's queued commands and watched keys pass max-request-bytes ({limit})"
         )));
     }
+    // A COMPARE is a condition of the whole transaction: it comes first.
+    if spec.name == "compare"
+        && multi
+            .queued
+            .iter()
+            .any(|q| q.spec.kind != Kind::Control && q.spec.name != "compare")
+    {
+        multi.failed = true;
+        return Err(CmdError::err(
+            "COMPARE must come before the transaction's other data commands",
+        ));
+    }
     multi.bytes += bytes;
     multi.queued.push(Queued {
         spec,

@@ -7,7 +7,7 @@
 use std::sync::LazyLock;
 
 use super::batch::BatchRead;
-use super::{Ctx, cluster, keys, multi, ordered, server, strings};
+use super::{Ctx, cluster, compare, keys, multi, ordered, server, strings};
 use crate::pipeline::Class;
 use crate::resp::error::CmdResult;
 
@@ -131,6 +131,8 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "cluster", "CLUSTER STATUS, INIT, ADD, REMOVE: a combkv cluster's administration."),
     spec!("command", -1, Kind::Control, "", 0, 0, server::command,
           "server", "Describes the commands (COUNT, DOCS, INFO, LIST)."),
+    spec!("compare", -5, Kind::Write, "", 1, 1, compare::compare,
+          "combkv", "A transaction's condition on a key's version or value, or a range's count or newest version."),
     spec!("config", -2, Kind::Control, "", 0, 0, server::config,
           "server", "CONFIG GET parameters."),
     spec!("copy", -3, Kind::Write, "d", 1, 2, keys::copy,
