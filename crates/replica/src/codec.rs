@@ -354,6 +354,18 @@ fn encode_op(op: &Op<'_>, out: &mut Vec<u8>) {
             put_bytes(out, to);
             out.push(u8::from(replace) | u8::from(keep_source) << 1);
         }
+        &Op::SetRange { key, offset, value } => {
+            out.push(13);
+            put_bytes(out, key);
+            put_u64(out, offset);
+            put_bytes(out, value);
+        }
+        &Op::SetBit { key, bit, on } => {
+            out.push(14);
+            put_bytes(out, key);
+            put_u64(out, bit);
+            out.push(u8::from(on));
+        }
         Op::Check(c) => {
             out.push(12);
             match *c {
@@ -556,6 +568,11 @@ fn encode_outcome(o: &Outcome, out: &mut Vec<u8>) {
             put_status(out, *status);
         }
         Outcome::Check => out.push(12),
+        Outcome::SetBit { old, version } => {
+            out.push(13);
+            out.push(u8::from(*old));
+            put_version(out, *version);
+        }
         _ => unreachable!("an outcome kind without an encoding: {o:?}"),
     }
 }
@@ -827,6 +844,16 @@ impl<'a> Reader<'a> {
                 },
                 _ => return Err(DecodeError("check kind")),
             }),
+            13 => Op::SetRange {
+                key: self.bytes()?,
+                offset: self.u64()?,
+                value: self.bytes()?,
+            },
+            14 => Op::SetBit {
+                key: self.bytes()?,
+                bit: self.u64()?,
+                on: self.bool()?,
+            },
             _ => return Err(DecodeError("op tag")),
         })
     }
@@ -953,6 +980,10 @@ impl<'a> Reader<'a> {
                 status: self.status()?,
             },
             12 => Outcome::Check,
+            13 => Outcome::SetBit {
+                old: self.bool()?,
+                version: self.version()?,
+            },
             _ => return Err(DecodeError("outcome tag")),
         })
     }
@@ -1134,6 +1165,16 @@ mod tests {
                 op: CmpOp::Ge,
                 version: 9,
             }),
+            Op::SetRange {
+                key: b"r",
+                offset: 1 << 40,
+                value: b"patch",
+            },
+            Op::SetBit {
+                key: b"b",
+                bit: 77,
+                on: true,
+            },
             Op::Check(Check::Value {
                 key: b"k",
                 op: CmpOp::Ne,
@@ -1216,6 +1257,10 @@ mod tests {
                 status: Status::Present,
             }),
             Ok(Outcome::Check),
+            Ok(Outcome::SetBit {
+                old: true,
+                version: Some(Version(5)),
+            }),
         ];
         let mut results = results;
         let inner = results.clone();

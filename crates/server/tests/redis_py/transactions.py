@@ -133,6 +133,10 @@ def string_commands(r):
     check(r.renamenx("renamed", "n2") is False, "renamenx")
     check(r.copy("n2", "copied") is True and r.get("copied") == b"2", "copy")
     check(r.copy("n2", "copied") is False and r.copy("n2", "copied", replace=True), "copy replace")
+    check(r.setrange("sr", 2, "ab") == 4 and r.get("sr") == b"\x00\x00ab", "setrange")
+    check(r.setbit("bits", 7, 1) == 0 and r.getbit("bits", 7) == 1, "setbit/getbit")
+    r.set("foobar", "foobar")
+    check(r.bitcount("foobar") == 26 and r.bitcount("foobar", 1, 1) == 6, "bitcount")
 
 
 def main():

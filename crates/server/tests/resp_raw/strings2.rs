@@ -201,3 +201,74 @@ fn rename_renamenx_and_copy() {
     c.ok("GET t2", "+QUEUED\r\n");
     c.ok("EXEC", &["*3\r\n", OK, OK, &bulk("x")].concat());
 }
+
+#[test]
+fn setrange_setbit_getbit_and_bitcount() {
+    let s = server();
+    let mut c = s.connect();
+    // SETRANGE: zero padding, overwrite, growth; the expiry stays.
+    c.ok("SETRANGE r 2 ab", &int(4));
+    assert_eq!(c.cmd(&[b"GET", b"r"]), b"$4\r\n\0\0ab\r\n");
+    c.ok("SET k1 Hello", OK);
+    c.ok("EXPIRE k1 100", &int(1));
+    c.ok("SETRANGE k1 1 ipp", &int(5));
+    assert_eq!(c.cmd(&[b"SETRANGE", b"k1", b"5", b" world"]), b":11\r\n");
+    c.ok("GET k1", &bulk("Hippo world"));
+    let ttl = as_int(&c.q("TTL k1"));
+    assert!((99..=100).contains(&ttl), "ttl {ttl}");
+    assert_eq!(c.cmd(&[b"SETRANGE", b"k1", b"0", b""]), b":11\r\n");
+    assert_eq!(c.cmd(&[b"SETRANGE", b"nokey", b"3", b""]), b":0\r\n");
+    c.ok("EXISTS nokey", &int(0));
+    c.ok("SETRANGE k1 -1 x", &err("ERR offset is out of range"));
+    c.ok("SETRANGE k1 x x", NOT_INT);
+    c.ok("SETRANGE k1 1024 x", VALUE_TOO_LARGE);
+    c.ok("SETRANGE k1 1023 x", &int(1024));
+    c.ok("SETRANGE k1 1", &arity("setrange"));
+    // SETBIT / GETBIT: bit 0 is the top bit of byte 0.
+    c.ok("SETBIT b 7 1", &int(0));
+    c.ok("SETBIT b 7 1", &int(1));
+    c.ok("GET b", &bulk("\u{1}"));
+    c.ok("GETBIT b 7", &int(1));
+    c.ok("GETBIT b 6", &int(0));
+    c.ok("GETBIT b 100", &int(0));
+    c.ok("GETBIT nokey 0", &int(0));
+    c.ok("SETBIT b 7 0", &int(1));
+    c.ok("SETBIT b 9 1", &int(0));
+    c.ok("STRLEN b", &int(2));
+    let bad_offset = err("ERR bit offset is not an integer or out of range");
+    for off in ["-1", "4294967296", "x"] {
+        c.ok(&format!("SETBIT b {off} 1"), &bad_offset);
+        c.ok(&format!("GETBIT b {off}"), &bad_offset);
+    }
+    for bit in ["2", "-1", "x", "01"] {
+        c.ok(
+            &format!("SETBIT b 1 {bit}"),
+            &err("ERR bit is not an integer or out of range"),
+        );
+    }
+    c.ok("SETBIT b 8192 1", VALUE_TOO_LARGE);
+    c.ok("SETBIT b 1", &arity("setbit"));
+    c.ok("GETBIT b", &arity("getbit"));
+    // BITCOUNT, Redis's documented examples.
+    c.ok("SET mykey foobar", OK);
+    c.ok("BITCOUNT mykey", &int(26));
+    c.ok("BITCOUNT mykey 0 0", &int(4));
+    c.ok("BITCOUNT mykey 1 1", &int(6));
+    c.ok("BITCOUNT mykey 1 1 BYTE", &int(6));
+    c.ok("BITCOUNT mykey 5 30 BIT", &int(17));
+    c.ok("BITCOUNT mykey -2 -1", &int(7));
+    c.ok("BITCOUNT nokey", &int(0));
+    c.ok("BITCOUNT nokey 0 -1", &int(0));
+    c.ok("BITCOUNT mykey 0", SYNTAX);
+    c.ok("BITCOUNT mykey 0 1 BOGUS", SYNTAX);
+    c.ok("BITCOUNT mykey 0 1 BIT x", SYNTAX);
+    c.ok("BITCOUNT mykey a 1", NOT_INT);
+    c.ok("BITCOUNT", &arity("bitcount"));
+    // Inside a transaction, reading its own writes.
+    c.ok("MULTI", OK);
+    c.ok("SETBIT t 0 1", "+QUEUED\r\n");
+    c.ok("BITCOUNT t", "+QUEUED\r\n");
+    c.ok("SETRANGE t 1 ab", "+QUEUED\r\n");
+    c.ok("GETBIT t 0", "+QUEUED\r\n");
+    c.ok("EXEC", "*4\r\n:0\r\n:1\r\n:3\r\n:1\r\n");
+}

@@ -74,6 +74,8 @@ impl Store {
             }
             &Op::Reap { key, version } => self.apply_reap(ack, key, version),
             Op::Read { keys } => self.apply_read(ack, keys),
+            &Op::SetRange { key, offset, value } => self.apply_set_range(ack, key, offset, value),
+            &Op::SetBit { key, bit, on } => self.apply_set_bit(ack, key, bit, on),
             // Checks are taken by the transaction they open.
             Op::Check(_) => Err(Error::NotInTransaction(
                 "a check runs first in a transaction".into(),
@@ -86,6 +88,92 @@ impl Store {
                 keep_source,
             } => self.apply_move(ack, from, to, replace, keep_source),
         }
+    }
+
+    /// The length a write at `offset` of `len` bytes makes a value reach,
+    /// refused over the limit before the key is looked at (as Redis does).
+    fn patched_len(&self, offset: u64, len: usize) -> Result<usize> {
+        let max = self.max_value_len();
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= max as u64 => Ok(end as usize),
+            end => Err(Error::ValueTooLarge {
+                len: end.map_or(usize::MAX, |e| usize::try_from(e).unwrap_or(usize::MAX)),
+                max,
+            }),
+        }
+    }
+
+    fn apply_set_range(
+        &self,
+        ack: Ack<'_>,
+        key: &[u8],
+        offset: u64,
+        value: &[u8],
+    ) -> Result<Outcome> {
+        self.check_key(key)?;
+        let end = if value.is_empty() {
+            0
+        } else {
+            self.patched_len(offset, value.len())?
+        };
+        let (r, version) = self.write_key(ack, key, |cur| {
+            let (old, expiry, flags) = match cur {
+                Some(c) => (c.value.bytes(), c.expiry, c.cflags),
+                None if value.is_empty() => return (WriteOp::Noop, (Status::Missing, 0)),
+                None => (&[][..], 0, 0),
+            };
+            if value.is_empty() {
+                return (WriteOp::Noop, (Status::Done, old.len()));
+            }
+            let mut v = old.to_vec();
+            if v.len() < end {
+                v.resize(end, 0);
+            }
+            v[offset as usize..end].copy_from_slice(value);
+            let len = v.len();
+            let op = WriteOp::Put {
+                value: Cow::Owned(v),
+                expiry,
+                flags,
+            };
+            (op, (Status::Done, len))
+        })?;
+        let (status, len) = r;
+        Ok(Outcome::Append {
+            status,
+            version,
+            len,
+        })
+    }
+
+    fn apply_set_bit(&self, ack: Ack<'_>, key: &[u8], bit: u64, on: bool) -> Result<Outcome> {
+        self.check_key(key)?;
+        let byte = (bit >> 3) as usize;
+        self.patched_len(bit >> 3, 1)?;
+        let mask = 0x80u8 >> (bit & 7);
+        let (old, version) = self.write_key(ack, key, |cur| {
+            let (old, expiry, flags) = match cur {
+                Some(c) => (c.value.bytes(), c.expiry, c.cflags),
+                None => (&[][..], 0, 0),
+            };
+            let mut v = old.to_vec();
+            if v.len() <= byte {
+                v.resize(byte + 1, 0);
+            }
+            let was = v[byte] & mask != 0;
+            if on {
+                v[byte] |= mask;
+            } else {
+                v[byte] &= !mask;
+            }
+            let op = WriteOp::Put {
+                value: Cow::Owned(v),
+                expiry,
+                flags,
+            };
+            (op, was)
+        })?;
+        Ok(Outcome::SetBit { old, version })
     }
 
     /// `Op::Move`: a transaction of its own (the lock held exclusively,

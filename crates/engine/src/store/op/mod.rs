@@ -198,6 +198,20 @@ pub enum Op<'a> {
         replace: bool,
         keep_source: bool,
     },
+    /// Overwrite the value from byte `offset` with `value`, zero bytes
+    /// filling any gap, keeping expiry and flags (SETRANGE). An absent key
+    /// is created without expiry, unless `value` is empty: then nothing is
+    /// written (`Missing`, or `Done` with the present length). Outcome:
+    /// [`Outcome::Append`] with the length afterwards.
+    SetRange {
+        key: &'a [u8],
+        offset: u64,
+        value: &'a [u8],
+    },
+    /// Set (`on`) or clear bit `bit` of the value (bit 0 is the most
+    /// significant bit of byte 0), growing it with zero bytes, keeping
+    /// expiry and flags (SETBIT).
+    SetBit { key: &'a [u8], bit: u64, on: bool },
     /// A condition of the transaction it opens ([`Op::Txn`]; only there,
     /// before every other op): checked with the transaction's other
     /// conditions, and if it fails nothing is applied (the outcome is a
@@ -357,6 +371,11 @@ pub enum Outcome {
     },
     /// A check that held (one that fails ends its transaction).
     Check,
+    /// The bit before the write.
+    SetBit {
+        old: bool,
+        version: Option<Version>,
+    },
 }
 
 impl Outcome {
@@ -374,7 +393,8 @@ impl Outcome {
             | Outcome::Clear
             | Outcome::Read { .. }
             | Outcome::Txn { .. }
-            | Outcome::Check => Status::Done,
+            | Outcome::Check
+            | Outcome::SetBit { .. } => Status::Done,
         }
     }
 
@@ -386,7 +406,8 @@ impl Outcome {
             | Outcome::Append { version, .. }
             | Outcome::Incr { version, .. }
             | Outcome::Expire { version, .. }
-            | Outcome::Reap { version, .. } => *version,
+            | Outcome::Reap { version, .. }
+            | Outcome::SetBit { version, .. } => *version,
             Outcome::Atomic { .. }
             | Outcome::Clear
             | Outcome::Read { .. }

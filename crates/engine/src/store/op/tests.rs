@@ -330,3 +330,71 @@ fn apply_at_judges_expiry_at_the_ops_clock() {
     assert_eq!(items.len(), 1, "{items:?}");
     assert_eq!(items[0].0, b"t");
 }
+
+#[test]
+fn set_range_and_set_bit_patch_values_in_place() {
+    let s = Store::new(Config::default()).unwrap();
+    let len = |o: Outcome| match o {
+        Outcome::Append { len, status, .. } => (status, len),
+        other => panic!("{other:?}"),
+    };
+    let range = |key, offset, value| Op::SetRange { key, offset, value };
+    // Absent and empty: nothing written.
+    assert_eq!(
+        len(s.apply(&range(b"r", 5, b"")).unwrap()),
+        (Status::Missing, 0)
+    );
+    assert_eq!(s.get(b"r").unwrap(), None);
+    // Absent: zero-padded.
+    assert_eq!(
+        len(s.apply(&range(b"r", 2, b"ab")).unwrap()),
+        (Status::Done, 4)
+    );
+    assert_eq!(s.get(b"r").unwrap().unwrap().as_ref(), b"\0\0ab");
+    // Present: overwritten, grown, its expiry kept.
+    let at = crate::now_ms() + 100_000;
+    s.expire(b"r", Expiry::AtMs(at)).unwrap();
+    assert_eq!(
+        len(s.apply(&range(b"r", 3, b"XYZ")).unwrap()),
+        (Status::Done, 6)
+    );
+    let it = s.get_item(b"r").unwrap().unwrap();
+    assert_eq!(
+        (it.value.as_ref(), it.expires_at_ms),
+        (&b"\0\0aXYZ"[..], Some(at))
+    );
+    assert_eq!(
+        len(s.apply(&range(b"r", 0, b"")).unwrap()),
+        (Status::Done, 6)
+    );
+    // Past the value limit: refused, nothing changed.
+    let max = s.max_value_len() as u64;
+    assert!(matches!(
+        s.apply(&range(b"r", max, b"x")),
+        Err(Error::ValueTooLarge { .. })
+    ));
+    assert!(matches!(
+        s.apply(&range(b"r", u64::MAX, b"x")),
+        Err(Error::ValueTooLarge { .. })
+    ));
+    assert_eq!(s.get(b"r").unwrap().unwrap().as_ref(), b"\0\0aXYZ");
+    // Bits: bit 0 is the top bit of byte 0.
+    let bit = |bit, on| match s.apply(&Op::SetBit { key: b"b", bit, on }).unwrap() {
+        Outcome::SetBit { old, .. } => old,
+        other => panic!("{other:?}"),
+    };
+    assert!(!bit(0, true));
+    assert!(!bit(9, true));
+    assert_eq!(s.get(b"b").unwrap().unwrap().as_ref(), [0x80, 0x40]);
+    assert!(bit(0, false));
+    assert!(!bit(0, false));
+    assert_eq!(s.get(b"b").unwrap().unwrap().as_ref(), [0x00, 0x40]);
+    assert!(matches!(
+        s.apply(&Op::SetBit {
+            key: b"b",
+            bit: max * 8,
+            on: true
+        }),
+        Err(Error::ValueTooLarge { .. })
+    ));
+}

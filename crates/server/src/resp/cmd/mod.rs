@@ -7,6 +7,7 @@
 //! ...).
 
 pub(crate) mod batch;
+mod bits;
 mod cluster;
 mod compare;
 mod keys;

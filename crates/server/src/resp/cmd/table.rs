@@ -7,7 +7,7 @@
 use std::sync::LazyLock;
 
 use super::batch::BatchRead;
-use super::{Ctx, cluster, compare, keys, multi, ordered, server, strings};
+use super::{Ctx, bits, cluster, compare, keys, multi, ordered, server, strings};
 use crate::pipeline::Class;
 use crate::resp::error::CmdResult;
 
@@ -121,6 +121,8 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "connection", "Authenticates the connection."),
     spec!("bgsave", -1, Kind::Read, "x", 0, 0, server::bgsave,
           "server", "Starts a checkpoint in the background."),
+    spec!("bitcount", -2, Kind::Read, "", 1, 1, bits::bitcount,
+          "bitmap", "Counts the set bits of a value, or of a byte or bit range of it."),
     spec!("cas", -4, Kind::Write, "d", 1, 1, strings::cas,
           "combkv", "Sets a key only if its version matches."),
     spec!("ceil", 2, Kind::Read, "x", 1, 1, ordered::ceil,
@@ -169,6 +171,8 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "string", "Returns the value of a key."),
     spec!("getat", 3, Kind::Read, "x", 2, 2, ordered::getat,
           "combkv", "A key's value as of a snapshot."),
+    spec!("getbit", 3, Kind::Read, "", 1, 1, bits::getbit,
+          "bitmap", "Returns a bit of a value."),
     spec!("getdel", 2, Kind::Write, "", 1, 1, strings::getdel,
           "string", "Returns the value of a key and deletes it."),
     spec!("getex", -2, Kind::Write, "", 1, 1, strings::getex,
@@ -233,10 +237,14 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "connection", "Selects database 0 (the only one)."),
     spec!("set", -3, Kind::Write, "d", 1, 1, strings::set,
           "string", "Sets a key (NX, XX, GET, EX, PX, EXAT, PXAT, KEEPTTL)."),
+    spec!("setbit", 4, Kind::Write, "d", 1, 1, bits::setbit,
+          "bitmap", "Sets or clears a bit of a value, growing it with zero bytes."),
     spec!("setex", 4, Kind::Write, "d", 1, 1, strings::setex,
           "string", "Sets a key with a time to live in seconds."),
     spec!("setnx", 3, Kind::Write, "d", 1, 1, strings::setnx,
           "string", "Sets a key only if it does not exist."),
+    spec!("setrange", 4, Kind::Write, "d", 1, 1, bits::setrange,
+          "string", "Overwrites part of a value from an offset, growing it with zero bytes."),
     spec!("shutdown", -1, Kind::Read, "x", 0, 0, server::shutdown,
           "server", "Stops the server as SIGTERM does (SAVE: checkpoint first)."),
     spec!("slowlog", -2, Kind::Control, "", 0, 0, server::slowlog,
