@@ -23,6 +23,7 @@ pub(crate) mod build;
 mod clear;
 pub(crate) mod epoch;
 mod group;
+pub(crate) use group::Group;
 #[cfg(test)]
 mod layout_check;
 pub(crate) mod load;

@@ -12,7 +12,26 @@ use super::{
 use crate::error::{Error, Result};
 use crate::store::{Ack, Session, Store};
 use crate::tree::write::{WriteMode, WriteOp};
+use crate::tree::{Group, Tree};
 use crate::types::{Expiry, Flags, Item, Version};
+
+/// A transaction's atomic group (see `Store::exclusively`): opened before
+/// its first write, so that one that aborts or only reads logs no group;
+/// none inside another transaction, whose group it is part of.
+struct TxnGroup<'t> {
+    tree: Option<&'t Tree>,
+    group: Option<Group<'t>>,
+}
+
+impl TxnGroup<'_> {
+    fn open(&mut self) {
+        if let Some(tree) = self.tree
+            && self.group.is_none()
+        {
+            self.group = Some(tree.open_group());
+        }
+    }
+}
 
 impl Store {
     /// Applies a decided write and waits for its acknowledgement (durable
@@ -188,7 +207,7 @@ impl Store {
     ) -> Result<Outcome> {
         self.check_key(from)?;
         self.check_key(to)?;
-        let body = |inner: Ack<'_>| -> Result<Status> {
+        let status = self.exclusively(ack, |inner, group| {
             let Some(item) = self.newest_live(inner, from)? else {
                 return Ok(Status::Missing);
             };
@@ -202,6 +221,7 @@ impl Store {
             if !replace && self.newest_live(inner, to)?.is_some() {
                 return Ok(Status::Present);
             }
+            group.open();
             let put = Op::Put {
                 key: to,
                 value: &item.value,
@@ -222,22 +242,7 @@ impl Store {
                 )?;
             }
             Ok(Status::Done)
-        };
-        let status = if ack.inside() {
-            body(ack)?
-        } else {
-            self.admit()?;
-            let exclusive = self.txn_lock.exclusive();
-            let wait = Cell::new(0);
-            let group = self.tree.open_group();
-            let status = body(ack.inside_group(&wait))?;
-            let mut group = group;
-            group.extend(wait.get());
-            let last = group.close();
-            drop(exclusive);
-            self.acknowledge(ack, last)?;
-            status
-        };
+        })?;
         Ok(Outcome::Move { status })
     }
 
@@ -274,42 +279,60 @@ impl Store {
         for w in watch {
             self.check_key(w.key)?;
         }
-        if ack.inside() {
-            // A transaction inside one (MSETNX inside MULTI): the outer one
-            // holds the lock and the group.
-            if !self.watches_hold(ack, watch, ops)? {
-                return Ok(Outcome::Txn { results: None });
+        let results = self.exclusively(ack, |inner, group| {
+            if !self.watches_hold(inner, watch, ops)? {
+                return Ok(None);
             }
-            let results = self.txn_ops(ack, ops, || {})?;
-            return Ok(Outcome::Txn {
-                results: Some(results),
-            });
+            // Reads and checks write nothing: only writes need a group.
+            if ops
+                .iter()
+                .any(|op| !matches!(op, Op::Read { .. } | Op::Check(_)))
+            {
+                group.open();
+            }
+            self.txn_ops(inner, ops).map(Some)
+        })?;
+        Ok(Outcome::Txn { results })
+    }
+
+    /// Runs `body` as one transaction: the transaction lock held
+    /// exclusively, its writes one atomic group (once `body` opens it), and
+    /// its answer acknowledged once every version it rests on is. Inside
+    /// another transaction (`Ack::inside`), it runs within that one.
+    fn exclusively<R>(
+        &self,
+        ack: Ack<'_>,
+        body: impl FnOnce(Ack<'_>, &mut TxnGroup<'_>) -> Result<R>,
+    ) -> Result<R> {
+        if ack.inside() {
+            return body(
+                ack,
+                &mut TxnGroup {
+                    tree: None,
+                    group: None,
+                },
+            );
         }
         self.admit()?;
         let exclusive = self.txn_lock.exclusive();
         let wait = Cell::new(0);
-        let inner = ack.inside_group(&wait);
-        if !self.watches_hold(inner, watch, ops)? {
-            drop(exclusive);
-            // The answer rests on the version it saw.
-            self.acknowledge(ack, wait.get())?;
-            return Ok(Outcome::Txn { results: None });
+        let mut scope = TxnGroup {
+            tree: Some(&self.tree),
+            group: None,
+        };
+        let r = body(ack.inside_group(&wait), &mut scope);
+        let mut group = scope.group;
+        // The span reaches every version the answers rest on. On an error
+        // the group is dropped unclosed (see `Group`): a transaction that
+        // does not finish is never visible in part, nor recovered in part.
+        if let Some(g) = &mut group {
+            g.extend(wait.get());
         }
-        let writes = ops.iter().any(|op| !matches!(op, Op::Read { .. }));
-        // Closed on every way out (see `Group`): a transaction that does
-        // not finish is never visible in part, nor recovered in part.
-        let mut group = writes.then(|| self.tree.open_group());
-        let results = self.txn_ops(inner, ops, || {
-            if let Some(g) = &mut group {
-                g.extend(wait.get());
-            }
-        })?;
-        let last = group.map_or(wait.get(), |g| g.close());
+        let r = r?;
+        let last = group.map_or(wait.get(), Group::close);
         drop(exclusive);
         self.acknowledge(ack, last)?;
-        Ok(Outcome::Txn {
-            results: Some(results),
-        })
+        Ok(r)
     }
 
     /// Every watched key's live item still has the version watched, and
@@ -384,14 +407,9 @@ impl Store {
         Ok((count, newest))
     }
 
-    /// A transaction's ops in order, `after` run after each; a refusal is
-    /// that op's result, any other error ends the transaction.
-    fn txn_ops(
-        &self,
-        inner: Ack<'_>,
-        ops: &[Op<'_>],
-        mut after: impl FnMut(),
-    ) -> Result<Vec<Result<Outcome>>> {
+    /// A transaction's ops in order; a refusal is that op's result, any
+    /// other error ends the transaction.
+    fn txn_ops(&self, inner: Ack<'_>, ops: &[Op<'_>]) -> Result<Vec<Result<Outcome>>> {
         let mut results = Vec::with_capacity(ops.len());
         let mut leading = true;
         for op in ops {
@@ -402,7 +420,6 @@ impl Store {
                 Op::Check(_) if leading => Ok(Outcome::Check),
                 op => self.apply_in(inner, op),
             };
-            after();
             match r {
                 Err(e) if !e.is_refusal() => return Err(e),
                 r => results.push(r),
