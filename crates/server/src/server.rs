@@ -39,7 +39,6 @@ pub struct Server {
     resp_addr: Option<SocketAddr>,
     memcached_addr: Option<SocketAddr>,
     metrics_addr: Option<SocketAddr>,
-    wakers: Vec<Arc<Waker>>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -197,7 +196,7 @@ impl Server {
                 .map_err(|e| StartError(format!("cannot create waker: {e}")))?,
         );
         wakers.push(acceptor_waker);
-        let _ = shared.wakers.set(wakers.clone());
+        let _ = shared.wakers.set(wakers);
         let acceptor = Acceptor {
             poll,
             resp,
@@ -232,7 +231,6 @@ impl Server {
             resp_addr,
             memcached_addr,
             metrics_addr,
-            wakers,
             threads,
         })
     }
@@ -256,7 +254,6 @@ impl Server {
     pub fn stopper(&self) -> Stopper {
         Stopper {
             shared: self.shared.clone(),
-            wakers: self.wakers.clone(),
         }
     }
 
@@ -281,15 +278,11 @@ impl Server {
 #[derive(Debug, Clone)]
 pub struct Stopper {
     shared: Arc<Shared>,
-    wakers: Vec<Arc<Waker>>,
 }
 
 impl Stopper {
     pub fn stop(&self) {
-        self.shared.shutting_down.store(true, Ordering::Release);
-        for w in &self.wakers {
-            let _ = w.wake();
-        }
+        self.shared.stop();
     }
 }
 

@@ -119,7 +119,7 @@ pub struct Shared {
     pub output_buffers: AtomicUsize,
     pub shutting_down: AtomicBool,
     /// Every event loop's and the acceptor's waker, set once they exist:
-    /// what a SHUTDOWN command wakes.
+    /// what `stop` wakes.
     pub wakers: std::sync::OnceLock<Vec<Arc<mio::Waker>>>,
     /// Unix time of the last successful checkpoint (SAVE/BGSAVE/automatic).
     pub last_save_unix: AtomicU64,
@@ -193,10 +193,9 @@ impl Shared {
         }
     }
 
-    /// Stops the server as SIGTERM does (SHUTDOWN, memcached `shutdown`):
-    /// every loop answers what it has, flushes and ends.
-    pub fn request_shutdown(&self) {
-        tracing::info!("shutdown requested by a client");
+    /// Stops the server (a signal through `Stopper`, SHUTDOWN, memcached
+    /// `shutdown`): every loop answers what it has, flushes and ends.
+    pub fn stop(&self) {
         self.shutting_down.store(true, Ordering::Release);
         for w in self.wakers.get().into_iter().flatten() {
             let _ = w.wake();

@@ -366,7 +366,8 @@ impl Protocol for Memcache {
                 } else if !valid {
                     out.extend_from_slice(b"CLIENT_ERROR invalid shutdown mode\r\n");
                 } else {
-                    cx.shared.request_shutdown();
+                    tracing::info!(client = cx.client.id, "memcached shutdown: stopping");
+                    cx.shared.stop();
                     return true;
                 }
                 return false;

@@ -480,7 +480,8 @@ pub(super) fn shutdown(cx: &mut Ctx<'_, '_>) -> CmdResult {
         );
         return Err(CmdError::err("Errors trying to SHUTDOWN. Check logs."));
     }
-    cx.shared.request_shutdown();
+    tracing::info!(client = cx.client.id, "SHUTDOWN: stopping");
+    cx.shared.stop();
     cx.close = true;
     Ok(())
 }
