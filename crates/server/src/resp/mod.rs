@@ -31,7 +31,7 @@ pub(crate) struct RespConn {
     /// After MULTI: the transaction being queued.
     pub multi: Option<cmd::multi::Multi>,
     /// WATCHed keys, until EXEC, DISCARD or UNWATCH.
-    pub watched: Vec<cmd::multi::Watched>,
+    pub watched: cmd::multi::Watches,
 }
 
 /// A RESP connection's protocol state: the connection's, and the buffers

@@ -58,12 +58,14 @@ struct Queued {
     args: Vec<Vec<u8>>,
 }
 
-/// A watched key and its live item's version when watched (`None`:
-/// absent).
-#[derive(Debug)]
-pub(crate) struct Watched {
-    key: Vec<u8>,
-    version: Option<Version>,
+/// A connection's watched keys, each with its live item's version when
+/// first watched (`None`: absent), and what they hold (counted against
+/// the transaction's limit), kept as keys are added: a WATCH of many keys
+/// neither searches nor sums a list per key.
+#[derive(Debug, Default)]
+pub(crate) struct Watches {
+    keys: std::collections::BTreeMap<Vec<u8>, Option<Version>>,
+    bytes: usize,
 }
 
 /// How a command's data access runs inside EXEC (see the module doc).
@@ -160,7 +162,7 @@ pub(super) fn batch_read(cx: &mut Ctx<'_, '_>, kind: BatchRead) -> CmdResult {
 /// Queues a command after MULTI (its checks passed): `+QUEUED`.
 pub(super) fn queue(cx: &mut Ctx<'_, '_>, spec: &'static Spec) -> CmdResult {
     let limit = cx.shared.config.max_request_bytes.0 as usize;
-    let watched = watched_bytes(&cx.conn.watched);
+    let watched = cx.conn.watched.bytes;
     let multi = cx.conn.multi.as_mut().expect("queued inside MULTI");
     let bytes: usize = cx.args.iter().map(|a| a.len() + ARG_OVERHEAD).sum();
     if multi.bytes + bytes + watched > limit {
@@ -197,10 +199,6 @@ pub(super) fn fail(cx: &mut Ctx<'_, '_>) {
     }
 }
 
-fn watched_bytes(w: &[Watched]) -> usize {
-    w.iter().map(|w| w.key.len() + ARG_OVERHEAD).sum()
-}
-
 pub(super) fn multi(cx: &mut Ctx<'_, '_>) -> CmdResult {
     if cx.conn.multi.is_some() {
         return Err(CmdError::err("MULTI calls can not be nested"));
@@ -214,7 +212,7 @@ pub(super) fn discard(cx: &mut Ctx<'_, '_>) -> CmdResult {
     if cx.conn.multi.take().is_none() {
         return Err(CmdError::err("DISCARD without MULTI"));
     }
-    cx.conn.watched.clear();
+    cx.conn.watched = Watches::default();
     cx.r.ok();
     Ok(())
 }
@@ -228,26 +226,25 @@ pub(super) fn watch(cx: &mut Ctx<'_, '_>) -> CmdResult {
     let limit = cx.shared.config.max_request_bytes.0 as usize;
     for &key in &cx.args[1..] {
         // The first WATCH of a key counts: a change since then aborts.
-        if cx.conn.watched.iter().any(|w| w.key == key) {
+        if cx.conn.watched.keys.contains_key(key) {
             continue;
         }
-        if watched_bytes(&cx.conn.watched) + key.len() + ARG_OVERHEAD > limit {
+        let bytes = key.len() + ARG_OVERHEAD;
+        if cx.conn.watched.bytes + bytes > limit {
             return Err(CmdError::err(format!(
                 "the watched keys pass max-request-bytes ({limit})"
             )));
         }
         let version = cx.store().get_with(key, |it| it.map(|it| it.version))?;
-        cx.conn.watched.push(Watched {
-            key: key.to_vec(),
-            version,
-        });
+        cx.conn.watched.keys.insert(key.to_vec(), version);
+        cx.conn.watched.bytes += bytes;
     }
     cx.r.ok();
     Ok(())
 }
 
 pub(super) fn unwatch(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    cx.conn.watched.clear();
+    cx.conn.watched = Watches::default();
     cx.r.ok();
     Ok(())
 }
@@ -282,11 +279,9 @@ pub(super) fn exec(cx: &mut Ctx<'_, '_>) -> CmdResult {
         let ops =
             codec::decode_ops(&bytes).map_err(|e| CmdError::err(format!("internal error: {e}")))?;
         let watch: Vec<Watch<'_>> = watched
+            .keys
             .iter()
-            .map(|w| Watch {
-                key: &w.key,
-                version: w.version,
-            })
+            .map(|(key, &version)| Watch { key, version })
             .collect();
         cx.apply(&Op::Txn {
             watch: Cow::Owned(watch),
