@@ -78,6 +78,21 @@ fn start(dir: &Path, port: u16) -> Child {
     }
 }
 
+/// Lets the writers run for a random while, kills the server with
+/// SIGKILL, and waits for the writers to notice.
+fn kill_while_writing(
+    child: &mut Running,
+    rng: &mut rand::rngs::StdRng,
+    writers: Vec<std::thread::JoinHandle<()>>,
+) {
+    std::thread::sleep(Duration::from_millis(rng.random_range(50..400)));
+    child.0.kill().expect("SIGKILL");
+    child.0.wait().unwrap();
+    for w in writers {
+        w.join().unwrap();
+    }
+}
+
 #[test]
 fn acknowledged_writes_survive_kill_9() {
     let cycles: usize = support::env_number("COMBKV_KILL9_CYCLES", 10);
@@ -89,12 +104,7 @@ fn acknowledged_writes_survive_kill_9() {
         let port = free_port();
         let mut child = Running(start(&dir, port));
         let writers = spawn_writers(&acked, port, cycle);
-        std::thread::sleep(Duration::from_millis(rng.random_range(50..400)));
-        child.0.kill().expect("SIGKILL");
-        child.0.wait().unwrap();
-        for w in writers {
-            w.join().unwrap();
-        }
+        kill_while_writing(&mut child, &mut rng, writers);
 
         // Restart and check everything acknowledged so far, every cycle.
         let port = free_port();
@@ -168,12 +178,7 @@ fn transactions_survive_kill_9_whole_or_not_at_all() {
                 })
             })
             .collect();
-        std::thread::sleep(Duration::from_millis(rng.random_range(50..400)));
-        child.0.kill().expect("SIGKILL");
-        child.0.wait().unwrap();
-        for w in writers {
-            w.join().unwrap();
-        }
+        kill_while_writing(&mut child, &mut rng, writers);
 
         let port = free_port();
         let child = Running(start(&dir, port));
