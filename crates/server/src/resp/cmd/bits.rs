@@ -119,15 +119,21 @@ fn count_bits(v: &[u8], range: Option<(i64, i64, bool)>) -> u64 {
     if start > end {
         return 0;
     }
+    let ones = |bytes: &[u8]| -> u64 { bytes.iter().map(|b| u64::from(b.count_ones())).sum() };
     if !bits {
-        return v[start as usize..=end as usize]
-            .iter()
-            .map(|b| u64::from(b.count_ones()))
-            .sum();
+        return ones(&v[start as usize..=end as usize]);
     }
-    (start..=end)
-        .filter(|&i| v[(i >> 3) as usize] & (0x80u8 >> (i & 7)) != 0)
-        .count() as u64
+    // Whole bytes between the edges; the edge bytes masked to the range
+    // (bit 0 is a byte's top bit), as Redis does.
+    let (first, last) = ((start >> 3) as usize, (end >> 3) as usize);
+    let head = 0xFFu8 >> (start & 7);
+    let tail = 0xFFu8 << (7 - (end & 7));
+    if first == last {
+        return u64::from((v[first] & head & tail).count_ones());
+    }
+    u64::from((v[first] & head).count_ones())
+        + ones(&v[first + 1..last])
+        + u64::from((v[last] & tail).count_ones())
 }
 
 #[cfg(test)]
@@ -149,5 +155,16 @@ mod tests {
         assert_eq!(count_bits(v, Some((0, 100, false))), 26);
         assert_eq!(count_bits(v, Some((10, 20, false))), 0);
         assert_eq!(count_bits(b"", Some((0, -1, false))), 0);
+        // Bit ranges against counting bit by bit.
+        let v = b"\x5a\xff\x01\x80\x3c";
+        let total = (v.len() * 8) as i64;
+        for s in 0..total {
+            for e in s..total {
+                let want = (s..=e)
+                    .filter(|&i| v[(i >> 3) as usize] & (0x80u8 >> (i & 7)) != 0)
+                    .count() as u64;
+                assert_eq!(count_bits(v, Some((s, e, true))), want, "{s}..={e}");
+            }
+        }
     }
 }
