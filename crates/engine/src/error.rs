@@ -25,6 +25,10 @@ pub enum Error {
     NotAnInteger,
     /// INCR/DECR would overflow a signed 64-bit integer.
     Overflow,
+    /// INCRBYFLOAT on a value, or by an increment, that is not a float.
+    NotAFloat,
+    /// INCRBYFLOAT's result would be infinite.
+    NotFinite,
     /// The snapshot id is unknown, released or expired.
     NoSuchSnapshot,
     /// `max_snapshots` snapshots are live already.
@@ -72,6 +76,8 @@ impl Error {
                 | Error::ValueTooLarge { .. }
                 | Error::NotAnInteger
                 | Error::Overflow
+                | Error::NotAFloat
+                | Error::NotFinite
                 | Error::NotInTransaction(_)
         )
     }
@@ -89,6 +95,8 @@ impl fmt::Display for Error {
             }
             Error::NotAnInteger => write!(f, "the value is not a decimal 64-bit integer"),
             Error::Overflow => write!(f, "the increment would overflow a 64-bit integer"),
+            Error::NotAFloat => write!(f, "the value is not a valid float"),
+            Error::NotFinite => write!(f, "the increment would produce an infinity"),
             Error::NoSuchSnapshot => write!(f, "no such snapshot (unknown, released or expired)"),
             Error::TooManySnapshots => write!(f, "too many live snapshots"),
             Error::SnapshotTooLong { max_secs } => {

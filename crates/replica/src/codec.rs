@@ -366,6 +366,11 @@ fn encode_op(op: &Op<'_>, out: &mut Vec<u8>) {
             put_u64(out, bit);
             out.push(u8::from(on));
         }
+        &Op::IncrFloat { key, by } => {
+            out.push(15);
+            put_bytes(out, key);
+            put_bytes(out, by);
+        }
         Op::Check(c) => {
             out.push(12);
             match *c {
@@ -573,6 +578,11 @@ fn encode_outcome(o: &Outcome, out: &mut Vec<u8>) {
             out.push(u8::from(*old));
             put_version(out, *version);
         }
+        Outcome::IncrFloat { value, version } => {
+            out.push(14);
+            put_bytes(out, value);
+            put_version(out, *version);
+        }
         _ => unreachable!("an outcome kind without an encoding: {o:?}"),
     }
 }
@@ -600,6 +610,8 @@ fn encode_error(e: &Error, out: &mut Vec<u8>) {
             out.push(6);
             put_bytes(out, why.as_bytes());
         }
+        Error::NotAFloat => out.push(7),
+        Error::NotFinite => out.push(8),
         other => {
             out.push(255);
             put_bytes(out, other.to_string().as_bytes());
@@ -854,6 +866,10 @@ impl<'a> Reader<'a> {
                 bit: self.u64()?,
                 on: self.bool()?,
             },
+            15 => Op::IncrFloat {
+                key: self.bytes()?,
+                by: self.bytes()?,
+            },
             _ => return Err(DecodeError("op tag")),
         })
     }
@@ -984,6 +1000,10 @@ impl<'a> Reader<'a> {
                 old: self.bool()?,
                 version: self.version()?,
             },
+            14 => Outcome::IncrFloat {
+                value: self.bytes()?.to_vec(),
+                version: self.version()?,
+            },
             _ => return Err(DecodeError("outcome tag")),
         })
     }
@@ -1001,6 +1021,8 @@ impl<'a> Reader<'a> {
             4 => Error::NotAnInteger,
             5 => Error::Overflow,
             6 => Error::NotInTransaction(String::from_utf8_lossy(self.bytes()?).into_owned()),
+            7 => Error::NotAFloat,
+            8 => Error::NotFinite,
             255 => Error::Corrupt(String::from_utf8_lossy(self.bytes()?).into_owned()),
             _ => return Err(DecodeError("error code")),
         })
@@ -1175,6 +1197,10 @@ mod tests {
                 bit: 77,
                 on: true,
             },
+            Op::IncrFloat {
+                key: b"f",
+                by: b"-1.5e3",
+            },
             Op::Check(Check::Value {
                 key: b"k",
                 op: CmpOp::Ne,
@@ -1261,6 +1287,12 @@ mod tests {
                 old: true,
                 version: Some(Version(5)),
             }),
+            Ok(Outcome::IncrFloat {
+                value: b"10.6".to_vec(),
+                version: Some(Version(6)),
+            }),
+            Err(Error::NotAFloat),
+            Err(Error::NotFinite),
         ];
         let mut results = results;
         let inner = results.clone();

@@ -5,6 +5,7 @@ use std::borrow::Cow;
 
 use std::cell::Cell;
 
+use super::float::{self, FloatError};
 use super::{
     Arith, Check, Cond, ExpireWhen, Number, OnMissing, Op, Outcome, Status, Watch, parse_signed,
     parse_unsigned,
@@ -95,6 +96,7 @@ impl Store {
             Op::Read { keys } => self.apply_read(ack, keys),
             &Op::SetRange { key, offset, value } => self.apply_set_range(ack, key, offset, value),
             &Op::SetBit { key, bit, on } => self.apply_set_bit(ack, key, bit, on),
+            &Op::IncrFloat { key, by } => self.apply_incr_float(ack, key, by),
             // Checks are taken by the transaction they open.
             Op::Check(_) => Err(Error::NotInTransaction(
                 "a check runs first in a transaction".into(),
@@ -193,6 +195,34 @@ impl Store {
             (op, was)
         })?;
         Ok(Outcome::SetBit { old, version })
+    }
+
+    fn apply_incr_float(&self, ack: Ack<'_>, key: &[u8], by: &[u8]) -> Result<Outcome> {
+        self.check_key(key)?;
+        if !float::is_float(by) {
+            return Err(Error::NotAFloat);
+        }
+        let (r, version) = self.write_key(ack, key, |cur| {
+            let (old, expiry, flags) = match cur {
+                Some(c) => (c.value.bytes(), c.expiry, c.cflags),
+                None => (&b"0"[..], 0, 0),
+            };
+            let value = match float::add(old, by) {
+                Ok(v) => v,
+                Err(FloatError::NotAFloat) => return (WriteOp::Noop, Err(Error::NotAFloat)),
+                Err(FloatError::NanOrInfinity) => return (WriteOp::Noop, Err(Error::NotFinite)),
+            };
+            if let Err(e) = self.check_value(value.len()) {
+                return (WriteOp::Noop, Err(e));
+            }
+            let op = WriteOp::Put {
+                value: Cow::Owned(value.clone()),
+                expiry,
+                flags,
+            };
+            (op, Ok(value))
+        })?;
+        Ok(Outcome::IncrFloat { value: r?, version })
     }
 
     /// `Op::Move`: a transaction of its own (the lock held exclusively,

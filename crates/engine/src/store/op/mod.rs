@@ -13,12 +13,15 @@
 //! with the key locked against other writers.
 
 mod apply;
+mod float;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod txn_tests;
 
 use std::borrow::Cow;
+
+pub use float::is_float;
 
 use crate::Error;
 use crate::tree::node::ItemRef;
@@ -212,6 +215,12 @@ pub enum Op<'a> {
     /// significant bit of byte 0), growing it with zero bytes, keeping
     /// expiry and flags (SETBIT).
     SetBit { key: &'a [u8], bit: u64, on: bool },
+    /// Add the decimal float `by` to the value (an absent key reads as 0),
+    /// keeping expiry and flags (INCRBYFLOAT; exact decimal arithmetic,
+    /// the result printed to 17 decimal places: see `float`). A value or
+    /// increment that is no such float is [`Error::NotAFloat`], an
+    /// infinite result [`Error::NotFinite`].
+    IncrFloat { key: &'a [u8], by: &'a [u8] },
     /// A condition of the transaction it opens ([`Op::Txn`]; only there,
     /// before every other op): checked with the transaction's other
     /// conditions, and if it fails nothing is applied (the outcome is a
@@ -376,6 +385,11 @@ pub enum Outcome {
         old: bool,
         version: Option<Version>,
     },
+    /// The value stored.
+    IncrFloat {
+        value: Vec<u8>,
+        version: Option<Version>,
+    },
 }
 
 impl Outcome {
@@ -394,7 +408,8 @@ impl Outcome {
             | Outcome::Read { .. }
             | Outcome::Txn { .. }
             | Outcome::Check
-            | Outcome::SetBit { .. } => Status::Done,
+            | Outcome::SetBit { .. }
+            | Outcome::IncrFloat { .. } => Status::Done,
         }
     }
 
@@ -407,7 +422,8 @@ impl Outcome {
             | Outcome::Incr { version, .. }
             | Outcome::Expire { version, .. }
             | Outcome::Reap { version, .. }
-            | Outcome::SetBit { version, .. } => *version,
+            | Outcome::SetBit { version, .. }
+            | Outcome::IncrFloat { version, .. } => *version,
             Outcome::Atomic { .. }
             | Outcome::Clear
             | Outcome::Read { .. }

@@ -398,3 +398,39 @@ fn set_range_and_set_bit_patch_values_in_place() {
         Err(Error::ValueTooLarge { .. })
     ));
 }
+
+#[test]
+fn incr_float_adds_exactly_and_keeps_expiry_and_flags() {
+    let s = Store::new(Config::default()).unwrap();
+    let incr = |key: &'static [u8], by: &'static [u8]| {
+        s.apply(&Op::IncrFloat { key, by }).map(|o| match o {
+            Outcome::IncrFloat { value, .. } => String::from_utf8(value).unwrap(),
+            other => panic!("{other:?}"),
+        })
+    };
+    assert_eq!(incr(b"f", b"10.5").unwrap(), "10.5");
+    assert_eq!(incr(b"f", b"0.1").unwrap(), "10.6");
+    assert_eq!(incr(b"f", b"-5").unwrap(), "5.6");
+    let at = 4_000_000_000_000;
+    s.apply(&Op::Put {
+        key: b"e",
+        value: b"1",
+        expiry: Expiry::AtMs(at),
+        flags: Flags::Set(7),
+        cond: Cond::Any,
+        return_old: false,
+    })
+    .unwrap();
+    assert_eq!(incr(b"e", b"1.5e0").unwrap(), "2.5");
+    let item = s.get_item(b"e").unwrap().unwrap();
+    assert_eq!((item.expires_at_ms, item.flags), (Some(at), 7));
+    // Refusals change nothing.
+    s.put(b"t", b"one").unwrap();
+    assert_eq!(incr(b"t", b"1"), Err(Error::NotAFloat));
+    assert_eq!(incr(b"f", b"x"), Err(Error::NotAFloat));
+    assert_eq!(incr(b"f", b"inf"), Err(Error::NotFinite));
+    assert_eq!(incr(b"n", b"nan"), Err(Error::NotAFloat));
+    assert_eq!(s.get(b"t").unwrap().unwrap().as_ref(), b"one");
+    assert_eq!(s.get(b"f").unwrap().unwrap().as_ref(), b"5.6");
+    assert_eq!(s.get(b"n").unwrap(), None);
+}
