@@ -136,6 +136,23 @@ fn string_commands(c: &mut Connection, resp3: bool) {
         Some("rs-client")
     );
     assert!(q::<i64>(c, &["COMMAND", "COUNT"]) > 40);
+    // The string family, through the crate's typed helpers where it has
+    // them (a float delta makes `incr` send INCRBYFLOAT).
+    use redis::Commands;
+    let _: () = c.set("f", "10.50").unwrap();
+    assert_eq!(c.incr::<_, _, f64>("f", 0.1f64).unwrap(), 10.6);
+    assert_eq!(q::<String>(c, &["GET", "f"]), "10.6");
+    let _: () = c.set("bits", "\u{0}\u{ff}").unwrap();
+    assert_eq!(q::<i64>(c, &["BITPOS", "bits", "1"]), 8);
+    let _: () = c.mset(&[("l1", "ohmytext"), ("l2", "mynewtext")]).unwrap();
+    assert_eq!(q::<String>(c, &["LCS", "l1", "l2"]), "mytext");
+    assert_eq!(q::<i64>(c, &["LCS", "l1", "l2", "LEN"]), 6);
+    let idx: HashMap<String, Value> = q(c, &["LCS", "l1", "l2", "IDX"]);
+    assert_eq!(idx.get("len"), Some(&Value::Int(6)));
+    let _: () = c.set_ex("ex", "v", 100).unwrap();
+    assert_eq!(c.getrange::<_, String>("ex", 0, 0).unwrap(), "v");
+    assert!(c.rename_nx::<_, _, bool>("ex", "ex2").unwrap());
+    assert_eq!(c.ttl::<_, i64>("ex2").unwrap(), 100);
 }
 
 #[test]

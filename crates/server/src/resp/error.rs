@@ -75,6 +75,8 @@ fn store_error_line(e: &StoreError) -> String {
         StoreError::ValueTooLarge { max, .. } => format!("ERR value too large (max {max} bytes)"),
         StoreError::NotAnInteger => "ERR value is not an integer or out of range".into(),
         StoreError::Overflow => "ERR increment or decrement would overflow".into(),
+        StoreError::NotAFloat => "ERR value is not a valid float".into(),
+        StoreError::NotFinite => "ERR increment would produce NaN or Infinity".into(),
         StoreError::NoSuchSnapshot => "ERR no such snapshot".into(),
         StoreError::TooManySnapshots => "ERR too many snapshots".into(),
         StoreError::SnapshotTooLong { max_secs } => {

@@ -137,6 +137,17 @@ def string_commands(r):
     check(r.setbit("bits", 7, 1) == 0 and r.getbit("bits", 7) == 1, "setbit/getbit")
     r.set("foobar", "foobar")
     check(r.bitcount("foobar") == 26 and r.bitcount("foobar", 1, 1) == 6, "bitcount")
+    r.set("mykey", b"\x00\xff\xf0")
+    check(r.bitpos("mykey", 1) == 8 and r.bitpos("mykey", 1, 2) == 16, "bitpos")
+    check(r.bitpos("mykey", 1, 7, 15, mode="BIT") == 8, "bitpos bit range")
+    r.set("fl", "10.50")
+    check(r.incrbyfloat("fl", 0.1) == 10.6 and r.get("fl") == b"10.6", "incrbyfloat")
+    check(r.incrbyfloat("fl", -5) == 5.6, "incrbyfloat negative")
+    r.mset({"key1": "ohmytext", "key2": "mynewtext"})
+    check(r.lcs("key1", "key2") == b"mytext", "lcs")
+    check(r.lcs("key1", "key2", len=True) == 6, "lcs len")
+    idx = r.lcs("key1", "key2", idx=True, minmatchlen=4, withmatchlen=True)
+    check(idx == [b"matches", [[[4, 7], [5, 8], 4]], b"len", 6], f"lcs idx {idx!r}")
 
 
 def main():

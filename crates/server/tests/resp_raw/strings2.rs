@@ -1,6 +1,9 @@
 //! The string and key commands redis clients use beside the basic ones:
 //! GETEX, GETRANGE/SUBSTR, MSETNX, TOUCH, EXPIRETIME, PEXPIRETIME, RENAME,
-//! RENAMENX, COPY, with Redis 7's replies, options and errors.
+//! RENAMENX, COPY, SETRANGE, SETBIT, GETBIT, BITCOUNT, BITPOS,
+//! INCRBYFLOAT, LCS, with Redis 7's replies, options and errors.
+
+use combkv_server::{ByteSize, ServerConfig};
 
 use crate::wire::*;
 
@@ -271,4 +274,180 @@ fn setrange_setbit_getbit_and_bitcount() {
     c.ok("SETRANGE t 1 ab", "+QUEUED\r\n");
     c.ok("GETBIT t 0", "+QUEUED\r\n");
     c.ok("EXEC", "*4\r\n:0\r\n:1\r\n:3\r\n:1\r\n");
+}
+
+#[test]
+fn bitpos_finds_the_first_set_or_clear_bit() {
+    let s = server();
+    let mut c = s.connect();
+    // Redis's documented examples.
+    c.cmd(&[b"SET", b"mykey", b"\xff\xf0\x00"]);
+    c.ok("BITPOS mykey 0", &int(12));
+    c.cmd(&[b"SET", b"mykey", b"\x00\xff\xf0"]);
+    c.ok("BITPOS mykey 1 0", &int(8));
+    c.ok("BITPOS mykey 1 2", &int(16));
+    c.ok("BITPOS mykey 1 2 -1 BYTE", &int(16));
+    c.ok("BITPOS mykey 1 7 15 BIT", &int(8));
+    c.ok("BITPOS mykey 1 7 -3 bit", &int(8));
+    c.cmd(&[b"SET", b"mykey", b"\x00\x00\x00"]);
+    c.ok("BITPOS mykey 1", &int(-1));
+    // No clear bit: the bit past the end, unless an end was given.
+    c.cmd(&[b"SET", b"ones", b"\xff\xff"]);
+    c.ok("BITPOS ones 0", &int(16));
+    c.ok("BITPOS ones 0 1", &int(16));
+    c.ok("BITPOS ones 0 0 -1", &int(-1));
+    c.ok("BITPOS ones 1 5 3", &int(-1));
+    // An absent key is all zero bits; its arguments are still checked.
+    c.ok("BITPOS nokey 0", &int(0));
+    c.ok("BITPOS nokey 1", &int(-1));
+    c.ok("BITPOS nokey 0 1 hello hello2", NOT_INT);
+    c.ok("BITPOS nokey 0 0 1 hello", SYNTAX);
+    c.ok("BITPOS ones 0 1 hello hello2", NOT_INT);
+    c.ok("BITPOS ones 0 0 1 hello", SYNTAX);
+    c.ok("BITPOS ones 0 0 1 BIT x", SYNTAX);
+    c.ok(
+        "BITPOS ones 2",
+        &err("ERR The bit argument must be 1 or 0."),
+    );
+    c.ok("BITPOS ones x", NOT_INT);
+    c.ok("BITPOS ones", &arity("bitpos"));
+    c.ok("MULTI", OK);
+    c.ok("SETBIT t 9 1", "+QUEUED\r\n");
+    c.ok("BITPOS t 1", "+QUEUED\r\n");
+    c.ok("EXEC", "*2\r\n:0\r\n:9\r\n");
+}
+
+#[test]
+fn incrbyfloat_adds_exact_decimals() {
+    let s = server();
+    let mut c = s.connect();
+    // The command reference's example.
+    c.ok("SET mykey 10.50", OK);
+    c.ok("INCRBYFLOAT mykey 0.1", &bulk("10.6"));
+    c.ok("INCRBYFLOAT mykey -5", &bulk("5.6"));
+    c.ok("SET mykey 5.0e3", OK);
+    c.ok("INCRBYFLOAT mykey 2.0e2", &bulk("5200"));
+    c.ok("GET mykey", &bulk("5200"));
+    // Redis's tests.
+    c.ok("INCRBYFLOAT novar 1", &bulk("1"));
+    c.ok("INCRBYFLOAT novar 0.25", &bulk("1.25"));
+    c.ok("SET novar 1.5", OK);
+    c.ok("INCRBYFLOAT novar 1.5", &bulk("3"));
+    c.ok("SET novar 17179869184", OK);
+    c.ok("INCRBYFLOAT novar 1.5", &bulk("17179869185.5"));
+    c.ok("SET novar 17179869184", OK);
+    c.ok("INCRBYFLOAT novar 17179869184", &bulk("34359738368"));
+    c.ok("SET foo 0", OK);
+    // 17 decimal places, half to even; no negative zero.
+    c.ok(
+        "INCRBYFLOAT foo 0.024390243902439025",
+        &bulk("0.02439024390243902"),
+    );
+    c.ok("INCRBYFLOAT foo -0.024390243902439025", &bulk("0"));
+    // The expiry stays.
+    c.ok("SET e 1 EX 100", OK);
+    c.ok("INCRBYFLOAT e 1e-3", &bulk("1.001"));
+    let ttl = as_int(&c.q("TTL e"));
+    assert!((99..=100).contains(&ttl), "ttl {ttl}");
+    // Errors, each leaving the value as it was.
+    let not_float = &err("ERR value is not a valid float");
+    assert_eq!(c.cmd(&[b"SET", b"sp", b" 11"]), b"+OK\r\n",);
+    c.ok("INCRBYFLOAT sp 1", not_float);
+    c.ok("SET s abc", OK);
+    c.ok("INCRBYFLOAT s 1", not_float);
+    c.ok("INCRBYFLOAT foo abc", not_float);
+    c.ok("INCRBYFLOAT foo nan", not_float);
+    c.ok("INCRBYFLOAT foo 1e5000", not_float);
+    c.ok(
+        "INCRBYFLOAT foo +inf",
+        &err("ERR increment would produce NaN or Infinity"),
+    );
+    c.ok(
+        "INCRBYFLOAT foo -inf",
+        &err("ERR increment would produce NaN or Infinity"),
+    );
+    assert_eq!(c.cmd(&[b"INCRBYFLOAT", b"foo", b""]), not_float.as_bytes());
+    c.ok("GET foo", &bulk("0"));
+    c.ok("GET s", &bulk("abc"));
+    c.ok("INCRBYFLOAT foo", &arity("incrbyfloat"));
+    c.ok("MULTI", OK);
+    c.ok("INCRBYFLOAT m 1.5", "+QUEUED\r\n");
+    c.ok("INCRBYFLOAT m 1.5", "+QUEUED\r\n");
+    c.ok("INCRBYFLOAT s 1", "+QUEUED\r\n");
+    c.ok(
+        "EXEC",
+        "*3\r\n$3\r\n1.5\r\n$1\r\n3\r\n-ERR value is not a valid float\r\n",
+    );
+}
+
+#[test]
+fn lcs_answers_the_string_its_length_or_its_matches() {
+    let s = server();
+    let mut c = s.connect();
+    // The command reference's examples.
+    c.ok("MSET key1 ohmytext key2 mynewtext", OK);
+    c.ok("LCS key1 key2", &bulk("mytext"));
+    c.ok("LCS key1 key2 LEN", &int(6));
+    let matches = "*4\r\n$7\r\nmatches\r\n*2\r\n\
+        *2\r\n*2\r\n:4\r\n:7\r\n*2\r\n:5\r\n:8\r\n\
+        *2\r\n*2\r\n:2\r\n:3\r\n*2\r\n:0\r\n:1\r\n\
+        $3\r\nlen\r\n:6\r\n";
+    c.ok("LCS key1 key2 IDX", matches);
+    c.ok(
+        "LCS key1 key2 IDX MINMATCHLEN 4 WITHMATCHLEN",
+        "*4\r\n$7\r\nmatches\r\n*1\r\n\
+         *3\r\n*2\r\n:4\r\n:7\r\n*2\r\n:5\r\n:8\r\n:4\r\n\
+         $3\r\nlen\r\n:6\r\n",
+    );
+    c.ok("LCS key1 key2 IDX MINMATCHLEN -3", matches);
+    // Absent keys are empty strings.
+    c.ok("LCS key1 nokey", &bulk(""));
+    c.ok("LCS nokey nokey2 LEN", &int(0));
+    // Errors.
+    c.ok(
+        "LCS key1 key2 LEN IDX",
+        &err("ERR If you want both the length and indexes, please just use IDX."),
+    );
+    c.ok("LCS key1 key2 MINMATCHLEN", SYNTAX);
+    c.ok("LCS key1 key2 MINMATCHLEN x", NOT_INT);
+    c.ok("LCS key1 key2 BOGUS", SYNTAX);
+    c.ok("LCS key1", &arity("lcs"));
+    // The table's memory is bounded as a request is.
+    let big = "x".repeat(1000);
+    c.ok(&format!("MSET b1 {big} b2 {big}"), OK);
+    c.ok("LCS b1 b2 LEN", &int(1000));
+    // RESP3: IDX answers a map; inside a transaction, the reads see it.
+    c.q("HELLO 3");
+    c.ok(
+        "LCS key1 key2 IDX MINMATCHLEN 4",
+        "%2\r\n$7\r\nmatches\r\n*1\r\n\
+         *2\r\n*2\r\n:4\r\n:7\r\n*2\r\n:5\r\n:8\r\n\
+         $3\r\nlen\r\n:6\r\n",
+    );
+    c.ok("MULTI", OK);
+    c.ok("SET key2 ohtext", "+QUEUED\r\n");
+    c.ok("LCS key1 key2", "+QUEUED\r\n");
+    c.ok("EXEC", "*2\r\n+OK\r\n$6\r\nohtext\r\n");
+}
+
+#[test]
+fn lcs_refuses_a_table_over_max_request_bytes() {
+    let s = TestServer::start(ServerConfig {
+        max_request_bytes: ByteSize(1 << 20),
+        ..config()
+    });
+    let mut c = s.connect();
+    let big = "x".repeat(600);
+    c.ok(&format!("MSET a {big} b {big}"), OK);
+    // 601 x 601 cells of 4 bytes: 1.4 MB, over 1 MiB.
+    c.ok(
+        "LCS a b",
+        &err("ERR Insufficient memory, transient memory for LCS exceeds max-request-bytes"),
+    );
+    c.ok(
+        "LCS a b LEN",
+        &err("ERR Insufficient memory, transient memory for LCS exceeds max-request-bytes"),
+    );
+    c.ok("SET b xxx", OK);
+    c.ok("LCS a b", &bulk("xxx"));
 }

@@ -1,7 +1,7 @@
-//! SETRANGE, SETBIT, GETBIT, BITCOUNT: values as byte and bit arrays,
-//! with Redis 7's offsets, index rules and errors. The writes are one
-//! decided op each (`Op::SetRange`, `Op::SetBit`); the reads go through
-//! `Ctx::get_with`, so all four work inside MULTI.
+//! SETRANGE, SETBIT, GETBIT, BITCOUNT, BITPOS: values as byte and bit
+//! arrays, with Redis 7's offsets, index rules and errors. The writes are
+//! one decided op each (`Op::SetRange`, `Op::SetBit`); the reads go
+//! through `Ctx::get_with`, so all five work inside MULTI.
 
 use combkv::op::{Op, Outcome};
 
@@ -95,6 +95,97 @@ pub(super) fn bitcount(cx: &mut Ctx<'_, '_>) -> CmdResult {
     Ok(())
 }
 
+/// BITPOS key bit [start [end [BYTE | BIT]]]: the first bit set to `bit`.
+pub(super) fn bitpos(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let want = match cx.int(2)? {
+        0 => false,
+        1 => true,
+        _ => return Err(CmdError::err("The bit argument must be 1 or 0.")),
+    };
+    // Parsed before the key is looked at (Redis 7.2 does), so a missing
+    // key gets the same errors.
+    let range = match cx.args.len() {
+        3 => None,
+        4..=6 => {
+            let start = cx.int(3)?;
+            let end = if cx.args.len() >= 5 {
+                Some(cx.int(4)?)
+            } else {
+                None
+            };
+            let bits = match cx.args.get(5) {
+                None => false,
+                Some(a) if eq_ic(a, "bit") => true,
+                Some(a) if eq_ic(a, "byte") => false,
+                Some(_) => return Err(CmdError::Syntax),
+            };
+            Some((start, end, bits))
+        }
+        _ => return Err(CmdError::Syntax),
+    };
+    let pos = cx.get_with(cx.args[1], |it| match it {
+        Some(it) => find_bit(it.value, want, range),
+        // An absent key is an endless run of zero bits.
+        None => {
+            if want {
+                -1
+            } else {
+                0
+            }
+        }
+    })?;
+    cx.r.int(pos);
+    Ok(())
+}
+
+/// Redis's BITPOS over `v`: the first bit equal to `want` in `range`
+/// (start, end if given, in bits if true), or -1. Looking for a clear bit
+/// without an end, the bits past the value count as clear.
+fn find_bit(v: &[u8], want: bool, range: Option<(i64, Option<i64>, bool)>) -> i64 {
+    let len = v.len() as i64;
+    let (first, last, end_given) = match range {
+        None => (0, len * 8 - 1, false),
+        Some((mut start, end, bits)) => {
+            let total = if bits { len * 8 } else { len };
+            let mut last = end.unwrap_or(total - 1);
+            if start < 0 {
+                start = start.saturating_add(total);
+            }
+            if last < 0 {
+                last = last.saturating_add(total);
+            }
+            start = start.max(0);
+            last = last.max(0).min(total - 1);
+            if start > last {
+                return -1;
+            }
+            if bits {
+                (start, last, end.is_some())
+            } else {
+                (start * 8, last * 8 + 7, end.is_some())
+            }
+        }
+    };
+    if first > last {
+        return -1;
+    }
+    // A byte without the wanted bit is skipped whole.
+    let skip = if want { 0x00 } else { 0xFF };
+    let mut i = first;
+    while i <= last {
+        let byte = v[(i >> 3) as usize];
+        if i & 7 == 0 && i + 7 <= last && byte == skip {
+            i += 8;
+            continue;
+        }
+        if (byte & (0x80u8 >> (i & 7)) != 0) == want {
+            return i;
+        }
+        i += 1;
+    }
+    if want || end_given { -1 } else { len * 8 }
+}
+
 /// The set bits of `v`, in `range` (start, end, in bits) if given.
 fn count_bits(v: &[u8], range: Option<(i64, i64, bool)>) -> u64 {
     let Some((mut start, mut end, bits)) = range else {
@@ -138,7 +229,62 @@ fn count_bits(v: &[u8], range: Option<(i64, i64, bool)>) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::count_bits;
+    use super::{count_bits, find_bit};
+
+    #[test]
+    fn bitpos_follows_redis() {
+        // Redis's documented examples.
+        assert_eq!(find_bit(b"\xff\xf0\x00", false, None), 12);
+        let v = b"\x00\xff\xf0";
+        assert_eq!(find_bit(v, true, Some((0, None, false))), 8);
+        assert_eq!(find_bit(v, true, Some((2, None, false))), 16);
+        assert_eq!(find_bit(v, true, Some((2, Some(-1), false))), 16);
+        assert_eq!(find_bit(v, true, Some((7, Some(15), true))), 8);
+        assert_eq!(find_bit(b"\x00\x00\x00", true, None), -1);
+        // Redis's tests: no clear bit: past the end without an end given,
+        // -1 with one.
+        assert_eq!(find_bit(b"\xff\xff\xff", false, None), 24);
+        assert_eq!(find_bit(b"\xff\xff\xff", false, Some((0, None, false))), 24);
+        assert_eq!(
+            find_bit(b"\xff\xff\xff", false, Some((0, Some(-1), false))),
+            -1
+        );
+        assert_eq!(find_bit(b"", false, None), -1);
+        assert_eq!(find_bit(b"\x00", true, Some((1, Some(0), false))), -1);
+        // Against a bit-by-bit search, over every range of a value.
+        let v = b"\x5a\xff\x00\x80\x3c\xff";
+        let total = (v.len() * 8) as i64;
+        let bit = |i: i64| v[(i >> 3) as usize] & (0x80u8 >> (i & 7)) != 0;
+        for want in [false, true] {
+            for s in -total - 2..total + 2 {
+                for e in [None, Some(-1), Some(0), Some(3), Some(9), Some(total + 5)]
+                    .into_iter()
+                    .chain((-total..total).map(Some))
+                {
+                    let (mut a, mut b) = (s, e.unwrap_or(total - 1));
+                    if a < 0 {
+                        a += total;
+                    }
+                    if b < 0 {
+                        b += total;
+                    }
+                    let (a, b) = (a.max(0), b.max(0).min(total - 1));
+                    let found = (a..=b).find(|&i| bit(i) == want);
+                    let expect = match found {
+                        _ if a > b => -1,
+                        Some(i) => i,
+                        None if !want && e.is_none() => total,
+                        None => -1,
+                    };
+                    assert_eq!(
+                        find_bit(v, want, Some((s, e, true))),
+                        expect,
+                        "{want} {s} {e:?}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn bitcount_ranges_follow_redis() {

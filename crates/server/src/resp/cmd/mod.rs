@@ -11,6 +11,7 @@ mod bits;
 mod cluster;
 mod compare;
 mod keys;
+mod lcs;
 pub(crate) mod multi;
 pub(crate) mod ordered;
 mod server;

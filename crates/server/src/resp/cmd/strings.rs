@@ -329,6 +329,24 @@ pub(super) fn decrby(cx: &mut Ctx<'_, '_>) -> CmdResult {
     incr_by(cx, d)
 }
 
+/// INCRBYFLOAT key increment: the value afterwards, as stored (exact
+/// decimal arithmetic printed to 17 places: see `Op::IncrFloat`).
+pub(super) fn incrbyfloat(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    // Refused before a write is proposed (on a cluster, before the log).
+    if !combkv::op::is_float(cx.args[2]) {
+        return Err(CmdError::err("value is not a valid float"));
+    }
+    let op = Op::IncrFloat {
+        key: cx.args[1],
+        by: cx.args[2],
+    };
+    let Outcome::IncrFloat { value, .. } = cx.apply(&op)? else {
+        unreachable!("a float increment's outcome");
+    };
+    cx.r.bulk(&value);
+    Ok(())
+}
+
 /// `CAS key version value [EX seconds | PX ms]`: the new version, or null.
 pub(super) fn cas(cx: &mut Ctx<'_, '_>) -> CmdResult {
     let expected = match parse_i64(cx.args[2]) {

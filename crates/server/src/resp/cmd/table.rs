@@ -7,7 +7,7 @@
 use std::sync::LazyLock;
 
 use super::batch::BatchRead;
-use super::{Ctx, bits, cluster, compare, keys, multi, ordered, server, strings};
+use super::{Ctx, bits, cluster, compare, keys, lcs, multi, ordered, server, strings};
 use crate::pipeline::Class;
 use crate::resp::error::CmdResult;
 
@@ -123,6 +123,8 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "server", "Starts a checkpoint in the background."),
     spec!("bitcount", -2, Kind::Read, "", 1, 1, bits::bitcount,
           "bitmap", "Counts the set bits of a value, or of a byte or bit range of it."),
+    spec!("bitpos", -3, Kind::Read, "", 1, 1, bits::bitpos,
+          "bitmap", "The first bit set or clear in a value, or in a byte or bit range of it."),
     spec!("cas", -4, Kind::Write, "d", 1, 1, strings::cas,
           "combkv", "Sets a key only if its version matches."),
     spec!("ceil", 2, Kind::Read, "x", 1, 1, ordered::ceil,
@@ -189,12 +191,16 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "string", "Increments the integer value of a key by one."),
     spec!("incrby", 3, Kind::Write, "d", 1, 1, strings::incrby,
           "string", "Increments the integer value of a key."),
+    spec!("incrbyfloat", 3, Kind::Write, "d", 1, 1, strings::incrbyfloat,
+          "string", "Adds a decimal float to the value of a key."),
     spec!("info", -1, Kind::Control, "", 0, 0, server::info,
           "server", "Information and statistics about the server."),
     spec!("keys", 2, Kind::Read, "x", 0, 0, keys::keys,
           "generic", "Keys matching a pattern, in key order."),
     spec!("lastsave", 1, Kind::Control, "", 0, 0, server::lastsave,
           "server", "Unix time of the last successful checkpoint."),
+    spec!("lcs", -3, Kind::Read, "", 1, 2, lcs::lcs,
+          "string", "The longest common subsequence of two values."),
     spec!("mget", -2, Kind::BatchRead(BatchRead::Mget), "", 1, -1, strings::mget,
           "string", "Returns the values of keys."),
     spec!("mset", -3, Kind::Write, "d", 1, -1, strings::mset,
