@@ -604,6 +604,8 @@ fn mixed_pipeline(p: &str) -> Vec<u8> {
         "MGET {p}k9 {p}nokey",
         "INCR {p}k3",
         "PING",
+        "RANGE [{p}k ({p}l KEYSONLY",
+        "FLOOR {p}k95",
         "EXEC",
         "WATCH {p}w",
         "SET {p}w changed",
@@ -623,6 +625,8 @@ fn mixed_pipeline(p: &str) -> Vec<u8> {
         "GETEX {p}x5 PX 100000",
         "GETRANGE {p}k9 0 0",
         "MGET {p}x1 {p}x2 {p}x3 {p}x4 {p}x5",
+        "INCRBYFLOAT {p}f 10.5",
+        "INCRBYFLOAT {p}f 0.1",
         // COMPARE: checks decided at the transaction's place in the log.
         "MULTI",
         "COMPARE {p}k9 VALUE = v9",
@@ -719,7 +723,7 @@ fn a_pipeline_answers_alike_on_a_cluster_node_and_a_single_node() {
     );
     assert!(!want.contains("CLUSTERDOWN"), "{want}");
     assert!(
-        want.contains("*6\r\n:8\r\n$1\r\n8\r\n+OK\r\n*2\r\n$2\r\nv9\r\n$-1\r\n")
+        want.contains("*8\r\n:8\r\n$1\r\n8\r\n+OK\r\n*2\r\n$2\r\nv9\r\n$-1\r\n")
             && want.contains("*-1\r\n")
             && want.contains("-EXECABORT")
             && want.contains("*3\r\n:1\r\n:1\r\n+OK\r\n")

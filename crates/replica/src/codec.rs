@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use std::ops::Bound;
 
 use combkv::op::{
-    Arith, Check, CmpOp, Cond, ExpireWhen, Number, OnMissing, Op, Outcome, Status, Watch,
+    Arith, Check, CmpOp, Cond, ExpireWhen, Number, OnMissing, Op, Outcome, ScanWhat, Status, Watch,
 };
 use combkv::{AtomicWrite, Error, Expiry, Flags, Item, Version};
 
@@ -331,6 +331,23 @@ fn encode_op(op: &Op<'_>, out: &mut Vec<u8>) {
                 put_bytes(out, k);
             }
         }
+        Op::Scan {
+            range,
+            what,
+            max_bytes,
+        } => {
+            out.push(16);
+            put_bound(out, range.start.as_ref().map(Vec::as_slice));
+            put_bound(out, range.end.as_ref().map(Vec::as_slice));
+            put_u64(out, range.limit.map_or(0, |n| n as u64 + 1));
+            out.push(u8::from(range.reverse) | u8::from(range.floor_start) << 1);
+            out.push(match what {
+                ScanWhat::Items => 0,
+                ScanWhat::Keys => 1,
+                ScanWhat::Count => 2,
+            });
+            put_u64(out, *max_bytes);
+        }
         Op::Txn { watch, ops } => {
             out.push(10);
             put_u64(out, watch.len() as u64);
@@ -456,7 +473,7 @@ fn put_version(out: &mut Vec<u8>, v: Option<Version>) {
     put_u64(out, v.map_or(0, Version::get));
 }
 
-fn put_item(out: &mut Vec<u8>, item: &Option<Item>) {
+fn put_item(out: &mut Vec<u8>, item: Option<&Item>) {
     match item {
         None => out.push(0),
         Some(it) => {
@@ -480,7 +497,7 @@ fn encode_outcome(o: &Outcome, out: &mut Vec<u8>) {
             out.push(1);
             put_status(out, *status);
             put_version(out, *version);
-            put_item(out, old);
+            put_item(out, old.as_ref());
         }
         Outcome::Delete {
             status,
@@ -490,7 +507,7 @@ fn encode_outcome(o: &Outcome, out: &mut Vec<u8>) {
             out.push(2);
             put_status(out, *status);
             put_version(out, *version);
-            put_item(out, old);
+            put_item(out, old.as_ref());
         }
         Outcome::Append {
             status,
@@ -533,7 +550,7 @@ fn encode_outcome(o: &Outcome, out: &mut Vec<u8>) {
             out.push(5);
             put_status(out, *status);
             put_version(out, *version);
-            put_item(out, item);
+            put_item(out, item.as_ref());
         }
         Outcome::Atomic { versions } => {
             out.push(6);
@@ -552,8 +569,16 @@ fn encode_outcome(o: &Outcome, out: &mut Vec<u8>) {
             out.push(9);
             put_u64(out, items.len() as u64);
             for it in items {
-                put_item(out, it);
+                put_item(out, it.as_ref());
             }
+        }
+        Outcome::Scan { items, count } => {
+            out.push(15);
+            put_u64(out, items.len() as u64);
+            for it in items {
+                put_item(out, Some(it));
+            }
+            put_u64(out, *count);
         }
         Outcome::Txn { results } => {
             out.push(10);
@@ -870,6 +895,28 @@ impl<'a> Reader<'a> {
                 key: self.bytes()?,
                 by: self.bytes()?,
             },
+            16 => {
+                let owned = |b: Bound<&[u8]>| b.map(<[u8]>::to_vec);
+                let mut range = combkv::Range::new(owned(self.bound()?), owned(self.bound()?));
+                range.limit = match self.u64()? {
+                    0 => None,
+                    n => Some(usize::try_from(n - 1).map_err(|_| DecodeError("limit"))?),
+                };
+                let flags = self.u8()?;
+                range.reverse = flags & 1 != 0;
+                range.floor_start = flags & 2 != 0;
+                let what = match self.u8()? {
+                    0 => ScanWhat::Items,
+                    1 => ScanWhat::Keys,
+                    2 => ScanWhat::Count,
+                    _ => return Err(DecodeError("scan kind")),
+                };
+                Op::Scan {
+                    range: Cow::Owned(range),
+                    what,
+                    max_bytes: self.u64()?,
+                }
+            }
             _ => return Err(DecodeError("op tag")),
         })
     }
@@ -973,6 +1020,17 @@ impl<'a> Reader<'a> {
                     items.push(self.item()?);
                 }
                 Outcome::Read { items }
+            }
+            15 => {
+                let n = self.count()?;
+                let mut items = Vec::with_capacity(n);
+                for _ in 0..n {
+                    items.push(self.item()?.ok_or(DecodeError("scanned item"))?);
+                }
+                Outcome::Scan {
+                    items,
+                    count: self.u64()?,
+                }
             }
             10 => match self.u8()? {
                 0 => Outcome::Txn { results: None },
@@ -1201,6 +1259,20 @@ mod tests {
                 key: b"f",
                 by: b"-1.5e3",
             },
+            Op::Scan {
+                range: Cow::Owned(
+                    combkv::Range::new(Bound::Excluded(b"a".to_vec()), Bound::Unbounded)
+                        .with_limit(0)
+                        .reversed(),
+                ),
+                what: ScanWhat::Keys,
+                max_bytes: 1 << 20,
+            },
+            Op::Scan {
+                range: Cow::Owned(combkv::Range::all().with_floor_start()),
+                what: ScanWhat::Count,
+                max_bytes: 0,
+            },
             Op::Check(Check::Value {
                 key: b"k",
                 op: CmpOp::Ne,
@@ -1275,7 +1347,7 @@ mod tests {
             Err(Error::ValueTooLarge { len: 5, max: 4 }),
             Err(Error::Overflow),
             Ok(Outcome::Read {
-                items: vec![None, Some(read)],
+                items: vec![None, Some(read.clone())],
             }),
             Ok(Outcome::Txn { results: None }),
             Err(Error::NotInTransaction("FLUSHALL".into())),
@@ -1293,6 +1365,10 @@ mod tests {
             }),
             Err(Error::NotAFloat),
             Err(Error::NotFinite),
+            Ok(Outcome::Scan {
+                items: vec![read.clone()],
+                count: 3,
+            }),
         ];
         let mut results = results;
         let inner = results.clone();

@@ -76,7 +76,7 @@ fn a_refusal_while_queuing_aborts_exec_and_changes_nothing() {
         "NOSUCHCMD x",
         "GET",
         "SET k",
-        "RANGE a z",
+        "SAVE",
         "SCAN 0",
         "FLUSHALL",
         "SNAPSHOT 10",
@@ -90,7 +90,7 @@ fn a_refusal_while_queuing_aborts_exec_and_changes_nothing() {
     }
     c.ok("MULTI", OK);
     c.ok(
-        "RANGE a z",
+        "SCAN 0",
         &err("ERR Command not allowed inside a transaction"),
     );
     c.ok("DISCARD", OK);
@@ -319,4 +319,70 @@ fn compare_conditions_gate_exec_and_answer_alone() {
     c.ok("COMPARE a VERSION =", &arity("compare"));
     c.ok("COMPARE a VERSION = 1 2", &arity("compare"));
     c.ok(&format!("COMPARE {} VALUE = 1", long_key()), KEY_TOO_LONG);
+}
+
+#[test]
+fn ordered_reads_inside_exec_see_the_transactions_writes() {
+    let s = server();
+    let mut c = s.connect();
+    c.ok("MSET a 1 c 3 e 5", OK);
+    let snap = as_int(&c.q("SNAPSHOT CREATE"));
+    c.ok("MULTI", OK);
+    for cmd in [
+        "SET b 2",
+        "DEL e",
+        "RANGE - +",
+        "RANGE [b + KEYSONLY LIMIT 1 REV",
+        "FLOOR bb",
+        "CEIL bb",
+        "KEYS *",
+        "DBSIZE",
+        &format!("GETAT {snap} b"),
+        &format!("RANGEAT {snap} - + KEYSONLY"),
+        "DEL a b c",
+        "RANGE - +",
+        "FLOOR z",
+        "DBSIZE",
+    ] {
+        c.ok(cmd, QUEUED);
+    }
+    let want = [
+        "*14\r\n",
+        OK,
+        &int(1),
+        &bulks(&["a", "1", "b", "2", "c", "3"]),
+        &bulks(&["c"]),
+        &bulks(&["b", "2"]),
+        &bulks(&["c", "3"]),
+        &bulks(&["a", "b", "c"]),
+        &int(3),
+        // A snapshot reads as it did before the transaction.
+        NIL,
+        &bulks(&["a", "c", "e"]),
+        &int(3),
+        "*0\r\n",
+        NIL_ARRAY,
+        &int(0),
+    ]
+    .concat();
+    c.ok("EXEC", &want);
+    c.ok("DBSIZE", &int(0));
+    // A reply over max-reply-bytes is that command's error, and the
+    // transaction's writes still apply.
+    let big = "v".repeat(1000);
+    let s = TestServer::start(ServerConfig {
+        max_reply_bytes: ByteSize(4096),
+        ..config()
+    });
+    let mut c = s.connect();
+    for i in 0..8 {
+        c.ok(&format!("SET big{i} {big}"), OK);
+    }
+    c.ok("MULTI", OK);
+    c.ok("SET after 1", QUEUED);
+    c.ok("RANGE - +", QUEUED);
+    c.ok("RANGE - + KEYSONLY", QUEUED);
+    let reply = c.q("EXEC");
+    assert!(reply.starts_with("*3\r\n+OK\r\n-ERR "), "{reply}");
+    assert!(reply.ends_with(&bulks(&["after", "big0", "big1", "big2", "big3", "big4", "big5", "big6", "big7"])), "{reply}");
 }

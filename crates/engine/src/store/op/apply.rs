@@ -2,13 +2,14 @@
 //! decision is a pure function of the op and the key's live item.
 
 use std::borrow::Cow;
-
 use std::cell::Cell;
+
+use bytes::Bytes;
 
 use super::float::{self, FloatError};
 use super::{
-    Arith, Check, Cond, ExpireWhen, Number, OnMissing, Op, Outcome, Status, Watch, parse_signed,
-    parse_unsigned,
+    Arith, Check, Cond, ExpireWhen, Number, OnMissing, Op, Outcome, ScanWhat, Status, Watch,
+    parse_signed, parse_unsigned,
 };
 use crate::error::{Error, Result};
 use crate::store::{Ack, Session, Store};
@@ -94,6 +95,11 @@ impl Store {
             }
             &Op::Reap { key, version } => self.apply_reap(ack, key, version),
             Op::Read { keys } => self.apply_read(ack, keys),
+            Op::Scan {
+                range,
+                what,
+                max_bytes,
+            } => self.apply_scan(ack, range, *what, *max_bytes),
             &Op::SetRange { key, offset, value } => self.apply_set_range(ack, key, offset, value),
             &Op::SetBit { key, bit, on } => self.apply_set_bit(ack, key, bit, on),
             &Op::IncrFloat { key, by } => self.apply_incr_float(ack, key, by),
@@ -298,6 +304,51 @@ impl Store {
         let (item, _) =
             self.write_key(ack, key, |cur| (WriteOp::Noop, cur.map(|c| c.to_item())))?;
         Ok(item)
+    }
+
+    /// `Op::Scan`: a range at the newest version handed out, which inside
+    /// a transaction (the lock held exclusively: no other write under way)
+    /// is the state its earlier ops left, their unreleased writes included.
+    fn apply_scan(
+        &self,
+        ack: Ack<'_>,
+        range: &crate::Range,
+        what: ScanWhat,
+        max_bytes: u64,
+    ) -> Result<Outcome> {
+        if !ack.inside() {
+            return Err(Error::NotInTransaction(
+                "a scan op runs inside a transaction".into(),
+            ));
+        }
+        self.check_range(range)?;
+        let guard = self.tree.pin();
+        let v = self.tree.write_version();
+        let (mut items, mut count, mut bytes) = (Vec::new(), 0u64, 0u64);
+        self.visit_at_version(range, v, &ack.now(), |it| {
+            count += 1;
+            let item = match what {
+                ScanWhat::Count => return true,
+                ScanWhat::Keys => {
+                    let view = it.view();
+                    Item {
+                        key: Bytes::copy_from_slice(view.key),
+                        value: Bytes::new(),
+                        version: view.version,
+                        expires_at_ms: view.expires_at_ms,
+                        flags: view.flags,
+                    }
+                }
+                ScanWhat::Items => it.to_item(),
+            };
+            bytes += (item.key.len() + item.value.len()) as u64;
+            items.push(item);
+            bytes <= max_bytes
+        });
+        drop(guard);
+        // The answer rests on every version up to `v`.
+        self.acknowledge(ack, v)?;
+        Ok(Outcome::Scan { items, count })
     }
 
     /// A transaction (`Op::Txn`): with the transaction lock held

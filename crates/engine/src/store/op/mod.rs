@@ -70,6 +70,17 @@ impl Status {
     }
 }
 
+/// What an [`Op::Scan`] keeps of each item it visits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScanWhat {
+    /// The whole item.
+    Items,
+    /// The item without its value (left empty).
+    Keys,
+    /// Nothing: only the count.
+    Count,
+}
+
 /// How [`Op::Incr`] reads and changes a number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Arith {
@@ -229,6 +240,16 @@ pub enum Op<'a> {
     /// Read the newest live item of each key: only inside [`Op::Txn`],
     /// where it sees the state the transaction's earlier ops left.
     Read { keys: Cow<'a, [&'a [u8]]> },
+    /// Read a range's newest live items, in the range's order, direction
+    /// and limit: only inside [`Op::Txn`], like [`Op::Read`]. `what` says
+    /// what is kept of each; the read stops once the keys and values kept
+    /// pass `max_bytes` (the item that passes it included, so a caller
+    /// that bounds its reply by the same number sees it passed).
+    Scan {
+        range: Cow<'a, crate::Range>,
+        what: ScanWhat,
+        max_bytes: u64,
+    },
     /// A transaction (Redis's EXEC): if every watched key's live item
     /// still has the version given (`None`: absent), apply `ops` in order
     /// as one atomic, isolated step: no other write lands between them,
@@ -370,6 +391,11 @@ pub enum Outcome {
     Read {
         items: Vec<Option<Item>>,
     },
+    /// The items an [`Op::Scan`] kept, and how many it visited.
+    Scan {
+        items: Vec<Item>,
+        count: u64,
+    },
     /// `None`: a watched key had changed, and nothing was applied. Else
     /// one result per op, in order.
     Txn {
@@ -406,6 +432,7 @@ impl Outcome {
             Outcome::Atomic { .. }
             | Outcome::Clear
             | Outcome::Read { .. }
+            | Outcome::Scan { .. }
             | Outcome::Txn { .. }
             | Outcome::Check
             | Outcome::SetBit { .. }
@@ -427,6 +454,7 @@ impl Outcome {
             Outcome::Atomic { .. }
             | Outcome::Clear
             | Outcome::Read { .. }
+            | Outcome::Scan { .. }
             | Outcome::Txn { .. }
             | Outcome::Move { .. }
             | Outcome::Check => None,

@@ -481,3 +481,62 @@ fn checks_gate_the_whole_transaction() {
         Err(Error::NotInTransaction(_))
     ));
 }
+
+#[test]
+fn a_scan_inside_a_transaction_sees_its_earlier_writes() {
+    let s = Store::new(Config::default()).unwrap();
+    s.put(b"k1", b"one").unwrap();
+    s.put(b"k3", b"three").unwrap();
+    let scan = |range: Range, what, max_bytes| Op::Scan {
+        range: Cow::Owned(range),
+        what,
+        max_bytes,
+    };
+    let all = Range::all();
+    let out = s
+        .apply(&txn(
+            vec![],
+            vec![
+                set(b"k2", b"two"),
+                Op::Delete {
+                    key: b"k3",
+                    cond: Cond::Any,
+                    return_old: false,
+                },
+                scan(all.clone(), ScanWhat::Items, u64::MAX),
+                scan(
+                    all.clone().reversed().with_limit(1),
+                    ScanWhat::Keys,
+                    u64::MAX,
+                ),
+                scan(all.clone(), ScanWhat::Count, 0),
+                // Stops once past the budget, the item that passes it kept.
+                scan(all.clone(), ScanWhat::Items, 4),
+            ],
+        ))
+        .unwrap();
+    let r = results(out);
+    let items = |r: &Result<Outcome, Error>| match r {
+        Ok(Outcome::Scan { items, count }) => (
+            items
+                .iter()
+                .map(|it| (it.key.to_vec(), it.value.to_vec()))
+                .collect::<Vec<_>>(),
+            *count,
+        ),
+        other => panic!("not a scan: {other:?}"),
+    };
+    let kv = |k: &[u8], v: &[u8]| (k.to_vec(), v.to_vec());
+    assert_eq!(
+        items(&r[2]),
+        (vec![kv(b"k1", b"one"), kv(b"k2", b"two")], 2)
+    );
+    assert_eq!(items(&r[3]), (vec![kv(b"k2", b"")], 1));
+    assert_eq!(items(&r[4]), (vec![], 2));
+    assert_eq!(items(&r[5]), (vec![kv(b"k1", b"one")], 1));
+    // Only inside a transaction.
+    assert!(matches!(
+        s.apply(&scan(all, ScanWhat::Count, 0)),
+        Err(Error::NotInTransaction(_))
+    ));
+}

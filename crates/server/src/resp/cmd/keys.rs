@@ -7,7 +7,7 @@
 use std::borrow::Cow;
 use std::ops::Bound;
 
-use combkv::op::{ExpireWhen, Op, Outcome, Status};
+use combkv::op::{ExpireWhen, Op, Outcome, ScanWhat, Status};
 use combkv::{AtomicWrite, Expiry, Range, now_ms};
 
 use super::{Ctx, eq_ic, parse_i64};
@@ -173,7 +173,12 @@ pub(super) fn type_(cx: &mut Ctx<'_, '_>) -> CmdResult {
 }
 
 pub(super) fn dbsize(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    cx.r.int(cx.store().len() as i64);
+    let n = match cx.txn {
+        None => cx.store().len(),
+        // Inside EXEC: counted, as the transaction's earlier ops left it.
+        Some(_) => cx.scan_with(&Range::all(), ScanWhat::Count, 0, |_| true)?,
+    };
+    cx.r.int(n as i64);
     Ok(())
 }
 
@@ -222,7 +227,7 @@ pub(super) fn keys(cx: &mut Ctx<'_, '_>) -> CmdResult {
     let mut keys: Vec<Vec<u8>> = Vec::new();
     let mut bytes = 0usize;
     let mut too_big = false;
-    cx.store().scan(&range, |it| {
+    cx.scan_with(&range, ScanWhat::Keys, max_reply as u64, |it| {
         if glob::matches(pattern, it.key) {
             bytes += it.key.len() + 16;
             if bytes > max_reply {

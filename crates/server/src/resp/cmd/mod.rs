@@ -79,6 +79,24 @@ impl Ctx<'_, '_> {
         }
     }
 
+    /// Visits a range's live items (see `Store::scan`); inside EXEC the
+    /// range as the transaction's earlier ops left it, `what` saying what
+    /// the visitor needs and the read stopping once past `max_bytes` of
+    /// keys and values. The number of items in the range (outside EXEC,
+    /// of those visited).
+    pub(crate) fn scan_with(
+        &self,
+        range: &combkv::Range,
+        what: combkv::op::ScanWhat,
+        max_bytes: u64,
+        f: impl FnMut(combkv::ItemView<'_>) -> bool,
+    ) -> combkv::Result<u64> {
+        match self.txn {
+            Some(step) => multi::scan_with(step, range, what, max_bytes, f),
+            None => self.store().scan(range, f).map(|n| n as u64),
+        }
+    }
+
     /// Refuses a write above `maxmemory`.
     pub(crate) fn check_memory(&self) -> CmdResult {
         if self.shared.over_maxmemory() {

@@ -27,7 +27,7 @@
 use std::borrow::Cow;
 use std::cell::RefCell;
 
-use combkv::op::{Op, Outcome, Watch};
+use combkv::op::{Op, Outcome, ScanWhat, Watch};
 use combkv::{ItemView, Result as StoreResult, Version};
 use combkv_replica::codec::{self, OpList};
 
@@ -119,6 +119,39 @@ pub(super) fn get_with<T>(
     }
 }
 
+/// [`Ctx::scan_with`] inside EXEC: the range as the transaction's earlier
+/// ops left it (`Op::Scan`); the number of items in it.
+pub(super) fn scan_with(
+    step: &RefCell<TxnStep>,
+    range: &combkv::Range,
+    what: ScanWhat,
+    max_bytes: u64,
+    mut f: impl FnMut(ItemView<'_>) -> bool,
+) -> StoreResult<u64> {
+    let r = match &mut *step.borrow_mut() {
+        TxnStep::Decide(ops) => {
+            ops.push(&Op::Scan {
+                range: Cow::Borrowed(range),
+                what,
+                max_bytes,
+            });
+            return Ok(0);
+        }
+        TxnStep::Reply(results) => results.next().unwrap_or_else(|| Err(mismatch()))?,
+    };
+    match r {
+        Outcome::Scan { items, count } => {
+            for it in &items {
+                if !f(it.view()) {
+                    break;
+                }
+            }
+            Ok(count)
+        }
+        _ => Err(mismatch()),
+    }
+}
+
 /// GET, GETV and MGET inside EXEC: through [`Ctx::get_with`] instead of a
 /// read-engine batch.
 pub(super) fn batch_read(cx: &mut Ctx<'_, '_>, kind: BatchRead) -> CmdResult {
@@ -154,7 +187,7 @@ pub(super) fn batch_read(cx: &mut Ctx<'_, '_>, kind: BatchRead) -> CmdResult {
                 }
             }
         }
-        BatchRead::Range => unreachable!("RANGE is refused inside MULTI"),
+        BatchRead::Range => unreachable!("RANGE's handler reads through Ctx::scan_with"),
     }
     Ok(())
 }

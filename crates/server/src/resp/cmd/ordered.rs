@@ -4,6 +4,7 @@
 use std::ops::Bound;
 use std::time::Duration;
 
+use combkv::op::ScanWhat;
 use combkv::{ItemView, Range, SnapshotId};
 
 use super::{ArgList, Ctx, eq_ic, parse_i64};
@@ -266,9 +267,18 @@ fn range_generic(cx: &mut Ctx<'_, '_>, spec: &RangeSpec, at: Option<SnapshotId>)
         true
     };
     match at {
-        None => cx.store().scan(&spec.range, visit)?,
-        Some(id) => cx.store().scan_at(id, &spec.range, visit)?,
-    };
+        None => {
+            let what = if spec.keys_only {
+                ScanWhat::Keys
+            } else {
+                ScanWhat::Items
+            };
+            cx.scan_with(&spec.range, what, max_reply as u64, visit)?;
+        }
+        Some(id) => {
+            cx.store().scan_at(id, &spec.range, visit)?;
+        }
+    }
     if over {
         return Err(too_big());
     }
@@ -321,15 +331,44 @@ fn pair(cx: &mut Ctx<'_, '_>, item: Option<combkv::Item>) {
 }
 
 pub(super) fn floor(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    let it = cx.store().floor(cx.args[1])?;
+    let it = match cx.txn {
+        None => cx.store().floor(cx.args[1])?,
+        Some(_) => {
+            let key = Bound::Included(cx.args[1].to_vec());
+            first_in(cx, Range::new(Bound::Unbounded, key).reversed())?
+        }
+    };
     pair(cx, it);
     Ok(())
 }
 
 pub(super) fn ceil(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    let it = cx.store().ceil(cx.args[1])?;
+    let it = match cx.txn {
+        None => cx.store().ceil(cx.args[1])?,
+        Some(_) => {
+            let key = Bound::Included(cx.args[1].to_vec());
+            first_in(cx, Range::new(key, Bound::Unbounded))?
+        }
+    };
     pair(cx, it);
     Ok(())
+}
+
+/// FLOOR and CEIL inside EXEC: the first item of a range, as the
+/// transaction's earlier ops left it.
+fn first_in(cx: &Ctx<'_, '_>, range: Range) -> Result<Option<combkv::Item>, CmdError> {
+    let mut first = None;
+    cx.scan_with(&range.with_limit(1), ScanWhat::Items, u64::MAX, |it| {
+        first = Some(combkv::Item {
+            key: it.key.to_vec().into(),
+            value: it.value.to_vec().into(),
+            version: it.version,
+            expires_at_ms: it.expires_at_ms,
+            flags: it.flags,
+        });
+        false
+    })?;
+    Ok(first)
 }
 
 /// Default snapshot lifetime (`docs/protocol.md`).

@@ -50,8 +50,9 @@ pub(crate) struct Spec {
     pub denyoom: bool,
     /// Allowed before AUTH.
     pub no_auth: bool,
-    /// Refused inside MULTI (Redis's `no-multi`; here also the reads a
-    /// transaction cannot make consistently: scans, snapshots, SAVE).
+    /// Refused inside MULTI (Redis's `no-multi`; here also SCAN, whose
+    /// cursor is server state, SNAPSHOT, SAVE, BGSAVE, FLUSHALL and
+    /// CLUSTER).
     pub no_multi: bool,
     /// Runs at once inside MULTI instead of being queued (EXEC, DISCARD,
     /// MULTI, WATCH, QUIT).
@@ -127,7 +128,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "bitmap", "The first bit set or clear in a value, or in a byte or bit range of it."),
     spec!("cas", -4, Kind::Write, "d", 1, 1, strings::cas,
           "combkv", "Sets a key only if its version matches."),
-    spec!("ceil", 2, Kind::Read, "x", 1, 1, ordered::ceil,
+    spec!("ceil", 2, Kind::Read, "", 1, 1, ordered::ceil,
           "combkv", "The smallest key >= key, with its value."),
     spec!("client", -2, Kind::Control, "", 0, 0, server::client,
           "connection", "CLIENT ID, SETNAME, GETNAME, LIST, INFO."),
@@ -141,7 +142,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "server", "CONFIG GET parameters."),
     spec!("copy", -3, Kind::Write, "d", 1, 2, keys::copy,
           "generic", "Copies a key's value and expiry to another key."),
-    spec!("dbsize", 1, Kind::Read, "x", 0, 0, keys::dbsize,
+    spec!("dbsize", 1, Kind::Read, "", 0, 0, keys::dbsize,
           "server", "The number of keys."),
     spec!("decr", 2, Kind::Write, "d", 1, 1, strings::decr,
           "string", "Decrements the integer value of a key by one."),
@@ -163,7 +164,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "generic", "Sets a key's expiry as a unix time in seconds."),
     spec!("expiretime", 2, Kind::Read, "", 1, 1, keys::expiretime,
           "generic", "The unix time in seconds a key expires at."),
-    spec!("floor", 2, Kind::Read, "x", 1, 1, ordered::floor,
+    spec!("floor", 2, Kind::Read, "", 1, 1, ordered::floor,
           "combkv", "The greatest key <= key, with its value."),
     spec!("flushall", -1, Kind::Write, "x", 0, 0, keys::flushall,
           "server", "Removes every key."),
@@ -171,7 +172,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "server", "Removes every key."),
     spec!("get", 2, Kind::BatchRead(BatchRead::Get), "", 1, 1, strings::get,
           "string", "Returns the value of a key."),
-    spec!("getat", 3, Kind::Read, "x", 2, 2, ordered::getat,
+    spec!("getat", 3, Kind::Read, "", 2, 2, ordered::getat,
           "combkv", "A key's value as of a snapshot."),
     spec!("getbit", 3, Kind::Read, "", 1, 1, bits::getbit,
           "bitmap", "Returns a bit of a value."),
@@ -195,7 +196,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "string", "Adds a decimal float to the value of a key."),
     spec!("info", -1, Kind::Control, "", 0, 0, server::info,
           "server", "Information and statistics about the server."),
-    spec!("keys", 2, Kind::Read, "x", 0, 0, keys::keys,
+    spec!("keys", 2, Kind::Read, "", 0, 0, keys::keys,
           "generic", "Keys matching a pattern, in key order."),
     spec!("lastsave", 1, Kind::Control, "", 0, 0, server::lastsave,
           "server", "Unix time of the last successful checkpoint."),
@@ -225,9 +226,9 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "generic", "A key's time to live in milliseconds."),
     spec!("quit", -1, Kind::Control, "am", 0, 0, server::quit,
           "connection", "Closes the connection."),
-    spec!("range", -3, Kind::BatchRead(BatchRead::Range), "x", 0, 0, ordered::range,
+    spec!("range", -3, Kind::BatchRead(BatchRead::Range), "", 0, 0, ordered::range,
           "combkv", "Items between two bounds, in key order, from one snapshot."),
-    spec!("rangeat", -4, Kind::Read, "x", 0, 0, ordered::rangeat,
+    spec!("rangeat", -4, Kind::Read, "", 0, 0, ordered::rangeat,
           "combkv", "RANGE as of a snapshot."),
     spec!("rename", 3, Kind::Write, "", 1, 2, keys::rename,
           "generic", "Renames a key, overwriting the destination."),
