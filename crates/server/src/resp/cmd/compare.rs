@@ -69,12 +69,15 @@ pub(super) fn compare(cx: &mut Ctx<'_, '_>) -> CmdResult {
         },
         7 if eq_ic(a[1], "range") => {
             spec = ordered::parse_range(&a[2..4], cx.store().max_key_len())?;
-            if spec.empty {
-                return Err(CmdError::err(
-                    "COMPARE RANGE needs bounds that can hold keys",
-                ));
-            }
-            let (start, end) = (as_slice(&spec.range.start), as_slice(&spec.range.end));
+            // Bounds that admit no key (`+` as start, `-` as end) compare
+            // as an empty range: [x, x) holds nothing, whatever is stored.
+            const NOTHING: (Bound<&[u8]>, Bound<&[u8]>) =
+                (Bound::Included(b"\0"), Bound::Excluded(b"\0"));
+            let (start, end) = if spec.empty {
+                NOTHING
+            } else {
+                (as_slice(&spec.range.start), as_slice(&spec.range.end))
+            };
             let (op, n) = (cmp_op(a[5])?, count(a[6])?);
             if eq_ic(a[4], "count") {
                 Check::Count { start, end, op, n }
