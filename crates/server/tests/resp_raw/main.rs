@@ -4,6 +4,7 @@
 //! on a free port.
 
 mod atomic;
+mod command_docs;
 mod keys;
 mod limits;
 mod multi;

@@ -257,14 +257,24 @@ fn resp3_after_hello_3() {
     c.ok(
         "COMMAND DOCS get",
         &format!(
-            "%1\r\n{}%3\r\n{}{}{}{}{}{}",
+            "%1\r\n{}%5\r\n{}{}{}{}{}{}{}{}{}*1\r\n%4\r\n{}{}{}{}{}{}{}:0\r\n",
             bulk("get"),
             bulk("summary"),
             bulk("Returns the value of a key."),
             bulk("since"),
-            bulk("0.1.0"),
+            bulk("1.0.0"),
             bulk("group"),
             bulk("string"),
+            bulk("complexity"),
+            bulk("O(log N) where N is the number of keys"),
+            bulk("arguments"),
+            bulk("name"),
+            bulk("key"),
+            bulk("type"),
+            bulk("key"),
+            bulk("display_text"),
+            bulk("key"),
+            bulk("key_spec_index"),
         ),
     );
     let info = c.q("INFO server");

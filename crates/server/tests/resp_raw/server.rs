@@ -369,21 +369,39 @@ fn command_count_docs_info_list() {
     let mut c = s.connect();
     let n = TABLE.len();
     c.ok("COMMAND COUNT", &int(n as i64));
+    // LIST names every command, each followed by its subcommands
+    // (`client|setname`), as Redis 7 lists them.
+    let list = c.q("COMMAND LIST");
+    let lines: Vec<&str> = list.split("\r\n").collect();
+    let listed: Vec<&str> = (1..lines.len())
+        .filter(|&i| lines[i - 1].starts_with('$') && !lines[i].contains('|'))
+        .map(|i| lines[i])
+        .collect();
     let names: Vec<&str> = TABLE.iter().map(|(n, _)| *n).collect();
-    c.ok("COMMAND LIST", &bulks(&names));
+    assert_eq!(listed, names);
     let all = c.q("COMMAND");
     assert!(all.starts_with(&format!("*{n}\r\n*10\r\n")), "{all}");
     c.ok(
         "COMMAND DOCS get",
         &format!(
-            "*2\r\n{}*6\r\n{}{}{}{}{}{}",
+            "*2\r\n{}*10\r\n{}{}{}{}{}{}{}{}{}*1\r\n*8\r\n{}{}{}{}{}{}{}:0\r\n",
             bulk("get"),
             bulk("summary"),
             bulk("Returns the value of a key."),
             bulk("since"),
-            bulk("0.1.0"),
+            bulk("1.0.0"),
             bulk("group"),
             bulk("string"),
+            bulk("complexity"),
+            bulk("O(log N) where N is the number of keys"),
+            bulk("arguments"),
+            bulk("name"),
+            bulk("key"),
+            bulk("type"),
+            bulk("key"),
+            bulk("display_text"),
+            bulk("key"),
+            bulk("key_spec_index"),
         ),
     );
     // Unknown names are left out (Redis), an unknown INFO name is null.
@@ -391,18 +409,46 @@ fn command_count_docs_info_list() {
     let docs = c.q("COMMAND DOCS");
     assert!(docs.starts_with(&format!("*{}\r\n", 2 * n)), "{docs}");
     c.ok("COMMAND INFO nope", "*1\r\n*-1\r\n");
+    // A key spec: its flags, begin_search index 1, find_keys range.
+    let spec = |flags: &str, lastkey: i64| {
+        format!(
+            "{}*{}\r\n{flags}{}*4\r\n{}{}{}*2\r\n{}:1\r\n{}*4\r\n{}{}{}*6\r\n{}:{lastkey}\r\n{}:1\r\n{}:0\r\n",
+            bulk("flags"),
+            flags.matches('+').count(),
+            bulk("begin_search"),
+            bulk("type"),
+            bulk("index"),
+            bulk("spec"),
+            bulk("index"),
+            bulk("find_keys"),
+            bulk("type"),
+            bulk("range"),
+            bulk("spec"),
+            bulk("lastkey"),
+            bulk("keystep"),
+            bulk("limit"),
+        )
+    };
     c.ok(
         "COMMAND INFO set",
         &format!(
-            "*1\r\n*10\r\n{}:-3\r\n*3\r\n+write\r\n+denyoom\r\n+fast\r\n:1\r\n:1\r\n:1\r\n*0\r\n*0\r\n*0\r\n*0\r\n",
-            bulk("set")
+            "*1\r\n*10\r\n{}:-3\r\n*2\r\n+write\r\n+denyoom\r\n:1\r\n:1\r\n:1\r\n\
+             *3\r\n+@write\r\n+@string\r\n+@slow\r\n*0\r\n*1\r\n*8\r\n{}{}{}*0\r\n",
+            bulk("set"),
+            bulk("notes"),
+            bulk("RW and ACCESS due to the optional `GET` argument"),
+            spec("+RW\r\n+access\r\n+update\r\n+variable_flags\r\n", 0),
         ),
     );
     c.ok(
         "COMMAND INFO del",
         &format!(
-            "*1\r\n*10\r\n{}:-2\r\n*2\r\n+write\r\n+fast\r\n:1\r\n:-1\r\n:1\r\n*0\r\n*0\r\n*0\r\n*0\r\n",
-            bulk("del")
+            "*1\r\n*10\r\n{}:-2\r\n*1\r\n+write\r\n:1\r\n:-1\r\n:1\r\n\
+             *3\r\n+@keyspace\r\n+@write\r\n+@slow\r\n*2\r\n{}{}*1\r\n*6\r\n{}*0\r\n",
+            bulk("del"),
+            bulk("request_policy:multi_shard"),
+            bulk("response_policy:agg_sum"),
+            spec("+RM\r\n+delete\r\n", -1),
         ),
     );
     c.ok("COMMAND COUNT x", &arity("command|count"));

@@ -1,15 +1,17 @@
 //! RESP commands: what a command runs with ([`Ctx`]), dispatch (the checks
 //! Redis runs before a command, then its handler) and the argument helpers.
-//! The table of commands is `table`, the batched reads `batch`; one file
-//! per command family: `strings` (GET SET ... CAS), `keys` (DEL EXISTS
-//! EXPIRE TTL ... SCAN), `ordered` (RANGE FLOOR CEIL SNAPSHOT GETAT
-//! RANGEAT), `server` (PING HELLO AUTH INFO CONFIG CLIENT COMMAND SLOWLOG
-//! ...).
+//! The table of commands is `table`, what COMMAND says of each `docs`,
+//! the batched reads `batch`; one file per command family: `strings` (GET
+//! SET ... CAS), `keys` (DEL EXISTS EXPIRE TTL ... SCAN), `ordered` (RANGE
+//! FLOOR CEIL SNAPSHOT GETAT RANGEAT), `server` (PING HELLO AUTH INFO
+//! CONFIG CLIENT COMMAND SLOWLOG ...).
 
 pub(crate) mod batch;
 mod bits;
 mod cluster;
+mod command;
 mod compare;
+mod docs;
 mod keys;
 mod lcs;
 pub(crate) mod multi;

@@ -1,10 +1,10 @@
 //! Connection and server commands: PING ECHO HELLO AUTH SELECT QUIT INFO
-//! CONFIG CLIENT COMMAND TIME SLOWLOG SAVE BGSAVE LASTSAVE.
+//! CONFIG CLIENT TIME SLOWLOG SAVE BGSAVE LASTSAVE SHUTDOWN (COMMAND is
+//! `command`).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::table::COMMANDS;
-use super::{Ctx, eq_ic, lookup, parse_i64};
+use super::{Ctx, eq_ic, parse_i64};
 use crate::resp::error::{CmdError, CmdResult};
 use crate::resp::glob;
 
@@ -241,96 +241,11 @@ pub(super) fn client(cx: &mut Ctx<'_, '_>) -> CmdResult {
     Ok(())
 }
 
-fn unknown_subcommand(sub: &[u8], cmd: &str) -> CmdError {
+pub(super) fn unknown_subcommand(sub: &[u8], cmd: &str) -> CmdError {
     CmdError::err(format!(
         "unknown subcommand '{}'. Try {cmd} HELP.",
         String::from_utf8_lossy(sub)
     ))
-}
-
-fn command_info(cx: &mut Ctx<'_, '_>, spec: &super::Spec) {
-    cx.r.array(10);
-    cx.r.bulk_str(spec.name);
-    cx.r.int(spec.arity as i64);
-    let mut flags = vec![if spec.writes() { "write" } else { "readonly" }];
-    if spec.denyoom {
-        flags.push("denyoom");
-    }
-    if spec.no_auth {
-        flags.push("no_auth");
-    }
-    if spec.no_multi {
-        flags.push("no-multi");
-    }
-    flags.push("fast");
-    cx.r.set(flags.len());
-    for f in flags {
-        cx.r.simple(f);
-    }
-    cx.r.int(spec.first_key as i64);
-    cx.r.int(spec.last_key as i64);
-    cx.r.int((spec.first_key != 0) as i64);
-    cx.r.set(0);
-    cx.r.array(0);
-    cx.r.array(0);
-    cx.r.array(0);
-}
-
-pub(super) fn command(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    let Some(sub) = cx.args.get(1).copied() else {
-        cx.r.array(COMMANDS.len());
-        for spec in COMMANDS {
-            command_info(cx, spec);
-        }
-        return Ok(());
-    };
-    if eq_ic(sub, "count") {
-        if cx.args.len() != 2 {
-            return Err(CmdError::Arity("command|count".into()));
-        }
-        cx.r.int(COMMANDS.len() as i64);
-    } else if eq_ic(sub, "list") {
-        cx.r.array(COMMANDS.len());
-        for spec in COMMANDS {
-            cx.r.bulk_str(spec.name);
-        }
-    } else if eq_ic(sub, "info") {
-        let names = &cx.args[2..];
-        if names.is_empty() {
-            cx.r.array(COMMANDS.len());
-            for spec in COMMANDS {
-                command_info(cx, spec);
-            }
-        } else {
-            cx.r.array(names.len());
-            for n in names {
-                match lookup(n) {
-                    Some(spec) => command_info(cx, spec),
-                    None => cx.r.null_array(),
-                }
-            }
-        }
-    } else if eq_ic(sub, "docs") {
-        let specs: Vec<&super::Spec> = if cx.args.len() > 2 {
-            cx.args[2..].iter().filter_map(|n| lookup(n)).collect()
-        } else {
-            COMMANDS.iter().collect()
-        };
-        cx.r.map(specs.len());
-        for spec in specs {
-            cx.r.bulk_str(spec.name);
-            cx.r.map(3);
-            cx.r.bulk_str("summary");
-            cx.r.bulk_str(spec.summary);
-            cx.r.bulk_str("since");
-            cx.r.bulk_str("0.1.0");
-            cx.r.bulk_str("group");
-            cx.r.bulk_str(spec.group);
-        }
-    } else {
-        return Err(unknown_subcommand(sub, "COMMAND"));
-    }
-    Ok(())
 }
 
 pub(super) fn config(cx: &mut Ctx<'_, '_>) -> CmdResult {

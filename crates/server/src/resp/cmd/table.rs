@@ -1,13 +1,15 @@
 //! The RESP command table: every command's name, arity, kind, flags and
 //! handler, and the lookup of a request's command name (a perfect hash).
-//! The table is the one place that says what a command is: how it takes
+//! The table is the one place that says how a command runs: how it takes
 //! part in a turn ([`Kind`]; a batchable read names its [`BatchRead`]),
-//! whether it is refused above `maxmemory`, and what COMMAND reports.
+//! whether it is refused above `maxmemory` or inside MULTI. What COMMAND
+//! reports besides (syntax, key specs, ACL categories) is `docs`, kept in
+//! step with the table by its tests.
 
 use std::sync::LazyLock;
 
 use super::batch::BatchRead;
-use super::{Ctx, bits, cluster, compare, keys, lcs, multi, ordered, server, strings};
+use super::{Ctx, bits, cluster, command, compare, keys, lcs, multi, ordered, server, strings};
 use crate::pipeline::Class;
 use crate::resp::error::CmdResult;
 
@@ -134,7 +136,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "connection", "CLIENT ID, SETNAME, GETNAME, LIST, INFO."),
     spec!("cluster", -2, Kind::Control, "x", 0, 0, cluster::cluster,
           "cluster", "CLUSTER STATUS, INIT, ADD, REMOVE: a combkv cluster's administration."),
-    spec!("command", -1, Kind::Control, "", 0, 0, server::command,
+    spec!("command", -1, Kind::Control, "", 0, 0, command::command,
           "server", "Describes the commands (COUNT, DOCS, INFO, LIST)."),
     spec!("compare", -5, Kind::Write, "", 1, 1, compare::compare,
           "combkv", "A transaction's condition on a key's version or value, or a range's count or newest version."),
