@@ -71,6 +71,31 @@ pub(super) fn getbit(cx: &mut Ctx<'_, '_>) -> CmdResult {
     Ok(())
 }
 
+/// A range's unit: BIT (true) or BYTE, the default.
+fn in_bits(unit: Option<&&[u8]>) -> Result<bool, CmdError> {
+    match unit {
+        None => Ok(false),
+        Some(a) if eq_ic(a, "bit") => Ok(true),
+        Some(a) if eq_ic(a, "byte") => Ok(false),
+        Some(_) => Err(CmdError::Syntax),
+    }
+}
+
+/// Redis's index rules for a range over `total` units: negative indexes
+/// count from the end, both are clamped into the value; None when
+/// nothing is left.
+fn clamp(mut start: i64, mut end: i64, total: i64) -> Option<(i64, i64)> {
+    if start < 0 {
+        start = start.saturating_add(total);
+    }
+    if end < 0 {
+        end = end.saturating_add(total);
+    }
+    start = start.max(0);
+    end = end.max(0).min(total - 1);
+    (start <= end).then_some((start, end))
+}
+
 /// BITCOUNT key [start end [BYTE | BIT]]: Redis's `bitcountCommand`
 /// (negative indexes from the end, clamped; BIT counts in bits).
 pub(super) fn bitcount(cx: &mut Ctx<'_, '_>) -> CmdResult {
@@ -78,13 +103,7 @@ pub(super) fn bitcount(cx: &mut Ctx<'_, '_>) -> CmdResult {
         2 => None,
         4 | 5 => {
             let (start, end) = (cx.int(2)?, cx.int(3)?);
-            let bits = match cx.args.get(4) {
-                None => false,
-                Some(a) if eq_ic(a, "bit") => true,
-                Some(a) if eq_ic(a, "byte") => false,
-                Some(_) => return Err(CmdError::Syntax),
-            };
-            Some((start, end, bits))
+            Some((start, end, in_bits(cx.args.get(4))?))
         }
         _ => return Err(CmdError::Syntax),
     };
@@ -113,13 +132,7 @@ pub(super) fn bitpos(cx: &mut Ctx<'_, '_>) -> CmdResult {
             } else {
                 None
             };
-            let bits = match cx.args.get(5) {
-                None => false,
-                Some(a) if eq_ic(a, "bit") => true,
-                Some(a) if eq_ic(a, "byte") => false,
-                Some(_) => return Err(CmdError::Syntax),
-            };
-            Some((start, end, bits))
+            Some((start, end, in_bits(cx.args.get(5))?))
         }
         _ => return Err(CmdError::Syntax),
     };
@@ -145,20 +158,11 @@ fn find_bit(v: &[u8], want: bool, range: Option<(i64, Option<i64>, bool)>) -> i6
     let len = v.len() as i64;
     let (first, last, end_given) = match range {
         None => (0, len * 8 - 1, false),
-        Some((mut start, end, bits)) => {
+        Some((start, end, bits)) => {
             let total = if bits { len * 8 } else { len };
-            let mut last = end.unwrap_or(total - 1);
-            if start < 0 {
-                start = start.saturating_add(total);
-            }
-            if last < 0 {
-                last = last.saturating_add(total);
-            }
-            start = start.max(0);
-            last = last.max(0).min(total - 1);
-            if start > last {
+            let Some((start, last)) = clamp(start, end.unwrap_or(total - 1), total) else {
                 return -1;
-            }
+            };
             if bits {
                 (start, last, end.is_some())
             } else {
@@ -188,9 +192,11 @@ fn find_bit(v: &[u8], want: bool, range: Option<(i64, Option<i64>, bool)>) -> i6
 
 /// The set bits of `v`, in `range` (start, end, in bits) if given.
 fn count_bits(v: &[u8], range: Option<(i64, i64, bool)>) -> u64 {
-    let Some((mut start, mut end, bits)) = range else {
+    let Some((start, end, bits)) = range else {
         return v.iter().map(|b| u64::from(b.count_ones())).sum();
     };
+    // Redis's: both from the end and crossed is empty, even where
+    // clamping would uncross them.
     if start < 0 && end < 0 && start > end {
         return 0;
     }
@@ -199,17 +205,9 @@ fn count_bits(v: &[u8], range: Option<(i64, i64, bool)>) -> u64 {
     } else {
         v.len() as i64
     };
-    if start < 0 {
-        start = start.saturating_add(total);
-    }
-    if end < 0 {
-        end = end.saturating_add(total);
-    }
-    start = start.max(0);
-    end = end.max(0).min(total - 1);
-    if start > end {
+    let Some((start, end)) = clamp(start, end, total) else {
         return 0;
-    }
+    };
     let ones = |bytes: &[u8]| -> u64 { bytes.iter().map(|b| u64::from(b.count_ones())).sum() };
     if !bits {
         return ones(&v[start as usize..=end as usize]);
@@ -298,6 +296,7 @@ mod tests {
         assert_eq!(count_bits(v, Some((-1, -1, false))), 4);
         assert_eq!(count_bits(v, Some((-2, -1, false))), 7);
         assert_eq!(count_bits(v, Some((-1, -2, false))), 0);
+        assert_eq!(count_bits(v, Some((-10, -20, false))), 0);
         assert_eq!(count_bits(v, Some((0, 100, false))), 26);
         assert_eq!(count_bits(v, Some((10, 20, false))), 0);
         assert_eq!(count_bits(b"", Some((0, -1, false))), 0);
