@@ -205,9 +205,8 @@ impl Store {
 
     fn apply_incr_float(&self, ack: Ack<'_>, key: &[u8], by: &[u8]) -> Result<Outcome> {
         self.check_key(key)?;
-        if !float::is_float(by) {
-            return Err(Error::NotAFloat);
-        }
+        // `add` reads both numbers: a bad increment is refused there, with
+        // nothing written, as a bad value is.
         let (r, version) = self.write_key(ack, key, |cur| {
             let (old, expiry, flags) = match cur {
                 Some(c) => (c.value.bytes(), c.expiry, c.cflags),
