@@ -427,11 +427,7 @@ pub(super) fn command(cx: &mut Ctx<'_, '_>) -> CmdResult {
                 "    Return the keys and the access flags from a full command.",
                 "HELP",
             ];
-            cx.r.array(HELP.len() + 1);
-            for line in HELP {
-                cx.r.simple(line);
-            }
-            cx.r.simple("    Print this help.");
+            super::help_reply(&mut cx.r, &HELP);
         }
     }
     Ok(())

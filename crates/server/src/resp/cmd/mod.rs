@@ -129,6 +129,16 @@ impl<'a> ArgList<'a> for &[&'a [u8]] {
     }
 }
 
+/// A `HELP` subcommand's reply, Redis's shape: the lines given, then the
+/// closing "HELP / Print this help." pair's second line.
+pub(crate) fn help_reply(r: &mut Reply<'_>, lines: &[&str]) {
+    r.array(lines.len() + 1);
+    for line in lines {
+        r.simple(line);
+    }
+    r.simple("    Print this help.");
+}
+
 /// Redis's integer syntax: optional '-', digits, no '+', no spaces, no
 /// leading zeros, within i64.
 pub(crate) fn parse_i64(b: &[u8]) -> Option<i64> {

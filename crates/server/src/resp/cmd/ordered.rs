@@ -425,11 +425,7 @@ pub(super) fn snapshot(cx: &mut Ctx<'_, '_>) -> CmdResult {
             "    Every live snapshot as [id, version, ms until expiry].",
             "HELP",
         ];
-        cx.r.array(HELP.len() + 1);
-        for line in HELP {
-            cx.r.simple(line);
-        }
-        cx.r.simple("    Print this help.");
+        super::help_reply(&mut cx.r, &HELP);
     } else {
         return Err(CmdError::err(format!(
             "unknown subcommand '{}'. Try SNAPSHOT HELP.",
