@@ -1,5 +1,6 @@
-//! Entry points for the memcached fuzz target
-//! (`fuzz/fuzz_targets/memcache_parse.rs`) and the fuzz smoke tests
+//! Entry points for the memcached fuzz targets
+//! (`fuzz/fuzz_targets/memcache_parse.rs`, `memcache_binary_parse.rs`) and
+//! the fuzz smoke tests
 //! (`tests/fuzz_memcache.rs`), exported as `combkv_server::memcache_fuzzing`.
 //! Not an API: it lets code outside the crate drive the parser and a whole
 //! memcached connection without a socket.
@@ -10,6 +11,7 @@ use std::time::Instant;
 use combkv::Store;
 use combkv::readexec::BatchResults;
 
+pub use super::binary::{BinParsed, parse as parse_binary};
 pub use super::error::McError;
 pub use super::parse::{Limits, Parsed, Request, parse as parse_memcache};
 

@@ -1,9 +1,11 @@
 //! The memcached listener's protocol, text and meta commands, as the
 //! pipeline's [`Protocol`]: bytes -> requests (`parse`) -> store operations
 //! and replies (`cmd`). `get`, `gets` and `mg` (without `T`) are batchable
-//! reads; replies leave in request order.
+//! reads; replies leave in request order. A connection whose first byte is
+//! `0x80` speaks the binary protocol instead (`binary`), as in memcached.
 
 mod auth;
+pub mod binary;
 pub(crate) mod cmd;
 pub mod error;
 pub mod fuzzing;
@@ -14,6 +16,7 @@ use combkv::readexec::{BatchResults, ReadRequest};
 
 use crate::pipeline::{Class, Cx, Protocol, Reads, Step};
 use crate::shared::{Shared, Stats};
+use binary::{BinCmd, BinParsed, BinRequest};
 use error::McError;
 use parse::{GetKind, Limits, Parsed, Request};
 
@@ -35,6 +38,16 @@ pub(crate) struct Memcache {
     /// False until the connection authenticates, where the server has a
     /// password (`auth`).
     authenticated: bool,
+    /// Which protocol the connection speaks, decided by its first byte.
+    mode: Mode,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    #[default]
+    Undecided,
+    Text,
+    Binary,
 }
 
 /// The rest of a retrieval line being answered in parts.
@@ -48,10 +61,18 @@ struct Cont {
 
 /// A request answered by an error alone.
 #[derive(Debug)]
-pub(crate) struct Rejected {
-    err: McError,
-    /// memcached's `noreply` hides error replies too.
-    noreply: bool,
+pub(crate) enum Rejected {
+    Text {
+        err: McError,
+        /// memcached's `noreply` hides error replies too.
+        noreply: bool,
+    },
+    Binary {
+        head: binary::Head,
+        status: binary::Status,
+    },
+    /// Not even a binary header: closed without a reply.
+    Silent,
 }
 
 /// The request limits of a server.
@@ -76,7 +97,7 @@ impl Memcache {
     /// Before authentication only the authenticating `set` is read; every
     /// other line is refused.
     fn parse_unauthenticated<'a>(&mut self, input: &'a [u8]) -> Step<Request<'a>, Rejected> {
-        let refused = |err| Rejected {
+        let refused = |err| Rejected::Text {
             err,
             noreply: false,
         };
@@ -184,6 +205,86 @@ impl Memcache {
     }
 }
 
+impl Memcache {
+    /// Parses a binary packet. Before authentication only SASL and
+    /// `version` are served; anything else is refused and the connection
+    /// closed, as memcached does.
+    fn parse_binary<'a>(&mut self, input: &'a [u8]) -> Step<Request<'a>, Rejected> {
+        match binary::parse(input, &self.limits) {
+            BinParsed::Incomplete => Step::Incomplete,
+            BinParsed::Close(None) => Step::Close(Rejected::Silent),
+            BinParsed::Close(Some((head, status))) => {
+                Step::Close(Rejected::Binary { head, status })
+            }
+            BinParsed::Error {
+                head,
+                status,
+                consumed,
+                swallow,
+            } => {
+                self.swallow = swallow;
+                Step::Reject(Rejected::Binary { head, status }, consumed)
+            }
+            BinParsed::Request(req, len) => {
+                let open = matches!(
+                    req.cmd,
+                    BinCmd::SaslListMechs
+                        | BinCmd::SaslAuth { .. }
+                        | BinCmd::SaslStep
+                        | BinCmd::Version
+                );
+                if !self.authenticated && !open {
+                    let status = binary::Status::AuthError;
+                    return Step::Close(Rejected::Binary {
+                        head: req.head,
+                        status,
+                    });
+                }
+                Step::Request(Request::Binary(req), len)
+            }
+        }
+    }
+
+    /// The binary protocol's SASL commands: PLAIN, checked as the text
+    /// protocol's authenticating `set` is. A server without a password has
+    /// no SASL (memcached without `-S`): unknown command.
+    fn sasl(&mut self, cx: &Cx<'_>, req: &BinRequest<'_>, out: &mut Vec<u8>) {
+        use binary::{Status, packet};
+        let Some(pass) = cx.shared.config.requirepass.as_deref() else {
+            return binary::cmd::refuse(cx, out, req.head, &McError::UnknownCommand);
+        };
+        match req.cmd {
+            BinCmd::SaslListMechs => {
+                let mechs = binary::cmd::SASL_MECHS.as_bytes();
+                packet(out, req.head, Status::Success, 0, &[], &[], mechs);
+            }
+            BinCmd::SaslAuth { mech, data }
+                if mech == binary::cmd::SASL_MECHS.as_bytes()
+                    && binary::cmd::sasl_plain(data)
+                        .is_some_and(|(user, p)| auth::check(user, p, pass)) =>
+            {
+                self.authenticated = true;
+                packet(
+                    out,
+                    req.head,
+                    Status::Success,
+                    0,
+                    &[],
+                    &[],
+                    b"Authenticated",
+                );
+            }
+            _ => {
+                tracing::debug!(
+                    client = cx.client.id,
+                    "memcached SASL authentication failed"
+                );
+                binary::cmd::refuse(cx, out, req.head, &McError::AuthFailure);
+            }
+        }
+    }
+}
+
 impl Protocol for Memcache {
     type Request<'a> = Request<'a>;
     type Error = Rejected;
@@ -213,6 +314,18 @@ impl Protocol for Memcache {
                 Step::Skip(n)
             };
         }
+        if self.mode == Mode::Undecided {
+            let Some(&first) = input.get(at) else {
+                return Step::Incomplete;
+            };
+            self.mode = match first {
+                binary::REQUEST_MAGIC => Mode::Binary,
+                _ => Mode::Text,
+            };
+        }
+        if self.mode == Mode::Binary {
+            return self.parse_binary(&input[at..]);
+        }
         if let Some(cont) = self.cont {
             return self.next_part(input, at, cont);
         }
@@ -224,7 +337,7 @@ impl Protocol for Memcache {
                 self.scanned = scanned;
                 Step::Incomplete
             }
-            Parsed::Close { err } => Step::Close(Rejected {
+            Parsed::Close { err } => Step::Close(Rejected::Text {
                 err,
                 noreply: false,
             }),
@@ -236,7 +349,7 @@ impl Protocol for Memcache {
             } => {
                 self.scanned = 0;
                 self.swallow = swallow;
-                Step::Reject(Rejected { err, noreply }, consumed)
+                Step::Reject(Rejected::Text { err, noreply }, consumed)
             }
             Parsed::Request { req, consumed } => {
                 self.scanned = 0;
@@ -308,6 +421,22 @@ impl Protocol for Memcache {
             | Request::MetaDelete { .. }
             | Request::MetaArith { .. } => Class::Write,
             Request::MetaDebug { .. } | Request::Stats { .. } => Class::Read,
+            Request::Binary(b) => match b.cmd {
+                BinCmd::Get { .. } => Class::BatchRead,
+                BinCmd::Store { .. }
+                | BinCmd::Delete { .. }
+                | BinCmd::Arith { .. }
+                | BinCmd::Touch { .. }
+                | BinCmd::Flush { .. } => Class::Write,
+                BinCmd::Stat { .. } => Class::Read,
+                BinCmd::Quit
+                | BinCmd::Noop
+                | BinCmd::Version
+                | BinCmd::Verbosity
+                | BinCmd::SaslListMechs
+                | BinCmd::SaslAuth { .. }
+                | BinCmd::SaslStep => Class::Control,
+            },
             Request::Version
             | Request::Verbosity { .. }
             | Request::Quit
@@ -321,7 +450,11 @@ impl Protocol for Memcache {
         match req {
             Request::Get { keys, .. } => into.extend(parse::keys(keys).map(ReadRequest::Get)),
             Request::MetaGet { key, .. } => into.push(ReadRequest::Get(key.bytes())),
-            _ => unreachable!("only get, gets and mg are batched"),
+            Request::Binary(BinRequest {
+                cmd: BinCmd::Get { key, .. },
+                ..
+            }) => into.push(ReadRequest::Get(key)),
+            _ => unreachable!("only get, gets, mg and binary gets are batched"),
         }
     }
 
@@ -345,8 +478,11 @@ impl Protocol for Memcache {
         out: &mut Vec<u8>,
     ) {
         let err = McError::from(err);
-        for _ in pending {
-            cmd::error_line(cx, out, &err);
+        for req in pending {
+            match req {
+                Request::Binary(b) => binary::cmd::refuse(cx, out, b.head, &err),
+                _ => cmd::error_line(cx, out, &err),
+            }
         }
     }
 
@@ -376,6 +512,15 @@ impl Protocol for Memcache {
                 self.authenticate(cx, user, pass, out);
                 return false;
             }
+            Request::Binary(ref b) => {
+                return match b.cmd {
+                    BinCmd::SaslListMechs | BinCmd::SaslAuth { .. } | BinCmd::SaslStep => {
+                        self.sasl(cx, b, out);
+                        false
+                    }
+                    _ => binary::cmd::execute(cx, b, out),
+                };
+            }
             _ => {}
         }
         cmd::execute(cx, req, out);
@@ -383,18 +528,49 @@ impl Protocol for Memcache {
     }
 
     fn reject(&mut self, cx: &Cx<'_>, err: Rejected, out: &mut Vec<u8>) {
-        if err.err == McError::OutOfMemoryStoring {
+        let oom = matches!(
+            err,
+            Rejected::Text {
+                err: McError::OutOfMemoryStoring,
+                ..
+            } | Rejected::Binary {
+                status: binary::Status::OutOfMemory,
+                ..
+            }
+        );
+        if oom {
             // A data block refused for maxmemory before it was read.
             Stats::add(&cx.shared.memcache.stats.store_no_memory, 1);
             Stats::add(&cx.shared.stats.writes_refused_oom, 1);
         }
-        if !err.noreply {
-            cmd::error_line(cx, out, &err.err);
+        match err {
+            Rejected::Text { err, noreply } => {
+                if !noreply {
+                    cmd::error_line(cx, out, &err);
+                }
+            }
+            Rejected::Binary { head, status } => {
+                Stats::add(&cx.shared.stats.errors_replied, 1);
+                binary::error(out, head, status);
+            }
+            Rejected::Silent => {}
         }
     }
 
     fn protocol_error(&mut self, cx: &Cx<'_>, err: Rejected, out: &mut Vec<u8>) {
-        cmd::error_line(cx, out, &err.err);
-        tracing::debug!(client = cx.client.id, "closing: {}", err.err);
+        match err {
+            Rejected::Text { err, .. } => {
+                cmd::error_line(cx, out, &err);
+                tracing::debug!(client = cx.client.id, "closing: {err}");
+            }
+            Rejected::Binary { head, status } => {
+                Stats::add(&cx.shared.stats.errors_replied, 1);
+                binary::error(out, head, status);
+                tracing::debug!(client = cx.client.id, "closing: binary {status:?}");
+            }
+            Rejected::Silent => {
+                tracing::debug!(client = cx.client.id, "closing: no binary request magic");
+            }
+        }
     }
 }

@@ -176,11 +176,20 @@ fn rusage() -> (String, String) {
 /// The general-purpose `stats` reply (ends with `END`).
 pub fn write_stats(shared: &Shared, out: &mut Vec<u8>) {
     use std::io::Write as _;
+    for (name, value) in stat_lines(shared) {
+        let _ = write!(out, "STAT {name} {value}\r\n");
+    }
+    out.extend_from_slice(b"END\r\n");
+}
+
+/// The general-purpose statistics, named and ordered as memcached's
+/// `stats` lists them (the text reply and the binary protocol's `stat`).
+pub fn stat_lines(shared: &Shared) -> Vec<(&'static str, String)> {
     let s = &shared.stats;
     let mc = &shared.memcache.stats;
     let (ru_user, ru_system) = rusage();
     let now_s = unix_ms() / 1000;
-    let mut lines: Vec<(&str, String)> = vec![
+    let mut lines: Vec<(&'static str, String)> = vec![
         ("pid", std::process::id().to_string()),
         ("uptime", shared.uptime().as_secs().to_string()),
         ("time", now_s.to_string()),
@@ -221,8 +230,5 @@ pub fn write_stats(shared: &Shared, out: &mut Vec<u8>) {
         ("total_items", mc.total_items.get().to_string()),
         ("evictions", "0".to_string()),
     ]);
-    for (name, value) in lines {
-        let _ = write!(out, "STAT {name} {value}\r\n");
-    }
-    out.extend_from_slice(b"END\r\n");
+    lines
 }

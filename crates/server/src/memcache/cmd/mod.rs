@@ -3,13 +3,14 @@
 //! commands (`meta`). Every reply line is built here or in those two files.
 
 mod meta;
-mod text;
+pub(crate) mod text;
 
 use std::io::Write as _;
 
 use combkv::readexec::BatchResults;
 use combkv::{Expiry, Item, ItemView};
 
+use super::binary;
 use super::error::McError;
 use super::parse::{self, RELATIVE_EXPTIME_MAX, Request};
 use crate::pipeline::Cx;
@@ -148,7 +149,20 @@ pub(crate) fn reply_batch(
                 }
                 i += 1;
             }
-            _ => unreachable!("only get, gets and mg are batched"),
+            Request::Binary(b) => {
+                match res.items(i).next() {
+                    Some(it) => {
+                        hits += 1;
+                        binary::cmd::reply_get(out, b, Some(&Found::from(&it)));
+                    }
+                    None => {
+                        misses += 1;
+                        binary::cmd::reply_get(out, b, None);
+                    }
+                }
+                i += 1;
+            }
+            _ => unreachable!("only get, gets, mg and binary gets are batched"),
         }
         answered += 1;
         if out.len() > budget {
@@ -212,6 +226,8 @@ pub(crate) fn execute(cx: &mut Cx<'_>, req: &Request<'_>, out: &mut Vec<u8>) {
         Request::MetaSet { key, flags, data } => meta::set(cx, &key, &flags, data, out),
         Request::MetaDelete { key, flags } => meta::delete(cx, &key, &flags, out),
         Request::MetaArith { key, flags } => meta::arith(cx, &key, &flags, out),
-        Request::Auth { .. } => unreachable!("the protocol answers authentication"),
+        Request::Auth { .. } | Request::Binary(_) => {
+            unreachable!("the protocol answers authentication and binary requests")
+        }
     }
 }

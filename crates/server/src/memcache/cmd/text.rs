@@ -188,7 +188,7 @@ pub(super) fn arith(
 /// The op that sets a present key's expiry (touch, gat, mg T): the item is
 /// rewritten with it, keeping value and flags. memcached's touch keeps the
 /// CAS unique; combkv's is the item version, which every write renews.
-pub(super) fn touch_op(key: &[u8], exp: Expiry, return_item: bool) -> Op<'_> {
+pub(crate) fn touch_op(key: &[u8], exp: Expiry, return_item: bool) -> Op<'_> {
     Op::Expire {
         key,
         expiry: exp,
@@ -255,6 +255,12 @@ pub(super) fn get_and_touch(
 /// flush_all [delay]: everything now, or everything written before the
 /// delay ends (a later flush_all replaces a pending one).
 pub(super) fn flush_all(cx: &mut Cx<'_>, delay: i64, noreply: bool, out: &mut Vec<u8>) {
+    let r = flush(cx, delay).map(|()| "OK");
+    reply(cx, out, noreply, r);
+}
+
+/// Flushes now, or schedules the flush (text `flush_all`, binary `flush`).
+pub(crate) fn flush(cx: &mut Cx<'_>, delay: i64) -> Result<(), McError> {
     let shared = cx.shared;
     Stats::add(&shared.memcache.stats.cmd_flush, 1);
     let now = combkv::now_ms();
@@ -263,22 +269,18 @@ pub(super) fn flush_all(cx: &mut Cx<'_>, delay: i64, noreply: bool, out: &mut Ve
     } else {
         now + delay.max(0) as u64 * 1000
     };
-    let r = if at > now && shared.cluster.is_some() {
+    if at > now && shared.cluster.is_some() {
         // A timer on one node would clear only its own replica.
         Err(McError::Store(combkv::Error::Unavailable(
             "flush_all with a delay is not supported on a cluster node".into(),
         )))
     } else if at > now {
         shared.memcache.flush.schedule(&shared.current_store(), at);
-        Ok("OK")
+        Ok(())
     } else {
         shared.memcache.flush.cancel();
-        match cx.apply(&Op::Clear) {
-            Ok(_) => Ok("OK"),
-            Err(e) => Err(McError::from(e)),
-        }
-    };
-    reply(cx, out, noreply, r);
+        cx.apply(&Op::Clear).map(|_| ()).map_err(McError::from)
+    }
 }
 
 pub(super) fn stats(cx: &mut Cx<'_>, args: &[u8], out: &mut Vec<u8>) {

@@ -202,6 +202,9 @@ pub enum Request<'a> {
         user: &'a [u8],
         pass: &'a [u8],
     },
+    /// A binary protocol request (`memcache::binary`; never returned by
+    /// [`parse`]).
+    Binary(crate::memcache::binary::BinRequest<'a>),
 }
 
 /// The longest key a base64 token of `MEMCACHED_MAX_KEY` bytes decodes to.
