@@ -26,6 +26,10 @@ pub struct ServeArgs {
     /// memcached listener address, or `off`.
     #[arg(long, value_name = "ADDR")]
     memcached: Option<Listen>,
+    /// memcached UDP address (get and gets), or `off` (the default, as in
+    /// memcached: an open UDP port can be abused to flood others).
+    #[arg(long, value_name = "ADDR")]
+    memcached_udp: Option<Listen>,
     /// Directory for the write-ahead log and checkpoints.
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
@@ -87,6 +91,9 @@ fn config(args: &ServeArgs) -> Result<(ServerConfig, bool), String> {
     }
     if let Some(v) = args.memcached {
         c.memcached = v;
+    }
+    if let Some(v) = args.memcached_udp {
+        c.memcached_udp = v;
     }
     if let Some(v) = &args.data_dir {
         c.data_dir = Some(v.clone());

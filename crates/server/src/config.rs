@@ -129,8 +129,12 @@ impl<'de> Deserialize<'de> for ByteSize {
 pub struct ServerConfig {
     /// RESP listener.
     pub resp: Listen,
-    /// memcached text/meta listener.
+    /// memcached text/meta/binary listener.
     pub memcached: Listen,
+    /// memcached's UDP transport (get and gets), off by default as in
+    /// memcached: a small request can draw a large reply, so an open UDP
+    /// port can be used to flood a third party with forged sources.
+    pub memcached_udp: Listen,
     /// Prometheus text endpoint (`GET /metrics`), off by default.
     pub metrics: Listen,
     /// Where the WAL and checkpoints live; none = purely in memory.
@@ -257,6 +261,7 @@ impl Default for ServerConfig {
         ServerConfig {
             resp: Listen::At(([127, 0, 0, 1], 6380).into()),
             memcached: Listen::At(([127, 0, 0, 1], 11212).into()),
+            memcached_udp: Listen::Off,
             metrics: Listen::Off,
             data_dir: None,
             durability: None,
@@ -344,6 +349,13 @@ impl ServerConfig {
         if self.maxclients == 0 {
             return Err("maxclients must be at least 1".into());
         }
+        if self.memcached_udp != Listen::Off && self.requirepass.is_some() {
+            return Err(
+                "memcached-udp cannot be used with requirepass: a datagram cannot \
+                        authenticate (memcached disables UDP with authentication too)"
+                    .into(),
+            );
+        }
         if self.wal_truncate_corrupt && self.data_dir.is_none() {
             return Err("wal-truncate-corrupt needs a data directory (--data-dir)".into());
         }
@@ -396,6 +408,7 @@ impl ServerConfig {
             for (name, l) in [
                 ("resp", self.resp),
                 ("memcached", self.memcached),
+                ("memcached-udp", self.memcached_udp),
                 ("metrics", self.metrics),
             ] {
                 if let Listen::At(a) = l
@@ -437,6 +450,7 @@ impl ServerConfig {
         vec![
             ("resp", listen(self.resp)),
             ("memcached", listen(self.memcached)),
+            ("memcached-udp", listen(self.memcached_udp)),
             ("metrics", listen(self.metrics)),
             ("data-dir", self.data_dir_text()),
             ("durability", self.durability_mode().as_str().into()),

@@ -11,11 +11,11 @@
 pub(crate) const RESERVE: u64 = 32;
 
 /// Descriptors the server holds whatever its clients: standard streams,
-/// the listeners, each event loop's poll and waker, the acceptor's, and
-/// the store's open files.
+/// the listeners (RESP, memcached, its UDP socket, metrics), each event
+/// loop's poll and waker, the acceptor's, and the store's open files.
 pub(crate) fn own_needs(threads: usize, durable: bool) -> u64 {
     let stdio = 3;
-    let listeners = 3;
+    let listeners = 4;
     let loops = 2 * threads as u64 + 2;
     // The log, its directory, a checkpoint being written or read.
     let store = if durable { 8 } else { 0 };

@@ -38,6 +38,7 @@ pub struct Server {
     shared: Arc<Shared>,
     resp_addr: Option<SocketAddr>,
     memcached_addr: Option<SocketAddr>,
+    memcached_udp_addr: Option<SocketAddr>,
     metrics_addr: Option<SocketAddr>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -108,6 +109,14 @@ fn warn_unprotected(config: &ServerConfig) {
     let Listen::At(addr) = config.memcached else {
         return;
     };
+    if let Listen::At(udp) = config.memcached_udp
+        && !udp.ip().is_loopback()
+    {
+        tracing::warn!(
+            "memcached UDP on {udp}: a small request can draw a large reply to a forged \
+             source address; keep the port away from untrusted networks"
+        );
+    }
     if config.requirepass.is_some() {
         tracing::info!(
             "memcached listener on {addr} requires authentication: \
@@ -148,6 +157,12 @@ impl Server {
         fit_descriptors(&mut config)?;
         let resp = bind(config.resp, "resp")?;
         let memcached = bind(config.memcached, "memcached")?;
+        let memcached_udp = match config.memcached_udp {
+            Listen::Off => None,
+            Listen::At(addr) => Some(std::net::UdpSocket::bind(addr).map_err(|e| {
+                StartError(format!("cannot listen on {addr} (memcached UDP): {e}"))
+            })?),
+        };
         let metrics = match config.metrics {
             Listen::Off => None,
             Listen::At(addr) => Some(
@@ -165,12 +180,14 @@ impl Server {
         let addr = |l: &Option<TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
         let resp_addr = addr(&resp);
         let memcached_addr = addr(&memcached);
+        let memcached_udp_addr = memcached_udp.as_ref().and_then(|s| s.local_addr().ok());
         let metrics_addr = metrics.as_ref().and_then(|l| l.local_addr().ok());
         // What was bound, not what was asked for: port 0 picks a free port,
         // and INFO and CONFIG GET report the one in use.
         for (setting, bound) in [
             (&mut config.resp, resp_addr),
             (&mut config.memcached, memcached_addr),
+            (&mut config.memcached_udp, memcached_udp_addr),
             (&mut config.metrics, metrics_addr),
         ] {
             if let Some(a) = bound {
@@ -211,6 +228,12 @@ impl Server {
         threads.push(spawn("combkv-housekeeping".into(), move || {
             housekeeping(hk)
         })?);
+        if let Some(socket) = memcached_udp {
+            let u = shared.clone();
+            threads.push(spawn("combkv-mc-udp".into(), move || {
+                crate::memcache::udp::serve(socket, u)
+            })?);
+        }
         if let Some(l) = metrics {
             let m = shared.clone();
             threads.push(spawn("combkv-metrics".into(), move || {
@@ -221,6 +244,7 @@ impl Server {
         tracing::info!(
             resp = ?resp_addr,
             memcached = ?memcached_addr,
+            memcached_udp = ?memcached_udp_addr,
             metrics = ?metrics_addr,
             threads = threads_n,
             "combkv {} serving",
@@ -230,6 +254,7 @@ impl Server {
             shared,
             resp_addr,
             memcached_addr,
+            memcached_udp_addr,
             metrics_addr,
             threads,
         })
@@ -240,6 +265,10 @@ impl Server {
     }
     pub fn memcached_addr(&self) -> Option<SocketAddr> {
         self.memcached_addr
+    }
+    /// The memcached UDP socket's address, when enabled.
+    pub fn memcached_udp_addr(&self) -> Option<SocketAddr> {
+        self.memcached_udp_addr
     }
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics_addr

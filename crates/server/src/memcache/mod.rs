@@ -3,6 +3,7 @@
 //! and replies (`cmd`). `get`, `gets` and `mg` (without `T`) are batchable
 //! reads; replies leave in request order. A connection whose first byte is
 //! `0x80` speaks the binary protocol instead (`binary`), as in memcached.
+//! `udp` serves get and gets over UDP, when enabled.
 
 mod auth;
 pub mod binary;
@@ -11,6 +12,7 @@ pub mod error;
 pub mod fuzzing;
 pub mod parse;
 pub(crate) mod stats;
+pub(crate) mod udp;
 
 use combkv::readexec::{BatchResults, ReadRequest};
 

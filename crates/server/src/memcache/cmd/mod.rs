@@ -87,7 +87,7 @@ pub(crate) fn error_line(cx: &Cx<'_>, out: &mut Vec<u8>, err: &McError) {
 }
 
 /// `VALUE <key> <flags> <bytes>[ <cas>]` and the data block.
-fn write_value(out: &mut Vec<u8>, key: &[u8], f: &Found<'_>, with_cas: bool) {
+pub(crate) fn write_value(out: &mut Vec<u8>, key: &[u8], f: &Found<'_>, with_cas: bool) {
     out.extend_from_slice(b"VALUE ");
     out.extend_from_slice(key);
     let _ = write!(out, " {} {}", f.flags, f.value.len());

@@ -1,0 +1,227 @@
+//! memcached's UDP transport, for `get` and `gets` (off by default, as in
+//! memcached). Every datagram starts with memcached's 8-byte frame header,
+//! four big-endian 16-bit numbers:
+//!
+//! ```text
+//! request id | sequence number | datagrams in this message | reserved (0)
+//! ```
+//!
+//! A request is one datagram (sequence 0 of 1) holding text lines; its
+//! reply is split into datagrams of at most [`MAX_DATAGRAM`] bytes, each
+//! with the request's id, its sequence number and the count, which the
+//! client reassembles. Datagrams that are too short, or that claim to be
+//! part of a multi-datagram request, are dropped, as memcached drops them.
+//! One thread serves the socket: the keys of a line are read in one read
+//! engine batch, at one version.
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use combkv::readexec::{BatchResults, ReadRequest};
+
+use super::cmd::{Found, write_value};
+use super::error::McError;
+use super::parse::{self, GetKind, Parsed, Request};
+use crate::shared::{Shared, Stats};
+
+pub const FRAME_HEADER: usize = 8;
+/// A reply datagram's size at most, header included (memcached's
+/// `UDP_MAX_PAYLOAD_SIZE`): below the usual Ethernet MTU, so that replies
+/// are not fragmented on the way.
+pub const MAX_DATAGRAM: usize = 1400;
+const PAYLOAD: usize = MAX_DATAGRAM - FRAME_HEADER;
+/// The largest datagram read (memcached's `UDP_READ_BUFFER_SIZE`).
+const READ_BUFFER: usize = 64 * 1024;
+/// How often the thread looks at whether the server is stopping.
+const STOP_CHECK: Duration = Duration::from_millis(100);
+
+/// A datagram's frame header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame {
+    pub request_id: u16,
+    pub sequence: u16,
+    pub total: u16,
+}
+
+impl Frame {
+    /// The header at the start of `d`, if it has one.
+    pub fn read(d: &[u8]) -> Option<Frame> {
+        let at = |i: usize| u16::from_be_bytes([d[i], d[i + 1]]);
+        (d.len() >= FRAME_HEADER).then(|| Frame {
+            request_id: at(0),
+            sequence: at(2),
+            total: at(4),
+        })
+    }
+
+    pub fn write(&self, out: &mut Vec<u8>) {
+        for n in [self.request_id, self.sequence, self.total, 0] {
+            out.extend_from_slice(&n.to_be_bytes());
+        }
+    }
+}
+
+/// Serves `socket` until the server stops.
+pub(crate) fn serve(socket: UdpSocket, shared: Arc<Shared>) {
+    if let Err(e) = socket.set_read_timeout(Some(STOP_CHECK)) {
+        tracing::error!("memcached UDP: cannot set a read timeout, not serving: {e}");
+        return;
+    }
+    let mut buf = vec![0u8; READ_BUFFER];
+    let mut reply = Vec::new();
+    let mut datagram = Vec::with_capacity(MAX_DATAGRAM);
+    let mut batch = BatchResults::new();
+    while !shared.shutting_down.load(Ordering::Acquire) {
+        let (n, peer) = match socket.recv_from(&mut buf) {
+            Ok(got) => got,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!("memcached UDP: receive failed: {e}");
+                std::thread::sleep(STOP_CHECK);
+                continue;
+            }
+        };
+        Stats::add(&shared.stats.net_input_bytes, n as u64);
+        let Some(frame) = Frame::read(&buf[..n]) else {
+            continue;
+        };
+        if frame.sequence != 0 || frame.total != 1 {
+            tracing::debug!(%peer, "memcached UDP: multi-datagram request dropped");
+            continue;
+        }
+        reply.clear();
+        answer(&shared, &mut batch, &buf[FRAME_HEADER..n], &mut reply);
+        if let Err(e) = send(&socket, peer, frame.request_id, &reply, &mut datagram) {
+            tracing::debug!(%peer, "memcached UDP: send failed: {e}");
+        }
+        Stats::add(
+            &shared.stats.net_output_bytes,
+            (reply.len() + reply.len().div_ceil(PAYLOAD) * FRAME_HEADER) as u64,
+        );
+    }
+}
+
+/// Sends `reply` to `peer` in numbered datagrams.
+fn send(
+    socket: &UdpSocket,
+    peer: SocketAddr,
+    request_id: u16,
+    reply: &[u8],
+    datagram: &mut Vec<u8>,
+) -> io::Result<()> {
+    let chunks = reply.chunks(PAYLOAD);
+    let total = u16::try_from(chunks.len()).expect("answer() bounds the reply");
+    for (i, chunk) in chunks.enumerate() {
+        datagram.clear();
+        Frame {
+            request_id,
+            sequence: i as u16,
+            total,
+        }
+        .write(datagram);
+        datagram.extend_from_slice(chunk);
+        socket.send_to(datagram, peer)?;
+    }
+    Ok(())
+}
+
+/// The text reply to a datagram's lines. Only `get` and `gets` are
+/// served; any other command is answered with an error and changes
+/// nothing. A reply that would not fit in 65,535 datagrams (or passes
+/// `max-reply-bytes`) is replaced by an error.
+pub(crate) fn answer(
+    shared: &Shared,
+    batch: &mut BatchResults,
+    mut input: &[u8],
+    out: &mut Vec<u8>,
+) {
+    let limits = super::limits(shared);
+    let max_reply = (u16::MAX as usize * PAYLOAD).min(shared.config.max_reply_bytes.0 as usize);
+    while !input.is_empty() {
+        let consumed = match parse::parse(input, &limits, 0) {
+            // A datagram holds whole requests; a partial one is dropped.
+            Parsed::Incomplete { .. } => return,
+            Parsed::Close { err } => return super::cmd::line(out, &err.line()),
+            Parsed::Error { err, consumed, .. } => {
+                super::cmd::line(out, &err.line());
+                consumed
+            }
+            Parsed::Request { req, consumed } => {
+                match req {
+                    Request::Get {
+                        kind: kind @ (GetKind::Get | GetKind::Gets),
+                        keys,
+                        ..
+                    } => get(shared, batch, kind, keys, out),
+                    _ => super::cmd::line(out, "SERVER_ERROR UDP serves only get and gets"),
+                }
+                consumed
+            }
+        };
+        if out.len() > max_reply {
+            out.clear();
+            return super::cmd::line(out, &McError::TooLarge.line());
+        }
+        input = &input[consumed.min(input.len())..];
+    }
+}
+
+/// `get`/`gets` of a line's keys, in one read batch.
+fn get(shared: &Shared, batch: &mut BatchResults, kind: GetKind, keys: &[u8], out: &mut Vec<u8>) {
+    if let Some(c) = &shared.cluster
+        && let Err(e) = c.read_barrier()
+    {
+        return super::cmd::line(out, &McError::from(e).line());
+    }
+    let reads: Vec<ReadRequest<'_>> = parse::keys(keys).map(ReadRequest::Get).collect();
+    let store = shared.current_store();
+    if let Err(e) = store.read_batch(&reads, batch) {
+        return super::cmd::line(out, &McError::from(e).line());
+    }
+    let (mut hits, mut misses) = (0u64, 0u64);
+    for (i, key) in parse::keys(keys).enumerate() {
+        match batch.items(i).next() {
+            Some(it) => {
+                hits += 1;
+                write_value(out, key, &Found::from(&it), kind.with_cas());
+            }
+            None => misses += 1,
+        }
+    }
+    out.extend_from_slice(b"END\r\n");
+    let mc = &shared.memcache.stats;
+    Stats::add(&mc.cmd_get, hits + misses);
+    Stats::add(&mc.get_hits, hits);
+    Stats::add(&mc.get_misses, misses);
+    Stats::add(&shared.stats.keyspace_hits, hits);
+    Stats::add(&shared.stats.keyspace_misses, misses);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frame_headers_round_trip_in_network_order() {
+        let f = Frame {
+            request_id: 0x1234,
+            sequence: 2,
+            total: 3,
+        };
+        let mut out = Vec::new();
+        f.write(&mut out);
+        assert_eq!(out, [0x12, 0x34, 0, 2, 0, 3, 0, 0]);
+        assert_eq!(Frame::read(&out), Some(f));
+        assert_eq!(Frame::read(&out[..7]), None);
+    }
+}
