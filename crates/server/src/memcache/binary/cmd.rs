@@ -8,7 +8,7 @@ use combkv::{Flags, Version};
 
 use super::{BinCmd, BinRequest, Head, Status, error, packet};
 use crate::memcache::cmd::text::{flush, touch_op};
-use crate::memcache::cmd::{Found, expiry};
+use crate::memcache::cmd::{Found, expiry, store_over_maxmemory};
 use crate::memcache::error::McError;
 use crate::memcache::parse::StoreCmd;
 use crate::memcache::stats::{VERSION, stat_lines};
@@ -160,14 +160,10 @@ fn store(
     data: &[u8],
     out: &mut Vec<u8>,
 ) {
-    let shared = cx.shared;
-    let mc = &shared.memcache.stats;
-    Stats::add(&mc.cmd_set, 1);
-    if shared.over_maxmemory() {
-        Stats::add(&mc.store_no_memory, 1);
-        Stats::add(&shared.stats.writes_refused_oom, 1);
+    if store_over_maxmemory(cx) {
         return refuse(cx, out, req.head, &McError::OutOfMemoryStoring);
     }
+    let mc = &cx.shared.memcache.stats;
     let op = match cmd {
         StoreCmd::Append | StoreCmd::Prepend => Op::Append {
             key,

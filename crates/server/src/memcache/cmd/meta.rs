@@ -9,7 +9,7 @@ use combkv::op::{Arith, Cond, Number, OnMissing, Op, Outcome, Status};
 use combkv::{Expiry, Flags, Version};
 
 use super::text::touch_op;
-use super::{Found, error_line, expiry, line, ttl_secs};
+use super::{Found, error_line, expiry, line, store_over_maxmemory, ttl_secs};
 use crate::memcache::error::McError;
 use crate::memcache::parse::{Key, MetaFlags, encode_base64};
 use crate::pipeline::Cx;
@@ -138,13 +138,9 @@ pub(super) fn set(
     data: &[u8],
     out: &mut Vec<u8>,
 ) {
-    let shared = cx.shared;
-    let mc = &shared.memcache.stats;
+    let mc = &cx.shared.memcache.stats;
     Stats::add(&mc.cmd_meta, 1);
-    Stats::add(&mc.cmd_set, 1);
-    if shared.over_maxmemory() {
-        Stats::add(&mc.store_no_memory, 1);
-        Stats::add(&shared.stats.writes_refused_oom, 1);
+    if store_over_maxmemory(cx) {
         return error_line(cx, out, &McError::OutOfMemoryStoring);
     }
     let now = combkv::now_ms();

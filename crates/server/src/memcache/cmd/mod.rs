@@ -73,6 +73,20 @@ pub(crate) fn ttl_secs(expires_at_ms: Option<u64>, now_ms: u64) -> i64 {
     }
 }
 
+/// Counts a storage command (`cmd_set`) and says whether it is refused
+/// for `maxmemory`, counting the refusal (text, meta and binary stores).
+pub(crate) fn store_over_maxmemory(cx: &Cx<'_>) -> bool {
+    let shared = cx.shared;
+    let mc = &shared.memcache.stats;
+    Stats::add(&mc.cmd_set, 1);
+    let over = shared.over_maxmemory();
+    if over {
+        Stats::add(&mc.store_no_memory, 1);
+        Stats::add(&shared.stats.writes_refused_oom, 1);
+    }
+    over
+}
+
 pub(crate) fn line(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(s.as_bytes());
     out.extend_from_slice(b"\r\n");

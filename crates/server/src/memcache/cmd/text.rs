@@ -6,7 +6,7 @@
 use combkv::op::{Arith, Cond, Number, OnMissing, Op, Outcome, Status};
 use combkv::{Expiry, Flags, Version};
 
-use super::{Found, error_line, expiry, line, write_value};
+use super::{Found, error_line, expiry, line, store_over_maxmemory, write_value};
 use crate::memcache::error::McError;
 use crate::memcache::parse::{self, GetKind, RELATIVE_EXPTIME_MAX, StoreCmd};
 use crate::pipeline::Cx;
@@ -69,14 +69,10 @@ pub(super) fn store(
     noreply: bool,
     out: &mut Vec<u8>,
 ) {
-    let shared = cx.shared;
-    let mc = &shared.memcache.stats;
-    Stats::add(&mc.cmd_set, 1);
-    if shared.over_maxmemory() {
-        Stats::add(&mc.store_no_memory, 1);
-        Stats::add(&shared.stats.writes_refused_oom, 1);
+    if store_over_maxmemory(cx) {
         return reply(cx, out, noreply, Err(McError::OutOfMemoryStoring));
     }
+    let mc = &cx.shared.memcache.stats;
     let op = store_op(
         cmd,
         key,
