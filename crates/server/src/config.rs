@@ -376,6 +376,10 @@ impl ServerConfig {
         } else if self.raft_addr.is_some() || !self.peers.is_empty() {
             return Err("--raft-addr and --peers need --node-id (a cluster node)".into());
         }
+        if self.max_value_bytes.0 > u64::from(u32::MAX) - 1024 {
+            // memcached's binary protocol carries a value's length in 32 bits.
+            return Err("max-value-bytes must be below 4 GiB".into());
+        }
         if self.max_request_bytes.0 < 1024 {
             return Err("max-request-bytes must be at least 1024".into());
         }
@@ -587,6 +591,12 @@ mod tests {
         c.data_dir = Some("/tmp/x".into());
         assert!(c.validate().is_ok());
         assert_eq!(c.durability_mode(), DurabilityMode::Always);
+        c.max_value_bytes = ByteSize(4 << 30);
+        assert!(c.validate().unwrap_err().contains("below 4 GiB"));
+        c.max_value_bytes = ByteSize(1 << 20);
+        c.memcached_udp = "127.0.0.1:11212".parse().unwrap();
+        c.requirepass = Some("pw".into());
+        assert!(c.validate().unwrap_err().contains("memcached-udp"));
     }
 
     /// `combkv.example.toml` at the repository root: it parses, it is the

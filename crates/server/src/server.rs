@@ -106,9 +106,6 @@ fn fit_descriptors(config: &mut ServerConfig) -> Result<(), StartError> {
 /// who reaches it reads and writes the whole keyspace, which deserves a
 /// warning on an address other than loopback.
 fn warn_unprotected(config: &ServerConfig) {
-    let Listen::At(addr) = config.memcached else {
-        return;
-    };
     if let Listen::At(udp) = config.memcached_udp
         && !udp.ip().is_loopback()
     {
@@ -117,6 +114,9 @@ fn warn_unprotected(config: &ServerConfig) {
              source address; keep the port away from untrusted networks"
         );
     }
+    let Listen::At(addr) = config.memcached else {
+        return;
+    };
     if config.requirepass.is_some() {
         tracing::info!(
             "memcached listener on {addr} requires authentication: \

@@ -208,10 +208,18 @@ fn every_write_takes_a_cas_and_a_failed_one_says_why() {
     let mut got = vec![0; want.len()];
     t.read_exact(&mut got).unwrap();
     assert_eq!(String::from_utf8_lossy(&got), want);
-    // add of a present key: exists, whatever CAS; replace, a CAS and
-    // append of an absent key: not found, not found, not stored.
+    // add of a present key: exists; with a CAS it is a compare-and-swap,
+    // as in memcached. replace, a CAS and append of an absent key: not
+    // found, not found, not stored.
     let r = c.call(&packet(ADD, &store_extras(0, 0), b"k", b"x", 0));
     assert_eq!(r.status, EXISTS);
+    let r = c.call(&packet(ADD, &store_extras(9, 0), b"k", b"v2", cas2));
+    assert_eq!(r.status, OK);
+    let cas2 = r.cas;
+    let r = c.call(&packet(ADD, &store_extras(0, 0), b"k", b"x", cas2 + 1));
+    assert_eq!(r.status, EXISTS);
+    let r = c.call(&packet(ADD, &store_extras(0, 0), b"nokey", b"x", 1));
+    assert_eq!(r.status, NOT_FOUND);
     let r = c.call(&packet(REPLACE, &store_extras(0, 0), b"nokey", b"x", 0));
     assert_eq!(
         (r.status, r.value.as_slice()),
@@ -328,6 +336,15 @@ fn arithmetic_creates_with_the_initial_value_unless_told_not_to() {
     let r = c.call(&packet(INCREMENT, &no_create, b"text", &[], 0));
     assert_eq!(r.status, NON_NUMERIC);
     assert_eq!(r.value, b"Non-numeric server-side value for incr or decr");
+    // A miss creates even with a CAS, as in memcached.
+    let r = c.call(&packet(
+        INCREMENT,
+        &arith_extras(1, 7, 0),
+        b"fresh",
+        &[],
+        99,
+    ));
+    assert_eq!((r.status, r.number()), (OK, 7));
     server.shutdown();
 }
 
@@ -458,7 +475,22 @@ fn sasl_plain_authenticates_a_binary_connection() {
         (AUTH_ERROR, &b"Auth failure."[..])
     );
     assert!(c.closed());
+    // Refused from the header alone: an unknown opcode, and a 100 MB set
+    // whose body is never sent.
     let mut c = Conn::new(&server);
+    let r = c.call(&packet(0x50, &[], &[], &[], 0));
+    assert_eq!((r.opcode, r.status), (0x50, AUTH_ERROR));
+    assert!(c.closed());
+    let mut c = Conn::new(&server);
+    let mut big = packet(SET, &store_extras(0, 0), b"k", &[], 0);
+    big[8..12].copy_from_slice(&(100_000_009u32).to_be_bytes());
+    let r = c.call(&big);
+    assert_eq!(r.status, AUTH_ERROR);
+    assert!(c.closed());
+    let mut c = Conn::new(&server);
+    // A SASL body over 1 KiB is refused unread; the connection stays.
+    let r = c.call(&packet(SASL_AUTH, &[], b"PLAIN", &[b'x'; 2000], 0));
+    assert_eq!(r.status, TOO_LARGE);
     let r = c.call(&packet(SASL_LIST, &[], &[], &[], 0));
     assert_eq!((r.status, r.value.as_slice()), (OK, &b"PLAIN"[..]));
     // A wrong password or an unknown mechanism: refused, still open.

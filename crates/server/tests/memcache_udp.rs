@@ -161,6 +161,36 @@ fn a_large_value_comes_back_in_many_datagrams() {
 }
 
 #[test]
+fn a_reply_past_max_reply_bytes_becomes_an_error() {
+    let server = Server::start(ServerConfig {
+        resp: Listen::Off,
+        memcached: Listen::At("127.0.0.1:0".parse().unwrap()),
+        memcached_udp: Listen::At("127.0.0.1:0".parse().unwrap()),
+        threads: 1,
+        max_reply_bytes: combkv_server::ByteSize(64 << 10),
+        ..Default::default()
+    })
+    .unwrap();
+    tcp_set(&server, "v", &[b'x'; 10_000], 0);
+    let c = Client::new(&server);
+    // 20 x 10 kB: past 64 KiB at the seventh value, read no further.
+    let line = format!("get{}\r\n", " v".repeat(20));
+    let (reply, n) = c.request(1, line.as_bytes());
+    assert_eq!(
+        (reply.as_slice(), n),
+        (&b"SERVER_ERROR object too large for cache\r\n"[..], 1)
+    );
+    // Within the bound it is served.
+    let (reply, n) = c.request(2, b"get v v v\r\n");
+    assert_eq!((reply.len(), n), (3 * (17 + 10_002) + 5, 22));
+    // A refused storage command's data block is skipped, not read as
+    // commands: the `get` inside it is not answered.
+    let (reply, _) = c.request(3, b"set k 0 0 99999999\r\nget v\r\n");
+    assert_eq!(reply, b"SERVER_ERROR object too large for cache\r\n");
+    server.shutdown();
+}
+
+#[test]
 fn malformed_datagrams_are_dropped() {
     let server = start();
     tcp_set(&server, "k", b"v", 0);

@@ -212,6 +212,14 @@ impl Memcache {
     /// `version` are served; anything else is refused and the connection
     /// closed, as memcached does.
     fn parse_binary<'a>(&mut self, input: &'a [u8]) -> Step<Request<'a>, Rejected> {
+        // Refused from the header, before a body is read (memcached's order).
+        if !self.authenticated
+            && let Some(head) = binary::peek_head(input)
+            && !binary::open_before_auth(head.opcode)
+        {
+            let status = binary::Status::AuthError;
+            return Step::Close(Rejected::Binary { head, status });
+        }
         match binary::parse(input, &self.limits) {
             BinParsed::Incomplete => Step::Incomplete,
             BinParsed::Close(None) => Step::Close(Rejected::Silent),
@@ -227,23 +235,7 @@ impl Memcache {
                 self.swallow = swallow;
                 Step::Reject(Rejected::Binary { head, status }, consumed)
             }
-            BinParsed::Request(req, len) => {
-                let open = matches!(
-                    req.cmd,
-                    BinCmd::SaslListMechs
-                        | BinCmd::SaslAuth { .. }
-                        | BinCmd::SaslStep
-                        | BinCmd::Version
-                );
-                if !self.authenticated && !open {
-                    let status = binary::Status::AuthError;
-                    return Step::Close(Rejected::Binary {
-                        head: req.head,
-                        status,
-                    });
-                }
-                Step::Request(Request::Binary(req), len)
-            }
+            BinParsed::Request(req, len) => Step::Request(Request::Binary(req), len),
         }
     }
 

@@ -11,8 +11,8 @@
 //! with the request's id, its sequence number and the count, which the
 //! client reassembles. Datagrams that are too short, or that claim to be
 //! part of a multi-datagram request, are dropped, as memcached drops them.
-//! One thread serves the socket: the keys of a line are read in one read
-//! engine batch, at one version.
+//! One thread serves the socket; a line's keys are read in read-engine
+//! batches of 16, each batch at one version.
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -25,6 +25,7 @@ use combkv::readexec::{BatchResults, ReadRequest};
 use super::cmd::{Found, write_value};
 use super::error::McError;
 use super::parse::{self, GetKind, Parsed, Request};
+use crate::pipeline::MAX_BATCH_READS;
 use crate::shared::{Shared, Stats};
 
 pub const FRAME_HEADER: usize = 8;
@@ -35,6 +36,8 @@ pub const MAX_DATAGRAM: usize = 1400;
 const PAYLOAD: usize = MAX_DATAGRAM - FRAME_HEADER;
 /// The largest datagram read (memcached's `UDP_READ_BUFFER_SIZE`).
 const READ_BUFFER: usize = 64 * 1024;
+/// Buffers grown past this by one reply are dropped after it.
+const SHRINK_ABOVE: usize = 1 << 20;
 /// How often the thread looks at whether the server is stopping.
 const STOP_CHECK: Duration = Duration::from_millis(100);
 
@@ -108,6 +111,11 @@ pub(crate) fn serve(socket: UdpSocket, shared: Arc<Shared>) {
             &shared.stats.net_output_bytes,
             (reply.len() + reply.len().div_ceil(PAYLOAD) * FRAME_HEADER) as u64,
         );
+        // A large reply's buffers are not kept for the next small one.
+        if reply.capacity() > SHRINK_ABOVE {
+            reply = Vec::new();
+            batch = BatchResults::new();
+        }
     }
 }
 
@@ -137,8 +145,9 @@ fn send(
 
 /// The text reply to a datagram's lines. Only `get` and `gets` are
 /// served; any other command is answered with an error and changes
-/// nothing. A reply that would not fit in 65,535 datagrams (or passes
-/// `max-reply-bytes`) is replaced by an error.
+/// nothing (`noreply` hides it, as on TCP). A reply that would not fit in
+/// 65,535 datagrams, or passes `max-reply-bytes`, is replaced by an error
+/// as soon as it does, before more is read.
 pub(crate) fn answer(
     shared: &Shared,
     batch: &mut BatchResults,
@@ -148,63 +157,106 @@ pub(crate) fn answer(
     let limits = super::limits(shared);
     let max_reply = (u16::MAX as usize * PAYLOAD).min(shared.config.max_reply_bytes.0 as usize);
     while !input.is_empty() {
-        let consumed = match parse::parse(input, &limits, 0) {
+        // How much of the input the request took, and whether to go on.
+        let (consumed, more) = match parse::parse(input, &limits, 0) {
             // A datagram holds whole requests; a partial one is dropped.
-            Parsed::Incomplete { .. } => return,
-            Parsed::Close { err } => return super::cmd::line(out, &err.line()),
-            Parsed::Error { err, consumed, .. } => {
+            Parsed::Incomplete { .. } => (0, false),
+            Parsed::Close { err } => {
                 super::cmd::line(out, &err.line());
-                consumed
+                (0, false)
+            }
+            Parsed::Error {
+                err,
+                noreply,
+                consumed,
+                swallow,
+            } => {
+                if !noreply {
+                    super::cmd::line(out, &err.line());
+                }
+                // A refused storage command's data block is skipped.
+                (consumed.saturating_add(swallow), true)
             }
             Parsed::Request { req, consumed } => {
-                match req {
+                let fits = match req {
                     Request::Get {
                         kind: kind @ (GetKind::Get | GetKind::Gets),
                         keys,
                         ..
-                    } => get(shared, batch, kind, keys, out),
-                    _ => super::cmd::line(out, "SERVER_ERROR UDP serves only get and gets"),
-                }
-                consumed
+                    } => get(shared, batch, kind, keys, out, max_reply),
+                    _ => {
+                        super::cmd::line(out, "SERVER_ERROR UDP serves only get and gets");
+                        true
+                    }
+                };
+                (consumed, fits)
             }
         };
         if out.len() > max_reply {
             out.clear();
             return super::cmd::line(out, &McError::TooLarge.line());
         }
+        if !more {
+            return;
+        }
         input = &input[consumed.min(input.len())..];
     }
 }
 
-/// `get`/`gets` of a line's keys, in one read batch.
-fn get(shared: &Shared, batch: &mut BatchResults, kind: GetKind, keys: &[u8], out: &mut Vec<u8>) {
+/// `get`/`gets` of a line's keys, read `MAX_BATCH_READS` at a time (each
+/// group at one version), as TCP reads a line in parts. Stops, returning
+/// false, as soon as the reply passes `max_reply`.
+fn get(
+    shared: &Shared,
+    batch: &mut BatchResults,
+    kind: GetKind,
+    keys: &[u8],
+    out: &mut Vec<u8>,
+    max_reply: usize,
+) -> bool {
     if let Some(c) = &shared.cluster
         && let Err(e) = c.read_barrier()
     {
-        return super::cmd::line(out, &McError::from(e).line());
+        super::cmd::line(out, &McError::from(e).line());
+        return true;
     }
-    let reads: Vec<ReadRequest<'_>> = parse::keys(keys).map(ReadRequest::Get).collect();
     let store = shared.current_store();
-    if let Err(e) = store.read_batch(&reads, batch) {
-        return super::cmd::line(out, &McError::from(e).line());
-    }
     let (mut hits, mut misses) = (0u64, 0u64);
-    for (i, key) in parse::keys(keys).enumerate() {
-        match batch.items(i).next() {
-            Some(it) => {
-                hits += 1;
-                write_value(out, key, &Found::from(&it), kind.with_cas());
-            }
-            None => misses += 1,
+    let mut keys = parse::keys(keys);
+    let mut chunk: Vec<&[u8]> = Vec::with_capacity(MAX_BATCH_READS);
+    let mut reads: Vec<ReadRequest<'_>> = Vec::with_capacity(MAX_BATCH_READS);
+    let fits = 'line: loop {
+        chunk.clear();
+        chunk.extend(keys.by_ref().take(MAX_BATCH_READS));
+        if chunk.is_empty() {
+            out.extend_from_slice(b"END\r\n");
+            break 'line true;
         }
-    }
-    out.extend_from_slice(b"END\r\n");
+        reads.clear();
+        reads.extend(chunk.iter().map(|k| ReadRequest::Get(k)));
+        if let Err(e) = store.read_batch(&reads, batch) {
+            super::cmd::line(out, &McError::from(e).line());
+            break 'line true;
+        }
+        for (i, key) in chunk.iter().enumerate() {
+            let Some(it) = batch.items(i).next() else {
+                misses += 1;
+                continue;
+            };
+            hits += 1;
+            write_value(out, key, &Found::from(&it), kind.with_cas());
+            if out.len() > max_reply {
+                break 'line false;
+            }
+        }
+    };
     let mc = &shared.memcache.stats;
     Stats::add(&mc.cmd_get, hits + misses);
     Stats::add(&mc.get_hits, hits);
     Stats::add(&mc.get_misses, misses);
     Stats::add(&shared.stats.keyspace_hits, hits);
     Stats::add(&shared.stats.keyspace_misses, misses);
+    fits
 }
 
 #[cfg(test)]

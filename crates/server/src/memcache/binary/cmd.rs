@@ -148,6 +148,8 @@ fn cas_cond(cas: u64, otherwise: Cond) -> Cond {
 /// set, add, replace, append, prepend (and quiet): one op; memcached's
 /// statuses (add of a present key and a failed CAS: exists; replace or a
 /// CAS of an absent key: not found; append to an absent key: not stored).
+/// A CAS makes any of them a compare-and-swap, add included, as in
+/// memcached.
 #[expect(clippy::too_many_arguments, reason = "the fields of one request")]
 fn store(
     cx: &mut Cx<'_>,
@@ -178,7 +180,8 @@ fn store(
             expiry: expiry(exptime, combkv::now_ms()),
             flags: Flags::Set(flags),
             cond: match cmd {
-                StoreCmd::Add => Cond::Absent,
+                // memcached makes an add with a CAS a compare-and-swap.
+                StoreCmd::Add => cas_cond(cas, Cond::Absent),
                 StoreCmd::Replace => cas_cond(cas, Cond::Present),
                 _ => cas_cond(cas, Cond::Any),
             },
@@ -196,7 +199,7 @@ fn store(
         }
     };
     let status = outcome.status();
-    if cas != 0 && cmd != StoreCmd::Add {
+    if cas != 0 {
         let c = match status {
             OpStatus::Done => &mc.cas_hits,
             OpStatus::Mismatch => &mc.cas_badval,
@@ -248,7 +251,7 @@ fn delete(cx: &mut Cx<'_>, req: &BinRequest<'_>, key: &[u8], cas: u64, out: &mut
 
 /// increment and decrement: memcached's numbers (wrap at 2^64 up, stop at
 /// 0 down); a miss stores `initial` with the request's expiry unless it
-/// said not to create (or gave a CAS, which an absent key cannot match).
+/// said not to create.
 #[expect(clippy::too_many_arguments, reason = "the fields of one request")]
 fn arith(
     cx: &mut Cx<'_>,
@@ -267,8 +270,9 @@ fn arith(
         return refuse(cx, out, req.head, &McError::OutOfMemory);
     }
     let mut text = itoa::Buffer::new();
+    // As in memcached, a miss creates even when the request has a CAS.
     let on_missing = match exptime {
-        Some(exptime) if cas == 0 => OnMissing::Create {
+        Some(exptime) => OnMissing::Create {
             value: text.format(initial).as_bytes(),
             expiry: expiry(exptime, combkv::now_ms()),
             flags: 0,

@@ -30,6 +30,10 @@ pub const RESPONSE_MAGIC: u8 = 0x81;
 pub const HEADER_LEN: usize = 24;
 /// An arithmetic request's expiration that means "do not create".
 const NO_CREATE: u32 = 0xffff_ffff;
+/// The longest SASL body read (mechanism and credentials); a longer one is
+/// refused from its header, so an unauthenticated client cannot make the
+/// server buffer more (the text protocol's login line has the same bound).
+pub const MAX_SASL_BODY: usize = 1024;
 
 /// The opcodes served (memcached's `protocol_binary.h`).
 pub mod opcode {
@@ -141,8 +145,8 @@ pub enum BinCmd<'a> {
         with_key: bool,
     },
     /// set, add, replace, append, prepend and their quiet variants; a
-    /// non-zero `cas` makes them compare-and-swap (add ignores it, as
-    /// memcached does).
+    /// non-zero `cas` makes them compare-and-swap (add too, as in
+    /// memcached).
     Store {
         cmd: StoreCmd,
         key: &'a [u8],
@@ -295,6 +299,20 @@ fn fits(h: &Header, shape: Shape) -> bool {
     }
 }
 
+/// The head of the packet at the start of `input`, once its header is
+/// in: enough to refuse a request before its body is read.
+pub fn peek_head(input: &[u8]) -> Option<Head> {
+    (input.len() >= HEADER_LEN && input[0] == REQUEST_MAGIC).then(|| Header::read(input).head)
+}
+
+/// The opcodes served before a connection authenticates (memcached's).
+pub fn open_before_auth(opcode: u8) -> bool {
+    matches!(
+        opcode,
+        opcode::SASL_LIST_MECHS | opcode::SASL_AUTH | opcode::SASL_STEP | opcode::VERSION
+    )
+}
+
 /// Parses the packet at the start of `input` (whose first byte decided
 /// that the connection speaks binary).
 pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> BinParsed<'a> {
@@ -307,6 +325,7 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> BinParsed<'a> {
     }
     let h = Header::read(input);
     let invalid = BinParsed::Close(Some((h.head, Status::InvalidArguments)));
+    // Both are at most 16 bits wide: no overflow.
     if h.extlen + h.keylen > h.bodylen || h.keylen > MEMCACHED_MAX_KEY {
         return invalid;
     }
@@ -330,17 +349,18 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> BinParsed<'a> {
     if h.keylen > limits.max_key_len {
         return refuse(Status::InvalidArguments);
     }
+    let len = HEADER_LEN.saturating_add(h.bodylen);
     if matches!(shape, Shape::KeyValue(_)) {
-        if h.vlen() > limits.max_value_len || HEADER_LEN + h.bodylen > limits.max_request_bytes {
+        if h.vlen() > limits.max_value_len || len > limits.max_request_bytes {
             return refuse(Status::TooLarge);
         }
         if h.bodylen > BIG_BODY && h.bodylen > limits.max_body {
             return refuse(Status::OutOfMemory);
         }
-    } else if HEADER_LEN + h.bodylen > limits.max_request_bytes {
+    } else if len > limits.max_request_bytes || (shape == Shape::Sasl && h.bodylen > MAX_SASL_BODY)
+    {
         return refuse(Status::TooLarge);
     }
-    let len = HEADER_LEN + h.bodylen;
     if input.len() < len {
         return BinParsed::Incomplete;
     }
