@@ -138,7 +138,7 @@ impl McError {
 /// The text of a `SERVER_ERROR` for an engine refusal memcached has no
 /// reply of its own for (`docs/protocol.md`). The engine's own `Display`
 /// texts are not protocol wording; each variant is worded here.
-fn store_error_text(e: &StoreError) -> String {
+pub(crate) fn store_error_text(e: &StoreError) -> String {
     match e {
         StoreError::KeyEmpty => "empty key".into(),
         StoreError::KeyTooLong { max, .. } => format!("key too long (max {max} bytes)"),

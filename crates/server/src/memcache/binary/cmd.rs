@@ -9,7 +9,7 @@ use combkv::{Flags, Version};
 use super::{BinCmd, BinRequest, Head, Status, error, packet};
 use crate::memcache::cmd::text::{flush, touch_op};
 use crate::memcache::cmd::{Found, expiry, store_over_maxmemory};
-use crate::memcache::error::McError;
+use crate::memcache::error::{McError, store_error_text};
 use crate::memcache::parse::StoreCmd;
 use crate::memcache::stats::{VERSION, stat_lines};
 use crate::pipeline::Cx;
@@ -41,13 +41,12 @@ pub fn refuse(cx: &Cx<'_>, out: &mut Vec<u8>, head: Head, err: &McError) {
     if !cx.parked() {
         Stats::add(&cx.shared.stats.errors_replied, 1);
     }
-    match (status_of(err), err) {
-        (status @ (Status::Internal | Status::TemporaryFailure), e) => {
-            let text = e.line();
-            let text = text.strip_prefix("SERVER_ERROR ").unwrap_or(&text);
-            packet(out, head, status, 0, &[], &[], text.as_bytes());
+    match err {
+        McError::Store(e) => {
+            let text = store_error_text(e);
+            packet(out, head, status_of(err), 0, &[], &[], text.as_bytes());
         }
-        (status, _) => error(out, head, status),
+        _ => error(out, head, status_of(err)),
     }
 }
 
