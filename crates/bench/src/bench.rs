@@ -28,6 +28,8 @@ pub struct BenchOptions {
     /// Network targets: the `combkv` binary to serve combkv-resp and
     /// combkv-memcached (`None`: `combkv` next to the running executable).
     pub server_bin: Option<PathBuf>,
+    /// combkv targets: hot-entry cache slots per thread (None: default).
+    pub hot_cache: Option<usize>,
     /// Overrides each workload's own distribution.
     pub distribution: Option<Distribution>,
     pub shape: Shape,
@@ -55,6 +57,7 @@ impl BenchOptions {
             connections: self.connections,
             pipeline: self.pipeline,
             server_bin: self.server_bin.clone(),
+            hot_cache: self.hot_cache,
         }
     }
 
@@ -204,6 +207,7 @@ mod tests {
             connections: 1,
             pipeline: 1,
             server_bin: None,
+            hot_cache: None,
             distribution: None,
             shape: Shape::default(),
             read_pct: 95,

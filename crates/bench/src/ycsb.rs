@@ -60,6 +60,12 @@ pub struct RunSpec {
     /// combkv-memcached (`None`: `combkv` next to the running executable).
     #[serde(default)]
     pub server_bin: Option<std::path::PathBuf>,
+    /// combkv targets: hot-entry cache slots per thread (0: none). The
+    /// engine then reads GETs as read-engine batches of one through it
+    /// (None: by `get_with`); a server gets `--hot-cache-entries` (None:
+    /// its default).
+    #[serde(default)]
+    pub hot_cache: Option<usize>,
 }
 
 fn one() -> usize {
@@ -192,7 +198,9 @@ pub fn run_one(spec: &RunSpec, progress: bool) -> Result<RunResult> {
     spec.validate()?;
     match spec.target {
         #[cfg(feature = "engine")]
-        TargetKind::Engine => run_with(spec, progress, crate::target::EngineTarget::new),
+        TargetKind::Engine => run_with(spec, progress, || {
+            crate::target::EngineTarget::with_hot_cache(spec.hot_cache)
+        }),
         #[cfg(not(feature = "engine"))]
         TargetKind::Engine => Err(BenchError::new(
             "this build has no engine target (built without the `engine` feature)",

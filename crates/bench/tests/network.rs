@@ -29,6 +29,7 @@ fn spec(workload: Workload, target: TargetKind) -> RunSpec {
         connections: 2,
         pipeline: 8,
         server_bin: None,
+        hot_cache: None,
     }
 }
 

@@ -25,6 +25,7 @@ fn spec(workload: Workload, target: TargetKind) -> RunSpec {
         connections: 1,
         pipeline: 1,
         server_bin: None,
+        hot_cache: None,
     }
 }
 

@@ -100,6 +100,13 @@ struct BenchArgs {
     /// combkv-memcached (default: `combkv` next to this executable).
     #[arg(long, value_name = "PATH")]
     server_bin: Option<PathBuf>,
+    /// combkv targets: hot-entry cache slots per thread, 0 = none (engine:
+    /// GETs become read-engine batches of one through a cache per worker,
+    /// as a server reads them; combkv-resp/combkv-memcached: the server's
+    /// --hot-cache-entries). Not given: engine GETs by get_with, servers
+    /// at their default.
+    #[arg(long, value_name = "N")]
+    hot_cache: Option<usize>,
 
     /// Request distribution for every workload, instead of each one's own.
     #[arg(long)]
@@ -247,6 +254,7 @@ fn bench_main(args: BenchArgs) -> ExitCode {
                 connections: args.connections.unwrap_or(DEFAULT_CONNECTIONS),
                 pipeline: args.pipeline.unwrap_or(DEFAULT_PIPELINE),
                 server_bin: args.server_bin,
+                hot_cache: args.hot_cache,
                 distribution: args.distribution,
                 shape: Shape {
                     key_size: args.key_size,

@@ -55,6 +55,9 @@ pub struct ServeArgs {
     /// Connections served at once.
     #[arg(long)]
     maxclients: Option<usize>,
+    /// Slots of each event loop's hot-entry cache (0 = none).
+    #[arg(long, value_name = "N")]
+    hot_cache_entries: Option<usize>,
     /// This node's id in a replicated cluster (0 or absent: a single node).
     #[arg(long, value_name = "ID")]
     node_id: Option<u64>,
@@ -118,6 +121,9 @@ fn config(args: &ServeArgs) -> Result<(ServerConfig, bool), String> {
     }
     if let Some(v) = args.maxclients {
         c.maxclients = v;
+    }
+    if let Some(v) = args.hot_cache_entries {
+        c.hot_cache_entries = v;
     }
     if let Some(v) = args.node_id {
         c.node_id = v;

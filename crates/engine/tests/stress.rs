@@ -34,12 +34,14 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use combkv::readexec::{BatchResults, ReadRequest};
 use combkv::{AtomicWrite, Config, Item, Range, Store};
 use linearizability::{Action, Entry, GroupWrite, Key, Op, Query, Value, WriteKind};
 
 /// Default (non-soak) length of each configuration's run.
 const DEFAULT_SMALL_NODES: Duration = Duration::from_millis(7_000);
 const DEFAULT_LARGE_NODES: Duration = Duration::from_millis(3_000);
+const DEFAULT_HOT_CACHE: Duration = Duration::from_millis(4_000);
 /// Length of one checked round.
 const ROUND: Duration = Duration::from_millis(2_000);
 /// Caps on the ops one thread records per round (bounds memory and check time).
@@ -61,7 +63,37 @@ fn stress_1k_nodes() {
         "1 KiB nodes",
         Config::with_node_size(1024),
         duration(DEFAULT_SMALL_NODES),
+        Hot::Off,
     );
+}
+
+/// Readers read GETs in batches through hot-entry caches of their own,
+/// on nodes small enough that the leaves under the cached keys split,
+/// merge and are rewritten all the time.
+#[test]
+fn stress_hot_cache() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    run(
+        "1 KiB nodes, hot cache",
+        Config::with_node_size(1024),
+        duration(DEFAULT_HOT_CACHE),
+        Hot::On,
+    );
+}
+
+/// The same run with a bug planted in the cache's validation (it ignores
+/// log appends, so an overwritten hot key is served stale): the check
+/// must find the history not linearizable.
+#[test]
+fn planted_stale_hit_is_caught() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let caught = run(
+        "1 KiB nodes, hot cache with a planted stale hit",
+        Config::with_node_size(1024),
+        DEFAULT_HOT_CACHE,
+        Hot::Planted,
+    );
+    assert!(caught, "the planted stale hit went unnoticed");
 }
 
 #[test]
@@ -71,6 +103,7 @@ fn stress_default_nodes() {
         "8 KiB nodes",
         Config::default(),
         duration(DEFAULT_LARGE_NODES),
+        Hot::Off,
     );
 }
 
@@ -163,6 +196,21 @@ struct Shared {
     active: (AtomicUsize, AtomicUsize),
     clock: Clock,
     stop: AtomicBool,
+    /// Readers read GETs in batches through a hot-entry cache each.
+    hot: Hot,
+    /// The caches' hits and stale entries found, over all readers.
+    hot_hits: AtomicU64,
+    hot_stale: AtomicU64,
+}
+
+/// How readers use a hot-entry cache.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Hot {
+    Off,
+    On,
+    /// On, with validation that misses in-place overwrites (a planted bug
+    /// the check must catch).
+    Planted,
 }
 
 impl Shared {
@@ -210,6 +258,37 @@ impl Recorder<'_> {
                     .push(format!("thread {}: {} failed: {e:?}", self.thread, what()));
                 None
             }
+        }
+    }
+
+    /// Reads `keys` in one read-engine batch into `out` (which may hold a
+    /// hot cache) between two clock ticks and records one `GetItem` per
+    /// key, all with the batch's window.
+    fn record_batch(&mut self, keys: &[Key], out: &mut BatchResults) {
+        let reqs: Vec<ReadRequest<'_>> = keys.iter().map(|k| ReadRequest::Get(k)).collect();
+        let invoke = self.shared.clock.tick();
+        let r = self.shared.store.read_batch(&reqs, out);
+        let respond = self.shared.clock.tick();
+        if let Err(e) = r {
+            let msg = format!("thread {}: read_batch({keys:?}) failed: {e:?}", self.thread);
+            self.errors.push(msg);
+            return;
+        }
+        for (i, key) in keys.iter().enumerate() {
+            let item = out.items(i).next().map(|it| Entry {
+                key: it.key.to_vec(),
+                value: it.value.to_vec(),
+                version: it.version.get(),
+            });
+            self.ops.push(Op {
+                thread: self.thread,
+                invoke,
+                respond,
+                action: Action::GetItem {
+                    key: key.clone(),
+                    result: item,
+                },
+            });
         }
     }
 }
@@ -604,6 +683,13 @@ fn reader(shared: &Shared, thread: usize, seed: u64) -> (Vec<Op>, Vec<String>) {
     } else {
         None
     };
+    let mut batch = match shared.hot {
+        Hot::Off => BatchResults::new(),
+        Hot::On | Hot::Planted => BatchResults::with_hot_cache(64),
+    };
+    if shared.hot == Hot::Planted {
+        batch.hot_cache_mut().unwrap().plant_stale_hits_for_tests();
+    }
     while keep_going(shared, rec.ops.len(), MAX_READER_OPS) {
         if let Some(snap) = long
             && rng.chance(2)
@@ -612,6 +698,21 @@ fn reader(shared: &Shared, thread: usize, seed: u64) -> (Vec<Op>, Vec<String>) {
             continue;
         }
         let key = random_key(&mut rng, keys);
+        if shared.hot != Hot::Off && rng.chance(40) {
+            // GETs through the cache, half of them on the hot run of keys.
+            let hot = hot_start(keys);
+            let batch_keys: Vec<Key> = (0..rng.between(1, 4))
+                .map(|_| {
+                    if rng.chance(50) {
+                        keys[hot + rng.below(HOT_KEYS.min(keys.len() - hot))].clone()
+                    } else {
+                        random_key(&mut rng, keys)
+                    }
+                })
+                .collect();
+            rec.record_batch(&batch_keys, &mut batch);
+            continue;
+        }
         match rng.below(100) {
             0..2 => {
                 rec.record(
@@ -708,6 +809,12 @@ fn reader(shared: &Shared, thread: usize, seed: u64) -> (Vec<Op>, Vec<String>) {
     for snap in held.into_iter().chain(long) {
         release(&mut rec, snap);
     }
+    if let Some(c) = batch.hot_cache() {
+        shared.hot_hits.fetch_add(c.stats().hits, Ordering::Relaxed);
+        shared
+            .hot_stale
+            .fetch_add(c.stats().stale, Ordering::Relaxed);
+    }
     (rec.ops, rec.errors)
 }
 
@@ -787,7 +894,10 @@ fn release(rec: &mut Recorder<'_>, snap: Held) {
     }
 }
 
-fn run(name: &str, config: Config, total: Duration) {
+/// Runs checked rounds for about `total`. Returns true if a round's
+/// history was not linearizable, which only a planted bug may cause: with
+/// `Hot::Planted` the run stops there, otherwise it panics.
+fn run(name: &str, config: Config, total: Duration, hot: Hot) -> bool {
     let seed = seed();
     eprintln!("[{name}] seed {seed} (COMBKV_STRESS_SEED), duration {total:?}");
     let mut rng = Rng(seed);
@@ -800,6 +910,9 @@ fn run(name: &str, config: Config, total: Duration) {
         keys,
         clock: Clock(AtomicU64::new(1)),
         stop: AtomicBool::new(false),
+        hot,
+        hot_hits: AtomicU64::new(0),
+        hot_stale: AtomicU64::new(0),
     });
     let mut state: BTreeMap<Key, (Value, u64)> = BTreeMap::new();
     let mut base = shared.store.read_version().get();
@@ -867,13 +980,21 @@ fn run(name: &str, config: Config, total: Duration) {
             errors[..errors.len().min(20)].join("\n")
         );
         let t1 = Instant::now();
-        let report = linearizability::check(&state, base, &history).unwrap_or_else(|v| {
-            panic!(
+        let report = match linearizability::check(&state, base, &history) {
+            Ok(report) => report,
+            Err(v) if hot == Hot::Planted => {
+                eprintln!(
+                    "[{name}] round {round}: caught, as planted:\n{}",
+                    v[..v.len().min(2)].join("\n\n")
+                );
+                return true;
+            }
+            Err(v) => panic!(
                 "[{name}] round {round}: history of {} ops is not linearizable (seed {seed}):\n{}",
                 history.len(),
                 v.join("\n\n")
-            )
-        });
+            ),
+        };
         let check_time = t1.elapsed();
         total_ops += report.stats.ops;
         eprintln!(
@@ -893,6 +1014,14 @@ fn run(name: &str, config: Config, total: Duration) {
         "[{name}] {round} rounds, {total_ops} ops in {:.2?}",
         start.elapsed()
     );
+    if hot != Hot::Off {
+        let hits = shared.hot_hits.load(Ordering::Relaxed);
+        let stale = shared.hot_stale.load(Ordering::Relaxed);
+        eprintln!("[{name}] hot caches: {hits} hits, {stale} stale entries found");
+        // Both paths ran: hits were served and validation refused some.
+        assert!(hits > 0 && stale > 0, "hits {hits}, stale {stale}");
+    }
+    false
 }
 
 /// With every thread stopped and every snapshot released: the store holds

@@ -62,13 +62,14 @@ impl EventLoop {
             .cluster
             .as_ref()
             .map(|_| Arc::new(Inbox::new(Arc::clone(&waker))));
+        let batch = shared.config.read_results();
         Ok((
             EventLoop {
                 poll,
                 conns: Slab::new(),
                 incoming,
                 shared,
-                batch: BatchResults::new(),
+                batch,
                 again: Vec::new(),
                 ready: Vec::new(),
                 dirty: Vec::new(),

@@ -154,6 +154,8 @@ fn stats_fields(st: &crate::shared::Stats) -> Vec<(&'static str, String)> {
         ("protocol_errors", n(&st.protocol_errors)),
         ("read_batches", n(&st.read_batches)),
         ("read_batch_requests", n(&st.read_batch_requests)),
+        ("hot_cache_hits", n(&st.hot_cache_hits)),
+        ("hot_cache_misses", n(&st.hot_cache_misses)),
         ("oom_rejected_writes", n(&st.writes_refused_oom)),
         (
             "client_output_buffer_limit_disconnections",

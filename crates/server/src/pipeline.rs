@@ -507,6 +507,7 @@ impl<P: Protocol> Pipeline<P> {
         Stats::add(&cx.shared.stats.read_batches, 1);
         Stats::add(&cx.shared.stats.read_batch_requests, reads.len() as u64);
         let done = cx.session.store().read_batch(&reads, cx.batch);
+        cx.shared.stats.add_hot_cache(cx.batch);
         drop(reads);
         let before = out.len();
         let answered = match done {
@@ -523,7 +524,7 @@ impl<P: Protocol> Pipeline<P> {
         Stats::add(&cx.shared.stats.commands_processed, answered as u64);
         if out.len() - before > SHRINK_AFTER_BYTES {
             // The results held every value of the batch: give that back.
-            *cx.batch = BatchResults::new();
+            cx.batch.shrink();
         }
         if P::TIMED {
             let took = self.laps.lap();

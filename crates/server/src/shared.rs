@@ -66,6 +66,10 @@ pub struct Stats {
     pub errors_replied: Counter,
     pub read_batches: Counter,
     pub read_batch_requests: Counter,
+    /// GETs the event loops' hot-entry caches answered, and those they
+    /// passed to the read engine.
+    pub hot_cache_hits: Counter,
+    pub hot_cache_misses: Counter,
     pub writes_refused_oom: Counter,
     pub protocol_errors: Counter,
     /// Clients disconnected for passing `client-output-hard-limit`.
@@ -77,6 +81,15 @@ pub struct Stats {
 impl Stats {
     pub fn add(counter: &Counter, n: u64) {
         counter.add(n);
+    }
+
+    /// Adds what a thread's hot cache counted since it last did.
+    pub fn add_hot_cache(&self, batch: &mut combkv::readexec::BatchResults) {
+        if let Some(c) = batch.hot_cache_mut() {
+            let d = c.unpublished();
+            self.hot_cache_hits.add(d.hits);
+            self.hot_cache_misses.add(d.misses);
+        }
     }
     pub fn get(counter: &Counter) -> u64 {
         counter.get()
@@ -251,6 +264,8 @@ impl Shared {
             &s.errors_replied,
             &s.read_batches,
             &s.read_batch_requests,
+            &s.hot_cache_hits,
+            &s.hot_cache_misses,
             &s.writes_refused_oom,
             &s.protocol_errors,
             &s.output_limit_disconnections,

@@ -12,10 +12,15 @@ struct TestServer(Option<Server>);
 
 impl TestServer {
     fn start() -> TestServer {
+        TestServer::with_hot_cache(0)
+    }
+
+    fn with_hot_cache(hot_cache_entries: usize) -> TestServer {
         let cfg = ServerConfig {
             resp: Listen::At("127.0.0.1:0".parse().unwrap()),
             memcached: Listen::Off,
             threads: 2,
+            hot_cache_entries,
             ..Default::default()
         };
         TestServer(Some(Server::start(cfg).expect("server starts")))
@@ -516,4 +521,41 @@ fn watch_multi_exec_retry_loop_ends_with_the_exact_total() {
         aborted > 0,
         "no EXEC was ever aborted: the clients did not race"
     );
+}
+
+/// With hot-entry caches in the event loops, GETs of hot keys are served
+/// from them (INFO counts the hits) and a write is seen by the very next
+/// read on any connection: a writer sets a counter and, once acknowledged,
+/// a reader on another connection (another event loop, likely) must read
+/// that value or a newer one.
+#[test]
+fn hot_caches_serve_hot_keys_and_never_an_overwritten_value() {
+    let server = TestServer::with_hot_cache(256);
+    let mut w = server.connect(false);
+    let mut r = server.connect(true);
+    string_commands(&mut r, true);
+    let _: () = q(&mut w, &["MSET", "h1", "a", "h2", "b", "h3", "c"]);
+    for i in 0..2_000u32 {
+        let v = i.to_string();
+        let _: () = q(&mut w, &["SET", "counter", &v]);
+        let got: String = q(&mut r, &["GET", "counter"]);
+        assert!(
+            got.parse::<u32>().unwrap() >= i,
+            "read {got} after {i} was acknowledged"
+        );
+        let hot: Vec<String> = q(&mut r, &["MGET", "h1", "h2", "h3"]);
+        assert_eq!(hot, ["a", "b", "c"]);
+        if i % 500 == 0 {
+            let _: () = q(&mut w, &["SET", "h2", "b"]);
+        }
+    }
+    let info: String = q(&mut r, &["INFO", "stats"]);
+    let hits: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("hot_cache_hits:"))
+        .expect("INFO stats has hot_cache_hits")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(hits > 3_000, "{hits} hits");
 }

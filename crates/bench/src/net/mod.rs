@@ -84,6 +84,7 @@ pub fn run_one(spec: &RunSpec, progress: bool) -> Result<RunResult> {
             records: spec.records,
             key_bytes_max: spec.shape.key_size.max,
             value_bytes_max: spec.shape.value_size.max,
+            hot_cache: spec.hot_cache,
         },
     )?;
     run_on(spec, progress, server)

@@ -120,6 +120,8 @@ pub struct StartOptions {
     pub records: u64,
     pub key_bytes_max: usize,
     pub value_bytes_max: usize,
+    /// combkv: `--hot-cache-entries` (None: its default).
+    pub hot_cache: Option<usize>,
 }
 
 /// The protocol whose no-op tells that a started server is ready.
@@ -168,6 +170,9 @@ impl Server {
                         .args(["serve", "--resp", &resp.to_string()])
                         .args(["--memcached", &mc.to_string()])
                         .args(["--durability", "none"]);
+                    if let Some(n) = opts.hot_cache {
+                        command.args(["--hot-cache-entries", &n.to_string()]);
+                    }
                     let addr = if target == TargetKind::CombkvResp {
                         resp
                     } else {

@@ -126,7 +126,9 @@ impl ReadBackend for CpuBackend {
         // path answers it without a flight's stages and their prefetches
         // (a pipeline of one, as a client that waits for each reply sends).
         if let [only] = requests {
-            answer_directly(tree, rv, now, 0, only, out);
+            if !out.answered(0) {
+                answer_directly(tree, rv, now, 0, only, out);
+            }
             return;
         }
         let mut next = 0;
@@ -137,6 +139,9 @@ impl ReadBackend for CpuBackend {
             while *next < requests.len() {
                 let i = *next;
                 *next += 1;
+                if out.answered(i) {
+                    continue;
+                }
                 match seek_key(&requests[i]) {
                     Some(key) => return Some(start(tree, rv, i, key)),
                     None => answer_directly(tree, rv, now, i, &requests[i], out),

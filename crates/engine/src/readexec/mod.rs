@@ -10,12 +10,15 @@
 //! would fill by DMA. Only the CPU backend (`cpu`) exists now.
 
 mod cpu;
+mod hot;
 
 pub use cpu::CpuBackend;
+pub(crate) use hot::Probe;
+pub use hot::{DEFAULT_HOT_CACHE_ENTRIES, HOT_KEY_MAX, HotCache, HotCacheStats};
 
 use crate::tree::Tree;
 use crate::tree::node::ItemRef;
-use crate::types::{ItemView, Range, Version};
+use crate::types::{ItemView, Now, Range, Version};
 
 /// One request of a batch.
 #[derive(Debug, Clone, Copy)]
@@ -41,7 +44,8 @@ struct Slot {
 }
 
 /// The results of a batch: request `i`'s items are `items(i)`. Reused
-/// across batches to keep allocations out of the hot path.
+/// across batches to keep allocations out of the hot path, and so the
+/// place for a thread's hot-entry cache (`with_hot_cache`).
 #[derive(Debug, Default)]
 pub struct BatchResults {
     /// Keys and values, back to back.
@@ -50,11 +54,55 @@ pub struct BatchResults {
     /// Per request: first slot and number of slots.
     spans: Vec<(u32, u32)>,
     read_version: u64,
+    /// The thread's hot-entry cache, if it has one.
+    hot: Option<Box<HotCache>>,
+    /// Requests answered before the backend ran (from the hot cache);
+    /// empty when none was.
+    answered: Vec<bool>,
 }
 
 impl BatchResults {
     pub fn new() -> BatchResults {
         BatchResults::default()
+    }
+
+    /// Result buffers with a hot-entry cache of `entries` slots in front
+    /// of the read engine: the batches read into them (`Store::read_batch`)
+    /// answer GETs of hot keys from the cache (see `HotCache`).
+    pub fn with_hot_cache(entries: usize) -> BatchResults {
+        BatchResults {
+            hot: Some(Box::new(HotCache::new(entries))),
+            ..BatchResults::default()
+        }
+    }
+
+    /// The hot-entry cache, if there is one.
+    pub fn hot_cache(&self) -> Option<&HotCache> {
+        self.hot.as_deref()
+    }
+
+    /// The hot-entry cache, if there is one, for changes.
+    pub fn hot_cache_mut(&mut self) -> Option<&mut HotCache> {
+        self.hot.as_deref_mut()
+    }
+
+    pub(crate) fn take_hot_cache(&mut self) -> Option<Box<HotCache>> {
+        self.hot.take()
+    }
+
+    pub(crate) fn put_hot_cache(&mut self, hot: Option<Box<HotCache>>) {
+        if hot.is_some() {
+            self.hot = hot;
+        }
+    }
+
+    /// Gives back the memory a large batch grew, keeping the cache.
+    pub fn shrink(&mut self) {
+        let hot = self.hot.take();
+        *self = BatchResults {
+            hot,
+            ..BatchResults::default()
+        };
     }
 
     /// Number of requests answered.
@@ -99,7 +147,29 @@ impl BatchResults {
         self.slots.clear();
         self.spans.clear();
         self.spans.resize(requests, (0, 0));
+        self.answered.clear();
         self.read_version = rv;
+    }
+
+    /// Whether request `i` was answered before the backend ran: a backend
+    /// skips it.
+    #[inline]
+    pub fn answered(&self, i: usize) -> bool {
+        self.answered.get(i).copied().unwrap_or(false)
+    }
+
+    /// Answers GET request `i` from what the hot cache proved.
+    pub(crate) fn answer_proven(&mut self, i: usize, p: crate::tree::read::Proven, now: &Now) {
+        if self.answered.is_empty() {
+            self.answered.resize(self.spans.len(), false);
+        }
+        self.answered[i] = true;
+        self.begin(i);
+        if let crate::tree::read::Proven::Item(it) = p
+            && it.is_live(now)
+        {
+            self.push(i, &it);
+        }
     }
 
     /// Starts request `i`'s results (its items must be pushed next, together).
@@ -147,7 +217,9 @@ impl<'a> TreeView<'a> {
 
 /// Executes batches. Implementations must return exactly what the plain read
 /// path returns at the same read version (tests check it request by
-/// request); they may order and interleave the work as they like.
+/// request); they may order and interleave the work as they like. They
+/// skip the requests already answered (`BatchResults::answered`: the hot
+/// cache's hits).
 pub trait ReadBackend: Send + Sync + std::fmt::Debug {
     /// Answers every request of `requests` at read version `rv` (and clock
     /// reading `now_ms` for expiry) into `out` (already reset).

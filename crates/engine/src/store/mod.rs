@@ -69,6 +69,8 @@ use write::Ack;
 /// ```
 #[derive(Debug)]
 pub struct Store {
+    /// Unique in the process: hot caches tell stores apart by it.
+    id: u64,
     tree: Arc<Tree>,
     config: Config,
     geometry: Geometry,
@@ -83,6 +85,12 @@ pub struct Store {
     /// other writer between them. Sharded: the shared side, on every
     /// write, touches a line of its thread's own.
     txn_lock: crate::sync::TxnLock,
+}
+
+/// A new store id (never 0, which a fresh hot cache holds).
+fn next_store_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl Drop for Store {
@@ -107,6 +115,7 @@ impl Store {
             geometry,
             sweep_cursor: Default::default(),
             txn_lock: Default::default(),
+            id: next_store_id(),
             backend: Box::new(CpuBackend::default()),
             durable: None,
         }
@@ -212,6 +221,7 @@ impl Store {
             geometry,
             sweep_cursor: Default::default(),
             txn_lock: Default::default(),
+            id: next_store_id(),
             backend: Box::new(CpuBackend::default()),
             durable: Some(d),
         };

@@ -8,7 +8,7 @@ use bytes::Bytes;
 
 use super::Store;
 use crate::error::Result;
-use crate::readexec::{BatchResults, ReadRequest, TreeView};
+use crate::readexec::{BatchResults, HotCache, Probe, ReadRequest, TreeView};
 use crate::tree::node::ItemRef;
 use crate::types::{Item, ItemView, Now, Range, SnapshotId};
 
@@ -98,7 +98,7 @@ impl Store {
     /// version. Invalid keys or bounds fail the whole batch before anything runs.
     pub fn read_batch(&self, requests: &[ReadRequest<'_>], out: &mut BatchResults) -> Result<()> {
         self.check_batch(requests)?;
-        self.read(|rv, now| self.execute_batch(requests, rv, now, out));
+        self.read(|rv, now| self.execute_batch(requests, rv, now, out, true));
         Ok(())
     }
 
@@ -110,7 +110,10 @@ impl Store {
         out: &mut BatchResults,
     ) -> Result<()> {
         self.check_batch(requests)?;
-        self.at_snapshot(id, |rv, now| self.execute_batch(requests, rv, now, out))
+        // Snapshot reads bypass the hot cache: it serves the newest versions.
+        self.at_snapshot(id, |rv, now| {
+            self.execute_batch(requests, rv, now, out, false)
+        })
     }
 
     pub(super) fn check_batch(&self, requests: &[ReadRequest<'_>]) -> Result<()> {
@@ -129,10 +132,59 @@ impl Store {
         rv: u64,
         now: &Now,
         out: &mut BatchResults,
+        cached: bool,
     ) {
         out.reset(requests.len(), rv);
-        // One clock reading stamps the batch, as one read version does.
-        let tree = TreeView::new(&self.tree);
-        self.backend.execute(tree, rv, now.ms(), requests, out);
+        let mut hot = if cached { out.take_hot_cache() } else { None };
+        let pending = match hot.as_deref_mut() {
+            Some(cache) => self.answer_hot(cache, requests, rv, now, out),
+            None => true,
+        };
+        if pending {
+            // One clock reading stamps the batch, as one read version does.
+            let tree = TreeView::new(&self.tree);
+            self.backend.execute(tree, rv, now.ms(), requests, out);
+        }
+        out.put_hot_cache(hot);
+    }
+
+    /// Answers the batch's GETs that `cache` holds (or admits, with a
+    /// stamping read of their own); true if requests are left for the
+    /// backend.
+    fn answer_hot(
+        &self,
+        cache: &mut HotCache,
+        requests: &[ReadRequest<'_>],
+        rv: u64,
+        now: &Now,
+        out: &mut BatchResults,
+    ) -> bool {
+        cache.attach(self.id);
+        let mut pending = false;
+        for (i, r) in requests.iter().enumerate() {
+            let ReadRequest::Get(key) = r else {
+                pending = true;
+                continue;
+            };
+            let proven = match cache.probe(&self.tree, key, rv) {
+                Probe::Hit(p) => p,
+                Probe::Fill(slot) => match self.tree.hot_stamp(key, rv) {
+                    Some((stamp, p)) => {
+                        cache.fill(slot, key, stamp);
+                        p
+                    }
+                    None => {
+                        pending = true;
+                        continue;
+                    }
+                },
+                Probe::Miss => {
+                    pending = true;
+                    continue;
+                }
+            };
+            out.answer_proven(i, proven, now);
+        }
+        pending
     }
 }

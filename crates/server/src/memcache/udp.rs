@@ -76,7 +76,7 @@ pub(crate) fn serve(socket: UdpSocket, shared: Arc<Shared>) {
     let mut buf = vec![0u8; READ_BUFFER];
     let mut reply = Vec::new();
     let mut datagram = Vec::with_capacity(MAX_DATAGRAM);
-    let mut batch = BatchResults::new();
+    let mut batch = shared.config.read_results();
     while !shared.shutting_down.load(Ordering::Acquire) {
         let (n, peer) = match socket.recv_from(&mut buf) {
             Ok(got) => got,
@@ -114,7 +114,7 @@ pub(crate) fn serve(socket: UdpSocket, shared: Arc<Shared>) {
         // A large reply's buffers are not kept for the next small one.
         if reply.capacity() > SHRINK_ABOVE {
             reply = Vec::new();
-            batch = BatchResults::new();
+            batch.shrink();
         }
     }
 }
@@ -234,7 +234,9 @@ fn get(
         }
         reads.clear();
         reads.extend(chunk.iter().map(|k| ReadRequest::Get(k)));
-        if let Err(e) = store.read_batch(&reads, batch) {
+        let done = store.read_batch(&reads, batch);
+        shared.stats.add_hot_cache(batch);
+        if let Err(e) = done {
             super::cmd::line(out, &McError::from(e).line());
             break 'line true;
         }

@@ -5,11 +5,14 @@
 //! - `search`: the search of one node through its shortcut block
 //! - `order_hint`: a leaf's log in key order by its order hints (`LogOrder`)
 //! - `walk`: a leaf in key order, sorted block and log together
+//! - `hot`: stamps of a key's place in its leaf, for the hot-entry cache
 
+mod hot;
 mod order_hint;
 mod search;
 mod walk;
 
+pub(crate) use hot::{HotStamp, Proven};
 #[cfg(test)]
 pub(crate) use order_hint::first_bp_from;
 pub(crate) use order_hint::{LogOrder, MAX_LOG_ITEMS};

@@ -202,7 +202,9 @@ pub(super) fn run_one(cx: &mut Ctx<'_, '_>, kind: BatchRead) -> CmdResult {
     let stats = &cx.shared.stats;
     Stats::add(&stats.read_batches, 1);
     Stats::add(&stats.read_batch_requests, reads.len() as u64);
-    cx.session.store().read_batch(&reads, cx.batch)?;
+    let done = cx.session.store().read_batch(&reads, cx.batch);
+    stats.add_hot_cache(cx.batch);
+    done?;
     let max_reply = cx.shared.config.max_reply_bytes.0 as usize;
     let mut hits = Hits::default();
     let n = cx.args.len();
