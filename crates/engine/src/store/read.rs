@@ -140,12 +140,14 @@ impl Store {
             Some(cache) => self.answer_hot(cache, requests, rv, now, out),
             None => true,
         };
+        // Back before the backend runs: a panic there (caught by a server)
+        // must not leave the thread without its cache.
+        out.put_hot_cache(hot);
         if pending {
             // One clock reading stamps the batch, as one read version does.
             let tree = TreeView::new(&self.tree);
             self.backend.execute(tree, rv, now.ms(), requests, out);
         }
-        out.put_hot_cache(hot);
     }
 
     /// Answers the batch's GETs that `cache` holds (or admits, with a

@@ -10,9 +10,11 @@
 //!   range or items it changes (a removed leaf gets a dead anchor), so a
 //!   LID whose current buffer is the stamped one still holds the key's
 //!   range, and a descent at any version that resolves to it reaches it;
-//! - a published buffer changes only by log appends, each published with
-//!   the state word (size and log count), and every log item has a
-//!   directory entry with its key's fingerprint: if no entry appended since
+//! - a published buffer changes only by log appends: the item past the
+//!   published size and its directory entry (with its key's fingerprint)
+//!   at the published log count, then both published by one store of the
+//!   state word (size and count); items below the size and directory
+//!   entries below the count never change. So if no entry appended since
 //!   the stamp carries the key's fingerprint, the key's newest item in the
 //!   buffer is still the stamped one;
 //! - the stamp is taken only when that newest item (over every published
@@ -66,9 +68,9 @@ pub(crate) enum Proven {
 impl Tree {
     /// Reads `key` at `rv` by a descent and stamps what it found. None when
     /// it cannot be stamped: the key's newest item in its leaf is not
-    /// visible at `rv` yet (a write in flight), or the leaf holds more log
-    /// items than its directory lists. The caller holds the epoch pin
-    /// `rv` was taken under.
+    /// visible at `rv` yet (a write in flight). (The check of the log count
+    /// against the directory's size is a defence: appends stop there.)
+    /// The caller holds the epoch pin `rv` was taken under.
     pub(crate) fn hot_stamp(&self, key: &[u8], rv: u64) -> Option<(HotStamp, Proven)> {
         let (leaf, _) = self.descend(Seek::Key(key), rv);
         let (buf, nlog) = published_leaf(leaf);
