@@ -229,11 +229,16 @@ impl HotCache {
             }
         }
         let p = self.lookup(tree, key, rv);
-        self.window_hits += u32::from(matches!(p, Probe::Hit(_)));
+        if matches!(p, Probe::Hit(_)) {
+            self.stats.hits += 1;
+            self.window_hits += 1;
+        } else {
+            self.stats.misses += 1;
+        }
         p
     }
 
-    /// `probe` without the bypass.
+    /// `probe` without the bypass and the hit/miss counts.
     #[inline]
     fn lookup(&mut self, tree: &Tree, key: &[u8], rv: u64) -> Probe {
         let h = hash(key);
@@ -243,7 +248,6 @@ impl HotCache {
         if word & !0xff == tag {
             if word & RESIDENT == 0 {
                 // A ghost of this key: seen before, admit it.
-                self.stats.misses += 1;
                 return Probe::Fill(i);
             }
             let s = &mut self.slots[i];
@@ -254,13 +258,10 @@ impl HotCache {
                 } else {
                     Some(key_fp(key))
                 };
-                self.stats.misses += 1;
                 if let Some(p) = tree.hot_check(stamp, fp, rv) {
                     if word & FREQ_MASK < FREQ_MASK {
                         self.tags[i] = word + 1;
                     }
-                    self.stats.misses -= 1;
-                    self.stats.hits += 1;
                     return Probe::Hit(p);
                 }
                 self.stats.stale += 1;
@@ -269,7 +270,6 @@ impl HotCache {
             }
             // Another key with the same tag: a newcomer like any other.
         }
-        self.stats.misses += 1;
         if word & FREQ_MASK == 0 {
             // Empty, a ghost, or a resident gone cold: this key becomes
             // the slot's ghost.
