@@ -78,10 +78,7 @@ fn log_file(dir: &Path) -> std::fs::File {
 /// 127.0.0.1: the tests run side by side, and another test's node at
 /// 127.0.0.3 may hold a port that is free at 127.0.0.1.
 fn free_addr(id: u64) -> SocketAddr {
-    TcpListener::bind((ip(id), 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
+    SocketAddr::new(ip(id), support::free_port_on(ip(id)))
 }
 
 fn ip(id: u64) -> IpAddr {

@@ -1,8 +1,12 @@
 //! `combkv serve --config combkv.example.toml` starts, serves with the
 //! example's settings, and lets flags override the file.
 
+mod support;
+
+use support::free_port;
+
 use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -13,14 +17,6 @@ impl Drop for Killed {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Sends one RESP request and returns its whole reply as sent.

@@ -29,12 +29,26 @@ impl Drop for Server {
     }
 }
 
+/// A port free on 127.0.0.1 now.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    free_port_on([127, 0, 0, 1].into())
+}
+
+/// Ports the tests give their servers: below Linux's ephemeral range
+/// (32768-60999), so that no outgoing connection of a test running beside
+/// this one takes the port between this check and the server's bind.
+const TEST_PORTS: std::ops::Range<u16> = 20000..32000;
+
+/// A port nothing listens on at `ip` now, from a random start in
+/// `TEST_PORTS`, so that tests side by side tend to pick different ones.
+pub fn free_port_on(ip: std::net::IpAddr) -> u16 {
+    use rand::Rng as _;
+    let span = TEST_PORTS.end - TEST_PORTS.start;
+    let first = rand::rng().random_range(0..span);
+    (0..span)
+        .map(|i| TEST_PORTS.start + (first + i) % span)
+        .find(|&p| TcpListener::bind((ip, p)).is_ok())
+        .expect("a free test port")
 }
 
 /// A number from the environment (a soak or replay setting), or `default`
