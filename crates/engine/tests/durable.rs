@@ -33,6 +33,29 @@ fn open(storage: &FaultyStorage) -> Result<(Store, RecoveryReport), Error> {
     Store::open(Config::with_node_size(1024), config(storage))
 }
 
+/// How the crash test checkpoints: every checkpoint full, or delta runs
+/// with a background merge after every second run (so that merges are in
+/// flight at many of the crash points).
+#[derive(Debug, Clone, Copy)]
+enum Checkpointing {
+    Full,
+    Deltas,
+}
+
+fn open_as(storage: &FaultyStorage, how: Checkpointing) -> Result<(Store, RecoveryReport), Error> {
+    let cfg = match how {
+        Checkpointing::Full => DurableConfig {
+            delta_checkpoints: false,
+            ..config(storage)
+        },
+        Checkpointing::Deltas => DurableConfig {
+            merge_after_deltas: 2,
+            ..config(storage)
+        },
+    };
+    Store::open(Config::with_node_size(1024), cfg)
+}
+
 fn dump(store: &Store) -> State {
     store
         .range(&Range::all())
@@ -276,23 +299,35 @@ fn assert_recovered(got: &State, acked: &State, in_flight: &[Effect], ctx: &str)
 
 #[test]
 fn a_crash_at_every_sync_point_recovers_the_acknowledged_prefix() {
+    for how in [Checkpointing::Full, Checkpointing::Deltas] {
+        crash_at_every_sync_point(how);
+    }
+}
+
+fn crash_at_every_sync_point(how: Checkpointing) {
     for seed in 0..6u64 {
         const OPS: usize = 150;
         // A run without a crash counts the sync points.
         let total = {
             let fs = FaultyStorage::new(seed);
-            let (store, _) = open(&fs).unwrap();
+            let (store, _) = open_as(&fs, how).unwrap();
             let (model, in_flight) = workload(&store, seed, OPS);
             assert!(in_flight.is_empty());
             assert_eq!(dump(&store), model);
             store.shutdown().unwrap();
+            let p = store.persistence();
+            if let Checkpointing::Deltas = how {
+                // The crash points below fall inside delta runs and merges
+                // (a merge needs two runs first).
+                assert!(p.merges_ok >= 1, "seed {seed}: no merge ran ({p:?})");
+            }
             fs.syncs()
         };
         assert!(total > 100, "the workload syncs often ({total})");
         for k in 1..=total {
             let fs = FaultyStorage::new(seed * 1000 + k);
             fs.crash_at_sync(k);
-            let (acked, in_flight) = match open(&fs) {
+            let (acked, in_flight) = match open_as(&fs, how) {
                 Ok((store, _)) => {
                     let r = workload(&store, seed, OPS);
                     if !fs.has_crashed() {
@@ -306,13 +341,19 @@ fn a_crash_at_every_sync_point_recovers_the_acknowledged_prefix() {
             };
             fs.restart();
             let (store, report) =
-                open(&fs).unwrap_or_else(|e| panic!("seed {seed} crash {k}: {e}"));
-            let ctx = format!("seed {seed} crash at sync {k} ({report})");
+                open_as(&fs, how).unwrap_or_else(|e| panic!("{how:?} seed {seed} crash {k}: {e}"));
+            let ctx = format!("{how:?} seed {seed} crash at sync {k} ({report})");
             let got = dump(&store);
             assert_recovered(&got, &acked, &in_flight, &ctx);
             // The clock restarts above every recovered version.
             let newest = got.values().map(|c| c.1).max().unwrap_or(0);
             assert!(store.put(b"zz", b"after").unwrap().get() > newest, "{ctx}");
+            // And the next checkpoint, delta or full, recovers the same.
+            store.checkpoint().unwrap_or_else(|e| panic!("{ctx}: {e}"));
+            let again = dump(&store);
+            drop(store);
+            let (store, report) = open_as(&fs, how).unwrap();
+            assert_eq!(dump(&store), again, "{ctx}; then {report}");
         }
     }
 }

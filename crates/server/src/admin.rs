@@ -82,6 +82,10 @@ pub fn persistence_fields(shared: &Shared) -> Vec<(&'static str, String)> {
             last.map_or(0, |l| l.version).to_string(),
         ),
         (
+            "last_checkpoint_kind",
+            last.map_or(String::new(), |l| l.kind.to_string()),
+        ),
+        (
             "last_checkpoint_items",
             last.map_or(0, |l| l.items).to_string(),
         ),
@@ -96,6 +100,27 @@ pub fn persistence_fields(shared: &Shared) -> Vec<(&'static str, String)> {
         (
             "last_checkpoint_error",
             p.last_checkpoint_error.clone().unwrap_or_default(),
+        ),
+        (
+            "base_checkpoint_version",
+            p.base_checkpoint.map_or(0, |b| b.0).to_string(),
+        ),
+        (
+            "base_checkpoint_bytes",
+            p.base_checkpoint.map_or(0, |b| b.1).to_string(),
+        ),
+        ("delta_runs", p.delta_runs.to_string()),
+        ("delta_bytes", p.delta_bytes.to_string()),
+        ("merges_ok", p.merges_ok.to_string()),
+        ("merges_failed", p.merges_failed.to_string()),
+        (
+            "last_merge_seconds",
+            format!(
+                "{:.3}",
+                p.last_merge
+                    .as_ref()
+                    .map_or(0.0, |m| m.duration.as_secs_f64())
+            ),
         ),
         ("wal_bytes", p.wal_bytes.to_string()),
         ("wal_segments", p.wal_segments.to_string()),

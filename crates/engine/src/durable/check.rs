@@ -12,7 +12,7 @@ use super::error::{CheckpointError, IoError, ItemRefused, RecoveryError};
 use super::file::{FsStorage, Storage};
 use super::record::Damage;
 use super::recovery::{self, SegmentScan};
-use super::{TailCut, checkpoint, record};
+use super::{TailCut, checkpoint, delta, record};
 
 /// One checkpoint file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,6 +21,18 @@ pub struct CheckpointCheck {
     pub version: u64,
     pub bytes: u64,
     /// Ok(items) or why it is invalid.
+    pub status: Result<u64, CheckpointError>,
+}
+
+/// One delta run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeltaCheck {
+    pub file: String,
+    /// The versions it leads from and to.
+    pub from: u64,
+    pub to: u64,
+    pub bytes: u64,
+    /// Ok(entries) or why it is invalid.
     pub status: Result<u64, CheckpointError>,
 }
 
@@ -50,6 +62,8 @@ pub struct SegmentCheck {
 pub struct CheckReport {
     /// Newest first.
     pub checkpoints: Vec<CheckpointCheck>,
+    /// Delta runs, by the version they lead from.
+    pub deltas: Vec<DeltaCheck>,
     /// Oldest first.
     pub segments: Vec<SegmentCheck>,
     /// Other files (unfinished `.tmp` checkpoints, `.discarded` segments).
@@ -70,10 +84,31 @@ impl CheckReport {
         self.checkpoints.iter().find(|c| c.status.is_ok())
     }
 
-    /// True if every checkpoint and segment is intact (a torn tail in the
-    /// newest segment, which recovery cuts, counts as damage here).
+    /// The delta runs recovery would apply on the usable checkpoint, in
+    /// order: from its version, each step the valid run reaching furthest.
+    pub fn usable_deltas(&self) -> Vec<&DeltaCheck> {
+        let mut out = Vec::new();
+        let Some(mut at) = self.usable_checkpoint().map(|c| c.version) else {
+            return out;
+        };
+        while let Some(d) = self
+            .deltas
+            .iter()
+            .filter(|d| d.from == at && d.status.is_ok())
+            .max_by_key(|d| d.to)
+        {
+            out.push(d);
+            at = d.to;
+        }
+        out
+    }
+
+    /// True if every checkpoint, delta run and segment is intact (a torn
+    /// tail in the newest segment, which recovery cuts, counts as damage
+    /// here).
     pub fn is_clean(&self) -> bool {
         self.checkpoints.iter().all(|c| c.status.is_ok())
+            && self.deltas.iter().all(|d| d.status.is_ok())
             && self.segments.iter().all(|s| s.cut.is_none())
             && self.refused.is_none()
     }
@@ -98,6 +133,23 @@ impl fmt::Display for CheckReport {
                     f,
                     "  {}  version {}  {} bytes  CORRUPT: {}",
                     c.file, c.version, c.bytes, why
+                )?,
+            }
+        }
+        if !self.deltas.is_empty() {
+            writeln!(f, "delta runs ({}):", self.deltas.len())?;
+        }
+        for d in &self.deltas {
+            match &d.status {
+                Ok(entries) => writeln!(
+                    f,
+                    "  {}  versions {}..{}  {} bytes  {} entries  ok",
+                    d.file, d.from, d.to, d.bytes, entries
+                )?,
+                Err(why) => writeln!(
+                    f,
+                    "  {}  versions {}..{}  {} bytes  CORRUPT: {}",
+                    d.file, d.from, d.to, d.bytes, why
                 )?,
             }
         }
@@ -156,13 +208,21 @@ impl fmt::Display for CheckReport {
                 c.segment, c.offset, c.reason, c.dropped
             )?;
         }
-        match self.usable_checkpoint() {
-            Some(c) => write!(
+        let deltas = self.usable_deltas();
+        match (self.usable_checkpoint(), deltas.last()) {
+            (Some(c), Some(last)) => write!(
+                f,
+                "recovery would load {} with {} delta runs and replay the log after version {}",
+                c.file,
+                deltas.len(),
+                last.to
+            ),
+            (Some(c), None) => write!(
                 f,
                 "recovery would load {} and replay the log after version {}",
                 c.file, c.version
             ),
-            None => write!(f, "recovery would start empty and replay the whole log"),
+            (None, _) => write!(f, "recovery would start empty and replay the whole log"),
         }
     }
 }
@@ -197,6 +257,16 @@ pub fn check_with(storage: &dyn Storage, dir: &Path) -> Result<CheckReport, IoEr
             file: name_of(&path),
             version,
             bytes: storage.len(&path).unwrap_or(0),
+            status,
+        });
+    }
+    for d in delta::list(storage, dir).map_err(io)? {
+        let status = delta::read(storage, &d, |_| Ok(()));
+        report.deltas.push(DeltaCheck {
+            file: d.name(),
+            from: d.from,
+            to: d.to,
+            bytes: storage.len(&d.path).unwrap_or(0),
             status,
         });
     }
@@ -252,6 +322,7 @@ pub fn check_with(storage: &dyn Storage, dir: &Path) -> Result<CheckReport, IoEr
     for name in storage.list(dir).map_err(io)? {
         let known = record::parse_name(&name, "ckpt-", ".ckpt").is_some()
             || record::parse_name(&name, "wal-", ".log").is_some()
+            || delta::parse_delta_name(&name).is_some()
             || name == cut::FLOOR_FILE;
         if !known {
             report.other_files.push(name);

@@ -25,13 +25,40 @@ use crate::types::Now;
 /// Target payload bytes per checkpoint block.
 const BLOCK_BYTES: usize = 64 << 10;
 
+/// Which kind of file a checkpoint wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointKind {
+    /// Every live item: a new base.
+    Full,
+    /// A delta run: what changed since the checkpoint at `from`.
+    Delta { from: u64 },
+    /// A base that background compaction merged from the base and `runs`
+    /// delta runs reaching `version`.
+    Merged { runs: usize },
+    /// Nothing changed since the checkpoint at `version`: nothing written.
+    Unchanged,
+}
+
+impl std::fmt::Display for CheckpointKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CheckpointKind::Full => "full",
+            CheckpointKind::Delta { .. } => "delta",
+            CheckpointKind::Merged { .. } => "merged",
+            CheckpointKind::Unchanged => "unchanged",
+        })
+    }
+}
+
 /// What a finished checkpoint wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckpointInfo {
     /// The file name in the data directory.
     pub file: String,
+    pub kind: CheckpointKind,
     /// The snapshot version: the checkpoint holds exactly the writes `<=` it.
     pub version: u64,
+    /// Items written (a delta run: entries).
     pub items: u64,
     pub bytes: u64,
     pub duration: Duration,
@@ -52,39 +79,56 @@ fn with_snapshot<T>(tree: &Tree, clear_lock: &Mutex<()>, f: impl FnOnce(u64) -> 
     out
 }
 
-/// Writes a checkpoint of `tree` at its current read version into `dir`;
-/// `on_snapshot` runs once the version is pinned.
+/// Writes a checkpoint of `tree` at its current read version into `dir`:
+/// a delta run from version `since` when given (the chain's end; nothing
+/// if no write came since), else a full one. `on_snapshot` runs once the
+/// version is pinned.
 pub(crate) fn write(
     tree: &Tree,
     storage: &dyn Storage,
     dir: &Path,
     clear_lock: &Mutex<()>,
+    since: Option<u64>,
     on_snapshot: impl FnOnce(u64),
 ) -> Result<CheckpointInfo, CheckpointError> {
     let started = Instant::now();
     with_snapshot(tree, clear_lock, |version| {
         on_snapshot(version);
-        let name = record::checkpoint_name(version);
-        let tmp = dir.join(format!("{name}.tmp"));
-        let result = write_file(tree, storage, &tmp, version).and_then(|(items, bytes)| {
-            storage
-                .rename(&tmp, &dir.join(&name))
-                .and_then(|()| storage.sync_dir(dir))
-                .map_err(IoError::doing(format!("checkpoint {name}")))?;
-            Ok((items, bytes))
-        });
-        match result {
-            Ok((items, bytes)) => Ok(CheckpointInfo {
-                file: name,
-                version,
-                items,
-                bytes,
-                duration: started.elapsed(),
-                finished_unix_ms: crate::types::now_ms(),
-            }),
-            Err(e) => {
-                let _ = storage.remove(&tmp);
-                Err(CheckpointError::Io(e))
+        let info = |file: String, kind, items, bytes| CheckpointInfo {
+            file,
+            kind,
+            version,
+            items,
+            bytes,
+            duration: started.elapsed(),
+            finished_unix_ms: crate::types::now_ms(),
+        };
+        match since {
+            Some(from) if from >= version => {
+                Ok(info(String::new(), CheckpointKind::Unchanged, 0, 0))
+            }
+            Some(from) => {
+                let w = super::delta::write(tree, storage, dir, from, version)?;
+                let name = super::delta::delta_name(from, version);
+                Ok(info(
+                    name,
+                    CheckpointKind::Delta { from },
+                    w.entries,
+                    w.bytes,
+                ))
+            }
+            None => {
+                let name = record::checkpoint_name(version);
+                let tmp = dir.join(format!("{name}.tmp"));
+                match write_file(tree, storage, &tmp, version)
+                    .and_then(|r| publish(storage, dir, &tmp, &name).map(|()| r))
+                {
+                    Ok((items, bytes)) => Ok(info(name, CheckpointKind::Full, items, bytes)),
+                    Err(e) => {
+                        let _ = storage.remove(&tmp);
+                        Err(CheckpointError::Io(e))
+                    }
+                }
             }
         }
     })
@@ -96,19 +140,19 @@ fn write_file(
     path: &Path,
     version: u64,
 ) -> Result<(u64, u64), IoError> {
-    let what = format!("checkpoint {}", path.display());
-    let err = |e: std::io::Error| IoError::new(what.clone(), e);
-    let mut f = storage.create(path).map_err(err)?;
-    let header = record::encode_header(record::CKPT_MAGIC, version, crate::types::now_ms());
-    f.write_all(&header).map_err(err)?;
-    let mut bytes = header.len() as u64;
-    let mut items = 0u64;
+    let mut out = BlockFile::create(
+        storage,
+        path,
+        record::CKPT_MAGIC,
+        version,
+        crate::types::now_ms(),
+    )?;
     let mut payload = Vec::with_capacity(BLOCK_BYTES + 1024);
-    let mut framed = Vec::with_capacity(BLOCK_BYTES + 1024);
     let mut from: Option<Vec<u8>> = None;
     loop {
         payload.clear();
         let mut last: Option<Vec<u8>> = None;
+        let mut items = 0;
         {
             let _guard = tree.pin();
             let start = match &from {
@@ -141,22 +185,86 @@ fn write_file(
                 },
             );
         }
-        if !payload.is_empty() {
-            framed.clear();
-            record::encode_block(&mut framed, &payload);
-            f.write_all(&framed).map_err(err)?;
-            bytes += framed.len() as u64;
-        }
+        out.block(&payload, items)?;
         match last {
             Some(k) => from = Some(k),
             None => break,
         }
     }
-    let footer = record::encode_footer(items);
-    f.write_all(&footer).map_err(err)?;
-    bytes += footer.len() as u64;
-    f.sync_data().map_err(err)?;
-    Ok((items, bytes))
+    out.finish()
+}
+
+/// A checkpoint-shaped file being written: header, checksummed blocks,
+/// and a footer with the number of entries, then synced (a checkpoint, a
+/// delta run, a merged base).
+pub(crate) struct BlockFile {
+    file: Box<dyn super::file::WritableFile>,
+    what: String,
+    entries: u64,
+    bytes: u64,
+    framed: Vec<u8>,
+}
+
+impl BlockFile {
+    /// Creates `path` with a header of `magic` and fields `a`, `b`.
+    pub(crate) fn create(
+        storage: &dyn Storage,
+        path: &Path,
+        magic: &[u8; 8],
+        a: u64,
+        b: u64,
+    ) -> Result<BlockFile, IoError> {
+        let what = format!("writing {}", path.display());
+        let mut file = storage.create(path).map_err(IoError::doing(what.clone()))?;
+        let header = record::encode_header(magic, a, b);
+        file.write_all(&header)
+            .map_err(IoError::doing(what.clone()))?;
+        Ok(BlockFile {
+            file,
+            what,
+            entries: 0,
+            bytes: header.len() as u64,
+            framed: Vec::with_capacity(BLOCK_BYTES + 1024),
+        })
+    }
+
+    /// Appends a block holding `entries` entries (nothing if empty).
+    pub(crate) fn block(&mut self, payload: &[u8], entries: u64) -> Result<(), IoError> {
+        if payload.is_empty() {
+            return Ok(());
+        }
+        self.framed.clear();
+        record::encode_block(&mut self.framed, payload);
+        self.file
+            .write_all(&self.framed)
+            .map_err(IoError::doing(self.what.clone()))?;
+        self.bytes += self.framed.len() as u64;
+        self.entries += entries;
+        Ok(())
+    }
+
+    /// Writes the footer and syncs: (entries, bytes).
+    pub(crate) fn finish(mut self) -> Result<(u64, u64), IoError> {
+        let footer = record::encode_footer(self.entries);
+        self.file
+            .write_all(&footer)
+            .and_then(|()| self.file.sync_data())
+            .map_err(IoError::doing(self.what.clone()))?;
+        Ok((self.entries, self.bytes + footer.len() as u64))
+    }
+}
+
+/// Renames a finished `tmp` to `dir/name` and syncs the directory.
+pub(crate) fn publish(
+    storage: &dyn Storage,
+    dir: &Path,
+    tmp: &Path,
+    name: &str,
+) -> Result<(), IoError> {
+    storage
+        .rename(tmp, &dir.join(name))
+        .and_then(|()| storage.sync_dir(dir))
+        .map_err(IoError::doing(format!("publishing {name}")))
 }
 
 /// Reads and verifies a checkpoint, handing each item to `f` in order.
@@ -167,6 +275,38 @@ pub(crate) fn read(
     path: &Path,
     mut f: impl FnMut(&CkptItem<'_>) -> Result<(), ItemRefused>,
 ) -> Result<(u64, u64), CheckpointError> {
+    let mut items = 0u64;
+    let (version, _created, count) =
+        read_blocks(storage, path, record::CKPT_MAGIC, |payload, offset| {
+            let block = |damage| CheckpointError::Block { offset, damage };
+            let mut at = 0;
+            let mut n = 0;
+            while at < payload.len() {
+                let (it, next) = record::decode_ckpt_item(payload, at).map_err(block)?;
+                f(&it).map_err(|refused| CheckpointError::Item {
+                    index: items,
+                    refused,
+                })?;
+                items += 1;
+                n += 1;
+                at = next;
+            }
+            Ok(n)
+        })?;
+    debug_assert_eq!(count, items);
+    Ok((version, items))
+}
+
+/// Reads a file `BlockFile` wrote with `magic`: verifies the header, hands
+/// each block's payload and offset to `f` (which returns how many entries
+/// it held), and checks the footer's count against their sum and that
+/// nothing follows it. Returns the header's two fields and the count.
+pub(crate) fn read_blocks(
+    storage: &dyn Storage,
+    path: &Path,
+    magic: &[u8; 8],
+    mut f: impl FnMut(&[u8], u64) -> Result<u64, CheckpointError>,
+) -> Result<(u64, u64, u64), CheckpointError> {
     let mut r = storage
         .open_read(path)
         .map_err(IoError::doing("cannot open"))?;
@@ -179,9 +319,8 @@ pub(crate) fn read(
     };
     let mut header = [0u8; record::HEADER_BYTES];
     r.read_exact(&mut header).map_err(io)?;
-    let (version, _created) =
-        record::decode_header(record::CKPT_MAGIC, &header).map_err(CheckpointError::Header)?;
-    let mut items = 0u64;
+    let (a, b) = record::decode_header(magic, &header).map_err(CheckpointError::Header)?;
+    let mut entries = 0u64;
     let mut frame = Vec::new();
     let mut offset = record::HEADER_BYTES as u64;
     loop {
@@ -194,17 +333,17 @@ pub(crate) fn read(
             r.read_exact(&mut footer[4..]).map_err(io)?;
             let count = record::decode_footer(&footer)
                 .map_err(|damage| CheckpointError::Footer { offset, damage })?;
-            if count != items {
+            if count != entries {
                 return Err(CheckpointError::ItemCount {
                     footer: count,
-                    blocks: items,
+                    blocks: entries,
                 });
             }
             let mut rest = [0u8; 1];
             if r.read(&mut rest).map_err(io)? != 0 {
                 return Err(CheckpointError::TrailingBytes);
             }
-            return Ok((version, items));
+            return Ok((a, b, count));
         }
         let block = |damage| CheckpointError::Block { offset, damage };
         if word as usize > record::MAX_BODY_BYTES {
@@ -215,16 +354,7 @@ pub(crate) fn read(
         frame.resize(record::FRAME_BYTES + word as usize, 0);
         r.read_exact(&mut frame[4..]).map_err(io)?;
         let payload = record::decode_frame(&frame).map_err(block)?;
-        let mut at = 0;
-        while at < payload.len() {
-            let (it, next) = record::decode_ckpt_item(payload, at).map_err(block)?;
-            f(&it).map_err(|refused| CheckpointError::Item {
-                index: items,
-                refused,
-            })?;
-            items += 1;
-            at = next;
-        }
+        entries += f(payload, offset)?;
         offset += frame.len() as u64;
     }
 }
@@ -238,26 +368,4 @@ pub(crate) fn list(storage: &dyn Storage, dir: &Path) -> std::io::Result<Vec<(u6
         .collect();
     out.sort_by_key(|c| std::cmp::Reverse(c.0));
     Ok(out)
-}
-
-/// Keeps the `keep` newest checkpoints, removes older ones and unfinished
-/// `.tmp` files. Returns the oldest kept version (the WAL must reach back
-/// to it so recovery can fall back to it).
-pub(crate) fn retain(storage: &dyn Storage, dir: &Path, keep: usize) -> std::io::Result<u64> {
-    let all = list(storage, dir)?;
-    let mut removed = false;
-    for (_, path) in all.iter().skip(keep) {
-        storage.remove(path)?;
-        removed = true;
-    }
-    for name in storage.list(dir)? {
-        if name.starts_with("ckpt-") && name.ends_with(".tmp") {
-            storage.remove(&dir.join(name))?;
-            removed = true;
-        }
-    }
-    if removed {
-        storage.sync_dir(dir)?;
-    }
-    Ok(all.iter().take(keep).next_back().map_or(0, |c| c.0))
 }

@@ -6,7 +6,11 @@
 //! - `file`: the storage trait, the real file system, the fault-injecting one
 //! - `record`: byte formats of log records, segments and checkpoints
 //! - `wal`: the log, its flusher thread and group commit
-//! - `checkpoint`: writing and reading checkpoints
+//! - `checkpoint`: writing and reading checkpoints (and the block file
+//!   format they share with delta runs)
+//! - `delta`: delta runs, the leaves changed since the last checkpoint
+//! - `overlay`: delta runs composed in memory and merged with a base
+//! - `compact`: checkpoint chains: loading one, merging one into a base
 //! - `recovery`: checkpoint load + log replay
 //! - `cut`: where the log ends, torn tail or corruption, what a cut drops,
 //!   and the version floor that keeps dropped versions from coming back
@@ -18,10 +22,13 @@
 
 pub mod check;
 pub(crate) mod checkpoint;
+pub(crate) mod compact;
 pub(crate) mod cut;
+pub(crate) mod delta;
 mod error;
 pub(crate) mod executor;
 pub mod file;
+pub(crate) mod overlay;
 pub(crate) mod record;
 pub(crate) mod recovery;
 pub(crate) mod runtime;
@@ -32,7 +39,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use checkpoint::CheckpointInfo;
+pub use checkpoint::{CheckpointInfo, CheckpointKind};
 pub use cut::{FLOOR_FILE, RepairReport, repair, repair_with};
 pub use error::{
     CheckpointError, CorruptLog, Damage, IoError, ItemRefused, ParseDurabilityError, RecordRefused,
@@ -97,6 +104,15 @@ pub struct DurableConfig {
     pub checkpoint_interval: Duration,
     /// Worker threads of the background executor (default 1).
     pub background_threads: usize,
+    /// Incremental checkpoints (default on): after a base checkpoint, each
+    /// checkpoint writes only the leaves changed since the one before as a
+    /// delta run. Off: every checkpoint is a full one.
+    pub delta_checkpoints: bool,
+    /// The background executor merges a base and its runs into a new base
+    /// once this many runs follow it, or once they hold half the base's
+    /// bytes (default 4). At twice as many, a checkpoint first merges on
+    /// its own thread (back-pressure).
+    pub merge_after_deltas: usize,
     /// Where files go: the real file system by default; tests pass a
     /// `FaultyStorage`.
     pub storage: Arc<dyn Storage>,
@@ -119,6 +135,8 @@ impl DurableConfig {
             checkpoint_wal_bytes: 256 << 20,
             checkpoint_interval: Duration::from_secs(300),
             background_threads: 1,
+            delta_checkpoints: true,
+            merge_after_deltas: 4,
             storage: Arc::new(FsStorage),
             truncate_corrupt: false,
         }
@@ -133,9 +151,14 @@ impl DurableConfig {
 /// The checkpoint recovery loaded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadedCheckpoint {
+    /// The base checkpoint.
     pub file: String,
+    /// The version reached: the base's, or its last delta run's.
     pub version: u64,
+    /// Items loaded (base and runs merged).
     pub items: u64,
+    /// The delta runs applied on the base, in order.
+    pub deltas: Vec<String>,
 }
 
 /// What a cut of the log drops: the rest of the segment it is in, and
@@ -247,10 +270,19 @@ pub struct RecoveryReport {
 impl fmt::Display for RecoveryReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.checkpoint {
-            Some(c) => write!(
+            Some(c) if c.deltas.is_empty() => write!(
                 f,
                 "loaded checkpoint {} (version {}, {} items) in {:.3}s",
                 c.file,
+                c.version,
+                c.items,
+                self.load_time.as_secs_f64()
+            )?,
+            Some(c) => write!(
+                f,
+                "loaded checkpoint {} with {} delta runs to version {} ({} items) in {:.3}s",
+                c.file,
+                c.deltas.len(),
                 c.version,
                 c.items,
                 self.load_time.as_secs_f64()
@@ -309,6 +341,15 @@ pub struct PersistenceStats {
     pub checkpoints_failed: u64,
     pub last_checkpoint: Option<CheckpointInfo>,
     pub last_checkpoint_error: Option<String>,
+    /// The checkpoint chain on disk: the base's version and bytes, and the
+    /// delta runs after it (count and bytes).
+    pub base_checkpoint: Option<(u64, u64)>,
+    pub delta_runs: usize,
+    pub delta_bytes: u64,
+    /// Background merges of a chain into a new base.
+    pub merges_ok: u64,
+    pub merges_failed: u64,
+    pub last_merge: Option<CheckpointInfo>,
     /// Set once a log failure made the store read-only: the cause.
     pub read_only: Option<String>,
     pub recovery: RecoveryReport,

@@ -36,10 +36,12 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::checkpoint;
+use super::compact;
 use super::cut::{self, GroupCut};
+use super::delta;
 use super::error::{CheckpointError, IoError, ItemRefused, RecordRefused, RecoveryError};
 use super::file::Storage;
-use super::record::{self, Damage, Record};
+use super::record::{self, CkptItem, Damage, Record};
 use super::wal::{Existing, SegmentMeta};
 use super::{LoadedCheckpoint, RecoveryReport};
 use crate::config::Geometry;
@@ -156,52 +158,91 @@ pub(crate) struct Recovered {
     pub tree: Tree,
     pub log: Existing,
     pub report: RecoveryReport,
+    pub chain: LoadedChain,
 }
 
 fn io(what: &str) -> impl Fn(std::io::Error) -> RecoveryError + '_ {
     move |e| RecoveryError::Io(IoError::new(what, e))
 }
 
-/// Loads the newest valid checkpoint into a fresh tree.
+/// The checkpoint chain recovery loaded: the base, the delta runs after
+/// it, and whether the next checkpoint must be a full one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct LoadedChain {
+    /// (version, bytes) of the base.
+    pub base: Option<(u64, u64)>,
+    /// (from, to, bytes) of each run, in order.
+    pub deltas: Vec<(u64, u64, u64)>,
+    /// A clear was replayed above the chain's end: the tree's buffers no
+    /// longer tell what changed since it, so only a full checkpoint is
+    /// correct.
+    pub needs_full: bool,
+}
+
+/// Loads the newest valid checkpoint chain into a fresh tree: a base,
+/// newest first, merged as it streams with the delta runs that follow it
+/// (`compact::load_chain`). Returns the tree and the version it reached.
 fn load_checkpoint(
     g: &Geometry,
     max_value_len: usize,
     storage: &dyn Storage,
     dir: &Path,
     report: &mut RecoveryReport,
+    loaded: &mut LoadedChain,
 ) -> Result<(Tree, u64), RecoveryError> {
+    let deltas = delta::list(storage, dir).map_err(io("listing the data directory"))?;
     for (version, path) in
         checkpoint::list(storage, dir).map_err(io("listing the data directory"))?
     {
         let name = path
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let chain = compact::load_chain(
+            storage,
+            version,
+            &deltas,
+            max_value_len,
+            &mut report.skipped_checkpoints,
+        );
         let mut loader = BulkLoader::new(g);
-        let read = checkpoint::read(storage, &path, |it| {
-            if it.value.len() > max_value_len {
-                return Err(ItemRefused::ValueTooLarge {
-                    len: it.value.len(),
-                });
-            }
-            if it.version > version {
-                return Err(ItemRefused::VersionAbove {
-                    version: it.version,
-                });
-            }
+        let mut merge = chain.overlay.merge();
+        let mut items = 0u64;
+        let mut push = |it: &CkptItem<'_>| {
+            items += 1;
             loader
                 .push(it.key, it.value, it.version, it.expiry, it.client_flags)
                 .map_err(ItemRefused::from)
+        };
+        let read = checkpoint::read(storage, &path, |it| {
+            compact::check_item(it, version, max_value_len)?;
+            merge.base(it, &mut push)
+        });
+        let read = read.and_then(|r| {
+            merge
+                .finish(&mut push)
+                .map_err(|refused| CheckpointError::Item {
+                    index: r.1,
+                    refused,
+                })?;
+            Ok(r)
         });
         match read {
-            Ok((v, items)) if v == version => {
+            Ok((v, _)) if v == version => {
                 let (tree, max_item_version) = loader.finish();
                 report.checkpoint = Some(LoadedCheckpoint {
                     file: name,
-                    version,
+                    version: chain.end,
                     items,
+                    deltas: chain.used.iter().map(|d| d.name()).collect(),
                 });
-                debug_assert!(max_item_version <= version);
-                return Ok((tree, version));
+                debug_assert!(max_item_version <= chain.end);
+                loaded.base = Some((version, storage.len(&path).unwrap_or(0)));
+                loaded.deltas = chain
+                    .used
+                    .iter()
+                    .map(|d| (d.from, d.to, storage.len(&d.path).unwrap_or(0)))
+                    .collect();
+                return Ok((tree, chain.end));
             }
             Ok((v, _)) => report.skipped_checkpoints.push((
                 name,
@@ -227,7 +268,9 @@ pub(crate) fn recover(
         .map_err(io("creating the data directory"))?;
     let mut report = RecoveryReport::default();
     let started = Instant::now();
-    let (mut tree, ckpt_version) = load_checkpoint(g, max_value_len, storage, dir, &mut report)?;
+    let mut chain = LoadedChain::default();
+    let (mut tree, ckpt_version) =
+        load_checkpoint(g, max_value_len, storage, dir, &mut report, &mut chain)?;
     report.load_time = started.elapsed();
     let started = Instant::now();
 
@@ -248,8 +291,10 @@ pub(crate) fn recover(
             g,
             max_value_len,
             after: ckpt_version,
+            cleared: std::cell::Cell::new(false),
         };
         let scan = replay.segment(&mut tree, *seq, &name, &bytes, last, stop, &mut report)?;
+        chain.needs_full |= replay.cleared.get();
         let has_header = scan.damage.as_ref().is_none_or(|d| d.0 > 0);
         if i == 0 && has_header && scan.start_version > ckpt_version {
             return Err(RecoveryError::MissingRecords {
@@ -296,6 +341,7 @@ pub(crate) fn recover(
             floor,
         },
         report,
+        chain,
     })
 }
 
@@ -305,6 +351,8 @@ struct Replay<'g> {
     g: &'g Geometry,
     max_value_len: usize,
     after: u64,
+    /// Set once a CLEAR record is applied.
+    cleared: std::cell::Cell<bool>,
 }
 
 impl Replay<'_> {
@@ -333,6 +381,9 @@ impl Replay<'_> {
             if rec.version() <= self.after {
                 report.records_skipped += 1;
                 return;
+            }
+            if matches!(rec, Record::Clear { .. }) {
+                self.cleared.set(true);
             }
             if let Err(e) = apply(tree, self.g, self.max_value_len, rec) {
                 apply_err = Some((rec.version(), e));

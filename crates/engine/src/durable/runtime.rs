@@ -7,9 +7,12 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use super::checkpoint::{self, CheckpointInfo};
+use super::checkpoint::{self, CheckpointInfo, CheckpointKind};
+use super::compact;
+use super::delta::{self, DeltaFile};
 use super::error::{CheckpointError, IoError, RecoveryError, WalError};
 use super::executor::{Executor, Task, TaskError};
+use super::record;
 use super::recovery;
 use super::wal::{Tick, Wal};
 use super::{DurableConfig, PersistenceStats, RecoveryReport};
@@ -21,12 +24,53 @@ const CHECKPOINTS_KEPT: usize = 2;
 /// Tasks the executor queues before `submit` waits.
 const QUEUE_CAPACITY: usize = 4;
 
+/// The checkpoint chain on disk, as this process knows it: the newest base
+/// and the delta runs that follow it.
+#[derive(Debug, Clone, Default)]
+struct Chain {
+    /// (version, bytes) of the base.
+    base: Option<(u64, u64)>,
+    /// (from, to, bytes) of each run, in order.
+    deltas: Vec<(u64, u64, u64)>,
+    /// The next checkpoint must be a full one.
+    needs_full: bool,
+}
+
+impl Chain {
+    /// The version the chain reaches.
+    fn end(&self) -> Option<u64> {
+        self.deltas.last().map(|d| d.1).or(self.base.map(|b| b.0))
+    }
+
+    fn delta_bytes(&self) -> u64 {
+        self.deltas.iter().map(|d| d.2).sum()
+    }
+
+    /// Due for a merge: `after` runs, or runs holding half the base's bytes.
+    fn wants_merge(&self, after: usize) -> bool {
+        let base = self.base.map_or(0, |b| b.1);
+        !self.deltas.is_empty()
+            && (self.deltas.len() >= after.max(1) || 2 * self.delta_bytes() >= base)
+    }
+
+    /// The file that holds the chain's end.
+    fn end_file(&self) -> String {
+        match (self.deltas.last(), self.base) {
+            (Some(d), _) => delta::delta_name(d.0, d.1),
+            (None, Some(b)) => record::checkpoint_name(b.0),
+            (None, None) => String::new(),
+        }
+    }
+}
+
 /// State shared by the store, checkpoint tasks and the trigger.
 #[derive(Debug)]
 pub(crate) struct Checkpoints {
     config: DurableConfig,
+    max_value_len: usize,
     tree: OnceLock<Weak<Tree>>,
     wal: OnceLock<Weak<Wal>>,
+    executor: OnceLock<Weak<Executor>>,
     /// A checkpoint is queued or running (BGSAVE refuses a second).
     running: AtomicBool,
     /// One checkpoint at a time.
@@ -34,17 +78,27 @@ pub(crate) struct Checkpoints {
     /// Held by a clear for its whole run and by a checkpoint while it takes
     /// its version, so a checkpoint never sees a half-done clear.
     pub(crate) clear_lock: Mutex<()>,
+    chain: Mutex<Chain>,
+    /// One merge at a time; a checkpoint that must merge first waits here.
+    merging: Mutex<()>,
+    /// The base a merge is reading: retention keeps it and its runs.
+    merge_input: Mutex<Option<u64>>,
+    /// A merge task is queued or running.
+    merge_queued: AtomicBool,
+    /// Held while files are removed.
+    files: Mutex<()>,
     last_started: Mutex<Instant>,
     ok: AtomicU64,
     failed: AtomicU64,
     last: Mutex<Option<CheckpointInfo>>,
     last_error: Mutex<Option<String>>,
+    merges_ok: AtomicU64,
+    merges_failed: AtomicU64,
+    last_merge: Mutex<Option<CheckpointInfo>>,
 }
 
 impl Checkpoints {
-    /// Writes one checkpoint now (on the calling thread: a task's body).
-    fn run(&self) -> Result<CheckpointInfo, CheckpointError> {
-        let _one = self.serial.lock();
+    fn upgrade(&self) -> Result<(Arc<Tree>, Arc<Wal>), CheckpointError> {
         let tree = self
             .tree
             .get()
@@ -55,23 +109,190 @@ impl Checkpoints {
             .get()
             .and_then(Weak::upgrade)
             .ok_or(CheckpointError::StoreGone)?;
+        Ok((tree, wal))
+    }
+
+    /// Writes one checkpoint now (on the calling thread: a task's body): a
+    /// delta run on the chain when there is one, else a full checkpoint.
+    fn run(&self) -> Result<CheckpointInfo, CheckpointError> {
+        let _one = self.serial.lock();
+        let (tree, wal) = self.upgrade()?;
         *self.last_started.lock() = Instant::now();
         let storage = &*self.config.storage;
         let dir = &self.config.dir;
-        let info = checkpoint::write(&tree, storage, dir, &self.clear_lock, |_| {
+        // Back-pressure: runs may not outgrow the merges. Past twice the
+        // merge point, merge here first (waiting for a background merge
+        // if one is running); if that fails, a full checkpoint restarts
+        // the chain.
+        let limit = 2 * self.config.merge_after_deltas.max(1);
+        if self.chain.lock().deltas.len() >= limit && self.merge().is_err() {
+            self.chain.lock().needs_full = true;
+        }
+        let since = {
+            let c = self.chain.lock();
+            if self.config.delta_checkpoints && !c.needs_full {
+                c.end()
+            } else {
+                None
+            }
+        };
+        let mut info = checkpoint::write(&tree, storage, dir, &self.clear_lock, since, |_| {
             wal.counters
                 .bytes_since_checkpoint
                 .store(0, Ordering::Relaxed);
         })?;
-        // The log must reach back to the oldest kept checkpoint, so that
-        // recovery can fall back to it with nothing lost.
-        let all = checkpoint::retain(storage, dir, CHECKPOINTS_KEPT)
-            .map_err(IoError::doing("removing old checkpoints"))?;
-        if checkpoint::list(storage, dir).map_or(0, |l| l.len()) >= CHECKPOINTS_KEPT {
-            wal.remove_segments_upto(all)
+        {
+            let mut c = self.chain.lock();
+            match info.kind {
+                CheckpointKind::Full => {
+                    *c = Chain {
+                        base: Some((info.version, info.bytes)),
+                        ..Chain::default()
+                    }
+                }
+                CheckpointKind::Delta { from } => c.deltas.push((from, info.version, info.bytes)),
+                CheckpointKind::Unchanged => info.file = c.end_file(),
+                CheckpointKind::Merged { .. } => {}
+            }
+        }
+        self.retain(&wal)?;
+        Ok(info)
+    }
+
+    /// Merges the chain's base and runs into a new base (a task's body, or
+    /// a checkpoint's back-pressure). Ok(None): nothing to merge.
+    fn merge(&self) -> Result<Option<CheckpointInfo>, CheckpointError> {
+        let _one = self.merging.lock();
+        let (base, runs) = {
+            let c = self.chain.lock();
+            match c.base {
+                Some((v, _)) if !c.deltas.is_empty() => (v, c.deltas.clone()),
+                _ => return Ok(None),
+            }
+        };
+        let (_, wal) = self.upgrade()?;
+        let dir = &self.config.dir;
+        let files: Vec<DeltaFile> = runs
+            .iter()
+            .map(|&(from, to, _)| DeltaFile {
+                from,
+                to,
+                path: dir.join(delta::delta_name(from, to)),
+            })
+            .collect();
+        *self.merge_input.lock() = Some(base);
+        let base_path = dir.join(record::checkpoint_name(base));
+        let result = compact::merge(
+            &*self.config.storage,
+            dir,
+            (base, &base_path),
+            &files,
+            self.max_value_len,
+        );
+        *self.merge_input.lock() = None;
+        match &result {
+            Ok(info) => {
+                {
+                    let mut c = self.chain.lock();
+                    // A full checkpoint meanwhile started a newer chain.
+                    if c.base.map(|b| b.0) == Some(base) {
+                        c.base = Some((info.version, info.bytes));
+                        c.deltas.retain(|d| d.0 >= info.version);
+                    }
+                }
+                self.merges_ok.fetch_add(1, Ordering::Relaxed);
+                *self.last_merge.lock() = Some(info.clone());
+            }
+            Err(e) => {
+                // A run that cannot be read back breaks the chain for
+                // recovery too: the next checkpoint starts a new one.
+                self.chain.lock().needs_full = true;
+                self.merges_failed.fetch_add(1, Ordering::Relaxed);
+                *self.last_error.lock() = Some(format!("merge: {e}"));
+            }
+        }
+        let info = result?;
+        self.retain(&wal)?;
+        Ok(Some(info))
+    }
+
+    /// Removes what no recovery needs: bases but the two newest (and the
+    /// chain's, and a running merge's input), runs older than every kept
+    /// base, and log segments below the second newest recovery point (so
+    /// that one damaged file still leaves a point the log reaches).
+    fn retain(&self, wal: &Wal) -> Result<(), CheckpointError> {
+        let _files = self.files.lock();
+        let storage = &*self.config.storage;
+        let dir = &self.config.dir;
+        let err = IoError::doing("removing old checkpoints");
+        let chain = self.chain.lock().clone();
+        let input = *self.merge_input.lock();
+        let bases = checkpoint::list(storage, dir).map_err(err)?;
+        let keep: Vec<u64> = bases
+            .iter()
+            .take(CHECKPOINTS_KEPT)
+            .map(|b| b.0)
+            .chain(chain.base.map(|b| b.0))
+            .chain(input)
+            .collect();
+        let mut removed = false;
+        for (v, path) in &bases {
+            if !keep.contains(v) {
+                storage
+                    .remove(path)
+                    .map_err(IoError::doing("removing old checkpoints"))?;
+                removed = true;
+            }
+        }
+        let oldest = keep.iter().copied().min().unwrap_or(u64::MAX);
+        for d in delta::list(storage, dir).map_err(IoError::doing("listing delta runs"))? {
+            if d.from < oldest {
+                storage
+                    .remove(&d.path)
+                    .map_err(IoError::doing("removing old delta runs"))?;
+                removed = true;
+            }
+        }
+        if removed {
+            storage
+                .sync_dir(dir)
+                .map_err(IoError::doing("removing old checkpoints"))?;
+        }
+        let mut points: Vec<u64> = keep
+            .iter()
+            .copied()
+            .chain(chain.deltas.iter().map(|d| d.1))
+            .collect();
+        points.sort_unstable();
+        points.dedup();
+        if let [.., floor, _] = points[..] {
+            wal.remove_segments_upto(floor)
                 .map_err(IoError::doing("removing old log segments"))?;
         }
-        Ok(info)
+        Ok(())
+    }
+
+    /// Queues a background merge if the chain is due for one.
+    fn maybe_merge(self: &Arc<Self>) {
+        if !self
+            .chain
+            .lock()
+            .wants_merge(self.config.merge_after_deltas)
+        {
+            return;
+        }
+        let Some(executor) = self.executor.get().and_then(Weak::upgrade) else {
+            return;
+        };
+        if self.merge_queued.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let task = MergeTask {
+            state: Arc::clone(self),
+        };
+        if executor.try_submit(Box::new(task)).is_err() {
+            self.merge_queued.store(false, Ordering::Release);
+        }
     }
 
     fn record(&self, outcome: &Result<CheckpointInfo, CheckpointError>) {
@@ -85,6 +306,25 @@ impl Checkpoints {
                 *self.last_error.lock() = Some(e.to_string());
             }
         }
+    }
+}
+
+/// One background merge of the chain into a new base.
+struct MergeTask {
+    state: Arc<Checkpoints>,
+}
+
+impl Task for MergeTask {
+    fn name(&self) -> String {
+        "merge".into()
+    }
+    fn run_cpu(&mut self) -> Result<(), TaskError> {
+        self.state.merge().map_err(TaskError::Checkpoint)?;
+        Ok(())
+    }
+    fn finish(&mut self, _outcome: Result<(), TaskError>) {
+        // `merge` recorded the outcome.
+        self.state.merge_queued.store(false, Ordering::Release);
     }
 }
 
@@ -113,6 +353,9 @@ impl Task for CheckpointTask {
         };
         self.state.record(&outcome);
         self.state.running.store(false, Ordering::Release);
+        if outcome.is_ok() {
+            self.state.maybe_merge();
+        }
         if let Some(reply) = self.reply.take() {
             let _ = reply.send(outcome);
         }
@@ -171,18 +414,34 @@ impl Durable {
             config.truncate_corrupt,
         )?;
         let mut tree = rec.tree;
+        remove_unfinished(&*config.storage, &config.dir)
+            .map_err(IoError::doing("removing unfinished checkpoints"))?;
         let state = Arc::new(Checkpoints {
             config: config.clone(),
+            max_value_len,
             tree: OnceLock::new(),
             wal: OnceLock::new(),
+            executor: OnceLock::new(),
             running: AtomicBool::new(false),
             serial: Mutex::new(()),
             clear_lock: Mutex::new(()),
+            chain: Mutex::new(Chain {
+                base: rec.chain.base,
+                deltas: rec.chain.deltas.clone(),
+                needs_full: rec.chain.needs_full,
+            }),
+            merging: Mutex::new(()),
+            merge_input: Mutex::new(None),
+            merge_queued: AtomicBool::new(false),
+            files: Mutex::new(()),
             last_started: Mutex::new(Instant::now()),
             ok: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             last: Mutex::new(None),
             last_error: Mutex::new(None),
+            merges_ok: AtomicU64::new(0),
+            merges_failed: AtomicU64::new(0),
+            last_merge: Mutex::new(None),
         });
         let executor = Arc::new(Executor::new(
             config.background_threads,
@@ -222,6 +481,10 @@ impl Durable {
         let tree = Arc::new(tree);
         state.tree.set(Arc::downgrade(&tree)).expect("set once");
         state.wal.set(Arc::downgrade(&wal)).expect("set once");
+        state
+            .executor
+            .set(Arc::downgrade(&executor))
+            .expect("set once");
         Ok((
             tree,
             Durable {
@@ -278,6 +541,7 @@ impl Durable {
         let segs = self.wal.segments.lock().clone();
         let c = &self.wal.counters;
         let s = &self.checkpoints;
+        let chain = s.chain.lock().clone();
         PersistenceStats {
             enabled: true,
             mode: self.wal.mode(),
@@ -293,6 +557,12 @@ impl Durable {
             checkpoints_failed: s.failed.load(Ordering::Relaxed),
             last_checkpoint: s.last.lock().clone(),
             last_checkpoint_error: s.last_error.lock().clone(),
+            base_checkpoint: chain.base,
+            delta_runs: chain.deltas.len(),
+            delta_bytes: chain.delta_bytes(),
+            merges_ok: s.merges_ok.load(Ordering::Relaxed),
+            merges_failed: s.merges_failed.load(Ordering::Relaxed),
+            last_merge: s.last_merge.lock().clone(),
             read_only: self.wal.failure().map(|e| e.to_string()),
             recovery: self.report.clone(),
             executor: self.executor.stats(),
@@ -309,4 +579,23 @@ impl Durable {
         }
         shut.clone().expect("set above")
     }
+}
+
+/// Removes `.tmp` files a crash left behind (a checkpoint, run or merge
+/// that never finished): only while no task can be writing one.
+fn remove_unfinished(
+    storage: &dyn super::file::Storage,
+    dir: &std::path::Path,
+) -> std::io::Result<()> {
+    let mut removed = false;
+    for name in storage.list(dir)? {
+        if (name.starts_with("ckpt-") || name.starts_with("delta-")) && name.ends_with(".tmp") {
+            storage.remove(&dir.join(name))?;
+            removed = true;
+        }
+    }
+    if removed {
+        storage.sync_dir(dir)?;
+    }
+    Ok(())
 }

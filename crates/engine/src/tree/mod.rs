@@ -11,6 +11,7 @@
 //! - `write`: log appends, merges, splits, node merges
 //! - `group`: atomic groups (their clock hold and log brackets)
 //! - `clear`: FLUSHALL (its record and the leaf-by-leaf delete)
+//! - `delta`: which leaves changed since a version (incremental checkpoints)
 //! - `snapshots`: pinned read versions
 //! - `reclaim`, `epoch`: when a replaced buffer may be freed
 //!
@@ -21,6 +22,7 @@
 
 pub(crate) mod build;
 mod clear;
+pub(crate) mod delta;
 pub(crate) mod epoch;
 mod group;
 pub(crate) use group::Group;

@@ -1,0 +1,205 @@
+//! Chains of checkpoints and their compaction (`docs/design.md`,
+//! "Incremental checkpoints"): a base checkpoint and the delta runs that
+//! follow it, each starting at the version the one before it reached.
+//! Recovery loads a chain (the base merged with its runs as it streams);
+//! the background executor merges a chain into a new base, so that the
+//! runs never pile up.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use super::checkpoint::{self, BlockFile, CheckpointInfo, CheckpointKind};
+use super::delta::{self, DeltaFile, Entry};
+use super::error::{CheckpointError, IoError, ItemRefused};
+use super::file::Storage;
+use super::overlay::{Overlay, Run};
+use super::record::{self, CkptItem};
+
+/// Payload bytes per block of a merged base.
+const BLOCK_BYTES: usize = 64 << 10;
+
+/// Reads `file` whole into a run, checking each item against the limits.
+pub(crate) fn read_run(
+    storage: &dyn Storage,
+    file: &DeltaFile,
+    max_value_len: usize,
+) -> Result<Run, CheckpointError> {
+    let mut run = Run::default();
+    delta::read(storage, file, |e| {
+        if let Entry::Put(it) = e {
+            check_item(it, file.to, max_value_len)?;
+        }
+        run.push(e);
+        Ok(())
+    })?;
+    Ok(run)
+}
+
+/// An item of a file at `version` must be no newer than it and within the
+/// value limit.
+pub(crate) fn check_item(
+    it: &CkptItem<'_>,
+    version: u64,
+    max_value_len: usize,
+) -> Result<(), ItemRefused> {
+    if it.value.len() > max_value_len {
+        return Err(ItemRefused::ValueTooLarge {
+            len: it.value.len(),
+        });
+    }
+    if it.version > version {
+        return Err(ItemRefused::VersionAbove {
+            version: it.version,
+        });
+    }
+    Ok(())
+}
+
+/// The runs that follow a base, loaded.
+#[derive(Debug, Default)]
+pub(crate) struct Chain {
+    pub overlay: Overlay,
+    /// The runs applied, in order.
+    pub used: Vec<DeltaFile>,
+    /// The version the chain reaches.
+    pub end: u64,
+}
+
+/// Follows the runs from version `from` among `deltas`: at each step the
+/// run starting there that reaches furthest and reads whole (an older,
+/// damaged attempt may share its start). `skipped` receives each run that
+/// failed, with why.
+pub(crate) fn load_chain(
+    storage: &dyn Storage,
+    from: u64,
+    deltas: &[DeltaFile],
+    max_value_len: usize,
+    skipped: &mut Vec<(String, String)>,
+) -> Chain {
+    let mut chain = Chain {
+        end: from,
+        ..Chain::default()
+    };
+    loop {
+        let mut next: Vec<&DeltaFile> = deltas.iter().filter(|d| d.from == chain.end).collect();
+        next.sort_by_key(|d| std::cmp::Reverse(d.to));
+        let mut applied = false;
+        for d in next {
+            match read_run(storage, d, max_value_len) {
+                Ok(run) => {
+                    chain.overlay.apply(run);
+                    chain.used.push(d.clone());
+                    chain.end = d.to;
+                    applied = true;
+                    break;
+                }
+                Err(why) => {
+                    let entry = (d.name(), why.to_string());
+                    if !skipped.contains(&entry) {
+                        skipped.push(entry);
+                    }
+                }
+            }
+        }
+        if !applied {
+            return chain;
+        }
+    }
+}
+
+/// Merges the base at `base` (its path) with the runs `runs` (a chain from
+/// its version, in order) into a new base at the last run's version,
+/// written as `.tmp`, synced and renamed. Every run must read whole.
+pub(crate) fn merge(
+    storage: &dyn Storage,
+    dir: &Path,
+    base: (u64, &Path),
+    runs: &[DeltaFile],
+    max_value_len: usize,
+) -> Result<CheckpointInfo, CheckpointError> {
+    let started = Instant::now();
+    let mut overlay = Overlay::default();
+    let mut end = base.0;
+    for d in runs {
+        if d.from != end {
+            return Err(CheckpointError::Io(IoError::new(
+                format!("merging {}", d.name()),
+                std::io::Error::other(format!("the chain breaks at version {end}")),
+            )));
+        }
+        overlay.apply(read_run(storage, d, max_value_len)?);
+        end = d.to;
+    }
+    let name = record::checkpoint_name(end);
+    let tmp: PathBuf = dir.join(format!("{name}.tmp"));
+    let result = write_merged(storage, &tmp, base, end, &overlay, max_value_len).and_then(
+        |(items, bytes)| {
+            checkpoint::publish(storage, dir, &tmp, &name).map_err(CheckpointError::Io)?;
+            Ok((items, bytes))
+        },
+    );
+    match result {
+        Ok((items, bytes)) => Ok(CheckpointInfo {
+            file: name,
+            kind: CheckpointKind::Merged { runs: runs.len() },
+            version: end,
+            items,
+            bytes,
+            duration: started.elapsed(),
+            finished_unix_ms: crate::types::now_ms(),
+        }),
+        Err(e) => {
+            let _ = storage.remove(&tmp);
+            Err(e)
+        }
+    }
+}
+
+fn write_merged(
+    storage: &dyn Storage,
+    tmp: &Path,
+    base: (u64, &Path),
+    end: u64,
+    overlay: &Overlay,
+    max_value_len: usize,
+) -> Result<(u64, u64), CheckpointError> {
+    let mut out = BlockFile::create(
+        storage,
+        tmp,
+        record::CKPT_MAGIC,
+        end,
+        crate::types::now_ms(),
+    )
+    .map_err(CheckpointError::Io)?;
+    let mut payload = Vec::with_capacity(BLOCK_BYTES + 1024);
+    let mut in_block = 0u64;
+    // A write error is carried out of the reader's callback in `failed`.
+    let mut failed: Option<IoError> = None;
+    let mut emit = |it: &CkptItem<'_>| -> Result<(), ItemRefused> {
+        record::encode_ckpt_item(&mut payload, it);
+        in_block += 1;
+        if payload.len() >= BLOCK_BYTES && failed.is_none() {
+            if let Err(e) = out.block(&payload, in_block) {
+                failed = Some(e);
+            }
+            payload.clear();
+            in_block = 0;
+        }
+        Ok(())
+    };
+    let mut m = overlay.merge();
+    let (version, _) = checkpoint::read(storage, base.1, |it| {
+        check_item(it, base.0, max_value_len)?;
+        m.base(it, &mut emit)
+    })?;
+    if version != base.0 {
+        return Err(CheckpointError::VersionMismatch { header: version });
+    }
+    m.finish(&mut emit)
+        .map_err(|refused| CheckpointError::Item { index: 0, refused })?;
+    if let Some(e) = failed {
+        return Err(CheckpointError::Io(e));
+    }
+    out.block(&payload, in_block).map_err(CheckpointError::Io)?;
+    out.finish().map_err(CheckpointError::Io)
+}
