@@ -41,8 +41,10 @@ fn reset_peak() {
 
 fn config(dir: &std::path::Path, mode: Durability) -> DurableConfig {
     DurableConfig {
-        // Checkpoints only when asked, so the figures measure one each.
+        // Checkpoints only when asked, so the figures measure one each, and
+        // each a full one (`checkpoint_figures` measures delta runs).
         checkpoint_wal_bytes: u64::MAX,
+        delta_checkpoints: false,
         checkpoint_interval: Duration::from_secs(86_400),
         ..DurableConfig::new(dir).with_mode(mode)
     }

@@ -25,7 +25,9 @@ mod types;
 
 pub use config::Config;
 pub use durable::check::CheckReport;
-pub use durable::{CheckpointInfo, Durability, DurableConfig, PersistenceStats, RecoveryReport};
+pub use durable::{
+    CheckpointInfo, CheckpointKind, Durability, DurableConfig, PersistenceStats, RecoveryReport,
+};
 pub use error::{Error, Result};
 pub use store::op;
 pub use store::{Pin, Session, Store, check};

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use super::deletes::DeleteLog;
 use super::error::{CheckpointError, IoError, ItemRefused};
 use super::file::Storage;
 use super::record::{self, CkptItem};
@@ -81,14 +82,14 @@ fn with_snapshot<T>(tree: &Tree, clear_lock: &Mutex<()>, f: impl FnOnce(u64) -> 
 
 /// Writes a checkpoint of `tree` at its current read version into `dir`:
 /// a delta run from version `since` when given (the chain's end; nothing
-/// if no write came since), else a full one. `on_snapshot` runs once the
-/// version is pinned.
+/// if no write came since), with the deleted keys `deletes` recorded, else
+/// a full one. `on_snapshot` runs once the version is pinned.
 pub(crate) fn write(
     tree: &Tree,
     storage: &dyn Storage,
     dir: &Path,
     clear_lock: &Mutex<()>,
-    since: Option<u64>,
+    (since, deletes): (Option<u64>, &DeleteLog),
     on_snapshot: impl FnOnce(u64),
 ) -> Result<CheckpointInfo, CheckpointError> {
     let started = Instant::now();
@@ -108,7 +109,9 @@ pub(crate) fn write(
                 Ok(info(String::new(), CheckpointKind::Unchanged, 0, 0))
             }
             Some(from) => {
-                let w = super::delta::write(tree, storage, dir, from, version)?;
+                let deleted = deletes.between(from, version);
+                let w =
+                    super::delta::write(tree, storage, dir, (from, version), deleted.as_deref())?;
                 let name = super::delta::delta_name(from, version);
                 Ok(info(
                     name,

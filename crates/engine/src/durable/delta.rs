@@ -160,61 +160,68 @@ fn decode(p: &[u8], at: usize) -> Result<(Entry<'_>, usize), Damage> {
 /// a range is a PUT of it, and a range starts above every key before it.
 #[derive(Default)]
 struct Order {
-    /// The next key must be above this one (at or above, if `.1`).
-    min: Option<(Vec<u8>, bool)>,
-    /// The open range's high bound (None inside: unbounded).
-    range: Option<Option<Vec<u8>>>,
+    /// The next key must be above `min` (at or above, if `inclusive`);
+    /// no bound before the first entry.
+    min: Vec<u8>,
+    has_min: bool,
+    inclusive: bool,
+    /// A range is open; `hi` is its high bound unless `unbounded`.
+    open: bool,
+    unbounded: bool,
+    hi: Vec<u8>,
 }
 
 impl Order {
+    fn above_min(&self, k: &[u8]) -> bool {
+        !self.has_min
+            || match key_cmp(k, &self.min) {
+                Cmp::Greater => true,
+                Cmp::Equal => self.inclusive,
+                Cmp::Less => false,
+            }
+    }
+
+    fn set_min(&mut self, k: &[u8], inclusive: bool) {
+        self.min.clear();
+        self.min.extend_from_slice(k);
+        self.has_min = true;
+        self.inclusive = inclusive;
+    }
+
     fn check(&mut self, e: &Entry<'_>) -> Result<(), Damage> {
         let bad = |why: &str| Err(Damage::Corrupt(format!("delta order: {why}")));
-        let above = |k: &[u8], min: &Option<(Vec<u8>, bool)>| match min {
-            None => true,
-            Some((m, inclusive)) => match key_cmp(k, m) {
-                Cmp::Greater => true,
-                Cmp::Equal => *inclusive,
-                Cmp::Less => false,
-            },
-        };
         match *e {
             Entry::Range { lo, hi } => {
                 if lo.is_empty() {
-                    if self.min.is_some() {
+                    if self.has_min {
                         return bad("an unbounded range after other entries");
                     }
-                } else if !above(lo, &self.min) {
+                } else if !self.above_min(lo) {
                     return bad("a range not above the entry before it");
                 }
-                if let Some(open) = &self.range {
-                    match open {
-                        Some(h) if key_cmp(lo, h) != Cmp::Less => {}
-                        _ => return bad("overlapping ranges"),
-                    }
+                if self.open && (self.unbounded || key_cmp(lo, &self.hi) == Cmp::Less) {
+                    return bad("overlapping ranges");
                 }
                 if hi.is_some_and(|h| key_cmp(h, lo) != Cmp::Greater) {
                     return bad("an empty range");
                 }
-                self.range = Some(hi.map(<[u8]>::to_vec));
-                self.min = Some((lo.to_vec(), true));
+                self.open = true;
+                self.unbounded = hi.is_none();
+                self.hi.clear();
+                self.hi.extend_from_slice(hi.unwrap_or_default());
+                self.set_min(lo, true);
                 Ok(())
             }
             Entry::Put(CkptItem { key, .. }) | Entry::Del(key) => {
-                if key.is_empty() || !above(key, &self.min) {
+                if key.is_empty() || !self.above_min(key) {
                     return bad("keys not ascending");
                 }
-                let inside = match &self.range {
-                    Some(None) => true,
-                    Some(Some(h)) => key_cmp(key, h) == Cmp::Less,
-                    None => false,
-                };
+                let inside = self.open && (self.unbounded || key_cmp(key, &self.hi) == Cmp::Less);
                 if inside && matches!(e, Entry::Del(_)) {
                     return bad("a delete inside a range");
                 }
-                if !inside {
-                    self.range = None;
-                }
-                self.min = Some((key.to_vec(), false));
+                self.open = inside;
+                self.set_min(key, false);
                 Ok(())
             }
         }
@@ -229,20 +236,24 @@ pub(crate) struct Written {
     /// Leaves reported whole (rewritten since `from`) and by key.
     pub range_leaves: u64,
     pub key_leaves: u64,
+    /// DEL entries for recorded deletes.
+    pub deletes: u64,
 }
 
 /// Writes the run from `from` to `to` (a pinned read version) of `tree`
 /// into `dir`, as `.tmp`, synced, renamed and the directory synced.
+/// `deleted`: every key deleted at a version in `(from, to]`, sorted, when
+/// known (`DeleteLog::between`); then no leaf is written whole.
 pub(crate) fn write(
     tree: &Tree,
     storage: &dyn Storage,
     dir: &Path,
-    from: u64,
-    to: u64,
+    (from, to): (u64, u64),
+    deleted: Option<&[Vec<u8>]>,
 ) -> Result<Written, IoError> {
     let name = delta_name(from, to);
     let tmp = dir.join(format!("{name}.tmp"));
-    let result = write_file(tree, storage, &tmp, from, to)
+    let result = write_file(tree, storage, &tmp, from, to, deleted)
         .and_then(|w| checkpoint::publish(storage, dir, &tmp, &name).map(|()| w));
     if result.is_err() {
         let _ = storage.remove(&tmp);
@@ -256,12 +267,18 @@ fn write_file(
     path: &Path,
     from: u64,
     to: u64,
+    deleted: Option<&[Vec<u8>]>,
 ) -> Result<Written, IoError> {
     let mut out = BlockFile::create(storage, path, DELTA_MAGIC, to, from)?;
     let now = Now::lazy();
     let mut payload = Vec::with_capacity(BLOCK_BYTES + 1024);
     let mut in_block = 0u64;
     let (mut range_leaves, mut key_leaves) = (0, 0);
+    let mut dels = Deleted {
+        keys: deleted.unwrap_or_default(),
+        at: 0,
+        written: 0,
+    };
     let item = |it: &ItemRef<'static>| {
         Entry::Put(CkptItem {
             version: it.version,
@@ -278,7 +295,7 @@ fn write_file(
     while let Some(mut key) = start.take() {
         let _guard = tree.pin();
         for _ in 0..LEAVES_PER_PIN {
-            let (change, hi) = tree.leaf_delta(&key, to, from, &now);
+            let (change, hi) = tree.leaf_delta(&key, to, from, &now, deleted.is_some());
             match change {
                 Some(LeafDelta::Range { lo, hi, items }) => {
                     range_leaves += 1;
@@ -293,6 +310,7 @@ fn write_file(
                 Some(LeafDelta::Keys(keys)) => {
                     key_leaves += 1;
                     for (k, it) in &keys {
+                        in_block += dels.below(tree, k, to, &now, &mut payload);
                         match it {
                             Some(it) => encode(&mut payload, &item(it)),
                             None => encode(&mut payload, &Entry::Del(k)),
@@ -307,6 +325,8 @@ fn write_file(
                 payload.clear();
                 in_block = 0;
             }
+            // Deleted keys of this leaf after its last changed key.
+            in_block += dels.below_fence(tree, hi, to, &now, &mut payload);
             // The rightmost leaf has no high fence: done.
             let Some(hi) = hi else {
                 key.clear();
@@ -326,7 +346,68 @@ fn write_file(
         bytes,
         range_leaves,
         key_leaves,
+        deletes: dels.written,
     })
+}
+
+/// The deleted keys of a run (sorted), written as DEL entries in key order
+/// among the leaves' entries, each only if the key is absent at the run's
+/// version (a key written again since comes with its leaf's entries).
+struct Deleted<'d> {
+    keys: &'d [Vec<u8>],
+    at: usize,
+    written: u64,
+}
+
+impl Deleted<'_> {
+    /// Writes the deleted keys below `key` (skipping `key` itself, which
+    /// its leaf reports); returns how many entries it wrote.
+    fn below(&mut self, tree: &Tree, key: &[u8], to: u64, now: &Now, out: &mut Vec<u8>) -> u64 {
+        let mut n = 0;
+        while let Some(d) = self.keys.get(self.at) {
+            match key_cmp(d, key) {
+                Cmp::Less => n += self.one(tree, to, now, out),
+                Cmp::Equal => {
+                    self.at += 1;
+                    break;
+                }
+                Cmp::Greater => break,
+            }
+        }
+        n
+    }
+
+    /// Writes the deleted keys below the fence `hi` (None: all the rest).
+    fn below_fence(
+        &mut self,
+        tree: &Tree,
+        hi: Option<&[u8]>,
+        to: u64,
+        now: &Now,
+        out: &mut Vec<u8>,
+    ) -> u64 {
+        let mut n = 0;
+        while let Some(d) = self.keys.get(self.at) {
+            if hi.is_some_and(|h| key_cmp(d, h) != Cmp::Less) {
+                break;
+            }
+            n += self.one(tree, to, now, out);
+        }
+        n
+    }
+
+    /// The next deleted key: a DEL entry if it is absent at `to`.
+    fn one(&mut self, tree: &Tree, to: u64, now: &Now, out: &mut Vec<u8>) -> u64 {
+        let d = &self.keys[self.at];
+        self.at += 1;
+        let live = tree.get_at(d, to).is_some_and(|it| it.is_live(now));
+        if live {
+            return 0;
+        }
+        encode(out, &Entry::Del(d));
+        self.written += 1;
+        1
+    }
 }
 
 /// Reads and verifies the run in `file`, handing each entry to `f` in

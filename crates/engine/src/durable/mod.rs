@@ -9,6 +9,7 @@
 //! - `checkpoint`: writing and reading checkpoints (and the block file
 //!   format they share with delta runs)
 //! - `delta`: delta runs, the leaves changed since the last checkpoint
+//! - `deletes`: the keys deleted since the last checkpoint, for delta runs
 //! - `overlay`: delta runs composed in memory and merged with a base
 //! - `compact`: checkpoint chains: loading one, merging one into a base
 //! - `recovery`: checkpoint load + log replay
@@ -24,6 +25,7 @@ pub mod check;
 pub(crate) mod checkpoint;
 pub(crate) mod compact;
 pub(crate) mod cut;
+pub(crate) mod deletes;
 pub(crate) mod delta;
 mod error;
 pub(crate) mod executor;

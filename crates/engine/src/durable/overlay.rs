@@ -3,126 +3,150 @@
 //! writes as the next base. Runs are small (they hold what changed); the
 //! base is never held whole.
 
-use std::collections::BTreeMap;
+use std::cmp::Ordering;
+use std::ops::Range;
 
 use super::delta::Entry;
 use super::record::CkptItem;
 
-/// An item owned by the overlay.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct OwnedItem {
-    pub version: u64,
-    pub expiry: u64,
-    pub client_flags: u32,
-    pub value: Vec<u8>,
+/// A key entry of a run: the key, and the item (None: absent), as byte
+/// ranges of the run's data.
+#[derive(Debug, Clone)]
+struct KeyEntry {
+    key: Range<usize>,
+    item: Option<(u64, u64, u32, Range<usize>)>,
 }
 
-/// A key range `[lo, hi)` (hi None: unbounded; lo empty: from the first key).
-pub(crate) type KeyRange = (Vec<u8>, Option<Vec<u8>>);
-
-/// One delta run, read whole and verified before it touches an overlay.
+/// One delta run, read whole and verified before it joins an overlay: its
+/// keys and ranges, each in ascending order, over one buffer of bytes.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Run {
-    ranges: Vec<KeyRange>,
-    keys: Vec<(Vec<u8>, Option<OwnedItem>)>,
+    data: Vec<u8>,
+    keys: Vec<KeyEntry>,
+    /// `[lo, hi)` (hi None: unbounded).
+    ranges: Vec<(Range<usize>, Option<Range<usize>>)>,
 }
 
 impl Run {
-    /// Adds the next entry of a run (in the run's order).
+    fn bytes(&mut self, b: &[u8]) -> Range<usize> {
+        let at = self.data.len();
+        self.data.extend_from_slice(b);
+        at..self.data.len()
+    }
+
+    /// Adds the next entry of a run (in the run's order: keys ascend, and
+    /// so do ranges).
     pub(crate) fn push(&mut self, e: &Entry<'_>) {
         match *e {
-            Entry::Put(ref it) => self.keys.push((
-                it.key.to_vec(),
-                Some(OwnedItem {
-                    version: it.version,
-                    expiry: it.expiry,
-                    client_flags: it.client_flags,
-                    value: it.value.to_vec(),
-                }),
-            )),
-            Entry::Del(key) => self.keys.push((key.to_vec(), None)),
-            Entry::Range { lo, hi } => self.ranges.push((lo.to_vec(), hi.map(<[u8]>::to_vec))),
+            Entry::Put(ref it) => {
+                let key = self.bytes(it.key);
+                let value = self.bytes(it.value);
+                self.keys.push(KeyEntry {
+                    key,
+                    item: Some((it.version, it.expiry, it.client_flags, value)),
+                });
+            }
+            Entry::Del(k) => {
+                let key = self.bytes(k);
+                self.keys.push(KeyEntry { key, item: None });
+            }
+            Entry::Range { lo, hi } => {
+                let lo = self.bytes(lo);
+                let hi = hi.map(|h| self.bytes(h));
+                self.ranges.push((lo, hi));
+            }
         }
+    }
+
+    fn key(&self, i: usize) -> Option<&[u8]> {
+        self.keys.get(i).map(|e| &self.data[e.key.clone()])
+    }
+
+    fn item(&self, i: usize) -> Option<CkptItem<'_>> {
+        let e = &self.keys[i];
+        e.item
+            .as_ref()
+            .map(|(version, expiry, flags, value)| CkptItem {
+                version: *version,
+                expiry: *expiry,
+                client_flags: *flags,
+                key: &self.data[e.key.clone()],
+                value: &self.data[value.clone()],
+            })
     }
 }
 
-/// The runs applied so far, newest winning: the newest entry of each key,
-/// and the ranges in which every base key is hidden.
+/// The runs of a chain, oldest first: the newest entry of a key wins, and
+/// a run's ranges hide every older entry and base item inside them.
 #[derive(Debug, Default)]
 pub(crate) struct Overlay {
-    keys: BTreeMap<Vec<u8>, Option<OwnedItem>>,
-    /// Disjoint, ascending, and not touching.
-    ranges: Vec<KeyRange>,
+    runs: Vec<Run>,
 }
 
 impl Overlay {
     /// Applies `run` on top of the runs before it.
     pub(crate) fn apply(&mut self, run: Run) {
-        // A range replaces everything older inside it: drop the older
-        // entries there, then its own items come in with the keys.
-        for (lo, hi) in &run.ranges {
-            let mut tail = self.keys.split_off(&lo[..]);
-            if let Some(hi) = hi {
-                let mut after = tail.split_off(&hi[..]);
-                self.keys.append(&mut after);
-            }
-        }
-        self.keys.extend(run.keys);
-        let mut all = std::mem::take(&mut self.ranges);
-        all.extend(run.ranges);
-        all.sort_by(|a, b| a.0.cmp(&b.0));
-        for (lo, hi) in all {
-            match self.ranges.last_mut() {
-                // Overlapping or touching the last one: extend it.
-                Some((_, last_hi)) if last_hi.as_ref().is_none_or(|h| *h >= lo) => {
-                    if last_hi.is_some() && hi.as_ref().is_none_or(|h| Some(h) > last_hi.as_ref()) {
-                        *last_hi = hi;
-                    }
-                }
-                _ => self.ranges.push((lo, hi)),
-            }
-        }
+        self.runs.push(run);
     }
 
     /// A merge of this overlay with a base streamed in key order.
     pub(crate) fn merge(&self) -> Merge<'_> {
         Merge {
-            keys: self.keys.iter().peekable(),
-            ranges: &self.ranges,
-            at: 0,
+            runs: &self.runs,
+            key_at: vec![0; self.runs.len()],
+            range_at: vec![0; self.runs.len()],
         }
     }
 }
 
 /// The state a base plus an overlay make, produced as the base streams
-/// past (`base`, then `finish`).
+/// past (`base`, then `finish`): a merge of the sorted runs, each with a
+/// cursor over its keys and one over its ranges; keys are visited in
+/// ascending order, so both cursors only move forward.
 pub(crate) struct Merge<'o> {
-    keys: std::iter::Peekable<std::collections::btree_map::Iter<'o, Vec<u8>, Option<OwnedItem>>>,
-    ranges: &'o [KeyRange],
-    /// The first range whose high bound is above the keys seen so far.
-    at: usize,
-}
-
-fn owned<'a>(key: &'a [u8], it: &'a OwnedItem) -> CkptItem<'a> {
-    CkptItem {
-        version: it.version,
-        expiry: it.expiry,
-        client_flags: it.client_flags,
-        key,
-        value: &it.value,
-    }
+    runs: &'o [Run],
+    key_at: Vec<usize>,
+    range_at: Vec<usize>,
 }
 
 impl<'o> Merge<'o> {
-    fn hidden(&mut self, key: &[u8]) -> bool {
-        while let Some((_, Some(hi))) = self.ranges.get(self.at)
-            && hi[..] <= *key
+    /// Whether a range of run `r` holds `key` (keys asked ascend).
+    fn covered(&mut self, r: usize, key: &[u8]) -> bool {
+        let run = &self.runs[r];
+        let at = &mut self.range_at[r];
+        while let Some((_, Some(hi))) = run.ranges.get(*at)
+            && run.data[hi.clone()] <= *key
         {
-            self.at += 1;
+            *at += 1;
         }
-        self.ranges
-            .get(self.at)
-            .is_some_and(|(lo, _)| lo[..] <= *key)
+        run.ranges
+            .get(*at)
+            .is_some_and(|(lo, _)| run.data[lo.clone()] <= *key)
+    }
+
+    /// The smallest key at the runs' key cursors.
+    fn next_key(&self) -> Option<&'o [u8]> {
+        let runs = self.runs;
+        (0..runs.len())
+            .filter_map(|r| runs[r].key(self.key_at[r]))
+            .min()
+    }
+
+    /// Settles `key` (every run cursor at it moves past it): the item
+    /// visible there, if a run has it. Some(None): a run has the key
+    /// (the base's item is replaced) and it is absent.
+    fn settle(&mut self, key: &[u8]) -> Option<Option<(usize, usize)>> {
+        let mut newest = None;
+        for r in 0..self.runs.len() {
+            if self.runs[r].key(self.key_at[r]) == Some(key) {
+                newest = Some((r, self.key_at[r]));
+                self.key_at[r] += 1;
+            }
+        }
+        let (r, i) = newest?;
+        // A newer run's range without the key hides it.
+        let hidden = (r + 1..self.runs.len()).any(|j| self.covered(j, key));
+        Some((!hidden && self.runs[r].keys[i].item.is_some()).then_some((r, i)))
     }
 
     /// Takes the next base item (keys ascending): hands `emit` every
@@ -133,25 +157,23 @@ impl<'o> Merge<'o> {
         it: &CkptItem<'_>,
         emit: &mut impl FnMut(&CkptItem<'_>) -> Result<(), E>,
     ) -> Result<(), E> {
-        while let Some((k, v)) = self.keys.peek() {
-            match k[..].cmp(it.key) {
-                std::cmp::Ordering::Less => {
-                    if let Some(v) = v {
-                        emit(&owned(k, v))?;
+        while let Some(k) = self.next_key() {
+            match k.cmp(it.key) {
+                Ordering::Less => {
+                    if let Some(Some((r, i))) = self.settle(k) {
+                        emit(&self.runs[r].item(i).expect("a put"))?;
                     }
-                    self.keys.next();
                 }
-                std::cmp::Ordering::Equal => {
-                    if let Some(v) = v {
-                        emit(&owned(k, v))?;
+                Ordering::Equal => {
+                    if let Some(Some((r, i))) = self.settle(k) {
+                        emit(&self.runs[r].item(i).expect("a put"))?;
                     }
-                    self.keys.next();
                     return Ok(());
                 }
-                std::cmp::Ordering::Greater => break,
+                Ordering::Greater => break,
             }
         }
-        if self.hidden(it.key) {
+        if (0..self.runs.len()).any(|r| self.covered(r, it.key)) {
             return Ok(());
         }
         emit(it)
@@ -162,9 +184,9 @@ impl<'o> Merge<'o> {
         mut self,
         emit: &mut impl FnMut(&CkptItem<'_>) -> Result<(), E>,
     ) -> Result<(), E> {
-        for (k, v) in self.keys.by_ref() {
-            if let Some(v) = v {
-                emit(&owned(k, v))?;
+        while let Some(k) = self.next_key() {
+            if let Some(Some((r, i))) = self.settle(k) {
+                emit(&self.runs[r].item(i).expect("a put"))?;
             }
         }
         Ok(())
@@ -176,19 +198,12 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    use std::collections::BTreeMap;
+
     type Model = BTreeMap<Vec<u8>, u64>;
 
     fn key(n: u8) -> Vec<u8> {
         vec![b'a' + n]
-    }
-
-    fn item(v: u64) -> OwnedItem {
-        OwnedItem {
-            version: v,
-            expiry: 0,
-            client_flags: 0,
-            value: v.to_le_bytes().to_vec(),
-        }
     }
 
     /// Ranges (start, length in keys or to the end, item offsets in it),
@@ -226,7 +241,8 @@ mod tests {
                 // Disjoint ranges: each starts at `lo`, spans `len` keys
                 // (None: to the end), skipping what an earlier one took.
                 let mut taken = std::collections::BTreeSet::new();
-                let mut run = Run::default();
+                let mut run_ranges: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+                let mut run_keys: BTreeMap<Vec<u8>, Option<u64>> = BTreeMap::new();
                 for (lo, len, offs) in ranges {
                     let hi = len.map(|l| lo.saturating_add(l).min(21));
                     let span: Vec<u8> = (lo..hi.unwrap_or(40)).collect();
@@ -237,12 +253,12 @@ mod tests {
                     let lo_key = if lo == 0 && len.is_none() { Vec::new() } else { key(lo) };
                     let hi_key = hi.map(key);
                     model.retain(|k, _| !(k[..] >= lo_key[..] && hi_key.as_ref().is_none_or(|h| k < h)));
-                    run.ranges.push((lo_key, hi_key));
+                    run_ranges.push((lo_key, hi_key));
                     for o in offs {
                         let k = lo + o;
                         if span.contains(&k) && k < 20 {
                             model.insert(key(k), v);
-                            run.keys.push((key(k), Some(item(v))));
+                            run_keys.insert(key(k), Some(v));
                         }
                     }
                 }
@@ -252,11 +268,23 @@ mod tests {
                     }
                     if put {
                         model.insert(key(k), v + 1);
-                        run.keys.push((key(k), Some(item(v + 1))));
+                        run_keys.insert(key(k), Some(v + 1));
                     } else {
                         model.remove(&key(k));
-                        run.keys.push((key(k), None));
+                        run_keys.insert(key(k), None);
                     }
+                }
+                run_ranges.sort();
+                let mut run = Run::default();
+                for (lo, hi) in &run_ranges {
+                    run.push(&Entry::Range { lo, hi: hi.as_deref() });
+                }
+                for (k, v) in &run_keys {
+                    let value = v.unwrap_or(0).to_le_bytes();
+                    run.push(&match v {
+                        Some(v) => Entry::Put(CkptItem { version: *v, expiry: 0, client_flags: 0, key: k, value: &value }),
+                        None => Entry::Del(k),
+                    });
                 }
                 overlay.apply(run);
             }

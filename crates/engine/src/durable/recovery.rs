@@ -38,6 +38,7 @@ use std::time::Instant;
 use super::checkpoint;
 use super::compact;
 use super::cut::{self, GroupCut};
+use super::deletes::DeleteLog;
 use super::delta;
 use super::error::{CheckpointError, IoError, ItemRefused, RecordRefused, RecoveryError};
 use super::file::Storage;
@@ -269,6 +270,7 @@ pub(crate) fn recover(
     let mut report = RecoveryReport::default();
     let started = Instant::now();
     let mut chain = LoadedChain::default();
+    let deletes = DeleteLog::default();
     let (mut tree, ckpt_version) =
         load_checkpoint(g, max_value_len, storage, dir, &mut report, &mut chain)?;
     report.load_time = started.elapsed();
@@ -292,6 +294,7 @@ pub(crate) fn recover(
             max_value_len,
             after: ckpt_version,
             cleared: std::cell::Cell::new(false),
+            deletes: &deletes,
         };
         let scan = replay.segment(&mut tree, *seq, &name, &bytes, last, stop, &mut report)?;
         chain.needs_full |= replay.cleared.get();
@@ -339,6 +342,7 @@ pub(crate) fn recover(
         log: Existing {
             segments: kept,
             floor,
+            deletes: std::sync::Arc::new(deletes),
         },
         report,
         chain,
@@ -353,6 +357,8 @@ struct Replay<'g> {
     after: u64,
     /// Set once a CLEAR record is applied.
     cleared: std::cell::Cell<bool>,
+    /// The keys of the deletes applied.
+    deletes: &'g DeleteLog,
 }
 
 impl Replay<'_> {
@@ -382,8 +388,13 @@ impl Replay<'_> {
                 report.records_skipped += 1;
                 return;
             }
-            if matches!(rec, Record::Clear { .. }) {
-                self.cleared.set(true);
+            match *rec {
+                Record::Clear { version } => {
+                    self.cleared.set(true);
+                    self.deletes.lose_upto(version);
+                }
+                Record::Delete { version, key } => self.deletes.record(version, key),
+                _ => {}
             }
             if let Err(e) = apply(tree, self.g, self.max_value_len, rec) {
                 apply_err = Some((rec.version(), e));

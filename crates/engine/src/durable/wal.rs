@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use super::Durability;
+use super::deletes::DeleteLog;
 use super::error::{IoError, WalError};
 use super::file::{Storage, WritableFile};
 use super::record::{self, Record};
@@ -54,13 +55,15 @@ pub(crate) struct SegmentMeta {
 }
 
 /// The log recovery leaves for `Wal::open` to continue.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Existing {
     /// Its segments, oldest first.
     pub segments: Vec<SegmentMeta>,
     /// The version floor: versions up to it may have been handed out by
     /// records a cut dropped; the clock jumps above it (0: none).
     pub floor: u64,
+    /// The keys deleted since the loaded checkpoint (replayed deletes).
+    pub deletes: Arc<DeleteLog>,
 }
 
 #[derive(Debug, Default)]
@@ -108,6 +111,8 @@ pub(crate) struct Wal {
     pub(crate) segments: Mutex<Vec<SegmentMeta>>,
     pub(crate) counters: WalCounters,
     flusher: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The keys of logged deletes, for delta runs.
+    pub(crate) deletes: Arc<DeleteLog>,
 }
 
 impl std::fmt::Debug for Wal {
@@ -172,6 +177,7 @@ impl Wal {
             segments: Mutex::new(segments),
             counters: WalCounters::default(),
             flusher: Mutex::new(None),
+            deletes: old.deletes,
         });
         let w = Arc::clone(&wal);
         let handle = std::thread::Builder::new()
@@ -470,8 +476,14 @@ impl VersionLog for Wal {
                     expiry,
                     client_flags: flags,
                 },
-                LogEntry::Delete { key } => Record::Delete { version: v, key },
-                LogEntry::Clear => Record::Clear { version: v },
+                LogEntry::Delete { key } => {
+                    self.deletes.record(v, key);
+                    Record::Delete { version: v, key }
+                }
+                LogEntry::Clear => {
+                    self.deletes.lose_upto(v);
+                    Record::Clear { version: v }
+                }
                 LogEntry::GroupBegin => Record::GroupBegin { version: v },
                 LogEntry::GroupEnd { begin } => Record::GroupEnd { version: v, begin },
             };

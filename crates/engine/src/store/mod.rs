@@ -228,6 +228,12 @@ impl Store {
         Ok((store, report))
     }
 
+    /// The durable runtime, for the durability layer's own tests.
+    #[cfg(test)]
+    pub(crate) fn durable_for_tests(&self) -> Option<&Durable> {
+        self.durable.as_ref()
+    }
+
     /// SAVE: writes a checkpoint now (on the background executor) and waits
     /// for it. Writers keep going meanwhile.
     pub fn checkpoint(&self) -> Result<CheckpointInfo> {

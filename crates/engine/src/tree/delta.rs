@@ -1,15 +1,17 @@
 //! The tree's side of incremental checkpoints (`durable::delta`): which
 //! leaves changed between two read versions, and what they hold.
 //!
-//! A leaf at read version `rv` whose buffer was created after `since`
-//! (a split, node merge, log merge or root change since then, each
-//! published at its write's version) may have lost delete markers with
-//! that rewrite, so the whole leaf is reported: its fence range and every
-//! live item in it (`LeafDelta::Range`). A leaf whose buffer is older than
-//! `since` changed only by log appends, every one with its write's version,
-//! delete markers included; so exactly the keys whose newest item at `rv`
-//! is newer than `since` changed (`LeafDelta::Keys`). Leaves without a log
-//! item newer than `since` are skipped after reading their directory.
+//! A leaf whose buffer is older than `since` changed only by log appends,
+//! every one with its write's version, delete markers included; so exactly
+//! the keys whose newest item at `rv` is newer than `since` changed
+//! (`LeafDelta::Keys`). Leaves without a log item newer than `since` are
+//! skipped after reading their directory. A leaf whose buffer was created
+//! after `since` (a split, node merge, log merge or root change since
+//! then, each published at its write's version) keeps every item's
+//! version, but may have dropped delete markers: it reports its keys newer
+//! than `since` when the caller knows the deleted keys by other means,
+//! else the whole leaf, its fence range and every live item in it
+//! (`LeafDelta::Range`).
 //!
 //! The fences come from the descent: at one read version the tree is
 //! immutable, and a leaf's range is `[separator that routes to it, next
@@ -72,20 +74,25 @@ impl Tree {
 
     /// What changed in the leaf holding `key` at `rv` since version
     /// `since`, and the leaf's high fence (where the next leaf starts).
-    /// None for the change: nothing did. The caller holds an epoch pin.
+    /// None for the change: nothing did. `keys_only`: the caller knows
+    /// every key deleted since `since` (`durable::deletes`), so a rewritten
+    /// leaf too reports only its keys newer than `since`. The caller holds
+    /// an epoch pin.
     pub(crate) fn leaf_delta(
         &self,
         key: &[u8],
         rv: u64,
         since: u64,
         now: &Now,
+        keys_only: bool,
     ) -> (Option<LeafDelta>, Option<&'static [u8]>) {
         let (leaf, lo, hi) = self.descend_fenced(key, rv);
         let in_range = |k: &[u8]| {
             lo.is_none_or(|l| key_cmp(k, l) != Cmp::Less)
                 && hi.is_none_or(|h| key_cmp(k, h) == Cmp::Less)
         };
-        if leaf.version() > since {
+        let rewritten = leaf.version() > since;
+        if rewritten && !keys_only {
             let mut items = Vec::new();
             super::read::leaf_walk(leaf, rv, super::read::WalkFrom::First, |it| {
                 debug_assert!(in_range(it.key), "a leaf's key outside its fences");
@@ -101,7 +108,7 @@ impl Tree {
             let v = decode_item(buf, log_dir_entry(buf, i).at as usize, true).version;
             v > since && v <= rv
         });
-        if !newer {
+        if !rewritten && !newer {
             return (None, hi);
         }
         let mut keys = Vec::new();
