@@ -196,6 +196,11 @@ pub struct ServerConfig {
     /// Cut a corrupt write-ahead log (damage followed by valid data) and
     /// start, instead of refusing to: what `combkv check --repair` does.
     pub wal_truncate_corrupt: bool,
+    /// Incremental checkpoints (the default): after a full one, each
+    /// checkpoint writes only what changed since the one before (a delta
+    /// run), and the background executor merges runs into a new full one.
+    /// Off: every checkpoint is full.
+    pub checkpoint_deltas: bool,
     /// memcached's `shutdown` command stops the server (memcached's `-A`,
     /// `--enable-shutdown`); off, it answers `ERROR: shutdown not enabled`.
     /// RESP's SHUTDOWN needs no setting (AUTH guards it, as in Redis).
@@ -294,6 +299,7 @@ impl Default for ServerConfig {
             peers: String::new(),
             cluster_reads: ClusterReads::Linearizable,
             wal_truncate_corrupt: false,
+            checkpoint_deltas: true,
             memcached_shutdown: false,
         }
     }
@@ -526,6 +532,10 @@ impl ServerConfig {
                     "no"
                 }
                 .into(),
+            ),
+            (
+                "checkpoint-deltas",
+                if self.checkpoint_deltas { "yes" } else { "no" }.into(),
             ),
             (
                 "memcached-shutdown",

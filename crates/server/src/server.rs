@@ -139,7 +139,10 @@ pub(crate) fn open_store(config: &ServerConfig) -> Result<Store, StartError> {
         DurabilityMode::Everysec => combkv::Durability::EverySec,
         DurabilityMode::None => combkv::Durability::None,
     };
-    let durable = combkv::DurableConfig::new(dir).with_mode(mode);
+    let durable = combkv::DurableConfig {
+        delta_checkpoints: config.checkpoint_deltas,
+        ..combkv::DurableConfig::new(dir).with_mode(mode)
+    };
     let (store, report) = Store::open(config.engine_config(), durable)
         .map_err(|e| StartError(format!("cannot open data directory {}: {e}", dir.display())))?;
     tracing::info!(dir = %dir.display(), durability = %mode, "recovered: {report}");
