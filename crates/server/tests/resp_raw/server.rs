@@ -214,6 +214,46 @@ fn save_and_bgsave_need_a_data_dir() {
     c.ok("SAVE x", &arity("save"));
 }
 
+/// After a full checkpoint, SAVE writes delta runs (INFO persistence shows
+/// the kind and the chain); `checkpoint-deltas = false` makes every one
+/// full, and CONFIG GET says which.
+#[test]
+fn save_writes_delta_runs_unless_checkpoint_deltas_is_off() {
+    let dir = std::env::temp_dir().join(format!("combkv-deltas-{}", std::process::id()));
+    for deltas in [true, false] {
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut cfg = config();
+        cfg.data_dir = Some(dir.clone());
+        cfg.checkpoint_deltas = deltas;
+        let s = TestServer::start(cfg);
+        let mut c = s.connect();
+        let on = if deltas { "yes" } else { "no" };
+        c.ok(
+            "CONFIG GET checkpoint-deltas",
+            &bulks(&["checkpoint-deltas", on]),
+        );
+        for i in 0..100 {
+            c.ok(&format!("SET k{i} v{i}"), OK);
+        }
+        c.ok("SAVE", OK);
+        assert!(
+            c.q("INFO persistence")
+                .contains("last_checkpoint_kind:full\r\n")
+        );
+        c.ok("SET k7 changed", OK);
+        c.ok("SAVE", OK);
+        let info = c.q("INFO persistence");
+        let (kind, runs) = if deltas { ("delta", 1) } else { ("full", 0) };
+        assert!(
+            info.contains(&format!("last_checkpoint_kind:{kind}\r\n")),
+            "{info}"
+        );
+        assert!(info.contains(&format!("delta_runs:{runs}\r\n")), "{info}");
+        assert!(info.contains("merges_failed:0\r\n"), "{info}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn quit_replies_then_closes() {
     let s = server();
