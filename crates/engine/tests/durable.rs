@@ -684,7 +684,7 @@ fn a_corrupt_newest_checkpoint_falls_back_to_the_previous_one() {
 #[test]
 fn checkpoints_remove_log_segments_the_oldest_kept_checkpoint_covers() {
     let fs = FaultyStorage::new(7);
-    let (store, _) = open(&fs).unwrap();
+    let (store, _) = open_as(&fs, Checkpointing::Full).unwrap();
     fill(&store, 100);
     store.checkpoint().unwrap();
     let after_first = segments(&fs).len();

@@ -276,3 +276,70 @@ fn a_merge_that_cannot_read_a_run_makes_the_next_checkpoint_full() {
     assert_eq!(report.checkpoint.unwrap().deltas.len(), 0);
     assert_eq!(dump(&store), want);
 }
+
+/// A base merged from three runs, two runs on it, and a log tail: returns
+/// the store's dump and the names of the merged base and of the first run
+/// on it. `merge_after` 3: the merge comes after the third run.
+fn chain_on_a_merged_base(fs: &FaultyStorage) -> (State, String, String) {
+    let (store, _) = open(fs, 3);
+    for i in 0..2000 {
+        store.put(&key(i), b"initial").unwrap();
+    }
+    store.checkpoint().unwrap();
+    for round in 1..=3 {
+        churn(&store, 2000, 40, round);
+        store.checkpoint().unwrap();
+    }
+    let mut waited = 0;
+    while store.persistence().merges_ok == 0 {
+        std::thread::sleep(Duration::from_millis(10));
+        waited += 1;
+        assert!(waited < 1000, "{:?}", store.persistence());
+    }
+    let merged = store.persistence().last_merge.unwrap().file;
+    churn(&store, 2000, 30, 4);
+    let first_on_it = store.checkpoint().unwrap().file;
+    churn(&store, 2000, 45, 5);
+    store.checkpoint().unwrap();
+    store.put(b"tail", b"t").unwrap();
+    let want = dump(&store);
+    store.shutdown().unwrap();
+    (want, merged, first_on_it)
+}
+
+fn damage(fs: &FaultyStorage, name: &str) {
+    let path = Path::new(DIR).join(name);
+    let mut bytes = fs.file(&path).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x10;
+    fs.put_file(&path, bytes);
+}
+
+/// The log reaches back to where the older base's chain ends, so a damaged
+/// run that is not the last, or a damaged newest base, loses nothing.
+#[test]
+fn a_damaged_earlier_run_or_newest_base_loses_nothing() {
+    // A run in the middle: the chain ends at the merged base, and the log
+    // goes back that far.
+    let fs = FaultyStorage::new(7);
+    let (want, _, first_on_it) = chain_on_a_merged_base(&fs);
+    damage(&fs, &first_on_it);
+    let (store, report) = open(&fs, 100);
+    assert_eq!(
+        report.checkpoint.as_ref().unwrap().deltas.len(),
+        0,
+        "{report}"
+    );
+    assert_eq!(dump(&store), want, "{report}");
+    drop(store);
+
+    // The merged base: the older base and its runs reach its version, and
+    // the runs on the merged base follow.
+    let fs = FaultyStorage::new(8);
+    let (want, merged, _) = chain_on_a_merged_base(&fs);
+    damage(&fs, &merged);
+    let (store, report) = open(&fs, 100);
+    let c = report.checkpoint.as_ref().unwrap();
+    assert_eq!(c.deltas.len(), 5, "{report}");
+    assert_eq!(dump(&store), want, "{report}");
+}

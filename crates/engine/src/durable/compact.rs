@@ -131,7 +131,9 @@ pub(crate) fn merge(
         end = d.to;
     }
     let name = record::checkpoint_name(end);
-    let tmp: PathBuf = dir.join(format!("{name}.tmp"));
+    // Not the full checkpoint's `.tmp`: one of the same version may be
+    // written meanwhile (same contents, its own file).
+    let tmp: PathBuf = dir.join(format!("{name}.merge.tmp"));
     let result = write_merged(storage, &tmp, base, end, &overlay, max_value_len).and_then(
         |(items, bytes)| {
             checkpoint::publish(storage, dir, &tmp, &name).map_err(CheckpointError::Io)?;

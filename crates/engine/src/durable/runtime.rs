@@ -221,8 +221,9 @@ impl Checkpoints {
 
     /// Removes what no recovery needs: bases but the two newest (and the
     /// chain's, and a running merge's input), runs older than every kept
-    /// base, and log segments below the second newest recovery point (so
-    /// that one damaged file still leaves a point the log reaches).
+    /// base, and log segments below where the older base's chain ends (so
+    /// that one damaged file, a run or the newest base, still leaves a
+    /// point the log reaches).
     fn retain(&self, wal: &Wal) -> Result<(), CheckpointError> {
         let _files = self.files.lock();
         let storage = &*self.config.storage;
@@ -261,15 +262,23 @@ impl Checkpoints {
                 .sync_dir(dir)
                 .map_err(IoError::doing("removing old checkpoints"))?;
         }
-        let mut points: Vec<u64> = keep
+        // The log must reach back to where the older base's chain ends: a
+        // damaged run makes recovery stop before it, and a damaged newest
+        // base makes it take the older base and its runs (which reach the
+        // newest base's version when it was merged from them).
+        let newest = chain.base.map(|b| b.0);
+        let older = keep
             .iter()
             .copied()
-            .chain(chain.deltas.iter().map(|d| d.1))
-            .collect();
-        points.sort_unstable();
-        points.dedup();
-        if let [.., floor, _] = points[..] {
-            wal.remove_segments_upto(floor)
+            .filter(|&v| newest.is_none_or(|n| v < n))
+            .max();
+        if let (Some(older), Some(newest)) = (older, newest) {
+            let runs = delta::list(storage, dir).map_err(IoError::doing("listing delta runs"))?;
+            let mut end = older;
+            while let Some(d) = runs.iter().filter(|d| d.from == end).max_by_key(|d| d.to) {
+                end = d.to;
+            }
+            wal.remove_segments_upto(end.min(newest))
                 .map_err(IoError::doing("removing old log segments"))?;
         }
         Ok(())
