@@ -14,6 +14,13 @@ pub struct Config {
     pub max_snapshots: usize,
     /// Longest lifetime a snapshot may ask for (default one hour).
     pub max_snapshot_age: Duration,
+    /// Learned search of interior nodes (default off): a node whose
+    /// separators all have one length gets a piecewise-linear model from
+    /// key to position with an error bound, searched in place of its
+    /// shortcuts' top and group lines when the model's window is no
+    /// larger than a shortcut segment (docs/design.md, "Learned node
+    /// search").
+    pub learned_search: bool,
 }
 
 impl Default for Config {
@@ -23,6 +30,7 @@ impl Default for Config {
             max_value_len: 64 << 20,
             max_snapshots: 1024,
             max_snapshot_age: Duration::from_secs(3600),
+            learned_search: false,
         }
     }
 }
@@ -47,7 +55,10 @@ impl Config {
         if self.max_snapshots == 0 {
             return Err(ConfigError::NoSnapshots);
         }
-        Ok(Geometry::new(n))
+        Ok(Geometry {
+            learned: self.learned_search,
+            ..Geometry::new(n)
+        })
     }
 }
 
@@ -100,6 +111,9 @@ pub(crate) struct Geometry {
     pub inline_value_max: usize,
     /// Target sorted-block bytes per shortcut segment.
     pub segment_bytes: usize,
+    /// Interior nodes get learned models where they pay
+    /// (`Config::learned_search`).
+    pub learned: bool,
 }
 
 /// Bytes of the node header.
@@ -155,6 +169,7 @@ impl Geometry {
             max_key_len,
             inline_value_max,
             segment_bytes,
+            learned: false,
         }
     }
 

@@ -201,6 +201,10 @@ pub struct ServerConfig {
     /// run), and the background executor merges runs into a new full one.
     /// Off: every checkpoint is full.
     pub checkpoint_deltas: bool,
+    /// Learned search of interior nodes (off by default): nodes whose keys
+    /// all have one length get a piecewise-linear model searched in place
+    /// of their shortcut lines where it reads fewer lines.
+    pub learned_search: bool,
     /// memcached's `shutdown` command stops the server (memcached's `-A`,
     /// `--enable-shutdown`); off, it answers `ERROR: shutdown not enabled`.
     /// RESP's SHUTDOWN needs no setting (AUTH guards it, as in Redis).
@@ -300,6 +304,7 @@ impl Default for ServerConfig {
             cluster_reads: ClusterReads::Linearizable,
             wal_truncate_corrupt: false,
             checkpoint_deltas: true,
+            learned_search: false,
             memcached_shutdown: false,
         }
     }
@@ -454,6 +459,7 @@ impl ServerConfig {
             max_value_len: self.max_value_bytes.0 as usize,
             max_snapshots: self.max_snapshots,
             max_snapshot_age: std::time::Duration::from_secs(self.max_snapshot_seconds),
+            learned_search: self.learned_search,
         }
     }
 
@@ -536,6 +542,10 @@ impl ServerConfig {
             (
                 "checkpoint-deltas",
                 if self.checkpoint_deltas { "yes" } else { "no" }.into(),
+            ),
+            (
+                "learned-search",
+                if self.learned_search { "yes" } else { "no" }.into(),
             ),
             (
                 "memcached-shutdown",

@@ -24,11 +24,12 @@ use super::{BatchResults, ReadBackend, ReadRequest, TreeView};
 use crate::config::LINE_BYTES;
 use crate::tree::Tree;
 use crate::tree::node::{
-    Lid, NodePtr, ShortcutBlock, key_fp, log_dir_entry, prefetch, prefetch_range, shortcut_base,
+    Lid, NODE_LEARNED, NodePtr, ShortcutBlock, key_fp, log_dir_entry, prefetch, prefetch_range,
+    shortcut_base,
 };
 use crate::tree::read::{
     SegSearch, WalkFrom, confirm_tie, find_group, find_in_group_tied, interior_child,
-    leaf_get_matches, log_fp_matches, published_leaf, segment_lower_bound, settle,
+    leaf_get_matches, learned_window, log_fp_matches, published_leaf, segment_lower_bound, settle,
 };
 use crate::types::Now;
 
@@ -256,6 +257,17 @@ fn step(
             }
             let (buf, nlog) = published_leaf(f.node);
             let h = f.node.header();
+            if h.flags & NODE_LEARNED != 0 {
+                // The model line came with the head: its window is the
+                // segment, with no group line between.
+                let kp = SegSearch::new(h, f.key, false).kp;
+                (f.seg, f.tied) = (learned_window(buf, h, kp), false);
+                if let Some((from, to)) = f.seg {
+                    prefetch_range(f.node, from, to);
+                }
+                f.stage = Stage::Segment;
+                return false;
+            }
             let s = SegSearch::deferring(h, f.key);
             let group = find_group(buf, h, &s);
             let sc = ShortcutBlock::of(h);

@@ -291,6 +291,21 @@ impl Store {
         }
     }
 
+    /// Interior nodes searched by a learned model (`Config::learned_search`),
+    /// and all interior nodes.
+    pub fn learned_nodes(&self) -> (usize, usize) {
+        self.tree.learned_nodes()
+    }
+
+    /// The cache lines a lookup of `key` reads to search its interior nodes
+    /// and its leaf: a measure for benchmarks (`docs/benchmarks.md`,
+    /// "Learned node search").
+    pub fn lookup_lines(&self, key: &[u8]) -> (usize, usize) {
+        let _pin = self.tree.pin();
+        let rv = self.tree.read_version();
+        self.tree.lookup_lines(key, rv)
+    }
+
     /// Allocated vs reachable node buffers.
     pub fn node_counts(&self) -> NodeCounts {
         let (live_buffers, reachable_buffers) = self.tree.node_counts();

@@ -403,12 +403,50 @@ pub(crate) fn build_interior(
     }
     write_shortcuts(g, p, level, &prefixes, &offsets, at);
     init_header(g, p, version, lid, children[0].lid, level, at);
+    let learned = if g.learned {
+        learned_model(g, rest, skip, prefixes.len())
+    } else {
+        None
+    };
+    if let Some(m) = learned {
+        let base = node::shortcut_base(level);
+        // SAFETY: unpublished buffer owned by this thread; the top line
+        // lies inside the shortcut block.
+        m.write(unsafe { p.bytes_mut(base, base + crate::config::LINE_BYTES) });
+    }
     // SAFETY: unpublished.
     let h = unsafe { p.header_mut() };
     h.nshortcuts = prefixes.len() as u16;
     h.nitems = rest.len() as u32;
     h.prefix_skip = skip as u16;
+    if learned.is_some() {
+        h.flags |= node::NODE_LEARNED;
+    }
     p
+}
+
+/// The learned model for an interior node's items `rest` (keys sharing
+/// `skip` bytes), if it pays (`node::learned`): a top line to replace
+/// (more than one group of `shortcuts`), items of one length, and a window
+/// no larger than a shortcut segment.
+fn learned_model(
+    g: &Geometry,
+    rest: &[Child<'_>],
+    skip: usize,
+    shortcuts: usize,
+) -> Option<node::Model> {
+    let sc = node::ShortcutBlock {
+        base: 0,
+        n: shortcuts,
+    };
+    let len = rest.first().map(|c| interior_item_len(c.key))?;
+    if !sc.has_top() || rest.iter().any(|c| interior_item_len(c.key) != len) {
+        return None;
+    }
+    // The window, 2 * err + 2 items, no larger than a segment.
+    let max_err = (g.segment_bytes / len / 2).checked_sub(1)?;
+    let xs: Vec<u64> = rest.iter().map(|c| key_prefix(&c.key[skip..])).collect();
+    node::Model::fit(&xs, len, max_err)
 }
 
 /// Builds the buffer that anchors a removed node's LID: no items, flagged

@@ -7,8 +7,8 @@
 use super::Tree;
 use super::node::{
     self, Header, ITEM_DUP, ITEM_EXTERNAL, ITEM_REPLACES, ITEM_TOMBSTONE, LOG_META_DUP,
-    LOG_META_EXTERNAL, LOG_META_REPLACES, LOG_META_TOMBSTONE, Lid, NodePtr, ShortcutBlock,
-    decode_interior, key_fp, key_prefix, leaf_item_key, log_dir_entry,
+    LOG_META_EXTERNAL, LOG_META_REPLACES, LOG_META_TOMBSTONE, Lid, Model, NODE_LEARNED, NodePtr,
+    ShortcutBlock, decode_interior, key_fp, key_prefix, leaf_item_key, log_dir_entry,
 };
 use super::read::{
     LogOrder, WalkFrom, find_segment, first_bp_from, leaf_walk, published_leaf, scan_segment,
@@ -160,7 +160,9 @@ impl<'a> NodeCheck<'a> {
             if prefix != key_prefix(&key[skip..]) {
                 return self.fail(format!("shortcut {i} prefix"));
             }
+            let learned = h.flags & NODE_LEARNED != 0;
             if sc.has_top()
+                && !learned
                 && i % SHORTCUTS_PER_LINE == 0
                 && sc.top_prefixes(buf)[i / SHORTCUTS_PER_LINE] != prefix
             {
@@ -175,6 +177,16 @@ impl<'a> NodeCheck<'a> {
             };
             if sc.group(buf, g).offsets[SHORTCUTS_PER_LINE] as usize != end {
                 return self.fail(format!("group {g} end"));
+            }
+        }
+        if h.flags & NODE_LEARNED != 0 {
+            let m = Model::of(buf, h);
+            if self.leaf || !sc.has_top() || m.n != items.len() {
+                return self.fail("a learned model on a node that cannot have one".into());
+            }
+            let at = |i: usize| h.sorted_start as usize + i * m.item_len;
+            if items.iter().enumerate().any(|(i, &(off, _))| off != at(i)) {
+                return self.fail("a learned node's items are not all one length".into());
             }
         }
         for &(off, key) in items {

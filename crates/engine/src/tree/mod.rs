@@ -28,6 +28,8 @@ mod group;
 pub(crate) use group::Group;
 #[cfg(test)]
 mod layout_check;
+#[cfg(test)]
+mod learned_tests;
 pub(crate) mod load;
 pub(crate) mod node;
 pub(crate) mod page_table;
@@ -280,6 +282,24 @@ impl Tree {
     }
 
     /// (allocated buffers, buffers reachable from the page table).
+    /// Current interior nodes with a learned model, and all current
+    /// interior nodes.
+    pub(crate) fn learned_nodes(&self) -> (usize, usize) {
+        let _guard = self.epochs.pin();
+        let interior: Vec<u8> = self
+            .pages
+            .entries()
+            .into_iter()
+            .filter(|(_, p)| !p.is_leaf() && p.header().flags & node::NODE_DEAD == 0)
+            .map(|(_, p)| p.header().flags)
+            .collect();
+        let learned = interior
+            .iter()
+            .filter(|&&f| f & node::NODE_LEARNED != 0)
+            .count();
+        (learned, interior.len())
+    }
+
     pub(crate) fn node_counts(&self) -> (usize, usize) {
         let guard = self.epochs.pin();
         let mut reachable = 0;

@@ -406,6 +406,8 @@ pub struct Setup {
     pub max_val: Option<usize>,
     /// `Some(n)` overrides `max_snapshots`.
     pub max_snapshots: Option<usize>,
+    /// `Config::learned_search` (half the seeds).
+    pub learned: bool,
 }
 
 impl Setup {
@@ -415,6 +417,7 @@ impl Setup {
             node: 1024,
             max_val: None,
             max_snapshots: None,
+            learned: false,
         }
     }
 
@@ -424,6 +427,7 @@ impl Setup {
             node: 8192,
             max_val: None,
             max_snapshots: None,
+            learned: false,
         }
     }
 
@@ -444,6 +448,7 @@ impl Setup {
             node,
             max_val,
             max_snapshots,
+            learned: (h >> 20) & 1 == 1,
         }
     }
 
@@ -460,6 +465,7 @@ impl Setup {
         if let Some(n) = self.max_snapshots {
             cfg.max_snapshots = n;
         }
+        cfg.learned_search = self.learned;
         cfg
     }
 

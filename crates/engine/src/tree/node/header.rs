@@ -61,6 +61,9 @@ pub(crate) const NODE_DEAD: u8 = 1;
 /// line. Set before the buffer is published; `free` walks the sorted block
 /// for values to release only when it is set.
 pub(crate) const NODE_EXTERNAL: u8 = 2;
+/// Header flag (interior nodes): the shortcut block's top line holds a
+/// learned model (`node::learned`) instead of the groups' first prefixes.
+pub(crate) const NODE_LEARNED: u8 = 4;
 /// Shuttle builds never return buffers to the allocator: `free` sets this
 /// flag instead, and every reader access asserts it is clear, so a schedule
 /// that lets a reader touch a freed buffer fails deterministically.

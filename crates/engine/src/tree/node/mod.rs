@@ -43,6 +43,7 @@
 //! - `item`: leaf and interior item encoding
 //! - `key`: key order, prefixes and fingerprints
 //! - `shortcut_block`: the shortcut block (Honeycomb's ShortcutBlock)
+//! - `learned`: a learned model in place of an interior node's top line
 //! - `log_block`: the log block's directory (Honeycomb's LogBlock)
 //! - `buffer`: buffer memory and `NodePtr`, the accessors of a buffer
 
@@ -50,14 +51,15 @@ mod buffer;
 mod header;
 mod item;
 mod key;
+mod learned;
 mod log_block;
 mod shortcut_block;
 
 pub(crate) use buffer::{BufferCounter, GLOBAL_EXTERNAL, NodePtr};
 pub use buffer::{live_buffers_global, live_external_values_global};
 pub(crate) use header::{
-    Header, Lid, NODE_DEAD, NODE_EXTERNAL, STATE_LOCKED, STATE_OBSOLETE, head_bytes, shortcut_base,
-    sorted_start, sorted_start_of, state_appended, state_log_count, state_size,
+    Header, Lid, NODE_DEAD, NODE_EXTERNAL, NODE_LEARNED, STATE_LOCKED, STATE_OBSOLETE, head_bytes,
+    shortcut_base, sorted_start, sorted_start_of, state_appended, state_log_count, state_size,
 };
 pub(crate) use item::{
     INTERIOR_ITEM_FIXED, ITEM_CFLAGS, ITEM_DUP, ITEM_EXTERNAL, ITEM_REPLACES, ITEM_TOMBSTONE,
@@ -65,6 +67,7 @@ pub(crate) use item::{
     leaf_item_key, sorted_item_len,
 };
 pub(crate) use key::{key_cmp, key_fp, key_prefix, prefix_skip};
+pub(crate) use learned::Model;
 pub(crate) use log_block::{
     LOG_META_DUP, LOG_META_EXTERNAL, LOG_META_HINT, LOG_META_REPLACES, LOG_META_TOMBSTONE,
     LogDirEntry, log_dir_entry, log_dir_fp,

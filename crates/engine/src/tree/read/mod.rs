@@ -17,8 +17,8 @@ pub(crate) use hot::{HotStamp, Proven};
 pub(crate) use order_hint::first_bp_from;
 pub(crate) use order_hint::{LogOrder, MAX_LOG_ITEMS};
 pub(crate) use search::{
-    SegSearch, confirm_tie, find_group, find_in_group_tied, find_segment, interior_child, route,
-    scan_segment, segment_lower_bound, settle,
+    SegSearch, confirm_tie, find_group, find_in_group_tied, find_segment, interior_child,
+    learned_window, route, scan_segment, search_lines, segment_lower_bound, settle,
 };
 pub(crate) use walk::{WalkFrom, leaf_walk};
 
@@ -98,6 +98,19 @@ impl Tree {
         let (buf, nlog) = published_leaf(leaf);
         let seg = find_segment(buf, leaf.header(), key, false);
         leaf_get_in(buf, nlog, seg, key, rv)
+    }
+
+    /// The cache lines a descent to `key` at `rv` reads, interior nodes
+    /// and the leaf apart (`search_lines`). The caller holds an epoch pin.
+    pub(crate) fn lookup_lines(&self, key: &[u8], rv: u64) -> (usize, usize) {
+        let mut p = self.resolve(Lid::ROOT, rv);
+        let mut interior = 0;
+        while !p.is_leaf() {
+            let buf = published(p);
+            interior += search_lines(p, buf, key);
+            p = self.resolve(search::route(p, buf, key), rv);
+        }
+        (interior, search_lines(p, published(p), key))
     }
 
     /// Point lookup at `rv`.

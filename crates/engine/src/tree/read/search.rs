@@ -270,7 +270,25 @@ pub(crate) fn find_segment(
 /// The segment a search of the whole node ends in, before `settle`.
 #[inline(always)]
 fn search_node(buf: &[u8], h: &Header, s: &SegSearch<'_>) -> Option<(usize, usize)> {
+    if h.flags & node::NODE_LEARNED != 0 {
+        return learned_window(buf, h, s.kp);
+    }
     find_group(buf, h, s).and_then(|g| find_in_group(buf, h, s, g))
+}
+
+/// The items of a learned node (`node::learned`) that hold the answer for
+/// a key with prefix `kp`, as a segment: (start, end). Callers scan it as
+/// they scan a shortcut segment; none of its items may qualify, when none
+/// of the node's does. Reads the model line only.
+#[inline(always)]
+pub(crate) fn learned_window(buf: &[u8], h: &Header, kp: u64) -> Option<(usize, usize)> {
+    if h.nitems == 0 {
+        return None;
+    }
+    let m = node::Model::of(buf, h);
+    let (lo, hi) = m.window(kp);
+    let start = node::sorted_start_of(h);
+    Some((start + lo * m.item_len, start + (hi + 1) * m.item_len))
 }
 
 /// The last shortcut segment of a node with items.
@@ -413,6 +431,33 @@ pub(crate) fn segment_lower_bound(
     seg.map_or(node::sorted_start_of(h), |(from, to)| {
         segment_seek(buf, from, to, key).0
     })
+}
+
+/// The cache lines a search of node `p` for `key` reads, as the read
+/// engine fetches them: the header (and a leaf's log directory), the top
+/// or model line, the group line (not for a learned node) and the lines of
+/// the segment or window it scans. A measure for benchmarks.
+pub(crate) fn search_lines(p: NodePtr, buf: &[u8], key: &[u8]) -> usize {
+    use crate::config::LINE_BYTES;
+    let h = p.header();
+    let lines = |from: usize, to: usize| {
+        if to > from {
+            (to - 1) / LINE_BYTES - from / LINE_BYTES + 1
+        } else {
+            0
+        }
+    };
+    let head = node::shortcut_base(h.level) / LINE_BYTES + 1;
+    let s = SegSearch::new(h, key, false);
+    if h.flags & node::NODE_LEARNED != 0 {
+        let (from, to) = learned_window(buf, h, s.kp).unwrap_or((0, 0));
+        return head + lines(from, to);
+    }
+    let sc = ShortcutBlock::of(h);
+    let group = find_group(buf, h, &s);
+    let seg = group.and_then(|g| find_in_group(buf, h, &s, g));
+    let group_line = usize::from(sc.has_top() && group.is_some());
+    head + group_line + seg.map_or(0, |(from, to)| lines(from, to))
 }
 
 #[cfg(test)]
