@@ -63,20 +63,13 @@ impl Model {
     fn predict(&self, x: u64) -> usize {
         let ps = &self.pieces[..self.n_pieces];
         let j = ps.iter().rposition(|p| p.x0 <= x).unwrap_or(0);
-        let p = ps[j];
         let end = ps.get(j + 1).map_or(self.n - 1, |q| q.i0 as usize);
-        let d = x.saturating_sub(p.x0) as f64;
-        // Rounded to the nearest index (a floor of the value plus a half:
-        // still non-decreasing), so that float error in an exact fit does
-        // not cost an index.
-        let off = (f64::from(p.slope) * d + 0.5).floor();
-        // `as` saturates: a huge offset is clamped to the piece's end.
-        (p.i0 as usize + off as usize).min(end)
+        on_piece(ps[j], end, x)
     }
 
     /// The items whose range holds the answer for prefix `x`: (first,
     /// last) index, inclusive.
-    #[inline(always)]
+    #[cfg(test)]
     pub(crate) fn window(&self, x: u64) -> (usize, usize) {
         let p = self.predict(x);
         (
@@ -137,13 +130,13 @@ impl Model {
 
     /// Reads the model line of a node flagged `NODE_LEARNED` (header `h`,
     /// published bytes `buf`).
-    #[inline(always)]
+    #[cfg(test)]
     pub(crate) fn of(buf: &[u8], h: &Header) -> Model {
         Model::read(buf, h.level, h.nitems as usize)
     }
 
     /// Reads the model line of a node at `level` with `n` items.
-    #[inline(always)]
+    #[cfg(test)]
     fn read(buf: &[u8], level: u8, n: usize) -> Model {
         let at = shortcut_base(level);
         let line = &buf[at..at + LINE_BYTES];
@@ -169,6 +162,57 @@ impl Model {
             n,
         }
     }
+}
+
+/// The prediction of piece `p` (whose index range ends at `end`) for
+/// prefix `x`: the one arithmetic both the fit (measuring the bound) and
+/// the search use.
+#[inline(always)]
+fn on_piece(p: Piece, end: usize, x: u64) -> usize {
+    let d = x.saturating_sub(p.x0) as f64;
+    // Rounded to the nearest index (a floor of the value plus a half: still
+    // non-decreasing), so that float error in an exact fit does not cost an
+    // index.
+    let off = (f64::from(p.slope) * d + 0.5).floor();
+    // `as` saturates: a huge offset is clamped to the piece's end.
+    (p.i0 as usize).saturating_add(off as usize).min(end)
+}
+
+/// `Model::window` read straight from a learned node's model line (header
+/// `h`, published bytes `buf`), decoding only the piece it needs: (first,
+/// last, item length). The search's hot path.
+#[inline(always)]
+pub(crate) fn line_window(buf: &[u8], h: &Header, x: u64) -> (usize, usize, usize) {
+    let at = shortcut_base(h.level);
+    let line: &[u8; LINE_BYTES] = buf[at..at + LINE_BYTES].try_into().expect("a whole line");
+    window_of_line(line, h.nitems as usize, x)
+}
+
+/// `line_window` for a model line of a node with `n` items.
+#[inline(always)]
+fn window_of_line(line: &[u8; LINE_BYTES], n: usize, x: u64) -> (usize, usize, usize) {
+    let k = (line[0] as usize).clamp(1, MAX_PIECES);
+    let (err, item_len) = (line[1] as usize, rd_u16(line, 2) as usize);
+    let x0 = |j: usize| rd_u64(line, HEAD_BYTES + j * PIECE_BYTES);
+    let mut j = 0;
+    for i in 1..k {
+        if x0(i) <= x {
+            j = i;
+        }
+    }
+    let o = HEAD_BYTES + j * PIECE_BYTES;
+    let piece = Piece {
+        x0: x0(j),
+        slope: f32::from_le_bytes(line[o + 8..o + 12].try_into().expect("4 bytes")),
+        i0: rd_u16(line, o + 12),
+    };
+    let end = if j + 1 < k {
+        rd_u16(line, o + PIECE_BYTES + 12) as usize
+    } else {
+        n - 1
+    };
+    let p = on_piece(piece, end, x);
+    (p.saturating_sub(err + 1), (p + err).min(n - 1), item_len)
 }
 
 /// Pieces for `xs` within `target` items each: a piece starts at an item
@@ -228,8 +272,12 @@ mod tests {
             return Ok(());
         };
         let all = xs.iter().copied().chain(queries.iter().copied());
+        let mut line = [0u8; LINE_BYTES];
+        m.write(&mut line);
         for x in all.chain(xs.iter().map(|x| x.wrapping_add(1))) {
             let (lo, hi) = m.window(x);
+            // The search reads the line itself, and must agree.
+            prop_assert_eq!(window_of_line(&line, xs.len(), x), (lo, hi, 18));
             let le = xs.partition_point(|&p| p <= x);
             let lt = xs.partition_point(|&p| p < x);
             // The answer lies between the last below and the last at x.

@@ -67,7 +67,7 @@ pub(crate) use item::{
     leaf_item_key, sorted_item_len,
 };
 pub(crate) use key::{key_cmp, key_fp, key_prefix, prefix_skip};
-pub(crate) use learned::Model;
+pub(crate) use learned::{Model, line_window};
 pub(crate) use log_block::{
     LOG_META_DUP, LOG_META_EXTERNAL, LOG_META_HINT, LOG_META_REPLACES, LOG_META_TOMBSTONE,
     LogDirEntry, log_dir_entry, log_dir_fp,

@@ -285,10 +285,9 @@ pub(crate) fn learned_window(buf: &[u8], h: &Header, kp: u64) -> Option<(usize, 
     if h.nitems == 0 {
         return None;
     }
-    let m = node::Model::of(buf, h);
-    let (lo, hi) = m.window(kp);
+    let (lo, hi, len) = node::line_window(buf, h, kp);
     let start = node::sorted_start_of(h);
-    Some((start + lo * m.item_len, start + (hi + 1) * m.item_len))
+    Some((start + lo * len, start + (hi + 1) * len))
 }
 
 /// The last shortcut segment of a node with items.
