@@ -47,6 +47,17 @@ fn dump(store: &Store) -> State {
         .collect()
 }
 
+/// Waits (up to 10 s) until the persistence figures satisfy `done`.
+fn wait_until(store: &Store, done: impl Fn(&combkv::PersistenceStats) -> bool) {
+    for _ in 0..1000 {
+        if done(&store.persistence()) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("still waiting: {:?}", store.persistence());
+}
+
 fn key(i: u64) -> Vec<u8> {
     format!("key{i:06}").into_bytes()
 }
@@ -174,12 +185,7 @@ fn a_background_merge_replaces_the_chain_and_old_files_go() {
         store.checkpoint().unwrap();
     }
     // Merges run after every second run; wait for the last one queued.
-    let mut waited = 0;
-    while store.persistence().delta_runs >= 2 || store.persistence().merges_ok < 3 {
-        std::thread::sleep(Duration::from_millis(10));
-        waited += 1;
-        assert!(waited < 1000, "{:?}", store.persistence());
-    }
+    wait_until(&store, |p| p.delta_runs < 2 && p.merges_ok >= 3);
     let p = store.persistence();
     assert_eq!(p.merges_failed, 0);
     let merged = p.last_merge.clone().unwrap();
@@ -262,12 +268,7 @@ fn a_merge_that_cannot_read_a_run_makes_the_next_checkpoint_full() {
     fs.put_file(&path, bytes);
     churn(&store, 1000, 15, 2);
     store.checkpoint().unwrap();
-    let mut waited = 0;
-    while store.persistence().merges_failed == 0 {
-        std::thread::sleep(Duration::from_millis(10));
-        waited += 1;
-        assert!(waited < 1000, "{:?}", store.persistence());
-    }
+    wait_until(&store, |p| p.merges_failed > 0);
     store.put(b"x", b"y").unwrap();
     assert_eq!(store.checkpoint().unwrap().kind, CheckpointKind::Full);
     let want = dump(&store);
@@ -290,12 +291,7 @@ fn chain_on_a_merged_base(fs: &FaultyStorage) -> (State, String, String) {
         churn(&store, 2000, 40, round);
         store.checkpoint().unwrap();
     }
-    let mut waited = 0;
-    while store.persistence().merges_ok == 0 {
-        std::thread::sleep(Duration::from_millis(10));
-        waited += 1;
-        assert!(waited < 1000, "{:?}", store.persistence());
-    }
+    wait_until(&store, |p| p.merges_ok > 0);
     let merged = store.persistence().last_merge.unwrap().file;
     churn(&store, 2000, 30, 4);
     let first_on_it = store.checkpoint().unwrap().file;
