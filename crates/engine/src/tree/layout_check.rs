@@ -184,6 +184,25 @@ impl<'a> NodeCheck<'a> {
             if self.leaf || !sc.has_top() || m.n != items.len() {
                 return self.fail("a learned model on a node that cannot have one".into());
             }
+            if !m.well_formed() || (2 * m.err + 2) * m.item_len > self.g.segment_bytes {
+                return self.fail(format!("a learned model out of shape: {m:?}"));
+            }
+            if h.sorted_end as usize != h.sorted_start as usize + items.len() * m.item_len {
+                return self.fail("a learned node's items do not fill its sorted block".into());
+            }
+            // Between keys and strict searches too: just above item i is
+            // item i; strictly below it, item i - 1.
+            for (i, &(off, key)) in items.iter().enumerate() {
+                let above = [key, &[0]].concat();
+                let hit = find_segment(buf, h, &above, false)
+                    .and_then(|(from, to)| scan_segment(buf, false, from, to, &above, false));
+                let below = find_segment(buf, h, key, true)
+                    .and_then(|(from, to)| scan_segment(buf, false, from, to, key, true));
+                let before = i.checked_sub(1).map(|j| items[j].0);
+                if hit.map(|h| h.0) != Some(off) || below.map(|b| b.0) != before {
+                    return self.fail(format!("a learned search misses around the item at {off}"));
+                }
+            }
             let at = |i: usize| h.sorted_start as usize + i * m.item_len;
             if items.iter().enumerate().any(|(i, &(off, _))| off != at(i)) {
                 return self.fail("a learned node's items are not all one length".into());

@@ -281,7 +281,6 @@ impl Tree {
         self.clock.guard(v)
     }
 
-    /// (allocated buffers, buffers reachable from the page table).
     /// Current interior nodes with a learned model, and all current
     /// interior nodes.
     pub(crate) fn learned_nodes(&self) -> (usize, usize) {
@@ -300,6 +299,7 @@ impl Tree {
         (learned, interior.len())
     }
 
+    /// (allocated buffers, buffers reachable from the page table).
     pub(crate) fn node_counts(&self) -> (usize, usize) {
         let guard = self.epochs.pin();
         let mut reachable = 0;

@@ -15,7 +15,9 @@
 //! is non-decreasing in `x`: within a piece it rounds a non-negative slope
 //! times `x - x0` (f64 conversion, products and floors keep order),
 //! clamped to the piece's index range, and a later piece starts where the
-//! one before it ends. The build measures `e = max |P(x_i) - i|` over the
+//! one before it ends. (Two pieces may start at one prefix, when a run of
+//! tied prefixes is longer than the error allows; a search then always
+//! takes the later one, and the error is measured with that choice.) The build measures `e = max |P(x_i) - i|` over the
 //! node's own items with the same arithmetic a search uses. For a key with
 //! prefix `x`, the last item `t` with key `<=` (or `<`) it lies between
 //! `L`, the last item with a prefix below `x`, and `U`, the last with a
@@ -128,6 +130,22 @@ impl Model {
         }
     }
 
+    /// The model's own invariants: pieces start at ascending indexes (the
+    /// first at 0) and non-decreasing prefixes, and the bound is within
+    /// the byte it is stored in.
+    #[cfg(test)]
+    pub(crate) fn well_formed(&self) -> bool {
+        let ps = &self.pieces[..self.n_pieces];
+        ps.first().is_some_and(|p| p.i0 == 0)
+            && ps
+                .windows(2)
+                .all(|w| w[0].i0 < w[1].i0 && w[0].x0 <= w[1].x0)
+            && ps
+                .iter()
+                .all(|p| (p.i0 as usize) < self.n && p.slope >= 0.0)
+            && self.err <= MAX_ERR
+    }
+
     /// Reads the model line of a node flagged `NODE_LEARNED` (header `h`,
     /// published bytes `buf`).
     #[cfg(test)]
@@ -219,6 +237,7 @@ fn window_of_line(line: &[u8; LINE_BYTES], n: usize, x: u64) -> (usize, usize, u
 /// and takes the following ones while some slope through its start keeps
 /// them all within `target` of their index. None past `MAX_PIECES`.
 fn greedy(xs: &[u64], target: f64) -> Option<([Piece; MAX_PIECES], usize)> {
+    debug_assert!(xs.is_sorted(), "a node's prefixes ascend");
     let n = xs.len();
     let mut pieces = [Piece {
         x0: 0,
