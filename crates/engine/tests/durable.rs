@@ -304,8 +304,18 @@ fn a_crash_at_every_sync_point_recovers_the_acknowledged_prefix() {
     }
 }
 
+/// Seeds of the crash test: 6, or `COMBKV_CRASH_SEEDS=<n>` for a soak run
+/// (`COMBKV_CRASH_SEEDS=200 cargo test --release -p combkv --test durable
+/// a_crash`).
+fn crash_seeds() -> u64 {
+    match std::env::var("COMBKV_CRASH_SEEDS") {
+        Ok(s) => s.trim().parse().expect("COMBKV_CRASH_SEEDS: a number"),
+        Err(_) => 6,
+    }
+}
+
 fn crash_at_every_sync_point(how: Checkpointing) {
-    for seed in 0..6u64 {
+    for seed in 0..crash_seeds() {
         const OPS: usize = 150;
         // A run without a crash counts the sync points.
         let total = {
