@@ -695,6 +695,51 @@ fn counted(addr: SocketAddr) -> (u64, u64) {
     )
 }
 
+/// memcached's per-command counters (`stats`) of the server at `addr`.
+fn mc_counted(addr: SocketAddr) -> std::collections::BTreeMap<String, u64> {
+    const NAMES: &[&str] = &[
+        "cmd_get",
+        "cmd_set",
+        "cmd_touch",
+        "cmd_meta",
+        "get_hits",
+        "get_misses",
+        "delete_hits",
+        "delete_misses",
+        "incr_hits",
+        "incr_misses",
+        "decr_hits",
+        "decr_misses",
+        "cas_hits",
+        "cas_misses",
+        "cas_badval",
+        "touch_hits",
+        "touch_misses",
+        "total_items",
+    ];
+    let text = run_pipeline(addr, b"stats\r\n", b"END\r\n");
+    text.lines()
+        .filter_map(|l| {
+            let mut w = l.strip_prefix("STAT ")?.split(' ');
+            let (name, value) = (w.next()?, w.next()?);
+            NAMES
+                .contains(&name)
+                .then(|| (name.to_string(), value.parse().unwrap()))
+        })
+        .collect()
+}
+
+/// What each counter gained from `before` to `after`.
+fn mc_delta(
+    before: &std::collections::BTreeMap<String, u64>,
+    after: &std::collections::BTreeMap<String, u64>,
+) -> std::collections::BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before[k]))
+        .collect()
+}
+
 /// Sends a whole pipeline in one write and reads every reply, up to `end`.
 fn run_pipeline(addr: SocketAddr, pipeline: &[u8], end: &[u8]) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
@@ -712,6 +757,8 @@ fn a_pipeline_answers_alike_on_a_cluster_node_and_a_single_node() {
     let cl = Cluster::new(&root, |_, raft| raft);
     let single = support::Server::start(&[], None);
     let resp_end: &[u8] = b"$15\r\nend-of-pipeline\r\n";
+    // memcached's `stats` is a command too: read outside the windows.
+    let mc_before = mc_counted(single.memcached);
     let before = counted(single.resp);
     let want = run_pipeline(single.resp, &mixed_pipeline("a:"), resp_end);
     assert!(
@@ -732,6 +779,8 @@ fn a_pipeline_answers_alike_on_a_cluster_node_and_a_single_node() {
     assert!(!mc_want.contains("ERROR"), "{mc_want}");
     let after = counted(single.resp);
     let counts_want = (after.0 - before.0, after.1 - before.1);
+    let mc_counts_want = mc_delta(&mc_before, &mc_counted(single.memcached));
+    assert!(mc_counts_want["cmd_set"] > 0, "{mc_counts_want:?}");
 
     let leader = cl.leader(&[1, 2, 3], Duration::from_secs(60));
     let follower = (1..=3).find(|&n| n != leader).unwrap();
@@ -747,6 +796,7 @@ fn a_pipeline_answers_alike_on_a_cluster_node_and_a_single_node() {
     assert_eq!(mc(leader, "c:"), mc_want, "memcached through the leader");
     assert_eq!(mc(follower, "d:"), mc_want, "memcached through a follower");
     // A request that waited for the log counts once, as on a single node.
+    let mc_before = mc_counted(spec(follower).memcached);
     let before = counted(spec(follower).resp);
     run_pipeline(spec(follower).resp, &mixed_pipeline("e:"), resp_end);
     mc(follower, "f:");
@@ -755,6 +805,12 @@ fn a_pipeline_answers_alike_on_a_cluster_node_and_a_single_node() {
     assert_eq!(
         counts, counts_want,
         "(commands, errors) counted on a follower"
+    );
+    // And memcached's per-command counters too.
+    let mc_counts = mc_delta(&mc_before, &mc_counted(spec(follower).memcached));
+    assert_eq!(
+        mc_counts, mc_counts_want,
+        "memcached stats counted on a follower"
     );
     drop(cl);
     let _ = std::fs::remove_dir_all(&root);

@@ -365,7 +365,15 @@ impl<P: Protocol> Pipeline<P> {
                         p.begin_request();
                     }
                     let before = out.len();
-                    close = self.run(cx, input, &req, out);
+                    close = match cx.parking {
+                        // What a parked run counted is taken back: it runs
+                        // again once the log answers.
+                        Some(p) => {
+                            let shared = cx.shared;
+                            shared.counting_once(|| self.run(cx, input, &req, out), || p.parked())
+                        }
+                        None => self.run(cx, input, &req, out),
+                    };
                     if let Some(p) = cx.parking {
                         if p.parked() {
                             // Runs again, from its start, when the log

@@ -29,17 +29,36 @@ impl Default for Counter {
     }
 }
 
+thread_local! {
+    /// This thread's shard of every counter.
+    static SHARD: usize = {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        NEXT.fetch_add(1, Ordering::Relaxed) % COUNTER_SHARDS
+    };
+    /// While a request that may park runs (`counting_for_a_parkable_request`):
+    /// what it counted, (counter address, amount), to take back if it parks
+    /// (it runs again, and counts again, once the log answers).
+    static JOURNAL: std::cell::RefCell<Vec<(usize, u64)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+    static JOURNALING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 impl Counter {
     pub fn add(&self, n: u64) {
-        thread_local! {
-            static SHARD: usize = {
-                use std::sync::atomic::AtomicUsize;
-                static NEXT: AtomicUsize = AtomicUsize::new(0);
-                NEXT.fetch_add(1, Ordering::Relaxed) % COUNTER_SHARDS
-            };
-        }
         let i = SHARD.with(|s| *s);
         self.shards[i].fetch_add(n, Ordering::Relaxed);
+        if JOURNALING.with(std::cell::Cell::get) {
+            let at = self as *const Counter as usize;
+            JOURNAL.with(|j| j.borrow_mut().push((at, n)));
+        }
+    }
+
+    /// Takes back `n` this thread added.
+    fn take_back(&self, n: u64) {
+        let i = SHARD.with(|s| *s);
+        let _ = self.shards[i].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+            Some(v.saturating_sub(n))
+        });
     }
 
     pub fn get(&self) -> u64 {
@@ -250,10 +269,62 @@ impl Shared {
         self.used_memory_peak.fetch_max(rss, Ordering::Relaxed);
     }
 
+    /// Runs `f`, a request that may park its connection (on a cluster
+    /// node), and takes back what it counted if `parked()` says it did:
+    /// it runs again once the log answers, and counts then.
+    pub(crate) fn counting_once<R>(
+        &self,
+        f: impl FnOnce() -> R,
+        parked: impl FnOnce() -> bool,
+    ) -> R {
+        /// Stops journaling however `f` ends (a request's panic is caught
+        /// by the event loop, which goes on serving).
+        struct Journaling;
+        impl Drop for Journaling {
+            fn drop(&mut self) {
+                JOURNALING.with(|j| j.set(false));
+            }
+        }
+        JOURNALING.with(|j| j.set(true));
+        let journaling = Journaling;
+        let r = f();
+        drop(journaling);
+        let parked = parked();
+        JOURNAL.with(|j| {
+            let mut journal = j.borrow_mut();
+            if parked && !journal.is_empty() {
+                let counters: Vec<&Counter> = self
+                    .counters()
+                    .into_iter()
+                    .chain(self.memcache.stats.all().into_iter().map(|(_, c)| c))
+                    .collect();
+                for &(at, n) in journal.iter() {
+                    let mine = counters
+                        .iter()
+                        .find(|c| **c as *const Counter as usize == at);
+                    if let Some(c) = mine {
+                        c.take_back(n);
+                    }
+                }
+            }
+            // Kept for the next request: no allocation per request.
+            journal.clear();
+        });
+        r
+    }
+
     /// CONFIG RESETSTAT: zeroes the counters.
     pub fn reset_stats(&self) {
+        for c in self.counters() {
+            c.reset();
+        }
+        self.slowlog.reset();
+    }
+
+    /// The server-wide counters (`Stats`).
+    fn counters(&self) -> [&Counter; 16] {
         let s = &self.stats;
-        for c in [
+        [
             &s.connections_received,
             &s.connections_rejected,
             &s.commands_processed,
@@ -270,10 +341,7 @@ impl Shared {
             &s.protocol_errors,
             &s.output_limit_disconnections,
             &s.query_limit_disconnections,
-        ] {
-            c.reset();
-        }
-        self.slowlog.reset();
+        ]
     }
 
     pub fn uptime(&self) -> Duration {

@@ -42,7 +42,7 @@ pub struct McStats {
 }
 
 impl McStats {
-    fn all(&self) -> [(&'static str, &Counter); 21] {
+    pub(crate) fn all(&self) -> [(&'static str, &Counter); 21] {
         [
             ("cmd_get", &self.cmd_get),
             ("cmd_set", &self.cmd_set),
