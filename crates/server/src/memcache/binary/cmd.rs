@@ -4,10 +4,10 @@
 //! answer only failures (quiet gets: nothing on a miss either).
 
 use combkv::op::{Arith, Cond, Number, OnMissing, Op, Outcome, Status as OpStatus};
-use combkv::{Flags, Version};
+use combkv::Version;
 
 use super::{BinCmd, BinRequest, Head, Status, error, packet};
-use crate::memcache::cmd::text::{flush, touch_op};
+use crate::memcache::cmd::text::{cas_cond, flush, store_op, touch_op};
 use crate::memcache::cmd::{Found, expiry, store_over_maxmemory};
 use crate::memcache::error::{McError, store_error_text};
 use crate::memcache::parse::StoreCmd;
@@ -136,14 +136,6 @@ pub(crate) fn execute(cx: &mut Cx<'_>, req: &BinRequest<'_>, out: &mut Vec<u8>) 
     false
 }
 
-/// The condition a request's CAS sets (0: none).
-fn cas_cond(cas: u64, otherwise: Cond) -> Cond {
-    match cas {
-        0 => otherwise,
-        v => Cond::Version(Version(v)),
-    }
-}
-
 /// set, add, replace, append, prepend (and quiet): one op; memcached's
 /// statuses (add of a present key and a failed CAS: exists; replace or a
 /// CAS of an absent key: not found; append to an absent key: not stored).
@@ -165,28 +157,14 @@ fn store(
         return refuse(cx, out, req.head, &McError::OutOfMemoryStoring);
     }
     let mc = &cx.shared.memcache.stats;
-    let op = match cmd {
-        StoreCmd::Append | StoreCmd::Prepend => Op::Append {
-            key,
-            value: data,
-            front: cmd == StoreCmd::Prepend,
-            on_missing: OnMissing::Fail,
-            cond: cas_cond(cas, Cond::Any),
-        },
-        _ => Op::Put {
-            key,
-            value: data,
-            expiry: expiry(exptime, combkv::now_ms()),
-            flags: Flags::Set(flags),
-            cond: match cmd {
-                // memcached makes an add with a CAS a compare-and-swap.
-                StoreCmd::Add => cas_cond(cas, Cond::Absent),
-                StoreCmd::Replace => cas_cond(cas, Cond::Present),
-                _ => cas_cond(cas, Cond::Any),
-            },
-            return_old: false,
-        },
-    };
+    let op = store_op(
+        cmd,
+        key,
+        data,
+        flags,
+        expiry(exptime, combkv::now_ms()),
+        cas,
+    );
     let outcome = match cx.apply(&op) {
         Ok(o) => o,
         Err(e) => {

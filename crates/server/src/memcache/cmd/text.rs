@@ -24,8 +24,11 @@ fn reply(cx: &Cx<'_>, out: &mut Vec<u8>, noreply: bool, r: Result<&str, McError>
 
 /// The op of a storage command: set, add, replace and cas store `data`
 /// (under their condition); append and prepend grow a present item,
-/// keeping its flags and expiry (memcached ignores theirs).
-fn store_op<'a>(
+/// keeping its flags and expiry (memcached ignores theirs). A non-zero
+/// `cas` on any other command (the binary protocol's) makes it a
+/// compare-and-swap too, add included, as in memcached; the text
+/// protocol's `cas` command compares whatever it is given.
+pub(crate) fn store_op<'a>(
     cmd: StoreCmd,
     key: &'a [u8],
     data: &'a [u8],
@@ -42,17 +45,26 @@ fn store_op<'a>(
         return_old: false,
     };
     match cmd {
-        StoreCmd::Set => put(Cond::Any),
-        StoreCmd::Add => put(Cond::Absent),
-        StoreCmd::Replace => put(Cond::Present),
+        StoreCmd::Set => put(cas_cond(cas, Cond::Any)),
+        StoreCmd::Add => put(cas_cond(cas, Cond::Absent)),
+        StoreCmd::Replace => put(cas_cond(cas, Cond::Present)),
         StoreCmd::Cas => put(Cond::Version(Version(cas))),
         StoreCmd::Append | StoreCmd::Prepend => Op::Append {
             key,
             value: data,
             front: cmd == StoreCmd::Prepend,
             on_missing: OnMissing::Fail,
-            cond: Cond::Any,
+            cond: cas_cond(cas, Cond::Any),
         },
+    }
+}
+
+/// A write's condition: the item's version is `cas`, or with none (0),
+/// `otherwise`.
+pub(crate) fn cas_cond(cas: u64, otherwise: Cond) -> Cond {
+    match cas {
+        0 => otherwise,
+        v => Cond::Version(Version(v)),
     }
 }
 
