@@ -23,7 +23,8 @@ use super::record::{self, CkptItem};
 use crate::tree::Tree;
 use crate::types::Now;
 
-/// Target payload bytes per checkpoint block.
+/// Target payload bytes per block of a checkpoint, delta run or merged
+/// base.
 const BLOCK_BYTES: usize = 64 << 10;
 
 /// Which kind of file a checkpoint wrote.
@@ -150,12 +151,9 @@ fn write_file(
         version,
         crate::types::now_ms(),
     )?;
-    let mut payload = Vec::with_capacity(BLOCK_BYTES + 1024);
     let mut from: Option<Vec<u8>> = None;
     loop {
-        payload.clear();
         let mut last: Option<Vec<u8>> = None;
-        let mut items = 0;
         {
             let _guard = tree.pin();
             let start = match &from {
@@ -169,18 +167,19 @@ fn write_file(
                 Bound::Unbounded,
                 false,
                 |it| {
-                    record::encode_ckpt_item(
-                        &mut payload,
-                        &CkptItem {
-                            version: it.version,
-                            expiry: it.expiry,
-                            client_flags: it.cflags,
-                            key: it.key,
-                            value: it.value.bytes(),
-                        },
-                    );
-                    items += 1;
-                    if payload.len() >= BLOCK_BYTES {
+                    out.add(|p| {
+                        record::encode_ckpt_item(
+                            p,
+                            &CkptItem {
+                                version: it.version,
+                                expiry: it.expiry,
+                                client_flags: it.cflags,
+                                key: it.key,
+                                value: it.value.bytes(),
+                            },
+                        )
+                    });
+                    if out.full() {
                         last = Some(it.key.to_vec());
                         return false;
                     }
@@ -188,7 +187,8 @@ fn write_file(
                 },
             );
         }
-        out.block(&payload, items)?;
+        // Written with the epoch unpinned.
+        out.write_if_full()?;
         match last {
             Some(k) => from = Some(k),
             None => break,
@@ -197,14 +197,20 @@ fn write_file(
     out.finish()
 }
 
-/// A checkpoint-shaped file being written: header, checksummed blocks,
-/// and a footer with the number of entries, then synced (a checkpoint, a
-/// delta run, a merged base).
+/// A checkpoint-shaped file being written: header, checksummed blocks of
+/// about `BLOCK_BYTES` of entries, and a footer with the number of
+/// entries, then synced (a checkpoint, a delta run, a merged base).
+/// Entries are gathered with `add` and written by `write_if_full` and
+/// `finish`, so a writer can gather under an epoch pin and write after.
 pub(crate) struct BlockFile {
     file: Box<dyn super::file::WritableFile>,
     what: String,
+    /// Entries and bytes written.
     entries: u64,
     bytes: u64,
+    /// The next block's entries, and how many.
+    payload: Vec<u8>,
+    gathered: u64,
     framed: Vec<u8>,
 }
 
@@ -227,27 +233,51 @@ impl BlockFile {
             what,
             entries: 0,
             bytes: header.len() as u64,
+            payload: Vec::with_capacity(BLOCK_BYTES + 1024),
+            gathered: 0,
             framed: Vec::with_capacity(BLOCK_BYTES + 1024),
         })
     }
 
-    /// Appends a block holding `entries` entries (nothing if empty).
-    pub(crate) fn block(&mut self, payload: &[u8], entries: u64) -> Result<(), IoError> {
-        if payload.is_empty() {
+    /// Gathers one entry, which `encode` appends.
+    pub(crate) fn add(&mut self, encode: impl FnOnce(&mut Vec<u8>)) {
+        encode(&mut self.payload);
+        self.gathered += 1;
+    }
+
+    /// Whether a block's worth is gathered.
+    pub(crate) fn full(&self) -> bool {
+        self.payload.len() >= BLOCK_BYTES
+    }
+
+    /// Writes what is gathered as a block once it is a block's worth.
+    pub(crate) fn write_if_full(&mut self) -> Result<(), IoError> {
+        if self.full() {
+            self.write_block()
+        } else {
+            Ok(())
+        }
+    }
+
+    fn write_block(&mut self) -> Result<(), IoError> {
+        if self.payload.is_empty() {
             return Ok(());
         }
         self.framed.clear();
-        record::encode_block(&mut self.framed, payload);
+        record::encode_block(&mut self.framed, &self.payload);
         self.file
             .write_all(&self.framed)
             .map_err(IoError::doing(self.what.clone()))?;
         self.bytes += self.framed.len() as u64;
-        self.entries += entries;
+        self.entries += self.gathered;
+        self.payload.clear();
+        self.gathered = 0;
         Ok(())
     }
 
-    /// Writes the footer and syncs: (entries, bytes).
+    /// Writes the rest, the footer, and syncs: (entries, bytes).
     pub(crate) fn finish(mut self) -> Result<(u64, u64), IoError> {
+        self.write_block()?;
         let footer = record::encode_footer(self.entries);
         self.file
             .write_all(&footer)

@@ -15,9 +15,6 @@ use super::file::Storage;
 use super::overlay::{Overlay, Run};
 use super::record::{self, CkptItem};
 
-/// Payload bytes per block of a merged base.
-const BLOCK_BYTES: usize = 64 << 10;
-
 /// Reads `file` whole into a run, checking each item against the limits.
 pub(crate) fn read_run(
     storage: &dyn Storage,
@@ -173,19 +170,14 @@ fn write_merged(
         crate::types::now_ms(),
     )
     .map_err(CheckpointError::Io)?;
-    let mut payload = Vec::with_capacity(BLOCK_BYTES + 1024);
-    let mut in_block = 0u64;
     // A write error is carried out of the reader's callback in `failed`.
     let mut failed: Option<IoError> = None;
     let mut emit = |it: &CkptItem<'_>| -> Result<(), ItemRefused> {
-        record::encode_ckpt_item(&mut payload, it);
-        in_block += 1;
-        if payload.len() >= BLOCK_BYTES && failed.is_none() {
-            if let Err(e) = out.block(&payload, in_block) {
-                failed = Some(e);
-            }
-            payload.clear();
-            in_block = 0;
+        out.add(|p| record::encode_ckpt_item(p, it));
+        if failed.is_none()
+            && let Err(e) = out.write_if_full()
+        {
+            failed = Some(e);
         }
         Ok(())
     };
@@ -202,6 +194,5 @@ fn write_merged(
     if let Some(e) = failed {
         return Err(CheckpointError::Io(e));
     }
-    out.block(&payload, in_block).map_err(CheckpointError::Io)?;
     out.finish().map_err(CheckpointError::Io)
 }

@@ -36,8 +36,6 @@ pub(crate) const DELTA_MAGIC: &[u8; 8] = b"CKVDLT01";
 const PUT: u8 = 1;
 const DEL: u8 = 2;
 const RANGE: u8 = 3;
-/// Payload bytes per block.
-const BLOCK_BYTES: usize = 64 << 10;
 /// Leaves visited per epoch pin.
 const LEAVES_PER_PIN: usize = 64;
 
@@ -271,8 +269,6 @@ fn write_file(
 ) -> Result<Written, IoError> {
     let mut out = BlockFile::create(storage, path, DELTA_MAGIC, to, from)?;
     let now = Now::lazy();
-    let mut payload = Vec::with_capacity(BLOCK_BYTES + 1024);
-    let mut in_block = 0u64;
     let (mut range_leaves, mut key_leaves) = (0, 0);
     let mut dels = Deleted {
         keys: deleted.unwrap_or_default(),
@@ -289,57 +285,52 @@ fn write_file(
         })
     };
     // Leaf by leaf from the first: each leaf's high fence is where the
-    // next one starts. The epoch is pinned a few dozen leaves at a time;
-    // the pinned read version keeps `to`'s buffers between pins.
+    // next one starts. The epoch is pinned a few dozen leaves at a time
+    // (the pinned read version keeps `to`'s buffers between pins), and
+    // blocks are written between pins.
     let mut start: Option<Vec<u8>> = Some(Vec::new());
     while let Some(mut key) = start.take() {
-        let _guard = tree.pin();
-        for _ in 0..LEAVES_PER_PIN {
-            let (change, hi) = tree.leaf_delta(&key, to, from, &now, deleted.is_some());
-            match change {
-                Some(LeafDelta::Range { lo, hi, items }) => {
-                    range_leaves += 1;
-                    let lo = lo.unwrap_or_default();
-                    encode(&mut payload, &Entry::Range { lo, hi });
-                    in_block += 1;
-                    for it in &items {
-                        encode(&mut payload, &item(it));
-                        in_block += 1;
-                    }
-                }
-                Some(LeafDelta::Keys(keys)) => {
-                    key_leaves += 1;
-                    for (k, it) in &keys {
-                        in_block += dels.below(tree, k, to, &now, &mut payload);
-                        match it {
-                            Some(it) => encode(&mut payload, &item(it)),
-                            None => encode(&mut payload, &Entry::Del(k)),
+        {
+            let _guard = tree.pin();
+            for _ in 0..LEAVES_PER_PIN {
+                let (change, hi) = tree.leaf_delta(&key, to, from, &now, deleted.is_some());
+                match change {
+                    Some(LeafDelta::Range { lo, hi, items }) => {
+                        range_leaves += 1;
+                        let lo = lo.unwrap_or_default();
+                        out.add(|p| encode(p, &Entry::Range { lo, hi }));
+                        for it in &items {
+                            out.add(|p| encode(p, &item(it)));
                         }
-                        in_block += 1;
                     }
+                    Some(LeafDelta::Keys(keys)) => {
+                        key_leaves += 1;
+                        for (k, it) in &keys {
+                            dels.below(tree, k, to, &now, &mut out);
+                            match it {
+                                Some(it) => out.add(|p| encode(p, &item(it))),
+                                None => out.add(|p| encode(p, &Entry::Del(k))),
+                            }
+                        }
+                    }
+                    None => {}
                 }
-                None => {}
-            }
-            if payload.len() >= BLOCK_BYTES {
-                out.block(&payload, in_block)?;
-                payload.clear();
-                in_block = 0;
-            }
-            // Deleted keys of this leaf after its last changed key.
-            in_block += dels.below_fence(tree, hi, to, &now, &mut payload);
-            // The rightmost leaf has no high fence: done.
-            let Some(hi) = hi else {
+                // Deleted keys of this leaf after its last changed key.
+                dels.below_fence(tree, hi, to, &now, &mut out);
+                // The rightmost leaf has no high fence: done.
+                let Some(hi) = hi else {
+                    key.clear();
+                    break;
+                };
                 key.clear();
-                break;
-            };
-            key.clear();
-            key.extend_from_slice(hi);
+                key.extend_from_slice(hi);
+            }
         }
+        out.write_if_full()?;
         if !key.is_empty() {
             start = Some(key);
         }
     }
-    out.block(&payload, in_block)?;
     let (entries, bytes) = out.finish()?;
     Ok(Written {
         entries,
@@ -361,12 +352,11 @@ struct Deleted<'d> {
 
 impl Deleted<'_> {
     /// Writes the deleted keys below `key` (skipping `key` itself, which
-    /// its leaf reports); returns how many entries it wrote.
-    fn below(&mut self, tree: &Tree, key: &[u8], to: u64, now: &Now, out: &mut Vec<u8>) -> u64 {
-        let mut n = 0;
+    /// its leaf reports).
+    fn below(&mut self, tree: &Tree, key: &[u8], to: u64, now: &Now, out: &mut BlockFile) {
         while let Some(d) = self.keys.get(self.at) {
             match key_cmp(d, key) {
-                Cmp::Less => n += self.one(tree, to, now, out),
+                Cmp::Less => self.one(tree, to, now, out),
                 Cmp::Equal => {
                     self.at += 1;
                     break;
@@ -374,7 +364,6 @@ impl Deleted<'_> {
                 Cmp::Greater => break,
             }
         }
-        n
     }
 
     /// Writes the deleted keys below the fence `hi` (None: all the rest).
@@ -384,29 +373,24 @@ impl Deleted<'_> {
         hi: Option<&[u8]>,
         to: u64,
         now: &Now,
-        out: &mut Vec<u8>,
-    ) -> u64 {
-        let mut n = 0;
+        out: &mut BlockFile,
+    ) {
         while let Some(d) = self.keys.get(self.at) {
             if hi.is_some_and(|h| key_cmp(d, h) != Cmp::Less) {
                 break;
             }
-            n += self.one(tree, to, now, out);
+            self.one(tree, to, now, out);
         }
-        n
     }
 
     /// The next deleted key: a DEL entry if it is absent at `to`.
-    fn one(&mut self, tree: &Tree, to: u64, now: &Now, out: &mut Vec<u8>) -> u64 {
+    fn one(&mut self, tree: &Tree, to: u64, now: &Now, out: &mut BlockFile) {
         let d = &self.keys[self.at];
         self.at += 1;
-        let live = tree.get_at(d, to).is_some_and(|it| it.is_live(now));
-        if live {
-            return 0;
+        if !tree.get_at(d, to).is_some_and(|it| it.is_live(now)) {
+            out.add(|p| encode(p, &Entry::Del(d)));
+            self.written += 1;
         }
-        encode(out, &Entry::Del(d));
-        self.written += 1;
-        1
     }
 }
 

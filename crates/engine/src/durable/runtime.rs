@@ -249,7 +249,8 @@ impl Checkpoints {
             }
         }
         let oldest = keep.iter().copied().min().unwrap_or(u64::MAX);
-        for d in delta::list(storage, dir).map_err(IoError::doing("listing delta runs"))? {
+        let runs = delta::list(storage, dir).map_err(IoError::doing("listing delta runs"))?;
+        for d in &runs {
             if d.from < oldest {
                 storage
                     .remove(&d.path)
@@ -273,7 +274,7 @@ impl Checkpoints {
             .filter(|&v| newest.is_none_or(|n| v < n))
             .max();
         if let (Some(older), Some(newest)) = (older, newest) {
-            let runs = delta::list(storage, dir).map_err(IoError::doing("listing delta runs"))?;
+            // (The runs removed above all start below `older`.)
             let mut end = older;
             while let Some(d) = runs.iter().filter(|d| d.from == end).max_by_key(|d| d.to) {
                 end = d.to;

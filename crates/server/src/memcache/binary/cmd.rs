@@ -3,8 +3,8 @@
 //! reply is a response packet built from the [`Outcome`]. Quiet commands
 //! answer only failures (quiet gets: nothing on a miss either).
 
-use combkv::op::{Arith, Cond, Number, OnMissing, Op, Outcome, Status as OpStatus};
 use combkv::Version;
+use combkv::op::{Arith, Cond, Number, OnMissing, Op, Outcome, Status as OpStatus};
 
 use super::{BinCmd, BinRequest, Head, Status, error, packet};
 use crate::memcache::cmd::text::{cas_cond, flush, store_op, touch_op};
