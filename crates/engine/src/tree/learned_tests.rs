@@ -5,7 +5,6 @@
 //! (deletes) and bulk loading, for dense, sparse and clustered 8-byte keys
 //! and 16-byte hashed keys.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
@@ -32,15 +31,8 @@ fn geometry(node: usize) -> Geometry {
 }
 
 fn put(tree: &Tree, key: &[u8], value: &[u8]) {
-    let w = tree.write(key, MODE, |_| {
-        let op = WriteOp::Put {
-            value: Cow::Owned(value.to_vec()),
-            expiry: 0,
-            flags: 0,
-        };
-        (op, ())
-    });
-    assert!(tree.wait_released(w.wait_for));
+    let v = super::write::tests::put(tree, key, value);
+    assert!(tree.wait_released(v));
 }
 
 fn delete(tree: &Tree, key: &[u8]) {
