@@ -180,7 +180,11 @@ impl Replica {
     ) -> Result<Replica, StartError> {
         let raft_config = Arc::new(config.raft_config()?);
         let storage: Arc<dyn combkv::durable::Storage> = Arc::new(combkv::durable::FsStorage);
-        let (log, report) = LogStore::open(storage, &config.dir.join("log"), config.log)
+        let log_options = LogOptions {
+            own_id: Some(config.id),
+            ..config.log
+        };
+        let (log, report) = LogStore::open(storage, &config.dir.join("log"), log_options)
             .map_err(StartError::Log)?;
         if let Some((file, offset, bytes)) = &report.torn_tail {
             tracing::warn!("raft log: cut a torn tail of {bytes} bytes at {file}:{offset}");

@@ -136,6 +136,7 @@ fn config(dir: &Path, id: u64, journal: &Journal) -> ReplicaConfig {
         segment_bytes: 4096,
         sync: SyncPolicy::None,
         inline: true,
+        ..LogOptions::default()
     };
     // Snapshots and purges every few dozen entries, so that restarted and
     // cut-off nodes catch up through snapshots too.

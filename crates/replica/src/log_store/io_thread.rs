@@ -1,14 +1,14 @@
 //! The one thread that changes the log's files, in the order it is asked.
 
+use std::collections::VecDeque;
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::{Duration, Instant};
 
 use combkv::durable::{Storage, WritableFile};
 use openraft::storage::LogFlushed;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use tokio::sync::oneshot;
 
 use super::SyncPolicy;
@@ -53,16 +53,42 @@ pub(crate) enum Job {
     },
 }
 
-/// The handle: sends jobs to the thread (which ends when the handle is
-/// dropped), or runs them at once in the caller (`inline`, for simulated
-/// clusters, whose clock must not run ahead of work on another thread).
+/// The handle. Jobs queue in the order they are sent, and whoever holds
+/// the files runs the queue in that order: the I/O thread, woken for each
+/// job sent with [`IoThread::send`], or the caller of
+/// [`IoThread::run_here`], which runs everything queued before its own job
+/// and then its own, at once. Without a thread (`inline`, for simulated
+/// clusters, whose clock must not run ahead of work on another thread)
+/// every job runs in its caller.
 #[derive(Debug)]
-pub(crate) enum IoThread {
-    Thread {
-        tx: Mutex<Option<Sender<Job>>>,
-        thread: Mutex<Option<std::thread::JoinHandle<()>>>,
-    },
-    Inline(Mutex<Files>),
+pub(crate) struct IoThread {
+    shared: Arc<Shared>,
+    threaded: bool,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    queue: Mutex<Queue>,
+    /// Signalled when a job is queued for the thread, or the log closes.
+    queued: Condvar,
+    /// Locked before `queue` where both are held.
+    files: Mutex<Files>,
+}
+
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    closed: bool,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue")
+            .field("jobs", &self.jobs.len())
+            .field("closed", &self.closed)
+            .finish()
+    }
 }
 
 impl IoThread {
@@ -75,12 +101,13 @@ impl IoThread {
         meta: Meta,
         inline: bool,
     ) -> io::Result<IoThread> {
-        let mut files = Files {
+        let files = Files {
             storage,
             dir,
             segment_bytes,
             sync,
             unsynced: false,
+            synced_at: Instant::now(),
             segments,
             open: None,
             meta,
@@ -88,61 +115,119 @@ impl IoThread {
             commit_pending: None,
             commit_saved_at: None,
         };
-        if inline {
-            return Ok(IoThread::Inline(Mutex::new(files)));
-        }
-        let (tx, rx) = channel();
-        let thread = std::thread::Builder::new()
-            .name("raft-log-io".into())
-            .spawn(move || files.serve(rx))?;
-        Ok(IoThread::Thread {
-            tx: Mutex::new(Some(tx)),
-            thread: Mutex::new(Some(thread)),
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue::default()),
+            queued: Condvar::new(),
+            files: Mutex::new(files),
+        });
+        let thread = if inline {
+            None
+        } else {
+            let shared = Arc::clone(&shared);
+            Some(
+                std::thread::Builder::new()
+                    .name("raft-log-io".into())
+                    .spawn(move || shared.serve())?,
+            )
+        };
+        Ok(IoThread {
+            shared,
+            threaded: thread.is_some(),
+            thread: Mutex::new(thread),
         })
     }
 
+    /// Queues `job` for the I/O thread (or runs it here, without one).
     pub(crate) fn send(&self, job: Job) -> io::Result<()> {
-        match self {
-            IoThread::Inline(files) => {
-                let mut files = files.lock();
-                let mut next = Some(job);
-                while let Some(job) = next.take() {
-                    next = files.run(job, &mut || None);
-                }
-                Ok(())
-            }
-            IoThread::Thread { tx, .. } => {
-                let tx = tx.lock();
-                let tx = tx
-                    .as_ref()
-                    .ok_or_else(|| io::Error::other("the Raft log is closed"))?;
-                tx.send(job)
-                    .map_err(|_| io::Error::other("the Raft log's I/O thread stopped"))
-            }
+        self.push(job)?;
+        if self.threaded {
+            self.shared.queued.notify_one();
+        } else {
+            self.shared.drain();
         }
+        Ok(())
+    }
+
+    /// Queues `job` and runs the queue in the caller, so that `job` is done
+    /// (after everything sent before it) when this returns. A follower's
+    /// appends go this way: it answers the leader only once they are
+    /// synced, so handing them to the thread would add two thread switches
+    /// to every round trip and save nothing.
+    pub(crate) fn run_here(&self, job: Job) -> io::Result<()> {
+        self.push(job)?;
+        self.shared.drain();
+        Ok(())
+    }
+
+    fn push(&self, job: Job) -> io::Result<()> {
+        let mut queue = self.shared.queue.lock();
+        if queue.closed {
+            return Err(io::Error::other("the Raft log is closed"));
+        }
+        queue.jobs.push_back(job);
+        Ok(())
     }
 }
 
 impl Drop for IoThread {
     fn drop(&mut self) {
-        if let IoThread::Thread { tx, thread } = self {
-            tx.lock().take();
-            if let Some(t) = thread.lock().take() {
-                let _ = t.join();
-            }
+        self.shared.queue.lock().closed = true;
+        self.shared.queued.notify_one();
+        if let Some(t) = self.thread.lock().take() {
+            let _ = t.join();
         }
     }
 }
 
-/// The files, owned by the I/O thread.
+impl Shared {
+    /// The I/O thread: runs queued jobs as they come; meanwhile syncs what
+    /// `EverySec` left unsynced and writes a commit point that waits. Once
+    /// the log closes it runs what is left and writes the commit point.
+    fn serve(&self) {
+        loop {
+            let wait = self.files.lock().idle_wait();
+            let closed = {
+                let mut queue = self.queue.lock();
+                if queue.jobs.is_empty() && !queue.closed {
+                    match wait {
+                        Some(d) => {
+                            self.queued.wait_for(&mut queue, d);
+                        }
+                        None => self.queued.wait(&mut queue),
+                    }
+                }
+                queue.closed
+            };
+            self.drain();
+            if closed {
+                self.files.lock().save_commit(true);
+                return;
+            }
+        }
+    }
+
+    /// Runs every queued job, in order, then what is due.
+    fn drain(&self) {
+        let mut files = self.files.lock();
+        let mut more = || self.queue.lock().jobs.pop_front();
+        let mut next = more();
+        while let Some(job) = next.take() {
+            next = files.run(job, &mut more).or_else(&mut more);
+        }
+        files.tick();
+    }
+}
+
+/// The files, and what is written but not yet synced or saved.
 #[derive(Debug)]
 pub(crate) struct Files {
     storage: Arc<dyn Storage>,
     dir: PathBuf,
     segment_bytes: u64,
     sync: SyncPolicy,
-    /// Written but not synced (with `EverySec`).
+    /// Written but not synced (with `EverySec`), and the last sync.
     unsynced: bool,
+    synced_at: Instant,
     segments: Vec<Segment>,
     /// The segment being appended to (the last of `segments`).
     open: Option<Box<dyn WritableFile>>,
@@ -161,17 +246,10 @@ pub(crate) struct Files {
 /// little more of the log at the next start.
 const COMMIT_SAVE_EVERY: Duration = Duration::from_millis(100);
 
-impl Files {
-    fn serve(&mut self, rx: Receiver<Job>) {
-        let mut next = self.next_job(&rx);
-        while let Some(job) = next.take() {
-            next = self.run(job, &mut || rx.try_recv().ok());
-            if next.is_none() {
-                next = self.next_job(&rx);
-            }
-        }
-    }
+/// How often `EverySec` syncs.
+const EVERY_SEC: Duration = Duration::from_secs(1);
 
+impl Files {
     /// Runs `job`; an append takes every append `more` has behind it into
     /// its sync (group commit). Returns a job `more` gave that is not an
     /// append, to be run next.
@@ -241,37 +319,34 @@ impl Files {
         None
     }
 
-    /// Waits for the next job; meanwhile, with `EverySec`, syncs what was
-    /// written once a second, and writes a commit point that waits.
-    fn next_job(&mut self, rx: &Receiver<Job>) -> Option<Job> {
-        loop {
-            let every_sec = (self.sync == SyncPolicy::EverySec).then_some(Duration::from_secs(1));
-            let commit = self.commit_pending.map(|_| {
-                COMMIT_SAVE_EVERY.saturating_sub(
-                    self.commit_saved_at
-                        .map_or(COMMIT_SAVE_EVERY, |t| t.elapsed()),
-                )
-            });
-            let wait = match (every_sec, commit) {
-                (None, None) => return rx.recv().ok(),
-                (a, b) => a.unwrap_or(Duration::MAX).min(b.unwrap_or(Duration::MAX)),
-            };
-            match rx.recv_timeout(wait) {
-                Ok(job) => return Some(job),
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                    if std::mem::take(&mut self.unsynced)
-                        && let Err(e) = self.sync()
-                    {
-                        tracing::error!("raft log: sync failed: {e}");
-                    }
-                    self.save_commit(false);
-                }
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                    self.save_commit(true);
-                    return None;
-                }
+    /// How long the thread may wait for a job before something is due:
+    /// an `EverySec` sync, or a commit point that waits. `None`: nothing is.
+    fn idle_wait(&self) -> Option<Duration> {
+        let sync = self
+            .unsynced
+            .then(|| EVERY_SEC.saturating_sub(self.synced_at.elapsed()));
+        let commit = self.commit_pending.map(|_| {
+            COMMIT_SAVE_EVERY.saturating_sub(
+                self.commit_saved_at
+                    .map_or(COMMIT_SAVE_EVERY, |t| t.elapsed()),
+            )
+        });
+        match (sync, commit) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Does what is due: with `EverySec`, a sync a second after the last
+    /// (also while appends keep coming), and a waiting commit point.
+    fn tick(&mut self) {
+        if self.unsynced && self.synced_at.elapsed() >= EVERY_SEC {
+            self.unsynced = false;
+            if let Err(e) = self.sync() {
+                tracing::error!("raft log: sync failed: {e}");
             }
         }
+        self.save_commit(false);
     }
 
     /// Writes the pending commit point if the last was written long enough
@@ -332,6 +407,7 @@ impl Files {
     }
 
     fn sync(&mut self) -> io::Result<()> {
+        self.synced_at = Instant::now();
         self.guarded(|f| match f.open.as_mut() {
             Some(file) => file.sync_data(),
             None => Ok(()),

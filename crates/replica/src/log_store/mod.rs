@@ -1,11 +1,13 @@
 //! The Raft log, which in cluster mode is combkv's write-ahead log.
 //!
 //! Entries live in memory (for the replication tasks that read them) and
-//! in segment files (`segment`). Every change to the files goes through one
-//! I/O thread, in the order openraft asked for it, so no write overtakes an
-//! earlier one. Appends are group-committed: the thread writes every append
-//! queued behind the first, syncs once, and only then reports each of them
-//! flushed, never before. The vote is written to a temporary file, synced,
+//! in segment files (`segment`). Every change to the files joins one queue,
+//! in the order openraft asked for it, and the queue is run in that order,
+//! so no write overtakes an earlier one: by the I/O thread, or, for a
+//! follower's appends, by the caller, which runs what is queued before its
+//! own at once (see [`LogOptions::own_id`]). Appends are group-committed:
+//! the thread writes every append queued behind the first, syncs once, and
+//! only then reports each of them flushed, never before. The vote is written to a temporary file, synced,
 //! renamed into place and the directory synced before `save_vote` returns.
 //! Entries are purged (their segments removed) only once openraft says a
 //! snapshot covers them, that is after the snapshot is durable.
@@ -30,7 +32,7 @@ use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{LogIdOptionExt, OptionalSend, RaftLogReader, StorageIOError};
 use parking_lot::Mutex;
 
-use crate::types::{Entry, LogId, StorageError, TypeConfig, Vote};
+use crate::types::{Entry, LogId, NodeId, StorageError, TypeConfig, Vote};
 use io_thread::{IoThread, Job};
 use segment::{COMMITTED_FILE, META_FILE, Meta};
 
@@ -60,6 +62,13 @@ pub struct LogOptions {
     /// Do file work in the caller instead of the I/O thread (simulated
     /// clusters, whose paused clock must not run ahead of another thread).
     pub inline: bool,
+    /// This node's id. Entries another node leads (a follower's appends)
+    /// are written and synced in the caller: the follower answers the
+    /// leader only once they are durable, so a hop to the I/O thread and
+    /// back would only lengthen every round trip. A leader's own appends go
+    /// to the thread and are synced while they are sent to the followers.
+    /// `None`: every append goes to the thread.
+    pub own_id: Option<NodeId>,
 }
 
 impl Default for LogOptions {
@@ -68,6 +77,7 @@ impl Default for LogOptions {
             segment_bytes: DEFAULT_SEGMENT_BYTES,
             sync: SyncPolicy::Always,
             inline: false,
+            own_id: None,
         }
     }
 }
@@ -89,6 +99,8 @@ pub struct LogStore {
     dir: PathBuf,
     /// The commit point waiting to be saved, if a save job is queued.
     commit_to_save: CommitSlot,
+    /// See [`LogOptions::own_id`].
+    own_id: Option<NodeId>,
 }
 
 /// See [`LogStore::save_committed`].
@@ -192,6 +204,7 @@ impl LogStore {
             io: Arc::new(io),
             dir: dir.to_path_buf(),
             commit_to_save: CommitSlot::default(),
+            own_id: options.own_id,
         };
         Ok((store, report))
     }
@@ -363,23 +376,28 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let mut records = Vec::new();
         let mut indexes = Vec::new();
+        let mut led_here = false;
         let mut state = self.state.lock();
         for e in entries {
+            led_here |= Some(e.log_id.leader_id.node_id) == self.own_id;
             let at = records.len();
             segment::encode_record(&e, &mut records).map_err(Self::io_error)?;
             indexes.push((e.log_id.index, at));
             state.entries.insert(e.log_id.index, e);
         }
         drop(state);
-        // Readable now; flushed when the I/O thread calls back.
-        self.io
-            .send(Job::Append {
-                records,
-                indexes,
-                callback,
-            })
-            .map_err(Self::io_error)?;
-        Ok(())
+        // Readable now; flushed when the callback is called.
+        let job = Job::Append {
+            records,
+            indexes,
+            callback,
+        };
+        let sent = if self.own_id.is_some() && !led_here {
+            self.io.run_here(job)
+        } else {
+            self.io.send(job)
+        };
+        sent.map_err(Self::io_error)
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {

@@ -36,11 +36,23 @@ fn open(
     storage: &Arc<dyn Storage>,
     segment_bytes: u64,
 ) -> Result<(LogStore, OpenReport), OpenError> {
+    open_as(storage, segment_bytes, None)
+}
+
+/// Opens the log of node `own_id`: the test's entries are led by node 1,
+/// so with `Some(2)` every append runs in the caller (a follower's), with
+/// `Some(1)` or `None` on the I/O thread.
+fn open_as(
+    storage: &Arc<dyn Storage>,
+    segment_bytes: u64,
+    own_id: Option<NodeId>,
+) -> Result<(LogStore, OpenReport), OpenError> {
     LogStore::open(
         Arc::clone(storage),
         Path::new("/raft"),
         LogOptions {
             segment_bytes,
+            own_id,
             ..LogOptions::default()
         },
     )
@@ -162,13 +174,21 @@ fn segments_roll_over_and_purged_ones_are_removed() {
 /// gap.
 #[test]
 fn a_crash_at_every_sync_point_keeps_what_was_flushed() {
+    // A leader's appends (on the I/O thread) and a follower's (in the
+    // caller, between the thread's jobs).
+    for own_id in [Some(1), Some(2)] {
+        crash_at_every_sync_point(own_id);
+    }
+}
+
+fn crash_at_every_sync_point(own_id: Option<NodeId>) {
     let mut point = 1;
     loop {
         let storage = Arc::new(FaultyStorage::new(point));
         let dynamic: Arc<dyn Storage> = storage.clone();
         storage.crash_at_sync(point);
         let (flushed, vote) = rt().block_on(async {
-            let (mut log, _) = match open(&dynamic, 96) {
+            let (mut log, _) = match open_as(&dynamic, 96, own_id) {
                 Ok(l) => l,
                 Err(_) => return (0, None),
             };
@@ -194,7 +214,8 @@ fn a_crash_at_every_sync_point_keeps_what_was_flushed() {
         });
         let crashed = storage.has_crashed();
         storage.restart();
-        let (mut log, _) = open(&dynamic, 96).unwrap_or_else(|e| panic!("sync point {point}: {e}"));
+        let (mut log, _) =
+            open_as(&dynamic, 96, own_id).unwrap_or_else(|e| panic!("sync point {point}: {e}"));
         let got = rt().block_on(indexes(&mut log));
         let first = got.first().copied().unwrap_or(1);
         assert!(
@@ -214,6 +235,47 @@ fn a_crash_at_every_sync_point_keeps_what_was_flushed() {
         point += 1;
     }
     assert!(point > 10, "only {point} sync points");
+}
+
+/// With `EverySec`, appends that keep coming are still synced once a
+/// second (the I/O thread had synced only after a second without any).
+#[test]
+fn every_sec_syncs_while_appends_keep_coming() {
+    let storage = Arc::new(FaultyStorage::new(7));
+    let dynamic: Arc<dyn Storage> = storage.clone();
+    let appended = rt().block_on(async {
+        let (mut log, _) = LogStore::open(
+            Arc::clone(&dynamic),
+            Path::new("/raft"),
+            LogOptions {
+                sync: SyncPolicy::EverySec,
+                ..LogOptions::default()
+            },
+        )
+        .unwrap();
+        log.blocking_append([entry(1, 1)]).await.unwrap();
+        let syncs = storage.syncs();
+        let start = std::time::Instant::now();
+        let mut index = 1;
+        while start.elapsed() < std::time::Duration::from_millis(1500) {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            index += 1;
+            log.blocking_append([entry(1, index)]).await.unwrap();
+        }
+        // The thread checks what is due after each job it ran; give it the
+        // time to run the last one.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(
+            storage.syncs() > syncs,
+            "no sync in {index} appends over 1.5 s"
+        );
+        index
+    });
+    storage.crash();
+    storage.restart();
+    let (mut log, _) = open(&dynamic, DEFAULT_SEGMENT_BYTES).unwrap();
+    let got = rt().block_on(indexes(&mut log));
+    assert!(got.len() > 1, "kept {} of {appended} entries", got.len());
 }
 
 #[test]
