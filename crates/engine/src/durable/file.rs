@@ -36,9 +36,18 @@ pub trait Storage: Send + Sync + fmt::Debug {
 
 /// A file open for appending.
 pub trait WritableFile: Send + fmt::Debug {
+    /// Writes `buf` at the file's write position (its end, unless
+    /// [`zero_to`](WritableFile::zero_to) made it longer), which moves on.
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()>;
     /// fdatasync: every byte written so far is durable when it returns Ok.
     fn sync_data(&mut self) -> io::Result<()>;
+    /// Extends the file with written zeros up to `len` bytes and syncs them,
+    /// leaving the write position where it is; nothing if the file is
+    /// already that long. Writes into such a region overwrite allocated
+    /// blocks and leave the file's size alone, so a sync after them has no
+    /// metadata to write: on ext4 it costs about a third less (see the
+    /// Raft log, which uses it). A sync point.
+    fn zero_to(&mut self, len: u64) -> io::Result<()>;
 }
 
 /// The real file system.
@@ -53,6 +62,22 @@ impl WritableFile for FsFile {
         io::Write::write_all(&mut self.0, buf)
     }
     fn sync_data(&mut self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+    fn zero_to(&mut self, len: u64) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let mut at = self.0.metadata()?.len();
+        if at >= len {
+            return Ok(());
+        }
+        // Real zeros, not `set_len`: a hole or an unwritten extent would
+        // make each later write allocate, and each sync write metadata.
+        let zeros = vec![0u8; (1 << 20).min((len - at) as usize)];
+        while at < len {
+            let n = zeros.len().min((len - at) as usize);
+            self.0.write_all_at(&zeros[..n], at)?;
+            at += n as u64;
+        }
         self.0.sync_data()
     }
 }
@@ -122,7 +147,35 @@ pub struct FaultyStorage {
 #[derive(Debug, Default)]
 struct MemFile {
     data: Vec<u8>,
+    /// The write position: `data.len()` unless `zero_to` zeroed beyond it.
+    written: usize,
+    /// Bytes up to here are durable.
     synced: usize,
+    /// Zeros up to here were synced by `zero_to`: after a crash the file
+    /// is at least this long, zeros where nothing durable was written.
+    zeroed: usize,
+}
+
+impl MemFile {
+    fn with(data: Vec<u8>) -> MemFile {
+        let n = data.len();
+        MemFile {
+            data,
+            written: n,
+            synced: n,
+            zeroed: 0,
+        }
+    }
+
+    /// Writes `buf` at the write position.
+    fn write(&mut self, buf: &[u8]) {
+        let end = self.written + buf.len();
+        if end > self.data.len() {
+            self.data.resize(end, 0);
+        }
+        self.data[self.written..end].copy_from_slice(buf);
+        self.written = end;
+    }
 }
 
 #[derive(Debug, Default)]
@@ -189,24 +242,24 @@ impl Faulty {
             if files.contains_key(&id) {
                 continue;
             }
-            let (len, synced) = match self.files.get(&id) {
-                Some(f) => (f.data.len(), f.synced.min(f.data.len())),
+            let (written, synced) = match self.files.get(&id) {
+                Some(f) => (f.written, f.synced.min(f.written)),
                 None => continue,
             };
-            let extra = if len > synced {
-                (self.rand() % (len - synced + 1) as u64) as usize
+            let extra = if written > synced {
+                (self.rand() % (written - synced + 1) as u64) as usize
             } else {
                 0
             };
             let f = &self.files[&id];
             let keep = synced + extra;
-            files.insert(
-                id,
-                MemFile {
-                    data: f.data[..keep].to_vec(),
-                    synced: keep,
-                },
-            );
+            // What was written survives up to `keep`; past it, the synced
+            // zeros of `zero_to` (what those writes overwrote).
+            let mut data = f.data[..keep].to_vec();
+            if f.zeroed > keep {
+                data.resize(f.zeroed, 0);
+            }
+            files.insert(id, MemFile::with(data));
         }
         self.crashed = Some(Image { files, names });
     }
@@ -228,12 +281,12 @@ impl WritableFile for MemHandle {
             // A failed write may still have written a part.
             let part = buf.len() / 2;
             if let Some(f) = fs.files.get_mut(&self.id) {
-                f.data.extend_from_slice(&buf[..part]);
+                f.write(&buf[..part]);
             }
             return Err(injected("write"));
         }
         let f = fs.files.get_mut(&self.id).ok_or(io::ErrorKind::NotFound)?;
-        f.data.extend_from_slice(buf);
+        f.write(buf);
         Ok(())
     }
     fn sync_data(&mut self) -> io::Result<()> {
@@ -241,7 +294,24 @@ impl WritableFile for MemHandle {
         fs.live(self.generation)?;
         fs.sync_point()?;
         let f = fs.files.get_mut(&self.id).ok_or(io::ErrorKind::NotFound)?;
-        f.synced = f.data.len();
+        f.synced = f.written;
+        Ok(())
+    }
+    fn zero_to(&mut self, len: u64) -> io::Result<()> {
+        let mut fs = self.fs.lock();
+        fs.live(self.generation)?;
+        let len = len as usize;
+        let f = fs.files.get_mut(&self.id).ok_or(io::ErrorKind::NotFound)?;
+        if f.data.len() >= len {
+            return Ok(());
+        }
+        f.data.resize(len, 0);
+        // A crash at this sync point keeps no new zeros: the file's durable
+        // length is what it was.
+        fs.sync_point()?;
+        let f = fs.files.get_mut(&self.id).ok_or(io::ErrorKind::NotFound)?;
+        f.synced = f.written;
+        f.zeroed = len;
         Ok(())
     }
 }
@@ -324,8 +394,7 @@ impl FaultyStorage {
             }
         };
         fs.durable_names.insert(path.to_path_buf(), id);
-        let synced = data.len();
-        fs.files.insert(id, MemFile { data, synced });
+        fs.files.insert(id, MemFile::with(data));
     }
 }
 
@@ -377,7 +446,7 @@ impl Storage for FaultyStorage {
         let id = *fs.names.get(path).ok_or(io::ErrorKind::NotFound)?;
         let f = fs.files.get_mut(&id).expect("named files exist");
         f.data.truncate(len as usize);
-        f.synced = f.data.len();
+        *f = MemFile::with(std::mem::take(&mut f.data));
         Ok(())
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
@@ -407,5 +476,74 @@ impl Storage for FaultyStorage {
             .collect();
         fs.durable_names.extend(now);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(s: &dyn Storage, p: &Path) -> Vec<u8> {
+        let mut out = Vec::new();
+        s.open_read(p).unwrap().read_to_end(&mut out).unwrap();
+        out
+    }
+
+    /// Writes after `zero_to` overwrite the zeros from the write position,
+    /// on the real file system and in the fault model alike.
+    #[test]
+    fn writes_overwrite_zeroed_space() {
+        let dir = std::env::temp_dir().join(format!("combkv-zero-to-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let fs_storage: Arc<dyn Storage> = Arc::new(FsStorage);
+        let mem: Arc<dyn Storage> = Arc::new(FaultyStorage::new(1));
+        for s in [fs_storage, mem] {
+            s.create_dir_all(&dir).unwrap();
+            let p = dir.join("f");
+            let mut f = s.create(&p).unwrap();
+            f.write_all(b"abc").unwrap();
+            f.zero_to(10).unwrap();
+            f.write_all(b"de").unwrap();
+            f.zero_to(4).unwrap();
+            f.sync_data().unwrap();
+            assert_eq!(read(&*s, &p), b"abcde\0\0\0\0\0");
+            f.write_all(b"fghijklm").unwrap();
+            assert_eq!(read(&*s, &p), b"abcdefghijklm");
+            assert_eq!(s.len(&p).unwrap(), 13);
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A crash keeps a zeroed file's synced zeros, what was synced over
+    /// them, and a prefix of what was not; never zeros that were not synced.
+    #[test]
+    fn a_crash_keeps_synced_zeros_and_a_prefix_of_the_writes() {
+        for seed in 0..50 {
+            let s = FaultyStorage::new(seed);
+            let dir = Path::new("/d");
+            let p = dir.join("f");
+            let mut f = s.create(&p).unwrap();
+            s.sync_dir(dir).unwrap();
+            f.write_all(b"ab").unwrap();
+            f.zero_to(8).unwrap();
+            f.write_all(b"cd").unwrap();
+            f.sync_data().unwrap();
+            f.write_all(b"efgh").unwrap();
+            // A crash at `zero_to`'s own sync point keeps none of its zeros.
+            let mut g = s.create(&dir.join("g")).unwrap();
+            s.sync_dir(dir).unwrap();
+            g.write_all(b"x").unwrap();
+            s.crash_at_sync(1);
+            assert!(g.zero_to(16).is_err());
+            s.restart();
+            let data = read(&s, &p);
+            assert_eq!(data.len(), 8, "seed {seed}: {data:?}");
+            assert_eq!(&data[..4], b"abcd");
+            let tail = &data[4..];
+            let kept = tail.iter().take_while(|&&b| b != 0).count();
+            assert_eq!(&tail[..kept], &b"efgh"[..kept], "seed {seed}");
+            assert!(tail[kept..].iter().all(|&b| b == 0), "seed {seed}");
+            assert!(read(&s, &dir.join("g")).len() <= 1);
+        }
     }
 }

@@ -110,6 +110,7 @@ impl IoThread {
             synced_at: Instant::now(),
             segments,
             open: None,
+            zeroed: 0,
             meta,
             failed: None,
             commit_pending: None,
@@ -229,8 +230,10 @@ pub(crate) struct Files {
     unsynced: bool,
     synced_at: Instant,
     segments: Vec<Segment>,
-    /// The segment being appended to (the last of `segments`).
+    /// The segment being appended to (the last of `segments`), and how far
+    /// it is zeroed.
     open: Option<Box<dyn WritableFile>>,
+    zeroed: u64,
     meta: Meta,
     /// After a failed write or sync, nothing more is written: the state of
     /// the file is unknown, and openraft stops the node on the error.
@@ -245,6 +248,13 @@ pub(crate) struct Files {
 /// its time. A commit point that lags after a crash only means applying a
 /// little more of the log at the next start.
 const COMMIT_SAVE_EVERY: Duration = Duration::from_millis(100);
+
+/// A segment is zeroed this far ahead of its appends (up to where it
+/// closes), so that appends overwrite allocated space: a sync after an
+/// append that grew the file writes the file's size too, which on ext4
+/// made each sync about half again as long (`docs/experiments.md`,
+/// "Cluster"). One zeroing (a write and a sync) per this many bytes.
+const ZERO_AHEAD_BYTES: u64 = 4 << 20;
 
 /// How often `EverySec` syncs.
 const EVERY_SEC: Duration = Duration::from_secs(1);
@@ -398,6 +408,12 @@ impl Files {
         }
         let seg = self.segments.last_mut().expect("a segment is open");
         let file = self.open.as_mut().expect("a segment is open");
+        let end = seg.bytes + records.len() as u64;
+        if end > self.zeroed && end <= self.segment_bytes {
+            let to = (end + ZERO_AHEAD_BYTES).min(self.segment_bytes);
+            file.zero_to(to)?;
+            self.zeroed = to;
+        }
         file.write_all(records)?;
         for &(index, at) in indexes {
             seg.offsets.push((index, seg.bytes + at as u64));
@@ -429,6 +445,7 @@ impl Files {
         let file = self.storage.create(&self.dir.join(&name))?;
         self.storage.sync_dir(&self.dir)?;
         self.open = Some(file);
+        self.zeroed = 0;
         self.segments.push(Segment {
             first,
             name,

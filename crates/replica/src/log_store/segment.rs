@@ -3,10 +3,14 @@
 //!
 //! A segment `seg-<first index, 20 digits>.log` is a sequence of records
 //! `[payload length: u32 LE][CRC-32 of the payload: u32 LE][payload]`, the
-//! payload being one postcard-encoded entry. A reader stops at the first
-//! record that is incomplete or fails its checksum; what that means (a torn
-//! tail, or corruption) is decided by the caller, who knows whether valid
-//! records follow.
+//! payload being one postcard-encoded entry (never empty), then zeros: the
+//! writer zeroes a segment ahead of its appends (see `io_thread`), so that
+//! appends overwrite allocated space and their syncs write no metadata.
+//! The records end at the end of the file or at an all-zero header with
+//! only zeros after it; a zero header with anything else after it is
+//! damage. A reader stops at the first record that is incomplete or fails
+//! its checksum; what that means (a torn tail, or corruption) is decided by
+//! the caller, who knows whether valid records follow.
 
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -78,6 +82,16 @@ pub(crate) fn read_segment(storage: &dyn Storage, path: &Path) -> io::Result<Rea
     let damage = loop {
         if at == bytes.len() {
             break None;
+        }
+        // No record has an all-zero header (its length is at least 1).
+        let head = &bytes[at..bytes.len().min(at + RECORD_HEADER_BYTES)];
+        if head.iter().all(|&b| b == 0) {
+            if bytes[at..].iter().all(|&b| b == 0) {
+                break None;
+            }
+            break Some(format!(
+                "a zero record header at byte {at}, with data after it"
+            ));
         }
         let Some(header) = bytes.get(at..at + RECORD_HEADER_BYTES) else {
             break Some(format!("an incomplete record header at byte {at}"));

@@ -118,15 +118,38 @@ fn a_torn_tail_is_cut_and_corruption_refuses_to_open() {
             .unwrap();
     });
     let whole = storage.file(&path).unwrap();
-    // A half-written last record: cut, and the nine before it kept.
-    storage.put_file(&path, whole[..whole.len() - 3].to_vec());
-    let (mut log, report) = open(&dynamic, 1 << 20).unwrap();
-    assert!(report.torn_tail.is_some());
-    assert_eq!(
-        rt().block_on(indexes(&mut log)),
-        (1..=9).collect::<Vec<_>>()
-    );
-    drop(log);
+    // The records, then the zeros the writer put ahead of them.
+    let records = segment::read_segment(&*dynamic, &path).unwrap().valid_bytes as usize;
+    assert!(whole.len() > records && whole[records..].iter().all(|&b| b == 0));
+    // A half-written last record, at the end of the file or with the
+    // zeros after it: cut, and the nine before it kept.
+    let mut torn_in_zeros = whole.clone();
+    torn_in_zeros[records - 3..records].fill(0);
+    for torn in [whole[..records - 3].to_vec(), torn_in_zeros] {
+        storage.put_file(&path, torn);
+        let (mut log, report) = open(&dynamic, 1 << 20).unwrap();
+        assert!(report.torn_tail.is_some());
+        assert_eq!(
+            rt().block_on(indexes(&mut log)),
+            (1..=9).collect::<Vec<_>>()
+        );
+    }
+    // A zero header with data after it, in a segment other than the last:
+    // corruption, not the end of the records.
+    let first_record = 8 + u32::from_le_bytes(whole[..4].try_into().unwrap()) as usize;
+    let mut holed = whole.clone();
+    holed[first_record..first_record + 8].fill(0);
+    storage.put_file(&path, holed);
+    let second = Path::new("/raft").join(segment::segment_name(11));
+    storage.put_file(&second, Vec::new());
+    match open(&dynamic, 1 << 20) {
+        Err(OpenError::Corrupt { offset, what, .. }) => {
+            assert_eq!(offset as usize, first_record);
+            assert!(what.contains("zero record header"), "{what}");
+        }
+        other => panic!("opened a corrupt log: {other:?}"),
+    }
+    storage.remove(&second).unwrap();
     // A flipped byte in the first record, valid records after it.
     let mut bad = whole.clone();
     bad[segment::RECORD_HEADER_BYTES + 1] ^= 0x40;
