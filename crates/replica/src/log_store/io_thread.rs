@@ -149,6 +149,18 @@ impl IoThread {
         Ok(())
     }
 
+    /// Queues `job` without waking the I/O thread, which runs it with the
+    /// next job it is woken for, or within [`COMMIT_SAVE_EVERY`] (work
+    /// that may wait: saving the commit point, once per commit, would
+    /// otherwise cost a thread wake each time).
+    pub(crate) fn send_quietly(&self, job: Job) -> io::Result<()> {
+        self.push(job)?;
+        if !self.threaded {
+            self.shared.drain();
+        }
+        Ok(())
+    }
+
     /// Queues `job` and runs the queue in the caller, so that `job` is done
     /// (after everything sent before it) when this returns. A follower's
     /// appends go this way: it answers the leader only once they are
@@ -181,21 +193,23 @@ impl Drop for IoThread {
 }
 
 impl Shared {
-    /// The I/O thread: runs queued jobs as they come; meanwhile syncs what
-    /// `EverySec` left unsynced and writes a commit point that waits. Once
+    /// The I/O thread: runs queued jobs as they come, and at least every
+    /// [`COMMIT_SAVE_EVERY`]; meanwhile syncs what `EverySec` left unsynced
+    /// and writes a commit point that waits. Once
     /// the log closes it runs what is left and writes the commit point.
     fn serve(&self) {
         loop {
-            let wait = self.files.lock().idle_wait();
+            // Never longer than a commit point may wait: one may have been
+            // queued quietly.
+            let wait = self
+                .files
+                .lock()
+                .idle_wait()
+                .map_or(COMMIT_SAVE_EVERY, |d| d.min(COMMIT_SAVE_EVERY));
             let closed = {
                 let mut queue = self.queue.lock();
                 if queue.jobs.is_empty() && !queue.closed {
-                    match wait {
-                        Some(d) => {
-                            self.queued.wait_for(&mut queue, d);
-                        }
-                        None => self.queued.wait(&mut queue),
-                    }
+                    self.queued.wait_for(&mut queue, wait);
                 }
                 queue.closed
             };

@@ -349,14 +349,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // crash only means re-applying a little more of the log at the next
         // start. Each save is a file written and renamed in the appends'
         // queue, so saves that pile up behind appends are coalesced: one
-        // job is queued at a time and writes the newest point.
+        // job is queued at a time and writes the newest point; and it does
+        // not wake the I/O thread, which runs it with the next append.
         let mut slot = self.commit_to_save.lock();
         let queued = slot.is_some();
         *slot = Some(committed);
         drop(slot);
         if !queued {
             let slot = Arc::clone(&self.commit_to_save);
-            let _ = self.io.send(Job::SaveCommitted { slot });
+            let _ = self.io.send_quietly(Job::SaveCommitted { slot });
         }
         Ok(())
     }
