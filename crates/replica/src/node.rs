@@ -181,7 +181,7 @@ impl Replica {
         let raft_config = Arc::new(config.raft_config()?);
         let storage: Arc<dyn combkv::durable::Storage> = Arc::new(combkv::durable::FsStorage);
         let log_options = LogOptions {
-            own_id: Some(config.id),
+            own_id: config.log.own_id.or(Some(config.id)),
             ..config.log
         };
         let (log, report) = LogStore::open(storage, &config.dir.join("log"), log_options)

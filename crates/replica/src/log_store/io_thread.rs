@@ -1,4 +1,5 @@
-//! The one thread that changes the log's files, in the order it is asked.
+//! The queue of changes to the log's files, run in the order they were
+//! asked for: by the I/O thread, or by a caller that runs it itself.
 
 use std::collections::VecDeque;
 use std::io;
@@ -80,6 +81,8 @@ struct Shared {
 struct Queue {
     jobs: VecDeque<Job>,
     closed: bool,
+    /// The thread waits with nothing due: a quiet job must wake it.
+    idle: bool,
 }
 
 impl std::fmt::Debug for Queue {
@@ -149,14 +152,22 @@ impl IoThread {
         Ok(())
     }
 
-    /// Queues `job` without waking the I/O thread, which runs it with the
-    /// next job it is woken for, or within [`COMMIT_SAVE_EVERY`] (work
+    /// Queues `job` without waking a busy I/O thread, which runs it with
+    /// the next job it is woken for, or within [`COMMIT_SAVE_EVERY`] (work
     /// that may wait: saving the commit point, once per commit, would
-    /// otherwise cost a thread wake each time).
+    /// otherwise cost a thread wake each time); an idle thread is woken.
     pub(crate) fn send_quietly(&self, job: Job) -> io::Result<()> {
-        self.push(job)?;
+        let mut queue = self.shared.queue.lock();
+        if queue.closed {
+            return Err(io::Error::other("the Raft log is closed"));
+        }
+        queue.jobs.push_back(job);
+        let idle = queue.idle;
+        drop(queue);
         if !self.threaded {
             self.shared.drain();
+        } else if idle {
+            self.shared.queued.notify_one();
         }
         Ok(())
     }
@@ -165,7 +176,9 @@ impl IoThread {
     /// (after everything sent before it) when this returns. A follower's
     /// appends go this way: it answers the leader only once they are
     /// synced, so handing them to the thread would add two thread switches
-    /// to every round trip and save nothing.
+    /// to every round trip and save nothing. The caller blocks meanwhile
+    /// (openraft's Raft task, which on a follower has nothing better to do
+    /// than wait for the sync), also behind a job the thread is running.
     pub(crate) fn run_here(&self, job: Job) -> io::Result<()> {
         self.push(job)?;
         self.shared.drain();
@@ -193,29 +206,39 @@ impl Drop for IoThread {
 }
 
 impl Shared {
-    /// The I/O thread: runs queued jobs as they come, and at least every
-    /// [`COMMIT_SAVE_EVERY`]; meanwhile syncs what `EverySec` left unsynced
-    /// and writes a commit point that waits. Once
+    /// The I/O thread: runs queued jobs as they come (and quiet ones at
+    /// least every [`COMMIT_SAVE_EVERY`]); meanwhile syncs what `EverySec`
+    /// left unsynced and writes a commit point that waits. Once the log
+    /// closes it runs what is left, syncs and writes the commit point. Once
     /// the log closes it runs what is left and writes the commit point.
     fn serve(&self) {
         loop {
-            // Never longer than a commit point may wait: one may have been
-            // queued quietly.
-            let wait = self
-                .files
-                .lock()
-                .idle_wait()
-                .map_or(COMMIT_SAVE_EVERY, |d| d.min(COMMIT_SAVE_EVERY));
+            let wait = self.files.lock().idle_wait();
             let closed = {
                 let mut queue = self.queue.lock();
                 if queue.jobs.is_empty() && !queue.closed {
-                    self.queued.wait_for(&mut queue, wait);
+                    match wait {
+                        Some(d) => {
+                            self.queued.wait_for(&mut queue, d);
+                        }
+                        None => {
+                            queue.idle = true;
+                            self.queued.wait(&mut queue);
+                            queue.idle = false;
+                        }
+                    }
                 }
                 queue.closed
             };
             self.drain();
             if closed {
-                self.files.lock().save_commit(true);
+                let mut files = self.files.lock();
+                if std::mem::take(&mut files.unsynced)
+                    && let Err(e) = files.sync()
+                {
+                    tracing::error!("raft log: sync at close failed: {e}");
+                }
+                files.save_commit(true);
                 return;
             }
         }
@@ -228,6 +251,9 @@ impl Shared {
         let mut next = more();
         while let Some(job) = next.take() {
             next = files.run(job, &mut more).or_else(&mut more);
+            // Also between jobs: under a steady stream the queue may not
+            // run dry for a long time.
+            files.tick();
         }
         files.tick();
     }
@@ -425,7 +451,9 @@ impl Files {
         let seg = self.segments.last_mut().expect("a segment is open");
         let file = self.open.as_mut().expect("a segment is open");
         let end = seg.bytes + records.len() as u64;
-        if end > self.zeroed && end <= self.segment_bytes {
+        // Only where every append is synced: elsewhere the zeroing's own
+        // syncs would be more than the policy asks for.
+        if self.sync == SyncPolicy::Always && end > self.zeroed && end <= self.segment_bytes {
             let to = (end + ZERO_AHEAD_BYTES).min(self.segment_bytes);
             file.zero_to(to)?;
             self.zeroed = to;
@@ -446,12 +474,30 @@ impl Files {
         })
     }
 
+    /// Syncs the open segment and closes it, cut to its records: a closed
+    /// segment keeps no zeroed space, so that the format stays the one
+    /// builds before zeroing read (they would take a zero header in a
+    /// segment other than the last for damage).
+    fn close_segment(&mut self) -> io::Result<()> {
+        let Some(mut old) = self.open.take() else {
+            return Ok(());
+        };
+        old.sync_data()?;
+        drop(old);
+        if let Some(seg) = self.segments.last()
+            && self.zeroed > seg.bytes
+        {
+            self.storage
+                .truncate(&self.dir.join(&seg.name), seg.bytes)?;
+        }
+        self.zeroed = 0;
+        Ok(())
+    }
+
     /// Starts a new segment whose first entry is `first`. Its directory
     /// entry is synced before anything is acknowledged from it.
     fn begin_segment(&mut self, first: u64) -> io::Result<()> {
-        if let Some(mut old) = self.open.take() {
-            old.sync_data()?;
-        }
+        self.close_segment()?;
         let name = segment::segment_name(first);
         // An empty segment left by a torn tail at its very start is
         // begun again, not listed twice.
@@ -475,9 +521,7 @@ impl Files {
     /// after it, then the tail of the segment that holds it. Appends after
     /// this go to a new segment.
     fn truncate(&mut self, since: u64) -> io::Result<()> {
-        if let Some(mut f) = self.open.take() {
-            f.sync_data()?;
-        }
+        self.close_segment()?;
         while self.segments.last().is_some_and(|s| s.first >= since) {
             let s = self.segments.pop().expect("checked");
             self.storage.remove(&self.dir.join(&s.name))?;

@@ -7,15 +7,16 @@
 //! follower's appends, by the caller, which runs what is queued before its
 //! own at once (see [`LogOptions::own_id`]). Appends are group-committed:
 //! the thread writes every append queued behind the first, syncs once, and
-//! only then reports each of them flushed, never before. The vote is written to a temporary file, synced,
-//! renamed into place and the directory synced before `save_vote` returns.
-//! Entries are purged (their segments removed) only once openraft says a
-//! snapshot covers them, that is after the snapshot is durable.
+//! only then reports each of them flushed, never before. The vote is
+//! written to a temporary file, synced, renamed into place and the
+//! directory synced before `save_vote` returns. Entries are purged (their
+//! segments removed) only once openraft says a snapshot covers them, that
+//! is after the snapshot is durable.
 //!
-//! On open, a bad record at the end of the last segment with nothing valid
-//! after it is a torn tail (a crash during an append that was never
-//! acknowledged) and is cut; a bad record anywhere else is corruption and
-//! the open fails, naming the file and offset.
+//! On open, a bad record in the last segment is a torn tail (a crash during
+//! an append that was never acknowledged) and is cut, with any zeroed space
+//! after the records, and what stays is synced; a bad record in any other
+//! segment is corruption and the open fails, naming the file and offset.
 
 mod io_thread;
 pub(crate) mod segment;
@@ -229,17 +230,26 @@ impl LogStore {
         for (i, (first, name)) in names.iter().enumerate() {
             let path = dir.join(name);
             let read = segment::read_segment(storage, &path)?;
-            if let Some(what) = &read.damage {
-                if i != last {
-                    return Err(OpenError::Corrupt {
-                        file: path.display().to_string(),
-                        offset: read.valid_bytes,
-                        what: what.clone(),
-                    });
-                }
-                // The last segment's tail: written, never synced, so never
-                // acknowledged. Cut it so that appends follow valid data.
+            if let Some(what) = &read.damage
+                && i != last
+            {
+                return Err(OpenError::Corrupt {
+                    file: path.display().to_string(),
+                    offset: read.valid_bytes,
+                    what: what.clone(),
+                });
+            }
+            if i == last {
+                // Cut what follows the records (a torn tail: written, never
+                // synced, so never acknowledged; or zeroed space) and sync
+                // the rest: after a crash of the process alone, records
+                // written but not synced are still read from the page
+                // cache, and must be durable before this node tells a
+                // leader it holds them.
                 storage.truncate(&path, read.valid_bytes)?;
+            }
+            if let Some(what) = &read.damage {
+                tracing::debug!("raft log: {}: {what}", path.display());
                 report.torn_tail = Some((
                     path.display().to_string(),
                     read.valid_bytes,
@@ -350,7 +360,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // start. Each save is a file written and renamed in the appends'
         // queue, so saves that pile up behind appends are coalesced: one
         // job is queued at a time and writes the newest point; and it does
-        // not wake the I/O thread, which runs it with the next append.
+        // not wake a busy I/O thread: the next append's runner runs it.
         let mut slot = self.commit_to_save.lock();
         let queued = slot.is_some();
         *slot = Some(committed);
