@@ -35,7 +35,7 @@ thread_local! {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         NEXT.fetch_add(1, Ordering::Relaxed) % COUNTER_SHARDS
     };
-    /// While a request that may park runs (`counting_for_a_parkable_request`):
+    /// While a request that may park runs (`Shared::counting_once`):
     /// what it counted, (counter address, amount), to take back if it parks
     /// (it runs again, and counts again, once the log answers).
     static JOURNAL: std::cell::RefCell<Vec<(usize, u64)>> =
@@ -292,16 +292,15 @@ impl Shared {
         let parked = parked();
         JOURNAL.with(|j| {
             let mut journal = j.borrow_mut();
-            if parked && !journal.is_empty() {
-                let counters: Vec<&Counter> = self
-                    .counters()
-                    .into_iter()
-                    .chain(self.memcache.stats.all().into_iter().map(|(_, c)| c))
-                    .collect();
+            if parked {
+                // On a cluster node every write parks once: look the few
+                // journalled counters up in place, nothing allocated.
                 for &(at, n) in journal.iter() {
-                    let mine = counters
-                        .iter()
-                        .find(|c| **c as *const Counter as usize == at);
+                    let mine = self
+                        .counters()
+                        .into_iter()
+                        .chain(self.memcache.stats.all().into_iter().map(|(_, c)| c))
+                        .find(|c| std::ptr::eq(*c, at as *const Counter));
                     if let Some(c) = mine {
                         c.take_back(n);
                     }

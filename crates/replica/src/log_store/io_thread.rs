@@ -157,13 +157,7 @@ impl IoThread {
     /// that may wait: saving the commit point, once per commit, would
     /// otherwise cost a thread wake each time); an idle thread is woken.
     pub(crate) fn send_quietly(&self, job: Job) -> io::Result<()> {
-        let mut queue = self.shared.queue.lock();
-        if queue.closed {
-            return Err(io::Error::other("the Raft log is closed"));
-        }
-        queue.jobs.push_back(job);
-        let idle = queue.idle;
-        drop(queue);
+        let idle = self.push(job)?;
         if !self.threaded {
             self.shared.drain();
         } else if idle {
@@ -185,13 +179,14 @@ impl IoThread {
         Ok(())
     }
 
-    fn push(&self, job: Job) -> io::Result<()> {
+    /// Queues `job`; says whether the thread waits with nothing due.
+    fn push(&self, job: Job) -> io::Result<bool> {
         let mut queue = self.shared.queue.lock();
         if queue.closed {
             return Err(io::Error::other("the Raft log is closed"));
         }
         queue.jobs.push_back(job);
-        Ok(())
+        Ok(queue.idle)
     }
 }
 
@@ -244,18 +239,18 @@ impl Shared {
         }
     }
 
-    /// Runs every queued job, in order, then what is due.
+    /// Runs every queued job, in order, and what is due.
     fn drain(&self) {
         let mut files = self.files.lock();
         let mut more = || self.queue.lock().jobs.pop_front();
         let mut next = more();
-        while let Some(job) = next.take() {
-            next = files.run(job, &mut more).or_else(&mut more);
+        loop {
             // Also between jobs: under a steady stream the queue may not
             // run dry for a long time.
             files.tick();
+            let Some(job) = next.take() else { break };
+            next = files.run(job, &mut more).or_else(&mut more);
         }
-        files.tick();
     }
 }
 
