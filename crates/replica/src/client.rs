@@ -213,8 +213,8 @@ impl Replica {
             let got: RaftResult<Option<LogId>, CheckIsLeaderError<NodeId, openraft::BasicNode>> =
                 match self.leader_addr() {
                     Some((leader, _)) if leader == self.inner.id => {
-                        match tokio::time::timeout(left, self.inner.raft.get_read_log_id()).await {
-                            Ok(r) => r.map(|(read, _)| read),
+                        match tokio::time::timeout(left, self.read_index_here()).await {
+                            Ok(r) => r,
                             Err(_) => return Err(ClusterError::NoLeader),
                         }
                     }

@@ -10,6 +10,7 @@ mod group_commit;
 pub mod log_store;
 pub mod network;
 mod node;
+mod restored;
 mod rpc;
 mod snapshot;
 mod state_machine;

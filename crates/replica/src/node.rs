@@ -16,6 +16,7 @@ use crate::client::{ClusterError, ReadBatcher};
 use crate::group_commit::GroupCommit;
 use crate::log_store::{LogOptions, LogStore};
 use crate::network::{BoxFuture, Handler, Network, Transport};
+use crate::restored::RestoredLeadership;
 use crate::rpc::{Request, Response};
 use crate::state_machine::{StateMachine, StoreCell};
 use crate::types::{LogId, NodeId, TypeConfig};
@@ -42,6 +43,9 @@ pub struct ReplicaConfig {
     pub snapshot_entries: u64,
     /// How the log is kept (its sync policy is the server's durability).
     pub log: LogOptions,
+    /// The file system the log is kept on: the real one unless a test
+    /// gives one that loses what was not synced when it crashes.
+    pub log_storage: Option<Arc<dyn combkv::durable::Storage>>,
     /// The store's configuration.
     pub engine: combkv::Config,
     /// Called after each batch is applied (change feeds, tests).
@@ -78,6 +82,7 @@ impl ReplicaConfig {
             heartbeat_ms: 100,
             snapshot_entries: 100_000,
             log: LogOptions::default(),
+            log_storage: None,
             engine: combkv::Config::default(),
             on_apply: None,
             entries_in_flight: 1,
@@ -165,6 +170,9 @@ pub(crate) struct Inner {
     pub(crate) in_flight: tokio::sync::Semaphore,
     /// The clock of the newest batch this node proposed.
     pub(crate) last_proposed_ms: std::sync::atomic::AtomicU64,
+    /// Set when this node restarted as the leader it was (see
+    /// [`RestoredLeadership`]).
+    pub(crate) restored: Option<RestoredLeadership>,
 }
 
 /// Batches a node proposes or forwards at once; more wait for a place.
@@ -179,7 +187,10 @@ impl Replica {
         transport: Arc<dyn Transport>,
     ) -> Result<Replica, StartError> {
         let raft_config = Arc::new(config.raft_config()?);
-        let storage: Arc<dyn combkv::durable::Storage> = Arc::new(combkv::durable::FsStorage);
+        let storage: Arc<dyn combkv::durable::Storage> = match &config.log_storage {
+            Some(s) => Arc::clone(s),
+            None => Arc::new(combkv::durable::FsStorage),
+        };
         let log_options = LogOptions {
             own_id: config.log.own_id.or(Some(config.id)),
             ..config.log
@@ -189,6 +200,7 @@ impl Replica {
         if let Some((file, offset, bytes)) = &report.torn_tail {
             tracing::warn!("raft log: cut a torn tail of {bytes} bytes at {file}:{offset}");
         }
+        let restored = RestoredLeadership::find(config.id, &log).await?;
         let sm = StateMachine::open(
             config.engine.clone(),
             &config.dir.join("snapshots"),
@@ -213,10 +225,19 @@ impl Replica {
             transport,
             in_flight: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
             last_proposed_ms: std::sync::atomic::AtomicU64::new(0),
+            restored,
         });
         let replica = Replica { inner };
         replica.spawn_read_loop();
         replica.spawn_group_commit();
+        if let Some(r) = restored {
+            tracing::info!(
+                "restarted as the leader of term {}: reads wait for entry {} to commit",
+                r.vote.leader_id.term,
+                r.last.index
+            );
+            replica.spawn_restored_blank();
+        }
         Ok(replica)
     }
 
@@ -459,9 +480,7 @@ impl Handler for Replica {
                 Request::Vote(r) => Response::Vote(raft.vote(r).await),
                 Request::Snapshot(r) => Response::Snapshot(raft.install_snapshot(r).await),
                 Request::Forward(batch) => Response::Forward(self.propose_here(batch).await),
-                Request::ReadIndex => {
-                    Response::ReadIndex(raft.get_read_log_id().await.map(|(read, _applied)| read))
-                }
+                Request::ReadIndex => Response::ReadIndex(self.read_index_here().await),
             }
         })
     }

@@ -1,7 +1,8 @@
 //! Three-node clusters over a simulated network that drops, delays,
 //! reorders and partitions messages and restarts nodes, each schedule
-//! seeded. Clients send SET, insert, CAS, DEL, GET and RANGE to random
-//! nodes; the history is checked for linearizability with the checker the
+//! seeded, and now and then crashes every node at once, each losing what
+//! its log had not synced (its log lives on a simulated file system).
+//! Clients send SET, insert, CAS, DEL, GET and RANGE to random nodes; the history is checked for linearizability with the checker the
 //! engine's stress tests use, and every replica's state digest must be
 //! equal at the same applied index once the network heals.
 //!
@@ -28,6 +29,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use combkv::durable::FaultyStorage;
 use combkv::op::{Cond, Op, Outcome};
 use combkv::{Expiry, Flags, Range, Version};
 use combkv_replica::codec;
@@ -126,18 +128,22 @@ thread_local! {
     static JOINED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
-fn config(dir: &Path, id: u64, journal: &Journal) -> ReplicaConfig {
+fn config(dir: &Path, id: u64, journal: &Journal, storage: &FaultyStorage) -> ReplicaConfig {
     let mut c = ReplicaConfig::new(
         id,
         format!("127.0.0.{id}:7000").parse().unwrap(),
         dir.join(format!("node{id}")),
     );
+    // Synced as `--durability always` syncs: a crash of every node must
+    // lose no acknowledged write. The simulated file system makes syncs
+    // free.
     c.log = LogOptions {
         segment_bytes: 4096,
-        sync: SyncPolicy::None,
+        sync: SyncPolicy::Always,
         inline: true,
         ..LogOptions::default()
     };
+    c.log_storage = Some(Arc::new(storage.clone()));
     // Snapshots and purges every few dozen entries, so that restarted and
     // cut-off nodes catch up through snapshots too.
     c.snapshot_entries = 40;
@@ -183,6 +189,8 @@ struct Cluster {
     net: SimNet,
     journal: Journal,
     nodes: Mutex<HashMap<u64, Replica>>,
+    /// Each node's log's file system, kept across its restarts.
+    storage: HashMap<u64, FaultyStorage>,
 }
 
 impl Cluster {
@@ -192,12 +200,24 @@ impl Cluster {
 
     async fn start(&self, id: u64) {
         trace!("starting node {id}");
-        let c = config(&self.dir, id, &self.journal);
+        let storage = &self.storage[&id];
+        if storage.has_crashed() {
+            storage.restart();
+        }
+        let c = config(&self.dir, id, &self.journal, storage);
         let r = Replica::start_simulated(&c, &self.net)
             .await
             .unwrap_or_else(|e| panic!("starting node {id}: {e}"));
         self.net.set_down(id, false);
         self.nodes.lock().insert(id, r);
+    }
+
+    /// Crashes node `id`: what its log had not synced is lost (a random
+    /// prefix of it survives), and it stops at once.
+    async fn crash(&self, id: u64) {
+        trace!("crashing node {id}");
+        self.storage[&id].crash();
+        self.stop(id).await;
     }
 
     async fn stop(&self, id: u64) {
@@ -367,7 +387,7 @@ async fn nemesis(cl: Arc<Cluster>, seed: u64, stop: Arc<AtomicU64>) {
     let mut down: Option<u64> = None;
     while stop.load(Ordering::SeqCst) == 0 {
         tokio::time::sleep(Duration::from_millis(rng.random_range(200..2000))).await;
-        let action = rng.random_range(0..6);
+        let action = rng.random_range(0..7);
         trace!("nemesis: action {action}");
         match action {
             0 => {
@@ -383,6 +403,21 @@ async fn nemesis(cl: Arc<Cluster>, seed: u64, stop: Arc<AtomicU64>) {
                     let id = rng.random_range(1..=NODES);
                     cl.stop(id).await;
                     down = Some(id);
+                }
+            }
+            // Every node at once (a power cut), then all back: the leader
+            // may come back as the leader it was, in its old term, with a
+            // commit point behind its log.
+            6 => {
+                for id in 1..=NODES {
+                    if cl.node(id).is_some() {
+                        cl.crash(id).await;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(rng.random_range(0..1500))).await;
+                down = None;
+                for id in 1..=NODES {
+                    cl.start(id).await;
                 }
             }
             3 => cl.net.set_faults(Faults {
@@ -530,6 +565,9 @@ fn run_schedule(seed: u64) {
             net: SimNet::new(seed, Faults::NONE),
             journal: Arc::new(Mutex::new(BTreeMap::new())),
             nodes: Mutex::new(HashMap::new()),
+            storage: (1..=NODES)
+                .map(|id| (id, FaultyStorage::new(seed ^ id)))
+                .collect(),
         });
         for id in 1..=NODES {
             cl.start(id).await;

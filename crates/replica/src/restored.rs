@@ -1,0 +1,117 @@
+//! Linearizable reads from a leader that restarted into its old leadership.
+//!
+//! A leader that restarts before anyone else is elected takes up its old
+//! leadership from its saved vote (openraft's "a leader survives a
+//! restart"; upstream, databendlabs/openraft#1511), in the same term and
+//! without a new blank entry. openraft's read index is then the larger of
+//! the saved commit point and the first entry of that term. Both may be
+//! older than writes this node acknowledged before the crash: the commit
+//! point is saved lazily (a lagging one only costs re-applying more of the
+//! log), and the term may have begun long before. A read served at that
+//! index misses acknowledged writes until the next entry commits.
+//!
+//! So while such a leadership lasts, a read index also covers the whole
+//! log as it stood at the start. That is safe to wait for: a leader never
+//! cuts its own log, so it commits every entry of it, and a blank entry
+//! proposed at once makes it commit them without waiting for a client's
+//! write (an entry of an earlier term commits only under one of the
+//! current term, and the log may hold none yet if the node died between
+//! saving its vote and its first entry).
+
+use openraft::error::CheckIsLeaderError;
+use openraft::storage::RaftLogStorage;
+use openraft::{BasicNode, ServerState};
+
+use crate::log_store::LogStore;
+use crate::node::{Replica, StartError};
+use crate::rpc::RaftResult;
+use crate::types::{Batch, LogId, NodeId, Vote};
+
+/// See the module's documentation.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RestoredLeadership {
+    /// The vote this node found saved: its own, committed.
+    pub(crate) vote: Vote,
+    /// The last entry of its log at the start.
+    pub(crate) last: LogId,
+}
+
+impl RestoredLeadership {
+    /// The leadership node `id` will restore from `log`, if any: openraft
+    /// restores it when the saved vote is this node's own and committed.
+    pub(crate) async fn find(
+        id: NodeId,
+        log: &LogStore,
+    ) -> Result<Option<RestoredLeadership>, StartError> {
+        let mut log = log.clone();
+        let raft_error = |e: crate::types::StorageError| StartError::Raft(e.to_string());
+        let vote = log.read_vote().await.map_err(raft_error)?;
+        let last = log.get_log_state().await.map_err(raft_error)?.last_log_id;
+        Ok(match (vote, last) {
+            (Some(vote), Some(last)) if vote.is_committed() && vote.leader_id.node_id == id => {
+                Some(RestoredLeadership { vote, last })
+            }
+            _ => None,
+        })
+    }
+}
+
+impl Replica {
+    /// This node's read index as the leader: openraft's, confirmed with a
+    /// quorum, raised to the log at the start while a restored leadership
+    /// lasts. Errs if this node is not the leader.
+    pub(crate) async fn read_index_here(
+        &self,
+    ) -> RaftResult<Option<LogId>, CheckIsLeaderError<NodeId, BasicNode>> {
+        // Judged before the quorum check: a vote only grows, so if the
+        // restored one is gone by then, the check confirms a later
+        // leadership, whose own blank entry openraft's index covers.
+        let floor = self
+            .inner
+            .restored
+            .filter(|r| self.inner.raft.metrics().borrow().vote == r.vote)
+            .map(|r| r.last);
+        let (read, _applied) = self.inner.raft.get_read_log_id().await?;
+        Ok(read.max(floor))
+    }
+
+    /// Once openraft has taken up the restored leadership, proposes a blank
+    /// batch (no ops), so that the log at the start commits without a
+    /// client's write.
+    pub(crate) fn spawn_restored_blank(&self) {
+        let Some(restored) = self.inner.restored else {
+            return;
+        };
+        let mut metrics = self.inner.raft.metrics();
+        let weak = std::sync::Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            loop {
+                {
+                    let m = metrics.borrow_and_update();
+                    if m.vote != restored.vote {
+                        // Another leadership began: its blank entry does it.
+                        return;
+                    }
+                    if m.state == ServerState::Leader {
+                        break;
+                    }
+                }
+                if metrics.changed().await.is_err() {
+                    return;
+                }
+            }
+            let Some(inner) = weak.upgrade() else { return };
+            let me = Replica { inner };
+            let mut ops = Vec::new();
+            crate::codec::encode_ops(&[], &mut ops);
+            let batch = Batch {
+                now_ms: me.clock_ms(),
+                ops,
+            };
+            if let Err(e) = me.propose_here(batch).await {
+                // A lost leadership's successor commits its own blank entry.
+                tracing::info!("the blank entry of a restored leadership: {e:?}");
+            }
+        });
+    }
+}
