@@ -6,6 +6,7 @@
 
 mod client;
 pub mod codec;
+mod election;
 mod group_commit;
 pub mod log_store;
 pub mod network;

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use combkv::Store;
 use openraft::error::{ClientWriteError, InitializeError, RaftError};
+use openraft::raft::AppendEntriesResponse;
 use openraft::{BasicNode, ChangeMembers, Raft, ServerState, SnapshotPolicy};
 
 use crate::client::{ClusterError, ReadBatcher};
@@ -33,7 +34,8 @@ pub struct ReplicaConfig {
     /// A follower that hears no leader for a random time in this range,
     /// after the leader's lease (openraft makes it the range's top) ran
     /// out, starts an election: a dead leader is replaced after 1.3 to 1.6
-    /// s. The 150-300 ms of the Raft paper make a loaded two-core host elect
+    /// s. The time is drawn anew for every election (`election`), and a
+    /// split vote is retried within 100 to 300 ms. The 150-300 ms of the Raft paper make a loaded two-core host elect
     /// spuriously.
     pub election_timeout_ms: (u64, u64),
     /// How often a leader sends heartbeats.
@@ -173,6 +175,8 @@ pub(crate) struct Inner {
     /// Set when this node restarted as the leader it was (see
     /// [`RestoredLeadership`]).
     pub(crate) restored: Option<RestoredLeadership>,
+    /// When this node last heard from a leader (its election timer).
+    pub(crate) contact: crate::election::Contact,
 }
 
 /// Batches a node proposes or forwards at once; more wait for a place.
@@ -226,10 +230,12 @@ impl Replica {
             in_flight: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
             last_proposed_ms: std::sync::atomic::AtomicU64::new(0),
             restored,
+            contact: crate::election::Contact::new(),
         });
         let replica = Replica { inner };
         replica.spawn_read_loop();
         replica.spawn_group_commit();
+        replica.spawn_election_timer(config.election_timeout_ms);
         if let Some(r) = restored {
             tracing::info!(
                 "restarted as the leader of term {}: reads wait for entry {} to commit",
@@ -476,9 +482,31 @@ impl Handler for Replica {
         Box::pin(async move {
             let raft = &self.inner.raft;
             match req {
-                Request::Append(r) => Response::Append(raft.append_entries(r).await),
-                Request::Vote(r) => Response::Vote(raft.vote(r).await),
-                Request::Snapshot(r) => Response::Snapshot(raft.install_snapshot(r).await),
+                Request::Append(r) => {
+                    let resp = raft.append_entries(r).await;
+                    if resp
+                        .as_ref()
+                        .is_ok_and(|a| !matches!(a, AppendEntriesResponse::HigherVote(_)))
+                    {
+                        self.inner.contact.heard();
+                    }
+                    Response::Append(resp)
+                }
+                Request::Vote(r) => {
+                    let resp = raft.vote(r).await;
+                    if resp.as_ref().is_ok_and(|v| v.vote_granted) {
+                        self.inner.contact.heard();
+                    }
+                    Response::Vote(resp)
+                }
+                Request::Snapshot(r) => {
+                    let from = r.vote;
+                    let resp = raft.install_snapshot(r).await;
+                    if resp.as_ref().is_ok_and(|s| s.vote == from) {
+                        self.inner.contact.heard();
+                    }
+                    Response::Snapshot(resp)
+                }
                 Request::Forward(batch) => Response::Forward(self.propose_here(batch).await),
                 Request::ReadIndex => Response::ReadIndex(self.read_index_here().await),
             }
