@@ -32,6 +32,38 @@ pub struct Header {
     pub clock: u64,
     /// The clock of the last entry applied before the snapshot.
     pub now_ms: u64,
+    /// Every id that was a voter in a membership applied up to the
+    /// snapshot: a node that installs it refuses those ids for a new node
+    /// as the others do (ids are never reused). Last, so that files from
+    /// before it read as [`HeaderV1`].
+    pub ever_voters: Vec<NodeId>,
+}
+
+/// The header of files written before [`Header::ever_voters`]: postcard
+/// is no self-describing format, so such a header fails to read as a
+/// [`Header`] and is read as this.
+#[derive(Deserialize)]
+struct HeaderV1 {
+    meta: SnapshotMeta<NodeId, BasicNode>,
+    clock: u64,
+    now_ms: u64,
+}
+
+impl Header {
+    fn decode(bytes: &[u8]) -> Option<Header> {
+        if let Ok(h) = postcard::from_bytes::<Header>(bytes) {
+            return Some(h);
+        }
+        let old = postcard::from_bytes::<HeaderV1>(bytes).ok()?;
+        // The voters of the snapshot's membership are the ones it knows.
+        let ever_voters = old.meta.last_membership.membership().voter_ids().collect();
+        Some(Header {
+            meta: old.meta,
+            clock: old.clock,
+            now_ms: old.now_ms,
+            ever_voters,
+        })
+    }
 }
 
 /// The file name of a snapshot.
@@ -130,7 +162,7 @@ impl Reader {
             done: false,
         };
         let head = r.record()?;
-        let header = postcard::from_bytes(&head).map_err(|_| bad(path, "bad header"))?;
+        let header = Header::decode(&head).ok_or_else(|| bad(path, "bad header"))?;
         Ok((r, header))
     }
 
@@ -198,5 +230,60 @@ impl Reader {
             }
             _ => Err(bad(&self.path, "an unknown record")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use openraft::{LogId, Membership, StoredMembership};
+
+    use super::*;
+
+    fn meta() -> SnapshotMeta<NodeId, BasicNode> {
+        let nodes: BTreeMap<NodeId, BasicNode> = (1..=4)
+            .map(|id| (id, BasicNode::new(format!("127.0.0.1:700{id}"))))
+            .collect();
+        let membership = Membership::new(vec![BTreeSet::from([1, 2, 3])], nodes);
+        let at = LogId::new(openraft::CommittedLeaderId::new(3, 1), 90);
+        SnapshotMeta {
+            last_log_id: Some(at),
+            last_membership: StoredMembership::new(Some(at), membership),
+            snapshot_id: "s".into(),
+        }
+    }
+
+    /// A file written before the header knew its voters still loads: its
+    /// membership's voters (not the learner) stand for them.
+    #[test]
+    fn a_header_from_before_ever_voters_reads_with_its_membership_voters() {
+        #[derive(Serialize)]
+        struct Old {
+            meta: SnapshotMeta<NodeId, BasicNode>,
+            clock: u64,
+            now_ms: u64,
+        }
+        let old = postcard::to_stdvec(&Old {
+            meta: meta(),
+            clock: 7,
+            now_ms: 11,
+        })
+        .unwrap();
+        let h = Header::decode(&old).unwrap();
+        assert_eq!((h.meta, h.clock, h.now_ms), (meta(), 7, 11));
+        assert_eq!(h.ever_voters, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn a_header_keeps_its_ever_voters() {
+        let h = Header {
+            meta: meta(),
+            clock: 7,
+            now_ms: 11,
+            ever_voters: vec![1, 2, 3, 5],
+        };
+        let bytes = postcard::to_stdvec(&h).unwrap();
+        assert_eq!(Header::decode(&bytes), Some(h));
     }
 }

@@ -5,6 +5,7 @@
 //! apply goes on (`snapshot`); installing one loads a new store and swaps it
 //! in whole.
 
+use std::collections::BTreeSet;
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -50,6 +51,13 @@ struct SmState {
     now_ms: u64,
     /// The newest durable snapshot: its meta and file.
     snapshot: Option<(SnapshotMeta<NodeId, BasicNode>, PathBuf)>,
+    /// Every id that was a voter in an applied membership. One that is no
+    /// member now was removed, and is never given to a new node: a node
+    /// under a voter's id could vote again in a term the old one voted in.
+    /// Derived from the membership entries every replica applies alike,
+    /// and kept in snapshots, so every node knows the same set, after a
+    /// restart and after installing a snapshot too.
+    ever_voters: BTreeSet<NodeId>,
 }
 
 /// One node's state machine.
@@ -100,6 +108,7 @@ impl StateMachine {
                     state.log_id = header.meta.last_log_id;
                     state.membership = header.meta.last_membership.clone();
                     state.now_ms = header.now_ms;
+                    state.ever_voters = header.ever_voters.iter().copied().collect();
                     state.snapshot = Some((header.meta, path));
                     store = Some(s);
                     break;
@@ -137,6 +146,12 @@ impl StateMachine {
         self.state.lock().now_ms
     }
 
+    /// Every id that was a voter in a membership applied so far (see
+    /// `SmState::ever_voters`).
+    pub fn ever_voters(&self) -> BTreeSet<NodeId> {
+        self.state.lock().ever_voters.clone()
+    }
+
     /// A digest of the whole state (every item's key, value, version,
     /// expiry and flags, in key order) and the log id it stands at; equal
     /// on every replica at the same applied log id.
@@ -170,6 +185,7 @@ impl StateMachine {
         match entry.payload {
             EntryPayload::Blank => Ok(Applied::default()),
             EntryPayload::Membership(m) => {
+                state.ever_voters.extend(m.voter_ids());
                 state.membership = StoredMembership::new(Some(entry.log_id), m);
                 Ok(Applied::default())
             }
@@ -353,6 +369,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             meta,
             clock: store.read_version().get(),
             now_ms: state.now_ms,
+            ever_voters: state.ever_voters.iter().copied().collect(),
         };
         drop(state);
         Builder {
@@ -419,6 +436,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             s.log_id = meta.last_log_id;
             s.membership = meta.last_membership.clone();
             s.now_ms = header.now_ms;
+            s.ever_voters = header.ever_voters.into_iter().collect();
         }
         self.set_current(meta.clone(), path);
         self.applied_tx.send_replace(meta.last_log_id);
