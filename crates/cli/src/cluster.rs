@@ -23,13 +23,26 @@ enum Action {
     /// Forms a new cluster of these voters, `id=host:port,...` (Raft
     /// addresses), from the node at --server, which must be one of them.
     Init { members: String },
-    /// Adds node ID at Raft address ADDR: a learner until it has caught
-    /// up, then a voter.
-    Add { id: u64, addr: String },
-    /// Removes node ID from the cluster.
+    /// Adds node ID at Raft address ADDR (start it first, with its
+    /// --node-id and --raft-addr and without --peers). It becomes a
+    /// learner, which must hold the leader's log within --timeout, and
+    /// only then a voter. If it does not (not running, a wrong address) it
+    /// is removed again: the voters are unchanged, and the same command
+    /// may be run again. An id in the cluster, or of a voter removed
+    /// before, is refused: ids are never reused.
+    Add {
+        id: u64,
+        addr: String,
+        /// Seconds the new node has to catch up.
+        #[arg(long, default_value_t = 30.0, value_name = "SECS")]
+        timeout: f64,
+    },
+    /// Removes node ID from the cluster: a voter loses its vote, then
+    /// leaves; a learner leaves. A removed voter's id is never used again.
     Remove { id: u64 },
-    /// The node's role, term, log indexes, members and (on the leader) each
-    /// follower's lag.
+    /// The node's role, term, log indexes, members, retired ids, (on the
+    /// leader) each follower's lag, and `cluster_problem`: why the node
+    /// cannot join or elect, if it cannot.
     Status,
 }
 
@@ -61,7 +74,7 @@ fn run(args: &ClusterArgs) -> Result<String, String> {
     let mut cmd = redis::cmd("CLUSTER");
     match &args.action {
         Action::Init { members } => cmd.arg("INIT").arg(members),
-        Action::Add { id, addr } => cmd.arg("ADD").arg(*id).arg(addr),
+        Action::Add { id, addr, timeout } => cmd.arg("ADD").arg(*id).arg(addr).arg(*timeout),
         Action::Remove { id } => cmd.arg("REMOVE").arg(*id),
         Action::Status => cmd.arg("STATUS"),
     };
@@ -70,6 +83,7 @@ fn run(args: &ClusterArgs) -> Result<String, String> {
         Ok(redis::Value::BulkString(b)) => Ok(String::from_utf8_lossy(&b).replace("\r\n", "\n")),
         Ok(redis::Value::VerbatimString { text, .. }) => Ok(text.replace("\r\n", "\n")),
         Ok(other) => Ok(format!("{other:?}\n")),
-        Err(e) => Err(e.to_string()),
+        // The server's own words, without the client library's prefix.
+        Err(e) => Err(e.detail().map_or_else(|| e.to_string(), str::to_string)),
     }
 }

@@ -64,6 +64,11 @@ pub struct ServeArgs {
     /// The address this node's peers reach it at (Raft traffic).
     #[arg(long, value_name = "ADDR")]
     raft_addr: Option<std::net::SocketAddr>,
+    /// Where the other nodes reach this one, if not at --raft-addr (a
+    /// proxy or NAT in between). Its entry in --peers must be this address
+    /// (--raft-addr without it): a node told otherwise refuses to start.
+    #[arg(long, value_name = "ADDR")]
+    raft_advertise: Option<std::net::SocketAddr>,
     /// The cluster's first voters, `id=host:port,...` (Raft addresses), this
     /// node among them; the lowest id forms the cluster on its first start.
     /// Leave out to start a node that waits to be added.
@@ -130,6 +135,9 @@ fn config(args: &ServeArgs) -> Result<(ServerConfig, bool), String> {
     }
     if let Some(v) = args.raft_addr {
         c.raft_addr = Some(v);
+    }
+    if let Some(v) = args.raft_advertise {
+        c.raft_advertise = Some(v);
     }
     if let Some(v) = &args.peers {
         c.peers = v.clone();

@@ -130,6 +130,15 @@ impl Cluster {
             .args(["--raft-addr", &s.raft.to_string()]);
         if !peers.is_empty() {
             cmd.args(["--peers", &peers]);
+            // Behind a proxy, the others reach it at the proxy: its own
+            // entry in --peers, which must be its advertised address.
+            let own = peers
+                .split(',')
+                .find_map(|p| p.strip_prefix(&format!("{id}=")))
+                .expect("the node's own entry");
+            if own != s.raft.to_string() {
+                cmd.args(["--raft-advertise", own]);
+            }
         }
         let child = cmd
             .args(["--resp", &s.resp.to_string()])

@@ -11,7 +11,7 @@ use std::time::Duration;
 use combkv::Store;
 use openraft::error::{ClientWriteError, InitializeError, RaftError};
 use openraft::raft::AppendEntriesResponse;
-use openraft::{BasicNode, ChangeMembers, Raft, ServerState, SnapshotPolicy};
+use openraft::{BasicNode, Raft, ServerState, SnapshotPolicy};
 
 use crate::client::{ClusterError, ReadBatcher};
 use crate::group_commit::GroupCommit;
@@ -177,6 +177,8 @@ pub(crate) struct Inner {
     pub(crate) restored: Option<RestoredLeadership>,
     /// When this node last heard from a leader (its election timer).
     pub(crate) contact: crate::election::Contact,
+    /// How requests to each peer fared, and the problem the watch found.
+    pub(crate) health: Arc<crate::health::Health>,
 }
 
 /// Batches a node proposes or forwards at once; more wait for a place.
@@ -210,10 +212,11 @@ impl Replica {
             &config.dir.join("snapshots"),
             config.on_apply.clone(),
         )?;
+        let health = Arc::new(crate::health::Health::default());
         let raft = Raft::new(
             config.id,
             raft_config,
-            Network::new(Arc::clone(&transport)),
+            Network::new(Arc::clone(&transport), Arc::clone(&health)),
             log.clone(),
             sm.clone(),
         )
@@ -231,6 +234,7 @@ impl Replica {
             last_proposed_ms: std::sync::atomic::AtomicU64::new(0),
             restored,
             contact: crate::election::Contact::new(),
+            health,
         });
         let replica = Replica { inner };
         replica.spawn_read_loop();
@@ -304,35 +308,6 @@ impl Replica {
         }
     }
 
-    /// Adds node `id` at `addr`: as a learner first, which the leader
-    /// catches up (log or snapshot), then as a voter. On the leader only;
-    /// elsewhere the error names the leader.
-    pub async fn add_node(&self, id: NodeId, addr: &str) -> Result<(), ClusterError> {
-        let raft = &self.inner.raft;
-        raft.add_learner(id, BasicNode::new(addr), true)
-            .await
-            .map_err(write_error)?;
-        let change = ChangeMembers::AddVoterIds(BTreeSet::from([id]));
-        raft.change_membership(change, false)
-            .await
-            .map_err(write_error)?;
-        Ok(())
-    }
-
-    /// Removes node `id` from the cluster (its voting right, then the node).
-    pub async fn remove_node(&self, id: NodeId) -> Result<(), ClusterError> {
-        let raft = &self.inner.raft;
-        let change = ChangeMembers::RemoveVoters(BTreeSet::from([id]));
-        raft.change_membership(change, false)
-            .await
-            .map_err(write_error)?;
-        let change = ChangeMembers::RemoveNodes(BTreeSet::from([id]));
-        raft.change_membership(change, false)
-            .await
-            .map_err(write_error)?;
-        Ok(())
-    }
-
     /// What this node knows of the cluster now.
     pub fn status(&self) -> Status {
         let m = self.inner.raft.metrics().borrow().clone();
@@ -372,8 +347,16 @@ impl Replica {
             commit_index: index_of(self.inner.log.committed()),
             applied_index: m.last_applied.map_or(0, |l| l.index),
             snapshot_index: m.snapshot.map_or(0, |l| l.index),
+            retired: self
+                .inner
+                .sm
+                .ever_voters()
+                .into_iter()
+                .filter(|id| membership.get_node(id).is_none())
+                .collect(),
             nodes,
             followers,
+            problem: self.problem(),
         }
     }
 
@@ -428,7 +411,9 @@ impl Replica {
     }
 }
 
-fn write_error(e: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>) -> ClusterError {
+pub(crate) fn write_error(
+    e: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>,
+) -> ClusterError {
     match e {
         RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => ClusterError::NotLeader {
             leader: f.leader_id,
@@ -475,6 +460,12 @@ pub struct Status {
     pub nodes: Vec<(NodeId, String, bool)>,
     /// On a leader: (follower id, matched index, lag in entries).
     pub followers: Vec<(NodeId, u64, u64)>,
+    /// Ids of voters removed from the cluster: never given to a new node.
+    pub retired: Vec<NodeId>,
+    /// Why the node cannot join or elect, when it has been without a
+    /// leader for a while or its `--peers` contradicts its cluster (see
+    /// [`Replica::watch`]).
+    pub problem: Option<String>,
 }
 
 impl Handler for Replica {

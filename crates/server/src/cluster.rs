@@ -32,6 +32,13 @@ pub struct Cluster {
     replica: Replica,
     rt: tokio::runtime::Runtime,
     reads: ClusterReads,
+    /// Set when the server stops: an administration command that waits
+    /// (an add waiting for its node to catch up) ends at once, so that the
+    /// event loop it holds can finish and the process exit.
+    stopping: tokio::sync::watch::Sender<bool>,
+    /// Held by the membership change in progress: a second one is refused
+    /// rather than raced against the first.
+    changing: std::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -63,6 +70,8 @@ impl Cluster {
                 "a cluster node needs --raft-addr and --data-dir".into(),
             ));
         };
+        let peers = parse_peers(&config.peers).map_err(StartError)?;
+        own_entry_check(config.node_id, raft_addr, config.raft_advertise, &peers)?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(raft_threads())
             .thread_name("combkv-raft")
@@ -86,11 +95,22 @@ impl Cluster {
         let replica = rt
             .block_on(Replica::start(&rc))
             .map_err(|e| StartError(format!("cannot start cluster node {}: {e}", rc.id)))?;
-        let peers = parse_peers(&config.peers).map_err(StartError)?;
+        let members: Vec<(u64, String)> =
+            peers.iter().map(|(id, a)| (*id, a.to_string())).collect();
+        // A node that already belongs to a cluster must be told the same
+        // peers it has: a contradicting list is a mistake (a typo, another
+        // cluster's list) that would otherwise show only as a cluster that
+        // cannot elect.
+        if let Err(why) = rt.block_on(replica.check_peers(&members)) {
+            rt.block_on(replica.shutdown());
+            return Err(StartError(format!("cluster node {}: {why}", rc.id)));
+        }
+        {
+            let _entered = rt.enter();
+            replica.watch(members.clone());
+        }
         let lowest = peers.iter().map(|(id, _)| *id).min();
         if lowest == Some(config.node_id) {
-            let members: Vec<(u64, String)> =
-                peers.iter().map(|(id, a)| (*id, a.to_string())).collect();
             match rt.block_on(replica.initialize(&members)) {
                 Ok(()) => tracing::info!(?members, "formed a new cluster"),
                 // Formed on an earlier start.
@@ -102,6 +122,8 @@ impl Cluster {
             replica,
             rt,
             reads: config.cluster_reads,
+            stopping: tokio::sync::watch::Sender::new(false),
+            changing: std::sync::Mutex::new(()),
         })
     }
 
@@ -229,15 +251,46 @@ impl Cluster {
         self.rt.block_on(self.replica.initialize(members))
     }
 
-    /// On the leader: adds node `id` at `addr` (a learner caught up, then a
-    /// voter).
-    pub(crate) fn add_node(&self, id: u64, addr: &str) -> Result<(), ClusterError> {
-        self.rt.block_on(self.replica.add_node(id, addr))
+    /// On the leader: adds node `id` at `addr`, a learner that must catch
+    /// up `within`, then a voter (`Replica::add_node`). Ends early, the
+    /// learner removed again, when the server stops.
+    pub(crate) fn add_node(
+        &self,
+        id: u64,
+        addr: &str,
+        within: Duration,
+    ) -> Result<(), ClusterError> {
+        let _changing = self.changing()?;
+        let mut stopping = self.stopping.subscribe();
+        let stop = async move {
+            let _ = stopping.wait_for(|s| *s).await;
+        };
+        self.rt
+            .block_on(self.replica.add_node(id, addr, within, stop))
     }
 
     /// On the leader: removes node `id`.
     pub(crate) fn remove_node(&self, id: u64) -> Result<(), ClusterError> {
+        let _changing = self.changing()?;
         self.rt.block_on(self.replica.remove_node(id))
+    }
+
+    /// The right to change the membership, or the error that one change
+    /// is in progress.
+    fn changing(&self) -> Result<std::sync::MutexGuard<'_, ()>, ClusterError> {
+        match self.changing.try_lock() {
+            Ok(g) => Ok(g),
+            // A panic in an earlier change left nothing half done here.
+            Err(std::sync::TryLockError::Poisoned(p)) => Ok(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => Err(ClusterError::Refused(
+                "another membership change is in progress on this node".into(),
+            )),
+        }
+    }
+
+    /// The server is stopping: an administration command that waits ends.
+    pub(crate) fn stopping(&self) {
+        self.stopping.send_replace(true);
     }
 
     /// Stops the Raft node (at server shutdown).
@@ -310,6 +363,15 @@ pub fn info_fields(shared: &crate::shared::Shared) -> Vec<(&'static str, String)
             s.nodes.iter().filter(|n| !n.2).count().to_string(),
         ),
         ("cluster_reads", c.reads().as_str().into()),
+        // Empty while all is well; else why the node cannot join or elect
+        // (one line: INFO's format has no room for more).
+        (
+            "cluster_problem",
+            s.problem
+                .as_deref()
+                .unwrap_or("")
+                .replace(['\r', '\n'], " "),
+        ),
         ("connected_slaves", s.followers.len().to_string()),
     ];
     const NAMES: [&str; 16] = [
@@ -342,4 +404,26 @@ pub fn info_fields(shared: &crate::shared::Shared) -> Vec<(&'static str, String)
         ));
     }
     f
+}
+
+/// A node's own entry in `--peers` is where the others send to it: it must
+/// be its `--raft-addr` (or `--raft-advertise`, where a proxy or NAT stands
+/// between), or the others would send its traffic elsewhere.
+fn own_entry_check(
+    id: u64,
+    raft_addr: std::net::SocketAddr,
+    advertise: Option<std::net::SocketAddr>,
+    peers: &[(u64, std::net::SocketAddr)],
+) -> Result<(), StartError> {
+    let (reached_at, flag) = match advertise {
+        Some(a) => (a, "--raft-advertise"),
+        None => (raft_addr, "--raft-addr"),
+    };
+    match peers.iter().find(|(p, _)| *p == id) {
+        Some((_, listed)) if *listed != reached_at => Err(StartError(format!(
+            "--peers has this node (id {id}) at {listed}, but its {flag} is {reached_at}: \
+             the other nodes would send to {listed}; give both the same address"
+        ))),
+        _ => Ok(()),
+    }
 }

@@ -186,6 +186,10 @@ pub struct ServerConfig {
     pub node_id: u64,
     /// The address this node's peers reach it at (Raft traffic).
     pub raft_addr: Option<SocketAddr>,
+    /// Where the other nodes reach this one when that is not `raft_addr`
+    /// (a proxy or a NAT in between); its own entry in `peers` must be
+    /// this. None: `raft_addr`.
+    pub raft_advertise: Option<SocketAddr>,
     /// The cluster's first voters, `id=host:port,...`, this node among
     /// them: on its first start the node with the lowest id forms the
     /// cluster. Empty: the node waits to be added (`combkv cluster add`).
@@ -300,6 +304,7 @@ impl Default for ServerConfig {
             protected_mode: true,
             node_id: 0,
             raft_addr: None,
+            raft_advertise: None,
             peers: String::new(),
             cluster_reads: ClusterReads::Linearizable,
             wal_truncate_corrupt: false,
@@ -392,8 +397,13 @@ impl ServerConfig {
                     self.node_id
                 ));
             }
-        } else if self.raft_addr.is_some() || !self.peers.is_empty() {
-            return Err("--raft-addr and --peers need --node-id (a cluster node)".into());
+        } else if self.raft_addr.is_some()
+            || self.raft_advertise.is_some()
+            || !self.peers.is_empty()
+        {
+            return Err(
+                "--raft-addr, --raft-advertise and --peers need --node-id (a cluster node)".into(),
+            );
         }
         if self.max_value_bytes.0 > u64::from(u32::MAX) - 1024 {
             // memcached's binary protocol carries a value's length in 32 bits.
@@ -527,6 +537,12 @@ impl ServerConfig {
             (
                 "raft-addr",
                 self.raft_addr.map(|a| a.to_string()).unwrap_or_default(),
+            ),
+            (
+                "raft-advertise",
+                self.raft_advertise
+                    .map(|a| a.to_string())
+                    .unwrap_or_default(),
             ),
             ("peers", self.peers.clone()),
             ("cluster-reads", self.cluster_reads.as_str().into()),

@@ -229,6 +229,11 @@ impl Shared {
     /// `shutdown`): every loop answers what it has, flushes and ends.
     pub fn stop(&self) {
         self.shutting_down.store(true, Ordering::Release);
+        // A loop waiting in a cluster administration command (an add that
+        // waits for its node) must be let go, or it never ends.
+        if let Some(c) = &self.cluster {
+            c.stopping();
+        }
         for w in self.wakers.get().into_iter().flatten() {
             let _ = w.wake();
         }

@@ -24,6 +24,7 @@ use openraft::raft::{
 };
 use openraft::{BasicNode, RPCTypes};
 
+use crate::health::Health;
 use crate::rpc::{Request, Response};
 use crate::types::{NodeId, TypeConfig};
 
@@ -51,11 +52,13 @@ pub(crate) trait Handler: Send + Sync + 'static {
 #[derive(Debug, Clone)]
 pub(crate) struct Network {
     transport: Arc<dyn Transport>,
+    /// Where each request's fate is noted, for an operator's "why".
+    health: Arc<Health>,
 }
 
 impl Network {
-    pub(crate) fn new(transport: Arc<dyn Transport>) -> Network {
-        Network { transport }
+    pub(crate) fn new(transport: Arc<dyn Transport>, health: Arc<Health>) -> Network {
+        Network { transport, health }
     }
 }
 
@@ -67,6 +70,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             target,
             addr: node.addr.clone(),
             transport: Arc::clone(&self.transport),
+            health: Arc::clone(&self.health),
         }
     }
 }
@@ -77,6 +81,7 @@ pub(crate) struct Peer {
     target: NodeId,
     addr: String,
     transport: Arc<dyn Transport>,
+    health: Arc<Health>,
 }
 
 type RpcResult<T, E = openraft::error::Infallible> =
@@ -93,14 +98,26 @@ impl Peer {
         pick: impl FnOnce(Response) -> Option<Result<T, RaftError<NodeId, E>>>,
     ) -> RpcResult<T, E> {
         let timeout = option.hard_ttl();
-        let got = self
+        let got = match self
             .transport
             .call(self.target, &self.addr, req, timeout)
             .await
-            .map_err(|e| transport_error(action, self.target, timeout, e))?;
+        {
+            Ok(got) => got,
+            Err(e) => {
+                self.health.failed(self.target, &e);
+                return Err(transport_error(action, self.target, timeout, e));
+            }
+        };
         match pick(got) {
-            Some(Ok(v)) => Ok(v),
-            Some(Err(e)) => Err(RPCError::RemoteError(RemoteError::new(self.target, e))),
+            Some(Ok(v)) => {
+                self.health.answered(self.target);
+                Ok(v)
+            }
+            Some(Err(e)) => {
+                self.health.failed(self.target, &e);
+                Err(RPCError::RemoteError(RemoteError::new(self.target, e)))
+            }
             None => Err(RPCError::Network(NetworkError::new(&io::Error::other(
                 "the peer answered another kind of request",
             )))),
@@ -175,10 +192,15 @@ impl RaftNetwork<TypeConfig> for Peer {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> RpcResult<VoteResponse<NodeId>> {
-        self.call(RPCTypes::Vote, Request::Vote(rpc), &option, |r| match r {
-            Response::Vote(r) => Some(r),
-            _ => None,
-        })
-        .await
+        let resp = self
+            .call(RPCTypes::Vote, Request::Vote(rpc), &option, |r| match r {
+                Response::Vote(r) => Some(r),
+                _ => None,
+            })
+            .await;
+        if let Ok(v) = &resp {
+            self.health.voted(self.target, v);
+        }
+        resp
     }
 }

@@ -55,7 +55,11 @@ pub(super) fn role(cx: &mut Ctx<'_, '_>) -> CmdResult {
     Ok(())
 }
 
-/// CLUSTER INIT id=host:port,... | ADD id host:port | REMOVE id | STATUS.
+/// How long `CLUSTER ADD` waits for the new node to catch up, unless told.
+const ADD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// CLUSTER INIT id=host:port,... | ADD id host:port [seconds] | REMOVE id |
+/// STATUS.
 pub(super) fn cluster(cx: &mut Ctx<'_, '_>) -> CmdResult {
     let Some(c) = &cx.shared.cluster else {
         return Err(CmdError::err(
@@ -70,10 +74,13 @@ pub(super) fn cluster(cx: &mut Ctx<'_, '_>) -> CmdResult {
             for (name, value) in crate::cluster::info_fields(cx.shared) {
                 out.push_str(&format!("{name}:{value}\r\n"));
             }
-            for (id, addr, voter) in c.status().nodes {
+            let status = c.status();
+            for (id, addr, voter) in status.nodes {
                 let kind = if voter { "voter" } else { "learner" };
                 out.push_str(&format!("member:id={id},addr={addr},{kind}\r\n"));
             }
+            let retired: Vec<String> = status.retired.iter().map(u64::to_string).collect();
+            out.push_str(&format!("retired_ids:{}\r\n", retired.join(",")));
             cx.r.verbatim(&out);
         }
         ("init", 3) => {
@@ -91,12 +98,27 @@ pub(super) fn cluster(cx: &mut Ctx<'_, '_>) -> CmdResult {
             c.initialize(&members).map_err(admin_error)?;
             cx.r.ok();
         }
-        ("add", 4) => {
+        ("add", 4 | 5) => {
             let id = node_id(&text(2))?;
             let addr: std::net::SocketAddr = text(3)
                 .parse()
                 .map_err(|e| CmdError::err(format!("bad address '{}': {e}", text(3))))?;
-            c.add_node(id, &addr.to_string()).map_err(admin_error)?;
+            let within = match cx.args.get(4) {
+                None => ADD_TIMEOUT,
+                Some(_) => text(4)
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
+                    .map(std::time::Duration::from_secs_f64)
+                    .ok_or_else(|| {
+                        CmdError::err(format!(
+                            "bad timeout '{}' (seconds, above 0, at most a day)",
+                            text(4)
+                        ))
+                    })?,
+            };
+            c.add_node(id, &addr.to_string(), within)
+                .map_err(admin_error)?;
             cx.r.ok();
         }
         ("remove", 3) => {
@@ -119,8 +141,10 @@ fn help(r: &mut Reply<'_>) {
     let lines = [
         "CLUSTER STATUS: this node's role, term, indexes, members and followers.",
         "CLUSTER INIT id=host:port,...: forms a new cluster of these voters (this node one).",
-        "CLUSTER ADD id host:port: on the leader, adds a node (learner, caught up, then voter).",
-        "CLUSTER REMOVE id: on the leader, removes a node.",
+        "CLUSTER ADD id host:port [seconds]: on the leader, adds a node: a learner, which must \
+         catch up within the seconds (30) or is removed again, then a voter. Ids in use or \
+         of removed voters are refused.",
+        "CLUSTER REMOVE id: on the leader, removes a node; a voter's id is never used again.",
     ];
     r.array(lines.len());
     for l in lines {
