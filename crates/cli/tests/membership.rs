@@ -1,0 +1,624 @@
+//! Membership mistakes an operator can make, and how a cluster refuses
+//! them (`docs/cluster.md`, "Administration"), with real processes on
+//! loopback addresses (node N at 127.0.0.N):
+//!
+//! - `an_unreachable_node_is_not_added_and_a_one_node_cluster_still_stops`:
+//!   `combkv cluster add` of an address where nothing listens, on a
+//!   one-node cluster, fails within its timeout and leaves the voters as
+//!   they were; an add cut short by SIGTERM lets the node stop at once.
+//! - `ids_in_use_and_ids_of_removed_voters_are_refused`: on three nodes,
+//!   an unreachable node is not made a voter, an id in the cluster is
+//!   refused, and the id of a removed voter is refused on every node, after
+//!   a restart too.
+//! - `peers_that_disagree_with_the_cluster_are_named_and_refused`: a node
+//!   whose `--peers` has another node at another address says so in `INFO
+//!   replication` while it runs, and refuses to start again with it.
+//! - `a_peers_entry_that_is_not_the_raft_addr_is_refused`: the node does
+//!   not start.
+//! - `a_node_without_a_leader_says_why`: the survivor of a three-node
+//!   cluster names the peers it cannot reach.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One node's addresses, files and process.
+struct Node {
+    id: u64,
+    resp: SocketAddr,
+    raft: SocketAddr,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.child {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn ip(id: u64) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 0, 0, id as u8))
+}
+
+/// A port nothing listens on at node `id`'s address.
+fn free_addr(id: u64) -> SocketAddr {
+    SocketAddr::new(ip(id), support::free_port_on(ip(id)))
+}
+
+impl Node {
+    fn new(root: &Path, id: u64) -> Node {
+        Node {
+            id,
+            resp: free_addr(id),
+            raft: free_addr(id),
+            dir: root.join(format!("n{id}")),
+            child: None,
+        }
+    }
+
+    /// `combkv serve` for this node with `peers` (none if empty) and
+    /// `extra` arguments; its log goes beside its data directory.
+    fn command(&self, peers: &str, extra: &[&str]) -> Command {
+        std::fs::create_dir_all(self.dir.parent().unwrap()).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.with_extension("log"))
+            .unwrap();
+        let mut cmd = Command::new(support::binary());
+        cmd.args(["serve", "--node-id", &self.id.to_string()])
+            .args(["--raft-addr", &self.raft.to_string()])
+            .args(["--resp", &self.resp.to_string()])
+            .args(["--memcached", "off"])
+            .args(["--data-dir", self.dir.to_str().unwrap()])
+            .args(["--log-level", "info"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        if !peers.is_empty() {
+            cmd.args(["--peers", peers]);
+        }
+        cmd
+    }
+
+    /// Starts the node and waits until it answers PING.
+    fn start(&mut self, peers: &str) {
+        let child = self.command(peers, &[]).spawn().expect("combkv starts");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !support::ask(
+            self.resp,
+            b"PING\r\n",
+            b"+PONG\r\n",
+            Duration::from_millis(500),
+        ) {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("node {} exited ({status}): {}", self.id, self.log_tail());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {} does not answer",
+                self.id
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts the node with arguments it must refuse; returns what it said.
+    fn refused_start(&self, peers: &str) -> String {
+        let out = self
+            .command(peers, &[])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("combkv starts");
+        let out = wait_output(out, Duration::from_secs(20));
+        let text = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "node {} started: {text}", self.id);
+        text
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    /// Sends SIGTERM; how long the process took to exit (None: not within
+    /// `within`, and it is then killed).
+    fn terminate(&mut self, within: Duration) -> Option<Duration> {
+        let mut c = self.child.take()?;
+        let start = Instant::now();
+        // SAFETY: a signal to a child this test started and has not reaped.
+        unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
+        while start.elapsed() < within {
+            if c.try_wait().unwrap().is_some() {
+                return Some(start.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+        None
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.dir.with_extension("log")).unwrap_or_default();
+        text[text.len().saturating_sub(3000)..].to_string()
+    }
+
+    fn connect(&self) -> redis::Connection {
+        let c = redis::Client::open(format!("redis://{}/", self.resp)).unwrap();
+        let con = c
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .unwrap();
+        con.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        con
+    }
+
+    /// `INFO replication` (and `CLUSTER STATUS`'s extra lines) as fields.
+    fn status(&self) -> BTreeMap<String, String> {
+        self.try_status()
+            .unwrap_or_else(|| panic!("node {} does not answer", self.id))
+    }
+
+    /// [`Node::status`], None if the node does not answer.
+    fn try_status(&self) -> Option<BTreeMap<String, String>> {
+        let c = redis::Client::open(format!("redis://{}/", self.resp)).ok()?;
+        let mut con = c.get_connection_with_timeout(Duration::from_secs(2)).ok()?;
+        con.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        let text: String = redis::cmd("CLUSTER").arg("STATUS").query(&mut con).ok()?;
+        let mut fields = BTreeMap::new();
+        let mut members = Vec::new();
+        for (k, v) in text.lines().filter_map(|l| l.split_once(':')) {
+            if k == "member" {
+                members.push(v.to_string());
+            } else {
+                fields.insert(k.to_string(), v.trim().to_string());
+            }
+        }
+        fields.insert("members".into(), members.join(" "));
+        Some(fields)
+    }
+
+    /// Waits until `f` holds for the node's status.
+    fn wait_status(
+        &self,
+        what: &str,
+        within: Duration,
+        f: impl Fn(&BTreeMap<String, String>) -> bool,
+    ) -> BTreeMap<String, String> {
+        let deadline = Instant::now() + within;
+        loop {
+            let s = self.status();
+            if f(&s) {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {}: not {what} within {within:?}: {s:#?}",
+                self.id
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn is_leader(&self) -> BTreeMap<String, String> {
+        self.wait_status("the leader", Duration::from_secs(30), |s| {
+            s.get("raft_role").map(String::as_str) == Some("leader")
+        })
+    }
+}
+
+/// The node that leads, once one of `nodes` says it does.
+fn find_leader(nodes: &[Node]) -> &Node {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let found = nodes.iter().filter(|n| n.child.is_some()).find(|n| {
+            n.try_status()
+                .is_some_and(|s| s.get("raft_role").map(String::as_str) == Some("leader"))
+        });
+        if let Some(n) = found {
+            return n;
+        }
+        assert!(Instant::now() < deadline, "no leader");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `id=raft-addr,...` of `nodes`.
+fn peers(nodes: &[&Node]) -> String {
+    nodes
+        .iter()
+        .map(|n| format!("{}={}", n.id, n.raft))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Waits for `child` to exit within `within` (killed and failed if not).
+fn wait_output(mut child: Child, within: Duration) -> std::process::Output {
+    let start = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if start.elapsed() > within {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "still running after {within:?}; stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs `combkv cluster ARGS` against `via`; (success, stdout + stderr).
+/// A command still running after `within` fails the test.
+fn admin(via: &Node, args: &[&str], within: Duration) -> (bool, String) {
+    let child = Command::new(support::binary())
+        .args(["cluster", "--server", &via.resp.to_string()])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("combkv cluster runs");
+    let out = wait_output(child, within);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+fn root(name: &str) -> PathBuf {
+    let r = std::env::temp_dir().join(format!("combkv-membership-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&r);
+    r
+}
+
+fn set(node: &Node, key: &str) {
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg("v")
+        .query(&mut node.connect())
+        .unwrap_or_else(|e| panic!("SET {key} through node {}: {e}", node.id));
+}
+
+/// `INFO replication`'s field `name`, empty if the node has none.
+fn field<'a>(s: &'a BTreeMap<String, String>, name: &str) -> &'a str {
+    s.get(name).map_or("", String::as_str)
+}
+
+#[test]
+fn an_unreachable_node_is_not_added_and_a_one_node_cluster_still_stops() {
+    let root = root("one");
+    let mut n1 = Node::new(&root, 1);
+    n1.start(&peers(&[&n1]));
+    n1.is_leader();
+
+    // An add that waits (30 s by default) for a node that is not there,
+    // cut short by SIGTERM: the event loop it holds lets go, the node
+    // stops at once.
+    let waiting = Command::new(support::binary())
+        .args(["cluster", "--server", &n1.resp.to_string()])
+        .args(["add", "3", &free_addr(3).to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let took = n1.terminate(Duration::from_secs(10));
+    assert!(
+        took.is_some_and(|t| t < Duration::from_secs(5)),
+        "SIGTERM during an add: stopped after {took:?}; log: {}",
+        n1.log_tail()
+    );
+    let out = wait_output(waiting, Duration::from_secs(10));
+    assert!(!out.status.success());
+    // Restarted, it is the one voter it was, without a learner.
+    n1.start(&peers(&[&n1]));
+    let s = n1.is_leader();
+    assert_eq!(
+        (field(&s, "raft_voters"), field(&s, "raft_learners")),
+        ("1", "0"),
+        "{s:#?}"
+    );
+
+    // Given a timeout, the add fails within it, with why, and leaves the
+    // voters as they were.
+    let nowhere = free_addr(2).to_string();
+    let start = Instant::now();
+    let (ok, said) = admin(
+        &n1,
+        &["add", "2", &nowhere, "--timeout", "2"],
+        Duration::from_secs(30),
+    );
+    assert!(!ok, "an unreachable node was added: {said}");
+    assert!(
+        said.contains(&format!("node 2 at {nowhere} did not catch up within 2 s"))
+            && said.contains("sending to it fails")
+            && said.contains("the voters are unchanged"),
+        "{said}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    let s = n1.status();
+    assert_eq!(
+        (field(&s, "raft_voters"), field(&s, "raft_learners")),
+        ("1", "0"),
+        "{s:#?}"
+    );
+    set(&n1, "after-the-add");
+    // The same id may be tried again: it never was a voter.
+    let (ok, said) = admin(
+        &n1,
+        &["add", "2", &nowhere, "--timeout", "1"],
+        Duration::from_secs(30),
+    );
+    assert!(
+        !ok && said.contains("did not catch up within 1 s"),
+        "{said}"
+    );
+    let took = n1.terminate(Duration::from_secs(10));
+    assert!(took.is_some_and(|t| t < Duration::from_secs(5)), "{took:?}");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn ids_in_use_and_ids_of_removed_voters_are_refused() {
+    let root = root("ids");
+    let mut nodes: Vec<Node> = (1..=3).map(|id| Node::new(&root, id)).collect();
+    let list = peers(&nodes.iter().collect::<Vec<_>>());
+    for n in &mut nodes {
+        n.start(&list);
+    }
+    let leader = find_leader(&nodes).id;
+    let l = &nodes[leader as usize - 1];
+
+    // An id in the cluster, at its own address or another.
+    let gone = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
+    let survivor = 6 - leader - gone;
+    let nowhere = free_addr(4).to_string();
+    for addr in [nodes[gone as usize - 1].raft.to_string(), nowhere.clone()] {
+        let (ok, said) = admin(
+            l,
+            &["add", &gone.to_string(), &addr],
+            Duration::from_secs(30),
+        );
+        assert!(!ok, "node {gone} added again: {said}");
+        assert!(
+            said.contains(&format!("node {gone} is already a voter")),
+            "{said}"
+        );
+    }
+
+    // A removed voter's id: refused at once by the leader.
+    let (ok, said) = admin(l, &["remove", &gone.to_string()], Duration::from_secs(30));
+    assert!(ok, "{said}");
+    nodes[gone as usize - 1].kill();
+    let l = &nodes[leader as usize - 1];
+    let spare = free_addr(gone).to_string();
+    let (ok, said) = admin(
+        l,
+        &["add", &gone.to_string(), &spare],
+        Duration::from_secs(30),
+    );
+    assert!(!ok, "a removed id was given again: {said}");
+    assert!(said.contains("ids are never reused"), "{said}");
+    let (ok, said) = admin(l, &["remove", &gone.to_string()], Duration::from_secs(30));
+    assert!(!ok && said.contains("was removed already"), "{said}");
+    let s = nodes[survivor as usize - 1].wait_status(
+        "told of the retired id",
+        Duration::from_secs(10),
+        |s| field(s, "retired_ids") == gone.to_string(),
+    );
+    assert_eq!(field(&s, "raft_voters"), "2", "{s:#?}");
+
+    // Both restarted (the log read again) know it too, and whichever
+    // leads refuses the id.
+    for id in [leader, survivor] {
+        nodes[id as usize - 1].kill();
+    }
+    for id in [leader, survivor] {
+        nodes[id as usize - 1].start(&list);
+    }
+    for id in [leader, survivor] {
+        nodes[id as usize - 1].wait_status(
+            "told of the retired id",
+            Duration::from_secs(30),
+            |s| field(s, "retired_ids") == gone.to_string(),
+        );
+    }
+    let l = find_leader(&nodes);
+    let (ok, said) = admin(
+        l,
+        &["add", &gone.to_string(), &spare],
+        Duration::from_secs(30),
+    );
+    assert!(!ok && said.contains("ids are never reused"), "{said}");
+
+    // Nothing listens there: not made a voter, and the two voters keep
+    // their quorum.
+    let (ok, said) = admin(
+        l,
+        &["add", "4", &nowhere, "--timeout", "2"],
+        Duration::from_secs(30),
+    );
+    assert!(
+        !ok && said.contains("did not catch up within 2 s"),
+        "{said}"
+    );
+    let s = l.status();
+    assert_eq!(
+        (field(&s, "raft_voters"), field(&s, "raft_learners")),
+        ("2", "0"),
+        "{s:#?}"
+    );
+    set(l, "after-the-add");
+    drop(nodes);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn peers_that_disagree_with_the_cluster_are_named_and_refused() {
+    let root = root("peers");
+    let mut nodes: Vec<Node> = (1..=3).map(|id| Node::new(&root, id)).collect();
+    let list = peers(&nodes.iter().collect::<Vec<_>>());
+    // Node 3 is told node 2 is elsewhere; node 1 forms the cluster from
+    // the right list, and node 3 learns it from the leader.
+    let wrong = free_addr(2);
+    let bad_list = format!("1={},2={wrong},3={}", nodes[0].raft, nodes[2].raft);
+    nodes[0].start(&list);
+    nodes[1].start(&list);
+    nodes[2].start(&bad_list);
+    let difference = format!(
+        "--peers has node 2 at {wrong}, the cluster has it at {}",
+        nodes[1].raft
+    );
+    let s = nodes[2].wait_status("told of the disagreement", Duration::from_secs(30), |s| {
+        field(s, "cluster_problem").contains(&difference)
+    });
+    assert!(
+        field(&s, "cluster_problem").contains("disagrees with the membership"),
+        "{s:#?}"
+    );
+    assert!(
+        nodes[2].log_tail().contains(&difference),
+        "{}",
+        nodes[2].log_tail()
+    );
+    // The nodes that were told the right list see no problem.
+    assert_eq!(nodes[0].status()["cluster_problem"], "");
+
+    // Started again with it, node 3 refuses; with an id that never was a
+    // member too.
+    nodes[2].kill();
+    let said = nodes[2].refused_start(&bad_list);
+    assert!(said.contains(&difference), "{said}");
+    let extra = free_addr(5);
+    let said = nodes[2].refused_start(&format!("{list},5={extra}"));
+    assert!(
+        said.contains(&format!(
+            "--peers names node 5 at {extra}, which is no member"
+        )),
+        "{said}"
+    );
+    // With the right list it starts, and nothing is wrong.
+    nodes[2].start(&list);
+    nodes[2].wait_status("without a problem", Duration::from_secs(30), |s| {
+        field(s, "cluster_problem").is_empty() && !field(s, "raft_leader_id").is_empty()
+    });
+    drop(nodes);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn a_peers_entry_that_is_not_the_raft_addr_is_refused() {
+    let root = root("own");
+    let n1 = Node::new(&root, 1);
+    let n2 = Node::new(&root, 2);
+    let elsewhere = free_addr(1);
+    let said = n1.refused_start(&format!("1={elsewhere},2={}", n2.raft));
+    assert!(
+        said.contains(&format!(
+            "--peers has this node (id 1) at {elsewhere}, but its --raft-addr is {}",
+            n1.raft
+        )),
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn a_node_without_a_leader_says_why() {
+    let root = root("alone");
+    let mut nodes: Vec<Node> = (1..=3).map(|id| Node::new(&root, id)).collect();
+    let list = peers(&nodes.iter().collect::<Vec<_>>());
+    for n in &mut nodes {
+        n.start(&list);
+    }
+    let unreachable = |n: &Node| format!("node {} at {} is unreachable", n.id, n.raft);
+
+    // A leader whose followers are gone stays leader (openraft 0.9 has no
+    // check-quorum) and acknowledges nothing: it says it has no majority.
+    let leader = find_leader(&nodes).id as usize - 1;
+    let (f1, f2) = ((leader + 1) % 3, (leader + 2) % 3);
+    nodes[f1].kill();
+    nodes[f2].kill();
+    let (u1, u2) = (unreachable(&nodes[f1]), unreachable(&nodes[f2]));
+    let s = nodes[leader].wait_status("saying why", Duration::from_secs(30), |s| {
+        let p = field(s, "cluster_problem");
+        p.contains(&u1) && p.contains(&u2)
+    });
+    let p = field(&s, "cluster_problem");
+    assert!(
+        p.starts_with(&format!("this node leads term {}", s["raft_term"]))
+            && p.contains("only 1 of its 3 voters"),
+        "{p}"
+    );
+    assert!(
+        nodes[leader]
+            .log_tail()
+            .contains("cluster problem: this node leads")
+    );
+    nodes[f1].start(&list);
+    nodes[leader].wait_status("without a problem", Duration::from_secs(30), |s| {
+        field(s, "cluster_problem").is_empty()
+    });
+
+    // A follower left alone stands for election again and again: it says
+    // it has had no leader, in which term, and whom it cannot reach.
+    let leader = find_leader(&nodes).id as usize - 1;
+    let alone = if leader == f1 { (leader + 1) % 3 } else { f1 };
+    let other = 3 - leader - alone;
+    if nodes[other].child.is_none() {
+        nodes[other].start(&list);
+    }
+    nodes[alone].wait_status("following", Duration::from_secs(30), |s| {
+        !field(s, "raft_leader_id").is_empty()
+    });
+    nodes[leader].kill();
+    nodes[other].kill();
+    let (u1, u2) = (unreachable(&nodes[leader]), unreachable(&nodes[other]));
+    let s = nodes[alone].wait_status("saying why", Duration::from_secs(30), |s| {
+        let p = field(s, "cluster_problem");
+        p.contains(&u1) && p.contains(&u2)
+    });
+    let p = field(&s, "cluster_problem");
+    // Its term climbs with every election it stands in, so the one the
+    // text names may be behind INFO's by now.
+    assert!(p.starts_with("no leader for "), "{p}");
+    assert!(
+        p.contains("this node is a candidate in term ")
+            || p.contains("this node is a follower in term "),
+        "{p}"
+    );
+    assert!(
+        nodes[alone]
+            .log_tail()
+            .contains("cluster problem: no leader")
+    );
+    // Once a peer is back and a leader elected, the problem is gone.
+    nodes[other].start(&list);
+    nodes[alone].wait_status("without a problem", Duration::from_secs(30), |s| {
+        field(s, "cluster_problem").is_empty() && !field(s, "raft_leader_id").is_empty()
+    });
+    drop(nodes);
+    let _ = std::fs::remove_dir_all(&root);
+}
