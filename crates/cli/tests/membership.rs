@@ -15,8 +15,12 @@
 //!   replication` while it runs, and refuses to start again with it.
 //! - `a_peers_entry_that_is_not_the_raft_addr_is_refused`: the node does
 //!   not start.
-//! - `a_node_without_a_leader_says_why`: the survivor of a three-node
-//!   cluster names the peers it cannot reach.
+//! - `a_node_without_a_leader_says_why`: a leader without its majority,
+//!   then a follower left alone, name their term and the peers they cannot
+//!   reach.
+//! - `a_node_that_is_no_member_says_whom_it_waits_for`: a node whose
+//!   `--peers` names a first node that never forms the cluster, and one
+//!   started to be added that never is.
 
 mod support;
 
@@ -620,5 +624,41 @@ fn a_node_without_a_leader_says_why() {
         field(s, "cluster_problem").is_empty() && !field(s, "raft_leader_id").is_empty()
     });
     drop(nodes);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn a_node_that_is_no_member_says_whom_it_waits_for() {
+    let root = root("waiting");
+    let n1 = Node::new(&root, 1);
+    let mut n2 = Node::new(&root, 2);
+    let mut n4 = Node::new(&root, 4);
+    // Node 2's list names node 1, which forms the cluster, but node 1 is
+    // not running; node 4 was started to be added and never was.
+    n2.start(&peers(&[&n1, &n2]));
+    n4.start("");
+    let s = n2.wait_status("saying why", Duration::from_secs(30), |s| {
+        field(s, "cluster_problem").contains("not a member of any cluster")
+    });
+    assert!(
+        field(&s, "cluster_problem")
+            .contains("node 1, the lowest id in --peers, forms the cluster"),
+        "{s:#?}"
+    );
+    assert!(n2.log_tail().contains("cluster problem: not a member"));
+    let s = n4.wait_status("saying why", Duration::from_secs(30), |s| {
+        field(s, "cluster_problem").contains("not a member of any cluster")
+    });
+    assert!(
+        field(&s, "cluster_problem").contains("`combkv cluster add 4`"),
+        "{s:#?}"
+    );
+    // Waiting to be added is no fault: said at info, not as a warning.
+    let log = n4.log_tail();
+    assert!(
+        log.contains("cluster: not a member") && !log.contains("cluster problem"),
+        "{log}"
+    );
+    drop((n2, n4));
     let _ = std::fs::remove_dir_all(&root);
 }

@@ -194,7 +194,14 @@ impl Replica {
                     (Some(p), _) => {
                         let now = Instant::now();
                         if warned.is_none_or(|w| now - w >= REPEAT_WARNING) {
-                            tracing::warn!("cluster problem: {p}");
+                            // A node started without --peers waits to be
+                            // added: what it says is a reminder, not a fault.
+                            let spare = peers.is_empty() && !replica.is_member();
+                            if spare {
+                                tracing::info!("cluster: {p}");
+                            } else {
+                                tracing::warn!("cluster problem: {p}");
+                            }
                             warned = Some(now);
                         }
                     }
@@ -301,6 +308,14 @@ impl Replica {
             why.push_str(&lines.join("; "));
         }
         Some(Some(why))
+    }
+
+    /// Whether this node holds a membership (it formed or joined a
+    /// cluster).
+    fn is_member(&self) -> bool {
+        let metrics = self.inner.raft.metrics();
+        let m = metrics.borrow();
+        m.membership_config.membership().nodes().next().is_some()
     }
 
     /// The node's role and leader, for the line that ends a problem.
