@@ -153,18 +153,21 @@ fn main() -> ExitCode {
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Without --repair, reads every file without changing any. Exit status 0: \
+    after_help = "Without --repair, reads every file without changing any, and takes no lock: \
+    it may read a directory a server is writing (the newest log segment may then end in a \
+    record being written, reported as a torn tail) or one on read-only media. Exit status 0: \
     everything is valid; 1: something is damaged, and recovery would cut a torn log tail or \
     skip a checkpoint; 2: the directory cannot be read; 3: recovery would refuse to start \
     (a corrupt log: damage followed by valid data).\n\n\
-    With --repair (the server must not be running on the directory), cuts the log where \
+    With --repair, takes the directory's lock first (refused, changing nothing, while a \
+    server or another repair holds it: the message names its pid), then cuts the log where \
     recovery would cut or refuse it, as redis-check-aof --fix does, and prints what it \
     dropped: the cut segment is copied whole to <name>.discarded, later segments are renamed \
     <name>.discarded, and the highest version the dropped data held is written to \
     version-floor, so that new writes never reuse one. Acknowledged writes after the cut are \
     lost. Exit status 0: repaired, or nothing to repair; 1: it cannot be repaired (e.g. a \
     record of a kind this version does not know: open it with the combkv that wrote it); \
-    2: a file operation failed."
+    2: a file operation failed; 4: another process holds the directory."
 )]
 struct CheckArgs {
     /// The server's data directory.
@@ -206,6 +209,10 @@ fn repair_main(dir: &std::path::Path) -> ExitCode {
         Err(combkv::durable::RecoveryError::Io(e)) => {
             eprintln!("combkv check --repair: {}: {e}", dir.display());
             ExitCode::from(2)
+        }
+        Err(combkv::durable::RecoveryError::InUse(d)) => {
+            eprintln!("combkv check --repair: {d}");
+            ExitCode::from(4)
         }
         Err(e) => {
             eprintln!(

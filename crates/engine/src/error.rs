@@ -9,7 +9,7 @@
 use std::fmt;
 
 use crate::config::ConfigError;
-use crate::durable::{CheckpointError, IoError, RecoveryError, WalError};
+use crate::durable::{CheckpointError, DirInUse, IoError, RecoveryError, WalError};
 
 /// Everything a store operation can refuse. A refused operation changes nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +47,9 @@ pub enum Error {
     /// The data directory cannot be recovered without losing acknowledged
     /// writes; the text says what is wrong. Nothing was changed.
     Corrupt(String),
+    /// Another process holds the data directory's lock: a server, or
+    /// `combkv check --repair`, runs on it. Nothing was read or changed.
+    InUse(DirInUse),
     /// A durability operation on a store without a data directory.
     NotDurable,
     /// A checkpoint failed for another reason than an I/O error.
@@ -106,6 +109,7 @@ impl fmt::Display for Error {
             Error::ReadOnly(cause) => write!(f, "store is read-only: {cause}"),
             Error::Io(e) => write!(f, "I/O error: {e}"),
             Error::Corrupt(why) => write!(f, "the data directory is corrupt: {why}"),
+            Error::InUse(d) => d.fmt(f),
             Error::NotDurable => write!(f, "the store has no data directory"),
             Error::Checkpoint(e) => write!(f, "the checkpoint failed: {e}"),
             Error::Unavailable(why) => write!(f, "the write was not taken: {why}"),
@@ -159,6 +163,7 @@ impl From<RecoveryError> for Error {
     fn from(e: RecoveryError) -> Error {
         match e {
             RecoveryError::Io(e) => Error::Io(e),
+            RecoveryError::InUse(d) => Error::InUse(d),
             other => Error::Corrupt(other.to_string()),
         }
     }

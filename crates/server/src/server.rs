@@ -143,8 +143,11 @@ pub(crate) fn open_store(config: &ServerConfig) -> Result<Store, StartError> {
         delta_checkpoints: config.checkpoint_deltas,
         ..combkv::DurableConfig::new(dir).with_mode(mode)
     };
-    let (store, report) = Store::open(config.engine_config(), durable)
-        .map_err(|e| StartError(format!("cannot open data directory {}: {e}", dir.display())))?;
+    let (store, report) = Store::open(config.engine_config(), durable).map_err(|e| match e {
+        // Says which directory and which process already.
+        combkv::Error::InUse(d) => StartError(d.to_string()),
+        e => StartError(format!("cannot open data directory {}: {e}", dir.display())),
+    })?;
     tracing::info!(dir = %dir.display(), durability = %mode, "recovered: {report}");
     if report.tail_cut.is_some() || !report.skipped_checkpoints.is_empty() {
         tracing::warn!("recovery repaired the data directory: {report}");
@@ -173,11 +176,25 @@ impl Server {
                     .map_err(|e| StartError(format!("cannot listen on {addr} (metrics): {e}")))?,
             ),
         };
-        let (store, cluster) = if config.clustered() {
+        let (store, cluster, dir_lock) = if config.clustered() {
+            // A cluster node's files (its Raft log and snapshots, under
+            // `<data-dir>/cluster`) are written by no durable store, so no
+            // store takes the directory's lock: the node takes it, before
+            // it opens any of them, and holds it for the process's life.
+            let lock = match &config.data_dir {
+                Some(dir) => Some(combkv::durable::DirLock::acquire(dir).map_err(|e| {
+                    StartError(match e {
+                        combkv::durable::LockError::InUse(d) => d.to_string(),
+                        e => format!("cannot open data directory {}: {e}", dir.display()),
+                    })
+                })?),
+                None => None,
+            };
             let c = crate::cluster::Cluster::start(&config)?;
-            (c.store(), Some(c))
+            (c.store(), Some(c), lock)
         } else {
-            (Arc::new(open_store(&config)?), None)
+            // A single node's store holds the lock itself (`Store::open`).
+            (Arc::new(open_store(&config)?), None, None)
         };
         let threads_n = config.thread_count();
         let addr = |l: &Option<TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
@@ -197,7 +214,7 @@ impl Server {
                 *setting = Listen::At(a);
             }
         }
-        let shared = Arc::new(Shared::new(store, cluster, config));
+        let shared = Arc::new(Shared::new(store, cluster, config).holding(dir_lock));
 
         let mut wakers = Vec::new();
         let mut threads = Vec::new();

@@ -159,6 +159,9 @@ pub struct Shared {
     pub scan_cursors: Mutex<ScanCursors>,
     /// memcached counters and the delayed flush_all timer.
     pub memcache: crate::memcache::McShared,
+    /// A cluster node's lock on its data directory (a single node's store
+    /// holds its own): kept as long as anything serves.
+    _dir_lock: Option<combkv::durable::DirLock>,
 }
 
 /// SCAN cursors: a cursor number names the last key a SCAN call returned.
@@ -222,7 +225,14 @@ impl Shared {
             client_registry: Mutex::new(Default::default()),
             scan_cursors: Mutex::new(Default::default()),
             memcache: Default::default(),
+            _dir_lock: None,
         }
+    }
+
+    /// Holds `lock` (see `_dir_lock`) as long as this lives.
+    pub(crate) fn holding(mut self, lock: Option<combkv::durable::DirLock>) -> Shared {
+        self._dir_lock = lock;
+        self
     }
 
     /// Stops the server (a signal through `Stopper`, SHUTDOWN, memcached

@@ -323,7 +323,8 @@ pub fn check_with(storage: &dyn Storage, dir: &Path) -> Result<CheckReport, IoEr
         let known = record::parse_name(&name, "ckpt-", ".ckpt").is_some()
             || record::parse_name(&name, "wal-", ".log").is_some()
             || delta::parse_delta_name(&name).is_some()
-            || name == cut::FLOOR_FILE;
+            || name == cut::FLOOR_FILE
+            || name == super::LOCK_FILE;
         if !known {
             report.other_files.push(name);
         }

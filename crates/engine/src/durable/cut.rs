@@ -550,7 +550,9 @@ impl fmt::Display for RepairReport {
 /// Cuts the log of `dir` where recovery would, torn tail or corruption
 /// alike, offline (`combkv check --repair`): what `Store::open` with
 /// `truncate_corrupt` would do to the log, without loading anything.
-/// Refuses a record of an unknown kind (a newer combkv's) as recovery does.
+/// Refuses a record of an unknown kind (a newer combkv's) as recovery does,
+/// and a directory another process holds the lock of (`RecoveryError::InUse`:
+/// a server runs on it), changing nothing.
 pub fn repair(dir: &Path) -> Result<RepairReport, RecoveryError> {
     repair_with(&FsStorage, dir)
 }
@@ -563,9 +565,16 @@ pub fn repair_with(storage: &dyn Storage, dir: &Path) -> Result<RepairReport, Re
         discarded_segments: Vec::new(),
         version_floor: None,
     };
+    // Held to the end of the repair: a server that started meanwhile would
+    // replay the log while it is being cut (see `lock`).
+    let _lock = match storage.lock_dir(dir) {
+        Ok(l) => l,
+        // No directory yet: nothing to repair (and nothing is created).
+        Err(e) if e.is_not_found() => return Ok(report),
+        Err(e) => return Err(e.into()),
+    };
     let survey = match survey(storage, dir) {
         Ok(s) => s,
-        // No directory yet: nothing to repair (and nothing is created).
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(report),
         Err(e) => return Err(RecoveryError::Io(IoError::new("reading the log", e))),
     };

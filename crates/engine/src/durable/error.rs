@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::Dropped;
+use super::lock::{DirInUse, LockError};
 pub use super::record::Damage;
 
 /// An I/O operation that failed: what was being done, and the
@@ -286,6 +287,9 @@ pub enum RecoveryError {
     /// The `version-floor` file is damaged: the floor a cut set is unknown,
     /// and starting without it could reuse versions handed out before.
     VersionFloor { file: String, damage: Damage },
+    /// Another process holds the directory's lock (a server, or a repair,
+    /// runs on it). Nothing was read or changed.
+    InUse(DirInUse),
 }
 
 impl fmt::Display for RecoveryError {
@@ -322,6 +326,7 @@ impl fmt::Display for RecoveryError {
                  from a backup; removing it lets the store start, but new writes may then reuse \
                  versions (CAS tokens) that clients saw before the cut"
             ),
+            RecoveryError::InUse(d) => d.fmt(f),
         }
     }
 }
@@ -339,6 +344,15 @@ impl std::error::Error for RecoveryError {
 impl From<IoError> for RecoveryError {
     fn from(e: IoError) -> RecoveryError {
         RecoveryError::Io(e)
+    }
+}
+
+impl From<LockError> for RecoveryError {
+    fn from(e: LockError) -> RecoveryError {
+        match e {
+            LockError::InUse(d) => RecoveryError::InUse(d),
+            LockError::Io(e) => RecoveryError::Io(e),
+        }
     }
 }
 

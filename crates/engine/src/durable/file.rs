@@ -12,6 +12,9 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::error::IoError;
+use super::lock::{DirInUse, DirLock, LockError};
+
 /// Names (not paths) of the files in a directory, as `Storage::list`
 /// returns them.
 pub type FileNames = Vec<String>;
@@ -32,6 +35,15 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn remove(&self, path: &Path) -> io::Result<()>;
     /// Makes the directory's entries (creations, renames, removals) durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Takes the lock of the existing directory `dir` (`lock::DirLock`):
+    /// refused with `LockError::InUse` while another holder has it.
+    /// The default excludes no one, for a storage that no other process
+    /// can reach; the real file system takes a `flock`, and
+    /// `FaultyStorage` keeps track of its holders.
+    fn lock_dir(&self, dir: &Path) -> Result<DirLock, LockError> {
+        let _ = dir;
+        Ok(DirLock::unshared())
+    }
 }
 
 /// A file open for appending.
@@ -128,6 +140,9 @@ impl Storage for FsStorage {
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         std::fs::File::open(dir)?.sync_all()
     }
+    fn lock_dir(&self, dir: &Path) -> Result<DirLock, LockError> {
+        super::lock::lock_file(dir)
+    }
 }
 
 // ---- fault injection ----------------------------------------------------
@@ -193,6 +208,11 @@ struct Faulty {
     fail_write_at: Option<u64>,
     crashed: Option<Image>,
     seed: u64,
+    /// Held directory locks: the generation that took each (a crash ends
+    /// the process that held it, so a restart finds it free) and the
+    /// holder's token.
+    locks: BTreeMap<PathBuf, (u64, u64)>,
+    next_lock: u64,
 }
 
 #[derive(Debug)]
@@ -476,6 +496,48 @@ impl Storage for FaultyStorage {
             .collect();
         fs.durable_names.extend(now);
         Ok(())
+    }
+    fn lock_dir(&self, dir: &Path) -> Result<DirLock, LockError> {
+        let mut fs = self.inner.lock();
+        let generation = fs.generation;
+        fs.live(generation)
+            .map_err(|e| LockError::Io(IoError::new("locking the data directory", e)))?;
+        if fs.locks.get(dir).is_some_and(|&(g, _)| g == generation) {
+            return Err(LockError::InUse(DirInUse {
+                dir: dir.to_path_buf(),
+                pid: Some(std::process::id()),
+            }));
+        }
+        fs.next_lock += 1;
+        let token = fs.next_lock;
+        fs.locks.insert(dir.to_path_buf(), (generation, token));
+        Ok(DirLock::from_guard(FaultyLock {
+            fs: Arc::clone(&self.inner),
+            dir: dir.to_path_buf(),
+            token,
+        }))
+    }
+}
+
+/// A `FaultyStorage` directory lock; dropping it releases it.
+#[derive(Debug)]
+struct FaultyLock {
+    fs: Arc<Mutex<Faulty>>,
+    dir: PathBuf,
+    token: u64,
+}
+
+impl Drop for FaultyLock {
+    fn drop(&mut self) {
+        let mut fs = self.fs.lock();
+        // Only its own: after a restart another holder may have it.
+        if fs
+            .locks
+            .get(&self.dir)
+            .is_some_and(|&(_, t)| t == self.token)
+        {
+            fs.locks.remove(&self.dir);
+        }
     }
 }
 

@@ -17,6 +17,7 @@
 //!   and the version floor that keeps dropped versions from coming back
 //! - `executor`: builder / dispatcher / driver for background tasks
 //! - `check`: offline verification of a data directory
+//! - `lock`: the data directory's lock (one writing process at a time)
 //! - `runtime`: how a durable store ties them together
 //! - `error`: what each part reports when it fails (`WalError`,
 //!   `CheckpointError`, `RecoveryError`, over `IoError`)
@@ -30,6 +31,7 @@ pub(crate) mod delta;
 mod error;
 pub(crate) mod executor;
 pub mod file;
+mod lock;
 pub(crate) mod overlay;
 pub(crate) mod record;
 pub(crate) mod recovery;
@@ -49,6 +51,7 @@ pub use error::{
 };
 pub use executor::ExecutorStats;
 pub use file::{FaultyStorage, FileNames, FsStorage, Storage, WritableFile};
+pub use lock::{DirInUse, DirLock, LOCK_FILE, LockError};
 
 /// When a write is acknowledged relative to its log record reaching disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

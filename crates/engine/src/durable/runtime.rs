@@ -12,6 +12,7 @@ use super::compact;
 use super::delta::{self, DeltaFile};
 use super::error::{CheckpointError, IoError, RecoveryError, WalError};
 use super::executor::{Executor, Task, TaskError};
+use super::lock::DirLock;
 use super::record;
 use super::recovery;
 use super::wal::{Tick, Wal};
@@ -409,6 +410,9 @@ pub(crate) struct Durable {
     executor: Arc<Executor>,
     report: RecoveryReport,
     shut: Mutex<Option<Result<(), WalError>>>,
+    /// The directory's lock, held while the store is open (the last field:
+    /// dropped after everything that writes there has stopped).
+    _lock: DirLock,
 }
 
 impl Durable {
@@ -419,6 +423,14 @@ impl Durable {
         max_value_len: usize,
         config: DurableConfig,
     ) -> Result<(Arc<Tree>, Durable), RecoveryError> {
+        // Locked before recovery reads anything: a second process would
+        // replay a log the first is still appending to, and both would
+        // then write it (see `lock`).
+        config
+            .storage
+            .create_dir_all(&config.dir)
+            .map_err(IoError::doing("creating the data directory"))?;
+        let lock = config.storage.lock_dir(&config.dir)?;
         let rec = recovery::recover(
             g,
             max_value_len,
@@ -506,6 +518,7 @@ impl Durable {
                 executor,
                 report: rec.report,
                 shut: Mutex::new(None),
+                _lock: lock,
             },
         ))
     }
@@ -687,6 +700,56 @@ mod tests {
         drop(store);
         let store = super::tests::store(&fs, 2);
         assert_eq!(dump(&store), want);
+    }
+
+    /// A second open of a directory a store has open is refused at once,
+    /// and so is a repair, naming this process; they go through once the
+    /// first store is dropped. On the real file system (a `flock`) and in
+    /// the fault model, where a crash, which ends the holder, frees it.
+    #[test]
+    fn a_second_open_and_a_repair_are_refused_while_a_store_has_the_directory() {
+        let tmp = std::env::temp_dir().join(format!("combkv-lock-open-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        let faulty = FaultyStorage::new(3);
+        let storages: [(Arc<dyn crate::durable::Storage>, std::path::PathBuf); 2] = [
+            (Arc::new(crate::durable::FsStorage), tmp.clone()),
+            (Arc::new(faulty.clone()), "/data".into()),
+        ];
+        for (storage, dir) in storages {
+            let cfg = DurableConfig {
+                storage: Arc::clone(&storage),
+                ..DurableConfig::new(&dir)
+            };
+            let (first, _) = Store::open(Config::with_node_size(1024), cfg.clone()).unwrap();
+            first.put(b"k", b"1").unwrap();
+            let in_use = crate::durable::DirInUse {
+                dir: dir.clone(),
+                pid: Some(std::process::id()),
+            };
+            let second = Store::open(Config::with_node_size(1024), cfg.clone()).unwrap_err();
+            assert_eq!(second, crate::Error::InUse(in_use.clone()));
+            let repair = crate::durable::repair_with(&*storage, &dir).unwrap_err();
+            assert_eq!(repair, RecoveryError::InUse(in_use));
+            // The first store is untouched and goes on.
+            first.put(b"k", b"2").unwrap();
+            drop(first);
+            let (again, _) = Store::open(Config::with_node_size(1024), cfg).unwrap();
+            assert_eq!(again.get(b"k").unwrap().unwrap(), &b"2"[..]);
+            drop(again);
+        }
+        std::fs::remove_dir_all(&tmp).unwrap();
+
+        let cfg = DurableConfig {
+            storage: Arc::new(faulty.clone()),
+            ..DurableConfig::new("/data")
+        };
+        let (held, _) = Store::open(Config::with_node_size(1024), cfg.clone()).unwrap();
+        faulty.crash();
+        faulty.restart();
+        let (after_crash, _) = Store::open(Config::with_node_size(1024), cfg).unwrap();
+        assert_eq!(after_crash.get(b"k").unwrap().unwrap(), &b"2"[..]);
+        drop(held);
+        drop(after_crash);
     }
 
     /// An offload backend that cannot run anything.
