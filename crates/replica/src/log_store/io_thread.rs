@@ -13,7 +13,7 @@ use parking_lot::{Condvar, Mutex};
 use tokio::sync::oneshot;
 
 use super::SyncPolicy;
-use super::segment::{self, COMMITTED_FILE, META_FILE, Meta};
+use super::segment::{self, COMMITTED_FILE, META_FILE, Meta, SYNCED_FILE, Synced};
 use crate::types::{LogId, TypeConfig, Vote};
 
 /// A segment file and where its entries' records start.
@@ -21,18 +21,96 @@ use crate::types::{LogId, TypeConfig, Vote};
 pub(crate) struct Segment {
     pub first: u64,
     pub name: String,
+    /// The bytes written to it (its records; zeros may follow).
     pub bytes: u64,
     /// (entry index, record offset), ascending.
     pub offsets: Vec<(u64, u64)>,
 }
 
+impl Segment {
+    /// Where the records of the entries in `from..to` lie in this segment.
+    fn span(&self, from: u64, to: u64) -> (u64, u64) {
+        let at = |index: u64| {
+            let i = self.offsets.partition_point(|&(e, _)| e < index);
+            self.offsets.get(i).map_or(self.bytes, |&(_, o)| o)
+        };
+        (at(from), at(to))
+    }
+}
+
+/// Where every written entry's record is: the segments, oldest first.
+/// Only the I/O thread (or a caller running the queue) changes it; the
+/// log's readers look entries up in it and read them without the lock.
+#[derive(Debug, Default)]
+pub(crate) struct Segments {
+    /// Bumped whenever bytes a reader may have looked up are removed or may
+    /// be overwritten (truncate, purge): a reader checks, after reading,
+    /// that it did not change meanwhile, or looks again.
+    pub generation: u64,
+    pub list: Vec<Segment>,
+}
+
+/// Where one entry's record is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Location {
+    /// The segment's name.
+    pub name: String,
+    /// Where the record starts and where the next one does.
+    pub from: u64,
+    pub to: u64,
+}
+
+impl Segments {
+    pub(crate) fn new(list: Vec<Segment>) -> Segments {
+        Segments {
+            generation: 0,
+            list,
+        }
+    }
+
+    /// Where the record of the entry at `index` is, if it was written.
+    pub(crate) fn locate(&self, index: u64) -> Option<Location> {
+        let s = self.list.partition_point(|s| s.first <= index);
+        let seg = &self.list[s.checked_sub(1)?];
+        let i = seg.offsets.partition_point(|&(e, _)| e < index);
+        let &(e, from) = seg.offsets.get(i)?;
+        if e != index {
+            return None;
+        }
+        let to = seg.offsets.get(i + 1).map_or(seg.bytes, |&(_, o)| o);
+        Some(Location {
+            name: seg.name.clone(),
+            from,
+            to,
+        })
+    }
+
+    /// The bytes of the records of the entries in `from..to` written so far.
+    pub(crate) fn bytes_in(&self, from: u64, to: u64) -> u64 {
+        self.list
+            .iter()
+            .map(|s| {
+                let (a, b) = s.span(from, to);
+                b - a
+            })
+            .sum()
+    }
+}
+
+/// Told the number of each append written, and (index, offset in its
+/// records) of its entries, once the records are in their segment (before
+/// any sync): the log marks those entries readable from disk.
+pub(crate) type Written = Box<dyn Fn(u64, &[(u64, usize)]) + Send>;
+
 /// Work for the I/O thread.
 pub(crate) enum Job {
-    /// Records to write, (index, offset in `records`) of each, and the
-    /// callback to fire once they are synced.
+    /// Records to write, (index, offset in `records`) of each, the
+    /// append's number (see [`Written`]), and the callback to fire once
+    /// they are synced.
     Append {
         records: Vec<u8>,
         indexes: Vec<(u64, usize)>,
+        append: u64,
         callback: LogFlushed<TypeConfig>,
     },
     SaveVote {
@@ -94,16 +172,35 @@ impl std::fmt::Debug for Queue {
     }
 }
 
+/// What the I/O thread starts from.
+pub(crate) struct Start {
+    pub storage: Arc<dyn Storage>,
+    pub dir: PathBuf,
+    pub segment_bytes: u64,
+    pub sync: SyncPolicy,
+    pub segments: Arc<Mutex<Segments>>,
+    pub meta: Meta,
+    /// What is synced now, and what the synced file says.
+    pub synced: Option<Synced>,
+    pub synced_saved: Option<Synced>,
+    pub written: Written,
+    pub inline: bool,
+}
+
 impl IoThread {
-    pub(crate) fn start(
-        storage: Arc<dyn Storage>,
-        dir: PathBuf,
-        segment_bytes: u64,
-        sync: SyncPolicy,
-        segments: Vec<Segment>,
-        meta: Meta,
-        inline: bool,
-    ) -> io::Result<IoThread> {
+    pub(crate) fn start(start: Start) -> io::Result<IoThread> {
+        let Start {
+            storage,
+            dir,
+            segment_bytes,
+            sync,
+            segments,
+            meta,
+            synced,
+            synced_saved,
+            written,
+            inline,
+        } = start;
         let files = Files {
             storage,
             dir,
@@ -118,6 +215,10 @@ impl IoThread {
             failed: None,
             commit_pending: None,
             commit_saved_at: None,
+            synced,
+            synced_saved,
+            synced_saved_at: None,
+            written,
         };
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
@@ -234,6 +335,7 @@ impl Shared {
                     tracing::error!("raft log: sync at close failed: {e}");
                 }
                 files.save_commit(true);
+                files.save_synced(true);
                 return;
             }
         }
@@ -255,7 +357,6 @@ impl Shared {
 }
 
 /// The files, and what is written but not yet synced or saved.
-#[derive(Debug)]
 pub(crate) struct Files {
     storage: Arc<dyn Storage>,
     dir: PathBuf,
@@ -264,7 +365,7 @@ pub(crate) struct Files {
     /// Written but not synced (with `EverySec`), and the last sync.
     unsynced: bool,
     synced_at: Instant,
-    segments: Vec<Segment>,
+    segments: Arc<Mutex<Segments>>,
     /// The segment being appended to (the last of `segments`), and how far
     /// it is zeroed.
     open: Option<Box<dyn WritableFile>>,
@@ -276,6 +377,23 @@ pub(crate) struct Files {
     /// A commit point not yet written, and when the last one was.
     commit_pending: Option<Option<LogId>>,
     commit_saved_at: Option<Instant>,
+    /// How much of the last segment is synced now, what the synced file
+    /// says (the newest written, whether or not the write is durable), and
+    /// when it was last written. Written lazily, like the commit point.
+    synced: Option<Synced>,
+    synced_saved: Option<Synced>,
+    synced_saved_at: Option<Instant>,
+    written: Written,
+}
+
+impl std::fmt::Debug for Files {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Files")
+            .field("dir", &self.dir)
+            .field("synced", &self.synced)
+            .field("failed", &self.failed)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A commit point is written at most this often. Each write is a small
@@ -305,20 +423,22 @@ impl Files {
             Job::Append {
                 records,
                 indexes,
+                append,
                 callback,
             } => {
                 let mut callbacks = vec![callback];
-                let mut result = self.write(&records, &indexes);
+                let mut result = self.write(&records, &indexes, append);
                 let mut leftover = None;
                 while let Some(job) = more() {
                     match job {
                         Job::Append {
                             records,
                             indexes,
+                            append,
                             callback,
                         } => {
                             if result.is_ok() {
-                                result = self.write(&records, &indexes);
+                                result = self.write(&records, &indexes, append);
                             }
                             callbacks.push(callback);
                         }
@@ -372,16 +492,12 @@ impl Files {
         let sync = self
             .unsynced
             .then(|| EVERY_SEC.saturating_sub(self.synced_at.elapsed()));
-        let commit = self.commit_pending.map(|_| {
-            COMMIT_SAVE_EVERY.saturating_sub(
-                self.commit_saved_at
-                    .map_or(COMMIT_SAVE_EVERY, |t| t.elapsed()),
-            )
-        });
-        match (sync, commit) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let due = |saved_at: Option<Instant>| {
+            COMMIT_SAVE_EVERY.saturating_sub(saved_at.map_or(COMMIT_SAVE_EVERY, |t| t.elapsed()))
+        };
+        let commit = self.commit_pending.map(|_| due(self.commit_saved_at));
+        let synced = (self.synced != self.synced_saved).then(|| due(self.synced_saved_at));
+        [sync, commit, synced].into_iter().flatten().min()
     }
 
     /// Does what is due: with `EverySec`, a sync a second after the last
@@ -394,6 +510,34 @@ impl Files {
             }
         }
         self.save_commit(false);
+        self.save_synced(false);
+    }
+
+    /// Writes how much of the last segment is synced, if that changed and
+    /// the last write was long enough ago (or `now`). Not synced: a synced
+    /// file that lags only leaves more of the segment to be taken for a
+    /// torn tail after a crash, as before there was one.
+    fn save_synced(&mut self, now: bool) {
+        let due = now
+            || self
+                .synced_saved_at
+                .is_none_or(|t| t.elapsed() >= COMMIT_SAVE_EVERY);
+        if !due || self.synced == self.synced_saved {
+            return;
+        }
+        self.synced_saved_at = Some(Instant::now());
+        if segment::write_small(&*self.storage, &self.dir, SYNCED_FILE, &self.synced, false).is_ok()
+        {
+            self.synced_saved = self.synced;
+        }
+    }
+
+    /// Notes that the last segment is synced up to what was written to it.
+    fn note_synced(&mut self) {
+        self.synced = self.segments.lock().list.last().map(|s| Synced {
+            segment: s.first,
+            bytes: s.bytes,
+        });
     }
 
     /// Writes the pending commit point if the last was written long enough
@@ -428,8 +572,11 @@ impl Files {
         r
     }
 
-    fn write(&mut self, records: &[u8], indexes: &[(u64, usize)]) -> io::Result<()> {
-        self.guarded(|f| f.write_unguarded(records, indexes))
+    fn write(&mut self, records: &[u8], indexes: &[(u64, usize)], append: u64) -> io::Result<()> {
+        self.guarded(|f| f.write_unguarded(records, indexes))?;
+        // Located now: the log may serve them from the segment.
+        (self.written)(append, indexes);
+        Ok(())
     }
 
     fn write_unguarded(&mut self, records: &[u8], indexes: &[(u64, usize)]) -> io::Result<()> {
@@ -438,14 +585,22 @@ impl Files {
         };
         let full = self
             .segments
+            .lock()
+            .list
             .last()
             .is_some_and(|s| s.bytes >= self.segment_bytes);
         if self.open.is_none() || full {
             self.begin_segment(first)?;
         }
-        let seg = self.segments.last_mut().expect("a segment is open");
         let file = self.open.as_mut().expect("a segment is open");
-        let end = seg.bytes + records.len() as u64;
+        let start = self
+            .segments
+            .lock()
+            .list
+            .last()
+            .expect("a segment is open")
+            .bytes;
+        let end = start + records.len() as u64;
         // Only where every append is synced: elsewhere the zeroing's own
         // syncs would be more than the policy asks for.
         if self.sync == SyncPolicy::Always && end > self.zeroed && end <= self.segment_bytes {
@@ -454,19 +609,28 @@ impl Files {
             self.zeroed = to;
         }
         file.write_all(records)?;
+        // Published only once written: a reader reads no byte before the
+        // write that put it there returned (and never past `bytes`, where
+        // the zeroing ahead goes on).
+        let mut segments = self.segments.lock();
+        let seg = segments.list.last_mut().expect("a segment is open");
         for &(index, at) in indexes {
-            seg.offsets.push((index, seg.bytes + at as u64));
+            seg.offsets.push((index, start + at as u64));
         }
-        seg.bytes += records.len() as u64;
+        seg.bytes = end;
         Ok(())
     }
 
     fn sync(&mut self) -> io::Result<()> {
         self.synced_at = Instant::now();
-        self.guarded(|f| match f.open.as_mut() {
+        let r = self.guarded(|f| match f.open.as_mut() {
             Some(file) => file.sync_data(),
             None => Ok(()),
-        })
+        });
+        if r.is_ok() {
+            self.note_synced();
+        }
+        r
     }
 
     /// Syncs the open segment and closes it, cut to its records: a closed
@@ -479,11 +643,17 @@ impl Files {
         };
         old.sync_data()?;
         drop(old);
-        if let Some(seg) = self.segments.last()
-            && self.zeroed > seg.bytes
+        self.note_synced();
+        let last = self
+            .segments
+            .lock()
+            .list
+            .last()
+            .map(|s| (s.name.clone(), s.bytes));
+        if let Some((name, bytes)) = last
+            && self.zeroed > bytes
         {
-            self.storage
-                .truncate(&self.dir.join(&seg.name), seg.bytes)?;
+            self.storage.truncate(&self.dir.join(name), bytes)?;
         }
         self.zeroed = 0;
         Ok(())
@@ -495,15 +665,19 @@ impl Files {
         self.close_segment()?;
         let name = segment::segment_name(first);
         // An empty segment left by a torn tail at its very start is
-        // begun again, not listed twice.
-        if self.segments.last().is_some_and(|s| s.name == name) {
-            self.segments.pop();
+        // begun again, not listed twice (it has no entry a reader could
+        // have looked up).
+        {
+            let mut segments = self.segments.lock();
+            if segments.list.last().is_some_and(|s| s.name == name) {
+                segments.list.pop();
+            }
         }
         let file = self.storage.create(&self.dir.join(&name))?;
         self.storage.sync_dir(&self.dir)?;
         self.open = Some(file);
         self.zeroed = 0;
-        self.segments.push(Segment {
+        self.segments.lock().list.push(Segment {
             first,
             name,
             bytes: 0,
@@ -515,22 +689,58 @@ impl Files {
     /// Removes the entries from `since` on: whole segments that begin at or
     /// after it, then the tail of the segment that holds it. Appends after
     /// this go to a new segment.
+    ///
+    /// The synced file is lowered first, durably, to what stays: it must
+    /// never name bytes that are gone (after a crash they would read as
+    /// damage to synced entries), nor a removed segment whose name a later
+    /// append gives a new one.
     fn truncate(&mut self, since: u64) -> io::Result<()> {
+        // Syncs the open segment: from here on every byte written is.
         self.close_segment()?;
-        while self.segments.last().is_some_and(|s| s.first >= since) {
-            let s = self.segments.pop().expect("checked");
-            self.storage.remove(&self.dir.join(&s.name))?;
+        let (removed, cut, after) = {
+            let segments = self.segments.lock();
+            let list = &segments.list;
+            let keep = list.partition_point(|s| s.first < since);
+            let cut = list[..keep].last().and_then(|s| {
+                let i = s.offsets.partition_point(|&(e, _)| e < since);
+                s.offsets.get(i).map(|&(_, o)| (s.name.clone(), o))
+            });
+            let after = list[..keep].last().map(|s| Synced {
+                segment: s.first,
+                bytes: cut.as_ref().map_or(s.bytes, |c| c.1),
+            });
+            let removed: Vec<String> = list[keep..].iter().map(|s| s.name.clone()).collect();
+            (removed, cut, after)
+        };
+        if removed.is_empty() && cut.is_none() {
+            return Ok(());
         }
-        self.storage.sync_dir(&self.dir)?;
-        if let Some(s) = self.segments.last_mut() {
-            let keep = s.offsets.partition_point(|&(i, _)| i < since);
-            if keep < s.offsets.len() {
-                let cut = s.offsets[keep].1;
+        if self.synced_saved != after {
+            segment::write_small(&*self.storage, &self.dir, SYNCED_FILE, &after, true)?;
+            self.synced_saved = after;
+            self.synced_saved_at = Some(Instant::now());
+        }
+        {
+            let mut segments = self.segments.lock();
+            segments.generation += 1;
+            let keep = segments.list.len() - removed.len();
+            segments.list.truncate(keep);
+            if let Some(s) = segments.list.last_mut() {
+                let keep = s.offsets.partition_point(|&(i, _)| i < since);
                 s.offsets.truncate(keep);
-                s.bytes = cut;
-                self.storage.truncate(&self.dir.join(&s.name), cut)?;
+                if let Some((_, at)) = &cut {
+                    s.bytes = *at;
+                }
             }
         }
+        for name in &removed {
+            self.storage.remove(&self.dir.join(name))?;
+        }
+        self.storage.sync_dir(&self.dir)?;
+        if let Some((name, at)) = &cut {
+            self.storage.truncate(&self.dir.join(name), *at)?;
+        }
+        self.synced = after;
         Ok(())
     }
 
@@ -542,9 +752,21 @@ impl Files {
         self.write_meta(meta)?;
         // A segment is covered once the next one begins at or before the
         // entry after `upto`; the last segment always stays.
-        while self.segments.len() > 1 && self.segments[1].first <= upto.index + 1 {
-            let s = self.segments.remove(0);
-            self.storage.remove(&self.dir.join(&s.name))?;
+        let removed: Vec<String> = {
+            let mut segments = self.segments.lock();
+            let n = segments
+                .list
+                .iter()
+                .skip(1)
+                .take_while(|s| s.first <= upto.index + 1)
+                .count();
+            if n > 0 {
+                segments.generation += 1;
+            }
+            segments.list.drain(..n).map(|s| s.name).collect()
+        };
+        for name in &removed {
+            self.storage.remove(&self.dir.join(name))?;
         }
         self.storage.sync_dir(&self.dir)
     }

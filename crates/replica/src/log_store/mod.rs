@@ -1,7 +1,12 @@
 //! The Raft log, which in cluster mode is combkv's write-ahead log.
 //!
-//! Entries live in memory (for the replication tasks that read them) and
-//! in segment files (`segment`). Every change to the files joins one queue,
+//! Entries live in segment files (`segment`); in memory the log keeps the
+//! log id of each, where each record is, and a cache of recent entries
+//! bounded in bytes (`memory`), so that a node's memory does not grow with
+//! its log. Readers (openraft's replication tasks and apply) get cached
+//! entries from memory and older ones from their segments, reading only
+//! bytes already written, never the zeros the writer puts ahead of them; an
+//! append is cached until it is written. Every change to the files joins one queue,
 //! in the order openraft asked for it, and the queue is run in that order,
 //! so no write overtakes an earlier one: by the I/O thread, or, for a
 //! follower's appends, by the caller, which runs what is queued before its
@@ -13,18 +18,20 @@
 //! segments removed) only once openraft says a snapshot covers them, that
 //! is after the snapshot is durable.
 //!
-//! On open, a bad record in the last segment is a torn tail (a crash during
-//! an append that was never acknowledged) and is cut, with any zeroed space
-//! after the records, and what stays is synced; a bad record in any other
-//! segment is corruption and the open fails, naming the file and offset.
+//! On open, a bad record in the last segment past what is known synced
+//! (the `synced` file, saved lazily, see [`segment::Synced`]) is a torn
+//! tail (a crash during an append that was never acknowledged) and is cut,
+//! with any zeroed space after the records, and what stays is synced; a bad
+//! record below it, or in any other segment, is corruption and the open
+//! fails, naming the file and offset.
 
 mod io_thread;
+mod memory;
 pub(crate) mod segment;
 
-use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::io;
-use std::ops::RangeBounds;
+use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -34,11 +41,21 @@ use openraft::{LogIdOptionExt, OptionalSend, RaftLogReader, StorageIOError};
 use parking_lot::Mutex;
 
 use crate::types::{Entry, LogId, NodeId, StorageError, TypeConfig, Vote};
-use io_thread::{IoThread, Job};
-use segment::{COMMITTED_FILE, META_FILE, Meta};
+use io_thread::{IoThread, Job, Segments};
+use memory::{Cache, LogIds};
+use segment::{COMMITTED_FILE, META_FILE, Meta, SYNCED_FILE, Synced};
 
 /// A segment is closed and a new one begun once it holds this many bytes.
 pub const DEFAULT_SEGMENT_BYTES: u64 = 64 << 20;
+
+/// Recent entries kept in memory, in bytes (see [`LogOptions::cache_bytes`]).
+pub const DEFAULT_CACHE_BYTES: u64 = 64 << 20;
+
+/// What one `limited_get_log_entries` (an AppendEntries request to a
+/// follower) returns at most, in record bytes, beyond its first entry: a
+/// follower far behind is sent its entries a bounded piece at a time, not
+/// openraft's 300 entries whatever their size.
+const READ_BUDGET_BYTES: u64 = 8 << 20;
 
 /// When appended entries are synced (the server's durability mode). The
 /// vote and the purge point are always synced before they count.
@@ -70,6 +87,11 @@ pub struct LogOptions {
     /// to the thread and are synced while they are sent to the followers.
     /// `None`: every append goes to the thread.
     pub own_id: Option<NodeId>,
+    /// Written entries kept in memory, newest first, at most this many
+    /// bytes (their records plus a little for each); older ones are read
+    /// from their segments. Entries not yet written are kept whatever this
+    /// says.
+    pub cache_bytes: u64,
 }
 
 impl Default for LogOptions {
@@ -79,14 +101,20 @@ impl Default for LogOptions {
             sync: SyncPolicy::Always,
             inline: false,
             own_id: None,
+            cache_bytes: DEFAULT_CACHE_BYTES,
         }
     }
 }
 
-/// The log's in-memory state, shared with its readers.
-#[derive(Debug, Default)]
+/// The log's in-memory state, shared with its readers. Locked after the
+/// I/O thread's files where both are held (the thread marks entries
+/// written), never the other way round.
+#[derive(Debug)]
 struct State {
-    entries: BTreeMap<u64, Entry>,
+    ids: LogIds,
+    cache: Cache,
+    /// The number of the newest append (see [`Cache::written`]).
+    appends: u64,
     vote: Option<Vote>,
     committed: Option<LogId>,
     purged: Option<LogId>,
@@ -96,6 +124,9 @@ struct State {
 #[derive(Debug, Clone)]
 pub struct LogStore {
     state: Arc<Mutex<State>>,
+    /// Where each written entry's record is (changed by the I/O thread).
+    segments: Arc<Mutex<Segments>>,
+    storage: Arc<dyn Storage>,
     io: Arc<IoThread>,
     dir: PathBuf,
     /// The commit point waiting to be saved, if a save job is queued.
@@ -137,10 +168,12 @@ impl std::fmt::Display for OpenError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             OpenError::Io(e) => write!(f, "reading the Raft log: {e}"),
-            OpenError::Corrupt { file, offset, what } => write!(
-                f,
-                "the Raft log is corrupt: {file} at byte {offset}: {what}, and valid data follows"
-            ),
+            OpenError::Corrupt { file, offset, what } => {
+                write!(
+                    f,
+                    "the Raft log is corrupt: {file} at byte {offset}: {what}"
+                )
+            }
             OpenError::Gap { after, next } => {
                 write!(f, "the Raft log has a gap: entry {next} follows {after}")
             }
@@ -178,30 +211,58 @@ impl LogStore {
                 .ok()
                 .flatten()
                 .flatten();
-        let (entries, segments, report) = Self::load_segments(&*storage, dir, meta.purged)?;
+        // A damaged synced file (a crash while it was replaced lazily) only
+        // means knowing less: the last segment is then judged as before
+        // there was one.
+        let synced_saved: Option<Synced> =
+            match segment::read_small::<Option<Synced>>(&*storage, dir, SYNCED_FILE) {
+                Ok(s) => s.flatten(),
+                Err(e) => {
+                    tracing::warn!("raft log: {e}; its last segment is judged without it");
+                    None
+                }
+            };
+        let (ids, segments, report) =
+            Self::load_segments(&*storage, dir, meta.purged, synced_saved)?;
         // A commit point past what the log kept (entries not yet synced
         // when the node died) would have openraft re-apply entries that are
         // gone: keep it only where the log still holds that very entry.
-        let committed = committed.filter(|c| {
-            Some(*c) <= meta.purged || entries.get(&c.index).is_some_and(|e| e.log_id == *c)
+        let committed =
+            committed.filter(|c| Some(*c) <= meta.purged || ids.get(c.index) == Some(*c));
+        // Opening synced the last segment's records (see `load_segments`).
+        let synced = segments.last().map(|s| Synced {
+            segment: s.first,
+            bytes: s.bytes,
         });
-        let state = State {
-            entries,
+        let state = Arc::new(Mutex::new(State {
+            ids,
+            cache: Cache::new(options.cache_bytes),
+            appends: 0,
             vote: meta.vote,
             committed,
             purged: meta.purged,
-        };
-        let io = IoThread::start(
-            Arc::clone(&storage),
-            dir.to_path_buf(),
-            options.segment_bytes,
-            options.sync,
-            segments,
+        }));
+        let segments = Arc::new(Mutex::new(Segments::new(segments)));
+        let written_state = Arc::clone(&state);
+        let io = IoThread::start(io_thread::Start {
+            storage: Arc::clone(&storage),
+            dir: dir.to_path_buf(),
+            segment_bytes: options.segment_bytes,
+            sync: options.sync,
+            segments: Arc::clone(&segments),
             meta,
-            options.inline,
-        )?;
+            synced,
+            synced_saved,
+            written: Box::new(move |append, indexes| {
+                let mut state = written_state.lock();
+                state.cache.written(append, indexes.iter().map(|&(i, _)| i));
+            }),
+            inline: options.inline,
+        })?;
         let store = LogStore {
-            state: Arc::new(Mutex::new(state)),
+            state,
+            segments,
+            storage,
             io: Arc::new(io),
             dir: dir.to_path_buf(),
             commit_to_save: CommitSlot::default(),
@@ -210,22 +271,25 @@ impl LogStore {
         Ok((store, report))
     }
 
-    /// Reads every segment, cutting a torn tail, refusing corruption.
-    #[expect(clippy::type_complexity, reason = "one private loader's results")]
+    /// Reads every segment, cutting a torn tail, refusing corruption: the
+    /// log ids of the entries after `purged`, and where each record is.
     fn load_segments(
         storage: &dyn Storage,
         dir: &Path,
         purged: Option<LogId>,
-    ) -> Result<(BTreeMap<u64, Entry>, Vec<io_thread::Segment>, OpenReport), OpenError> {
+        synced: Option<Synced>,
+    ) -> Result<(LogIds, Vec<io_thread::Segment>, OpenReport), OpenError> {
         let mut names: Vec<(u64, String)> = storage
             .list(dir)?
             .into_iter()
             .filter_map(|n| segment::segment_first(&n).map(|first| (first, n)))
             .collect();
         names.sort();
-        let mut entries = BTreeMap::new();
+        let mut ids = LogIds::default();
         let mut segments = Vec::new();
         let mut report = OpenReport::default();
+        let keep_from = purged.next_index();
+        let mut prev: Option<u64> = purged.map(|p| p.index);
         let last = names.len().saturating_sub(1);
         for (i, (first, name)) in names.iter().enumerate() {
             let path = dir.join(name);
@@ -236,10 +300,28 @@ impl LogStore {
                 return Err(OpenError::Corrupt {
                     file: path.display().to_string(),
                     offset: read.valid_bytes,
-                    what: what.clone(),
+                    what: format!("{what}, and valid data follows"),
                 });
             }
             if i == last {
+                // Bytes known synced must all be valid records: damage
+                // there (or records that end before them) is not a crash
+                // during an append but lost entries this node may have
+                // acknowledged to a leader.
+                let synced_bytes = synced
+                    .filter(|s| s.segment == *first)
+                    .map_or(0, |s| s.bytes);
+                if read.valid_bytes < synced_bytes {
+                    let what = read.damage.as_deref().unwrap_or("the records end");
+                    return Err(OpenError::Corrupt {
+                        file: path.display().to_string(),
+                        offset: read.valid_bytes,
+                        what: format!(
+                            "{what}, below the {synced_bytes} bytes synced (entries this node \
+                             may have acknowledged)"
+                        ),
+                    });
+                }
                 // Cut what follows the records (a torn tail: written, never
                 // synced, so never acknowledged; or zeroed space) and sync
                 // the rest: after a crash of the process alone, records
@@ -258,8 +340,23 @@ impl LogStore {
             }
             let mut offsets = Vec::with_capacity(read.entries.len());
             for (offset, e) in read.entries {
-                offsets.push((e.log_id.index, offset));
-                entries.insert(e.log_id.index, e);
+                let index = e.log_id.index;
+                offsets.push((index, offset));
+                if index < keep_from {
+                    continue;
+                }
+                // Entries follow each other without a gap or a repeat,
+                // across segments too.
+                if let Some(p) = prev
+                    && index != p + 1
+                {
+                    return Err(OpenError::Gap {
+                        after: p,
+                        next: index,
+                    });
+                }
+                prev = Some(index);
+                ids.push(e.log_id);
             }
             segments.push(io_thread::Segment {
                 first: *first,
@@ -268,19 +365,11 @@ impl LogStore {
                 offsets,
             });
         }
-        let keep_from = purged.next_index();
-        entries.retain(|&i, _| i >= keep_from);
-        let mut prev: Option<u64> = purged.map(|p| p.index);
-        for &i in entries.keys() {
-            if let Some(p) = prev
-                && i != p + 1
-            {
-                return Err(OpenError::Gap { after: p, next: i });
-            }
-            prev = Some(i);
+        if let Some(p) = purged {
+            ids.purge(p.index);
         }
-        report.entries = entries.len();
-        Ok((entries, segments, report))
+        report.entries = ids.len();
+        Ok((ids, segments, report))
     }
 
     /// The directory of this log.
@@ -291,6 +380,152 @@ impl LogStore {
     /// The newest commit point openraft reported.
     pub fn committed(&self) -> Option<LogId> {
         self.state.lock().committed
+    }
+
+    /// The bytes of the records of the entries in `from..to` written so far
+    /// (what a snapshot at `to - 1` would let the log purge).
+    pub fn bytes_in(&self, from: u64, to: u64) -> u64 {
+        self.segments.lock().bytes_in(from, to)
+    }
+
+    /// (entries, bytes) the cache holds now (tests, the figures).
+    pub fn cached(&self) -> (usize, u64) {
+        let state = self.state.lock();
+        (state.cache.len(), state.cache.bytes())
+    }
+
+    /// The entries of `start..end` the log holds, as it stands when this is
+    /// called: cached ones from memory, the others read from their
+    /// segments. Past the first, entries stop once their records exceed
+    /// `budget` bytes.
+    fn read(&self, start: u64, end: u64, budget: u64) -> io::Result<Vec<Entry>> {
+        enum Slot {
+            /// From the cache, with its record's bytes.
+            Have(Entry, u64),
+            /// To be read; the log id it must have.
+            Disk(LogId),
+        }
+        loop {
+            let mut slots = Vec::new();
+            let mut bytes = 0u64;
+            {
+                let state = self.state.lock();
+                let from = start.max(state.purged.next_index());
+                let to = end.min(state.ids.end());
+                for i in from..to {
+                    if bytes > budget {
+                        break;
+                    }
+                    if let Some((e, n)) = state.cache.get(i) {
+                        bytes += n;
+                        slots.push(Slot::Have(e.clone(), n));
+                    } else if let Some(id) = state.ids.get(i) {
+                        slots.push(Slot::Disk(id));
+                    }
+                }
+            }
+            if !slots.iter().any(|s| matches!(s, Slot::Disk(_))) {
+                return Ok(slots
+                    .into_iter()
+                    .filter_map(|s| match s {
+                        Slot::Have(e, _) => Some(e),
+                        Slot::Disk(_) => None,
+                    })
+                    .collect());
+            }
+            // Where the others are; runs of records next to each other in
+            // one segment are read at once.
+            let mut runs: Vec<(io_thread::Location, Vec<LogId>)> = Vec::new();
+            let mut missing = None;
+            let generation = {
+                let segments = self.segments.lock();
+                let mut bytes = 0u64;
+                let mut kept = 0;
+                for s in &slots {
+                    if bytes > budget && kept > 0 {
+                        break;
+                    }
+                    kept += 1;
+                    let id = match s {
+                        Slot::Have(_, n) => {
+                            bytes += n;
+                            continue;
+                        }
+                        Slot::Disk(id) => *id,
+                    };
+                    let Some(at) = segments.locate(id.index) else {
+                        missing = Some(id);
+                        break;
+                    };
+                    bytes += at.to - at.from;
+                    match runs.last_mut() {
+                        Some((run, ids)) if run.name == at.name && run.to == at.from => {
+                            run.to = at.to;
+                            ids.push(id);
+                        }
+                        _ => runs.push((at, vec![id])),
+                    }
+                }
+                slots.truncate(kept);
+                segments.generation
+            };
+            let mut read = Vec::new();
+            let mut failed = None;
+            if missing.is_none() {
+                for (at, ids) in &runs {
+                    match segment::read_records(
+                        &*self.storage,
+                        &self.dir.join(&at.name),
+                        at.from,
+                        at.to,
+                    ) {
+                        Ok(got)
+                            if got.len() == ids.len()
+                                && got.iter().zip(ids).all(|((_, e), id)| e.log_id == *id) =>
+                        {
+                            read.extend(got.into_iter().map(|(_, e)| e));
+                        }
+                        Ok(_) => {
+                            failed = Some(format!(
+                                "{} bytes {}..{} do not hold the entries {}..={} written there",
+                                at.name,
+                                at.from,
+                                at.to,
+                                ids[0],
+                                ids[ids.len() - 1]
+                            ));
+                            break;
+                        }
+                        Err(e) => {
+                            failed = Some(e.to_string());
+                            break;
+                        }
+                    }
+                }
+            }
+            // A truncation or purge since the look-up may have removed or
+            // replaced what was read: look again.
+            if self.segments.lock().generation != generation {
+                continue;
+            }
+            if let Some(id) = missing {
+                failed = Some(format!("entry {id} is neither in memory nor in a segment"));
+            }
+            if let Some(why) = failed {
+                return Err(io::Error::other(format!(
+                    "the Raft log in {}: {why}",
+                    self.dir.display()
+                )));
+            }
+            let mut read = read.into_iter();
+            return Ok(slots
+                .into_iter()
+                .map(|s| match s {
+                    Slot::Have(e, _) => e,
+                    Slot::Disk(_) => read.next().expect("one read per entry on disk"),
+                })
+                .collect());
+        }
     }
 
     fn io_error(e: io::Error) -> StorageError {
@@ -315,8 +550,27 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        let state = self.state.lock();
-        Ok(state.entries.range(range).map(|(_, e)| e.clone()).collect())
+        let start = match range.start_bound() {
+            Bound::Included(&i) => i,
+            Bound::Excluded(&i) => i.saturating_add(1),
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&i) => i.saturating_add(1),
+            Bound::Excluded(&i) => i,
+            Bound::Unbounded => u64::MAX,
+        };
+        self.read(start, end, u64::MAX)
+            .map_err(|e| StorageIOError::read_logs(&e).into())
+    }
+
+    async fn limited_get_log_entries(
+        &mut self,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<Entry>, StorageError> {
+        self.read(start, end, READ_BUDGET_BYTES)
+            .map_err(|e| StorageIOError::read_logs(&e).into())
     }
 }
 
@@ -325,14 +579,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
         let state = self.state.lock();
-        let last = state
-            .entries
-            .last_key_value()
-            .map(|(_, e)| e.log_id)
-            .or(state.purged);
         Ok(LogState {
             last_purged_log_id: state.purged,
-            last_log_id: last,
+            last_log_id: state.ids.last().or(state.purged),
         })
     }
 
@@ -389,18 +638,38 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let mut indexes = Vec::new();
         let mut led_here = false;
         let mut state = self.state.lock();
+        state.appends += 1;
+        let append = state.appends;
+        // An entry at an index the log holds replaces it and all after it
+        // (openraft truncates first; this keeps the files in step if not).
+        let mut replaces = None;
         for e in entries {
             led_here |= Some(e.log_id.leader_id.node_id) == self.own_id;
+            if e.log_id.index < state.ids.end() {
+                state.cache.truncate(e.log_id.index);
+                replaces.get_or_insert(e.log_id.index);
+            }
             let at = records.len();
             segment::encode_record(&e, &mut records).map_err(Self::io_error)?;
             indexes.push((e.log_id.index, at));
-            state.entries.insert(e.log_id.index, e);
+            state.ids.push(e.log_id);
+            // Cached until written: readable now, as openraft expects.
+            state.cache.insert(e, records.len() - at, append);
         }
         drop(state);
-        // Readable now; flushed when the callback is called.
+        if let Some(since) = replaces {
+            self.io
+                .send_quietly(Job::Truncate {
+                    since,
+                    done: tokio::sync::oneshot::channel().0,
+                })
+                .map_err(Self::io_error)?;
+        }
+        // Flushed when the callback is called.
         let job = Job::Append {
             records,
             indexes,
+            append,
             callback,
         };
         let sent = if self.own_id.is_some() && !led_here {
@@ -412,7 +681,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        self.state.lock().entries.split_off(&log_id.index);
+        {
+            let mut state = self.state.lock();
+            state.ids.truncate(log_id.index);
+            state.cache.truncate(log_id.index);
+        }
         let since = log_id.index;
         self.run(|done| Job::Truncate { since, done })
             .await
@@ -422,8 +695,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
         {
             let mut state = self.state.lock();
-            let keep = state.entries.split_off(&(log_id.index + 1));
-            state.entries = keep;
+            state.ids.purge(log_id.index);
+            state.cache.purge(log_id.index);
             state.purged = Some(log_id);
         }
         self.run(|done| Job::Purge { upto: log_id, done })

@@ -93,26 +93,13 @@ pub(crate) fn read_segment(storage: &dyn Storage, path: &Path) -> io::Result<Rea
                 "a zero record header at byte {at}, with data after it"
             ));
         }
-        let Some(header) = bytes.get(at..at + RECORD_HEADER_BYTES) else {
-            break Some(format!("an incomplete record header at byte {at}"));
-        };
-        let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
-        let crc = u32::from_le_bytes(header[4..].try_into().expect("4 bytes"));
-        let body = at + RECORD_HEADER_BYTES;
-        if len > MAX_RECORD_BYTES {
-            break Some(format!("a record at byte {at} claims {len} bytes"));
+        match decode_record(&bytes, at) {
+            Ok((e, next)) => {
+                entries.push((at as u64, e));
+                at = next;
+            }
+            Err(why) => break Some(why),
         }
-        let Some(payload) = bytes.get(body..body + len) else {
-            break Some(format!("an incomplete record at byte {at}"));
-        };
-        if crc32fast::hash(payload) != crc {
-            break Some(format!("a record at byte {at} fails its checksum"));
-        }
-        match postcard::from_bytes::<Entry>(payload) {
-            Ok(e) => entries.push((at as u64, e)),
-            Err(e) => break Some(format!("a record at byte {at} does not decode: {e}")),
-        }
-        at = body + len;
     };
     Ok(ReadSegment {
         entries,
@@ -120,6 +107,56 @@ pub(crate) fn read_segment(storage: &dyn Storage, path: &Path) -> io::Result<Rea
         file_bytes,
         damage,
     })
+}
+
+/// Decodes the record at byte `at` of `bytes`: its entry and where the
+/// next record begins, or why it is no valid record.
+fn decode_record(bytes: &[u8], at: usize) -> Result<(Entry, usize), String> {
+    let Some(header) = bytes.get(at..at + RECORD_HEADER_BYTES) else {
+        return Err(format!("an incomplete record header at byte {at}"));
+    };
+    let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
+    let crc = u32::from_le_bytes(header[4..].try_into().expect("4 bytes"));
+    let body = at + RECORD_HEADER_BYTES;
+    if len > MAX_RECORD_BYTES {
+        return Err(format!("a record at byte {at} claims {len} bytes"));
+    }
+    let Some(payload) = bytes.get(body..body + len) else {
+        return Err(format!("an incomplete record at byte {at}"));
+    };
+    if crc32fast::hash(payload) != crc {
+        return Err(format!("a record at byte {at} fails its checksum"));
+    }
+    match postcard::from_bytes::<Entry>(payload) {
+        Ok(e) => Ok((e, body + len)),
+        Err(e) => Err(format!("a record at byte {at} does not decode: {e}")),
+    }
+}
+
+/// Reads the records that fill bytes `from..to` of a segment, each with
+/// the offset it starts at: every one must be whole and valid (the caller
+/// names a range the log wrote).
+pub(crate) fn read_records(
+    storage: &dyn Storage,
+    path: &Path,
+    from: u64,
+    to: u64,
+) -> io::Result<Vec<(u64, Entry)>> {
+    let mut bytes = vec![0; (to - from) as usize];
+    storage.read_at(path, from, &mut bytes)?;
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let (e, next) = decode_record(&bytes, at).map_err(|why| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: {why} (read from byte {from})", path.display()),
+            )
+        })?;
+        out.push((from + at as u64, e));
+        at = next;
+    }
+    Ok(out)
 }
 
 /// The durable part of the log's state besides its entries.
@@ -134,6 +171,21 @@ pub(crate) struct Meta {
 pub(crate) const META_FILE: &str = "meta";
 /// The file holding the commit point (see `save_committed`).
 pub(crate) const COMMITTED_FILE: &str = "committed";
+/// The file holding [`Synced`].
+pub(crate) const SYNCED_FILE: &str = "synced";
+
+/// How much of a segment is known to be synced: its first `bytes`. Saved
+/// (lazily) only after those bytes were synced, and lowered durably before
+/// a truncation cuts below it, so it never names bytes that are not on
+/// disk. A bad record below it, in the last segment, is not a torn tail
+/// (a crash during an append never acknowledged) but damage to entries
+/// this node may have acknowledged, and the log refuses to open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Synced {
+    /// The segment, by its first index (its name).
+    pub segment: u64,
+    pub bytes: u64,
+}
 
 /// Replaces `dir/name` with `value`, checksummed: written to a temporary
 /// file, synced, renamed over the old one, and the directory synced, so a
