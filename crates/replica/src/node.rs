@@ -43,6 +43,13 @@ pub struct ReplicaConfig {
     /// A snapshot is taken once this many entries were applied since the
     /// last one; the log before it is then purged.
     pub snapshot_entries: u64,
+    /// A snapshot is also taken once the entries applied since the last
+    /// one take this many bytes in the log (0: never by bytes), so that
+    /// large entries cannot grow the log far past the data.
+    pub snapshot_log_bytes: u64,
+    /// Entries kept in the log behind a snapshot when it is purged, so that
+    /// a follower a little behind catches up from the log, not a snapshot.
+    pub log_keep_entries: u64,
     /// How the log is kept (its sync policy is the server's durability).
     pub log: LogOptions,
     /// The file system the log is kept on: the real one unless a test
@@ -83,6 +90,8 @@ impl ReplicaConfig {
             election_timeout_ms: (500, 800),
             heartbeat_ms: 100,
             snapshot_entries: 100_000,
+            snapshot_log_bytes: 256 << 20,
+            log_keep_entries: 1000,
             log: LogOptions::default(),
             log_storage: None,
             engine: combkv::Config::default(),
@@ -98,9 +107,7 @@ impl ReplicaConfig {
             election_timeout_max: self.election_timeout_ms.1,
             heartbeat_interval: self.heartbeat_ms,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_entries),
-            // Keep a little log behind a snapshot, so a follower that lags
-            // by a few entries catches up from the log, not a snapshot.
-            max_in_snapshot_log_to_keep: 1000,
+            max_in_snapshot_log_to_keep: self.log_keep_entries,
             install_snapshot_timeout: 10_000,
             ..Default::default()
         };
@@ -199,6 +206,14 @@ impl Replica {
         };
         let log_options = LogOptions {
             own_id: config.log.own_id.or(Some(config.id)),
+            // Purging frees whole segments: a few per snapshot interval.
+            segment_bytes: config
+                .log
+                .segment_bytes
+                .min(match config.snapshot_log_bytes {
+                    0 => u64::MAX,
+                    n => (n / 4).max(1 << 20),
+                }),
             ..config.log
         };
         let (log, report) = LogStore::open(storage, &config.dir.join("log"), log_options)
@@ -240,6 +255,7 @@ impl Replica {
         replica.spawn_read_loop();
         replica.spawn_group_commit();
         replica.spawn_election_timer(config.election_timeout_ms);
+        replica.spawn_snapshot_trigger(config.snapshot_log_bytes);
         if let Some(r) = restored {
             tracing::info!(
                 "restarted as the leader of term {}: reads wait for entry {} to commit",

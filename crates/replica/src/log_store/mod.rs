@@ -28,6 +28,7 @@
 mod io_thread;
 mod memory;
 pub(crate) mod segment;
+mod snapshot_trigger;
 
 use std::fmt::Debug;
 use std::io;
