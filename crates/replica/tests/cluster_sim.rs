@@ -137,16 +137,22 @@ fn config(dir: &Path, id: u64, journal: &Journal, storage: &FaultyStorage) -> Re
     // Synced as `--durability always` syncs: a crash of every node must
     // lose no acknowledged write. The simulated file system makes syncs
     // free.
+    // A cache of a few entries: most reads (replication, apply) go to the
+    // segments, while appends, truncations and purges go on.
     c.log = LogOptions {
         segment_bytes: 4096,
         sync: SyncPolicy::Always,
         inline: true,
+        cache_bytes: 2048,
         ..LogOptions::default()
     };
     c.log_storage = Some(Arc::new(storage.clone()));
-    // Snapshots and purges every few dozen entries, so that restarted and
-    // cut-off nodes catch up through snapshots too.
+    // Snapshots and purges every few dozen entries, or every few KiB of
+    // log, so that restarted and cut-off nodes catch up through snapshots
+    // too.
     c.snapshot_entries = 40;
+    c.snapshot_log_bytes = 6 << 10;
+    c.log_keep_entries = 10;
     let journal = Arc::clone(journal);
     c.on_apply = Some(ApplyHook(Arc::new(move |index, batch: &Batch, results| {
         trace!(
