@@ -78,6 +78,20 @@ pub struct ServeArgs {
     /// be stale.
     #[arg(long, value_name = "MODE")]
     cluster_reads: Option<combkv_server::config::ClusterReads>,
+    /// Snapshot (and purge the Raft log) every N applied entries (default
+    /// 100000) ...
+    #[arg(long, value_name = "N")]
+    cluster_snapshot_entries: Option<u64>,
+    /// ... or once they take this many bytes of log (default 256mb; 0 =
+    /// never by bytes).
+    #[arg(long, value_name = "BYTES")]
+    cluster_snapshot_log_bytes: Option<ByteSize>,
+    /// Raft log entries kept behind a snapshot (default 1000).
+    #[arg(long, value_name = "N")]
+    cluster_log_keep_entries: Option<u64>,
+    /// Recent Raft log entries kept in memory (default 64mb).
+    #[arg(long, value_name = "BYTES")]
+    cluster_log_cache_bytes: Option<ByteSize>,
     /// If the write-ahead log is corrupt (damage followed by valid data, not
     /// a torn tail), cut it there and start instead of refusing: what
     /// `combkv check --repair` does. The dropped data is kept as .discarded
@@ -144,6 +158,18 @@ fn config(args: &ServeArgs) -> Result<(ServerConfig, bool), String> {
     }
     if let Some(v) = args.cluster_reads {
         c.cluster_reads = v;
+    }
+    if let Some(v) = args.cluster_snapshot_entries {
+        c.cluster_snapshot_entries = v;
+    }
+    if let Some(v) = args.cluster_snapshot_log_bytes {
+        c.cluster_snapshot_log_bytes = v;
+    }
+    if let Some(v) = args.cluster_log_keep_entries {
+        c.cluster_log_keep_entries = v;
+    }
+    if let Some(v) = args.cluster_log_cache_bytes {
+        c.cluster_log_cache_bytes = v;
     }
     c.validate()?;
     let truncate = c.wal_truncate_corrupt;

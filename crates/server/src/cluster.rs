@@ -84,12 +84,16 @@ impl Cluster {
             combkv_replica::cluster_dir(data_dir),
         );
         rc.engine = config.engine_config();
+        rc.snapshot_entries = config.cluster_snapshot_entries;
+        rc.snapshot_log_bytes = config.cluster_snapshot_log_bytes.0;
+        rc.log_keep_entries = config.cluster_log_keep_entries;
         rc.log = LogOptions {
             sync: match config.durability_mode() {
                 DurabilityMode::Always => SyncPolicy::Always,
                 DurabilityMode::Everysec => SyncPolicy::EverySec,
                 DurabilityMode::None => SyncPolicy::None,
             },
+            cache_bytes: config.cluster_log_cache_bytes.0,
             ..LogOptions::default()
         };
         let replica = rt

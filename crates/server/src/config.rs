@@ -197,6 +197,18 @@ pub struct ServerConfig {
     /// `linearizable` (the default) or `local`: served from this node's
     /// state without asking the leader, possibly stale.
     pub cluster_reads: ClusterReads,
+    /// A cluster node takes a snapshot (and purges its Raft log behind it)
+    /// once this many entries were applied since the last one ...
+    pub cluster_snapshot_entries: u64,
+    /// ... or once those entries take this many bytes of log, whichever
+    /// comes first (0: never by bytes): what bounds the log on disk.
+    pub cluster_snapshot_log_bytes: ByteSize,
+    /// Entries kept in the Raft log behind a snapshot when it is purged, so
+    /// that a follower a little behind catches up from the log.
+    pub cluster_log_keep_entries: u64,
+    /// Recent Raft log entries kept in memory; older ones are read from
+    /// the log's files when a follower needs them.
+    pub cluster_log_cache_bytes: ByteSize,
     /// Cut a corrupt write-ahead log (damage followed by valid data) and
     /// start, instead of refusing to: what `combkv check --repair` does.
     pub wal_truncate_corrupt: bool,
@@ -307,6 +319,10 @@ impl Default for ServerConfig {
             raft_advertise: None,
             peers: String::new(),
             cluster_reads: ClusterReads::Linearizable,
+            cluster_snapshot_entries: 100_000,
+            cluster_snapshot_log_bytes: ByteSize(256 << 20),
+            cluster_log_keep_entries: 1000,
+            cluster_log_cache_bytes: ByteSize(64 << 20),
             wal_truncate_corrupt: false,
             checkpoint_deltas: true,
             learned_search: false,
@@ -391,6 +407,9 @@ impl ServerConfig {
                 return Err("a cluster node needs --data-dir (its Raft log lives there)".into());
             }
             let peers = parse_peers(&self.peers)?;
+            if self.cluster_snapshot_entries == 0 {
+                return Err("cluster-snapshot-entries must be at least 1".into());
+            }
             if !peers.is_empty() && !peers.iter().any(|(id, _)| *id == self.node_id) {
                 return Err(format!(
                     "--peers must name this node (id {}) among the first voters",
@@ -546,6 +565,22 @@ impl ServerConfig {
             ),
             ("peers", self.peers.clone()),
             ("cluster-reads", self.cluster_reads.as_str().into()),
+            (
+                "cluster-snapshot-entries",
+                self.cluster_snapshot_entries.to_string(),
+            ),
+            (
+                "cluster-snapshot-log-bytes",
+                self.cluster_snapshot_log_bytes.0.to_string(),
+            ),
+            (
+                "cluster-log-keep-entries",
+                self.cluster_log_keep_entries.to_string(),
+            ),
+            (
+                "cluster-log-cache-bytes",
+                self.cluster_log_cache_bytes.0.to_string(),
+            ),
             (
                 "wal-truncate-corrupt",
                 if self.wal_truncate_corrupt {
