@@ -1,5 +1,6 @@
 //! The log's files: segments of checksummed records, and the small files
-//! that hold the vote and the commit point.
+//! that hold the vote and the purge point, the commit point, and how much
+//! of the last segment is synced.
 //!
 //! A segment `seg-<first index, 20 digits>.log` is a sequence of records
 //! `[payload length: u32 LE][CRC-32 of the payload: u32 LE][payload]`, the
