@@ -340,8 +340,8 @@ impl LogStore {
                 ));
             }
             let mut offsets = Vec::with_capacity(read.entries.len());
-            for (offset, e) in read.entries {
-                let index = e.log_id.index;
+            for (offset, id) in read.entries {
+                let index = id.index;
                 offsets.push((index, offset));
                 if index < keep_from {
                     continue;
@@ -357,7 +357,7 @@ impl LogStore {
                     });
                 }
                 prev = Some(index);
-                ids.push(e.log_id);
+                ids.push(id);
             }
             segments.push(io_thread::Segment {
                 first: *first,

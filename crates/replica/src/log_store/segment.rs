@@ -63,8 +63,10 @@ pub(crate) fn encode_record(entry: &Entry, buf: &mut Vec<u8>) -> io::Result<()> 
 /// One segment as read from disk.
 #[derive(Debug)]
 pub(crate) struct ReadSegment {
-    /// Each valid entry with the byte offset of its record.
-    pub entries: Vec<(u64, Entry)>,
+    /// The byte offset of each valid record and its entry's log id (each
+    /// entry is decoded whole, then dropped: opening a log holds no more
+    /// than one segment's bytes at a time).
+    pub entries: Vec<(u64, LogId)>,
     /// Where the valid records end.
     pub valid_bytes: u64,
     /// The file's length.
@@ -96,7 +98,7 @@ pub(crate) fn read_segment(storage: &dyn Storage, path: &Path) -> io::Result<Rea
         }
         match decode_record(&bytes, at) {
             Ok((e, next)) => {
-                entries.push((at as u64, e));
+                entries.push((at as u64, e.log_id));
                 at = next;
             }
             Err(why) => break Some(why),
