@@ -95,10 +95,12 @@ fn segments(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
-/// Every file of `dir` with its bytes.
+/// Every file of `dir` with its bytes, but the lock file, which each
+/// process that takes the directory rewrites with its own pid.
 fn files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     let mut v: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
+        .filter(|e| e.as_ref().map_or(true, |e| e.file_name() != "LOCK"))
         .map(|e| {
             let p = e.unwrap().path();
             let b = std::fs::read(&p).unwrap();
