@@ -34,6 +34,6 @@ pub use store::{Pin, Session, Store, check};
 pub use tree::epoch::flush_reclamation;
 pub use tree::node::{live_buffers_global, live_external_values_global};
 pub use types::{
-    AtomicWrite, Expiry, Flags, Item, ItemView, NodeCounts, Range, SnapshotId, SnapshotInfo,
-    Version, Write, now_ms,
+    AtomicWrite, Expiry, Flags, Item, ItemView, MemoryUsage, NodeCounts, Range, SnapshotId,
+    SnapshotInfo, Version, Write, now_ms,
 };

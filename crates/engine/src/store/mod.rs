@@ -31,7 +31,7 @@ use crate::error::{Error, Result};
 use crate::readexec::{CpuBackend, ReadBackend};
 use crate::tree::Tree;
 use crate::tree::epoch;
-use crate::types::{NodeCounts, Now, Range, Version};
+use crate::types::{MemoryUsage, NodeCounts, Now, Range, Version};
 pub use session::Session;
 pub use snapshot::Pin;
 use write::Ack;
@@ -288,6 +288,32 @@ impl Store {
                 return;
             }
             std::thread::yield_now();
+        }
+    }
+
+    /// One pass of reclamation, without waiting: retires what released
+    /// writes replaced, unlinks what no reader can reach any more, and lets
+    /// the epoch run the frees whose grace has passed. Writers do this every
+    /// few hundred writes; a store that takes no writes (an idle one, or
+    /// one refusing writes under `maxmemory` after a FLUSHALL) needs
+    /// someone to call it for its [`memory`](Store::memory) to fall: the
+    /// server's housekeeping does, every 100 ms. A few passes free what a
+    /// delete or a clear left behind.
+    pub fn reclaim(&self) {
+        self.tree.flush_epochs();
+        self.tree.collect(false);
+    }
+
+    /// What the store holds in memory: its node buffers and the values
+    /// stored out of line. Cheap (a few loads): read it as often as needed.
+    /// Falls once what deletes, clears and expiry removed is reclaimed
+    /// (see [`reclaim`](Store::reclaim)).
+    pub fn memory(&self) -> MemoryUsage {
+        let (node_buffers, value_bytes) = self.tree.memory();
+        MemoryUsage {
+            node_buffers,
+            node_bytes: node_buffers as u64 * self.geometry.node_size as u64,
+            value_bytes,
         }
     }
 

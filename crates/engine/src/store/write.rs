@@ -563,7 +563,13 @@ impl Store {
         }
         drop(clearing);
         drop(shared);
-        self.acknowledge(ack, last)
+        let acked = self.acknowledge(ack, last);
+        // The buffers the clear replaced wait in this thread's own epoch
+        // bag, which only a later pin that fills it would hand on: hand it
+        // on now, so that reclamation (`reclaim`) frees them, and the
+        // store's memory falls, whether or not this thread writes again.
+        self.tree.flush_epochs();
+        acked
     }
 
     /// Deletes expired items, visiting at most `max_items` items per call and

@@ -2,7 +2,6 @@
 //! block and picks the shortcut keys (Honeycomb section 3.4, "Sorted and log
 //! block merge").
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::node::{
@@ -53,22 +52,34 @@ pub(crate) fn stored_value_len(g: &Geometry, v: ValueRef<'_>) -> usize {
     }
 }
 
-/// The value as the node will store it; takes a strong count for external values.
-pub(crate) fn own_value<'a>(g: &Geometry, v: ValueRef<'a>) -> ValueRef<'a> {
+/// The value as the node will store it, and the bytes it adds to what the
+/// store holds (`BufferCounter::external_bytes`, which the caller adds):
+/// an inline value is in the node; a long one gets an allocation of its
+/// own, counted once; an external one gains a reference, counted already.
+#[inline(always)]
+pub(crate) fn own_value<'a>(g: &Geometry, v: ValueRef<'a>) -> (ValueRef<'a>, u64) {
     match v {
-        ValueRef::Inline(b) if b.len() <= g.inline_value_max => v,
+        // Most writes: nothing to do, and nothing out of line on the path.
+        ValueRef::Inline(b) if b.len() <= g.inline_value_max => (v, 0),
+        _ => own_out_of_line(v),
+    }
+}
+
+/// `own_value` of a value that is or becomes out of line.
+fn own_out_of_line(v: ValueRef<'_>) -> (ValueRef<'_>, u64) {
+    match v {
         ValueRef::Inline(b) => {
-            node::GLOBAL_EXTERNAL.fetch_add(1, Ordering::Relaxed);
-            let arc: Arc<[u8]> = Arc::from(b);
-            let p = Arc::into_raw(arc) as *const u8;
-            ValueRef::External(p, b.len())
+            let p = node::value::create(b);
+            (
+                ValueRef::External(p, b.len()),
+                node::value::allocation_bytes(b.len()),
+            )
         }
         ValueRef::External(p, n) => {
-            node::GLOBAL_EXTERNAL.fetch_add(1, Ordering::Relaxed);
-            // SAFETY: `p` names a live `Arc<[u8]>` held by the source buffer,
-            // which the caller keeps reachable while building.
-            unsafe { Arc::increment_strong_count(std::ptr::slice_from_raw_parts(p, n)) };
-            v
+            // SAFETY: `p` names a live value referenced by the source
+            // buffer, which the caller keeps reachable while building.
+            unsafe { node::value::share(p, n) };
+            (v, 0)
         }
     }
 }
@@ -165,6 +176,9 @@ pub(crate) struct LeafWriter<'g> {
     last_at: usize,
     /// Some item holds its value out of line (`NODE_EXTERNAL`).
     external: bool,
+    /// Bytes of the out-of-line values created for this buffer
+    /// (`own_value`), added to the store's figure by `finish`.
+    external_bytes: u64,
 }
 
 /// Most shortcuts any geometry has.
@@ -187,6 +201,7 @@ impl<'g> LeafWriter<'g> {
             nshortcuts: 0,
             last_at: 0,
             external: false,
+            external_bytes: 0,
         }
     }
 
@@ -224,8 +239,7 @@ impl<'g> LeafWriter<'g> {
         }
         let len = e.sorted_len(self.g);
         let at = self.start_item(len);
-        let value = own_value(self.g, e.value);
-        self.external |= matches!(value, ValueRef::External(..));
+        let value = self.own(e.value);
         // SAFETY: unpublished buffer owned by this thread.
         let out = unsafe { self.p.bytes_mut(at, at + len) };
         let written = encode_item(out, 0, e.key, value, e.version, e.expiry, e.cflags, None);
@@ -240,8 +254,7 @@ impl<'g> LeafWriter<'g> {
         // SAFETY: unpublished buffer owned by this thread.
         unsafe { self.p.bytes_mut(at, at + raw.len()) }.copy_from_slice(raw);
         if raw[0] & node::ITEM_EXTERNAL != 0 {
-            self.external = true;
-            own_value(self.g, node::decode_item(raw, 0, false).value);
+            self.share(node::decode_item(raw, 0, false).value);
         }
         at
     }
@@ -258,8 +271,7 @@ impl<'g> LeafWriter<'g> {
         while off < raw.len() {
             let (len, flags) = node::sorted_item_len(raw, off);
             if flags & node::ITEM_EXTERNAL != 0 {
-                self.external = true;
-                own_value(self.g, node::decode_item(raw, off, false).value);
+                self.share(node::decode_item(raw, off, false).value);
             }
             self.mark_item(len);
             off += len;
@@ -278,8 +290,7 @@ impl<'g> LeafWriter<'g> {
         let len = raw.len() - LOG_EXTRA_BYTES;
         let at = self.start_item(len);
         if raw[0] & node::ITEM_EXTERNAL != 0 {
-            self.external = true;
-            own_value(self.g, node::decode_item(raw, 0, true).value);
+            self.share(node::decode_item(raw, 0, true).value);
         }
         // SAFETY: unpublished buffer owned by this thread.
         let out = unsafe { self.p.bytes_mut(at, at + len) };
@@ -289,18 +300,51 @@ impl<'g> LeafWriter<'g> {
         at
     }
 
+    /// `own_value` for this buffer: notes an out-of-line value, and what
+    /// it adds to the store's figure.
+    #[inline]
+    fn own<'v>(&mut self, value: ValueRef<'v>) -> ValueRef<'v> {
+        let (value, added) = own_value(self.g, value);
+        self.external |= matches!(value, ValueRef::External(..));
+        self.external_bytes += added;
+        value
+    }
+
+    /// An item copied as it is encoded, flagged as holding its value out
+    /// of line: this buffer shares the value (a merge does this for every
+    /// such item of its leaf, so it is kept to the two atomic adds).
+    #[inline(always)]
+    fn share(&mut self, value: ValueRef<'_>) {
+        if let ValueRef::External(p, n) = value {
+            self.external = true;
+            // SAFETY: `p` names a live value referenced by the source
+            // buffer the item is copied from, which the caller keeps
+            // reachable while building.
+            unsafe { node::value::share(p, n) };
+        }
+    }
+
     /// Frees the buffer without publishing it (an abandoned bulk load).
     pub(crate) fn discard(self, counter: &BufferCounter) {
         let g = self.g;
         // The header must describe the items for `free` to find the
-        // out-of-line values they own.
-        let p = self.finish(0, Lid::NONE, Lid::NONE);
+        // out-of-line values they own (and take back what `finish` counts).
+        let p = self.finish(counter, 0, Lid::NONE, Lid::NONE);
         // SAFETY: never published, so only this thread has seen it.
         unsafe { p.free(g, counter) };
     }
 
-    /// Writes the shortcut offsets and the header (locked, see `build`).
-    pub(crate) fn finish(self, version: u64, lid: Lid, right: Lid) -> NodePtr {
+    /// Writes the shortcut offsets and the header (locked, see `build`),
+    /// and counts the out-of-line values the buffer holds in `counter`,
+    /// the one `free` will take them back from.
+    pub(crate) fn finish(
+        self,
+        counter: &BufferCounter,
+        version: u64,
+        lid: Lid,
+        right: Lid,
+    ) -> NodePtr {
+        counter.external_bytes.add(self.external_bytes as i64);
         let n = self.nshortcuts;
         let skip = self.write_prefixes(n);
         init_header(self.g, self.p, version, lid, right, 0, self.at);
@@ -361,7 +405,7 @@ pub(crate) fn build_leaf(
     for e in entries {
         w.push(e);
     }
-    w.finish(version, lid, right)
+    w.finish(counter, version, lid, right)
 }
 
 /// Builds an interior node at `level` from its children (ascending separators).

@@ -124,7 +124,7 @@ impl<'g> BulkLoader<'g> {
             let (w, lid) = self.leaf.take().expect("a leaf is open");
             let lid = lid.unwrap_or_else(|| self.tree().pages.allocate());
             let next = self.tree().pages.allocate();
-            let p = w.finish(0, lid, next);
+            let p = w.finish(&self.tree().shared.counter, 0, lid, next);
             super::unlock_new(p);
             self.tree().pages.set(lid, Some(p));
             self.leaves
@@ -159,11 +159,11 @@ impl<'g> BulkLoader<'g> {
         };
         let Some(lid) = lid else {
             // One leaf: it is the root.
-            let p = w.finish(0, Lid::ROOT, Lid::NONE);
+            let p = w.finish(&self.tree().shared.counter, 0, Lid::ROOT, Lid::NONE);
             self.set_root(p);
             return (self.take(), self.max_version);
         };
-        let p = w.finish(0, lid, Lid::NONE);
+        let p = w.finish(&self.tree().shared.counter, 0, lid, Lid::NONE);
         super::unlock_new(p);
         self.tree().pages.set(lid, Some(p));
         self.leaves

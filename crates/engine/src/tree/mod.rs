@@ -22,6 +22,7 @@
 
 pub(crate) mod build;
 mod clear;
+pub(crate) mod count;
 pub(crate) mod delta;
 pub(crate) mod epoch;
 mod group;
@@ -44,6 +45,7 @@ use std::sync::Arc;
 
 use crate::config::Geometry;
 use crate::sync::Mutex;
+use count::ShardedCount;
 use node::{BufferCounter, Lid};
 use page_table::PageTable;
 use reclaim::Reclaimer;
@@ -112,56 +114,10 @@ pub(crate) struct Tree {
     /// Set on durable stores: every version is taken through it.
     log: Option<Arc<dyn VersionLog>>,
     /// Keys stored (expired ones included until they are swept).
-    keys: KeyCount,
+    keys: ShardedCount,
     /// Set once an item with an expiry is stored or loaded; until then an
     /// expiry sweep has nothing to find and visits nothing.
     expiring: crate::sync::AtomicBool,
-}
-
-/// A counter updated by every writing thread: sharded over cache lines so
-/// writers on different cores do not contend, summed on read.
-#[derive(Debug)]
-struct KeyCount {
-    shards: [crossbeam_utils::CachePadded<crate::sync::AtomicI64>; KEY_COUNT_SHARDS],
-}
-
-const KEY_COUNT_SHARDS: usize = 16;
-
-impl Default for KeyCount {
-    fn default() -> Self {
-        KeyCount {
-            shards: std::array::from_fn(|_| {
-                crossbeam_utils::CachePadded::new(crate::sync::AtomicI64::new(0))
-            }),
-        }
-    }
-}
-
-impl KeyCount {
-    fn add(&self, delta: i64) {
-        if delta == 0 {
-            return;
-        }
-        thread_local! {
-            static SHARD: usize = {
-                use std::hash::{BuildHasher, RandomState};
-                RandomState::new().hash_one(std::thread::current().id()) as usize
-                    % KEY_COUNT_SHARDS
-            };
-        }
-        let shard = SHARD.with(|s| *s);
-        self.shards[shard].fetch_add(delta, crate::sync::Ordering::Relaxed);
-    }
-
-    /// The sum; exact once writers are quiescent.
-    fn get(&self) -> u64 {
-        let sum: i64 = self
-            .shards
-            .iter()
-            .map(|s| s.load(crate::sync::Ordering::Relaxed))
-            .sum();
-        sum.max(0) as u64
-    }
 }
 
 impl Tree {
@@ -195,7 +151,7 @@ impl Tree {
             shared,
             epochs: epoch::Epochs::default(),
             log: None,
-            keys: KeyCount::default(),
+            keys: ShardedCount::default(),
             expiring: crate::sync::AtomicBool::new(false),
         }
     }
@@ -297,6 +253,16 @@ impl Tree {
             .filter(|&&f| f & node::NODE_LEARNED != 0)
             .count();
         (learned, interior.len())
+    }
+
+    /// (allocated buffers, bytes of the out-of-line values they reference):
+    /// two loads and a sum of shards, no walk.
+    pub(crate) fn memory(&self) -> (usize, u64) {
+        let c = &self.shared.counter;
+        (
+            c.live.load(std::sync::atomic::Ordering::Relaxed),
+            c.external_bytes.get(),
+        )
     }
 
     /// (allocated buffers, buffers reachable from the page table).

@@ -126,6 +126,34 @@ pub struct ItemView<'a> {
     pub flags: u32,
 }
 
+/// What a store holds in memory (`Store::memory`): what `maxmemory` is
+/// judged by. Counted as buffers are allocated and freed, so it falls as
+/// soon as deleted data is reclaimed, unlike the process's resident size:
+/// freed node buffers stay mapped for reuse, and the allocator keeps what
+/// values freed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemoryUsage {
+    /// Node buffers allocated and not freed (current ones, older versions
+    /// that readers or snapshots may still need, and replaced ones whose
+    /// grace period has not passed yet).
+    pub node_buffers: usize,
+    /// Their bytes (`node_buffers` times the node size): keys, inline
+    /// values and the tree's own structure.
+    pub node_bytes: u64,
+    /// Bytes of the values stored out of line (longer than the inline
+    /// limit) that those buffers reference, each with its 16-byte header;
+    /// a value referenced by a buffer and by the buffer that replaced it
+    /// counts twice until the old one is freed.
+    pub value_bytes: u64,
+}
+
+impl MemoryUsage {
+    /// Everything: node and value bytes.
+    pub fn total(&self) -> u64 {
+        self.node_bytes + self.value_bytes
+    }
+}
+
 /// Node buffer counts, for reclamation tests and INFO.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NodeCounts {

@@ -11,6 +11,8 @@ mod write;
 
 pub(crate) use clock::Now;
 pub use clock::now_ms;
-pub use item::{Expiry, Flags, Item, ItemView, NodeCounts, SnapshotId, SnapshotInfo, Version};
+pub use item::{
+    Expiry, Flags, Item, ItemView, MemoryUsage, NodeCounts, SnapshotId, SnapshotInfo, Version,
+};
 pub use range::Range;
 pub use write::{AtomicWrite, Write};

@@ -4,8 +4,7 @@
 use std::alloc::Layout;
 #[cfg(not(target_os = "linux"))]
 use std::alloc::{alloc_zeroed, dealloc};
-use std::ptr::{self, NonNull};
-use std::sync::Arc;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 #[cfg(feature = "shuttle")]
@@ -13,7 +12,9 @@ use super::header::NODE_POISONED;
 use super::header::{Header, NODE_DEAD, NODE_EXTERNAL, state_log_count, state_size};
 use super::item::{ItemRef, ValueRef, decode_item};
 use super::log_block::{LOG_META_EXTERNAL, LogDirEntry, log_dir_entry};
+use super::value;
 use crate::config::{Geometry, HEADER_BYTES, LINE_BYTES, LOG_DIR_ENTRY_BYTES};
+use crate::tree::count::ShardedCount;
 
 /// A store's node buffers: where they come from, how many are live, and the
 /// freed ones kept for reuse.
@@ -30,6 +31,12 @@ use crate::config::{Geometry, HEADER_BYTES, LINE_BYTES, LOG_DIR_ENTRY_BYTES};
 #[derive(Debug)]
 pub(crate) struct BufferCounter {
     pub live: AtomicUsize,
+    /// Bytes of the out-of-line values the live buffers reference, each
+    /// counted once (`value::allocation_bytes`): with `live` buffers of
+    /// `node_size`, what the store holds (`Store::memory`). Added when a
+    /// write creates a value, taken away when the last buffer referencing
+    /// it is freed; sharded, since every write of a long value adds to it.
+    pub external_bytes: ShardedCount,
     node_size: usize,
     arena: parking_lot::Mutex<Arena>,
 }
@@ -57,6 +64,7 @@ impl BufferCounter {
     pub(crate) fn new(node_size: usize) -> BufferCounter {
         BufferCounter {
             live: AtomicUsize::new(0),
+            external_bytes: ShardedCount::default(),
             node_size,
             arena: parking_lot::Mutex::new(Arena {
                 bump: CHUNK_BYTES,
@@ -166,14 +174,11 @@ pub fn live_buffers_global() -> usize {
     GLOBAL_LIVE.load(Ordering::SeqCst)
 }
 
-/// Strong counts of out-of-line values that buffers hold (`own_value` takes
-/// one per item written, `free` drops them): tests check it returns to zero.
-pub(crate) static GLOBAL_EXTERNAL: AtomicUsize = AtomicUsize::new(0);
-
-/// Out-of-line value references held by node buffers of every store in this
-/// process (one per item, old buffers included).
+/// Out-of-line values that node buffers of every store in this process
+/// hold (old buffers included; a value shared by several buffers counts
+/// once): tests check it returns to zero once the stores are dropped.
 pub fn live_external_values_global() -> usize {
-    GLOBAL_EXTERNAL.load(Ordering::SeqCst)
+    value::held_globally()
 }
 
 /// A pointer to a node buffer. Copyable; the reclamation protocol, not the
@@ -328,11 +333,13 @@ impl NodePtr {
             let state = h.state.load(Ordering::Acquire);
             // SAFETY: the buffer is unreachable, so its bytes are stable.
             let buf = unsafe { self.bytes(state_size(state)) };
-            let release = |item: ItemRef<'_>| {
+            let mut released = 0u64;
+            let mut release = |item: ItemRef<'_>| {
                 if let ValueRef::External(p, n) = item.value {
-                    GLOBAL_EXTERNAL.fetch_sub(1, Ordering::Relaxed);
-                    // SAFETY: this buffer owns one strong count of the value.
-                    unsafe { Arc::decrement_strong_count(ptr::slice_from_raw_parts(p, n)) };
+                    // SAFETY: this buffer owns one reference to the value.
+                    if unsafe { value::release(p, n) } {
+                        released += value::allocation_bytes(n);
+                    }
                 }
             };
             // Only items flagged as holding a value out of line are opened:
@@ -351,6 +358,7 @@ impl NodePtr {
                     release(decode_item(buf, e.at as usize, true));
                 }
             }
+            counter.external_bytes.add(-(released as i64));
         }
         counter.live.fetch_sub(1, Ordering::Relaxed);
         GLOBAL_LIVE.fetch_sub(1, Ordering::Relaxed);

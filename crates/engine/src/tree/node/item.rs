@@ -1,14 +1,12 @@
 //! Item encoding: leaf items (sorted and log block) and interior items.
 
-use std::ptr;
-use std::sync::Arc;
-
 use super::header::Lid;
 use super::{rd_u16, rd_u32, rd_u64};
 use crate::config::{CFLAGS_BYTES, ITEM_HEADER_BYTES, LOG_EXTRA_BYTES, TTL_BYTES};
 use crate::types::{Item, ItemView, Now, Version};
 
-/// Item flag: the value lives outside the node (an `Arc<[u8]>` pointer).
+/// Item flag: the value lives outside the node (the address of its
+/// bytes, `node::value`).
 pub(crate) const ITEM_EXTERNAL: u8 = 1;
 /// Item flag: an expiry time (unix ms) follows the fixed header.
 pub(crate) const ITEM_TTL: u8 = 2;
@@ -27,7 +25,8 @@ pub(crate) const ITEM_CFLAGS: u8 = 32;
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum ValueRef<'a> {
     Inline(&'a [u8]),
-    /// Data pointer and length of an `Arc<[u8]>` owned by the buffer(s) holding the item.
+    /// Address and length of an out-of-line value (`node::value`), which
+    /// the buffer(s) holding the item reference.
     External(*const u8, usize),
 }
 
@@ -43,10 +42,10 @@ impl<'a> ValueRef<'a> {
     pub(crate) fn bytes(&self) -> &'a [u8] {
         match *self {
             ValueRef::Inline(v) => v,
-            // SAFETY: an external pointer comes from `Arc::into_raw` of an
-            // `Arc<[u8]>` of exactly this length; the buffer holding the item
-            // owns one strong count, so the allocation outlives the buffer,
-            // which outlives `self` (invariant 3).
+            // SAFETY: an external pointer comes from `value::create` with
+            // exactly this length; the buffer holding the item owns one
+            // reference, so the allocation outlives the buffer, which
+            // outlives `self` (invariant 3).
             ValueRef::External(p, n) => unsafe { std::slice::from_raw_parts(p, n) },
         }
     }
@@ -55,15 +54,9 @@ impl<'a> ValueRef<'a> {
     pub(crate) fn to_bytes(self) -> bytes::Bytes {
         match self {
             ValueRef::Inline(v) => bytes::Bytes::copy_from_slice(v),
-            ValueRef::External(p, n) => {
-                let raw = ptr::slice_from_raw_parts(p, n);
-                // SAFETY: as in `bytes`; we add a strong count for the new owner.
-                let arc = unsafe {
-                    Arc::increment_strong_count(raw);
-                    Arc::from_raw(raw)
-                };
-                bytes::Bytes::from_owner(arc)
-            }
+            // SAFETY: as in `bytes`: the buffer holding the item references
+            // the value and outlives `self`.
+            ValueRef::External(p, n) => unsafe { super::value::to_bytes(p, n) },
         }
     }
 }

@@ -46,6 +46,7 @@
 //! - `learned`: a learned model in place of an interior node's top line
 //! - `log_block`: the log block's directory (Honeycomb's LogBlock)
 //! - `buffer`: buffer memory and `NodePtr`, the accessors of a buffer
+//! - `value`: out-of-line values, shared by buffers and readers
 
 mod buffer;
 mod header;
@@ -54,8 +55,9 @@ mod key;
 mod learned;
 mod log_block;
 mod shortcut_block;
+pub(crate) mod value;
 
-pub(crate) use buffer::{BufferCounter, GLOBAL_EXTERNAL, NodePtr};
+pub(crate) use buffer::{BufferCounter, NodePtr};
 pub use buffer::{live_buffers_global, live_external_values_global};
 pub(crate) use header::{
     Header, Lid, NODE_DEAD, NODE_EXTERNAL, NODE_LEARNED, STATE_LOCKED, STATE_OBSOLETE, head_bytes,

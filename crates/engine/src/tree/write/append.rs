@@ -54,7 +54,13 @@ impl Tree {
         let flags = tomb
             | if replaces { ITEM_REPLACES } else { 0 }
             | if dup && !replaces { ITEM_DUP } else { 0 };
-        let value = own_value(g, ValueRef::Inline(value));
+        let (value, added) = own_value(g, ValueRef::Inline(value));
+        // A long value's allocation: counted until the last buffer that
+        // references it is freed (`NodePtr::free`). A sharded add, not a
+        // shared line.
+        if added != 0 {
+            self.shared.counter.external_bytes.add(added as i64);
+        }
         // SAFETY: the leaf is locked by this thread and `size` is its published
         // size, so no reader looks at `[size, size + len)` (node invariant 2).
         let out = unsafe { buf.bytes_mut(size, size + len) };

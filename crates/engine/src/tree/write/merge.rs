@@ -168,7 +168,7 @@ impl Tree {
         }
         debug_assert_eq!(w.bytes(), size, "merged size as computed");
         let underfull = w.bytes() < g.leaf_capacity / 4 && leaf.lid != Lid::ROOT;
-        let p = w.finish(0, leaf.lid, Lid(h.link));
+        let p = w.finish(&self.shared.counter, 0, leaf.lid, Lid(h.link));
         if underfull {
             // SAFETY: never published; `free` drops the strong counts the
             // writer took for out-of-line values.
