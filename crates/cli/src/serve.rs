@@ -39,7 +39,9 @@ pub struct ServeArgs {
     /// Event-loop threads (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
-    /// Refuse writes above this much memory (e.g. 4gb; 0 = no limit).
+    /// Refuse writes above this much used memory: what the store holds
+    /// plus client buffers (INFO used_memory), not the resident size
+    /// (e.g. 4gb; 0 = no limit).
     #[arg(long, value_name = "BYTES")]
     maxmemory: Option<ByteSize>,
     /// Require this password: AUTH on the RESP listener, memcached's

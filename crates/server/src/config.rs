@@ -143,7 +143,9 @@ pub struct ServerConfig {
     pub durability: Option<DurabilityMode>,
     /// Event-loop threads; 0 = one per core.
     pub threads: usize,
-    /// Writes are refused above this much used memory; 0 = no limit.
+    /// Writes are refused above this much used memory (INFO `used_memory`:
+    /// what the store holds plus the clients' buffers, not the resident
+    /// size); 0 = no limit.
     pub maxmemory: ByteSize,
     /// Password for AUTH on the RESP listener and memcached's text-protocol
     /// authentication; none = no authentication.

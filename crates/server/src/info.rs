@@ -114,29 +114,33 @@ fn server_fields(shared: &Shared) -> Vec<(&'static str, String)> {
 
 fn memory_fields(shared: &Shared) -> Vec<(&'static str, String)> {
     let c = &shared.config;
+    // As sampled (every 100 ms), so that INFO shows what `maxmemory` was
+    // last judged by; the store's own parts are read now.
     let used = shared.used_memory.load(Ordering::Relaxed);
     let peak = shared.used_memory_peak.load(Ordering::Relaxed);
+    let rss = shared.used_memory_rss.load(Ordering::Relaxed);
+    let store = shared.current_store().memory();
     vec![
+        // What the store holds plus the clients' buffers: what `maxmemory`
+        // is compared with (Redis's used_memory counts both too).
         ("used_memory", used.to_string()),
         ("used_memory_human", human(used)),
-        ("used_memory_rss", used.to_string()),
+        // The operating system's figure: above `used_memory` by the
+        // binary, the threads' stacks, freed node buffers kept for reuse
+        // and what the allocator keeps.
+        ("used_memory_rss", rss.to_string()),
+        ("used_memory_rss_human", human(rss)),
         ("used_memory_peak", peak.to_string()),
         ("used_memory_peak_human", human(peak)),
+        // Redis's name: the data alone (node buffers and out-of-line values).
+        ("used_memory_dataset", store.total().to_string()),
         ("maxmemory", c.maxmemory.0.to_string()),
         ("maxmemory_human", human(c.maxmemory.0)),
         ("maxmemory_policy", "noeviction".into()),
         // Redis's name: every client's input and output buffers.
-        (
-            "mem_clients_normal",
-            (shared.query_buffers.load(Ordering::Relaxed)
-                + shared.output_buffers.load(Ordering::Relaxed))
-            .to_string(),
-        ),
-        (
-            "node_memory_bytes",
-            (shared.current_store().node_counts().live_buffers as u64 * c.node_size_bytes.0)
-                .to_string(),
-        ),
+        ("mem_clients_normal", shared.client_buffers().to_string()),
+        ("node_memory_bytes", store.node_bytes.to_string()),
+        ("value_memory_bytes", store.value_bytes.to_string()),
     ]
 }
 

@@ -474,14 +474,20 @@ impl Acceptor {
     }
 }
 
-/// Samples memory, sweeps expired items, and (with durability) lets the
-/// engine's own threads do checkpoints; stops at shutdown.
+/// Reclaims what deletes left behind, samples memory, sweeps expired
+/// items, and (with durability) lets the engine's own threads do
+/// checkpoints; stops at shutdown.
 fn housekeeping(shared: Arc<Shared>) {
     let mut tick = 0u64;
     while !shared.shutting_down.load(Ordering::Acquire) {
         if tick.is_multiple_of(TRIM_EVERY_TICKS) {
             trim_heap();
         }
+        // Writers reclaim as they go, but a store that takes no writes (an
+        // idle one, or one whose writes `maxmemory` refuses after a
+        // FLUSHALL) would keep what it deleted counted forever: a pass per
+        // tick frees it within a few ticks.
+        shared.current_store().reclaim();
         shared.sample_memory();
         match &shared.cluster {
             // Only the leader deletes, through the log (see cluster.rs).
@@ -500,9 +506,11 @@ const TRIM_EVERY_TICKS: u64 = 10;
 
 /// Gives the heap's free memory back to the system. glibc's malloc returns
 /// blocks above its mmap threshold when they are freed, but keeps what
-/// smaller buffers freed in its arenas, resident, until it is trimmed; the
-/// resident size is what `maxmemory` is compared with (`docs/experiments.md`,
-/// "Giving memory back", compares this with jemalloc and mimalloc).
+/// smaller buffers freed in its arenas, resident, until it is trimmed. Not
+/// for `maxmemory` (which counts what the store holds, not the resident
+/// size), but so that the resident size follows the data down too
+/// (`docs/experiments.md`, "Giving memory back", compares this with
+/// jemalloc and mimalloc).
 fn trim_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim has no preconditions; it only releases free

@@ -140,11 +140,19 @@ pub struct Shared {
     /// Connections open now, both listeners.
     pub clients: AtomicUsize,
     pub next_client_id: AtomicU64,
-    /// Resident set size in bytes, sampled by the housekeeping thread: what
-    /// `maxmemory` is compared against.
+    /// What `maxmemory` is compared against, sampled by the housekeeping
+    /// thread: the bytes the store holds (`Store::memory`: node buffers and
+    /// out-of-line values, counted as they are allocated and reclaimed)
+    /// plus every connection's buffers. Not the resident size, which stays
+    /// up after data is deleted (freed node buffers stay mapped for reuse,
+    /// the allocator keeps what it freed): a FLUSHALL would leave every
+    /// write refused.
     pub used_memory: AtomicU64,
     /// Highest `used_memory` seen.
     pub used_memory_peak: AtomicU64,
+    /// The process's resident set size, sampled with `used_memory` (INFO
+    /// `used_memory_rss`; nothing is judged by it).
+    pub used_memory_rss: AtomicU64,
     /// Bytes of every connection's input buffer (`max-total-query-bytes`).
     pub query_buffers: AtomicUsize,
     /// Bytes of every connection's output buffer.
@@ -202,6 +210,7 @@ impl Shared {
     ) -> Shared {
         let slowlog = SlowLog::new(config.slowlog_max_len, config.slowlog_log_slower_than);
         let now = SystemTime::now();
+        let used = store.memory().total();
         Shared {
             store,
             cluster,
@@ -212,8 +221,9 @@ impl Shared {
             started_unix: now,
             clients: AtomicUsize::new(0),
             next_client_id: AtomicU64::new(1),
-            used_memory: AtomicU64::new(resident_bytes()),
+            used_memory: AtomicU64::new(used),
             used_memory_peak: AtomicU64::new(0),
+            used_memory_rss: AtomicU64::new(resident_bytes()),
             query_buffers: AtomicUsize::new(0),
             output_buffers: AtomicUsize::new(0),
             shutting_down: AtomicBool::new(false),
@@ -261,7 +271,28 @@ impl Shared {
     /// True when writes must be refused for memory.
     pub fn over_maxmemory(&self) -> bool {
         let max = self.config.maxmemory.0;
-        max != 0 && self.used_memory.load(Ordering::Relaxed) > max
+        max != 0 && self.used_memory_now() > max
+    }
+
+    /// `used_memory`, brought up to date on every `REFRESH_USED_EVERY`th
+    /// call on this thread: the housekeeping thread's sample is up to
+    /// 100 ms old, and a pipeline of writes adds tens of megabytes in that
+    /// time. A refresh costs a few loads (`Store::memory`); a thread-local
+    /// count decides, so the calls in between touch nothing shared.
+    fn used_memory_now(&self) -> u64 {
+        thread_local! {
+            static CALLS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+        }
+        let n = CALLS.with(|c| {
+            let n = c.get().wrapping_add(1);
+            c.set(n);
+            n
+        });
+        if n.is_multiple_of(REFRESH_USED_EVERY) {
+            self.sample_used_memory()
+        } else {
+            self.used_memory.load(Ordering::Relaxed)
+        }
     }
 
     /// The largest request body (a bulk string, a memcached data block)
@@ -277,11 +308,29 @@ impl Shared {
         usize::try_from(max.saturating_sub(used) / 2).unwrap_or(usize::MAX)
     }
 
-    /// Re-reads the resident set size.
+    /// Bytes of every connection's input and output buffers (INFO
+    /// `mem_clients_normal`).
+    pub fn client_buffers(&self) -> u64 {
+        (self.query_buffers.load(Ordering::Relaxed) + self.output_buffers.load(Ordering::Relaxed))
+            as u64
+    }
+
+    /// Re-reads what the store holds and the clients' buffers into
+    /// `used_memory`, and returns it. The store is the one serving now: a
+    /// cluster node's is replaced whole by a snapshot install, and the one
+    /// it replaced is freed once its last reader lets go.
+    fn sample_used_memory(&self) -> u64 {
+        let used = self.current_store().memory().total() + self.client_buffers();
+        self.used_memory.store(used, Ordering::Relaxed);
+        self.used_memory_peak.fetch_max(used, Ordering::Relaxed);
+        used
+    }
+
+    /// Samples `used_memory` and the resident set size (housekeeping).
     pub fn sample_memory(&self) {
-        let rss = resident_bytes();
-        self.used_memory.store(rss, Ordering::Relaxed);
-        self.used_memory_peak.fetch_max(rss, Ordering::Relaxed);
+        self.sample_used_memory();
+        self.used_memory_rss
+            .store(resident_bytes(), Ordering::Relaxed);
     }
 
     /// Runs `f`, a request that may park its connection (on a cluster
@@ -362,6 +411,9 @@ impl Shared {
         self.started_at.elapsed()
     }
 }
+
+/// See `Shared::used_memory_now`.
+const REFRESH_USED_EVERY: u32 = 16;
 
 /// The process's resident set size from `/proc/self/statm` (0 where there
 /// is no procfs).

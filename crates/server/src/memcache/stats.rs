@@ -219,7 +219,8 @@ pub fn stat_lines(shared: &Shared) -> Vec<(&'static str, String)> {
             lines.push((name, c.get().to_string()));
         }
     }
-    let used = shared.used_memory.load(Ordering::Relaxed);
+    // memcached's `bytes`: what its items take, here what the store holds.
+    let used = shared.current_store().memory().total();
     lines.extend([
         ("bytes_read", Stats::get(&s.net_input_bytes).to_string()),
         ("bytes_written", Stats::get(&s.net_output_bytes).to_string()),
