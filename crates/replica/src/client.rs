@@ -24,6 +24,9 @@ use crate::node::Replica;
 use crate::rpc::{RaftResult, Request, Response};
 use crate::types::{Batch, LogId, NodeId};
 
+/// The results of a proposal's ops, in order.
+pub type Results = Vec<Result<combkv::op::Outcome, combkv::Error>>;
+
 /// How long a write or a read waits for a leader and a quorum.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long to wait before asking again when no leader is known.
@@ -91,9 +94,9 @@ impl Replica {
     }
 
     /// Proposes encoded ops (see [`crate::codec`]) decided at `now_ms` as
-    /// one entry, through the leader, and returns their encoded results
-    /// once the entry is committed and applied here or on the leader.
-    pub async fn write(&self, now_ms: u64, ops: Vec<u8>) -> Result<Vec<u8>, ClusterError> {
+    /// one entry, through the leader, and returns their results, one per
+    /// op, once the entry is committed and applied here or on the leader.
+    pub async fn write(&self, now_ms: u64, ops: Vec<u8>) -> Result<Results, ClusterError> {
         let _place = self
             .inner
             .in_flight
@@ -119,7 +122,17 @@ impl Replica {
                 Some((leader, addr)) => {
                     let req = Request::Forward(batch.clone());
                     match self.inner.transport.call(leader, &addr, req, left).await {
-                        Ok(Response::Forward(r)) => r,
+                        Ok(Response::Forward(Ok((log_id, bytes)))) => {
+                            match crate::codec::decode_results(&bytes) {
+                                Ok(results) => Ok((log_id, results)),
+                                Err(e) => {
+                                    return Err(ClusterError::Unknown(format!(
+                                        "the leader's answer is unreadable: {e}"
+                                    )));
+                                }
+                            }
+                        }
+                        Ok(Response::Forward(Err(e))) => Err(e),
                         Ok(_) => return Err(ClusterError::Unknown("a confused peer".into())),
                         Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
                             // Never sent: safe to try again.

@@ -32,6 +32,7 @@ type Decoded<T> = Result<T, DecodeError>;
 /// Appends the encoding of `ops` to `out`.
 pub fn encode_ops(ops: &[Op<'_>], out: &mut Vec<u8>) {
     put_u64(out, ops.len() as u64);
+    crate::tally::ops_encoded(ops.len());
     for op in ops {
         encode_op(op, out);
     }
@@ -52,6 +53,7 @@ impl OpList {
             self.bytes.extend_from_slice(&[0; 8]);
         }
         encode_op(op, &mut self.bytes);
+        crate::tally::ops_encoded(1);
         self.count += 1;
     }
 
@@ -82,11 +84,13 @@ pub fn decode_ops(bytes: &[u8]) -> Decoded<Vec<Op<'_>>> {
         ops.push(r.op()?);
     }
     r.end()?;
+    crate::tally::ops_decoded(n);
     Ok(ops)
 }
 
 /// Appends the encoding of one op's result.
 pub fn encode_result(result: &Result<Outcome, Error>, out: &mut Vec<u8>) {
+    crate::tally::results_encoded(1);
     match result {
         Ok(o) => {
             out.push(0);
@@ -110,7 +114,24 @@ pub fn decode_results(bytes: &[u8]) -> Decoded<Vec<Result<Outcome, Error>>> {
             _ => return Err(DecodeError("result tag")),
         });
     }
+    crate::tally::results_decoded(out.len());
     Ok(out)
+}
+
+/// How many ops an encoded list says it holds, from its header alone (the
+/// ops are decoded where the entry is applied; one that does not decode is
+/// skipped there by every replica alike). A list too short to hold its
+/// ops' tags is refused.
+pub fn list_count(bytes: &[u8]) -> Decoded<usize> {
+    let head: [u8; 8] = bytes
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .ok_or(DecodeError("op count"))?;
+    let n = u64::from_le_bytes(head);
+    if n > (bytes.len() - 8) as u64 {
+        return Err(DecodeError("op count"));
+    }
+    Ok(n as usize)
 }
 
 /// How many ops an encoded list holds, checking that every one decodes

@@ -8,7 +8,9 @@
 //!
 //! Joining keeps each proposal's ops together and in order, and the entry's
 //! results are cut back into each proposal's share, so a joined write reads
-//! exactly as if it had been an entry of its own.
+//! exactly as if it had been an entry of its own. The shares stay typed:
+//! a proposal of this node's clients gets its outcomes as values, and only
+//! a forwarded one's are encoded, to go back over the network.
 
 use std::sync::Arc;
 
@@ -17,6 +19,9 @@ use openraft::{BasicNode, Raft};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot};
+
+use combkv::Error;
+use combkv::op::Outcome;
 
 use crate::codec;
 use crate::node::Replica;
@@ -27,7 +32,20 @@ use crate::types::{Batch, LogId, NodeId, TypeConfig};
 const MAX_ENTRY_BYTES: usize = 4 << 20;
 
 /// What became of a proposal: the entry it went into and its own results.
-pub(crate) type Proposed = Result<(LogId, Vec<u8>), ProposeError>;
+pub(crate) type Proposed = Result<(LogId, Vec<Result<Outcome, Error>>), ProposeError>;
+
+/// [`Proposed`] as it crosses the network, the answer to a forwarded
+/// batch: the results encoded by [`codec`].
+pub(crate) type Forwarded = Result<(LogId, Vec<u8>), ProposeError>;
+
+/// Encodes a forwarded batch's results for its answer.
+pub(crate) fn encode(results: &[Result<Outcome, Error>]) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for r in results {
+        codec::encode_result(r, &mut bytes);
+    }
+    bytes
+}
 
 /// Why a proposal was not applied.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -42,6 +60,9 @@ pub(crate) enum ProposeError {
 
 struct Pending {
     batch: Batch,
+    /// How many ops the batch holds (its list's count; the ops themselves
+    /// are decoded once, where the entry is applied).
+    count: usize,
     tx: oneshot::Sender<Proposed>,
 }
 
@@ -82,9 +103,13 @@ impl Replica {
     /// Proposes `batch` on this node, which must be the leader, with
     /// whatever else is queued, and waits for its results.
     pub(crate) async fn propose_here(&self, batch: Batch) -> Proposed {
+        let count = match codec::list_count(&batch.ops) {
+            Ok(n) => n,
+            Err(e) => return Err(ProposeError::Malformed(e.to_string())),
+        };
         let (tx, rx) = oneshot::channel();
         let group = &self.inner.group;
-        group.queue.lock().push(Pending { batch, tx });
+        group.queue.lock().push(Pending { batch, count, tx });
         group.wake.notify_one();
         rx.await
             .unwrap_or(Err(ProposeError::Raft(RaftError::Fatal(Fatal::Stopped))))
@@ -119,54 +144,44 @@ impl Replica {
 }
 
 /// Proposes `taken` as one entry and hands each proposal its results.
-async fn propose(raft: Raft<TypeConfig>, taken: Vec<Pending>, _place: OwnedSemaphorePermit) {
-    let (mut batches, mut waiting, mut counts) = (Vec::new(), Vec::new(), Vec::new());
-    for p in taken {
-        match codec::op_count(&p.batch.ops) {
-            Ok(n) => {
-                batches.push(p.batch);
-                waiting.push(p.tx);
-                counts.push(n);
-            }
-            Err(e) => {
-                let _ = p.tx.send(Err(ProposeError::Malformed(e.to_string())));
-            }
-        }
-    }
-    let batch = match batches.len() {
+async fn propose(raft: Raft<TypeConfig>, mut taken: Vec<Pending>, _place: OwnedSemaphorePermit) {
+    let batch = match taken.len() {
         0 => return,
-        1 => batches.pop().expect("one batch"),
+        1 => std::mem::replace(&mut taken[0].batch, Batch::empty()),
         _ => Batch {
             // Each part was decided at its own clock; the entry's is the
             // latest (apply never lets the log's clock go back anyway).
-            now_ms: batches.iter().map(|b| b.now_ms).max().unwrap_or(0),
-            ops: codec::join_ops(batches.iter().map(|b| b.ops.as_slice())),
+            now_ms: taken.iter().map(|p| p.batch.now_ms).max().unwrap_or(0),
+            ops: codec::join_ops(taken.iter().map(|p| p.batch.ops.as_slice())),
         },
     };
-    let shares = match raft.client_write(batch).await {
-        // A lone proposal's results are the entry's.
-        Ok(r) if waiting.len() == 1 => Ok((r.log_id, vec![r.data.results])),
-        Ok(r) => match codec::split_results(&r.data.results, &counts) {
-            Ok(shares) => Ok((r.log_id, shares)),
-            // Applied, but its answer cannot be read: say so, never "not
-            // applied".
-            Err(e) => {
-                tracing::error!("the results of entry {} are unreadable: {e}", r.log_id);
-                Err(ProposeError::Unreadable(e.to_string()))
-            }
-        },
-        Err(e) => Err(ProposeError::Raft(e)),
-    };
-    match shares {
-        Ok((log_id, shares)) => {
-            for (tx, share) in waiting.into_iter().zip(shares) {
-                let _ = tx.send(Ok((log_id, share)));
-            }
-        }
+    let (log_id, mut results) = match raft.client_write(batch).await {
+        Ok(r) => (r.log_id, r.data.results),
         Err(e) => {
-            for tx in waiting {
-                let _ = tx.send(Err(e.clone()));
+            let e = ProposeError::Raft(e);
+            for p in taken {
+                let _ = p.tx.send(Err(e.clone()));
             }
+            return;
         }
+    };
+    let expected: usize = taken.iter().map(|p| p.count).sum();
+    if results.len() != expected {
+        // The entry did not apply as proposed (its ops did not decode):
+        // nothing of it was applied, on any replica.
+        tracing::error!(
+            "entry {log_id} answered {} results for {expected} ops",
+            results.len()
+        );
+        let e = ProposeError::Malformed(format!("entry {log_id} did not apply"));
+        for p in taken {
+            let _ = p.tx.send(Err(e.clone()));
+        }
+        return;
+    }
+    // Cut from the back, so each share is a split, not a copy.
+    for p in taken.into_iter().rev() {
+        let share = results.split_off(results.len() - p.count);
+        let _ = p.tx.send(Ok((log_id, share)));
     }
 }

@@ -17,10 +17,12 @@ mod restored;
 mod rpc;
 mod snapshot;
 mod state_machine;
+mod tally;
 pub mod types;
 
-pub use client::{ClusterError, REQUEST_TIMEOUT};
+pub use client::{ClusterError, REQUEST_TIMEOUT, Results};
 pub use log_store::{LogOptions, LogStore, OpenError, OpenReport, SyncPolicy};
 pub use node::{ApplyHook, Replica, ReplicaConfig, Role, StartError, Status, cluster_dir};
 pub use state_machine::{StateMachine, StoreCell};
+pub use tally::{CodecTally, codec_tally};
 pub use types::{Applied, Batch, NodeId, TypeConfig};

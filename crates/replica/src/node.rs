@@ -67,12 +67,13 @@ pub struct ReplicaConfig {
 }
 
 /// A function told of every applied batch: its log index, the batch, and
-/// its encoded results (see [`crate::codec`]).
+/// its results, one per op.
 #[derive(Clone)]
 pub struct ApplyHook(pub Arc<ApplyFn>);
 
 /// See [`ApplyHook`].
-pub type ApplyFn = dyn Fn(u64, &crate::types::Batch, &[u8]) + Send + Sync;
+pub type ApplyFn =
+    dyn Fn(u64, &crate::types::Batch, &[Result<combkv::op::Outcome, combkv::Error>]) + Send + Sync;
 
 impl std::fmt::Debug for ApplyHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -514,7 +515,11 @@ impl Handler for Replica {
                     }
                     Response::Snapshot(resp)
                 }
-                Request::Forward(batch) => Response::Forward(self.propose_here(batch).await),
+                Request::Forward(batch) => Response::Forward(
+                    self.propose_here(batch)
+                        .await
+                        .map(|(log_id, results)| (log_id, crate::group_commit::encode(&results))),
+                ),
                 Request::ReadIndex => Response::ReadIndex(self.read_index_here().await),
             }
         })

@@ -33,7 +33,7 @@ pub(crate) enum Response {
     Append(RaftResult<AppendEntriesResponse<NodeId>>),
     Vote(RaftResult<VoteResponse<NodeId>>),
     Snapshot(RaftResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError>),
-    Forward(crate::group_commit::Proposed),
+    Forward(crate::group_commit::Forwarded),
     ReadIndex(RaftResult<Option<LogId>, CheckIsLeaderError<NodeId, openraft::BasicNode>>),
 }
 

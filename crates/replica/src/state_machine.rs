@@ -190,14 +190,22 @@ impl StateMachine {
                 Ok(Applied::default())
             }
             EntryPayload::Normal(batch) => {
-                let ops = codec::decode_ops(&batch.ops)
-                    .map_err(|e| StorageError::from(StorageIOError::read_logs(&e)))?;
+                let ops = match codec::decode_ops(&batch.ops) {
+                    Ok(ops) => ops,
+                    // Every replica reads the same bytes and skips them
+                    // alike; the proposers hear that their writes did not
+                    // apply (no results come back for them).
+                    Err(e) => {
+                        tracing::error!("entry {} holds undecodable ops: {e}", entry.log_id);
+                        return Ok(Applied::default());
+                    }
+                };
                 // The log's clocks only go forward; a batch below the last
                 // one (a new leader whose clock lags) is applied at the last.
                 let now = batch.now_ms.max(state.now_ms);
                 state.now_ms = now;
                 let store = self.cell.get();
-                let mut results = Vec::new();
+                let mut results = Vec::with_capacity(ops.len());
                 for op in &ops {
                     let r = store.apply_at(op, now);
                     if let Err(e @ combkv::Error::ReadOnly(_)) = &r {
@@ -205,7 +213,7 @@ impl StateMachine {
                         // applying: the node must stop.
                         return Err(io_err(io::Error::other(e.to_string())));
                     }
-                    codec::encode_result(&r, &mut results);
+                    results.push(r);
                 }
                 if let Some(hook) = &self.on_apply {
                     (hook.0)(entry.log_id.index, &batch, &results);

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use combkv::Error;
+use combkv::op::Outcome;
 use serde::{Deserialize, Serialize};
 
 /// A node's id in the cluster (`--node-id`), never 0.
@@ -24,6 +26,16 @@ pub struct Batch {
     pub ops: Vec<u8>,
 }
 
+impl Batch {
+    /// A batch of no ops (what a proposal's batch leaves when taken).
+    pub(crate) fn empty() -> Batch {
+        Batch {
+            now_ms: 0,
+            ops: Vec::new(),
+        }
+    }
+}
+
 impl fmt::Debug for Batch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Batch")
@@ -39,17 +51,39 @@ impl fmt::Display for Batch {
     }
 }
 
-/// What applying an entry answered: one result per op of its batch,
-/// encoded by [`crate::codec`] (empty for entries that carry no batch).
-#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// What applying an entry answered: one result per op of its batch, in
+/// order (none for entries that carry no batch). On the leader these reach
+/// the waiting clients as they are; they become bytes ([`crate::codec`])
+/// only to cross the network, as the answer to a forwarded batch.
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Applied {
-    #[serde(with = "serde_bytes")]
-    pub results: Vec<u8>,
+    /// The results, one per op.
+    pub results: Vec<Result<Outcome, Error>>,
 }
 
 impl fmt::Debug for Applied {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Applied({} bytes)", self.results.len())
+        write!(f, "Applied({} results)", self.results.len())
+    }
+}
+
+/// openraft asks that an entry's answer can be serialized; it is written
+/// as the byte string of its encoded results, as it always was.
+impl Serialize for Applied {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut bytes = Vec::new();
+        for r in &self.results {
+            crate::codec::encode_result(r, &mut bytes);
+        }
+        s.serialize_bytes(&bytes)
+    }
+}
+
+impl<'de> Deserialize<'de> for Applied {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Applied, D::Error> {
+        let bytes: serde_bytes::ByteBuf = Deserialize::deserialize(d)?;
+        let results = crate::codec::decode_results(&bytes).map_err(serde::de::Error::custom)?;
+        Ok(Applied { results })
     }
 }
 
@@ -98,11 +132,17 @@ mod tests {
             let old_bytes = postcard::to_stdvec(&old).unwrap();
             assert_eq!(postcard::to_stdvec(&new).unwrap(), old_bytes);
             assert_eq!(postcard::from_bytes::<Batch>(&old_bytes).unwrap(), new);
-            let applied = Applied {
-                results: new.ops.clone(),
-            };
-            let old_results = postcard::to_stdvec(&new.ops).unwrap();
-            assert_eq!(postcard::to_stdvec(&applied).unwrap(), old_results);
         }
+        // An answer is the byte string of its encoded results.
+        let applied = Applied {
+            results: vec![Ok(Outcome::Clear), Err(Error::NotAnInteger)],
+        };
+        let mut bytes = Vec::new();
+        for r in &applied.results {
+            crate::codec::encode_result(r, &mut bytes);
+        }
+        let encoded = postcard::to_stdvec(&applied).unwrap();
+        assert_eq!(encoded, postcard::to_stdvec(&bytes).unwrap());
+        assert_eq!(postcard::from_bytes::<Applied>(&encoded).unwrap(), applied);
     }
 }

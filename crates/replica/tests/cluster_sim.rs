@@ -154,11 +154,14 @@ fn config(dir: &Path, id: u64, journal: &Journal, storage: &FaultyStorage) -> Re
     c.snapshot_log_bytes = 6 << 10;
     c.log_keep_entries = 10;
     let journal = Arc::clone(journal);
-    c.on_apply = Some(ApplyHook(Arc::new(move |index, batch: &Batch, results| {
-        trace!(
-            "node {id} applies entry {index}: {:?}",
-            codec::decode_results(results)
-        );
+    c.on_apply = Some(ApplyHook(Arc::new(move |index, batch: &Batch, typed| {
+        trace!("node {id} applies entry {index}: {typed:?}");
+        // Kept encoded, as entries are compared and cut byte for byte.
+        let mut results = Vec::new();
+        for r in typed {
+            codec::encode_result(r, &mut results);
+        }
+        let results = &results[..];
         let mut j = journal.lock();
         match j.get(&index) {
             // Every replica must apply an entry alike.
@@ -317,8 +320,7 @@ async fn client(cl: Arc<Cluster>, thread: usize, seed: u64, clock: Arc<AtomicU64
             // has to grow.
             let now_ms = 1_000_000_000 + invoke;
             match node.write(now_ms, proposal).await {
-                Ok(results) => {
-                    let r = codec::decode_results(&results).unwrap();
+                Ok(r) => {
                     assert_eq!(r.len(), 2, "a write's share of its entry's results");
                     let outcome = r.into_iter().next().unwrap().unwrap();
                     What::Write {
