@@ -24,6 +24,9 @@
 //!   writers on every node, SIGKILL of all three at once, restart, and
 //!   reads through every node before any new write see every acknowledged
 //!   write, `COMBKV_CLUSTER_RESTART_CYCLES` times (default 20).
+//! - `a_write_is_parsed_once_and_crosses_each_hop_once`: each node's
+//!   counts of requests parsed and ops and results encoded and decoded,
+//!   around one SET on the leader and one on a follower.
 
 mod support;
 
@@ -761,9 +764,9 @@ fn run_pipeline(addr: SocketAddr, pipeline: &[u8], end: &[u8]) -> String {
     String::from_utf8(got).unwrap()
 }
 
-/// A cluster node parks a connection on each write and read index and runs
-/// the request again when the log answers (`park`): a pipeline through the
-/// leader or a follower must answer exactly as a single node does.
+/// A cluster node parks a connection on its writes (their replies held
+/// until the log answers) and on read indexes (`park`): a pipeline through
+/// the leader or a follower must answer exactly as a single node does.
 #[test]
 fn a_pipeline_answers_alike_on_a_cluster_node_and_a_single_node() {
     let root = std::env::temp_dir().join(format!("combkv-cluster-pipe-{}", std::process::id()));
@@ -974,6 +977,116 @@ fn reads_after_every_node_is_killed_at_once_see_every_acknowledged_write() {
             "cycle {cycle}: {} keys and counter {} read back through all three nodes",
             keys.len(),
             a.counter
+        );
+    }
+    drop(cl);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// INFO through a raw connection (a client library may send requests of
+/// its own on connecting, and every request counts here): the fields of
+/// every section, after `INFO` and an `ECHO` that marks its end, two
+/// requests parsed.
+fn raw_info(addr: SocketAddr) -> BTreeMap<String, u64> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(b"*1\r\n$4\r\nINFO\r\n*2\r\n$4\r\nECHO\r\n$7\r\ninfoend\r\n")
+        .unwrap();
+    let got = support::read_until(&mut s, b"$7\r\ninfoend\r\n", Duration::from_secs(10));
+    String::from_utf8(got)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .filter_map(|(k, v)| Some((k.to_string(), v.trim().parse().ok()?)))
+        .collect()
+}
+
+/// What a node counted: (requests parsed, ops encoded, ops decoded,
+/// results encoded, results decoded).
+fn hops(info: &BTreeMap<String, u64>) -> [u64; 5] {
+    [
+        "total_requests_parsed",
+        "cluster_ops_encoded",
+        "cluster_ops_decoded",
+        "cluster_results_encoded",
+        "cluster_results_decoded",
+    ]
+    .map(|f| info[f])
+}
+
+/// A write is parsed and decided once where it arrives, encoded once into
+/// the log (or the forwarded batch), decoded once where each node applies
+/// it, and its result crosses back only from a leader to the follower that
+/// forwarded it: counted by each node's INFO around one SET on the leader
+/// and one on a follower.
+#[test]
+fn a_write_is_parsed_once_and_crosses_each_hop_once() {
+    let root = std::env::temp_dir().join(format!("combkv-cluster-hops-{}", std::process::id()));
+    let cl = Cluster::new(&root, |_, raft| raft);
+    let leader = cl.leader(&[1, 2, 3], Duration::from_secs(60));
+    let follower = (1..=3).find(|&n| n != leader).unwrap();
+    let resp = |id: u64| cl.specs[id as usize - 1].resp;
+    let applied = |info: &BTreeMap<String, u64>| info["raft_applied_index"];
+    // One SET through `via`; then every node's counts once all applied it.
+    let set_through = |via: u64, key: &str| -> Vec<[u64; 5]> {
+        let before: Vec<_> = (1..=3).map(|id| raw_info(resp(id))).collect();
+        let mut s = TcpStream::connect(resp(via)).unwrap();
+        let req = format!("*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n$1\r\nv\r\n", key.len());
+        s.write_all(req.as_bytes()).unwrap();
+        support::read_until(&mut s, b"+OK\r\n", Duration::from_secs(30));
+        let target = applied(&raw_info(resp(leader)));
+        let mut polls = [0u64; 3];
+        let after: Vec<_> = (1..=3)
+            .map(|id| {
+                loop {
+                    polls[id as usize - 1] += 1;
+                    let info = raw_info(resp(id));
+                    if applied(&info) >= target {
+                        break info;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            })
+            .collect();
+        polls[leader as usize - 1] += 1;
+        (0..3)
+            .map(|i| {
+                let (b, a) = (hops(&before[i]), hops(&after[i]));
+                let mut d = [0; 5];
+                for f in 0..5 {
+                    d[f] = a[f] - b[f];
+                }
+                // Each INFO after `before` is two requests parsed.
+                d[0] -= 2 * polls[i];
+                d
+            })
+            .collect()
+    };
+    let at = |id: u64| id as usize - 1;
+    let d = set_through(leader, "hops:leader");
+    assert_eq!(d[at(leader)], [1, 1, 1, 0, 0], "the leader, SET on it");
+    for id in (1..=3).filter(|&n| n != leader) {
+        assert_eq!(
+            d[at(id)],
+            [0, 0, 1, 0, 0],
+            "follower {id}, SET on the leader"
+        );
+    }
+    let d = set_through(follower, "hops:follower");
+    assert_eq!(
+        d[at(follower)],
+        [1, 1, 1, 0, 1],
+        "the follower it was sent to"
+    );
+    assert_eq!(
+        d[at(leader)],
+        [0, 0, 1, 1, 0],
+        "the leader it was forwarded to"
+    );
+    for id in (1..=3).filter(|&n| n != leader && n != follower) {
+        assert_eq!(
+            d[at(id)],
+            [0, 0, 1, 0, 0],
+            "node {id}, which only applied it"
         );
     }
     drop(cl);

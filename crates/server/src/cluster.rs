@@ -22,7 +22,9 @@ use std::time::Duration;
 use combkv::op::{Op, Outcome};
 use combkv::{Error as StoreError, Store};
 use combkv_replica::codec::OpList;
-use combkv_replica::{ClusterError, LogOptions, Replica, ReplicaConfig, Role, Status, SyncPolicy};
+use combkv_replica::{
+    ClusterError, LogOptions, Replica, ReplicaConfig, Results, Role, Status, SyncPolicy,
+};
 
 use crate::config::{ClusterReads, DurabilityMode, ServerConfig, parse_peers};
 use crate::server::StartError;
@@ -152,15 +154,16 @@ impl Cluster {
         let mut bytes = Vec::new();
         combkv_replica::codec::encode_ops(ops, &mut bytes);
         let now = self.replica.clock_ms();
-        match self.rt.block_on(self.replica.write(now, bytes)) {
-            Ok(results) => combkv_replica::codec::decode_results(&results)
-                .map_err(|e| StoreError::Uncertain(format!("the log's answer is unreadable: {e}"))),
-            Err(e) => Err(cluster_error(e)),
-        }
+        let results = self
+            .rt
+            .block_on(self.replica.write(now, bytes))
+            .map_err(cluster_error)?;
+        counted(results, ops.len())
     }
 
-    /// Proposes writes in the background as one batch; `done` gets their
-    /// outcomes in order (on a Raft thread: it must only hand them on).
+    /// Proposes a turn's writes in the background as one batch; `done`
+    /// gets their outcomes in order (on a Raft thread: it must only hand
+    /// them on).
     pub(crate) fn propose_all(
         &self,
         ops: OpList,
@@ -171,17 +174,9 @@ impl Cluster {
         let now = self.replica.clock_ms();
         let replica = self.replica.clone();
         self.rt.spawn(async move {
-            let results = match replica.write(now, joined).await {
-                Ok(bytes) => match combkv_replica::codec::decode_results(&bytes) {
-                    Ok(r) if r.len() == n => r,
-                    _ => vec![
-                        Err(StoreError::Uncertain(
-                            "the log's answer is unreadable".into()
-                        ));
-                        n
-                    ],
-                },
-                Err(e) => vec![Err(cluster_error(e)); n],
+            let results = match replica.write(now, joined).await.map_err(cluster_error) {
+                Ok(results) => counted(results, n).unwrap_or_else(|e| vec![Err(e); n]),
+                Err(e) => vec![Err(e); n],
             };
             done(results);
         });
@@ -306,15 +301,20 @@ impl Cluster {
 }
 
 /// The outcome of a one-op write from the log's answer.
-fn one_result(answer: Result<Vec<u8>, ClusterError>) -> Result<Outcome, StoreError> {
-    let results = answer.map_err(cluster_error)?;
-    let mut results = combkv_replica::codec::decode_results(&results)
-        .map_err(|e| StoreError::Uncertain(format!("the log's answer is unreadable: {e}")))?;
-    match (results.pop(), results.is_empty()) {
-        (Some(r), true) => r,
-        _ => Err(StoreError::Uncertain(
-            "the log's answer holds no single result".into(),
-        )),
+fn one_result(answer: Result<Results, ClusterError>) -> Result<Outcome, StoreError> {
+    let mut results = counted(answer.map_err(cluster_error)?, 1)?;
+    results.pop().expect("one result")
+}
+
+/// The log's answer to `n` ops: `n` results, or it cannot be read as theirs.
+fn counted(results: Results, n: usize) -> Result<Results, StoreError> {
+    if results.len() == n {
+        Ok(results)
+    } else {
+        Err(StoreError::Uncertain(format!(
+            "the log answered {} results for {n} writes",
+            results.len()
+        )))
     }
 }
 
@@ -378,6 +378,15 @@ pub fn info_fields(shared: &crate::shared::Shared) -> Vec<(&'static str, String)
         ),
         ("connected_slaves", s.followers.len().to_string()),
     ];
+    // Ops and results this process encoded and decoded: a write crosses
+    // each hop once (`docs/cluster.md`, "Watching it").
+    let t = combkv_replica::codec_tally();
+    f.extend([
+        ("cluster_ops_encoded", t.ops_encoded.to_string()),
+        ("cluster_ops_decoded", t.ops_decoded.to_string()),
+        ("cluster_results_encoded", t.results_encoded.to_string()),
+        ("cluster_results_decoded", t.results_decoded.to_string()),
+    ]);
     const NAMES: [&str; 16] = [
         "follower0",
         "follower1",

@@ -159,6 +159,7 @@ impl Connection {
             client: &mut self.client,
             read_ready: false,
             parking,
+            held: None,
         };
         // A bug in a command must cost one connection, not the event loop
         // and every other client on it.

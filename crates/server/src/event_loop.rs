@@ -261,7 +261,9 @@ impl EventLoop {
             if let Some(n) = got {
                 Stats::add(&self.shared.stats.net_input_bytes, n as u64);
             }
-            if conn.pending_input() > 0 {
+            // A resumed connection is processed even with no input left:
+            // the replies it held render first.
+            if conn.pending_input() > 0 || got.is_none() {
                 let before = conn.pending_output();
                 let parts = CxParts {
                     shared: &self.shared,
@@ -387,8 +389,9 @@ impl EventLoop {
         let store = self.shared.current_store();
         let session = store.session();
         for &t in &tokens {
+            // Held replies whose writes landed render too.
             if let Some(conn) = self.conns.get_mut(t)
-                && conn.pending_input() > 0
+                && (conn.pending_input() > 0 || conn.park.get_mut().has_outcomes())
             {
                 let parts = CxParts {
                     shared: &self.shared,

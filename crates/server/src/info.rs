@@ -149,6 +149,7 @@ fn stats_fields(st: &crate::shared::Stats) -> Vec<(&'static str, String)> {
     vec![
         ("total_connections_received", n(&st.connections_received)),
         ("total_commands_processed", n(&st.commands_processed)),
+        ("total_requests_parsed", n(&st.requests_parsed)),
         ("rejected_connections", n(&st.connections_rejected)),
         ("keyspace_hits", n(&st.keyspace_hits)),
         ("keyspace_misses", n(&st.keyspace_misses)),

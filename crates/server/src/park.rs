@@ -3,36 +3,40 @@
 //!
 //! On a cluster node a write's reply needs the outcome the log gives it,
 //! and a linearizable read needs a read index: both take a quorum round.
-//! Instead of blocking its thread, the loop *parks* the connection: the
-//! request's partial reply is dropped, its input is left unconsumed, and
-//! the loop serves other connections. At the end of the turn the loop
-//! proposes every write its connections parked on as one batch, and asks
-//! one read index for every read. When the answer lands (through the
-//! loop's [`Inbox`] and its waker), the loop runs the request again from
-//! the start; this time the write's outcome is *replayed* from the
-//! connection's [`Park`] instead of proposed, and the reply is rendered
-//! from it. A command that writes several times parks at each write in
-//! turn, replaying the ones before.
+//! Instead of blocking its thread, the loop *parks* the connection:
 //!
-//! A read index covers the requests that arrived before it was asked: a
-//! parked connection's socket is not read until it resumes, and the index
-//! applies to the input as it was when the connection parked.
+//! - A write is decided once, as on a single node; its op joins the turn's
+//!   proposal and its reply is *held*, a typed value that renders the reply
+//!   from the outcome (the protocol's, kept by the pipeline). The writes
+//!   that follow it in the connection's input are decided and held too, so
+//!   a pipeline of writes travels as one proposal, in order. The first
+//!   request that is not a write waits, unparsed, until they land.
+//! - A read waits, unparsed, for a read index asked at the turn's end: it
+//!   covers every request that arrived before it was asked (a parked
+//!   connection's socket is not read until it resumes).
+//!
+//! At the end of the turn the loop proposes every write its connections
+//! held as one batch, and asks one read index for every read. When the
+//! answer lands (through the loop's [`Inbox`] and its waker), the held
+//! replies are rendered, in order, from their outcomes, and the connection
+//! goes on with the input after them.
 
 use std::cell::RefCell;
 use std::sync::Arc;
 
 use combkv::op::{Op, Outcome};
-use combkv::{Error, Result};
+use combkv::{Error, Result, Session};
 use combkv_replica::codec::OpList;
 use parking_lot::Mutex;
 
 use crate::cluster::Cluster;
+use crate::shared::Shared;
 
 /// What landed for a parked connection.
 #[derive(Debug)]
 pub(crate) enum Landing {
-    /// The outcome of the write it proposed.
-    Write(Result<Outcome>),
+    /// The outcomes of the writes it held, in order.
+    Writes(Vec<Result<Outcome>>),
     /// Its read index was reached here (or no leader answered).
     Read(Result<()>),
 }
@@ -46,14 +50,19 @@ pub(crate) struct Landed {
     pub what: Landing,
 }
 
+/// Whom a run of a turn's writes is for: (token, client, how many ops).
+type Share = (usize, u64, usize);
+
 /// A cluster node's event loop's traffic with the log: what its turn
 /// asks for (sent at the turn's end, all at once), and what landed.
 #[derive(Debug)]
 pub(crate) struct Inbox {
     landed: Mutex<Vec<Landed>>,
     waker: Arc<mio::Waker>,
-    /// This turn's writes, and whom each is for: (token, client).
-    writes: Mutex<(OpList, Vec<(usize, u64)>)>,
+    /// This turn's writes, and whom each run of them is for; a
+    /// connection's writes are contiguous (one connection is served at a
+    /// time).
+    writes: Mutex<(OpList, Vec<Share>)>,
     /// This turn's connections waiting for a read index: (token, client).
     reads: Mutex<Vec<(usize, u64)>>,
 }
@@ -77,11 +86,13 @@ impl Inbox {
         if !ops.is_empty() {
             let inbox = Arc::clone(self);
             cluster.propose_all(ops, move |results| {
-                for ((token, client), r) in to.into_iter().zip(results) {
+                let mut results = results.into_iter();
+                for (token, client, n) in to {
+                    let share = results.by_ref().take(n).collect();
                     inbox.land(Landed {
                         token,
                         client,
-                        what: Landing::Write(r),
+                        what: Landing::Writes(share),
                     });
                 }
             });
@@ -122,14 +133,11 @@ impl Inbox {
 /// A connection's parking state.
 #[derive(Debug, Default)]
 pub(crate) struct Park {
-    /// A write or a read index is in flight: the connection is neither
-    /// read nor served until it lands.
+    /// Writes or a read index are in flight: the connection is neither
+    /// read nor served until they land.
     pub waiting: bool,
-    /// The outcomes of the writes the first unanswered request made, in
-    /// order; its next run replays them.
-    replay: Vec<Result<Outcome>>,
-    /// How many of `replay` this run of the request used.
-    next: usize,
+    /// The outcomes of the writes it held, landed, not yet rendered.
+    outcomes: Option<Vec<Result<Outcome>>>,
     /// A read index that landed for the input as it stood when parked.
     read: Option<Result<()>>,
 }
@@ -139,9 +147,14 @@ impl Park {
     pub(crate) fn land(&mut self, what: Landing) {
         self.waiting = false;
         match what {
-            Landing::Write(r) => self.replay.push(r),
+            Landing::Writes(r) => self.outcomes = Some(r),
             Landing::Read(r) => self.read = Some(r),
         }
+    }
+
+    /// Whether outcomes of held writes landed and wait to be rendered.
+    pub(crate) fn has_outcomes(&self) -> bool {
+        self.outcomes.is_some()
     }
 
     /// A read index applies to one processing of the input it was asked
@@ -149,6 +162,27 @@ impl Park {
     pub(crate) fn forget_read(&mut self) {
         self.read = None;
     }
+}
+
+/// What became of a write on a cluster node.
+#[derive(Debug)]
+pub(crate) enum Written {
+    /// Its outcome, now (a blocking proposal while the loop drains).
+    Now(Result<Outcome>),
+    /// It joined the turn's proposal: its reply is held until it lands.
+    Held,
+}
+
+/// Whether reads may go ahead on a cluster node.
+#[derive(Debug)]
+pub(crate) enum ReadGate {
+    /// They may: every request here arrived before the read index.
+    Open,
+    /// No leader answered: the reads are refused with this error.
+    Refused(Error),
+    /// A read index was asked for: the connection parks, and its reads run
+    /// once it lands.
+    Wait,
 }
 
 /// What a request needs to park its connection: the connection's park,
@@ -162,71 +196,71 @@ pub(crate) struct Parking<'a> {
     pub client: u64,
 }
 
-/// Why a write or read did not run now: its connection parked. The reply
-/// rendered from it is dropped, never sent.
-fn parked() -> Error {
-    Error::Unavailable("parked until the log answers".into())
-}
-
 impl Parking<'_> {
-    /// Whether the request that ran parked the connection.
-    pub(crate) fn parked(&self) -> bool {
-        self.park.borrow().waiting
+    /// The outcomes of held writes that landed, once.
+    pub(crate) fn take_outcomes(&self) -> Option<Vec<Result<Outcome>>> {
+        self.park.borrow_mut().outcomes.take()
     }
 
-    /// A request starts (again): its writes replay from the first.
-    pub(crate) fn begin_request(&self) {
-        self.park.borrow_mut().next = 0;
-    }
-
-    /// The request was answered: what it replayed is spent.
-    pub(crate) fn end_request(&self) {
-        let mut p = self.park.borrow_mut();
-        p.replay.clear();
-        p.next = 0;
-    }
-
-    /// A write on a cluster node: its replayed outcome, or a proposal and a
-    /// parked connection (or, with no inbox, a blocking proposal).
-    pub(crate) fn apply(&self, cluster: &Cluster, op: &Op<'_>) -> Result<Outcome> {
-        let mut p = self.park.borrow_mut();
-        if let Some(r) = p.replay.get(p.next) {
-            let r = r.clone();
-            p.next += 1;
-            return r;
-        }
+    /// A decided write on a cluster node: it joins the turn's proposal and
+    /// the connection parks (or, with no inbox, a blocking proposal).
+    pub(crate) fn write(&self, cluster: &Cluster, op: &Op<'_>) -> Written {
         let Some(inbox) = self.inbox else {
-            drop(p);
-            return cluster.apply(op);
+            return Written::Now(cluster.apply(op));
         };
-        if !p.waiting {
-            p.waiting = true;
-            let mut writes = inbox.writes.lock();
-            writes.0.push(op);
-            writes.1.push((self.token, self.client));
+        self.park.borrow_mut().waiting = true;
+        let mut writes = inbox.writes.lock();
+        writes.0.push(op);
+        match writes.1.last_mut() {
+            Some((token, client, n)) if (*token, *client) == (self.token, self.client) => *n += 1,
+            _ => writes.1.push((self.token, self.client, 1)),
         }
-        Err(parked())
+        Written::Held
     }
 
     /// A read index on a cluster node: the one that landed for this input,
     /// or a request for one and a parked connection (or, with no inbox, a
     /// blocking wait).
-    pub(crate) fn read_barrier(&self, cluster: &Cluster) -> Result<()> {
+    pub(crate) fn read_gate(&self, cluster: &Cluster) -> ReadGate {
         if cluster.reads() == crate::config::ClusterReads::Local {
-            return Ok(());
+            return ReadGate::Open;
         }
         let mut p = self.park.borrow_mut();
         if let Some(r) = p.read.take() {
-            return r;
+            return gate(r);
         }
         let Some(inbox) = self.inbox else {
             drop(p);
-            return cluster.read_barrier();
+            return gate(cluster.read_barrier());
         };
         if !p.waiting {
             p.waiting = true;
             inbox.reads.lock().push((self.token, self.client));
         }
-        Err(parked())
+        ReadGate::Wait
+    }
+}
+
+/// Applies a decided write where this node's writes go: the turn's
+/// session on a single node; the log on a cluster node, where the reply is
+/// held while the connection parks (or, while the loop drains, the write
+/// waits for the log).
+pub(crate) fn write(
+    shared: &Shared,
+    session: &Session<'_>,
+    parking: Option<Parking<'_>>,
+    op: &Op<'_>,
+) -> Written {
+    match (&shared.cluster, parking) {
+        (Some(c), Some(p)) => p.write(c, op),
+        (Some(c), None) => Written::Now(c.apply(op)),
+        (None, _) => Written::Now(session.apply(op)),
+    }
+}
+
+fn gate(r: Result<()>) -> ReadGate {
+    match r {
+        Ok(()) => ReadGate::Open,
+        Err(e) => ReadGate::Refused(e),
     }
 }

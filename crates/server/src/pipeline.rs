@@ -24,11 +24,14 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use combkv::Session;
+use std::collections::VecDeque;
+
+use combkv::op::{Op, Outcome};
 use combkv::readexec::{BatchResults, ReadRequest};
+use combkv::{Result, Session};
 use smallvec::SmallVec;
 
-use crate::park::Parking;
+use crate::park::{Parking, ReadGate, Written};
 use crate::shared::{Shared, Stats};
 
 /// Per-connection facts every protocol may need.
@@ -57,7 +60,16 @@ pub(crate) struct Cx<'a> {
     /// On a cluster node: how this connection waits for the log (see
     /// `park`). None on a single node.
     pub parking: Option<Parking<'a>>,
+    /// The reply the request just run holds, and how many writes' outcomes
+    /// it waits for, for a protocol whose replies need nothing but this
+    /// context ([`Cx::hold`]).
+    pub held: Option<(Render, usize)>,
 }
+
+/// A held reply: renders it from its writes' outcomes, in order, once they
+/// land (see `park`).
+pub(crate) type Render =
+    Box<dyn for<'c> FnOnce(&mut Cx<'c>, Vec<Result<Outcome>>, &mut Vec<u8>) + Send>;
 
 impl Cx<'_> {
     /// The store of this turn.
@@ -66,44 +78,64 @@ impl Cx<'_> {
     }
 
     /// Applies a decided write: through the turn's session on a single
-    /// node, through the cluster's log on a cluster node.
-    pub fn apply(&self, op: &combkv::op::Op<'_>) -> combkv::Result<combkv::op::Outcome> {
-        apply(self.shared, self.session, self.parking, op)
+    /// node, through the cluster's log on a cluster node, where the
+    /// connection parks and the reply is held (`Written::Held`).
+    pub fn write_op(&self, op: &Op<'_>) -> Written {
+        crate::park::write(self.shared, self.session, self.parking, op)
     }
 
-    /// Whether the request that ran parked the connection (its reply is
-    /// dropped, so its errors are not counted).
-    pub(crate) fn parked(&self) -> bool {
-        self.parking.is_some_and(|p| p.parked())
+    /// Applies a decided write and renders its reply into `out` with
+    /// `render`: now, or, on a cluster node, once its outcome lands. The
+    /// render owns what it needs: a command whose reply borrows from the
+    /// request uses [`Cx::write_op`] and [`Cx::hold`], copying only when
+    /// the reply is held.
+    pub fn write(
+        &mut self,
+        op: &Op<'_>,
+        out: &mut Vec<u8>,
+        render: impl for<'c> FnOnce(&mut Cx<'c>, Result<Outcome>, &mut Vec<u8>) + Send + 'static,
+    ) {
+        match self.write_op(op) {
+            Written::Now(r) => render(self, r, out),
+            Written::Held => self.write_held(render),
+        }
+    }
+
+    /// Holds the request's reply until the outcome of its one held write
+    /// ([`Cx::write_op`] said `Written::Held`) lands.
+    pub fn write_held(
+        &mut self,
+        render: impl for<'c> FnOnce(&mut Cx<'c>, Result<Outcome>, &mut Vec<u8>) + Send + 'static,
+    ) {
+        self.hold(1, move |cx, mut r, out| render(cx, one(&mut r), out));
+    }
+
+    /// Holds the request's reply until the outcomes of its `n` held writes
+    /// land, then renders it with `render`.
+    pub fn hold(
+        &mut self,
+        n: usize,
+        render: impl for<'c> FnOnce(&mut Cx<'c>, Vec<Result<Outcome>>, &mut Vec<u8>) + Send + 'static,
+    ) {
+        self.held = Some((Box::new(render), n));
     }
 
     /// On a cluster node with linearizable reads, waits once per call for
-    /// a read index. Err: no leader answered; the reads are refused.
-    fn ready_to_read(&mut self) -> combkv::Result<()> {
+    /// a read index.
+    fn ready_to_read(&mut self) -> ReadGate {
         if self.read_ready {
-            return Ok(());
+            return ReadGate::Open;
         }
-        match (&self.shared.cluster, self.parking) {
-            (Some(c), Some(p)) => p.read_barrier(c)?,
-            (Some(c), None) => c.read_barrier()?,
-            (None, _) => {}
-        }
-        self.read_ready = true;
-        Ok(())
-    }
-}
-
-/// [`Cx::apply`] for callers holding the parts.
-pub(crate) fn apply(
-    shared: &Shared,
-    session: &combkv::Session<'_>,
-    parking: Option<Parking<'_>>,
-    op: &combkv::op::Op<'_>,
-) -> combkv::Result<combkv::op::Outcome> {
-    match (&shared.cluster, parking) {
-        (Some(c), Some(p)) => p.apply(c, op),
-        (Some(c), None) => c.apply(op),
-        (None, _) => session.apply(op),
+        let gate = match (&self.shared.cluster, self.parking) {
+            (Some(c), Some(p)) => p.read_gate(c),
+            (Some(c), None) => match c.read_barrier() {
+                Ok(()) => ReadGate::Open,
+                Err(e) => ReadGate::Refused(e),
+            },
+            (None, _) => ReadGate::Open,
+        };
+        self.read_ready = matches!(gate, ReadGate::Open);
+        gate
     }
 }
 
@@ -152,6 +184,8 @@ pub(crate) trait Protocol {
     type Error;
     /// The listener's name (CLIENT LIST's `protocol=`).
     const NAME: &'static str;
+    /// A held write's reply, rendered when its outcome lands (`park`).
+    type Held;
     /// Sent before closing a connection whose request hit a bug.
     const INTERNAL_ERROR: &'static [u8];
     /// Commands are timed for the slow log.
@@ -215,15 +249,24 @@ pub(crate) trait Protocol {
         out: &mut Vec<u8>,
     );
 
-    /// Runs a request that is not batched and writes its reply. True:
-    /// close the connection after the replies (QUIT).
+    /// Runs a request that is not batched and writes its reply, or holds
+    /// it (a write on a cluster node).
     fn execute(
         &mut self,
         cx: &mut Cx<'_>,
         input: &[u8],
         req: &Self::Request<'_>,
         out: &mut Vec<u8>,
-    ) -> bool;
+    ) -> Ran<Self::Held>;
+
+    /// Renders a held reply from its writes' outcomes, in order.
+    fn land(
+        &mut self,
+        cx: &mut Cx<'_>,
+        held: Self::Held,
+        outcomes: Vec<Result<Outcome>>,
+        out: &mut Vec<u8>,
+    );
 
     /// Answers a rejected request.
     fn reject(&mut self, cx: &Cx<'_>, err: Self::Error, out: &mut Vec<u8>);
@@ -235,6 +278,28 @@ pub(crate) trait Protocol {
     /// `took` in the slow log (only with `TIMED`).
     fn slow(&self, _cx: &Cx<'_>, _input: &[u8], _req: &Self::Request<'_>, _took: Duration) {}
 }
+
+/// What running a request came to.
+#[derive(Debug)]
+pub(crate) struct Ran<H> {
+    /// Close the connection after the replies (QUIT).
+    pub close: bool,
+    /// Its reply waits for the outcomes of this many held writes (never
+    /// with `close`).
+    pub held: Option<(H, usize)>,
+}
+
+/// A reply that waits its turn: a held write's, or one rendered already
+/// that follows a held one.
+enum Pending<H> {
+    /// A reply and how many outcomes it renders from.
+    Reply(H, usize),
+    Bytes(Vec<u8>),
+}
+
+/// The writes a connection holds at most: its next write waits for them
+/// to land (and then joins the next proposal).
+const MAX_HELD: usize = 4096;
 
 /// The result of processing a connection's input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -262,14 +327,26 @@ impl Processed {
 
 /// A connection's side of the pipeline: its protocol's state and what the
 /// turn rules keep between requests.
-#[derive(Debug, Default)]
-pub(crate) struct Pipeline<P> {
+pub(crate) struct Pipeline<P: Protocol> {
     pub proto: P,
     /// The connection wrote through the session since its last commit: a
     /// read must commit first to see its own writes.
     wrote: bool,
     /// The slow log's stopwatch.
     laps: Laps,
+    /// Replies waiting for the outcomes of the writes they follow, in
+    /// request order (on a cluster node, see `park`).
+    held: VecDeque<Pending<P::Held>>,
+}
+
+impl<P: Protocol + std::fmt::Debug> std::fmt::Debug for Pipeline<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("proto", &self.proto)
+            .field("wrote", &self.wrote)
+            .field("held", &self.held.len())
+            .finish()
+    }
 }
 
 impl<P: Protocol> Pipeline<P> {
@@ -278,6 +355,7 @@ impl<P: Protocol> Pipeline<P> {
             proto,
             wrote: false,
             laps: Laps::default(),
+            held: VecDeque::new(),
         }
     }
 
@@ -287,6 +365,9 @@ impl<P: Protocol> Pipeline<P> {
     /// up: the request whose reply passes the budget is the last one
     /// answered, in a batch too (the rest of the batch is parsed again
     /// later), so the budget is passed by one request's reply at most.
+    ///
+    /// On a cluster node, first renders the held replies whose writes
+    /// landed; while writes are held, only writes join them (see `park`).
     pub(crate) fn process(
         &mut self,
         cx: &mut Cx<'_>,
@@ -296,12 +377,18 @@ impl<P: Protocol> Pipeline<P> {
     ) -> Processed {
         self.laps = Laps::default();
         self.proto.begin(cx);
+        self.land(cx, out);
         let mut batch = Batch::default();
         let mut at = 0;
         let mut close = false;
         while out.len() <= reply_budget {
             let start = at;
             let step = self.proto.parse(cx, input, at, batch.reqs.is_empty());
+            if !self.held.is_empty() && !self.joins_held(&step) {
+                // Answered after the held writes land, parsed again then.
+                self.proto.rewind(request_of(&step));
+                break;
+            }
             // Requests before this one are answered first; a step that
             // needs them answered waits if that passed the budget.
             let answers_batch = match &step {
@@ -319,11 +406,7 @@ impl<P: Protocol> Pipeline<P> {
                         break;
                     }
                     Flushed::Done if out.len() > reply_budget => {
-                        let req = match &step {
-                            Step::Request(req, _) => Some(req),
-                            _ => None,
-                        };
-                        self.proto.rewind(req);
+                        self.proto.rewind(request_of(&step));
                         at = start;
                         break;
                     }
@@ -335,6 +418,7 @@ impl<P: Protocol> Pipeline<P> {
                 Step::Skip(n) => at += n,
                 Step::Request(req, n) => {
                     at += n;
+                    Stats::add(&cx.shared.stats.requests_parsed, 1);
                     let class = self.proto.class(&req);
                     if class == Class::BatchRead {
                         let reads = self.proto.reads(&req);
@@ -347,47 +431,26 @@ impl<P: Protocol> Pipeline<P> {
                             if !self.commit_own_writes(cx) {
                                 return Processed::aborted(at);
                             }
-                            if let Err(e) = cx.ready_to_read() {
-                                if cx.parked() {
+                            match cx.ready_to_read() {
+                                ReadGate::Open => {}
+                                ReadGate::Wait => {
                                     self.proto.rewind(Some(&req));
                                     at = start;
                                     break;
                                 }
-                                self.proto
-                                    .batch_failed(cx, e, std::slice::from_ref(&req), out);
-                                Stats::add(&cx.shared.stats.commands_processed, 1);
-                                continue;
+                                ReadGate::Refused(e) => {
+                                    self.proto
+                                        .batch_failed(cx, e, std::slice::from_ref(&req), out);
+                                    Stats::add(&cx.shared.stats.commands_processed, 1);
+                                    continue;
+                                }
                             }
                         }
                         _ => {}
                     }
-                    if let Some(p) = cx.parking {
-                        p.begin_request();
-                    }
-                    let before = out.len();
-                    close = match cx.parking {
-                        // What a parked run counted is taken back: it runs
-                        // again once the log answers.
-                        Some(p) => {
-                            let shared = cx.shared;
-                            shared.counting_once(|| self.run(cx, input, &req, out), || p.parked())
-                        }
-                        None => self.run(cx, input, &req, out),
-                    };
-                    if let Some(p) = cx.parking {
-                        if p.parked() {
-                            // Runs again, from its start, when the log
-                            // answers.
-                            out.truncate(before);
-                            self.proto.rewind(Some(&req));
-                            at = start;
-                            close = false;
-                            break;
-                        }
-                        p.end_request();
-                    }
+                    close = self.run(cx, input, &req, out);
                     Stats::add(&cx.shared.stats.commands_processed, 1);
-                    if close {
+                    if close || self.held.len() >= MAX_HELD {
                         break;
                     }
                 }
@@ -419,8 +482,41 @@ impl<P: Protocol> Pipeline<P> {
         }
     }
 
-    /// Executes one request that is not batched, timed for the slow log.
-    /// True: close the connection after the replies.
+    /// Whether a step may be taken while writes are held: a write (its
+    /// reply joins the held ones), or input that holds no request.
+    fn joins_held(&self, step: &Step<P::Request<'_>, P::Error>) -> bool {
+        match step {
+            Step::Incomplete | Step::Skip(_) => true,
+            Step::Request(req, _) => self.proto.class(req) == Class::Write,
+            Step::Reject(..) | Step::Close(_) => false,
+        }
+    }
+
+    /// Renders the held replies whose writes landed, in order.
+    fn land(&mut self, cx: &mut Cx<'_>, out: &mut Vec<u8>) {
+        let Some(outcomes) = cx.parking.and_then(|p| p.take_outcomes()) else {
+            return;
+        };
+        let mut outcomes = outcomes.into_iter();
+        for pending in std::mem::take(&mut self.held) {
+            match pending {
+                Pending::Bytes(b) => out.extend_from_slice(&b),
+                Pending::Reply(h, n) => {
+                    let mut mine: Vec<_> = outcomes.by_ref().take(n).collect();
+                    mine.resize_with(n, || {
+                        Err(combkv::Error::Uncertain(
+                            "the log answered fewer writes than were proposed".into(),
+                        ))
+                    });
+                    self.proto.land(cx, h, mine, out);
+                }
+            }
+        }
+    }
+
+    /// Executes one request that is not batched, timed for the slow log;
+    /// its reply is written, or held. True: close the connection after the
+    /// replies.
     fn run(
         &mut self,
         cx: &mut Cx<'_>,
@@ -431,14 +527,23 @@ impl<P: Protocol> Pipeline<P> {
         if P::TIMED {
             self.laps.start();
         }
-        let close = self.proto.execute(cx, input, req, out);
+        let before = out.len();
+        let ran = self.proto.execute(cx, input, req, out);
         if P::TIMED {
             let took = self.laps.lap();
             if cx.shared.slowlog.wants(took) {
                 self.proto.slow(cx, input, req, took);
             }
         }
-        close
+        if let Some((h, n)) = ran.held {
+            debug_assert_eq!(out.len(), before, "a held reply renders nothing now");
+            self.held.push_back(Pending::Reply(h, n));
+        } else if !self.held.is_empty() && out.len() > before {
+            // A write refused before it was decided: its reply follows
+            // the held ones.
+            self.held.push_back(Pending::Bytes(out.split_off(before)));
+        }
+        ran.close
     }
 
     /// Commits the session if this connection wrote since its last commit,
@@ -491,18 +596,21 @@ impl<P: Protocol> Pipeline<P> {
         if !self.commit_own_writes(cx) {
             return Flushed::Abort;
         }
-        if let Err(e) = cx.ready_to_read() {
-            if cx.parked() {
+        match cx.ready_to_read() {
+            ReadGate::Open => {}
+            ReadGate::Wait => {
                 // The whole batch is parsed again once the read index lands.
                 self.proto.rewind(batch.reqs.first());
                 let resume = batch.starts[0];
                 batch.clear();
                 return Flushed::Partial(resume);
             }
-            self.proto.batch_failed(cx, e, &batch.reqs, out);
-            Stats::add(&cx.shared.stats.commands_processed, batch.reqs.len() as u64);
-            batch.clear();
-            return Flushed::Done;
+            ReadGate::Refused(e) => {
+                self.proto.batch_failed(cx, e, &batch.reqs, out);
+                Stats::add(&cx.shared.stats.commands_processed, batch.reqs.len() as u64);
+                batch.clear();
+                return Flushed::Done;
+            }
         }
         if P::TIMED {
             self.laps.start();
@@ -549,6 +657,23 @@ impl<P: Protocol> Pipeline<P> {
         };
         batch.clear();
         flushed
+    }
+}
+
+/// The one outcome of a single held write.
+pub(crate) fn one(outcomes: &mut Vec<Result<Outcome>>) -> Result<Outcome> {
+    outcomes.pop().unwrap_or_else(|| {
+        Err(combkv::Error::Uncertain(
+            "the log answered no outcome for a write".into(),
+        ))
+    })
+}
+
+/// The request a step holds, if any.
+fn request_of<R, E>(step: &Step<R, E>) -> Option<&R> {
+    match step {
+        Step::Request(req, _) => Some(req),
+        _ => None,
     }
 }
 

@@ -35,30 +35,12 @@ thread_local! {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         NEXT.fetch_add(1, Ordering::Relaxed) % COUNTER_SHARDS
     };
-    /// While a request that may park runs (`Shared::counting_once`):
-    /// what it counted, (counter address, amount), to take back if it parks
-    /// (it runs again, and counts again, once the log answers).
-    static JOURNAL: std::cell::RefCell<Vec<(usize, u64)>> =
-        const { std::cell::RefCell::new(Vec::new()) };
-    static JOURNALING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 impl Counter {
     pub fn add(&self, n: u64) {
         let i = SHARD.with(|s| *s);
         self.shards[i].fetch_add(n, Ordering::Relaxed);
-        if JOURNALING.with(std::cell::Cell::get) {
-            let at = self as *const Counter as usize;
-            JOURNAL.with(|j| j.borrow_mut().push((at, n)));
-        }
-    }
-
-    /// Takes back `n` this thread added.
-    fn take_back(&self, n: u64) {
-        let i = SHARD.with(|s| *s);
-        let _ = self.shards[i].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-            Some(v.saturating_sub(n))
-        });
     }
 
     pub fn get(&self) -> u64 {
@@ -78,6 +60,10 @@ pub struct Stats {
     pub connections_received: Counter,
     pub connections_rejected: Counter,
     pub commands_processed: Counter,
+    /// Requests parsed: one per request answered, plus one for each time
+    /// a request waited (for a read index, or for the reply budget) and
+    /// was parsed again.
+    pub requests_parsed: Counter,
     pub keyspace_hits: Counter,
     pub keyspace_misses: Counter,
     pub net_input_bytes: Counter,
@@ -333,49 +319,6 @@ impl Shared {
             .store(resident_bytes(), Ordering::Relaxed);
     }
 
-    /// Runs `f`, a request that may park its connection (on a cluster
-    /// node), and takes back what it counted if `parked()` says it did:
-    /// it runs again once the log answers, and counts then.
-    pub(crate) fn counting_once<R>(
-        &self,
-        f: impl FnOnce() -> R,
-        parked: impl FnOnce() -> bool,
-    ) -> R {
-        /// Stops journaling however `f` ends (a request's panic is caught
-        /// by the event loop, which goes on serving).
-        struct Journaling;
-        impl Drop for Journaling {
-            fn drop(&mut self) {
-                JOURNALING.with(|j| j.set(false));
-            }
-        }
-        JOURNALING.with(|j| j.set(true));
-        let journaling = Journaling;
-        let r = f();
-        drop(journaling);
-        let parked = parked();
-        JOURNAL.with(|j| {
-            let mut journal = j.borrow_mut();
-            if parked {
-                // On a cluster node every write parks once: look the few
-                // journalled counters up in place, nothing allocated.
-                for &(at, n) in journal.iter() {
-                    let mine = self
-                        .counters()
-                        .into_iter()
-                        .chain(self.memcache.stats.all().into_iter().map(|(_, c)| c))
-                        .find(|c| std::ptr::eq(*c, at as *const Counter));
-                    if let Some(c) = mine {
-                        c.take_back(n);
-                    }
-                }
-            }
-            // Kept for the next request: no allocation per request.
-            journal.clear();
-        });
-        r
-    }
-
     /// CONFIG RESETSTAT: zeroes the counters.
     pub fn reset_stats(&self) {
         for c in self.counters() {
@@ -385,12 +328,13 @@ impl Shared {
     }
 
     /// The server-wide counters (`Stats`).
-    fn counters(&self) -> [&Counter; 16] {
+    fn counters(&self) -> [&Counter; 17] {
         let s = &self.stats;
         [
             &s.connections_received,
             &s.connections_rejected,
             &s.commands_processed,
+            &s.requests_parsed,
             &s.keyspace_hits,
             &s.keyspace_misses,
             &s.net_input_bytes,

@@ -83,6 +83,7 @@ impl MemcacheSession {
                 client: &mut self.client,
                 read_ready: false,
                 parking: None,
+                held: None,
             };
             let out = self
                 .conn

@@ -16,7 +16,7 @@ pub(crate) mod udp;
 
 use combkv::readexec::{BatchResults, ReadRequest};
 
-use crate::pipeline::{Class, Cx, Protocol, Reads, Step};
+use crate::pipeline::{Class, Cx, Protocol, Ran, Reads, Render, Step};
 use crate::shared::{Shared, Stats};
 use binary::{BinCmd, BinParsed, BinRequest};
 use error::McError;
@@ -279,9 +279,48 @@ impl Memcache {
     }
 }
 
+impl Memcache {
+    /// Runs a request that is not batched. True: close the connection.
+    fn run(&mut self, cx: &mut Cx<'_>, req: &Request<'_>, out: &mut Vec<u8>) -> bool {
+        match *req {
+            Request::Quit => return true,
+            // memcached's replies: closed when it shuts down.
+            Request::Shutdown { valid } => {
+                if !cx.shared.config.memcached_shutdown {
+                    out.extend_from_slice(b"ERROR: shutdown not enabled\r\n");
+                } else if !valid {
+                    out.extend_from_slice(b"CLIENT_ERROR invalid shutdown mode\r\n");
+                } else {
+                    tracing::info!(client = cx.client.id, "memcached shutdown: stopping");
+                    cx.shared.stop();
+                    return true;
+                }
+                return false;
+            }
+            Request::Auth { user, pass } => {
+                self.authenticate(cx, user, pass, out);
+                return false;
+            }
+            Request::Binary(ref b) => {
+                return match b.cmd {
+                    BinCmd::SaslListMechs | BinCmd::SaslAuth { .. } | BinCmd::SaslStep => {
+                        self.sasl(cx, b, out);
+                        false
+                    }
+                    _ => binary::cmd::execute(cx, b, out),
+                };
+            }
+            _ => {}
+        }
+        cmd::execute(cx, req, out);
+        false
+    }
+}
+
 impl Protocol for Memcache {
     type Request<'a> = Request<'a>;
     type Error = Rejected;
+    type Held = Render;
     const NAME: &'static str = "memcached";
     const INTERNAL_ERROR: &'static [u8] = b"SERVER_ERROR internal error; closing connection\r\n";
     const TIMED: bool = false;
@@ -486,39 +525,22 @@ impl Protocol for Memcache {
         _input: &[u8],
         req: &Request<'_>,
         out: &mut Vec<u8>,
-    ) -> bool {
-        match *req {
-            Request::Quit => return true,
-            // memcached's replies: closed when it shuts down.
-            Request::Shutdown { valid } => {
-                if !cx.shared.config.memcached_shutdown {
-                    out.extend_from_slice(b"ERROR: shutdown not enabled\r\n");
-                } else if !valid {
-                    out.extend_from_slice(b"CLIENT_ERROR invalid shutdown mode\r\n");
-                } else {
-                    tracing::info!(client = cx.client.id, "memcached shutdown: stopping");
-                    cx.shared.stop();
-                    return true;
-                }
-                return false;
-            }
-            Request::Auth { user, pass } => {
-                self.authenticate(cx, user, pass, out);
-                return false;
-            }
-            Request::Binary(ref b) => {
-                return match b.cmd {
-                    BinCmd::SaslListMechs | BinCmd::SaslAuth { .. } | BinCmd::SaslStep => {
-                        self.sasl(cx, b, out);
-                        false
-                    }
-                    _ => binary::cmd::execute(cx, b, out),
-                };
-            }
-            _ => {}
+    ) -> Ran<Render> {
+        let close = self.run(cx, req, out);
+        Ran {
+            close,
+            held: cx.held.take(),
         }
-        cmd::execute(cx, req, out);
-        false
+    }
+
+    fn land(
+        &mut self,
+        cx: &mut Cx<'_>,
+        held: Render,
+        outcomes: Vec<combkv::Result<combkv::op::Outcome>>,
+        out: &mut Vec<u8>,
+    ) {
+        held(cx, outcomes, out);
     }
 
     fn reject(&mut self, cx: &Cx<'_>, err: Rejected, out: &mut Vec<u8>) {

@@ -119,6 +119,7 @@ impl RespSession {
                 client: &mut self.client,
                 read_ready: false,
                 parking: None,
+                held: None,
             };
             // The client is assumed to read every reply: the budget counts
             // this round's output only.

@@ -12,9 +12,11 @@ pub(crate) mod reply;
 
 use std::time::Duration;
 
+use combkv::Result as StoreResult;
+use combkv::op::Outcome;
 use combkv::readexec::BatchResults;
 
-use crate::pipeline::{Class, Cx, Protocol, Reads, Step};
+use crate::pipeline::{Class, Cx, Protocol, Ran, Reads, Step};
 use crate::shared::Stats;
 use cmd::batch::{self, Hits, Planned, RangeSlots};
 use cmd::{ArgList, Ctx, Spec};
@@ -116,6 +118,7 @@ impl<'a> FrameArgs<'a> {
 impl Protocol for Resp {
     type Request<'a> = RespRequest;
     type Error = FrameError;
+    type Held = cmd::Held;
     const NAME: &'static str = "resp";
     const INTERNAL_ERROR: &'static [u8] = b"-ERR internal error; closing connection\r\n";
     const TIMED: bool = true;
@@ -287,7 +290,7 @@ impl Protocol for Resp {
         input: &[u8],
         req: &RespRequest,
         out: &mut Vec<u8>,
-    ) -> bool {
+    ) -> Ran<cmd::Held> {
         let Resp { conn, frames, .. } = self;
         let input = &input[req.base..];
         let n = req.end - req.first;
@@ -315,9 +318,43 @@ impl Protocol for Resp {
             r: Reply { out, resp3 },
             close: false,
             txn: None,
+            held: None,
         };
         cmd::dispatch(&mut ctx, req.spec);
-        ctx.close
+        Ran {
+            close: ctx.close,
+            held: ctx.held.map(|h| (h, 1)),
+        }
+    }
+
+    fn land(
+        &mut self,
+        cx: &mut Cx<'_>,
+        held: cmd::Held,
+        mut outcomes: Vec<StoreResult<Outcome>>,
+        out: &mut Vec<u8>,
+    ) {
+        let resp3 = self.conn.resp3;
+        let mut ctx = Ctx {
+            shared: cx.shared,
+            session: cx.session,
+            parking: cx.parking,
+            batch: cx.batch,
+            conn: &mut self.conn,
+            client: cx.client,
+            args: &[],
+            r: Reply { out, resp3 },
+            close: false,
+            txn: None,
+            held: None,
+        };
+        let r = match crate::pipeline::one(&mut outcomes) {
+            Ok(o) => held(&mut ctx, o),
+            Err(e) => Err(e.into()),
+        };
+        if let Err(e) = r {
+            cmd::error_reply(&mut ctx, &e);
+        }
     }
 
     /// The one request RESP answers without running it: one whose bulk

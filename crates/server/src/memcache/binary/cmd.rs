@@ -12,6 +12,7 @@ use crate::memcache::cmd::{Found, expiry, store_over_maxmemory};
 use crate::memcache::error::{McError, store_error_text};
 use crate::memcache::parse::StoreCmd;
 use crate::memcache::stats::{VERSION, stat_lines};
+use crate::park::Written;
 use crate::pipeline::Cx;
 use crate::shared::Stats;
 
@@ -38,9 +39,7 @@ pub fn status_of(err: &McError) -> Status {
 /// Answers a refusal; an engine refusal carries its own text, the others
 /// memcached's message for the status.
 pub fn refuse(cx: &Cx<'_>, out: &mut Vec<u8>, head: Head, err: &McError) {
-    if !cx.parked() {
-        Stats::add(&cx.shared.stats.errors_replied, 1);
-    }
+    Stats::add(&cx.shared.stats.errors_replied, 1);
     match err {
         McError::Store(e) => {
             let text = store_error_text(e);
@@ -60,14 +59,14 @@ fn write_item(out: &mut Vec<u8>, head: Head, f: &Found<'_>, key: Option<&[u8]>, 
 }
 
 /// A get's miss: nothing for the quiet ones, the key for getk.
-fn write_miss(out: &mut Vec<u8>, req: &BinRequest<'_>, key: &[u8], with_key: bool) {
-    if req.quiet {
+fn write_miss(out: &mut Vec<u8>, head: Head, quiet: bool, key: &[u8], with_key: bool) {
+    if quiet {
         return;
     }
     if with_key {
-        packet(out, req.head, Status::KeyNotFound, 0, &[], key, &[]);
+        packet(out, head, Status::KeyNotFound, 0, &[], key, &[]);
     } else {
-        error(out, req.head, Status::KeyNotFound);
+        error(out, head, Status::KeyNotFound);
     }
 }
 
@@ -78,7 +77,7 @@ pub(crate) fn reply_get(out: &mut Vec<u8>, req: &BinRequest<'_>, found: Option<&
     };
     match found {
         Some(f) => write_item(out, req.head, f, with_key.then_some(key), true),
-        None => write_miss(out, req, key, with_key),
+        None => write_miss(out, req.head, req.quiet, key, with_key),
     }
 }
 
@@ -118,10 +117,14 @@ pub(crate) fn execute(cx: &mut Cx<'_>, req: &BinRequest<'_>, out: &mut Vec<u8>) 
             value,
             with_key,
         } => touch(cx, req, key, exptime, value, with_key, out),
-        BinCmd::Flush { delay } => match flush(cx, delay) {
-            Ok(()) => ok(out, 0, &[]),
-            Err(e) => refuse(cx, out, req.head, &e),
-        },
+        BinCmd::Flush { delay } => {
+            let (head, quiet) = (req.head, req.quiet);
+            flush(cx, delay, out, move |cx, r, out| match r {
+                Ok(()) if quiet => {}
+                Ok(()) => packet(out, head, Status::Success, 0, &[], &[], &[]),
+                Err(e) => refuse(cx, out, head, &e),
+            });
+        }
         BinCmd::Stat { group } => stat(cx, req.head, group, out),
         BinCmd::Noop | BinCmd::Verbosity => ok(out, 0, &[]),
         BinCmd::Version => ok(out, 0, VERSION.as_bytes()),
@@ -156,7 +159,6 @@ fn store(
     if store_over_maxmemory(cx) {
         return refuse(cx, out, req.head, &McError::OutOfMemoryStoring);
     }
-    let mc = &cx.shared.memcache.stats;
     let op = store_op(
         cmd,
         key,
@@ -165,14 +167,31 @@ fn store(
         expiry(exptime, combkv::now_ms()),
         cas,
     );
-    let outcome = match cx.apply(&op) {
+    let (head, quiet) = (req.head, req.quiet);
+    cx.write(&op, out, move |cx, r, out| {
+        stored(cx, head, quiet, cmd, cas, r, out);
+    });
+}
+
+/// A store's reply, from its write's outcome.
+fn stored(
+    cx: &mut Cx<'_>,
+    head: Head,
+    quiet: bool,
+    cmd: StoreCmd,
+    cas: u64,
+    r: combkv::Result<Outcome>,
+    out: &mut Vec<u8>,
+) {
+    let mc = &cx.shared.memcache.stats;
+    let outcome = match r {
         Ok(o) => o,
         Err(e) => {
             let e = McError::from(e);
             if e == McError::TooLarge {
                 Stats::add(&mc.store_too_large, 1);
             }
-            return refuse(cx, out, req.head, &e);
+            return refuse(cx, out, head, &e);
         }
     };
     let status = outcome.status();
@@ -187,43 +206,46 @@ fn store(
     match status {
         OpStatus::Done => {
             Stats::add(&mc.total_items, 1);
-            if !req.quiet {
+            if !quiet {
                 let version = outcome.version().map_or(0, Version::get);
-                packet(out, req.head, Status::Success, version, &[], &[], &[]);
+                packet(out, head, Status::Success, version, &[], &[], &[]);
             }
         }
-        OpStatus::Present | OpStatus::Mismatch => error(out, req.head, Status::KeyExists),
+        OpStatus::Present | OpStatus::Mismatch => error(out, head, Status::KeyExists),
         OpStatus::Missing => {
             let status = match cmd {
                 StoreCmd::Append | StoreCmd::Prepend => Status::NotStored,
                 _ => Status::KeyNotFound,
             };
-            error(out, req.head, status);
+            error(out, head, status);
         }
     }
 }
 
 fn delete(cx: &mut Cx<'_>, req: &BinRequest<'_>, key: &[u8], cas: u64, out: &mut Vec<u8>) {
-    let mc = &cx.shared.memcache.stats;
     let op = Op::Delete {
         key,
         cond: cas_cond(cas, Cond::Any),
         return_old: false,
     };
-    match cx.apply(&op).map(|o| o.status()) {
-        Ok(OpStatus::Done) => {
-            Stats::add(&mc.delete_hits, 1);
-            if !req.quiet {
-                packet(out, req.head, Status::Success, 0, &[], &[], &[]);
+    let (head, quiet) = (req.head, req.quiet);
+    cx.write(&op, out, move |cx, r, out| {
+        let mc = &cx.shared.memcache.stats;
+        match r.map(|o| o.status()) {
+            Ok(OpStatus::Done) => {
+                Stats::add(&mc.delete_hits, 1);
+                if !quiet {
+                    packet(out, head, Status::Success, 0, &[], &[], &[]);
+                }
             }
+            Ok(OpStatus::Mismatch) => error(out, head, Status::KeyExists),
+            Ok(_) => {
+                Stats::add(&mc.delete_misses, 1);
+                error(out, head, Status::KeyNotFound);
+            }
+            Err(e) => refuse(cx, out, head, &McError::from(e)),
         }
-        Ok(OpStatus::Mismatch) => error(out, req.head, Status::KeyExists),
-        Ok(_) => {
-            Stats::add(&mc.delete_misses, 1);
-            error(out, req.head, Status::KeyNotFound);
-        }
-        Err(e) => refuse(cx, out, req.head, &McError::from(e)),
-    }
+    });
 }
 
 /// increment and decrement: memcached's numbers (wrap at 2^64 up, stop at
@@ -266,13 +288,28 @@ fn arith(
         cond: cas_cond(cas, Cond::Any),
         expiry: combkv::Expiry::Keep,
     };
-    let mc = &shared.memcache.stats;
+    let (head, quiet) = (req.head, req.quiet);
+    cx.write(&op, out, move |cx, r, out| {
+        counted(cx, head, quiet, incr, r, out)
+    });
+}
+
+/// increment's and decrement's reply, from the write's outcome.
+fn counted(
+    cx: &mut Cx<'_>,
+    head: Head,
+    quiet: bool,
+    incr: bool,
+    r: combkv::Result<Outcome>,
+    out: &mut Vec<u8>,
+) {
+    let mc = &cx.shared.memcache.stats;
     let (hits, misses) = if incr {
         (&mc.incr_hits, &mc.incr_misses)
     } else {
         (&mc.decr_hits, &mc.decr_misses)
     };
-    match cx.apply(&op) {
+    match r {
         Ok(Outcome::Incr {
             status: OpStatus::Done,
             number: Number::Unsigned(n),
@@ -280,25 +317,17 @@ fn arith(
             ..
         }) => {
             Stats::add(hits, 1);
-            if !req.quiet {
+            if !quiet {
                 let cas = version.map_or(0, Version::get);
-                packet(
-                    out,
-                    req.head,
-                    Status::Success,
-                    cas,
-                    &[],
-                    &[],
-                    &n.to_be_bytes(),
-                );
+                packet(out, head, Status::Success, cas, &[], &[], &n.to_be_bytes());
             }
         }
-        Ok(o) if o.status() == OpStatus::Mismatch => error(out, req.head, Status::KeyExists),
+        Ok(o) if o.status() == OpStatus::Mismatch => error(out, head, Status::KeyExists),
         Ok(_) => {
             Stats::add(misses, 1);
-            error(out, req.head, Status::KeyNotFound);
+            error(out, head, Status::KeyNotFound);
         }
-        Err(e) => refuse(cx, out, req.head, &McError::from(e)),
+        Err(e) => refuse(cx, out, head, &McError::from(e)),
     }
 }
 
@@ -312,28 +341,46 @@ fn touch(
     with_key: bool,
     out: &mut Vec<u8>,
 ) {
+    Stats::add(&cx.shared.memcache.stats.cmd_touch, 1);
+    let (head, quiet) = (req.head, req.quiet);
+    match cx.write_op(&touch_op(key, expiry(exptime, combkv::now_ms()), true)) {
+        Written::Now(r) => touched(cx, head, quiet, key, value, with_key, r, out),
+        Written::Held => {
+            let key = key.to_vec();
+            cx.write_held(move |cx, r, out| {
+                touched(cx, head, quiet, &key, value, with_key, r, out);
+            });
+        }
+    }
+}
+
+/// touch's and gat's reply, from the write's outcome.
+#[expect(clippy::too_many_arguments, reason = "the fields of one request")]
+fn touched(
+    cx: &mut Cx<'_>,
+    head: Head,
+    quiet: bool,
+    key: &[u8],
+    value: bool,
+    with_key: bool,
+    r: combkv::Result<Outcome>,
+    out: &mut Vec<u8>,
+) {
     let mc = &cx.shared.memcache.stats;
-    Stats::add(&mc.cmd_touch, 1);
-    match cx.apply(&touch_op(key, expiry(exptime, combkv::now_ms()), true)) {
+    match r {
         Ok(Outcome::Expire {
             status: OpStatus::Done,
             item: Some(it),
             ..
         }) => {
             Stats::add(&mc.touch_hits, 1);
-            write_item(
-                out,
-                req.head,
-                &Found::from(&it),
-                with_key.then_some(key),
-                value,
-            );
+            write_item(out, head, &Found::from(&it), with_key.then_some(key), value);
         }
         Ok(_) => {
             Stats::add(&mc.touch_misses, 1);
-            write_miss(out, req, key, with_key);
+            write_miss(out, head, quiet, key, with_key);
         }
-        Err(e) => refuse(cx, out, req.head, &McError::from(e)),
+        Err(e) => refuse(cx, out, head, &McError::from(e)),
     }
 }
 

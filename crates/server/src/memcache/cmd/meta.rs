@@ -11,7 +11,8 @@ use combkv::{Expiry, Flags, Version};
 use super::text::touch_op;
 use super::{Found, error_line, expiry, line, store_over_maxmemory, ttl_secs};
 use crate::memcache::error::McError;
-use crate::memcache::parse::{Key, MetaFlags, encode_base64};
+use crate::memcache::parse::{HeldMeta, Key, MetaFlags, encode_base64};
+use crate::park::Written;
 use crate::pipeline::Cx;
 use crate::shared::Stats;
 
@@ -96,7 +97,28 @@ pub(super) fn get_touch(cx: &mut Cx<'_>, key: &Key<'_>, flags: &MetaFlags<'_>, o
     Stats::add(&mc.cmd_touch, 1);
     let now = combkv::now_ms();
     let op = touch_op(key.bytes(), expiry(flags.ttl.unwrap_or(0), now), true);
-    match cx.apply(&op) {
+    match cx.write_op(&op) {
+        Written::Now(r) => got_touched(cx, key, flags, r, now, out),
+        Written::Held => {
+            let held = HeldMeta::new(key, flags);
+            cx.write_held(move |cx, r, out| {
+                got_touched(cx, &held.key(), &held.flags(), r, now, out);
+            });
+        }
+    }
+}
+
+/// mg T's reply, from its write's outcome.
+fn got_touched(
+    cx: &mut Cx<'_>,
+    key: &Key<'_>,
+    flags: &MetaFlags<'_>,
+    r: combkv::Result<Outcome>,
+    now: u64,
+    out: &mut Vec<u8>,
+) {
+    let mc = &cx.shared.memcache.stats;
+    match r {
         Err(e) => error_line(cx, out, &McError::from(e)),
         Ok(Outcome::Expire {
             status: Status::Done,
@@ -174,19 +196,37 @@ pub(super) fn set(
             cond: cas_cond(flags).unwrap_or(Cond::Any),
         },
     };
-    let outcome = match cx.apply(&op) {
+    // A set or replace with `C` wants its item present: `NF` when absent.
+    let nf = matches!(mode, b'S' | b'R') && flags.compare_cas.is_some();
+    match cx.write_op(&op) {
+        Written::Now(r) => set_done(cx, key, flags, r, nf, out),
+        Written::Held => {
+            let held = HeldMeta::new(key, flags);
+            cx.write_held(move |cx, r, out| set_done(cx, &held.key(), &held.flags(), r, nf, out));
+        }
+    }
+}
+
+/// ms's reply, or its error, from its write's outcome.
+fn set_done(
+    cx: &mut Cx<'_>,
+    key: &Key<'_>,
+    flags: &MetaFlags<'_>,
+    r: combkv::Result<Outcome>,
+    nf: bool,
+    out: &mut Vec<u8>,
+) {
+    let outcome = match r {
         Err(e) => {
             let e = McError::from(e);
             if e == McError::TooLarge {
                 // An append or prepend past max-value-bytes.
-                Stats::add(&mc.store_too_large, 1);
+                Stats::add(&cx.shared.memcache.stats.store_too_large, 1);
             }
             return error_line(cx, out, &e);
         }
         Ok(o) => o,
     };
-    // A set or replace with `C` wants its item present: `NF` when absent.
-    let nf = matches!(mode, b'S' | b'R') && flags.compare_cas.is_some();
     set_reply(cx, key, flags, outcome.status(), outcome.version(), nf, out);
 }
 
@@ -232,7 +272,25 @@ pub(super) fn delete(cx: &mut Cx<'_>, key: &Key<'_>, flags: &MetaFlags<'_>, out:
         cond: cas_cond(flags).unwrap_or(Cond::Any),
         return_old: false,
     };
-    let status = match cx.apply(&op) {
+    match cx.write_op(&op) {
+        Written::Now(r) => deleted(cx, key, flags, r, out),
+        Written::Held => {
+            let held = HeldMeta::new(key, flags);
+            cx.write_held(move |cx, r, out| deleted(cx, &held.key(), &held.flags(), r, out));
+        }
+    }
+}
+
+/// md's reply, from its write's outcome.
+fn deleted(
+    cx: &mut Cx<'_>,
+    key: &Key<'_>,
+    flags: &MetaFlags<'_>,
+    r: combkv::Result<Outcome>,
+    out: &mut Vec<u8>,
+) {
+    let mc = &cx.shared.memcache.stats;
+    let status = match r {
         Err(e) => return error_line(cx, out, &McError::from(e)),
         Ok(o) => o.status(),
     };
@@ -278,26 +336,16 @@ pub(super) fn arith(cx: &mut Cx<'_>, key: &Key<'_>, flags: &MetaFlags<'_>, out: 
             cond: cas_cond(flags).unwrap_or(Cond::Any),
             expiry: flags.ttl.map_or(Expiry::Keep, |t| expiry(t, now)),
         };
-        cx.apply(&op).map(|o| match o {
-            Outcome::Incr {
-                status,
-                version,
-                number: Number::Unsigned(n),
-                created,
-                expires_at_ms,
-            } => ArithDone {
-                status,
-                version,
-                n,
-                created,
-                expires_at_ms,
-            },
-            other => unreachable!("an unsigned increment's outcome: {other:?}"),
-        })
+        cx.write_op(&op)
     };
     match r {
-        Err(e) => error_line(cx, out, &McError::from(e)),
-        Ok(done) => arith_reply(cx, key, flags, incr, &done, now, out),
+        Written::Now(r) => arith_done(cx, key, flags, incr, r, now, out),
+        Written::Held => {
+            let held = HeldMeta::new(key, flags);
+            cx.write_held(move |cx, r, out| {
+                arith_done(cx, &held.key(), &held.flags(), incr, r, now, out);
+            });
+        }
     }
 }
 
@@ -312,8 +360,36 @@ struct ArithDone {
     expires_at_ms: Option<u64>,
 }
 
-/// ma's reply: `HD` or `VA` with the number (hidden by `q` unless the item
-/// was created), or why not, with the return flags.
+/// ma's reply, or its error, from its write's outcome.
+fn arith_done(
+    cx: &mut Cx<'_>,
+    key: &Key<'_>,
+    flags: &MetaFlags<'_>,
+    incr: bool,
+    r: combkv::Result<Outcome>,
+    now: u64,
+    out: &mut Vec<u8>,
+) {
+    let done = match r {
+        Err(e) => return error_line(cx, out, &McError::from(e)),
+        Ok(Outcome::Incr {
+            status,
+            version,
+            number: Number::Unsigned(n),
+            created,
+            expires_at_ms,
+        }) => ArithDone {
+            status,
+            version,
+            n,
+            created,
+            expires_at_ms,
+        },
+        Ok(other) => unreachable!("an unsigned increment's outcome: {other:?}"),
+    };
+    arith_reply(cx, key, flags, incr, &done, now, out);
+}
+
 fn arith_reply(
     cx: &Cx<'_>,
     key: &Key<'_>,

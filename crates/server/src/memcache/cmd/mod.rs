@@ -93,10 +93,7 @@ pub(crate) fn line(out: &mut Vec<u8>, s: &str) {
 }
 
 pub(crate) fn error_line(cx: &Cx<'_>, out: &mut Vec<u8>, err: &McError) {
-    // A parked request's reply is dropped: not an error replied.
-    if !cx.parked() {
-        Stats::add(&cx.shared.stats.errors_replied, 1);
-    }
+    Stats::add(&cx.shared.stats.errors_replied, 1);
     line(out, &err.line());
 }
 

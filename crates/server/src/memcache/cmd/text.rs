@@ -9,6 +9,7 @@ use combkv::{Expiry, Flags, Version};
 use super::{Found, error_line, expiry, line, store_over_maxmemory, write_value};
 use crate::memcache::error::McError;
 use crate::memcache::parse::{self, GetKind, RELATIVE_EXPTIME_MAX, StoreCmd};
+use crate::park::Written;
 use crate::pipeline::Cx;
 use crate::shared::Stats;
 
@@ -84,7 +85,6 @@ pub(super) fn store(
     if store_over_maxmemory(cx) {
         return reply(cx, out, noreply, Err(McError::OutOfMemoryStoring));
     }
-    let mc = &cx.shared.memcache.stats;
     let op = store_op(
         cmd,
         key,
@@ -93,7 +93,19 @@ pub(super) fn store(
         expiry(exptime, combkv::now_ms()),
         cas,
     );
-    let r = match cx.apply(&op) {
+    cx.write(&op, out, move |cx, r, out| stored(cx, cmd, r, noreply, out));
+}
+
+/// A storage command's reply, from its write's outcome.
+fn stored(
+    cx: &mut Cx<'_>,
+    cmd: StoreCmd,
+    r: combkv::Result<Outcome>,
+    noreply: bool,
+    out: &mut Vec<u8>,
+) {
+    let mc = &cx.shared.memcache.stats;
+    let r = match r {
         Err(e) => Err(McError::from(e)),
         Ok(o) => {
             let status = o.status();
@@ -123,13 +135,18 @@ pub(super) fn store(
 }
 
 pub(super) fn delete(cx: &mut Cx<'_>, key: &[u8], noreply: bool, out: &mut Vec<u8>) {
-    let mc = &cx.shared.memcache.stats;
     let op = Op::Delete {
         key,
         cond: Cond::Any,
         return_old: false,
     };
-    let r = match cx.apply(&op).map(|o| o.status()) {
+    cx.write(&op, out, move |cx, r, out| deleted(cx, r, noreply, out));
+}
+
+/// delete's reply, from its write's outcome.
+fn deleted(cx: &mut Cx<'_>, r: combkv::Result<Outcome>, noreply: bool, out: &mut Vec<u8>) {
+    let mc = &cx.shared.memcache.stats;
+    let r = match r.map(|o| o.status()) {
         Ok(Status::Done) => {
             Stats::add(&mc.delete_hits, 1);
             Ok("DELETED")
@@ -168,14 +185,27 @@ pub(super) fn arith(
         cond: Cond::Any,
         expiry: Expiry::Keep,
     };
-    let mc = &shared.memcache.stats;
+    cx.write(&op, out, move |cx, r, out| {
+        counted(cx, incr, r, noreply, out)
+    });
+}
+
+/// incr's and decr's reply, from the write's outcome.
+fn counted(
+    cx: &mut Cx<'_>,
+    incr: bool,
+    r: combkv::Result<Outcome>,
+    noreply: bool,
+    out: &mut Vec<u8>,
+) {
+    let mc = &cx.shared.memcache.stats;
     let (hits, misses) = if incr {
         (&mc.incr_hits, &mc.incr_misses)
     } else {
         (&mc.decr_hits, &mc.decr_misses)
     };
     let mut text = itoa::Buffer::new();
-    let r = match cx.apply(&op) {
+    let r = match r {
         Err(e) => Err(McError::from(e)),
         Ok(Outcome::Incr {
             status: Status::Done,
@@ -207,10 +237,15 @@ pub(crate) fn touch_op(key: &[u8], exp: Expiry, return_item: bool) -> Op<'_> {
 }
 
 pub(super) fn touch(cx: &mut Cx<'_>, key: &[u8], exptime: i64, noreply: bool, out: &mut Vec<u8>) {
-    let mc = &cx.shared.memcache.stats;
-    Stats::add(&mc.cmd_touch, 1);
+    Stats::add(&cx.shared.memcache.stats.cmd_touch, 1);
     let op = touch_op(key, expiry(exptime, combkv::now_ms()), false);
-    let r = match cx.apply(&op).map(|o| o.status()) {
+    cx.write(&op, out, move |cx, r, out| touched(cx, r, noreply, out));
+}
+
+/// touch's reply, from its write's outcome.
+fn touched(cx: &mut Cx<'_>, r: combkv::Result<Outcome>, noreply: bool, out: &mut Vec<u8>) {
+    let mc = &cx.shared.memcache.stats;
+    let r = match r.map(|o| o.status()) {
         Err(e) => Err(McError::from(e)),
         Ok(Status::Done) => {
             Stats::add(&mc.touch_hits, 1);
@@ -235,10 +270,46 @@ pub(super) fn get_and_touch(
 ) {
     let mc = &cx.shared.memcache.stats;
     let exp = expiry(exptime, combkv::now_ms());
-    let mark = out.len();
-    for key in parse::keys(keys) {
+    let keys: Vec<&[u8]> = parse::keys(keys).collect();
+    let mut outcomes = Vec::with_capacity(keys.len());
+    let mut held = 0;
+    for &key in &keys {
         Stats::add(&mc.cmd_touch, 1);
-        match cx.apply(&touch_op(key, exp, true)) {
+        match cx.write_op(&touch_op(key, exp, true)) {
+            Written::Now(r) => {
+                let failed = r.is_err();
+                outcomes.push(r);
+                if failed {
+                    break;
+                }
+            }
+            Written::Held => held += 1,
+        }
+    }
+    if held == 0 {
+        return touched_values(cx, &keys, kind, outcomes, last, out);
+    }
+    let keys: Vec<Vec<u8>> = keys.iter().map(|k| k.to_vec()).collect();
+    cx.hold(held, move |cx, outcomes, out| {
+        let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        touched_values(cx, &keys, kind, outcomes, last, out);
+    });
+}
+
+/// gat's and gats's reply, from the outcomes of their touches (one per
+/// key, up to the first that failed).
+fn touched_values(
+    cx: &mut Cx<'_>,
+    keys: &[&[u8]],
+    kind: GetKind,
+    outcomes: Vec<combkv::Result<Outcome>>,
+    last: bool,
+    out: &mut Vec<u8>,
+) {
+    let mc = &cx.shared.memcache.stats;
+    let mark = out.len();
+    for (key, r) in keys.iter().zip(outcomes) {
+        match r {
             Err(e) => {
                 // memcached answers a failed multi-key request by the error alone.
                 out.truncate(mark);
@@ -263,12 +334,19 @@ pub(super) fn get_and_touch(
 /// flush_all [delay]: everything now, or everything written before the
 /// delay ends (a later flush_all replaces a pending one).
 pub(super) fn flush_all(cx: &mut Cx<'_>, delay: i64, noreply: bool, out: &mut Vec<u8>) {
-    let r = flush(cx, delay).map(|()| "OK");
-    reply(cx, out, noreply, r);
+    flush(cx, delay, out, move |cx, r, out| {
+        reply(cx, out, noreply, r.map(|()| "OK"));
+    });
 }
 
-/// Flushes now, or schedules the flush (text `flush_all`, binary `flush`).
-pub(crate) fn flush(cx: &mut Cx<'_>, delay: i64) -> Result<(), McError> {
+/// Flushes now, or schedules the flush (text `flush_all`, binary `flush`),
+/// the reply rendered by `render`.
+pub(crate) fn flush(
+    cx: &mut Cx<'_>,
+    delay: i64,
+    out: &mut Vec<u8>,
+    render: impl for<'c> FnOnce(&mut Cx<'c>, Result<(), McError>, &mut Vec<u8>) + Send + 'static,
+) {
     let shared = cx.shared;
     Stats::add(&shared.memcache.stats.cmd_flush, 1);
     let now = combkv::now_ms();
@@ -279,15 +357,18 @@ pub(crate) fn flush(cx: &mut Cx<'_>, delay: i64) -> Result<(), McError> {
     };
     if at > now && shared.cluster.is_some() {
         // A timer on one node would clear only its own replica.
-        Err(McError::Store(combkv::Error::Unavailable(
+        let e = McError::Store(combkv::Error::Unavailable(
             "flush_all with a delay is not supported on a cluster node".into(),
-        )))
+        ));
+        render(cx, Err(e), out);
     } else if at > now {
         shared.memcache.flush.schedule(&shared.current_store(), at);
-        Ok(())
+        render(cx, Ok(()), out);
     } else {
         shared.memcache.flush.cancel();
-        cx.apply(&Op::Clear).map(|_| ()).map_err(McError::from)
+        cx.write(&Op::Clear, out, move |cx, r, out| {
+            render(cx, r.map(|_| ()).map_err(McError::from), out);
+        });
     }
 }
 

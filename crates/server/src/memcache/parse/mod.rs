@@ -278,6 +278,44 @@ impl<'a> MetaFlags<'a> {
     }
 }
 
+/// A meta request's key and flags, copied to outlive the request: what a
+/// held reply renders with (on a cluster node, see `park`).
+#[derive(Debug)]
+pub struct HeldMeta {
+    raw: Vec<u8>,
+    decoded: Option<([u8; DECODED_KEY_MAX], u8)>,
+    tokens: Vec<u8>,
+    flags: MetaFlags<'static>,
+}
+
+impl HeldMeta {
+    pub fn new(key: &Key<'_>, flags: &MetaFlags<'_>) -> HeldMeta {
+        HeldMeta {
+            raw: key.raw.to_vec(),
+            decoded: key.decoded,
+            tokens: flags.tokens.to_vec(),
+            flags: MetaFlags {
+                tokens: &[],
+                ..*flags
+            },
+        }
+    }
+
+    pub fn key(&self) -> Key<'_> {
+        Key {
+            raw: &self.raw,
+            decoded: self.decoded,
+        }
+    }
+
+    pub fn flags(&self) -> MetaFlags<'_> {
+        MetaFlags {
+            tokens: &self.tokens,
+            ..self.flags
+        }
+    }
+}
+
 /// A retrieval line may be longer than `MAX_LINE_BYTES` (memcached allows
 /// this for `get` and `gets` after at most 100 leading spaces; combkv also
 /// for `gat` and `gats`).

@@ -31,11 +31,13 @@ pub(super) fn setrange(cx: &mut Ctx<'_, '_>) -> CmdResult {
         offset: offset as u64,
         value: cx.args[3],
     };
-    let Outcome::Append { len, .. } = cx.apply(&op)? else {
-        unreachable!("a set-range's outcome");
-    };
-    cx.r.int(len as i64);
-    Ok(())
+    cx.write(&op, move |cx, o| {
+        let Outcome::Append { len, .. } = o else {
+            unreachable!("a set-range's outcome");
+        };
+        cx.r.int(len as i64);
+        Ok(())
+    })
 }
 
 /// SETBIT key offset 0|1: the bit before.
@@ -51,11 +53,13 @@ pub(super) fn setbit(cx: &mut Ctx<'_, '_>) -> CmdResult {
         bit,
         on,
     };
-    let Outcome::SetBit { old, .. } = cx.apply(&op)? else {
-        unreachable!("a set-bit's outcome");
-    };
-    cx.r.int(old as i64);
-    Ok(())
+    cx.write(&op, move |cx, o| {
+        let Outcome::SetBit { old, .. } = o else {
+            unreachable!("a set-bit's outcome");
+        };
+        cx.r.int(old as i64);
+        Ok(())
+    })
 }
 
 /// GETBIT key offset: 0 past the end or for a missing key.

@@ -99,18 +99,21 @@ pub(super) fn compare(cx: &mut Ctx<'_, '_>) -> CmdResult {
     if cx.txn.is_some() {
         // Inside EXEC: a condition of the transaction. A transaction whose
         // checks fail answers a null array, so one that replies holds.
-        cx.apply(&op)?;
-        cx.r.int(1);
-        return Ok(());
+        return cx.write(&op, |cx, _| {
+            cx.r.int(1);
+            Ok(())
+        });
     }
     let alone = Op::Txn {
         watch: Cow::Borrowed(&[]),
         ops: Cow::Owned(vec![op]),
     };
-    match cx.apply(&alone)? {
-        Outcome::Txn { results: Some(_) } => cx.r.int(1),
-        Outcome::Txn { results: None } => cx.r.int(0),
-        other => unreachable!("a transaction's outcome: {other:?}"),
-    }
-    Ok(())
+    cx.write(&alone, |cx, o| {
+        match o {
+            Outcome::Txn { results: Some(_) } => cx.r.int(1),
+            Outcome::Txn { results: None } => cx.r.int(0),
+            other => unreachable!("a transaction's outcome: {other:?}"),
+        }
+        Ok(())
+    })
 }

@@ -34,11 +34,13 @@ pub(super) fn del(cx: &mut Ctx<'_, '_>) -> CmdResult {
         .iter()
         .map(|k| AtomicWrite::Delete { key: k })
         .collect();
-    let Outcome::Atomic { versions } = cx.apply(&Op::Atomic(Cow::Owned(writes)))? else {
-        unreachable!("an atomic group's outcome");
-    };
-    cx.r.int(versions.iter().filter(|v| v.is_some()).count() as i64);
-    Ok(())
+    cx.write(&Op::Atomic(Cow::Owned(writes)), move |cx, o| {
+        let Outcome::Atomic { versions } = o else {
+            unreachable!("an atomic group's outcome");
+        };
+        cx.r.int(versions.iter().filter(|v| v.is_some()).count() as i64);
+        Ok(())
+    })
 }
 
 pub(super) fn exists(cx: &mut Ctx<'_, '_>) -> CmdResult {
@@ -108,9 +110,11 @@ fn expire_generic(cx: &mut Ctx<'_, '_>, name: &str, unit_ms: i64, absolute: bool
         past: at <= now,
         return_item: false,
     };
-    let changed = cx.apply(&op)?.status() == Status::Done;
-    cx.r.int(changed as i64);
-    Ok(())
+    cx.write(&op, move |cx, o| {
+        let changed = o.status() == Status::Done;
+        cx.r.int(changed as i64);
+        Ok(())
+    })
 }
 
 pub(super) fn expire(cx: &mut Ctx<'_, '_>) -> CmdResult {
@@ -161,9 +165,11 @@ pub(super) fn persist(cx: &mut Ctx<'_, '_>) -> CmdResult {
         past: false,
         return_item: false,
     };
-    let changed = cx.apply(&op)?.status() == Status::Done;
-    cx.r.int(changed as i64);
-    Ok(())
+    cx.write(&op, move |cx, o| {
+        let changed = o.status() == Status::Done;
+        cx.r.int(changed as i64);
+        Ok(())
+    })
 }
 
 pub(super) fn type_(cx: &mut Ctx<'_, '_>) -> CmdResult {
@@ -188,9 +194,10 @@ pub(super) fn flushall(cx: &mut Ctx<'_, '_>) -> CmdResult {
         [m] if eq_ic(m, "sync") || eq_ic(m, "async") => {}
         _ => return Err(CmdError::Syntax),
     }
-    cx.apply(&Op::Clear)?;
-    cx.r.ok();
-    Ok(())
+    cx.write(&Op::Clear, |cx, _| {
+        cx.r.ok();
+        Ok(())
+    })
 }
 
 /// The literal prefix of a glob pattern (up to its first special byte):
@@ -360,38 +367,42 @@ pub(super) fn pexpiretime(cx: &mut Ctx<'_, '_>) -> CmdResult {
     expiretime_generic(cx, true)
 }
 
-/// RENAME, RENAMENX, COPY: one `Op::Move`, its status.
+/// RENAME, RENAMENX, COPY: one `Op::Move` of the first two arguments, the
+/// reply rendered from its status.
 fn move_key(
     cx: &mut Ctx<'_, '_>,
-    from: &[u8],
-    to: &[u8],
     replace: bool,
     keep_source: bool,
-) -> Result<Status, CmdError> {
+    render: impl for<'x, 'y> FnOnce(&mut Ctx<'x, 'y>, Status) -> CmdResult + Send + 'static,
+) -> CmdResult {
     let op = Op::Move {
-        from,
-        to,
+        from: cx.args[1],
+        to: cx.args[2],
         replace,
         keep_source,
     };
-    Ok(cx.apply(&op)?.status())
+    cx.write(&op, move |cx, o| render(cx, o.status()))
 }
 
 pub(super) fn rename(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    match move_key(cx, cx.args[1], cx.args[2], true, false)? {
-        Status::Missing => return Err(CmdError::err("no such key")),
-        _ => cx.r.ok(),
-    }
-    Ok(())
+    move_key(cx, true, false, |cx, status| {
+        match status {
+            Status::Missing => return Err(CmdError::err("no such key")),
+            _ => cx.r.ok(),
+        }
+        Ok(())
+    })
 }
 
 pub(super) fn renamenx(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    match move_key(cx, cx.args[1], cx.args[2], false, false)? {
-        Status::Missing => return Err(CmdError::err("no such key")),
-        Status::Done => cx.r.int(1),
-        _ => cx.r.int(0),
-    }
-    Ok(())
+    move_key(cx, false, false, |cx, status| {
+        match status {
+            Status::Missing => return Err(CmdError::err("no such key")),
+            Status::Done => cx.r.int(1),
+            _ => cx.r.int(0),
+        }
+        Ok(())
+    })
 }
 
 /// COPY source destination [DB 0] [REPLACE]: 1 copied, 0 not (absent
@@ -418,9 +429,10 @@ pub(super) fn copy(cx: &mut Ctx<'_, '_>) -> CmdResult {
     if cx.args[1] == cx.args[2] {
         return Err(CmdError::err("source and destination objects are the same"));
     }
-    let done = move_key(cx, cx.args[1], cx.args[2], replace, true)? == Status::Done;
-    cx.r.int(done as i64);
-    Ok(())
+    move_key(cx, replace, true, |cx, status| {
+        cx.r.int((status == Status::Done) as i64);
+        Ok(())
+    })
 }
 
 #[cfg(test)]

@@ -20,11 +20,13 @@ mod server;
 mod strings;
 pub(crate) mod table;
 
+use combkv::op::{Op, Outcome};
 use combkv::readexec::BatchResults;
 
 use super::RespConn;
 use super::error::{CmdError, CmdResult};
 use super::reply::Reply;
+use crate::park::Written;
 use crate::pipeline::Client;
 use crate::shared::{Shared, Stats};
 
@@ -47,7 +49,14 @@ pub(crate) struct Ctx<'a, 'b> {
     pub close: bool,
     /// Inside EXEC: how the command's writes and reads run (`multi`).
     pub txn: Option<&'a std::cell::RefCell<multi::TxnStep>>,
+    /// The reply of this command's write, held until the write lands (on
+    /// a cluster node, see `park`).
+    pub held: Option<Held>,
 }
+
+/// A held write's reply: renders it from the write's outcome, with the
+/// connection as it is when the outcome lands.
+pub(crate) type Held = Box<dyn for<'x, 'y> FnOnce(&mut Ctx<'x, 'y>, Outcome) -> CmdResult + Send>;
 
 impl Ctx<'_, '_> {
     /// Argument `i` as a signed integer (Redis's strict parsing).
@@ -59,12 +68,25 @@ impl Ctx<'_, '_> {
         self.session.store()
     }
 
-    /// Applies a decided write (see `pipeline::Cx::apply`); inside EXEC,
-    /// records it or replays its result (`multi`).
-    pub(crate) fn apply(&self, op: &combkv::op::Op<'_>) -> combkv::Result<combkv::op::Outcome> {
-        match self.txn {
-            Some(step) => multi::apply(step, op),
-            None => crate::pipeline::apply(self.shared, self.session, self.parking, op),
+    /// Applies a decided write and renders its reply with `render`: now,
+    /// or, on a cluster node, once the log gives its outcome (the reply
+    /// is held; see `park`). Inside EXEC the write is recorded, or its
+    /// result replayed (`multi`). An error is the command's error.
+    pub(crate) fn write(
+        &mut self,
+        op: &Op<'_>,
+        render: impl for<'x, 'y> FnOnce(&mut Ctx<'x, 'y>, Outcome) -> CmdResult + Send + 'static,
+    ) -> CmdResult {
+        let written = match self.txn {
+            Some(step) => Written::Now(multi::apply(step, op)),
+            None => crate::park::write(self.shared, self.session, self.parking, op),
+        };
+        match written {
+            Written::Now(r) => render(self, r?),
+            Written::Held => {
+                self.held = Some(Box::new(render));
+                Ok(())
+            }
         }
     }
 
@@ -175,12 +197,14 @@ pub(crate) fn eq_ic(a: &[u8], b: &str) -> bool {
 pub(crate) fn dispatch(cx: &mut Ctx<'_, '_>, spec: Option<&'static Spec>) {
     let result = run(cx, spec);
     if let Err(e) = result {
-        // A parked request's reply is dropped: not an error replied.
-        if !cx.parking.is_some_and(|p| p.parked()) {
-            Stats::add(&cx.shared.stats.errors_replied, 1);
-        }
-        cx.r.error(&e.line());
+        error_reply(cx, &e);
     }
+}
+
+/// Answers a command's error.
+pub(crate) fn error_reply(cx: &mut Ctx<'_, '_>, e: &CmdError) {
+    Stats::add(&cx.shared.stats.errors_replied, 1);
+    cx.r.error(&e.line());
 }
 
 /// The checks run in Redis 7's order (`processCommand`): the command

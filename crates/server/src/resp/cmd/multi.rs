@@ -308,30 +308,22 @@ pub(super) fn exec(cx: &mut Ctx<'_, '_>) -> CmdResult {
         unreachable!("deciding");
     };
     let bytes = ops.finish();
-    let applied = {
-        let ops =
-            codec::decode_ops(&bytes).map_err(|e| CmdError::err(format!("internal error: {e}")))?;
-        let watch: Vec<Watch<'_>> = watched
-            .keys
-            .iter()
-            .map(|(key, &version)| Watch { key, version })
-            .collect();
-        cx.apply(&Op::Txn {
-            watch: Cow::Owned(watch),
-            ops: Cow::Owned(ops),
-        })
+    let ops =
+        codec::decode_ops(&bytes).map_err(|e| CmdError::err(format!("internal error: {e}")))?;
+    let watch: Vec<Watch<'_>> = watched
+        .keys
+        .iter()
+        .map(|(key, &version)| Watch { key, version })
+        .collect();
+    let txn = Op::Txn {
+        watch: Cow::Owned(watch),
+        ops: Cow::Owned(ops),
     };
-    let outcome = match applied {
-        Ok(o) => o,
-        Err(e) => {
-            if cx.parking.is_some_and(|p| p.parked()) {
-                // EXEC runs again when the log answers.
-                cx.conn.multi = Some(multi);
-                cx.conn.watched = watched;
-            }
-            return Err(e.into());
-        }
-    };
+    cx.write(&txn, move |cx, outcome| reply(cx, &multi, &counts, outcome))
+}
+
+/// Step 3: EXEC's reply, from the transaction's outcome.
+fn reply(cx: &mut Ctx<'_, '_>, multi: &Multi, counts: &[usize], outcome: Outcome) -> CmdResult {
     let Outcome::Txn { results } = outcome else {
         return Err(mismatch().into());
     };
@@ -341,8 +333,9 @@ pub(super) fn exec(cx: &mut Ctx<'_, '_>) -> CmdResult {
         return Ok(());
     };
     cx.r.array(multi.queued.len());
+    let step = RefCell::new(TxnStep::Reply(Vec::new().into_iter()));
     let mut results = results.into_iter();
-    for (q, n) in multi.queued.iter().zip(counts) {
+    for (q, &n) in multi.queued.iter().zip(counts) {
         let mine: Vec<_> = results.by_ref().take(n).collect();
         *step.borrow_mut() = TxnStep::Reply(mine.into_iter());
         let mut out = std::mem::take(cx.r.out);
@@ -383,6 +376,7 @@ fn run_queued(
         r: Reply { out, resp3 },
         close: false,
         txn: Some(step),
+        held: None,
     };
     (q.spec.handler)(&mut sub)
 }

@@ -140,20 +140,22 @@ pub(super) fn set(cx: &mut Ctx<'_, '_>) -> CmdResult {
         cond: opts.cond,
         return_old: opts.get_old,
     };
-    let Outcome::Put { status, old, .. } = cx.apply(&op)? else {
-        unreachable!("a put's outcome");
-    };
-    if opts.get_old {
-        match old {
-            Some(it) => cx.r.bulk(&it.value),
-            None => cx.r.null(),
+    cx.write(&op, move |cx, o| {
+        let Outcome::Put { status, old, .. } = o else {
+            unreachable!("a put's outcome");
+        };
+        if opts.get_old {
+            match old {
+                Some(it) => cx.r.bulk(&it.value),
+                None => cx.r.null(),
+            }
+        } else if status == Status::Done {
+            cx.r.ok();
+        } else {
+            cx.r.null();
         }
-    } else if status == Status::Done {
-        cx.r.ok();
-    } else {
-        cx.r.null();
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// EX/PX/EXAT/PXAT: (name, ms per unit, absolute).
@@ -180,9 +182,11 @@ pub(super) fn setnx(cx: &mut Ctx<'_, '_>) -> CmdResult {
         cond: Cond::Absent,
         return_old: false,
     };
-    let done = cx.apply(&op)?.status() == Status::Done;
-    cx.r.int(done as i64);
-    Ok(())
+    cx.write(&op, move |cx, o| {
+        let done = o.status() == Status::Done;
+        cx.r.int(done as i64);
+        Ok(())
+    })
 }
 
 /// SETEX key seconds value: SET with EX, the time before the value.
@@ -205,9 +209,10 @@ fn set_expiring(cx: &mut Ctx<'_, '_>, unit_ms: i64, name: &str) -> CmdResult {
         cond: Cond::Any,
         return_old: false,
     };
-    cx.apply(&op)?;
-    cx.r.ok();
-    Ok(())
+    cx.write(&op, |cx, _| {
+        cx.r.ok();
+        Ok(())
+    })
 }
 
 /// GETSET key value: SET key value GET (the old value or nil; any time to
@@ -221,14 +226,16 @@ pub(super) fn getset(cx: &mut Ctx<'_, '_>) -> CmdResult {
         cond: Cond::Any,
         return_old: true,
     };
-    let Outcome::Put { old, .. } = cx.apply(&op)? else {
-        unreachable!("a put's outcome");
-    };
-    match old {
-        Some(it) => cx.r.bulk(&it.value),
-        None => cx.r.null(),
-    }
-    Ok(())
+    cx.write(&op, move |cx, o| {
+        let Outcome::Put { old, .. } = o else {
+            unreachable!("a put's outcome");
+        };
+        match old {
+            Some(it) => cx.r.bulk(&it.value),
+            None => cx.r.null(),
+        }
+        Ok(())
+    })
 }
 
 pub(super) fn getdel(cx: &mut Ctx<'_, '_>) -> CmdResult {
@@ -237,14 +244,16 @@ pub(super) fn getdel(cx: &mut Ctx<'_, '_>) -> CmdResult {
         cond: Cond::Any,
         return_old: true,
     };
-    let Outcome::Delete { old, .. } = cx.apply(&op)? else {
-        unreachable!("a delete's outcome");
-    };
-    match old {
-        Some(it) => cx.r.bulk(&it.value),
-        None => cx.r.null(),
-    }
-    Ok(())
+    cx.write(&op, move |cx, o| {
+        let Outcome::Delete { old, .. } = o else {
+            unreachable!("a delete's outcome");
+        };
+        match old {
+            Some(it) => cx.r.bulk(&it.value),
+            None => cx.r.null(),
+        }
+        Ok(())
+    })
 }
 
 pub(super) fn mset(cx: &mut Ctx<'_, '_>) -> CmdResult {
@@ -262,9 +271,10 @@ pub(super) fn mset(cx: &mut Ctx<'_, '_>) -> CmdResult {
             expiry: Expiry::Never,
         })
         .collect();
-    cx.apply(&Op::Atomic(Cow::Owned(writes)))?;
-    cx.r.ok();
-    Ok(())
+    cx.write(&Op::Atomic(Cow::Owned(writes)), |cx, _| {
+        cx.r.ok();
+        Ok(())
+    })
 }
 
 pub(super) fn append(cx: &mut Ctx<'_, '_>) -> CmdResult {
@@ -275,11 +285,13 @@ pub(super) fn append(cx: &mut Ctx<'_, '_>) -> CmdResult {
         on_missing: OnMissing::Empty,
         cond: Cond::Any,
     };
-    let Outcome::Append { len, .. } = cx.apply(&op)? else {
-        unreachable!("an append's outcome");
-    };
-    cx.r.int(len as i64);
-    Ok(())
+    cx.write(&op, move |cx, o| {
+        let Outcome::Append { len, .. } = o else {
+            unreachable!("an append's outcome");
+        };
+        cx.r.int(len as i64);
+        Ok(())
+    })
 }
 
 pub(super) fn strlen(cx: &mut Ctx<'_, '_>) -> CmdResult {
@@ -298,14 +310,16 @@ fn incr_by(cx: &mut Ctx<'_, '_>, delta: i64) -> CmdResult {
         cond: Cond::Any,
         expiry: Expiry::Keep,
     };
-    match cx.apply(&op)? {
-        Outcome::Incr {
-            number: Number::Signed(n),
-            ..
-        } => cx.r.int(n),
-        other => unreachable!("a signed increment's outcome: {other:?}"),
-    }
-    Ok(())
+    cx.write(&op, move |cx, o| {
+        match o {
+            Outcome::Incr {
+                number: Number::Signed(n),
+                ..
+            } => cx.r.int(n),
+            other => unreachable!("a signed increment's outcome: {other:?}"),
+        }
+        Ok(())
+    })
 }
 
 pub(super) fn incr(cx: &mut Ctx<'_, '_>) -> CmdResult {
@@ -340,11 +354,13 @@ pub(super) fn incrbyfloat(cx: &mut Ctx<'_, '_>) -> CmdResult {
         key: cx.args[1],
         by: cx.args[2],
     };
-    let Outcome::IncrFloat { value, .. } = cx.apply(&op)? else {
-        unreachable!("a float increment's outcome");
-    };
-    cx.r.bulk(&value);
-    Ok(())
+    cx.write(&op, move |cx, o| {
+        let Outcome::IncrFloat { value, .. } = o else {
+            unreachable!("a float increment's outcome");
+        };
+        cx.r.bulk(&value);
+        Ok(())
+    })
 }
 
 /// `CAS key version value [EX seconds | PX ms]`: the new version, or null.
@@ -379,11 +395,13 @@ pub(super) fn cas(cx: &mut Ctx<'_, '_>) -> CmdResult {
         cond,
         return_old: false,
     };
-    match cx.apply(&op)?.version() {
-        Some(v) => cx.r.int(v.get() as i64),
-        None => cx.r.null(),
-    }
-    Ok(())
+    cx.write(&op, move |cx, o| {
+        match o.version() {
+            Some(v) => cx.r.int(v.get() as i64),
+            None => cx.r.null(),
+        }
+        Ok(())
+    })
 }
 
 /// GETEX key [EX s | PX ms | EXAT t | PXAT t | PERSIST]: the value, and
@@ -444,14 +462,16 @@ pub(super) fn getex(cx: &mut Ctx<'_, '_>) -> CmdResult {
             return Ok(());
         }
     };
-    let Outcome::Expire { item, .. } = cx.apply(&op)? else {
-        unreachable!("an expire's outcome");
-    };
-    match item {
-        Some(it) => cx.r.bulk(&it.value),
-        None => cx.r.null(),
-    }
-    Ok(())
+    cx.write(&op, move |cx, o| {
+        let Outcome::Expire { item, .. } = o else {
+            unreachable!("an expire's outcome");
+        };
+        match item {
+            Some(it) => cx.r.bulk(&it.value),
+            None => cx.r.null(),
+        }
+        Ok(())
+    })
 }
 
 /// GETRANGE key start end (and SUBSTR, its old name): Redis's
@@ -514,16 +534,18 @@ pub(super) fn msetnx(cx: &mut Ctx<'_, '_>) -> CmdResult {
         watch: Cow::Owned(watch),
         ops: Cow::Owned(vec![Op::Atomic(Cow::Owned(writes))]),
     };
-    let Outcome::Txn { results } = cx.apply(&op)? else {
-        unreachable!("a transaction's outcome");
-    };
-    match results {
-        None => cx.r.int(0),
-        Some(mut r) => {
-            // The one op's refusal (a key or value over the limits).
-            r.pop().expect("one op")?;
-            cx.r.int(1);
+    cx.write(&op, move |cx, o| {
+        let Outcome::Txn { results } = o else {
+            unreachable!("a transaction's outcome");
+        };
+        match results {
+            None => cx.r.int(0),
+            Some(mut r) => {
+                // The one op's refusal (a key or value over the limits).
+                r.pop().expect("one op")?;
+                cx.r.int(1);
+            }
         }
-    }
-    Ok(())
+        Ok(())
+    })
 }
