@@ -33,6 +33,7 @@ use smallvec::SmallVec;
 
 use crate::park::{Parking, ReadGate, Written};
 use crate::shared::{Shared, Stats};
+use crate::slowlog::Laps;
 
 /// Per-connection facts every protocol may need.
 #[derive(Debug)]
@@ -297,6 +298,20 @@ enum Pending<H> {
     Bytes(Vec<u8>),
 }
 
+/// What taking a request came to.
+enum Took {
+    /// Answered (or its reply held); go on.
+    Answered,
+    /// Answered; close the connection after the replies (QUIT).
+    Close,
+    /// Answered, and the connection holds as many writes as it may.
+    Full,
+    /// It waits for a read index: parsed again once that lands.
+    Wait,
+    /// A commit failed: abort the turn.
+    Abort,
+}
+
 /// The writes a connection holds at most: its next write waits for them
 /// to land (and then joins the next proposal).
 const MAX_HELD: usize = 4096;
@@ -419,39 +434,24 @@ impl<P: Protocol> Pipeline<P> {
                 Step::Request(req, n) => {
                     at += n;
                     Stats::add(&cx.shared.stats.requests_parsed, 1);
-                    let class = self.proto.class(&req);
-                    if class == Class::BatchRead {
+                    if self.proto.class(&req) == Class::BatchRead {
                         let reads = self.proto.reads(&req);
                         batch.push(req, start, reads);
                         continue;
                     }
-                    match class {
-                        Class::Write => self.wrote = true,
-                        Class::Read => {
-                            if !self.commit_own_writes(cx) {
-                                return Processed::aborted(at);
-                            }
-                            match cx.ready_to_read() {
-                                ReadGate::Open => {}
-                                ReadGate::Wait => {
-                                    self.proto.rewind(Some(&req));
-                                    at = start;
-                                    break;
-                                }
-                                ReadGate::Refused(e) => {
-                                    self.proto
-                                        .batch_failed(cx, e, std::slice::from_ref(&req), out);
-                                    Stats::add(&cx.shared.stats.commands_processed, 1);
-                                    continue;
-                                }
-                            }
+                    match self.take(cx, input, &req, out) {
+                        Took::Answered => {}
+                        Took::Close => {
+                            close = true;
+                            break;
                         }
-                        _ => {}
-                    }
-                    close = self.run(cx, input, &req, out);
-                    Stats::add(&cx.shared.stats.commands_processed, 1);
-                    if close || self.held.len() >= MAX_HELD {
-                        break;
+                        Took::Full => break,
+                        Took::Wait => {
+                            self.proto.rewind(Some(&req));
+                            at = start;
+                            break;
+                        }
+                        Took::Abort => return Processed::aborted(at),
                     }
                 }
                 Step::Reject(err, n) => {
@@ -479,6 +479,45 @@ impl<P: Protocol> Pipeline<P> {
             consumed: at,
             close,
             abort: false,
+        }
+    }
+
+    /// Runs a request that is not batched: a read first commits the
+    /// connection's own writes and passes the read gate.
+    fn take(
+        &mut self,
+        cx: &mut Cx<'_>,
+        input: &[u8],
+        req: &P::Request<'_>,
+        out: &mut Vec<u8>,
+    ) -> Took {
+        match self.proto.class(req) {
+            Class::Write => self.wrote = true,
+            Class::Read => {
+                if !self.commit_own_writes(cx) {
+                    return Took::Abort;
+                }
+                match cx.ready_to_read() {
+                    ReadGate::Open => {}
+                    ReadGate::Wait => return Took::Wait,
+                    ReadGate::Refused(e) => {
+                        self.proto
+                            .batch_failed(cx, e, std::slice::from_ref(req), out);
+                        Stats::add(&cx.shared.stats.commands_processed, 1);
+                        return Took::Answered;
+                    }
+                }
+            }
+            _ => {}
+        }
+        let close = self.run(cx, input, req, out);
+        Stats::add(&cx.shared.stats.commands_processed, 1);
+        if close {
+            Took::Close
+        } else if self.held.len() >= MAX_HELD {
+            Took::Full
+        } else {
+            Took::Answered
         }
     }
 
@@ -726,37 +765,4 @@ enum Flushed {
     Partial(usize),
     /// A commit failed: abort the turn.
     Abort,
-}
-
-/// Times commands for the slow log with one clock read per command, not
-/// two: a command's time runs from the end of the one before it in the same
-/// turn (its parse included, a few hundred nanoseconds) or from its own
-/// start if it is the turn's first. A clock read was 3% of a pipelined
-/// SET's samples.
-#[derive(Debug, Default)]
-struct Laps {
-    last: Option<Instant>,
-}
-
-impl Laps {
-    /// Marks a command's start (reads the clock only if no lap is open).
-    fn start(&mut self) {
-        if self.last.is_none() {
-            self.last = Some(Instant::now());
-        }
-    }
-
-    /// Closes the open lap without timing it: the next `start` reads the
-    /// clock afresh.
-    fn restart(&mut self) {
-        self.last = None;
-    }
-
-    /// The time since the open lap began; the next lap begins now.
-    fn lap(&mut self) -> Duration {
-        let now = Instant::now();
-        let took = self.last.map_or(Duration::ZERO, |t| now - t);
-        self.last = Some(now);
-        took
-    }
 }

@@ -2,7 +2,7 @@
 //! newest first, at most `slowlog-max-len` of them (Redis's SLOWLOG).
 
 use std::collections::VecDeque;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::Mutex;
 
@@ -95,6 +95,39 @@ impl SlowLog {
 
     pub fn reset(&self) {
         self.inner.lock().1.clear();
+    }
+}
+
+/// Times commands for the slow log with one clock read per command, not
+/// two: a command's time runs from the end of the one before it in the same
+/// turn (its parse included, a few hundred nanoseconds) or from its own
+/// start if it is the turn's first. A clock read was 3% of a pipelined
+/// SET's samples.
+#[derive(Debug, Default)]
+pub(crate) struct Laps {
+    last: Option<Instant>,
+}
+
+impl Laps {
+    /// Marks a command's start (reads the clock only if no lap is open).
+    pub(crate) fn start(&mut self) {
+        if self.last.is_none() {
+            self.last = Some(Instant::now());
+        }
+    }
+
+    /// Closes the open lap without timing it: the next `start` reads the
+    /// clock afresh.
+    pub(crate) fn restart(&mut self) {
+        self.last = None;
+    }
+
+    /// The time since the open lap began; the next lap begins now.
+    pub(crate) fn lap(&mut self) -> Duration {
+        let now = Instant::now();
+        let took = self.last.map_or(Duration::ZERO, |t| now - t);
+        self.last = Some(now);
+        took
     }
 }
 
