@@ -137,16 +137,7 @@ impl Store {
     }
 
     pub(super) fn check_key(&self, key: &[u8]) -> Result<()> {
-        if key.is_empty() {
-            return Err(Error::KeyEmpty);
-        }
-        if key.len() > self.geometry.max_key_len {
-            return Err(Error::KeyTooLong {
-                len: key.len(),
-                max: self.geometry.max_key_len,
-            });
-        }
-        Ok(())
+        check_key(key, self.geometry.max_key_len)
     }
 
     pub(super) fn check_value(&self, len: usize) -> Result<()> {
@@ -347,4 +338,21 @@ impl Store {
 /// uses, and what recovery would do. Fails only if a file cannot be read.
 pub fn check(dir: &std::path::Path) -> Result<CheckReport> {
     Ok(crate::durable::check::check(dir)?)
+}
+
+/// Whether `key` is one a store of `max_key_len` ([`Store::max_key_len`])
+/// takes: the error every operation gives for it otherwise. A server checks
+/// a request's keys with it before the request joins a read batch, which
+/// one bad key would otherwise refuse as a whole.
+pub fn check_key(key: &[u8], max_key_len: usize) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::KeyEmpty);
+    }
+    if key.len() > max_key_len {
+        return Err(Error::KeyTooLong {
+            len: key.len(),
+            max: max_key_len,
+        });
+    }
+    Ok(())
 }

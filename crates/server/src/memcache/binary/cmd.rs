@@ -7,7 +7,7 @@ use combkv::Version;
 use combkv::op::{Arith, Cond, Number, OnMissing, Op, Outcome, Status as OpStatus};
 
 use super::{BinCmd, BinRequest, Head, Status, error, packet};
-use crate::memcache::cmd::text::{cas_cond, flush, store_op, touch_op};
+use crate::memcache::cmd::text::{cas_cond, count_store, flush, store_op, touch_op};
 use crate::memcache::cmd::{Found, expiry, store_over_maxmemory};
 use crate::memcache::error::{McError, store_error_text};
 use crate::memcache::parse::StoreCmd;
@@ -183,29 +183,12 @@ fn stored(
     r: combkv::Result<Outcome>,
     out: &mut Vec<u8>,
 ) {
-    let mc = &cx.shared.memcache.stats;
-    let outcome = match r {
+    let outcome = match count_store(cx, cas != 0, r) {
         Ok(o) => o,
-        Err(e) => {
-            let e = McError::from(e);
-            if e == McError::TooLarge {
-                Stats::add(&mc.store_too_large, 1);
-            }
-            return refuse(cx, out, head, &e);
-        }
+        Err(e) => return refuse(cx, out, head, &e),
     };
-    let status = outcome.status();
-    if cas != 0 {
-        let c = match status {
-            OpStatus::Done => &mc.cas_hits,
-            OpStatus::Mismatch => &mc.cas_badval,
-            _ => &mc.cas_misses,
-        };
-        Stats::add(c, 1);
-    }
-    match status {
+    match outcome.status() {
         OpStatus::Done => {
-            Stats::add(&mc.total_items, 1);
             if !quiet {
                 let version = outcome.version().map_or(0, Version::get);
                 packet(out, head, Status::Success, version, &[], &[], &[]);

@@ -104,34 +104,42 @@ fn stored(
     noreply: bool,
     out: &mut Vec<u8>,
 ) {
-    let mc = &cx.shared.memcache.stats;
-    let r = match r {
-        Err(e) => Err(McError::from(e)),
-        Ok(o) => {
-            let status = o.status();
-            if cmd == StoreCmd::Cas {
-                let c = match status {
-                    Status::Done => &mc.cas_hits,
-                    Status::Mismatch => &mc.cas_badval,
-                    _ => &mc.cas_misses,
-                };
-                Stats::add(c, 1);
-            }
-            Ok(match (status, cmd) {
-                (Status::Done, _) => {
-                    Stats::add(&mc.total_items, 1);
-                    "STORED"
-                }
-                (Status::Mismatch, _) => "EXISTS",
-                (Status::Missing, StoreCmd::Cas) => "NOT_FOUND",
-                _ => "NOT_STORED",
-            })
-        }
-    };
-    if matches!(r, Err(McError::TooLarge)) {
-        Stats::add(&mc.store_too_large, 1);
-    }
+    let r = count_store(cx, cmd == StoreCmd::Cas, r).map(|o| match (o.status(), cmd) {
+        (Status::Done, _) => "STORED",
+        (Status::Mismatch, _) => "EXISTS",
+        (Status::Missing, StoreCmd::Cas) => "NOT_FOUND",
+        _ => "NOT_STORED",
+    });
     reply(cx, out, noreply, r);
+}
+
+/// Counts a storage command's outcome in memcached's stats, alike for the
+/// text and the binary protocol: `compared` (a CAS) counts a hit, a bad
+/// value or a miss; a stored item counts; a value too large counts.
+pub(crate) fn count_store(
+    cx: &Cx<'_>,
+    compared: bool,
+    r: combkv::Result<Outcome>,
+) -> Result<Outcome, McError> {
+    let mc = &cx.shared.memcache.stats;
+    let o = r.map_err(McError::from).inspect_err(|e| {
+        if *e == McError::TooLarge {
+            Stats::add(&mc.store_too_large, 1);
+        }
+    })?;
+    let status = o.status();
+    if compared {
+        let c = match status {
+            Status::Done => &mc.cas_hits,
+            Status::Mismatch => &mc.cas_badval,
+            _ => &mc.cas_misses,
+        };
+        Stats::add(c, 1);
+    }
+    if status == Status::Done {
+        Stats::add(&mc.total_items, 1);
+    }
+    Ok(o)
 }
 
 pub(super) fn delete(cx: &mut Cx<'_>, key: &[u8], noreply: bool, out: &mut Vec<u8>) {

@@ -75,17 +75,7 @@ impl BatchRead {
 /// Keys `args[1..]` are valid: the error the store would give otherwise.
 fn check_keys<'a>(args: impl ArgList<'a>, max_key: usize) -> CmdResult {
     for i in 1..args.len() {
-        let k = args.get(i);
-        if k.is_empty() {
-            return Err(combkv::Error::KeyEmpty.into());
-        }
-        if k.len() > max_key {
-            return Err(combkv::Error::KeyTooLong {
-                len: k.len(),
-                max: max_key,
-            }
-            .into());
-        }
+        combkv::check_key(args.get(i), max_key)?;
     }
     Ok(())
 }

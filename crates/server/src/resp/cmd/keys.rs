@@ -14,15 +14,12 @@ use super::{Ctx, eq_ic, parse_i64};
 use crate::resp::error::{CmdError, CmdResult};
 use crate::resp::glob;
 
+/// Every key is one the store takes (a multi-key write refuses them all
+/// before it is decided).
 fn check_keys(cx: &Ctx<'_, '_>, keys: &[&[u8]]) -> CmdResult {
     let max = cx.store().max_key_len();
     for k in keys {
-        if k.is_empty() {
-            return Err(combkv::Error::KeyEmpty.into());
-        }
-        if k.len() > max {
-            return Err(combkv::Error::KeyTooLong { len: k.len(), max }.into());
-        }
+        combkv::check_key(k, max)?;
     }
     Ok(())
 }

@@ -162,31 +162,9 @@ pub(crate) fn help_reply(r: &mut Reply<'_>, lines: &[&str]) {
 }
 
 /// Redis's integer syntax: optional '-', digits, no '+', no spaces, no
-/// leading zeros, within i64.
-pub(crate) fn parse_i64(b: &[u8]) -> Option<i64> {
-    // One pass (this parses every length header of every request).
-    let (neg, digits) = match b {
-        [b'-', rest @ ..] => (true, rest),
-        _ => (false, b),
-    };
-    match digits {
-        [] => return None,
-        [b'0'] => return (!neg).then_some(0),
-        [b'0', ..] => return None,
-        _ if digits.len() > 19 => return None,
-        _ => {}
-    }
-    // Accumulate negatively so i64::MIN parses without overflow.
-    let mut n: i64 = 0;
-    for &d in digits {
-        let v = d.wrapping_sub(b'0');
-        if v > 9 {
-            return None;
-        }
-        n = n.checked_mul(10)?.checked_sub(i64::from(v))?;
-    }
-    if neg { Some(n) } else { n.checked_neg() }
-}
+/// leading zeros, within i64 (the engine's, which INCR's stored values
+/// follow too).
+pub(crate) use combkv::op::parse_signed as parse_i64;
 
 pub(crate) fn eq_ic(a: &[u8], b: &str) -> bool {
     a.eq_ignore_ascii_case(b.as_bytes())
