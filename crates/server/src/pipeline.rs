@@ -390,6 +390,22 @@ impl<P: Protocol> Pipeline<P> {
         out: &mut Vec<u8>,
         reply_budget: usize,
     ) -> Processed {
+        // Counted once per call, not per request (an atomic add each).
+        let mut parsed = 0;
+        let processed = self.process_counted(cx, input, out, reply_budget, &mut parsed);
+        Stats::add(&cx.shared.stats.requests_parsed, parsed);
+        processed
+    }
+
+    /// `process`, counting the requests it parsed into `parsed`.
+    fn process_counted(
+        &mut self,
+        cx: &mut Cx<'_>,
+        input: &[u8],
+        out: &mut Vec<u8>,
+        reply_budget: usize,
+        parsed: &mut u64,
+    ) -> Processed {
         self.laps = Laps::default();
         self.proto.begin(cx);
         self.land(cx, out);
@@ -433,7 +449,7 @@ impl<P: Protocol> Pipeline<P> {
                 Step::Skip(n) => at += n,
                 Step::Request(req, n) => {
                     at += n;
-                    Stats::add(&cx.shared.stats.requests_parsed, 1);
+                    *parsed += 1;
                     if self.proto.class(&req) == Class::BatchRead {
                         let reads = self.proto.reads(&req);
                         batch.push(req, start, reads);
