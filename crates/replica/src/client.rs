@@ -42,7 +42,9 @@ pub enum ClusterError {
     Unknown(String),
     /// This request must go to the leader (administration).
     NotLeader {
+        /// The leader this node knows of.
         leader: Option<NodeId>,
+        /// Its Raft address, when known.
         addr: Option<String>,
     },
     /// The cluster refused the request; the text says why.

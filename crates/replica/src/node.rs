@@ -120,9 +120,14 @@ impl ReplicaConfig {
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum StartError {
+    /// The configuration cannot work; the text says why.
     Config(String),
+    /// The Raft log did not open (damage, another version's files).
     Log(crate::log_store::OpenError),
+    /// A file or socket operation failed (the data directory, the Raft
+    /// address).
     Io(std::io::Error),
+    /// openraft refused to start the node; the text says why.
     Raft(String),
 }
 
@@ -443,14 +448,21 @@ pub(crate) fn write_error(
 /// A node's role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
+    /// Proposes writes and answers read indexes.
     Leader,
+    /// A voter that follows a leader (or waits for one).
     Follower,
+    /// A voter asking for votes.
     Candidate,
+    /// A member that receives the log but does not vote (a node being
+    /// added).
     Learner,
+    /// The node is stopping or stopped.
     Shutdown,
 }
 
 impl Role {
+    /// Its name in INFO and `CLUSTER STATUS`.
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Leader => "leader",
@@ -465,13 +477,21 @@ impl Role {
 /// What [`Replica::status`] reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Status {
+    /// This node's id.
     pub id: NodeId,
+    /// What this node does now.
     pub role: Role,
+    /// The leader this node knows of, if any.
     pub leader: Option<NodeId>,
+    /// The current term.
     pub term: u64,
+    /// The index of the last entry in this node's log.
     pub last_log_index: u64,
+    /// The last index this node knows committed.
     pub commit_index: u64,
+    /// The last index this node's store has applied.
     pub applied_index: u64,
+    /// The last index the node's latest snapshot covers.
     pub snapshot_index: u64,
     /// (id, Raft address, voter) of every member.
     pub nodes: Vec<(NodeId, String, bool)>,

@@ -30,6 +30,7 @@ use crate::types::{Applied, Entry, LogId, NodeId, StorageError, TypeConfig};
 pub struct StoreCell(Arc<RwLock<Arc<Store>>>);
 
 impl StoreCell {
+    /// A cell holding `store` (a snapshot install swaps in another).
     pub fn new(store: Arc<Store>) -> StoreCell {
         StoreCell(Arc::new(RwLock::new(store)))
     }
