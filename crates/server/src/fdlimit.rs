@@ -5,6 +5,8 @@
 //! this a server whose limit is below `maxclients` runs out of descriptors
 //! while it still accepts clients, and `accept` fails with `EMFILE`.
 
+use nix::sys::resource::{Resource, getrlimit, setrlimit};
+
 /// Descriptors kept free beside the server's own: log and checkpoint files
 /// being rotated, `/proc` reads, a metrics scrape, the reply a refused
 /// client gets (it is accepted, answered and closed).
@@ -35,25 +37,13 @@ pub(crate) struct Fitted {
 
 /// The current soft and hard `RLIMIT_NOFILE` (`u64::MAX`: unlimited).
 fn get() -> Option<(u64, u64)> {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `r` is a valid, writable rlimit for getrlimit to fill.
-    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
-    // rlim_t is u64 on Linux.
-    (rc == 0).then_some((r.rlim_cur, r.rlim_max))
+    // rlim_t is u64 on Linux; RLIM_INFINITY is u64::MAX.
+    getrlimit(Resource::RLIMIT_NOFILE).ok()
 }
 
 /// Sets the soft limit, keeping the hard one. False if refused.
 fn set_soft(soft: u64, hard: u64) -> bool {
-    let r = libc::rlimit {
-        rlim_cur: soft,
-        rlim_max: hard,
-    };
-    // SAFETY: `r` is a valid rlimit read by setrlimit; it only changes this
-    // process's limit.
-    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) == 0 }
+    setrlimit(Resource::RLIMIT_NOFILE, soft, hard).is_ok()
 }
 
 /// Raises the soft limit toward `maxclients + own` and returns what

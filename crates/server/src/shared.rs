@@ -370,7 +370,8 @@ pub fn resident_bytes() -> u64 {
         .nth(1)
         .and_then(|p| p.parse().ok())
         .unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    use nix::unistd::{SysconfVar, sysconf};
+    // A failed or indeterminate answer counts as 4 KiB pages, as before.
+    let page = sysconf(SysconfVar::PAGE_SIZE).ok().flatten().unwrap_or(0);
     pages * page.max(4096) as u64
 }

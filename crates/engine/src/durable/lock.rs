@@ -23,9 +23,10 @@
 use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+
+use rustix::fs::{FlockOperation, flock};
 
 use super::error::IoError;
 
@@ -147,13 +148,10 @@ pub(crate) fn lock_file(dir: &Path) -> Result<DirLock, LockError> {
         .open(&path)
         .map_err(|e| LockError::Io(IoError::new(what(), e)))?;
     loop {
-        // SAFETY: flock only reads the descriptor, which `file` owns and
-        // keeps open for the call.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc == 0 {
-            break;
-        }
-        let e = io::Error::last_os_error();
+        let e = match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => break,
+            Err(errno) => io::Error::from(errno),
+        };
         match e.kind() {
             io::ErrorKind::Interrupted => continue,
             io::ErrorKind::WouldBlock => {

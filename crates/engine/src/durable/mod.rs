@@ -4,6 +4,8 @@
 //! sync points and recovery rules: docs/design.md, "Durability".
 //!
 //! - `file`: the storage trait, the real file system, the fault-injecting one
+//! - `frame`: the checksummed length-prefixed framing of log records,
+//!   checkpoint blocks and the Raft log's records (`combkv-replica`)
 //! - `record`: byte formats of log records, segments and checkpoints
 //! - `wal`: the log, its flusher thread and group commit
 //! - `checkpoint`: writing and reading checkpoints (and the block file
@@ -31,6 +33,7 @@ pub(crate) mod delta;
 mod error;
 pub(crate) mod executor;
 pub mod file;
+pub mod frame;
 mod lock;
 pub(crate) mod overlay;
 pub(crate) mod record;

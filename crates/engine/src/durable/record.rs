@@ -22,17 +22,25 @@
 //!   footer (24 B)  u32 0xFFFF_FFFF | "CKVEND01" | u64 items | u32 crc(the 20 bytes before it)
 //! ```
 
+use super::frame::{self, FrameError, Framing};
+
 /// Bytes of a segment or checkpoint header.
 pub(crate) const HEADER_BYTES: usize = 32;
 pub(crate) const WAL_MAGIC: &[u8; 8] = b"CKVWAL01";
 pub(crate) const CKPT_MAGIC: &[u8; 8] = b"CKVCKP01";
 const END_MAGIC: &[u8; 8] = b"CKVEND01";
 /// Bytes of a record's or block's frame (length and checksum).
-pub(crate) const FRAME_BYTES: usize = 8;
+pub(crate) const FRAME_BYTES: usize = frame::HEADER_BYTES;
 /// Bytes of a checkpoint footer.
 pub(crate) const FOOTER_BYTES: usize = 24;
 /// Largest record or block body accepted: anything larger is corruption.
 pub(crate) const MAX_BODY_BYTES: usize = 1 << 31;
+/// The framing of log records and checkpoint blocks: the checksum covers
+/// the length too.
+pub(crate) const FRAMING: Framing = Framing {
+    checksum_covers_length: true,
+    max_body: MAX_BODY_BYTES,
+};
 
 const PUT: u8 = 1;
 const DELETE: u8 = 2;
@@ -80,17 +88,9 @@ impl Record<'_> {
     }
 }
 
-fn crc_of(len: u32, body: &[u8]) -> u32 {
-    let mut h = crc32fast::Hasher::new();
-    h.update(&len.to_le_bytes());
-    h.update(body);
-    h.finalize()
-}
-
 /// Appends `rec`, framed, to `out`.
 pub(crate) fn encode_record(out: &mut Vec<u8>, rec: &Record<'_>) {
-    let start = out.len();
-    out.extend_from_slice(&[0; FRAME_BYTES]);
+    let start = FRAMING.begin(out);
     match *rec {
         Record::Put {
             version,
@@ -128,10 +128,7 @@ pub(crate) fn encode_record(out: &mut Vec<u8>, rec: &Record<'_>) {
             out.extend_from_slice(&begin.to_le_bytes());
         }
     }
-    let len = (out.len() - start - FRAME_BYTES) as u32;
-    let crc = crc_of(len, &out[start + FRAME_BYTES..]);
-    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
-    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    FRAMING.finish(out, start);
 }
 
 /// Why bytes of a log segment or checkpoint could not be decoded.
@@ -183,20 +180,11 @@ pub(crate) fn u64_at(b: &[u8], at: usize) -> u64 {
 /// Checks a frame at the start of `buf`: Ok(body) with its length checked
 /// against `buf` and its checksum verified.
 pub(crate) fn decode_frame(buf: &[u8]) -> Result<&[u8], Damage> {
-    if buf.len() < FRAME_BYTES {
-        return Err(Damage::Torn);
-    }
-    let len = u32_at(buf, 0);
-    if len as usize > MAX_BODY_BYTES {
-        return Err(Damage::Corrupt(format!("length {len}")));
-    }
-    let Some(body) = buf.get(FRAME_BYTES..FRAME_BYTES + len as usize) else {
-        return Err(Damage::Torn);
-    };
-    if crc_of(len, body) != u32_at(buf, 4) {
-        return Err(Damage::Corrupt("checksum mismatch".into()));
-    }
-    Ok(body)
+    FRAMING.decode(buf).map_err(|e| match e {
+        FrameError::TornHeader | FrameError::TornBody => Damage::Torn,
+        FrameError::TooLong(len) => Damage::Corrupt(format!("length {len}")),
+        FrameError::ChecksumMismatch => Damage::Corrupt("checksum mismatch".into()),
+    })
 }
 
 /// Decodes the record at the start of `buf`; Ok((record, bytes used)).
@@ -375,10 +363,7 @@ pub(crate) fn decode_ckpt_item(p: &[u8], at: usize) -> Result<(CkptItem<'_>, usi
 
 /// Frames a block payload: length, checksum, payload.
 pub(crate) fn encode_block(out: &mut Vec<u8>, payload: &[u8]) {
-    let len = payload.len() as u32;
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&crc_of(len, payload).to_le_bytes());
-    out.extend_from_slice(payload);
+    FRAMING.encode(out, payload);
 }
 
 /// The footer that ends a complete checkpoint.
@@ -458,6 +443,45 @@ mod tests {
                 begin: 11,
             },
         ]
+    }
+
+    fn unhex(s: &str) -> Vec<u8> {
+        let s: String = s.split_whitespace().collect();
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// The record and block framing, byte for byte: length (u32 LE), then
+    /// CRC-32 of the length's bytes and the body (u32 LE), then the body.
+    /// Logs and checkpoints on disk are read with it, so it must not change.
+    #[test]
+    fn record_and_block_bytes_are_pinned() {
+        let golden = [
+            (
+                samples()[0],
+                "23000000 13570a23 01 0700000000000000 0068e5cf8b010000 efbeadde 0300 05000000 \
+                 6b6579 76616c7565",
+            ),
+            (
+                samples()[2],
+                "0f000000 3fc30a27 02 0900000000000000 0400 676f6e65",
+            ),
+            (
+                samples()[5],
+                "11000000 eb77dc9b 05 0c00000000000000 0b00000000000000",
+            ),
+        ];
+        for (rec, hex) in golden {
+            let mut buf = Vec::new();
+            encode_record(&mut buf, &rec);
+            assert_eq!(buf, unhex(hex), "{rec:?}");
+            assert_eq!(decode_record(&buf), Ok((rec, buf.len())));
+        }
+        let mut block = Vec::new();
+        encode_block(&mut block, b"abc");
+        assert_eq!(block, unhex("03000000 335de166 616263"));
     }
 
     #[test]

@@ -17,16 +17,24 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use combkv::durable::Storage;
+use combkv::durable::frame::{self, FrameError, Framing};
 use serde::{Deserialize, Serialize};
 
 use crate::types::{Entry, LogId, Vote};
 
 /// Bytes of a record's header.
-pub(crate) const RECORD_HEADER_BYTES: usize = 8;
+pub(crate) const RECORD_HEADER_BYTES: usize = frame::HEADER_BYTES;
 /// The largest payload a record may claim: a larger claim is damage, not an
 /// entry (a batch carries at most a turn's writes; values are at most 64 MiB
 /// each, and a turn never holds more than the request limit).
 pub(crate) const MAX_RECORD_BYTES: usize = 1 << 30;
+/// The framing of a segment's records: the engine's shared framing, with
+/// the checksum over the payload alone (the write-ahead log's covers the
+/// length too; each keeps its own so that neither format's bytes change).
+const FRAMING: Framing = Framing {
+    checksum_covers_length: false,
+    max_body: MAX_RECORD_BYTES,
+};
 
 /// The file name of the segment whose first entry has index `first`.
 pub(crate) fn segment_name(first: u64) -> String {
@@ -44,19 +52,14 @@ pub(crate) fn segment_first(name: &str) -> Option<u64> {
 
 /// Appends one record holding `entry` to `buf`.
 pub(crate) fn encode_record(entry: &Entry, buf: &mut Vec<u8>) -> io::Result<()> {
-    let start = buf.len();
-    buf.extend_from_slice(&[0; RECORD_HEADER_BYTES]);
-    let mut payload = postcard::to_stdvec(entry).map_err(io::Error::other)?;
+    let payload = postcard::to_stdvec(entry).map_err(io::Error::other)?;
     if payload.len() > MAX_RECORD_BYTES {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("a log entry of {} bytes is too large", payload.len()),
         ));
     }
-    let crc = crc32fast::hash(&payload);
-    buf[start..start + 4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
-    buf[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
-    buf.append(&mut payload);
+    FRAMING.encode(buf, &payload);
     Ok(())
 }
 
@@ -115,23 +118,16 @@ pub(crate) fn read_segment(storage: &dyn Storage, path: &Path) -> io::Result<Rea
 /// Decodes the record at byte `at` of `bytes`: its entry and where the
 /// next record begins, or why it is no valid record.
 fn decode_record(bytes: &[u8], at: usize) -> Result<(Entry, usize), String> {
-    let Some(header) = bytes.get(at..at + RECORD_HEADER_BYTES) else {
-        return Err(format!("an incomplete record header at byte {at}"));
-    };
-    let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
-    let crc = u32::from_le_bytes(header[4..].try_into().expect("4 bytes"));
-    let body = at + RECORD_HEADER_BYTES;
-    if len > MAX_RECORD_BYTES {
-        return Err(format!("a record at byte {at} claims {len} bytes"));
-    }
-    let Some(payload) = bytes.get(body..body + len) else {
-        return Err(format!("an incomplete record at byte {at}"));
-    };
-    if crc32fast::hash(payload) != crc {
-        return Err(format!("a record at byte {at} fails its checksum"));
-    }
+    let rest = bytes.get(at..).unwrap_or(&[]);
+    let payload = FRAMING.decode(rest).map_err(|e| match e {
+        FrameError::TornHeader => format!("an incomplete record header at byte {at}"),
+        FrameError::TooLong(len) => format!("a record at byte {at} claims {len} bytes"),
+        FrameError::TornBody => format!("an incomplete record at byte {at}"),
+        FrameError::ChecksumMismatch => format!("a record at byte {at} fails its checksum"),
+    })?;
+    let next = at + RECORD_HEADER_BYTES + payload.len();
     match postcard::from_bytes::<Entry>(payload) {
-        Ok(e) => Ok((e, body + len)),
+        Ok(e) => Ok((e, next)),
         Err(e) => Err(format!("a record at byte {at} does not decode: {e}")),
     }
 }
@@ -248,4 +244,50 @@ pub(crate) fn read_small<T: for<'de> Deserialize<'de>>(
     postcard::from_bytes(&buf[4..])
         .map(Some)
         .map_err(|_| damaged())
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::{CommittedLeaderId, EntryPayload, LogId};
+
+    use super::*;
+
+    /// A record's bytes: payload length (u32 LE), CRC-32 of the payload
+    /// alone (u32 LE), the postcard payload. The v0.1 cluster fixture's
+    /// blank entry at index 1 (`tests/golden_codec.rs` pins the rest).
+    #[test]
+    fn record_bytes_are_pinned() {
+        let entry = Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), 1),
+            payload: EntryPayload::Blank,
+        };
+        let mut buf = vec![0xaa];
+        encode_record(&entry, &mut buf).unwrap();
+        assert_eq!(buf, [0xaa, 4, 0, 0, 0, 0x0f, 0xe3, 0x21, 0x81, 1, 1, 1, 0]);
+        let (back, next) = decode_record(&buf, 1).unwrap();
+        assert_eq!((back, next), (entry, buf.len()));
+    }
+
+    /// Each way a record can be bad, and what the reader says of it.
+    #[test]
+    fn bad_records_are_named() {
+        let entry = Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), 1),
+            payload: EntryPayload::Blank,
+        };
+        let mut buf = Vec::new();
+        encode_record(&entry, &mut buf).unwrap();
+        let why = |b: &[u8]| decode_record(b, 0).unwrap_err();
+        assert_eq!(why(&buf[..7]), "an incomplete record header at byte 0");
+        assert_eq!(why(&buf[..11]), "an incomplete record at byte 0");
+        let mut flipped = buf.clone();
+        flipped[10] ^= 1;
+        assert_eq!(why(&flipped), "a record at byte 0 fails its checksum");
+        let mut long = buf.clone();
+        long[..4].copy_from_slice(&(MAX_RECORD_BYTES as u32 + 1).to_le_bytes());
+        assert_eq!(
+            why(&long),
+            format!("a record at byte 0 claims {} bytes", MAX_RECORD_BYTES + 1)
+        );
+    }
 }

@@ -162,15 +162,12 @@ impl FlushTimer {
 
 /// CPU time of this process (user, system), as memcached prints them.
 fn rusage() -> (String, String) {
-    // SAFETY: an all-zero `rusage` is a valid value; getrusage fills it.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `ru` is a valid out-pointer for the call.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    if rc != 0 {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let Ok(ru) = getrusage(UsageWho::RUSAGE_SELF) else {
         return ("0.000000".into(), "0.000000".into());
-    }
-    let f = |t: libc::timeval| format!("{}.{:06}", t.tv_sec, t.tv_usec);
-    (f(ru.ru_utime), f(ru.ru_stime))
+    };
+    let f = |t: nix::sys::time::TimeVal| format!("{}.{:06}", t.tv_sec(), t.tv_usec());
+    (f(ru.user_time()), f(ru.system_time()))
 }
 
 /// The general-purpose `stats` reply (ends with `END`).

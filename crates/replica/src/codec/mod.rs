@@ -1,0 +1,191 @@
+//! The bytes of decided writes and of their outcomes, as log entries and
+//! replies carry them. A small tagged format of its own: fixed-width
+//! little-endian integers and length-prefixed byte strings, so that a
+//! decoded op borrows its keys and values from the entry it came from.
+//!
+//! The format is part of the log: a change to it needs a new tag, never a
+//! new meaning for an old one.
+//!
+//! Laid out by direction and kind: `wire` holds the integers, byte strings
+//! and versions everything is built of (and the `Reader` that takes them
+//! apart); `op_encode` and `op_decode` the ops; `outcome` and `error` what
+//! applying them answered.
+
+mod error;
+mod op_decode;
+mod op_encode;
+mod outcome;
+#[cfg(test)]
+mod tests;
+mod wire;
+
+use combkv::Error;
+use combkv::op::{Op, Outcome};
+
+use error::encode_error;
+use op_encode::encode_op;
+use outcome::encode_outcome;
+use wire::{Reader, put_u64};
+
+/// Why bytes could not be decoded (a damaged or foreign entry).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError(pub &'static str);
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "undecodable replicated data: {}", self.0)
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+type Decoded<T> = Result<T, DecodeError>;
+
+/// Appends the encoding of `ops` to `out`.
+pub fn encode_ops(ops: &[Op<'_>], out: &mut Vec<u8>) {
+    put_u64(out, ops.len() as u64);
+    crate::tally::ops_encoded(ops.len());
+    for op in ops {
+        encode_op(op, out);
+    }
+}
+
+/// An encoded op list built one op at a time, as [`encode_ops`] writes it
+/// (an event loop's turn of writes, without a buffer per op).
+#[derive(Debug, Default)]
+pub struct OpList {
+    bytes: Vec<u8>,
+    count: u64,
+}
+
+impl OpList {
+    pub fn push(&mut self, op: &Op<'_>) {
+        if self.bytes.is_empty() {
+            // Room for the count, written by `finish`.
+            self.bytes.extend_from_slice(&[0; 8]);
+        }
+        encode_op(op, &mut self.bytes);
+        crate::tally::ops_encoded(1);
+        self.count += 1;
+    }
+
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The encoded list.
+    pub fn finish(mut self) -> Vec<u8> {
+        if self.bytes.is_empty() {
+            self.bytes.extend_from_slice(&[0; 8]);
+        }
+        self.bytes[..8].copy_from_slice(&self.count.to_le_bytes());
+        self.bytes
+    }
+}
+
+/// The ops `bytes` holds, borrowing from it.
+pub fn decode_ops(bytes: &[u8]) -> Decoded<Vec<Op<'_>>> {
+    let mut r = Reader { b: bytes };
+    let n = r.count()?;
+    let mut ops = Vec::with_capacity(n);
+    for _ in 0..n {
+        ops.push(r.op()?);
+    }
+    r.end()?;
+    crate::tally::ops_decoded(n);
+    Ok(ops)
+}
+
+/// Appends the encoding of one op's result.
+pub fn encode_result(result: &Result<Outcome, Error>, out: &mut Vec<u8>) {
+    crate::tally::results_encoded(1);
+    match result {
+        Ok(o) => {
+            out.push(0);
+            encode_outcome(o, out);
+        }
+        Err(e) => {
+            out.push(1);
+            encode_error(e, out);
+        }
+    }
+}
+
+/// The results `bytes` holds.
+pub fn decode_results(bytes: &[u8]) -> Decoded<Vec<Result<Outcome, Error>>> {
+    let mut r = Reader { b: bytes };
+    let mut out = Vec::new();
+    while !r.b.is_empty() {
+        out.push(match r.u8()? {
+            0 => Ok(r.outcome()?),
+            1 => Err(r.error()?),
+            _ => return Err(DecodeError("result tag")),
+        });
+    }
+    crate::tally::results_decoded(out.len());
+    Ok(out)
+}
+
+/// How many ops an encoded list says it holds, from its header alone (the
+/// ops are decoded where the entry is applied; one that does not decode is
+/// skipped there by every replica alike). A list too short to hold its
+/// ops' tags is refused.
+pub fn list_count(bytes: &[u8]) -> Decoded<usize> {
+    let head: [u8; 8] = bytes
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .ok_or(DecodeError("op count"))?;
+    let n = u64::from_le_bytes(head);
+    if n > (bytes.len() - 8) as u64 {
+        return Err(DecodeError("op count"));
+    }
+    Ok(n as usize)
+}
+
+/// How many ops an encoded list holds, checking that every one decodes
+/// (a malformed list in an entry would stop every replica applying it).
+pub fn op_count(bytes: &[u8]) -> Decoded<usize> {
+    decode_ops(bytes).map(|ops| ops.len())
+}
+
+/// Joins encoded op lists, each checked by [`op_count`], into one, in
+/// order (group commit: many proposals, one entry).
+pub fn join_ops<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
+    let mut out = vec![0u8; 8];
+    let mut total = 0u64;
+    for part in parts {
+        let (count, ops) = part.split_at(8);
+        total += u64::from_le_bytes(count.try_into().expect("8 bytes"));
+        out.extend_from_slice(ops);
+    }
+    out[..8].copy_from_slice(&total.to_le_bytes());
+    out
+}
+
+/// Cuts the results of a joined entry (see [`join_ops`]) back into each
+/// part's results: `counts[i]` results for part `i`.
+pub fn split_results(bytes: &[u8], counts: &[usize]) -> Decoded<Vec<Vec<u8>>> {
+    let mut r = Reader { b: bytes };
+    let mut out = Vec::with_capacity(counts.len());
+    for &n in counts {
+        let start = bytes.len() - r.b.len();
+        for _ in 0..n {
+            match r.u8()? {
+                0 => {
+                    r.outcome()?;
+                }
+                1 => {
+                    r.error()?;
+                }
+                _ => return Err(DecodeError("result tag")),
+            }
+        }
+        out.push(bytes[start..bytes.len() - r.b.len()].to_vec());
+    }
+    r.end()?;
+    Ok(out)
+}
