@@ -1,4 +1,4 @@
-//! The `combkv bench` driver: every (workload, target) pair in a fresh child
+//! The `combkv-bench` driver: every (workload, target) pair in a fresh child
 //! process, then a table per workload, JSON lines and a plot.
 
 use std::fs::File;
@@ -12,7 +12,7 @@ use crate::workload::Workload;
 use crate::ycsb::{RunResult, RunSpec, Stop, run_one};
 use crate::{BenchError, Result, child, plot, results};
 
-/// What `combkv bench` was asked to do.
+/// What `combkv-bench` was asked to do.
 #[derive(Clone, Debug)]
 pub struct BenchOptions {
     pub workloads: Vec<Workload>,
@@ -26,7 +26,8 @@ pub struct BenchOptions {
     pub connections: usize,
     pub pipeline: usize,
     /// Network targets: the `combkv` binary to serve combkv-resp and
-    /// combkv-memcached (`None`: `combkv` next to the running executable).
+    /// combkv-memcached (`None`: `$COMBKV_BIN`, else `combkv` next to the
+    /// running executable).
     pub server_bin: Option<PathBuf>,
     /// combkv targets: hot-entry cache slots per thread (None: default).
     pub hot_cache: Option<usize>,
@@ -118,7 +119,7 @@ pub fn run(opts: &BenchOptions, self_args: &[String]) -> Result<Vec<RunResult>> 
         })?)),
         None => None,
     };
-    println!("combkv bench: {}", opts.describe());
+    println!("combkv-bench: {}", opts.describe());
     let mut all = Vec::new();
     let mut failures = Vec::new();
     for &w in &opts.workloads {
@@ -143,7 +144,7 @@ pub fn run(opts: &BenchOptions, self_args: &[String]) -> Result<Vec<RunResult>> 
                     these.push(r);
                 }
                 Err(e) => {
-                    eprintln!("combkv bench: {w}/{t} failed: {e}");
+                    eprintln!("combkv-bench: {w}/{t} failed: {e}");
                     failures.push(format!("{w}/{t}"));
                 }
             }
@@ -158,7 +159,7 @@ pub fn run(opts: &BenchOptions, self_args: &[String]) -> Result<Vec<RunResult>> 
         all.extend(these);
     }
     if let Some(path) = &opts.plot {
-        let title = format!("combkv bench: {}", opts.describe());
+        let title = format!("combkv-bench: {}", opts.describe());
         let svg = plot::svg(&all, &opts.workloads, &opts.targets, &title);
         std::fs::write(path, svg)
             .map_err(|e| BenchError(format!("writing {}: {e}", path.display())))?;

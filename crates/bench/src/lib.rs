@@ -1,6 +1,6 @@
 //! Benchmark driver for the combkv engine.
 //!
-//! The YCSB bench of `docs/workloads.md` (`combkv bench`): [`record`] (keys and
+//! The YCSB bench of `docs/workloads.md` (`combkv-bench`): [`record`] (keys and
 //! values of any size, carrying an update counter), [`generator`] (request
 //! distributions), [`workload`] (operation mixes), [`model`] (what each read
 //! may return), [`ops`] (one checked operation), [`ycsb`] (one measurement:

@@ -47,7 +47,7 @@ pub fn measure(kind: TargetKind, p: &Params) -> Result<Report> {
         TargetKind::Masstree => measure_with(kind, p, || Ok(MasstreeTarget::new())),
         other => Err(BenchError(format!(
             "{other} is a network target; engine-figures measures in-process targets \
-             (use `combkv bench --targets {other}`)"
+             (use `combkv-bench --targets {other}`)"
         ))),
     }
 }

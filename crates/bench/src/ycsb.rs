@@ -57,7 +57,8 @@ pub struct RunSpec {
     #[serde(default = "one")]
     pub pipeline: usize,
     /// Network targets: the `combkv` binary that serves combkv-resp and
-    /// combkv-memcached (`None`: `combkv` next to the running executable).
+    /// combkv-memcached (`None`: `$COMBKV_BIN`, else `combkv` next to the
+    /// running executable).
     #[serde(default)]
     pub server_bin: Option<std::path::PathBuf>,
     /// combkv targets: hot-entry cache slots per thread (0: none). The

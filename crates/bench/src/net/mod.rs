@@ -55,11 +55,21 @@ pub fn dialect(target: TargetKind, workload: Workload, read_pct: u8) -> Result<D
     }
 }
 
-/// The `combkv` binary a run starts: the spec's, or the one next to the
-/// running executable.
+/// Names the `combkv` server binary when `--server-bin` does not: the
+/// bench is a separate binary, so a server built elsewhere (an installed
+/// release, another target directory) needs a way in that a script can set
+/// once.
+pub const SERVER_BIN_ENV: &str = "COMBKV_BIN";
+
+/// The `combkv` binary a run starts: the spec's (`--server-bin`), else
+/// [`SERVER_BIN_ENV`]'s, else the `combkv` next to the running executable,
+/// where `cargo build -p combkv-cli -p combkv-bench` puts both.
 pub fn combkv_bin(spec: &RunSpec) -> Result<PathBuf> {
     if let Some(p) = &spec.server_bin {
         return Ok(p.clone());
+    }
+    if let Some(p) = std::env::var_os(SERVER_BIN_ENV).filter(|p| !p.is_empty()) {
+        return Ok(PathBuf::from(p));
     }
     let exe = std::env::current_exe()
         .map_err(|e| BenchError(format!("cannot find my own executable: {e}")))?;

@@ -2,7 +2,8 @@
 //!
 //! Every server is a child of this process, started fresh per measurement
 //! on a free loopback port and stopped with SIGTERM when its [`Server`] is
-//! dropped: combkv as `combkv serve` from the same build, `redis-server` and
+//! dropped: combkv as `combkv serve` (by default the `combkv` binary next
+//! to `combkv-bench`, see [`super::combkv_bin`]), `redis-server` and
 //! `memcached` with persistence off. The bench never installs anything: a
 //! missing peer is an error that names `scripts/peers install`.
 
@@ -158,7 +159,7 @@ impl Server {
                 if !bin.is_file() {
                     return Err(BenchError(format!(
                         "no combkv binary at {} (build it with `cargo build --release -p \
-                         combkv-cli`, or name it with --server-bin)",
+                         combkv-cli`, or name it with --server-bin or COMBKV_BIN)",
                         bin.display()
                     )));
                 }
@@ -350,7 +351,7 @@ impl Server {
                 Ok(Some(_)) | Err(_) => break,
                 Ok(None) if Instant::now() > deadline => {
                     eprintln!(
-                        "combkv bench: {} (pid {}) ignored SIGTERM for {STOP_TIMEOUT:?}; killing it",
+                        "combkv-bench: {} (pid {}) ignored SIGTERM for {STOP_TIMEOUT:?}; killing it",
                         self.name, self.pid
                     );
                     let _ = child.kill();
