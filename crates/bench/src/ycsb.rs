@@ -454,12 +454,15 @@ fn run_phase<T: Target>(cx: &Context<'_, T>, spec: &RunSpec, bar: &ProgressBar) 
                 let seed = spec.seed ^ (t + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
                 let mut w = Worker::new(seed, chooser.clone());
                 s.spawn(
-                    move || -> Result<(u64, Histogram<u64>, OpCounts, Instant)> {
+                    move || -> Result<(u64, Histogram<u64>, OpCounts, Instant, Instant)> {
                         // 1 ns .. 60 s at 3 significant digits.
                         let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)
                             .map_err(|e| BenchError(format!("histogram: {e}")))?;
                         let mut ops = 0u64;
                         barrier.wait();
+                        // Each worker's own start: a short run may end
+                        // before the main thread reads the clock.
+                        let began = Instant::now();
                         while ops < quota && !stop.load(Ordering::Relaxed) {
                             let n = BATCH.min(quota - ops);
                             for _ in 0..n {
@@ -473,7 +476,7 @@ fn run_phase<T: Target>(cx: &Context<'_, T>, spec: &RunSpec, bar: &ProgressBar) 
                             ops += n;
                             done.fetch_add(n, Ordering::Relaxed);
                         }
-                        Ok((ops, hist, w.counts, Instant::now()))
+                        Ok((ops, hist, w.counts, began, Instant::now()))
                     },
                 )
             })
@@ -499,14 +502,15 @@ fn run_phase<T: Target>(cx: &Context<'_, T>, spec: &RunSpec, bar: &ProgressBar) 
             });
             std::thread::sleep(nap);
         }
-        let mut end = start;
+        let (mut began, mut end) = (start, start);
         let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)
             .map_err(|e| BenchError(format!("histogram: {e}")))?;
         let mut counts = OpCounts::default();
         let mut ops = 0;
         for h in handles {
-            let (n, th, c, t_end) = join(h)?;
+            let (n, th, c, t_began, t_end) = join(h)?;
             ops += n;
+            began = began.min(t_began);
             end = end.max(t_end);
             hist.add(&th)
                 .map_err(|e| BenchError(format!("merging histograms: {e}")))?;
@@ -514,7 +518,7 @@ fn run_phase<T: Target>(cx: &Context<'_, T>, spec: &RunSpec, bar: &ProgressBar) 
         }
         Ok(Phase {
             ops,
-            secs: (end - start).as_secs_f64(),
+            secs: (end - began).as_secs_f64(),
             hist,
             counts,
         })
