@@ -44,6 +44,67 @@ fn escape(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
+/// One panel's bars: a bar per target for workload `wl`, scaled to the
+/// panel's largest value (a missing result marked `n/a` or `fail`).
+fn bars(
+    s: &mut String,
+    results: &[RunResult],
+    targets: &[TargetKind],
+    wl: Workload,
+    get: fn(&RunResult) -> f64,
+    x0: f64,
+    base: f64,
+) {
+    let vals: Vec<(TargetKind, Option<f64>)> = targets
+        .iter()
+        .map(|&t| {
+            let v = results
+                .iter()
+                .find(|r| r.workload == wl && r.target == t)
+                .map(get);
+            (t, v)
+        })
+        .collect();
+    let max = vals.iter().filter_map(|(_, v)| *v).fold(0.0f64, f64::max);
+    let slot = (PANEL_W - 20.0) / targets.len().max(1) as f64;
+    for (n, (t, v)) in vals.iter().enumerate() {
+        let x = x0 + 10.0 + n as f64 * slot;
+        let Some(v) = v else {
+            let mark = if t.skips(wl).is_some() { "n/a" } else { "fail" };
+            writeln!(
+                s,
+                r#"<text x="{}" y="{}" text-anchor="middle" fill="{}">{mark}</text>"#,
+                x + slot / 2.0,
+                base - 4.0,
+                color(*t)
+            )
+            .unwrap();
+            continue;
+        };
+        let h = if max > 0.0 {
+            v / max * (PANEL_H - 16.0)
+        } else {
+            0.0
+        };
+        writeln!(
+            s,
+            r#"<rect x="{x:.1}" y="{:.1}" width="{:.1}" height="{h:.1}" fill="{}"><title>{wl} {t}: {v:.2}</title></rect>"#,
+            base - h,
+            slot - 4.0,
+            color(*t)
+        )
+        .unwrap();
+        writeln!(
+            s,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="9">{}</text>"#,
+            x + (slot - 4.0) / 2.0,
+            base - h - 3.0,
+            short(*v)
+        )
+        .unwrap();
+    }
+}
+
 /// The chart; `title` goes on top (it should carry the parameters).
 pub fn svg(
     results: &[RunResult],
@@ -93,54 +154,7 @@ pub fn svg(
         let base = top + 20.0 + PANEL_H;
         for (w, &wl) in workloads.iter().enumerate() {
             let x0 = MARGIN_L + w as f64 * PANEL_W;
-            let vals: Vec<(TargetKind, Option<f64>)> = targets
-                .iter()
-                .map(|&t| {
-                    let v = results
-                        .iter()
-                        .find(|r| r.workload == wl && r.target == t)
-                        .map(get);
-                    (t, v)
-                })
-                .collect();
-            let max = vals.iter().filter_map(|(_, v)| *v).fold(0.0f64, f64::max);
-            let slot = (PANEL_W - 20.0) / targets.len().max(1) as f64;
-            for (n, (t, v)) in vals.iter().enumerate() {
-                let x = x0 + 10.0 + n as f64 * slot;
-                let Some(v) = v else {
-                    let mark = if t.skips(wl).is_some() { "n/a" } else { "fail" };
-                    writeln!(
-                        s,
-                        r#"<text x="{}" y="{}" text-anchor="middle" fill="{}">{mark}</text>"#,
-                        x + slot / 2.0,
-                        base - 4.0,
-                        color(*t)
-                    )
-                    .unwrap();
-                    continue;
-                };
-                let h = if max > 0.0 {
-                    v / max * (PANEL_H - 16.0)
-                } else {
-                    0.0
-                };
-                writeln!(
-                    s,
-                    r#"<rect x="{x:.1}" y="{:.1}" width="{:.1}" height="{h:.1}" fill="{}"><title>{wl} {t}: {v:.2}</title></rect>"#,
-                    base - h,
-                    slot - 4.0,
-                    color(*t)
-                )
-                .unwrap();
-                writeln!(
-                    s,
-                    r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="9">{}</text>"#,
-                    x + (slot - 4.0) / 2.0,
-                    base - h - 3.0,
-                    short(*v)
-                )
-                .unwrap();
-            }
+            bars(&mut s, results, targets, wl, *get, x0, base);
             writeln!(
                 s,
                 r##"<line x1="{x0}" y1="{base}" x2="{}" y2="{base}" stroke="#444"/>"##,

@@ -404,27 +404,7 @@ fn handle(
 ) -> Result<Outcome> {
     let (shape, model) = (&cx.shape, cx.model);
     match p.stage {
-        Stage::Load { i } | Stage::Insert { i } => {
-            // Redis with the index answers the SET, then the ZADD.
-            let what = if dialect == (Dialect::Redis { index: true }) && p.replies == 1 {
-                reply.added()
-            } else {
-                reply.stored()
-            };
-            if let Err(what) = what {
-                shape.key_into(i, &mut w.key);
-                return fail(format!("writing record {i} (key {}): {what}", show(&w.key)));
-            }
-            p.replies -= 1;
-            if p.replies > 0 {
-                return Ok(Outcome::Wait);
-            }
-            if let Stage::Insert { i } = p.stage {
-                model.insert_end(i);
-                return Ok(Outcome::Done(Some(Op::Insert)));
-            }
-            Ok(Outcome::Done(None))
-        }
+        Stage::Load { i } | Stage::Insert { i } => loaded(cx, dialect, w, p, reply, i),
         Stage::Update { i, c } => {
             let r = reply.stored();
             model.write_end(i, if r.is_ok() { c + 1 } else { c });
@@ -472,50 +452,7 @@ fn handle(
             }
             Ok(Outcome::Done(Some(Op::ReadModifyWrite)))
         }
-        Stage::Scan { i, n, lo } => {
-            let h = shape.key_into(i, &mut w.key);
-            let scan_fail = |w: &Worker, what: String| {
-                fail(format!(
-                    "scan of {n} from record {i} (key {}): {what}",
-                    show(&w.key)
-                ))
-            };
-            let items = match reply.items() {
-                Ok(items) => items,
-                Err(what) => return scan_fail(w, what),
-            };
-            if dialect == Dialect::Combkv {
-                // RANGE answers k1 v1 k2 v2 ...
-                if items.len() % 2 != 0 {
-                    return scan_fail(w, format!("RANGE answered {} elements", items.len()));
-                }
-                let count = items.len() / 2;
-                let mut check = ScanCheck::new(cx, &w.key, h, &mut w.prev, &mut w.scratch);
-                let mut items = items;
-                while let (Some(k), Some(v)) = (items.next(), items.next()) {
-                    match (bulk(k), bulk(v)) {
-                        (Ok(k), Ok(v)) => check.item(k, v),
-                        (Err(what), _) | (_, Err(what)) => return scan_fail(w, what),
-                    }
-                }
-                let hi = model.read_end(i);
-                let verdict = check.finish(count, n, lo, hi, &cx.max_initial_key);
-                return match verdict {
-                    Ok(()) => Ok(Outcome::Done(Some(Op::Scan))),
-                    Err(what) => scan_fail(w, what),
-                };
-            }
-            if let Err(what) = collect_keys(p, items) {
-                return scan_fail(w, what);
-            }
-            if p.ends.is_empty() {
-                return scan_fail(w, "the index has no key from the start key on".into());
-            }
-            Dialect::mget(wbuf, &p.keys, &p.ends);
-            p.stage = Stage::ScanValues { i, n, lo };
-            p.replies = 1;
-            Ok(Outcome::Sent)
-        }
+        Stage::Scan { i, n, lo } => scan_reply(cx, dialect, w, p, reply, wbuf, (i, n, lo)),
         Stage::ScanValues { i, n, lo } => {
             let h = shape.key_into(i, &mut w.key);
             let mut check = ScanCheck::new(cx, &w.key, h, &mut w.prev, &mut w.scratch);
@@ -531,41 +468,7 @@ fn handle(
                 )),
             }
         }
-        Stage::Cloud { j } => {
-            if dialect == Dialect::Combkv {
-                let verdict = reply.items().and_then(|mut items| {
-                    if items.len() % 2 != 0 {
-                        return Err(format!("RANGE answered {} elements", items.len()));
-                    }
-                    let count = items.len() / 2;
-                    with_cloud_check(cx, w, j, |check| {
-                        while let (Some(k), Some(v)) = (items.next(), items.next()) {
-                            check.item(bulk(k)?, bulk(v)?);
-                        }
-                        Ok(count)
-                    })
-                });
-                return match verdict {
-                    Ok(()) => Ok(Outcome::Done(Some(Op::CloudRange))),
-                    Err(what) => cloud_fail(cx, w, j, what),
-                };
-            }
-            // Redis: the floor answer, then the range answer.
-            if let Err(what) = reply.items().and_then(|items| collect_keys(p, items)) {
-                return cloud_fail(cx, w, j, what);
-            }
-            p.replies -= 1;
-            if p.replies > 0 {
-                return Ok(Outcome::Wait);
-            }
-            if p.ends.is_empty() {
-                return cloud_fail(cx, w, j, "the index has no key up to hi".into());
-            }
-            Dialect::mget(wbuf, &p.keys, &p.ends);
-            p.stage = Stage::CloudValues { j };
-            p.replies = 1;
-            Ok(Outcome::Sent)
-        }
+        Stage::Cloud { j } => cloud_reply(cx, dialect, w, p, reply, wbuf, j),
         Stage::CloudValues { j } => {
             let verdict = with_cloud_check(cx, w, j, |check| {
                 zip_values(p, reply, |k, v| check.item(k, v))
@@ -576,6 +479,140 @@ fn handle(
             }
         }
     }
+}
+
+/// A load's or an insert's reply (on Redis with the index, the SET's and
+/// then the ZADD's).
+fn loaded(
+    cx: &Context<'_, Dialect>,
+    dialect: Dialect,
+    w: &mut Worker,
+    p: &mut Pending,
+    reply: Reply<'_>,
+    i: u64,
+) -> Result<Outcome> {
+    let (shape, model) = (&cx.shape, cx.model);
+    // Redis with the index answers the SET, then the ZADD.
+    let what = if dialect == (Dialect::Redis { index: true }) && p.replies == 1 {
+        reply.added()
+    } else {
+        reply.stored()
+    };
+    if let Err(what) = what {
+        shape.key_into(i, &mut w.key);
+        return fail(format!("writing record {i} (key {}): {what}", show(&w.key)));
+    }
+    p.replies -= 1;
+    if p.replies > 0 {
+        return Ok(Outcome::Wait);
+    }
+    if let Stage::Insert { i } = p.stage {
+        model.insert_end(i);
+        return Ok(Outcome::Done(Some(Op::Insert)));
+    }
+    Ok(Outcome::Done(None))
+}
+
+/// A scan's first reply: RANGE's items (checked), or, on Redis, the index's
+/// keys, whose values an MGET then asks for.
+fn scan_reply(
+    cx: &Context<'_, Dialect>,
+    dialect: Dialect,
+    w: &mut Worker,
+    p: &mut Pending,
+    reply: Reply<'_>,
+    wbuf: &mut Vec<u8>,
+    (i, n, lo): (u64, usize, u32),
+) -> Result<Outcome> {
+    let (shape, model) = (&cx.shape, cx.model);
+    let h = shape.key_into(i, &mut w.key);
+    let scan_fail = |w: &Worker, what: String| {
+        fail(format!(
+            "scan of {n} from record {i} (key {}): {what}",
+            show(&w.key)
+        ))
+    };
+    let items = match reply.items() {
+        Ok(items) => items,
+        Err(what) => return scan_fail(w, what),
+    };
+    if dialect == Dialect::Combkv {
+        // RANGE answers k1 v1 k2 v2 ...
+        if items.len() % 2 != 0 {
+            return scan_fail(w, format!("RANGE answered {} elements", items.len()));
+        }
+        let count = items.len() / 2;
+        let mut check = ScanCheck::new(cx, &w.key, h, &mut w.prev, &mut w.scratch);
+        let mut items = items;
+        while let (Some(k), Some(v)) = (items.next(), items.next()) {
+            match (bulk(k), bulk(v)) {
+                (Ok(k), Ok(v)) => check.item(k, v),
+                (Err(what), _) | (_, Err(what)) => return scan_fail(w, what),
+            }
+        }
+        let hi = model.read_end(i);
+        let verdict = check.finish(count, n, lo, hi, &cx.max_initial_key);
+        return match verdict {
+            Ok(()) => Ok(Outcome::Done(Some(Op::Scan))),
+            Err(what) => scan_fail(w, what),
+        };
+    }
+    if let Err(what) = collect_keys(p, items) {
+        return scan_fail(w, what);
+    }
+    if p.ends.is_empty() {
+        return scan_fail(w, "the index has no key from the start key on".into());
+    }
+    Dialect::mget(wbuf, &p.keys, &p.ends);
+    p.stage = Stage::ScanValues { i, n, lo };
+    p.replies = 1;
+    Ok(Outcome::Sent)
+}
+
+/// A cloud range's first reply: RANGE's items (checked), or, on Redis, the
+/// floor's and the range's keys, whose values an MGET then asks for.
+fn cloud_reply(
+    cx: &Context<'_, Dialect>,
+    dialect: Dialect,
+    w: &mut Worker,
+    p: &mut Pending,
+    reply: Reply<'_>,
+    wbuf: &mut Vec<u8>,
+    j: usize,
+) -> Result<Outcome> {
+    if dialect == Dialect::Combkv {
+        let verdict = reply.items().and_then(|mut items| {
+            if items.len() % 2 != 0 {
+                return Err(format!("RANGE answered {} elements", items.len()));
+            }
+            let count = items.len() / 2;
+            with_cloud_check(cx, w, j, |check| {
+                while let (Some(k), Some(v)) = (items.next(), items.next()) {
+                    check.item(bulk(k)?, bulk(v)?);
+                }
+                Ok(count)
+            })
+        });
+        return match verdict {
+            Ok(()) => Ok(Outcome::Done(Some(Op::CloudRange))),
+            Err(what) => cloud_fail(cx, w, j, what),
+        };
+    }
+    // Redis: the floor answer, then the range answer.
+    if let Err(what) = reply.items().and_then(|items| collect_keys(p, items)) {
+        return cloud_fail(cx, w, j, what);
+    }
+    p.replies -= 1;
+    if p.replies > 0 {
+        return Ok(Outcome::Wait);
+    }
+    if p.ends.is_empty() {
+        return cloud_fail(cx, w, j, "the index has no key up to hi".into());
+    }
+    Dialect::mget(wbuf, &p.keys, &p.ends);
+    p.stage = Stage::CloudValues { j };
+    p.replies = 1;
+    Ok(Outcome::Sent)
 }
 
 /// Checks a read of record `i` (`v`: the value, `None` for a miss) against
