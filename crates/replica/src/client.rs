@@ -16,11 +16,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 
 use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
-use parking_lot::Mutex;
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::oneshot;
 
+use crate::error::ClusterError;
 use crate::group_commit::ProposeError;
-use crate::node::Replica;
+use crate::replica::Replica;
 use crate::rpc::{RaftResult, Request, Response};
 use crate::types::{Batch, LogId, NodeId};
 
@@ -31,46 +31,6 @@ pub type Results = Vec<Result<combkv::op::Outcome, combkv::Error>>;
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long to wait before asking again when no leader is known.
 const NO_LEADER_RETRY: Duration = Duration::from_millis(50);
-
-/// Why a cluster request failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ClusterError {
-    /// No leader could be reached in time: nothing was written.
-    NoLeader,
-    /// The write may or may not have been applied (its answer was lost).
-    Unknown(String),
-    /// This request must go to the leader (administration).
-    NotLeader {
-        /// The leader this node knows of.
-        leader: Option<NodeId>,
-        /// Its Raft address, when known.
-        addr: Option<String>,
-    },
-    /// The cluster refused the request; the text says why.
-    Refused(String),
-    /// The node is shutting down.
-    Stopped,
-}
-
-impl std::fmt::Display for ClusterError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ClusterError::NoLeader => write!(f, "no leader is reachable"),
-            ClusterError::Unknown(why) => {
-                write!(f, "the write may or may not have been applied: {why}")
-            }
-            ClusterError::NotLeader { leader, addr } => match (leader, addr) {
-                (Some(id), Some(a)) => write!(f, "not the leader; node {id} at {a} is"),
-                _ => write!(f, "not the leader, and no leader is known"),
-            },
-            ClusterError::Refused(why) => write!(f, "{why}"),
-            ClusterError::Stopped => write!(f, "the node is shutting down"),
-        }
-    }
-}
-
-impl std::error::Error for ClusterError {}
 
 fn wall_ms() -> u64 {
     SystemTime::now()
@@ -114,7 +74,8 @@ impl Replica {
             }
             let r = match self.leader_addr() {
                 Some((leader, _)) if leader == self.inner.id => {
-                    match tokio::time::timeout(left, self.propose_here(batch.clone())).await {
+                    match tokio::time::timeout(left, self.inner.group.propose(batch.clone())).await
+                    {
                         Ok(r) => r,
                         Err(_) => {
                             return Err(ClusterError::Unknown("no quorum answered in time".into()));
@@ -254,7 +215,7 @@ impl Replica {
                     }
                 };
             match got {
-                Ok(read) => break crate::node::index_of(read),
+                Ok(read) => break crate::replica::index_of(read),
                 Err(RaftError::Fatal(_)) => return Err(ClusterError::Stopped),
                 Err(_) => tokio::time::sleep(NO_LEADER_RETRY.min(left)).await,
             }
@@ -266,11 +227,4 @@ impl Replica {
             Err(ClusterError::NoLeader)
         }
     }
-}
-
-/// Reads waiting for the next read-index round.
-#[derive(Debug, Default)]
-pub(crate) struct ReadBatcher {
-    pub(crate) queue: Mutex<Vec<oneshot::Sender<Result<(), ClusterError>>>>,
-    pub(crate) wake: Arc<Notify>,
 }

@@ -17,45 +17,17 @@
 //! voted gives the candidate its round before standing itself).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use openraft::ServerState;
 use tokio::time::Instant;
 
-use crate::node::{Inner, Replica};
+use crate::replica::{Inner, Replica};
 
 /// After an election that made no leader, a voter stands again after a
 /// random time in this range (ms): long enough for a vote's round trip and
 /// fsync, short enough that a split vote costs little.
 const RETRY_MS: (u64, u64) = (100, 300);
-
-/// The last time this node heard from a leader (see the module's
-/// documentation), in ms since the node started.
-#[derive(Debug)]
-pub(crate) struct Contact {
-    start: Instant,
-    last_ms: AtomicU64,
-}
-
-impl Contact {
-    pub(crate) fn new() -> Contact {
-        Contact {
-            start: Instant::now(),
-            last_ms: AtomicU64::new(0),
-        }
-    }
-
-    /// Notes contact now.
-    pub(crate) fn heard(&self) {
-        let ms = self.start.elapsed().as_millis() as u64;
-        self.last_ms.fetch_max(ms, Ordering::Relaxed);
-    }
-
-    fn last(&self) -> Instant {
-        self.start + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
-    }
-}
 
 fn draw((min, max): (u64, u64)) -> Duration {
     Duration::from_millis(rand::random_range(min..max.max(min + 1)))

@@ -24,7 +24,6 @@ use combkv::Error;
 use combkv::op::Outcome;
 
 use crate::codec;
-use crate::node::Replica;
 use crate::types::{Batch, LogId, NodeId, TypeConfig};
 
 /// The largest entry the proposer builds from queued proposals (a larger
@@ -66,20 +65,38 @@ struct Pending {
     tx: oneshot::Sender<Proposed>,
 }
 
-/// The queue of proposals waiting for an entry.
+/// The queue of proposals waiting for an entry, and the Raft instance that
+/// proposes them.
 pub(crate) struct GroupCommit {
+    raft: Raft<TypeConfig>,
     queue: Mutex<Vec<Pending>>,
     wake: Arc<Notify>,
     entries: Arc<Semaphore>,
 }
 
 impl GroupCommit {
-    pub(crate) fn new(entries_in_flight: usize) -> GroupCommit {
+    /// The queue of a node whose entries `raft` proposes.
+    pub(crate) fn new(raft: Raft<TypeConfig>, entries_in_flight: usize) -> GroupCommit {
         GroupCommit {
+            raft,
             queue: Mutex::new(Vec::new()),
             wake: Arc::new(Notify::new()),
             entries: Arc::new(Semaphore::new(entries_in_flight.max(1))),
         }
+    }
+
+    /// Proposes `batch` on this node, which must be the leader, with
+    /// whatever else is queued, and waits for its results.
+    pub(crate) async fn propose(&self, batch: Batch) -> Proposed {
+        let count = match codec::list_count(&batch.ops) {
+            Ok(n) => n,
+            Err(e) => return Err(ProposeError::Malformed(e.to_string())),
+        };
+        let (tx, rx) = oneshot::channel();
+        self.queue.lock().push(Pending { batch, count, tx });
+        self.wake.notify_one();
+        rx.await
+            .unwrap_or(Err(ProposeError::Raft(RaftError::Fatal(Fatal::Stopped))))
     }
 
     /// Takes queued proposals up to an entry's worth (at least one).
@@ -97,46 +114,30 @@ impl GroupCommit {
             .min(queue.len());
         queue.drain(..n).collect()
     }
-}
 
-impl Replica {
-    /// Proposes `batch` on this node, which must be the leader, with
-    /// whatever else is queued, and waits for its results.
-    pub(crate) async fn propose_here(&self, batch: Batch) -> Proposed {
-        let count = match codec::list_count(&batch.ops) {
-            Ok(n) => n,
-            Err(e) => return Err(ProposeError::Malformed(e.to_string())),
-        };
-        let (tx, rx) = oneshot::channel();
-        let group = &self.inner.group;
-        group.queue.lock().push(Pending { batch, count, tx });
-        group.wake.notify_one();
-        rx.await
-            .unwrap_or(Err(ProposeError::Raft(RaftError::Fatal(Fatal::Stopped))))
-    }
-
-    /// The proposer: turns the queue into entries, a few in flight at once.
-    pub(crate) fn spawn_group_commit(&self) {
-        let weak = Arc::downgrade(&self.inner);
+    /// The proposer: turns the queue into entries, a few in flight at once,
+    /// until the queue is dropped with its node.
+    pub(crate) fn spawn(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
         tokio::spawn(async move {
             loop {
-                let Some(inner) = weak.upgrade() else { return };
-                let wake = Arc::clone(&inner.group.wake);
-                drop(inner);
+                let Some(group) = weak.upgrade() else { return };
+                let wake = Arc::clone(&group.wake);
+                drop(group);
                 wake.notified().await;
                 loop {
-                    let Some(inner) = weak.upgrade() else { return };
-                    let entries = Arc::clone(&inner.group.entries);
-                    drop(inner);
+                    let Some(group) = weak.upgrade() else { return };
+                    let entries = Arc::clone(&group.entries);
+                    drop(group);
                     let Ok(place) = entries.acquire_owned().await else {
                         return;
                     };
-                    let Some(inner) = weak.upgrade() else { return };
-                    let taken = inner.group.take();
+                    let Some(group) = weak.upgrade() else { return };
+                    let taken = group.take();
                     if taken.is_empty() {
                         break;
                     }
-                    tokio::spawn(propose(inner.raft.clone(), taken, place));
+                    tokio::spawn(propose(group.raft.clone(), taken, place));
                 }
             }
         });

@@ -13,15 +13,13 @@
 //! [`crate::Status::problem`] (`cluster_problem` in `INFO replication`).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::raft::VoteResponse;
-use openraft::{BasicNode, Membership, ServerState};
+use openraft::{BasicNode, Membership};
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use crate::node::Replica;
 use crate::types::NodeId;
 
 /// A node without a leader this long says why. An election takes a lease
@@ -29,11 +27,6 @@ use crate::types::NodeId;
 /// milliseconds more: 5 s without a leader is no election in progress but
 /// a cluster that cannot make one.
 pub const NO_LEADER_REPORT: Duration = Duration::from_secs(5);
-/// While a problem lasts its warning is logged again this often (its
-/// reason may have changed; the log must not fill with one line a second).
-const REPEAT_WARNING: Duration = Duration::from_secs(30);
-/// How often the watch looks.
-const WATCH_EVERY: Duration = Duration::from_secs(1);
 
 /// What happened to the requests this node sent to one peer.
 #[derive(Debug, Clone, Default)]
@@ -51,7 +44,7 @@ struct Reach {
 #[derive(Debug, Default)]
 pub(crate) struct Health {
     peers: Mutex<BTreeMap<NodeId, Reach>>,
-    problem: Mutex<Option<String>>,
+    pub(crate) problem: Mutex<Option<String>>,
 }
 
 impl Health {
@@ -80,7 +73,7 @@ impl Health {
     }
 
     /// Whether a request to `peer` was answered within `window`.
-    fn answered_within(&self, peer: NodeId, window: Duration) -> bool {
+    pub(crate) fn answered_within(&self, peer: NodeId, window: Duration) -> bool {
         self.peers
             .lock()
             .get(&peer)
@@ -98,7 +91,7 @@ impl Health {
 
     /// One line per other voter: whether this node reaches it, and what
     /// it answered to this node's last vote request.
-    fn describe(&self, me: NodeId, voters: &BTreeMap<NodeId, String>) -> Vec<String> {
+    pub(crate) fn describe(&self, me: NodeId, voters: &BTreeMap<NodeId, String>) -> Vec<String> {
         let peers = self.peers.lock();
         voters
             .iter()
@@ -167,169 +160,6 @@ pub(crate) fn same_addr(a: &str, b: &str) -> bool {
     ) {
         (Ok(x), Ok(y)) => x == y,
         _ => a == b,
-    }
-}
-
-impl Replica {
-    /// Watches this node for a problem that keeps it from joining or
-    /// electing (see the module's documentation), on the current runtime,
-    /// until the node stops. `peers` is its `--peers` (empty without).
-    pub fn watch(&self, peers: Vec<(NodeId, String)>) {
-        let weak = Arc::downgrade(&self.inner);
-        tokio::spawn(async move {
-            let mut leaderless_since: Option<Instant> = None;
-            let mut warned: Option<Instant> = None;
-            loop {
-                tokio::time::sleep(WATCH_EVERY).await;
-                let Some(inner) = weak.upgrade() else { return };
-                let replica = Replica { inner };
-                let Some(found) = replica.look(&peers, &mut leaderless_since) else {
-                    return;
-                };
-                // Swapped in first, and the lock let go: the line that
-                // ends a problem reads the status, which takes it again.
-                let before =
-                    std::mem::replace(&mut *replica.inner.health.problem.lock(), found.clone());
-                match (&found, before.is_some()) {
-                    (Some(p), _) => {
-                        let now = Instant::now();
-                        if warned.is_none_or(|w| now - w >= REPEAT_WARNING) {
-                            // A node started without --peers waits to be
-                            // added: what it says is a reminder, not a fault.
-                            let spare = peers.is_empty() && !replica.is_member();
-                            if spare {
-                                tracing::info!("cluster: {p}");
-                            } else {
-                                tracing::warn!("cluster problem: {p}");
-                            }
-                            warned = Some(now);
-                        }
-                    }
-                    (None, true) => {
-                        tracing::info!("cluster problem over: {}", replica.status_line());
-                        warned = None;
-                    }
-                    (None, false) => {}
-                }
-            }
-        });
-    }
-
-    /// What the watch finds now: Some(None) when all is well, None once the
-    /// node stopped.
-    fn look(
-        &self,
-        peers: &[(NodeId, String)],
-        leaderless_since: &mut Option<Instant>,
-    ) -> Option<Option<String>> {
-        let m = self.inner.raft.metrics().borrow().clone();
-        if m.state == ServerState::Shutdown {
-            return None;
-        }
-        let membership = m.membership_config.membership();
-        let stored = m.membership_config.log_id().map_or(0, |l| l.index);
-        // Judged once the state machine has applied the membership, so
-        // that the voters it knows of are complete (a peer removed since
-        // is no contradiction).
-        let applied = m.last_applied.map_or(0, |l| l.index);
-        if !peers.is_empty() && membership.nodes().next().is_some() && applied >= stored {
-            let ever = self.inner.sm.ever_voters();
-            if let Some(d) = peers_disagreement(peers, membership, &ever) {
-                return Some(Some(d));
-            }
-        }
-        let voters: BTreeMap<NodeId, String> = membership
-            .voter_ids()
-            .filter_map(|id| Some((id, membership.get_node(&id)?.addr.clone())))
-            .collect();
-        if m.state == ServerState::Leader {
-            *leaderless_since = None;
-            // openraft 0.9 keeps a leader that lost its quorum leading (it
-            // has no check-quorum); its writes time out. Heartbeats go out
-            // every 100 ms, so a voter silent for the report time is lost.
-            let me = self.inner.id;
-            let answering = voters
-                .keys()
-                .filter(|&&id| id == me || self.inner.health.answered_within(id, NO_LEADER_REPORT))
-                .count();
-            if answering > voters.len() / 2 {
-                return Some(None);
-            }
-            let lines = self.inner.health.describe(me, &voters);
-            return Some(Some(format!(
-                "this node leads term {} but only {answering} of its {} voters (itself \
-                 included) answered in the last {} s, no majority: {}",
-                m.current_term,
-                voters.len(),
-                NO_LEADER_REPORT.as_secs(),
-                lines.join("; ")
-            )));
-        }
-        if m.current_leader.is_some() {
-            *leaderless_since = None;
-            return Some(None);
-        }
-        let since = *leaderless_since.get_or_insert_with(Instant::now);
-        let waited = since.elapsed();
-        if waited < NO_LEADER_REPORT {
-            return Some(None);
-        }
-        let secs = waited.as_secs();
-        if membership.nodes().next().is_none() {
-            let why = match peers.iter().map(|(id, _)| *id).min() {
-                None => format!(
-                    "not a member of any cluster after {secs} s: add it on the leader \
-                     (`combkv cluster add {}`) or form one (`combkv cluster init`)",
-                    self.inner.id
-                ),
-                Some(first) => format!(
-                    "not a member of any cluster after {secs} s: node {first}, the lowest id \
-                     in --peers, forms the cluster and has sent this node nothing; \
-                     is it running, with the same --peers?"
-                ),
-            };
-            return Some(Some(why));
-        }
-        let role = match m.state {
-            ServerState::Candidate => "a candidate",
-            ServerState::Learner => "a learner",
-            _ => "a follower",
-        };
-        let mut why = format!(
-            "no leader for {secs} s; this node is {role} in term {}",
-            m.current_term
-        );
-        if !voters.contains_key(&self.inner.id) {
-            why.push_str(" and no voter: it waits for the leader to reach it");
-        }
-        let lines = self.inner.health.describe(self.inner.id, &voters);
-        if !lines.is_empty() {
-            why.push_str(": ");
-            why.push_str(&lines.join("; "));
-        }
-        Some(Some(why))
-    }
-
-    /// Whether this node holds a membership (it formed or joined a
-    /// cluster).
-    fn is_member(&self) -> bool {
-        let metrics = self.inner.raft.metrics();
-        let m = metrics.borrow();
-        m.membership_config.membership().nodes().next().is_some()
-    }
-
-    /// The node's role and leader, for the line that ends a problem.
-    fn status_line(&self) -> String {
-        let s = self.status();
-        match s.leader {
-            Some(l) => format!("node {l} leads term {}", s.term),
-            None => format!("{} in term {}", s.role.as_str(), s.term),
-        }
-    }
-
-    /// The problem the watch found, if any.
-    pub(crate) fn problem(&self) -> Option<String> {
-        self.inner.health.problem.lock().clone()
     }
 }
 

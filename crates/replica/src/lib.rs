@@ -3,26 +3,51 @@
 //!
 //! Every openraft type stays inside this crate: the engine knows nothing of
 //! Raft, and the server talks to a cluster through this crate's own types.
+//!
+//! Its modules point down only (`scripts/layers` checks it), top first:
+//!
+//! - `node`: starting a node, serving its peers' requests, its status.
+//! - The node's behaviours, each an `impl Replica` of its own: serving
+//!   clients (`client`: writes through the leader, read indexes),
+//!   administration (`membership`), elections (`election`), the health
+//!   watch (`watch`), a restored leadership's reads (`restored`), snapshots
+//!   by log bytes (`snapshot_trigger`).
+//! - `replica`: the running node as they all see it, and the state they
+//!   keep in it.
+//! - `network` (peers over TCP, or simulated), `rpc` (what peers say),
+//!   `group_commit` (the leader's proposal queue), `health` (how requests
+//!   to each peer fared), `error`.
+//! - `state_machine`, `snapshot`, `log_store`: the store, its snapshots,
+//!   the Raft log.
+//! - `types`, `codec`, `tally`: what an entry holds, and its bytes.
+
+#![warn(missing_docs)]
 
 mod client;
 pub mod codec;
 mod election;
+mod error;
 mod group_commit;
 mod health;
 pub mod log_store;
 mod membership;
 pub mod network;
 mod node;
+mod replica;
 mod restored;
 mod rpc;
 mod snapshot;
+mod snapshot_trigger;
 mod state_machine;
 mod tally;
 pub mod types;
+mod watch;
 
-pub use client::{ClusterError, REQUEST_TIMEOUT, Results};
+pub use client::{REQUEST_TIMEOUT, Results};
+pub use error::{ClusterError, StartError};
 pub use log_store::{LogOptions, LogStore, OpenError, OpenReport, SyncPolicy};
-pub use node::{ApplyHook, Replica, ReplicaConfig, Role, StartError, Status, cluster_dir};
-pub use state_machine::{StateMachine, StoreCell};
+pub use node::{ReplicaConfig, Role, Status, cluster_dir};
+pub use replica::Replica;
+pub use state_machine::{ApplyHook, StateMachine, StoreCell};
 pub use tally::{CodecTally, codec_tally};
 pub use types::{Applied, Batch, NodeId, TypeConfig};

@@ -26,9 +26,9 @@ use std::time::Duration;
 use openraft::{BasicNode, ChangeMembers, ServerState};
 use tokio::time::Instant;
 
-use crate::client::ClusterError;
+use crate::error::{ClusterError, write_error};
 use crate::health::{peers_disagreement, same_addr};
-use crate::node::{Replica, write_error};
+use crate::replica::Replica;
 use crate::types::{LogId, NodeId};
 
 /// How long removing a learner that did not catch up may take (one

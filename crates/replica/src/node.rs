@@ -6,21 +6,21 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
-use combkv::Store;
-use openraft::error::{ClientWriteError, InitializeError, RaftError};
+use openraft::error::{InitializeError, RaftError};
 use openraft::raft::AppendEntriesResponse;
 use openraft::{BasicNode, Raft, ServerState, SnapshotPolicy};
 
-use crate::client::{ClusterError, ReadBatcher};
+use crate::error::{ClusterError, StartError};
 use crate::group_commit::GroupCommit;
 use crate::log_store::{LogOptions, LogStore};
 use crate::network::{BoxFuture, Handler, Network, Transport};
-use crate::restored::RestoredLeadership;
+use crate::replica::{
+    Contact, Inner, MAX_IN_FLIGHT, ReadBatcher, Replica, RestoredLeadership, index_of,
+};
 use crate::rpc::{Request, Response};
-use crate::state_machine::{StateMachine, StoreCell};
-use crate::types::{LogId, NodeId, TypeConfig};
+use crate::state_machine::{ApplyHook, StateMachine};
+use crate::types::NodeId;
 
 /// How a node is set up.
 #[derive(Debug, Clone)]
@@ -66,21 +66,6 @@ pub struct ReplicaConfig {
     pub entries_in_flight: usize,
 }
 
-/// A function told of every applied batch: its log index, the batch, and
-/// its results, one per op.
-#[derive(Clone)]
-pub struct ApplyHook(pub Arc<ApplyFn>);
-
-/// See [`ApplyHook`].
-pub type ApplyFn =
-    dyn Fn(u64, &crate::types::Batch, &[Result<combkv::op::Outcome, combkv::Error>]) + Send + Sync;
-
-impl std::fmt::Debug for ApplyHook {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ApplyHook")
-    }
-}
-
 impl ReplicaConfig {
     /// The defaults for node `id` at `raft_addr`, storing in `dir`.
     pub fn new(id: NodeId, raft_addr: SocketAddr, dir: impl Into<PathBuf>) -> ReplicaConfig {
@@ -115,87 +100,6 @@ impl ReplicaConfig {
         c.validate().map_err(|e| StartError::Config(e.to_string()))
     }
 }
-
-/// Why a node could not start.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum StartError {
-    /// The configuration cannot work; the text says why.
-    Config(String),
-    /// The Raft log did not open (damage, another version's files).
-    Log(crate::log_store::OpenError),
-    /// A file or socket operation failed (the data directory, the Raft
-    /// address).
-    Io(std::io::Error),
-    /// openraft refused to start the node; the text says why.
-    Raft(String),
-}
-
-impl std::fmt::Display for StartError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StartError::Config(why) => write!(f, "bad cluster configuration: {why}"),
-            StartError::Log(e) => e.fmt(f),
-            StartError::Io(e) => write!(f, "cluster storage: {e}"),
-            StartError::Raft(why) => write!(f, "starting Raft: {why}"),
-        }
-    }
-}
-
-impl std::error::Error for StartError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            StartError::Log(e) => Some(e),
-            StartError::Io(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
-impl From<std::io::Error> for StartError {
-    fn from(e: std::io::Error) -> Self {
-        StartError::Io(e)
-    }
-}
-
-/// A running node.
-#[derive(Clone)]
-pub struct Replica {
-    pub(crate) inner: Arc<Inner>,
-}
-
-impl std::fmt::Debug for Replica {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Replica")
-            .field("id", &self.inner.id)
-            .finish()
-    }
-}
-
-pub(crate) struct Inner {
-    pub(crate) id: NodeId,
-    pub(crate) raft: Raft<TypeConfig>,
-    pub(crate) sm: StateMachine,
-    /// A handle on the log (it knows the commit point).
-    pub(crate) log: LogStore,
-    pub(crate) transport: Arc<dyn Transport>,
-    pub(crate) reads: ReadBatcher,
-    pub(crate) group: GroupCommit,
-    /// Bounds the batches this node has in flight (its own and forwarded).
-    pub(crate) in_flight: tokio::sync::Semaphore,
-    /// The clock of the newest batch this node proposed.
-    pub(crate) last_proposed_ms: std::sync::atomic::AtomicU64,
-    /// Set when this node restarted as the leader it was (see
-    /// [`RestoredLeadership`]).
-    pub(crate) restored: Option<RestoredLeadership>,
-    /// When this node last heard from a leader (its election timer).
-    pub(crate) contact: crate::election::Contact,
-    /// How requests to each peer fared, and the problem the watch found.
-    pub(crate) health: Arc<crate::health::Health>,
-}
-
-/// Batches a node proposes or forwards at once; more wait for a place.
-const MAX_IN_FLIGHT: usize = 1024;
 
 impl Replica {
     /// Starts node `config.id` inside the current tokio runtime, sending
@@ -243,23 +147,24 @@ impl Replica {
         )
         .await
         .map_err(|e| StartError::Raft(e.to_string()))?;
+        let group = Arc::new(GroupCommit::new(raft.clone(), config.entries_in_flight));
         let inner = Arc::new(Inner {
             id: config.id,
             raft,
             log,
             reads: ReadBatcher::default(),
-            group: GroupCommit::new(config.entries_in_flight),
+            group,
             sm,
             transport,
             in_flight: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
             last_proposed_ms: std::sync::atomic::AtomicU64::new(0),
             restored,
-            contact: crate::election::Contact::new(),
+            contact: Contact::new(),
             health,
         });
         let replica = Replica { inner };
         replica.spawn_read_loop();
-        replica.spawn_group_commit();
+        replica.inner.group.spawn();
         replica.spawn_election_timer(config.election_timeout_ms);
         replica.spawn_snapshot_trigger(config.snapshot_log_bytes);
         if let Some(r) = restored {
@@ -295,22 +200,6 @@ impl Replica {
         let replica = Replica::start_with(config, net.transport(config.id)).await?;
         net.register(config.id, Arc::new(replica.clone()));
         Ok(replica)
-    }
-
-    /// This node's id.
-    pub fn id(&self) -> NodeId {
-        self.inner.id
-    }
-
-    /// The store this node serves from (replaced whole when a snapshot is
-    /// installed).
-    pub fn store(&self) -> &StoreCell {
-        self.inner.sm.store()
-    }
-
-    /// The current store, for one request.
-    pub fn current_store(&self) -> Arc<Store> {
-        self.inner.sm.store().get()
     }
 
     /// Makes this node the first member of a new cluster whose voters are
@@ -382,66 +271,9 @@ impl Replica {
         }
     }
 
-    /// A digest of this node's state and the log id it stands at (tests
-    /// compare replicas with it).
-    pub fn digest(&self) -> std::io::Result<(Option<(u64, u64)>, u64)> {
-        let (at, d) = self.inner.sm.digest()?;
-        Ok((at.map(|l| (l.leader_id.term, l.index)), d))
-    }
-
-    /// Waits until this node has applied at least `index`.
-    pub async fn wait_applied(&self, index: u64, timeout: Duration) -> bool {
-        let mut rx = self.inner.sm.applied();
-        tokio::time::timeout(timeout, async {
-            loop {
-                if rx.borrow_and_update().is_some_and(|l| l.index >= index) {
-                    return;
-                }
-                if rx.changed().await.is_err() {
-                    std::future::pending::<()>().await;
-                }
-            }
-        })
-        .await
-        .is_ok()
-    }
-
     /// Stops the node's Raft instance.
     pub async fn shutdown(&self) {
         let _ = self.inner.raft.shutdown().await;
-    }
-
-    /// Whether this node is the leader now (as far as it knows).
-    pub fn is_leader(&self) -> bool {
-        self.inner.raft.metrics().borrow().current_leader == Some(self.inner.id)
-    }
-
-    /// The leader this node knows of and its address. Asked on every write
-    /// and read-index round, so it reads the metrics in place rather than
-    /// cloning them (membership and replication maps included).
-    pub(crate) fn leader_addr(&self) -> Option<(NodeId, String)> {
-        let metrics = self.inner.raft.metrics();
-        let m = metrics.borrow();
-        let leader = m.current_leader?;
-        let addr = m
-            .membership_config
-            .membership()
-            .get_node(&leader)?
-            .addr
-            .clone();
-        Some((leader, addr))
-    }
-}
-
-pub(crate) fn write_error(
-    e: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>,
-) -> ClusterError {
-    match e {
-        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => ClusterError::NotLeader {
-            leader: f.leader_id,
-            addr: f.leader_node.map(|n| n.addr),
-        },
-        other => ClusterError::Refused(other.to_string()),
     }
 }
 
@@ -536,7 +368,9 @@ impl Handler for Replica {
                     Response::Snapshot(resp)
                 }
                 Request::Forward(batch) => Response::Forward(
-                    self.propose_here(batch)
+                    self.inner
+                        .group
+                        .propose(batch)
                         .await
                         .map(|(log_id, results)| (log_id, crate::group_commit::encode(&results))),
                 ),
@@ -544,11 +378,6 @@ impl Handler for Replica {
             }
         })
     }
-}
-
-/// The applied log id as tests see it.
-pub(crate) fn index_of(l: Option<LogId>) -> u64 {
-    l.map_or(0, |l| l.index)
 }
 
 /// Where a node keeps its files, under the server's data directory.

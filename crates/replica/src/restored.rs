@@ -19,42 +19,11 @@
 //! saving its vote and its first entry).
 
 use openraft::error::CheckIsLeaderError;
-use openraft::storage::RaftLogStorage;
 use openraft::{BasicNode, ServerState};
 
-use crate::log_store::LogStore;
-use crate::node::{Replica, StartError};
+use crate::replica::Replica;
 use crate::rpc::RaftResult;
-use crate::types::{Batch, LogId, NodeId, Vote};
-
-/// See the module's documentation.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RestoredLeadership {
-    /// The vote this node found saved: its own, committed.
-    pub(crate) vote: Vote,
-    /// The last entry of its log at the start.
-    pub(crate) last: LogId,
-}
-
-impl RestoredLeadership {
-    /// The leadership node `id` will restore from `log`, if any: openraft
-    /// restores it when the saved vote is this node's own and committed.
-    pub(crate) async fn find(
-        id: NodeId,
-        log: &LogStore,
-    ) -> Result<Option<RestoredLeadership>, StartError> {
-        let mut log = log.clone();
-        let raft_error = |e: crate::types::StorageError| StartError::Raft(e.to_string());
-        let vote = log.read_vote().await.map_err(raft_error)?;
-        let last = log.get_log_state().await.map_err(raft_error)?.last_log_id;
-        Ok(match (vote, last) {
-            (Some(vote), Some(last)) if vote.is_committed() && vote.leader_id.node_id == id => {
-                Some(RestoredLeadership { vote, last })
-            }
-            _ => None,
-        })
-    }
-}
+use crate::types::{Batch, LogId, NodeId};
 
 impl Replica {
     /// This node's read index as the leader: openraft's, confirmed with a
@@ -108,7 +77,7 @@ impl Replica {
                 now_ms: me.clock_ms(),
                 ops,
             };
-            if let Err(e) = me.propose_here(batch).await {
+            if let Err(e) = me.inner.group.propose(batch).await {
                 // A lost leadership's successor commits its own blank entry.
                 tracing::info!("the blank entry of a restored leadership: {e:?}");
             }

@@ -20,7 +20,6 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::watch;
 
 use crate::codec;
-use crate::node::ApplyHook;
 use crate::snapshot::{self, Header};
 use crate::types::{Applied, Entry, LogId, NodeId, StorageError, TypeConfig};
 
@@ -59,6 +58,21 @@ struct SmState {
     /// and kept in snapshots, so every node knows the same set, after a
     /// restart and after installing a snapshot too.
     ever_voters: BTreeSet<NodeId>,
+}
+
+/// A function told of every applied batch: its log index, the batch, and
+/// its results, one per op.
+#[derive(Clone)]
+pub struct ApplyHook(pub Arc<ApplyFn>);
+
+/// See [`ApplyHook`].
+pub type ApplyFn =
+    dyn Fn(u64, &crate::types::Batch, &[Result<combkv::op::Outcome, combkv::Error>]) + Send + Sync;
+
+impl std::fmt::Debug for ApplyHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApplyHook")
+    }
 }
 
 /// One node's state machine.

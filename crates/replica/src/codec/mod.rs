@@ -59,6 +59,7 @@ pub struct OpList {
 }
 
 impl OpList {
+    /// Appends one op's encoding.
     pub fn push(&mut self, op: &Op<'_>) {
         if self.bytes.is_empty() {
             // Room for the count, written by `finish`.
@@ -69,10 +70,12 @@ impl OpList {
         self.count += 1;
     }
 
+    /// How many ops the list holds.
     pub fn len(&self) -> usize {
         self.count as usize
     }
 
+    /// Whether the list holds no op.
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }

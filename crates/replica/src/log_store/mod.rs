@@ -28,7 +28,6 @@
 mod io_thread;
 mod memory;
 pub(crate) mod segment;
-mod snapshot_trigger;
 
 use std::fmt::Debug;
 use std::io;
@@ -77,6 +76,7 @@ pub enum SyncPolicy {
 pub struct LogOptions {
     /// A segment is closed once it holds this many bytes.
     pub segment_bytes: u64,
+    /// When appends are synced (the server's `durability`).
     pub sync: SyncPolicy,
     /// Do file work in the caller instead of the I/O thread (simulated
     /// clusters, whose paused clock must not run ahead of another thread).
@@ -157,12 +157,20 @@ pub enum OpenError {
     /// A segment is damaged where valid data follows: cutting it would lose
     /// entries this node may have acknowledged.
     Corrupt {
+        /// The segment file.
         file: String,
+        /// Where in it the damage starts.
         offset: u64,
+        /// What is wrong there.
         what: String,
     },
     /// The entries are not consecutive.
-    Gap { after: u64, next: u64 },
+    Gap {
+        /// The last index before the gap.
+        after: u64,
+        /// The index found next.
+        next: u64,
+    },
 }
 
 impl std::fmt::Display for OpenError {

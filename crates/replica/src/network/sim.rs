@@ -76,6 +76,7 @@ enum Fate {
 }
 
 impl SimNet {
+    /// A network whose faults are drawn from `seed`, as `faults` says.
     pub fn new(seed: u64, faults: Faults) -> SimNet {
         SimNet {
             state: Arc::new(Mutex::new(State {

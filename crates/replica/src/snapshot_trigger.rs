@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use openraft::{LogIdOptionExt, ServerState};
 
-use crate::node::Replica;
+use crate::replica::Replica;
 
 /// How often the log's size since the last snapshot is looked at. At the
 /// log's fastest appends (some hundreds of MB a second) a snapshot comes at

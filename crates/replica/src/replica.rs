@@ -1,0 +1,196 @@
+//! The running node as every part of it sees it: its Raft instance, state
+//! machine, log and transport, the state its parts keep (the read-index
+//! queue, the group-commit queue, the election timer's contact, a restored
+//! leadership, the peers' health), and what they ask of it (the leader,
+//! what is applied). Its behaviours build on this: serving clients
+//! (`client`), elections (`election`), the health watch (`watch`),
+//! administration (`membership`), and starting and serving peers (`node`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use combkv::Store;
+use openraft::Raft;
+use openraft::storage::RaftLogStorage;
+use parking_lot::Mutex;
+use tokio::sync::{Notify, oneshot};
+use tokio::time::Instant;
+
+use crate::error::{ClusterError, StartError};
+use crate::group_commit::GroupCommit;
+use crate::health::Health;
+use crate::log_store::LogStore;
+use crate::network::Transport;
+use crate::state_machine::{StateMachine, StoreCell};
+use crate::types::{LogId, NodeId, TypeConfig, Vote};
+
+/// A running node.
+#[derive(Clone)]
+pub struct Replica {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Replica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replica")
+            .field("id", &self.inner.id)
+            .finish()
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) id: NodeId,
+    pub(crate) raft: Raft<TypeConfig>,
+    pub(crate) sm: StateMachine,
+    /// A handle on the log (it knows the commit point).
+    pub(crate) log: LogStore,
+    pub(crate) transport: Arc<dyn Transport>,
+    pub(crate) reads: ReadBatcher,
+    pub(crate) group: Arc<GroupCommit>,
+    /// Bounds the batches this node has in flight (its own and forwarded).
+    pub(crate) in_flight: tokio::sync::Semaphore,
+    /// The clock of the newest batch this node proposed.
+    pub(crate) last_proposed_ms: std::sync::atomic::AtomicU64,
+    /// Set when this node restarted as the leader it was (see
+    /// [`RestoredLeadership`]).
+    pub(crate) restored: Option<RestoredLeadership>,
+    /// When this node last heard from a leader (its election timer).
+    pub(crate) contact: Contact,
+    /// How requests to each peer fared, and the problem the watch found.
+    pub(crate) health: Arc<Health>,
+}
+
+/// Batches a node proposes or forwards at once; more wait for a place.
+pub(crate) const MAX_IN_FLIGHT: usize = 1024;
+
+impl Replica {
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.inner.id
+    }
+
+    /// The store this node serves from (replaced whole when a snapshot is
+    /// installed).
+    pub fn store(&self) -> &StoreCell {
+        self.inner.sm.store()
+    }
+
+    /// The current store, for one request.
+    pub fn current_store(&self) -> Arc<Store> {
+        self.inner.sm.store().get()
+    }
+
+    /// A digest of this node's state and the log id it stands at (tests
+    /// compare replicas with it).
+    pub fn digest(&self) -> std::io::Result<(Option<(u64, u64)>, u64)> {
+        let (at, d) = self.inner.sm.digest()?;
+        Ok((at.map(|l| (l.leader_id.term, l.index)), d))
+    }
+
+    /// Waits until this node has applied at least `index`.
+    pub async fn wait_applied(&self, index: u64, timeout: Duration) -> bool {
+        let mut rx = self.inner.sm.applied();
+        tokio::time::timeout(timeout, async {
+            loop {
+                if rx.borrow_and_update().is_some_and(|l| l.index >= index) {
+                    return;
+                }
+                if rx.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        })
+        .await
+        .is_ok()
+    }
+
+    /// Whether this node is the leader now (as far as it knows).
+    pub fn is_leader(&self) -> bool {
+        self.inner.raft.metrics().borrow().current_leader == Some(self.inner.id)
+    }
+
+    /// The leader this node knows of and its address. Asked on every write
+    /// and read-index round, so it reads the metrics in place rather than
+    /// cloning them (membership and replication maps included).
+    pub(crate) fn leader_addr(&self) -> Option<(NodeId, String)> {
+        let metrics = self.inner.raft.metrics();
+        let m = metrics.borrow();
+        let leader = m.current_leader?;
+        let addr = m
+            .membership_config
+            .membership()
+            .get_node(&leader)?
+            .addr
+            .clone();
+        Some((leader, addr))
+    }
+}
+
+/// The applied log id as tests see it.
+pub(crate) fn index_of(l: Option<LogId>) -> u64 {
+    l.map_or(0, |l| l.index)
+}
+
+/// Reads waiting for the next read-index round.
+#[derive(Debug, Default)]
+pub(crate) struct ReadBatcher {
+    pub(crate) queue: Mutex<Vec<oneshot::Sender<Result<(), ClusterError>>>>,
+    pub(crate) wake: Arc<Notify>,
+}
+
+/// The last time this node heard from a leader (see the module's
+/// documentation), in ms since the node started.
+#[derive(Debug)]
+pub(crate) struct Contact {
+    start: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Contact {
+    pub(crate) fn new() -> Contact {
+        Contact {
+            start: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// Notes contact now.
+    pub(crate) fn heard(&self) {
+        let ms = self.start.elapsed().as_millis() as u64;
+        self.last_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    pub(crate) fn last(&self) -> Instant {
+        self.start + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
+    }
+}
+
+/// See the module's documentation.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RestoredLeadership {
+    /// The vote this node found saved: its own, committed.
+    pub(crate) vote: Vote,
+    /// The last entry of its log at the start.
+    pub(crate) last: LogId,
+}
+
+impl RestoredLeadership {
+    /// The leadership node `id` will restore from `log`, if any: openraft
+    /// restores it when the saved vote is this node's own and committed.
+    pub(crate) async fn find(
+        id: NodeId,
+        log: &LogStore,
+    ) -> Result<Option<RestoredLeadership>, StartError> {
+        let mut log = log.clone();
+        let raft_error = |e: crate::types::StorageError| StartError::Raft(e.to_string());
+        let vote = log.read_vote().await.map_err(raft_error)?;
+        let last = log.get_log_state().await.map_err(raft_error)?.last_log_id;
+        Ok(match (vote, last) {
+            (Some(vote), Some(last)) if vote.is_committed() && vote.leader_id.node_id == id => {
+                Some(RestoredLeadership { vote, last })
+            }
+            _ => None,
+        })
+    }
+}
