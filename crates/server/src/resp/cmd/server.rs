@@ -391,7 +391,7 @@ pub(super) fn shutdown(cx: &mut Ctx<'_, '_>) -> CmdResult {
     if save && let Err(e) = crate::admin::save(cx.shared) {
         tracing::error!(
             "SHUTDOWN SAVE: the checkpoint failed, not shutting down: {}",
-            e.line()
+            CmdError::from(e).line()
         );
         return Err(CmdError::err("Errors trying to SHUTDOWN. Check logs."));
     }
