@@ -290,6 +290,20 @@ pub fn parse_peers(s: &str) -> Result<Vec<(u64, SocketAddr)>, String> {
 /// At most 2^20 slots (128 MiB) per event loop.
 const MAX_HOT_CACHE_ENTRIES: usize = 1 << 20;
 
+/// Why the server could not start: one line for the operator. It lives
+/// with the configuration, below every part that can refuse a start (the
+/// cluster node, the store, the listeners).
+#[derive(Debug)]
+pub struct StartError(pub String);
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for StartError {}
+
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {

@@ -34,5 +34,5 @@ mod server;
 mod shared;
 mod slowlog;
 
-pub use config::{ByteSize, DurabilityMode, Listen, ServerConfig};
-pub use server::{Server, StartError, Stopper};
+pub use config::{ByteSize, DurabilityMode, Listen, ServerConfig, StartError};
+pub use server::{Server, Stopper};

@@ -13,24 +13,12 @@ use crossbeam_channel::Sender;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use crate::config::{DurabilityMode, Listen, ServerConfig};
+use crate::config::{DurabilityMode, Listen, ServerConfig, StartError};
 use crate::connection::Connection;
 use crate::event_loop::EventLoop;
 use crate::pipeline::{Client, Pipeline};
 use crate::proto::ProtoState;
 use crate::shared::{Shared, Stats};
-
-/// Why the server could not start: one line for the operator.
-#[derive(Debug)]
-pub struct StartError(pub String);
-
-impl std::fmt::Display for StartError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for StartError {}
 
 /// A running server. Dropping it does not stop it; call `shutdown`.
 #[derive(Debug)]
