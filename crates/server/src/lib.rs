@@ -11,28 +11,22 @@
 //! - `resp/`: frame -> command -> reply; `memcache/`: text and meta commands
 //! - `info`, `metrics`, `slowlog`, `admin`: observability and whole-store ops
 
-mod admin;
 pub mod cluster;
 pub mod config;
-mod connection;
-mod event_loop;
-mod fdlimit;
-pub mod info;
+mod fuzzing;
 mod memcache;
-mod metrics;
-mod park;
+mod net;
+mod node;
 mod pipeline;
-mod proto;
 mod resp;
-/// Entry points for the memcached fuzz target and fuzz tests; not an API.
-#[doc(hidden)]
-pub use memcache::fuzzing as memcache_fuzzing;
-/// Entry points for the RESP fuzz target and fuzz tests; not an API.
-#[doc(hidden)]
-pub use resp::fuzzing as resp_fuzzing;
-mod server;
-mod shared;
-mod slowlog;
+mod state;
 
 pub use config::{ByteSize, DurabilityMode, Listen, ServerConfig, StartError};
-pub use server::{Server, Stopper};
+/// Entry points for the memcached fuzz target and fuzz tests; not an API.
+#[doc(hidden)]
+pub use fuzzing::memcache as memcache_fuzzing;
+/// Entry points for the RESP fuzz target and fuzz tests; not an API.
+#[doc(hidden)]
+pub use fuzzing::resp as resp_fuzzing;
+pub use net::server::{Server, Stopper};
+pub use node::info;

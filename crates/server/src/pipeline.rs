@@ -31,9 +31,9 @@ use combkv::readexec::{BatchResults, ReadRequest};
 use combkv::{Result, Session};
 use smallvec::SmallVec;
 
-use crate::park::{Parking, ReadGate, Written};
-use crate::shared::{Shared, Stats};
-use crate::slowlog::Laps;
+use crate::node::park::{Parking, ReadGate, Written};
+use crate::state::slowlog::Laps;
+use crate::state::{Shared, Stats};
 
 /// Per-connection facts every protocol may need.
 #[derive(Debug)]
@@ -82,7 +82,7 @@ impl Cx<'_> {
     /// node, through the cluster's log on a cluster node, where the
     /// connection parks and the reply is held (`Written::Held`).
     pub fn write_op(&self, op: &Op<'_>) -> Written {
-        crate::park::write(self.shared, self.session, self.parking, op)
+        crate::node::park::write(self.shared, self.session, self.parking, op)
     }
 
     /// Applies a decided write and renders its reply into `out` with

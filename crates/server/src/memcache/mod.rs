@@ -9,7 +9,6 @@ mod auth;
 pub mod binary;
 pub(crate) mod cmd;
 pub mod error;
-pub mod fuzzing;
 pub mod parse;
 pub(crate) mod stats;
 pub(crate) mod udp;
@@ -17,7 +16,7 @@ pub(crate) mod udp;
 use combkv::readexec::{BatchResults, ReadRequest};
 
 use crate::pipeline::{Class, Cx, Protocol, Ran, Reads, Render, Step};
-use crate::shared::{Shared, Stats};
+use crate::state::{Shared, Stats};
 use binary::{BinCmd, BinParsed, BinRequest};
 use error::McError;
 use parse::{GetKind, Limits, Parsed, Request};

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use combkv::Store;
 use parking_lot::{Condvar, Mutex};
 
-use crate::shared::{Counter, Shared, Stats};
+use crate::state::{Counter, Shared, Stats};
 
 /// The version `version` and `stats` report: a memcached version the meta
 /// protocol exists in, tagged with combkv's own.

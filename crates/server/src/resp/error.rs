@@ -7,7 +7,7 @@
 
 use combkv::Error as StoreError;
 
-use crate::admin::AdminError;
+use crate::node::admin::AdminError;
 
 /// Why a RESP command was refused; its reply is `-` and [`CmdError::line`].
 /// An error reply changes nothing in the store.

@@ -6,7 +6,6 @@
 pub(crate) mod cmd;
 pub(crate) mod error;
 pub(crate) mod frame;
-pub mod fuzzing;
 pub(crate) mod glob;
 pub(crate) mod reply;
 
@@ -17,7 +16,7 @@ use combkv::op::Outcome;
 use combkv::readexec::BatchResults;
 
 use crate::pipeline::{Class, Cx, Protocol, Ran, Reads, Step};
-use crate::shared::Stats;
+use crate::state::Stats;
 use cmd::batch::{self, Hits, Planned, RangeSlots};
 use cmd::{ArgList, Ctx, Spec};
 use error::CmdError;

@@ -14,7 +14,7 @@ use super::binary;
 use super::error::McError;
 use super::parse::{self, RELATIVE_EXPTIME_MAX, Request};
 use crate::pipeline::Cx;
-use crate::shared::Stats;
+use crate::state::Stats;
 
 /// A found item as a reply needs it (from a batch result or a write).
 #[derive(Debug, Clone, Copy)]

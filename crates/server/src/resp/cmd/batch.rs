@@ -13,7 +13,7 @@ use super::{ArgList, Ctx};
 use crate::pipeline::Reads;
 use crate::resp::error::{CmdError, CmdResult};
 use crate::resp::reply::Reply;
-use crate::shared::Stats;
+use crate::state::Stats;
 
 /// A read the read engine answers in batches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,7 +122,7 @@ impl Hits {
         }
     }
 
-    pub(crate) fn record(&self, stats: &crate::shared::Stats) {
+    pub(crate) fn record(&self, stats: &crate::state::Stats) {
         Stats::add(&stats.keyspace_hits, self.hits);
         Stats::add(&stats.keyspace_misses, self.misses);
     }

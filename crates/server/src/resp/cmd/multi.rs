@@ -36,7 +36,7 @@ use super::batch::BatchRead;
 use super::table::{Kind, Spec};
 use crate::resp::error::{CmdError, CmdResult};
 use crate::resp::reply::Reply;
-use crate::shared::Stats;
+use crate::state::Stats;
 
 /// What a queued argument costs besides its bytes (its `Vec`), counted
 /// against the transaction's limit.

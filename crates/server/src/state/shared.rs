@@ -9,7 +9,7 @@ use combkv::Store;
 use parking_lot::Mutex;
 
 use crate::config::ServerConfig;
-use crate::slowlog::SlowLog;
+use crate::state::slowlog::SlowLog;
 
 /// A statistics counter bumped on every request by every event loop:
 /// sharded over cache lines so loops on different cores do not contend for

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use combkv_replica::Role;
 
-use crate::shared::{Shared, Stats};
+use crate::state::{Shared, Stats};
 
 /// Sections in INFO's default order.
 pub const SECTIONS: [&str; 8] = [
@@ -77,7 +77,7 @@ pub fn fields(shared: &Shared, name: &str) -> Vec<(&'static str, String)> {
             ]
         }
         "memory" => memory_fields(shared),
-        "persistence" => crate::admin::persistence_fields(shared),
+        "persistence" => crate::node::admin::persistence_fields(shared),
         "stats" => stats_fields(&shared.stats),
         "keyspace" => {
             let n = shared.current_store().len();
@@ -240,8 +240,8 @@ fn memory_fields(shared: &Shared) -> Vec<(&'static str, String)> {
     ]
 }
 
-fn stats_fields(st: &crate::shared::Stats) -> Vec<(&'static str, String)> {
-    let n = |c: &crate::shared::Counter| Stats::get(c).to_string();
+fn stats_fields(st: &crate::state::Stats) -> Vec<(&'static str, String)> {
+    let n = |c: &crate::state::Counter| Stats::get(c).to_string();
     vec![
         ("total_connections_received", n(&st.connections_received)),
         ("total_commands_processed", n(&st.commands_processed)),

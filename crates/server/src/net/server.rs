@@ -14,11 +14,11 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::config::{DurabilityMode, Listen, ServerConfig, StartError};
-use crate::connection::Connection;
-use crate::event_loop::EventLoop;
+use crate::net::connection::Connection;
+use crate::net::event_loop::EventLoop;
+use crate::net::proto::ProtoState;
 use crate::pipeline::{Client, Pipeline};
-use crate::proto::ProtoState;
-use crate::shared::{Shared, Stats};
+use crate::state::{Shared, Stats};
 
 /// A running server. Dropping it does not stop it; call `shutdown`.
 #[derive(Debug)]
@@ -61,8 +61,8 @@ fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<(
 /// Raises the open-files limit for `maxclients`, or lowers `maxclients`
 /// to fit the limit (with a warning, as Redis does).
 fn fit_descriptors(config: &mut ServerConfig) -> Result<(), StartError> {
-    let own = crate::fdlimit::own_needs(config.thread_count(), config.data_dir.is_some());
-    let Some(fitted) = crate::fdlimit::fit(config.maxclients, own) else {
+    let own = crate::net::fdlimit::own_needs(config.thread_count(), config.data_dir.is_some());
+    let Some(fitted) = crate::net::fdlimit::fit(config.maxclients, own) else {
         tracing::warn!("cannot read the open files limit (RLIMIT_NOFILE); maxclients unchecked");
         return Ok(());
     };
@@ -245,7 +245,7 @@ impl Server {
         if let Some(l) = metrics {
             let m = shared.clone();
             threads.push(spawn("combkv-metrics".into(), move || {
-                crate::metrics::serve(l, m)
+                crate::net::metrics::serve(l, m)
             })?);
         }
         warn_unprotected(&shared.config);
@@ -300,7 +300,7 @@ impl Server {
         for t in self.threads {
             let _ = t.join();
         }
-        crate::admin::close(&self.shared);
+        crate::node::admin::close(&self.shared);
         tracing::info!("combkv stopped");
     }
 

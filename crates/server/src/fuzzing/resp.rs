@@ -14,7 +14,7 @@ use crate::pipeline::Pipeline;
 use crate::pipeline::{Client, Cx};
 use crate::resp::Resp;
 use crate::resp::frame::{self, Frames, Limits};
-use crate::shared::Shared;
+use crate::state::Shared;
 
 /// Parses every complete RESP request at the start of `input`, as the
 /// listener would, checking the parser's own invariants. Returns the

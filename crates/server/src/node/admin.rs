@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::shared::Shared;
+use crate::state::Shared;
 
 /// Why a whole-store operation was refused. Each protocol words it for its
 /// clients (`resp/error.rs`: an `ERR` reply, or the engine error's text).
