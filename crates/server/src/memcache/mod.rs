@@ -21,8 +21,6 @@ use binary::{BinCmd, BinParsed, BinRequest};
 use error::McError;
 use parse::{GetKind, Limits, Parsed, Request};
 
-pub use stats::McShared;
-
 /// A memcached connection's state between requests.
 #[derive(Debug, Default)]
 pub(crate) struct Memcache {

@@ -2,6 +2,7 @@
 //! node, the configuration, counters, clients, memory figures), the slow
 //! log, and the memcached listener's own shared state.
 
+pub(crate) mod memcache;
 pub(crate) mod shared;
 pub(crate) mod slowlog;
 

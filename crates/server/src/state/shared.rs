@@ -152,7 +152,7 @@ pub struct Shared {
     pub client_registry: Mutex<std::collections::BTreeMap<u64, ClientInfo>>,
     pub scan_cursors: Mutex<ScanCursors>,
     /// memcached counters and the delayed flush_all timer.
-    pub memcache: crate::memcache::McShared,
+    pub memcache: super::memcache::McShared,
     /// A cluster node's lock on its data directory (a single node's store
     /// holds its own): kept as long as anything serves.
     _dir_lock: Option<combkv::durable::DirLock>,
