@@ -20,6 +20,7 @@ mod node;
 mod pipeline;
 mod resp;
 mod state;
+mod turn;
 
 pub use config::{ByteSize, DurabilityMode, Listen, ServerConfig, StartError};
 /// Entry points for the memcached fuzz target and fuzz tests; not an API.

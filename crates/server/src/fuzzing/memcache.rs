@@ -17,8 +17,9 @@ pub use crate::memcache::parse::{Limits, Parsed, Request, parse as parse_memcach
 
 use crate::config::ServerConfig;
 use crate::memcache::Memcache;
-use crate::pipeline::{Client, Cx, Pipeline};
+use crate::pipeline::Pipeline;
 use crate::state::Shared;
+use crate::turn::{Client, Cx};
 
 /// One memcached connection over a real store, without a socket: bytes in,
 /// reply bytes out, exactly as the event loop drives a connection (one

@@ -15,8 +15,8 @@ pub(crate) mod udp;
 
 use combkv::readexec::{BatchResults, ReadRequest};
 
-use crate::pipeline::{Class, Cx, Protocol, Ran, Reads, Render, Step};
 use crate::state::{Shared, Stats};
+use crate::turn::{Class, Cx, Protocol, Ran, Reads, Render, Step};
 use binary::{BinCmd, BinParsed, BinRequest};
 use error::McError;
 use parse::{GetKind, Limits, Parsed, Request};

@@ -11,8 +11,8 @@ use std::cell::RefCell;
 
 use crate::net::proto::ProtoState;
 use crate::node::park::{Inbox, Park, Parking};
-use crate::pipeline::{Client, Cx, Processed};
 use crate::state::Shared;
+use crate::turn::{Client, Cx, Processed};
 
 /// Bytes read per `read` call.
 const READ_CHUNK: usize = 16 * 1024;

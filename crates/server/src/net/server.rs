@@ -17,8 +17,9 @@ use crate::config::{DurabilityMode, Listen, ServerConfig, StartError};
 use crate::net::connection::Connection;
 use crate::net::event_loop::EventLoop;
 use crate::net::proto::ProtoState;
-use crate::pipeline::{Client, Pipeline};
+use crate::pipeline::Pipeline;
 use crate::state::{Shared, Stats};
+use crate::turn::Client;
 
 /// A running server. Dropping it does not stop it; call `shutdown`.
 #[derive(Debug)]

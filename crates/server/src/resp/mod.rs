@@ -15,8 +15,8 @@ use combkv::Result as StoreResult;
 use combkv::op::Outcome;
 use combkv::readexec::BatchResults;
 
-use crate::pipeline::{Class, Cx, Protocol, Ran, Reads, Step};
 use crate::state::Stats;
+use crate::turn::{Class, Cx, Protocol, Ran, Reads, Step};
 use cmd::batch::{self, Hits, Planned, RangeSlots};
 use cmd::{ArgList, Ctx, Spec};
 use error::CmdError;
@@ -347,7 +347,7 @@ impl Protocol for Resp {
             txn: None,
             held: None,
         };
-        let r = match crate::pipeline::one(&mut outcomes) {
+        let r = match crate::turn::one(&mut outcomes) {
             Ok(o) => held(&mut ctx, o),
             Err(e) => Err(e.into()),
         };

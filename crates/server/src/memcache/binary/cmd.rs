@@ -13,8 +13,8 @@ use crate::memcache::error::{McError, store_error_text};
 use crate::memcache::parse::StoreCmd;
 use crate::memcache::stats::{VERSION, stat_lines};
 use crate::node::park::Written;
-use crate::pipeline::Cx;
 use crate::state::Stats;
+use crate::turn::Cx;
 
 /// The SASL mechanism served: `\0user\0password` checked against
 /// `requirepass` (user `default`), as the text protocol's `set` is.

@@ -13,8 +13,8 @@ use super::{Found, error_line, expiry, line, store_over_maxmemory, ttl_secs};
 use crate::memcache::error::McError;
 use crate::memcache::parse::{HeldMeta, Key, MetaFlags, encode_base64};
 use crate::node::park::Written;
-use crate::pipeline::Cx;
 use crate::state::Stats;
+use crate::turn::Cx;
 
 /// ` k<key>`, base64 and followed by ` b` for a binary key.
 fn key_flag(out: &mut Vec<u8>, key: &Key<'_>) {

@@ -10,8 +10,8 @@ use super::{Found, error_line, expiry, line, store_over_maxmemory, write_value};
 use crate::memcache::error::McError;
 use crate::memcache::parse::{self, GetKind, RELATIVE_EXPTIME_MAX, StoreCmd};
 use crate::node::park::Written;
-use crate::pipeline::Cx;
 use crate::state::Stats;
+use crate::turn::Cx;
 
 fn reply(cx: &Cx<'_>, out: &mut Vec<u8>, noreply: bool, r: Result<&str, McError>) {
     if noreply {

@@ -10,10 +10,10 @@ use combkv::readexec::{BatchResults, ReadRequest};
 
 use super::ordered::{self, RangeSpec};
 use super::{ArgList, Ctx};
-use crate::pipeline::Reads;
 use crate::resp::error::{CmdError, CmdResult};
 use crate::resp::reply::Reply;
 use crate::state::Stats;
+use crate::turn::Reads;
 
 /// A read the read engine answers in batches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -27,8 +27,8 @@ use super::RespConn;
 use super::error::{CmdError, CmdResult};
 use super::reply::Reply;
 use crate::node::park::Written;
-use crate::pipeline::Client;
 use crate::state::{Shared, Stats};
+use crate::turn::Client;
 
 pub(crate) use table::{Kind, Spec, lookup, lookup_request};
 

@@ -10,8 +10,8 @@ use std::sync::LazyLock;
 
 use super::batch::BatchRead;
 use super::{Ctx, bits, cluster, command, compare, keys, lcs, multi, ordered, server, strings};
-use crate::pipeline::Class;
 use crate::resp::error::CmdResult;
+use crate::turn::Class;
 
 pub(crate) type Handler = fn(&mut Ctx<'_, '_>) -> CmdResult;
 
