@@ -393,6 +393,16 @@ impl ServerConfig {
 
     /// Checks what can be checked before binding anything.
     pub fn validate(&self) -> Result<(), String> {
+        self.check_listeners_and_data()?;
+        self.check_cluster()?;
+        self.check_limits()?;
+        self.check_log_level()?;
+        self.check_protected_mode()
+    }
+
+    /// At least one listener; a data directory for what needs one; no UDP
+    /// with a password.
+    fn check_listeners_and_data(&self) -> Result<(), String> {
         if self.resp == Listen::Off && self.memcached == Listen::Off {
             return Err("both listeners are off (set --resp or --memcached)".into());
         }
@@ -415,6 +425,11 @@ impl ServerConfig {
         if self.wal_truncate_corrupt && self.data_dir.is_none() {
             return Err("wal-truncate-corrupt needs a data directory (--data-dir)".into());
         }
+        Ok(())
+    }
+
+    /// A cluster node's settings, or none of them without `--node-id`.
+    fn check_cluster(&self) -> Result<(), String> {
         if self.clustered() {
             if self.raft_addr.is_none() {
                 return Err("a cluster node needs --raft-addr".into());
@@ -440,6 +455,11 @@ impl ServerConfig {
                 "--raft-addr, --raft-advertise and --peers need --node-id (a cluster node)".into(),
             );
         }
+        Ok(())
+    }
+
+    /// Sizes and counts within their bounds.
+    fn check_limits(&self) -> Result<(), String> {
         if self.max_value_bytes.0 > u64::from(u32::MAX) - 1024 {
             // memcached's binary protocol carries a value's length in 32 bits.
             return Err("max-value-bytes must be below 4 GiB".into());
@@ -468,6 +488,10 @@ impl ServerConfig {
         if self.threads > 1024 {
             return Err("threads must be at most 1024".into());
         }
+        Ok(())
+    }
+
+    fn check_log_level(&self) -> Result<(), String> {
         if !matches!(
             self.log_level.as_str(),
             "error" | "warn" | "info" | "debug" | "trace"
@@ -477,6 +501,11 @@ impl ServerConfig {
                 self.log_level
             ));
         }
+        Ok(())
+    }
+
+    /// With protected mode, every listener on a loopback address.
+    fn check_protected_mode(&self) -> Result<(), String> {
         if self.protected_mode {
             for (name, l) in [
                 ("resp", self.resp),
