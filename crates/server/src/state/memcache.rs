@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use combkv::Store;
 use parking_lot::{Condvar, Mutex};
 
-use super::Counter;
+use super::shared::Counter;
 
 /// Counters named as memcached's `stats` names them (memcached listener only).
 #[derive(Debug, Default)]
