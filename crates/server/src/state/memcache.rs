@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use combkv::Store;
 use parking_lot::{Condvar, Mutex};
 
-use super::shared::Counter;
+use super::counter::Counter;
 
 /// Counters named as memcached's `stats` names them (memcached listener only).
 #[derive(Debug, Default)]

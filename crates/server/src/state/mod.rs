@@ -2,8 +2,10 @@
 //! node, the configuration, counters, clients, memory figures), the slow
 //! log, and the memcached listener's own shared state.
 
+pub(crate) mod counter;
 pub(crate) mod memcache;
 pub(crate) mod shared;
 pub(crate) mod slowlog;
 
-pub use shared::{ClientInfo, Counter, Shared, Stats};
+pub use counter::Counter;
+pub use shared::{ClientInfo, Shared, Stats};
