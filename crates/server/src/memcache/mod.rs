@@ -11,6 +11,7 @@ pub(crate) mod cmd;
 pub mod error;
 pub mod parse;
 pub(crate) mod stats;
+pub mod types;
 pub(crate) mod udp;
 
 use combkv::readexec::{BatchResults, ReadRequest};
