@@ -23,11 +23,10 @@ use combkv::op::{Op, Outcome};
 use combkv::{Error as StoreError, Store};
 use combkv_replica::codec::OpList;
 use combkv_replica::{
-    ClusterError, LogOptions, Replica, ReplicaConfig, Results, Role, Status, SyncPolicy,
+    ClusterError, LogOptions, Replica, ReplicaConfig, Results, Status, SyncPolicy,
 };
 
-use crate::config::{ClusterReads, DurabilityMode, ServerConfig, parse_peers};
-use crate::server::StartError;
+use crate::config::{ClusterReads, DurabilityMode, ServerConfig, StartError, parse_peers};
 
 /// The node this server runs.
 pub struct Cluster {
@@ -323,100 +322,6 @@ fn cluster_error(e: ClusterError) -> StoreError {
         ClusterError::Unknown(why) => StoreError::Uncertain(why),
         other => StoreError::Unavailable(other.to_string()),
     }
-}
-
-/// INFO's `replication` section (and, numeric fields, the metrics): the
-/// node's role and Raft state, and on a leader each follower's progress.
-pub fn info_fields(shared: &crate::shared::Shared) -> Vec<(&'static str, String)> {
-    let Some(c) = &shared.cluster else {
-        return vec![
-            ("role", "master".into()),
-            ("cluster_enabled", "0".into()),
-            ("connected_slaves", "0".into()),
-        ];
-    };
-    let s = c.status();
-    let mut f = vec![
-        (
-            "role",
-            if s.role == Role::Leader {
-                "master"
-            } else {
-                "slave"
-            }
-            .into(),
-        ),
-        ("cluster_enabled", "1".into()),
-        ("raft_role", s.role.as_str().into()),
-        ("raft_node_id", s.id.to_string()),
-        (
-            "raft_leader_id",
-            s.leader.map_or(String::new(), |l| l.to_string()),
-        ),
-        ("raft_term", s.term.to_string()),
-        ("raft_last_log_index", s.last_log_index.to_string()),
-        ("raft_commit_index", s.commit_index.to_string()),
-        ("raft_applied_index", s.applied_index.to_string()),
-        ("raft_snapshot_index", s.snapshot_index.to_string()),
-        (
-            "raft_voters",
-            s.nodes.iter().filter(|n| n.2).count().to_string(),
-        ),
-        (
-            "raft_learners",
-            s.nodes.iter().filter(|n| !n.2).count().to_string(),
-        ),
-        ("cluster_reads", c.reads().as_str().into()),
-        // Empty while all is well; else why the node cannot join or elect
-        // (one line: INFO's format has no room for more).
-        (
-            "cluster_problem",
-            s.problem
-                .as_deref()
-                .unwrap_or("")
-                .replace(['\r', '\n'], " "),
-        ),
-        ("connected_slaves", s.followers.len().to_string()),
-    ];
-    // Ops and results this process encoded and decoded: a write crosses
-    // each hop once (`docs/cluster.md`, "Watching it").
-    let t = combkv_replica::codec_tally();
-    f.extend([
-        ("cluster_ops_encoded", t.ops_encoded.to_string()),
-        ("cluster_ops_decoded", t.ops_decoded.to_string()),
-        ("cluster_results_encoded", t.results_encoded.to_string()),
-        ("cluster_results_decoded", t.results_decoded.to_string()),
-    ]);
-    const NAMES: [&str; 16] = [
-        "follower0",
-        "follower1",
-        "follower2",
-        "follower3",
-        "follower4",
-        "follower5",
-        "follower6",
-        "follower7",
-        "follower8",
-        "follower9",
-        "follower10",
-        "follower11",
-        "follower12",
-        "follower13",
-        "follower14",
-        "follower15",
-    ];
-    for (name, (id, matched, lag)) in NAMES.iter().zip(&s.followers) {
-        let addr = s
-            .nodes
-            .iter()
-            .find(|n| n.0 == *id)
-            .map_or("", |n| n.1.as_str());
-        f.push((
-            name,
-            format!("id={id},addr={addr},match={matched},lag={lag}"),
-        ));
-    }
-    f
 }
 
 /// A node's own entry in `--peers` is where the others send to it: it must

@@ -290,6 +290,20 @@ pub fn parse_peers(s: &str) -> Result<Vec<(u64, SocketAddr)>, String> {
 /// At most 2^20 slots (128 MiB) per event loop.
 const MAX_HOT_CACHE_ENTRIES: usize = 1 << 20;
 
+/// Why the server could not start: one line for the operator. It lives
+/// with the configuration, below every part that can refuse a start (the
+/// cluster node, the store, the listeners).
+#[derive(Debug)]
+pub struct StartError(pub String);
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for StartError {}
+
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
@@ -379,6 +393,16 @@ impl ServerConfig {
 
     /// Checks what can be checked before binding anything.
     pub fn validate(&self) -> Result<(), String> {
+        self.check_listeners_and_data()?;
+        self.check_cluster()?;
+        self.check_limits()?;
+        self.check_log_level()?;
+        self.check_protected_mode()
+    }
+
+    /// At least one listener; a data directory for what needs one; no UDP
+    /// with a password.
+    fn check_listeners_and_data(&self) -> Result<(), String> {
         if self.resp == Listen::Off && self.memcached == Listen::Off {
             return Err("both listeners are off (set --resp or --memcached)".into());
         }
@@ -401,6 +425,11 @@ impl ServerConfig {
         if self.wal_truncate_corrupt && self.data_dir.is_none() {
             return Err("wal-truncate-corrupt needs a data directory (--data-dir)".into());
         }
+        Ok(())
+    }
+
+    /// A cluster node's settings, or none of them without `--node-id`.
+    fn check_cluster(&self) -> Result<(), String> {
         if self.clustered() {
             if self.raft_addr.is_none() {
                 return Err("a cluster node needs --raft-addr".into());
@@ -426,6 +455,11 @@ impl ServerConfig {
                 "--raft-addr, --raft-advertise and --peers need --node-id (a cluster node)".into(),
             );
         }
+        Ok(())
+    }
+
+    /// Sizes and counts within their bounds.
+    fn check_limits(&self) -> Result<(), String> {
         if self.max_value_bytes.0 > u64::from(u32::MAX) - 1024 {
             // memcached's binary protocol carries a value's length in 32 bits.
             return Err("max-value-bytes must be below 4 GiB".into());
@@ -454,6 +488,10 @@ impl ServerConfig {
         if self.threads > 1024 {
             return Err("threads must be at most 1024".into());
         }
+        Ok(())
+    }
+
+    fn check_log_level(&self) -> Result<(), String> {
         if !matches!(
             self.log_level.as_str(),
             "error" | "warn" | "info" | "debug" | "trace"
@@ -463,6 +501,11 @@ impl ServerConfig {
                 self.log_level
             ));
         }
+        Ok(())
+    }
+
+    /// With protected mode, every listener on a loopback address.
+    fn check_protected_mode(&self) -> Result<(), String> {
         if self.protected_mode {
             for (name, l) in [
                 ("resp", self.resp),

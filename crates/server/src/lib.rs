@@ -1,38 +1,52 @@
 //! combkv's server: a Redis RESP listener and a memcached text/meta listener
 //! over one [`combkv::Store`] (`docs/design.md`, "Server"; `docs/protocol.md`).
 //!
-//! - `config`: defaults, TOML file, flags; every limit
-//! - `server`: start/stop, acceptor, housekeeping
-//! - `event_loop`, `connection`: thread-per-core `mio` loops, buffers
-//! - `pipeline`: the request pipeline both protocols run (classify, batch
-//!   reads, commit before reads, the turn's rules); `proto`: a connection's
-//!   pipeline, RESP or memcached; `park`: how a cluster node's connection
-//!   waits for the log without blocking its loop
-//! - `resp/`: frame -> command -> reply; `memcache/`: text and meta commands
-//! - `info`, `metrics`, `slowlog`, `admin`: observability and whole-store ops
+//! The modules form layers, and imports point down only: a module uses its
+//! own layer and the ones below it, never one above. From the top:
+//!
+//! 1. `net/`: listeners and connections. `server` starts and stops the
+//!    server (store, listeners, threads, housekeeping), `event_loop` and
+//!    `connection` run the thread-per-core `mio` loops and their buffers,
+//!    `proto` is a listener's pipeline (RESP or memcached), `fdlimit` fits
+//!    `maxclients` to the open-files limit, `metrics` serves Prometheus.
+//!    Beside it, `fuzzing/` holds the fuzz entry points, which drive a
+//!    parser or a whole pipeline without a socket.
+//! 2. `pipeline`: the request pipeline both protocols run
+//!    (`Pipeline`: classify, batch reads, commit before reads,
+//!    the turn's rules).
+//! 3. `resp/` and `memcache/`: the protocols: parsing (frame -> command),
+//!    the commands (`cmd/`) and their replies and error texts.
+//! 4. `turn`: the contract between the pipeline and the protocols: the
+//!    `Protocol` trait they implement and the `Cx` they work with (`Step`,
+//!    `Class`, `Ran`, `Processed`, `Client`, `Render`). It lies below the
+//!    protocols so that they import it downward.
+//! 5. `node/`: what a protocol asks of this node beyond the store's own
+//!    API: `park` (a write or a read that reaches the local store or the
+//!    cluster's log, and how a connection waits for the log), `admin`
+//!    (SAVE, BGSAVE, closing the store), `info` (INFO's sections).
+//! 6. `state/`: what every layer above shares: `shared` (`Shared`, `Stats`,
+//!    `Counter`, the clients, memory figures), `slowlog`, and `memcache`
+//!    (memcached's counters and delayed flush, part of `Shared`).
+//! 7. `cluster`: the Raft node this process runs, which `Shared` holds.
+//! 8. `config`: defaults, TOML file, flags, every limit, and `StartError`.
 
-mod admin;
 pub mod cluster;
 pub mod config;
-mod connection;
-mod event_loop;
-mod fdlimit;
-pub mod info;
+mod fuzzing;
 mod memcache;
-mod metrics;
-mod park;
+mod net;
+mod node;
 mod pipeline;
-mod proto;
 mod resp;
+mod state;
+mod turn;
+
+pub use config::{ByteSize, DurabilityMode, Listen, ServerConfig, StartError};
 /// Entry points for the memcached fuzz target and fuzz tests; not an API.
 #[doc(hidden)]
-pub use memcache::fuzzing as memcache_fuzzing;
+pub use fuzzing::memcache as memcache_fuzzing;
 /// Entry points for the RESP fuzz target and fuzz tests; not an API.
 #[doc(hidden)]
-pub use resp::fuzzing as resp_fuzzing;
-mod server;
-mod shared;
-mod slowlog;
-
-pub use config::{ByteSize, DurabilityMode, Listen, ServerConfig};
-pub use server::{Server, StartError, Stopper};
+pub use fuzzing::resp as resp_fuzzing;
+pub use net::server::{Server, Stopper};
+pub use node::info;

@@ -9,20 +9,18 @@ mod auth;
 pub mod binary;
 pub(crate) mod cmd;
 pub mod error;
-pub mod fuzzing;
 pub mod parse;
 pub(crate) mod stats;
+pub mod types;
 pub(crate) mod udp;
 
 use combkv::readexec::{BatchResults, ReadRequest};
 
-use crate::pipeline::{Class, Cx, Protocol, Ran, Reads, Render, Step};
-use crate::shared::{Shared, Stats};
+use crate::state::{Shared, Stats};
+use crate::turn::{Class, Cx, Protocol, Ran, Reads, Render, Step};
 use binary::{BinCmd, BinParsed, BinRequest};
 use error::McError;
 use parse::{GetKind, Limits, Parsed, Request};
-
-pub use stats::McShared;
 
 /// A memcached connection's state between requests.
 #[derive(Debug, Default)]

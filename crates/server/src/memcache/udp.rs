@@ -25,8 +25,8 @@ use combkv::readexec::{BatchResults, ReadRequest};
 use super::cmd::{Found, write_value};
 use super::error::McError;
 use super::parse::{self, GetKind, Parsed, Request};
-use crate::pipeline::MAX_BATCH_READS;
-use crate::shared::{Shared, Stats};
+use crate::state::{Shared, Stats};
+use crate::turn::MAX_BATCH_READS;
 
 pub const FRAME_HEADER: usize = 8;
 /// A reply datagram's size at most, header included (memcached's

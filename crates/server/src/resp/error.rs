@@ -7,6 +7,8 @@
 
 use combkv::Error as StoreError;
 
+use crate::node::admin::AdminError;
+
 /// Why a RESP command was refused; its reply is `-` and [`CmdError::line`].
 /// An error reply changes nothing in the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +39,15 @@ pub(crate) enum CmdError {
 impl From<StoreError> for CmdError {
     fn from(e: StoreError) -> Self {
         CmdError::Store(e)
+    }
+}
+
+impl From<AdminError> for CmdError {
+    fn from(e: AdminError) -> Self {
+        match e {
+            AdminError::Refused(why) => CmdError::err(why),
+            AdminError::Store(e) => CmdError::Store(e),
+        }
     }
 }
 

@@ -6,7 +6,6 @@
 pub(crate) mod cmd;
 pub(crate) mod error;
 pub(crate) mod frame;
-pub mod fuzzing;
 pub(crate) mod glob;
 pub(crate) mod reply;
 
@@ -16,8 +15,8 @@ use combkv::Result as StoreResult;
 use combkv::op::Outcome;
 use combkv::readexec::BatchResults;
 
-use crate::pipeline::{Class, Cx, Protocol, Ran, Reads, Step};
-use crate::shared::Stats;
+use crate::state::Stats;
+use crate::turn::{Class, Cx, Protocol, Ran, Reads, Step};
 use cmd::batch::{self, Hits, Planned, RangeSlots};
 use cmd::{ArgList, Ctx, Spec};
 use error::CmdError;
@@ -348,7 +347,7 @@ impl Protocol for Resp {
             txn: None,
             held: None,
         };
-        let r = match crate::pipeline::one(&mut outcomes) {
+        let r = match crate::turn::one(&mut outcomes) {
             Ok(o) => held(&mut ctx, o),
             Err(e) => Err(e.into()),
         };

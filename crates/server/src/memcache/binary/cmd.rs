@@ -12,9 +12,9 @@ use crate::memcache::cmd::{Found, expiry, store_over_maxmemory};
 use crate::memcache::error::{McError, store_error_text};
 use crate::memcache::parse::StoreCmd;
 use crate::memcache::stats::{VERSION, stat_lines};
-use crate::park::Written;
-use crate::pipeline::Cx;
-use crate::shared::Stats;
+use crate::node::park::Written;
+use crate::state::Stats;
+use crate::turn::Cx;
 
 /// The SASL mechanism served: `\0user\0password` checked against
 /// `requirepass` (user `default`), as the text protocol's `set` is.

@@ -21,7 +21,7 @@
 
 pub(crate) mod cmd;
 
-use super::parse::{BIG_BODY, Limits, MEMCACHED_MAX_KEY, StoreCmd};
+use super::types::{BIG_BODY, Limits, MEMCACHED_MAX_KEY, StoreCmd};
 
 /// The first byte of every request.
 pub const REQUEST_MAGIC: u8 = 0x80;

@@ -12,9 +12,9 @@ use super::text::touch_op;
 use super::{Found, error_line, expiry, line, store_over_maxmemory, ttl_secs};
 use crate::memcache::error::McError;
 use crate::memcache::parse::{HeldMeta, Key, MetaFlags, encode_base64};
-use crate::park::Written;
-use crate::pipeline::Cx;
-use crate::shared::Stats;
+use crate::node::park::Written;
+use crate::state::Stats;
+use crate::turn::Cx;
 
 /// ` k<key>`, base64 and followed by ` b` for a binary key.
 fn key_flag(out: &mut Vec<u8>, key: &Key<'_>) {

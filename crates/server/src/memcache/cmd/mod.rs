@@ -13,8 +13,8 @@ use combkv::{Expiry, Item, ItemView};
 use super::binary;
 use super::error::McError;
 use super::parse::{self, RELATIVE_EXPTIME_MAX, Request};
-use crate::pipeline::Cx;
-use crate::shared::Stats;
+use crate::state::Stats;
+use crate::turn::Cx;
 
 /// A found item as a reply needs it (from a batch result or a write).
 #[derive(Debug, Clone, Copy)]

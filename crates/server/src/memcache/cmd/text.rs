@@ -9,9 +9,9 @@ use combkv::{Expiry, Flags, Version};
 use super::{Found, error_line, expiry, line, store_over_maxmemory, write_value};
 use crate::memcache::error::McError;
 use crate::memcache::parse::{self, GetKind, RELATIVE_EXPTIME_MAX, StoreCmd};
-use crate::park::Written;
-use crate::pipeline::Cx;
-use crate::shared::Stats;
+use crate::node::park::Written;
+use crate::state::Stats;
+use crate::turn::Cx;
 
 fn reply(cx: &Cx<'_>, out: &mut Vec<u8>, noreply: bool, r: Result<&str, McError>) {
     if noreply {

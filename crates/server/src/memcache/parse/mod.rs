@@ -17,6 +17,7 @@ mod text;
 mod token;
 
 use super::error::McError;
+pub use super::types::{BIG_BODY, Limits, MEMCACHED_MAX_KEY, StoreCmd};
 use token::{Tokens, after_words};
 
 pub(crate) use token::encode_base64;
@@ -29,8 +30,6 @@ pub use token::{keys, words};
 /// closes the connection. Multi-key retrievals may be longer (up to
 /// `max_request_bytes`).
 pub const MAX_LINE_BYTES: usize = 2048;
-/// memcached's key length limit.
-pub const MEMCACHED_MAX_KEY: usize = 250;
 /// memcached's `MAX_TOKENS`: at most 23 tokens are split off a line (the
 /// count includes a terminal token, as `ntokens` does in memcached).
 const MAX_TOKENS: usize = 24;
@@ -41,24 +40,6 @@ const META_MAX_TOKENS: usize = 20;
 const MAX_OPAQUE: usize = 32;
 /// Exptimes above this many seconds are unix times (memcached: 30 days).
 pub const RELATIVE_EXPTIME_MAX: i64 = 60 * 60 * 24 * 30;
-
-/// The limits a request is checked against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Limits {
-    /// The store's longest key (the memcached limit of 250 applies as well).
-    pub max_key_len: usize,
-    pub max_value_len: usize,
-    /// A whole request: line and data block.
-    pub max_request_bytes: usize,
-    /// The largest data block `maxmemory` leaves room for (see
-    /// `Shared::body_room`); a larger one, past `BIG_BODY`, is refused with
-    /// the out-of-memory error as soon as its line is read, and skipped.
-    pub max_body: usize,
-}
-
-/// Data blocks up to this size are read whatever `max_body` says: the
-/// storage command itself then refuses them above `maxmemory`.
-pub const BIG_BODY: usize = 64 * 1024;
 
 /// What the parser made of the start of the input.
 #[derive(Debug)]
@@ -100,16 +81,6 @@ impl GetKind {
     pub fn with_cas(self) -> bool {
         matches!(self, GetKind::Gets | GetKind::Gats)
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StoreCmd {
-    Set,
-    Add,
-    Replace,
-    Append,
-    Prepend,
-    Cas,
 }
 
 /// A request line (with its data block), borrowing from the input.

@@ -10,10 +10,10 @@ use combkv::readexec::{BatchResults, ReadRequest};
 
 use super::ordered::{self, RangeSpec};
 use super::{ArgList, Ctx};
-use crate::pipeline::Reads;
 use crate::resp::error::{CmdError, CmdResult};
 use crate::resp::reply::Reply;
-use crate::shared::Stats;
+use crate::state::Stats;
+use crate::turn::Reads;
 
 /// A read the read engine answers in batches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,7 +112,7 @@ impl Hits {
         }
     }
 
-    pub(crate) fn record(&self, stats: &crate::shared::Stats) {
+    pub(crate) fn record(&self, stats: &crate::state::Stats) {
         Stats::add(&stats.keyspace_hits, self.hits);
         Stats::add(&stats.keyspace_misses, self.misses);
     }

@@ -71,7 +71,7 @@ pub(super) fn cluster(cx: &mut Ctx<'_, '_>) -> CmdResult {
     match (sub.as_str(), cx.args.len()) {
         ("status", 2) => {
             let mut out = String::new();
-            for (name, value) in crate::cluster::info_fields(cx.shared) {
+            for (name, value) in crate::node::info::replication_fields(cx.shared) {
                 out.push_str(&format!("{name}:{value}\r\n"));
             }
             let status = c.status();

@@ -9,14 +9,13 @@
 pub(crate) mod batch;
 mod bits;
 mod cluster;
-mod command;
 mod compare;
-mod docs;
 mod keys;
 mod lcs;
 pub(crate) mod multi;
 pub(crate) mod ordered;
 mod server;
+mod spec;
 mod strings;
 pub(crate) mod table;
 
@@ -26,11 +25,12 @@ use combkv::readexec::BatchResults;
 use super::RespConn;
 use super::error::{CmdError, CmdResult};
 use super::reply::Reply;
-use crate::park::Written;
-use crate::pipeline::Client;
-use crate::shared::{Shared, Stats};
+use crate::node::park::Written;
+use crate::state::{Shared, Stats};
+use crate::turn::Client;
 
-pub(crate) use table::{Kind, Spec, lookup, lookup_request};
+pub(crate) use spec::{Kind, Spec};
+pub(crate) use table::lookup_request;
 
 /// What a command runs with.
 pub(crate) struct Ctx<'a, 'b> {
@@ -38,7 +38,7 @@ pub(crate) struct Ctx<'a, 'b> {
     /// Writes go through the turn's session (see `pipeline::Cx`).
     pub session: &'a combkv::Session<'a>,
     /// How the connection waits for the log on a cluster node.
-    pub parking: Option<crate::park::Parking<'a>>,
+    pub parking: Option<crate::node::park::Parking<'a>>,
     /// The event loop's result buffers, for a read answered on its own.
     pub batch: &'a mut BatchResults,
     pub conn: &'a mut RespConn,
@@ -79,7 +79,7 @@ impl Ctx<'_, '_> {
     ) -> CmdResult {
         let written = match self.txn {
             Some(step) => Written::Now(multi::apply(step, op)),
-            None => crate::park::write(self.shared, self.session, self.parking, op),
+            None => crate::node::park::write(self.shared, self.session, self.parking, op),
         };
         match written {
             Written::Now(r) => render(self, r?),

@@ -33,10 +33,10 @@ use combkv_replica::codec::{self, OpList};
 
 use super::Ctx;
 use super::batch::BatchRead;
-use super::table::{Kind, Spec};
+use super::spec::{Kind, Spec};
 use crate::resp::error::{CmdError, CmdResult};
 use crate::resp::reply::Reply;
-use crate::shared::Stats;
+use crate::state::Stats;
 
 /// What a queued argument costs besides its bytes (its `Vec`), counted
 /// against the transaction's limit.

@@ -175,7 +175,7 @@ fn set_name(cx: &mut Ctx<'_, '_>, n: &[u8]) {
     }
 }
 
-fn client_line(cx: &Ctx<'_, '_>, info: &crate::shared::ClientInfo) -> String {
+fn client_line(cx: &Ctx<'_, '_>, info: &crate::state::ClientInfo) -> String {
     format!(
         "id={} addr={} laddr= fd=0 name={} age={} idle=0 flags=N db=0 sub=0 psub=0 ssub=0 \
          multi=-1 watch=0 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 \
@@ -352,13 +352,13 @@ pub(super) fn info(cx: &mut Ctx<'_, '_>) -> CmdResult {
         .iter()
         .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase())
         .collect();
-    let text = crate::info::render(cx.shared, &sections);
+    let text = crate::node::info::render(cx.shared, &sections);
     cx.r.verbatim(&text);
     Ok(())
 }
 
 pub(super) fn save(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    crate::admin::save(cx.shared)?;
+    crate::node::admin::save(cx.shared)?;
     cx.r.ok();
     Ok(())
 }
@@ -388,10 +388,10 @@ pub(super) fn shutdown(cx: &mut Ctx<'_, '_>) -> CmdResult {
     if abort {
         return Err(CmdError::err("No shutdown in progress."));
     }
-    if save && let Err(e) = crate::admin::save(cx.shared) {
+    if save && let Err(e) = crate::node::admin::save(cx.shared) {
         tracing::error!(
             "SHUTDOWN SAVE: the checkpoint failed, not shutting down: {}",
-            e.line()
+            CmdError::from(e).line()
         );
         return Err(CmdError::err("Errors trying to SHUTDOWN. Check logs."));
     }
@@ -407,7 +407,7 @@ pub(super) fn bgsave(cx: &mut Ctx<'_, '_>) -> CmdResult {
         [s] if eq_ic(s, "schedule") => {}
         _ => return Err(CmdError::Syntax),
     }
-    if crate::admin::bgsave(cx.shared)? {
+    if crate::node::admin::bgsave(cx.shared)? {
         cx.r.simple("Background saving started");
     } else {
         cx.r.simple("Background saving scheduled");

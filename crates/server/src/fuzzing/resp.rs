@@ -11,10 +11,10 @@ use combkv::readexec::BatchResults;
 
 use crate::config::ServerConfig;
 use crate::pipeline::Pipeline;
-use crate::pipeline::{Client, Cx};
 use crate::resp::Resp;
 use crate::resp::frame::{self, Frames, Limits};
-use crate::shared::Shared;
+use crate::state::Shared;
+use crate::turn::{Client, Cx};
 
 /// Parses every complete RESP request at the start of `input`, as the
 /// listener would, checking the parser's own invariants. Returns the

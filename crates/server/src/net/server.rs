@@ -13,24 +13,169 @@ use crossbeam_channel::Sender;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use crate::config::{DurabilityMode, Listen, ServerConfig};
-use crate::connection::Connection;
-use crate::event_loop::EventLoop;
-use crate::pipeline::{Client, Pipeline};
-use crate::proto::ProtoState;
-use crate::shared::{Shared, Stats};
+use crate::config::{DurabilityMode, Listen, ServerConfig, StartError};
+use crate::net::connection::Connection;
+use crate::net::event_loop::EventLoop;
+use crate::net::proto::ProtoState;
+use crate::pipeline::Pipeline;
+use crate::state::{Shared, Stats};
+use crate::turn::Client;
 
-/// Why the server could not start: one line for the operator.
-#[derive(Debug)]
-pub struct StartError(pub String);
+/// The sockets a server listens on; a listener that is off is `None`.
+struct Listeners {
+    resp: Option<TcpListener>,
+    memcached: Option<TcpListener>,
+    memcached_udp: Option<std::net::UdpSocket>,
+    metrics: Option<std::net::TcpListener>,
+}
 
-impl std::fmt::Display for StartError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+/// The addresses the listeners were bound to.
+struct Bound {
+    resp: Option<SocketAddr>,
+    memcached: Option<SocketAddr>,
+    memcached_udp: Option<SocketAddr>,
+    metrics: Option<SocketAddr>,
+}
+
+impl Listeners {
+    /// Binds every listener the configuration turns on.
+    fn bind(config: &ServerConfig) -> Result<Listeners, StartError> {
+        let resp = bind(config.resp, "resp")?;
+        let memcached = bind(config.memcached, "memcached")?;
+        let memcached_udp = match config.memcached_udp {
+            Listen::Off => None,
+            Listen::At(addr) => Some(std::net::UdpSocket::bind(addr).map_err(|e| {
+                StartError(format!("cannot listen on {addr} (memcached UDP): {e}"))
+            })?),
+        };
+        let metrics = match config.metrics {
+            Listen::Off => None,
+            Listen::At(addr) => Some(
+                std::net::TcpListener::bind(addr)
+                    .map_err(|e| StartError(format!("cannot listen on {addr} (metrics): {e}")))?,
+            ),
+        };
+        Ok(Listeners {
+            resp,
+            memcached,
+            memcached_udp,
+            metrics,
+        })
+    }
+
+    /// Writes into `config` what was bound, not what was asked for: port 0
+    /// picks a free port, and INFO and CONFIG GET report the one in use.
+    fn record_bound(&self, config: &mut ServerConfig) -> Bound {
+        let addr = |l: &Option<TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
+        let bound = Bound {
+            resp: addr(&self.resp),
+            memcached: addr(&self.memcached),
+            memcached_udp: self
+                .memcached_udp
+                .as_ref()
+                .and_then(|s| s.local_addr().ok()),
+            metrics: self.metrics.as_ref().and_then(|l| l.local_addr().ok()),
+        };
+        for (setting, at) in [
+            (&mut config.resp, bound.resp),
+            (&mut config.memcached, bound.memcached),
+            (&mut config.memcached_udp, bound.memcached_udp),
+            (&mut config.metrics, bound.metrics),
+        ] {
+            if let Some(a) = at {
+                *setting = Listen::At(a);
+            }
+        }
+        bound
     }
 }
 
-impl std::error::Error for StartError {}
+/// A node's store, its Raft node (on a cluster node), and the lock on the
+/// data directory a cluster node holds.
+type OpenedNode = (
+    Arc<Store>,
+    Option<crate::cluster::Cluster>,
+    Option<combkv::durable::DirLock>,
+);
+
+/// Opens what this process serves: a single node's store, or a cluster
+/// node (its store, the Raft node, and the data directory's lock).
+fn open_node(config: &ServerConfig) -> Result<OpenedNode, StartError> {
+    if config.clustered() {
+        // A cluster node's files (its Raft log and snapshots, under
+        // `<data-dir>/cluster`) are written by no durable store, so no
+        // store takes the directory's lock: the node takes it, before
+        // it opens any of them, and holds it for the process's life.
+        let lock = match &config.data_dir {
+            Some(dir) => Some(combkv::durable::DirLock::acquire(dir).map_err(|e| {
+                StartError(match e {
+                    combkv::durable::LockError::InUse(d) => d.to_string(),
+                    e => format!("cannot open data directory {}: {e}", dir.display()),
+                })
+            })?),
+            None => None,
+        };
+        let c = crate::cluster::Cluster::start(config)?;
+        Ok((c.store(), Some(c), lock))
+    } else {
+        // A single node's store holds the lock itself (`Store::open`).
+        Ok((Arc::new(open_store(config)?), None, None))
+    }
+}
+
+/// Starts the server's threads: the event loops, the acceptor,
+/// housekeeping, and the memcached UDP and metrics listeners if on.
+fn start_threads(
+    shared: &Arc<Shared>,
+    threads_n: usize,
+    listeners: Listeners,
+) -> Result<Vec<JoinHandle<()>>, StartError> {
+    let mut wakers = Vec::new();
+    let mut threads = Vec::new();
+    let mut senders = Vec::new();
+    for i in 0..threads_n {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (ev, waker) = EventLoop::new(shared.clone(), rx)
+            .map_err(|e| StartError(format!("cannot start event loop: {e}")))?;
+        senders.push((tx, waker.clone()));
+        wakers.push(waker);
+        threads.push(spawn(format!("combkv-loop-{i}"), move || ev.run())?);
+    }
+    let poll = Poll::new().map_err(|e| StartError(format!("cannot create poll: {e}")))?;
+    let acceptor_waker = Arc::new(
+        Waker::new(poll.registry(), ACCEPTOR_WAKER)
+            .map_err(|e| StartError(format!("cannot create waker: {e}")))?,
+    );
+    wakers.push(acceptor_waker);
+    let _ = shared.wakers.set(wakers);
+    let acceptor = Acceptor {
+        poll,
+        resp: listeners.resp,
+        memcached: listeners.memcached,
+        shared: shared.clone(),
+        loops: senders,
+        next: 0,
+        stalled: [false; 2],
+    };
+    threads.push(spawn("combkv-accept".into(), move || acceptor.run())?);
+    let hk = shared.clone();
+    threads.push(spawn("combkv-housekeeping".into(), move || {
+        housekeeping(hk)
+    })?);
+    if let Some(socket) = listeners.memcached_udp {
+        let u = shared.clone();
+        threads.push(spawn("combkv-mc-udp".into(), move || {
+            crate::memcache::udp::serve(socket, u)
+        })?);
+    }
+    if let Some(l) = listeners.metrics {
+        let m = shared.clone();
+        threads.push(spawn("combkv-metrics".into(), move || {
+            crate::net::metrics::serve(l, m)
+        })?);
+    }
+    Ok(threads)
+}
 
 /// A running server. Dropping it does not stop it; call `shutdown`.
 #[derive(Debug)]
@@ -73,8 +218,8 @@ fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<(
 /// Raises the open-files limit for `maxclients`, or lowers `maxclients`
 /// to fit the limit (with a warning, as Redis does).
 fn fit_descriptors(config: &mut ServerConfig) -> Result<(), StartError> {
-    let own = crate::fdlimit::own_needs(config.thread_count(), config.data_dir.is_some());
-    let Some(fitted) = crate::fdlimit::fit(config.maxclients, own) else {
+    let own = crate::net::fdlimit::own_needs(config.thread_count(), config.data_dir.is_some());
+    let Some(fitted) = crate::net::fdlimit::fit(config.maxclients, own) else {
         tracing::warn!("cannot read the open files limit (RLIMIT_NOFILE); maxclients unchecked");
         return Ok(());
     };
@@ -161,121 +306,28 @@ impl Server {
         config.validate().map_err(StartError)?;
         let mut config = config;
         fit_descriptors(&mut config)?;
-        let resp = bind(config.resp, "resp")?;
-        let memcached = bind(config.memcached, "memcached")?;
-        let memcached_udp = match config.memcached_udp {
-            Listen::Off => None,
-            Listen::At(addr) => Some(std::net::UdpSocket::bind(addr).map_err(|e| {
-                StartError(format!("cannot listen on {addr} (memcached UDP): {e}"))
-            })?),
-        };
-        let metrics = match config.metrics {
-            Listen::Off => None,
-            Listen::At(addr) => Some(
-                std::net::TcpListener::bind(addr)
-                    .map_err(|e| StartError(format!("cannot listen on {addr} (metrics): {e}")))?,
-            ),
-        };
-        let (store, cluster, dir_lock) = if config.clustered() {
-            // A cluster node's files (its Raft log and snapshots, under
-            // `<data-dir>/cluster`) are written by no durable store, so no
-            // store takes the directory's lock: the node takes it, before
-            // it opens any of them, and holds it for the process's life.
-            let lock = match &config.data_dir {
-                Some(dir) => Some(combkv::durable::DirLock::acquire(dir).map_err(|e| {
-                    StartError(match e {
-                        combkv::durable::LockError::InUse(d) => d.to_string(),
-                        e => format!("cannot open data directory {}: {e}", dir.display()),
-                    })
-                })?),
-                None => None,
-            };
-            let c = crate::cluster::Cluster::start(&config)?;
-            (c.store(), Some(c), lock)
-        } else {
-            // A single node's store holds the lock itself (`Store::open`).
-            (Arc::new(open_store(&config)?), None, None)
-        };
+        let listeners = Listeners::bind(&config)?;
+        let (store, cluster, dir_lock) = open_node(&config)?;
         let threads_n = config.thread_count();
-        let addr = |l: &Option<TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
-        let resp_addr = addr(&resp);
-        let memcached_addr = addr(&memcached);
-        let memcached_udp_addr = memcached_udp.as_ref().and_then(|s| s.local_addr().ok());
-        let metrics_addr = metrics.as_ref().and_then(|l| l.local_addr().ok());
-        // What was bound, not what was asked for: port 0 picks a free port,
-        // and INFO and CONFIG GET report the one in use.
-        for (setting, bound) in [
-            (&mut config.resp, resp_addr),
-            (&mut config.memcached, memcached_addr),
-            (&mut config.memcached_udp, memcached_udp_addr),
-            (&mut config.metrics, metrics_addr),
-        ] {
-            if let Some(a) = bound {
-                *setting = Listen::At(a);
-            }
-        }
+        let bound = listeners.record_bound(&mut config);
         let shared = Arc::new(Shared::new(store, cluster, config).holding(dir_lock));
-
-        let mut wakers = Vec::new();
-        let mut threads = Vec::new();
-        let mut senders = Vec::new();
-        for i in 0..threads_n {
-            let (tx, rx) = crossbeam_channel::unbounded();
-            let (ev, waker) = EventLoop::new(shared.clone(), rx)
-                .map_err(|e| StartError(format!("cannot start event loop: {e}")))?;
-            senders.push((tx, waker.clone()));
-            wakers.push(waker);
-            threads.push(spawn(format!("combkv-loop-{i}"), move || ev.run())?);
-        }
-        let poll = Poll::new().map_err(|e| StartError(format!("cannot create poll: {e}")))?;
-        let acceptor_waker = Arc::new(
-            Waker::new(poll.registry(), ACCEPTOR_WAKER)
-                .map_err(|e| StartError(format!("cannot create waker: {e}")))?,
-        );
-        wakers.push(acceptor_waker);
-        let _ = shared.wakers.set(wakers);
-        let acceptor = Acceptor {
-            poll,
-            resp,
-            memcached,
-            shared: shared.clone(),
-            loops: senders,
-            next: 0,
-            stalled: [false; 2],
-        };
-        threads.push(spawn("combkv-accept".into(), move || acceptor.run())?);
-        let hk = shared.clone();
-        threads.push(spawn("combkv-housekeeping".into(), move || {
-            housekeeping(hk)
-        })?);
-        if let Some(socket) = memcached_udp {
-            let u = shared.clone();
-            threads.push(spawn("combkv-mc-udp".into(), move || {
-                crate::memcache::udp::serve(socket, u)
-            })?);
-        }
-        if let Some(l) = metrics {
-            let m = shared.clone();
-            threads.push(spawn("combkv-metrics".into(), move || {
-                crate::metrics::serve(l, m)
-            })?);
-        }
+        let threads = start_threads(&shared, threads_n, listeners)?;
         warn_unprotected(&shared.config);
         tracing::info!(
-            resp = ?resp_addr,
-            memcached = ?memcached_addr,
-            memcached_udp = ?memcached_udp_addr,
-            metrics = ?metrics_addr,
+            resp = ?bound.resp,
+            memcached = ?bound.memcached,
+            memcached_udp = ?bound.memcached_udp,
+            metrics = ?bound.metrics,
             threads = threads_n,
             "combkv {} serving",
             env!("CARGO_PKG_VERSION")
         );
         Ok(Server {
             shared,
-            resp_addr,
-            memcached_addr,
-            memcached_udp_addr,
-            metrics_addr,
+            resp_addr: bound.resp,
+            memcached_addr: bound.memcached,
+            memcached_udp_addr: bound.memcached_udp,
+            metrics_addr: bound.metrics,
             threads,
         })
     }
@@ -312,7 +364,7 @@ impl Server {
         for t in self.threads {
             let _ = t.join();
         }
-        crate::admin::close(&self.shared);
+        crate::node::admin::close(&self.shared);
         tracing::info!("combkv stopped");
     }
 

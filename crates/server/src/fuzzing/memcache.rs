@@ -11,14 +11,15 @@ use std::time::Instant;
 use combkv::Store;
 use combkv::readexec::BatchResults;
 
-pub use super::binary::{BinParsed, parse as parse_binary};
-pub use super::error::McError;
-pub use super::parse::{Limits, Parsed, Request, parse as parse_memcache};
+pub use crate::memcache::binary::{BinParsed, parse as parse_binary};
+pub use crate::memcache::error::McError;
+pub use crate::memcache::parse::{Limits, Parsed, Request, parse as parse_memcache};
 
-use super::Memcache;
 use crate::config::ServerConfig;
-use crate::pipeline::{Client, Cx, Pipeline};
-use crate::shared::Shared;
+use crate::memcache::Memcache;
+use crate::pipeline::Pipeline;
+use crate::state::Shared;
+use crate::turn::{Client, Cx};
 
 /// One memcached connection over a real store, without a socket: bytes in,
 /// reply bytes out, exactly as the event loop drives a connection (one
@@ -57,7 +58,7 @@ impl MemcacheSession {
 
     /// The limits requests are parsed with.
     pub fn limits(&self) -> Limits {
-        super::limits(&self.shared)
+        crate::memcache::limits(&self.shared)
     }
 
     /// Bytes received and not yet used (an incomplete request).

@@ -4,7 +4,9 @@
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
-use crate::shared::{Shared, Stats};
+use combkv_replica::Role;
+
+use crate::state::{Shared, Stats};
 
 /// Sections in INFO's default order.
 pub const SECTIONS: [&str; 8] = [
@@ -75,7 +77,7 @@ pub fn fields(shared: &Shared, name: &str) -> Vec<(&'static str, String)> {
             ]
         }
         "memory" => memory_fields(shared),
-        "persistence" => crate::admin::persistence_fields(shared),
+        "persistence" => crate::node::admin::persistence_fields(shared),
         "stats" => stats_fields(&shared.stats),
         "keyspace" => {
             let n = shared.current_store().len();
@@ -86,9 +88,103 @@ pub fn fields(shared: &Shared, name: &str) -> Vec<(&'static str, String)> {
             }
         }
         "engine" => engine_fields(&shared.current_store()),
-        "replication" => crate::cluster::info_fields(shared),
+        "replication" => replication_fields(shared),
         _ => Vec::new(),
     }
+}
+
+/// INFO's `replication` section (and, numeric fields, the metrics): the
+/// node's role and Raft state, and on a leader each follower's progress.
+pub fn replication_fields(shared: &Shared) -> Vec<(&'static str, String)> {
+    let Some(c) = &shared.cluster else {
+        return vec![
+            ("role", "master".into()),
+            ("cluster_enabled", "0".into()),
+            ("connected_slaves", "0".into()),
+        ];
+    };
+    let s = c.status();
+    let mut f = vec![
+        (
+            "role",
+            if s.role == Role::Leader {
+                "master"
+            } else {
+                "slave"
+            }
+            .into(),
+        ),
+        ("cluster_enabled", "1".into()),
+        ("raft_role", s.role.as_str().into()),
+        ("raft_node_id", s.id.to_string()),
+        (
+            "raft_leader_id",
+            s.leader.map_or(String::new(), |l| l.to_string()),
+        ),
+        ("raft_term", s.term.to_string()),
+        ("raft_last_log_index", s.last_log_index.to_string()),
+        ("raft_commit_index", s.commit_index.to_string()),
+        ("raft_applied_index", s.applied_index.to_string()),
+        ("raft_snapshot_index", s.snapshot_index.to_string()),
+        (
+            "raft_voters",
+            s.nodes.iter().filter(|n| n.2).count().to_string(),
+        ),
+        (
+            "raft_learners",
+            s.nodes.iter().filter(|n| !n.2).count().to_string(),
+        ),
+        ("cluster_reads", c.reads().as_str().into()),
+        // Empty while all is well; else why the node cannot join or elect
+        // (one line: INFO's format has no room for more).
+        (
+            "cluster_problem",
+            s.problem
+                .as_deref()
+                .unwrap_or("")
+                .replace(['\r', '\n'], " "),
+        ),
+        ("connected_slaves", s.followers.len().to_string()),
+    ];
+    // Ops and results this process encoded and decoded: a write crosses
+    // each hop once (`docs/cluster.md`, "Watching it").
+    let t = combkv_replica::codec_tally();
+    f.extend([
+        ("cluster_ops_encoded", t.ops_encoded.to_string()),
+        ("cluster_ops_decoded", t.ops_decoded.to_string()),
+        ("cluster_results_encoded", t.results_encoded.to_string()),
+        ("cluster_results_decoded", t.results_decoded.to_string()),
+    ]);
+    const NAMES: [&str; 16] = [
+        "follower0",
+        "follower1",
+        "follower2",
+        "follower3",
+        "follower4",
+        "follower5",
+        "follower6",
+        "follower7",
+        "follower8",
+        "follower9",
+        "follower10",
+        "follower11",
+        "follower12",
+        "follower13",
+        "follower14",
+        "follower15",
+    ];
+    for (name, (id, matched, lag)) in NAMES.iter().zip(&s.followers) {
+        let addr = s
+            .nodes
+            .iter()
+            .find(|n| n.0 == *id)
+            .map_or("", |n| n.1.as_str());
+        f.push((
+            name,
+            format!("id={id},addr={addr},match={matched},lag={lag}"),
+        ));
+    }
+    f
 }
 
 fn server_fields(shared: &Shared) -> Vec<(&'static str, String)> {
@@ -144,8 +240,8 @@ fn memory_fields(shared: &Shared) -> Vec<(&'static str, String)> {
     ]
 }
 
-fn stats_fields(st: &crate::shared::Stats) -> Vec<(&'static str, String)> {
-    let n = |c: &crate::shared::Counter| Stats::get(c).to_string();
+fn stats_fields(st: &crate::state::Stats) -> Vec<(&'static str, String)> {
+    let n = |c: &crate::state::Counter| Stats::get(c).to_string();
     vec![
         ("total_connections_received", n(&st.connections_received)),
         ("total_commands_processed", n(&st.commands_processed)),

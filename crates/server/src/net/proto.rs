@@ -3,8 +3,9 @@
 //! connection has read into replies (`pipeline.rs`).
 
 use crate::memcache::Memcache;
-use crate::pipeline::{Cx, Pipeline, Processed, Protocol};
+use crate::pipeline::Pipeline;
 use crate::resp::Resp;
+use crate::turn::{Cx, Processed, Protocol};
 
 /// A connection's protocol state.
 #[derive(Debug)]

@@ -18,9 +18,9 @@ use crossbeam_channel::Receiver;
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 
-use crate::connection::{Connection, CxParts, Fill};
-use crate::park::Inbox;
-use crate::shared::{Shared, Stats};
+use crate::net::connection::{Connection, CxParts, Fill};
+use crate::node::park::Inbox;
+use crate::state::{Shared, Stats};
 
 /// Input processed per connection per turn.
 const TURN_INPUT_BYTES: usize = 1 << 20;
@@ -190,7 +190,7 @@ impl EventLoop {
             }
             self.shared.client_registry.lock().insert(
                 conn.client.id,
-                crate::shared::ClientInfo {
+                crate::state::ClientInfo {
                     id: conn.client.id,
                     addr: conn.client.addr.to_string(),
                     name: None,

@@ -9,10 +9,10 @@ use std::sync::atomic::Ordering;
 
 use std::cell::RefCell;
 
-use crate::park::{Inbox, Park, Parking};
-use crate::pipeline::{Client, Cx, Processed};
-use crate::proto::ProtoState;
-use crate::shared::Shared;
+use crate::net::proto::ProtoState;
+use crate::node::park::{Inbox, Park, Parking};
+use crate::state::Shared;
+use crate::turn::{Client, Cx, Processed};
 
 /// Bytes read per `read` call.
 const READ_CHUNK: usize = 16 * 1024;
@@ -288,7 +288,7 @@ impl Connection {
 
 /// The parts of a `Cx` the event loop owns.
 pub(crate) struct CxParts<'a> {
-    pub shared: &'a crate::shared::Shared,
+    pub shared: &'a crate::state::Shared,
     pub session: &'a combkv::Session<'a>,
     pub batch: &'a mut combkv::readexec::BatchResults,
     /// On a cluster node, where this loop hears that a parked connection

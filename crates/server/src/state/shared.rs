@@ -8,51 +8,9 @@ use std::time::{Duration, Instant, SystemTime};
 use combkv::Store;
 use parking_lot::Mutex;
 
+use super::counter::Counter;
 use crate::config::ServerConfig;
-use crate::slowlog::SlowLog;
-
-/// A statistics counter bumped on every request by every event loop:
-/// sharded over cache lines so loops on different cores do not contend for
-/// one line, summed when read (INFO, stats, metrics).
-#[derive(Debug)]
-pub struct Counter {
-    shards: [crossbeam_utils::CachePadded<AtomicU64>; COUNTER_SHARDS],
-}
-
-const COUNTER_SHARDS: usize = 8;
-
-impl Default for Counter {
-    fn default() -> Self {
-        Counter {
-            shards: std::array::from_fn(|_| crossbeam_utils::CachePadded::new(AtomicU64::new(0))),
-        }
-    }
-}
-
-thread_local! {
-    /// This thread's shard of every counter.
-    static SHARD: usize = {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        NEXT.fetch_add(1, Ordering::Relaxed) % COUNTER_SHARDS
-    };
-}
-
-impl Counter {
-    pub fn add(&self, n: u64) {
-        let i = SHARD.with(|s| *s);
-        self.shards[i].fetch_add(n, Ordering::Relaxed);
-    }
-
-    pub fn get(&self) -> u64 {
-        self.shards.iter().map(|s| s.load(Ordering::Relaxed)).sum()
-    }
-
-    pub fn reset(&self) {
-        for s in &self.shards {
-            s.store(0, Ordering::Relaxed);
-        }
-    }
-}
+use crate::state::slowlog::SlowLog;
 
 /// Server-wide counters (INFO stats, memcached stats, Prometheus).
 #[derive(Debug, Default)]
@@ -152,7 +110,7 @@ pub struct Shared {
     pub client_registry: Mutex<std::collections::BTreeMap<u64, ClientInfo>>,
     pub scan_cursors: Mutex<ScanCursors>,
     /// memcached counters and the delayed flush_all timer.
-    pub memcache: crate::memcache::McShared,
+    pub memcache: super::memcache::McShared,
     /// A cluster node's lock on its data directory (a single node's store
     /// holds its own): kept as long as anything serves.
     _dir_lock: Option<combkv::durable::DirLock>,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::shared::Shared;
+use crate::state::Shared;
 
 /// Request head bytes read at most.
 const MAX_HEAD_BYTES: u64 = 8192;
@@ -62,8 +62,8 @@ fn answer(stream: std::net::TcpStream, shared: &Shared) -> std::io::Result<()> {
 /// Every numeric INFO field as a gauge `combkv_<name>`.
 pub fn render(shared: &Shared) -> String {
     let mut out = String::new();
-    for section in crate::info::SECTIONS {
-        for (name, value) in crate::info::fields(shared, section) {
+    for section in crate::node::info::SECTIONS {
+        for (name, value) in crate::node::info::fields(shared, section) {
             if let Ok(v) = value.parse::<f64>() {
                 out.push_str(&format!("# TYPE combkv_{name} gauge\ncombkv_{name} {v}\n"));
             }

@@ -681,7 +681,7 @@ fn parse(doc: &Doc) -> Result<Vec<Arg>, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::table::COMMANDS;
+    use super::super::COMMANDS;
     use super::*;
 
     fn syntax(name: &'static str, syntax: &'static str, groups: &'static [&'static str]) -> Doc {

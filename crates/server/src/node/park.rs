@@ -30,7 +30,7 @@ use combkv_replica::codec::OpList;
 use parking_lot::Mutex;
 
 use crate::cluster::Cluster;
-use crate::shared::Shared;
+use crate::state::Shared;
 
 /// What landed for a parked connection.
 #[derive(Debug)]

@@ -2,9 +2,9 @@
 //! from the table's rows (name, arity, group, summary) and `docs` (syntax,
 //! flags, ACL categories, key specs).
 
+use super::super::{Ctx, eq_ic};
 use super::server::unknown_subcommand;
-use super::table::COMMANDS;
-use super::{Ctx, Spec, docs, eq_ic, lookup};
+use super::{COMMANDS, Spec, docs, lookup};
 use crate::resp::error::{CmdError, CmdResult};
 use crate::resp::glob;
 use crate::resp::reply::Reply;
@@ -427,7 +427,7 @@ pub(super) fn command(cx: &mut Ctx<'_, '_>) -> CmdResult {
                 "    Return the keys and the access flags from a full command.",
                 "HELP",
             ];
-            super::help_reply(&mut cx.r, &HELP);
+            super::super::help_reply(&mut cx.r, &HELP);
         }
     }
     Ok(())

@@ -3,27 +3,40 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::resp::error::CmdError;
-use crate::shared::Shared;
+use crate::state::Shared;
 
-fn no_data_dir() -> CmdError {
-    CmdError::err("no data directory configured (start the server with --data-dir)")
+/// Why a whole-store operation was refused. Each protocol words it for its
+/// clients (`resp/error.rs`: an `ERR` reply, or the engine error's text).
+#[derive(Debug)]
+pub enum AdminError {
+    /// Refused before it began: why (no data directory, a cluster node).
+    Refused(&'static str),
+    /// The store refused or failed it.
+    Store(combkv::Error),
 }
 
-fn durable(shared: &Shared) -> Result<(), CmdError> {
+impl From<combkv::Error> for AdminError {
+    fn from(e: combkv::Error) -> Self {
+        AdminError::Store(e)
+    }
+}
+
+fn durable(shared: &Shared) -> Result<(), AdminError> {
     if shared.cluster.is_some() {
-        return Err(CmdError::err(
+        return Err(AdminError::Refused(
             "a cluster node's log is its persistence; Raft takes its snapshots",
         ));
     }
     if shared.config.data_dir.is_none() {
-        return Err(no_data_dir());
+        return Err(AdminError::Refused(
+            "no data directory configured (start the server with --data-dir)",
+        ));
     }
     Ok(())
 }
 
 /// SAVE: a checkpoint now (writers keep going; it is taken from a snapshot).
-pub fn save(shared: &Shared) -> Result<(), CmdError> {
+pub fn save(shared: &Shared) -> Result<(), AdminError> {
     durable(shared)?;
     let info = shared.current_store().checkpoint()?;
     shared
@@ -33,7 +46,7 @@ pub fn save(shared: &Shared) -> Result<(), CmdError> {
 }
 
 /// BGSAVE: Ok(true) if a checkpoint started, Ok(false) if one is running.
-pub fn bgsave(shared: &Shared) -> Result<bool, CmdError> {
+pub fn bgsave(shared: &Shared) -> Result<bool, AdminError> {
     durable(shared)?;
     Ok(shared.current_store().checkpoint_in_background()?)
 }

@@ -1,0 +1,11 @@
+//! The state every layer above shares: [`Shared`] (the store, the cluster
+//! node, the configuration, counters, clients, memory figures), the slow
+//! log, and the memcached listener's own shared state.
+
+pub(crate) mod counter;
+pub(crate) mod memcache;
+pub(crate) mod shared;
+pub(crate) mod slowlog;
+
+pub use counter::Counter;
+pub use shared::{ClientInfo, Shared, Stats};
