@@ -121,6 +121,14 @@ struct State {
     purged: Option<LogId>,
 }
 
+/// An entry of a read, as memory has it.
+enum Slot {
+    /// From the cache, with its record's bytes.
+    Have(Entry, u64),
+    /// To be read from a segment; the log id it must have.
+    Disk(LogId),
+}
+
 /// The Raft log of one node, in a directory of its own.
 #[derive(Debug, Clone)]
 pub struct LogStore {
@@ -408,31 +416,13 @@ impl LogStore {
     /// segments. Past the first, entries stop once their records exceed
     /// `budget` bytes.
     fn read(&self, start: u64, end: u64, budget: u64) -> io::Result<Vec<Entry>> {
-        enum Slot {
-            /// From the cache, with its record's bytes.
-            Have(Entry, u64),
-            /// To be read; the log id it must have.
-            Disk(LogId),
-        }
         loop {
-            let mut slots = Vec::new();
-            let mut bytes = 0u64;
-            {
-                let state = self.state.lock();
-                let from = start.max(state.purged.next_index());
-                let to = end.min(state.ids.end());
-                for i in from..to {
-                    if bytes > budget {
-                        break;
-                    }
-                    if let Some((e, n)) = state.cache.get(i) {
-                        bytes += n;
-                        slots.push(Slot::Have(e.clone(), n));
-                    } else if let Some(id) = state.ids.get(i) {
-                        slots.push(Slot::Disk(id));
-                    }
-                }
-            }
+            // Taken before the entries are looked up: a purge or a
+            // truncation that removes a record between the look-up in
+            // memory and the one in the segments (an entry evicted from
+            // the cache, then purged) changes it, and the read starts over.
+            let generation = self.segments.lock().generation;
+            let mut slots = self.in_memory(start, end, budget);
             if !slots.iter().any(|s| matches!(s, Slot::Disk(_))) {
                 return Ok(slots
                     .into_iter()
@@ -442,90 +432,19 @@ impl LogStore {
                     })
                     .collect());
             }
-            // Where the others are; runs of records next to each other in
-            // one segment are read at once.
-            let mut runs: Vec<(io_thread::Location, Vec<LogId>)> = Vec::new();
-            let mut missing = None;
-            let generation = {
-                let segments = self.segments.lock();
-                let mut bytes = 0u64;
-                let mut kept = 0;
-                for s in &slots {
-                    if bytes > budget && kept > 0 {
-                        break;
-                    }
-                    kept += 1;
-                    let id = match s {
-                        Slot::Have(_, n) => {
-                            bytes += n;
-                            continue;
-                        }
-                        Slot::Disk(id) => *id,
-                    };
-                    let Some(at) = segments.locate(id.index) else {
-                        missing = Some(id);
-                        break;
-                    };
-                    bytes += at.to - at.from;
-                    match runs.last_mut() {
-                        Some((run, ids)) if run.name == at.name && run.to == at.from => {
-                            run.to = at.to;
-                            ids.push(id);
-                        }
-                        _ => runs.push((at, vec![id])),
-                    }
-                }
-                slots.truncate(kept);
-                segments.generation
+            let located = self.locate(&mut slots, budget);
+            let read = match &located {
+                Ok(runs) => self.read_runs(runs),
+                Err(id) => Err(format!("entry {id} is neither in memory nor in a segment")),
             };
-            let mut read = Vec::new();
-            let mut failed = None;
-            if missing.is_none() {
-                for (at, ids) in &runs {
-                    match segment::read_records(
-                        &*self.storage,
-                        &self.dir.join(&at.name),
-                        at.from,
-                        at.to,
-                    ) {
-                        Ok(got)
-                            if got.len() == ids.len()
-                                && got.iter().zip(ids).all(|((_, e), id)| e.log_id == *id) =>
-                        {
-                            read.extend(got.into_iter().map(|(_, e)| e));
-                        }
-                        Ok(_) => {
-                            failed = Some(format!(
-                                "{} bytes {}..{} do not hold the entries {}..={} written there",
-                                at.name,
-                                at.from,
-                                at.to,
-                                ids[0],
-                                ids[ids.len() - 1]
-                            ));
-                            break;
-                        }
-                        Err(e) => {
-                            failed = Some(e.to_string());
-                            break;
-                        }
-                    }
-                }
-            }
-            // A truncation or purge since the look-up may have removed or
-            // replaced what was read: look again.
+            // A truncation or purge since the look-up in memory may have
+            // removed or replaced what was read: look again.
             if self.segments.lock().generation != generation {
                 continue;
             }
-            if let Some(id) = missing {
-                failed = Some(format!("entry {id} is neither in memory nor in a segment"));
-            }
-            if let Some(why) = failed {
-                return Err(io::Error::other(format!(
-                    "the Raft log in {}: {why}",
-                    self.dir.display()
-                )));
-            }
+            let read = read.map_err(|why| {
+                io::Error::other(format!("the Raft log in {}: {why}", self.dir.display()))
+            })?;
             let mut read = read.into_iter();
             return Ok(slots
                 .into_iter()
@@ -535,6 +454,89 @@ impl LogStore {
                 })
                 .collect());
         }
+    }
+
+    /// The entries `start..end` as memory has them, up to `budget` bytes:
+    /// cached ones, and the log ids of those to read from the segments.
+    fn in_memory(&self, start: u64, end: u64, budget: u64) -> Vec<Slot> {
+        let mut slots = Vec::new();
+        let mut bytes = 0u64;
+        let state = self.state.lock();
+        let from = start.max(state.purged.next_index());
+        let to = end.min(state.ids.end());
+        for i in from..to {
+            if bytes > budget {
+                break;
+            }
+            if let Some((e, n)) = state.cache.get(i) {
+                bytes += n;
+                slots.push(Slot::Have(e.clone(), n));
+            } else if let Some(id) = state.ids.get(i) {
+                slots.push(Slot::Disk(id));
+            }
+        }
+        slots
+    }
+
+    /// Where the entries to read from the segments are: runs of records
+    /// next to each other in one segment, each read at once. `slots` is cut
+    /// where `budget` bytes are passed. Err: an entry no segment holds.
+    fn locate(
+        &self,
+        slots: &mut Vec<Slot>,
+        budget: u64,
+    ) -> Result<Vec<(io_thread::Location, Vec<LogId>)>, LogId> {
+        let mut runs: Vec<(io_thread::Location, Vec<LogId>)> = Vec::new();
+        let segments = self.segments.lock();
+        let mut bytes = 0u64;
+        let mut kept = 0;
+        for s in slots.iter() {
+            if bytes > budget && kept > 0 {
+                break;
+            }
+            kept += 1;
+            let id = match s {
+                Slot::Have(_, n) => {
+                    bytes += n;
+                    continue;
+                }
+                Slot::Disk(id) => *id,
+            };
+            let at = segments.locate(id.index).ok_or(id)?;
+            bytes += at.to - at.from;
+            match runs.last_mut() {
+                Some((run, ids)) if run.name == at.name && run.to == at.from => {
+                    run.to = at.to;
+                    ids.push(id);
+                }
+                _ => runs.push((at, vec![id])),
+            }
+        }
+        slots.truncate(kept);
+        Ok(runs)
+    }
+
+    /// Reads located runs of records, checking each holds the entries
+    /// expected there. Err: why not.
+    fn read_runs(&self, runs: &[(io_thread::Location, Vec<LogId>)]) -> Result<Vec<Entry>, String> {
+        let mut read = Vec::new();
+        for (at, ids) in runs {
+            let got =
+                segment::read_records(&*self.storage, &self.dir.join(&at.name), at.from, at.to)
+                    .map_err(|e| e.to_string())?;
+            if got.len() != ids.len() || !got.iter().zip(ids).all(|((_, e), id)| e.log_id == *id) {
+                return Err(format!(
+                    "{} bytes {}..{} do not hold the entries {}..={} written there",
+                    at.name,
+                    at.from,
+                    at.to,
+                    ids[0],
+                    ids[ids.len() - 1]
+                ));
+            }
+            read.extend(got.into_iter().map(|(_, e)| e));
+        }
+        Ok(read)
     }
 
     fn io_error(e: io::Error) -> StorageError {
