@@ -18,9 +18,19 @@ pub enum Error {
     /// Keys are 1 or more bytes.
     KeyEmpty,
     /// The key is longer than the store's `max_key_len`.
-    KeyTooLong { len: usize, max: usize },
+    KeyTooLong {
+        /// The key's length in bytes.
+        len: usize,
+        /// The longest key the store takes.
+        max: usize,
+    },
     /// The value is longer than the store's `max_value_len`.
-    ValueTooLarge { len: usize, max: usize },
+    ValueTooLarge {
+        /// The value's length in bytes.
+        len: usize,
+        /// The longest value the store takes.
+        max: usize,
+    },
     /// INCR/DECR on a value that is not a decimal 64-bit integer.
     NotAnInteger,
     /// INCR/DECR would overflow a signed 64-bit integer.
@@ -34,7 +44,10 @@ pub enum Error {
     /// `max_snapshots` snapshots are live already.
     TooManySnapshots,
     /// The requested snapshot lifetime exceeds `max_snapshot_age`.
-    SnapshotTooLong { max_secs: u64 },
+    SnapshotTooLong {
+        /// The longest lifetime allowed, in seconds.
+        max_secs: u64,
+    },
     /// The configuration is not usable; the text says why.
     InvalidConfig(String),
     /// The store refuses writes after a durability failure or a shutdown;

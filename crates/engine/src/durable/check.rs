@@ -11,7 +11,7 @@ use super::cut::{self, GroupCut};
 use super::error::{CheckpointError, IoError, ItemRefused, RecoveryError};
 use super::file::{FsStorage, Storage};
 use super::record::Damage;
-use super::recovery::{self, SegmentScan};
+use super::segments::{self, SegmentScan};
 use super::{TailCut, checkpoint, delta, record};
 
 /// One checkpoint file.
@@ -274,9 +274,9 @@ pub fn check_with(storage: &dyn Storage, dir: &Path) -> Result<CheckReport, IoEr
     let end = survey.end.clone();
     let mut after = 0;
     for (i, (seq, path)) in survey.segments.iter().enumerate() {
-        let bytes = recovery::read_all(storage, path).map_err(io)?;
+        let bytes = segments::read_all(storage, path).map_err(io)?;
         let stop = GroupCut::stop_in(survey.group, i);
-        let scan: SegmentScan = recovery::scan_segment(*seq, &bytes, after, stop, |_, _| {});
+        let scan: SegmentScan = segments::scan_segment(*seq, &bytes, after, stop, |_, _| {});
         if let Some(v) = scan.last_version {
             after = v;
         }

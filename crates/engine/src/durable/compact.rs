@@ -8,7 +8,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::checkpoint::{self, BlockFile, CheckpointInfo, CheckpointKind};
+use super::blocks::{self, BlockFile};
+use super::checkpoint::{self, CheckpointInfo, CheckpointKind};
 use super::delta::{self, DeltaFile, Entry};
 use super::error::{CheckpointError, IoError, ItemRefused};
 use super::file::Storage;
@@ -133,7 +134,7 @@ pub(crate) fn merge(
     let tmp: PathBuf = dir.join(format!("{name}.merge.tmp"));
     let result = write_merged(storage, &tmp, base, end, &overlay, max_value_len).and_then(
         |(items, bytes)| {
-            checkpoint::publish(storage, dir, &tmp, &name).map_err(CheckpointError::Io)?;
+            blocks::publish(storage, dir, &tmp, &name).map_err(CheckpointError::Io)?;
             Ok((items, bytes))
         },
     );

@@ -46,7 +46,7 @@ use std::path::{Path, PathBuf};
 use super::error::{CorruptLog, IoError, RecoveryError};
 use super::file::{FsStorage, Storage};
 use super::record::{self, Damage, Record};
-use super::recovery::{list_segments, read_all, scan_segment};
+use super::segments::{list_segments, read_all, scan_segment};
 use super::{Dropped, TailCut};
 
 /// The file that holds the version floor: 32 bytes,

@@ -23,7 +23,7 @@
 use std::cmp::Ordering as Cmp;
 use std::path::{Path, PathBuf};
 
-use super::checkpoint::{self, BlockFile};
+use super::blocks::{self, BlockFile};
 use super::error::{CheckpointError, IoError};
 use super::file::Storage;
 use super::record::{self, CkptItem, Damage};
@@ -252,7 +252,7 @@ pub(crate) fn write(
     let name = delta_name(from, to);
     let tmp = dir.join(format!("{name}.tmp"));
     let result = write_file(tree, storage, &tmp, from, to, deleted)
-        .and_then(|w| checkpoint::publish(storage, dir, &tmp, &name).map(|()| w));
+        .and_then(|w| blocks::publish(storage, dir, &tmp, &name).map(|()| w));
     if result.is_err() {
         let _ = storage.remove(&tmp);
     }
@@ -405,7 +405,7 @@ pub(crate) fn read(
     let mut order = Order::default();
     let mut index = 0u64;
     let (to, from, count) =
-        checkpoint::read_blocks(storage, &file.path, DELTA_MAGIC, |payload, offset| {
+        blocks::read_blocks(storage, &file.path, DELTA_MAGIC, |payload, offset| {
             let block = |damage| CheckpointError::Block { offset, damage };
             let (mut at, mut n) = (0, 0);
             while at < payload.len() {

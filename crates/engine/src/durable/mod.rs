@@ -24,6 +24,7 @@
 //! - `error`: what each part reports when it fails (`WalError`,
 //!   `CheckpointError`, `RecoveryError`, over `IoError`)
 
+pub(crate) mod blocks;
 pub mod check;
 pub(crate) mod checkpoint;
 pub(crate) mod compact;
@@ -34,11 +35,13 @@ mod error;
 pub(crate) mod executor;
 pub mod file;
 pub mod frame;
+mod io_error;
 mod lock;
 pub(crate) mod overlay;
 pub(crate) mod record;
 pub(crate) mod recovery;
 pub(crate) mod runtime;
+pub(crate) mod segments;
 pub(crate) mod wal;
 
 use std::fmt;

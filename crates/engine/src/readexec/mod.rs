@@ -62,6 +62,8 @@ pub struct BatchResults {
 }
 
 impl BatchResults {
+    /// Empty results, to be filled by a backend's batch read and reused
+    /// across batches so that their buffers are allocated once.
     pub fn new() -> BatchResults {
         BatchResults::default()
     }
@@ -110,6 +112,7 @@ impl BatchResults {
         self.spans.len()
     }
 
+    /// Whether no request is answered (clippy pairs it with `len`).
     pub fn is_empty(&self) -> bool {
         self.spans.is_empty()
     }

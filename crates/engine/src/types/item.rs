@@ -7,9 +7,14 @@ use bytes::Bytes;
 /// it; it stays the same until the key is written again, so it serves as a
 /// compare-and-swap token (memcached's CAS unique).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Version(pub u64);
+pub struct Version(
+    /// The number the store's clock handed out.
+    pub u64,
+);
 
 impl Version {
+    /// The version as a number, for a protocol that sends it (a CAS token, a
+    /// log position).
     pub fn get(self) -> u64 {
         self.0
     }
@@ -24,11 +29,15 @@ impl std::fmt::Display for Version {
 /// A client snapshot's handle: a unique id, never reused by a store. Two
 /// snapshots of the same version have different ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SnapshotId(pub u64);
+pub struct SnapshotId(
+    /// The number, as a client sends it back.
+    pub u64,
+);
 
 /// A live snapshot, as [`crate::Store::list_snapshots`] lists it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SnapshotInfo {
+    /// The handle a client names it by.
     pub id: SnapshotId,
     /// The read version it pins.
     pub version: Version,
@@ -91,8 +100,11 @@ impl Flags {
 /// One stored item as a read returns it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Item {
+    /// The key.
     pub key: Bytes,
+    /// The value (inline or external, copied out of the tree).
     pub value: Bytes,
+    /// The version of the write that stored it: its CAS token.
     pub version: Version,
     /// Unix time in milliseconds at which the item expires.
     pub expires_at_ms: Option<u64>,
@@ -117,8 +129,11 @@ impl Item {
 /// `Store::get_with` and `Store::scan`. Valid only inside the visitor.
 #[derive(Debug, Clone, Copy)]
 pub struct ItemView<'a> {
+    /// The key.
     pub key: &'a [u8],
+    /// The value.
     pub value: &'a [u8],
+    /// The version of the write that stored it: its CAS token.
     pub version: Version,
     /// Unix time in milliseconds at which the item expires.
     pub expires_at_ms: Option<u64>,

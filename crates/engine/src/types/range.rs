@@ -6,8 +6,11 @@ use std::ops::Bound;
 /// direction, and Honeycomb's floor start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Range {
+    /// The low bound (also when `reverse`): where an ascending read starts.
     pub start: Bound<Vec<u8>>,
+    /// The high bound: where an ascending read stops.
     pub end: Bound<Vec<u8>>,
+    /// At most this many items, so a client can page through a large range.
     pub limit: Option<usize>,
     /// Descending key order; `limit` then takes the highest keys.
     pub reverse: bool,
@@ -22,6 +25,8 @@ impl Range {
     pub fn all() -> Range {
         Range::new(Bound::Unbounded, Bound::Unbounded)
     }
+    /// Keys between `start` and `end` (low first), ascending, with no limit:
+    /// the plain range that the builder methods below refine.
     pub fn new(start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> Range {
         Range {
             start,
@@ -31,14 +36,19 @@ impl Range {
             floor_start: false,
         }
     }
+    /// The same range, reading at most `n` items.
     pub fn with_limit(mut self, n: usize) -> Range {
         self.limit = Some(n);
         self
     }
+    /// The same range in descending key order (ZREVRANGE-like reads); the
+    /// bounds stay low first.
     pub fn reversed(mut self) -> Range {
         self.reverse = true;
         self
     }
+    /// The same range, beginning at the greatest key `<= start` (see
+    /// `floor_start`).
     pub fn with_floor_start(mut self) -> Range {
         self.floor_start = true;
         self

@@ -7,12 +7,18 @@ use super::item::{Expiry, Flags};
 pub enum AtomicWrite<'a> {
     /// Store `value` under `key` (insert or overwrite).
     Put {
+        /// The key to write.
         key: &'a [u8],
+        /// Its new value.
         value: &'a [u8],
+        /// When the new item expires.
         expiry: Expiry,
     },
     /// Remove `key` if present.
-    Delete { key: &'a [u8] },
+    Delete {
+        /// The key to remove.
+        key: &'a [u8],
+    },
 }
 
 /// What [`Store::write_with`](crate::Store::write_with) does with a key.
@@ -24,8 +30,11 @@ pub enum Write {
     /// item's expiry, none if absent) and client flags ([`Flags::Keep`]
     /// keeps the live item's flags, 0 if absent).
     Put {
+        /// The new value.
         value: Vec<u8>,
+        /// Its expiry.
         expiry: Expiry,
+        /// Its client flags.
         flags: Flags,
     },
     /// Remove it (nothing happens if it is absent).
