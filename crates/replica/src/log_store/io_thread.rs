@@ -44,8 +44,10 @@ impl Segment {
 #[derive(Debug, Default)]
 pub(crate) struct Segments {
     /// Bumped whenever bytes a reader may have looked up are removed or may
-    /// be overwritten (truncate, purge): a reader checks, after reading,
-    /// that it did not change meanwhile, or looks again.
+    /// be overwritten (truncate, purge): a reader takes it before it looks
+    /// at the log's state (which a truncation or purge changes before it
+    /// is queued here) and checks, after reading, that it did not change
+    /// meanwhile, or looks again.
     pub generation: u64,
     pub list: Vec<Segment>,
 }

@@ -432,6 +432,12 @@ impl LogStore {
                     })
                     .collect());
             }
+            #[cfg(test)]
+            BETWEEN_LOOKS.with_borrow_mut(|f| {
+                if let Some(f) = f {
+                    f();
+                }
+            });
             let located = self.locate(&mut slots, budget);
             let read = match &located {
                 Ok(runs) => self.read_runs(runs),
@@ -714,6 +720,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .await
             .map_err(|e| StorageError::from(StorageIOError::write_logs(&e)))
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Run by [`LogStore::read`], on the thread reading, between its look at
+    /// the state and its look-up in the segments of the entries not cached:
+    /// a test lands a truncation or a purge there.
+    static BETWEEN_LOOKS: std::cell::RefCell<Option<Box<dyn FnMut()>>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 #[cfg(test)]

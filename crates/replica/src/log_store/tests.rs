@@ -621,6 +621,83 @@ fn truncate_and_purge_keep_the_index_and_the_cache_consistent() {
     });
 }
 
+/// Reads `1..=20` on another thread, paused between its look at the
+/// state and its look-up in the segments while `between` changes the log.
+fn read_overtaken_by(
+    log: &mut LogStore,
+    between: impl FnOnce(&mut LogStore),
+) -> Result<Vec<Entry>, String> {
+    let (reached_tx, reached_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let mut reader = log.clone();
+    let reading = std::thread::spawn(move || {
+        let mut first = true;
+        BETWEEN_LOOKS.set(Some(Box::new(move || {
+            if std::mem::take(&mut first) {
+                reached_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+            }
+        })));
+        rt().block_on(reader.try_get_log_entries(1..=20))
+            .map_err(|e| e.to_string())
+    });
+    reached_rx.recv().unwrap();
+    between(log);
+    go_tx.send(()).unwrap();
+    reading.join().unwrap()
+}
+
+/// A read looks at the state (which entries the log holds, which are
+/// cached) and then up in the segments where the others are. A truncation
+/// or purge changes the state and then the segments; one that lands
+/// between the read's two looks removed records the first look counted
+/// on, and the read must look again (and return the log as it stands
+/// after it), as it does when the change lands after its look-up, not fail
+/// with "neither in memory nor in a segment", or find the record of the
+/// entry that replaced one. openraft takes a read's error for a failed
+/// disk and stops the node. This pauses the reader there.
+#[test]
+fn a_read_overtaken_by_a_truncation_or_purge_looks_again() {
+    let all: Vec<Entry> = (1..=20).map(|i| sized(1, i, 100)).collect();
+    // No cache: every entry, once written, is read from its segment. One
+    // append each, so that they fill segments of four (a segment rolls
+    // over between appends).
+    let fresh = |seed| {
+        let storage: Arc<dyn Storage> = Arc::new(FaultyStorage::new(seed));
+        let mut log = open_with(&storage, 400, 0, Some(1));
+        rt().block_on(async {
+            for e in &all {
+                log.blocking_append([e.clone()]).await.unwrap();
+            }
+        });
+        assert_eq!(log.cached(), (0, 0));
+        assert_eq!(log.segments.lock().list.len(), 5);
+        (storage, log)
+    };
+
+    let (storage, mut log) = fresh(15);
+    let got = read_overtaken_by(&mut log, |log| {
+        rt().block_on(log.purge(log_id(1, 10))).unwrap();
+    });
+    // The segments of 1..=8 are gone.
+    let names = storage.list(Path::new("/raft")).unwrap();
+    assert!(!names.iter().any(|n| n == &segment::segment_name(1)));
+    assert_eq!(got.as_deref(), Ok(&all[10..]));
+
+    // Truncated, and other entries written where the old ones were.
+    let (_, mut log) = fresh(16);
+    let again: Vec<Entry> = (5..=8).map(|i| sized(2, i, 100)).collect();
+    let got = read_overtaken_by(&mut log, |log| {
+        rt().block_on(async {
+            log.truncate(log_id(1, 5)).await.unwrap();
+            log.blocking_append(again.clone()).await.unwrap();
+        });
+        assert_eq!(log.cached(), (0, 0));
+    });
+    let want: Vec<Entry> = all[..4].iter().chain(&again).cloned().collect();
+    assert_eq!(got, Ok(want));
+}
+
 /// Appends, truncations, purges and reopens drawn at random, checked
 /// against a `BTreeMap` after every step, with caches from none to all and
 /// small segments; on the I/O thread a reader thread meanwhile reads
