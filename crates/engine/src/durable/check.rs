@@ -153,6 +153,39 @@ impl fmt::Display for CheckReport {
                 )?,
             }
         }
+        self.fmt_segments(f)?;
+        if !self.other_files.is_empty() {
+            writeln!(f, "other files: {}", self.other_files.join(", "))?;
+        }
+        if let Some(v) = self.version_floor {
+            writeln!(
+                f,
+                "version floor: {v} (a cut dropped versions up to it; new writes take versions above)"
+            )?;
+        }
+        self.fmt_cut(f)?;
+        let deltas = self.usable_deltas();
+        match (self.usable_checkpoint(), deltas.last()) {
+            (Some(c), Some(last)) => write!(
+                f,
+                "recovery would load {} with {} delta runs and replay the log after version {}",
+                c.file,
+                deltas.len(),
+                last.to
+            ),
+            (Some(c), None) => write!(
+                f,
+                "recovery would load {} and replay the log after version {}",
+                c.file, c.version
+            ),
+            (None, _) => write!(f, "recovery would start empty and replay the whole log"),
+        }
+    }
+}
+
+impl CheckReport {
+    /// The report's lines on the log segments.
+    fn fmt_segments(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "log segments ({}):", self.segments.len())?;
         for s in &self.segments {
             let versions = match (s.first_version, s.last_version) {
@@ -183,15 +216,11 @@ impl fmt::Display for CheckReport {
                 )?,
             }
         }
-        if !self.other_files.is_empty() {
-            writeln!(f, "other files: {}", self.other_files.join(", "))?;
-        }
-        if let Some(v) = self.version_floor {
-            writeln!(
-                f,
-                "version floor: {v} (a cut dropped versions up to it; new writes take versions above)"
-            )?;
-        }
+        Ok(())
+    }
+
+    /// What recovery would refuse, or cut, in the log.
+    fn fmt_cut(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(why) = &self.refused {
             writeln!(f, "recovery would REFUSE to start: {why}")?;
             if let Some(c) = &self.log_cut {
@@ -208,22 +237,7 @@ impl fmt::Display for CheckReport {
                 c.segment, c.offset, c.reason, c.dropped
             )?;
         }
-        let deltas = self.usable_deltas();
-        match (self.usable_checkpoint(), deltas.last()) {
-            (Some(c), Some(last)) => write!(
-                f,
-                "recovery would load {} with {} delta runs and replay the log after version {}",
-                c.file,
-                deltas.len(),
-                last.to
-            ),
-            (Some(c), None) => write!(
-                f,
-                "recovery would load {} and replay the log after version {}",
-                c.file, c.version
-            ),
-            (None, _) => write!(f, "recovery would start empty and replay the whole log"),
-        }
+        Ok(())
     }
 }
 

@@ -246,56 +246,7 @@ fn step(
             f.stage = Stage::Head;
             false
         }
-        Stage::Head => {
-            if f.node.version() > rv {
-                f.node = f
-                    .node
-                    .old()
-                    .expect("old-version chain reaches every live read version");
-                prefetch_range(f.node, 0, head_bytes_at(f.node.header().level));
-                return false;
-            }
-            let (buf, nlog) = published_leaf(f.node);
-            let h = f.node.header();
-            if h.flags & NODE_LEARNED != 0 {
-                // The model line came with the head: its window is the
-                // segment, with no group line between.
-                let kp = SegSearch::new(h, f.key, false).kp;
-                (f.seg, f.tied) = (learned_window(buf, h, kp), false);
-                if let Some((from, to)) = f.seg {
-                    prefetch_range(f.node, from, to);
-                }
-                f.stage = Stage::Segment;
-                return false;
-            }
-            let s = SegSearch::deferring(h, f.key);
-            let group = find_group(buf, h, &s);
-            let sc = ShortcutBlock::of(h);
-            // The group lines were not prefetched (only the top line): ask
-            // for the one the search needs and finish it next step.
-            let wait_group = sc.has_top() && group.is_some();
-            if wait_group {
-                f.group = group.unwrap_or(0);
-                prefetch(f.node.as_raw().wrapping_add(sc.group_line(f.group)));
-            } else {
-                (f.seg, f.tied) =
-                    group.map_or((None, false), |g| find_in_group_tied(buf, h, &s, g));
-                if let Some((from, to)) = f.seg {
-                    prefetch_range(f.node, from, to);
-                }
-            }
-            if h.level == 0
-                && let ReadRequest::Get(key) = requests[f.req]
-            {
-                prefetch_log_matches(f, buf, nlog, key);
-            }
-            f.stage = if wait_group {
-                Stage::Group
-            } else {
-                Stage::Segment
-            };
-            false
-        }
+        Stage::Head => at_head(rv, requests, f),
         Stage::Group => {
             let (buf, _) = published_leaf(f.node);
             let h = f.node.header();
@@ -340,6 +291,60 @@ fn step(
             true
         }
     }
+}
+
+/// `step` at a node's head line: an older version if this one is too
+/// new, else the search of its shortcut block (and, at a leaf, a GET's log
+/// lines asked for). Inlined: it is the read loop's most frequent stage.
+#[inline(always)]
+fn at_head(rv: u64, requests: &[ReadRequest<'_>], f: &mut Flight<'_>) -> bool {
+    if f.node.version() > rv {
+        f.node = f
+            .node
+            .old()
+            .expect("old-version chain reaches every live read version");
+        prefetch_range(f.node, 0, head_bytes_at(f.node.header().level));
+        return false;
+    }
+    let (buf, nlog) = published_leaf(f.node);
+    let h = f.node.header();
+    if h.flags & NODE_LEARNED != 0 {
+        // The model line came with the head: its window is the
+        // segment, with no group line between.
+        let kp = SegSearch::new(h, f.key, false).kp;
+        (f.seg, f.tied) = (learned_window(buf, h, kp), false);
+        if let Some((from, to)) = f.seg {
+            prefetch_range(f.node, from, to);
+        }
+        f.stage = Stage::Segment;
+        return false;
+    }
+    let s = SegSearch::deferring(h, f.key);
+    let group = find_group(buf, h, &s);
+    let sc = ShortcutBlock::of(h);
+    // The group lines were not prefetched (only the top line): ask
+    // for the one the search needs and finish it next step.
+    let wait_group = sc.has_top() && group.is_some();
+    if wait_group {
+        f.group = group.unwrap_or(0);
+        prefetch(f.node.as_raw().wrapping_add(sc.group_line(f.group)));
+    } else {
+        (f.seg, f.tied) = group.map_or((None, false), |g| find_in_group_tied(buf, h, &s, g));
+        if let Some((from, to)) = f.seg {
+            prefetch_range(f.node, from, to);
+        }
+    }
+    if h.level == 0
+        && let ReadRequest::Get(key) = requests[f.req]
+    {
+        prefetch_log_matches(f, buf, nlog, key);
+    }
+    f.stage = if wait_group {
+        Stage::Group
+    } else {
+        Stage::Segment
+    };
+    false
 }
 
 /// A GET at its leaf: finds the log directory entries whose fingerprint

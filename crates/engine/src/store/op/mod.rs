@@ -16,6 +16,7 @@ mod apply;
 mod float;
 #[cfg(test)]
 mod tests;
+mod txn;
 #[cfg(test)]
 mod txn_tests;
 
