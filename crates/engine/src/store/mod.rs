@@ -12,9 +12,6 @@
 //! - `snapshot`: pinned read versions and reads at them
 //! - `op`: decided writes as data (`combkv::op`)
 
-// TODO(docs): the fields of op's decided writes and outcomes (about 100)
-// still lack doc comments; drop this allow when they have them.
-#[allow(missing_docs)]
 pub mod op;
 mod read;
 mod replica;

@@ -96,6 +96,8 @@ pub enum Arith {
     Unsigned {
         /// How much to add, or with `decrement`, to take away.
         delta: u64,
+        /// Subtract `delta` (memcached decr, stopping at 0) instead of
+        /// adding it (incr, wrapping at 2^64).
         decrement: bool,
     },
 }
@@ -103,7 +105,9 @@ pub enum Arith {
 /// A number an [`Op::Incr`] left in the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Number {
+    /// The result of an [`Arith::Signed`] change (Redis INCR family).
     Signed(i64),
+    /// The result of an [`Arith::Unsigned`] change (memcached incr/decr).
     Unsigned(u64),
 }
 
@@ -117,8 +121,11 @@ pub enum OnMissing<'a> {
     /// Store this value with this expiry and client flags, and apply no
     /// delta (memcached meta `N` flag: the value is the initial one).
     Create {
+        /// The initial value, stored as it is.
         value: &'a [u8],
+        /// The new item's expiry.
         expiry: Expiry,
+        /// The new item's client flags (memcached's opaque 32 bits).
         flags: u32,
     },
 }
@@ -146,17 +153,27 @@ pub enum Op<'a> {
     /// Store `value` under `key` if `cond` holds. `return_old`: the outcome
     /// carries the item the key held (SET ... GET).
     Put {
+        /// The key written.
         key: &'a [u8],
+        /// The value stored, replacing the whole current value.
         value: &'a [u8],
+        /// The stored item's expiry ([`Expiry::Keep`]: the current one).
         expiry: Expiry,
+        /// The stored item's client flags ([`Flags::Keep`]: the current
+        /// ones).
         flags: Flags,
+        /// What the key must hold for the write to happen.
         cond: Cond,
+        /// Return the item the key held, written or not.
         return_old: bool,
     },
     /// Remove `key` if `cond` holds (and it is present).
     Delete {
+        /// The key removed.
         key: &'a [u8],
+        /// What the key must hold for the delete to happen.
         cond: Cond,
+        /// Return the item deleted.
         return_old: bool,
     },
     /// Add `value` after (or with `front`, before) the current value,
@@ -164,20 +181,31 @@ pub enum Op<'a> {
     /// item; an absent key is handled by `on_missing` alone, whatever
     /// `cond` says (memcached creates with `N` even under a CAS `C`).
     Append {
+        /// The key whose value grows.
         key: &'a [u8],
+        /// The bytes added.
         value: &'a [u8],
+        /// Add `value` before the current value (memcached prepend)
+        /// instead of after it.
         front: bool,
+        /// What to do when the key is absent.
         on_missing: OnMissing<'a>,
+        /// What a present key's item must satisfy.
         cond: Cond,
     },
     /// Change the number stored at `key`, if `cond` holds of the present
     /// item (an absent key: `on_missing` alone decides). `expiry` is the
     /// updated item's expiry ([`Expiry::Keep`] for INCR).
     Incr {
+        /// The key holding the number.
         key: &'a [u8],
+        /// How the number is read and by how much it changes.
         arith: Arith,
+        /// What to do when the key is absent.
         on_missing: OnMissing<'a>,
+        /// What a present key's item must satisfy.
         cond: Cond,
+        /// The updated item's expiry.
         expiry: Expiry,
     },
     /// Set (`Expiry::AtMs`) or remove (`Expiry::Never`) the expiry of a
@@ -187,10 +215,15 @@ pub enum Op<'a> {
     /// (memcached gat), or as it was if `when` failed or the key was
     /// deleted as past (GETEX).
     Expire {
+        /// The key whose expiry changes.
         key: &'a [u8],
+        /// The new expiry: [`Expiry::AtMs`] or [`Expiry::Never`].
         expiry: Expiry,
+        /// Conditions on the current expiry (EXPIRE NX/XX/GT/LT).
         when: ExpireWhen,
+        /// The deadline had passed when decided: delete the key instead.
         past: bool,
+        /// Return the item (see above for which state of it).
         return_item: bool,
     },
     /// Several puts and deletes as one atomic step (MSET, multi-key DEL).
@@ -200,7 +233,13 @@ pub enum Op<'a> {
     /// Remove `key` if its item still has `version` and has expired at the
     /// op's clock: the expiry sweep of a replicated store, proposed by its
     /// leader so that every replica deletes the same items.
-    Reap { key: &'a [u8], version: Version },
+    Reap {
+        /// The key of the expired item.
+        key: &'a [u8],
+        /// The version the leader saw expired; another means the key was
+        /// written since, and the reap does nothing.
+        version: Version,
+    },
     /// Copy the item of `from` (value, expiry, client flags) to `to`, and
     /// unless `keep_source` delete `from`, as one atomic, isolated step
     /// (RENAME, RENAMENX, COPY). An existing `to` is overwritten only with
@@ -208,9 +247,14 @@ pub enum Op<'a> {
     /// `replace` is not set (also when `from` = `to`, which is otherwise
     /// `Done` without a write).
     Move {
+        /// The source key.
         from: &'a [u8],
+        /// The destination key.
         to: &'a [u8],
+        /// Overwrite an existing `to` (RENAME, COPY ... REPLACE) rather
+        /// than refuse with `Present` (RENAMENX, COPY).
         replace: bool,
+        /// Leave `from` in place (COPY) instead of deleting it (RENAME).
         keep_source: bool,
     },
     /// Overwrite the value from byte `offset` with `value`, zero bytes
@@ -219,20 +263,36 @@ pub enum Op<'a> {
     /// written (`Missing`, or `Done` with the present length). Outcome:
     /// [`Outcome::Append`] with the length afterwards.
     SetRange {
+        /// The key whose value is overwritten.
         key: &'a [u8],
+        /// The byte at which `value` starts.
         offset: u64,
+        /// The bytes written from `offset` on.
         value: &'a [u8],
     },
     /// Set (`on`) or clear bit `bit` of the value (bit 0 is the most
     /// significant bit of byte 0), growing it with zero bytes, keeping
     /// expiry and flags (SETBIT).
-    SetBit { key: &'a [u8], bit: u64, on: bool },
+    SetBit {
+        /// The key whose value holds the bit.
+        key: &'a [u8],
+        /// The bit's offset, counted from the most significant bit of
+        /// byte 0.
+        bit: u64,
+        /// Set the bit (1) rather than clear it (0).
+        on: bool,
+    },
     /// Add the decimal float `by` to the value (an absent key reads as 0),
     /// keeping expiry and flags (INCRBYFLOAT; exact decimal arithmetic,
     /// the result printed to 17 decimal places: see `float`). A value or
     /// increment that is no such float is [`Error::NotAFloat`], an
     /// infinite result [`Error::NotFinite`].
-    IncrFloat { key: &'a [u8], by: &'a [u8] },
+    IncrFloat {
+        /// The key holding the float.
+        key: &'a [u8],
+        /// The increment, as the client's decimal text.
+        by: &'a [u8],
+    },
     /// A condition of the transaction it opens ([`Op::Txn`]; only there,
     /// before every other op): checked with the transaction's other
     /// conditions, and if it fails nothing is applied (the outcome is a
@@ -240,15 +300,22 @@ pub enum Op<'a> {
     Check(Check<'a>),
     /// Read the newest live item of each key: only inside [`Op::Txn`],
     /// where it sees the state the transaction's earlier ops left.
-    Read { keys: Cow<'a, [&'a [u8]]> },
+    Read {
+        /// The keys read, in the order of the outcome's items.
+        keys: Cow<'a, [&'a [u8]]>,
+    },
     /// Read a range's newest live items, in the range's order, direction
     /// and limit: only inside [`Op::Txn`], like [`Op::Read`]. `what` says
     /// what is kept of each; the read stops once the keys and values kept
     /// pass `max_bytes` (the item that passes it included, so a caller
     /// that bounds its reply by the same number sees it passed).
     Scan {
+        /// The keys read, with the read's direction and limit.
         range: Cow<'a, crate::Range>,
+        /// What is kept of each item visited.
         what: ScanWhat,
+        /// The budget of key and value bytes kept, after which the read
+        /// stops.
         max_bytes: u64,
     },
     /// A transaction (Redis's EXEC): if every watched key's live item
@@ -260,7 +327,10 @@ pub enum Op<'a> {
     /// [`Op::Clear`]; a `Txn` inside one (MSETNX inside MULTI) checks its
     /// watches and applies its ops within the outer one.
     Txn {
+        /// The keys whose versions must be unchanged for anything to apply.
         watch: Cow<'a, [Watch<'a>]>,
+        /// The ops applied, in order: [`Op::Check`]s first, then writes
+        /// and reads.
         ops: Cow<'a, [Op<'a>]>,
     },
 }
@@ -269,11 +339,17 @@ pub enum Op<'a> {
 /// check's operand (right).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CmpOp {
+    /// Equal.
     Eq,
+    /// Not equal.
     Ne,
+    /// Less than.
     Lt,
+    /// Less than or equal.
     Le,
+    /// Greater than.
     Gt,
+    /// Greater than or equal.
     Ge,
 }
 
@@ -298,30 +374,44 @@ impl CmpOp {
 pub enum Check<'a> {
     /// The key's live item version (0: absent).
     Version {
+        /// The key whose item version is compared.
         key: &'a [u8],
+        /// How the item's version compares with `version`.
         op: CmpOp,
+        /// The right operand.
         version: u64,
     },
     /// The key's value, bytewise; an absent key fails every comparison.
     Value {
+        /// The key whose value is compared.
         key: &'a [u8],
+        /// How the stored value compares with `value`.
         op: CmpOp,
+        /// The right operand.
         value: &'a [u8],
     },
     /// How many live items the range holds.
     Count {
+        /// The range's lower bound.
         start: std::ops::Bound<&'a [u8]>,
+        /// The range's upper bound.
         end: std::ops::Bound<&'a [u8]>,
+        /// How the range's count compares with `n`.
         op: CmpOp,
+        /// The right operand.
         n: u64,
     },
     /// The newest live item version in the range (0: none): with `Le` and
     /// a version read earlier, "no item in the range was written since"
     /// (a deletion shows in `Count`).
     MaxVersion {
+        /// The range's lower bound.
         start: std::ops::Bound<&'a [u8]>,
+        /// The range's upper bound.
         end: std::ops::Bound<&'a [u8]>,
+        /// How the range's newest version compares with `version`.
         op: CmpOp,
+        /// The right operand.
         version: u64,
     },
 }
@@ -330,7 +420,9 @@ pub enum Check<'a> {
 /// watched (`None`: absent).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Watch<'a> {
+    /// The key watched.
     pub key: &'a [u8],
+    /// Its live item's version when watched (`None`: absent).
     pub version: Option<Version>,
 }
 
@@ -339,26 +431,38 @@ pub struct Watch<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Outcome {
+    /// Of an [`Op::Put`].
     Put {
+        /// `Done`, or which part of `cond` failed.
         status: Status,
+        /// The version written.
         version: Option<Version>,
         /// With `return_old`: the item before the write.
         old: Option<Item>,
     },
+    /// Of an [`Op::Delete`].
     Delete {
+        /// `Done` (deleted), or why not.
         status: Status,
+        /// The version of the delete (its tombstone).
         version: Option<Version>,
         /// With `return_old`: the item deleted.
         old: Option<Item>,
     },
+    /// Of an [`Op::Append`] or [`Op::SetRange`].
     Append {
+        /// `Done`, or why nothing was written.
         status: Status,
+        /// The version written.
         version: Option<Version>,
         /// The value's length afterwards.
         len: usize,
     },
+    /// Of an [`Op::Incr`].
     Incr {
+        /// `Done`, or why nothing was written.
         status: Status,
+        /// The version written.
         version: Option<Version>,
         /// The number stored afterwards (meaningful when `Done`).
         number: Number,
@@ -367,54 +471,71 @@ pub enum Outcome {
         /// The item's expiry afterwards (unix ms).
         expires_at_ms: Option<u64>,
     },
+    /// Of an [`Op::Expire`].
     Expire {
         /// `Done`: the expiry changed (or the key was deleted as past);
         /// `Missing`: absent; `Mismatch`: a condition of `when` failed.
         status: Status,
+        /// The version written.
         version: Option<Version>,
         /// With `return_item`: the item as it is afterwards (see
         /// `Op::Expire`).
         item: Option<Item>,
     },
-    /// One result per write: the version it took, or `None` for a delete
-    /// whose key was absent.
+    /// Of an [`Op::Atomic`].
     Atomic {
+        /// One result per write: the version it took, or `None` for a
+        /// delete whose key was absent.
         versions: Vec<Option<Version>>,
     },
+    /// Of an [`Op::Clear`]: every key removed.
     Clear,
+    /// Of an [`Op::Reap`].
     Reap {
         /// `Done`: deleted; `Mismatch`: another version, or not expired;
         /// `Missing`: absent.
         status: Status,
+        /// The version of the delete.
         version: Option<Version>,
     },
-    /// Each key's live item, in order.
+    /// Of an [`Op::Read`].
     Read {
+        /// Each key's live item (`None`: absent), in the op's order.
         items: Vec<Option<Item>>,
     },
-    /// The items an [`Op::Scan`] kept, and how many it visited.
+    /// Of an [`Op::Scan`].
     Scan {
+        /// The items kept, as the op's `what` asked (none for `Count`).
         items: Vec<Item>,
+        /// How many live items the scan visited.
         count: u64,
     },
-    /// `None`: a watched key had changed, and nothing was applied. Else
-    /// one result per op, in order.
+    /// Of an [`Op::Txn`].
     Txn {
+        /// `None`: a watched key had changed or a check failed, and nothing
+        /// was applied. Else one result per op, in order.
         results: Option<Vec<Result<Outcome, Error>>>,
     },
+    /// Of an [`Op::Move`].
     Move {
+        /// `Done`; `Missing`: `from` is absent; `Present`: `to` exists
+        /// without `replace`.
         status: Status,
     },
     /// A check that held (one that fails ends its transaction).
     Check,
-    /// The bit before the write.
+    /// Of an [`Op::SetBit`].
     SetBit {
+        /// The bit before the write.
         old: bool,
+        /// The version written.
         version: Option<Version>,
     },
-    /// The value stored.
+    /// Of an [`Op::IncrFloat`].
     IncrFloat {
+        /// The value stored, as decimal text.
         value: Vec<u8>,
+        /// The version written.
         version: Option<Version>,
     },
 }
