@@ -17,9 +17,6 @@
 #![warn(missing_docs)]
 
 mod config;
-// TODO(docs): durable's public errors, stats and report fields (about 90
-// items) still lack doc comments; drop this allow when they have them.
-#[allow(missing_docs)]
 pub mod durable;
 mod error;
 pub mod readexec;

@@ -17,8 +17,11 @@ use super::{TailCut, checkpoint, delta, record};
 /// One checkpoint file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckpointCheck {
+    /// Its file name in the data directory.
     pub file: String,
+    /// The snapshot version it holds the writes up to.
     pub version: u64,
+    /// Its size on disk.
     pub bytes: u64,
     /// Ok(items) or why it is invalid.
     pub status: Result<u64, CheckpointError>,
@@ -27,10 +30,13 @@ pub struct CheckpointCheck {
 /// One delta run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeltaCheck {
+    /// Its file name in the data directory.
     pub file: String,
-    /// The versions it leads from and to.
+    /// The checkpoint version it leads from.
     pub from: u64,
+    /// The snapshot version it leads to.
     pub to: u64,
+    /// Its size on disk.
     pub bytes: u64,
     /// Ok(entries) or why it is invalid.
     pub status: Result<u64, CheckpointError>,
@@ -39,11 +45,18 @@ pub struct DeltaCheck {
 /// One log segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SegmentCheck {
+    /// Its file name in the data directory.
     pub file: String,
+    /// Its size on disk.
     pub bytes: u64,
+    /// The start version its header records (no record in it is at or
+    /// below a version the previous segments handed out before it).
     pub start_version: u64,
+    /// Valid records, up to the cut if there is one.
     pub records: u64,
+    /// The version of its first valid record (`None`: none).
     pub first_version: Option<u64>,
+    /// The version of its last valid record (`None`: none).
     pub last_version: Option<u64>,
     /// Where the valid records end and why, if before the end of the file.
     pub cut: Option<(u64, String)>,

@@ -29,10 +29,16 @@ pub enum CheckpointKind {
     /// Every live item: a new base.
     Full,
     /// A delta run: what changed since the checkpoint at `from`.
-    Delta { from: u64 },
+    Delta {
+        /// The version of the checkpoint it follows.
+        from: u64,
+    },
     /// A base that background compaction merged from the base and `runs`
     /// delta runs reaching `version`.
-    Merged { runs: usize },
+    Merged {
+        /// How many delta runs were merged into the new base.
+        runs: usize,
+    },
     /// Nothing changed since the checkpoint at `version`: nothing written.
     Unchanged,
 }
@@ -53,12 +59,15 @@ impl std::fmt::Display for CheckpointKind {
 pub struct CheckpointInfo {
     /// The file name in the data directory.
     pub file: String,
+    /// Whether it is a full base, a delta run, a merge, or nothing.
     pub kind: CheckpointKind,
     /// The snapshot version: the checkpoint holds exactly the writes `<=` it.
     pub version: u64,
     /// Items written (a delta run: entries).
     pub items: u64,
+    /// The file's size.
     pub bytes: u64,
+    /// How long it took, snapshot to rename.
     pub duration: Duration,
     /// Unix ms when it finished.
     pub finished_unix_ms: u64,

@@ -508,6 +508,7 @@ fn write_floor(storage: &dyn Storage, dir: &Path, floor: u64) -> io::Result<()> 
 /// What `combkv check --repair` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RepairReport {
+    /// The data directory repaired.
     pub dir: PathBuf,
     /// The cut made; None if the log needed none.
     pub cut: Option<TailCut>,

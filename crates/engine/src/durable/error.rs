@@ -56,15 +56,26 @@ impl std::error::Error for WalError {
 #[non_exhaustive]
 pub enum ItemRefused {
     /// The key is empty or longer than the node size allows.
-    KeyLength { len: usize, max: usize },
+    KeyLength {
+        /// The key's length.
+        len: usize,
+        /// The longest key the node size allows.
+        max: usize,
+    },
     /// The key is not above the one before it.
     OutOfOrder,
     /// The item has version 0 (versions start at 1).
     ZeroVersion,
     /// The value is longer than the store's `max_value_len`.
-    ValueTooLarge { len: usize },
+    ValueTooLarge {
+        /// The value's length.
+        len: usize,
+    },
     /// The item's version is above the checkpoint's own.
-    VersionAbove { version: u64 },
+    VersionAbove {
+        /// The item's version.
+        version: u64,
+    },
 }
 
 impl fmt::Display for ItemRefused {
@@ -99,17 +110,40 @@ pub enum CheckpointError {
     /// The header is damaged.
     Header(Damage),
     /// The block at this offset is damaged.
-    Block { offset: u64, damage: Damage },
+    Block {
+        /// The block's offset in the file.
+        offset: u64,
+        /// What is wrong with it.
+        damage: Damage,
+    },
     /// The footer at this offset is damaged.
-    Footer { offset: u64, damage: Damage },
+    Footer {
+        /// The footer's offset in the file.
+        offset: u64,
+        /// What is wrong with it.
+        damage: Damage,
+    },
     /// The footer's item count is not the number of items in the blocks.
-    ItemCount { footer: u64, blocks: u64 },
+    ItemCount {
+        /// The count the footer records.
+        footer: u64,
+        /// The items the blocks hold.
+        blocks: u64,
+    },
     /// Bytes follow the footer.
     TrailingBytes,
     /// The header names another version than the file name.
-    VersionMismatch { header: u64 },
+    VersionMismatch {
+        /// The version the header names.
+        header: u64,
+    },
     /// Item `index` was refused by its reader.
-    Item { index: u64, refused: ItemRefused },
+    Item {
+        /// The item's position in the file, from 0.
+        index: u64,
+        /// Why it was refused.
+        refused: ItemRefused,
+    },
     /// The store was dropped before the checkpoint ran.
     StoreGone,
     /// The checkpoint task was dropped without running (the store shut
@@ -162,9 +196,17 @@ impl From<IoError> for CheckpointError {
 #[non_exhaustive]
 pub enum RecordRefused {
     /// The key is empty or longer than the node size allows.
-    KeyLength { len: usize, max: usize },
+    KeyLength {
+        /// The key's length.
+        len: usize,
+        /// The longest key the node size allows.
+        max: usize,
+    },
     /// The value is longer than the store's `max_value_len`.
-    ValueTooLarge { len: usize },
+    ValueTooLarge {
+        /// The value's length.
+        len: usize,
+    },
 }
 
 impl fmt::Display for RecordRefused {
@@ -193,21 +235,30 @@ pub enum RecoveryError {
     /// The log starts after the newest valid checkpoint: the records in
     /// between are missing.
     MissingRecords {
+        /// The log's first segment.
         segment: String,
+        /// The start version its header records.
         log_start: u64,
+        /// The version of the newest valid checkpoint (with its runs).
         checkpoint: u64,
     },
     /// A whole record (its checksum holds) of a kind this version does not
     /// know: written by a newer combkv.
     UnknownRecordKind {
+        /// The segment holding the record.
         segment: String,
+        /// The record's offset in it.
         offset: u64,
+        /// The unknown kind byte.
         kind: u8,
     },
     /// A valid record that cannot be applied.
     BadRecord {
+        /// The segment holding the record.
         segment: String,
+        /// The record's version.
         version: u64,
+        /// Why it cannot be applied.
         refused: RecordRefused,
     },
     /// The log is damaged where a crash cannot have torn it: well-formed
@@ -219,7 +270,12 @@ pub enum RecoveryError {
     CorruptLog(Box<CorruptLog>),
     /// The `version-floor` file is damaged: the floor a cut set is unknown,
     /// and starting without it could reuse versions handed out before.
-    VersionFloor { file: String, damage: Damage },
+    VersionFloor {
+        /// The floor file's name.
+        file: String,
+        /// What is wrong with it.
+        damage: Damage,
+    },
     /// Another process holds the directory's lock (a server, or a repair,
     /// runs on it). Nothing was read or changed.
     InUse(DirInUse),
@@ -297,7 +353,9 @@ pub struct CorruptLog {
     pub dir: PathBuf,
     /// The segment, and the offset of the first record that does not decode.
     pub segment: String,
+    /// The offset of that record in the segment.
     pub offset: u64,
+    /// What is wrong with the record there.
     pub damage: Damage,
     /// What a cut would drop.
     pub dropped: Dropped,

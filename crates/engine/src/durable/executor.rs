@@ -94,9 +94,13 @@ impl Backend for CpuBackend {
 /// Counters, for `PersistenceStats`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ExecutorStats {
+    /// Worker threads.
     pub threads: usize,
+    /// How many tasks the queue holds before `try_submit` refuses more.
     pub queue_capacity: usize,
+    /// Tasks waiting in the queue now.
     pub queued: usize,
+    /// Tasks that ran to success.
     pub completed: u64,
     /// Tasks whose final outcome was a failure.
     pub failed: u64,

@@ -22,20 +22,26 @@ pub type FileNames = Vec<String>;
 /// The file operations of the durability layer. Every method is a possible
 /// failure point; `sync_data` and `sync_dir` are the sync points.
 pub trait Storage: Send + Sync + fmt::Debug {
+    /// Creates `dir` and any missing parents (`std::fs::create_dir_all`).
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
     /// Names (not paths) of the files in `dir`.
     fn list(&self, dir: &Path) -> io::Result<FileNames>;
     /// Creates `path` empty (truncating it if it exists) for appending.
     fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>>;
+    /// Opens `path` for reading from its start.
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn Read + Send>>;
     /// Fills `buf` from `path` at byte `offset`: an error if the file ends
     /// first. Reads what was written, synced or not (the Raft log serves
     /// entries from its segments while it appends to them).
     fn read_at(&self, path: &Path, offset: u64, buf: &mut [u8]) -> io::Result<()>;
+    /// The size of `path` in bytes.
     fn len(&self, path: &Path) -> io::Result<u64>;
     /// Cuts `path` to `len` bytes and syncs it.
     fn truncate(&self, path: &Path, len: u64) -> io::Result<()>;
+    /// Renames `from` to `to`, replacing `to` if it exists (atomic on a
+    /// POSIX file system; durable only after `sync_dir`).
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Removes the file `path` (durable only after `sync_dir`).
     fn remove(&self, path: &Path) -> io::Result<()>;
     /// Makes the directory's entries (creations, renames, removals) durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;

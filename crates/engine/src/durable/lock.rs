@@ -76,6 +76,7 @@ impl DirLock {
 /// Another process holds the directory's lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirInUse {
+    /// The data directory whose lock is held.
     pub dir: PathBuf,
     /// The holder's pid, as it wrote it into the lock file (None if it has
     /// not written it yet, or the file cannot be read).

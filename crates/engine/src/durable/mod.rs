@@ -103,6 +103,8 @@ impl std::str::FromStr for Durability {
 pub struct DurableConfig {
     /// The data directory (created if missing).
     pub dir: PathBuf,
+    /// When a write is acknowledged relative to its log record reaching
+    /// disk (default [`Durability::Always`]).
     pub mode: Durability,
     /// A log segment is closed and a new one started past this size
     /// (default 64 MiB).
@@ -153,6 +155,8 @@ impl DurableConfig {
         }
     }
 
+    /// This config with `mode` as its durability, for a builder-style
+    /// `DurableConfig::new(dir).with_mode(Durability::EverySec)`.
     pub fn with_mode(mut self, mode: Durability) -> DurableConfig {
         self.mode = mode;
         self
@@ -218,11 +222,13 @@ impl fmt::Display for Dropped {
 /// Where recovery cut the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TailCut {
+    /// The segment the cut was made in (its file name).
     pub segment: String,
     /// Offset of the first invalid byte; the segment was truncated here.
     pub offset: u64,
     /// Bytes dropped from `segment` itself.
     pub dropped_bytes: u64,
+    /// What was wrong at `offset` (a torn frame, a bad checksum, ...).
     pub reason: String,
     /// The damage was corruption, not a torn tail: the cut was made only
     /// because the operator asked for it (`truncate_corrupt`, `combkv
@@ -257,14 +263,20 @@ impl fmt::Display for TailCut {
 /// What `Store::open` found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecoveryReport {
+    /// The checkpoint loaded (`None`: none was usable, or there was none,
+    /// and the store was rebuilt from the log alone).
     pub checkpoint: Option<LoadedCheckpoint>,
     /// Checkpoints that failed verification: (file, why). Recovery fell
     /// back to an older one.
     pub skipped_checkpoints: Vec<(String, String)>,
+    /// Log segments read after the checkpoint.
     pub segments_replayed: usize,
+    /// Records applied from the log (those above the checkpoint version).
     pub records_replayed: u64,
     /// Records at or below the checkpoint version (already in it).
     pub records_skipped: u64,
+    /// Where the log was cut (a torn tail, or corruption the operator let
+    /// recovery cut); `None`: the log ended cleanly.
     pub tail_cut: Option<TailCut>,
     /// Segments after a cut, renamed `<name>.discarded`.
     pub discarded_segments: Vec<String>,
@@ -274,7 +286,9 @@ pub struct RecoveryReport {
     /// The clock restarted here: every recovered version is at most this,
     /// and so is the version floor.
     pub max_version: u64,
+    /// Time spent loading the checkpoint (base and delta runs).
     pub load_time: Duration,
+    /// Time spent replaying the log.
     pub replay_time: Duration,
 }
 
@@ -337,32 +351,49 @@ impl fmt::Display for RecoveryReport {
 pub struct PersistenceStats {
     /// False for a purely in-memory store (`Store::new`); the rest is empty.
     pub enabled: bool,
+    /// The configured durability mode.
     pub mode: Durability,
+    /// The data directory.
     pub dir: PathBuf,
-    /// Bytes and number of the log segments on disk.
+    /// Bytes of the log segments on disk.
     pub wal_bytes: u64,
+    /// Number of log segments on disk.
     pub wal_segments: usize,
+    /// Log records written since the store opened.
     pub wal_records_written: u64,
+    /// Log bytes written since the last checkpoint's snapshot (what
+    /// `checkpoint_wal_bytes` is compared with).
     pub wal_bytes_since_checkpoint: u64,
     /// Every version up to this is durable (`Always`: fsynced).
     pub durable_version: u64,
+    /// fsyncs of the log since the store opened.
     pub fsyncs: u64,
+    /// A checkpoint is being written now.
     pub checkpoint_in_progress: bool,
+    /// Checkpoints written since the store opened.
     pub checkpoints_ok: u64,
+    /// Checkpoints that failed since the store opened.
     pub checkpoints_failed: u64,
+    /// The last checkpoint written, if any since the store opened.
     pub last_checkpoint: Option<CheckpointInfo>,
+    /// Why the last failed checkpoint failed.
     pub last_checkpoint_error: Option<String>,
-    /// The checkpoint chain on disk: the base's version and bytes, and the
-    /// delta runs after it (count and bytes).
+    /// The checkpoint chain on disk: the base's version and bytes.
     pub base_checkpoint: Option<(u64, u64)>,
+    /// Delta runs on disk after the base.
     pub delta_runs: usize,
+    /// Bytes of those delta runs.
     pub delta_bytes: u64,
-    /// Background merges of a chain into a new base.
+    /// Background merges of a chain into a new base that succeeded.
     pub merges_ok: u64,
+    /// Background merges that failed (the chain is left as it was).
     pub merges_failed: u64,
+    /// The last merge's new base, if any since the store opened.
     pub last_merge: Option<CheckpointInfo>,
     /// Set once a log failure made the store read-only: the cause.
     pub read_only: Option<String>,
+    /// What recovery found and did when the store opened.
     pub recovery: RecoveryReport,
+    /// The background executor's task counts.
     pub executor: ExecutorStats,
 }
