@@ -157,7 +157,8 @@ impl Geometry {
         let max_key_len = 460.min((max_item - fixed) * 2 / 5);
         let inline_value_max = 469.min(max_item - fixed - max_key_len);
         // Smaller segments than Honeycomb's 256 B: on a CPU a shortcut probe is
-        // cheaper than scanning items (see docs/design.md, measurements).
+        // cheaper than scanning items (see docs/experiments.md, "Branch-free
+        // shortcut search").
         let segment_bytes = (node_size / 64).max(64);
         Geometry {
             node_size,

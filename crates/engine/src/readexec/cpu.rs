@@ -16,7 +16,8 @@
 //! level-1 nodes (hundreds) and leaves (100 K at 10 M keys) miss on their
 //! entries, so they get a Node stage that loads the entry prefetched a step
 //! before. The gain is smaller than those shares (2-4%, see
-//! docs/design.md): the waits move to the line-fill buffers.
+//! docs/experiments.md, "The upper levels"): the waits move to the
+//! line-fill buffers.
 
 use std::ops::Bound;
 
