@@ -97,13 +97,29 @@ pub(super) fn get_touch(cx: &mut Cx<'_>, key: &Key<'_>, flags: &MetaFlags<'_>, o
     Stats::add(&mc.cmd_touch, 1);
     let now = combkv::now_ms();
     let op = touch_op(key.bytes(), expiry(flags.ttl.unwrap_or(0), now), true);
-    match cx.write_op(&op) {
-        Written::Now(r) => got_touched(cx, key, flags, r, now, out),
+    write(cx, &op, key, flags, out, move |cx, key, flags, r, out| {
+        got_touched(cx, key, flags, r, now, out);
+    });
+}
+
+/// Applies a meta command's write and renders its reply with `render`,
+/// from the request's key and flags: now, or, on a cluster node, once the
+/// outcome lands, from a copy of them ([`HeldMeta`]) made only then.
+fn write(
+    cx: &mut Cx<'_>,
+    op: &Op<'_>,
+    key: &Key<'_>,
+    flags: &MetaFlags<'_>,
+    out: &mut Vec<u8>,
+    render: impl Fn(&mut Cx<'_>, &Key<'_>, &MetaFlags<'_>, combkv::Result<Outcome>, &mut Vec<u8>)
+    + Send
+    + 'static,
+) {
+    match cx.write_op(op) {
+        Written::Now(r) => render(cx, key, flags, r, out),
         Written::Held => {
             let held = HeldMeta::new(key, flags);
-            cx.write_held(move |cx, r, out| {
-                got_touched(cx, &held.key(), &held.flags(), r, now, out);
-            });
+            cx.write_held(move |cx, r, out| render(cx, &held.key(), &held.flags(), r, out));
         }
     }
 }
@@ -198,13 +214,9 @@ pub(super) fn set(
     };
     // A set or replace with `C` wants its item present: `NF` when absent.
     let nf = matches!(mode, b'S' | b'R') && flags.compare_cas.is_some();
-    match cx.write_op(&op) {
-        Written::Now(r) => set_done(cx, key, flags, r, nf, out),
-        Written::Held => {
-            let held = HeldMeta::new(key, flags);
-            cx.write_held(move |cx, r, out| set_done(cx, &held.key(), &held.flags(), r, nf, out));
-        }
-    }
+    write(cx, &op, key, flags, out, move |cx, key, flags, r, out| {
+        set_done(cx, key, flags, r, nf, out);
+    });
 }
 
 /// ms's reply, or its error, from its write's outcome.
@@ -272,13 +284,7 @@ pub(super) fn delete(cx: &mut Cx<'_>, key: &Key<'_>, flags: &MetaFlags<'_>, out:
         cond: cas_cond(flags).unwrap_or(Cond::Any),
         return_old: false,
     };
-    match cx.write_op(&op) {
-        Written::Now(r) => deleted(cx, key, flags, r, out),
-        Written::Held => {
-            let held = HeldMeta::new(key, flags);
-            cx.write_held(move |cx, r, out| deleted(cx, &held.key(), &held.flags(), r, out));
-        }
-    }
+    write(cx, &op, key, flags, out, deleted);
 }
 
 /// md's reply, from its write's outcome.
@@ -317,36 +323,27 @@ pub(super) fn arith(cx: &mut Cx<'_>, key: &Key<'_>, flags: &MetaFlags<'_>, out: 
     }
     let incr = !matches!(flags.mode, Some(b'D' | b'd' | b'-'));
     let now = combkv::now_ms();
-    let r = {
-        let mut initial = itoa::Buffer::new();
-        let op = Op::Incr {
-            key: key.bytes(),
-            arith: Arith::Unsigned {
-                delta: flags.delta.unwrap_or(1),
-                decrement: !incr,
+    let mut initial = itoa::Buffer::new();
+    let op = Op::Incr {
+        key: key.bytes(),
+        arith: Arith::Unsigned {
+            delta: flags.delta.unwrap_or(1),
+            decrement: !incr,
+        },
+        on_missing: match flags.vivify {
+            Some(ttl) => OnMissing::Create {
+                value: initial.format(flags.initial.unwrap_or(0)).as_bytes(),
+                expiry: expiry(ttl, now),
+                flags: 0,
             },
-            on_missing: match flags.vivify {
-                Some(ttl) => OnMissing::Create {
-                    value: initial.format(flags.initial.unwrap_or(0)).as_bytes(),
-                    expiry: expiry(ttl, now),
-                    flags: 0,
-                },
-                None => OnMissing::Fail,
-            },
-            cond: cas_cond(flags).unwrap_or(Cond::Any),
-            expiry: flags.ttl.map_or(Expiry::Keep, |t| expiry(t, now)),
-        };
-        cx.write_op(&op)
+            None => OnMissing::Fail,
+        },
+        cond: cas_cond(flags).unwrap_or(Cond::Any),
+        expiry: flags.ttl.map_or(Expiry::Keep, |t| expiry(t, now)),
     };
-    match r {
-        Written::Now(r) => arith_done(cx, key, flags, incr, r, now, out),
-        Written::Held => {
-            let held = HeldMeta::new(key, flags);
-            cx.write_held(move |cx, r, out| {
-                arith_done(cx, &held.key(), &held.flags(), incr, r, now, out);
-            });
-        }
-    }
+    write(cx, &op, key, flags, out, move |cx, key, flags, r, out| {
+        arith_done(cx, key, flags, incr, r, now, out);
+    });
 }
 
 /// What ma did.
