@@ -56,9 +56,15 @@ impl Replica {
     }
 
     /// Proposes encoded ops (see [`crate::codec`]) decided at `now_ms` as
-    /// one entry, through the leader, and returns their results, one per
-    /// op, once the entry is committed and applied here or on the leader.
+    /// one entry, through the leader, and returns their results, exactly
+    /// one per op, once the entry is committed and applied here or on the
+    /// leader.
     pub async fn write(&self, now_ms: u64, ops: Vec<u8>) -> Result<Results, ClusterError> {
+        // Whichever way the answer comes (this node's group commit, or a
+        // leader's encoded reply), it holds one result per op, or it is
+        // not an answer to these ops.
+        let count = crate::codec::list_count(&ops)
+            .map_err(|e| ClusterError::Refused(format!("a malformed write: {e}")))?;
         let _place = self
             .inner
             .in_flight
@@ -115,6 +121,12 @@ impl Replica {
                 }
             };
             match r {
+                Ok((_, results)) if results.len() != count => {
+                    return Err(ClusterError::Unknown(format!(
+                        "the log answered {} results for {count} writes",
+                        results.len()
+                    )));
+                }
                 Ok((log_id, results)) => {
                     // A forwarded write is applied on the leader; wait until
                     // it is here too, so that this node's next read sees it.

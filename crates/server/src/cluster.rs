@@ -157,7 +157,7 @@ impl Cluster {
             .rt
             .block_on(self.replica.write(now, bytes))
             .map_err(cluster_error)?;
-        counted(results, ops.len())
+        Ok(results)
     }
 
     /// Proposes a turn's writes in the background as one batch; `done`
@@ -174,7 +174,8 @@ impl Cluster {
         let replica = self.replica.clone();
         self.rt.spawn(async move {
             let results = match replica.write(now, joined).await.map_err(cluster_error) {
-                Ok(results) => counted(results, n).unwrap_or_else(|e| vec![Err(e); n]),
+                // One result per op (`Replica::write`).
+                Ok(results) => results,
                 Err(e) => vec![Err(e); n],
             };
             done(results);
@@ -301,20 +302,8 @@ impl Cluster {
 
 /// The outcome of a one-op write from the log's answer.
 fn one_result(answer: Result<Results, ClusterError>) -> Result<Outcome, StoreError> {
-    let mut results = counted(answer.map_err(cluster_error)?, 1)?;
-    results.pop().expect("one result")
-}
-
-/// The log's answer to `n` ops: `n` results, or it cannot be read as theirs.
-fn counted(results: Results, n: usize) -> Result<Results, StoreError> {
-    if results.len() == n {
-        Ok(results)
-    } else {
-        Err(StoreError::Uncertain(format!(
-            "the log answered {} results for {n} writes",
-            results.len()
-        )))
-    }
+    let mut results = answer.map_err(cluster_error)?;
+    results.pop().expect("one result per op")
 }
 
 fn cluster_error(e: ClusterError) -> StoreError {
