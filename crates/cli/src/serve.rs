@@ -71,6 +71,21 @@ pub struct ServeArgs {
     /// (--raft-addr without it): a node told otherwise refuses to start.
     #[arg(long, value_name = "ADDR")]
     raft_advertise: Option<std::net::SocketAddr>,
+    /// This node's certificate for mutual TLS with the other nodes (PEM);
+    /// with --peer-key-file and --peer-ca-cert-file. SIGHUP reloads them.
+    #[arg(long, value_name = "FILE")]
+    peer_cert_file: Option<PathBuf>,
+    /// The key of --peer-cert-file (PEM).
+    #[arg(long, value_name = "FILE")]
+    peer_key_file: Option<PathBuf>,
+    /// The cluster's CA (PEM): peers' certificates must chain to it.
+    #[arg(long, value_name = "FILE")]
+    peer_ca_cert_file: Option<PathBuf>,
+    /// yes (default): refuse to start with a port other hosts may reach
+    /// that nothing protects (no password, a Raft port without peer TLS);
+    /// no: start and log a warning for each.
+    #[arg(long, value_name = "yes|no", value_parser = yes_no)]
+    protected_mode: Option<bool>,
     /// The cluster's first voters, `id=host:port,...` (Raft addresses), this
     /// node among them; the lowest id forms the cluster on its first start.
     /// Leave out to start a node that waits to be added.
@@ -158,6 +173,18 @@ fn config(args: &ServeArgs) -> Result<(ServerConfig, bool), String> {
     if let Some(v) = &args.peers {
         c.peers = v.clone();
     }
+    if let Some(v) = &args.peer_cert_file {
+        c.peer_cert_file = Some(v.clone());
+    }
+    if let Some(v) = &args.peer_key_file {
+        c.peer_key_file = Some(v.clone());
+    }
+    if let Some(v) = &args.peer_ca_cert_file {
+        c.peer_ca_cert_file = Some(v.clone());
+    }
+    if let Some(v) = args.protected_mode {
+        c.protected_mode = v;
+    }
     if let Some(v) = args.cluster_reads {
         c.cluster_reads = v;
     }
@@ -176,6 +203,15 @@ fn config(args: &ServeArgs) -> Result<(ServerConfig, bool), String> {
     c.validate()?;
     let truncate = c.wal_truncate_corrupt;
     Ok((c, truncate))
+}
+
+/// A yes/no flag value, as Redis writes its boolean settings.
+fn yes_no(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "yes" | "true" => Ok(true),
+        "no" | "false" => Ok(false),
+        _ => Err(format!("expected yes or no, not '{s}'")),
+    }
 }
 
 /// `--wal-truncate-corrupt`: cuts the log where recovery would refuse it,
@@ -223,9 +259,11 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
         }
     };
     let stopper = server.stopper();
+    let reloader = server.reloader();
     let mut signals = match signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
     ]) {
         Ok(s) => s,
         Err(e) => {
@@ -236,9 +274,15 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
         }
     };
     std::thread::spawn(move || {
-        if let Some(sig) = signals.forever().next() {
+        for sig in signals.forever() {
+            if sig == signal_hook::consts::SIGHUP {
+                tracing::info!("SIGHUP: reloading certificate files");
+                reloader.reload();
+                continue;
+            }
             tracing::info!(signal = sig, "shutting down");
             stopper.stop();
+            break;
         }
     });
     server.wait();

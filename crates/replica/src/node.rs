@@ -14,6 +14,7 @@ use openraft::{BasicNode, Raft, ServerState, SnapshotPolicy};
 use crate::error::{ClusterError, StartError};
 use crate::group_commit::GroupCommit;
 use crate::log_store::{LogOptions, LogStore};
+use crate::network::tls::{PeerGuard, PeerTlsFiles};
 use crate::network::{BoxFuture, Handler, Network, Transport};
 use crate::replica::{
     Contact, Inner, MAX_IN_FLIGHT, ReadBatcher, Replica, RestoredLeadership, index_of,
@@ -64,6 +65,9 @@ pub struct ReplicaConfig {
     /// fastest on a small machine, where openraft's cost per entry is what
     /// limits writes (`docs/experiments.md`, "Cluster").
     pub entries_in_flight: usize,
+    /// Mutual TLS with the other nodes (`network/tls.rs`); none: plain
+    /// TCP, for loopback and networks nobody else reaches.
+    pub peer_tls: Option<PeerTlsFiles>,
 }
 
 impl ReplicaConfig {
@@ -83,6 +87,7 @@ impl ReplicaConfig {
             engine: combkv::Config::default(),
             on_apply: None,
             entries_in_flight: 1,
+            peer_tls: None,
         }
     }
 
@@ -108,6 +113,7 @@ impl Replica {
     pub(crate) async fn start_with(
         config: &ReplicaConfig,
         transport: Arc<dyn Transport>,
+        guard: Arc<PeerGuard>,
     ) -> Result<Replica, StartError> {
         let raft_config = Arc::new(config.raft_config()?);
         let storage: Arc<dyn combkv::durable::Storage> = match &config.log_storage {
@@ -161,6 +167,7 @@ impl Replica {
             restored,
             contact: Contact::new(),
             health,
+            guard,
         });
         let replica = Replica { inner };
         replica.spawn_read_loop();
@@ -181,13 +188,15 @@ impl Replica {
     /// Starts a node that talks TCP: binds `config.raft_addr` and serves
     /// peers there. Runs inside the current tokio runtime.
     pub async fn start(config: &ReplicaConfig) -> Result<Replica, StartError> {
+        let guard = Arc::new(PeerGuard::new(config.peer_tls.clone()).map_err(StartError::Config)?);
         let listener = tokio::net::TcpListener::bind(config.raft_addr).await?;
-        let transport = Arc::new(crate::network::tcp::TcpTransport::new(Some(
-            config.raft_addr.ip(),
-        )));
-        let replica = Replica::start_with(config, transport).await?;
+        let transport = Arc::new(crate::network::tcp::TcpTransport::new(
+            Some(config.raft_addr.ip()),
+            Arc::clone(&guard),
+        ));
+        let replica = Replica::start_with(config, transport, Arc::clone(&guard)).await?;
         let handler: Arc<dyn Handler> = Arc::new(replica.clone());
-        tokio::spawn(crate::network::tcp::serve(listener, handler));
+        tokio::spawn(crate::network::tcp::serve(listener, handler, guard));
         Ok(replica)
     }
 
@@ -197,9 +206,17 @@ impl Replica {
         config: &ReplicaConfig,
         net: &crate::network::sim::SimNet,
     ) -> Result<Replica, StartError> {
-        let replica = Replica::start_with(config, net.transport(config.id)).await?;
+        let guard = Arc::new(PeerGuard::default());
+        let replica = Replica::start_with(config, net.transport(config.id), guard).await?;
         net.register(config.id, Arc::new(replica.clone()));
         Ok(replica)
+    }
+
+    /// Reads the peer certificate files again (`peer-cert-file` ...):
+    /// connections made from now on use the new ones. Ok(false): the node
+    /// has no peer TLS. A file that does not load changes nothing.
+    pub fn reload_peer_tls(&self) -> Result<bool, String> {
+        self.inner.guard.reload()
     }
 
     /// Makes this node the first member of a new cluster whose voters are
@@ -268,6 +285,8 @@ impl Replica {
             nodes,
             followers,
             problem: self.problem(),
+            peer_tls: self.inner.guard.tls().is_some(),
+            peers_refused: self.inner.guard.refused(),
         }
     }
 
@@ -335,6 +354,12 @@ pub struct Status {
     /// leader for a while or its `--peers` contradicts its cluster (see
     /// [`Replica::watch`]).
     pub problem: Option<String>,
+    /// Whether connections with the other nodes are mutual TLS.
+    pub peer_tls: bool,
+    /// Connections to the Raft port refused since the node started (a
+    /// failed TLS handshake, a certificate that does not name its
+    /// address, a frame too large or that does not decode).
+    pub peers_refused: u64,
 }
 
 impl Handler for Replica {

@@ -22,6 +22,7 @@ use crate::group_commit::GroupCommit;
 use crate::health::Health;
 use crate::log_store::LogStore;
 use crate::network::Transport;
+use crate::network::tls::PeerGuard;
 use crate::state_machine::{StateMachine, StoreCell};
 use crate::types::{LogId, NodeId, TypeConfig, Vote};
 
@@ -59,6 +60,8 @@ pub(crate) struct Inner {
     pub(crate) contact: Contact,
     /// How requests to each peer fared, and the problem the watch found.
     pub(crate) health: Arc<Health>,
+    /// The Raft port's TLS and the count of what it refused.
+    pub(crate) guard: Arc<PeerGuard>,
 }
 
 /// Batches a node proposes or forwards at once; more wait for a place.

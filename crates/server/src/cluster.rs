@@ -88,6 +88,7 @@ impl Cluster {
         rc.snapshot_entries = config.cluster_snapshot_entries;
         rc.snapshot_log_bytes = config.cluster_snapshot_log_bytes.0;
         rc.log_keep_entries = config.cluster_log_keep_entries;
+        rc.peer_tls = config.peer_tls_files();
         rc.log = LogOptions {
             sync: match config.durability_mode() {
                 DurabilityMode::Always => SyncPolicy::Always,
@@ -233,6 +234,11 @@ impl Cluster {
     /// What this node knows of the cluster.
     pub fn status(&self) -> Status {
         self.replica.status()
+    }
+
+    /// Reads the peer TLS files again (see `Replica::reload_peer_tls`).
+    pub(crate) fn reload_peer_tls(&self) -> Result<bool, String> {
+        self.replica.reload_peer_tls()
     }
 
     /// This node's id.

@@ -182,7 +182,10 @@ pub struct ServerConfig {
     pub slowlog_log_slower_than: i64,
     /// Slow log entries kept.
     pub slowlog_max_len: usize,
-    /// Refuse to listen on non-loopback addresses (the server has no TLS).
+    /// Refuse to listen where nothing protects the port: a client listener
+    /// on a non-loopback address without a password, and a Raft address
+    /// that is not loopback without peer TLS (Redis's protected mode, with
+    /// the Raft port added).
     pub protected_mode: bool,
     /// This node's id in a replicated cluster; 0 = a single node.
     pub node_id: u64,
@@ -192,6 +195,15 @@ pub struct ServerConfig {
     /// (a proxy or a NAT in between); its own entry in `peers` must be
     /// this. None: `raft_addr`.
     pub raft_advertise: Option<SocketAddr>,
+    /// This node's certificate for mutual TLS with the other nodes (PEM,
+    /// its own certificate first), as etcd's `--peer-cert-file`. It must
+    /// name every IP address the node connects from and the host of its
+    /// Raft address.
+    pub peer_cert_file: Option<PathBuf>,
+    /// The key of `peer-cert-file`.
+    pub peer_key_file: Option<PathBuf>,
+    /// The cluster's CA (PEM): a peer's certificate must chain to it.
+    pub peer_ca_cert_file: Option<PathBuf>,
     /// The cluster's first voters, `id=host:port,...`, this node among
     /// them: on its first start the node with the lowest id forms the
     /// cluster. Empty: the node waits to be added (`combkv cluster add`).
@@ -333,6 +345,9 @@ impl Default for ServerConfig {
             node_id: 0,
             raft_addr: None,
             raft_advertise: None,
+            peer_cert_file: None,
+            peer_key_file: None,
+            peer_ca_cert_file: None,
             peers: String::new(),
             cluster_reads: ClusterReads::Linearizable,
             cluster_snapshot_entries: 100_000,
@@ -397,6 +412,7 @@ impl ServerConfig {
         self.check_cluster()?;
         self.check_limits()?;
         self.check_log_level()?;
+        self.check_peer_tls()?;
         self.check_protected_mode()
     }
 
@@ -504,26 +520,101 @@ impl ServerConfig {
         Ok(())
     }
 
-    /// With protected mode, every listener on a loopback address.
+    /// With protected mode, no listener that nothing protects on an
+    /// address that is not loopback (`unprotected`).
     fn check_protected_mode(&self) -> Result<(), String> {
-        if self.protected_mode {
-            for (name, l) in [
-                ("resp", self.resp),
-                ("memcached", self.memcached),
-                ("memcached-udp", self.memcached_udp),
-                ("metrics", self.metrics),
-            ] {
-                if let Listen::At(a) = l
-                    && !a.ip().is_loopback()
-                {
-                    return Err(format!(
-                        "{name} address {a} is not loopback; set protected-mode = false \
-                             in the config file to listen on it"
-                    ));
-                }
+        if !self.protected_mode {
+            return Ok(());
+        }
+        match self.unprotected().first() {
+            Some((name, addr, why)) => Err(format!(
+                "protected mode: {name} address {addr} is not loopback and {why}; \
+                 protect it, or turn protected mode off (--protected-mode no)"
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether clients must authenticate before anything runs.
+    pub fn clients_authenticate(&self) -> bool {
+        self.requirepass.is_some()
+    }
+
+    /// Listeners on addresses that are not loopback with nothing to keep
+    /// a stranger out: (setting, address, what is missing). Protected mode
+    /// refuses to start with any; without it each is logged at start.
+    pub fn unprotected(&self) -> Vec<(&'static str, SocketAddr, &'static str)> {
+        let mut open = Vec::new();
+        let exposed = |l: Listen| match l {
+            Listen::At(a) if !a.ip().is_loopback() => Some(a),
+            _ => None,
+        };
+        let clients = "clients need no password (set requirepass)";
+        for (name, l) in [("resp", self.resp), ("memcached", self.memcached)] {
+            if let Some(a) = exposed(l)
+                && !self.clients_authenticate()
+            {
+                open.push((name, a, clients));
             }
         }
+        if let Some(a) = exposed(self.memcached_udp) {
+            open.push(("memcached-udp", a, "a datagram cannot authenticate"));
+        }
+        if let Some(a) = exposed(self.metrics) {
+            open.push(("metrics", a, "the metrics endpoint has no authentication"));
+        }
+        if self.clustered()
+            && let Some(a) = self.raft_addr
+            && !a.ip().is_loopback()
+            && !self.peer_tls()
+        {
+            open.push((
+                "raft-addr",
+                a,
+                "anyone who reaches it can write, vote and replace the store \
+                 (set peer-cert-file, peer-key-file and peer-ca-cert-file)",
+            ));
+        }
+        open
+    }
+
+    /// Whether connections between nodes are mutual TLS.
+    pub fn peer_tls(&self) -> bool {
+        self.peer_cert_file.is_some()
+    }
+
+    /// The peer TLS files: all three settings or none.
+    fn check_peer_tls(&self) -> Result<(), String> {
+        let set = [
+            self.peer_cert_file.is_some(),
+            self.peer_key_file.is_some(),
+            self.peer_ca_cert_file.is_some(),
+        ];
+        if set.contains(&true) && set.contains(&false) {
+            return Err(
+                "peer TLS needs all of peer-cert-file, peer-key-file and peer-ca-cert-file".into(),
+            );
+        }
+        if set[0] && !self.clustered() {
+            return Err("peer TLS settings need a cluster node (--node-id)".into());
+        }
         Ok(())
+    }
+
+    /// The peer TLS files, for the replica.
+    pub fn peer_tls_files(&self) -> Option<combkv_replica::PeerTlsFiles> {
+        match (
+            &self.peer_cert_file,
+            &self.peer_key_file,
+            &self.peer_ca_cert_file,
+        ) {
+            (Some(cert), Some(key), Some(ca)) => Some(combkv_replica::PeerTlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                ca: ca.clone(),
+            }),
+            _ => None,
+        }
     }
 
     /// The engine configuration these settings give.
@@ -608,6 +699,9 @@ impl ServerConfig {
                     .map(|a| a.to_string())
                     .unwrap_or_default(),
             ),
+            ("peer-cert-file", path_text(&self.peer_cert_file)),
+            ("peer-key-file", path_text(&self.peer_key_file)),
+            ("peer-ca-cert-file", path_text(&self.peer_ca_cert_file)),
             ("peers", self.peers.clone()),
             ("cluster-reads", self.cluster_reads.as_str().into()),
             (
@@ -689,6 +783,12 @@ impl ServerConfig {
     }
 }
 
+/// A path setting as CONFIG GET shows it: empty when unset.
+fn path_text(p: &Option<PathBuf>) -> String {
+    p.as_ref()
+        .map_or(String::new(), |p| p.display().to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -722,6 +822,9 @@ mod tests {
         assert!(c.validate().is_ok());
         c.resp = "0.0.0.0:6380".parse().unwrap();
         assert!(c.validate().unwrap_err().contains("not loopback"));
+        c.requirepass = Some("pw".into());
+        assert!(c.validate().is_ok(), "a password protects the listener");
+        c.requirepass = None;
         c.protected_mode = false;
         assert!(c.validate().is_ok());
         c.durability = Some(DurabilityMode::Always);
@@ -735,6 +838,35 @@ mod tests {
         c.memcached_udp = "127.0.0.1:11212".parse().unwrap();
         c.requirepass = Some("pw".into());
         assert!(c.validate().unwrap_err().contains("memcached-udp"));
+    }
+
+    #[test]
+    fn protected_mode_wants_peer_tls_on_a_raft_port_others_reach() {
+        let mut c = ServerConfig {
+            node_id: 1,
+            data_dir: Some("/tmp/x".into()),
+            raft_addr: Some("10.0.0.1:7001".parse().unwrap()),
+            ..ServerConfig::default()
+        };
+        let err = c.validate().unwrap_err();
+        assert!(
+            err.contains("raft-addr") && err.contains("peer-cert-file"),
+            "{err}"
+        );
+        c.peer_cert_file = Some("/c".into());
+        assert!(c.validate().unwrap_err().contains("all of"));
+        c.peer_key_file = Some("/k".into());
+        c.peer_ca_cert_file = Some("/ca".into());
+        assert!(c.validate().is_ok());
+        assert!(c.peer_tls_files().is_some());
+        c.peer_cert_file = None;
+        c.peer_key_file = None;
+        c.peer_ca_cert_file = None;
+        c.protected_mode = false;
+        assert!(c.validate().is_ok());
+        assert_eq!(c.unprotected().len(), 1, "still reported, as a warning");
+        c.raft_addr = Some("127.0.0.2:7001".parse().unwrap());
+        assert!(c.unprotected().is_empty());
     }
 
     /// `combkv.example.toml` at the repository root: it parses, it is the

@@ -48,5 +48,5 @@ pub use fuzzing::memcache as memcache_fuzzing;
 /// Entry points for the RESP fuzz target and fuzz tests; not an API.
 #[doc(hidden)]
 pub use fuzzing::resp as resp_fuzzing;
-pub use net::server::{Server, Stopper};
+pub use net::server::{Reloader, Server, Stopper};
 pub use node::info;

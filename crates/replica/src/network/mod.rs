@@ -7,6 +7,7 @@
 
 pub mod sim;
 pub(crate) mod tcp;
+pub(crate) mod tls;
 
 use std::future::Future;
 use std::io;

@@ -2,7 +2,9 @@
 //! framed as `[length: u32 LE][postcard payload]`, with idle connections
 //! kept per peer. Outgoing connections leave from the node's own address,
 //! so that a rule that cuts a node off (a firewall rule on its address in
-//! the partition tests) cuts both directions.
+//! the partition tests) cuts both directions, and so that a peer's
+//! certificate can be checked against the address it comes from
+//! (`tls.rs`). With peer TLS each connection is TLS from its first byte.
 
 use std::collections::HashMap;
 use std::io;
@@ -11,9 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
+use super::tls::{self, HANDSHAKE_TIMEOUT, PeerGuard};
 use super::{BoxFuture, Handler, Transport};
 use crate::rpc::{self, MAX_FRAME_BYTES, Request, Response};
 use crate::types::NodeId;
@@ -21,23 +24,64 @@ use crate::types::NodeId;
 /// Idle connections kept per peer.
 const IDLE_PER_PEER: usize = 4;
 
+/// A connection to a peer: plain TCP, or TLS over it.
+trait PeerStream: AsyncRead + AsyncWrite + Unpin + Send + Sync + std::fmt::Debug {
+    fn tcp(&self) -> &TcpStream;
+}
+
+impl PeerStream for TcpStream {
+    fn tcp(&self) -> &TcpStream {
+        self
+    }
+}
+
+impl PeerStream for tokio_rustls::client::TlsStream<TcpStream> {
+    fn tcp(&self) -> &TcpStream {
+        self.get_ref().0
+    }
+}
+
 /// The TCP transport of one node.
 #[derive(Debug)]
 pub(crate) struct TcpTransport {
     /// The address outgoing connections are bound to (port 0).
     local_ip: Option<IpAddr>,
-    idle: Mutex<HashMap<NodeId, Vec<TcpStream>>>,
+    guard: Arc<PeerGuard>,
+    idle: Mutex<HashMap<NodeId, Vec<Box<dyn PeerStream>>>>,
 }
 
 impl TcpTransport {
-    pub(crate) fn new(local_ip: Option<IpAddr>) -> TcpTransport {
+    pub(crate) fn new(local_ip: Option<IpAddr>, guard: Arc<PeerGuard>) -> TcpTransport {
         TcpTransport {
             local_ip,
+            guard,
             idle: Mutex::new(HashMap::new()),
         }
     }
 
-    async fn connect(&self, addr: &str) -> io::Result<TcpStream> {
+    /// Connects to `addr`, over TLS with peer TLS on (the other node's
+    /// certificate must name the host of `addr`).
+    async fn connect(&self, addr: &str) -> io::Result<Box<dyn PeerStream>> {
+        let tcp = self.connect_tcp(addr).await?;
+        let Some(tls) = self.guard.tls() else {
+            return Ok(Box::new(tcp));
+        };
+        let name = tls::server_name(addr)?;
+        let connector = tokio_rustls::TlsConnector::from(Arc::clone(&tls.client));
+        match tokio::time::timeout(HANDSHAKE_TIMEOUT, connector.connect(name, tcp)).await {
+            Ok(Ok(stream)) => Ok(Box::new(stream)),
+            Ok(Err(e)) => Err(io::Error::new(
+                e.kind(),
+                format!("TLS handshake with {addr}: {e}"),
+            )),
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("TLS handshake with {addr} timed out"),
+            )),
+        }
+    }
+
+    async fn connect_tcp(&self, addr: &str) -> io::Result<TcpStream> {
         let to: SocketAddr = tokio::net::lookup_host(addr).await?.next().ok_or_else(|| {
             io::Error::new(io::ErrorKind::NotFound, format!("no address for {addr}"))
         })?;
@@ -59,7 +103,7 @@ impl TcpTransport {
     async fn round_trip(&self, target: NodeId, addr: &str, frame: &[u8]) -> io::Result<Response> {
         let mut pooled = None;
         while let Some(s) = self.idle.lock().get_mut(&target).and_then(Vec::pop) {
-            if still_open(&s) {
+            if still_open(s.tcp()) {
                 pooled = Some(s);
                 break;
             }
@@ -69,6 +113,7 @@ impl TcpTransport {
             None => self.connect(addr).await?,
         };
         stream.write_all(frame).await?;
+        stream.flush().await?;
         let payload = read_frame(&mut stream).await?;
         let resp = rpc::decode(&payload)?;
         let mut idle = self.idle.lock();
@@ -116,8 +161,12 @@ fn still_open(stream: &TcpStream) -> bool {
     }
 }
 
+/// A frame's buffer starts at most this large and grows with the bytes
+/// that arrive: a header claiming 256 MiB costs nothing until they come.
+const FIRST_READ: usize = 64 << 10;
+
 /// Reads one frame's payload.
-async fn read_frame(stream: &mut TcpStream) -> io::Result<Vec<u8>> {
+async fn read_frame<S: AsyncRead + Unpin + ?Sized>(stream: &mut S) -> io::Result<Vec<u8>> {
     let mut len = [0u8; 4];
     stream.read_exact(&mut len).await?;
     let len = u32::from_le_bytes(len) as usize;
@@ -127,13 +176,16 @@ async fn read_frame(stream: &mut TcpStream) -> io::Result<Vec<u8>> {
             format!("a frame claims {len} bytes"),
         ));
     }
-    let mut payload = vec![0u8; len];
-    stream.read_exact(&mut payload).await?;
+    let mut payload = Vec::with_capacity(len.min(FIRST_READ));
+    stream.take(len as u64).read_to_end(&mut payload).await?;
+    if payload.len() < len {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
     Ok(payload)
 }
 
 /// Serves requests arriving on `listener` until the runtime shuts down.
-pub(crate) async fn serve(listener: TcpListener, handler: Arc<dyn Handler>) {
+pub(crate) async fn serve(listener: TcpListener, handler: Arc<dyn Handler>, guard: Arc<PeerGuard>) {
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(a) => a,
@@ -146,21 +198,70 @@ pub(crate) async fn serve(listener: TcpListener, handler: Arc<dyn Handler>) {
         };
         let _ = stream.set_nodelay(true);
         let handler = Arc::clone(&handler);
+        let guard = Arc::clone(&guard);
         tokio::spawn(async move {
-            if let Err(e) = serve_connection(stream, &*handler).await
-                && e.kind() != io::ErrorKind::UnexpectedEof
-            {
-                tracing::debug!("raft connection from {peer}: {e}");
+            let served = match guard.tls() {
+                None => serve_connection(stream, &*handler).await,
+                Some(tls) => match accept_tls(stream, peer, &tls.server).await {
+                    Ok(stream) => serve_connection(stream, &*handler).await,
+                    Err(why) => {
+                        guard.refuse(peer, &why);
+                        return;
+                    }
+                },
+            };
+            match served {
+                Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                    guard.refuse(peer, &e.to_string());
+                }
+                Err(e) if e.kind() != io::ErrorKind::UnexpectedEof => {
+                    tracing::debug!("raft connection from {peer}: {e}");
+                }
+                _ => {}
             }
         });
     }
 }
 
-async fn serve_connection(mut stream: TcpStream, handler: &dyn Handler) -> io::Result<()> {
+/// The TLS handshake with a connecting peer, and the check that its
+/// certificate names the address it comes from.
+async fn accept_tls(
+    stream: TcpStream,
+    peer: SocketAddr,
+    config: &Arc<rustls::ServerConfig>,
+) -> Result<tokio_rustls::server::TlsStream<TcpStream>, String> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(config));
+    let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(format!("TLS handshake failed: {e}")),
+        Err(_) => return Err("TLS handshake timed out".into()),
+    };
+    let named = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|certs| certs.first())
+        .is_some_and(|cert| tls::names_address(cert, peer.ip()));
+    if !named {
+        return Err(format!(
+            "its certificate does not name {}, the address it connects from",
+            peer.ip()
+        ));
+    }
+    Ok(stream)
+}
+
+/// Answers one request after another on a connection, plain or TLS. A
+/// frame that does not decode ends the connection (`InvalidData`).
+async fn serve_connection<S>(mut stream: S, handler: &dyn Handler) -> io::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     loop {
         let payload = read_frame(&mut stream).await?;
         let req: Request = rpc::decode(&payload)?;
         let resp = handler.handle(req).await;
         stream.write_all(&rpc::encode(&resp)?).await?;
+        stream.flush().await?;
     }
 }

@@ -246,31 +246,22 @@ fn fit_descriptors(config: &mut ServerConfig) -> Result<(), StartError> {
     Ok(())
 }
 
-/// Logs how the memcached listener is protected: with `requirepass` it
-/// asks for memcached's text-protocol authentication; without it, anyone
-/// who reaches it reads and writes the whole keyspace, which deserves a
-/// warning on an address other than loopback.
+/// Warns of every port that others may reach and nothing protects
+/// (served only with protected mode off), and says how memcached clients
+/// authenticate when they must.
 fn warn_unprotected(config: &ServerConfig) {
-    if let Listen::At(udp) = config.memcached_udp
-        && !udp.ip().is_loopback()
-    {
+    for (name, addr, why) in config.unprotected() {
         tracing::warn!(
-            "memcached UDP on {udp}: a small request can draw a large reply to a forged \
-             source address; keep the port away from untrusted networks"
+            "UNPROTECTED: {name} on {addr}, an address other hosts may reach, and {why}; \
+             protected mode is off, so it is served anyway"
         );
     }
-    let Listen::At(addr) = config.memcached else {
-        return;
-    };
-    if config.requirepass.is_some() {
+    if let Listen::At(addr) = config.memcached
+        && config.requirepass.is_some()
+    {
         tracing::info!(
             "memcached listener on {addr} requires authentication: \
              set <any key> 0 0 <bytes> with \"default <requirepass>\" as data"
-        );
-    } else if !addr.ip().is_loopback() {
-        tracing::warn!(
-            "memcached listener on {addr} has no authentication: anyone who reaches it can \
-             read, overwrite and flush the keyspace (set requirepass)"
         );
     }
 }
@@ -304,6 +295,7 @@ impl Server {
     /// Opens the store, binds every listener and starts serving.
     pub fn start(config: ServerConfig) -> Result<Server, StartError> {
         config.validate().map_err(StartError)?;
+        warn_unprotected(&config);
         let mut config = config;
         fit_descriptors(&mut config)?;
         let listeners = Listeners::bind(&config)?;
@@ -312,7 +304,6 @@ impl Server {
         let bound = listeners.record_bound(&mut config);
         let shared = Arc::new(Shared::new(store, cluster, config).holding(dir_lock));
         let threads = start_threads(&shared, threads_n, listeners)?;
-        warn_unprotected(&shared.config);
         tracing::info!(
             resp = ?bound.resp,
             memcached = ?bound.memcached,
@@ -358,6 +349,14 @@ impl Server {
         }
     }
 
+    /// A handle that reloads certificate files from another thread
+    /// (SIGHUP).
+    pub fn reloader(&self) -> Reloader {
+        Reloader {
+            shared: self.shared.clone(),
+        }
+    }
+
     /// Blocks until a `Stopper` has stopped the server, then finishes:
     /// in-flight requests are answered and flushed, the store is closed.
     pub fn wait(self) {
@@ -384,6 +383,27 @@ pub struct Stopper {
 impl Stopper {
     pub fn stop(&self) {
         self.shared.stop();
+    }
+}
+
+/// Reloads a running server's certificate files.
+#[derive(Debug, Clone)]
+pub struct Reloader {
+    shared: Arc<Shared>,
+}
+
+impl Reloader {
+    /// Reads every certificate and key file again; connections opened
+    /// from now on use them, open ones carry on. A file that does not load
+    /// leaves what was loaded before in use, and is logged.
+    pub fn reload(&self) {
+        if let Some(c) = &self.shared.cluster {
+            match c.reload_peer_tls() {
+                Ok(true) => tracing::info!("reloaded the peer TLS certificate files"),
+                Ok(false) => {}
+                Err(e) => tracing::error!("peer TLS files not reloaded, the old ones stay: {e}"),
+            }
+        }
     }
 }
 

@@ -135,6 +135,10 @@ pub fn replication_fields(shared: &Shared) -> Vec<(&'static str, String)> {
             s.nodes.iter().filter(|n| !n.2).count().to_string(),
         ),
         ("cluster_reads", c.reads().as_str().into()),
+        ("cluster_peer_tls", (s.peer_tls as u8).to_string()),
+        // Connections to the Raft port refused: failed TLS handshakes,
+        // certificates that do not name their address, bad frames.
+        ("cluster_peers_refused", s.peers_refused.to_string()),
         // Empty while all is well; else why the node cannot join or elect
         // (one line: INFO's format has no room for more).
         (

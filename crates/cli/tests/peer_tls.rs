@@ -1,0 +1,425 @@
+//! The Raft port under attack: three `combkv serve` nodes (127.0.0.1, .2,
+//! .3) with mutual TLS between them, and a stranger who reaches their Raft
+//! ports.
+//!
+//! - `a_stranger_on_the_raft_port_changes_nothing`: well-formed Forward,
+//!   Vote, Append and Snapshot frames (`combkv_replica::probe`) and a
+//!   256 MiB length header, sent in plain TCP, over TLS with a certificate
+//!   from another CA, and over TLS with a cluster certificate presented
+//!   from an address it does not name: every connection is closed without
+//!   an answer, no node's keys, term or log change, no node's memory
+//!   grows, and each node counts what it refused. The cluster then still
+//!   replicates a write.
+//! - `a_raft_port_others_reach_needs_peer_tls`: a node whose Raft address
+//!   is not loopback refuses to start without peer TLS (protected mode).
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+
+/// A CA that signs certificates into files.
+struct Ca {
+    issuer: CertifiedIssuer<'static, KeyPair>,
+    dir: PathBuf,
+    name: String,
+}
+
+impl Ca {
+    fn new(dir: &Path, name: &str) -> Ca {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, format!("combkv test {name}"));
+        let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+        let ca = Ca {
+            issuer,
+            dir: dir.to_path_buf(),
+            name: name.into(),
+        };
+        std::fs::write(ca.ca_file(), ca.issuer.pem()).unwrap();
+        ca
+    }
+
+    fn ca_file(&self) -> PathBuf {
+        self.dir.join(format!("{}.pem", self.name))
+    }
+
+    /// A certificate naming `ip`: (cert file, key file).
+    fn leaf(&self, label: &str, ip: IpAddr) -> (PathBuf, PathBuf) {
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec![ip.to_string()])
+            .unwrap()
+            .signed_by(&key, &self.issuer)
+            .unwrap();
+        let c = self.dir.join(format!("{}-{label}.pem", self.name));
+        let k = self.dir.join(format!("{}-{label}.key", self.name));
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (c, k)
+    }
+}
+
+fn ip(id: u64) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 0, 0, id as u8))
+}
+
+fn free_addr(id: u64) -> SocketAddr {
+    SocketAddr::new(ip(id), support::free_port_on(ip(id)))
+}
+
+struct Node {
+    resp: SocketAddr,
+    raft: SocketAddr,
+    child: Child,
+}
+
+struct Cluster {
+    nodes: Vec<Node>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for n in &mut self.nodes {
+            let _ = n.child.kill();
+            let _ = n.child.wait();
+        }
+    }
+}
+
+impl Cluster {
+    fn start(root: &Path, ca: &Ca) -> Cluster {
+        let specs: Vec<(u64, SocketAddr, SocketAddr)> = (1..=3)
+            .map(|id| (id, free_addr(id), free_addr(id)))
+            .collect();
+        let peers = specs
+            .iter()
+            .map(|(id, _, raft)| format!("{id}={raft}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut nodes = Vec::new();
+        for &(id, resp, raft) in &specs {
+            let (cert, key) = ca.leaf(&format!("node{id}"), ip(id));
+            let dir = root.join(format!("n{id}"));
+            let log = std::fs::File::create(root.join(format!("n{id}.log"))).unwrap();
+            let child = Command::new(support::binary())
+                .args(["serve", "--node-id", &id.to_string()])
+                .args(["--raft-addr", &raft.to_string(), "--peers", &peers])
+                .args(["--resp", &resp.to_string(), "--memcached", "off"])
+                .args(["--data-dir", dir.to_str().unwrap()])
+                .args(["--peer-cert-file", cert.to_str().unwrap()])
+                .args(["--peer-key-file", key.to_str().unwrap()])
+                .args(["--peer-ca-cert-file", ca.ca_file().to_str().unwrap()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap();
+            nodes.push(Node { resp, raft, child });
+        }
+        Cluster { nodes }
+    }
+
+    fn con(&self, i: usize) -> redis::Connection {
+        let url = format!("redis://{}/", self.nodes[i].resp);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match redis::Client::open(url.as_str()).and_then(|c| c.get_connection()) {
+                Ok(c) => return c,
+                Err(e) if Instant::now() > deadline => panic!("node {i}: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// Waits until every node knows a leader and has applied what the
+    /// others committed.
+    fn settled(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let infos: Vec<Info> = (0..3).map(|i| Info::of(&mut self.con(i))).collect();
+            let applied: Vec<u64> = infos.iter().map(|i| i.num("raft_applied_index")).collect();
+            let led = infos.iter().all(|i| !i.get("raft_leader_id").is_empty());
+            if led && applied.iter().all(|&a| a > 0 && a == applied[0]) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the cluster did not settle");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+struct Info(String);
+
+impl Info {
+    fn of(con: &mut redis::Connection) -> Info {
+        Info(redis::cmd("INFO").arg("everything").query(con).unwrap())
+    }
+
+    fn get(&self, field: &str) -> String {
+        self.0
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{field}:")))
+            .unwrap_or_else(|| panic!("INFO has no {field}"))
+            .trim()
+            .to_string()
+    }
+
+    fn num(&self, field: &str) -> u64 {
+        self.get(field).parse().unwrap()
+    }
+}
+
+/// What must not change on a node: its keys and values, its term and its
+/// log.
+#[derive(Debug, PartialEq, Eq)]
+struct State {
+    data: Vec<(String, String)>,
+    term: u64,
+    last_log_index: u64,
+    commit_index: u64,
+}
+
+fn state(con: &mut redis::Connection) -> State {
+    let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(con).unwrap();
+    keys.sort();
+    let data = keys
+        .into_iter()
+        .map(|k| {
+            let v: String = redis::cmd("GET").arg(&k).query(con).unwrap();
+            (k, v)
+        })
+        .collect();
+    let info = Info::of(con);
+    State {
+        data,
+        term: info.num("raft_term"),
+        last_log_index: info.num("raft_last_log_index"),
+        commit_index: info.num("raft_commit_index"),
+    }
+}
+
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap()
+        * 1024
+}
+
+/// Whether the node answered nothing but, at most, a TLS alert and closed
+/// the connection (or reset it) within a few seconds.
+fn closed_without_answer(s: &mut impl Read) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+            // A reset, or (over TLS) the alert that ends the handshake.
+            Err(_) => break,
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+    }
+    // A plain stranger may read the TLS alert record (type 21) the node
+    // sends when the handshake fails; never a response frame.
+    got.is_empty() || got[0] == 21
+}
+
+/// A 256 MiB length header followed by as much data as the node takes.
+const HUGE_HEADER: [u8; 4] = (256u32 << 20).to_le_bytes();
+
+fn plain(addr: SocketAddr, payload: &[u8]) -> bool {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    // The node may close before all of it is written.
+    let _ = s.write_all(payload);
+    if payload.starts_with(&HUGE_HEADER) {
+        let chunk = vec![0u8; 1 << 20];
+        for _ in 0..8 {
+            if s.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+    }
+    closed_without_answer(&mut s)
+}
+
+/// A TLS client trusting the cluster's CA, presenting `cert`.
+fn tls_client(ca: &Path, cert: &Path, key: &Path) -> Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let certs: Vec<_> = CertificateDer::pem_file_iter(cert)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let key = PrivateKeyDer::from_pem_file(key).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Arc::new(
+        rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_client_auth_cert(certs, key)
+            .unwrap(),
+    )
+}
+
+fn over_tls(addr: SocketAddr, config: &Arc<rustls::ClientConfig>, payload: &[u8]) -> bool {
+    let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+    let conn = rustls::ClientConnection::new(Arc::clone(config), name).unwrap();
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, s);
+    let _ = tls.write_all(payload);
+    let _ = tls.flush();
+    if payload.starts_with(&HUGE_HEADER) {
+        let chunk = vec![0u8; 1 << 20];
+        for _ in 0..8 {
+            if tls.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+    }
+    closed_without_answer(&mut tls)
+}
+
+#[test]
+fn a_stranger_on_the_raft_port_changes_nothing() {
+    let root = std::env::temp_dir().join(format!("combkv-peer-tls-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    let ca = Ca::new(&root, "cluster-ca");
+    let other = Ca::new(&root, "other-ca");
+    let cluster = Cluster::start(&root, &ca);
+    cluster.settled();
+    let mut leader_con = cluster.con(0);
+    for i in 0..50 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("key:{i}"))
+            .arg(format!("value {i}"))
+            .query(&mut leader_con)
+            .unwrap();
+    }
+    cluster.settled();
+
+    let before: Vec<(State, u64, u64)> = (0..3)
+        .map(|i| {
+            let mut con = cluster.con(i);
+            let refused = Info::of(&mut con).num("cluster_peers_refused");
+            assert_eq!(Info::of(&mut con).get("cluster_peer_tls"), "1");
+            (state(&mut con), refused, rss(cluster.nodes[i].child.id()))
+        })
+        .collect();
+
+    // Node 1's frames: what node 1 would send, claiming a far higher term.
+    let frames = combkv_replica::probe::frames(1, 1000, b"pwned", b"by a stranger");
+    let (rogue_cert, rogue_key) = other.leaf("rogue", ip(1));
+    let rogue = tls_client(&ca.ca_file(), &rogue_cert, &rogue_key);
+    // A real cluster certificate, for node 2, presented from 127.0.0.1.
+    let (stolen_cert, stolen_key) = ca.leaf("stolen", ip(2));
+    let stolen = tls_client(&ca.ca_file(), &stolen_cert, &stolen_key);
+    let mut huge = HUGE_HEADER.to_vec();
+    huge.extend_from_slice(&[0u8; 1024]);
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        for (name, frame) in frames.iter().map(|(n, f)| (*n, f)).chain([("huge", &huge)]) {
+            assert!(plain(node.raft, frame), "node {i}: plain {name}");
+            assert!(
+                over_tls(node.raft, &rogue, frame),
+                "node {i}: {name} with another CA's certificate"
+            );
+            if i != 0 {
+                assert!(
+                    over_tls(node.raft, &stolen, frame),
+                    "node {i}: {name} with a certificate for another address"
+                );
+            }
+        }
+    }
+
+    std::thread::sleep(Duration::from_millis(500));
+    for (i, (was, refused_before, rss_before)) in before.iter().enumerate() {
+        let mut con = cluster.con(i);
+        let now = state(&mut con);
+        assert_eq!(&now, was, "node {i} changed");
+        let refused = Info::of(&mut con).num("cluster_peers_refused") - refused_before;
+        let per_kind = frames.len() as u64 + 1;
+        let want = if i == 0 { 2 * per_kind } else { 3 * per_kind };
+        assert!(
+            refused >= want,
+            "node {i} counted {refused} refusals, want {want}"
+        );
+        let rss_now = rss(cluster.nodes[i].child.id());
+        assert!(
+            rss_now < rss_before + (32 << 20),
+            "node {i} grew from {rss_before} to {rss_now} bytes"
+        );
+    }
+
+    // The nodes still talk to each other.
+    let _: () = redis::cmd("SET")
+        .arg("after")
+        .arg("the attack")
+        .query(&mut leader_con)
+        .unwrap();
+    for i in 0..3 {
+        let v: String = redis::cmd("GET")
+            .arg("after")
+            .query(&mut cluster.con(i))
+            .unwrap();
+        assert_eq!(v, "the attack", "node {i}");
+    }
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn a_raft_port_others_reach_needs_peer_tls() {
+    let dir = std::env::temp_dir().join(format!("combkv-raft-exposed-{}", std::process::id()));
+    let run = |extra: &[&str]| {
+        Command::new(support::binary())
+            .args(["serve", "--node-id", "1", "--raft-addr", "10.255.0.1:7001"])
+            .args(["--peers", "1=10.255.0.1:7001", "--memcached", "off"])
+            .args(["--resp", &format!("127.0.0.1:{}", support::free_port())])
+            .args(["--data-dir", dir.to_str().unwrap()])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = run(&[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("raft-addr") && err.contains("peer-cert-file"),
+        "{err}"
+    );
+    // Turned off, the check lets it go on (to fail binding an address
+    // this machine does not have) after a loud warning.
+    let out = run(&["--protected-mode", "no"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("protected mode:"), "{err}");
+    assert!(err.contains("UNPROTECTED"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
