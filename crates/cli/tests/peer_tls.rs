@@ -79,6 +79,38 @@ struct Node {
     resp: SocketAddr,
     raft: SocketAddr,
     child: Child,
+    /// How it was started, for a restart.
+    args: Vec<String>,
+    log: PathBuf,
+}
+
+impl Node {
+    fn spawn(args: &[String], log: &Path) -> Child {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        Command::new(support::binary())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap()
+    }
+
+    fn restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = Node::spawn(&self.args, &self.log);
+    }
+
+    fn sighup(&self) {
+        let pid = libc::pid_t::try_from(self.child.id()).unwrap();
+        // SAFETY: kill(2) with a pid of our own child and a valid signal.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    }
 }
 
 struct Cluster {
@@ -108,21 +140,38 @@ impl Cluster {
         for &(id, resp, raft) in &specs {
             let (cert, key) = ca.leaf(&format!("node{id}"), ip(id));
             let dir = root.join(format!("n{id}"));
-            let log = std::fs::File::create(root.join(format!("n{id}.log"))).unwrap();
-            let child = Command::new(support::binary())
-                .args(["serve", "--node-id", &id.to_string()])
-                .args(["--raft-addr", &raft.to_string(), "--peers", &peers])
-                .args(["--resp", &resp.to_string(), "--memcached", "off"])
-                .args(["--data-dir", dir.to_str().unwrap()])
-                .args(["--peer-cert-file", cert.to_str().unwrap()])
-                .args(["--peer-key-file", key.to_str().unwrap()])
-                .args(["--peer-ca-cert-file", ca.ca_file().to_str().unwrap()])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .unwrap();
-            nodes.push(Node { resp, raft, child });
+            let args: Vec<String> = [
+                "serve",
+                "--node-id",
+                &id.to_string(),
+                "--raft-addr",
+                &raft.to_string(),
+                "--peers",
+                &peers,
+                "--resp",
+                &resp.to_string(),
+                "--memcached",
+                "off",
+                "--data-dir",
+                dir.to_str().unwrap(),
+                "--peer-cert-file",
+                cert.to_str().unwrap(),
+                "--peer-key-file",
+                key.to_str().unwrap(),
+                "--peer-ca-cert-file",
+                ca.ca_file().to_str().unwrap(),
+            ]
+            .map(String::from)
+            .to_vec();
+            let log = root.join(format!("n{id}.log"));
+            let child = Node::spawn(&args, &log);
+            nodes.push(Node {
+                resp,
+                raft,
+                child,
+                args,
+                log,
+            });
         }
         Cluster { nodes }
     }
@@ -422,4 +471,92 @@ fn a_raft_port_others_reach_needs_peer_tls() {
     assert!(!err.contains("protected mode:"), "{err}");
     assert!(err.contains("UNPROTECTED"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Replaces `path`'s contents at once (a temporary file renamed over it),
+/// as docs/security.md says to.
+fn replace_file(path: &Path, from: &Path) {
+    let tmp = path.with_extension("new");
+    std::fs::copy(from, &tmp).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+fn set(con: &mut redis::Connection, k: &str, v: &str) {
+    let _: () = redis::cmd("SET").arg(k).arg(v).query(con).unwrap();
+}
+
+/// Waits until `GET k` on every node gives `v`.
+fn everywhere(cluster: &Cluster, k: &str, v: &str) {
+    for i in 0..3 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let got: Option<String> = redis::cmd("GET")
+                .arg(k)
+                .query(&mut cluster.con(i))
+                .unwrap_or(None);
+            if got.as_deref() == Some(v) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "node {i} has {got:?} for {k}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// A CA rotation as docs/security.md gives it, every step by SIGHUP: both
+/// CAs trusted, new certificates, the old CA dropped. Restarting a node
+/// at the end makes the others open new connections to it: they can only
+/// if they present certificates from the new CA, which they took from
+/// SIGHUP. A certificate from the old CA is then refused.
+#[test]
+fn peer_certificates_rotate_with_sighup() {
+    let root = std::env::temp_dir().join(format!("combkv-peer-rotate-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    let old = Ca::new(&root, "old-ca");
+    let new = Ca::new(&root, "new-ca");
+    let mut cluster = Cluster::start(&root, &old);
+    cluster.settled();
+    let mut con = cluster.con(0);
+    set(&mut con, "before", "1");
+    everywhere(&cluster, "before", "1");
+
+    let hup_all = |cluster: &Cluster| {
+        for n in &cluster.nodes {
+            n.sighup();
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    // 1. Both CAs in the file the nodes read (`old-ca.pem`).
+    let both = root.join("both.pem");
+    let text = std::fs::read_to_string(old.ca_file()).unwrap()
+        + &std::fs::read_to_string(new.ca_file()).unwrap();
+    std::fs::write(&both, text).unwrap();
+    replace_file(&old.ca_file(), &both);
+    hup_all(&cluster);
+    // 2. Each node's certificate from the new CA.
+    for id in 1..=3u64 {
+        let (cert, key) = new.leaf(&format!("node{id}"), ip(id));
+        replace_file(&root.join(format!("old-ca-node{id}.pem")), &cert);
+        replace_file(&root.join(format!("old-ca-node{id}.key")), &key);
+    }
+    hup_all(&cluster);
+    set(&mut cluster.con(1), "middle", "2");
+    everywhere(&cluster, "middle", "2");
+    // 3. The old CA out.
+    replace_file(&old.ca_file(), &new.ca_file());
+    hup_all(&cluster);
+
+    cluster.nodes[2].restart();
+    cluster.settled();
+    set(&mut cluster.con(0), "after", "3");
+    everywhere(&cluster, "after", "3");
+
+    // A node certificate from the old CA is now a stranger's.
+    let (cert, key) = old.leaf("stale", ip(1));
+    let stale = tls_client(&new.ca_file(), &cert, &key);
+    let frames = combkv_replica::probe::frames(1, 1000, b"stale", b"x");
+    assert!(over_tls(cluster.nodes[1].raft, &stale, &frames[0].1));
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&root);
 }
