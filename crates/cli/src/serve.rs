@@ -81,6 +81,32 @@ pub struct ServeArgs {
     /// The cluster's CA (PEM): peers' certificates must chain to it.
     #[arg(long, value_name = "FILE")]
     peer_ca_cert_file: Option<PathBuf>,
+    /// RESP over TLS on this port, on the IP of --resp (Redis's tls-port).
+    #[arg(long, value_name = "PORT")]
+    tls_port: Option<u16>,
+    /// RESP over TLS at this address, or `off` (instead of --tls-port).
+    #[arg(long, value_name = "ADDR")]
+    tls_resp: Option<Listen>,
+    /// memcached (text, meta, binary) over TLS at this address, or `off`.
+    #[arg(long, value_name = "ADDR")]
+    tls_memcached: Option<Listen>,
+    /// yes: the metrics endpoint serves HTTPS.
+    #[arg(long, value_name = "yes|no", value_parser = yes_no)]
+    tls_metrics: Option<bool>,
+    /// The TLS listeners' certificate chain (PEM). CONFIG SET or SIGHUP
+    /// reloads it.
+    #[arg(long, value_name = "FILE")]
+    tls_cert_file: Option<PathBuf>,
+    /// The key of --tls-cert-file (PEM).
+    #[arg(long, value_name = "FILE")]
+    tls_key_file: Option<PathBuf>,
+    /// The CAs client certificates must chain to (PEM).
+    #[arg(long, value_name = "FILE")]
+    tls_ca_cert_file: Option<PathBuf>,
+    /// no | optional | yes (default): whether TLS clients must present a
+    /// certificate chaining to --tls-ca-cert-file.
+    #[arg(long, value_name = "MODE")]
+    tls_auth_clients: Option<combkv_server::config::AuthClients>,
     /// yes (default): refuse to start with a port other hosts may reach
     /// that nothing protects (no password, a Raft port without peer TLS);
     /// no: start and log a warning for each.
@@ -184,6 +210,30 @@ fn config(args: &ServeArgs) -> Result<(ServerConfig, bool), String> {
     }
     if let Some(v) = args.protected_mode {
         c.protected_mode = v;
+    }
+    if let Some(v) = args.tls_port {
+        c.tls_port = v;
+    }
+    if let Some(v) = args.tls_resp {
+        c.tls_resp = v;
+    }
+    if let Some(v) = args.tls_memcached {
+        c.tls_memcached = v;
+    }
+    if let Some(v) = args.tls_metrics {
+        c.tls_metrics = v;
+    }
+    if let Some(v) = &args.tls_cert_file {
+        c.tls_cert_file = Some(v.clone());
+    }
+    if let Some(v) = &args.tls_key_file {
+        c.tls_key_file = Some(v.clone());
+    }
+    if let Some(v) = &args.tls_ca_cert_file {
+        c.tls_ca_cert_file = Some(v.clone());
+    }
+    if let Some(v) = args.tls_auth_clients {
+        c.tls_auth_clients = v;
     }
     if let Some(v) = args.cluster_reads {
         c.cluster_reads = v;

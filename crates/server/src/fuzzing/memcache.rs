@@ -40,8 +40,9 @@ pub struct MemcacheSession {
 impl MemcacheSession {
     pub fn new(store: Arc<Store>, config: ServerConfig) -> MemcacheSession {
         let needs_auth = config.requirepass.is_some();
+        let tls = crate::state::tls::ClientTls::off(&config);
         MemcacheSession {
-            shared: Arc::new(Shared::new(store, None, config)),
+            shared: Arc::new(Shared::new(store, None, config, tls)),
             batch: BatchResults::new(),
             client: Client {
                 id: 1,

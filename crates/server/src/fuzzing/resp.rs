@@ -64,7 +64,8 @@ impl RespSession {
     pub fn new(config: ServerConfig) -> RespSession {
         let store = Store::new(config.engine_config()).expect("valid engine config");
         let needs_auth = config.requirepass.is_some();
-        let shared = Arc::new(Shared::new(Arc::new(store), None, config));
+        let tls = crate::state::tls::ClientTls::off(&config);
+        let shared = Arc::new(Shared::new(Arc::new(store), None, config, tls));
         RespSession {
             shared,
             conn: Pipeline::new(Resp::new(needs_auth)),

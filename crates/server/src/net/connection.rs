@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use std::cell::RefCell;
 
 use crate::net::proto::ProtoState;
+use crate::net::tls::Tls;
 use crate::node::park::{Inbox, Park, Parking};
 use crate::state::Shared;
 use crate::turn::{Client, Cx, Processed};
@@ -42,6 +43,8 @@ pub(crate) struct Connection {
     out_counted: usize,
     /// On a cluster node: what it waits for from the log (see `park`).
     pub park: RefCell<Park>,
+    /// On a TLS listener's connection: the session its bytes go through.
+    pub tls: Option<Box<Tls>>,
 }
 
 /// An input buffer up to this size is always granted: only larger ones
@@ -83,7 +86,20 @@ impl Connection {
             turn_mark: None,
             out_counted: 0,
             park: RefCell::new(Park::default()),
+            tls: None,
         }
+    }
+
+    /// A connection whose bytes go through TLS.
+    pub fn with_tls(mut self, tls: Tls) -> Connection {
+        self.tls = Some(Box::new(tls));
+        self
+    }
+
+    /// Whether TLS holds bytes for the socket (a handshake message): the
+    /// event loop then flushes even with no reply to send.
+    pub fn tls_wants_write(&self) -> bool {
+        self.tls.as_ref().is_some_and(|t| t.wants_write())
     }
 
     /// Unsent output bytes.
@@ -125,16 +141,34 @@ impl Connection {
         }
         let room = self.rbuf.len() - self.rend;
         loop {
-            return match self.stream.read(&mut self.rbuf[self.rend..]) {
+            let buf = &mut self.rbuf[self.rend..];
+            let (read, handshaking) = match &mut self.tls {
+                None => (self.stream.read(buf), false),
+                Some(t) => {
+                    let handshaking = t.handshaking();
+                    (t.read(&mut self.stream, buf), handshaking)
+                }
+            };
+            return match read {
                 Ok(0) => Ok(Fill::Eof),
                 Ok(n) => {
                     self.rend += n;
-                    Ok(Fill::Data { n, short: n < room })
+                    // rustls may hold more plaintext than one read takes:
+                    // a TLS connection reads until `WouldBlock`.
+                    let short = n < room && self.tls.is_none();
+                    Ok(Fill::Data { n, short })
                 }
                 Err(e) => match e.kind() {
                     io::ErrorKind::WouldBlock => Ok(Fill::WouldBlock),
                     io::ErrorKind::Interrupted => continue,
-                    _ => Err(e),
+                    _ => {
+                        if handshaking {
+                            shared
+                                .tls
+                                .failed(&self.client.addr.to_string(), &e.to_string());
+                        }
+                        Err(e)
+                    }
                 },
             };
         }
@@ -267,6 +301,13 @@ impl Connection {
 
     /// Writes as much output as the socket takes. Ok(true): all written.
     pub fn flush(&mut self) -> io::Result<bool> {
+        if let Some(t) = &mut self.tls {
+            let (taken, all) = t.write(&mut self.stream, &self.wbuf[self.wpos..])?;
+            self.wpos += taken;
+            if !all {
+                return Ok(false);
+            }
+        }
         while self.wpos < self.wbuf.len() {
             match self.stream.write(&self.wbuf[self.wpos..]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),

@@ -49,6 +49,9 @@ pub(crate) struct EventLoop {
     inbox: Option<Arc<Inbox>>,
     /// Parked connections whose answer landed: served first next turn.
     resumed: Vec<usize>,
+    /// TLS connections still in their handshake, checked against their
+    /// deadline every turn (a poll waits at most 100 ms).
+    handshaking: Vec<usize>,
 }
 
 impl EventLoop {
@@ -76,6 +79,7 @@ impl EventLoop {
                 served: Vec::new(),
                 inbox,
                 resumed: Vec::new(),
+                handshaking: Vec::new(),
             },
             waker,
         ))
@@ -148,6 +152,7 @@ impl EventLoop {
                 }
             }
             self.write_out();
+            self.close_overdue_handshakes();
             for t in self.served.drain(..) {
                 if let Some(conn) = self.conns.get_mut(t) {
                     conn.turn_mark = None;
@@ -198,6 +203,9 @@ impl EventLoop {
                     protocol: conn.proto.name(),
                 },
             );
+            if conn.tls.is_some() {
+                self.handshaking.push(t);
+            }
             entry.insert(conn);
             // Data may have arrived before registration.
             self.again.push(t);
@@ -306,8 +314,36 @@ impl EventLoop {
         }
         if failed {
             self.close(t);
-        } else if conn_done(&self.conns[t]) {
+        } else if conn_done(&self.conns[t]) || self.conns[t].tls_wants_write() {
+            // Finished, or TLS has handshake messages to send.
             self.dirty.push(t);
+        }
+    }
+
+    /// Closes TLS connections whose handshake passed its deadline, and
+    /// forgets those whose handshake is done (or that closed).
+    fn close_overdue_handshakes(&mut self) {
+        if self.handshaking.is_empty() {
+            return;
+        }
+        let now = std::time::Instant::now();
+        let mut overdue = Vec::new();
+        self.handshaking.retain(|&t| {
+            let Some(tls) = self.conns.get(t).and_then(|c| c.tls.as_ref()) else {
+                return false;
+            };
+            if tls.overdue(now) {
+                overdue.push(t);
+                return false;
+            }
+            tls.handshaking()
+        });
+        for t in overdue {
+            let addr = self.conns[t].client.addr.to_string();
+            self.shared
+                .tls
+                .failed(&addr, "no handshake within the time allowed");
+            self.close(t);
         }
     }
 

@@ -1,8 +1,10 @@
 //! The Prometheus endpoint: `GET /metrics` on `--metrics ADDR` answers the
 //! INFO figures in Prometheus text format (version 0.0.4). One request per
-//! connection, served on its own thread; anything else gets 404.
+//! connection, served on its own thread; anything else gets 404. With
+//! `tls-metrics yes` it is HTTPS, with the client listeners' certificate
+//! and client-certificate rule.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -19,11 +21,31 @@ pub fn serve(listener: TcpListener, shared: Arc<Shared>) {
     }
     while !shared.shutting_down.load(Ordering::Acquire) {
         match listener.accept() {
-            Ok((stream, _)) => {
+            Ok((stream, from)) => {
                 let _ = stream.set_nonblocking(false);
                 let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
                 let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
-                let _ = answer(stream, &shared);
+                if !shared.config.tls_metrics {
+                    let _ = answer(stream, &shared);
+                    continue;
+                }
+                // HTTPS: the handshake happens in the first read, within
+                // the same two-second timeouts (this thread serves
+                // metrics only).
+                let Some(config) = shared.tls.server_config() else {
+                    continue;
+                };
+                let Ok(conn) = rustls::ServerConnection::new(config) else {
+                    continue;
+                };
+                let mut tls = rustls::StreamOwned::new(conn, stream);
+                if let Err(e) = answer(&mut tls, &shared)
+                    && tls.conn.is_handshaking()
+                {
+                    shared.tls.failed(&from.to_string(), &e.to_string());
+                }
+                tls.conn.send_close_notify();
+                let _ = tls.flush();
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(50));
@@ -33,8 +55,8 @@ pub fn serve(listener: TcpListener, shared: Arc<Shared>) {
     }
 }
 
-fn answer(stream: std::net::TcpStream, shared: &Shared) -> std::io::Result<()> {
-    let mut reader = BufReader::new(std::io::Read::take(&stream, MAX_HEAD_BYTES));
+fn answer<S: Read + Write>(mut stream: S, shared: &Shared) -> std::io::Result<()> {
+    let mut reader = BufReader::new((&mut stream).take(MAX_HEAD_BYTES));
     let mut first = String::new();
     reader.read_line(&mut first)?;
     // Read the rest of the head so the client sees a clean response.
@@ -44,7 +66,8 @@ fn answer(stream: std::net::TcpStream, shared: &Shared) -> std::io::Result<()> {
             break;
         }
     }
-    let mut w = &stream;
+    drop(reader);
+    let w = &mut stream;
     let path = first.split_whitespace().nth(1).unwrap_or("");
     if !first.starts_with("GET ") || (path != "/metrics" && path != "/") {
         w.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")?;

@@ -3,9 +3,11 @@
 //! A connection hands its input to its listener's [`proto::ProtoState`]
 //! (a `crate::pipeline::Pipeline`), and writes back what it answered.
 
+pub(crate) mod acceptor;
 pub(crate) mod connection;
 pub(crate) mod event_loop;
 pub(crate) mod fdlimit;
 pub(crate) mod metrics;
 pub(crate) mod proto;
 pub(crate) mod server;
+pub(crate) mod tls;

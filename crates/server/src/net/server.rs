@@ -1,30 +1,27 @@
 //! Starting and stopping the server: open the store, bind the listeners,
 //! start the event loops, the acceptor, housekeeping and metrics.
 
-use std::io::{self, Write as _};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use combkv::Store;
-use crossbeam_channel::Sender;
-use mio::net::{TcpListener, TcpStream};
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::net::TcpListener;
+use mio::{Poll, Waker};
 
 use crate::config::{DurabilityMode, Listen, ServerConfig, StartError};
-use crate::net::connection::Connection;
+use crate::net::acceptor::{ACCEPTOR_WAKER, Acceptor};
 use crate::net::event_loop::EventLoop;
-use crate::net::proto::ProtoState;
-use crate::pipeline::Pipeline;
-use crate::state::{Shared, Stats};
-use crate::turn::Client;
+use crate::state::Shared;
 
 /// The sockets a server listens on; a listener that is off is `None`.
 struct Listeners {
     resp: Option<TcpListener>,
     memcached: Option<TcpListener>,
+    tls_resp: Option<TcpListener>,
+    tls_memcached: Option<TcpListener>,
     memcached_udp: Option<std::net::UdpSocket>,
     metrics: Option<std::net::TcpListener>,
 }
@@ -33,6 +30,8 @@ struct Listeners {
 struct Bound {
     resp: Option<SocketAddr>,
     memcached: Option<SocketAddr>,
+    tls_resp: Option<SocketAddr>,
+    tls_memcached: Option<SocketAddr>,
     memcached_udp: Option<SocketAddr>,
     metrics: Option<SocketAddr>,
 }
@@ -42,6 +41,11 @@ impl Listeners {
     fn bind(config: &ServerConfig) -> Result<Listeners, StartError> {
         let resp = bind(config.resp, "resp")?;
         let memcached = bind(config.memcached, "memcached")?;
+        let tls_resp = bind(
+            config.tls_resp_addr().map_or(Listen::Off, Listen::At),
+            "tls-resp",
+        )?;
+        let tls_memcached = bind(config.tls_memcached, "tls-memcached")?;
         let memcached_udp = match config.memcached_udp {
             Listen::Off => None,
             Listen::At(addr) => Some(std::net::UdpSocket::bind(addr).map_err(|e| {
@@ -58,6 +62,8 @@ impl Listeners {
         Ok(Listeners {
             resp,
             memcached,
+            tls_resp,
+            tls_memcached,
             memcached_udp,
             metrics,
         })
@@ -70,6 +76,8 @@ impl Listeners {
         let bound = Bound {
             resp: addr(&self.resp),
             memcached: addr(&self.memcached),
+            tls_resp: addr(&self.tls_resp),
+            tls_memcached: addr(&self.tls_memcached),
             memcached_udp: self
                 .memcached_udp
                 .as_ref()
@@ -81,10 +89,16 @@ impl Listeners {
             (&mut config.memcached, bound.memcached),
             (&mut config.memcached_udp, bound.memcached_udp),
             (&mut config.metrics, bound.metrics),
+            (&mut config.tls_resp, bound.tls_resp),
+            (&mut config.tls_memcached, bound.tls_memcached),
         ] {
             if let Some(a) = at {
                 *setting = Listen::At(a);
             }
+        }
+        // The port in use is in tls-resp now; tls-port follows it.
+        if let Some(a) = bound.tls_resp {
+            config.tls_port = a.port();
         }
         bound
     }
@@ -150,12 +164,17 @@ fn start_threads(
     let _ = shared.wakers.set(wakers);
     let acceptor = Acceptor {
         poll,
-        resp: listeners.resp,
-        memcached: listeners.memcached,
+        // In `acceptor::KINDS` order.
+        listeners: [
+            listeners.resp,
+            listeners.memcached,
+            listeners.tls_resp,
+            listeners.tls_memcached,
+        ],
         shared: shared.clone(),
         loops: senders,
         next: 0,
-        stalled: [false; 2],
+        stalled: [false; 4],
     };
     threads.push(spawn("combkv-accept".into(), move || acceptor.run())?);
     let hk = shared.clone();
@@ -188,15 +207,9 @@ pub struct Server {
     threads: Vec<JoinHandle<()>>,
 }
 
-const RESP_LISTENER: Token = Token(0);
-const MEMCACHED_LISTENER: Token = Token(1);
-const ACCEPTOR_WAKER: Token = Token(2);
-
 /// Expired items the housekeeping thread deletes per tick at most.
 const SWEEP_PER_TICK: usize = 20_000;
 const HOUSEKEEPING_TICK: Duration = Duration::from_millis(100);
-/// How often a listener that ran out of descriptors tries again.
-const ACCEPT_RETRY: Duration = Duration::from_millis(10);
 
 fn bind(l: Listen, what: &str) -> Result<Option<TcpListener>, StartError> {
     match l {
@@ -298,11 +311,12 @@ impl Server {
         warn_unprotected(&config);
         let mut config = config;
         fit_descriptors(&mut config)?;
+        let tls = crate::state::tls::ClientTls::new(&config).map_err(StartError)?;
         let listeners = Listeners::bind(&config)?;
         let (store, cluster, dir_lock) = open_node(&config)?;
         let threads_n = config.thread_count();
         let bound = listeners.record_bound(&mut config);
-        let shared = Arc::new(Shared::new(store, cluster, config).holding(dir_lock));
+        let shared = Arc::new(Shared::new(store, cluster, config, tls).holding(dir_lock));
         let threads = start_threads(&shared, threads_n, listeners)?;
         tracing::info!(
             resp = ?bound.resp,
@@ -397,151 +411,17 @@ impl Reloader {
     /// from now on use them, open ones carry on. A file that does not load
     /// leaves what was loaded before in use, and is logged.
     pub fn reload(&self) {
+        match self.shared.tls.reload() {
+            Ok(true) => tracing::info!("reloaded the client TLS certificate files"),
+            Ok(false) => {}
+            Err(e) => tracing::error!("client TLS files not reloaded, the old ones stay: {e}"),
+        }
         if let Some(c) = &self.shared.cluster {
             match c.reload_peer_tls() {
                 Ok(true) => tracing::info!("reloaded the peer TLS certificate files"),
                 Ok(false) => {}
                 Err(e) => tracing::error!("peer TLS files not reloaded, the old ones stay: {e}"),
             }
-        }
-    }
-}
-
-struct Acceptor {
-    poll: Poll,
-    resp: Option<TcpListener>,
-    memcached: Option<TcpListener>,
-    shared: Arc<Shared>,
-    loops: Vec<(Sender<Connection>, Arc<Waker>)>,
-    next: usize,
-    /// Per listener (RESP, memcached): the last accept failed for want of
-    /// descriptors or memory.
-    stalled: [bool; 2],
-}
-
-impl Acceptor {
-    fn run(mut self) {
-        for (l, t) in [
-            (&mut self.resp, RESP_LISTENER),
-            (&mut self.memcached, MEMCACHED_LISTENER),
-        ] {
-            if let Some(l) = l
-                && let Err(e) = self.poll.registry().register(l, t, Interest::READABLE)
-            {
-                tracing::error!("cannot register listener: {e}");
-                return;
-            }
-        }
-        let mut events = Events::with_capacity(64);
-        while !self.shared.shutting_down.load(Ordering::Acquire) {
-            // A stalled listener is retried on a timer: its readiness is
-            // edge-triggered, and a full backlog brings no new edge.
-            let timeout = if self.stalled.iter().any(|&s| s) {
-                ACCEPT_RETRY
-            } else {
-                Duration::from_millis(200)
-            };
-            if let Err(e) = self.poll.poll(&mut events, Some(timeout))
-                && e.kind() != io::ErrorKind::Interrupted
-            {
-                tracing::error!("acceptor poll failed: {e}");
-                return;
-            }
-            let mut tried = [false; 2];
-            for ev in events.iter() {
-                match ev.token() {
-                    RESP_LISTENER => tried[0] = true,
-                    MEMCACHED_LISTENER => tried[1] = true,
-                    _ => {}
-                }
-            }
-            for (i, resp) in [(0, true), (1, false)] {
-                if tried[i] || self.stalled[i] {
-                    self.accept_all(resp);
-                }
-            }
-        }
-        // Listeners close here: no new connections during shutdown.
-    }
-
-    /// Accepts until the backlog is empty. Out of descriptors (or kernel
-    /// memory) the listener is marked stalled and retried every
-    /// `ACCEPT_RETRY` until an accept goes through again.
-    fn accept_all(&mut self, resp: bool) {
-        let i = usize::from(!resp);
-        loop {
-            let listener = if resp { &self.resp } else { &self.memcached };
-            let Some(listener) = listener else {
-                return;
-            };
-            match listener.accept() {
-                Ok((stream, addr)) => {
-                    if std::mem::take(&mut self.stalled[i]) {
-                        tracing::info!("accepting connections again");
-                    }
-                    self.adopt(stream, addr, resp);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.stalled[i] = false;
-                    return;
-                }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
-                    ) => {}
-                Err(e) => {
-                    // EMFILE, ENFILE, ENOBUFS, ENOMEM: retried on a timer.
-                    if !std::mem::replace(&mut self.stalled[i], true) {
-                        tracing::warn!(
-                            "accept failed: {e}; retrying every {} ms",
-                            ACCEPT_RETRY.as_millis()
-                        );
-                    }
-                    return;
-                }
-            }
-        }
-    }
-
-    fn adopt(&mut self, mut stream: TcpStream, addr: SocketAddr, resp: bool) {
-        let shared = &self.shared;
-        Stats::add(&shared.stats.connections_received, 1);
-        let now = shared.clients.fetch_add(1, Ordering::Relaxed) + 1;
-        if now > shared.config.maxclients {
-            shared.clients.fetch_sub(1, Ordering::Relaxed);
-            Stats::add(&shared.stats.connections_rejected, 1);
-            let msg: &[u8] = if resp {
-                b"-ERR max number of clients reached\r\n"
-            } else {
-                b"SERVER_ERROR Too many open connections\r\n"
-            };
-            let _ = stream.write(msg);
-            return;
-        }
-        let _ = stream.set_nodelay(true);
-        let client = Client {
-            id: shared.next_client_id.fetch_add(1, Ordering::Relaxed),
-            addr,
-            name: None,
-            connected_at: Instant::now(),
-        };
-        let proto = if resp {
-            ProtoState::Resp(Pipeline::new(crate::resp::Resp::new(
-                shared.config.requirepass.is_some(),
-            )))
-        } else {
-            ProtoState::Memcache(Pipeline::new(crate::memcache::Memcache::new(
-                shared.config.requirepass.is_some(),
-            )))
-        };
-        let conn = Connection::new(stream, proto, client);
-        let (tx, waker) = &self.loops[self.next % self.loops.len()];
-        self.next += 1;
-        if tx.send(conn).is_ok() {
-            let _ = waker.wake();
-        } else {
-            shared.clients.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }

@@ -78,7 +78,7 @@ pub fn fields(shared: &Shared, name: &str) -> Vec<(&'static str, String)> {
         }
         "memory" => memory_fields(shared),
         "persistence" => crate::node::admin::persistence_fields(shared),
-        "stats" => stats_fields(&shared.stats),
+        "stats" => stats_fields(shared),
         "keyspace" => {
             let n = shared.current_store().len();
             if n == 0 {
@@ -244,7 +244,8 @@ fn memory_fields(shared: &Shared) -> Vec<(&'static str, String)> {
     ]
 }
 
-fn stats_fields(st: &crate::state::Stats) -> Vec<(&'static str, String)> {
+fn stats_fields(shared: &Shared) -> Vec<(&'static str, String)> {
+    let st = &shared.stats;
     let n = |c: &crate::state::Counter| Stats::get(c).to_string();
     vec![
         ("total_connections_received", n(&st.connections_received)),
@@ -270,6 +271,8 @@ fn stats_fields(st: &crate::state::Stats) -> Vec<(&'static str, String)> {
             "client_query_buffer_limit_disconnections",
             n(&st.query_limit_disconnections),
         ),
+        // TLS handshakes that failed or timed out (client listeners).
+        ("tls_handshake_failures", shared.tls.failures().to_string()),
     ]
 }
 

@@ -6,6 +6,7 @@ pub(crate) mod counter;
 pub(crate) mod memcache;
 pub(crate) mod shared;
 pub(crate) mod slowlog;
+pub(crate) mod tls;
 
 pub use counter::Counter;
 pub use shared::{ClientInfo, Shared, Stats};

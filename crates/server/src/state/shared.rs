@@ -111,6 +111,8 @@ pub struct Shared {
     pub scan_cursors: Mutex<ScanCursors>,
     /// memcached counters and the delayed flush_all timer.
     pub memcache: super::memcache::McShared,
+    /// The TLS listeners' certificates, replaceable while serving.
+    pub tls: super::tls::ClientTls,
     /// A cluster node's lock on its data directory (a single node's store
     /// holds its own): kept as long as anything serves.
     _dir_lock: Option<combkv::durable::DirLock>,
@@ -151,6 +153,7 @@ impl Shared {
         store: Arc<Store>,
         cluster: Option<crate::cluster::Cluster>,
         config: ServerConfig,
+        tls: super::tls::ClientTls,
     ) -> Shared {
         let slowlog = SlowLog::new(config.slowlog_max_len, config.slowlog_log_slower_than);
         let now = SystemTime::now();
@@ -179,6 +182,7 @@ impl Shared {
             client_registry: Mutex::new(Default::default()),
             scan_cursors: Mutex::new(Default::default()),
             memcache: Default::default(),
+            tls,
             _dir_lock: None,
         }
     }

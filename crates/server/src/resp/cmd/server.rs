@@ -256,6 +256,13 @@ pub(super) fn config(cx: &mut Ctx<'_, '_>) -> CmdResult {
         }
         let mut params = cx.shared.config.params();
         params.extend(cx.shared.config.redis_params());
+        // Certificate settings as in use now (CONFIG SET changes them).
+        let live = cx.shared.tls.files().params();
+        for (name, value) in params.iter_mut() {
+            if let Some((_, v)) = live.iter().find(|(n, _)| n == name) {
+                value.clone_from(v);
+            }
+        }
         let hits: Vec<&(&str, String)> = params
             .iter()
             .filter(|(name, _)| {
@@ -271,9 +278,7 @@ pub(super) fn config(cx: &mut Ctx<'_, '_>) -> CmdResult {
         }
         Ok(())
     } else if eq_ic(sub, "set") {
-        Err(CmdError::err(
-            "CONFIG SET is not supported: change the config file or flags and restart",
-        ))
+        config_set(cx)
     } else if eq_ic(sub, "resetstat") {
         if cx.args.len() != 2 {
             return Err(CmdError::Arity("config|resetstat".into()));
@@ -284,6 +289,51 @@ pub(super) fn config(cx: &mut Ctx<'_, '_>) -> CmdResult {
     } else {
         Err(unknown_subcommand(sub, "CONFIG"))
     }
+}
+
+/// CONFIG SET of the TLS certificate settings, all pairs of one call or
+/// none (as Redis): the new files must load before any is used. Every
+/// other setting is refused, naming it.
+fn config_set(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let pairs = &cx.args[2..];
+    if pairs.is_empty() || !pairs.len().is_multiple_of(2) {
+        return Err(CmdError::Arity("config|set".into()));
+    }
+    let failed = |name: &str, why: &str| {
+        CmdError::err(format!(
+            "CONFIG SET failed (possibly related to argument '{name}') - {why}"
+        ))
+    };
+    let mut files = cx.shared.tls.files();
+    for pair in pairs.chunks(2) {
+        let name = String::from_utf8_lossy(pair[0]).to_ascii_lowercase();
+        let value = String::from_utf8_lossy(pair[1]).into_owned();
+        let path = || (!value.is_empty()).then(|| std::path::PathBuf::from(&value));
+        match name.as_str() {
+            "tls-cert-file" => files.cert = path(),
+            "tls-key-file" => files.key = path(),
+            "tls-ca-cert-file" => files.ca = path(),
+            "tls-auth-clients" => {
+                files.auth = value
+                    .parse::<crate::config::AuthClients>()
+                    .map_err(|e| failed(&name, &e))?
+            }
+            _ => {
+                return Err(failed(
+                    &name,
+                    "not changeable while serving: change the config file or flags and restart",
+                ));
+            }
+        }
+    }
+    let first = String::from_utf8_lossy(pairs[0]).to_ascii_lowercase();
+    cx.shared
+        .tls
+        .replace(files)
+        .map_err(|e| failed(&first, &e))?;
+    tracing::info!("CONFIG SET: TLS certificate settings changed");
+    cx.r.ok();
+    Ok(())
 }
 
 pub(super) fn time(cx: &mut Ctx<'_, '_>) -> CmdResult {

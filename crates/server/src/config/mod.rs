@@ -8,6 +8,10 @@ use std::str::FromStr;
 
 use serde::Deserialize;
 
+mod tls;
+
+pub use tls::AuthClients;
+
 /// How writes are made durable (meaningful only with a data directory).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -239,6 +243,24 @@ pub struct ServerConfig {
     /// `--enable-shutdown`); off, it answers `ERROR: shutdown not enabled`.
     /// RESP's SHUTDOWN needs no setting (AUTH guards it, as in Redis).
     pub memcached_shutdown: bool,
+    /// RESP over TLS on this port, on the IP of `resp` (Redis's
+    /// `tls-port`); 0 = none. `tls-resp` gives the whole address instead.
+    pub tls_port: u16,
+    /// RESP over TLS at this address (or `off`).
+    pub tls_resp: Listen,
+    /// memcached (text, meta and binary) over TLS at this address (or
+    /// `off`).
+    pub tls_memcached: Listen,
+    /// The metrics endpoint serves HTTPS instead of HTTP.
+    pub tls_metrics: bool,
+    /// The server's certificate chain (PEM), its own certificate first.
+    pub tls_cert_file: Option<PathBuf>,
+    /// The key of `tls-cert-file` (PEM).
+    pub tls_key_file: Option<PathBuf>,
+    /// The CAs client certificates must chain to (PEM).
+    pub tls_ca_cert_file: Option<PathBuf>,
+    /// Whether TLS clients must present a certificate: no, optional or yes.
+    pub tls_auth_clients: AuthClients,
 }
 
 /// How a cluster node serves reads.
@@ -358,6 +380,14 @@ impl Default for ServerConfig {
             checkpoint_deltas: true,
             learned_search: false,
             memcached_shutdown: false,
+            tls_port: 0,
+            tls_resp: Listen::Off,
+            tls_memcached: Listen::Off,
+            tls_metrics: false,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_ca_cert_file: None,
+            tls_auth_clients: AuthClients::Yes,
         }
     }
 }
@@ -413,14 +443,23 @@ impl ServerConfig {
         self.check_limits()?;
         self.check_log_level()?;
         self.check_peer_tls()?;
+        self.check_tls()?;
         self.check_protected_mode()
     }
 
     /// At least one listener; a data directory for what needs one; no UDP
     /// with a password.
     fn check_listeners_and_data(&self) -> Result<(), String> {
-        if self.resp == Listen::Off && self.memcached == Listen::Off {
-            return Err("both listeners are off (set --resp or --memcached)".into());
+        if self.resp == Listen::Off
+            && self.memcached == Listen::Off
+            && self.tls_resp_addr().is_none()
+            && self.tls_memcached == Listen::Off
+        {
+            return Err(
+                "every client listener is off (set --resp, --memcached, --tls-port or \
+                 --tls-memcached)"
+                    .into(),
+            );
         }
         if self.durability_mode() != DurabilityMode::None && self.data_dir.is_none() {
             return Err(format!(
@@ -557,11 +596,33 @@ impl ServerConfig {
                 open.push((name, a, clients));
             }
         }
+        // Over TLS, a required client certificate protects it as well.
+        let tls_clients = "clients need neither a password nor a certificate \
+                           (set requirepass, or tls-auth-clients yes)";
+        let tls_resp = self.tls_resp_addr().map_or(Listen::Off, Listen::At);
+        for (name, l) in [
+            ("tls-resp", tls_resp),
+            ("tls-memcached", self.tls_memcached),
+        ] {
+            if let Some(a) = exposed(l)
+                && !self.clients_authenticate()
+                && !self.tls_authenticates()
+            {
+                open.push((name, a, tls_clients));
+            }
+        }
         if let Some(a) = exposed(self.memcached_udp) {
             open.push(("memcached-udp", a, "a datagram cannot authenticate"));
         }
-        if let Some(a) = exposed(self.metrics) {
-            open.push(("metrics", a, "the metrics endpoint has no authentication"));
+        if let Some(a) = exposed(self.metrics)
+            && !(self.tls_metrics && self.tls_authenticates())
+        {
+            open.push((
+                "metrics",
+                a,
+                "the metrics endpoint has no authentication \
+                 (set tls-metrics yes with tls-auth-clients yes)",
+            ));
         }
         if self.clustered()
             && let Some(a) = self.raft_addr
@@ -742,6 +803,10 @@ impl ServerConfig {
                 if self.memcached_shutdown { "yes" } else { "no" }.into(),
             ),
         ]
+        .into_iter()
+        .chain(self.tls_listen_params())
+        .chain(self.tls_file_params())
+        .collect()
     }
 
     /// Redis's names for settings combkv has under its own names, answered

@@ -1,0 +1,206 @@
+//! The acceptor: one thread that accepts on every client listener (RESP
+//! and memcached, each plain and over TLS) and hands each new connection,
+//! with its protocol state and, on a TLS listener, a fresh TLS session, to
+//! an event loop, round-robin.
+
+use std::io::{self, Write as _};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use crate::net::connection::Connection;
+use crate::net::proto::ProtoState;
+use crate::net::tls::Tls;
+use crate::pipeline::Pipeline;
+use crate::state::{Shared, Stats};
+use crate::turn::Client;
+
+/// The acceptor's waker (listeners use tokens 0..LISTENERS).
+pub(crate) const ACCEPTOR_WAKER: Token = Token(LISTENERS);
+/// How often a listener that ran out of descriptors tries again.
+const ACCEPT_RETRY: Duration = Duration::from_millis(10);
+
+/// What a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Kind {
+    pub resp: bool,
+    pub tls: bool,
+}
+
+/// The client listeners, in token order.
+pub(crate) const KINDS: [Kind; LISTENERS] = [
+    Kind {
+        resp: true,
+        tls: false,
+    },
+    Kind {
+        resp: false,
+        tls: false,
+    },
+    Kind {
+        resp: true,
+        tls: true,
+    },
+    Kind {
+        resp: false,
+        tls: true,
+    },
+];
+const LISTENERS: usize = 4;
+
+pub(crate) struct Acceptor {
+    pub poll: Poll,
+    /// Per `KINDS` entry, its listener if on.
+    pub listeners: [Option<TcpListener>; LISTENERS],
+    pub shared: Arc<Shared>,
+    pub loops: Vec<(Sender<Connection>, Arc<Waker>)>,
+    pub next: usize,
+    /// Per listener: the last accept failed for want of descriptors or
+    /// memory.
+    pub stalled: [bool; LISTENERS],
+}
+
+impl Acceptor {
+    pub(crate) fn run(mut self) {
+        for (i, l) in self.listeners.iter_mut().enumerate() {
+            if let Some(l) = l
+                && let Err(e) = self
+                    .poll
+                    .registry()
+                    .register(l, Token(i), Interest::READABLE)
+            {
+                tracing::error!("cannot register listener: {e}");
+                return;
+            }
+        }
+        let mut events = Events::with_capacity(64);
+        while !self.shared.shutting_down.load(Ordering::Acquire) {
+            // A stalled listener is retried on a timer: its readiness is
+            // edge-triggered, and a full backlog brings no new edge.
+            let timeout = if self.stalled.iter().any(|&s| s) {
+                ACCEPT_RETRY
+            } else {
+                Duration::from_millis(200)
+            };
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout))
+                && e.kind() != io::ErrorKind::Interrupted
+            {
+                tracing::error!("acceptor poll failed: {e}");
+                return;
+            }
+            let mut tried = [false; LISTENERS];
+            for ev in events.iter() {
+                if let Some(t) = tried.get_mut(ev.token().0) {
+                    *t = true;
+                }
+            }
+            for (i, tried) in tried.into_iter().enumerate() {
+                if tried || self.stalled[i] {
+                    self.accept_all(i);
+                }
+            }
+        }
+        // Listeners close here: no new connections during shutdown.
+    }
+
+    /// Accepts until the backlog is empty. Out of descriptors (or kernel
+    /// memory) the listener is marked stalled and retried every
+    /// `ACCEPT_RETRY` until an accept goes through again.
+    fn accept_all(&mut self, i: usize) {
+        loop {
+            let Some(listener) = &self.listeners[i] else {
+                return;
+            };
+            match listener.accept() {
+                Ok((stream, addr)) => {
+                    if std::mem::take(&mut self.stalled[i]) {
+                        tracing::info!("accepting connections again");
+                    }
+                    self.adopt(stream, addr, KINDS[i]);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.stalled[i] = false;
+                    return;
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                    ) => {}
+                Err(e) => {
+                    // EMFILE, ENFILE, ENOBUFS, ENOMEM: retried on a timer.
+                    if !std::mem::replace(&mut self.stalled[i], true) {
+                        tracing::warn!(
+                            "accept failed: {e}; retrying every {} ms",
+                            ACCEPT_RETRY.as_millis()
+                        );
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    fn adopt(&mut self, mut stream: TcpStream, addr: SocketAddr, kind: Kind) {
+        let shared = &self.shared;
+        Stats::add(&shared.stats.connections_received, 1);
+        let now = shared.clients.fetch_add(1, Ordering::Relaxed) + 1;
+        if now > shared.config.maxclients {
+            shared.clients.fetch_sub(1, Ordering::Relaxed);
+            Stats::add(&shared.stats.connections_rejected, 1);
+            // A TLS client could not read a plain answer: it is just closed.
+            let msg: &[u8] = match kind {
+                Kind { tls: true, .. } => b"",
+                Kind { resp: true, .. } => b"-ERR max number of clients reached\r\n",
+                Kind { resp: false, .. } => b"SERVER_ERROR Too many open connections\r\n",
+            };
+            let _ = stream.write(msg);
+            return;
+        }
+        let tls = match kind.tls.then(|| shared.tls.server_config()) {
+            None => None,
+            Some(Some(config)) => match rustls::ServerConnection::new(config) {
+                Ok(c) => Some(Tls::new(c)),
+                Err(e) => {
+                    shared.tls.failed(&addr.to_string(), &e.to_string());
+                    shared.clients.fetch_sub(1, Ordering::Relaxed);
+                    return;
+                }
+            },
+            // A TLS listener is bound only with a TLS configuration.
+            Some(None) => {
+                shared.clients.fetch_sub(1, Ordering::Relaxed);
+                return;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let client = Client {
+            id: shared.next_client_id.fetch_add(1, Ordering::Relaxed),
+            addr,
+            name: None,
+            connected_at: Instant::now(),
+        };
+        let auth = shared.config.requirepass.is_some();
+        let proto = if kind.resp {
+            ProtoState::Resp(Pipeline::new(crate::resp::Resp::new(auth)))
+        } else {
+            ProtoState::Memcache(Pipeline::new(crate::memcache::Memcache::new(auth)))
+        };
+        let mut conn = Connection::new(stream, proto, client);
+        if let Some(tls) = tls {
+            conn = conn.with_tls(tls);
+        }
+        let (tx, waker) = &self.loops[self.next % self.loops.len()];
+        self.next += 1;
+        if tx.send(conn).is_ok() {
+            let _ = waker.wake();
+        } else {
+            shared.clients.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
