@@ -7,6 +7,7 @@
 
 #![allow(dead_code, reason = "each test binary uses a part")]
 
+pub mod certs;
 pub mod writes;
 
 use std::io::{Read, Write};
@@ -104,7 +105,10 @@ impl Server {
             memcached,
         };
         let deadline = Instant::now() + Duration::from_secs(30);
-        while !server.answers(Duration::from_millis(500)) {
+        // With requirepass, PING is answered NOAUTH: serving all the same.
+        while !server.answers(Duration::from_millis(500))
+            && !ask(resp, b"PING\r\n", b"-NOAUTH", Duration::from_millis(500))
+        {
             assert!(Instant::now() < deadline, "no PONG from {resp}");
             std::thread::sleep(Duration::from_millis(20));
         }
