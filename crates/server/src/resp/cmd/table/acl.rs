@@ -81,13 +81,16 @@ pub(crate) fn acl(cx: &mut Ctx<'_, '_>) -> CmdResult {
     match (sub.as_str(), n) {
         ("setuser", 3..) => {
             let rules: Vec<String> = cx.args[3..].iter().map(|a| text(a)).collect();
-            acl.set_user(&text(cx.args[2]), &rules)
+            let table = acl
+                .set_user_text(&text(cx.args[2]), &rules)
                 .map_err(CmdError::err)?;
+            crate::node::acl::commit(cx.shared, &table).map_err(CmdError::err)?;
             cx.r.ok();
         }
         ("deluser", 3..) => {
             let names: Vec<String> = cx.args[2..].iter().map(|a| text(a)).collect();
-            let n = acl.del_users(&names).map_err(CmdError::err)?;
+            let (n, table) = acl.del_users_text(&names).map_err(CmdError::err)?;
+            crate::node::acl::commit(cx.shared, &table).map_err(CmdError::err)?;
             cx.r.int(n as i64);
         }
         ("getuser", 3) => getuser(cx)?,
@@ -113,7 +116,8 @@ pub(crate) fn acl(cx: &mut Ctx<'_, '_>) -> CmdResult {
             None => cx.r.null(),
         },
         ("load", 2) => {
-            acl.load().map_err(CmdError::err)?;
+            let table = acl.file_text().map_err(CmdError::err)?;
+            crate::node::acl::commit(cx.shared, &table).map_err(CmdError::err)?;
             cx.r.ok();
         }
         ("save", 2) => {
