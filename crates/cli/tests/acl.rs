@@ -321,6 +321,18 @@ fn genpass(v: &Value) -> String {
     }
 }
 
+/// The `acl_access_denied_*` lines of an INFO reply, in order.
+fn acl_stats(v: &Value) -> Vec<String> {
+    match v.text() {
+        Some(text) => text
+            .lines()
+            .filter(|l| l.starts_with("acl_access_denied_"))
+            .map(String::from)
+            .collect(),
+        None => vec![v.to_string()],
+    }
+}
+
 /// An array of names as a sorted list; with `only`, just those names.
 fn sorted_names(v: &Value, only: Option<&[String]>) -> String {
     let Value::Array(items) = v else {
@@ -436,6 +448,11 @@ fn noperm_and_log_as_in_redis() {
 }
 
 #[test]
+fn key_specs_decide_read_and_write_as_in_redis() {
+    compare(cases::key_specs(), true, false);
+}
+
+#[test]
 fn multi_exec_as_in_redis() {
     compare(cases::multi(), true, false);
 }
@@ -452,5 +469,41 @@ fn requirepass_is_the_default_users_password_as_in_redis() {
         true,
         false,
         &["--requirepass", "secret"],
+    );
+}
+
+/// Redis 7.2's INFO stats counters of denials (redis-server 7.0 has none
+/// to compare with, so the counts are written out): each refused AUTH,
+/// command and key counts once in its own field.
+#[test]
+fn info_counts_denials_as_redis_7_2() {
+    let server = Server::start(&[], None);
+    let mut admin = Client::connect(server.resp);
+    let mut alice = Client::connect(server.resp);
+    let setup = admin.cmd(&[
+        "ACL", "SETUSER", "alice", "on", ">p1", "+get", "+set", "~k*",
+    ]);
+    assert_eq!(setup.to_string(), "+OK");
+    let steps: [(&[&str], &str); 7] = [
+        (&["AUTH", "alice", "wrong"], "-WRONGPASS"),
+        (&["AUTH", "nobody", "x"], "-WRONGPASS"),
+        (&["AUTH", "alice", "p1"], "+OK"),
+        (&["DEL", "k1"], "-NOPERM"),
+        (&["INCR", "k1"], "-NOPERM"),
+        (&["GET", "x"], "-NOPERM"),
+        (&["SET", "k1", "v"], "+OK"),
+    ];
+    for (cmd, want) in steps {
+        let got = alice.cmd(cmd).to_string();
+        assert!(got.starts_with(want), "{cmd:?}: {got}");
+    }
+    assert_eq!(
+        acl_stats(&admin.cmd(&["INFO", "stats"])),
+        [
+            "acl_access_denied_auth:2",
+            "acl_access_denied_cmd:2",
+            "acl_access_denied_key:1",
+            "acl_access_denied_channel:0",
+        ]
     );
 }

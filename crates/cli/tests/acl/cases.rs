@@ -376,6 +376,8 @@ pub fn noperm_and_log() -> Vec<Case> {
     }
     steps.extend([
         cmp(0, "ACL LOG", Cmp::Log),
+        cmp(5, "HELLO 3", Cmp::Hello),
+        cmp(5, "ACL LOG 2", Cmp::Log),
         cmp(0, "ACL LOG 2", Cmp::Log),
         cmp(0, "ACL LOG 0", Cmp::Log),
         c(0, "ACL LOG -1"),
@@ -486,4 +488,69 @@ pub fn requirepass() -> Vec<Case> {
             cmp(0, "ACL LOG", Cmp::Log),
         ],
     )]
+}
+
+/// Key permissions follow each command's key specs as Redis 7 reads them:
+/// ACCESS needs a read pattern; INSERT, DELETE and UPDATE a write one; a
+/// key spec with neither (EXISTS, TTL, TYPE) is allowed by any pattern
+/// that matches; SET needs read only with GET (its flags vary with its
+/// arguments).
+pub fn key_specs() -> Vec<Case> {
+    let mut steps = vec![
+        c(0, "SET r1 a"),
+        c(0, "SET w1 b"),
+        c(0, "ACL SETUSER alice on >p1 +@all ~k* %R~r* %W~w*"),
+        c(1, "AUTH alice p1"),
+    ];
+    for cmd in [
+        "EXISTS r1",
+        "EXISTS w1",
+        "EXISTS x",
+        "TTL w1",
+        "PTTL w1",
+        "TYPE w1",
+        "TOUCH w1",
+        "STRLEN w1",
+        "STRLEN r1",
+        "GETRANGE w1 0 1",
+        "GETRANGE r1 0 1",
+        "SET w1 v GET",
+        "SET r1 v GET",
+        "SET k1 v GET",
+        "SET w1 v",
+        "SETNX w2 v",
+        "GETSET w1 v",
+        "GETDEL w1",
+        "GETEX r1",
+        "GETEX w1 PERSIST",
+        "APPEND w1 x",
+        "INCR w3",
+        "DEL r1",
+        "DEL w3",
+        "UNLINK k1 r1",
+        "COPY r1 w2",
+        "COPY w1 r2",
+        "COPY r1 k2",
+        "RENAME r1 w4",
+        "RENAME w2 k3",
+        "MSET w1 a w2 b",
+        "MSET w1 a r2 b",
+        "MGET r1 k1",
+        "MGET r1 w1",
+        "EXPIRE w1 100",
+        "EXPIRE r1 100",
+        "PERSIST w1",
+        "LCS r1 k1",
+        "LCS r1 w1",
+        "DBSIZE",
+        "KEYS r*",
+        "SETRANGE w1 0 x",
+        "SETBIT w1 0 1",
+        "GETBIT w1 0",
+        "BITCOUNT r1",
+    ] {
+        steps.push(c(1, cmd));
+    }
+    steps.push(cmp(0, "ACL LOG", Cmp::Log));
+    vec![case("key specs", steps)]
 }
