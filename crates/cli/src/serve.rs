@@ -48,6 +48,10 @@ pub struct ServeArgs {
     /// text-protocol authentication (a `set` of "default <password>").
     #[arg(long, value_name = "PASS")]
     requirepass: Option<String>,
+    /// Users and permissions from this ACL file (Redis's format), written
+    /// by ACL SAVE (docs/security.md).
+    #[arg(long, value_name = "FILE")]
+    aclfile: Option<PathBuf>,
     /// Prometheus metrics address (GET /metrics), or `off`.
     #[arg(long, value_name = "ADDR")]
     metrics: Option<Listen>,
@@ -174,6 +178,9 @@ fn config(args: &ServeArgs) -> Result<(ServerConfig, bool), String> {
     }
     if let Some(v) = &args.requirepass {
         c.requirepass = Some(v.clone());
+    }
+    if let Some(v) = &args.aclfile {
+        c.aclfile = Some(v.clone());
     }
     if let Some(v) = args.metrics {
         c.metrics = v;

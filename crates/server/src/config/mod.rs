@@ -154,6 +154,9 @@ pub struct ServerConfig {
     /// Password for AUTH on the RESP listener and memcached's text-protocol
     /// authentication; none = no authentication.
     pub requirepass: Option<String>,
+    /// The ACL file (Redis's `aclfile`): users loaded at start and by ACL
+    /// LOAD, written by ACL SAVE.
+    pub aclfile: Option<PathBuf>,
     /// `error`, `warn`, `info`, `debug` or `trace` (debug logs every request).
     pub log_level: String,
     /// Connections served at once, both listeners together.
@@ -350,6 +353,7 @@ impl Default for ServerConfig {
             threads: 0,
             maxmemory: ByteSize(0),
             requirepass: None,
+            aclfile: None,
             log_level: "info".into(),
             maxclients: 10_000,
             max_request_bytes: ByteSize(128 << 20),
@@ -574,9 +578,11 @@ impl ServerConfig {
         }
     }
 
-    /// Whether clients must authenticate before anything runs.
+    /// Whether clients must authenticate before anything runs, as far as
+    /// the settings tell: a password, or an ACL file (whose default user
+    /// the server checks once it has loaded it: `Server::start`).
     pub fn clients_authenticate(&self) -> bool {
-        self.requirepass.is_some()
+        self.requirepass.is_some() || self.aclfile.is_some()
     }
 
     /// Listeners on addresses that are not loopback with nothing to keep
@@ -720,6 +726,7 @@ impl ServerConfig {
             ("threads", self.thread_count().to_string()),
             ("maxmemory", self.maxmemory.0.to_string()),
             ("requirepass", self.requirepass.clone().unwrap_or_default()),
+            ("aclfile", path_text(&self.aclfile)),
             ("log-level", self.log_level.clone()),
             ("maxclients", self.maxclients.to_string()),
             ("max-request-bytes", self.max_request_bytes.0.to_string()),

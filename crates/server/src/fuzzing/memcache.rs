@@ -41,8 +41,14 @@ impl MemcacheSession {
     pub fn new(store: Arc<Store>, config: ServerConfig) -> MemcacheSession {
         let needs_auth = config.requirepass.is_some();
         let tls = crate::state::tls::ClientTls::off(&config);
+        let acl = crate::state::acl::Acl::new(
+            crate::resp::cmd::table::acl_catalog(),
+            config.requirepass.as_deref(),
+            None,
+        )
+        .expect("no ACL file to fail");
         MemcacheSession {
-            shared: Arc::new(Shared::new(store, None, config, tls)),
+            shared: Arc::new(Shared::new(store, None, config, tls, acl)),
             batch: BatchResults::new(),
             client: Client {
                 id: 1,

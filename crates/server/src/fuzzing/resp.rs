@@ -65,7 +65,13 @@ impl RespSession {
         let store = Store::new(config.engine_config()).expect("valid engine config");
         let needs_auth = config.requirepass.is_some();
         let tls = crate::state::tls::ClientTls::off(&config);
-        let shared = Arc::new(Shared::new(Arc::new(store), None, config, tls));
+        let acl = crate::state::acl::Acl::new(
+            crate::resp::cmd::table::acl_catalog(),
+            config.requirepass.as_deref(),
+            None,
+        )
+        .expect("no ACL file to fail");
+        let shared = Arc::new(Shared::new(Arc::new(store), None, config, tls, acl));
         RespSession {
             shared,
             conn: Pipeline::new(Resp::new(needs_auth)),

@@ -122,13 +122,10 @@ impl Memcache {
 
     /// Answers the authenticating `set`.
     fn authenticate(&mut self, cx: &Cx<'_>, user: &[u8], pass: &[u8], out: &mut Vec<u8>) {
-        let ok =
-            (cx.shared.config.requirepass.as_deref()).is_some_and(|p| auth::check(user, pass, p));
-        if ok {
+        if auth::check(cx, user, pass) {
             self.authenticated = true;
             cmd::line(out, "STORED");
         } else {
-            tracing::debug!(client = cx.client.id, "memcached authentication failed");
             cmd::error_line(cx, out, &McError::AuthFailure);
         }
     }
@@ -242,9 +239,9 @@ impl Memcache {
     /// no SASL (memcached without `-S`): unknown command.
     fn sasl(&mut self, cx: &Cx<'_>, req: &BinRequest<'_>, out: &mut Vec<u8>) {
         use binary::{Status, packet};
-        let Some(pass) = cx.shared.config.requirepass.as_deref() else {
+        if !cx.shared.acl.default_requires_auth() {
             return binary::cmd::refuse(cx, out, req.head, &McError::UnknownCommand);
-        };
+        }
         match req.cmd {
             BinCmd::SaslListMechs => {
                 let mechs = binary::cmd::SASL_MECHS.as_bytes();
@@ -253,7 +250,7 @@ impl Memcache {
             BinCmd::SaslAuth { mech, data }
                 if mech == binary::cmd::SASL_MECHS.as_bytes()
                     && binary::cmd::sasl_plain(data)
-                        .is_some_and(|(user, p)| auth::check(user, p, pass)) =>
+                        .is_some_and(|(user, p)| auth::check(cx, user, p)) =>
             {
                 self.authenticated = true;
                 packet(

@@ -185,7 +185,7 @@ impl Acceptor {
             name: None,
             connected_at: Instant::now(),
         };
-        let auth = shared.config.requirepass.is_some();
+        let auth = shared.acl.default_requires_auth();
         let proto = if kind.resp {
             ProtoState::Resp(Pipeline::new(crate::resp::Resp::new(auth)))
         } else {

@@ -312,11 +312,32 @@ impl Server {
         let mut config = config;
         fit_descriptors(&mut config)?;
         let tls = crate::state::tls::ClientTls::new(&config).map_err(StartError)?;
+        let acl = crate::state::acl::Acl::new(
+            crate::resp::cmd::table::acl_catalog(),
+            config.requirepass.as_deref(),
+            config.aclfile.clone(),
+        )
+        .map_err(|e| StartError(format!("aclfile: {e}")))?;
+        // The ACL file's default user may have no password after all.
+        if config.protected_mode && !acl.default_requires_auth() {
+            let open = ServerConfig {
+                requirepass: None,
+                aclfile: None,
+                ..config.clone()
+            };
+            if let Some((name, addr, _)) = open.unprotected().first() {
+                return Err(StartError(format!(
+                    "protected mode: {name} address {addr} is not loopback and the ACL file's \
+                     default user needs no password; give it one, or turn protected mode off \
+                     (--protected-mode no)"
+                )));
+            }
+        }
         let listeners = Listeners::bind(&config)?;
         let (store, cluster, dir_lock) = open_node(&config)?;
         let threads_n = config.thread_count();
         let bound = listeners.record_bound(&mut config);
-        let shared = Arc::new(Shared::new(store, cluster, config, tls).holding(dir_lock));
+        let shared = Arc::new(Shared::new(store, cluster, config, tls, acl).holding(dir_lock));
         let threads = start_threads(&shared, threads_n, listeners)?;
         tracing::info!(
             resp = ?bound.resp,

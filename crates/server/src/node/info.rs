@@ -244,6 +244,10 @@ fn memory_fields(shared: &Shared) -> Vec<(&'static str, String)> {
     ]
 }
 
+fn load(a: &std::sync::atomic::AtomicU64) -> String {
+    a.load(std::sync::atomic::Ordering::Relaxed).to_string()
+}
+
 fn stats_fields(shared: &Shared) -> Vec<(&'static str, String)> {
     let st = &shared.stats;
     let n = |c: &crate::state::Counter| Stats::get(c).to_string();
@@ -273,6 +277,14 @@ fn stats_fields(shared: &Shared) -> Vec<(&'static str, String)> {
         ),
         // TLS handshakes that failed or timed out (client listeners).
         ("tls_handshake_failures", shared.tls.failures().to_string()),
+        // Redis 7's ACL denial counts.
+        ("acl_access_denied_auth", load(&shared.acl.denied_auth)),
+        ("acl_access_denied_cmd", load(&shared.acl.denied_cmd)),
+        ("acl_access_denied_key", load(&shared.acl.denied_key)),
+        (
+            "acl_access_denied_channel",
+            load(&shared.acl.denied_channel),
+        ),
     ]
 }
 

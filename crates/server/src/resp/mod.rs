@@ -6,7 +6,7 @@
 pub(crate) mod cmd;
 pub(crate) mod error;
 pub(crate) mod frame;
-pub(crate) mod glob;
+pub(crate) use crate::state::glob;
 pub(crate) mod reply;
 
 use std::time::Duration;
@@ -29,6 +29,8 @@ pub(crate) struct RespConn {
     /// RESP3 after `HELLO 3`.
     pub resp3: bool,
     pub authenticated: bool,
+    /// The user the connection runs as (ACL).
+    pub user: cmd::acl::ConnUser,
     /// After MULTI: the transaction being queued.
     pub multi: Option<cmd::multi::Multi>,
     /// WATCHed keys, until EXEC, DISCARD or UNWATCH.
@@ -194,6 +196,8 @@ impl Protocol for Resp {
             && self.conn.authenticated
             && self.conn.multi.is_none()
             && spec.arity_ok(args.len)
+            // A user with limits has each read checked by the dispatcher.
+            && self.conn.user.unrestricted(&cx.shared.acl)
         {
             let max_key = cx.store().max_key_len();
             req.planned = kind.plan(args, max_key, &mut self.ranges);

@@ -95,6 +95,19 @@ impl Reply<'_> {
         }
     }
 
+    /// A double: RESP3's `,`, a bulk string in RESP2, written as Redis
+    /// 7.0's `addReplyDouble` does (C's `%.17g`).
+    pub fn double(&mut self, d: f64) {
+        let text = g17(d);
+        if self.resp3 {
+            self.out.push(b',');
+            self.out.extend_from_slice(text.as_bytes());
+            self.out.extend_from_slice(b"\r\n");
+        } else {
+            self.bulk_str(&text);
+        }
+    }
+
     /// A set of `n` members (an array in RESP2).
     pub fn set(&mut self, n: usize) {
         if self.resp3 {
@@ -185,5 +198,58 @@ mod tests {
         r.set(2);
         r.verbatim("hi");
         assert_eq!(out, b"_\r\n%1\r\n~2\r\n=6\r\ntxt:hi\r\n");
+    }
+}
+
+/// C's `printf("%.17g", d)` for a finite double: 17 significant digits,
+/// fixed notation for exponents from -4 to 16, trailing zeros dropped.
+fn g17(d: f64) -> String {
+    if !d.is_finite() {
+        return d.to_string();
+    }
+    if d == 0.0 {
+        return if d.is_sign_negative() { "-0" } else { "0" }.into();
+    }
+    let sci = format!("{d:.16e}");
+    let (mantissa, exp) = sci.split_once('e').expect("exponent form");
+    let exp: i32 = exp.parse().expect("an exponent");
+    let neg = mantissa.starts_with('-');
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let trim = |s: String| -> String {
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s
+        }
+    };
+    let body = if (-4..17).contains(&exp) {
+        if exp < 0 {
+            trim(format!("0.{}{}", "0".repeat((-exp - 1) as usize), digits))
+        } else {
+            let (int, frac) = digits.split_at(exp as usize + 1);
+            trim(format!("{int}.{frac}"))
+        }
+    } else {
+        let m = trim(format!("{}.{}", &digits[..1], &digits[1..]));
+        format!("{m}e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs())
+    };
+    if neg { format!("-{body}") } else { body }
+}
+
+#[cfg(test)]
+mod g17_tests {
+    #[test]
+    fn seventeen_significant_digits_as_c_writes_them() {
+        for (d, want) in [
+            (0.003, "0.0030000000000000001"),
+            (0.015, "0.014999999999999999"),
+            (1.5, "1.5"),
+            (12.0, "12"),
+            (1e20, "1e+20"),
+            (1.25e-7, "1.2499999999999999e-07"),
+            (-2.5, "-2.5"),
+        ] {
+            assert_eq!(super::g17(d), want, "{d}");
+        }
     }
 }

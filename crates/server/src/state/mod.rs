@@ -2,8 +2,11 @@
 //! node, the configuration, counters, clients, memory figures), the slow
 //! log, and the memcached listener's own shared state.
 
+pub(crate) mod acl;
 pub(crate) mod counter;
+pub(crate) mod glob;
 pub(crate) mod memcache;
+pub(crate) mod ratelimit;
 pub(crate) mod shared;
 pub(crate) mod slowlog;
 pub(crate) mod tls;

@@ -113,6 +113,10 @@ pub struct Shared {
     pub memcache: super::memcache::McShared,
     /// The TLS listeners' certificates, replaceable while serving.
     pub tls: super::tls::ClientTls,
+    /// Users and permissions.
+    pub acl: super::acl::Acl,
+    /// Failed authentications' log lines, rate-limited.
+    pub auth_failures: super::ratelimit::RateLimited,
     /// A cluster node's lock on its data directory (a single node's store
     /// holds its own): kept as long as anything serves.
     _dir_lock: Option<combkv::durable::DirLock>,
@@ -154,6 +158,7 @@ impl Shared {
         cluster: Option<crate::cluster::Cluster>,
         config: ServerConfig,
         tls: super::tls::ClientTls,
+        acl: super::acl::Acl,
     ) -> Shared {
         let slowlog = SlowLog::new(config.slowlog_max_len, config.slowlog_log_slower_than);
         let now = SystemTime::now();
@@ -183,6 +188,8 @@ impl Shared {
             scan_cursors: Mutex::new(Default::default()),
             memcache: Default::default(),
             tls,
+            acl,
+            auth_failures: Default::default(),
             _dir_lock: None,
         }
     }

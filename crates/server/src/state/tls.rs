@@ -4,18 +4,17 @@
 //! keep the configuration they started with. A file that does not load
 //! changes nothing.
 
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
-
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::config::{AuthClients, ServerConfig as Settings};
+use crate::state::ratelimit::RateLimited;
 
 /// The files and the client-certificate rule a configuration is built of.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,7 +118,7 @@ pub struct ClientTls {
     live: RwLock<(TlsFiles, Option<Arc<ServerConfig>>)>,
     /// Handshakes that failed or timed out.
     failures: AtomicU64,
-    log: Mutex<(Option<Instant>, u64)>,
+    log: RateLimited,
 }
 
 impl ClientTls {
@@ -134,7 +133,7 @@ impl ClientTls {
         Ok(ClientTls {
             live: RwLock::new((files, config)),
             failures: AtomicU64::new(0),
-            log: Mutex::new((None, 0)),
+            log: RateLimited::default(),
         })
     }
 
@@ -143,7 +142,7 @@ impl ClientTls {
         ClientTls {
             live: RwLock::new((TlsFiles::of(settings), None)),
             failures: AtomicU64::new(0),
-            log: Mutex::new((None, 0)),
+            log: RateLimited::default(),
         }
     }
 
@@ -184,24 +183,6 @@ impl ClientTls {
     /// most once a second (with the number of those not logged).
     pub fn failed(&self, from: &str, why: &str) {
         self.failures.fetch_add(1, Ordering::Relaxed);
-        let now = Instant::now();
-        let mut log = self.log.lock();
-        if log
-            .0
-            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
-        {
-            log.1 += 1;
-            return;
-        }
-        let skipped = std::mem::replace(&mut log.1, 0);
-        log.0 = Some(now);
-        drop(log);
-        if skipped > 0 {
-            tracing::warn!(
-                "TLS handshake with {from} failed: {why} ({skipped} more failed since the last report)"
-            );
-        } else {
-            tracing::warn!("TLS handshake with {from} failed: {why}");
-        }
+        self.log.warn(&format!("TLS handshake failed: {why}"), from);
     }
 }

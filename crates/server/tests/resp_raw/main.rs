@@ -3,6 +3,7 @@
 //! paths (issue 6, "What it must show" 1). Each test starts its own server
 //! on a free port.
 
+mod acl;
 mod atomic;
 mod command_docs;
 mod keys;

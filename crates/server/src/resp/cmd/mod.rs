@@ -6,6 +6,7 @@
 //! FLOOR CEIL SNAPSHOT GETAT RANGEAT), `server` (PING HELLO AUTH INFO
 //! CONFIG CLIENT COMMAND SLOWLOG ...).
 
+pub(crate) mod acl;
 pub(crate) mod batch;
 mod bits;
 mod cluster;
@@ -186,7 +187,8 @@ pub(crate) fn error_reply(cx: &mut Ctx<'_, '_>, e: &CmdError) {
 }
 
 /// The checks run in Redis 7's order (`processCommand`): the command
-/// exists, its arity, authentication, then `maxmemory` for writes. So an
+/// exists, its arity, authentication, the user's permissions (ACL), then
+/// `maxmemory` for writes. So an
 /// unknown command before AUTH is "unknown command", not NOAUTH.
 ///
 /// After MULTI a command that passes them is queued instead (`multi`), and
@@ -220,6 +222,7 @@ fn check(cx: &mut Ctx<'_, '_>, spec: Option<&'static Spec>) -> Result<&'static S
     if !cx.conn.authenticated && !spec.no_auth {
         return Err(CmdError::NoAuth);
     }
+    table::acl::check(cx, spec)?;
     if spec.denyoom {
         cx.check_memory()?;
     }

@@ -240,6 +240,17 @@ pub(crate) fn reply_items(
 /// Runs a RANGE (at a snapshot if `at`) with the reply limit checked while
 /// the items are gathered.
 fn range_generic(cx: &mut Ctx<'_, '_>, spec: &RangeSpec, at: Option<SnapshotId>) -> CmdResult {
+    // A user with key patterns may read the range only if one of them
+    // covers all of it (a FLOOR start reaches below the start key).
+    let bound = |b: &Bound<Vec<u8>>| match b {
+        Bound::Included(k) | Bound::Excluded(k) => Some(k.clone()),
+        Bound::Unbounded => None,
+    };
+    let start = (!spec.range.floor_start)
+        .then(|| bound(&spec.range.start))
+        .flatten();
+    let end = bound(&spec.range.end);
+    super::acl::check_range(cx, start.as_deref(), end.as_deref())?;
     if spec.empty {
         if let Some(id) = at {
             // An unknown snapshot is still an error.
@@ -331,6 +342,8 @@ fn pair(cx: &mut Ctx<'_, '_>, item: Option<combkv::Item>) {
 }
 
 pub(super) fn floor(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    // The answer may be any key below this one.
+    super::acl::check_range(cx, None, Some(cx.args[1]))?;
     let it = match cx.txn {
         None => cx.store().floor(cx.args[1])?,
         Some(_) => {
@@ -343,6 +356,8 @@ pub(super) fn floor(cx: &mut Ctx<'_, '_>) -> CmdResult {
 }
 
 pub(super) fn ceil(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    // The answer may be any key above this one.
+    super::acl::check_range(cx, Some(cx.args[1]), None)?;
     let it = match cx.txn {
         None => cx.store().ceil(cx.args[1])?,
         Some(_) => {

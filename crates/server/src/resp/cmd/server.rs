@@ -38,51 +38,6 @@ pub(super) fn select(cx: &mut Ctx<'_, '_>) -> CmdResult {
     }
 }
 
-fn wrongpass() -> CmdError {
-    CmdError::Other("WRONGPASS invalid username-password pair or user is disabled.".into())
-}
-
-/// Checks `user`/`pass` against requirepass (the only user is `default`).
-/// Without requirepass the default user is Redis's `nopass` user: any
-/// password authenticates it.
-fn check_password(cx: &Ctx<'_, '_>, user: &[u8], pass: &[u8]) -> CmdResult {
-    let Some(want) = &cx.shared.config.requirepass else {
-        return if user == b"default" {
-            Ok(())
-        } else {
-            Err(wrongpass())
-        };
-    };
-    // Compare every byte so the time taken does not reveal a prefix match.
-    let want = want.as_bytes();
-    let mut diff = (want.len() != pass.len()) as u8;
-    for (i, &b) in pass.iter().enumerate() {
-        diff |= b ^ want.get(i).copied().unwrap_or(0);
-    }
-    if user != b"default" || diff != 0 {
-        return Err(wrongpass());
-    }
-    Ok(())
-}
-
-pub(super) fn auth(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    let (user, pass) = match cx.args {
-        [_, _] if cx.shared.config.requirepass.is_none() => {
-            return Err(CmdError::err(
-                "AUTH <password> called without any password configured for the default user. \
-                 Are you sure your configuration is correct?",
-            ));
-        }
-        [_, pass] => (&b"default"[..], *pass),
-        [_, user, pass] => (*user, *pass),
-        _ => return Err(CmdError::Syntax),
-    };
-    check_password(cx, user, pass)?;
-    cx.conn.authenticated = true;
-    cx.r.ok();
-    Ok(())
-}
-
 fn valid_client_name(name: &[u8]) -> bool {
     name.iter().all(|&b| (b'!'..=b'~').contains(&b))
 }
@@ -133,8 +88,7 @@ pub(super) fn hello(cx: &mut Ctx<'_, '_>) -> CmdResult {
         }
     }
     if let Some((u, p)) = auth {
-        check_password(cx, u, p)?;
-        cx.conn.authenticated = true;
+        super::acl::authenticate(cx, u, p)?;
     }
     if !cx.conn.authenticated {
         return Err(CmdError::Other(

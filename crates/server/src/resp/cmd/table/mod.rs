@@ -8,6 +8,7 @@
 
 use std::sync::LazyLock;
 
+pub(crate) mod acl;
 mod command;
 mod docs;
 
@@ -52,9 +53,11 @@ macro_rules! spec {
 /// key, last key, handler, group, summary)`.
 #[rustfmt::skip]
 pub(crate) static COMMANDS: &[Spec] = &[
+    spec!("acl", -2, Kind::Control, "", 0, 0, self::acl::acl,
+          "server", "Users and permissions: ACL SETUSER, GETUSER, LIST, LOG ..."),
     spec!("append", 3, Kind::Write, "d", 1, 1, strings::append,
           "string", "Appends a string to the value of a key."),
-    spec!("auth", -2, Kind::Control, "a", 0, 0, server::auth,
+    spec!("auth", -2, Kind::Control, "a", 0, 0, super::acl::auth,
           "connection", "Authenticates the connection."),
     spec!("bgsave", -1, Kind::Read, "x", 0, 0, server::bgsave,
           "server", "Starts a checkpoint in the background."),
@@ -243,6 +246,54 @@ pub(crate) fn lookup(name: &[u8]) -> Option<&'static Spec> {
     let t = &*NAME_TABLE;
     let i = t.slots[t.slot(key)];
     (i != NameTable::EMPTY && NAME_KEYS[i as usize] == key).then(|| &COMMANDS[i as usize])
+}
+
+/// The key arguments of `line` for the command or subcommand `name`
+/// (`get`, `client|list`), each with the permission it needs (ACL's READ
+/// and WRITE bits), as its key specs give them; None when the line cannot
+/// hold them.
+pub(crate) fn key_positions(name: &str, line: &[&[u8]]) -> Option<Vec<(usize, u8)>> {
+    let entry = docs::find(name)?;
+    let keys = entry.doc.key_positions(line)?;
+    // SET reads the key only with GET (Redis's `setGetKeys`: its spec's
+    // `variable_flags` become OW UPDATE without it).
+    let set_without_get = name == "set"
+        && !line[3.min(line.len())..]
+            .iter()
+            .any(|a| a.eq_ignore_ascii_case(b"get"));
+    Some(
+        keys.into_iter()
+            .map(|(i, k)| {
+                let need = super::acl::need_of(k.flags);
+                (
+                    i,
+                    if set_without_get {
+                        crate::state::acl::WRITE
+                    } else {
+                        need
+                    },
+                )
+            })
+            .collect(),
+    )
+}
+
+/// What ACL rules are written against: every command and subcommand this
+/// table documents, with its ACL categories.
+pub(crate) fn acl_catalog() -> crate::state::acl::Catalog {
+    let entries: Vec<(&'static str, Vec<String>)> = docs::DOCS
+        .iter()
+        .filter(|d| {
+            let command = d.name.split('|').next().unwrap_or(d.name);
+            lookup(command.as_bytes()).is_some()
+        })
+        .map(|d| (d.name, d.acl_categories()))
+        .collect();
+    crate::state::acl::Catalog::new(
+        entries
+            .iter()
+            .map(|(n, cats)| (*n, cats.iter().map(String::as_str).collect())),
+    )
 }
 
 /// A perfect hash of the command names: every name of `COMMANDS` has a slot
