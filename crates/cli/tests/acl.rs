@@ -6,10 +6,13 @@
 //! Only what must differ is normalised, each by the step that expects it:
 //! ACL LOG entries lose `age-seconds` and `client-info` (and Redis 7.2's
 //! `entry-id`, `timestamp-created`, `timestamp-last-updated`, which 7.0
-//! does not send); HELLO's `id`, `version` and `server`; ACL GENPASS's random hex
-//! becomes its length; ACL CAT <category> is compared as a set, against
-//! Redis's list less the commands combkv does not have (COMMAND INFO);
-//! an aclfile's path in an error becomes `<aclfile>`.
+//! does not send); HELLO's `id`, `version` and `server`; ACL GENPASS's
+//! random hex becomes its length; ACL CAT <category> is compared as a set,
+//! each side less the commands the other does not have (COMMAND INFO:
+//! combkv's own, and those of another Redis version); an aclfile's path in
+//! an error becomes `<aclfile>`; in ACL GETUSER, ACL LIST and aclfile text
+//! the single-command rules after the categories are sorted, as Redis 7.0
+//! orders them by a hash seeded at random (`sort_command_rules`).
 //!
 //! A failing test prints every step that differed, with both replies, so
 //! one run lists all the differences, not the first; `COMBKV_ACL_SHOW=1`
@@ -158,7 +161,7 @@ impl Pair {
                     let args: Vec<&str> = args.iter().map(String::as_str).collect();
                     let (r, k) = self.conn(*conn);
                     let (theirs, ours) = (r.cmd(&args), k.cmd(&args));
-                    let (ours, theirs) = self.normalise(step.cmp, ours, theirs);
+                    let (ours, theirs) = self.normalise(step.cmp, &args, ours, theirs);
                     (format!("[{conn}] {}", args.join(" ")), ours, theirs)
                 }
                 Action::ReadFile => {
@@ -195,7 +198,13 @@ impl Pair {
     }
 
     /// The two replies as the text they are compared by.
-    fn normalise(&mut self, cmp: Cmp, ours: Value, theirs: Value) -> (String, String) {
+    fn normalise(
+        &mut self,
+        cmp: Cmp,
+        args: &[&str],
+        ours: Value,
+        theirs: Value,
+    ) -> (String, String) {
         let paths = self.files.clone();
         let unpath = |v: Value, path: Option<&PathBuf>| match (v, path) {
             (Value::Error(e), Some(p)) => Value::Error(e.replace(p.to_str().unwrap(), "<aclfile>")),
@@ -203,40 +212,114 @@ impl Pair {
         };
         let ours = unpath(ours, paths.as_ref().map(|p| &p.1));
         let theirs = unpath(theirs, paths.as_ref().map(|p| &p.0));
+        let describes_users = args.len() >= 2
+            && args[0].eq_ignore_ascii_case("ACL")
+            && ["GETUSER", "LIST"]
+                .iter()
+                .any(|s| args[1].eq_ignore_ascii_case(s));
+        let (ours, theirs) = if describes_users {
+            (
+                map_text(ours, &sort_command_rules),
+                map_text(theirs, &sort_command_rules),
+            )
+        } else {
+            (ours, theirs)
+        };
         match cmp {
             Cmp::Exact => (ours.to_string(), theirs.to_string()),
             Cmp::Log => (log(ours).to_string(), log(theirs).to_string()),
             Cmp::Hello => (hello(ours).to_string(), hello(theirs).to_string()),
             Cmp::Genpass => (genpass(&ours), genpass(&theirs)),
             Cmp::Category => {
-                let known = self.known_to_combkv(&theirs);
+                // Each side less the commands the other lacks: combkv's
+                // own (RANGE...) and those of another Redis version.
+                let theirs_known = known(self.combkv.resp, &theirs);
+                let ours_known = known(self.redis.addr, &ours);
                 (
-                    sorted_names(&ours, None),
-                    sorted_names(&theirs, Some(&known)),
+                    sorted_names(&ours, Some(&ours_known)),
+                    sorted_names(&theirs, Some(&theirs_known)),
                 )
             }
         }
     }
+}
 
-    /// Which of the names in Redis's reply combkv knows as commands.
-    fn known_to_combkv(&mut self, theirs: &Value) -> Vec<String> {
-        let Value::Array(names) = theirs else {
-            return Vec::new();
-        };
-        let names: Vec<String> = names.iter().filter_map(Value::text).collect();
-        let mut args = vec!["COMMAND", "INFO"];
-        args.extend(names.iter().map(String::as_str));
-        let mut admin = Client::connect(self.combkv.resp);
-        match admin.cmd(&args) {
-            Value::Array(infos) => names
-                .into_iter()
-                .zip(infos)
-                .filter(|(_, info)| matches!(info, Value::Array(_)))
-                .map(|(n, _)| n)
-                .collect(),
-            _ => Vec::new(),
-        }
+/// Which of the names in `reply` (an array) the server at `addr` knows as
+/// commands or subcommands (COMMAND INFO).
+fn known(addr: std::net::SocketAddr, reply: &Value) -> Vec<String> {
+    let Value::Array(names) = reply else {
+        return Vec::new();
+    };
+    let names: Vec<String> = names.iter().filter_map(Value::text).collect();
+    let mut args = vec!["COMMAND", "INFO"];
+    args.extend(names.iter().map(String::as_str));
+    match Client::connect(addr).cmd(&args) {
+        Value::Array(infos) => names
+            .into_iter()
+            .zip(infos)
+            .filter(|(_, info)| matches!(info, Value::Array(_)))
+            .map(|(n, _)| n)
+            .collect(),
+        _ => Vec::new(),
     }
+}
+
+/// `v` with `f` applied to every string in it (simple, bulk, nested).
+fn map_text(v: Value, f: &dyn Fn(&str) -> String) -> Value {
+    let each = |items: Vec<Value>| items.into_iter().map(|i| map_text(i, f)).collect();
+    match v {
+        Value::Simple(t) => Value::Simple(f(&t)),
+        Value::Bulk(b) => Value::Bulk(f(&String::from_utf8_lossy(&b)).into_bytes()),
+        Value::Array(items) => Value::Array(each(items)),
+        Value::Set(items) => Value::Set(each(items)),
+        Value::Map(pairs) => Value::Map(
+            pairs
+                .into_iter()
+                .map(|(k, v)| (map_text(k, f), map_text(v, f)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+/// Redis 7.0 describes a user's commands as `+@all`/`-@all`, its category
+/// rules, then the single commands that still differ in the order of its
+/// command table's hash, which is seeded at random per process
+/// (`+@read +set -get` one run, `+@read -get +set` the next). Each run of
+/// single-command rules (`+get`, `-acl|list`, never `+@cat`) is sorted
+/// here, per line; a run never names a command twice, so sorting keeps
+/// its meaning.
+fn sort_command_rules(text: &str) -> String {
+    let is_single = |t: &str| {
+        let t = t.trim_start_matches('(').trim_end_matches(')');
+        (t.starts_with('+') || t.starts_with('-')) && !t[1..].starts_with('@')
+    };
+    let line = |l: &str| {
+        let mut out: Vec<String> = Vec::new();
+        let mut run: Vec<&str> = Vec::new();
+        let flush = |run: &mut Vec<&str>, out: &mut Vec<String>| {
+            // A selector's closing parenthesis stays at the run's end.
+            let close = run.last().is_some_and(|t| t.ends_with(')'));
+            let mut names: Vec<&str> = run.iter().map(|t| t.trim_end_matches(')')).collect();
+            names.sort();
+            out.extend(names.iter().map(|n| n.to_string()));
+            if close && let Some(last) = out.last_mut() {
+                last.push(')');
+            }
+            run.clear();
+        };
+        for t in l.split(' ') {
+            if is_single(t) && !t.starts_with('(') {
+                run.push(t);
+            } else {
+                flush(&mut run, &mut out);
+                out.push(t.to_string());
+            }
+        }
+        flush(&mut run, &mut out);
+        out.join(" ")
+    };
+    text.split('\n').map(line).collect::<Vec<_>>().join("\n")
 }
 
 /// The fields an ACL LOG entry has whose values depend on when and from
@@ -505,5 +588,17 @@ fn info_counts_denials_as_redis_7_2() {
             "acl_access_denied_key:1",
             "acl_access_denied_channel:0",
         ]
+    );
+}
+
+#[test]
+fn sorting_command_rules_keeps_categories_and_selectors_in_place() {
+    assert_eq!(
+        sort_command_rules("user u on ~k* resetchannels -@all +@read +set -get (~s* -@all +set +del)"),
+        "user u on ~k* resetchannels -@all +@read +set -get (~s* -@all +del +set)"
+    );
+    assert_eq!(
+        sort_command_rules("-@all +acl|whoami +acl|cat\n+@all -@write -set +get"),
+        "-@all +acl|cat +acl|whoami\n+@all -@write +get -set"
     );
 }
