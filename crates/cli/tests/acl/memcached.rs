@@ -1,0 +1,126 @@
+//! combkv's side of users without a Redis to compare with: Redis 7.2's
+//! denial counters in INFO (redis-server 7.0 has none), and memcached's
+//! authentication and permissions.
+
+use crate::normalise::{acl_stats, log};
+use crate::support::resp::Client;
+use crate::support::{self, Server};
+
+/// Redis 7.2's INFO stats counters of denials (redis-server 7.0 has none
+/// to compare with, so the counts are written out): each refused AUTH,
+/// command and key counts once in its own field.
+#[test]
+fn info_counts_denials_as_redis_7_2() {
+    let server = Server::start(&[], None);
+    let mut admin = Client::connect(server.resp);
+    let mut alice = Client::connect(server.resp);
+    let setup = admin.cmd(&[
+        "ACL", "SETUSER", "alice", "on", ">p1", "+get", "+set", "~k*",
+    ]);
+    assert_eq!(setup.to_string(), "+OK");
+    let steps: [(&[&str], &str); 7] = [
+        (&["AUTH", "alice", "wrong"], "-WRONGPASS"),
+        (&["AUTH", "nobody", "x"], "-WRONGPASS"),
+        (&["AUTH", "alice", "p1"], "+OK"),
+        (&["DEL", "k1"], "-NOPERM"),
+        (&["INCR", "k1"], "-NOPERM"),
+        (&["GET", "x"], "-NOPERM"),
+        (&["SET", "k1", "v"], "+OK"),
+    ];
+    for (cmd, want) in steps {
+        let got = alice.cmd(cmd).to_string();
+        assert!(got.starts_with(want), "{cmd:?}: {got}");
+    }
+    assert_eq!(
+        acl_stats(&admin.cmd(&["INFO", "stats"])),
+        [
+            "acl_access_denied_auth:2",
+            "acl_access_denied_cmd:2",
+            "acl_access_denied_key:1",
+            "acl_access_denied_channel:0",
+        ]
+    );
+}
+
+/// memcached's text-protocol authentication (a `set` whose data is `<user>
+/// <password>`) takes any enabled user whose password matches, as RESP's
+/// AUTH does; a wrong password and a disabled user are refused.
+#[test]
+fn memcached_authenticates_two_users() {
+    use std::io::Write as _;
+    let server = Server::start(&["--requirepass", "secret"], None);
+    let mut admin = Client::connect(server.resp);
+    for cmd in [
+        "AUTH secret",
+        "ACL SETUSER alice on >pa +@all ~*",
+        "ACL SETUSER bob on >pb +@all ~*",
+        "ACL SETUSER carol off >pc +@all ~*",
+    ] {
+        let args: Vec<&str> = cmd.split(' ').collect();
+        assert_eq!(admin.cmd(&args).to_string(), "+OK", "{cmd}");
+    }
+    let wait = std::time::Duration::from_secs(5);
+    let exchange = |req: &str, want: &str| {
+        let mut s = std::net::TcpStream::connect(server.memcached).unwrap();
+        s.write_all(req.as_bytes()).unwrap();
+        let got = support::read_until(&mut s, want.as_bytes(), wait);
+        assert_eq!(String::from_utf8_lossy(&got), want, "{req:?}");
+    };
+    exchange("get k\r\n", "CLIENT_ERROR unauthenticated\r\n");
+    let auth = |user_pass: &str| format!("set x 0 0 {}\r\n{user_pass}\r\n", user_pass.len());
+    exchange(
+        &(auth("alice pa") + "set k 0 0 1\r\nv\r\n"),
+        "STORED\r\nSTORED\r\n",
+    );
+    exchange(
+        &(auth("bob pb") + "get k\r\n"),
+        "STORED\r\nVALUE k 0 1\r\nv\r\nEND\r\n",
+    );
+    exchange(&auth("bob pa"), "CLIENT_ERROR authentication failure\r\n");
+    exchange(&auth("carol pc"), "CLIENT_ERROR authentication failure\r\n");
+    exchange(
+        &auth("nobody pa"),
+        "CLIENT_ERROR authentication failure\r\n",
+    );
+    // Each refusal is an auth denial in the ACL LOG, by user name.
+    let log = log(admin.cmd(&["ACL", "LOG"])).to_string();
+    for user in ["bob", "carol", "nobody"] {
+        assert!(log.contains(&format!("\"username\", \"{user}\"")), "{log}");
+    }
+}
+
+/// After memcached authentication the user's permissions hold as they do
+/// on RESP: a `set` needs `set` (and a write pattern), a `get` a read
+/// pattern covering the key; a refusal is a CLIENT_ERROR and changes
+/// nothing.
+#[test]
+fn memcached_commands_follow_the_users_permissions() {
+    use std::io::Write as _;
+    let server = Server::start(&["--requirepass", "secret"], None);
+    let mut admin = Client::connect(server.resp);
+    for cmd in ["AUTH secret", "SET k1 v", "ACL SETUSER bob on >pb +get ~b*"] {
+        let args: Vec<&str> = cmd.split(' ').collect();
+        assert_eq!(admin.cmd(&args).to_string(), "+OK", "{cmd}");
+    }
+    let mut s = std::net::TcpStream::connect(server.memcached).unwrap();
+    let wait = std::time::Duration::from_secs(5);
+    let mut ask = |req: &str, end: &str| {
+        s.write_all(req.as_bytes()).unwrap();
+        String::from_utf8_lossy(&support::read_until(&mut s, end.as_bytes(), wait)).into_owned()
+    };
+    assert_eq!(ask("set x 0 0 6\r\nbob pb\r\n", "\r\n"), "STORED\r\n");
+    assert_eq!(ask("get b1\r\n", "\r\n"), "END\r\n");
+    let set = ask("set b1 0 0 1\r\nv\r\n", "\r\n");
+    assert!(
+        set.starts_with("CLIENT_ERROR "),
+        "set without +set: {set:?}"
+    );
+    let get = ask("get k1\r\n", "\r\n");
+    assert!(get.starts_with("CLIENT_ERROR "), "get outside ~b*: {get:?}");
+    let delete = ask("delete k1\r\n", "\r\n");
+    assert!(
+        delete.starts_with("CLIENT_ERROR "),
+        "delete without +del: {delete:?}"
+    );
+    assert_eq!(admin.cmd(&["EXISTS", "b1", "k1"]).to_string(), ":1");
+}
