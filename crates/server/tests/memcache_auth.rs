@@ -123,3 +123,43 @@ fn authentication_and_commands_may_share_a_read() {
         b"CLIENT_ERROR unauthenticated\r\nSTORED\r\nSTORED\r\nVALUE k 0 1\r\nv\r\nEND\r\n",
     );
 }
+
+const NOPERM: &[u8] =
+    b"CLIENT_ERROR NOPERM this user has no permissions to run this command on its keys\r\n";
+
+/// ACL users authenticate on the memcached listener too, and their
+/// requests are checked as the RESP commands that do the same thing.
+#[test]
+fn acl_users_and_their_permissions() {
+    let server = start(Some("s3cret"));
+    let mut admin = Conn::new(&server);
+    admin.check(b"set a 0 0 14\r\ndefault s3cret\r\n", b"STORED\r\n");
+    admin.check(b"set other 0 0 1\r\nx\r\n", b"STORED\r\n");
+    // Users are made over RESP.
+    let mut resp = TcpStream::connect(server.resp_addr().unwrap()).unwrap();
+    resp.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    resp.write_all(b"AUTH s3cret\r\nACL SETUSER app on >pw ~app:* -@all +get +set\r\n")
+        .unwrap();
+    let mut got = [0u8; 10];
+    resp.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"+OK\r\n+OK\r\n");
+
+    let mut app = Conn::new(&server);
+    app.check(
+        b"set a 0 0 9\r\napp wrong\r\n",
+        b"CLIENT_ERROR authentication failure\r\n",
+    );
+    app.check(b"set a 0 0 6\r\napp pw\r\n", b"STORED\r\n");
+    app.check(b"set app:1 0 0 1\r\nv\r\n", b"STORED\r\n");
+    app.check(b"get app:1\r\n", b"VALUE app:1 0 1\r\nv\r\nEND\r\n");
+    app.check(b"get other\r\n", NOPERM);
+    app.check(b"set other 0 0 1\r\ny\r\n", NOPERM);
+    app.check(b"delete app:1\r\n", NOPERM);
+    app.check(b"incr app:1 1\r\n", NOPERM);
+    app.check(b"flush_all\r\n", NOPERM);
+    app.check(b"mg app:1 v\r\n", b"VA 1\r\nv\r\n");
+    app.check(b"mg other v\r\n", NOPERM);
+    // Nothing denied changed anything.
+    admin.check(b"get other\r\n", b"VALUE other 0 1\r\nx\r\nEND\r\n");
+}

@@ -95,11 +95,15 @@ pub(crate) fn parse(input: &[u8]) -> AuthStep<'_> {
 /// ACL users RESP's AUTH knows: `default` with `requirepass`, or any other
 /// enabled user). A failure is counted, logged in ACL LOG and, rate-limited,
 /// in the server log with the client's address.
-pub(crate) fn check(cx: &crate::turn::Cx<'_>, user: &[u8], pass: &[u8]) -> bool {
+pub(crate) fn check(
+    cx: &crate::turn::Cx<'_>,
+    user: &[u8],
+    pass: &[u8],
+) -> Option<std::sync::Arc<crate::state::acl::User>> {
     let acl = &cx.shared.acl;
     let name = String::from_utf8_lossy(user);
-    if acl.authenticate(&name, pass).is_some() {
-        return true;
+    if let Some(u) = acl.authenticate(&name, pass) {
+        return Some(u);
     }
     let info = format!("id={} addr={} user={name}", cx.client.id, cx.client.addr);
     acl.deny(crate::state::acl::Denied::Auth, false, "auth", &name, info);
@@ -107,7 +111,7 @@ pub(crate) fn check(cx: &crate::turn::Cx<'_>, user: &[u8], pass: &[u8]) -> bool 
         &format!("memcached authentication of user '{name}' failed"),
         &cx.client.addr.to_string(),
     );
-    false
+    None
 }
 
 #[cfg(test)]

@@ -67,6 +67,8 @@ pub enum McError {
     AuthTermination,
     /// Wrong user or password.
     AuthFailure,
+    /// The user may not run this request, or not on its key (ACL).
+    NoPermission,
     /// An `M` token that is not one character.
     MTokenLength,
     /// An `M` mode ms does not have.
@@ -123,6 +125,9 @@ impl McError {
             McError::AuthFormat => "CLIENT_ERROR bad authentication token format",
             McError::AuthTermination => "CLIENT_ERROR bad command line termination",
             McError::AuthFailure => "CLIENT_ERROR authentication failure",
+            McError::NoPermission => {
+                "CLIENT_ERROR NOPERM this user has no permissions to run this command on its keys"
+            }
             McError::MTokenLength => "CLIENT_ERROR incorrect length for M token",
             McError::MsMode => "CLIENT_ERROR invalid mode for ms M token",
             McError::MaMode => "CLIENT_ERROR invalid mode for ma M token",

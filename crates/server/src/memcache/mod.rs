@@ -5,6 +5,7 @@
 //! `0x80` speaks the binary protocol instead (`binary`), as in memcached.
 //! `udp` serves get and gets over UDP, when enabled.
 
+mod acl;
 mod auth;
 pub mod binary;
 pub(crate) mod cmd;
@@ -38,6 +39,8 @@ pub(crate) struct Memcache {
     /// False until the connection authenticates, where the server has a
     /// password (`auth`).
     authenticated: bool,
+    /// The user it authenticated as (ACL; the default user until then).
+    user: crate::state::acl::ConnUser,
     /// Which protocol the connection speaks, decided by its first byte.
     mode: Mode,
 }
@@ -122,7 +125,8 @@ impl Memcache {
 
     /// Answers the authenticating `set`.
     fn authenticate(&mut self, cx: &Cx<'_>, user: &[u8], pass: &[u8], out: &mut Vec<u8>) {
-        if auth::check(cx, user, pass) {
+        if let Some(u) = auth::check(cx, user, pass) {
+            self.user.set(u, &cx.shared.acl);
             self.authenticated = true;
             cmd::line(out, "STORED");
         } else {
@@ -203,6 +207,81 @@ impl Memcache {
 }
 
 impl Memcache {
+    /// Parses the next request (the permission check follows, in
+    /// `Protocol::parse`).
+    fn parse_request<'a>(&mut self, input: &'a [u8], at: usize) -> Step<Request<'a>, Rejected> {
+        if self.swallow > 0 {
+            // The data block of a rejected storage command, however it
+            // arrives.
+            let n = self.swallow.min(input.len() - at);
+            self.swallow -= n;
+            return if n == 0 {
+                Step::Incomplete
+            } else {
+                Step::Skip(n)
+            };
+        }
+        if self.mode == Mode::Undecided {
+            let Some(&first) = input.get(at) else {
+                return Step::Incomplete;
+            };
+            self.mode = match first {
+                binary::REQUEST_MAGIC => Mode::Binary,
+                _ => Mode::Text,
+            };
+        }
+        if self.mode == Mode::Binary {
+            return self.parse_binary(&input[at..]);
+        }
+        if let Some(cont) = self.cont {
+            return self.next_part(input, at, cont);
+        }
+        if !self.authenticated {
+            return self.parse_unauthenticated(&input[at..]);
+        }
+        match parse::parse(&input[at..], &self.limits, self.scanned) {
+            Parsed::Incomplete { scanned } => {
+                self.scanned = scanned;
+                Step::Incomplete
+            }
+            Parsed::Close { err } => Step::Close(Rejected::Text {
+                err,
+                noreply: false,
+            }),
+            Parsed::Error {
+                err,
+                noreply,
+                consumed,
+                swallow,
+            } => {
+                self.scanned = 0;
+                self.swallow = swallow;
+                Step::Reject(Rejected::Text { err, noreply }, consumed)
+            }
+            Parsed::Request { req, consumed } => {
+                self.scanned = 0;
+                match req {
+                    Request::Get {
+                        kind,
+                        exptime,
+                        keys,
+                        ..
+                    } => {
+                        // The keys start inside the line, which starts at `at`.
+                        let keys_at = keys.as_ptr() as usize - input[at..].as_ptr() as usize;
+                        let cont = Cont {
+                            kind,
+                            exptime,
+                            left: consumed,
+                        };
+                        self.part(keys_at, keys, cont, true)
+                    }
+                    req => Step::Request(req, consumed),
+                }
+            }
+        }
+    }
+
     /// Parses a binary packet. Before authentication only SASL and
     /// `version` are served; anything else is refused and the connection
     /// closed, as memcached does.
@@ -242,16 +321,21 @@ impl Memcache {
         if !cx.shared.acl.default_requires_auth() {
             return binary::cmd::refuse(cx, out, req.head, &McError::UnknownCommand);
         }
+        let authenticated = match req.cmd {
+            BinCmd::SaslAuth { mech, data } if mech == binary::cmd::SASL_MECHS.as_bytes() => {
+                binary::cmd::sasl_plain(data).and_then(|(user, p)| auth::check(cx, user, p))
+            }
+            _ => None,
+        };
         match req.cmd {
             BinCmd::SaslListMechs => {
                 let mechs = binary::cmd::SASL_MECHS.as_bytes();
                 packet(out, req.head, Status::Success, 0, &[], &[], mechs);
             }
-            BinCmd::SaslAuth { mech, data }
-                if mech == binary::cmd::SASL_MECHS.as_bytes()
-                    && binary::cmd::sasl_plain(data)
-                        .is_some_and(|(user, p)| auth::check(cx, user, p)) =>
-            {
+            BinCmd::SaslAuth { .. } if authenticated.is_some() => {
+                if let Some(u) = authenticated {
+                    self.user.set(u, &cx.shared.acl);
+                }
                 self.authenticated = true;
                 packet(
                     out,
@@ -326,81 +410,47 @@ impl Protocol for Memcache {
 
     fn parse<'a>(
         &mut self,
-        _cx: &Cx<'_>,
+        cx: &Cx<'_>,
         input: &'a [u8],
         at: usize,
         _fresh: bool,
     ) -> Step<Request<'a>, Rejected> {
-        if self.swallow > 0 {
-            // The data block of a rejected storage command, however it
-            // arrives.
-            let n = self.swallow.min(input.len() - at);
-            self.swallow -= n;
-            return if n == 0 {
-                Step::Incomplete
-            } else {
-                Step::Skip(n)
-            };
+        let step = self.parse_request(input, at);
+        let acl = &cx.shared.acl;
+        let Step::Request(req, n) = step else {
+            return step;
+        };
+        if !self.authenticated || self.user.unrestricted(acl) {
+            return Step::Request(req, n);
         }
-        if self.mode == Mode::Undecided {
-            let Some(&first) = input.get(at) else {
-                return Step::Incomplete;
-            };
-            self.mode = match first {
-                binary::REQUEST_MAGIC => Mode::Binary,
-                _ => Mode::Text,
-            };
-        }
-        if self.mode == Mode::Binary {
-            return self.parse_binary(&input[at..]);
-        }
-        if let Some(cont) = self.cont {
-            return self.next_part(input, at, cont);
-        }
-        if !self.authenticated {
-            return self.parse_unauthenticated(&input[at..]);
-        }
-        match parse::parse(&input[at..], &self.limits, self.scanned) {
-            Parsed::Incomplete { scanned } => {
-                self.scanned = scanned;
-                Step::Incomplete
-            }
-            Parsed::Close { err } => Step::Close(Rejected::Text {
+        let Some(user) = self.user.current(acl).cloned() else {
+            // Its user was deleted: closed, as RESP connections are.
+            let err = McError::AuthFailure;
+            return Step::Close(Rejected::Text {
                 err,
                 noreply: false,
-            }),
-            Parsed::Error {
-                err,
-                noreply,
-                consumed,
-                swallow,
-            } => {
-                self.scanned = 0;
-                self.swallow = swallow;
-                Step::Reject(Rejected::Text { err, noreply }, consumed)
-            }
-            Parsed::Request { req, consumed } => {
-                self.scanned = 0;
-                match req {
-                    Request::Get {
-                        kind,
-                        exptime,
-                        keys,
-                        ..
-                    } => {
-                        // The keys start inside the line, which starts at `at`.
-                        let keys_at = keys.as_ptr() as usize - input[at..].as_ptr() as usize;
-                        let cont = Cont {
-                            kind,
-                            exptime,
-                            left: consumed,
-                        };
-                        self.part(keys_at, keys, cont, true)
-                    }
-                    req => Step::Request(req, consumed),
-                }
-            }
+            });
+        };
+        let info = || {
+            format!(
+                "id={} addr={} user={}",
+                cx.client.id, cx.client.addr, user.name
+            )
+        };
+        if acl::permitted(acl, &user, &req, info) {
+            return Step::Request(req, n);
         }
+        let refusal = match &req {
+            Request::Binary(b) => Rejected::Binary {
+                head: b.head,
+                status: binary::Status::AuthError,
+            },
+            _ => Rejected::Text {
+                err: McError::NoPermission,
+                noreply: false,
+            },
+        };
+        Step::Reject(refusal, n)
     }
 
     fn reads(&self, req: &Request<'_>) -> usize {

@@ -30,7 +30,7 @@ pub(crate) struct RespConn {
     pub resp3: bool,
     pub authenticated: bool,
     /// The user the connection runs as (ACL).
-    pub user: cmd::acl::ConnUser,
+    pub user: crate::state::acl::ConnUser,
     /// After MULTI: the transaction being queued.
     pub multi: Option<cmd::multi::Multi>,
     /// WATCHed keys, until EXEC, DISCARD or UNWATCH.

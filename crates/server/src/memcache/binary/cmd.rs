@@ -27,7 +27,9 @@ pub fn status_of(err: &McError) -> Status {
         McError::NonNumeric => Status::NonNumeric,
         McError::OutOfMemory | McError::OutOfMemoryStoring => Status::OutOfMemory,
         McError::UnknownCommand => Status::UnknownCommand,
-        McError::Unauthenticated | McError::AuthFailure => Status::AuthError,
+        McError::Unauthenticated | McError::AuthFailure | McError::NoPermission => {
+            Status::AuthError
+        }
         McError::Store(combkv::Error::Unavailable(_) | combkv::Error::Uncertain(_)) => {
             Status::TemporaryFailure
         }

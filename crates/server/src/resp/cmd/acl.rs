@@ -3,45 +3,9 @@
 //! and NOPERM's words. The ACL command and the check every command passes
 //! read the table, and live beside it (`table::acl`).
 
-use std::sync::Arc;
-
 use super::Ctx;
 use crate::resp::error::{CmdError, CmdResult};
-use crate::state::acl::{Acl, Denied, READ, User, WRITE};
-
-/// Which user a connection runs as, looked up again when the ACL table
-/// changed since (`Acl::version`).
-#[derive(Debug, Default)]
-pub(crate) struct ConnUser {
-    /// None: the default user, not looked up yet.
-    user: Option<Arc<User>>,
-    version: u64,
-}
-
-impl ConnUser {
-    /// The connection's user as the ACL table has it now; None if it was
-    /// deleted (the connection is then closed, as Redis does).
-    pub(crate) fn current(&mut self, acl: &Acl) -> Option<&Arc<User>> {
-        let v = acl.version();
-        let name = self.user.as_ref().map_or("default", |u| u.name.as_str());
-        if self.user.is_none() || v != self.version {
-            self.user = acl.user(name);
-            self.version = v;
-        }
-        self.user.as_ref()
-    }
-
-    pub(crate) fn set(&mut self, user: Arc<User>, acl: &Acl) {
-        self.user = Some(user);
-        self.version = acl.version();
-    }
-
-    /// Whether batched reads may skip the checks: the user may run
-    /// everything on every key.
-    pub(crate) fn unrestricted(&mut self, acl: &Acl) -> bool {
-        self.current(acl).is_some_and(|u| u.unrestricted())
-    }
-}
+use crate::state::acl::{Denied, READ, WRITE};
 
 pub(crate) fn client_info(cx: &Ctx<'_, '_>, user: &str) -> String {
     format!(

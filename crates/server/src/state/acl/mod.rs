@@ -366,6 +366,40 @@ impl Acl {
     }
 }
 
+/// Which user a connection runs as, looked up again when the ACL table
+/// changed since (`Acl::version`).
+#[derive(Debug, Default)]
+pub struct ConnUser {
+    /// None: the default user, not looked up yet.
+    user: Option<Arc<User>>,
+    version: u64,
+}
+
+impl ConnUser {
+    /// The connection's user as the ACL table has it now; None if it was
+    /// deleted (the connection is then closed, as Redis does).
+    pub fn current(&mut self, acl: &Acl) -> Option<&Arc<User>> {
+        let v = acl.version();
+        let name = self.user.as_ref().map_or("default", |u| u.name.as_str());
+        if self.user.is_none() || v != self.version {
+            self.user = acl.user(name);
+            self.version = v;
+        }
+        self.user.as_ref()
+    }
+
+    pub fn set(&mut self, user: Arc<User>, acl: &Acl) {
+        self.user = Some(user);
+        self.version = acl.version();
+    }
+
+    /// Whether batched reads may skip the checks: the user may run
+    /// everything on every key.
+    pub fn unrestricted(&mut self, acl: &Acl) -> bool {
+        self.current(acl).is_some_and(|u| u.unrestricted())
+    }
+}
+
 fn no_file() -> String {
     "This Redis instance is not configured to use an ACL file. You may want to specify users via \
      the ACL SETUSER command and then issue a CONFIG REWRITE (assuming you have a Redis \
