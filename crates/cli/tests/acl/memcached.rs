@@ -124,3 +124,88 @@ fn memcached_commands_follow_the_users_permissions() {
     );
     assert_eq!(admin.cmd(&["EXISTS", "b1", "k1"]).to_string(), ":1");
 }
+
+/// A binary request: (opcode, extras, key, value) in a 24-byte header.
+fn binary(op: u8, extras: &[u8], key: &[u8], value: &[u8]) -> Vec<u8> {
+    let body = (extras.len() + key.len() + value.len()) as u32;
+    let mut p = vec![0x80, op];
+    p.extend_from_slice(&(key.len() as u16).to_be_bytes());
+    p.extend_from_slice(&[extras.len() as u8, 0, 0, 0]);
+    p.extend_from_slice(&body.to_be_bytes());
+    p.extend_from_slice(&[0; 12]);
+    p.extend_from_slice(extras);
+    p.extend_from_slice(key);
+    p.extend_from_slice(value);
+    p
+}
+
+/// Sends one binary request and returns the status of its response.
+fn binary_status(s: &mut std::net::TcpStream, req: &[u8]) -> u16 {
+    use std::io::{Read as _, Write as _};
+    s.write_all(req).unwrap();
+    let mut head = [0u8; 24];
+    s.read_exact(&mut head).unwrap();
+    assert_eq!(head[0], 0x81, "a response header");
+    let body = u32::from_be_bytes(head[8..12].try_into().unwrap());
+    let mut rest = vec![0u8; body as usize];
+    s.read_exact(&mut rest).unwrap();
+    u16::from_be_bytes([head[6], head[7]])
+}
+
+/// Binary SASL PLAIN takes any enabled user, as the text protocol does;
+/// a request the user may not make is refused with EACCESS (0x24) and
+/// changes nothing.
+#[test]
+fn memcached_binary_sasl_two_users() {
+    let server = Server::start(&["--requirepass", "secret"], None);
+    let mut admin = Client::connect(server.resp);
+    for cmd in [
+        "AUTH secret",
+        "ACL SETUSER alice on >pa +@all ~*",
+        "ACL SETUSER bob on >pb +get ~*",
+    ] {
+        let args: Vec<&str> = cmd.split(' ').collect();
+        assert_eq!(admin.cmd(&args).to_string(), "+OK", "{cmd}");
+    }
+    let connect = || {
+        let s = std::net::TcpStream::connect(server.memcached).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        s
+    };
+    const SASL_AUTH: u8 = 0x21;
+    const GET: u8 = 0x00;
+    const SET: u8 = 0x01;
+    let set_extras = [0u8; 8];
+    let mut alice = connect();
+    assert_eq!(
+        binary_status(
+            &mut alice,
+            &binary(SASL_AUTH, &[], b"PLAIN", b"\0alice\0wrong")
+        ),
+        0x20
+    );
+    assert_eq!(
+        binary_status(
+            &mut alice,
+            &binary(SASL_AUTH, &[], b"PLAIN", b"\0alice\0pa")
+        ),
+        0
+    );
+    assert_eq!(
+        binary_status(&mut alice, &binary(SET, &set_extras, b"k", b"v")),
+        0
+    );
+    let mut bob = connect();
+    assert_eq!(
+        binary_status(&mut bob, &binary(SASL_AUTH, &[], b"PLAIN", b"\0bob\0pb")),
+        0
+    );
+    assert_eq!(binary_status(&mut bob, &binary(GET, &[], b"k", b"")), 0);
+    assert_eq!(
+        binary_status(&mut bob, &binary(SET, &set_extras, b"k2", b"v")),
+        0x24,
+        "bob has no +set"
+    );
+    assert_eq!(admin.cmd(&["EXISTS", "k", "k2"]).to_string(), ":1");
+}
