@@ -218,6 +218,12 @@ pub fn auth() -> Vec<Case> {
                 c(1, "AUTH p1"),
                 c(1, "AUTH"),
                 c(1, "AUTH a b c"),
+                c(0, "ACL SETUSER nop on nopass +@all ~*"),
+                c(1, "AUTH nop anything"),
+                c(1, "ACL WHOAMI"),
+                c(0, "ACL SETUSER nop resetpass"),
+                c(1, "AUTH nop anything"),
+                c(1, "ACL WHOAMI"),
                 cmp(2, "HELLO 3 AUTH alice p1", Cmp::Hello),
                 c(2, "ACL WHOAMI"),
                 c(2, "ACL GETUSER alice"),
@@ -398,7 +404,29 @@ pub fn noperm_and_log() -> Vec<Case> {
         c(1, "DEL k1"),
         cmp(0, "ACL LOG", Cmp::Log),
     ]);
-    vec![case("NOPERM and ACL LOG", steps)]
+    let selectors = vec![
+        c(
+            0,
+            "ACL SETUSER bob on >p2 +get ~k* (+set ~s*) (%R~r* +get +mget)",
+        ),
+        c(2, "AUTH bob p2"),
+        c(2, "GET k1"),
+        c(2, "SET s1 v"),
+        c(2, "GET r1"),
+        c(2, "SET k1 v"),
+        c(2, "GET s1"),
+        c(2, "MGET k1 r1"),
+        c(2, "MGET r1"),
+        c(2, "SET r1 v"),
+        c(0, "ACL DRYRUN bob set s1 v"),
+        c(0, "ACL DRYRUN bob set k1 v"),
+        c(0, "ACL DRYRUN bob mget k1 r1"),
+        cmp(0, "ACL LOG 3", Cmp::Log),
+    ];
+    vec![
+        case("NOPERM and ACL LOG", steps),
+        case("permissions from selectors", selectors),
+    ]
 }
 
 /// MULTI/EXEC: commands refused as they are queued abort the EXEC; a
@@ -473,6 +501,9 @@ pub fn aclfile() -> Vec<Case> {
             write("user dave on nopass +@all ~*\n"),
             c(0, "ACL LOAD"),
             c(0, "ACL LIST"),
+            // carol is gone: her connection's fate after the LOAD.
+            c(2, "PING"),
+            c(0, "ACL WHOAMI"),
             c(0, "ACL SAVE"),
             read,
         ],
