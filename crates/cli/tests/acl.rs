@@ -353,6 +353,11 @@ fn key_specs_decide_read_and_write_as_in_redis() {
 }
 
 #[test]
+fn order_of_checks_as_in_redis() {
+    compare(cases::check_order(), true, false);
+}
+
+#[test]
 fn multi_exec_as_in_redis() {
     compare(cases::multi(), true, false);
 }

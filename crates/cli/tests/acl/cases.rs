@@ -422,6 +422,8 @@ pub fn noperm_and_log() -> Vec<Case> {
         c(0, "ACL DRYRUN bob set k1 v"),
         c(0, "ACL DRYRUN bob mget k1 r1"),
         cmp(0, "ACL LOG 3", Cmp::Log),
+        cmp(3, "HELLO 3", Cmp::Hello),
+        c(3, "ACL GETUSER bob"),
     ];
     vec![
         case("NOPERM and ACL LOG", steps),
@@ -595,4 +597,53 @@ pub fn key_specs() -> Vec<Case> {
     }
     steps.push(cmp(0, "ACL LOG", Cmp::Log));
     vec![case("key specs", steps)]
+}
+
+/// Which refusal wins when several apply: unknown command and arity come
+/// before NOAUTH, NOAUTH before NOPERM; EXEC and DISCARD refused inside a
+/// transaction; a user without @dangerous.
+pub fn check_order() -> Vec<Case> {
+    vec![
+        case(
+            "order of checks",
+            vec![
+                c(0, "ACL SETUSER alice on >p1 +get +multi ~k*"),
+                c(0, "ACL SETUSER default >secret"),
+                c(1, "NOSUCHCMD x"),
+                c(1, "GET"),
+                c(1, "GET k1"),
+                c(1, "ACL SETUSER x"),
+                c(1, "AUTH alice p1"),
+                c(1, "NOSUCHCMD x"),
+                c(1, "GET"),
+                c(1, "SET"),
+                c(1, "SET x v"),
+                c(1, "MULTI"),
+                c(1, "GET k1"),
+                c(1, "EXEC"),
+                c(1, "GET k1"),
+                c(1, "DISCARD"),
+                c(1, "GET k1"),
+                cmp(0, "ACL LOG", Cmp::Log),
+                c(0, "ACL SETUSER default nopass"),
+            ],
+        ),
+        case(
+            "a user without @dangerous",
+            vec![
+                c(0, "ACL SETUSER carol on >p3 +@all -@dangerous ~*"),
+                c(0, "ACL GETUSER carol"),
+                c(2, "AUTH carol p3"),
+                c(2, "SET k v"),
+                c(2, "FLUSHALL"),
+                c(2, "KEYS *"),
+                c(2, "CONFIG GET maxmemory"),
+                c(2, "ACL WHOAMI"),
+                c(2, "ACL LOG"),
+                c(2, "ACL CAT"),
+                cmp(3, "HELLO 3", Cmp::Hello),
+                c(3, "ACL GETUSER carol"),
+            ],
+        ),
+    ]
 }
