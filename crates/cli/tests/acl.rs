@@ -20,8 +20,8 @@
 
 #[path = "acl/cases.rs"]
 mod cases;
-#[path = "acl/memcached.rs"]
-mod memcached;
+#[path = "acl/combkv_only.rs"]
+mod combkv_only;
 #[path = "acl/normalise.rs"]
 mod normalise;
 mod support;

@@ -1,6 +1,6 @@
 //! combkv's side of users without a Redis to compare with: Redis 7.2's
-//! denial counters in INFO (redis-server 7.0 has none), and memcached's
-//! authentication and permissions.
+//! denial counters in INFO (redis-server 7.0 has none), memcached's
+//! authentication and permissions, and combkv's own RANGE.
 
 use crate::normalise::{acl_stats, log};
 use crate::support::resp::Client;
@@ -208,4 +208,57 @@ fn memcached_binary_sasl_two_users() {
         "bob has no +set"
     );
     assert_eq!(admin.cmd(&["EXISTS", "k", "k2"]).to_string(), ":1");
+}
+
+/// RANGE is allowed only where one read pattern covers every key the
+/// range could hold: `~user:*` covers `[user:a [user:z` (every key between
+/// two keys that start with `user:` starts with it too), never an open
+/// end, and `~user:?` does not cover `[user:1 [user:2` (`user:10` lies
+/// between). A refusal is the key NOPERM, never a filtered reply.
+#[test]
+fn range_needs_a_pattern_covering_the_whole_range() {
+    let server = Server::start(&[], None);
+    let mut admin = Client::connect(server.resp);
+    for cmd in [
+        "MSET user:b 1 user:c 2 zz 3",
+        "ACL SETUSER alice on >pa +@all ~user:*",
+        "ACL SETUSER bob on >pb +@all ~user:?",
+        "ACL SETUSER carol on >pc +@all %W~user:*",
+    ] {
+        let args: Vec<&str> = cmd.split(' ').collect();
+        assert_eq!(admin.cmd(&args).to_string(), "+OK", "{cmd}");
+    }
+    let key_noperm =
+        "-NOPERM this user has no permissions to access one of the keys used as arguments";
+    let cases: [(&str, &str, &str); 8] = [
+        (
+            "alice pa",
+            "RANGE [user:a [user:z",
+            r#"["user:b", "1", "user:c", "2"]"#,
+        ),
+        (
+            "alice pa",
+            "RANGE (user:b [user:c KEYSONLY",
+            r#"["user:c"]"#,
+        ),
+        ("alice pa", "RANGE - +", key_noperm),
+        ("alice pa", "RANGE [user:a +", key_noperm),
+        ("alice pa", "RANGE [a [user:z", key_noperm),
+        ("bob pb", "RANGE [user:1 [user:2", key_noperm),
+        ("carol pc", "RANGE [user:a [user:z", key_noperm),
+        (
+            "default x",
+            "RANGE - + KEYSONLY",
+            r#"["user:b", "user:c", "zz"]"#,
+        ),
+    ];
+    for (user_pass, cmd, want) in cases {
+        let mut c = Client::connect(server.resp);
+        let (user, pass) = user_pass.split_once(' ').unwrap();
+        if user != "default" {
+            assert_eq!(c.cmd(&["AUTH", user, pass]).to_string(), "+OK");
+        }
+        let args: Vec<&str> = cmd.split(' ').collect();
+        assert_eq!(c.cmd(&args).to_string(), want, "{user}: {cmd}");
+    }
 }
