@@ -358,6 +358,11 @@ fn order_of_checks_as_in_redis() {
 }
 
 #[test]
+fn connected_users_and_log_length_as_in_redis() {
+    compare(cases::changes_and_log_length(), true, false);
+}
+
+#[test]
 fn multi_exec_as_in_redis() {
     compare(cases::multi(), true, false);
 }

@@ -253,6 +253,7 @@ pub fn auth() -> Vec<Case> {
                 c(5, "HELLO 3"),
                 cmp(5, "HELLO 3 AUTH default secret", Cmp::Hello),
                 c(0, "ACL SETUSER default off"),
+                c(0, "PING"),
                 c(6, "PING"),
                 c(6, "AUTH secret"),
                 c(6, "AUTH alice p1"),
@@ -646,4 +647,29 @@ pub fn check_order() -> Vec<Case> {
             ],
         ),
     ]
+}
+
+/// Changes to a connected user: `off`, a new password and `reset` act on
+/// its open connection as Redis's do; the ACL LOG keeps its newest 128
+/// entries (`acl-log-max-len`).
+pub fn changes_and_log_length() -> Vec<Case> {
+    let mut steps = vec![
+        c(0, "ACL SETUSER alice on >p1 +@all ~*"),
+        c(1, "AUTH alice p1"),
+        c(0, "ACL SETUSER alice >p2 <p1"),
+        c(1, "PING"),
+        c(0, "ACL SETUSER alice off"),
+        c(1, "PING"),
+        c(1, "ACL WHOAMI"),
+        c(2, "AUTH alice p2"),
+        c(0, "ACL SETUSER alice reset"),
+        c(1, "PING"),
+        c(0, "ACL SETUSER bob on >p3 +get"),
+        c(3, "AUTH bob p3"),
+    ];
+    for i in 0..130 {
+        steps.push(c(3, &format!("GET key{i}")));
+    }
+    steps.push(cmp(0, "ACL LOG 200", Cmp::Log));
+    vec![case("changes to a connected user, the log's length", steps)]
 }
