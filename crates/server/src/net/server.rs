@@ -346,7 +346,7 @@ impl Server {
             memcached_udp = ?bound.memcached_udp,
             metrics = ?bound.metrics,
             threads = threads_n,
-            "combkv {} serving",
+            "combkv {} serving: Ready to accept connections",
             env!("CARGO_PKG_VERSION")
         );
         Ok(Server {
