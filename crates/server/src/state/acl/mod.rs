@@ -10,6 +10,7 @@
 //! deleted user's connections are closed, as in Redis.
 
 pub mod catalog;
+pub mod redis_names;
 pub mod selector;
 #[cfg(test)]
 mod tests;

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::catalog::{CATEGORIES, Catalog, category};
+use super::redis_names;
 use crate::state::glob;
 
 /// A key pattern's permission bits.
@@ -163,10 +164,11 @@ impl Selector {
                 self.change_category(c, bit, lower.starts_with('+'));
             }
             _ if lower.starts_with('+') => self.allow(c, &lower[1..], &op[1..])?,
-            _ if lower.starts_with('-') => {
-                let id = c.id(&lower[1..]).ok_or(RuleError::Unknown)?;
-                self.change(c, id, false);
-            }
+            _ if lower.starts_with('-') => match c.id(&lower[1..]) {
+                Some(id) => self.change(c, id, false),
+                None if redis_names::known(&lower[1..]) => {}
+                None => return Err(RuleError::Unknown),
+            },
             _ => return Err(RuleError::Syntax),
         }
         Ok(())
@@ -221,11 +223,21 @@ impl Selector {
     /// subcommands.
     fn allow(&mut self, c: &Catalog, lower: &str, raw: &str) -> Result<(), RuleError> {
         let Some((cmd, sub)) = lower.rsplit_once('|') else {
-            let id = c.id(lower).ok_or(RuleError::Unknown)?;
-            self.change(c, id, true);
+            match c.id(lower) {
+                Some(id) => self.change(c, id, true),
+                None if redis_names::known(lower) => {}
+                None => return Err(RuleError::Unknown),
+            }
             return Ok(());
         };
-        let id = c.id(cmd).ok_or(RuleError::Unknown)?;
+        let Some(id) = c.id(cmd) else {
+            // A Redis command combkv lacks: nothing to allow.
+            return if redis_names::known(cmd) && !sub.is_empty() {
+                Ok(())
+            } else {
+                Err(RuleError::Unknown)
+            };
+        };
         if c.parent[id].is_some() {
             return Err(RuleError::SubcommandFirstArg);
         }
@@ -233,8 +245,11 @@ impl Selector {
             return Err(RuleError::Syntax);
         }
         if !c.subs[id].is_empty() {
-            let sub_id = c.id(lower).ok_or(RuleError::Unknown)?;
-            self.change(c, sub_id, true);
+            match c.id(lower) {
+                Some(sub_id) => self.change(c, sub_id, true),
+                None if redis_names::known(lower) => {}
+                None => return Err(RuleError::Unknown),
+            }
         } else {
             let arg = raw.rsplit_once('|').map_or(sub, |(_, a)| a).to_string();
             let list = self.first_args.entry(id).or_default();

@@ -169,6 +169,23 @@ fn rules_apply_as_redis_applies_them() {
         err(&mut u, "+client|id|x"),
         "Allowing first-arg of a subcommand is not supported"
     );
+    // Redis commands combkv lacks: accepted, allowing nothing (an ACL file
+    // written for Redis loads).
+    let before = u.describe(&c);
+    for r in [
+        "-debug",
+        "+eval",
+        "+client|pause",
+        "-client|pause",
+        "+debug|object",
+    ] {
+        u.apply(&c, r).unwrap_or_else(|e| panic!("{r}: {e:?}"));
+    }
+    assert_eq!(u.describe(&c), before);
+    assert_eq!(
+        err(&mut u, "+client|nosuch"),
+        "Unknown command or category name in ACL"
+    );
     u.apply(&c, "allkeys").unwrap();
     assert!(err(&mut u, "~x").starts_with("Adding a pattern after the * pattern"));
 }
