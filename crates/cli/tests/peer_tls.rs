@@ -493,3 +493,86 @@ fn peer_certificates_rotate_with_sighup() {
     drop(cluster);
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// Opens an authenticated connection as `user` on node `i`, or the error.
+fn auth_as(
+    cluster: &Cluster,
+    i: usize,
+    user: &str,
+    pass: &str,
+) -> redis::RedisResult<redis::Connection> {
+    let mut con = cluster.con(i);
+    redis::cmd("AUTH")
+        .arg(user)
+        .arg(pass)
+        .query::<()>(&mut con)?;
+    Ok(con)
+}
+
+/// Users made or removed on any node are the same on every node (they
+/// travel through the Raft log), after a node restarts too.
+#[test]
+fn acl_changes_reach_every_node() {
+    let root = std::env::temp_dir().join(format!("combkv-cluster-acl-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    let ca = Ca::new(&root, "ca");
+    let mut cluster = Cluster::start(&root, &ca);
+    cluster.settled();
+    // Made on node 2, whichever node leads.
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER", "app", "on", ">pw", "~app:*", "-@all", "+get", "+set",
+        ])
+        .query(&mut cluster.con(1))
+        .unwrap();
+    for i in 0..3 {
+        // Each node puts the change in place as it applies the entry.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut con = loop {
+            match auth_as(&cluster, i, "app", "pw") {
+                Ok(con) => break con,
+                Err(e) if Instant::now() > deadline => panic!("node {i}: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        };
+        let _: () = redis::cmd("SET")
+            .arg(format!("app:{i}"))
+            .arg("v")
+            .query(&mut con)
+            .unwrap();
+        let err = redis::cmd("DEL")
+            .arg("app:0")
+            .query::<i64>(&mut con)
+            .unwrap_err();
+        assert_eq!(err.code(), Some("NOPERM"), "node {i}: {err}");
+        let err = redis::cmd("GET")
+            .arg("other")
+            .query::<Option<String>>(&mut con)
+            .unwrap_err();
+        assert_eq!(err.code(), Some("NOPERM"), "node {i}: {err}");
+    }
+    // A restarted node has the users from its log.
+    cluster.nodes[2].restart();
+    cluster.settled();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while auth_as(&cluster, 2, "app", "pw").is_err() {
+        assert!(Instant::now() < deadline, "the restarted node lost app");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Removed on node 3: gone everywhere.
+    let n: i64 = redis::cmd("ACL")
+        .arg(&["DELUSER", "app"])
+        .query(&mut cluster.con(2))
+        .unwrap();
+    assert_eq!(n, 1);
+    for i in 0..3 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while auth_as(&cluster, i, "app", "pw").is_ok() {
+            assert!(Instant::now() < deadline, "node {i} still knows app");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&root);
+}

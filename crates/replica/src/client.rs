@@ -55,6 +55,25 @@ impl Replica {
         now
     }
 
+    /// Sets the cluster setting `name` (the ACL table, say) to `value` on
+    /// every node: proposed through the log as a write is (a follower
+    /// forwards it), as an entry of its own, answered once it commits.
+    /// Each node sees it through [`Replica::settings`] as it applies it.
+    pub async fn set_setting(&self, name: &str, value: &[u8]) -> Result<(), ClusterError> {
+        let now = self.clock_ms();
+        self.write(now, crate::codec::encode_setting(name, value))
+            .await
+            .map(|_| ())
+    }
+
+    /// Follows the cluster settings this node has applied (from the log
+    /// or a snapshot, after a restart too).
+    pub fn settings(
+        &self,
+    ) -> tokio::sync::watch::Receiver<std::collections::BTreeMap<String, Vec<u8>>> {
+        self.inner.sm.settings()
+    }
+
     /// Proposes encoded ops (see [`crate::codec`]) decided at `now_ms` as
     /// one entry, through the leader, and returns their results, exactly
     /// one per op, once the entry is committed and applied here or on the

@@ -100,14 +100,21 @@ impl GroupCommit {
     }
 
     /// Takes queued proposals up to an entry's worth (at least one).
+    /// A setting (`codec::encode_setting`) is an entry of its own.
     fn take(&self) -> Vec<Pending> {
         let mut queue = self.queue.lock();
+        if queue
+            .first()
+            .is_some_and(|p| codec::is_setting(&p.batch.ops))
+        {
+            return queue.drain(..1).collect();
+        }
         let mut bytes = 0;
         let n = queue
             .iter()
             .position(|p| {
                 bytes += p.batch.ops.len();
-                bytes > MAX_ENTRY_BYTES
+                bytes > MAX_ENTRY_BYTES || codec::is_setting(&p.batch.ops)
             })
             .unwrap_or(queue.len())
             .max(1)

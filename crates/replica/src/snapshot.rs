@@ -37,6 +37,18 @@ pub struct Header {
     /// as the others do (ids are never reused). Last, so that files from
     /// before it read as [`HeaderV1`].
     pub ever_voters: Vec<NodeId>,
+    /// The cluster settings applied up to the snapshot (name, value).
+    /// Last, so that files from before it read as [`HeaderV2`].
+    pub settings: Vec<(String, Vec<u8>)>,
+}
+
+/// The header of files written before [`Header::settings`].
+#[derive(Deserialize)]
+struct HeaderV2 {
+    meta: SnapshotMeta<NodeId, BasicNode>,
+    clock: u64,
+    now_ms: u64,
+    ever_voters: Vec<NodeId>,
 }
 
 /// The header of files written before [`Header::ever_voters`]: postcard
@@ -54,6 +66,15 @@ impl Header {
         if let Ok(h) = postcard::from_bytes::<Header>(bytes) {
             return Some(h);
         }
+        if let Ok(h) = postcard::from_bytes::<HeaderV2>(bytes) {
+            return Some(Header {
+                meta: h.meta,
+                clock: h.clock,
+                now_ms: h.now_ms,
+                ever_voters: h.ever_voters,
+                settings: Vec::new(),
+            });
+        }
         let old = postcard::from_bytes::<HeaderV1>(bytes).ok()?;
         // The voters of the snapshot's membership are the ones it knows.
         let ever_voters = old.meta.last_membership.membership().voter_ids().collect();
@@ -62,6 +83,7 @@ impl Header {
             clock: old.clock,
             now_ms: old.now_ms,
             ever_voters,
+            settings: Vec::new(),
         })
     }
 }
@@ -282,8 +304,32 @@ mod tests {
             clock: 7,
             now_ms: 11,
             ever_voters: vec![1, 2, 3, 5],
+            settings: vec![(
+                "acl".into(),
+                b"user default on nopass ~* &* +@all\n".to_vec(),
+            )],
         };
         let bytes = postcard::to_stdvec(&h).unwrap();
         assert_eq!(Header::decode(&bytes), Some(h));
+    }
+
+    #[test]
+    fn a_header_from_before_settings_reads_with_none() {
+        #[derive(Serialize)]
+        struct V2 {
+            meta: SnapshotMeta<NodeId, BasicNode>,
+            clock: u64,
+            now_ms: u64,
+            ever_voters: Vec<NodeId>,
+        }
+        let old = V2 {
+            meta: meta(),
+            clock: 7,
+            now_ms: 11,
+            ever_voters: vec![1, 2],
+        };
+        let h = Header::decode(&postcard::to_stdvec(&old).unwrap()).unwrap();
+        assert_eq!((h.clock, h.now_ms, h.ever_voters), (7, 11, vec![1, 2]));
+        assert!(h.settings.is_empty());
     }
 }

@@ -5,7 +5,7 @@
 //! apply goes on (`snapshot`); installing one loads a new store and swaps it
 //! in whole.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -58,6 +58,9 @@ struct SmState {
     /// and kept in snapshots, so every node knows the same set, after a
     /// restart and after installing a snapshot too.
     ever_voters: BTreeSet<NodeId>,
+    /// Cluster settings (`codec::encode_setting`) by name, as the log has
+    /// applied them; kept in snapshots like `ever_voters`.
+    settings: BTreeMap<String, Vec<u8>>,
 }
 
 /// A function told of every applied batch: its log index, the batch, and
@@ -84,6 +87,8 @@ pub struct StateMachine {
     dir: PathBuf,
     state: Arc<Mutex<SmState>>,
     applied_tx: Arc<watch::Sender<Option<LogId>>>,
+    /// The cluster settings, as each entry or snapshot sets them.
+    settings_tx: Arc<watch::Sender<BTreeMap<String, Vec<u8>>>>,
     on_apply: Option<ApplyHook>,
 }
 
@@ -124,6 +129,7 @@ impl StateMachine {
                     state.membership = header.meta.last_membership.clone();
                     state.now_ms = header.now_ms;
                     state.ever_voters = header.ever_voters.iter().copied().collect();
+                    state.settings = header.settings.iter().cloned().collect();
                     state.snapshot = Some((header.meta, path));
                     store = Some(s);
                     break;
@@ -136,12 +142,14 @@ impl StateMachine {
             None => Store::new(config.clone()).map_err(io::Error::other)?,
         };
         let (applied_tx, _) = watch::channel(state.log_id);
+        let (settings_tx, _) = watch::channel(state.settings.clone());
         Ok(StateMachine {
             cell: StoreCell::new(Arc::new(store)),
             config,
             dir: dir.to_path_buf(),
             state: Arc::new(Mutex::new(state)),
             applied_tx: Arc::new(applied_tx),
+            settings_tx: Arc::new(settings_tx),
             on_apply,
         })
     }
@@ -159,6 +167,11 @@ impl StateMachine {
     /// The clock of the last applied batch: a leader never proposes below it.
     pub fn now_ms(&self) -> u64 {
         self.state.lock().now_ms
+    }
+
+    /// Follows the cluster settings as applied (see `SmState::settings`).
+    pub fn settings(&self) -> watch::Receiver<BTreeMap<String, Vec<u8>>> {
+        self.settings_tx.subscribe()
     }
 
     /// Every id that was a voter in a membership applied so far (see
@@ -205,6 +218,18 @@ impl StateMachine {
                 Ok(Applied::default())
             }
             EntryPayload::Normal(batch) => {
+                match codec::decode_setting(&batch.ops) {
+                    Some(Ok((name, value))) => {
+                        state.settings.insert(name, value);
+                        self.settings_tx.send_replace(state.settings.clone());
+                        return Ok(Applied::default());
+                    }
+                    Some(Err(e)) => {
+                        tracing::error!("entry {} holds an undecodable setting: {e}", entry.log_id);
+                        return Ok(Applied::default());
+                    }
+                    None => {}
+                }
                 let ops = match codec::decode_ops(&batch.ops) {
                     Ok(ops) => ops,
                     // Every replica reads the same bytes and skips them
@@ -393,6 +418,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             clock: store.read_version().get(),
             now_ms: state.now_ms,
             ever_voters: state.ever_voters.iter().copied().collect(),
+            settings: state.settings.clone().into_iter().collect(),
         };
         drop(state);
         Builder {
@@ -460,6 +486,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             s.membership = meta.last_membership.clone();
             s.now_ms = header.now_ms;
             s.ever_voters = header.ever_voters.into_iter().collect();
+            s.settings = header.settings.into_iter().collect();
+            self.settings_tx.send_replace(s.settings.clone());
         }
         self.set_current(meta.clone(), path);
         self.applied_tx.send_replace(meta.last_log_id);

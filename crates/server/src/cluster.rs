@@ -236,6 +236,36 @@ impl Cluster {
         self.replica.status()
     }
 
+    /// Sets a cluster setting on every node through the log, and waits
+    /// until it commits.
+    pub(crate) fn set_setting(&self, name: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.rt
+            .block_on(self.replica.set_setting(name, value))
+            .map_err(cluster_error)
+    }
+
+    /// Calls `f` with the value of the setting `name` as this node applies
+    /// it (from the log or a snapshot; at once if it already has one), on
+    /// a Raft thread.
+    pub(crate) fn on_setting(&self, name: &'static str, f: impl Fn(&[u8]) + Send + 'static) {
+        let mut rx = self.replica.settings();
+        self.rt.spawn(async move {
+            let mut last: Option<Vec<u8>> = None;
+            loop {
+                let now = rx.borrow_and_update().get(name).cloned();
+                if let Some(v) = &now
+                    && now != last
+                {
+                    f(v);
+                    last = now;
+                }
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+
     /// Reads the peer TLS files again (see `Replica::reload_peer_tls`).
     pub(crate) fn reload_peer_tls(&self) -> Result<bool, String> {
         self.replica.reload_peer_tls()

@@ -8,6 +8,7 @@
 #![allow(dead_code, reason = "each test binary uses a part")]
 
 pub mod certs;
+pub mod resp;
 pub mod writes;
 
 use std::io::{Read, Write};

@@ -149,6 +149,44 @@ pub fn list_count(bytes: &[u8]) -> Decoded<usize> {
     Ok(n as usize)
 }
 
+/// The tag after an empty op list that makes an entry a cluster setting
+/// (see [`encode_setting`]): nodes that predate settings read it as a list
+/// with trailing bytes, and skip it as undecodable.
+const SETTING_TAG: u8 = 0xA0;
+
+/// A replicated cluster setting (the ACL table, say): `name` takes
+/// `value` on every node when the entry applies. Written as a list of no
+/// ops followed by the tag, the name and the value, so that every path a
+/// write takes (forwarding, group commit, the log) carries it unchanged,
+/// and it asks for no results.
+pub fn encode_setting(name: &str, value: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(name.len() + value.len() + 25);
+    put_u64(&mut out, 0);
+    out.push(SETTING_TAG);
+    wire::put_bytes(&mut out, name.as_bytes());
+    wire::put_bytes(&mut out, value);
+    out
+}
+
+/// Whether an encoded entry is a setting, not ops.
+pub fn is_setting(bytes: &[u8]) -> bool {
+    bytes.len() > 8 && bytes[..8] == [0; 8] && bytes[8] == SETTING_TAG
+}
+
+/// A setting's name and value (None: the bytes are ops).
+pub fn decode_setting(bytes: &[u8]) -> Option<Decoded<(String, Vec<u8>)>> {
+    if !is_setting(bytes) {
+        return None;
+    }
+    let mut r = Reader { b: &bytes[9..] };
+    Some((|| {
+        let name = std::str::from_utf8(r.bytes()?).map_err(|_| DecodeError("setting name"))?;
+        let value = r.bytes()?.to_vec();
+        r.end()?;
+        Ok((name.to_string(), value))
+    })())
+}
+
 /// How many ops an encoded list holds, checking that every one decodes
 /// (a malformed list in an entry would stop every replica applying it).
 pub fn op_count(bytes: &[u8]) -> Decoded<usize> {

@@ -1,10 +1,11 @@
 //! memcached's text-protocol authentication (its `-Y` option), served when
-//! the server has a `requirepass`: until a connection authenticates, every
-//! line is refused with `CLIENT_ERROR unauthenticated` and nothing runs. It
-//! authenticates with a `set` whose data is `<user> <password>` (any key,
-//! flags and exptime): user `default` and the `requirepass` password, the
-//! one user RESP's AUTH knows. The replies follow memcached 1.6's
-//! `proto_text.c` (`process_request_ascii` before authentication).
+//! the default user needs a password (`requirepass`, or an ACL file that
+//! gives it one): until a connection authenticates, every line is refused
+//! with `CLIENT_ERROR unauthenticated` and nothing runs. It authenticates
+//! with a `set` whose data is `<user> <password>` (any key, flags and
+//! exptime): any enabled ACL user, `default` with `requirepass` among them.
+//! The replies follow memcached 1.6's `proto_text.c`
+//! (`process_request_ascii` before authentication).
 
 use super::error::McError;
 use super::parse::words;

@@ -338,6 +338,7 @@ impl Server {
         let threads_n = config.thread_count();
         let bound = listeners.record_bound(&mut config);
         let shared = Arc::new(Shared::new(store, cluster, config, tls, acl).holding(dir_lock));
+        crate::node::acl::follow(&shared);
         let threads = start_threads(&shared, threads_n, listeners)?;
         tracing::info!(
             resp = ?bound.resp,

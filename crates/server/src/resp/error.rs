@@ -13,6 +13,9 @@ use crate::node::admin::AdminError;
 /// An error reply changes nothing in the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum CmdError {
+    /// No reply: the connection closes (a client whose ACL user was
+    /// deleted, as Redis closes it).
+    Closed,
     /// Wrong argument count for a command (its lowercase name, or
     /// `command|subcommand`): `ERR wrong number of arguments for '...'
     /// command`.
@@ -69,6 +72,7 @@ impl CmdError {
             CmdError::Oom => "OOM command not allowed when used memory > 'maxmemory'.".into(),
             CmdError::NoAuth => "NOAUTH Authentication required.".into(),
             CmdError::Other(line) => line.clone(),
+            CmdError::Closed => String::new(),
         }
     }
 }

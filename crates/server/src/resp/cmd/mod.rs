@@ -182,6 +182,10 @@ pub(crate) fn dispatch(cx: &mut Ctx<'_, '_>, spec: Option<&'static Spec>) {
 
 /// Answers a command's error.
 pub(crate) fn error_reply(cx: &mut Ctx<'_, '_>, e: &CmdError) {
+    if matches!(e, CmdError::Closed) {
+        cx.close = true;
+        return;
+    }
     Stats::add(&cx.shared.stats.errors_replied, 1);
     cx.r.error(&e.line());
 }
@@ -199,12 +203,27 @@ fn run(cx: &mut Ctx<'_, '_>, spec: Option<&'static Spec>) -> CmdResult {
         return (checked?.handler)(cx);
     }
     match checked {
-        Ok(spec) if spec.in_multi_now => (spec.handler)(cx),
+        Ok(spec) if spec.in_multi_now => {
+            if spec.name == "exec" {
+                table::acl::recheck_queued(cx);
+            }
+            (spec.handler)(cx)
+        }
         Ok(spec) if spec.no_multi => {
             multi::fail(cx);
             Err(CmdError::err("Command not allowed inside a transaction"))
         }
         Ok(spec) => multi::queue(cx, spec),
+        // EXEC itself refused (Redis's `execCommandAbort`): the
+        // transaction ends with the reason.
+        Err(e) if spec.is_some_and(|s| s.name == "exec") => {
+            cx.conn.multi = None;
+            cx.conn.watched = multi::Watches::default();
+            Err(CmdError::Other(format!(
+                "EXECABORT Transaction discarded because of: {}",
+                e.line()
+            )))
+        }
         Err(e) => {
             multi::fail(cx);
             Err(e)

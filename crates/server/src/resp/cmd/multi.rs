@@ -50,6 +50,28 @@ pub(crate) struct Multi {
     bytes: usize,
     /// A command was refused while queuing: EXEC answers EXECABORT.
     failed: bool,
+    /// Per queued command, the refusal to answer in its place when the
+    /// user may no longer run it at EXEC (ACL rules changed meanwhile).
+    denied: Vec<Option<String>>,
+}
+
+impl Multi {
+    /// The queued commands: their table entries and arguments.
+    pub(crate) fn queued(&self) -> impl Iterator<Item = (&'static Spec, &[Vec<u8>])> {
+        self.queued.iter().map(|q| (q.spec, q.args.as_slice()))
+    }
+
+    /// Answers queued command `i` with `error` at EXEC instead of running it.
+    pub(crate) fn deny(&mut self, i: usize, error: String) {
+        if self.denied.len() < self.queued.len() {
+            self.denied.resize(self.queued.len(), None);
+        }
+        self.denied[i] = Some(error);
+    }
+
+    fn denial(&self, i: usize) -> Option<&str> {
+        self.denied.get(i).and_then(|d| d.as_deref())
+    }
 }
 
 #[derive(Debug)]
@@ -295,9 +317,9 @@ pub(super) fn exec(cx: &mut Ctx<'_, '_>) -> CmdResult {
     let step = RefCell::new(TxnStep::Decide(OpList::default()));
     let mut counts = Vec::with_capacity(multi.queued.len());
     let mut scratch = Vec::new();
-    for q in &multi.queued {
+    for (i, q) in multi.queued.iter().enumerate() {
         let before = decided_count(&step);
-        if q.spec.kind != Kind::Control {
+        if q.spec.kind != Kind::Control && multi.denial(i).is_none() {
             // Its reply (or error) is thrown away: it is made in step 3.
             let _ = run_queued(cx, q, &step, &mut scratch);
             scratch.clear();
@@ -335,7 +357,12 @@ fn reply(cx: &mut Ctx<'_, '_>, multi: &Multi, counts: &[usize], outcome: Outcome
     cx.r.array(multi.queued.len());
     let step = RefCell::new(TxnStep::Reply(Vec::new().into_iter()));
     let mut results = results.into_iter();
-    for (q, &n) in multi.queued.iter().zip(counts) {
+    for (i, (q, &n)) in multi.queued.iter().zip(counts).enumerate() {
+        if let Some(error) = multi.denial(i) {
+            Stats::add(&cx.shared.stats.errors_replied, 1);
+            cx.r.error(error);
+            continue;
+        }
         let mine: Vec<_> = results.by_ref().take(n).collect();
         *step.borrow_mut() = TxnStep::Reply(mine.into_iter());
         let mut out = std::mem::take(cx.r.out);

@@ -153,16 +153,18 @@ impl Acl {
         self.version.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// ACL SETUSER: the rules apply to a copy, which replaces the user
-    /// only if every rule was valid. Err: Redis's error text.
-    pub fn set_user(&self, name: &str, args: &[String]) -> Result<(), String> {
+    /// ACL SETUSER: the rules apply to a copy of the user; the table with
+    /// that copy in it, as text (`to_text`), if every rule was valid. The
+    /// table itself changes when the text is put in place (`replace`),
+    /// here or, on a cluster, on every node through the log.
+    pub fn set_user_text(&self, name: &str, args: &[String]) -> Result<String, String> {
         if name.bytes().any(|b| b.is_ascii_whitespace() || b == 0) {
             return Err("Usernames can't contain spaces or null characters".into());
         }
         let rules = user::merge_selector_args(args).map_err(|start| {
             format!("Unmatched parenthesis in acl selector starting at '{start}'.")
         })?;
-        let mut users = self.users.write();
+        let mut users = self.users.read().clone();
         let mut u = match users.get(name) {
             Some(u) => (**u).clone(),
             None => User::new(name, &self.catalog),
@@ -172,24 +174,47 @@ impl Acl {
                 .map_err(|e| format!("Error in ACL SETUSER modifier '{r}': {}", e.text()))?;
         }
         users.insert(name.to_string(), Arc::new(u));
-        drop(users);
-        self.changed();
-        Ok(())
+        Ok(self.text_of(&users))
     }
 
-    /// ACL DELUSER: how many of `names` existed. `default` cannot go.
-    pub fn del_users(&self, names: &[String]) -> Result<usize, String> {
+    /// ACL DELUSER: how many of `names` exist, and the table without them
+    /// as text. `default` cannot go.
+    pub fn del_users_text(&self, names: &[String]) -> Result<(usize, String), String> {
         if names.iter().any(|n| n == "default") {
             return Err("The 'default' user cannot be removed".into());
         }
-        let mut users = self.users.write();
+        let mut users = self.users.read().clone();
         let n = names
             .iter()
             .filter(|n| users.remove(n.as_str()).is_some())
             .count();
-        drop(users);
-        self.changed();
+        Ok((n, self.text_of(&users)))
+    }
+
+    /// ACL SETUSER on this node alone.
+    pub fn set_user(&self, name: &str, args: &[String]) -> Result<(), String> {
+        let text = self.set_user_text(name, args)?;
+        self.replace(&text)
+    }
+
+    /// ACL DELUSER on this node alone.
+    pub fn del_users(&self, names: &[String]) -> Result<usize, String> {
+        let (n, text) = self.del_users_text(names)?;
+        self.replace(&text)?;
         Ok(n)
+    }
+
+    /// Puts a table in place, from the text `to_text` writes (what
+    /// `set_user_text` and the others give, or what the log carries).
+    pub fn replace(&self, text: &str) -> Result<(), String> {
+        self.load_text(text, "the ACL table")
+    }
+
+    fn text_of(&self, users: &BTreeMap<String, Arc<User>>) -> String {
+        users
+            .values()
+            .map(|u| format!("user {} {}\n", u.name, u.describe(&self.catalog)))
+            .collect()
     }
 
     /// Every user's name, in order.
@@ -216,6 +241,14 @@ impl Acl {
     /// text in errors. Without a `default` line, the default user is the
     /// built-in one.
     pub fn load_text(&self, text: &str, source: &str) -> Result<(), String> {
+        let users = self.parse_text(text, source)?;
+        *self.users.write() = users;
+        self.changed();
+        Ok(())
+    }
+
+    /// The users of `text`, or every error in it (Redis's messages).
+    fn parse_text(&self, text: &str, source: &str) -> Result<BTreeMap<String, Arc<User>>, String> {
         let mut users: BTreeMap<String, Arc<User>> = BTreeMap::new();
         let mut errors = String::new();
         for (i, line) in text.split('\n').enumerate() {
@@ -279,17 +312,23 @@ impl Acl {
         users
             .entry("default".into())
             .or_insert_with(|| Arc::new(User::default_user(&self.catalog)));
-        *self.users.write() = users;
-        self.changed();
-        Ok(())
+        Ok(users)
     }
 
     /// ACL LOAD: the whole file, or no change.
     pub fn load(&self) -> Result<(), String> {
+        let text = self.file_text()?;
+        self.replace(&text)
+    }
+
+    /// The ACL file's text, checked: every line of it loads (Redis's
+    /// errors, naming the file and line, otherwise).
+    pub fn file_text(&self) -> Result<String, String> {
         let path = self.file.as_deref().ok_or_else(no_file)?;
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("Error loading ACLs, opening file '{}': {e}", path.display()))?;
-        self.load_text(&text, &path.display().to_string())
+        self.parse_text(&text, &path.display().to_string())?;
+        Ok(text)
     }
 
     /// ACL SAVE: written to a temporary file, synced, renamed over it.

@@ -191,6 +191,9 @@ impl Selector {
                 }
                 offset += 1;
             }
+            if flags == 0 {
+                return Err(RuleError::Syntax);
+            }
         } else {
             flags = ALL;
         }

@@ -14,8 +14,9 @@ use crate::state::acl::{Acl, Denied, User};
 pub(crate) fn check(cx: &mut Ctx<'_, '_>, spec: &'static Spec) -> CmdResult {
     let acl = &cx.shared.acl;
     let Some(user) = cx.conn.user.current(acl).cloned() else {
+        // Its user was deleted: closed without a reply, as Redis does.
         cx.close = true;
-        return Err(CmdError::err("your user was deleted"));
+        return Err(CmdError::Closed);
     };
     if user.unrestricted() {
         return Ok(());
@@ -26,6 +27,47 @@ pub(crate) fn check(cx: &mut Ctx<'_, '_>, spec: &'static Spec) -> CmdResult {
             let info = client_info(cx, &user.name);
             acl.deny(why, cx.conn.multi.is_some(), &object, &user.name, info);
             Err(CmdError::Other(noperm(why, &object)))
+        }
+    }
+}
+
+/// At EXEC: each queued command is checked again, as Redis does, since
+/// the user's rules may have changed since it was queued; one no longer
+/// allowed is answered, in its place in EXEC's reply, with why.
+pub(crate) fn recheck_queued(cx: &mut Ctx<'_, '_>) {
+    let acl = &cx.shared.acl;
+    let Some(user) = cx.conn.user.current(acl).cloned() else {
+        return;
+    };
+    if user.unrestricted() {
+        return;
+    }
+    let Some(multi) = cx.conn.multi.as_ref() else {
+        return;
+    };
+    let mut denied = Vec::new();
+    for (i, (spec, args)) in multi.queued().enumerate() {
+        let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        if let Err((why, object)) = decide(acl, &user, spec, &args) {
+            denied.push((i, why, object));
+        }
+    }
+    for (i, why, object) in denied {
+        let info = client_info(cx, &user.name);
+        acl.deny(why, true, &object, &user.name, info);
+        let reason = match why {
+            Denied::Key => "no permission to touch the specified keys",
+            _ => "no permission to execute the command or subcommand",
+        };
+        if let Some(m) = cx.conn.multi.as_mut() {
+            m.deny(
+                i,
+                format!(
+                    "NOPERM ACLs rules changed between the moment the transaction was \
+                     accumulated and the EXEC call. This command is no longer allowed for the \
+                     following reason: {reason}"
+                ),
+            );
         }
     }
 }
@@ -77,17 +119,39 @@ fn text(a: &[u8]) -> String {
 pub(crate) fn acl(cx: &mut Ctx<'_, '_>) -> CmdResult {
     let sub = text(cx.args[1]).to_ascii_lowercase();
     let n = cx.args.len();
+    let full = format!("acl|{sub}");
+    match super::docs::find(&full) {
+        None => {
+            return Err(CmdError::err(format!(
+                "unknown subcommand '{}'. Try ACL HELP.",
+                text(cx.args[1])
+            )));
+        }
+        Some(e)
+            if !(if e.doc.arity > 0 {
+                n as i32 == e.doc.arity
+            } else {
+                n as i32 >= -e.doc.arity
+            }) =>
+        {
+            return Err(CmdError::Arity(full));
+        }
+        Some(_) => {}
+    }
     let acl = &cx.shared.acl;
     match (sub.as_str(), n) {
         ("setuser", 3..) => {
             let rules: Vec<String> = cx.args[3..].iter().map(|a| text(a)).collect();
-            acl.set_user(&text(cx.args[2]), &rules)
+            let table = acl
+                .set_user_text(&text(cx.args[2]), &rules)
                 .map_err(CmdError::err)?;
+            crate::node::acl::commit(cx.shared, &table).map_err(CmdError::err)?;
             cx.r.ok();
         }
         ("deluser", 3..) => {
             let names: Vec<String> = cx.args[2..].iter().map(|a| text(a)).collect();
-            let n = acl.del_users(&names).map_err(CmdError::err)?;
+            let (n, table) = acl.del_users_text(&names).map_err(CmdError::err)?;
+            crate::node::acl::commit(cx.shared, &table).map_err(CmdError::err)?;
             cx.r.int(n as i64);
         }
         ("getuser", 3) => getuser(cx)?,
@@ -113,7 +177,8 @@ pub(crate) fn acl(cx: &mut Ctx<'_, '_>) -> CmdResult {
             None => cx.r.null(),
         },
         ("load", 2) => {
-            acl.load().map_err(CmdError::err)?;
+            let table = acl.file_text().map_err(CmdError::err)?;
+            crate::node::acl::commit(cx.shared, &table).map_err(CmdError::err)?;
             cx.r.ok();
         }
         ("save", 2) => {
