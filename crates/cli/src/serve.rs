@@ -262,6 +262,19 @@ fn config(args: &ServeArgs) -> Result<(ServerConfig, bool), String> {
     Ok((c, truncate))
 }
 
+/// The log filter for `log-level`: combkv's own at that level, openraft's
+/// one level below (its state dumps are for debugging a cluster, not for
+/// every day); `RUST_LOG` replaces it whole.
+fn log_filter(level: &str) -> String {
+    let raft = match level {
+        "trace" => "trace",
+        "debug" => "info",
+        "info" => "warn",
+        _ => "error",
+    };
+    format!("{level},openraft={raft}")
+}
+
 /// A yes/no flag value, as Redis writes its boolean settings.
 fn yes_no(s: &str) -> Result<bool, String> {
     match s.to_ascii_lowercase().as_str() {
@@ -296,10 +309,12 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
         }
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&c.log_level));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(log_filter(&c.log_level)));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colour codes only where a terminal shows them, not in log files.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     if truncate
         && let Some(dir) = &c.data_dir

@@ -340,11 +340,12 @@ impl Server {
         let shared = Arc::new(Shared::new(store, cluster, config, tls, acl).holding(dir_lock));
         crate::node::acl::follow(&shared);
         let threads = start_threads(&shared, threads_n, listeners)?;
+        let shown = |a: Option<SocketAddr>| a.map_or("off".to_string(), |a| a.to_string());
         tracing::info!(
-            resp = ?bound.resp,
-            memcached = ?bound.memcached,
-            memcached_udp = ?bound.memcached_udp,
-            metrics = ?bound.metrics,
+            resp = %shown(bound.resp),
+            memcached = %shown(bound.memcached),
+            memcached_udp = %shown(bound.memcached_udp),
+            metrics = %shown(bound.metrics),
             threads = threads_n,
             "combkv {} serving: Ready to accept connections",
             env!("CARGO_PKG_VERSION")

@@ -147,6 +147,28 @@ fn client_line(cx: &Ctx<'_, '_>, info: &crate::state::ClientInfo) -> String {
     )
 }
 
+/// CLIENT HELP: Redis 7.2's lines for the subcommands combkv has.
+const CLIENT_HELP: &[&str] = &[
+    "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "GETNAME",
+    "    Return the name of the current connection.",
+    "ID",
+    "    Return the ID of the current connection.",
+    "INFO",
+    "    Return information about the current client connection.",
+    "LIST [options ...]",
+    "    Return information about client connections. Options:",
+    "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+    "      Return clients of specified type.",
+    "SETNAME <name>",
+    "    Assign the name <name> to the current connection.",
+    "SETINFO <option> <value>",
+    "    Set client meta attr. Options are:",
+    "    * LIB-NAME: the client lib name.",
+    "    * LIB-VER: the client lib version.",
+    "HELP",
+];
+
 pub(super) fn client(cx: &mut Ctx<'_, '_>) -> CmdResult {
     let sub = cx.args[1];
     let arity = |n: usize, name: &str| -> CmdResult {
@@ -189,6 +211,9 @@ pub(super) fn client(cx: &mut Ctx<'_, '_>) -> CmdResult {
         // Client libraries announce their name and version; accepted, not kept.
         arity(4, "setinfo")?;
         cx.r.ok();
+    } else if eq_ic(sub, "help") {
+        arity(2, "help")?;
+        super::help_reply(&mut cx.r, CLIENT_HELP);
     } else {
         return Err(unknown_subcommand(sub, "CLIENT"));
     }

@@ -964,6 +964,7 @@ mod tests {
             subs,
             [
                 "client|getname",
+                "client|help",
                 "client|id",
                 "client|info",
                 "client|list",
