@@ -13,12 +13,7 @@ pub const VERSION: &str = concat!("1.6.0-combkv-", env!("CARGO_PKG_VERSION"));
 
 /// CPU time of this process (user, system), as memcached prints them.
 fn rusage() -> (String, String) {
-    use nix::sys::resource::{UsageWho, getrusage};
-    let Ok(ru) = getrusage(UsageWho::RUSAGE_SELF) else {
-        return ("0.000000".into(), "0.000000".into());
-    };
-    let f = |t: nix::sys::time::TimeVal| format!("{}.{:06}", t.tv_sec(), t.tv_usec());
-    (f(ru.user_time()), f(ru.system_time()))
+    crate::state::shared::cpu_times(false)
 }
 
 /// The general-purpose `stats` reply (ends with `END`).

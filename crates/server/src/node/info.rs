@@ -9,13 +9,14 @@ use combkv_replica::Role;
 use crate::state::{Shared, Stats};
 
 /// Sections in INFO's default order.
-pub const SECTIONS: [&str; 8] = [
+pub const SECTIONS: [&str; 9] = [
     "server",
     "clients",
     "memory",
     "persistence",
     "stats",
     "replication",
+    "cpu",
     "keyspace",
     "engine",
 ];
@@ -92,6 +93,18 @@ pub fn fields(shared: &Shared, name: &str) -> Vec<(&'static str, String)> {
         }
         "engine" => engine_fields(&shared.current_store()),
         "replication" => replication_fields(shared),
+        "cpu" => {
+            // Redis's fields, from getrusage: redis_exporter and its
+            // dashboard read them.
+            let (user, sys) = crate::state::shared::cpu_times(false);
+            let (cuser, csys) = crate::state::shared::cpu_times(true);
+            vec![
+                ("used_cpu_sys", sys),
+                ("used_cpu_user", user),
+                ("used_cpu_sys_children", csys),
+                ("used_cpu_user_children", cuser),
+            ]
+        }
         _ => Vec::new(),
     }
 }

@@ -344,3 +344,19 @@ pub fn resident_bytes() -> u64 {
     let page = sysconf(SysconfVar::PAGE_SIZE).ok().flatten().unwrap_or(0);
     pages * page.max(4096) as u64
 }
+
+/// CPU time (user, system) of this process, or of its waited-for children,
+/// as `seconds.microseconds` (INFO's cpu section, memcached's stats).
+pub fn cpu_times(children: bool) -> (String, String) {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let who = if children {
+        UsageWho::RUSAGE_CHILDREN
+    } else {
+        UsageWho::RUSAGE_SELF
+    };
+    let Ok(ru) = getrusage(who) else {
+        return ("0.000000".into(), "0.000000".into());
+    };
+    let f = |t: nix::sys::time::TimeVal| format!("{}.{:06}", t.tv_sec(), t.tv_usec());
+    (f(ru.user_time()), f(ru.system_time()))
+}

@@ -687,3 +687,41 @@ fn shutdown_refusals_then_shutdown() {
     assert_eq!(c.reply_str(), OK);
     c.expect_closed();
 }
+
+/// INFO's cpu section (Redis's fields, from getrusage), blocked_clients,
+/// and CLIENT HELP: what redis_exporter and redis-cli --stat read.
+#[test]
+fn info_cpu_blocked_clients_and_client_help() {
+    let s = server();
+    let mut c = s.connect();
+    let cpu = c.q("INFO cpu");
+    for field in [
+        "used_cpu_sys",
+        "used_cpu_user",
+        "used_cpu_sys_children",
+        "used_cpu_user_children",
+    ] {
+        let v = cpu
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{field}:")))
+            .unwrap_or_else(|| panic!("no {field} in {cpu}"));
+        let (secs, micros) = v.trim().split_once('.').expect("seconds.microseconds");
+        assert!(
+            secs.parse::<u64>().is_ok() && micros.len() == 6,
+            "{field}:{v}"
+        );
+    }
+    assert!(c.q("INFO clients").contains("blocked_clients:0\r\n"));
+    let help = c.q("CLIENT HELP");
+    assert!(
+        help.starts_with(
+            "*19\r\n+CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:\r\n"
+        ),
+        "{help}"
+    );
+    assert!(
+        help.ends_with("+HELP\r\n+    Print this help.\r\n"),
+        "{help}"
+    );
+    c.ok("CLIENT HELP x", &arity("client|help"));
+}
