@@ -40,12 +40,11 @@ pub(crate) fn check_range(
     end: Option<&[u8]>,
 ) -> CmdResult {
     let acl = &cx.shared.acl;
-    let Some(user) = cx.conn.user.current(acl).cloned() else {
-        return Err(CmdError::err("your user was deleted"));
+    let user = match cx.conn.user.current(acl) {
+        None => return Err(CmdError::err("your user was deleted")),
+        Some(u) if u.unrestricted() || u.all_selectors().any(|s| s.allkeys) => return Ok(()),
+        Some(u) => u.clone(),
     };
-    if user.unrestricted() || user.all_selectors().any(|s| s.allkeys) {
-        return Ok(());
-    }
     if user
         .all_selectors()
         .any(|s| s.key_patterns(READ).any(|p| pattern_covers(p, start, end)))

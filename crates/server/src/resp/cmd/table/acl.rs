@@ -13,14 +13,17 @@ use crate::state::acl::{Acl, Denied, User};
 /// logged and counted), or a connection whose user was deleted.
 pub(crate) fn check(cx: &mut Ctx<'_, '_>, spec: &'static Spec) -> CmdResult {
     let acl = &cx.shared.acl;
-    let Some(user) = cx.conn.user.current(acl).cloned() else {
-        // Its user was deleted: closed without a reply, as Redis does.
-        cx.close = true;
-        return Err(CmdError::Closed);
+    // The common case (every command, every key) without touching the
+    // user's reference count: this runs before every command.
+    let user = match cx.conn.user.current(acl) {
+        None => {
+            // Its user was deleted: closed without a reply, as Redis does.
+            cx.close = true;
+            return Err(CmdError::Closed);
+        }
+        Some(u) if u.unrestricted() => return Ok(()),
+        Some(u) => u.clone(),
     };
-    if user.unrestricted() {
-        return Ok(());
-    }
     match decide(acl, &user, spec, cx.args) {
         Ok(()) => Ok(()),
         Err((why, object)) => {

@@ -223,30 +223,9 @@ const FLAG_ORDER: &[&str] = &[
     "movablekeys",
 ];
 
-/// ACL categories in Redis's order (`ACLCommandCategories`).
-const ACL_ORDER: &[&str] = &[
-    "keyspace",
-    "read",
-    "write",
-    "set",
-    "sortedset",
-    "list",
-    "hash",
-    "string",
-    "bitmap",
-    "hyperloglog",
-    "geo",
-    "stream",
-    "pubsub",
-    "admin",
-    "fast",
-    "slow",
-    "blocking",
-    "dangerous",
-    "connection",
-    "transaction",
-    "scripting",
-];
+/// ACL categories in Redis's order (`ACLCommandCategories`): the ACL
+/// table's list, which rules are written against.
+const ACL_ORDER: &[&str] = &crate::state::acl::catalog::CATEGORIES;
 
 /// Key spec flags in Redis's order (`addReplyFlagsForKeyArgs`).
 const KEY_FLAG_ORDER: &[&str] = &[
