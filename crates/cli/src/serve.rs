@@ -1,4 +1,5 @@
-//! `combkv serve`: defaults, then `--config FILE`, then flags.
+//! `combkv serve`: defaults, then `--config FILE`, then `COMBKV_*`
+//! environment variables, then flags.
 //!
 //! With `wal-truncate-corrupt`, a corrupt log is cut
 //! (`combkv::durable::repair`, what `combkv check --repair` does) before the
@@ -13,138 +14,142 @@ use combkv_server::{ByteSize, DurabilityMode, Listen, Server, ServerConfig};
 #[derive(Args, Debug)]
 #[command(
     after_help = "Defaults: RESP on 127.0.0.1:6380, memcached on 127.0.0.1:11212, in memory \
-    (no --data-dir). Flags override the config file, which overrides the defaults. \
+    (no --data-dir). Flags override COMBKV_* environment variables (COMBKV_MAXMEMORY for \
+    --maxmemory ...), which override the config file, which overrides the defaults. \
     SIGINT/SIGTERM stop accepting, answer what was received, flush and exit."
 )]
 pub struct ServeArgs {
     /// TOML config file (keys as in CONFIG GET: resp, memcached, data-dir, ...).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, env = "COMBKV_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
     /// RESP listener address, or `off`.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, env = "COMBKV_RESP", value_name = "ADDR")]
     resp: Option<Listen>,
     /// memcached listener address, or `off`.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, env = "COMBKV_MEMCACHED", value_name = "ADDR")]
     memcached: Option<Listen>,
     /// memcached UDP address (get and gets), or `off` (the default, as in
     /// memcached: an open UDP port can be abused to flood others).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, env = "COMBKV_MEMCACHED_UDP", value_name = "ADDR")]
     memcached_udp: Option<Listen>,
     /// Directory for the write-ahead log and checkpoints.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, env = "COMBKV_DATA_DIR", value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// always | everysec | none (default: always with --data-dir, else none).
-    #[arg(long)]
+    #[arg(long, env = "COMBKV_DURABILITY")]
     durability: Option<DurabilityMode>,
     /// Event-loop threads (default: one per core).
-    #[arg(long)]
+    #[arg(long, env = "COMBKV_THREADS")]
     threads: Option<usize>,
     /// Refuse writes above this much used memory: what the store holds
     /// plus client buffers (INFO used_memory), not the resident size
     /// (e.g. 4gb; 0 = no limit).
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, env = "COMBKV_MAXMEMORY", value_name = "BYTES")]
     maxmemory: Option<ByteSize>,
     /// Require this password: AUTH on the RESP listener, memcached's
     /// text-protocol authentication (a `set` of "default <password>").
-    #[arg(long, value_name = "PASS")]
+    #[arg(long, env = "COMBKV_REQUIREPASS", value_name = "PASS")]
     requirepass: Option<String>,
     /// Users and permissions from this ACL file (Redis's format), written
     /// by ACL SAVE (docs/security.md).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, env = "COMBKV_ACLFILE", value_name = "FILE")]
     aclfile: Option<PathBuf>,
     /// Prometheus metrics address (GET /metrics), or `off`.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, env = "COMBKV_METRICS", value_name = "ADDR")]
     metrics: Option<Listen>,
     /// error | warn | info | debug | trace (debug logs every request).
-    #[arg(long, value_name = "LEVEL")]
+    #[arg(long, env = "COMBKV_LOG_LEVEL", value_name = "LEVEL")]
     log_level: Option<String>,
+    /// text | json (one JSON object per line, for log collectors).
+    #[arg(long, env = "COMBKV_LOG_FORMAT", value_name = "FORMAT")]
+    log_format: Option<String>,
     /// Connections served at once.
-    #[arg(long)]
+    #[arg(long, env = "COMBKV_MAXCLIENTS")]
     maxclients: Option<usize>,
     /// Slots of each event loop's hot-entry cache (0 = none).
-    #[arg(long, value_name = "N")]
+    #[arg(long, env = "COMBKV_HOT_CACHE_ENTRIES", value_name = "N")]
     hot_cache_entries: Option<usize>,
     /// This node's id in a replicated cluster (0 or absent: a single node).
-    #[arg(long, value_name = "ID")]
+    #[arg(long, env = "COMBKV_NODE_ID", value_name = "ID")]
     node_id: Option<u64>,
     /// The address this node's peers reach it at (Raft traffic).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, env = "COMBKV_RAFT_ADDR", value_name = "ADDR")]
     raft_addr: Option<std::net::SocketAddr>,
     /// Where the other nodes reach this one, if not at --raft-addr (a
     /// proxy or NAT in between). Its entry in --peers must be this address
     /// (--raft-addr without it): a node told otherwise refuses to start.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, env = "COMBKV_RAFT_ADVERTISE", value_name = "ADDR")]
     raft_advertise: Option<std::net::SocketAddr>,
     /// This node's certificate for mutual TLS with the other nodes (PEM);
     /// with --peer-key-file and --peer-ca-cert-file. SIGHUP reloads them.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, env = "COMBKV_PEER_CERT_FILE", value_name = "FILE")]
     peer_cert_file: Option<PathBuf>,
     /// The key of --peer-cert-file (PEM).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, env = "COMBKV_PEER_KEY_FILE", value_name = "FILE")]
     peer_key_file: Option<PathBuf>,
     /// The cluster's CA (PEM): peers' certificates must chain to it.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, env = "COMBKV_PEER_CA_CERT_FILE", value_name = "FILE")]
     peer_ca_cert_file: Option<PathBuf>,
     /// RESP over TLS on this port, on the IP of --resp (Redis's tls-port).
-    #[arg(long, value_name = "PORT")]
+    #[arg(long, env = "COMBKV_TLS_PORT", value_name = "PORT")]
     tls_port: Option<u16>,
     /// RESP over TLS at this address, or `off` (instead of --tls-port).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, env = "COMBKV_TLS_RESP", value_name = "ADDR")]
     tls_resp: Option<Listen>,
     /// memcached (text, meta, binary) over TLS at this address, or `off`.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, env = "COMBKV_TLS_MEMCACHED", value_name = "ADDR")]
     tls_memcached: Option<Listen>,
     /// yes: the metrics endpoint serves HTTPS.
-    #[arg(long, value_name = "yes|no", value_parser = yes_no)]
+    #[arg(long, env = "COMBKV_TLS_METRICS", value_name = "yes|no", value_parser = yes_no)]
     tls_metrics: Option<bool>,
     /// The TLS listeners' certificate chain (PEM). CONFIG SET or SIGHUP
     /// reloads it.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, env = "COMBKV_TLS_CERT_FILE", value_name = "FILE")]
     tls_cert_file: Option<PathBuf>,
     /// The key of --tls-cert-file (PEM).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, env = "COMBKV_TLS_KEY_FILE", value_name = "FILE")]
     tls_key_file: Option<PathBuf>,
     /// The CAs client certificates must chain to (PEM).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, env = "COMBKV_TLS_CA_CERT_FILE", value_name = "FILE")]
     tls_ca_cert_file: Option<PathBuf>,
     /// no | optional | yes (default): whether TLS clients must present a
     /// certificate chaining to --tls-ca-cert-file.
-    #[arg(long, value_name = "MODE")]
+    #[arg(long, env = "COMBKV_TLS_AUTH_CLIENTS", value_name = "MODE")]
     tls_auth_clients: Option<combkv_server::config::AuthClients>,
     /// yes (default): refuse to start with a port other hosts may reach
     /// that nothing protects (no password, a Raft port without peer TLS);
     /// no: start and log a warning for each.
-    #[arg(long, value_name = "yes|no", value_parser = yes_no)]
+    #[arg(long, env = "COMBKV_PROTECTED_MODE", value_name = "yes|no", value_parser = yes_no)]
     protected_mode: Option<bool>,
     /// The cluster's first voters, `id=host:port,...` (Raft addresses), this
     /// node among them; the lowest id forms the cluster on its first start.
     /// Leave out to start a node that waits to be added.
-    #[arg(long, value_name = "LIST")]
+    #[arg(long, env = "COMBKV_PEERS", value_name = "LIST")]
     peers: Option<String>,
     /// linearizable (default) | local: local reads skip the leader and may
     /// be stale.
-    #[arg(long, value_name = "MODE")]
+    #[arg(long, env = "COMBKV_CLUSTER_READS", value_name = "MODE")]
     cluster_reads: Option<combkv_server::config::ClusterReads>,
     /// Snapshot (and purge the Raft log) every N applied entries (default
     /// 100000) ...
-    #[arg(long, value_name = "N")]
+    #[arg(long, env = "COMBKV_CLUSTER_SNAPSHOT_ENTRIES", value_name = "N")]
     cluster_snapshot_entries: Option<u64>,
     /// ... or once they take this many bytes of log (default 256mb; 0 =
     /// never by bytes).
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, env = "COMBKV_CLUSTER_SNAPSHOT_LOG_BYTES", value_name = "BYTES")]
     cluster_snapshot_log_bytes: Option<ByteSize>,
     /// Raft log entries kept behind a snapshot (default 1000).
-    #[arg(long, value_name = "N")]
+    #[arg(long, env = "COMBKV_CLUSTER_LOG_KEEP_ENTRIES", value_name = "N")]
     cluster_log_keep_entries: Option<u64>,
     /// Recent Raft log entries kept in memory (default 64mb).
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, env = "COMBKV_CLUSTER_LOG_CACHE_BYTES", value_name = "BYTES")]
     cluster_log_cache_bytes: Option<ByteSize>,
     /// If the write-ahead log is corrupt (damage followed by valid data, not
     /// a torn tail), cut it there and start instead of refusing: what
     /// `combkv check --repair` does. The dropped data is kept as .discarded
     /// files and versions restart above it; acknowledged writes in it are
     /// lost.
-    #[arg(long)]
+    #[arg(long, env = "COMBKV_WAL_TRUNCATE_CORRUPT")]
     wal_truncate_corrupt: bool,
 }
 
@@ -187,6 +192,9 @@ fn config(args: &ServeArgs) -> Result<(ServerConfig, bool), String> {
     }
     if let Some(v) = &args.log_level {
         c.log_level = v.clone();
+    }
+    if let Some(v) = &args.log_format {
+        c.log_format = v.clone();
     }
     if let Some(v) = args.maxclients {
         c.maxclients = v;
@@ -275,6 +283,37 @@ fn log_filter(level: &str) -> String {
     format!("{level},openraft={raft}")
 }
 
+/// Logs to stderr, as text (colour only on a terminal) or JSON lines,
+/// filtered by `log_filter(level)` unless `RUST_LOG` says otherwise.
+/// CONFIG SET log-level swaps the filter while serving.
+fn init_logs(level: &str, format: &str) {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::{EnvFilter, fmt, reload};
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(log_filter(level)));
+    let (filter, handle) = reload::Layer::new(filter);
+    let registry = tracing_subscriber::registry().with(filter);
+    if format == "json" {
+        registry
+            .with(fmt::layer().json().with_writer(std::io::stderr))
+            .init();
+    } else {
+        registry
+            .with(
+                fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
+            )
+            .init();
+    }
+    combkv_server::on_log_level(Box::new(move |level| {
+        handle
+            .reload(EnvFilter::new(log_filter(level)))
+            .map_err(|e| format!("cannot change the log filter: {e}"))
+    }));
+}
+
 /// A yes/no flag value, as Redis writes its boolean settings.
 fn yes_no(s: &str) -> Result<bool, String> {
     match s.to_ascii_lowercase().as_str() {
@@ -308,14 +347,7 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(log_filter(&c.log_level)));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        // Colour codes only where a terminal shows them, not in log files.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    init_logs(&c.log_level, &c.log_format);
     if truncate
         && let Some(dir) = &c.data_dir
         && let Err(e) = truncate_corrupt(dir)

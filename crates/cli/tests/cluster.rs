@@ -194,6 +194,25 @@ impl Cluster {
         format!("redis://{}/", self.specs[id as usize - 1].resp)
     }
 
+    /// Waits until node `id` serves (INFO `loading:0`: recovered and, on a
+    /// cluster node, caught up with its leader).
+    fn wait_serving(&self, id: u64, within: Duration) {
+        let deadline = Instant::now() + within;
+        let serving = || {
+            let c = redis::Client::open(self.url(id)).ok()?;
+            let mut con = c.get_connection_with_timeout(Duration::from_secs(2)).ok()?;
+            let text: String = redis::cmd("INFO").arg("persistence").query(&mut con).ok()?;
+            Some(text.lines().any(|l| l.trim() == "loading:0"))
+        };
+        while serving() != Some(true) {
+            assert!(
+                Instant::now() < deadline,
+                "node {id} not serving within {within:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The node's INFO replication fields, if it answers.
     fn replication(&self, id: u64) -> Option<BTreeMap<String, String>> {
         let c = redis::Client::open(self.url(id)).ok()?;
@@ -208,7 +227,8 @@ impl Cluster {
         )
     }
 
-    /// Waits for a leader that the nodes in `among` agree on.
+    /// Waits for a leader that the nodes in `among` agree on, and for
+    /// each of them to serve (caught up with it).
     fn leader(&self, among: &[u64], within: Duration) -> u64 {
         let deadline = Instant::now() + within;
         loop {
@@ -224,6 +244,9 @@ impl Cluster {
                         })
                     });
                     if agreed {
+                        for &o in among {
+                            self.wait_serving(o, within);
+                        }
                         return id;
                     }
                 }
@@ -532,6 +555,9 @@ fn a_node_is_added_caught_up_and_removed_while_clients_write() {
         status.contains(&format!("member:id={spare},addr={raft},voter")),
         "{status}"
     );
+    // The new voter serves once it has seen that it caught up (a read
+    // index of its own; `LOADING` until then, which clients retry).
+    cl.wait_serving(spare, Duration::from_secs(30));
     // The new voter has caught up: everything acknowledged so far reads
     // back from it (linearizably, so no later than the leader's state). The
     // writers go on meanwhile: a key since written again, or being written

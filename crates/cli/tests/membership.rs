@@ -94,17 +94,17 @@ impl Node {
         cmd
     }
 
-    /// Starts the node and waits until it answers PING.
+    /// Starts the node and waits until it answers PING: with PONG, or
+    /// with LOADING while it has no leader to catch up with (a node that
+    /// waits to be added, or the first of a cluster's nodes to start).
     fn start(&mut self, peers: &str) {
         let child = self.command(peers, &[]).spawn().expect("combkv starts");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(30);
-        while !support::ask(
-            self.resp,
-            b"PING\r\n",
-            b"+PONG\r\n",
-            Duration::from_millis(500),
-        ) {
+        let wait = Duration::from_millis(500);
+        while !support::ask(self.resp, b"PING\r\n", b"+PONG\r\n", wait)
+            && !support::ask(self.resp, b"PING\r\n", b"-LOADING", wait)
+        {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("node {} exited ({status}): {}", self.id, self.log_tail());
             }

@@ -153,7 +153,8 @@ impl Cluster {
             let infos: Vec<Info> = (0..3).map(|i| Info::of(&mut self.con(i))).collect();
             let applied: Vec<u64> = infos.iter().map(|i| i.num("raft_applied_index")).collect();
             let led = infos.iter().all(|i| !i.get("raft_leader_id").is_empty());
-            if led && applied.iter().all(|&a| a > 0 && a == applied[0]) {
+            let serving = infos.iter().all(|i| i.get("loading") == "0");
+            if led && serving && applied.iter().all(|&a| a > 0 && a == applied[0]) {
                 return;
             }
             assert!(Instant::now() < deadline, "the cluster did not settle");

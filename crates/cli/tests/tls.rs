@@ -391,7 +391,7 @@ fn certificates_rotate_while_clients_stay_connected() {
     assert!(
         redis::cmd("CONFIG")
             .arg("SET")
-            .arg("maxclients")
+            .arg("threads")
             .arg("5")
             .query::<()>(&mut con)
             .is_err()

@@ -28,7 +28,8 @@ mod types;
 pub use config::Config;
 pub use durable::check::CheckReport;
 pub use durable::{
-    CheckpointInfo, CheckpointKind, Durability, DurableConfig, PersistenceStats, RecoveryReport,
+    CheckpointInfo, CheckpointKind, Durability, DurableConfig, PersistenceStats, RecoveryProgress,
+    RecoveryReport,
 };
 pub use error::{Error, Result};
 pub use store::op;

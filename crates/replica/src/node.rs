@@ -287,6 +287,7 @@ impl Replica {
             problem: self.problem(),
             peer_tls: self.inner.guard.tls().is_some(),
             peers_refused: self.inner.guard.refused(),
+            fatal: m.running_state.as_ref().err().map(|e| e.to_string()),
         }
     }
 
@@ -360,6 +361,9 @@ pub struct Status {
     /// failed TLS handshake, a certificate that does not name its
     /// address, a frame too large or that does not decode).
     pub peers_refused: u64,
+    /// Why Raft stopped on its own (a log write that failed: a full
+    /// disk), if it did; only a restart brings the node back.
+    pub fatal: Option<String>,
 }
 
 impl Handler for Replica {

@@ -7,8 +7,8 @@
 //! 1. `net/`: listeners and connections. `server` starts and stops the
 //!    server (store, listeners, threads, housekeeping), `event_loop` and
 //!    `connection` run the thread-per-core `mio` loops and their buffers,
-//!    `proto` is a listener's pipeline (RESP or memcached), `fdlimit` fits
-//!    `maxclients` to the open-files limit, `metrics` serves Prometheus.
+//!    `proto` is a listener's pipeline (RESP or memcached), `metrics`
+//!    serves Prometheus and the readiness probes.
 //!    Beside it, `fuzzing/` holds the fuzz entry points, which drive a
 //!    parser or a whole pipeline without a socket.
 //! 2. `pipeline`: the request pipeline both protocols run
@@ -50,3 +50,4 @@ pub use fuzzing::memcache as memcache_fuzzing;
 pub use fuzzing::resp as resp_fuzzing;
 pub use net::server::{Reloader, Server, Stopper};
 pub use node::info;
+pub use state::live::{LogLevelHook, on_log_level};

@@ -42,6 +42,10 @@ pub(crate) struct Cx<'a> {
     /// A cluster node took a read index in this call: reads may go ahead
     /// (every request here arrived before it was taken).
     pub read_ready: bool,
+    /// The node did not serve yet when this turn began: commands that
+    /// touch data are answered `LOADING` (and the turn's store is the
+    /// empty one served meanwhile).
+    pub loading: bool,
     /// On a cluster node: how this connection waits for the log (see
     /// `park`). None on a single node.
     pub parking: Option<Parking<'a>>,
@@ -111,7 +115,7 @@ impl Cx<'_> {
         if self.read_ready {
             return ReadGate::Open;
         }
-        let gate = match (&self.shared.cluster, self.parking) {
+        let gate = match (self.shared.cluster(), self.parking) {
             (Some(c), Some(p)) => p.read_gate(c),
             (Some(c), None) => match c.read_barrier() {
                 Ok(()) => ReadGate::Open,

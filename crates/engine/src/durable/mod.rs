@@ -136,6 +136,39 @@ pub struct DurableConfig {
     /// set what follows aside as `.discarded` files, and restart versions
     /// above everything it held. A torn tail is cut either way.
     pub truncate_corrupt: bool,
+    /// Where recovery reports how far it has read, for a server that
+    /// answers `LOADING` meanwhile (Redis's `loading_loaded_perc`).
+    pub progress: Option<Arc<RecoveryProgress>>,
+}
+
+/// How far recovery has read: bytes of checkpoint and log files in all,
+/// and bytes done. Checkpoint items count their key and value bytes as
+/// they load (a little under the file's bytes), log segments their whole
+/// size once replayed, so `done` stays below `total` until the end.
+#[derive(Debug, Default)]
+pub struct RecoveryProgress {
+    total: std::sync::atomic::AtomicU64,
+    done: std::sync::atomic::AtomicU64,
+}
+
+impl RecoveryProgress {
+    /// (bytes done, bytes in all) so far; (0, 0) before recovery has
+    /// listed its files.
+    pub fn get(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let total = self.total.load(Relaxed);
+        (self.done.load(Relaxed).min(total), total)
+    }
+
+    pub(crate) fn set_total(&self, bytes: u64) {
+        self.total
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(crate) fn add(&self, bytes: u64) {
+        self.done
+            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl DurableConfig {
@@ -152,6 +185,7 @@ impl DurableConfig {
             merge_after_deltas: 4,
             storage: Arc::new(FsStorage),
             truncate_corrupt: false,
+            progress: None,
         }
     }
 

@@ -43,9 +43,9 @@ use super::delta;
 use super::error::{CheckpointError, IoError, ItemRefused, RecordRefused, RecoveryError};
 use super::file::Storage;
 use super::record::{CkptItem, Record};
-use super::segments::{SegmentScan, read_all, scan_segment};
+use super::segments::{SegmentScan, list_segments, read_all, scan_segment};
 use super::wal::{Existing, SegmentMeta};
-use super::{LoadedCheckpoint, RecoveryReport};
+use super::{LoadedCheckpoint, RecoveryProgress, RecoveryReport};
 use crate::config::Geometry;
 use crate::tree::Tree;
 use crate::tree::load::BulkLoader;
@@ -87,6 +87,7 @@ fn load_checkpoint(
     dir: &Path,
     report: &mut RecoveryReport,
     loaded: &mut LoadedChain,
+    progress: Option<&RecoveryProgress>,
 ) -> Result<(Tree, u64), RecoveryError> {
     let deltas = delta::list(storage, dir).map_err(io("listing the data directory"))?;
     for (version, path) in
@@ -107,6 +108,9 @@ fn load_checkpoint(
         let mut items = 0u64;
         let mut push = |it: &CkptItem<'_>| {
             items += 1;
+            if let Some(p) = progress {
+                p.add((it.key.len() + it.value.len()) as u64);
+            }
             loader
                 .push(it.key, it.value, it.version, it.expiry, it.client_flags)
                 .map_err(ItemRefused::from)
@@ -160,16 +164,27 @@ pub(crate) fn recover(
     storage: &dyn Storage,
     dir: &Path,
     truncate_corrupt: bool,
+    progress: Option<&RecoveryProgress>,
 ) -> Result<Recovered, RecoveryError> {
     storage
         .create_dir_all(dir)
         .map_err(io("creating the data directory"))?;
+    if let Some(p) = progress {
+        p.set_total(files_bytes(storage, dir).map_err(io("listing the data directory"))?);
+    }
     let mut report = RecoveryReport::default();
     let started = Instant::now();
     let mut chain = LoadedChain::default();
     let deletes = DeleteLog::default();
-    let (mut tree, ckpt_version) =
-        load_checkpoint(g, max_value_len, storage, dir, &mut report, &mut chain)?;
+    let (mut tree, ckpt_version) = load_checkpoint(
+        g,
+        max_value_len,
+        storage,
+        dir,
+        &mut report,
+        &mut chain,
+        progress,
+    )?;
     report.load_time = started.elapsed();
     let started = Instant::now();
 
@@ -209,6 +224,9 @@ pub(crate) fn recover(
             max_version = max_version.max(v);
         }
         report.segments_replayed += 1;
+        if let Some(p) = progress {
+            p.add(bytes.len() as u64);
+        }
         let meta = SegmentMeta {
             seq: *seq,
             start_version: scan.start_version,
@@ -307,6 +325,26 @@ impl Replay<'_> {
             None => Ok(scan),
         }
     }
+}
+
+/// Bytes of the newest checkpoint chain's files and of the log: what
+/// recovery will read (older checkpoints are read only if the newest
+/// fails, so they are left out).
+fn files_bytes(storage: &dyn Storage, dir: &Path) -> std::io::Result<u64> {
+    let base = checkpoint::list(storage, dir)?.into_iter().next();
+    let mut bytes = 0;
+    if let Some((version, path)) = base {
+        bytes += storage.len(&path).unwrap_or(0);
+        for d in delta::list(storage, dir)? {
+            if d.from >= version {
+                bytes += storage.len(&d.path).unwrap_or(0);
+            }
+        }
+    }
+    for (_, path) in list_segments(storage, dir)? {
+        bytes += storage.len(&path).unwrap_or(0);
+    }
+    Ok(bytes)
 }
 
 /// A file's name, for reports.

@@ -8,7 +8,10 @@ use std::str::FromStr;
 
 use serde::Deserialize;
 
+mod live;
 mod tls;
+
+pub use live::{LIVE_SETTINGS, rewrite};
 
 pub use tls::AuthClients;
 
@@ -159,6 +162,9 @@ pub struct ServerConfig {
     pub aclfile: Option<PathBuf>,
     /// `error`, `warn`, `info`, `debug` or `trace` (debug logs every request).
     pub log_level: String,
+    /// `text` (one line per event) or `json` (one object per line, for a
+    /// log collector).
+    pub log_format: String,
     /// Connections served at once, both listeners together.
     pub maxclients: usize,
     /// Largest request (a whole RESP command or memcached command line plus
@@ -264,6 +270,10 @@ pub struct ServerConfig {
     pub tls_ca_cert_file: Option<PathBuf>,
     /// Whether TLS clients must present a certificate: no, optional or yes.
     pub tls_auth_clients: AuthClients,
+    /// The file these settings were read from, if any: where CONFIG
+    /// REWRITE writes.
+    #[serde(skip)]
+    pub config_file: Option<PathBuf>,
 }
 
 /// How a cluster node serves reads.
@@ -355,6 +365,7 @@ impl Default for ServerConfig {
             requirepass: None,
             aclfile: None,
             log_level: "info".into(),
+            log_format: "text".into(),
             maxclients: 10_000,
             max_request_bytes: ByteSize(128 << 20),
             max_reply_bytes: ByteSize(64 << 20),
@@ -392,6 +403,7 @@ impl Default for ServerConfig {
             tls_key_file: None,
             tls_ca_cert_file: None,
             tls_auth_clients: AuthClients::Yes,
+            config_file: None,
         }
     }
 }
@@ -401,13 +413,15 @@ impl ServerConfig {
     pub fn from_file(path: &Path) -> Result<ServerConfig, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
-        toml::from_str(&text).map_err(|e| {
+        let mut c: ServerConfig = toml::from_str(&text).map_err(|e| {
             format!(
                 "bad config file {}: {}",
                 path.display(),
                 e.message().trim_end()
             )
-        })
+        })?;
+        c.config_file = Some(path.to_path_buf());
+        Ok(c)
     }
 
     /// The durability mode in effect.
@@ -558,6 +572,12 @@ impl ServerConfig {
             return Err(format!(
                 "unknown log level '{}' (expected error, warn, info, debug or trace)",
                 self.log_level
+            ));
+        }
+        if !matches!(self.log_format.as_str(), "text" | "json") {
+            return Err(format!(
+                "unknown log format '{}' (expected text or json)",
+                self.log_format
             ));
         }
         Ok(())
@@ -728,6 +748,7 @@ impl ServerConfig {
             ("requirepass", self.requirepass.clone().unwrap_or_default()),
             ("aclfile", path_text(&self.aclfile)),
             ("log-level", self.log_level.clone()),
+            ("log-format", self.log_format.clone()),
             ("maxclients", self.maxclients.to_string()),
             ("max-request-bytes", self.max_request_bytes.0.to_string()),
             ("max-reply-bytes", self.max_reply_bytes.0.to_string()),

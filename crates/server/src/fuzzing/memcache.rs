@@ -48,7 +48,10 @@ impl MemcacheSession {
         )
         .expect("no ACL file to fail");
         MemcacheSession {
-            shared: Arc::new(Shared::new(store, None, config, tls, acl)),
+            shared: Arc::new(
+                Shared::serving(crate::state::Node::Single(store), config, tls, acl)
+                    .expect("an in-memory store"),
+            ),
             batch: BatchResults::new(),
             client: Client {
                 id: 1,
@@ -90,6 +93,7 @@ impl MemcacheSession {
                 batch: &mut self.batch,
                 client: &mut self.client,
                 read_ready: false,
+                loading: false,
                 parking: None,
                 held: None,
             };

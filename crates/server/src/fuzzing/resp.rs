@@ -71,7 +71,15 @@ impl RespSession {
             None,
         )
         .expect("no ACL file to fail");
-        let shared = Arc::new(Shared::new(Arc::new(store), None, config, tls, acl));
+        let shared = Arc::new(
+            Shared::serving(
+                crate::state::Node::Single(Arc::new(store)),
+                config,
+                tls,
+                acl,
+            )
+            .expect("an in-memory store"),
+        );
         RespSession {
             shared,
             conn: Pipeline::new(Resp::new(needs_auth)),
@@ -125,6 +133,7 @@ impl RespSession {
                 batch: &mut self.batch,
                 client: &mut self.client,
                 read_ready: false,
+                loading: false,
                 parking: None,
                 held: None,
             };

@@ -39,6 +39,9 @@ pub enum McError {
     OutOfMemoryStoring,
     /// Above `maxmemory`: incr/decr/ma.
     OutOfMemory,
+    /// The node is still loading its dataset (or catching up with its
+    /// cluster); the client may retry.
+    Loading,
     /// A command line without a newline past the line limit: the
     /// connection is closed after this line.
     LineTooLong,
@@ -112,6 +115,7 @@ impl McError {
             McError::NonNumeric => "CLIENT_ERROR cannot increment or decrement non-numeric value",
             McError::OutOfMemoryStoring => "SERVER_ERROR out of memory storing object",
             McError::OutOfMemory => "SERVER_ERROR out of memory",
+            McError::Loading => "SERVER_ERROR loading the dataset; try again later",
             McError::LineTooLong => "CLIENT_ERROR line too long",
             McError::DuplicateFlag => "CLIENT_ERROR duplicate flag",
             McError::InvalidFlag => "CLIENT_ERROR invalid flag",

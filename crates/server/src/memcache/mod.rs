@@ -83,7 +83,7 @@ pub(crate) fn limits(shared: &Shared) -> Limits {
     Limits {
         max_key_len: shared.current_store().max_key_len(),
         max_value_len: shared.current_store().max_value_len(),
-        max_request_bytes: usize::try_from(shared.config.max_request_bytes.0).unwrap_or(usize::MAX),
+        max_request_bytes: usize::try_from(shared.live.max_request_bytes()).unwrap_or(usize::MAX),
         max_body: shared.body_room(),
     }
 }
@@ -396,6 +396,47 @@ impl Memcache {
     }
 }
 
+/// A request refused before it runs: a binary request gets `status`, a
+/// text one `err`'s line (even with `noreply`, as memcached's errors).
+fn refusal(req: &Request<'_>, status: binary::Status, err: McError) -> Rejected {
+    match req {
+        Request::Binary(b) => Rejected::Binary {
+            head: b.head,
+            status,
+        },
+        _ => Rejected::Text {
+            err,
+            noreply: false,
+        },
+    }
+}
+
+/// Whether `req` reads or writes stored data: refused while the node
+/// loads (version, stats, verbosity, authentication and quit run).
+fn touches_data(req: &Request<'_>) -> bool {
+    match req {
+        Request::Version
+        | Request::Quit
+        | Request::Shutdown { .. }
+        | Request::Verbosity { .. }
+        | Request::Stats { .. }
+        | Request::MetaNoop
+        | Request::Auth { .. } => false,
+        Request::Binary(b) => !matches!(
+            b.cmd,
+            BinCmd::Quit
+                | BinCmd::Noop
+                | BinCmd::Version
+                | BinCmd::Verbosity
+                | BinCmd::Stat { .. }
+                | BinCmd::SaslListMechs
+                | BinCmd::SaslAuth { .. }
+                | BinCmd::SaslStep
+        ),
+        _ => true,
+    }
+}
+
 impl Protocol for Memcache {
     type Request<'a> = Request<'a>;
     type Error = Rejected;
@@ -420,6 +461,10 @@ impl Protocol for Memcache {
         let Step::Request(req, n) = step else {
             return step;
         };
+        if cx.loading && touches_data(&req) {
+            let refusal = refusal(&req, binary::Status::TemporaryFailure, McError::Loading);
+            return Step::Reject(refusal, n);
+        }
         if !self.authenticated || self.user.unrestricted(acl) {
             return Step::Request(req, n);
         }
@@ -440,16 +485,7 @@ impl Protocol for Memcache {
         if acl::permitted(acl, &user, &req, info) {
             return Step::Request(req, n);
         }
-        let refusal = match &req {
-            Request::Binary(b) => Rejected::Binary {
-                head: b.head,
-                status: binary::Status::AuthError,
-            },
-            _ => Rejected::Text {
-                err: McError::NoPermission,
-                noreply: false,
-            },
-        };
+        let refusal = refusal(&req, binary::Status::AuthError, McError::NoPermission);
         Step::Reject(refusal, n)
     }
 

@@ -43,7 +43,7 @@ pub fn stat_lines(shared: &Shared) -> Vec<(&'static str, String)> {
         ),
         ("rusage_user", ru_user),
         ("rusage_system", ru_system),
-        ("max_connections", shared.config.maxclients.to_string()),
+        ("max_connections", shared.live.maxclients().to_string()),
         (
             "curr_connections",
             shared.clients.load(Ordering::Relaxed).to_string(),
@@ -67,7 +67,7 @@ pub fn stat_lines(shared: &Shared) -> Vec<(&'static str, String)> {
     lines.extend([
         ("bytes_read", Stats::get(&s.net_input_bytes).to_string()),
         ("bytes_written", Stats::get(&s.net_output_bytes).to_string()),
-        ("limit_maxbytes", shared.config.maxmemory.0.to_string()),
+        ("limit_maxbytes", shared.live.maxmemory().to_string()),
         ("threads", shared.config.thread_count().to_string()),
         ("bytes", used.to_string()),
         ("curr_items", shared.current_store().len().to_string()),

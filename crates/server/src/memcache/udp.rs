@@ -155,7 +155,7 @@ pub(crate) fn answer(
     out: &mut Vec<u8>,
 ) {
     let limits = super::limits(shared);
-    let max_reply = (u16::MAX as usize * PAYLOAD).min(shared.config.max_reply_bytes.0 as usize);
+    let max_reply = (u16::MAX as usize * PAYLOAD).min(shared.live.max_reply_bytes());
     while !input.is_empty() {
         // How much of the input the request took, and whether to go on.
         let (consumed, more) = match parse::parse(input, &limits, 0) {
@@ -214,7 +214,11 @@ fn get(
     out: &mut Vec<u8>,
     max_reply: usize,
 ) -> bool {
-    if let Some(c) = &shared.cluster
+    if shared.readiness.loading() {
+        super::cmd::line(out, &McError::Loading.line());
+        return true;
+    }
+    if let Some(c) = shared.cluster()
         && let Err(e) = c.read_barrier()
     {
         super::cmd::line(out, &McError::from(e).line());

@@ -150,7 +150,7 @@ impl Acceptor {
         let shared = &self.shared;
         Stats::add(&shared.stats.connections_received, 1);
         let now = shared.clients.fetch_add(1, Ordering::Relaxed) + 1;
-        if now > shared.config.maxclients {
+        if now > shared.live.maxclients() {
             shared.clients.fetch_sub(1, Ordering::Relaxed);
             Stats::add(&shared.stats.connections_rejected, 1);
             // A TLS client could not read a plain answer: it is just closed.

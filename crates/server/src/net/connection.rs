@@ -130,7 +130,7 @@ impl Connection {
         if self.rbuf.len() - self.rend < READ_CHUNK / 2 {
             let grow = self.rbuf.len().max(READ_CHUNK);
             let total = &shared.query_buffers;
-            let cap = usize::try_from(shared.config.max_total_query_bytes.0).unwrap_or(usize::MAX);
+            let cap = shared.live.max_total_query_bytes();
             if self.rbuf.len() + grow > QUERY_FLOOR
                 && total.load(Ordering::Relaxed).saturating_add(grow) > cap
             {
@@ -180,7 +180,8 @@ impl Connection {
             self.turn_mark = Some(self.wbuf.len());
         }
         let client = self.client.id;
-        let parking = cx_parts.shared.cluster.as_ref().map(|_| Parking {
+        let cluster = cx_parts.shared.cluster().filter(|_| !cx_parts.loading);
+        let parking = cluster.map(|_| Parking {
             park: &self.park,
             inbox: cx_parts.inbox,
             token: cx_parts.token,
@@ -192,6 +193,7 @@ impl Connection {
             batch: cx_parts.batch,
             client: &mut self.client,
             read_ready: false,
+            loading: cx_parts.loading,
             parking,
             held: None,
         };
@@ -337,4 +339,6 @@ pub(crate) struct CxParts<'a> {
     pub inbox: Option<&'a std::sync::Arc<Inbox>>,
     /// The connection's token in its loop.
     pub token: usize,
+    /// The node did not serve when the turn began (see `Cx::loading`).
+    pub loading: bool,
 }

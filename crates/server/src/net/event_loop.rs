@@ -52,6 +52,8 @@ pub(crate) struct EventLoop {
     /// TLS connections still in their handshake, checked against their
     /// deadline every turn (a poll waits at most 100 ms).
     handshaking: Vec<usize>,
+    /// The node did not serve yet when this turn began (`Cx::loading`).
+    loading: bool,
 }
 
 impl EventLoop {
@@ -62,9 +64,9 @@ impl EventLoop {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         let inbox = shared
-            .cluster
-            .as_ref()
-            .map(|_| Arc::new(Inbox::new(Arc::clone(&waker))));
+            .config
+            .clustered()
+            .then(|| Arc::new(Inbox::new(Arc::clone(&waker))));
         let batch = shared.config.read_results();
         Ok((
             EventLoop {
@@ -80,6 +82,7 @@ impl EventLoop {
                 inbox,
                 resumed: Vec::new(),
                 handshaking: Vec::new(),
+                loading: true,
             },
             waker,
         ))
@@ -120,6 +123,9 @@ impl EventLoop {
                     ready.push((t, !(ev.is_read_closed() || ev.is_error())));
                 }
             }
+            // Loading is read before the store: a turn that finds the node
+            // serving finds its store too.
+            self.loading = self.shared.readiness.loading();
             let store = self.shared.current_store();
             let session = store.session();
             // Parked connections whose answer landed go on with the input
@@ -135,7 +141,7 @@ impl EventLoop {
             for &(t, short_ok) in &ready {
                 self.serve(t, &session, short_ok, false);
             }
-            if let (Some(inbox), Some(cluster)) = (&self.inbox, &self.shared.cluster) {
+            if let (Some(inbox), Some(cluster)) = (&self.inbox, self.shared.cluster()) {
                 inbox.submit(cluster);
             }
             ready.clear();
@@ -219,10 +225,9 @@ impl EventLoop {
     /// unpipelined request). A `resumed` connection (its answer from the
     /// log landed) first runs the input it parked on, then reads.
     fn serve(&mut self, t: usize, session: &combkv::Session<'_>, short_ok: bool, resumed: bool) {
-        let max_reply = self.shared.config.max_reply_bytes.0 as usize;
-        let max_request = self.shared.config.max_request_bytes.0 as usize;
-        let hard_limit =
-            usize::try_from(self.shared.config.client_output_hard_limit.0).unwrap_or(usize::MAX);
+        let max_reply = self.shared.live.max_reply_bytes();
+        let max_request = self.shared.live.max_request_bytes() as usize;
+        let hard_limit = self.shared.live.client_output_hard_limit();
         let Some(conn) = self.conns.get_mut(t) else {
             return;
         };
@@ -279,6 +284,7 @@ impl EventLoop {
                     batch: &mut self.batch,
                     inbox: self.inbox.as_ref(),
                     token: t,
+                    loading: self.loading,
                 };
                 let used = conn.process(parts, max_reply);
                 self.served.push(t);
@@ -349,7 +355,7 @@ impl EventLoop {
 
     /// Writes every dirty connection's replies; closes finished connections.
     fn write_out(&mut self) {
-        let max_reply = self.shared.config.max_reply_bytes.0 as usize;
+        let max_reply = self.shared.live.max_reply_bytes();
         let mut dirty = std::mem::take(&mut self.dirty);
         dirty.sort_unstable();
         dirty.dedup();
@@ -422,6 +428,7 @@ impl EventLoop {
             }
         }
         let tokens: Vec<usize> = self.conns.iter().map(|(t, _)| t).collect();
+        self.loading = self.shared.readiness.loading();
         let store = self.shared.current_store();
         let session = store.session();
         for &t in &tokens {
@@ -435,6 +442,7 @@ impl EventLoop {
                     batch: &mut self.batch,
                     inbox: None,
                     token: t,
+                    loading: self.loading,
                 };
                 conn.process(parts, usize::MAX);
             }

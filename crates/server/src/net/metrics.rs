@@ -1,6 +1,8 @@
 //! The Prometheus endpoint: `GET /metrics` on `--metrics ADDR` answers the
-//! INFO figures in Prometheus text format (version 0.0.4). One request per
-//! connection, served on its own thread; anything else gets 404. With
+//! INFO figures in Prometheus text format (version 0.0.4); `GET /healthz`
+//! and `GET /readyz` are the orchestrator's probes (200, or 503 with the
+//! reason). One request per connection, served on its own thread;
+//! anything else gets 404. With
 //! `tls-metrics yes` it is HTTPS, with the client listeners' certificate
 //! and client-certificate rule.
 
@@ -11,6 +13,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::state::Shared;
+use crate::state::readiness::State;
 
 /// Request head bytes read at most.
 const MAX_HEAD_BYTES: u64 = 8192;
@@ -69,6 +72,27 @@ fn answer<S: Read + Write>(mut stream: S, shared: &Shared) -> std::io::Result<()
     drop(reader);
     let w = &mut stream;
     let path = first.split_whitespace().nth(1).unwrap_or("");
+    // Probes: `/healthz` fails only when the node needs a restart (its
+    // storage failed), `/readyz` until it serves and when it fails.
+    let probe = match path {
+        "/healthz" => Some(!matches!(shared.readiness.state(), State::Failed(_))),
+        "/readyz" => Some(shared.readiness.state() == State::Ready),
+        _ => None,
+    };
+    if let Some(ok) = probe.filter(|_| first.starts_with("GET ")) {
+        let status = if ok {
+            "200 OK"
+        } else {
+            "503 Service Unavailable"
+        };
+        let body = format!("{}\n", shared.readiness.describe());
+        write!(
+            w,
+            "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )?;
+        return w.flush();
+    }
     if !first.starts_with("GET ") || (path != "/metrics" && path != "/") {
         w.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")?;
         return Ok(());
@@ -96,7 +120,7 @@ pub fn render(shared: &Shared) -> String {
         "# TYPE combkv_keys gauge\ncombkv_keys {}\n",
         shared.current_store().len()
     ));
-    if let Some(c) = &shared.cluster {
+    if let Some(c) = shared.cluster() {
         let s = c.status();
         if !s.followers.is_empty() {
             out.push_str("# TYPE combkv_raft_follower_lag gauge\n");

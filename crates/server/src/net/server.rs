@@ -14,7 +14,7 @@ use mio::{Poll, Waker};
 use crate::config::{DurabilityMode, Listen, ServerConfig, StartError};
 use crate::net::acceptor::{ACCEPTOR_WAKER, Acceptor};
 use crate::net::event_loop::EventLoop;
-use crate::state::Shared;
+use crate::state::{Node, Shared};
 
 /// The sockets a server listens on; a listener that is off is `None`.
 struct Listeners {
@@ -104,17 +104,13 @@ impl Listeners {
     }
 }
 
-/// A node's store, its Raft node (on a cluster node), and the lock on the
-/// data directory a cluster node holds.
-type OpenedNode = (
-    Arc<Store>,
-    Option<crate::cluster::Cluster>,
-    Option<combkv::durable::DirLock>,
-);
-
-/// Opens what this process serves: a single node's store, or a cluster
-/// node (its store, the Raft node, and the data directory's lock).
-fn open_node(config: &ServerConfig) -> Result<OpenedNode, StartError> {
+/// Opens what this process serves, a single node's store or a cluster
+/// node (its store and Raft node), and the data directory's lock a
+/// cluster node holds. Recovery reports how far it got to `progress`.
+fn open_node(
+    config: &ServerConfig,
+    progress: &Arc<combkv::RecoveryProgress>,
+) -> Result<(Node, Option<combkv::durable::DirLock>), StartError> {
     if config.clustered() {
         // A cluster node's files (its Raft log and snapshots, under
         // `<data-dir>/cluster`) are written by no durable store, so no
@@ -130,10 +126,11 @@ fn open_node(config: &ServerConfig) -> Result<OpenedNode, StartError> {
             None => None,
         };
         let c = crate::cluster::Cluster::start(config)?;
-        Ok((c.store(), Some(c), lock))
+        Ok((Node::Cluster(c), lock))
     } else {
         // A single node's store holds the lock itself (`Store::open`).
-        Ok((Arc::new(open_store(config)?), None, None))
+        let store = open_store(config, Some(progress.clone()))?;
+        Ok((Node::Single(Arc::new(store)), None))
     }
 }
 
@@ -231,8 +228,8 @@ fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<(
 /// Raises the open-files limit for `maxclients`, or lowers `maxclients`
 /// to fit the limit (with a warning, as Redis does).
 fn fit_descriptors(config: &mut ServerConfig) -> Result<(), StartError> {
-    let own = crate::net::fdlimit::own_needs(config.thread_count(), config.data_dir.is_some());
-    let Some(fitted) = crate::net::fdlimit::fit(config.maxclients, own) else {
+    let own = crate::state::fdlimit::own_needs(config.thread_count(), config.data_dir.is_some());
+    let Some(fitted) = crate::state::fdlimit::fit(config.maxclients, own) else {
         tracing::warn!("cannot read the open files limit (RLIMIT_NOFILE); maxclients unchecked");
         return Ok(());
     };
@@ -279,7 +276,10 @@ fn warn_unprotected(config: &ServerConfig) {
     }
 }
 
-pub(crate) fn open_store(config: &ServerConfig) -> Result<Store, StartError> {
+pub(crate) fn open_store(
+    config: &ServerConfig,
+    progress: Option<Arc<combkv::RecoveryProgress>>,
+) -> Result<Store, StartError> {
     let Some(dir) = &config.data_dir else {
         return Store::new(config.engine_config()).map_err(|e| StartError(e.to_string()));
     };
@@ -290,6 +290,7 @@ pub(crate) fn open_store(config: &ServerConfig) -> Result<Store, StartError> {
     };
     let durable = combkv::DurableConfig {
         delta_checkpoints: config.checkpoint_deltas,
+        progress,
         ..combkv::DurableConfig::new(dir).with_mode(mode)
     };
     let (store, report) = Store::open(config.engine_config(), durable).map_err(|e| match e {
@@ -334,11 +335,11 @@ impl Server {
             }
         }
         let listeners = Listeners::bind(&config)?;
-        let (store, cluster, dir_lock) = open_node(&config)?;
         let threads_n = config.thread_count();
         let bound = listeners.record_bound(&mut config);
-        let shared = Arc::new(Shared::new(store, cluster, config, tls, acl).holding(dir_lock));
-        crate::node::acl::follow(&shared);
+        let shared = Arc::new(Shared::new(config, tls, acl).map_err(StartError)?);
+        // Clients are served from here on, told `LOADING` until the node
+        // is open (and, on a cluster node, caught up).
         let threads = start_threads(&shared, threads_n, listeners)?;
         let shown = |a: Option<SocketAddr>| a.map_or("off".to_string(), |a| a.to_string());
         tracing::info!(
@@ -347,9 +348,29 @@ impl Server {
             memcached_udp = %shown(bound.memcached_udp),
             metrics = %shown(bound.metrics),
             threads = threads_n,
-            "combkv {} serving: Ready to accept connections",
+            "combkv {} listening; loading the dataset",
             env!("CARGO_PKG_VERSION")
         );
+        match open_node(&shared.config, &shared.readiness.progress) {
+            Ok((node, lock)) => {
+                shared.hold(lock);
+                shared.serve(node);
+            }
+            Err(e) => {
+                shared.stop();
+                for t in threads {
+                    let _ = t.join();
+                }
+                return Err(e);
+            }
+        }
+        crate::node::acl::follow(&shared);
+        crate::node::readiness::check(&shared, 0);
+        if shared.cluster().is_some() {
+            tracing::info!("store open; catching up with the cluster's leader before serving");
+        } else {
+            tracing::info!("store open: Ready to accept connections");
+        }
         Ok(Server {
             shared,
             resp_addr: bound.resp,
@@ -439,7 +460,7 @@ impl Reloader {
             Ok(false) => {}
             Err(e) => tracing::error!("client TLS files not reloaded, the old ones stay: {e}"),
         }
-        if let Some(c) = &self.shared.cluster {
+        if let Some(c) = self.shared.cluster() {
             match c.reload_peer_tls() {
                 Ok(true) => tracing::info!("reloaded the peer TLS certificate files"),
                 Ok(false) => {}
@@ -462,9 +483,10 @@ fn housekeeping(shared: Arc<Shared>) {
         // idle one, or one whose writes `maxmemory` refuses after a
         // FLUSHALL) would keep what it deleted counted forever: a pass per
         // tick frees it within a few ticks.
+        crate::node::readiness::check(&shared, tick);
         shared.current_store().reclaim();
         shared.sample_memory();
-        match &shared.cluster {
+        match shared.cluster() {
             // Only the leader deletes, through the log (see cluster.rs).
             Some(c) => c.reap(SWEEP_PER_TICK),
             None => {

@@ -15,7 +15,12 @@ const SETTING: &str = "acl";
 
 /// Puts `text` (`Acl::to_text`'s form) in place, everywhere it must be.
 pub(crate) fn commit(shared: &Shared, text: &str) -> Result<(), String> {
-    if let Some(c) = &shared.cluster {
+    // A change made before the node's log is open would be replaced by
+    // the table the log holds.
+    if shared.config.clustered() && shared.cluster().is_none() {
+        return Err("the node is still loading; change users once it serves".into());
+    }
+    if let Some(c) = shared.cluster() {
         c.set_setting(SETTING, text.as_bytes())
             .map_err(|e| format!("the ACL change did not commit: {e}"))?;
     }
@@ -26,7 +31,7 @@ pub(crate) fn commit(shared: &Shared, text: &str) -> Result<(), String> {
 /// already holds replaces what the configuration gave (requirepass, the
 /// ACL file) when the node starts.
 pub(crate) fn follow(shared: &Arc<Shared>) {
-    let Some(c) = &shared.cluster else {
+    let Some(c) = shared.cluster() else {
         return;
     };
     let weak: Weak<Shared> = Arc::downgrade(shared);

@@ -22,7 +22,7 @@ impl From<combkv::Error> for AdminError {
 }
 
 fn durable(shared: &Shared) -> Result<(), AdminError> {
-    if shared.cluster.is_some() {
+    if shared.config.clustered() {
         return Err(AdminError::Refused(
             "a cluster node's log is its persistence; Raft takes its snapshots",
         ));
@@ -54,12 +54,51 @@ pub fn bgsave(shared: &Shared) -> Result<bool, AdminError> {
 /// Flushes the log and stops the engine's background threads (clean
 /// shutdown). Errors are logged: there is no one left to answer.
 pub fn close(shared: &Shared) {
-    if let Some(c) = &shared.cluster {
+    if let Some(c) = shared.cluster() {
         c.shutdown();
     }
     if let Err(e) = shared.current_store().shutdown() {
         tracing::error!("store shutdown: {e}");
     }
+}
+
+/// Redis's loading fields (its `loading_*` ones only while loading, as
+/// Redis), then where the node is on its way to serving: `loading`,
+/// `catching_up`, `ready` or `failed`, with the reason it failed.
+fn loading_fields(shared: &Shared) -> Vec<(&'static str, String)> {
+    use crate::state::readiness::State;
+    let r = &shared.readiness;
+    let state = r.state();
+    let mut f = vec![
+        ("loading", u8::from(r.loading()).to_string()),
+        ("async_loading", "0".into()),
+    ];
+    if r.loading() {
+        let (done, total, perc, eta) = r.figures();
+        let since = r
+            .loading_since_unix
+            .duration_since(std::time::SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        f.extend([
+            ("loading_start_time", since.to_string()),
+            ("loading_total_bytes", total.to_string()),
+            ("loading_rdb_used_mem", "0".into()),
+            ("loading_loaded_bytes", done.to_string()),
+            ("loading_loaded_perc", format!("{perc:.2}")),
+            ("loading_eta_seconds", eta.to_string()),
+        ]);
+    }
+    let (name, why) = match state {
+        State::Loading => ("loading", String::new()),
+        State::CatchingUp => ("catching_up", String::new()),
+        State::Ready => ("ready", String::new()),
+        State::Failed(why) => ("failed", why),
+    };
+    f.push(("node_state", name.into()));
+    if !why.is_empty() {
+        f.push(("node_failure", why));
+    }
+    f
 }
 
 pub fn persistence_fields(shared: &Shared) -> Vec<(&'static str, String)> {
@@ -71,8 +110,8 @@ pub fn persistence_fields(shared: &Shared) -> Vec<(&'static str, String)> {
             .last_save_unix
             .fetch_max(l.finished_unix_ms / 1000, Ordering::Relaxed);
     }
-    vec![
-        ("loading", "0".into()),
+    let mut fields = loading_fields(shared);
+    fields.extend([
         ("durability", c.durability_mode().as_str().into()),
         (
             "data_dir",
@@ -163,5 +202,6 @@ pub fn persistence_fields(shared: &Shared) -> Vec<(&'static str, String)> {
         ),
         ("background_tasks_failed", p.executor.failed.to_string()),
         ("background_tasks_queued", p.executor.queued.to_string()),
-    ]
+    ]);
+    fields
 }

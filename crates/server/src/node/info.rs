@@ -58,7 +58,7 @@ pub fn fields(shared: &Shared, name: &str) -> Vec<(&'static str, String)> {
     match name {
         "server" => server_fields(shared),
         "clients" => {
-            let c = &shared.config;
+            let c = &shared.live.overlay(&shared.config);
             vec![
                 (
                     "connected_clients",
@@ -109,10 +109,48 @@ pub fn fields(shared: &Shared, name: &str) -> Vec<(&'static str, String)> {
     }
 }
 
+/// A cluster node whose Raft log is still being opened: the fields of a
+/// cluster node, with nothing known yet (`raft_role:loading`).
+fn opening_fields(shared: &Shared) -> Vec<(&'static str, String)> {
+    let c = &shared.config;
+    let mut f = vec![
+        ("role", "slave".into()),
+        ("cluster_enabled", "1".into()),
+        ("raft_role", "loading".into()),
+        ("raft_node_id", c.node_id.to_string()),
+        ("raft_leader_id", String::new()),
+    ];
+    for name in [
+        "raft_term",
+        "raft_last_log_index",
+        "raft_commit_index",
+        "raft_applied_index",
+        "raft_snapshot_index",
+        "raft_voters",
+        "raft_learners",
+    ] {
+        f.push((name, "0".into()));
+    }
+    f.extend([
+        ("cluster_reads", c.cluster_reads.as_str().into()),
+        (
+            "cluster_peer_tls",
+            u8::from(c.peer_tls_files().is_some()).to_string(),
+        ),
+        ("cluster_peers_refused", "0".into()),
+        ("cluster_problem", String::new()),
+        ("connected_slaves", "0".into()),
+    ]);
+    f
+}
+
 /// INFO's `replication` section (and, numeric fields, the metrics): the
 /// node's role and Raft state, and on a leader each follower's progress.
 pub fn replication_fields(shared: &Shared) -> Vec<(&'static str, String)> {
-    let Some(c) = &shared.cluster else {
+    if shared.config.clustered() && shared.cluster().is_none() {
+        return opening_fields(shared);
+    }
+    let Some(c) = shared.cluster() else {
         return vec![
             ("role", "master".into()),
             ("cluster_enabled", "0".into()),
@@ -229,7 +267,7 @@ fn server_fields(shared: &Shared) -> Vec<(&'static str, String)> {
 }
 
 fn memory_fields(shared: &Shared) -> Vec<(&'static str, String)> {
-    let c = &shared.config;
+    let c = &shared.live.overlay(&shared.config);
     // As sampled (every 100 ms), so that INFO shows what `maxmemory` was
     // last judged by; the store's own parts are read now.
     let used = shared.used_memory.load(Ordering::Relaxed);

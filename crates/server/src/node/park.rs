@@ -251,7 +251,7 @@ pub(crate) fn write(
     parking: Option<Parking<'_>>,
     op: &Op<'_>,
 ) -> Written {
-    match (&shared.cluster, parking) {
+    match (shared.cluster(), parking) {
         (Some(c), Some(p)) => p.write(c, op),
         (Some(c), None) => Written::Now(c.apply(op)),
         (None, _) => Written::Now(session.apply(op)),

@@ -34,6 +34,9 @@ pub(crate) enum CmdError {
     /// A command other than AUTH, HELLO or QUIT before AUTH (with
     /// `requirepass`).
     NoAuth,
+    /// The node is still loading its dataset (or catching up with its
+    /// cluster): Redis's `LOADING`, which clients retry.
+    Loading,
     /// Any other error: the full line, code included (`ERR ...`,
     /// `NOPROTO ...`, `WRONGPASS ...`).
     Other(String),
@@ -71,6 +74,7 @@ impl CmdError {
             CmdError::Store(e) => store_error_line(e),
             CmdError::Oom => "OOM command not allowed when used memory > 'maxmemory'.".into(),
             CmdError::NoAuth => "NOAUTH Authentication required.".into(),
+            CmdError::Loading => "LOADING combkv is loading the dataset in memory".into(),
             CmdError::Other(line) => line.clone(),
             CmdError::Closed => String::new(),
         }

@@ -139,7 +139,7 @@ impl Protocol for Resp {
         // Per request: an AUTH earlier in the same read lifts the
         // unauthenticated limits for the requests after it.
         let limits = Limits {
-            max_request_bytes: cx.shared.config.max_request_bytes.0 as usize,
+            max_request_bytes: cx.shared.live.max_request_bytes() as usize,
             authenticated: self.conn.authenticated,
             max_body: cx.shared.body_room(),
         };
@@ -195,6 +195,7 @@ impl Protocol for Resp {
             && let cmd::Kind::BatchRead(kind) = spec.kind
             && self.conn.authenticated
             && self.conn.multi.is_none()
+            && !cx.loading
             && spec.arity_ok(args.len)
             // A user with limits has each read checked by the dispatcher.
             && self.conn.user.unrestricted(&cx.shared.acl)
@@ -240,7 +241,7 @@ impl Protocol for Resp {
         out: &mut Vec<u8>,
         budget: usize,
     ) -> usize {
-        let max_reply = cx.shared.config.max_reply_bytes.0 as usize;
+        let max_reply = cx.shared.live.max_reply_bytes();
         let mut r = Reply {
             out,
             resp3: self.conn.resp3,
@@ -319,6 +320,7 @@ impl Protocol for Resp {
             client: cx.client,
             args,
             r: Reply { out, resp3 },
+            loading: cx.loading,
             close: false,
             txn: None,
             held: None,
@@ -347,6 +349,7 @@ impl Protocol for Resp {
             client: cx.client,
             args: &[],
             r: Reply { out, resp3 },
+            loading: cx.loading,
             close: false,
             txn: None,
             held: None,

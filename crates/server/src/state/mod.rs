@@ -4,12 +4,15 @@
 
 pub(crate) mod acl;
 pub(crate) mod counter;
+pub(crate) mod fdlimit;
 pub(crate) mod glob;
+pub mod live;
 pub(crate) mod memcache;
 pub(crate) mod ratelimit;
+pub(crate) mod readiness;
 pub(crate) mod shared;
 pub(crate) mod slowlog;
 pub(crate) mod tls;
 
 pub use counter::Counter;
-pub use shared::{ClientInfo, Shared, Stats};
+pub use shared::{ClientInfo, Node, Shared, Stats};

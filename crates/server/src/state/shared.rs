@@ -69,14 +69,31 @@ pub struct ClientInfo {
     pub protocol: &'static str,
 }
 
+/// What this process serves, once recovered: a single node's store, or a
+/// cluster node's Raft node (whose store it replaces whole when it
+/// installs a snapshot).
+#[derive(Debug)]
+pub enum Node {
+    Single(Arc<Store>),
+    Cluster(crate::cluster::Cluster),
+}
+
 /// What the event loops share.
 #[derive(Debug)]
 pub struct Shared {
-    /// A single node's store (a cluster node's is `cluster`'s).
-    store: Arc<Store>,
-    /// The Raft node, on a cluster node.
-    pub cluster: Option<crate::cluster::Cluster>,
+    /// Set once the store is recovered (`Server::start`); the event loops
+    /// answer `LOADING` before (see `readiness`).
+    node: std::sync::OnceLock<Node>,
+    /// An empty store served while `node` is not set: nothing writes it
+    /// (every command that touches data is refused while loading), but
+    /// INFO, metrics and housekeeping need a store to look at.
+    loading_store: Arc<Store>,
+    /// Whether the node serves yet (`/readyz`, `LOADING`).
+    pub readiness: super::readiness::Readiness,
+    /// What the server started with (flags, file, defaults).
     pub config: ServerConfig,
+    /// The settings CONFIG SET changes while serving, as in use now.
+    pub live: super::live::Live,
     pub stats: Stats,
     pub slowlog: SlowLog,
     pub started_at: Instant,
@@ -119,7 +136,7 @@ pub struct Shared {
     pub auth_failures: super::ratelimit::RateLimited,
     /// A cluster node's lock on its data directory (a single node's store
     /// holds its own): kept as long as anything serves.
-    _dir_lock: Option<combkv::durable::DirLock>,
+    dir_lock: Mutex<Option<combkv::durable::DirLock>>,
 }
 
 /// SCAN cursors: a cursor number names the last key a SCAN call returned.
@@ -153,19 +170,23 @@ impl ScanCursors {
 }
 
 impl Shared {
+    /// The shared state of a server whose node is still loading: `serve`
+    /// it when it is open.
     pub fn new(
-        store: Arc<Store>,
-        cluster: Option<crate::cluster::Cluster>,
         config: ServerConfig,
         tls: super::tls::ClientTls,
         acl: super::acl::Acl,
-    ) -> Shared {
+    ) -> Result<Shared, String> {
         let slowlog = SlowLog::new(config.slowlog_max_len, config.slowlog_log_slower_than);
         let now = SystemTime::now();
-        let used = store.memory().total();
-        Shared {
-            store,
-            cluster,
+        let loading_store =
+            Arc::new(Store::new(config.engine_config()).map_err(|e| e.to_string())?);
+        let used = loading_store.memory().total();
+        Ok(Shared {
+            node: std::sync::OnceLock::new(),
+            loading_store,
+            readiness: Default::default(),
+            live: super::live::Live::new(&config),
             config,
             stats: Stats::default(),
             slowlog,
@@ -190,14 +211,43 @@ impl Shared {
             tls,
             acl,
             auth_failures: Default::default(),
-            _dir_lock: None,
+            dir_lock: Mutex::new(None),
+        })
+    }
+
+    /// A server serving `node` at once (tests, in-process embedding).
+    pub fn serving(
+        node: Node,
+        config: ServerConfig,
+        tls: super::tls::ClientTls,
+        acl: super::acl::Acl,
+    ) -> Result<Shared, String> {
+        let shared = Shared::new(config, tls, acl)?;
+        shared.serve(node);
+        Ok(shared)
+    }
+
+    /// The node is open: commands run from now on (a cluster node's once
+    /// it has caught up, see `readiness`).
+    pub fn serve(&self, node: Node) {
+        let clustered = matches!(node, Node::Cluster(_));
+        if self.node.set(node).is_err() {
+            return;
+        }
+        self.readiness.loaded(clustered);
+    }
+
+    /// The Raft node, on a cluster node that has opened it.
+    pub fn cluster(&self) -> Option<&crate::cluster::Cluster> {
+        match self.node.get() {
+            Some(Node::Cluster(c)) => Some(c),
+            _ => None,
         }
     }
 
-    /// Holds `lock` (see `_dir_lock`) as long as this lives.
-    pub(crate) fn holding(mut self, lock: Option<combkv::durable::DirLock>) -> Shared {
-        self._dir_lock = lock;
-        self
+    /// Holds `lock` (see `dir_lock`) as long as this lives.
+    pub(crate) fn hold(&self, lock: Option<combkv::durable::DirLock>) {
+        *self.dir_lock.lock() = lock;
     }
 
     /// Stops the server (a signal through `Stopper`, SHUTDOWN, memcached
@@ -206,7 +256,7 @@ impl Shared {
         self.shutting_down.store(true, Ordering::Release);
         // A loop waiting in a cluster administration command (an add that
         // waits for its node) must be let go, or it never ends.
-        if let Some(c) = &self.cluster {
+        if let Some(c) = self.cluster() {
             c.stopping();
         }
         for w in self.wakers.get().into_iter().flatten() {
@@ -217,15 +267,16 @@ impl Shared {
     /// The store to serve from now: a turn takes it once and keeps it (a
     /// cluster node's is replaced whole when it installs a snapshot).
     pub fn current_store(&self) -> Arc<Store> {
-        match &self.cluster {
-            Some(c) => c.store(),
-            None => Arc::clone(&self.store),
+        match self.node.get() {
+            Some(Node::Cluster(c)) => c.store(),
+            Some(Node::Single(s)) => Arc::clone(s),
+            None => Arc::clone(&self.loading_store),
         }
     }
 
     /// True when writes must be refused for memory.
     pub fn over_maxmemory(&self) -> bool {
-        let max = self.config.maxmemory.0;
+        let max = self.live.maxmemory();
         max != 0 && self.used_memory_now() > max
     }
 
@@ -255,7 +306,7 @@ impl Shared {
     /// a value is held twice while it is stored (the input buffer and the
     /// store's copy). `usize::MAX` without `maxmemory`.
     pub fn body_room(&self) -> usize {
-        let max = self.config.maxmemory.0;
+        let max = self.live.maxmemory();
         if max == 0 {
             return usize::MAX;
         }

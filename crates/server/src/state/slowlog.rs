@@ -2,6 +2,7 @@
 //! newest first, at most `slowlog-max-len` of them (Redis's SLOWLOG).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::Mutex;
@@ -20,8 +21,8 @@ pub struct SlowEntry {
 
 #[derive(Debug)]
 pub struct SlowLog {
-    max_len: usize,
-    slower_than_us: i64,
+    max_len: AtomicUsize,
+    slower_than_us: AtomicI64,
     inner: Mutex<(u64, VecDeque<SlowEntry>)>,
 }
 
@@ -32,19 +33,37 @@ const MAX_ARG_BYTES: usize = 128;
 impl SlowLog {
     pub fn new(max_len: usize, slower_than_us: i64) -> SlowLog {
         SlowLog {
-            max_len,
-            slower_than_us,
+            max_len: AtomicUsize::new(max_len),
+            slower_than_us: AtomicI64::new(slower_than_us),
             inner: Mutex::new((0, VecDeque::new())),
         }
     }
 
+    /// CONFIG SET slowlog-max-len / slowlog-log-slower-than: a shorter
+    /// log drops its oldest entries now.
+    pub fn set_limits(&self, max_len: usize, slower_than_us: i64) {
+        self.slower_than_us.store(slower_than_us, Relaxed);
+        self.max_len.store(max_len, Relaxed);
+        self.inner.lock().1.truncate(max_len);
+    }
+
+    /// (slowlog-max-len, slowlog-log-slower-than) in use.
+    pub fn limits(&self) -> (usize, i64) {
+        (
+            self.max_len.load(Relaxed),
+            self.slower_than_us.load(Relaxed),
+        )
+    }
+
     /// True if a request that took `d` belongs in the log.
     pub fn wants(&self, d: Duration) -> bool {
-        self.slower_than_us >= 0 && d.as_micros() as i64 >= self.slower_than_us
+        let slower_than = self.slower_than_us.load(Relaxed);
+        slower_than >= 0 && d.as_micros() as i64 >= slower_than
     }
 
     pub fn record(&self, d: Duration, args: &[&[u8]], client_addr: &str, client_name: &str) {
-        if !self.wants(d) || self.max_len == 0 {
+        let max_len = self.max_len.load(Relaxed);
+        if !self.wants(d) || max_len == 0 {
             return;
         }
         let mut kept: Vec<Vec<u8>> = Vec::new();
@@ -77,7 +96,7 @@ impl SlowLog {
             client_addr: client_addr.to_string(),
             client_name: client_name.to_string(),
         });
-        g.1.truncate(self.max_len);
+        g.1.truncate(max_len);
     }
 
     /// The newest `n` entries.

@@ -6,8 +6,9 @@ use combkv_server::ByteSize;
 
 use crate::wire::*;
 
-const NOAUTH: &str = "-NOAUTH Authentication required.\r\n";
-const WRONGPASS: &str = "-WRONGPASS invalid username-password pair or user is disabled.\r\n";
+pub(crate) const NOAUTH: &str = "-NOAUTH Authentication required.\r\n";
+pub(crate) const WRONGPASS: &str =
+    "-WRONGPASS invalid username-password pair or user is disabled.\r\n";
 
 fn with_password() -> TestServer {
     let mut cfg = config();

@@ -6,6 +6,7 @@
 mod acl;
 mod atomic;
 mod command_docs;
+mod config_set;
 mod keys;
 mod limits;
 mod multi;

@@ -331,9 +331,9 @@ fn config_get_and_refusals() {
     c.ok("CONFIG", &arity("config"));
     c.ok("CONFIG GET", &arity("config|get"));
     c.ok(
-        "CONFIG SET maxclients 5",
+        "CONFIG SET threads 5",
         &err(
-            "ERR CONFIG SET failed (possibly related to argument 'maxclients') - not \
+            "ERR CONFIG SET failed (possibly related to argument 'threads') - not \
              changeable while serving: change the config file or flags and restart",
         ),
     );

@@ -492,6 +492,7 @@ impl Durable {
             &*config.storage,
             &config.dir,
             config.truncate_corrupt,
+            config.progress.as_deref(),
         )?;
         let mut tree = rec.tree;
         remove_unfinished(&*config.storage, &config.dir)

@@ -30,9 +30,8 @@ pub fn status_of(err: &McError) -> Status {
         McError::Unauthenticated | McError::AuthFailure | McError::NoPermission => {
             Status::AuthError
         }
-        McError::Store(combkv::Error::Unavailable(_) | combkv::Error::Uncertain(_)) => {
-            Status::TemporaryFailure
-        }
+        McError::Store(combkv::Error::Unavailable(_) | combkv::Error::Uncertain(_))
+        | McError::Loading => Status::TemporaryFailure,
         McError::Store(_) => Status::Internal,
         _ => Status::InvalidArguments,
     }

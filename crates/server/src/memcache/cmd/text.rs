@@ -363,7 +363,7 @@ pub(crate) fn flush(
     } else {
         now + delay.max(0) as u64 * 1000
     };
-    if at > now && shared.cluster.is_some() {
+    if at > now && shared.config.clustered() {
         // A timer on one node would clear only its own replica.
         let e = McError::Store(combkv::Error::Unavailable(
             "flush_all with a delay is not supported on a cluster node".into(),

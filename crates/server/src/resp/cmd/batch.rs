@@ -195,7 +195,7 @@ pub(super) fn run_one(cx: &mut Ctx<'_, '_>, kind: BatchRead) -> CmdResult {
     let done = cx.session.store().read_batch(&reads, cx.batch);
     stats.add_hot_cache(cx.batch);
     done?;
-    let max_reply = cx.shared.config.max_reply_bytes.0 as usize;
+    let max_reply = cx.shared.live.max_reply_bytes();
     let mut hits = Hits::default();
     let n = cx.args.len();
     reply(

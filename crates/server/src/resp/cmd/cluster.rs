@@ -11,7 +11,7 @@ use crate::resp::reply::Reply;
 /// matched indexes as offsets; a follower is a `slave` of the leader's
 /// Raft address. A single node is a `master` without followers.
 pub(super) fn role(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    let Some(c) = &cx.shared.cluster else {
+    let Some(c) = cx.shared.cluster() else {
         cx.r.array(3);
         cx.r.bulk_str("master");
         cx.r.int(0);
@@ -61,7 +61,11 @@ const ADD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 /// CLUSTER INIT id=host:port,... | ADD id host:port [seconds] | REMOVE id |
 /// STATUS.
 pub(super) fn cluster(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    let Some(c) = &cx.shared.cluster else {
+    // A cluster node whose Raft log is still being opened.
+    if cx.shared.config.clustered() && cx.shared.cluster().is_none() {
+        return Err(CmdError::Loading);
+    }
+    let Some(c) = cx.shared.cluster() else {
         return Err(CmdError::err(
             "this server is not a cluster node (start it with --node-id and --raft-addr)",
         ));

@@ -227,7 +227,7 @@ pub(super) fn keys(cx: &mut Ctx<'_, '_>) -> CmdResult {
     } else {
         Range::new(Bound::Included(prefix.to_vec()), prefix_end(prefix))
     };
-    let max_reply = cx.shared.config.max_reply_bytes.0 as usize;
+    let max_reply = cx.shared.live.max_reply_bytes();
     let mut keys: Vec<Vec<u8>> = Vec::new();
     let mut bytes = 0usize;
     let mut too_big = false;

@@ -46,7 +46,7 @@ pub(super) fn lcs(cx: &mut Ctx<'_, '_>) -> CmdResult {
     // The table is transient memory of one request: bounded as a request
     // is (Redis bounds it by proto-max-bulk-len).
     let cells = (a.len() as u64 + 1).saturating_mul(b.len() as u64 + 1);
-    if cells.saturating_mul(4) > cx.shared.config.max_request_bytes.0 {
+    if cells.saturating_mul(4) > cx.shared.live.max_request_bytes() {
         return Err(CmdError::err(
             "Insufficient memory, transient memory for LCS exceeds max-request-bytes",
         ));

@@ -46,6 +46,9 @@ pub(crate) struct Ctx<'a, 'b> {
     pub client: &'a mut Client,
     pub args: &'a [&'b [u8]],
     pub r: Reply<'a>,
+    /// The node does not serve yet (its turn began so): only commands
+    /// with Redis's `loading` flag run.
+    pub loading: bool,
     /// Close the connection after this reply (QUIT).
     pub close: bool,
     /// Inside EXEC: how the command's writes and reads run (`multi`).
@@ -191,8 +194,8 @@ pub(crate) fn error_reply(cx: &mut Ctx<'_, '_>, e: &CmdError) {
 }
 
 /// The checks run in Redis 7's order (`processCommand`): the command
-/// exists, its arity, authentication, the user's permissions (ACL), then
-/// `maxmemory` for writes. So an
+/// exists, its arity, authentication, the user's permissions (ACL), that
+/// it may run while the dataset loads, then `maxmemory` for writes. So an
 /// unknown command before AUTH is "unknown command", not NOAUTH.
 ///
 /// After MULTI a command that passes them is queued instead (`multi`), and
@@ -242,6 +245,9 @@ fn check(cx: &mut Ctx<'_, '_>, spec: Option<&'static Spec>) -> Result<&'static S
         return Err(CmdError::NoAuth);
     }
     table::acl::check(cx, spec)?;
+    if cx.loading && !table::runs_while_loading(spec, cx.args) {
+        return Err(CmdError::Loading);
+    }
     if spec.denyoom {
         cx.check_memory()?;
     }

@@ -216,7 +216,7 @@ pub(super) fn batch_read(cx: &mut Ctx<'_, '_>, kind: BatchRead) -> CmdResult {
 
 /// Queues a command after MULTI (its checks passed): `+QUEUED`.
 pub(super) fn queue(cx: &mut Ctx<'_, '_>, spec: &'static Spec) -> CmdResult {
-    let limit = cx.shared.config.max_request_bytes.0 as usize;
+    let limit = cx.shared.live.max_request_bytes() as usize;
     let watched = cx.conn.watched.bytes;
     let multi = cx.conn.multi.as_mut().expect("queued inside MULTI");
     let bytes: usize = cx.args.iter().map(|a| a.len() + ARG_OVERHEAD).sum();
@@ -278,7 +278,7 @@ pub(super) fn watch(cx: &mut Ctx<'_, '_>) -> CmdResult {
     if cx.conn.multi.is_some() {
         return Err(CmdError::err("WATCH inside MULTI is not allowed"));
     }
-    let limit = cx.shared.config.max_request_bytes.0 as usize;
+    let limit = cx.shared.live.max_request_bytes() as usize;
     for &key in &cx.args[1..] {
         // The first WATCH of a key counts: a change since then aborts.
         if cx.conn.watched.keys.contains_key(key) {
@@ -401,6 +401,7 @@ fn run_queued(
         client: &mut *cx.client,
         args: &args,
         r: Reply { out, resp3 },
+        loading: cx.loading,
         close: false,
         txn: Some(step),
         held: None,

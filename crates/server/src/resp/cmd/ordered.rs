@@ -259,7 +259,7 @@ fn range_generic(cx: &mut Ctx<'_, '_>, spec: &RangeSpec, at: Option<SnapshotId>)
         cx.r.array(0);
         return Ok(());
     }
-    let max_reply = cx.shared.config.max_reply_bytes.0 as usize;
+    let max_reply = cx.shared.live.max_reply_bytes();
     let mut bytes = 0usize;
     let mut over = false;
     let mut items: Vec<(Vec<u8>, Vec<u8>, u64)> = Vec::new();

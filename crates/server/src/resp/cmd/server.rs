@@ -5,6 +5,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::{Ctx, eq_ic, parse_i64};
+use crate::node::settings;
 use crate::resp::error::{CmdError, CmdResult};
 use crate::resp::glob;
 
@@ -233,15 +234,9 @@ pub(super) fn config(cx: &mut Ctx<'_, '_>) -> CmdResult {
         if cx.args.len() < 3 {
             return Err(CmdError::Arity("config|get".into()));
         }
-        let mut params = cx.shared.config.params();
-        params.extend(cx.shared.config.redis_params());
-        // Certificate settings as in use now (CONFIG SET changes them).
-        let live = cx.shared.tls.files().params();
-        for (name, value) in params.iter_mut() {
-            if let Some((_, v)) = live.iter().find(|(n, _)| n == name) {
-                value.clone_from(v);
-            }
-        }
+        let now = settings::effective(cx.shared);
+        let mut params = now.params();
+        params.extend(now.redis_params());
         let hits: Vec<&(&str, String)> = params
             .iter()
             .filter(|(name, _)| {
@@ -258,6 +253,17 @@ pub(super) fn config(cx: &mut Ctx<'_, '_>) -> CmdResult {
         Ok(())
     } else if eq_ic(sub, "set") {
         config_set(cx)
+    } else if eq_ic(sub, "rewrite") {
+        if cx.args.len() != 2 {
+            return Err(CmdError::Arity("config|rewrite".into()));
+        }
+        settings::rewrite(cx.shared).map_err(|e| {
+            tracing::warn!("CONFIG REWRITE failed: {e}");
+            CmdError::err(e)
+        })?;
+        tracing::info!("CONFIG REWRITE: the config file now holds the settings in use");
+        cx.r.ok();
+        Ok(())
     } else if eq_ic(sub, "resetstat") {
         if cx.args.len() != 2 {
             return Err(CmdError::Arity("config|resetstat".into()));
@@ -270,47 +276,28 @@ pub(super) fn config(cx: &mut Ctx<'_, '_>) -> CmdResult {
     }
 }
 
-/// CONFIG SET of the TLS certificate settings, all pairs of one call or
-/// none (as Redis): the new files must load before any is used. Every
-/// other setting is refused, naming it.
+/// CONFIG SET name value [name value ...]: every pair of one call or none
+/// (as Redis); a name given twice is refused.
 fn config_set(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    let pairs = &cx.args[2..];
-    if pairs.is_empty() || !pairs.len().is_multiple_of(2) {
+    let args = &cx.args[2..];
+    if args.is_empty() || !args.len().is_multiple_of(2) {
         return Err(CmdError::Arity("config|set".into()));
     }
-    let failed = |name: &str, why: &str| {
+    let mut pairs: Vec<(String, String)> = Vec::with_capacity(args.len() / 2);
+    for pair in args.chunks(2) {
+        let name = String::from_utf8_lossy(pair[0]).to_ascii_lowercase();
+        if pairs.iter().any(|(n, _)| *n == name) {
+            return Err(CmdError::err(format!(
+                "CONFIG SET failed (possibly related to argument '{name}') - duplicate parameter"
+            )));
+        }
+        pairs.push((name, String::from_utf8_lossy(pair[1]).into_owned()));
+    }
+    settings::set(cx.shared, &pairs).map_err(|(name, why)| {
         CmdError::err(format!(
             "CONFIG SET failed (possibly related to argument '{name}') - {why}"
         ))
-    };
-    let mut files = cx.shared.tls.files();
-    for pair in pairs.chunks(2) {
-        let name = String::from_utf8_lossy(pair[0]).to_ascii_lowercase();
-        let value = String::from_utf8_lossy(pair[1]).into_owned();
-        let path = || (!value.is_empty()).then(|| std::path::PathBuf::from(&value));
-        match name.as_str() {
-            "tls-cert-file" => files.cert = path(),
-            "tls-key-file" => files.key = path(),
-            "tls-ca-cert-file" => files.ca = path(),
-            "tls-auth-clients" => {
-                files.auth = value
-                    .parse::<crate::config::AuthClients>()
-                    .map_err(|e| failed(&name, &e))?
-            }
-            _ => {
-                return Err(failed(
-                    &name,
-                    "not changeable while serving: change the config file or flags and restart",
-                ));
-            }
-        }
-    }
-    let first = String::from_utf8_lossy(pairs[0]).to_ascii_lowercase();
-    cx.shared
-        .tls
-        .replace(files)
-        .map_err(|e| failed(&first, &e))?;
-    tracing::info!("CONFIG SET: TLS certificate settings changed");
+    })?;
     cx.r.ok();
     Ok(())
 }

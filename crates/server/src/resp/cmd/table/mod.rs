@@ -238,6 +238,18 @@ pub(crate) fn lookup_request(name: &[u8]) -> Option<&'static Spec> {
     found
 }
 
+/// Redis's `loading` flag: whether the command of `line` (a container's
+/// subcommand's, if it has them) runs while the dataset loads. Looked up
+/// only then, so a lookup by name is fine.
+pub(crate) fn runs_while_loading(spec: &Spec, line: &[&[u8]]) -> bool {
+    let sub = line.get(1).and_then(|sub| {
+        let name = format!("{}|{}", spec.name, String::from_utf8_lossy(sub));
+        docs::find_bytes(name.as_bytes())
+    });
+    sub.or_else(|| docs::find(spec.name))
+        .is_some_and(|e| e.doc.has_flag("loading"))
+}
+
 pub(crate) fn lookup(name: &[u8]) -> Option<&'static Spec> {
     // This runs for every request: one multiply picks the only slot a name
     // can be in, and names compare as integers (a binary search over the

@@ -1,0 +1,201 @@
+//! CONFIG SET of every live setting: CONFIG GET shows the new value and
+//! the server behaves by it at once; bad values, settings that need a
+//! restart and combinations that fail the start-up checks change nothing.
+
+use std::time::{Duration, Instant};
+
+use super::limits::{NOAUTH, WRONGPASS};
+use super::wire::*;
+
+fn set(c: &mut Conn, name: &str, value: &str) {
+    c.ok(&format!("CONFIG SET {name} {value}"), OK);
+    c.ok(&format!("CONFIG GET {name}"), &bulks(&[name, value]));
+}
+
+fn refused(name: &str, why: &str) -> String {
+    err(&format!(
+        "ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"
+    ))
+}
+
+#[test]
+fn maxmemory_applies_to_the_next_write() {
+    let s = server();
+    let mut c = s.connect();
+    c.ok("SET a 1", OK);
+    set(&mut c, "maxmemory", "1");
+    c.ok(
+        "SET b 2",
+        &err("OOM command not allowed when used memory > 'maxmemory'."),
+    );
+    c.ok("GET a", &bulk("1"));
+    let info = c.q("INFO memory");
+    assert!(info.contains("\r\nmaxmemory:1\r\n"), "{info}");
+    set(&mut c, "maxmemory", "0");
+    c.ok("SET b 2", OK);
+    // Units as in the config file.
+    c.ok("CONFIG SET maxmemory 2mb", OK);
+    c.ok("CONFIG GET maxmemory", &bulks(&["maxmemory", "2097152"]));
+    c.ok(
+        "CONFIG SET maxmemory lots",
+        &refused("maxmemory", "bad byte size 'lots'"),
+    );
+    c.ok("CONFIG GET maxmemory", &bulks(&["maxmemory", "2097152"]));
+}
+
+#[test]
+fn maxclients_applies_to_the_next_connection() {
+    let s = server();
+    let mut c = s.connect();
+    let _b = s.connect();
+    c.ok("PING", "+PONG\r\n");
+    set(&mut c, "maxclients", "2");
+    let mut extra = s.connect();
+    assert_eq!(extra.reply_str(), "-ERR max number of clients reached\r\n");
+    extra.expect_closed();
+    set(&mut c, "maxclients", "10");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut d = s.connect();
+        d.send(&encode(&[b"PING"]));
+        if d.reply_str() == "+PONG\r\n" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the raised limit never applied");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    c.ok(
+        "CONFIG SET maxclients 0",
+        &refused("maxclients", "maxclients must be at least 1"),
+    );
+}
+
+#[test]
+fn requirepass_is_the_default_users_password() {
+    let s = server();
+    let mut admin = s.connect();
+    set(&mut admin, "requirepass", "s3cret");
+    // The connection that set it stays authenticated; a new one must AUTH.
+    admin.ok("PING", "+PONG\r\n");
+    let mut c = s.connect();
+    c.ok("GET k", NOAUTH);
+    c.ok("AUTH wrong", WRONGPASS);
+    c.ok("AUTH s3cret", OK);
+    c.ok("GET k", "$-1\r\n");
+    let user = admin.q("ACL GETUSER default");
+    assert!(!user.contains("nopass"), "{user}");
+    // Cleared: no password needed again.
+    assert_eq!(
+        admin.cmd(&[b"CONFIG", b"SET", b"requirepass", b""]),
+        OK.as_bytes()
+    );
+    admin.ok("CONFIG GET requirepass", &bulks(&["requirepass", ""]));
+    let mut c = s.connect();
+    c.ok("GET k", "$-1\r\n");
+}
+
+#[test]
+fn the_slow_log_limits_apply_at_once() {
+    let s = server();
+    let mut c = s.connect();
+    set(&mut c, "slowlog-log-slower-than", "0");
+    c.ok("SET a 1", OK);
+    c.ok("GET a", &bulk("1"));
+    let len = c.q("SLOWLOG LEN");
+    assert_ne!(len, ":0\r\n", "every command is slow at 0 us");
+    set(&mut c, "slowlog-max-len", "1");
+    c.ok("SLOWLOG LEN", ":1\r\n");
+    set(&mut c, "slowlog-log-slower-than", "-1");
+    c.ok("SLOWLOG RESET", OK);
+    c.ok("GET a", &bulk("1"));
+    c.ok("SLOWLOG LEN", ":0\r\n");
+}
+
+#[test]
+fn client_limits_apply_to_the_next_request() {
+    let s = server();
+    let mut c = s.connect();
+    for i in 0..100 {
+        c.ok(&format!("SET key:{i:03} v"), OK);
+    }
+    set(&mut c, "max-reply-bytes", "1024");
+    c.ok(
+        "KEYS *",
+        &err("ERR keys reply exceeds max-reply-bytes; use SCAN"),
+    );
+    set(&mut c, "max-reply-bytes", "1048576");
+    let keys = c.q("KEYS *");
+    assert!(keys.starts_with("*100\r\n"), "{keys}");
+    // The checks at start hold: no hard output limit below a reply's.
+    c.ok(
+        "CONFIG SET client-output-hard-limit 1000",
+        &refused(
+            "client-output-hard-limit",
+            "client-output-hard-limit must be 0 (none) or at least max-reply-bytes",
+        ),
+    );
+    set(&mut c, "client-output-hard-limit", "0");
+    set(&mut c, "max-request-bytes", "2048");
+    let big = "x".repeat(3000);
+    c.send(&encode(&[b"SET", b"big", big.as_bytes()]));
+    let r = c.reply_str();
+    assert!(r.starts_with("-ERR Protocol error"), "{r}");
+    let mut c = s.connect();
+    c.ok(
+        "CONFIG SET max-total-query-bytes 1024",
+        &refused(
+            "max-total-query-bytes",
+            "max-total-query-bytes must be at least max-request-bytes",
+        ),
+    );
+}
+
+#[test]
+fn a_call_changes_all_or_nothing_and_restart_settings_are_named() {
+    let s = server();
+    let mut c = s.connect();
+    c.ok(
+        "CONFIG SET maxmemory 5mb maxclients many",
+        &refused(
+            "maxclients",
+            "argument couldn't be parsed into an integer: 'many'",
+        ),
+    );
+    c.ok("CONFIG GET maxmemory", &bulks(&["maxmemory", "0"]));
+    c.ok(
+        "CONFIG SET maxmemory 5mb maxmemory 6mb",
+        &refused("maxmemory", "duplicate parameter"),
+    );
+    c.ok(
+        "CONFIG SET data-dir /tmp",
+        &refused(
+            "data-dir",
+            "not changeable while serving: change the config file or flags and restart",
+        ),
+    );
+    c.ok(
+        "CONFIG SET no-such-setting 1",
+        &refused(
+            "no-such-setting",
+            "Unknown option or number of arguments for CONFIG SET",
+        ),
+    );
+    c.ok(
+        "CONFIG SET log-level loud",
+        &refused(
+            "log-level",
+            "unknown log level 'loud' (expected error, warn, info, debug or trace)",
+        ),
+    );
+    set(&mut c, "log-level", "debug");
+    c.ok("CONFIG SET maxmemory 5mb maxclients 50", OK);
+    c.ok(
+        "CONFIG GET maxmemory maxclients",
+        &bulks(&["maxmemory", "5242880", "maxclients", "50"]),
+    );
+    c.ok(
+        "CONFIG REWRITE",
+        &err("ERR The server is running without a config file"),
+    );
+    c.ok("CONFIG REWRITE x", &arity("config|rewrite"));
+}
