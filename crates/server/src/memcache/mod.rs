@@ -9,6 +9,7 @@ mod acl;
 mod auth;
 pub mod binary;
 pub(crate) mod cmd;
+mod dump;
 pub mod error;
 pub mod parse;
 pub(crate) mod stats;
@@ -43,6 +44,8 @@ pub(crate) struct Memcache {
     user: crate::state::acl::ConnUser,
     /// Which protocol the connection speaks, decided by its first byte.
     mode: Mode,
+    /// An `lru_crawler metadump` being answered in parts.
+    dump: Option<dump::Dump>,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -236,6 +239,13 @@ impl Memcache {
         if let Some(cont) = self.cont {
             return self.next_part(input, at, cont);
         }
+        if let Some(d) = &self.dump {
+            let step = d.next_step();
+            if d.finished() {
+                self.dump = None;
+            }
+            return step;
+        }
         if !self.authenticated {
             return self.parse_unauthenticated(&input[at..]);
         }
@@ -275,6 +285,15 @@ impl Memcache {
                             left: consumed,
                         };
                         self.part(keys_at, keys, cont, true)
+                    }
+                    Request::MetaDump {
+                        class_one,
+                        cachedump,
+                    } => {
+                        let d = dump::Dump::new(class_one, cachedump, consumed);
+                        let step = d.next_step();
+                        self.dump = Some(d);
+                        step
                     }
                     req => Step::Request(req, consumed),
                 }
@@ -378,6 +397,12 @@ impl Memcache {
             }
             Request::Auth { user, pass } => {
                 self.authenticate(cx, user, pass, out);
+                return false;
+            }
+            Request::MetaDump { .. } => {
+                if let Some(d) = &mut self.dump {
+                    d.part(cx, out);
+                }
                 return false;
             }
             Request::Binary(ref b) => {
@@ -498,7 +523,9 @@ impl Protocol for Memcache {
             | Request::MetaSet { .. }
             | Request::MetaDelete { .. }
             | Request::MetaArith { .. } => Class::Write,
-            Request::MetaDebug { .. } | Request::Stats { .. } => Class::Read,
+            Request::MetaDebug { .. } | Request::Stats { .. } | Request::MetaDump { .. } => {
+                Class::Read
+            }
             Request::Binary(b) => match b.cmd {
                 BinCmd::Get { .. } => Class::BatchRead,
                 BinCmd::Store { .. }
@@ -520,6 +547,7 @@ impl Protocol for Memcache {
             | Request::Quit
             | Request::Shutdown { .. }
             | Request::MetaNoop
+            | Request::MetaDumpBadClass
             | Request::Auth { .. } => Class::Control,
         }
     }
