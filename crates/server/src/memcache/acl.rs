@@ -13,7 +13,7 @@
 //! | incr, decr, ma, binary increment/decrement | `incrby` | read and write |
 //! | flush_all, binary flush | `flushall` | - |
 //! | stats, verbosity, me | `info` | - |
-//! | lru_crawler metadump | `keys` | - |
+//! | lru_crawler metadump, stats cachedump | `keys` | - |
 //! | shutdown | `shutdown` | - |
 //!
 //! `version`, `quit`, `mn` and the authentication itself need nothing.

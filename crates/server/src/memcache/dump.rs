@@ -125,9 +125,9 @@ fn write_line(out: &mut Vec<u8>, it: &ItemView<'_>) {
     out.extend_from_slice(b"key=");
     uri_encode(out, it.key);
     let exp = it.expires_at_ms.map_or(-1, |ms| (ms / 1000) as i64);
-    let _ = write!(
+    let _ = writeln!(
         out,
-        " exp={exp} la=0 cas={} fetch=no cls=1 size={}\n",
+        " exp={exp} la=0 cas={} fetch=no cls=1 size={}",
         it.version.get(),
         it.key.len() + it.value.len()
     );

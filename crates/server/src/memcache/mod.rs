@@ -331,50 +331,6 @@ impl Memcache {
             BinParsed::Request(req, len) => Step::Request(Request::Binary(req), len),
         }
     }
-
-    /// The binary protocol's SASL commands: PLAIN, checked as the text
-    /// protocol's authenticating `set` is. A server without a password has
-    /// no SASL (memcached without `-S`): unknown command.
-    fn sasl(&mut self, cx: &Cx<'_>, req: &BinRequest<'_>, out: &mut Vec<u8>) {
-        use binary::{Status, packet};
-        if !cx.shared.acl.default_requires_auth() {
-            return binary::cmd::refuse(cx, out, req.head, &McError::UnknownCommand);
-        }
-        let authenticated = match req.cmd {
-            BinCmd::SaslAuth { mech, data } if mech == binary::cmd::SASL_MECHS.as_bytes() => {
-                binary::cmd::sasl_plain(data).and_then(|(user, p)| auth::check(cx, user, p))
-            }
-            _ => None,
-        };
-        match req.cmd {
-            BinCmd::SaslListMechs => {
-                let mechs = binary::cmd::SASL_MECHS.as_bytes();
-                packet(out, req.head, Status::Success, 0, &[], &[], mechs);
-            }
-            BinCmd::SaslAuth { .. } if authenticated.is_some() => {
-                if let Some(u) = authenticated {
-                    self.user.set(u, &cx.shared.acl);
-                }
-                self.authenticated = true;
-                packet(
-                    out,
-                    req.head,
-                    Status::Success,
-                    0,
-                    &[],
-                    &[],
-                    b"Authenticated",
-                );
-            }
-            _ => {
-                tracing::debug!(
-                    client = cx.client.id,
-                    "memcached SASL authentication failed"
-                );
-                binary::cmd::refuse(cx, out, req.head, &McError::AuthFailure);
-            }
-        }
-    }
 }
 
 impl Memcache {

@@ -137,6 +137,19 @@ pub fn settings_lines(shared: &Shared) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// The binary protocol's `stat <group>` groups beside the general one and
+/// `reset` (memcached serves `conns` over text only).
+pub fn group_lines(shared: &Shared, group: &[u8]) -> Option<Vec<(String, String)>> {
+    let owned = |v: Vec<(&'static str, String)>| v.into_iter().map(|(n, v)| (n.to_string(), v));
+    Some(match group {
+        b"settings" => owned(settings_lines(shared)).collect(),
+        b"items" => items_lines(shared),
+        b"slabs" => slabs_lines(shared),
+        b"sizes" => vec![("sizes_status".to_string(), "disabled".to_string())],
+        _ => return None,
+    })
+}
+
 pub fn write_settings(shared: &Shared, out: &mut Vec<u8>) {
     write_lines(out, &settings_lines(shared));
 }
@@ -155,7 +168,7 @@ pub fn items_lines(shared: &Shared) -> Vec<(String, String)> {
     }
     let oom = shared.memcache.stats.store_no_memory.get();
     [
-        ("number", number as u64),
+        ("number", number),
         ("age", 0),
         ("mem_requested", store.memory().total()),
         ("evicted", 0),
@@ -178,7 +191,7 @@ pub fn write_items(shared: &Shared, out: &mut Vec<u8>) {
 /// page geometry is not reported: combkv has none.
 pub fn slabs_lines(shared: &Shared) -> Vec<(String, String)> {
     let store = shared.current_store();
-    let number = store.len() as u64;
+    let number = store.len();
     let mc = &shared.memcache.stats;
     let mut lines = Vec::new();
     if number > 0 {
