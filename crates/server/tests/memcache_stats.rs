@@ -221,9 +221,29 @@ fn stats_subcommands_print_memcacheds_names() {
         assert!(extra.is_empty(), "stats {sub}: not memcached's: {extra:?}");
     }
     for (req, want) in EXPORTER_READS {
-        let ours = names(&ask(&mut c, format!("{req}\r\n").as_bytes(), &[b"END\r\n"]));
+        let reply = ask(&mut c, format!("{req}\r\n").as_bytes(), &[b"END\r\n"]);
+        let ours = names(&reply);
         for name in *want {
             assert!(ours.contains(*name), "{req}: {name} missing");
+        }
+        // The exporter parses each as a float (rusage as `<s>.<us>`); one
+        // that does not parse reports the server down.
+        let text = String::from_utf8(reply).unwrap();
+        for line in text.lines().filter(|l| *l != "END") {
+            let mut w = line.split(' ').skip(1);
+            let (name, value) = (w.next().unwrap(), w.next().unwrap());
+            let read = want.iter().any(|n| {
+                *n == name
+                    || n.strip_prefix("N:")
+                        .is_some_and(|n| name.ends_with(&format!(":{n}")))
+            });
+            if read && name != "version" {
+                assert!(value.parse::<f64>().is_ok(), "{req}: {line}");
+            }
+            if name.starts_with("rusage_") {
+                let (s, us) = value.split_once('.').expect(line);
+                assert!(s.parse::<u64>().is_ok() && us.len() == 6, "{line}");
+            }
         }
     }
     server.shutdown();
@@ -257,7 +277,17 @@ fn stats_report_true_values() {
     assert_eq!(stat(&slabs, "1:cmd_set"), "3");
     assert_eq!(stat(&slabs, "1:get_hits"), "1");
     assert_eq!(stat(&slabs, "active_slabs"), "1");
-    let conns = String::from_utf8(ask(&mut c, b"stats conns\r\n", &[b"END\r\n"])).unwrap();
+    // A connection is listed once its event loop took it from the
+    // acceptor, which may be a moment after the connect returned.
+    let idle_addr = format!("tcp:{}", idle.local_addr().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let conns = loop {
+        let conns = String::from_utf8(ask(&mut c, b"stats conns\r\n", &[b"END\r\n"])).unwrap();
+        if conns.contains(&idle_addr) || Instant::now() > deadline {
+            break conns;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     for s in [&c, &idle] {
         let me = format!("tcp:{}", s.local_addr().unwrap());
         let line = conns
