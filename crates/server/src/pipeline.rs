@@ -112,6 +112,9 @@ impl<P: Protocol> Pipeline<P> {
         let mut parsed = 0;
         let processed = self.process_counted(cx, input, out, reply_budget, &mut parsed);
         Stats::add(&cx.shared.stats.requests_parsed, parsed);
+        if parsed > 0 {
+            cx.client.active(cx.shared.uptime().as_secs());
+        }
         processed
     }
 

@@ -9,6 +9,8 @@
 //! (`crate::pipeline::Pipeline`), so that protocols import it downward.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use combkv::op::{Op, Outcome};
@@ -24,8 +26,32 @@ use crate::state::Shared;
 pub(crate) struct Client {
     pub id: u64,
     pub addr: SocketAddr,
+    /// The connection's own end (memcached's `stats conns` `listen_addr`).
+    pub laddr: Option<SocketAddr>,
     pub name: Option<String>,
     pub connected_at: Instant,
+    /// Seconds since the server started at which the connection last sent
+    /// a request; the client registry holds the same counter, so `stats
+    /// conns` reads it without a lock on the connection.
+    pub last_cmd: Arc<AtomicU64>,
+}
+
+impl Client {
+    pub fn new(id: u64, addr: SocketAddr, laddr: Option<SocketAddr>, since_start: u64) -> Client {
+        Client {
+            id,
+            addr,
+            laddr,
+            name: None,
+            connected_at: Instant::now(),
+            last_cmd: Arc::new(AtomicU64::new(since_start)),
+        }
+    }
+
+    /// Notes that a request arrived `since_start` seconds after the start.
+    pub fn active(&self, since_start: u64) {
+        self.last_cmd.store(since_start, Ordering::Relaxed);
+    }
 }
 
 /// What a protocol works with while processing one connection's input.

@@ -446,10 +446,29 @@ fn stat_flush_and_their_quiet_forms() {
     for want in ["pid", "uptime", "cmd_set", "get_hits", "curr_items"] {
         assert!(names.iter().any(|n| n == want), "{want} in {names:?}");
     }
-    // reset: only the terminator; a group not kept: not found.
+    // reset: only the terminator; slabs: the text group's lines; a group
+    // not kept: not found.
     let r = c.call(&packet(STAT, &[], b"reset", &[], 0));
     assert_eq!((r.status, r.key.len()), (OK, 0));
-    let r = c.call(&packet(STAT, &[], b"slabs", &[], 0));
+    c.send(&packet(STAT, &[], b"slabs", &[], 0));
+    let mut slabs = Vec::new();
+    loop {
+        let r = c.recv();
+        assert_eq!(r.status, OK);
+        if r.key.is_empty() {
+            break;
+        }
+        slabs.push((String::from_utf8(r.key).unwrap(), r.value));
+    }
+    assert!(
+        slabs.contains(&("1:used_chunks".to_string(), b"1".to_vec())),
+        "{slabs:?}"
+    );
+    assert!(
+        slabs.contains(&("active_slabs".to_string(), b"1".to_vec())),
+        "{slabs:?}"
+    );
+    let r = c.call(&packet(STAT, &[], b"detail", &[], 0));
     assert_eq!(r.status, NOT_FOUND);
     // A delayed flush leaves the item for now; a flush removes it.
     let r = c.call(&packet(FLUSH, &600u32.to_be_bytes(), &[], &[], 0));

@@ -6,7 +6,6 @@
 //! memcached connection without a socket.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use combkv::Store;
 use combkv::readexec::BatchResults;
@@ -53,12 +52,7 @@ impl MemcacheSession {
                     .expect("an in-memory store"),
             ),
             batch: BatchResults::new(),
-            client: Client {
-                id: 1,
-                addr: ([127, 0, 0, 1], 0).into(),
-                name: None,
-                connected_at: Instant::now(),
-            },
+            client: Client::new(1, ([127, 0, 0, 1], 0).into(), None, 0),
             conn: Pipeline::new(Memcache::new(needs_auth)),
             input: Vec::new(),
             output: Vec::new(),

@@ -13,6 +13,7 @@
 //! | incr, decr, ma, binary increment/decrement | `incrby` | read and write |
 //! | flush_all, binary flush | `flushall` | - |
 //! | stats, verbosity, me | `info` | - |
+//! | lru_crawler metadump, stats cachedump | `keys` | - |
 //! | shutdown | `shutdown` | - |
 //!
 //! `version`, `quit`, `mn` and the authentication itself need nothing.
@@ -47,6 +48,8 @@ pub(crate) fn as_resp<'a>(req: &'a Request<'a>) -> Option<AsResp<'a>> {
             Some(("info", Vec::new()))
         }
         Request::Shutdown { .. } => Some(("shutdown", Vec::new())),
+        // It lists every key, as KEYS does.
+        Request::MetaDump { .. } | Request::MetaDumpBadClass => Some(("keys", Vec::new())),
         Request::MetaGet { key, flags } => match flags.ttl {
             None => one("get", key.bytes(), READ),
             Some(_) => one("getex", key.bytes(), rw),

@@ -7,6 +7,7 @@
 //! The replies follow memcached 1.6's `proto_text.c`
 //! (`process_request_ascii` before authentication).
 
+use super::binary::{BinCmd, BinRequest};
 use super::error::McError;
 use super::parse::words;
 
@@ -113,6 +114,59 @@ pub(crate) fn check(
         &cx.client.addr.to_string(),
     );
     None
+}
+
+impl super::Memcache {
+    /// The binary protocol's SASL commands: PLAIN, checked as the text
+    /// protocol's authenticating `set` is. A server without a password has
+    /// no SASL (memcached without `-S`): unknown command.
+    pub(super) fn sasl(
+        &mut self,
+        cx: &crate::turn::Cx<'_>,
+        req: &BinRequest<'_>,
+        out: &mut Vec<u8>,
+    ) {
+        use super::binary::{Status, packet};
+        if !cx.shared.acl.default_requires_auth() {
+            return super::binary::cmd::refuse(cx, out, req.head, &McError::UnknownCommand);
+        }
+        let authenticated = match req.cmd {
+            BinCmd::SaslAuth { mech, data }
+                if mech == super::binary::cmd::SASL_MECHS.as_bytes() =>
+            {
+                super::binary::cmd::sasl_plain(data).and_then(|(user, p)| check(cx, user, p))
+            }
+            _ => None,
+        };
+        match req.cmd {
+            BinCmd::SaslListMechs => {
+                let mechs = super::binary::cmd::SASL_MECHS.as_bytes();
+                packet(out, req.head, Status::Success, 0, &[], &[], mechs);
+            }
+            BinCmd::SaslAuth { .. } if authenticated.is_some() => {
+                if let Some(u) = authenticated {
+                    self.user.set(u, &cx.shared.acl);
+                }
+                self.authenticated = true;
+                packet(
+                    out,
+                    req.head,
+                    Status::Success,
+                    0,
+                    &[],
+                    &[],
+                    b"Authenticated",
+                );
+            }
+            _ => {
+                tracing::debug!(
+                    client = cx.client.id,
+                    "memcached SASL authentication failed"
+                );
+                super::binary::cmd::refuse(cx, out, req.head, &McError::AuthFailure);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

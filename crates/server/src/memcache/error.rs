@@ -82,6 +82,10 @@ pub enum McError {
     InitialValue,
     /// ma's `D` is no 64-bit unsigned decimal.
     MetaDelta,
+    /// A command with too few tokens (`stats cachedump`).
+    BadCommandLine,
+    /// `stats cachedump` of a class past memcached's last.
+    IllegalSlabId,
     /// An engine refusal that has no memcached equivalent.
     Store(StoreError),
 }
@@ -137,6 +141,8 @@ impl McError {
             McError::MaMode => "CLIENT_ERROR invalid mode for ma M token",
             McError::InitialValue => "CLIENT_ERROR invalid numeric initial value",
             McError::MetaDelta => "CLIENT_ERROR invalid numeric delta value",
+            McError::BadCommandLine => "CLIENT_ERROR bad command line",
+            McError::IllegalSlabId => "CLIENT_ERROR Illegal slab id",
             McError::Store(e) => {
                 return Cow::Owned(format!("SERVER_ERROR {}", store_error_text(e)));
             }

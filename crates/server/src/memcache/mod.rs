@@ -9,6 +9,7 @@ mod acl;
 mod auth;
 pub mod binary;
 pub(crate) mod cmd;
+mod dump;
 pub mod error;
 pub mod parse;
 pub(crate) mod stats;
@@ -43,6 +44,8 @@ pub(crate) struct Memcache {
     user: crate::state::acl::ConnUser,
     /// Which protocol the connection speaks, decided by its first byte.
     mode: Mode,
+    /// An `lru_crawler metadump` being answered in parts.
+    dump: Option<dump::Dump>,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -236,6 +239,13 @@ impl Memcache {
         if let Some(cont) = self.cont {
             return self.next_part(input, at, cont);
         }
+        if let Some(d) = &self.dump {
+            let step = d.next_step();
+            if d.finished() {
+                self.dump = None;
+            }
+            return step;
+        }
         if !self.authenticated {
             return self.parse_unauthenticated(&input[at..]);
         }
@@ -276,6 +286,15 @@ impl Memcache {
                         };
                         self.part(keys_at, keys, cont, true)
                     }
+                    Request::MetaDump {
+                        class_one,
+                        cachedump,
+                    } => {
+                        let d = dump::Dump::new(class_one, cachedump, consumed);
+                        let step = d.next_step();
+                        self.dump = Some(d);
+                        step
+                    }
                     req => Step::Request(req, consumed),
                 }
             }
@@ -312,50 +331,6 @@ impl Memcache {
             BinParsed::Request(req, len) => Step::Request(Request::Binary(req), len),
         }
     }
-
-    /// The binary protocol's SASL commands: PLAIN, checked as the text
-    /// protocol's authenticating `set` is. A server without a password has
-    /// no SASL (memcached without `-S`): unknown command.
-    fn sasl(&mut self, cx: &Cx<'_>, req: &BinRequest<'_>, out: &mut Vec<u8>) {
-        use binary::{Status, packet};
-        if !cx.shared.acl.default_requires_auth() {
-            return binary::cmd::refuse(cx, out, req.head, &McError::UnknownCommand);
-        }
-        let authenticated = match req.cmd {
-            BinCmd::SaslAuth { mech, data } if mech == binary::cmd::SASL_MECHS.as_bytes() => {
-                binary::cmd::sasl_plain(data).and_then(|(user, p)| auth::check(cx, user, p))
-            }
-            _ => None,
-        };
-        match req.cmd {
-            BinCmd::SaslListMechs => {
-                let mechs = binary::cmd::SASL_MECHS.as_bytes();
-                packet(out, req.head, Status::Success, 0, &[], &[], mechs);
-            }
-            BinCmd::SaslAuth { .. } if authenticated.is_some() => {
-                if let Some(u) = authenticated {
-                    self.user.set(u, &cx.shared.acl);
-                }
-                self.authenticated = true;
-                packet(
-                    out,
-                    req.head,
-                    Status::Success,
-                    0,
-                    &[],
-                    &[],
-                    b"Authenticated",
-                );
-            }
-            _ => {
-                tracing::debug!(
-                    client = cx.client.id,
-                    "memcached SASL authentication failed"
-                );
-                binary::cmd::refuse(cx, out, req.head, &McError::AuthFailure);
-            }
-        }
-    }
 }
 
 impl Memcache {
@@ -378,6 +353,12 @@ impl Memcache {
             }
             Request::Auth { user, pass } => {
                 self.authenticate(cx, user, pass, out);
+                return false;
+            }
+            Request::MetaDump { .. } => {
+                if let Some(d) = &mut self.dump {
+                    d.part(cx, out);
+                }
                 return false;
             }
             Request::Binary(ref b) => {
@@ -534,7 +515,9 @@ impl Protocol for Memcache {
             | Request::MetaSet { .. }
             | Request::MetaDelete { .. }
             | Request::MetaArith { .. } => Class::Write,
-            Request::MetaDebug { .. } | Request::Stats { .. } => Class::Read,
+            Request::MetaDebug { .. } | Request::Stats { .. } | Request::MetaDump { .. } => {
+                Class::Read
+            }
             Request::Binary(b) => match b.cmd {
                 BinCmd::Get { .. } => Class::BatchRead,
                 BinCmd::Store { .. }
@@ -556,6 +539,7 @@ impl Protocol for Memcache {
             | Request::Quit
             | Request::Shutdown { .. }
             | Request::MetaNoop
+            | Request::MetaDumpBadClass
             | Request::Auth { .. } => Class::Control,
         }
     }

@@ -7,7 +7,7 @@ use std::io::{self, Write as _};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_channel::Sender;
 use mio::net::{TcpListener, TcpStream};
@@ -179,12 +179,12 @@ impl Acceptor {
             }
         };
         let _ = stream.set_nodelay(true);
-        let client = Client {
-            id: shared.next_client_id.fetch_add(1, Ordering::Relaxed),
+        let client = Client::new(
+            shared.next_client_id.fetch_add(1, Ordering::Relaxed),
             addr,
-            name: None,
-            connected_at: Instant::now(),
-        };
+            stream.local_addr().ok(),
+            shared.uptime().as_secs(),
+        );
         let auth = shared.acl.default_requires_auth();
         let proto = if kind.resp {
             ProtoState::Resp(Pipeline::new(crate::resp::Resp::new(auth)))

@@ -204,9 +204,11 @@ impl EventLoop {
                 crate::state::ClientInfo {
                     id: conn.client.id,
                     addr: conn.client.addr.to_string(),
+                    laddr: conn.client.laddr,
                     name: None,
                     connected_at: conn.client.connected_at,
                     protocol: conn.proto.name(),
+                    last_cmd: conn.client.last_cmd.clone(),
                 },
             );
             if conn.tls.is_some() {

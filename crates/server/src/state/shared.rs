@@ -64,9 +64,21 @@ impl Stats {
 pub struct ClientInfo {
     pub id: u64,
     pub addr: String,
+    /// The connection's own end (memcached's `listen_addr`).
+    pub laddr: Option<std::net::SocketAddr>,
     pub name: Option<String>,
     pub connected_at: Instant,
     pub protocol: &'static str,
+    /// Seconds after the server's start of its last request (the
+    /// connection's own counter, shared).
+    pub last_cmd: Arc<AtomicU64>,
+}
+
+impl ClientInfo {
+    /// Seconds since its last request, `now` being seconds since the start.
+    pub fn idle_secs(&self, now: u64) -> u64 {
+        now.saturating_sub(self.last_cmd.load(Ordering::Relaxed))
+    }
 }
 
 /// What this process serves, once recovered: a single node's store, or a

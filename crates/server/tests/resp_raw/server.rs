@@ -287,6 +287,10 @@ fn client_setname_getname_id_list_info() {
     let list = c.q("CLIENT LIST");
     assert!(list.contains(&format!("id={id} ")), "{list}");
     assert!(list.contains("name=worker-1 "), "{list}");
+    // Its own end, and the seconds since its last command (this one).
+    let laddr = s.server().resp_addr().unwrap();
+    assert!(list.contains(&format!(" laddr={laddr} ")), "{list}");
+    assert!(list.contains(" idle=0 "), "{list}");
     let info = c.q("CLIENT INFO");
     assert!(
         info.starts_with('$') && info.contains(&format!("id={id} ")),

@@ -386,7 +386,15 @@ fn stat(cx: &mut Cx<'_>, head: Head, group: &[u8], out: &mut Vec<u8>) {
             }
         }
         b"reset" => cx.shared.memcache.stats.reset(),
-        _ => return error(out, head, Status::KeyNotFound),
+        _ => match crate::memcache::stats::group_lines(cx.shared, group) {
+            Some(lines) => {
+                for (name, value) in lines {
+                    let (name, value) = (name.as_bytes(), value.as_bytes());
+                    packet(out, head, Status::Success, 0, &[], name, value);
+                }
+            }
+            None => return error(out, head, Status::KeyNotFound),
+        },
     }
     packet(out, head, Status::Success, 0, &[], &[], &[]);
 }

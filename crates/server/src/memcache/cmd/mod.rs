@@ -230,6 +230,7 @@ pub(crate) fn execute(cx: &mut Cx<'_>, req: &Request<'_>, out: &mut Vec<u8>) {
             }
         }
         Request::Stats { args } => text::stats(cx, args, out),
+        Request::MetaDumpBadClass => line(out, "BADCLASS invalid class id"),
         Request::Quit | Request::Shutdown { .. } => {}
         Request::MetaNoop => line(out, "MN"),
         Request::MetaDebug { key } => meta::debug(cx, &key, out),
@@ -237,8 +238,8 @@ pub(crate) fn execute(cx: &mut Cx<'_>, req: &Request<'_>, out: &mut Vec<u8>) {
         Request::MetaSet { key, flags, data } => meta::set(cx, &key, &flags, data, out),
         Request::MetaDelete { key, flags } => meta::delete(cx, &key, &flags, out),
         Request::MetaArith { key, flags } => meta::arith(cx, &key, &flags, out),
-        Request::Auth { .. } | Request::Binary(_) => {
-            unreachable!("the protocol answers authentication and binary requests")
+        Request::Auth { .. } | Request::Binary(_) | Request::MetaDump { .. } => {
+            unreachable!("the protocol answers authentication, binary requests and metadump")
         }
     }
 }

@@ -380,14 +380,23 @@ pub(crate) fn flush(
     }
 }
 
+/// `stats [subcommand]`: as memcached, only the first word after `stats`
+/// counts; an unknown subcommand is `ERROR`.
 pub(super) fn stats(cx: &mut Cx<'_>, args: &[u8], out: &mut Vec<u8>) {
+    use crate::memcache::stats as st;
     let mut words = parse::words(args);
+    let shared = cx.shared;
     match words.next() {
-        None => crate::memcache::stats::write_stats(cx.shared, out),
+        None => st::write_stats(shared, out),
         Some(b"reset") => {
-            cx.shared.memcache.stats.reset();
+            shared.memcache.stats.reset();
             line(out, "RESET");
         }
+        Some(b"settings") => st::write_settings(shared, out),
+        Some(b"items") => st::write_items(shared, out),
+        Some(b"slabs") => st::write_slabs(shared, out),
+        Some(b"sizes") => st::write_sizes(out),
+        Some(b"conns") => st::write_conns(shared, cx.client.id, out),
         Some(_) => error_line(cx, out, &McError::UnknownCommand),
     }
 }

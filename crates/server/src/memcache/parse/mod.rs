@@ -146,6 +146,19 @@ pub enum Request<'a> {
     Stats {
         args: &'a [u8],
     },
+    /// `lru_crawler metadump <classes>` and `stats cachedump <class>
+    /// <limit>`: every item's metadata, streamed in parts
+    /// (`Memcache::parse` turns the line into parts).
+    MetaDump {
+        /// The classes named hold class 1, which holds every item here.
+        class_one: bool,
+        /// `stats cachedump`'s format, with its limit (0: none);
+        /// `None`: metadump's.
+        cachedump: Option<u32>,
+    },
+    /// `lru_crawler metadump` naming a class that cannot exist: memcached's
+    /// `BADCLASS` reply.
+    MetaDumpBadClass,
     MetaNoop,
     MetaDebug {
         key: Key<'a>,
@@ -364,9 +377,11 @@ fn parse_line<'a>(input: &'a [u8], line: &'a [u8], line_len: usize, limits: &Lim
                 valid: toks.ntokens() == 2 || (toks.ntokens() == 3 && toks.t[1] == b"graceful"),
             }),
             b"verbosity" => text::verbosity(&toks),
+            b"stats" if toks.t[1] == b"cachedump" => text::cachedump(&toks),
             b"stats" => Ok(Request::Stats {
                 args: after_words(line, 1),
             }),
+            b"lru_crawler" => text::lru_crawler(&toks),
             _ => error(McError::UnknownCommand),
         }
     };

@@ -230,3 +230,55 @@ pub(super) fn verbosity<'a>(toks: &Tokens<'a>) -> LineResult<'a> {
     }
     Ok(Request::Verbosity { noreply })
 }
+
+/// memcached's `MAX_NUMBER_OF_SLAB_CLASSES`: class ids run 1 to 63.
+const SLAB_CLASSES: u32 = 64;
+
+/// `lru_crawler metadump <all|hash|class[,class...]>`, the one
+/// `lru_crawler` subcommand served (combkv has no LRU crawler to start,
+/// stop or tune: the others answer `ERROR`, as memcached answers an
+/// unknown one). memcached's `lru_crawler_crawl`: `all` and `hash` walk
+/// everything; a list names classes 1 to 63, and anything else in it is a
+/// bad class. Empty list entries are skipped, as `strtok_r` skips them.
+pub(super) fn lru_crawler<'a>(toks: &Tokens<'a>) -> LineResult<'a> {
+    if toks.ntokens() != 4 || toks.t[1] != b"metadump" {
+        return error(McError::UnknownCommand);
+    }
+    let classes = toks.t[2];
+    if classes == b"all" || classes == b"hash" {
+        return Ok(Request::MetaDump {
+            class_one: true,
+            cachedump: None,
+        });
+    }
+    let mut class_one = false;
+    for id in classes.split(|&b| b == b',').filter(|id| !id.is_empty()) {
+        match parse_u32(id) {
+            Some(n) if (1..SLAB_CLASSES).contains(&n) => class_one |= n == 1,
+            _ => return Ok(Request::MetaDumpBadClass),
+        }
+    }
+    Ok(Request::MetaDump {
+        class_one,
+        cachedump: None,
+    })
+}
+
+/// `stats cachedump <class> <limit>` (memcached's `process_stat`): class 1
+/// holds every item here, classes 0 and 2 to 63 none; a limit of 0 is no
+/// limit. Tokens past the limit are ignored, as memcached ignores them.
+pub(super) fn cachedump<'a>(toks: &Tokens<'a>) -> LineResult<'a> {
+    if toks.ntokens() < 5 {
+        return error(McError::BadCommandLine);
+    }
+    let (Some(id), Some(limit)) = (parse_u32(toks.t[2]), parse_u32(toks.t[3])) else {
+        return error(McError::BadFormat);
+    };
+    if id >= SLAB_CLASSES {
+        return error(McError::IllegalSlabId);
+    }
+    Ok(Request::MetaDump {
+        class_one: id == 1,
+        cachedump: Some(limit),
+    })
+}

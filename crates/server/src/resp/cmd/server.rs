@@ -132,13 +132,15 @@ fn set_name(cx: &mut Ctx<'_, '_>, n: &[u8]) {
 
 fn client_line(cx: &Ctx<'_, '_>, info: &crate::state::ClientInfo) -> String {
     format!(
-        "id={} addr={} laddr= fd=0 name={} age={} idle=0 flags=N db=0 sub=0 psub=0 ssub=0 \
+        "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags=N db=0 sub=0 psub=0 ssub=0 \
          multi=-1 watch=0 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 \
          omem=0 tot-mem=0 events=r cmd=client user=default redir=-1 resp={} lib-name= lib-ver= protocol={}",
         info.id,
         info.addr,
+        info.laddr.map(|a| a.to_string()).unwrap_or_default(),
         info.name.as_deref().unwrap_or(""),
         info.connected_at.elapsed().as_secs(),
+        info.idle_secs(cx.shared.uptime().as_secs()),
         if info.id == cx.client.id && cx.conn.resp3 {
             3
         } else {
