@@ -109,8 +109,8 @@ pub fn settings_lines(shared: &Shared) -> Vec<(&'static str, String)> {
     };
     let auth = shared.acl.default_requires_auth();
     vec![
-        ("maxbytes", c.maxmemory.0.to_string()),
-        ("maxconns", c.maxclients.to_string()),
+        ("maxbytes", shared.live.maxmemory().to_string()),
+        ("maxconns", shared.live.maxclients().to_string()),
         ("tcpport", port(c.memcached).to_string()),
         ("udpport", port(c.memcached_udp).to_string()),
         ("inter", inter),
