@@ -577,6 +577,13 @@ fn a_node_is_added_caught_up_and_removed_while_clients_write() {
     }
     let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut con).unwrap();
     assert_eq!(role[0], redis::Value::BulkString(b"slave".to_vec()));
+    // The leader as a Redis tool would reach it: its RESP address.
+    let resp = cl.specs[leader as usize - 1].resp;
+    assert_eq!(
+        role[1],
+        redis::Value::BulkString(resp.ip().to_string().into_bytes())
+    );
+    assert_eq!(role[2], redis::Value::Int(i64::from(resp.port())));
 
     // Removed again while the writers go on.
     let out = cl.admin(leader, &["remove", &spare.to_string()]);

@@ -115,6 +115,18 @@ impl Node {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+        // And until its Raft log is open (its status says what it is).
+        while self
+            .try_status()
+            .is_none_or(|s| s.get("raft_role").map(String::as_str) == Some("loading"))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "node {} never opened its log",
+                self.id
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Starts the node with arguments it must refuse; returns what it said.

@@ -244,6 +244,11 @@ impl Cluster {
             .map_err(cluster_error)
     }
 
+    /// The value of cluster setting `name` as this node has applied it.
+    pub(crate) fn setting(&self, name: &str) -> Option<Vec<u8>> {
+        self.replica.settings().borrow().get(name).cloned()
+    }
+
     /// Calls `f` with the value of the setting `name` as this node applies
     /// it (from the log or a snapshot; at once if it already has one), on
     /// a Raft thread.

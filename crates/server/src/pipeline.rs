@@ -307,9 +307,7 @@ impl<P: Protocol> Pipeline<P> {
         let ran = self.proto.execute(cx, input, req, out);
         if P::TIMED {
             let took = self.laps.lap();
-            if cx.shared.slowlog.wants(took) {
-                self.proto.slow(cx, input, req, took);
-            }
+            self.proto.timed(cx, input, req, took);
         }
         if let Some((h, n)) = ran.held {
             debug_assert_eq!(out.len(), before, "a held reply renders nothing now");
@@ -420,9 +418,8 @@ impl<P: Protocol> Pipeline<P> {
         }
         if P::TIMED {
             let took = self.laps.lap();
-            if cx.shared.slowlog.wants(took) {
-                self.proto.slow(cx, input, &pending[0], took);
-            }
+            self.proto
+                .timed_batch(cx, input, &pending[..answered.min(pending.len())], took);
         }
         let flushed = match pending.get(answered) {
             Some(first_left) => {

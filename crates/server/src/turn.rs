@@ -68,6 +68,8 @@ pub(crate) struct Cx<'a> {
     /// A cluster node took a read index in this call: reads may go ahead
     /// (every request here arrived before it was taken).
     pub read_ready: bool,
+    /// This event loop's per-command counts.
+    pub stats: &'a crate::state::cmdstats::LoopStats,
     /// The node did not serve yet when this turn began: commands that
     /// touch data are answered `LOADING` (and the turn's store is the
     /// empty one served meanwhile).
@@ -293,6 +295,30 @@ pub(crate) trait Protocol {
     /// Records a request (or a batch, by its first request) that took
     /// `took` in the slow log (only with `TIMED`).
     fn slow(&self, _cx: &Cx<'_>, _input: &[u8], _req: &Self::Request<'_>, _took: Duration) {}
+
+    /// A request that ran (`execute`) took `took`: counted in its
+    /// command's statistics, and in the slow log if it is slow.
+    fn timed(&mut self, cx: &Cx<'_>, input: &[u8], req: &Self::Request<'_>, took: Duration) {
+        if cx.shared.slowlog.wants(took) {
+            self.slow(cx, input, req, took);
+        }
+    }
+
+    /// The first `pending` requests of a batch were answered together in
+    /// `took`.
+    fn timed_batch(
+        &self,
+        cx: &Cx<'_>,
+        input: &[u8],
+        pending: &[Self::Request<'_>],
+        took: Duration,
+    ) {
+        if cx.shared.slowlog.wants(took)
+            && let Some(first) = pending.first()
+        {
+            self.slow(cx, input, first, took);
+        }
+    }
 }
 
 /// What running a request came to.

@@ -80,6 +80,7 @@ impl MemcacheSession {
         let shared = self.shared.clone();
         let store = shared.current_store();
         let session = store.session();
+        let stats = crate::state::cmdstats::LoopStats::none();
         loop {
             let mut cx = Cx {
                 shared: &self.shared,
@@ -88,6 +89,7 @@ impl MemcacheSession {
                 client: &mut self.client,
                 read_ready: false,
                 loading: false,
+                stats: &stats,
                 parking: None,
                 held: None,
             };

@@ -120,6 +120,7 @@ impl RespSession {
         let shared = self.shared.clone();
         let store = shared.current_store();
         let session = store.session();
+        let stats = crate::state::cmdstats::LoopStats::none();
         loop {
             let mut cx = Cx {
                 shared: &self.shared,
@@ -128,6 +129,7 @@ impl RespSession {
                 client: &mut self.client,
                 read_ready: false,
                 loading: false,
+                stats: &stats,
                 parking: None,
                 held: None,
             };

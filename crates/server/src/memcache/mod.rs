@@ -11,12 +11,14 @@ pub mod binary;
 pub(crate) mod cmd;
 mod dump;
 pub mod error;
+pub(crate) mod names;
 pub mod parse;
 pub(crate) mod stats;
 pub mod types;
 pub(crate) mod udp;
 
 use combkv::readexec::{BatchResults, ReadRequest};
+use std::time::Duration;
 
 use crate::state::{Shared, Stats};
 use crate::turn::{Class, Cx, Protocol, Ran, Reads, Render, Step};
@@ -424,7 +426,7 @@ impl Protocol for Memcache {
     type Held = Render;
     const NAME: &'static str = "memcached";
     const INTERNAL_ERROR: &'static [u8] = b"SERVER_ERROR internal error; closing connection\r\n";
-    const TIMED: bool = false;
+    const TIMED: bool = true;
 
     fn begin(&mut self, cx: &Cx<'_>) {
         self.limits = limits(cx.shared);
@@ -468,6 +470,21 @@ impl Protocol for Memcache {
         }
         let refusal = refusal(&req, binary::Status::AuthError, McError::NoPermission);
         Step::Reject(refusal, n)
+    }
+
+    fn timed(&mut self, cx: &Cx<'_>, _input: &[u8], req: &Request<'_>, took: Duration) {
+        if let Some(id) = names::of(req) {
+            cx.stats.memcached.call(id, took);
+        }
+    }
+
+    fn timed_batch(&self, cx: &Cx<'_>, _input: &[u8], pending: &[Request<'_>], took: Duration) {
+        let share = took / pending.len().max(1) as u32;
+        for req in pending {
+            if let Some(id) = names::of(req) {
+                cx.stats.memcached.call(id, share);
+            }
+        }
     }
 
     fn reads(&self, req: &Request<'_>) -> usize {

@@ -194,6 +194,7 @@ impl Connection {
             client: &mut self.client,
             read_ready: false,
             loading: cx_parts.loading,
+            stats: cx_parts.stats,
             parking,
             held: None,
         };
@@ -341,4 +342,6 @@ pub(crate) struct CxParts<'a> {
     pub token: usize,
     /// The node did not serve when the turn began (see `Cx::loading`).
     pub loading: bool,
+    /// The loop's per-command counts.
+    pub stats: &'a crate::state::cmdstats::LoopStats,
 }

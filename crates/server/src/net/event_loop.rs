@@ -54,6 +54,8 @@ pub(crate) struct EventLoop {
     handshaking: Vec<usize>,
     /// The node did not serve yet when this turn began (`Cx::loading`).
     loading: bool,
+    /// This loop's per-command counts (summed by INFO and the metrics).
+    stats: Arc<crate::state::cmdstats::LoopStats>,
 }
 
 impl EventLoop {
@@ -68,6 +70,7 @@ impl EventLoop {
             .clustered()
             .then(|| Arc::new(Inbox::new(Arc::clone(&waker))));
         let batch = shared.config.read_results();
+        let stats = shared.new_loop_stats();
         Ok((
             EventLoop {
                 poll,
@@ -83,6 +86,7 @@ impl EventLoop {
                 resumed: Vec::new(),
                 handshaking: Vec::new(),
                 loading: true,
+                stats,
             },
             waker,
         ))
@@ -287,6 +291,7 @@ impl EventLoop {
                     inbox: self.inbox.as_ref(),
                     token: t,
                     loading: self.loading,
+                    stats: &self.stats,
                 };
                 let used = conn.process(parts, max_reply);
                 self.served.push(t);
@@ -445,6 +450,7 @@ impl EventLoop {
                     inbox: None,
                     token: t,
                     loading: self.loading,
+                    stats: &self.stats,
                 };
                 conn.process(parts, usize::MAX);
             }

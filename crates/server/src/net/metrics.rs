@@ -1,5 +1,6 @@
 //! The Prometheus endpoint: `GET /metrics` on `--metrics ADDR` answers the
-//! INFO figures in Prometheus text format (version 0.0.4); `GET /healthz`
+//! figures in Prometheus text format (version 0.0.4, `exposition.rs`);
+//! `GET /healthz`
 //! and `GET /readyz` are the orchestrator's probes (200, or 503 with the
 //! reason). One request per connection, served on its own thread;
 //! anything else gets 404. With
@@ -58,7 +59,7 @@ pub fn serve(listener: TcpListener, shared: Arc<Shared>) {
     }
 }
 
-fn answer<S: Read + Write>(mut stream: S, shared: &Shared) -> std::io::Result<()> {
+fn answer<S: Read + Write>(mut stream: S, shared: &Arc<Shared>) -> std::io::Result<()> {
     let mut reader = BufReader::new((&mut stream).take(MAX_HEAD_BYTES));
     let mut first = String::new();
     reader.read_line(&mut first)?;
@@ -97,41 +98,12 @@ fn answer<S: Read + Write>(mut stream: S, shared: &Shared) -> std::io::Result<()
         w.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")?;
         return Ok(());
     }
-    let body = render(shared);
+    let body = super::exposition::render(shared);
     write!(
         w,
-        "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+        "HTTP/1.1 200 OK\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+        super::exposition::CONTENT_TYPE,
         body.len(),
         body
     )
-}
-
-/// Every numeric INFO field as a gauge `combkv_<name>`.
-pub fn render(shared: &Shared) -> String {
-    let mut out = String::new();
-    for section in crate::node::info::SECTIONS {
-        for (name, value) in crate::node::info::fields(shared, section) {
-            if let Ok(v) = value.parse::<f64>() {
-                out.push_str(&format!("# TYPE combkv_{name} gauge\ncombkv_{name} {v}\n"));
-            }
-        }
-    }
-    out.push_str(&format!(
-        "# TYPE combkv_keys gauge\ncombkv_keys {}\n",
-        shared.current_store().len()
-    ));
-    if let Some(c) = shared.cluster() {
-        let s = c.status();
-        if !s.followers.is_empty() {
-            out.push_str("# TYPE combkv_raft_follower_lag gauge\n");
-            out.push_str("# TYPE combkv_raft_follower_matched_index gauge\n");
-        }
-        for (id, matched, lag) in s.followers {
-            out.push_str(&format!(
-                "combkv_raft_follower_lag{{node=\"{id}\"}} {lag}\n\
-                 combkv_raft_follower_matched_index{{node=\"{id}\"}} {matched}\n"
-            ));
-        }
-    }
-    out
 }

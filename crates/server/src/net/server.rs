@@ -338,6 +338,12 @@ impl Server {
         let threads_n = config.thread_count();
         let bound = listeners.record_bound(&mut config);
         let shared = Arc::new(Shared::new(config, tls, acl).map_err(StartError)?);
+        let _ = shared
+            .command_names
+            .set(crate::state::cmdstats::CommandNames {
+                resp: crate::resp::cmd::table::names(),
+                memcached: crate::memcache::names::NAMES.to_vec(),
+            });
         // Clients are served from here on, told `LOADING` until the node
         // is open (and, on a cluster node, caught up).
         let threads = start_threads(&shared, threads_n, listeners)?;

@@ -21,23 +21,86 @@ pub const SECTIONS: [&str; 9] = [
     "engine",
 ];
 
-/// Renders the requested sections (none, `default`, `all`, `everything`:
-/// every section).
+/// Sections only `all`, `everything` or their own name show (as in
+/// Redis, where INFO's default leaves them out), in Redis's order after
+/// `cpu`.
+pub const STATS_SECTIONS: [&str; 3] = ["commandstats", "errorstats", "latencystats"];
+
+/// Renders the requested sections: none or `default`, the default ones;
+/// `all` or `everything`, those and the statistics sections.
 pub fn render(shared: &Shared, wanted: &[String]) -> String {
-    let all = wanted.is_empty()
-        || wanted
-            .iter()
-            .any(|w| matches!(w.as_str(), "default" | "all" | "everything"));
-    let mut out = String::new();
+    let every = wanted
+        .iter()
+        .any(|w| matches!(w.as_str(), "all" | "everything"));
+    let default = every || wanted.is_empty() || wanted.iter().any(|w| w == "default");
+    let mut order: Vec<&str> = Vec::new();
     for s in SECTIONS {
-        if all || wanted.iter().any(|w| w == s) {
+        if s == "keyspace" {
+            order.extend(STATS_SECTIONS);
+        }
+        order.push(s);
+    }
+    let mut out = String::new();
+    for s in order {
+        let stats = STATS_SECTIONS.contains(&s);
+        let shown = if stats { every } else { default };
+        if shown || wanted.iter().any(|w| w == s) {
             if !out.is_empty() {
                 out.push_str("\r\n");
             }
-            section(shared, s, &mut out);
+            if stats {
+                stats_section(shared, s, &mut out);
+            } else {
+                section(shared, s, &mut out);
+            }
         }
     }
     out
+}
+
+/// Redis's `commandstats`, `errorstats` and `latencystats` lines for the
+/// RESP commands (memcached's are in the metrics).
+fn stats_section(shared: &Shared, name: &str, out: &mut String) {
+    let mut title = name.to_string();
+    title[..1].make_ascii_uppercase();
+    let _ = write!(out, "# {title}\r\n");
+    match name {
+        "commandstats" => {
+            for (cmd, t) in shared.command_totals(false) {
+                let usec = t.nanos / 1000;
+                let per_call = if t.calls == 0 {
+                    0.0
+                } else {
+                    t.nanos as f64 / 1000.0 / t.calls as f64
+                };
+                let _ = write!(
+                    out,
+                    "cmdstat_{cmd}:calls={},usec={usec},usec_per_call={per_call:.2},\
+                     rejected_calls={},failed_calls={}\r\n",
+                    t.calls, t.rejected, t.failed
+                );
+            }
+        }
+        "errorstats" => {
+            for (code, n) in shared.error_totals(false) {
+                let _ = write!(out, "errorstat_{code}:count={n}\r\n");
+            }
+        }
+        _ => {
+            for (cmd, t) in shared.command_totals(false) {
+                if t.calls == 0 {
+                    continue;
+                }
+                let _ = write!(
+                    out,
+                    "latency_percentiles_usec_{cmd}:p50={:.3},p99={:.3},p99.9={:.3}\r\n",
+                    t.percentile_us(0.5),
+                    t.percentile_us(0.99),
+                    t.percentile_us(0.999)
+                );
+            }
+        }
+    }
 }
 
 fn human(bytes: u64) -> String {
@@ -204,6 +267,25 @@ pub fn replication_fields(shared: &Shared) -> Vec<(&'static str, String)> {
         ),
         ("connected_slaves", s.followers.len().to_string()),
     ];
+    // Redis's fields for a replica: where its leader takes clients.
+    if s.role != Role::Leader {
+        let leader = s.leader.and_then(|l| {
+            crate::node::peers::resp_addr(c, l)
+                .or_else(|| s.nodes.iter().find(|n| n.0 == l).map(|n| n.1.clone()))
+        });
+        let (host, port) = leader
+            .as_deref()
+            .and_then(|a| a.rsplit_once(':'))
+            .unwrap_or(("", "0"));
+        f.extend([
+            ("master_host", host.to_string()),
+            ("master_port", port.to_string()),
+            (
+                "master_link_status",
+                if leader.is_some() { "up" } else { "down" }.into(),
+            ),
+        ]);
+    }
     // Ops and results this process encoded and decoded: a write crosses
     // each hop once (`docs/cluster.md`, "Watching it").
     let t = combkv_replica::codec_tally();

@@ -9,6 +9,7 @@ pub(crate) mod acl;
 pub(crate) mod admin;
 pub mod info;
 pub(crate) mod park;
+pub(crate) mod peers;
 pub(crate) mod readiness;
 pub(crate) mod service;
 pub(crate) mod settings;

@@ -23,6 +23,7 @@ pub(crate) fn check(shared: &Arc<Shared>, tick: u64) {
             if !shared.readiness.announced.swap(true, Ordering::AcqRel) {
                 service::ready();
             }
+            crate::node::peers::publish(shared);
             if tick.is_multiple_of(FAILURE_CHECK_EVERY)
                 && let Some(why) = failure(shared)
             {

@@ -49,6 +49,8 @@ pub(crate) struct Resp {
     ranges: RangeSlots,
     /// The rest of a request refused for `maxmemory`, being skipped.
     discard: Option<Discard>,
+    /// How the last request `execute` ran ended, for its statistics.
+    last: cmd::Dispatched,
 }
 
 /// A parsed RESP request: its command and where its arguments are.
@@ -56,6 +58,8 @@ pub(crate) struct Resp {
 pub(crate) struct RespRequest {
     /// The command's table entry (`None`: unknown).
     spec: Option<&'static Spec>,
+    /// Its id in the table (the statistics' index).
+    id: u16,
     /// Where the request starts in the input.
     base: usize,
     /// Its arguments: entries `first..end` of the connection's frames.
@@ -175,6 +179,7 @@ impl Protocol for Resp {
         }
         let mut req = RespRequest {
             spec: None,
+            id: 0,
             base: at,
             first: f.first,
             end: f.end,
@@ -189,7 +194,10 @@ impl Protocol for Resp {
                 String::from_utf8_lossy(name)
             );
         }
-        req.spec = cmd::lookup_request(name);
+        if let Some((id, spec)) = cmd::lookup_request(name) {
+            req.spec = Some(spec);
+            req.id = id;
+        }
         // After MULTI a read is queued, not batched.
         if let Some(spec) = req.spec
             && let cmd::Kind::BatchRead(kind) = spec.kind
@@ -321,11 +329,12 @@ impl Protocol for Resp {
             args,
             r: Reply { out, resp3 },
             loading: cx.loading,
+            stats: cx.stats,
             close: false,
             txn: None,
             held: None,
         };
-        cmd::dispatch(&mut ctx, req.spec);
+        self.last = cmd::dispatch(&mut ctx, req.spec);
         Ran {
             close: ctx.close,
             held: ctx.held.map(|h| (h, 1)),
@@ -350,6 +359,7 @@ impl Protocol for Resp {
             args: &[],
             r: Reply { out, resp3 },
             loading: cx.loading,
+            stats: cx.stats,
             close: false,
             txn: None,
             held: None,
@@ -392,6 +402,36 @@ impl Protocol for Resp {
             "closing after protocol error: {}",
             err.message()
         );
+    }
+
+    fn timed(&mut self, cx: &Cx<'_>, input: &[u8], req: &RespRequest, took: Duration) {
+        let stats = &cx.stats.resp;
+        let id = usize::from(req.id);
+        match self.last {
+            // Unknown: no command to count it under (its error is counted).
+            _ if req.spec.is_none() => {}
+            cmd::Dispatched::Rejected => stats.rejected(id),
+            cmd::Dispatched::Failed => {
+                stats.call(id, took);
+                stats.failed(id);
+            }
+            cmd::Dispatched::Ran => stats.call(id, took),
+        }
+        if cx.shared.slowlog.wants(took) {
+            self.slow(cx, input, req, took);
+        }
+    }
+
+    fn timed_batch(&self, cx: &Cx<'_>, input: &[u8], pending: &[RespRequest], took: Duration) {
+        let share = took / pending.len().max(1) as u32;
+        for req in pending {
+            cx.stats.resp.call(usize::from(req.id), share);
+        }
+        if cx.shared.slowlog.wants(took)
+            && let Some(first) = pending.first()
+        {
+            self.slow(cx, input, first, took);
+        }
     }
 
     fn slow(&self, cx: &Cx<'_>, input: &[u8], req: &RespRequest, took: Duration) {

@@ -3,6 +3,7 @@
 //! log, and the memcached listener's own shared state.
 
 pub(crate) mod acl;
+pub mod cmdstats;
 pub(crate) mod counter;
 pub(crate) mod fdlimit;
 pub(crate) mod glob;

@@ -46,6 +46,8 @@ pub struct Readiness {
     pub asking: AtomicBool,
     /// The service manager has been told the node is ready.
     pub announced: AtomicBool,
+    /// A cluster node's RESP address is in the log (`node/peers.rs`).
+    pub published: AtomicBool,
 }
 
 impl Default for Readiness {
@@ -58,6 +60,7 @@ impl Default for Readiness {
             loading_since_unix: SystemTime::now(),
             asking: AtomicBool::new(false),
             announced: AtomicBool::new(false),
+            published: AtomicBool::new(false),
         }
     }
 }

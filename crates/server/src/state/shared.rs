@@ -144,6 +144,10 @@ pub struct Shared {
     pub tls: super::tls::ClientTls,
     /// Users and permissions.
     pub acl: super::acl::Acl,
+    /// What the command ids of `loop_stats` name.
+    pub command_names: std::sync::OnceLock<super::cmdstats::CommandNames>,
+    /// Every event loop's per-command counts.
+    pub loop_stats: Mutex<Vec<Arc<super::cmdstats::LoopStats>>>,
     /// Failed authentications' log lines, rate-limited.
     pub auth_failures: super::ratelimit::RateLimited,
     /// A cluster node's lock on its data directory (a single node's store
@@ -222,6 +226,8 @@ impl Shared {
             memcache: Default::default(),
             tls,
             acl,
+            command_names: std::sync::OnceLock::new(),
+            loop_stats: Mutex::new(Vec::new()),
             auth_failures: Default::default(),
             dir_lock: Mutex::new(None),
         })
@@ -357,6 +363,55 @@ impl Shared {
             c.reset();
         }
         self.slowlog.reset();
+        for l in self.loop_stats.lock().iter() {
+            l.resp.reset();
+            l.memcached.reset();
+        }
+    }
+
+    /// A new event loop's per-command counts, registered for readers.
+    pub fn new_loop_stats(&self) -> Arc<super::cmdstats::LoopStats> {
+        let names = self.command_names.get_or_init(Default::default);
+        let stats = Arc::new(super::cmdstats::LoopStats::new(names));
+        self.loop_stats.lock().push(Arc::clone(&stats));
+        stats
+    }
+
+    /// Every command of `memcached` (else RESP) with a call, refusal or
+    /// failure, and its counts summed over the loops, in id order.
+    pub fn command_totals(&self, memcached: bool) -> Vec<(&'static str, super::cmdstats::Totals)> {
+        use super::cmdstats::Totals;
+        let Some(names) = self.command_names.get() else {
+            return Vec::new();
+        };
+        let names = if memcached {
+            &names.memcached
+        } else {
+            &names.resp
+        };
+        let loops = self.loop_stats.lock().clone();
+        let mut out = Vec::new();
+        for (id, name) in names.iter().enumerate() {
+            let mut t = Totals::zero();
+            for l in &loops {
+                let s = if memcached { &l.memcached } else { &l.resp };
+                s.add_into(id, &mut t);
+            }
+            if t.calls + t.rejected + t.failed > 0 {
+                out.push((*name, t));
+            }
+        }
+        out
+    }
+
+    /// Error replies by code, summed over the loops.
+    pub fn error_totals(&self, memcached: bool) -> std::collections::BTreeMap<String, u64> {
+        let mut out = std::collections::BTreeMap::new();
+        for l in self.loop_stats.lock().iter() {
+            let s = if memcached { &l.memcached } else { &l.resp };
+            s.errors_into(&mut out);
+        }
+        out
     }
 
     /// The server-wide counters (`Stats`).

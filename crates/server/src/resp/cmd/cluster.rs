@@ -8,8 +8,9 @@ use crate::resp::error::{CmdError, CmdResult};
 use crate::resp::reply::Reply;
 
 /// ROLE in Redis's shape: a leader is a `master` with its followers'
-/// matched indexes as offsets; a follower is a `slave` of the leader's
-/// Raft address. A single node is a `master` without followers.
+/// matched indexes as offsets; a follower is a `slave` of the leader.
+/// Nodes are named by the RESP address they published (the Raft address
+/// until they have). A single node is a `master` without followers.
 pub(super) fn role(cx: &mut Ctx<'_, '_>) -> CmdResult {
     let Some(c) = cx.shared.cluster() else {
         cx.r.array(3);
@@ -25,8 +26,8 @@ pub(super) fn role(cx: &mut Ctx<'_, '_>) -> CmdResult {
         cx.r.int(s.commit_index as i64);
         cx.r.array(s.followers.len());
         for (id, matched, _) in &s.followers {
-            let addr = s.nodes.iter().find(|n| n.0 == *id).map_or("", |n| &n.1);
-            let (host, port) = addr.rsplit_once(':').unwrap_or((addr, ""));
+            let addr = client_addr(c, &s, *id).unwrap_or_default();
+            let (host, port) = addr.rsplit_once(':').unwrap_or((&addr, ""));
             cx.r.array(3);
             cx.r.bulk_str(host);
             cx.r.bulk_str(port);
@@ -34,10 +35,7 @@ pub(super) fn role(cx: &mut Ctx<'_, '_>) -> CmdResult {
         }
         return Ok(());
     }
-    let leader = s
-        .leader
-        .and_then(|l| s.nodes.iter().find(|n| n.0 == l))
-        .map(|n| n.1.clone());
+    let leader = s.leader.and_then(|l| client_addr(c, &s, l));
     let (host, port) = match &leader {
         Some(a) => a.rsplit_once(':').unwrap_or((a.as_str(), "")),
         None => ("", ""),
@@ -61,8 +59,17 @@ const ADD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 /// CLUSTER INIT id=host:port,... | ADD id host:port [seconds] | REMOVE id |
 /// STATUS.
 pub(super) fn cluster(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    // A cluster node whose Raft log is still being opened.
+    // A cluster node whose Raft log is still being opened: its status
+    // says so (`raft_role:loading`); nothing else can be done yet.
     if cx.shared.config.clustered() && cx.shared.cluster().is_none() {
+        if crate::resp::cmd::eq_ic(cx.args[1], "status") && cx.args.len() == 2 {
+            let mut out = String::new();
+            for (name, value) in crate::node::info::replication_fields(cx.shared) {
+                out.push_str(&format!("{name}:{value}\r\n"));
+            }
+            cx.r.verbatim(&out);
+            return Ok(());
+        }
         return Err(CmdError::Loading);
     }
     let Some(c) = cx.shared.cluster() else {
@@ -99,7 +106,7 @@ pub(super) fn cluster(cx: &mut Ctx<'_, '_>) -> CmdResult {
                 .into_iter()
                 .map(|(id, a)| (id, a.to_string()))
                 .collect();
-            c.initialize(&members).map_err(admin_error)?;
+            c.initialize(&members).map_err(|e| admin_error(c, e))?;
             cx.r.ok();
         }
         ("add", 4 | 5) => {
@@ -122,12 +129,12 @@ pub(super) fn cluster(cx: &mut Ctx<'_, '_>) -> CmdResult {
                     })?,
             };
             c.add_node(id, &addr.to_string(), within)
-                .map_err(admin_error)?;
+                .map_err(|e| admin_error(c, e))?;
             cx.r.ok();
         }
         ("remove", 3) => {
             let id = node_id(&text(2))?;
-            c.remove_node(id).map_err(admin_error)?;
+            c.remove_node(id).map_err(|e| admin_error(c, e))?;
             cx.r.ok();
         }
         ("help", 2) => help(&mut cx.r),
@@ -163,14 +170,24 @@ fn node_id(s: &str) -> Result<u64, CmdError> {
         .ok_or_else(|| CmdError::err(format!("bad node id '{s}' (a number above 0)")))
 }
 
-fn admin_error(e: ClusterError) -> CmdError {
+/// Where a client reaches node `id`: its published RESP address, else
+/// its Raft address.
+fn client_addr(c: &crate::cluster::Cluster, s: &combkv_replica::Status, id: u64) -> Option<String> {
+    crate::node::peers::resp_addr(c, id)
+        .or_else(|| s.nodes.iter().find(|n| n.0 == id).map(|n| n.1.clone()))
+}
+
+fn admin_error(c: &crate::cluster::Cluster, e: ClusterError) -> CmdError {
     match e {
         ClusterError::NotLeader {
             leader: Some(id),
             addr: Some(addr),
-        } => CmdError::err(format!(
-            "not the leader; send this to node {id} (Raft address {addr})"
-        )),
+        } => CmdError::err(match crate::node::peers::resp_addr(c, id) {
+            Some(resp) => {
+                format!("not the leader; send this to node {id} at {resp} (Raft address {addr})")
+            }
+            None => format!("not the leader; send this to node {id} (Raft address {addr})"),
+        }),
         other => CmdError::err(other.to_string()),
     }
 }

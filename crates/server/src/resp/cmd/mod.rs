@@ -49,6 +49,8 @@ pub(crate) struct Ctx<'a, 'b> {
     /// The node does not serve yet (its turn began so): only commands
     /// with Redis's `loading` flag run.
     pub loading: bool,
+    /// The event loop's per-command counts (errors by code here).
+    pub stats: &'a crate::state::cmdstats::LoopStats,
     /// Close the connection after this reply (QUIT).
     pub close: bool,
     /// Inside EXEC: how the command's writes and reads run (`multi`).
@@ -174,12 +176,32 @@ pub(crate) fn eq_ic(a: &[u8], b: &str) -> bool {
     a.eq_ignore_ascii_case(b.as_bytes())
 }
 
+/// How a command ended, for its statistics (Redis's `calls`,
+/// `rejected_calls`, `failed_calls`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Dispatched {
+    #[default]
+    Ran,
+    /// Refused before it ran: arity, authentication, permissions,
+    /// loading, memory.
+    Rejected,
+    /// Ran and answered an error.
+    Failed,
+}
+
 /// Runs one command (`spec`: its table entry, from `lookup`, looked up
 /// once per request by the caller) and writes its reply.
-pub(crate) fn dispatch(cx: &mut Ctx<'_, '_>, spec: Option<&'static Spec>) {
-    let result = run(cx, spec);
-    if let Err(e) = result {
-        error_reply(cx, &e);
+pub(crate) fn dispatch(cx: &mut Ctx<'_, '_>, spec: Option<&'static Spec>) -> Dispatched {
+    match run(cx, spec) {
+        Ok(()) => Dispatched::Ran,
+        Err((e, ran)) => {
+            error_reply(cx, &e);
+            if ran {
+                Dispatched::Failed
+            } else {
+                Dispatched::Rejected
+            }
+        }
     }
 }
 
@@ -190,7 +212,9 @@ pub(crate) fn error_reply(cx: &mut Ctx<'_, '_>, e: &CmdError) {
         return;
     }
     Stats::add(&cx.shared.stats.errors_replied, 1);
-    cx.r.error(&e.line());
+    let line = e.line();
+    cx.stats.resp.error(&line);
+    cx.r.error(&line);
 }
 
 /// The checks run in Redis 7's order (`processCommand`): the command
@@ -200,36 +224,43 @@ pub(crate) fn error_reply(cx: &mut Ctx<'_, '_>, e: &CmdError) {
 ///
 /// After MULTI a command that passes them is queued instead (`multi`), and
 /// one that fails them fails the transaction.
-fn run(cx: &mut Ctx<'_, '_>, spec: Option<&'static Spec>) -> CmdResult {
+/// Err: the error, and whether the command ran (false: refused by the
+/// checks).
+fn run(cx: &mut Ctx<'_, '_>, spec: Option<&'static Spec>) -> Result<(), (CmdError, bool)> {
     let checked = check(cx, spec);
+    let ran = |r: CmdResult| r.map_err(|e| (e, true));
+    let refused = |e: CmdError| Err((e, false));
     if cx.conn.multi.is_none() {
-        return (checked?.handler)(cx);
+        return match checked {
+            Ok(spec) => ran((spec.handler)(cx)),
+            Err(e) => refused(e),
+        };
     }
     match checked {
         Ok(spec) if spec.in_multi_now => {
             if spec.name == "exec" {
                 table::acl::recheck_queued(cx);
             }
-            (spec.handler)(cx)
+            ran((spec.handler)(cx))
         }
         Ok(spec) if spec.no_multi => {
             multi::fail(cx);
-            Err(CmdError::err("Command not allowed inside a transaction"))
+            refused(CmdError::err("Command not allowed inside a transaction"))
         }
-        Ok(spec) => multi::queue(cx, spec),
+        Ok(spec) => ran(multi::queue(cx, spec)),
         // EXEC itself refused (Redis's `execCommandAbort`): the
         // transaction ends with the reason.
         Err(e) if spec.is_some_and(|s| s.name == "exec") => {
             cx.conn.multi = None;
             cx.conn.watched = multi::Watches::default();
-            Err(CmdError::Other(format!(
+            refused(CmdError::Other(format!(
                 "EXECABORT Transaction discarded because of: {}",
                 e.line()
             )))
         }
         Err(e) => {
             multi::fail(cx);
-            Err(e)
+            refused(e)
         }
     }
 }

@@ -402,6 +402,7 @@ fn run_queued(
         args: &args,
         r: Reply { out, resp3 },
         loading: cx.loading,
+        stats: cx.stats,
         close: false,
         txn: Some(step),
         held: None,

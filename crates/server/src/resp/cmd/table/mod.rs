@@ -229,13 +229,19 @@ static DEBUG: Spec = spec!("debug", -2, Kind::Control, "", 0, 0, server::debug,
 /// The command a request names: [`lookup`], and in debug builds the
 /// test-only `DEBUG`.
 #[inline]
-pub(crate) fn lookup_request(name: &[u8]) -> Option<&'static Spec> {
-    let found = lookup(name);
+pub(crate) fn lookup_request(name: &[u8]) -> Option<(u16, &'static Spec)> {
+    let found = lookup_id(name);
     #[cfg(debug_assertions)]
     if found.is_none() && name.eq_ignore_ascii_case(b"debug") {
-        return Some(&DEBUG);
+        // Past the table's ids: not counted.
+        return Some((COMMANDS.len() as u16, &DEBUG));
     }
     found
+}
+
+/// Every command's name, by id (the statistics' names).
+pub(crate) fn names() -> Vec<&'static str> {
+    COMMANDS.iter().map(|s| s.name).collect()
 }
 
 /// Redis's `loading` flag: whether the command of `line` (a container's
@@ -251,13 +257,20 @@ pub(crate) fn runs_while_loading(spec: &Spec, line: &[&[u8]]) -> bool {
 }
 
 pub(crate) fn lookup(name: &[u8]) -> Option<&'static Spec> {
+    lookup_id(name).map(|(_, s)| s)
+}
+
+/// [`lookup`] with the command's id (its place in the table).
+#[inline]
+fn lookup_id(name: &[u8]) -> Option<(u16, &'static Spec)> {
     // This runs for every request: one multiply picks the only slot a name
     // can be in, and names compare as integers (a binary search over the
     // table was ~180 instructions and seven unpredictable branches).
     let key = name_key(name)?;
     let t = &*NAME_TABLE;
     let i = t.slots[t.slot(key)];
-    (i != NameTable::EMPTY && NAME_KEYS[i as usize] == key).then(|| &COMMANDS[i as usize])
+    (i != NameTable::EMPTY && NAME_KEYS[i as usize] == key)
+        .then(|| (i as u16, &COMMANDS[i as usize]))
 }
 
 /// The key arguments of `line` for the command or subcommand `name`
