@@ -9,7 +9,7 @@
 //! (`crate::pipeline::Pipeline`), so that protocols import it downward.
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use combkv::op::{Op, Outcome};
 use combkv::readexec::{BatchResults, ReadRequest};
@@ -25,7 +25,28 @@ pub(crate) struct Client {
     pub id: u64,
     pub addr: SocketAddr,
     pub name: Option<String>,
-    pub connected_at: Instant,
+    /// What CLIENT LIST and CLIENT KILL see of it, shared with the
+    /// registry: published into with relaxed stores, no lock.
+    pub live: std::sync::Arc<crate::state::ClientEntry>,
+}
+
+impl Client {
+    /// A new connection's client, registered nowhere yet.
+    pub(crate) fn new(
+        id: u64,
+        addr: SocketAddr,
+        laddr: Option<SocketAddr>,
+        fd: i32,
+        protocol: &'static str,
+    ) -> Client {
+        let live = crate::state::ClientEntry::new(id, addr, laddr, fd, protocol);
+        Client {
+            id,
+            addr,
+            name: None,
+            live: std::sync::Arc::new(live),
+        }
+    }
 }
 
 /// What a protocol works with while processing one connection's input.
@@ -254,6 +275,12 @@ pub(crate) trait Protocol {
         out: &mut Vec<u8>,
     );
 
+    /// The request must wait for a CLIENT PAUSE to end: it is left in the
+    /// input, unanswered, and the connection is served again after it.
+    fn postponed(&self, _cx: &Cx<'_>, _req: &Self::Request<'_>) -> bool {
+        false
+    }
+
     /// Answers a rejected request.
     fn reject(&mut self, cx: &Cx<'_>, err: Self::Error, out: &mut Vec<u8>);
 
@@ -287,6 +314,8 @@ pub(crate) struct Processed {
     /// turn must not be sent, since they may acknowledge writes that are not
     /// durable. The connection is closed without them.
     pub abort: bool,
+    /// A request waits for a CLIENT PAUSE to end (it is not consumed).
+    pub postponed: bool,
 }
 
 impl Processed {
@@ -295,6 +324,7 @@ impl Processed {
             consumed,
             close: true,
             abort: true,
+            postponed: false,
         }
     }
 }

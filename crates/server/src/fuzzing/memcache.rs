@@ -6,7 +6,6 @@
 //! memcached connection without a socket.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use combkv::Store;
 use combkv::readexec::BatchResults;
@@ -50,12 +49,7 @@ impl MemcacheSession {
         MemcacheSession {
             shared: Arc::new(Shared::new(store, None, config, tls, acl)),
             batch: BatchResults::new(),
-            client: Client {
-                id: 1,
-                addr: ([127, 0, 0, 1], 0).into(),
-                name: None,
-                connected_at: Instant::now(),
-            },
+            client: Client::new(1, ([127, 0, 0, 1], 0).into(), None, -1, "memcached"),
             conn: Pipeline::new(Memcache::new(needs_auth)),
             input: Vec::new(),
             output: Vec::new(),

@@ -4,7 +4,6 @@
 //! drive the frame parser and a whole RESP session without a socket.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use combkv::Store;
 use combkv::readexec::BatchResults;
@@ -75,12 +74,7 @@ impl RespSession {
         RespSession {
             shared,
             conn: Pipeline::new(Resp::new(needs_auth)),
-            client: Client {
-                id: 1,
-                addr: ([127, 0, 0, 1], 1).into(),
-                name: None,
-                connected_at: Instant::now(),
-            },
+            client: Client::new(1, ([127, 0, 0, 1], 1).into(), None, -1, "resp"),
             batch: BatchResults::new(),
             input: Vec::new(),
             closed: false,

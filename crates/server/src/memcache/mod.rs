@@ -126,6 +126,7 @@ impl Memcache {
     /// Answers the authenticating `set`.
     fn authenticate(&mut self, cx: &Cx<'_>, user: &[u8], pass: &[u8], out: &mut Vec<u8>) {
         if let Some(u) = auth::check(cx, user, pass) {
+            *cx.client.live.user.lock() = u.name.clone();
             self.user.set(u, &cx.shared.acl);
             self.authenticated = true;
             cmd::line(out, "STORED");
@@ -334,6 +335,7 @@ impl Memcache {
             }
             BinCmd::SaslAuth { .. } if authenticated.is_some() => {
                 if let Some(u) = authenticated {
+                    *cx.client.live.user.lock() = u.name.clone();
                     self.user.set(u, &cx.shared.acl);
                 }
                 self.authenticated = true;

@@ -7,7 +7,7 @@ use std::io::{self, Write as _};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_channel::Sender;
 use mio::net::{TcpListener, TcpStream};
@@ -179,18 +179,19 @@ impl Acceptor {
             }
         };
         let _ = stream.set_nodelay(true);
-        let client = Client {
-            id: shared.next_client_id.fetch_add(1, Ordering::Relaxed),
-            addr,
-            name: None,
-            connected_at: Instant::now(),
-        };
         let auth = shared.acl.default_requires_auth();
         let proto = if kind.resp {
             ProtoState::Resp(Pipeline::new(crate::resp::Resp::new(auth)))
         } else {
             ProtoState::Memcache(Pipeline::new(crate::memcache::Memcache::new(auth)))
         };
+        let client = Client::new(
+            shared.next_client_id.fetch_add(1, Ordering::Relaxed),
+            addr,
+            stream.local_addr().ok(),
+            std::os::fd::AsRawFd::as_raw_fd(&stream),
+            proto.name(),
+        );
         let mut conn = Connection::new(stream, proto, client);
         if let Some(tls) = tls {
             conn = conn.with_tls(tls);

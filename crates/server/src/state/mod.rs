@@ -3,6 +3,7 @@
 //! log, and the memcached listener's own shared state.
 
 pub(crate) mod acl;
+pub(crate) mod clients;
 pub(crate) mod counter;
 pub(crate) mod glob;
 pub(crate) mod memcache;
@@ -11,5 +12,6 @@ pub(crate) mod shared;
 pub(crate) mod slowlog;
 pub(crate) mod tls;
 
+pub use clients::ClientEntry;
 pub use counter::Counter;
-pub use shared::{ClientInfo, Shared, Stats};
+pub use shared::{Shared, Stats};

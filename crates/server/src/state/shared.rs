@@ -59,16 +59,6 @@ impl Stats {
     }
 }
 
-/// One connected client as CLIENT and INFO see it.
-#[derive(Debug, Clone)]
-pub struct ClientInfo {
-    pub id: u64,
-    pub addr: String,
-    pub name: Option<String>,
-    pub connected_at: Instant,
-    pub protocol: &'static str,
-}
-
 /// What the event loops share.
 #[derive(Debug)]
 pub struct Shared {
@@ -107,7 +97,10 @@ pub struct Shared {
     pub wakers: std::sync::OnceLock<Vec<Arc<mio::Waker>>>,
     /// Unix time of the last successful checkpoint (SAVE/BGSAVE/automatic).
     pub last_save_unix: AtomicU64,
-    pub client_registry: Mutex<std::collections::BTreeMap<u64, ClientInfo>>,
+    /// Every connection, by id (CLIENT LIST and KILL; see `clients`).
+    pub client_registry: Mutex<std::collections::BTreeMap<u64, Arc<super::clients::ClientEntry>>>,
+    /// CLIENT PAUSE.
+    pub pause: super::clients::Pause,
     pub scan_cursors: Mutex<ScanCursors>,
     /// memcached counters and the delayed flush_all timer.
     pub memcache: super::memcache::McShared,
@@ -185,6 +178,7 @@ impl Shared {
                     .map_or(0, |d| d.as_secs()),
             ),
             client_registry: Mutex::new(Default::default()),
+            pause: Default::default(),
             scan_cursors: Mutex::new(Default::default()),
             memcache: Default::default(),
             tls,
