@@ -28,6 +28,15 @@ pub struct ServeArgs {
     /// memcached listener address, or `off`.
     #[arg(long, env = "COMBKV_MEMCACHED", value_name = "ADDR")]
     memcached: Option<Listen>,
+    /// RESP on this unix socket too (Redis's unixsocket).
+    #[arg(long, env = "COMBKV_UNIXSOCKET", value_name = "PATH")]
+    unixsocket: Option<PathBuf>,
+    /// memcached on this unix socket too (memcached's -s).
+    #[arg(long, env = "COMBKV_MEMCACHED_UNIXSOCKET", value_name = "PATH")]
+    memcached_unixsocket: Option<PathBuf>,
+    /// The unix sockets' mode, octal (default 700).
+    #[arg(long, env = "COMBKV_UNIXSOCKETPERM", value_name = "MODE")]
+    unixsocketperm: Option<u32>,
     /// memcached UDP address (get and gets), or `off` (the default, as in
     /// memcached: an open UDP port can be abused to flood others).
     #[arg(long, env = "COMBKV_MEMCACHED_UDP", value_name = "ADDR")]
@@ -168,6 +177,15 @@ fn config(args: &ServeArgs) -> Result<(ServerConfig, bool), String> {
     }
     if let Some(v) = args.memcached_udp {
         c.memcached_udp = v;
+    }
+    if let Some(v) = &args.unixsocket {
+        c.unixsocket = Some(v.clone());
+    }
+    if let Some(v) = &args.memcached_unixsocket {
+        c.memcached_unixsocket = Some(v.clone());
+    }
+    if let Some(v) = args.unixsocketperm {
+        c.unixsocketperm = v;
     }
     if let Some(v) = &args.data_dir {
         c.data_dir = Some(v.clone());

@@ -112,9 +112,6 @@ impl<P: Protocol> Pipeline<P> {
         let mut parsed = 0;
         let processed = self.process_counted(cx, input, out, reply_budget, &mut parsed);
         Stats::add(&cx.shared.stats.requests_parsed, parsed);
-        if parsed > 0 {
-            cx.client.active(cx.shared.uptime().as_secs());
-        }
         processed
     }
 
@@ -133,12 +130,23 @@ impl<P: Protocol> Pipeline<P> {
         let mut batch = Batch::default();
         let mut at = 0;
         let mut close = false;
+        let mut postponed = false;
         while out.len() <= reply_budget {
             let start = at;
             let step = self.proto.parse(cx, input, at, batch.reqs.is_empty());
             if !self.held.is_empty() && !self.joins_held(&step) {
                 // Answered after the held writes land, parsed again then.
                 self.proto.rewind(request_of(&step));
+                break;
+            }
+            if let Step::Request(req, _) = &step
+                && self.proto.postponed(cx, req)
+            {
+                // Parsed again once the pause ends; the requests before it
+                // are answered now.
+                self.proto.rewind(Some(req));
+                at = start;
+                postponed = true;
                 break;
             }
             // Requests before this one are answered first; a step that
@@ -203,6 +211,7 @@ impl<P: Protocol> Pipeline<P> {
                         consumed: input.len(),
                         close: true,
                         abort: false,
+                        postponed: false,
                     };
                 }
             }
@@ -216,6 +225,7 @@ impl<P: Protocol> Pipeline<P> {
             consumed: at,
             close,
             abort: false,
+            postponed,
         }
     }
 

@@ -9,9 +9,7 @@
 //! (`crate::pipeline::Pipeline`), so that protocols import it downward.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use combkv::op::{Op, Outcome};
 use combkv::readexec::{BatchResults, ReadRequest};
@@ -26,31 +24,30 @@ use crate::state::Shared;
 pub(crate) struct Client {
     pub id: u64,
     pub addr: SocketAddr,
-    /// The connection's own end (memcached's `stats conns` `listen_addr`).
-    pub laddr: Option<SocketAddr>,
     pub name: Option<String>,
-    pub connected_at: Instant,
-    /// Seconds since the server started at which the connection last sent
-    /// a request; the client registry holds the same counter, so `stats
-    /// conns` reads it without a lock on the connection.
-    pub last_cmd: Arc<AtomicU64>,
+    /// What CLIENT LIST and CLIENT KILL see of it, shared with the
+    /// registry: published into with relaxed stores, no lock.
+    pub live: std::sync::Arc<crate::state::ClientEntry>,
 }
 
 impl Client {
-    pub fn new(id: u64, addr: SocketAddr, laddr: Option<SocketAddr>, since_start: u64) -> Client {
+    /// A new connection's client, registered nowhere yet.
+    pub(crate) fn new(
+        id: u64,
+        addr: SocketAddr,
+        laddr: Option<SocketAddr>,
+        fd: i32,
+        protocol: &'static str,
+        unix: Option<std::sync::Arc<str>>,
+    ) -> Client {
+        let mut live = crate::state::ClientEntry::new(id, addr, laddr, fd, protocol);
+        live.unix = unix;
         Client {
             id,
             addr,
-            laddr,
             name: None,
-            connected_at: Instant::now(),
-            last_cmd: Arc::new(AtomicU64::new(since_start)),
+            live: std::sync::Arc::new(live),
         }
-    }
-
-    /// Notes that a request arrived `since_start` seconds after the start.
-    pub fn active(&self, since_start: u64) {
-        self.last_cmd.store(since_start, Ordering::Relaxed);
     }
 }
 
@@ -286,6 +283,12 @@ pub(crate) trait Protocol {
         out: &mut Vec<u8>,
     );
 
+    /// The request must wait for a CLIENT PAUSE to end: it is left in the
+    /// input, unanswered, and the connection is served again after it.
+    fn postponed(&self, _cx: &Cx<'_>, _req: &Self::Request<'_>) -> bool {
+        false
+    }
+
     /// Answers a rejected request.
     fn reject(&mut self, cx: &Cx<'_>, err: Self::Error, out: &mut Vec<u8>);
 
@@ -343,6 +346,8 @@ pub(crate) struct Processed {
     /// turn must not be sent, since they may acknowledge writes that are not
     /// durable. The connection is closed without them.
     pub abort: bool,
+    /// A request waits for a CLIENT PAUSE to end (it is not consumed).
+    pub postponed: bool,
 }
 
 impl Processed {
@@ -351,6 +356,7 @@ impl Processed {
             consumed,
             close: true,
             abort: true,
+            postponed: false,
         }
     }
 }

@@ -186,6 +186,31 @@ impl Client {
         self.read(Duration::from_secs(5))
     }
 
+    /// Sends `args` as one command without waiting for its reply.
+    pub fn send(&mut self, args: &[&str]) {
+        let Some(s) = self.s.as_mut() else { return };
+        let mut req = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            req.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+        }
+        if s.write_all(&req).is_err() {
+            self.s = None;
+        }
+    }
+
+    /// The next reply, waiting at most `wait` (`NoReply` if none came).
+    pub fn reply(&mut self, wait: Duration) -> Value {
+        self.read(wait)
+    }
+
+    /// The connection's local address, as the server sees its peer.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.s
+            .as_ref()
+            .and_then(|s| s.local_addr().ok())
+            .expect("an open connection")
+    }
+
     fn read(&mut self, wait: Duration) -> Value {
         let deadline = Instant::now() + wait;
         let mut chunk = [0u8; 8192];

@@ -252,6 +252,14 @@ pub struct ServerConfig {
     /// `--enable-shutdown`); off, it answers `ERROR: shutdown not enabled`.
     /// RESP's SHUTDOWN needs no setting (AUTH guards it, as in Redis).
     pub memcached_shutdown: bool,
+    /// RESP on this unix socket too (Redis's `unixsocket`).
+    pub unixsocket: Option<PathBuf>,
+    /// memcached (text, meta, binary) on this unix socket too (memcached's
+    /// `-s`).
+    pub memcached_unixsocket: Option<PathBuf>,
+    /// The unix sockets' permissions, octal digits as Redis writes them
+    /// (`700`: the server's user only).
+    pub unixsocketperm: u32,
     /// RESP over TLS on this port, on the IP of `resp` (Redis's
     /// `tls-port`); 0 = none. `tls-resp` gives the whole address instead.
     pub tls_port: u16,
@@ -395,6 +403,9 @@ impl Default for ServerConfig {
             checkpoint_deltas: true,
             learned_search: false,
             memcached_shutdown: false,
+            unixsocket: None,
+            memcached_unixsocket: None,
+            unixsocketperm: 700,
             tls_port: 0,
             tls_resp: Listen::Off,
             tls_memcached: Listen::Off,
@@ -422,6 +433,19 @@ impl ServerConfig {
         })?;
         c.config_file = Some(path.to_path_buf());
         Ok(c)
+    }
+
+    /// `unixsocketperm` as a mode (its digits are octal, as in Redis).
+    pub fn unix_mode(&self) -> Result<u32, String> {
+        u32::from_str_radix(&self.unixsocketperm.to_string(), 8)
+            .ok()
+            .filter(|m| *m <= 0o777)
+            .ok_or_else(|| {
+                format!(
+                    "unixsocketperm {} is not an octal mode (e.g. 700 or 770)",
+                    self.unixsocketperm
+                )
+            })
     }
 
     /// The durability mode in effect.
@@ -472,6 +496,8 @@ impl ServerConfig {
             && self.memcached == Listen::Off
             && self.tls_resp_addr().is_none()
             && self.tls_memcached == Listen::Off
+            && self.unixsocket.is_none()
+            && self.memcached_unixsocket.is_none()
         {
             return Err(
                 "every client listener is off (set --resp, --memcached, --tls-port or \
@@ -487,6 +513,22 @@ impl ServerConfig {
         }
         if self.maxclients == 0 {
             return Err("maxclients must be at least 1".into());
+        }
+        self.unix_mode()?;
+        for p in [&self.unixsocket, &self.memcached_unixsocket]
+            .into_iter()
+            .flatten()
+        {
+            // sun_path holds 108 bytes, its terminating NUL included.
+            if p.as_os_str().len() > 107 {
+                return Err(format!(
+                    "unix socket path {} is over 107 bytes",
+                    p.display()
+                ));
+            }
+        }
+        if self.unixsocket.is_some() && self.unixsocket == self.memcached_unixsocket {
+            return Err("unixsocket and memcached-unixsocket are the same path".into());
         }
         if self.memcached_udp != Listen::Off && self.requirepass.is_some() {
             return Err(
@@ -740,6 +782,12 @@ impl ServerConfig {
             ("resp", listen(self.resp)),
             ("memcached", listen(self.memcached)),
             ("memcached-udp", listen(self.memcached_udp)),
+            ("unixsocket", path_text(&self.unixsocket)),
+            (
+                "memcached-unixsocket",
+                path_text(&self.memcached_unixsocket),
+            ),
+            ("unixsocketperm", self.unixsocketperm.to_string()),
             ("metrics", listen(self.metrics)),
             ("data-dir", self.data_dir_text()),
             ("durability", self.durability_mode().as_str().into()),

@@ -52,7 +52,7 @@ impl MemcacheSession {
                     .expect("an in-memory store"),
             ),
             batch: BatchResults::new(),
-            client: Client::new(1, ([127, 0, 0, 1], 0).into(), None, 0),
+            client: Client::new(1, ([127, 0, 0, 1], 0).into(), None, -1, "memcached", None),
             conn: Pipeline::new(Memcache::new(needs_auth)),
             input: Vec::new(),
             output: Vec::new(),

@@ -82,7 +82,7 @@ impl RespSession {
         RespSession {
             shared,
             conn: Pipeline::new(Resp::new(needs_auth)),
-            client: Client::new(1, ([127, 0, 0, 1], 1).into(), None, 0),
+            client: Client::new(1, ([127, 0, 0, 1], 1).into(), None, -1, "resp", None),
             batch: BatchResults::new(),
             input: Vec::new(),
             closed: false,

@@ -145,6 +145,7 @@ impl super::Memcache {
             }
             BinCmd::SaslAuth { .. } if authenticated.is_some() => {
                 if let Some(u) = authenticated {
+                    *cx.client.live.user.lock() = u.name.clone();
                     self.user.set(u, &cx.shared.acl);
                 }
                 self.authenticated = true;

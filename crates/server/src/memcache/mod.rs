@@ -131,6 +131,7 @@ impl Memcache {
     /// Answers the authenticating `set`.
     fn authenticate(&mut self, cx: &Cx<'_>, user: &[u8], pass: &[u8], out: &mut Vec<u8>) {
         if let Some(u) = auth::check(cx, user, pass) {
+            *cx.client.live.user.lock() = u.name.clone();
             self.user.set(u, &cx.shared.acl);
             self.authenticated = true;
             cmd::line(out, "STORED");

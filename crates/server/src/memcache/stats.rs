@@ -237,7 +237,6 @@ pub fn write_sizes(out: &mut Vec<u8>) {
 /// within one turn here and are not seen. The listening sockets memcached
 /// also lists are left out: they have no client id.
 pub fn conns_lines(shared: &Shared, me: u64) -> Vec<(String, String)> {
-    let now = shared.uptime().as_secs();
     let clients: Vec<_> = shared
         .client_registry
         .lock()
@@ -260,7 +259,7 @@ pub fn conns_lines(shared: &Shared, me: u64) -> Vec<(String, String)> {
         lines.push((format!("{id}:state"), state.to_string()));
         lines.push((
             format!("{id}:secs_since_last_cmd"),
-            c.idle_secs(now).to_string(),
+            c.idle().as_secs().to_string(),
         ));
     }
     lines

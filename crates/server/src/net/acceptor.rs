@@ -1,5 +1,6 @@
 //! The acceptor: one thread that accepts on every client listener (RESP
-//! and memcached, each plain and over TLS) and hands each new connection,
+//! and memcached, each plain, over TLS and on a unix socket) and hands
+//! each new connection,
 //! with its protocol state and, on a TLS listener, a fresh TLS session, to
 //! an event loop, round-robin.
 
@@ -10,18 +11,20 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crossbeam_channel::Sender;
-use mio::net::{TcpListener, TcpStream};
+use mio::net::{TcpListener, UnixListener};
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::net::connection::Connection;
 use crate::net::proto::ProtoState;
+use crate::net::stream::Stream;
 use crate::net::tls::Tls;
 use crate::pipeline::Pipeline;
 use crate::state::{Shared, Stats};
 use crate::turn::Client;
 
-/// The acceptor's waker (listeners use tokens 0..LISTENERS).
-pub(crate) const ACCEPTOR_WAKER: Token = Token(LISTENERS);
+/// The acceptor's waker (TCP listeners use tokens 0..LISTENERS, the unix
+/// sockets the two after).
+pub(crate) const ACCEPTOR_WAKER: Token = Token(ALL);
 /// How often a listener that ran out of descriptors tries again.
 const ACCEPT_RETRY: Duration = Duration::from_millis(10);
 
@@ -52,17 +55,23 @@ pub(crate) const KINDS: [Kind; LISTENERS] = [
     },
 ];
 const LISTENERS: usize = 4;
+/// The unix sockets: RESP, memcached (plain, as their `KINDS`).
+const UNIX_KINDS: [Kind; 2] = [KINDS[0], KINDS[1]];
+/// Every listener, TCP then unix.
+pub(crate) const ALL: usize = LISTENERS + UNIX_KINDS.len();
 
 pub(crate) struct Acceptor {
     pub poll: Poll,
     /// Per `KINDS` entry, its listener if on.
     pub listeners: [Option<TcpListener>; LISTENERS],
+    /// The RESP and memcached unix sockets, if on, with their paths.
+    pub unix: [Option<(UnixListener, Arc<str>)>; 2],
     pub shared: Arc<Shared>,
     pub loops: Vec<(Sender<Connection>, Arc<Waker>)>,
     pub next: usize,
     /// Per listener: the last accept failed for want of descriptors or
     /// memory.
-    pub stalled: [bool; LISTENERS],
+    pub stalled: [bool; ALL],
 }
 
 impl Acceptor {
@@ -75,6 +84,17 @@ impl Acceptor {
                     .register(l, Token(i), Interest::READABLE)
             {
                 tracing::error!("cannot register listener: {e}");
+                return;
+            }
+        }
+        for (i, u) in self.unix.iter_mut().enumerate() {
+            if let Some((l, _)) = u
+                && let Err(e) =
+                    self.poll
+                        .registry()
+                        .register(l, Token(LISTENERS + i), Interest::READABLE)
+            {
+                tracing::error!("cannot register unix socket: {e}");
                 return;
             }
         }
@@ -93,7 +113,7 @@ impl Acceptor {
                 tracing::error!("acceptor poll failed: {e}");
                 return;
             }
-            let mut tried = [false; LISTENERS];
+            let mut tried = [false; ALL];
             for ev in events.iter() {
                 if let Some(t) = tried.get_mut(ev.token().0) {
                     *t = true;
@@ -113,15 +133,31 @@ impl Acceptor {
     /// `ACCEPT_RETRY` until an accept goes through again.
     fn accept_all(&mut self, i: usize) {
         loop {
-            let Some(listener) = &self.listeners[i] else {
-                return;
+            let accepted = match (
+                self.listeners.get(i),
+                self.unix.get(i.wrapping_sub(LISTENERS)),
+            ) {
+                (Some(Some(l)), _) => l.accept().map(|(s, addr)| {
+                    let _ = s.set_nodelay(true);
+                    (Stream::Tcp(s), addr, None, KINDS[i])
+                }),
+                (None, Some(Some((l, path)))) => l.accept().map(|(s, _)| {
+                    let nowhere = SocketAddr::from(([0, 0, 0, 0], 0));
+                    (
+                        Stream::Unix(s),
+                        nowhere,
+                        Some(Arc::clone(path)),
+                        UNIX_KINDS[i - LISTENERS],
+                    )
+                }),
+                _ => return,
             };
-            match listener.accept() {
-                Ok((stream, addr)) => {
+            match accepted {
+                Ok((stream, addr, path, kind)) => {
                     if std::mem::take(&mut self.stalled[i]) {
                         tracing::info!("accepting connections again");
                     }
-                    self.adopt(stream, addr, KINDS[i]);
+                    self.adopt(stream, addr, path, kind);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.stalled[i] = false;
@@ -146,7 +182,9 @@ impl Acceptor {
         }
     }
 
-    fn adopt(&mut self, mut stream: TcpStream, addr: SocketAddr, kind: Kind) {
+    /// Hands a new connection to a loop (or refuses it at `maxclients`);
+    /// `path`: a unix socket's, whose client has no address.
+    fn adopt(&mut self, mut stream: Stream, addr: SocketAddr, path: Option<Arc<str>>, kind: Kind) {
         let shared = &self.shared;
         Stats::add(&shared.stats.connections_received, 1);
         let now = shared.clients.fetch_add(1, Ordering::Relaxed) + 1;
@@ -178,19 +216,24 @@ impl Acceptor {
                 return;
             }
         };
-        let _ = stream.set_nodelay(true);
-        let client = Client::new(
-            shared.next_client_id.fetch_add(1, Ordering::Relaxed),
-            addr,
-            stream.local_addr().ok(),
-            shared.uptime().as_secs(),
-        );
         let auth = shared.acl.default_requires_auth();
         let proto = if kind.resp {
             ProtoState::Resp(Pipeline::new(crate::resp::Resp::new(auth)))
         } else {
             ProtoState::Memcache(Pipeline::new(crate::memcache::Memcache::new(auth)))
         };
+        let laddr = match &stream {
+            Stream::Tcp(s) => s.local_addr().ok(),
+            Stream::Unix(_) => None,
+        };
+        let client = Client::new(
+            shared.next_client_id.fetch_add(1, Ordering::Relaxed),
+            addr,
+            laddr,
+            stream.raw_fd(),
+            proto.name(),
+            path,
+        );
         let mut conn = Connection::new(stream, proto, client);
         if let Some(tls) = tls {
             conn = conn.with_tls(tls);

@@ -3,7 +3,7 @@
 
 use std::io::{self, Read, Write};
 
-use mio::net::TcpStream;
+use crate::net::stream::Stream;
 
 use std::sync::atomic::Ordering;
 
@@ -20,7 +20,7 @@ const READ_CHUNK: usize = 16 * 1024;
 
 #[derive(Debug)]
 pub(crate) struct Connection {
-    pub stream: TcpStream,
+    pub stream: Stream,
     pub proto: ProtoState,
     pub client: Client,
     /// Input: `rbuf[rstart..rend]` is unprocessed.
@@ -45,6 +45,9 @@ pub(crate) struct Connection {
     pub park: RefCell<Park>,
     /// On a TLS listener's connection: the session its bytes go through.
     pub tls: Option<Box<Tls>>,
+    /// A request waits for a CLIENT PAUSE to end: neither read nor served
+    /// until the event loop sees the pause over.
+    pub postponed: bool,
 }
 
 /// An input buffer up to this size is always granted: only larger ones
@@ -70,7 +73,10 @@ pub(crate) enum Fill {
 }
 
 impl Connection {
-    pub fn new(stream: TcpStream, proto: ProtoState, client: Client) -> Connection {
+    pub fn new(stream: Stream, proto: ProtoState, client: Client) -> Connection {
+        let fixed =
+            std::mem::size_of::<Connection>() + std::mem::size_of::<crate::state::ClientEntry>();
+        client.live.fixed_mem.store(fixed as u64, Ordering::Relaxed);
         Connection {
             stream,
             proto,
@@ -87,6 +93,7 @@ impl Connection {
             out_counted: 0,
             park: RefCell::new(Park::default()),
             tls: None,
+            postponed: false,
         }
     }
 
@@ -153,6 +160,8 @@ impl Connection {
                 Ok(0) => Ok(Fill::Eof),
                 Ok(n) => {
                     self.rend += n;
+                    self.client.live.touch();
+                    self.publish_input();
                     // rustls may hold more plaintext than one read takes:
                     // a TLS connection reads until `WouldBlock`.
                     let short = n < room && self.tls.is_none();
@@ -220,6 +229,7 @@ impl Connection {
                     consumed: self.rend - self.rstart,
                     close: true,
                     abort: false,
+                    postponed: false,
                 }
             }
         };
@@ -234,12 +244,14 @@ impl Connection {
             self.input_closed = true;
             self.close_after_flush = true;
         }
+        self.postponed = out.postponed;
         if self.rstart == self.rend {
             self.rstart = 0;
             self.rend = 0;
         }
         self.shrink_input(cx_parts.shared);
         self.count_output(cx_parts.shared);
+        self.publish_input();
         out.consumed
     }
 
@@ -263,9 +275,22 @@ impl Connection {
             .fetch_sub(len - keep, Ordering::Relaxed);
     }
 
-    /// Brings `Shared::output_buffers` up to date with the output buffer.
+    /// Publishes the input buffer's state (CLIENT LIST's `qbuf`): after a
+    /// read, so that a command sees its own request in it, as in Redis, and
+    /// after processing.
+    fn publish_input(&self) {
+        let pending = self.rend - self.rstart;
+        let free = self.rbuf.len() - self.rend;
+        self.client
+            .live
+            .publish_input(self.rbuf.len(), pending, free);
+    }
+
+    /// Brings `Shared::output_buffers` up to date with the output buffer,
+    /// and publishes it (CLIENT LIST's `obl`, `omem`).
     pub fn count_output(&mut self, shared: &Shared) {
         let cap = self.wbuf.capacity();
+        self.client.live.publish_output(cap, self.pending_output());
         if cap >= self.out_counted {
             shared
                 .output_buffers

@@ -20,6 +20,7 @@ use slab::Slab;
 
 use crate::net::connection::{Connection, CxParts, Fill};
 use crate::node::park::Inbox;
+use crate::state::clients::{FLAG_BLOCKED, Mailbox, Paused};
 use crate::state::{Shared, Stats};
 
 /// Input processed per connection per turn.
@@ -56,6 +57,10 @@ pub(crate) struct EventLoop {
     loading: bool,
     /// This loop's per-command counts (summed by INFO and the metrics).
     stats: Arc<crate::state::cmdstats::LoopStats>,
+    /// Where CLIENT KILL posts this loop's connections to close.
+    mailbox: Arc<Mailbox>,
+    /// Connections whose next request waits for a CLIENT PAUSE to end.
+    postponed: Vec<usize>,
 }
 
 impl EventLoop {
@@ -71,6 +76,7 @@ impl EventLoop {
             .then(|| Arc::new(Inbox::new(Arc::clone(&waker))));
         let batch = shared.config.read_results();
         let stats = shared.new_loop_stats();
+        let mailbox = Arc::new(Mailbox::new(Arc::clone(&waker)));
         Ok((
             EventLoop {
                 poll,
@@ -87,6 +93,8 @@ impl EventLoop {
                 handshaking: Vec::new(),
                 loading: true,
                 stats,
+                mailbox,
+                postponed: Vec::new(),
             },
             waker,
         ))
@@ -96,10 +104,14 @@ impl EventLoop {
     pub(crate) fn run(mut self) {
         let mut events = Events::with_capacity(1024);
         loop {
-            let timeout = if self.again.is_empty() {
+            let timeout = if !self.again.is_empty() {
+                Duration::ZERO
+            } else if self.postponed.is_empty() {
                 Duration::from_millis(100)
             } else {
-                Duration::ZERO
+                // Wake when the pause ends (CLIENT UNPAUSE wakes every loop).
+                let left = self.shared.pause.left().unwrap_or_default();
+                left.min(Duration::from_millis(100))
             };
             if let Err(e) = self.poll.poll(&mut events, Some(timeout))
                 && e.kind() != io::ErrorKind::Interrupted
@@ -117,6 +129,7 @@ impl EventLoop {
                 if ev.token() == WAKER {
                     self.adopt();
                     self.take_landed();
+                    self.take_kills();
                     continue;
                 }
                 let t = ev.token().0;
@@ -139,6 +152,7 @@ impl EventLoop {
             for t in std::mem::take(&mut self.resumed) {
                 self.serve(t, &session, false, true);
             }
+            self.resume_postponed(&session);
             // Per token, the full read wins over the short one.
             ready.sort_unstable();
             ready.dedup_by_key(|r| r.0);
@@ -189,6 +203,32 @@ impl EventLoop {
         }
     }
 
+    /// Closes the connections CLIENT KILL named (its entry is marked, so
+    /// `serve` would not serve it either).
+    fn take_kills(&mut self) {
+        for (t, id) in self.mailbox.take_kills() {
+            if self.conns.get(t).is_some_and(|c| c.client.id == id) {
+                self.close(t);
+            }
+        }
+    }
+
+    /// Once a CLIENT PAUSE is over, serves again the connections it held:
+    /// first the input they stopped at, then what their sockets hold.
+    fn resume_postponed(&mut self, session: &combkv::Session<'_>) {
+        if self.postponed.is_empty() || self.shared.pause.now() != Paused::No {
+            return;
+        }
+        for t in std::mem::take(&mut self.postponed) {
+            if let Some(conn) = self.conns.get_mut(t) {
+                conn.postponed = false;
+                conn.client.live.set_flag(FLAG_BLOCKED, false);
+                self.shared.pause.hold(false);
+                self.serve(t, session, false, true);
+            }
+        }
+    }
+
     /// Registers connections the acceptor sent.
     fn adopt(&mut self) {
         while let Ok(mut conn) = self.incoming.try_recv() {
@@ -203,18 +243,12 @@ impl EventLoop {
                 self.shared.clients.fetch_sub(1, Ordering::Relaxed);
                 continue;
             }
-            self.shared.client_registry.lock().insert(
-                conn.client.id,
-                crate::state::ClientInfo {
-                    id: conn.client.id,
-                    addr: conn.client.addr.to_string(),
-                    laddr: conn.client.laddr,
-                    name: None,
-                    connected_at: conn.client.connected_at,
-                    protocol: conn.proto.name(),
-                    last_cmd: conn.client.last_cmd.clone(),
-                },
-            );
+            // Settled first: a kill may come as soon as it is listed.
+            conn.client.live.settle(&self.mailbox, t);
+            self.shared
+                .client_registry
+                .lock()
+                .insert(conn.client.id, Arc::clone(&conn.client.live));
             if conn.tls.is_some() {
                 self.handshaking.push(t);
             }
@@ -237,8 +271,13 @@ impl EventLoop {
         let Some(conn) = self.conns.get_mut(t) else {
             return;
         };
-        if conn.park.get_mut().waiting {
-            // Neither read nor served until its answer lands.
+        if conn.park.get_mut().waiting || conn.postponed {
+            // Neither read nor served until its answer lands (the pause
+            // ends).
+            return;
+        }
+        if conn.client.live.killed() {
+            self.close(t);
             return;
         }
         let mut budget = TURN_INPUT_BYTES;
@@ -307,6 +346,13 @@ impl EventLoop {
                     // Read no more until the log answers.
                     break;
                 }
+                if conn.postponed {
+                    // Read no more until the pause ends.
+                    conn.client.live.set_flag(FLAG_BLOCKED, true);
+                    self.shared.pause.hold(true);
+                    self.postponed.push(t);
+                    break;
+                }
                 budget = budget.saturating_sub(used);
                 if used == 0 && conn.pending_input() > max_request.saturating_add(READ_SLACK) {
                     // The protocol checks declared lengths itself; this only
@@ -371,6 +417,10 @@ impl EventLoop {
                 continue;
             };
             let before = conn.pending_output();
+            // Published as sent before it is: a client that read its reply
+            // must not see it as unsent in CLIENT LIST (`count_output`
+            // below publishes what a short write left).
+            conn.client.live.publish_output(conn.wbuf.capacity(), 0);
             let flushed = conn.flush();
             conn.count_output(&self.shared);
             let sent = before - conn.pending_output();
@@ -384,6 +434,7 @@ impl EventLoop {
                     }
                     if conn.want_writable {
                         conn.want_writable = false;
+                        conn.client.live.writable.store(false, Ordering::Relaxed);
                         let _ = self.poll.registry().reregister(
                             &mut conn.stream,
                             Token(t),
@@ -398,6 +449,7 @@ impl EventLoop {
                 Ok(false) => {
                     if !conn.want_writable {
                         conn.want_writable = true;
+                        conn.client.live.writable.store(true, Ordering::Relaxed);
                         let _ = self.poll.registry().reregister(
                             &mut conn.stream,
                             Token(t),
@@ -413,6 +465,9 @@ impl EventLoop {
     fn close(&mut self, t: usize) {
         if let Some(mut conn) = self.conns.try_remove(t) {
             conn.release(&self.shared);
+            if conn.postponed {
+                self.shared.pause.hold(false);
+            }
             let _ = self.poll.registry().deregister(&mut conn.stream);
             self.shared.clients.fetch_sub(1, Ordering::Relaxed);
             self.shared.client_registry.lock().remove(&conn.client.id);

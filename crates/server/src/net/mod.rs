@@ -10,4 +10,5 @@ pub(crate) mod exposition;
 pub(crate) mod metrics;
 pub(crate) mod proto;
 pub(crate) mod server;
+pub(crate) mod stream;
 pub(crate) mod tls;

@@ -24,6 +24,8 @@ struct Listeners {
     tls_memcached: Option<TcpListener>,
     memcached_udp: Option<std::net::UdpSocket>,
     metrics: Option<std::net::TcpListener>,
+    /// RESP's and memcached's unix sockets, with their paths.
+    unix: [Option<(mio::net::UnixListener, Arc<str>)>; 2],
 }
 
 /// The addresses the listeners were bound to.
@@ -59,6 +61,15 @@ impl Listeners {
                     .map_err(|e| StartError(format!("cannot listen on {addr} (metrics): {e}")))?,
             ),
         };
+        let mode = config.unix_mode().map_err(StartError)?;
+        let unix = [
+            bind_unix(config.unixsocket.as_deref(), mode, "unixsocket")?,
+            bind_unix(
+                config.memcached_unixsocket.as_deref(),
+                mode,
+                "memcached-unixsocket",
+            )?,
+        ];
         Ok(Listeners {
             resp,
             memcached,
@@ -66,6 +77,7 @@ impl Listeners {
             tls_memcached,
             memcached_udp,
             metrics,
+            unix,
         })
     }
 
@@ -171,7 +183,8 @@ fn start_threads(
         shared: shared.clone(),
         loops: senders,
         next: 0,
-        stalled: [false; 4],
+        unix: listeners.unix,
+        stalled: [false; crate::net::acceptor::ALL],
     };
     threads.push(spawn("combkv-accept".into(), move || acceptor.run())?);
     let hk = shared.clone();
@@ -215,6 +228,45 @@ fn bind(l: Listen, what: &str) -> Result<Option<TcpListener>, StartError> {
             .map(Some)
             .map_err(|e| StartError(format!("cannot listen on {addr} ({what}): {e}"))),
     }
+}
+
+fn path_shown(p: &Option<std::path::PathBuf>) -> String {
+    p.as_ref()
+        .map_or("off".to_string(), |p| p.display().to_string())
+}
+
+/// Binds a unix socket at `path` with `mode`. A socket file left by a
+/// server that is gone is replaced (as Redis does); one a live server
+/// answers on, or anything that is not a socket, is refused.
+fn bind_unix(
+    path: Option<&std::path::Path>,
+    mode: u32,
+    what: &str,
+) -> Result<Option<(mio::net::UnixListener, Arc<str>)>, StartError> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let Some(path) = path else {
+        return Ok(None);
+    };
+    let shown = path.display();
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(StartError(format!(
+                "cannot listen on {shown} ({what}): it exists and is not a socket"
+            )));
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(StartError(format!(
+                "cannot listen on {shown} ({what}): another server is listening there"
+            )));
+        }
+        std::fs::remove_file(path)
+            .map_err(|e| StartError(format!("cannot replace the stale socket {shown}: {e}")))?;
+    }
+    let l = mio::net::UnixListener::bind(path)
+        .map_err(|e| StartError(format!("cannot listen on {shown} ({what}): {e}")))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| StartError(format!("cannot set the mode of {shown} ({what}): {e}")))?;
+    Ok(Some((l, Arc::from(path.to_string_lossy().as_ref()))))
 }
 
 /// Starts a named server thread.
@@ -353,6 +405,8 @@ impl Server {
             memcached = %shown(bound.memcached),
             memcached_udp = %shown(bound.memcached_udp),
             metrics = %shown(bound.metrics),
+            unixsocket = %path_shown(&shared.config.unixsocket),
+            memcached_unixsocket = %path_shown(&shared.config.memcached_unixsocket),
             threads = threads_n,
             "combkv {} listening; loading the dataset",
             env!("CARGO_PKG_VERSION")
@@ -428,6 +482,13 @@ impl Server {
             let _ = t.join();
         }
         crate::node::admin::close(&self.shared);
+        let c = &self.shared.config;
+        for path in [&c.unixsocket, &c.memcached_unixsocket]
+            .into_iter()
+            .flatten()
+        {
+            let _ = std::fs::remove_file(path);
+        }
         tracing::info!("combkv stopped");
     }
 

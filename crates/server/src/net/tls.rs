@@ -10,7 +10,7 @@
 use std::io::{self, Read, Write};
 use std::time::{Duration, Instant};
 
-use mio::net::TcpStream;
+use crate::net::stream::Stream;
 use rustls::ServerConnection;
 
 /// A handshake not done within this long is abandoned.
@@ -51,7 +51,7 @@ impl Tls {
     /// Reads plaintext into `buf`, as a plain socket read would answer:
     /// Ok(n > 0) plaintext, Ok(0) the client closed, `WouldBlock` nothing
     /// more for now, `InvalidData` a TLS error (the alert for it is sent).
-    pub(crate) fn read(&mut self, sock: &mut TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    pub(crate) fn read(&mut self, sock: &mut Stream, buf: &mut [u8]) -> io::Result<usize> {
         loop {
             match self.conn.reader().read(buf) {
                 Ok(n) => return Ok(n),
@@ -80,7 +80,7 @@ impl Tls {
 
     /// Writes what rustls holds for the socket until it is all out
     /// (Ok(true)) or the socket is full (Ok(false)).
-    pub(crate) fn send(&mut self, sock: &mut TcpStream) -> io::Result<bool> {
+    pub(crate) fn send(&mut self, sock: &mut Stream) -> io::Result<bool> {
         while self.conn.wants_write() {
             match self.conn.write_tls(sock) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -97,7 +97,7 @@ impl Tls {
     /// and whether everything, rustls's own buffer included, reached the
     /// socket. rustls buffers a bounded amount (64 KiB by default), so a
     /// large reply is encrypted as the socket drains, not all at once.
-    pub(crate) fn write(&mut self, sock: &mut TcpStream, data: &[u8]) -> io::Result<(usize, bool)> {
+    pub(crate) fn write(&mut self, sock: &mut Stream, data: &[u8]) -> io::Result<(usize, bool)> {
         let mut taken = 0;
         loop {
             if !self.send(sock)? {

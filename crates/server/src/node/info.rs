@@ -128,9 +128,10 @@ pub fn fields(shared: &Shared, name: &str) -> Vec<(&'static str, String)> {
                     shared.clients.load(Ordering::Relaxed).to_string(),
                 ),
                 ("maxclients", c.maxclients.to_string()),
-                // No command blocks (no BLPOP, no WAIT): Redis tools read
-                // the field (`redis-cli --stat`).
-                ("blocked_clients", "0".into()),
+                // Only CLIENT PAUSE blocks (no BLPOP, no WAIT): clients
+                // whose command waits for it to end, as Redis 7.0 counts
+                // them (`redis-cli --stat` reads the field).
+                ("blocked_clients", shared.pause.held().to_string()),
                 ("max_request_bytes", c.max_request_bytes.0.to_string()),
                 ("max_reply_bytes", c.max_reply_bytes.0.to_string()),
                 (

@@ -198,6 +198,12 @@ impl Protocol for Resp {
             req.spec = Some(spec);
             req.id = id;
         }
+        // CLIENT LIST's `cmd=`: one store, read only by CLIENT LIST.
+        let sub = (args.len > 1).then(|| args.get(1));
+        cx.client.live.cmd.store(
+            cmd::table::full_name_index(req.spec, sub),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         // After MULTI a read is queued, not batched.
         if let Some(spec) = req.spec
             && let cmd::Kind::BatchRead(kind) = spec.kind
@@ -335,10 +341,33 @@ impl Protocol for Resp {
             held: None,
         };
         self.last = cmd::dispatch(&mut ctx, req.spec);
-        Ran {
+        let ran = Ran {
             close: ctx.close,
             held: ctx.held.map(|h| (h, 1)),
+        };
+        publish(conn, &cx.client.live);
+        ran
+    }
+
+    /// A command waits while CLIENT PAUSE holds it back: every command
+    /// with ALL; with WRITE those that write, and an EXEC whose queue
+    /// writes (Redis 7's `is_may_replicate_command`); a write being queued
+    /// after MULTI waits too, as in Redis. As in Redis, a request that
+    /// fails the earlier checks (unknown command, arity, authentication)
+    /// is answered at once.
+    fn postponed(&self, cx: &Cx<'_>, req: &RespRequest) -> bool {
+        use crate::state::clients::Paused;
+        let paused = cx.shared.pause.now();
+        if paused == Paused::No {
+            return false;
         }
+        let Some(spec) = req.spec else { return false };
+        if !spec.arity_ok(req.end - req.first) || !self.conn.authenticated {
+            return false;
+        }
+        paused == Paused::All
+            || spec.writes()
+            || (spec.name == "exec" && self.conn.multi.as_ref().is_some_and(|m| m.writes()))
     }
 
     fn land(
@@ -445,6 +474,19 @@ impl Protocol for Resp {
             &name,
         );
     }
+}
+
+/// Publishes what CLIENT LIST shows of the connection's RESP state: its
+/// transaction and protocol version (a few relaxed stores per command).
+fn publish(conn: &RespConn, live: &crate::state::ClientEntry) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (n, bytes) = conn.multi.as_ref().map_or((-1, 0), |m| {
+        let (n, b) = m.size();
+        (n as i64, b as u64)
+    });
+    live.multi.store(n, Relaxed);
+    live.multi_mem.store(bytes, Relaxed);
+    live.resp.store(if conn.resp3 { 3 } else { 2 }, Relaxed);
 }
 
 /// A request's arguments as the slow log keeps them: AUTH's and HELLO's

@@ -3,6 +3,7 @@
 //! log, and the memcached listener's own shared state.
 
 pub(crate) mod acl;
+pub(crate) mod clients;
 pub mod cmdstats;
 pub(crate) mod counter;
 pub(crate) mod fdlimit;
@@ -15,5 +16,6 @@ pub(crate) mod shared;
 pub(crate) mod slowlog;
 pub(crate) mod tls;
 
+pub use clients::ClientEntry;
 pub use counter::Counter;
-pub use shared::{ClientInfo, Node, Shared, Stats};
+pub use shared::{Node, Shared, Stats};

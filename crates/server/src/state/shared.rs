@@ -59,28 +59,6 @@ impl Stats {
     }
 }
 
-/// One connected client as CLIENT and INFO see it.
-#[derive(Debug, Clone)]
-pub struct ClientInfo {
-    pub id: u64,
-    pub addr: String,
-    /// The connection's own end (memcached's `listen_addr`).
-    pub laddr: Option<std::net::SocketAddr>,
-    pub name: Option<String>,
-    pub connected_at: Instant,
-    pub protocol: &'static str,
-    /// Seconds after the server's start of its last request (the
-    /// connection's own counter, shared).
-    pub last_cmd: Arc<AtomicU64>,
-}
-
-impl ClientInfo {
-    /// Seconds since its last request, `now` being seconds since the start.
-    pub fn idle_secs(&self, now: u64) -> u64 {
-        now.saturating_sub(self.last_cmd.load(Ordering::Relaxed))
-    }
-}
-
 /// What this process serves, once recovered: a single node's store, or a
 /// cluster node's Raft node (whose store it replaces whole when it
 /// installs a snapshot).
@@ -136,7 +114,10 @@ pub struct Shared {
     pub wakers: std::sync::OnceLock<Vec<Arc<mio::Waker>>>,
     /// Unix time of the last successful checkpoint (SAVE/BGSAVE/automatic).
     pub last_save_unix: AtomicU64,
-    pub client_registry: Mutex<std::collections::BTreeMap<u64, ClientInfo>>,
+    /// Every connection, by id (CLIENT LIST and KILL; see `clients`).
+    pub client_registry: Mutex<std::collections::BTreeMap<u64, Arc<super::clients::ClientEntry>>>,
+    /// CLIENT PAUSE.
+    pub pause: super::clients::Pause,
     pub scan_cursors: Mutex<ScanCursors>,
     /// memcached counters and the delayed flush_all timer.
     pub memcache: super::memcache::McShared,
@@ -222,6 +203,7 @@ impl Shared {
                     .map_or(0, |d| d.as_secs()),
             ),
             client_registry: Mutex::new(Default::default()),
+            pause: Default::default(),
             scan_cursors: Mutex::new(Default::default()),
             memcache: Default::default(),
             tls,

@@ -217,7 +217,7 @@ fn command_info_key_positions_and_subcommands() {
     c.ok("COMMAND INFO client|setname", &w.out);
     let client = c.q("COMMAND INFO client");
     assert!(
-        client.starts_with("*1\r\n*10\r\n$6\r\nclient\r\n:-2\r\n*0\r\n:0\r\n:0\r\n:0\r\n*1\r\n+@slow\r\n*0\r\n*0\r\n*7\r\n*10\r\n$14\r\nclient|getname\r\n"),
+        client.starts_with("*1\r\n*10\r\n$6\r\nclient\r\n:-2\r\n*0\r\n:0\r\n:0\r\n:0\r\n*1\r\n+@slow\r\n*0\r\n*0\r\n*12\r\n*10\r\n$14\r\nclient|getname\r\n"),
         "{client}"
     );
     c.ok(

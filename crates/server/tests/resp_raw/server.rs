@@ -719,7 +719,7 @@ fn info_cpu_blocked_clients_and_client_help() {
     let help = c.q("CLIENT HELP");
     assert!(
         help.starts_with(
-            "*19\r\n+CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:\r\n"
+            "*45\r\n+CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:\r\n"
         ),
         "{help}"
     );

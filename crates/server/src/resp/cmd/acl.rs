@@ -97,6 +97,7 @@ pub(super) fn authenticate(cx: &mut Ctx<'_, '_>, user: &[u8], pass: &[u8]) -> Cm
     let acl = &cx.shared.acl;
     match acl.authenticate(&name, pass) {
         Some(u) => {
+            *cx.client.live.user.lock() = u.name.clone();
             cx.conn.user.set(u, acl);
             cx.conn.authenticated = true;
             Ok(())

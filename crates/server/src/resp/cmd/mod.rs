@@ -9,6 +9,7 @@
 pub(crate) mod acl;
 pub(crate) mod batch;
 mod bits;
+mod client;
 mod cluster;
 mod compare;
 mod keys;
@@ -165,6 +166,20 @@ pub(crate) fn help_reply(r: &mut Reply<'_>, lines: &[&str]) {
         r.simple(line);
     }
     r.simple("    Print this help.");
+}
+
+/// The full name (`client|list`) at a documentation index CLIENT LIST
+/// keeps for a connection's last command (`table::full_name_index`).
+pub(crate) fn command_full_name(i: u32) -> Option<&'static str> {
+    table::full_name(i)
+}
+
+/// Redis's error for a subcommand `cmd` does not have.
+pub(crate) fn unknown_subcommand(sub: &[u8], cmd: &str) -> CmdError {
+    CmdError::err(format!(
+        "unknown subcommand '{}'. Try {cmd} HELP.",
+        String::from_utf8_lossy(sub)
+    ))
 }
 
 /// Redis's integer syntax: optional '-', digits, no '+', no spaces, no

@@ -48,6 +48,8 @@ pub(crate) struct Multi {
     queued: Vec<Queued>,
     /// What the queued commands hold, overheads included.
     bytes: usize,
+    /// The queued arguments' bytes as Redis's `multi-mem` counts them.
+    argv_mem: usize,
     /// A command was refused while queuing: EXEC answers EXECABORT.
     failed: bool,
     /// Per queued command, the refusal to answer in its place when the
@@ -67,6 +69,17 @@ impl Multi {
             self.denied.resize(self.queued.len(), None);
         }
         self.denied[i] = Some(error);
+    }
+
+    /// How many commands are queued, and their arguments' bytes as Redis
+    /// counts them (CLIENT LIST's `multi=` and `multi-mem=`).
+    pub(crate) fn size(&self) -> (usize, usize) {
+        (self.queued.len(), self.argv_mem)
+    }
+
+    /// A queued command writes (EXEC then waits out a CLIENT PAUSE WRITE).
+    pub(crate) fn writes(&self) -> bool {
+        self.queued.iter().any(|q| q.spec.writes())
     }
 
     fn denial(&self, i: usize) -> Option<&str> {
@@ -239,6 +252,12 @@ pub(super) fn queue(cx: &mut Ctx<'_, '_>, spec: &'static Spec) -> CmdResult {
         ));
     }
     multi.bytes += bytes;
+    // Redis counts each queued argument's bytes and its pointer.
+    multi.argv_mem += cx
+        .args
+        .iter()
+        .map(|a| a.len() + std::mem::size_of::<usize>())
+        .sum::<usize>();
     multi.queued.push(Queued {
         spec,
         args: cx.args.iter().map(|a| a.to_vec()).collect(),

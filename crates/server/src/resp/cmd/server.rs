@@ -1,10 +1,10 @@
 //! Connection and server commands: PING ECHO HELLO AUTH SELECT QUIT INFO
-//! CONFIG CLIENT TIME SLOWLOG SAVE BGSAVE LASTSAVE SHUTDOWN (COMMAND is
-//! `command`).
+//! CONFIG TIME SLOWLOG SAVE BGSAVE LASTSAVE SHUTDOWN (COMMAND is
+//! `command`, CLIENT `client`).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::{Ctx, eq_ic, parse_i64};
+use super::{Ctx, eq_ic, parse_i64, unknown_subcommand};
 use crate::node::settings;
 use crate::resp::error::{CmdError, CmdResult};
 use crate::resp::glob;
@@ -39,14 +39,6 @@ pub(super) fn select(cx: &mut Ctx<'_, '_>) -> CmdResult {
     }
 }
 
-fn valid_client_name(name: &[u8]) -> bool {
-    name.iter().all(|&b| (b'!'..=b'~').contains(&b))
-}
-
-fn name_error() -> CmdError {
-    CmdError::err("Client names cannot contain spaces, newlines or special characters.")
-}
-
 pub(super) fn hello(cx: &mut Ctx<'_, '_>) -> CmdResult {
     let mut resp3 = cx.conn.resp3;
     let mut i = 1;
@@ -76,8 +68,8 @@ pub(super) fn hello(cx: &mut Ctx<'_, '_>) -> CmdResult {
             i += 3;
         } else if eq_ic(opt, "setname") && i + 1 < cx.args.len() {
             // Checked here, before AUTH, as Redis does.
-            if !valid_client_name(cx.args[i + 1]) {
-                return Err(name_error());
+            if !super::client::valid_name(cx.args[i + 1]) {
+                return Err(super::client::name_error());
             }
             name = Some(cx.args[i + 1]);
             i += 2;
@@ -100,7 +92,7 @@ pub(super) fn hello(cx: &mut Ctx<'_, '_>) -> CmdResult {
         ));
     }
     if let Some(n) = name {
-        set_name(cx, n);
+        super::client::set_name(cx, n);
     }
     cx.conn.resp3 = resp3;
     cx.r.resp3 = resp3;
@@ -120,114 +112,6 @@ pub(super) fn hello(cx: &mut Ctx<'_, '_>) -> CmdResult {
     cx.r.bulk_str("modules");
     cx.r.array(0);
     Ok(())
-}
-
-fn set_name(cx: &mut Ctx<'_, '_>, n: &[u8]) {
-    let name = (!n.is_empty()).then(|| String::from_utf8_lossy(n).into_owned());
-    cx.client.name = name.clone();
-    if let Some(info) = cx.shared.client_registry.lock().get_mut(&cx.client.id) {
-        info.name = name;
-    }
-}
-
-fn client_line(cx: &Ctx<'_, '_>, info: &crate::state::ClientInfo) -> String {
-    format!(
-        "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags=N db=0 sub=0 psub=0 ssub=0 \
-         multi=-1 watch=0 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 \
-         omem=0 tot-mem=0 events=r cmd=client user=default redir=-1 resp={} lib-name= lib-ver= protocol={}",
-        info.id,
-        info.addr,
-        info.laddr.map(|a| a.to_string()).unwrap_or_default(),
-        info.name.as_deref().unwrap_or(""),
-        info.connected_at.elapsed().as_secs(),
-        info.idle_secs(cx.shared.uptime().as_secs()),
-        if info.id == cx.client.id && cx.conn.resp3 {
-            3
-        } else {
-            2
-        },
-        info.protocol,
-    )
-}
-
-/// CLIENT HELP: Redis 7.2's lines for the subcommands combkv has.
-const CLIENT_HELP: &[&str] = &[
-    "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-    "GETNAME",
-    "    Return the name of the current connection.",
-    "ID",
-    "    Return the ID of the current connection.",
-    "INFO",
-    "    Return information about the current client connection.",
-    "LIST [options ...]",
-    "    Return information about client connections. Options:",
-    "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
-    "      Return clients of specified type.",
-    "SETNAME <name>",
-    "    Assign the name <name> to the current connection.",
-    "SETINFO <option> <value>",
-    "    Set client meta attr. Options are:",
-    "    * LIB-NAME: the client lib name.",
-    "    * LIB-VER: the client lib version.",
-    "HELP",
-];
-
-pub(super) fn client(cx: &mut Ctx<'_, '_>) -> CmdResult {
-    let sub = cx.args[1];
-    let arity = |n: usize, name: &str| -> CmdResult {
-        if cx.args.len() != n {
-            return Err(CmdError::Arity(format!("client|{name}")));
-        }
-        Ok(())
-    };
-    if eq_ic(sub, "id") {
-        arity(2, "id")?;
-        cx.r.int(cx.client.id as i64);
-    } else if eq_ic(sub, "setname") {
-        arity(3, "setname")?;
-        let n = cx.args[2];
-        if !valid_client_name(n) {
-            return Err(name_error());
-        }
-        set_name(cx, n);
-        cx.r.ok();
-    } else if eq_ic(sub, "getname") {
-        arity(2, "getname")?;
-        match cx.client.name.clone() {
-            Some(n) => cx.r.bulk_str(&n),
-            None => cx.r.null(),
-        }
-    } else if eq_ic(sub, "list") {
-        let clients: Vec<_> = cx.shared.client_registry.lock().values().cloned().collect();
-        let mut text = String::new();
-        for c in &clients {
-            text.push_str(&client_line(cx, c));
-            text.push('\n');
-        }
-        cx.r.verbatim(&text);
-    } else if eq_ic(sub, "info") {
-        arity(2, "info")?;
-        let me = cx.shared.client_registry.lock().get(&cx.client.id).cloned();
-        let text = me.map(|c| client_line(cx, &c) + "\n").unwrap_or_default();
-        cx.r.verbatim(&text);
-    } else if eq_ic(sub, "setinfo") {
-        // Client libraries announce their name and version; accepted, not kept.
-        arity(4, "setinfo")?;
-        cx.r.ok();
-    } else if eq_ic(sub, "help") {
-        arity(2, "help")?;
-        super::help_reply(&mut cx.r, CLIENT_HELP);
-    } else {
-        return Err(unknown_subcommand(sub, "CLIENT"));
-    }
-    Ok(())
-}
-
-pub(super) fn unknown_subcommand(sub: &[u8], cmd: &str) -> CmdError {
-    CmdError::err(format!(
-        "unknown subcommand '{}'. Try {cmd} HELP.",
-        String::from_utf8_lossy(sub)
-    ))
 }
 
 pub(super) fn config(cx: &mut Ctx<'_, '_>) -> CmdResult {

@@ -3,8 +3,8 @@
 //! flags, ACL categories, key specs).
 
 use super::super::{Ctx, eq_ic};
-use super::server::unknown_subcommand;
 use super::{COMMANDS, Spec, docs, lookup};
+use crate::resp::cmd::unknown_subcommand;
 use crate::resp::error::{CmdError, CmdResult};
 use crate::resp::glob;
 use crate::resp::reply::Reply;

@@ -399,6 +399,16 @@ pub(crate) fn find(name: &str) -> Option<Entry> {
     DOCS.binary_search_by(|d| d.name.cmp(name)).ok().map(entry)
 }
 
+/// The position of a command's or subcommand's entry.
+pub(crate) fn index_of(name: &str) -> Option<usize> {
+    DOCS.binary_search_by(|d| d.name.cmp(name)).ok()
+}
+
+/// The name of the entry at `i`.
+pub(crate) fn name_at(i: usize) -> Option<&'static str> {
+    DOCS.get(i).map(|d| d.name)
+}
+
 /// [`find`] for a name as a client sent it, in any case.
 pub(crate) fn find_bytes(name: &[u8]) -> Option<Entry> {
     find(&String::from_utf8_lossy(name).to_ascii_lowercase())
@@ -430,7 +440,7 @@ fn arg_type(cmd: &str, name: &str) -> ArgType {
             _,
             "seconds" | "milliseconds" | "offset" | "start" | "end" | "count" | "numkeys"
             | "cursor" | "index" | "increment" | "decrement" | "bit" | "version" | "id"
-            | "protover" | "destination-db" | "min-match-len",
+            | "protover" | "destination-db" | "min-match-len" | "timeout",
         ) => ArgType::Integer,
         (_, "unix-time-seconds" | "unix-time-milliseconds") => ArgType::UnixTime,
         (_, "pattern") => ArgType::Pattern,
@@ -946,9 +956,14 @@ mod tests {
                 "client|help",
                 "client|id",
                 "client|info",
+                "client|kill",
                 "client|list",
+                "client|no-evict",
+                "client|no-touch",
+                "client|pause",
                 "client|setinfo",
-                "client|setname"
+                "client|setname",
+                "client|unpause"
             ]
         );
         assert_eq!(subcommands("get").count(), 0);

@@ -14,7 +14,7 @@ mod docs;
 
 use super::batch::BatchRead;
 use super::spec::{Kind, Spec};
-use super::{bits, cluster, compare, keys, lcs, multi, ordered, server, strings};
+use super::{bits, client, cluster, compare, keys, lcs, multi, ordered, server, strings};
 
 const fn has_flag(flags: &str, f: u8) -> bool {
     let b = flags.as_bytes();
@@ -69,7 +69,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "combkv", "Sets a key only if its version matches."),
     spec!("ceil", 2, Kind::Read, "", 1, 1, ordered::ceil,
           "combkv", "The smallest key >= key, with its value."),
-    spec!("client", -2, Kind::Control, "", 0, 0, server::client,
+    spec!("client", -2, Kind::Control, "", 0, 0, client::client,
           "connection", "CLIENT ID, SETNAME, GETNAME, LIST, INFO."),
     spec!("cluster", -2, Kind::Control, "x", 0, 0, cluster::cluster,
           "cluster", "CLUSTER STATUS, INIT, ADD, REMOVE: a combkv cluster's administration."),
@@ -319,6 +319,53 @@ pub(crate) fn acl_catalog() -> crate::state::acl::Catalog {
             .iter()
             .map(|(n, cats)| (*n, cats.iter().map(String::as_str).collect())),
     )
+}
+
+/// Per `COMMANDS` entry: its documentation index and whether it has
+/// subcommands (CLIENT LIST's `cmd=` names the subcommand).
+static DOC_OF: LazyLock<Vec<(u32, bool)>> = LazyLock::new(|| {
+    COMMANDS
+        .iter()
+        .map(|s| {
+            let i = docs::index_of(s.name).map_or(NO_COMMAND, |i| i as u32);
+            (i, docs::subcommands(s.name).next().is_some())
+        })
+        .collect()
+});
+
+use crate::state::clients::NO_COMMAND;
+
+/// The documentation index of what a request runs, its full name as Redis
+/// gives it (`get`, `client|list`), for CLIENT LIST's `cmd=`; `NO_COMMAND`
+/// for an unknown command or subcommand (Redis's `NULL`). A container
+/// command without its subcommand is itself, as in Redis.
+pub(crate) fn full_name_index(spec: Option<&'static Spec>, sub: Option<&[u8]>) -> u32 {
+    let Some(spec) = spec else {
+        return NO_COMMAND;
+    };
+    // The entry's position in the table, from its address (entries are
+    // `Spec`s laid out in order).
+    let at = (spec as *const Spec as usize).wrapping_sub(COMMANDS.as_ptr() as usize)
+        / std::mem::size_of::<Spec>();
+    let Some(&(doc, container)) = DOC_OF.get(at) else {
+        return NO_COMMAND;
+    };
+    match sub {
+        Some(sub) if container => {
+            let name = format!(
+                "{}|{}",
+                spec.name,
+                String::from_utf8_lossy(sub).to_ascii_lowercase()
+            );
+            docs::index_of(&name).map_or(NO_COMMAND, |i| i as u32)
+        }
+        _ => doc,
+    }
+}
+
+/// The full name at a documentation index (see [`full_name_index`]).
+pub(crate) fn full_name(i: u32) -> Option<&'static str> {
+    docs::name_at(i as usize)
 }
 
 /// A perfect hash of the command names: every name of `COMMANDS` has a slot
