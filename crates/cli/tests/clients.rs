@@ -367,3 +367,42 @@ fn no_touch_and_maxage() {
     assert_eq!(old.cmd(&["PING"]), Value::Closed);
     assert_eq!(young.cmd(&["PING"]), Value::Simple("PONG".into()));
 }
+
+/// Memcached connections are clients too: CLIENT PAUSE WRITE holds their
+/// writes (reads go on) until UNPAUSE, and CLIENT KILL closes them.
+#[test]
+fn pause_and_kill_reach_memcached_clients() {
+    use std::io::{Read, Write};
+    let server = Server::start(&[], None);
+    let mut a = Client::connect(server.resp);
+    let mut mc = std::net::TcpStream::connect(server.memcached).unwrap();
+    let wait = Duration::from_secs(5);
+    mc.write_all(b"version\r\n").unwrap();
+    support::read_until(&mut mc, b"\r\n", wait);
+    assert_eq!(
+        a.cmd(&["CLIENT", "PAUSE", "100000", "WRITE"]),
+        Value::Simple("OK".into())
+    );
+    mc.write_all(b"get k\r\n").unwrap();
+    support::read_until(&mut mc, b"END\r\n", wait);
+    mc.write_all(b"set k 0 0 1\r\nv\r\n").unwrap();
+    mc.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    assert!(
+        mc.read(&mut buf).is_err(),
+        "a write answered during the pause"
+    );
+    let info = a.cmd(&["INFO", "clients"]).text().unwrap();
+    assert!(info.contains("blocked_clients:1\r\n"), "{info}");
+    assert_eq!(a.cmd(&["CLIENT", "UNPAUSE"]), Value::Simple("OK".into()));
+    support::read_until(&mut mc, b"STORED\r\n", wait);
+    let laddr = server.memcached.to_string();
+    assert_eq!(a.cmd(&["CLIENT", "KILL", "LADDR", &laddr]), Value::Int(1));
+    mc.set_read_timeout(Some(wait)).unwrap();
+    let _ = mc.write_all(b"get k\r\n");
+    assert!(
+        matches!(mc.read(&mut buf), Ok(0) | Err(_)),
+        "a killed memcached client was served"
+    );
+}

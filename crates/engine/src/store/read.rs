@@ -9,7 +9,7 @@ use bytes::Bytes;
 use super::Store;
 use crate::error::Result;
 use crate::readexec::{BatchResults, HotCache, Probe, ReadRequest, TreeView};
-use crate::tree::node::ItemRef;
+use crate::tree::node::{ItemRef, ValueRef};
 use crate::types::{Item, ItemView, Now, Range, SnapshotId};
 
 impl Store {
@@ -29,6 +29,29 @@ impl Store {
             .get_at(key, rv)
             .filter(|it| it.is_live(now))
             .map(|it| it.to_item())
+    }
+
+    /// The bytes the store holds for `key`'s live item (Redis's MEMORY
+    /// USAGE), None when there is none: the item as its leaf encodes it
+    /// (header, key, the inline value or the reference to an out-of-line
+    /// one, expiry, client flags; in a leaf's log also its back pointer,
+    /// order hint and directory entry), plus an out-of-line value's
+    /// allocation as [`memory`](Store::memory) counts it. Not the share
+    /// of the leaf's own structure (header, shortcuts, free room).
+    pub fn item_memory(&self, key: &[u8]) -> Result<Option<u64>> {
+        self.check_key(key)?;
+        Ok(self.read(|rv, now| {
+            let it = self.tree.get_at(key, rv).filter(|it| it.is_live(now))?;
+            let mut bytes = u64::from(it.len);
+            if it.raw.is_empty() {
+                // A log item: its entry in the log directory.
+                bytes += crate::config::LOG_DIR_ENTRY_BYTES as u64;
+            }
+            if let ValueRef::External(_, n) = it.value {
+                bytes += crate::tree::node::value::allocation_bytes(n);
+            }
+            Some(bytes)
+        }))
     }
 
     /// Looks `key` up and hands the item (if live) to `f` without copying.

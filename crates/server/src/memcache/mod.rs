@@ -514,6 +514,16 @@ impl Protocol for Memcache {
         };
     }
 
+    /// CLIENT PAUSE WRITE holds memcached's writes too, ALL every request.
+    fn postponed(&self, cx: &Cx<'_>, req: &Request<'_>) -> bool {
+        use crate::state::clients::Paused;
+        match cx.shared.pause.now() {
+            Paused::No => false,
+            Paused::All => true,
+            Paused::Writes => self.class(req) == Class::Write,
+        }
+    }
+
     fn class(&self, req: &Request<'_>) -> Class {
         match req {
             Request::Get { kind, .. } => match kind {

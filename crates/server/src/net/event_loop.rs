@@ -220,7 +220,10 @@ impl EventLoop {
             return;
         }
         for t in std::mem::take(&mut self.postponed) {
-            if let Some(conn) = self.conns.get_mut(t) {
+            // A connection closed meanwhile may have passed its token on.
+            if let Some(conn) = self.conns.get_mut(t)
+                && conn.postponed
+            {
                 conn.postponed = false;
                 conn.client.live.set_flag(FLAG_BLOCKED, false);
                 self.shared.pause.hold(false);
@@ -425,6 +428,10 @@ impl EventLoop {
             conn.count_output(&self.shared);
             let sent = before - conn.pending_output();
             Stats::add(&self.shared.stats.net_output_bytes, sent as u64);
+            if sent > 0 {
+                // Redis's `lastinteraction` counts writes too.
+                conn.client.live.touch();
+            }
             match flushed {
                 Err(_) => self.close(t),
                 Ok(true) => {

@@ -46,7 +46,8 @@ pub struct ClientEntry {
     pub name: Mutex<Option<String>>,
     /// The ACL user the connection runs as; set on AUTH.
     pub user: Mutex<String>,
-    /// Milliseconds after `connected_at` of the last input read.
+    /// Milliseconds after `connected_at` of the last input read or output
+    /// written.
     last_io_ms: AtomicU64,
     /// The last command's index in the command documentation (its full
     /// name, `client|list` for a subcommand), or [`NO_COMMAND`].
@@ -167,14 +168,15 @@ impl ClientEntry {
         }
     }
 
-    /// Input was read now.
+    /// Input was read, or output written, now.
     #[inline]
     pub fn touch(&self) {
         let ms = self.connected_at.elapsed().as_millis() as u64;
         self.last_io_ms.store(ms, Ordering::Relaxed);
     }
 
-    /// Time since the last input (CLIENT LIST's `idle`).
+    /// Time since the last input or output (CLIENT LIST's `idle`, Redis's
+    /// `lastinteraction`).
     pub fn idle(&self) -> Duration {
         let last = Duration::from_millis(self.last_io_ms.load(Ordering::Relaxed));
         self.connected_at.elapsed().saturating_sub(last)

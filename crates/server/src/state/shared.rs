@@ -99,6 +99,9 @@ pub struct Shared {
     /// the allocator keeps what it freed): a FLUSHALL would leave every
     /// write refused.
     pub used_memory: AtomicU64,
+    /// What the store held when the server started (MEMORY STATS's
+    /// `startup.allocated`).
+    pub startup_memory: u64,
     /// Highest `used_memory` seen.
     pub used_memory_peak: AtomicU64,
     /// The process's resident set size, sampled with `used_memory` (INFO
@@ -192,6 +195,7 @@ impl Shared {
             clients: AtomicUsize::new(0),
             next_client_id: AtomicU64::new(1),
             used_memory: AtomicU64::new(used),
+            startup_memory: used,
             used_memory_peak: AtomicU64::new(0),
             used_memory_rss: AtomicU64::new(resident_bytes()),
             query_buffers: AtomicUsize::new(0),

@@ -54,6 +54,7 @@ const TABLE: &[(&str, i32)] = &[
     ("keys", 2),
     ("lastsave", 1),
     ("lcs", -3),
+    ("memory", -2),
     ("mget", -2),
     ("mset", -3),
     ("msetnx", -3),
@@ -728,4 +729,31 @@ fn info_cpu_blocked_clients_and_client_help() {
         "{help}"
     );
     c.ok("CLIENT HELP x", &arity("client|help"));
+}
+
+/// MEMORY: a key's bytes (nil when missing), the subcommands' arity and an
+/// unknown one, and ACL key permissions on MEMORY USAGE's key.
+#[test]
+fn memory_usage_and_its_errors() {
+    let s = server();
+    let mut c = s.connect();
+    c.ok("MEMORY USAGE nope", NIL);
+    c.ok("SET k v", OK);
+    let n = c.q("MEMORY USAGE k");
+    assert!(n.starts_with(':') && n != ":0\r\n", "{n}");
+    c.ok("MEMORY USAGE k SAMPLES 5", &n);
+    c.ok("MEMORY USAGE k SAMPLES -1", &err("ERR syntax error"));
+    c.ok("MEMORY", &arity("memory"));
+    c.ok("MEMORY STATS x", &arity("memory|stats"));
+    c.ok(
+        "MEMORY BOGUS",
+        &err("ERR unknown subcommand 'BOGUS'. Try MEMORY HELP."),
+    );
+    c.ok("ACL SETUSER reader on nopass ~r* +memory|usage", OK);
+    c.ok("AUTH reader x", OK);
+    c.ok("MEMORY USAGE r1", NIL);
+    c.ok(
+        "MEMORY USAGE k",
+        "-NOPERM this user has no permissions to access one of the keys used as arguments\r\n",
+    );
 }

@@ -14,6 +14,7 @@ mod cluster;
 mod compare;
 mod keys;
 mod lcs;
+mod memory;
 pub(crate) mod multi;
 pub(crate) mod ordered;
 mod server;

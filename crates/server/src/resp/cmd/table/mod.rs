@@ -14,7 +14,7 @@ mod docs;
 
 use super::batch::BatchRead;
 use super::spec::{Kind, Spec};
-use super::{bits, client, cluster, compare, keys, lcs, multi, ordered, server, strings};
+use super::{bits, client, cluster, compare, keys, lcs, memory, multi, ordered, server, strings};
 
 const fn has_flag(flags: &str, f: u8) -> bool {
     let b = flags.as_bytes();
@@ -141,6 +141,8 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "server", "Unix time of the last successful checkpoint."),
     spec!("lcs", -3, Kind::Read, "", 1, 2, lcs::lcs,
           "string", "The longest common subsequence of two values."),
+    spec!("memory", -2, Kind::Read, "", 0, 0, memory::memory,
+          "server", "Memory usage: of a key, of the server."),
     spec!("mget", -2, Kind::BatchRead(BatchRead::Mget), "", 1, -1, strings::mget,
           "string", "Returns the values of keys."),
     spec!("mset", -3, Kind::Write, "d", 1, -1, strings::mset,
