@@ -14,6 +14,7 @@
 
 pub mod op;
 mod read;
+mod backup;
 mod replica;
 mod session;
 mod snapshot;
@@ -85,6 +86,9 @@ pub struct Store {
     /// other writer between them. Sharded: the shared side, on every
     /// write, touches a line of its thread's own.
     txn_lock: crate::sync::TxnLock,
+    /// An in-memory store's clear lock (a durable store's is its
+    /// checkpoints'): a backup never takes its version inside a clear.
+    clear_lock: parking_lot::Mutex<()>,
 }
 
 /// A new store id (never 0, which a fresh hot cache holds).
@@ -115,6 +119,7 @@ impl Store {
             geometry,
             sweep_cursor: Default::default(),
             txn_lock: Default::default(),
+            clear_lock: Default::default(),
             id: next_store_id(),
             backend: Box::new(CpuBackend::default()),
             durable: None,
@@ -212,6 +217,7 @@ impl Store {
             geometry,
             sweep_cursor: Default::default(),
             txn_lock: Default::default(),
+            clear_lock: Default::default(),
             id: next_store_id(),
             backend: Box::new(CpuBackend::default()),
             durable: Some(d),
