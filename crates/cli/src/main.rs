@@ -1,9 +1,12 @@
 //! `combkv`: the command line: `serve` (the server), `cluster` (manage a
-//! replicated cluster), `check` (verify a data directory). The YCSB driver
+//! replicated cluster), `backup` and `restore` (a live node's backup, and
+//! a data directory from one), `check` (verify a data directory). The YCSB driver
 //! is its own binary, `combkv-bench` (crates/bench), so that the server
 //! links none of the bench's peers and builds with the server's minimum Rust.
 
+mod backup;
 mod cluster;
+mod connect;
 mod serve;
 
 use std::path::PathBuf;
@@ -34,6 +37,10 @@ enum Command {
     Cluster(cluster::ClusterArgs),
     /// Verify every checkpoint and WAL segment in a data directory.
     Check(CheckArgs),
+    /// Ask a running node to write a backup of its store (BACKUP).
+    Backup(backup::BackupArgs),
+    /// Check a backup and copy it into a new data directory.
+    Restore(backup::RestoreArgs),
 }
 
 fn main() -> ExitCode {
@@ -42,6 +49,8 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::serve_main(args),
         Command::Cluster(args) => cluster::cluster_main(args),
         Command::Check(args) => check_main(&args),
+        Command::Backup(args) => backup::backup_main(&args),
+        Command::Restore(args) => backup::restore_main(&args),
     }
 }
 

@@ -75,10 +75,18 @@ fn writer(store: &Store, seed: u64, stop: &AtomicBool) -> Vec<Logged> {
             }
             continue;
         }
-        let len = if rng.random_range(0..10) == 0 { 2000 } else { 20 };
+        let len = if rng.random_range(0..10) == 0 {
+            2000
+        } else {
+            20
+        };
         let value: Vec<u8> = (0..len).map(|_| rng.random_range(b'a'..=b'z')).collect();
         let expiry = rng.random_bool(0.3).then_some(expires);
-        let flags = if rng.random_bool(0.3) { rng.random() } else { 0 };
+        let flags = if rng.random_bool(0.3) {
+            rng.random()
+        } else {
+            0
+        };
         let put = Write::Put {
             value: value.clone(),
             expiry: expiry.map_or(Expiry::Never, Expiry::AtMs),
@@ -126,8 +134,7 @@ fn backup_mid_stream(store: Store, name: &str) {
     assert_eq!(names, vec![info.file.clone()]);
     assert!(combkv::check(&dir).unwrap().usable_checkpoint().is_some());
 
-    let (restored, report) =
-        Store::open(Config::default(), DurableConfig::new(&dir)).unwrap();
+    let (restored, report) = Store::open(Config::default(), DurableConfig::new(&dir)).unwrap();
     assert_eq!(dump(&restored), expected, "{report}");
     assert_eq!(report.max_version, info.version, "{report}");
     assert!(restored.put(b"new", b"x").unwrap().get() > info.version);
@@ -228,7 +235,9 @@ fn filled(fs: &FaultyStorage) -> (Store, State) {
     let (store, _) = open_faulty(fs, DATA);
     for i in 0..300u32 {
         let v = format!("value-{i}").repeat(1 + (i % 7) as usize);
-        store.put(format!("key{i:04}").as_bytes(), v.as_bytes()).unwrap();
+        store
+            .put(format!("key{i:04}").as_bytes(), v.as_bytes())
+            .unwrap();
     }
     let state = dump(&store);
     (store, state)

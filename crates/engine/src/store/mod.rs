@@ -12,9 +12,9 @@
 //! - `snapshot`: pinned read versions and reads at them
 //! - `op`: decided writes as data (`combkv::op`)
 
+mod backup;
 pub mod op;
 mod read;
-mod backup;
 mod replica;
 mod session;
 mod snapshot;

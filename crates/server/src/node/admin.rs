@@ -1,5 +1,6 @@
 //! Whole-store operations the protocols share: checkpoints (SAVE, BGSAVE)
-//! with their INFO persistence fields, and closing the store at shutdown.
+//! with their INFO persistence fields, backups (BACKUP), and closing the
+//! store at shutdown.
 
 use std::sync::atomic::Ordering;
 
@@ -43,6 +44,31 @@ pub fn save(shared: &Shared) -> Result<(), AdminError> {
         .last_save_unix
         .store(info.finished_unix_ms / 1000, Ordering::Relaxed);
     Ok(())
+}
+
+/// BACKUP: a full checkpoint of one snapshot of the store into `dir` (new
+/// or empty), a data directory by itself (`Store::backup`). Works with or
+/// without a data directory. On a cluster node it backs up what the node
+/// has applied; with `cluster-reads linearizable` it first waits for a
+/// read index, so the backup holds every write acknowledged (by any node)
+/// before the command arrived.
+pub fn backup(
+    shared: &Shared,
+    dir: &std::path::Path,
+) -> Result<combkv::CheckpointInfo, AdminError> {
+    if let Some(c) = &shared.cluster {
+        c.read_barrier()?;
+    }
+    let info = shared.current_store().backup(dir)?;
+    tracing::info!(
+        "BACKUP into {}: version {}, {} items, {} bytes in {:.3}s",
+        dir.display(),
+        info.version,
+        info.items,
+        info.bytes,
+        info.duration.as_secs_f64()
+    );
+    Ok(info)
 }
 
 /// BGSAVE: Ok(true) if a checkpoint started, Ok(false) if one is running.

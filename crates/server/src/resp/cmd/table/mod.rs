@@ -59,6 +59,8 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "string", "Appends a string to the value of a key."),
     spec!("auth", -2, Kind::Control, "a", 0, 0, super::acl::auth,
           "connection", "Authenticates the connection."),
+    spec!("backup", 2, Kind::Read, "x", 0, 0, server::backup,
+          "server", "Writes a full checkpoint of one snapshot into an empty directory."),
     spec!("bgsave", -1, Kind::Read, "x", 0, 0, server::bgsave,
           "server", "Starts a checkpoint in the background."),
     spec!("bitcount", -2, Kind::Read, "", 1, 1, bits::bitcount,

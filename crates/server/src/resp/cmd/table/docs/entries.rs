@@ -66,6 +66,8 @@ pub(crate) static DOCS: &[Doc] = &[
           flags: "write denyoom fast", acl: "string", keys: &[key1("RW insert")], ..NONE },
     Doc { name: "auth", since: "1.0.0", complexity: O_1, syntax: "[username] password",
           flags: "loading stale fast no_auth", acl: "connection", ..NONE },
+    Doc { name: "backup", since: "0.1.0", complexity: "O(N) where N is the number of keys",
+          syntax: "directory", flags: "admin no_multi", ..NONE },
     Doc { name: "bgsave", since: "1.0.0", complexity: O_1, syntax: "[SCHEDULE]",
           flags: "admin no_multi", ..NONE },
     Doc { name: "bitcount", since: "2.6.0", complexity: VALUE_LEN,
