@@ -1,5 +1,7 @@
-//! `combkv backup` (asks a running node for a `BACKUP`) and `combkv
-//! restore` (checks a backup and copies it into an empty data directory).
+//! `combkv backup` (asks a running node for a `BACKUP`), `combkv restore`
+//! (checks a backup and copies it into an empty data directory) and
+//! `combkv load` (asks a running node, a new cluster's, to write a
+//! backup's items through its write path: `LOADBACKUP`).
 //! docs/backup.md says when to use which, and what a backup holds.
 
 use std::fs::File;
@@ -55,6 +57,48 @@ pub fn backup_main(args: &BackupArgs) -> ExitCode {
 
 #[derive(Args, Debug)]
 #[command(
+    after_help = "The node reads the backup in BACKUP_DIR (a path on the node's host), verifies \
+    it whole, and writes its items into its store through the write path: on a cluster node \
+    as Raft log entries of up to 1000 items, which every node applies. This is how a new \
+    cluster is seeded from a backup. The store must be empty (a new single node or cluster). \
+    Items keep their values, expiry and memcached flags, and take new versions; items expired \
+    by now are left out. Exit status 0: every item was written; 1: refused or failed (the \
+    node's reason is printed; a failure part way leaves the items written so far)."
+)]
+pub struct LoadArgs {
+    #[command(flatten)]
+    conn: ConnectArgs,
+    /// The backup directory, on the node's host.
+    #[arg(long, value_name = "BACKUP_DIR")]
+    from: PathBuf,
+}
+
+pub fn load_main(args: &LoadArgs) -> ExitCode {
+    let run = || -> Result<i64, String> {
+        let mut con = args.conn.connect()?;
+        redis::cmd("LOADBACKUP")
+            .arg(args.from.as_os_str().as_encoded_bytes())
+            .query::<i64>(&mut con)
+            .map_err(|e| detail(&e))
+    };
+    match run() {
+        Ok(n) => {
+            println!(
+                "loaded {n} items from {} into {}",
+                args.from.display(),
+                args.conn.server
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("combkv load: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+#[command(
     after_help = "Verifies the backup's checkpoint (every block's checksum, key order, the \
     item count: what `combkv check` does), then copies it into DIR, which must be empty or \
     absent, and syncs the file and the directory. Start the server with \
@@ -84,7 +128,7 @@ pub fn restore_main(args: &RestoreArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(Refused::NotABackup(why)) => {
-            eprintln!("combkv restore: {}: {why}", args.from.display());
+            eprintln!("combkv restore: {why}");
             ExitCode::from(1)
         }
         Err(Refused::Io(why)) => {
@@ -131,7 +175,7 @@ fn restore(from: &Path, to: &Path) -> Result<String, Refused> {
     }
     // The copy, read back as the server will read it.
     let (_, v, n) = verified_backup(to).map_err(|e| match e {
-        Refused::NotABackup(why) => Refused::Io(format!("the copy in {} {why}", to.display())),
+        Refused::NotABackup(why) => Refused::Io(format!("the copy does not read back: {why}")),
         other => other,
     })?;
     if (v, n) != (version, items) {
@@ -149,36 +193,14 @@ fn restore(from: &Path, to: &Path) -> Result<String, Refused> {
 }
 
 /// The backup's checkpoint (file, version, items), verified as recovery
-/// would read it. A backup holds one checkpoint and nothing else: a
-/// directory with log segments or delta runs is a data directory a server
-/// ran on, whose log a copy of the checkpoint would lose.
+/// would read it (`combkv::read_backup`: one checkpoint and nothing else;
+/// a directory with log segments or delta runs is a data directory a
+/// server ran on, whose log a copy of the checkpoint would lose).
 fn verified_backup(dir: &Path) -> Result<(String, u64, u64), Refused> {
-    let report = combkv::check(dir)
-        .map_err(|e| Refused::Io(format!("cannot read {}: {e}", dir.display())))?;
-    let not = |why: String| Err(Refused::NotABackup(why));
-    if !report.segments.is_empty() || !report.deltas.is_empty() || report.checkpoints.len() > 1 {
-        return not(format!(
-            "is not a backup: it holds {} checkpoints, {} delta runs and {} log segments \
-             (a data directory a server has run on; take a backup of it with BACKUP)",
-            report.checkpoints.len(),
-            report.deltas.len(),
-            report.segments.len()
-        ));
-    }
-    let Some(c) = report.checkpoints.first() else {
-        return not(if report.other_files.is_empty() {
-            "holds no checkpoint: it is no backup".into()
-        } else {
-            format!(
-                "holds no finished checkpoint ({}): the backup did not complete",
-                report.other_files.join(", ")
-            )
-        });
-    };
-    match &c.status {
-        Ok(items) => Ok((c.file.clone(), c.version, *items)),
-        Err(e) => not(format!("its checkpoint {} is damaged: {e}", c.file)),
-    }
+    combkv::read_backup(dir, |_| {}).map_err(|e| match e {
+        combkv::Error::Corrupt(why) => Refused::NotABackup(why),
+        other => Refused::Io(format!("cannot read {}: {other}", dir.display())),
+    })
 }
 
 fn sync_dir(dir: &Path) -> Result<(), Refused> {

@@ -1,6 +1,7 @@
 //! `combkv`: the command line: `serve` (the server), `cluster` (manage a
-//! replicated cluster), `backup` and `restore` (a live node's backup, and
-//! a data directory from one), `check` (verify a data directory). The YCSB driver
+//! replicated cluster), `backup`, `restore` and `load` (a live node's
+//! backup; a data directory from one; a new cluster seeded from one),
+//! `check` (verify a data directory). The YCSB driver
 //! is its own binary, `combkv-bench` (crates/bench), so that the server
 //! links none of the bench's peers and builds with the server's minimum Rust.
 
@@ -41,6 +42,9 @@ enum Command {
     Backup(backup::BackupArgs),
     /// Check a backup and copy it into a new data directory.
     Restore(backup::RestoreArgs),
+    /// Write a backup's items into a running node's empty store (LOADBACKUP):
+    /// seeds a new cluster from a backup.
+    Load(backup::LoadArgs),
 }
 
 fn main() -> ExitCode {
@@ -51,6 +55,7 @@ fn main() -> ExitCode {
         Command::Check(args) => check_main(&args),
         Command::Backup(args) => backup::backup_main(&args),
         Command::Restore(args) => backup::restore_main(&args),
+        Command::Load(args) => backup::load_main(&args),
     }
 }
 

@@ -7,11 +7,15 @@
 //!   command started (writes during it may or may not be there), keys with
 //!   a TTL keep their expiry to the millisecond, memcached client flags
 //!   are kept; a server started on the backup directory itself serves the
-//!   same. Restore refuses a non-empty directory and a directory that is
-//!   no backup; BACKUP refuses a non-empty directory.
-//! - `a_cluster_node_backup_restores_as_a_single_node`: a 3-node cluster
-//!   takes writes through node 1; a backup taken through node 2 (a read
-//!   barrier first) holds all of them, and restores as a single node.
+//!   same, and so does a new node the backup was loaded into (`combkv
+//!   load`). Restore refuses a non-empty directory and a directory that
+//!   is no backup; BACKUP refuses a non-empty directory.
+//! - `a_cluster_node_backup_restores_as_a_single_node_and_seeds_a_new_cluster`:
+//!   a 3-node cluster takes writes through node 1; a backup taken through
+//!   node 2 (a read barrier first) holds all of them, restores as a single
+//!   node, and `combkv load` writes it into a new 3-node cluster, whose
+//!   other nodes then serve every item, TTLs and flags included; a second
+//!   load into the now non-empty cluster is refused.
 
 mod support;
 
@@ -258,6 +262,14 @@ fn a_backup_under_writes_restores_every_write_acknowledged_before_it() {
     assert_backup_holds(&histories, t0, &mut connect(server.resp));
     assert_ttls_and_flags(&server, &ttls);
     drop(server);
+    // Loaded into a new single node through its write path.
+    let fresh = root.join("fresh");
+    let server = Server::start(&["--data-dir", fresh.to_str().unwrap()], None);
+    let out = combkv(&["load", "--server", &server.resp.to_string(), "--from", from]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_backup_holds(&histories, t0, &mut connect(server.resp));
+    assert_ttls_and_flags(&server, &ttls);
+    drop(server);
     // The backup directory is a data directory by itself.
     let server = Server::start(&["--data-dir", from], None);
     assert_backup_holds(&histories, t0, &mut connect(server.resp));
@@ -278,7 +290,8 @@ impl Drop for Nodes {
     }
 }
 
-fn start_cluster(root: &Path) -> (Nodes, Vec<SocketAddr>) {
+/// Three nodes; their (RESP, memcached) addresses.
+fn start_cluster(root: &Path) -> (Nodes, Vec<(SocketAddr, SocketAddr)>) {
     let port = || support::free_port();
     let nodes: Vec<(SocketAddr, SocketAddr, SocketAddr)> = (0..3)
         .map(|_| {
@@ -305,17 +318,14 @@ fn start_cluster(root: &Path) -> (Nodes, Vec<SocketAddr>) {
                 .expect("combkv starts")
         })
         .collect();
-    (Nodes(children), nodes.iter().map(|n| n.0).collect())
+    (Nodes(children), nodes.iter().map(|n| (n.0, n.1)).collect())
 }
 
-#[test]
-fn a_cluster_node_backup_restores_as_a_single_node() {
-    let root = root("cluster");
-    let (nodes, resp) = start_cluster(&root);
-    // Writes through node 1 once the cluster has a leader.
+/// A connection to node `addr` once its cluster takes a write.
+fn first_write(addr: SocketAddr) -> redis::Connection {
     let deadline = Instant::now() + Duration::from_secs(60);
-    let mut con = loop {
-        let c = redis::Client::open(format!("redis://{}/", resp[0])).unwrap();
+    loop {
+        let c = redis::Client::open(format!("redis://{addr}/")).unwrap();
         if let Ok(mut con) = c.get_connection_with_timeout(Duration::from_secs(1))
             && redis::cmd("SET")
                 .arg("first")
@@ -323,11 +333,36 @@ fn a_cluster_node_backup_restores_as_a_single_node() {
                 .query::<()>(&mut con)
                 .is_ok()
         {
-            break con;
+            return con;
         }
         assert!(Instant::now() < deadline, "the cluster takes no write");
         std::thread::sleep(Duration::from_millis(200));
-    };
+    }
+}
+
+/// Every expected item on the node at (`resp`, `mc`), with its TTL and
+/// the memcached item's flags.
+fn assert_cluster_data(resp: SocketAddr, mc: SocketAddr, expected: &BTreeMap<String, String>) {
+    let mut con = connect(resp);
+    let n: i64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
+    assert_eq!(n, expected.len() as i64 + 1);
+    for (k, v) in expected {
+        let got: Option<String> = redis::cmd("GET").arg(k).query(&mut con).unwrap();
+        assert_eq!(got.as_ref(), Some(v), "{k}");
+    }
+    let ttl: i64 = redis::cmd("TTL").arg("key-0").query(&mut con).unwrap();
+    assert!((3500..=3600).contains(&ttl), "key-0's TTL {ttl}");
+    let ttl: i64 = redis::cmd("TTL").arg("key-1").query(&mut con).unwrap();
+    assert_eq!(ttl, -1);
+    let got = memcached(mc, "get mc\r\n", "END\r\n");
+    assert_eq!(got, "VALUE mc 77 2\r\nhi\r\nEND\r\n");
+}
+
+#[test]
+fn a_cluster_node_backup_restores_as_a_single_node_and_seeds_a_new_cluster() {
+    let root = root("cluster");
+    let (nodes, addrs) = start_cluster(&root.join("old"));
+    let mut con = first_write(addrs[0].0);
     let mut expected = BTreeMap::new();
     expected.insert("first".to_string(), "1".to_string());
     for i in 0..300 {
@@ -340,19 +375,17 @@ fn a_cluster_node_backup_restores_as_a_single_node() {
         set.query::<()>(&mut con).unwrap();
         expected.insert(k, v);
     }
+    let stored = memcached(addrs[0].1, "set mc 77 0 2\r\nhi\r\n", "\r\n");
+    assert_eq!(stored, "STORED\r\n");
     // Through node 2: its read barrier makes it wait for every write the
     // cluster acknowledged.
     let backup = root.join("backup");
-    let out = combkv(&[
-        "backup",
-        "--server",
-        &resp[1].to_string(),
-        "--to",
-        backup.to_str().unwrap(),
-    ]);
+    let via = addrs[1].0.to_string();
+    let out = combkv(&["backup", "--server", &via, "--to", backup.to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out));
     drop(nodes);
 
+    // As a single node.
     let restored = root.join("restored");
     let to = restored.to_str().unwrap();
     let out = combkv(&[
@@ -364,17 +397,24 @@ fn a_cluster_node_backup_restores_as_a_single_node() {
     ]);
     assert!(out.status.success(), "{}", text(&out));
     let server = Server::start(&["--data-dir", to], None);
-    let mut con = connect(server.resp);
-    let n: i64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
-    assert_eq!(n, expected.len() as i64);
-    for (k, v) in &expected {
-        let got: Option<String> = redis::cmd("GET").arg(k).query(&mut con).unwrap();
-        assert_eq!(got.as_ref(), Some(v), "{k}");
-    }
-    let ttl: i64 = redis::cmd("TTL").arg("key-0").query(&mut con).unwrap();
-    assert!((3500..=3600).contains(&ttl), "key-0's TTL {ttl}");
-    let ttl: i64 = redis::cmd("TTL").arg("key-1").query(&mut con).unwrap();
-    assert_eq!(ttl, -1);
+    assert_cluster_data(server.resp, server.memcached, &expected);
     drop(server);
+
+    // Into a new cluster, through node 1; node 3 serves it all.
+    let (nodes, addrs) = start_cluster(&root.join("new"));
+    let mut con = first_write(addrs[0].0);
+    redis::cmd("DEL")
+        .arg("first")
+        .query::<i64>(&mut con)
+        .unwrap();
+    let from = backup.to_str().unwrap();
+    let out = combkv(&["load", "--server", &addrs[0].0.to_string(), "--from", from]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("loaded 302 items"), "{}", text(&out));
+    assert_cluster_data(addrs[2].0, addrs[2].1, &expected);
+    let out = combkv(&["load", "--server", &addrs[1].0.to_string(), "--from", from]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("not empty"), "{}", text(&out));
+    drop(nodes);
     std::fs::remove_dir_all(&root).unwrap();
 }

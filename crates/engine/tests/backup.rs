@@ -309,3 +309,46 @@ fn a_failed_backup_changes_nothing_and_can_be_retried() {
     assert_eq!(got, state);
     drop(b);
 }
+
+/// `read_backup` hands over exactly what the backup holds, expired items
+/// included, and refuses what is no complete backup.
+#[test]
+fn read_backup_visits_the_backup_and_refuses_anything_else() {
+    let store = Store::new(Config::default()).unwrap();
+    store.put(b"a", b"1").unwrap();
+    store
+        .put_with(b"b", b"2", Expiry::AtMs(combkv::now_ms() + 60_000))
+        .unwrap();
+    let dir = temp_dir("read");
+    let info = store.backup(&dir).unwrap();
+    let mut seen = State::new();
+    let (file, version, items) = combkv::read_backup(&dir, |it| {
+        let v = (
+            it.value.to_vec(),
+            it.version.get(),
+            it.expires_at_ms,
+            it.flags,
+        );
+        seen.insert(it.key.to_vec(), v);
+    })
+    .unwrap();
+    assert_eq!((file, version, items), (info.file.clone(), info.version, 2));
+    assert_eq!(seen, dump(&store));
+
+    // Once a server ran on it, it holds a log: no longer a backup.
+    let (s, _) = Store::open(Config::default(), DurableConfig::new(&dir)).unwrap();
+    s.put(b"c", b"3").unwrap();
+    drop(s);
+    let err = combkv::read_backup(&dir, |_| {}).unwrap_err();
+    assert!(matches!(err, Error::Corrupt(_)), "{err}");
+    assert!(err.to_string().contains("not a backup"), "{err}");
+    // An unfinished one names why.
+    let partial = temp_dir("partial");
+    std::fs::create_dir_all(&partial).unwrap();
+    std::fs::write(partial.join(format!("{}.tmp", info.file)), b"half").unwrap();
+    let err = combkv::read_backup(&partial, |_| {}).unwrap_err();
+    assert!(err.to_string().contains("did not complete"), "{err}");
+    for d in [dir, partial] {
+        std::fs::remove_dir_all(d).unwrap();
+    }
+}

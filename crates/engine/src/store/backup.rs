@@ -19,11 +19,13 @@ use std::io;
 use std::path::Path;
 
 use super::Store;
+use crate::durable::check::check_with;
 use crate::durable::checkpoint;
 use crate::durable::deletes::DeleteLog;
 use crate::durable::file::{FsStorage, Storage};
 use crate::durable::{CheckpointInfo, IoError};
 use crate::error::{Error, Result};
+use crate::types::{ItemView, Version};
 
 impl Store {
     /// Writes a full checkpoint of the store at its current read version
@@ -69,6 +71,51 @@ impl Store {
             None => &self.clear_lock,
         }
     }
+}
+
+/// Reads the backup in `dir` (`Store::backup`'s: one checkpoint and
+/// nothing else) without changing it: verifies the whole checkpoint first
+/// (checksums, key order, item count), then hands each item to `f` in key
+/// order, expired ones included. Returns the checkpoint's file name,
+/// version and items. A directory that is no complete backup (no finished
+/// checkpoint, or log segments and delta runs beside it: a data directory
+/// a server ran on) is refused as `Error::Corrupt`, naming why.
+pub fn read_backup(dir: &Path, mut f: impl FnMut(ItemView<'_>)) -> Result<(String, u64, u64)> {
+    let report = check_with(&FsStorage, dir)?;
+    let refuse = |why: String| Err(Error::Corrupt(format!("{}: {why}", dir.display())));
+    if !report.segments.is_empty() || !report.deltas.is_empty() || report.checkpoints.len() > 1 {
+        return refuse(format!(
+            "not a backup: it holds {} checkpoints, {} delta runs and {} log segments \
+             (a data directory a server has run on)",
+            report.checkpoints.len(),
+            report.deltas.len(),
+            report.segments.len()
+        ));
+    }
+    let Some(c) = report.checkpoints.first() else {
+        return refuse(if report.other_files.is_empty() {
+            "holds no checkpoint: it is no backup".into()
+        } else {
+            format!(
+                "holds no finished checkpoint ({}): the backup did not complete",
+                report.other_files.join(", ")
+            )
+        });
+    };
+    if let Err(e) = &c.status {
+        return refuse(format!("its checkpoint {} is damaged: {e}", c.file));
+    }
+    let (version, items) = checkpoint::read(&FsStorage, &dir.join(&c.file), |it| {
+        f(ItemView {
+            key: it.key,
+            value: it.value,
+            version: Version(it.version),
+            expires_at_ms: (it.expiry != 0).then_some(it.expiry),
+            flags: it.client_flags,
+        });
+        Ok(())
+    })?;
+    Ok((c.file.clone(), version, items))
 }
 
 /// Creates `dir` if missing; refuses one that holds anything (a backup

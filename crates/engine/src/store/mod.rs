@@ -33,6 +33,7 @@ use crate::readexec::{CpuBackend, ReadBackend};
 use crate::tree::Tree;
 use crate::tree::epoch;
 use crate::types::{MemoryUsage, NodeCounts, Now, Range, Version};
+pub use backup::read_backup;
 pub use session::Session;
 pub use snapshot::Pin;
 use write::Ack;

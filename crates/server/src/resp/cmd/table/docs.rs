@@ -927,6 +927,8 @@ mod tests {
         let backup = find("backup").unwrap().doc;
         assert_eq!(backup.flag_list(), save.flag_list());
         assert_eq!(backup.acl_categories(), save.acl_categories());
+        let load = find("loadbackup").unwrap().doc;
+        assert_eq!(load.acl_categories(), save.acl_categories());
         let compare = find("compare").unwrap().doc;
         assert_eq!(
             compare.flag_list(),

@@ -143,6 +143,8 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "server", "Unix time of the last successful checkpoint."),
     spec!("lcs", -3, Kind::Read, "", 1, 2, lcs::lcs,
           "string", "The longest common subsequence of two values."),
+    spec!("loadbackup", 2, Kind::Read, "x", 0, 0, server::loadbackup,
+          "server", "Writes a backup's items into an empty store through the write path."),
     spec!("mget", -2, Kind::BatchRead(BatchRead::Mget), "", 1, -1, strings::mget,
           "string", "Returns the values of keys."),
     spec!("mset", -3, Kind::Write, "d", 1, -1, strings::mset,

@@ -262,6 +262,8 @@ pub(crate) static DOCS: &[Doc] = &[
           syntax: "key1 key2 [LEN] [IDX] [MINMATCHLEN min-match-len] [WITHMATCHLEN]",
           flags: "readonly", acl: "string",
           keys: &[KeySpec { lastkey: 1, ..key1("RO access") }], ..NONE },
+    Doc { name: "loadbackup", since: "0.1.0", complexity: "O(N) where N is the number of keys",
+          syntax: "directory", flags: "admin no_multi", ..NONE },
     Doc { name: "mget", since: "1.0.0", complexity: K_LOG_N, syntax: "key [key ...]",
           flags: "readonly fast", acl: "string", tips: "request_policy:multi_shard",
           keys: &[all_keys("RO access", 1)], ..NONE },
