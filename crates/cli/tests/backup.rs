@@ -265,7 +265,11 @@ fn a_backup_under_writes_restores_every_write_acknowledged_before_it() {
     // Loaded into a new single node through its write path.
     let fresh = root.join("fresh");
     let server = Server::start(&["--data-dir", fresh.to_str().unwrap()], None);
-    let out = combkv(&["load", "--server", &server.resp.to_string(), "--from", from]);
+    let at = server.resp.to_string();
+    let out = combkv(&["load", "--server", &at, "--from", empty.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("holds no checkpoint"), "{}", text(&out));
+    let out = combkv(&["load", "--server", &at, "--from", from]);
     assert!(out.status.success(), "{}", text(&out));
     assert_backup_holds(&histories, t0, &mut connect(server.resp));
     assert_ttls_and_flags(&server, &ttls);

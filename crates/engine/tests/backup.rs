@@ -126,12 +126,13 @@ fn backup_mid_stream(store: Store, name: &str) {
     assert!(logs.iter().any(|l| l.0 > info.version), "writes after it");
     let expected = model_at(&logs, info.version);
     assert_eq!(info.items, expected.len() as u64);
-    // The directory holds the checkpoint and nothing else.
-    let names: Vec<_> = std::fs::read_dir(&dir)
+    // The directory holds the checkpoint and its lock, nothing else.
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
-    assert_eq!(names, vec![info.file.clone()]);
+    names.sort();
+    assert_eq!(names, vec!["LOCK".to_string(), info.file.clone()]);
     assert!(combkv::check(&dir).unwrap().usable_checkpoint().is_some());
 
     let (restored, report) = Store::open(Config::default(), DurableConfig::new(&dir)).unwrap();
@@ -200,8 +201,10 @@ fn a_directory_that_holds_anything_is_refused_and_left_alone() {
     assert!(err.to_string().contains("not empty"), "{err}");
     let names: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
     assert_eq!(names.len(), 1);
-    // A second backup into the same place is refused too.
+    // A lock file alone (a failed backup leaves one) is no obstacle; a
+    // second backup into the same place is refused.
     std::fs::remove_dir(dir.join("sub")).unwrap();
+    std::fs::write(dir.join("LOCK"), b"").unwrap();
     store.backup(&dir).unwrap();
     assert!(store.backup(&dir).is_err());
     std::fs::remove_dir_all(&dir).unwrap();

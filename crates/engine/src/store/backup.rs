@@ -9,6 +9,9 @@
 //! data directory, so the background executor (merges, retention) never
 //! touches it.
 //!
+//! The directory's `LOCK` is held while the backup is written (and stays,
+//! as in every data directory).
+//!
 //! Completion: the checkpoint is written as `ckpt-<version>.ckpt.tmp`,
 //! synced, renamed and the directory synced, the engine's convention for
 //! every checkpoint. A backup that a crash interrupted holds no
@@ -23,7 +26,7 @@ use crate::durable::check::check_with;
 use crate::durable::checkpoint;
 use crate::durable::deletes::DeleteLog;
 use crate::durable::file::{FsStorage, Storage};
-use crate::durable::{CheckpointInfo, IoError};
+use crate::durable::{CheckpointInfo, IoError, LOCK_FILE, LockError};
 use crate::error::{Error, Result};
 use crate::types::{ItemView, Version};
 
@@ -45,6 +48,22 @@ impl Store {
             None => &fs,
         };
         prepare_dir(storage, dir)?;
+        // Held until the backup is written: a second backup, or a server
+        // started on the directory meanwhile, is refused rather than
+        // writing the same files.
+        let _lock = storage.lock_dir(dir).map_err(|e| match e {
+            LockError::InUse(d) => Error::InUse(d),
+            LockError::Io(e) => Error::Io(e),
+        })?;
+        // One that began, and finished, between the check and the lock.
+        if let Some(other) = storage
+            .list_all(dir)
+            .map_err(io_at(dir))?
+            .iter()
+            .find(|n| *n != LOCK_FILE)
+        {
+            return Err(not_empty(dir, other));
+        }
         let no_deletes = DeleteLog::default();
         let info = checkpoint::write(
             &self.tree,
@@ -118,20 +137,26 @@ pub fn read_backup(dir: &Path, mut f: impl FnMut(ItemView<'_>)) -> Result<(Strin
     Ok((c.file.clone(), version, items))
 }
 
-/// Creates `dir` if missing; refuses one that holds anything (a backup
-/// never mixes with other files, and never overwrites an older backup).
+/// Creates `dir` if missing; refuses one that holds anything but a `LOCK`
+/// (a backup never mixes with other files, and never overwrites an older
+/// backup; a lock file is never removed, so a failed backup leaves one,
+/// and the directory takes the next attempt).
 fn prepare_dir(storage: &dyn Storage, dir: &Path) -> Result<()> {
-    let io = |e: io::Error| Error::Io(IoError::new(dir.display().to_string(), e));
-    storage.create_dir_all(dir).map_err(io)?;
-    let names = storage.list_all(dir).map_err(io)?;
-    if let Some(first) = names.first() {
-        return Err(io(io::Error::new(
-            io::ErrorKind::DirectoryNotEmpty,
-            format!(
-                "the backup directory is not empty (it holds {first} and {} more)",
-                names.len() - 1
-            ),
-        )));
+    storage.create_dir_all(dir).map_err(io_at(dir))?;
+    let names = storage.list_all(dir).map_err(io_at(dir))?;
+    match names.iter().find(|n| *n != LOCK_FILE) {
+        Some(other) => Err(not_empty(dir, other)),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+fn io_at(dir: &Path) -> impl Fn(io::Error) -> Error + '_ {
+    move |e| Error::Io(IoError::new(dir.display().to_string(), e))
+}
+
+fn not_empty(dir: &Path, holds: &str) -> Error {
+    io_at(dir)(io::Error::new(
+        io::ErrorKind::DirectoryNotEmpty,
+        format!("the backup directory is not empty (it holds {holds})"),
+    ))
 }

@@ -12,6 +12,9 @@ use crate::state::Shared;
 pub enum AdminError {
     /// Refused before it began: why (no data directory, a cluster node).
     Refused(&'static str),
+    /// A directory given to LOADBACKUP is no complete, sound backup: why,
+    /// naming it.
+    NotABackup(String),
     /// The store refused or failed it.
     Store(combkv::Error),
 }
@@ -101,7 +104,10 @@ pub fn load_backup(shared: &Shared, dir: &std::path::Path) -> Result<u64, AdminE
     }
     // Verified whole before the first write, so a damaged backup writes
     // nothing.
-    combkv::read_backup(dir, |_| {})?;
+    combkv::read_backup(dir, |_| {}).map_err(|e| match e {
+        combkv::Error::Corrupt(why) => AdminError::NotABackup(why),
+        other => AdminError::Store(other),
+    })?;
     let now = combkv::now_ms();
     let (mut batch, mut bytes, mut written) = (Vec::new(), 0, 0u64);
     let mut failed = None;
