@@ -7,8 +7,8 @@ use clap::Args;
 
 #[derive(Args, Debug)]
 pub struct ConnectArgs {
-    /// A node's RESP address (`cluster add` and `remove` go to the leader;
-    /// the error names it if this node is not).
+    /// The node's RESP address (`cluster add` and `remove` must reach the
+    /// leader; the error names it if this node is not).
     #[arg(long, default_value = "127.0.0.1:6380", value_name = "ADDR")]
     pub server: String,
     /// The password, if the node asks for one (`requirepass`, or the

@@ -32,8 +32,9 @@ use crate::types::{ItemView, Version};
 
 impl Store {
     /// Writes a full checkpoint of the store at its current read version
-    /// into `dir` (created if missing; it must be empty), fsynced (the file
-    /// and the directory). Every write acknowledged before the call is in
+    /// into `dir` (created if missing; it must hold nothing but a `LOCK`
+    /// file, which the backup holds while it writes), fsynced (the file and
+    /// the directory). Every write acknowledged before the call is in
     /// it; writes that race with it are in it or not, whole. Writers are
     /// not blocked; a clear (FLUSHALL) waits while the version is taken.
     ///
