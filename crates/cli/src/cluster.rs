@@ -5,33 +5,12 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
+use crate::connect::{ConnectArgs, detail};
+
 #[derive(Args, Debug)]
 pub struct ClusterArgs {
-    /// A node's RESP address (any node for status and init; add and remove
-    /// go to the leader, and the error names it if this node is not).
-    #[arg(long, default_value = "127.0.0.1:6380", value_name = "ADDR")]
-    server: String,
-    /// The password, if the node asks for one (`requirepass`, or the
-    /// password of --user).
-    #[arg(long, visible_alias = "pass", value_name = "PASS")]
-    password: Option<String>,
-    /// Authenticate as this user (`AUTH user password`) instead of the
-    /// default user.
-    #[arg(long, value_name = "USER", requires = "password")]
-    user: Option<String>,
-    /// Connect to the node's TLS port (its `tls-port`).
-    #[arg(long)]
-    tls: bool,
-    /// The CA the node's certificate must chain to (PEM); without it, the
-    /// system's trusted CAs.
-    #[arg(long, value_name = "FILE", requires = "tls")]
-    cacert: Option<std::path::PathBuf>,
-    /// A client certificate (PEM), for a node with `tls-auth-clients yes`.
-    #[arg(long, value_name = "FILE", requires_all = ["tls", "key"])]
-    cert: Option<std::path::PathBuf>,
-    /// The key of --cert (PEM).
-    #[arg(long, value_name = "FILE", requires = "cert")]
-    key: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    conn: ConnectArgs,
     #[command(subcommand)]
     action: Action,
 }
@@ -77,48 +56,8 @@ pub fn cluster_main(args: ClusterArgs) -> ExitCode {
     }
 }
 
-/// A client for the node at --server, over TLS with --tls.
-fn client(args: &ClusterArgs) -> Result<redis::Client, String> {
-    let bad = |e: redis::RedisError| format!("bad server address {}: {e}", args.server);
-    if !args.tls {
-        return redis::Client::open(format!("redis://{}/", args.server)).map_err(bad);
-    }
-    // The redis crate takes the process's rustls provider: ring.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let read = |p: &std::path::Path| {
-        std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))
-    };
-    let client_tls = match (&args.cert, &args.key) {
-        (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
-            client_cert: read(cert)?,
-            client_key: read(key)?,
-        }),
-        _ => None,
-    };
-    let root_cert = args.cacert.as_deref().map(read).transpose()?;
-    redis::Client::build_with_tls(
-        format!("rediss://{}/", args.server),
-        redis::TlsCertificates {
-            client_tls,
-            root_cert,
-        },
-    )
-    .map_err(bad)
-}
-
 fn run(args: &ClusterArgs) -> Result<String, String> {
-    let mut con = client(args)?
-        .get_connection_with_timeout(std::time::Duration::from_secs(5))
-        .map_err(|e| format!("cannot reach {}: {e}", args.server))?;
-    if let Some(p) = &args.password {
-        let mut auth = redis::cmd("AUTH");
-        if let Some(user) = &args.user {
-            auth.arg(user);
-        }
-        auth.arg(p)
-            .query::<()>(&mut con)
-            .map_err(|e| e.detail().map_or_else(|| e.to_string(), str::to_string))?;
-    }
+    let mut con = args.conn.connect()?;
     let mut cmd = redis::cmd("CLUSTER");
     match &args.action {
         Action::Init { members } => cmd.arg("INIT").arg(members),
@@ -131,7 +70,6 @@ fn run(args: &ClusterArgs) -> Result<String, String> {
         Ok(redis::Value::BulkString(b)) => Ok(String::from_utf8_lossy(&b).replace("\r\n", "\n")),
         Ok(redis::Value::VerbatimString { text, .. }) => Ok(text.replace("\r\n", "\n")),
         Ok(other) => Ok(format!("{other:?}\n")),
-        // The server's own words, without the client library's prefix.
-        Err(e) => Err(e.detail().map_or_else(|| e.to_string(), str::to_string)),
+        Err(e) => Err(detail(&e)),
     }
 }

@@ -1,9 +1,13 @@
 //! `combkv`: the command line: `serve` (the server), `cluster` (manage a
-//! replicated cluster), `check` (verify a data directory). The YCSB driver
+//! replicated cluster), `backup`, `restore` and `load` (a live node's
+//! backup; a data directory from one; a new cluster seeded from one),
+//! `check` (verify a data directory). The YCSB driver
 //! is its own binary, `combkv-bench` (crates/bench), so that the server
 //! links none of the bench's peers and builds with the server's minimum Rust.
 
+mod backup;
 mod cluster;
+mod connect;
 mod serve;
 
 use std::path::PathBuf;
@@ -34,6 +38,13 @@ enum Command {
     Cluster(cluster::ClusterArgs),
     /// Verify every checkpoint and WAL segment in a data directory.
     Check(CheckArgs),
+    /// Ask a running node to write a backup of its store (BACKUP).
+    Backup(backup::BackupArgs),
+    /// Check a backup and copy it into a new data directory.
+    Restore(backup::RestoreArgs),
+    /// Write a backup's items into a running node's empty store (LOADBACKUP):
+    /// seeds a new cluster from a backup.
+    Load(backup::LoadArgs),
 }
 
 fn main() -> ExitCode {
@@ -42,6 +53,9 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::serve_main(args),
         Command::Cluster(args) => cluster::cluster_main(args),
         Command::Check(args) => check_main(&args),
+        Command::Backup(args) => backup::backup_main(&args),
+        Command::Restore(args) => backup::restore_main(&args),
+        Command::Load(args) => backup::load_main(&args),
     }
 }
 

@@ -33,7 +33,7 @@ pub use durable::{
 };
 pub use error::{Error, Result};
 pub use store::op;
-pub use store::{Pin, Session, Store, check, check_key};
+pub use store::{Pin, Session, Store, check, check_key, read_backup};
 pub use tree::epoch::flush_reclamation;
 pub use tree::node::{live_buffers_global, live_external_values_global};
 pub use types::{

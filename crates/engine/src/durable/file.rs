@@ -26,6 +26,12 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
     /// Names (not paths) of the files in `dir`.
     fn list(&self, dir: &Path) -> io::Result<FileNames>;
+    /// Names of everything in `dir`, directories and links included (a
+    /// backup refuses a directory that holds anything). The default is
+    /// `list`, for a storage that holds files only.
+    fn list_all(&self, dir: &Path) -> io::Result<FileNames> {
+        self.list(dir)
+    }
     /// Creates `path` empty (truncating it if it exists) for appending.
     fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>>;
     /// Opens `path` for reading from its start.
@@ -117,6 +123,14 @@ impl Storage for FsStorage {
             {
                 out.push(name.to_string());
             }
+        }
+        out.sort();
+        Ok(out)
+    }
+    fn list_all(&self, dir: &Path) -> io::Result<FileNames> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(dir)? {
+            out.push(e?.file_name().to_string_lossy().into_owned());
         }
         out.sort();
         Ok(out)

@@ -12,6 +12,7 @@
 //! - `snapshot`: pinned read versions and reads at them
 //! - `op`: decided writes as data (`combkv::op`)
 
+mod backup;
 pub mod op;
 mod read;
 mod replica;
@@ -32,6 +33,7 @@ use crate::readexec::{CpuBackend, ReadBackend};
 use crate::tree::Tree;
 use crate::tree::epoch;
 use crate::types::{MemoryUsage, NodeCounts, Now, Range, Version};
+pub use backup::read_backup;
 pub use session::Session;
 pub use snapshot::Pin;
 use write::Ack;
@@ -85,6 +87,9 @@ pub struct Store {
     /// other writer between them. Sharded: the shared side, on every
     /// write, touches a line of its thread's own.
     txn_lock: crate::sync::TxnLock,
+    /// An in-memory store's clear lock (a durable store's is its
+    /// checkpoints'): a backup never takes its version inside a clear.
+    clear_lock: parking_lot::Mutex<()>,
 }
 
 /// A new store id (never 0, which a fresh hot cache holds).
@@ -115,6 +120,7 @@ impl Store {
             geometry,
             sweep_cursor: Default::default(),
             txn_lock: Default::default(),
+            clear_lock: Default::default(),
             id: next_store_id(),
             backend: Box::new(CpuBackend::default()),
             durable: None,
@@ -212,6 +218,7 @@ impl Store {
             geometry,
             sweep_cursor: Default::default(),
             txn_lock: Default::default(),
+            clear_lock: Default::default(),
             id: next_store_id(),
             backend: Box::new(CpuBackend::default()),
             durable: Some(d),

@@ -547,20 +547,16 @@ impl Store {
         }
         self.admit()?;
         let shared = self.lock_out_transactions(ack);
-        // A checkpoint never sees a half-done clear.
-        let clearing = self
-            .durable
-            .as_ref()
-            .map(|d| d.checkpoints.clear_lock.lock());
+        // A checkpoint or backup never sees a half-done clear.
+        let clearing = self.clear_lock().lock();
         // Every item older than the clear is visible once its version is
         // acknowledgeable; the tree then deletes them.
         let last = self.tree.clear(|c| self.wait_acknowledgeable(c))?;
-        if clearing.is_some() {
-            // And a checkpoint takes its version either before the clear
-            // or after its last delete: a delta run from inside the clear
-            // would miss deletes no log record names.
-            self.wait_acknowledgeable(last)?;
-        }
+        // And a checkpoint takes its version either before the clear or
+        // after its last delete: a delta run from inside the clear would
+        // miss deletes no log record names, a backup would hold half a
+        // clear.
+        self.wait_acknowledgeable(last)?;
         drop(clearing);
         drop(shared);
         let acked = self.acknowledge(ack, last);

@@ -1,5 +1,6 @@
 //! Whole-store operations the protocols share: checkpoints (SAVE, BGSAVE)
-//! with their INFO persistence fields, and closing the store at shutdown.
+//! with their INFO persistence fields, backups (BACKUP), and closing the
+//! store at shutdown.
 
 use std::sync::atomic::Ordering;
 
@@ -11,6 +12,9 @@ use crate::state::Shared;
 pub enum AdminError {
     /// Refused before it began: why (no data directory, a cluster node).
     Refused(&'static str),
+    /// A directory given to LOADBACKUP is no complete, sound backup: why,
+    /// naming it.
+    NotABackup(String),
     /// The store refused or failed it.
     Store(combkv::Error),
 }
@@ -42,6 +46,137 @@ pub fn save(shared: &Shared) -> Result<(), AdminError> {
     shared
         .last_save_unix
         .store(info.finished_unix_ms / 1000, Ordering::Relaxed);
+    Ok(())
+}
+
+/// BACKUP: a full checkpoint of one snapshot of the store into `dir` (new
+/// or empty), a data directory by itself (`Store::backup`). Works with or
+/// without a data directory. On a cluster node it backs up what the node
+/// has applied; with `cluster-reads linearizable` it first waits for a
+/// read index, so the backup holds every write acknowledged (by any node)
+/// before the command arrived.
+pub fn backup(
+    shared: &Shared,
+    dir: &std::path::Path,
+) -> Result<combkv::CheckpointInfo, AdminError> {
+    if let Some(c) = shared.cluster() {
+        c.read_barrier()?;
+    }
+    let info = shared.current_store().backup(dir)?;
+    tracing::info!(
+        "BACKUP into {}: version {}, {} items, {} bytes in {:.3}s",
+        dir.display(),
+        info.version,
+        info.items,
+        info.bytes,
+        info.duration.as_secs_f64()
+    );
+    Ok(info)
+}
+
+/// Items per batch of a backup load (a log entry on a cluster node), and
+/// the bytes of keys and values that end a batch sooner.
+const LOAD_BATCH_ITEMS: usize = 1000;
+const LOAD_BATCH_BYTES: usize = 4 << 20;
+
+/// One item of a backup, owned while its batch is written.
+struct Loaded {
+    key: Vec<u8>,
+    value: Vec<u8>,
+    expiry: combkv::Expiry,
+    flags: u32,
+}
+
+/// LOADBACKUP: writes every item of the backup in `dir` (on this node's
+/// host) into this node's store, which must be empty, through the write
+/// path: on a cluster node as log entries of up to 1000 items, so every
+/// node applies them (the way to seed a new cluster from a backup). Items
+/// keep their value, expiry and flags, and take new versions; those
+/// expired by now are left out. Returns the items written.
+pub fn load_backup(shared: &Shared, dir: &std::path::Path) -> Result<u64, AdminError> {
+    if let Some(c) = shared.cluster() {
+        c.read_barrier()?;
+    }
+    if !shared.current_store().is_empty() {
+        return Err(AdminError::Refused(
+            "the store is not empty: load a backup into a new node or cluster",
+        ));
+    }
+    // Verified whole before the first write, so a damaged backup writes
+    // nothing.
+    combkv::read_backup(dir, |_| {}).map_err(|e| match e {
+        combkv::Error::Corrupt(why) => AdminError::NotABackup(why),
+        other => AdminError::Store(other),
+    })?;
+    let now = combkv::now_ms();
+    let (mut batch, mut bytes, mut written) = (Vec::new(), 0, 0u64);
+    let mut failed = None;
+    combkv::read_backup(dir, |it| {
+        if failed.is_some() || it.expires_at_ms.is_some_and(|at| at <= now) {
+            return;
+        }
+        bytes += it.key.len() + it.value.len();
+        batch.push(Loaded {
+            key: it.key.to_vec(),
+            value: it.value.to_vec(),
+            expiry: it
+                .expires_at_ms
+                .map_or(combkv::Expiry::Never, combkv::Expiry::AtMs),
+            flags: it.flags,
+        });
+        if batch.len() >= LOAD_BATCH_ITEMS || bytes >= LOAD_BATCH_BYTES {
+            match write_batch(shared, &batch) {
+                Ok(()) => written += batch.len() as u64,
+                Err(e) => failed = Some(e),
+            }
+            batch.clear();
+            bytes = 0;
+        }
+    })?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    write_batch(shared, &batch)?;
+    written += batch.len() as u64;
+    tracing::info!("LOADBACKUP from {}: {written} items", dir.display());
+    Ok(written)
+}
+
+/// Writes `batch`: one log entry on a cluster node, else one write each.
+fn write_batch(shared: &Shared, batch: &[Loaded]) -> Result<(), AdminError> {
+    use combkv::op::{Cond, Op};
+    let put = |it: &Loaded| combkv::Write::Put {
+        value: it.value.clone(),
+        expiry: it.expiry,
+        flags: combkv::Flags::Set(it.flags),
+    };
+    let Some(c) = shared.cluster() else {
+        // One group commit per batch, not one fsync per item.
+        let store = shared.current_store();
+        let session = store.session();
+        for it in batch {
+            session.write_with(&it.key, |_| (put(it), ()))?;
+        }
+        session.commit()?;
+        return Ok(());
+    };
+    if batch.is_empty() {
+        return Ok(());
+    }
+    let ops: Vec<Op<'_>> = batch
+        .iter()
+        .map(|it| Op::Put {
+            key: &it.key,
+            value: &it.value,
+            expiry: it.expiry,
+            flags: combkv::Flags::Set(it.flags),
+            cond: Cond::Any,
+            return_old: false,
+        })
+        .collect();
+    for r in c.apply_all(&ops)? {
+        r?;
+    }
     Ok(())
 }
 

@@ -52,6 +52,7 @@ impl From<AdminError> for CmdError {
     fn from(e: AdminError) -> Self {
         match e {
             AdminError::Refused(why) => CmdError::err(why),
+            AdminError::NotABackup(why) => CmdError::err(why),
             AdminError::Store(e) => CmdError::Store(e),
         }
     }

@@ -186,7 +186,7 @@ fn command_info_key_positions_and_subcommands() {
             "{name}: {info}"
         );
     }
-    for name in ["save", "bgsave", "shutdown"] {
+    for name in ["save", "bgsave", "shutdown", "backup", "loadbackup"] {
         let info = c.q(&format!("COMMAND INFO {name}"));
         assert!(
             info.contains("+admin\r\n") && info.contains("+no_multi\r\n"),

@@ -1,5 +1,5 @@
 //! Connection and server commands: PING ECHO SELECT QUIT TIME INFO CONFIG
-//! CLIENT COMMAND SLOWLOG SAVE BGSAVE LASTSAVE; the arity check of every
+//! CLIENT COMMAND SLOWLOG SAVE BGSAVE LASTSAVE BACKUP LOADBACKUP; the arity check of every
 //! command in the table; unknown commands.
 
 use combkv_server::DurabilityMode;
@@ -13,6 +13,7 @@ const TABLE: &[(&str, i32)] = &[
     ("acl", -2),
     ("append", 3),
     ("auth", -2),
+    ("backup", 2),
     ("bgsave", -1),
     ("bitcount", -2),
     ("bitpos", -3),
@@ -54,6 +55,7 @@ const TABLE: &[(&str, i32)] = &[
     ("keys", 2),
     ("lastsave", 1),
     ("lcs", -3),
+    ("loadbackup", 2),
     ("memory", -2),
     ("mget", -2),
     ("mset", -3),
@@ -214,6 +216,53 @@ fn save_and_bgsave_need_a_data_dir() {
     c.ok("BGSAVE SCHEDULE", &no_dir);
     c.ok("BGSAVE bogus", SYNTAX);
     c.ok("SAVE x", &arity("save"));
+}
+
+/// BACKUP works without a data directory, refuses a directory that holds
+/// anything, and its backup loads (LOADBACKUP) into an empty store only;
+/// neither runs inside MULTI.
+#[test]
+fn backup_and_loadbackup_of_an_in_memory_server() {
+    let root = std::env::temp_dir().join(format!("combkv-resp-backup-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let dir = root.join("b").display().to_string();
+    let s = server();
+    let mut c = s.connect();
+    c.ok("SET a 1", OK);
+    c.ok("SET b 2 PX 3600000", OK);
+    c.ok(&format!("BACKUP {dir}"), OK);
+    let again = c.q(&format!("BACKUP {dir}"));
+    assert!(
+        again.starts_with("-ERR I/O error: ") && again.contains("is not empty (it holds ckpt-"),
+        "{again}"
+    );
+    let empty = String::from_utf8(c.cmd(&[b"BACKUP", b""])).unwrap();
+    assert_eq!(empty, err("ERR BACKUP needs a directory"));
+    c.ok("BACKUP a b", &arity("backup"));
+    c.ok("LOADBACKUP", &arity("loadbackup"));
+    c.ok(
+        &format!("LOADBACKUP {dir}"),
+        &err("ERR the store is not empty: load a backup into a new node or cluster"),
+    );
+    c.ok("MULTI", OK);
+    c.ok(
+        &format!("BACKUP {dir}"),
+        &err("ERR Command not allowed inside a transaction"),
+    );
+    c.ok("DISCARD", OK);
+
+    let fresh = server();
+    let mut f = fresh.connect();
+    let none = f.q(&format!("LOADBACKUP {}", root.display()));
+    assert!(
+        none.starts_with("-ERR ") && none.contains("holds no checkpoint"),
+        "{none}"
+    );
+    f.ok(&format!("LOADBACKUP {dir}"), &int(2));
+    f.ok("GET a", &bulk("1"));
+    let ttl = as_int(&f.q("PTTL b"));
+    assert!(ttl > 3_500_000 && ttl <= 3_600_000, "{ttl}");
+    std::fs::remove_dir_all(&root).unwrap();
 }
 
 /// After a full checkpoint, SAVE writes delta runs (INFO persistence shows

@@ -541,6 +541,17 @@ impl Durable {
         ))
     }
 
+    /// Where the store's files go (a backup writes through it too, so a
+    /// fault-injecting storage reaches backups as well).
+    pub(crate) fn storage(&self) -> &dyn super::file::Storage {
+        &*self.checkpoints.config.storage
+    }
+
+    /// Held by a clear for its whole run (see `Checkpoints::clear_lock`).
+    pub(crate) fn clear_lock(&self) -> &Mutex<()> {
+        &self.checkpoints.clear_lock
+    }
+
     pub(crate) fn report(&self) -> &RecoveryReport {
         &self.report
     }

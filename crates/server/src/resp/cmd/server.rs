@@ -265,6 +265,38 @@ pub(super) fn save(cx: &mut Ctx<'_, '_>) -> CmdResult {
     Ok(())
 }
 
+/// BACKUP directory: a full checkpoint of one snapshot into `directory`
+/// (created if missing, refused unless empty; relative to the server's
+/// working directory), answered once it is written and synced. Writers go
+/// on meanwhile; this connection's event loop waits, as for SAVE.
+pub(super) fn backup(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    use std::os::unix::ffi::OsStrExt;
+    let arg = &cx.args[1];
+    if arg.is_empty() {
+        return Err(CmdError::err("BACKUP needs a directory"));
+    }
+    let dir = std::path::Path::new(std::ffi::OsStr::from_bytes(arg));
+    crate::node::admin::backup(cx.shared, dir)?;
+    cx.r.ok();
+    Ok(())
+}
+
+/// LOADBACKUP directory: writes every item of the backup in `directory`
+/// (on the node's host) into the node's store, which must be empty,
+/// through the write path (a cluster's log); answers the items written.
+/// This connection's event loop waits meanwhile.
+pub(super) fn loadbackup(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    use std::os::unix::ffi::OsStrExt;
+    let arg = &cx.args[1];
+    if arg.is_empty() {
+        return Err(CmdError::err("LOADBACKUP needs a directory"));
+    }
+    let dir = std::path::Path::new(std::ffi::OsStr::from_bytes(arg));
+    let n = crate::node::admin::load_backup(cx.shared, dir)?;
+    cx.r.int(n as i64);
+    Ok(())
+}
+
 /// SHUTDOWN [NOSAVE | SAVE] [NOW] [FORCE] [ABORT]: stops the server as
 /// SIGTERM does (every connection's received requests are answered, the
 /// log flushed). SAVE takes a checkpoint first; a failed one refuses the

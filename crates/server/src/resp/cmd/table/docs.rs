@@ -936,6 +936,11 @@ mod tests {
         let save = find("save").unwrap().doc;
         assert_eq!(save.flag_list(), ["admin", "no_multi"]);
         assert_eq!(save.acl_categories(), ["@admin", "@slow", "@dangerous"]);
+        let backup = find("backup").unwrap().doc;
+        assert_eq!(backup.flag_list(), save.flag_list());
+        assert_eq!(backup.acl_categories(), save.acl_categories());
+        let load = find("loadbackup").unwrap().doc;
+        assert_eq!(load.acl_categories(), save.acl_categories());
         let compare = find("compare").unwrap().doc;
         assert_eq!(
             compare.flag_list(),
