@@ -379,13 +379,18 @@ impl Nodes {
         nodes
     }
 
-    /// The node's INFO replication fields, if it answers.
+    /// The node's INFO replication and persistence fields (`loading`:
+    /// whether it serves yet), if it answers.
     fn replication(&self, id: u64) -> Option<BTreeMap<String, String>> {
         let addr = self.resp[id as usize - 1];
         let c = redis::Client::open(format!("redis://{addr}/")).ok()?;
         let mut con = c.get_connection_with_timeout(Duration::from_secs(2)).ok()?;
         con.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        let text: String = redis::cmd("INFO").arg("replication").query(&mut con).ok()?;
+        let text: String = redis::cmd("INFO")
+            .arg("replication")
+            .arg("persistence")
+            .query(&mut con)
+            .ok()?;
         Some(
             text.lines()
                 .filter_map(|l| l.split_once(':'))
@@ -416,6 +421,9 @@ impl Nodes {
                     && agreed("raft_term")
                     && a.get("raft_leader_id") == Some(&id.to_string())
                     && agreed("raft_leader_id")
+                    && [a, b, c]
+                        .iter()
+                        .all(|r| r.get("loading").map(String::as_str) == Some("0"))
                 {
                     return id;
                 }
