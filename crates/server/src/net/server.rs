@@ -429,7 +429,7 @@ impl Server {
         if shared.cluster().is_some() {
             tracing::info!("store open; catching up with the cluster's leader before serving");
         } else {
-            tracing::info!("store open: Ready to accept connections");
+            tracing::info!("store open, serving: Ready to accept connections");
         }
         Ok(Server {
             shared,
