@@ -162,6 +162,10 @@ pub struct ServerConfig {
     pub aclfile: Option<PathBuf>,
     /// `error`, `warn`, `info`, `debug` or `trace` (debug logs every request).
     pub log_level: String,
+    /// Commands (and expiry sweeps) at least this many milliseconds long
+    /// go to the latency monitor (LATENCY LATEST); 0: off (Redis's
+    /// `latency-monitor-threshold`).
+    pub latency_monitor_threshold: u64,
     /// `text` (one line per event) or `json` (one object per line, for a
     /// log collector).
     pub log_format: String,
@@ -374,6 +378,7 @@ impl Default for ServerConfig {
             aclfile: None,
             log_level: "info".into(),
             log_format: "text".into(),
+            latency_monitor_threshold: 0,
             maxclients: 10_000,
             max_request_bytes: ByteSize(128 << 20),
             max_reply_bytes: ByteSize(64 << 20),
@@ -797,6 +802,10 @@ impl ServerConfig {
             ("aclfile", path_text(&self.aclfile)),
             ("log-level", self.log_level.clone()),
             ("log-format", self.log_format.clone()),
+            (
+                "latency-monitor-threshold",
+                self.latency_monitor_threshold.to_string(),
+            ),
             ("maxclients", self.maxclients.to_string()),
             ("max-request-bytes", self.max_request_bytes.0.to_string()),
             ("max-reply-bytes", self.max_reply_bytes.0.to_string()),

@@ -557,7 +557,13 @@ fn housekeeping(shared: Arc<Shared>) {
             // Only the leader deletes, through the log (see cluster.rs).
             Some(c) => c.reap(SWEEP_PER_TICK),
             None => {
+                let started = std::time::Instant::now();
                 shared.current_store().sweep_expired(SWEEP_PER_TICK);
+                let ms = started.elapsed().as_millis() as u64;
+                let threshold = shared.live.latency_monitor_threshold();
+                if threshold > 0 && ms >= threshold {
+                    shared.latency.record("expire-cycle", ms);
+                }
             }
         }
         std::thread::sleep(HOUSEKEEPING_TICK);

@@ -58,8 +58,9 @@ pub(crate) struct Resp {
 pub(crate) struct RespRequest {
     /// The command's table entry (`None`: unknown).
     spec: Option<&'static Spec>,
-    /// Its id in the table (the statistics' index).
-    id: u16,
+    /// What it runs, by its full name's documentation index (`get`,
+    /// `client|list`): CLIENT LIST's `cmd=` and the statistics' id.
+    id: u32,
     /// Where the request starts in the input.
     base: usize,
     /// Its arguments: entries `first..end` of the connection's frames.
@@ -194,16 +195,15 @@ impl Protocol for Resp {
                 String::from_utf8_lossy(name)
             );
         }
-        if let Some((id, spec)) = cmd::lookup_request(name) {
-            req.spec = Some(spec);
-            req.id = id;
-        }
-        // CLIENT LIST's `cmd=`: one store, read only by CLIENT LIST.
+        req.spec = cmd::lookup_request(name);
+        // CLIENT LIST's `cmd=` (one store, read only by CLIENT LIST) and
+        // the command statistics' id: subcommands count on their own.
         let sub = (args.len > 1).then(|| args.get(1));
-        cx.client.live.cmd.store(
-            cmd::table::full_name_index(req.spec, sub),
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        req.id = cmd::table::full_name_index(req.spec, sub);
+        cx.client
+            .live
+            .cmd
+            .store(req.id, std::sync::atomic::Ordering::Relaxed);
         // After MULTI a read is queued, not batched.
         if let Some(spec) = req.spec
             && let cmd::Kind::BatchRead(kind) = spec.kind
@@ -435,7 +435,7 @@ impl Protocol for Resp {
 
     fn timed(&mut self, cx: &Cx<'_>, input: &[u8], req: &RespRequest, took: Duration) {
         let stats = &cx.stats.resp;
-        let id = usize::from(req.id);
+        let id = req.id as usize;
         match self.last {
             // Unknown: no command to count it under (its error is counted).
             _ if req.spec.is_none() => {}
@@ -446,6 +446,15 @@ impl Protocol for Resp {
             }
             cmd::Dispatched::Ran => stats.call(id, took),
         }
+        let threshold = cx.shared.live.latency_monitor_threshold();
+        if threshold > 0 && req.spec.is_some() && took.as_millis() as u64 >= threshold {
+            let event = if cmd::table::is_fast(id) {
+                "fast-command"
+            } else {
+                "command"
+            };
+            cx.shared.latency.record(event, took.as_millis() as u64);
+        }
         if cx.shared.slowlog.wants(took) {
             self.slow(cx, input, req, took);
         }
@@ -454,7 +463,7 @@ impl Protocol for Resp {
     fn timed_batch(&self, cx: &Cx<'_>, input: &[u8], pending: &[RespRequest], took: Duration) {
         let share = took / pending.len().max(1) as u32;
         for req in pending {
-            cx.stats.resp.call(usize::from(req.id), share);
+            cx.stats.resp.call(req.id as usize, share);
         }
         if cx.shared.slowlog.wants(took)
             && let Some(first) = pending.first()

@@ -35,6 +35,7 @@ pub struct Live {
     max_total_query_bytes: AtomicU64,
     log_level: Mutex<String>,
     requirepass: Mutex<Option<String>>,
+    latency_monitor_threshold: AtomicU64,
 }
 
 impl Live {
@@ -48,7 +49,13 @@ impl Live {
             max_total_query_bytes: AtomicU64::new(c.max_total_query_bytes.0),
             log_level: Mutex::new(c.log_level.clone()),
             requirepass: Mutex::new(c.requirepass.clone()),
+            latency_monitor_threshold: AtomicU64::new(c.latency_monitor_threshold),
         }
+    }
+
+    /// `latency-monitor-threshold` in milliseconds; 0: off.
+    pub fn latency_monitor_threshold(&self) -> u64 {
+        self.latency_monitor_threshold.load(Relaxed)
     }
 
     pub fn maxmemory(&self) -> u64 {
@@ -82,6 +89,7 @@ impl Live {
         c.max_total_query_bytes = ByteSize(self.max_total_query_bytes.load(Relaxed));
         c.log_level = self.log_level.lock().clone();
         c.requirepass = self.requirepass.lock().clone();
+        c.latency_monitor_threshold = self.latency_monitor_threshold();
         c
     }
 
@@ -108,6 +116,8 @@ impl Live {
         self.max_total_query_bytes
             .store(next.max_total_query_bytes.0, Relaxed);
         self.requirepass.lock().clone_from(&next.requirepass);
+        self.latency_monitor_threshold
+            .store(next.latency_monitor_threshold, Relaxed);
         Ok(())
     }
 }

@@ -8,6 +8,7 @@ pub mod cmdstats;
 pub(crate) mod counter;
 pub(crate) mod fdlimit;
 pub(crate) mod glob;
+pub mod latency;
 pub mod live;
 pub(crate) mod memcache;
 pub(crate) mod ratelimit;

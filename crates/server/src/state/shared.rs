@@ -128,6 +128,8 @@ pub struct Shared {
     pub tls: super::tls::ClientTls,
     /// Users and permissions.
     pub acl: super::acl::Acl,
+    /// Slow events (Redis's latency monitor).
+    pub latency: super::latency::LatencyMonitor,
     /// What the command ids of `loop_stats` name.
     pub command_names: std::sync::OnceLock<super::cmdstats::CommandNames>,
     /// Every event loop's per-command counts.
@@ -212,6 +214,7 @@ impl Shared {
             memcache: Default::default(),
             tls,
             acl,
+            latency: Default::default(),
             command_names: std::sync::OnceLock::new(),
             loop_stats: Mutex::new(Vec::new()),
             auth_failures: Default::default(),

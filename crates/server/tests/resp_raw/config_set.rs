@@ -199,3 +199,45 @@ fn a_call_changes_all_or_nothing_and_restart_settings_are_named() {
     );
     c.ok("CONFIG REWRITE x", &arity("config|rewrite"));
 }
+
+/// LATENCY's replies in Redis's shapes: the monitor's events (none until
+/// one passes the threshold), the histograms of the commands run.
+#[test]
+fn latency_monitor_and_histograms() {
+    let s = server();
+    let mut c = s.connect();
+    c.ok("LATENCY LATEST", "*0\r\n");
+    c.ok("LATENCY HISTORY command", "*0\r\n");
+    c.ok("LATENCY RESET", ":0\r\n");
+    c.ok("LATENCY RESET command", ":0\r\n");
+    c.ok(
+        "LATENCY GRAPH command",
+        &err("ERR No samples available for event 'command'"),
+    );
+    c.ok("LATENCY HELP x", &arity("latency|help"));
+    c.ok(
+        "LATENCY NOPE",
+        &err("ERR unknown subcommand 'NOPE'. Try LATENCY HELP."),
+    );
+    set(&mut c, "latency-monitor-threshold", "100");
+    c.ok("CONFIG RESETSTAT", OK);
+    c.ok("SET a 1", OK);
+    c.ok("SET b 2", OK);
+    c.ok("GET a", &bulk("1"));
+    let histo = c.q("LATENCY HISTOGRAM set nosuchcommand");
+    assert!(
+        histo
+            .starts_with("*2\r\n$3\r\nset\r\n*4\r\n$5\r\ncalls\r\n:2\r\n$14\r\nhistogram_usec\r\n"),
+        "{histo}"
+    );
+    let all = c.q("LATENCY HISTOGRAM");
+    assert!(
+        all.contains("$3\r\nget\r\n") && all.contains("$3\r\nset\r\n"),
+        "{all}"
+    );
+    let doctor = c.q("LATENCY DOCTOR");
+    assert!(
+        doctor.contains("No event took 100 milliseconds"),
+        "{doctor}"
+    );
+}

@@ -54,6 +54,7 @@ const TABLE: &[(&str, i32)] = &[
     ("info", -1),
     ("keys", 2),
     ("lastsave", 1),
+    ("latency", -2),
     ("lcs", -3),
     ("loadbackup", 2),
     ("memory", -2),

@@ -13,6 +13,7 @@ mod client;
 mod cluster;
 mod compare;
 mod keys;
+mod latency;
 mod lcs;
 mod memory;
 pub(crate) mod multi;

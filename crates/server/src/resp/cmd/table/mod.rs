@@ -14,7 +14,9 @@ mod docs;
 
 use super::batch::BatchRead;
 use super::spec::{Kind, Spec};
-use super::{bits, client, cluster, compare, keys, lcs, memory, multi, ordered, server, strings};
+use super::{
+    bits, client, cluster, compare, keys, latency, lcs, memory, multi, ordered, server, strings,
+};
 
 const fn has_flag(flags: &str, f: u8) -> bool {
     let b = flags.as_bytes();
@@ -141,6 +143,8 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "generic", "Keys matching a pattern, in key order."),
     spec!("lastsave", 1, Kind::Control, "", 0, 0, server::lastsave,
           "server", "Unix time of the last successful checkpoint."),
+    spec!("latency", -2, Kind::Control, "", 0, 0, latency::latency,
+          "server", "The latency monitor and per-command latency histograms."),
     spec!("lcs", -3, Kind::Read, "", 1, 2, lcs::lcs,
           "string", "The longest common subsequence of two values."),
     spec!("loadbackup", 2, Kind::Read, "x", 0, 0, server::loadbackup,
@@ -235,19 +239,26 @@ static DEBUG: Spec = spec!("debug", -2, Kind::Control, "", 0, 0, server::debug,
 /// The command a request names: [`lookup`], and in debug builds the
 /// test-only `DEBUG`.
 #[inline]
-pub(crate) fn lookup_request(name: &[u8]) -> Option<(u16, &'static Spec)> {
-    let found = lookup_id(name);
+pub(crate) fn lookup_request(name: &[u8]) -> Option<&'static Spec> {
+    let found = lookup(name);
     #[cfg(debug_assertions)]
     if found.is_none() && name.eq_ignore_ascii_case(b"debug") {
-        // Past the table's ids: not counted.
-        return Some((COMMANDS.len() as u16, &DEBUG));
+        return Some(&DEBUG);
     }
     found
 }
 
-/// Every command's name, by id (the statistics' names).
+/// Whether the command or subcommand of statistics id `id` (its
+/// [`full_name_index`]) has Redis's `fast` flag (the latency monitor's
+/// `fast-command` event rather than `command`).
+pub(crate) fn is_fast(id: usize) -> bool {
+    docs::DOCS.get(id).is_some_and(|d| d.has_flag("fast"))
+}
+
+/// Every command's and subcommand's full name, by statistics id (its
+/// [`full_name_index`]), as INFO commandstats names them.
 pub(crate) fn names() -> Vec<&'static str> {
-    COMMANDS.iter().map(|s| s.name).collect()
+    docs::DOCS.iter().map(|d| d.name).collect()
 }
 
 /// Redis's `loading` flag: whether the command of `line` (a container's
@@ -263,20 +274,13 @@ pub(crate) fn runs_while_loading(spec: &Spec, line: &[&[u8]]) -> bool {
 }
 
 pub(crate) fn lookup(name: &[u8]) -> Option<&'static Spec> {
-    lookup_id(name).map(|(_, s)| s)
-}
-
-/// [`lookup`] with the command's id (its place in the table).
-#[inline]
-fn lookup_id(name: &[u8]) -> Option<(u16, &'static Spec)> {
     // This runs for every request: one multiply picks the only slot a name
     // can be in, and names compare as integers (a binary search over the
     // table was ~180 instructions and seven unpredictable branches).
     let key = name_key(name)?;
     let t = &*NAME_TABLE;
     let i = t.slots[t.slot(key)];
-    (i != NameTable::EMPTY && NAME_KEYS[i as usize] == key)
-        .then(|| (i as u16, &COMMANDS[i as usize]))
+    (i != NameTable::EMPTY && NAME_KEYS[i as usize] == key).then(|| &COMMANDS[i as usize])
 }
 
 /// The key arguments of `line` for the command or subcommand `name`
