@@ -106,10 +106,25 @@ impl Server {
             memcached,
         };
         let deadline = Instant::now() + Duration::from_secs(30);
-        // With requirepass, PING is answered NOAUTH: serving all the same.
-        while !server.answers(Duration::from_millis(500))
-            && !ask(resp, b"PING\r\n", b"-NOAUTH", Duration::from_millis(500))
-        {
+        // PING answers PONG once the store is loaded (LOADING before).
+        // With requirepass it is answered NOAUTH whatever the loading, so
+        // the password is given first; another password setting (an ACL
+        // file's) leaves NOAUTH as the sign the server is up.
+        let pass = args
+            .iter()
+            .position(|a| *a == "--requirepass")
+            .and_then(|i| args.get(i + 1));
+        let wait = Duration::from_millis(500);
+        let up = || match pass {
+            Some(p) => ask(
+                resp,
+                format!("AUTH {p}\r\nPING\r\n").as_bytes(),
+                b"+OK\r\n+PONG",
+                wait,
+            ),
+            None => server.answers(wait) || ask(resp, b"PING\r\n", b"-NOAUTH", wait),
+        };
+        while !up() {
             assert!(Instant::now() < deadline, "no PONG from {resp}");
             std::thread::sleep(Duration::from_millis(20));
         }

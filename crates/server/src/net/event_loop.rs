@@ -130,6 +130,7 @@ impl EventLoop {
                     self.adopt();
                     self.take_landed();
                     self.take_kills();
+                    self.take_monitor_out();
                     continue;
                 }
                 let t = ev.token().0;
@@ -209,6 +210,19 @@ impl EventLoop {
         for (t, id) in self.mailbox.take_kills() {
             if self.conns.get(t).is_some_and(|c| c.client.id == id) {
                 self.close(t);
+            }
+        }
+    }
+
+    /// Writes the MONITOR lines other loops posted to their clients here.
+    fn take_monitor_out(&mut self) {
+        for (t, id, line) in self.mailbox.take_monitor_out() {
+            if let Some(conn) = self.conns.get_mut(t)
+                && conn.client.id == id
+            {
+                conn.wbuf.extend_from_slice(&line);
+                conn.count_output(&self.shared);
+                self.dirty.push(t);
             }
         }
     }
@@ -478,6 +492,7 @@ impl EventLoop {
             let _ = self.poll.registry().deregister(&mut conn.stream);
             self.shared.clients.fetch_sub(1, Ordering::Relaxed);
             self.shared.client_registry.lock().remove(&conn.client.id);
+            self.shared.monitors.remove(conn.client.id);
         }
     }
 

@@ -446,6 +446,9 @@ impl Protocol for Resp {
             }
             cmd::Dispatched::Ran => stats.call(id, took),
         }
+        if cx.shared.monitors.active() && self.last != cmd::Dispatched::Rejected {
+            self.monitor(cx, input, req);
+        }
         let threshold = cx.shared.live.latency_monitor_threshold();
         if threshold > 0 && req.spec.is_some() && took.as_millis() as u64 >= threshold {
             let event = if cmd::table::is_fast(id) {
@@ -464,6 +467,9 @@ impl Protocol for Resp {
         let share = took / pending.len().max(1) as u32;
         for req in pending {
             cx.stats.resp.call(req.id as usize, share);
+            if cx.shared.monitors.active() {
+                self.monitor(cx, input, req);
+            }
         }
         if cx.shared.slowlog.wants(took)
             && let Some(first) = pending.first()
@@ -482,6 +488,22 @@ impl Protocol for Resp {
             &cx.client.addr.to_string(),
             &name,
         );
+    }
+}
+
+impl Resp {
+    /// Feeds a command that ran to the MONITOR clients, as Redis does:
+    /// not admin commands (MONITOR, CONFIG, ...), and AUTH's and HELLO's
+    /// secrets redacted.
+    fn monitor(&self, cx: &Cx<'_>, input: &[u8], req: &RespRequest) {
+        if req.spec.is_none() || cmd::table::is_admin(req.id as usize) {
+            return;
+        }
+        let args = self.args(input, req);
+        let args: Vec<&[u8]> = (0..args.len).map(|i| args.get(i)).collect();
+        cx.shared
+            .monitors
+            .feed(&cx.client.live.addr_text(), &slowlog_args(&args));
     }
 }
 

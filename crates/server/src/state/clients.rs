@@ -90,6 +90,8 @@ struct Home {
 pub struct Mailbox {
     waker: Arc<mio::Waker>,
     kills: Mutex<Vec<(usize, u64)>>,
+    /// MONITOR lines for its connections: (token, client id, bytes).
+    monitor_out: Mutex<Vec<(usize, u64, Vec<u8>)>>,
 }
 
 impl Mailbox {
@@ -97,7 +99,13 @@ impl Mailbox {
         Mailbox {
             waker,
             kills: Mutex::new(Vec::new()),
+            monitor_out: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The MONITOR lines posted since the last call.
+    pub fn take_monitor_out(&self) -> Vec<(usize, u64, Vec<u8>)> {
+        std::mem::take(&mut *self.monitor_out.lock())
     }
 
     /// The (token, client id) pairs posted since the last call.
@@ -208,6 +216,17 @@ impl ClientEntry {
             let _ = h.mailbox.waker.wake();
         }
         true
+    }
+
+    /// Hands a MONITOR line to its loop, which writes it to the client.
+    pub fn post_monitor(&self, line: &[u8]) {
+        if let Some(h) = self.home.get() {
+            h.mailbox
+                .monitor_out
+                .lock()
+                .push((h.token, self.id, line.to_vec()));
+            let _ = h.mailbox.waker.wake();
+        }
     }
 
     /// Records the output buffer's state after a write or a command.

@@ -11,6 +11,7 @@ pub(crate) mod glob;
 pub mod latency;
 pub mod live;
 pub(crate) mod memcache;
+pub mod monitor;
 pub(crate) mod ratelimit;
 pub(crate) mod readiness;
 pub(crate) mod shared;

@@ -128,6 +128,8 @@ pub struct Shared {
     pub tls: super::tls::ClientTls,
     /// Users and permissions.
     pub acl: super::acl::Acl,
+    /// The clients in MONITOR.
+    pub monitors: super::monitor::Monitors,
     /// Slow events (Redis's latency monitor).
     pub latency: super::latency::LatencyMonitor,
     /// What the command ids of `loop_stats` name.
@@ -215,6 +217,7 @@ impl Shared {
             tls,
             acl,
             latency: Default::default(),
+            monitors: Default::default(),
             command_names: std::sync::OnceLock::new(),
             loop_stats: Mutex::new(Vec::new()),
             auth_failures: Default::default(),

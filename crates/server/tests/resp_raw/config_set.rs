@@ -241,3 +241,28 @@ fn latency_monitor_and_histograms() {
         "{doctor}"
     );
 }
+
+/// MONITOR streams what other clients run, in Redis's format; admin
+/// commands (CONFIG) are not shown.
+#[test]
+fn monitor_streams_commands() {
+    let s = server();
+    let mut m = s.connect();
+    m.ok("MONITOR", OK);
+    let mut c = s.connect();
+    c.ok("SET k \"v\\x01", OK);
+    c.ok("CONFIG GET maxclients", &bulks(&["maxclients", "10000"]));
+    c.ok("GET k", &bulk("\"v\\x01"));
+    let first = m.reply_str();
+    let second = m.reply_str();
+    for (line, want) in [
+        (&first, r#" "SET" "k" "\"v\\x01""#),
+        (&second, r#" "GET" "k""#),
+    ] {
+        assert!(
+            line.starts_with('+') && line.contains(" [0 127.0.0.1:"),
+            "{line}"
+        );
+        assert!(line.ends_with(&format!("{want}\r\n")), "{line}");
+    }
+}

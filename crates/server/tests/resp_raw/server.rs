@@ -58,6 +58,7 @@ const TABLE: &[(&str, i32)] = &[
     ("lcs", -3),
     ("loadbackup", 2),
     ("memory", -2),
+    ("monitor", 1),
     ("mget", -2),
     ("mset", -3),
     ("msetnx", -3),

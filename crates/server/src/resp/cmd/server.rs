@@ -188,6 +188,16 @@ fn config_set(cx: &mut Ctx<'_, '_>) -> CmdResult {
     Ok(())
 }
 
+/// MONITOR: from now on the connection is sent every command the server
+/// runs (`state/monitor.rs`), after this `+OK`.
+pub(super) fn monitor(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    cx.shared
+        .monitors
+        .add(std::sync::Arc::clone(&cx.client.live));
+    cx.r.ok();
+    Ok(())
+}
+
 pub(super) fn time(cx: &mut Ctx<'_, '_>) -> CmdResult {
     let d = SystemTime::now()
         .duration_since(UNIX_EPOCH)

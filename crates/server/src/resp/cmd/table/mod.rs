@@ -153,6 +153,8 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "server", "Memory usage: of a key, of the server."),
     spec!("mget", -2, Kind::BatchRead(BatchRead::Mget), "", 1, -1, strings::mget,
           "string", "Returns the values of keys."),
+    spec!("monitor", 1, Kind::Control, "", 0, 0, server::monitor,
+          "server", "Streams every command the server runs."),
     spec!("mset", -3, Kind::Write, "d", 1, -1, strings::mset,
           "string", "Sets several keys."),
     spec!("msetnx", -3, Kind::Write, "d", 1, -1, strings::msetnx,
@@ -253,6 +255,12 @@ pub(crate) fn lookup_request(name: &[u8]) -> Option<&'static Spec> {
 /// `fast-command` event rather than `command`).
 pub(crate) fn is_fast(id: usize) -> bool {
     docs::DOCS.get(id).is_some_and(|d| d.has_flag("fast"))
+}
+
+/// Whether the command or subcommand of statistics id `id` has Redis's
+/// `admin` flag (MONITOR does not show those, as Redis).
+pub(crate) fn is_admin(id: usize) -> bool {
+    docs::DOCS.get(id).is_some_and(|d| d.has_flag("admin"))
 }
 
 /// Every command's and subcommand's full name, by statistics id (its
