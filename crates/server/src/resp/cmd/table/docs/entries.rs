@@ -343,7 +343,7 @@ pub(crate) static DOCS: &[Doc] = &[
     Doc { name: "mget", since: "1.0.0", complexity: K_LOG_N, syntax: "key [key ...]",
           flags: "readonly fast", acl: "string", tips: "request_policy:multi_shard",
           keys: &[all_keys("RO access", 1)], ..NONE },
-    Doc { name: "monitor", since: "1.0.0", complexity: "", flags: "admin loading stale",
+    Doc { name: "monitor", since: "1.0.0", complexity: O_1, flags: "admin loading stale",
           ..NONE },
     Doc { name: "mset", since: "1.0.1", complexity: K_LOG_N,
           syntax: "key value [key value ...]", groups: &["data"], flags: "write denyoom",
