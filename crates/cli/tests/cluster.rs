@@ -483,6 +483,19 @@ fn a_leader_cut_off_stops_acknowledging_and_the_majority_elects() {
     let rest: Vec<u64> = (1..=3).filter(|&n| n != old).collect();
     let new = cl.leader(&rest, Duration::from_secs(60));
     assert_ne!(new, old);
+    // The new leader saw the change (counted once a housekeeping tick).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while cl
+        .replication(new)
+        .and_then(|r| r.get("raft_leader_changes").cloned())
+        .is_none_or(|n| n == "0")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no leader change counted on node {new}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     eprintln!(
         "node {new} leads the majority {:.1} s after the cut",
         cut_at.elapsed().as_secs_f64()

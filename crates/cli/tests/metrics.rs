@@ -153,8 +153,19 @@ fn the_exposition_is_valid_and_counts_what_was_sent() {
         ("combkv_connected_clients", "gauge"),
         ("combkv_used_memory_rss", "gauge"),
         ("combkv_ready", "gauge"),
+        ("combkv_read_batch_size", "histogram"),
     ] {
         assert_eq!(types.get(name).map(String::as_str), Some(ty), "{name}");
+    }
+
+    // Seven GETs, each its own batch (one request in flight at a time).
+    match sample("combkv_read_batch_size", &[]) {
+        Some(prometheus_parse::Value::Histogram(buckets)) => {
+            let one = buckets.iter().find(|b| b.less_than == 1.0).unwrap();
+            assert!(one.count >= 7.0, "{buckets:?}");
+            assert_eq!(buckets.last().unwrap().less_than, f64::INFINITY);
+        }
+        other => panic!("batch sizes: {other:?}"),
     }
 
     // INFO says the same.

@@ -406,6 +406,7 @@ impl<P: Protocol> Pipeline<P> {
         }
         Stats::add(&cx.shared.stats.read_batches, 1);
         Stats::add(&cx.shared.stats.read_batch_requests, reads.len() as u64);
+        cx.stats.batch(reads.len());
         let done = cx.session.store().read_batch(&reads, cx.batch);
         cx.shared.stats.add_hot_cache(cx.batch);
         drop(reads);

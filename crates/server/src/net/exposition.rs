@@ -23,7 +23,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use crate::state::Shared;
-use crate::state::cmdstats::{BUCKETS, Totals, bucket_edge};
+use crate::state::cmdstats::{BATCH_BUCKETS, BUCKETS, Totals, bucket_edge};
 
 /// INFO fields that only grow: (field, metric name without `_total`, help).
 const COUNTERS: &[(&str, &str, &str)] = &[
@@ -158,6 +158,11 @@ const COUNTERS: &[(&str, &str, &str)] = &[
         "Background tasks that failed.",
     ),
     (
+        "raft_leader_changes",
+        "combkv_raft_leader_changes",
+        "Changes of leader a cluster node saw (to another node, or to none).",
+    ),
+    (
         "cluster_peers_refused",
         "combkv_cluster_peers_refused",
         "Connections to the Raft port refused.",
@@ -240,6 +245,7 @@ impl Collector for Figures {
                 shared.readiness.state() == crate::state::readiness::State::Ready,
             )),
         )?;
+        batch_sizes(shared, &mut e)?;
         commands(shared, &mut e)?;
         errors(shared, &mut e)?;
         followers(shared, &mut e)
@@ -347,6 +353,29 @@ fn commands(shared: &Shared, e: &mut DescriptorEncoder) -> fmt::Result {
         )?;
     }
     Ok(())
+}
+
+/// Read-engine batches by the number of reads in them.
+fn batch_sizes(shared: &Shared, e: &mut DescriptorEncoder) -> fmt::Result {
+    let mut counts = [0u64; BATCH_BUCKETS];
+    for l in shared.loop_stats.lock().iter() {
+        l.batches_into(&mut counts);
+    }
+    let buckets: Vec<(f64, u64)> = counts
+        .iter()
+        .enumerate()
+        .take(BATCH_BUCKETS - 1)
+        .map(|(i, n)| ((1u64 << i) as f64, *n))
+        .collect();
+    let total: u64 = counts.iter().sum();
+    let reads = shared.stats.read_batch_requests.get() as f64;
+    e.encode_descriptor(
+        "combkv_read_batch_size",
+        "Reads in each read-engine batch.",
+        None,
+        MetricType::Histogram,
+    )?
+    .encode_histogram::<NoLabelSet>(reads, total, &buckets, None)
 }
 
 fn errors(shared: &Shared, e: &mut DescriptorEncoder) -> fmt::Result {

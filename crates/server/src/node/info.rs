@@ -267,6 +267,10 @@ pub fn replication_fields(shared: &Shared) -> Vec<(&'static str, String)> {
                 .replace(['\r', '\n'], " "),
         ),
         ("connected_slaves", s.followers.len().to_string()),
+        (
+            "raft_leader_changes",
+            Stats::get(&shared.stats.raft_leader_changes).to_string(),
+        ),
     ];
     // Redis's fields for a replica: where its leader takes clients.
     if s.role != Role::Leader {

@@ -16,6 +16,7 @@ const FAILURE_CHECK_EVERY: u64 = 10;
 
 /// Runs on every housekeeping tick (and once when the node opens).
 pub(crate) fn check(shared: &Arc<Shared>, tick: u64) {
+    count_leader_changes(shared);
     match shared.readiness.state() {
         State::Loading => service::loading(shared, tick),
         State::CatchingUp => catch_up(shared),
@@ -33,6 +34,19 @@ pub(crate) fn check(shared: &Arc<Shared>, tick: u64) {
         State::Failed(_) => return,
     }
     service::watchdog(tick);
+}
+
+/// Counts a change of leader this node sees (metrics'
+/// `combkv_raft_leader_changes_total`).
+fn count_leader_changes(shared: &Shared) {
+    let Some(c) = shared.cluster() else {
+        return;
+    };
+    let now = c.status().leader.unwrap_or(0);
+    let before = shared.last_leader.swap(now, Ordering::Relaxed);
+    if before != u64::MAX && before != now {
+        crate::state::Stats::add(&shared.stats.raft_leader_changes, 1);
+    }
 }
 
 /// Asks the leader for a read index, once at a time: when this node has

@@ -105,7 +105,13 @@ pub struct CommandStats {
 pub struct LoopStats {
     pub resp: CommandStats,
     pub memcached: CommandStats,
+    /// Read-engine batches by size: bucket `i` holds batches of up to
+    /// 2^i reads (the last, any larger).
+    batch_sizes: [AtomicU64; BATCH_BUCKETS],
 }
+
+/// Batch-size buckets: 1, 2, 4, ... 32768 reads, and more.
+pub const BATCH_BUCKETS: usize = 16;
 
 /// The names command ids stand for, per protocol (set once at start by
 /// the listeners' layer, which knows the command tables).
@@ -120,6 +126,28 @@ impl LoopStats {
         LoopStats {
             resp: CommandStats::new(names.resp.len()),
             memcached: CommandStats::new(names.memcached.len()),
+            batch_sizes: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    /// A read-engine batch of `reads` reads ran.
+    #[inline]
+    pub fn batch(&self, reads: usize) {
+        let i = (usize::BITS - reads.saturating_sub(1).leading_zeros()) as usize;
+        self.batch_sizes[i.min(BATCH_BUCKETS - 1)].fetch_add(1, Relaxed);
+    }
+
+    /// CONFIG RESETSTAT: the batch counts (the commands' are theirs).
+    pub fn reset_batches(&self) {
+        for b in &self.batch_sizes {
+            b.store(0, Relaxed);
+        }
+    }
+
+    /// Adds this loop's batch counts by size into `into`.
+    pub fn batches_into(&self, into: &mut [u64; BATCH_BUCKETS]) {
+        for (sum, b) in into.iter_mut().zip(&self.batch_sizes) {
+            *sum += b.load(Relaxed);
         }
     }
 

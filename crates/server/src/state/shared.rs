@@ -39,6 +39,9 @@ pub struct Stats {
     pub output_limit_disconnections: Counter,
     /// Clients refused for `max-total-query-bytes`.
     pub query_limit_disconnections: Counter,
+    /// Times a cluster node saw its leader change (to another node, or to
+    /// none); counted by housekeeping, once a tick at most.
+    pub raft_leader_changes: Counter,
 }
 
 impl Stats {
@@ -134,6 +137,8 @@ pub struct Shared {
     pub latency: super::latency::LatencyMonitor,
     /// What the command ids of `loop_stats` name.
     pub command_names: std::sync::OnceLock<super::cmdstats::CommandNames>,
+    /// The leader housekeeping last saw (`u64::MAX`: none yet).
+    pub last_leader: AtomicU64,
     /// Every event loop's per-command counts.
     pub loop_stats: Mutex<Vec<Arc<super::cmdstats::LoopStats>>>,
     /// Failed authentications' log lines, rate-limited.
@@ -218,6 +223,7 @@ impl Shared {
             acl,
             latency: Default::default(),
             monitors: Default::default(),
+            last_leader: AtomicU64::new(u64::MAX),
             command_names: std::sync::OnceLock::new(),
             loop_stats: Mutex::new(Vec::new()),
             auth_failures: Default::default(),
@@ -358,6 +364,7 @@ impl Shared {
         for l in self.loop_stats.lock().iter() {
             l.resp.reset();
             l.memcached.reset();
+            l.reset_batches();
         }
     }
 
@@ -407,7 +414,7 @@ impl Shared {
     }
 
     /// The server-wide counters (`Stats`).
-    fn counters(&self) -> [&Counter; 17] {
+    fn counters(&self) -> [&Counter; 18] {
         let s = &self.stats;
         [
             &s.connections_received,
@@ -427,6 +434,7 @@ impl Shared {
             &s.protocol_errors,
             &s.output_limit_disconnections,
             &s.query_limit_disconnections,
+            &s.raft_leader_changes,
         ]
     }
 
