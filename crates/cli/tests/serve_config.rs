@@ -70,14 +70,7 @@ fn the_example_config_starts_a_server() {
         .spawn()
         .unwrap();
     let _server = Killed(child);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while ask(&addr, &["PING"])
-        .map(|r| r != "+PONG\r\n")
-        .unwrap_or(true)
-    {
-        assert!(Instant::now() < deadline, "no PONG on {addr}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_pong(&addr);
     // From the file.
     let got = ask(&addr, &["CONFIG", "GET", "max-reply-bytes"]).unwrap();
     assert!(
@@ -106,6 +99,18 @@ fn a_bad_config_file_is_a_one_line_error() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Waits until `addr` answers PING with PONG (the store is loaded).
+fn wait_pong(addr: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while ask(addr, &["PING"])
+        .map(|r| r != "+PONG\r\n")
+        .unwrap_or(true)
+    {
+        assert!(Instant::now() < deadline, "no PONG on {addr}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Starts `combkv serve --config FILE` (its stderr to `log`) and waits
 /// for PONG.
 fn start_with(file: &std::path::Path, addr: &str, log: &std::path::Path) -> Killed {
@@ -117,14 +122,7 @@ fn start_with(file: &std::path::Path, addr: &str, log: &std::path::Path) -> Kill
         .spawn()
         .unwrap();
     let server = Killed(child);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while ask(addr, &["PING"])
-        .map(|r| r != "+PONG\r\n")
-        .unwrap_or(true)
-    {
-        assert!(Instant::now() < deadline, "no PONG on {addr}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_pong(addr);
     server
 }
 
@@ -201,14 +199,7 @@ fn log_level_changes_live_and_rewrite_survives_a_restart() {
         .spawn()
         .unwrap();
     let _server = Killed(child);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while ask(&addr, &["PING"])
-        .map(|r| r != "+PONG\r\n")
-        .unwrap_or(true)
-    {
-        assert!(Instant::now() < deadline, "no PONG on {addr}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_pong(&addr);
     let got = ask(&addr, &["CONFIG", "GET", "maxclients"]).unwrap();
     assert!(got.ends_with("$2\r\n33\r\n"), "{got:?}");
     let got = ask(&addr, &["CONFIG", "GET", "maxmemory"]).unwrap();

@@ -63,10 +63,7 @@ pub(super) fn cluster(cx: &mut Ctx<'_, '_>) -> CmdResult {
     // says so (`raft_role:loading`); nothing else can be done yet.
     if cx.shared.config.clustered() && cx.shared.cluster().is_none() {
         if crate::resp::cmd::eq_ic(cx.args[1], "status") && cx.args.len() == 2 {
-            let mut out = String::new();
-            for (name, value) in crate::node::info::replication_fields(cx.shared) {
-                out.push_str(&format!("{name}:{value}\r\n"));
-            }
+            let out = status_text(cx.shared, None);
             cx.r.verbatim(&out);
             return Ok(());
         }
@@ -81,17 +78,7 @@ pub(super) fn cluster(cx: &mut Ctx<'_, '_>) -> CmdResult {
     let text = |i: usize| String::from_utf8_lossy(cx.args[i]).into_owned();
     match (sub.as_str(), cx.args.len()) {
         ("status", 2) => {
-            let mut out = String::new();
-            for (name, value) in crate::node::info::replication_fields(cx.shared) {
-                out.push_str(&format!("{name}:{value}\r\n"));
-            }
-            let status = c.status();
-            for (id, addr, voter) in status.nodes {
-                let kind = if voter { "voter" } else { "learner" };
-                out.push_str(&format!("member:id={id},addr={addr},{kind}\r\n"));
-            }
-            let retired: Vec<String> = status.retired.iter().map(u64::to_string).collect();
-            out.push_str(&format!("retired_ids:{}\r\n", retired.join(",")));
+            let out = status_text(cx.shared, Some(c));
             cx.r.verbatim(&out);
         }
         ("init", 3) => {
@@ -168,6 +155,26 @@ fn node_id(s: &str) -> Result<u64, CmdError> {
         .ok()
         .filter(|&id| id > 0)
         .ok_or_else(|| CmdError::err(format!("bad node id '{s}' (a number above 0)")))
+}
+
+/// CLUSTER STATUS: INFO replication's fields, then (once the Raft log is
+/// open) a line per member and the retired ids.
+fn status_text(shared: &crate::state::Shared, c: Option<&crate::cluster::Cluster>) -> String {
+    let mut out = String::new();
+    for (name, value) in crate::node::info::replication_fields(shared) {
+        out.push_str(&format!("{name}:{value}\r\n"));
+    }
+    let Some(c) = c else {
+        return out;
+    };
+    let status = c.status();
+    for (id, addr, voter) in status.nodes {
+        let kind = if voter { "voter" } else { "learner" };
+        out.push_str(&format!("member:id={id},addr={addr},{kind}\r\n"));
+    }
+    let retired: Vec<String> = status.retired.iter().map(u64::to_string).collect();
+    out.push_str(&format!("retired_ids:{}\r\n", retired.join(",")));
+    out
 }
 
 /// Where a client reaches node `id`: its published RESP address, else
