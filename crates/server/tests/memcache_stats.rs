@@ -461,3 +461,39 @@ fn memcdump_lists_every_key() {
     assert_eq!(listed, keys);
     server.shutdown();
 }
+
+/// MONITOR on a RESP connection shows memcached requests too, text and
+/// binary, as the text command they are: word, key, numbers and data.
+#[test]
+fn monitor_shows_memcached_requests() {
+    let server = start(None);
+    let mut m = connect(server.resp_addr().unwrap());
+    assert_eq!(ask(&mut m, b"MONITOR\r\n", &[b"\r\n"]), b"+OK\r\n");
+    let mut c = connect(server.memcached_addr().unwrap());
+    assert_eq!(ask(&mut c, b"set k 7 0 2\r\nhi\r\n", &[b"\r\n"]), b"STORED\r\n");
+    ask(&mut c, b"get k nope\r\n", &[b"END\r\n"]);
+    ask(&mut c, b"mg k v t\r\n", &[b"\r\n"]);
+    ask(&mut c, b"delete nope\r\n", &[b"\r\n"]);
+    let mut lines = Vec::new();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while lines.len() < 4 {
+        let n = m.read(&mut buf).expect("monitor line");
+        assert!(n > 0, "monitor closed");
+        got.extend_from_slice(&buf[..n]);
+        while let Some(end) = got.windows(2).position(|w| w == b"\r\n") {
+            lines.push(String::from_utf8_lossy(&got[..end]).into_owned());
+            got.drain(..end + 2);
+        }
+    }
+    let want = [
+        r#" "set" "k" "7" "0" "2" "hi""#,
+        r#" "get" "k" "nope""#,
+        r#" "mg" "k" "v" "t""#,
+        r#" "delete" "nope""#,
+    ];
+    for (line, want) in lines.iter().zip(want) {
+        assert!(line.starts_with('+') && line.contains(" [0 127.0.0.1:"), "{line}");
+        assert!(line.ends_with(want), "{line} should end with {want}");
+    }
+}

@@ -11,6 +11,7 @@ pub mod binary;
 pub(crate) mod cmd;
 mod dump;
 pub mod error;
+mod monitor;
 pub(crate) mod names;
 pub mod parse;
 pub(crate) mod stats;
@@ -382,6 +383,16 @@ impl Memcache {
 
 /// A request refused before it runs: a binary request gets `status`, a
 /// text one `err`'s line (even with `noreply`, as memcached's errors).
+/// Shows a request that ran to the MONITOR clients (see `monitor`).
+fn feed_monitors(cx: &Cx<'_>, req: &Request<'_>) {
+    if let Some(words) = monitor::words(req) {
+        let words: Vec<&[u8]> = words.iter().map(|w| &**w).collect();
+        cx.shared
+            .monitors
+            .feed(&cx.client.live.addr_text(), &words);
+    }
+}
+
 fn refusal(req: &Request<'_>, status: binary::Status, err: McError) -> Rejected {
     match req {
         Request::Binary(b) => Rejected::Binary {
@@ -477,6 +488,9 @@ impl Protocol for Memcache {
         if let Some(id) = names::of(req) {
             cx.stats.memcached.call(id, took);
         }
+        if cx.shared.monitors.active() {
+            feed_monitors(cx, req);
+        }
     }
 
     fn timed_batch(&self, cx: &Cx<'_>, _input: &[u8], pending: &[Request<'_>], took: Duration) {
@@ -484,6 +498,9 @@ impl Protocol for Memcache {
         for req in pending {
             if let Some(id) = names::of(req) {
                 cx.stats.memcached.call(id, share);
+            }
+            if cx.shared.monitors.active() {
+                feed_monitors(cx, req);
             }
         }
     }
