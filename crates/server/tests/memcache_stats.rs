@@ -470,7 +470,10 @@ fn monitor_shows_memcached_requests() {
     let mut m = connect(server.resp_addr().unwrap());
     assert_eq!(ask(&mut m, b"MONITOR\r\n", &[b"\r\n"]), b"+OK\r\n");
     let mut c = connect(server.memcached_addr().unwrap());
-    assert_eq!(ask(&mut c, b"set k 7 0 2\r\nhi\r\n", &[b"\r\n"]), b"STORED\r\n");
+    assert_eq!(
+        ask(&mut c, b"set k 7 0 2\r\nhi\r\n", &[b"\r\n"]),
+        b"STORED\r\n"
+    );
     ask(&mut c, b"get k nope\r\n", &[b"END\r\n"]);
     ask(&mut c, b"mg k v t\r\n", &[b"\r\n"]);
     ask(&mut c, b"delete nope\r\n", &[b"\r\n"]);
@@ -493,7 +496,10 @@ fn monitor_shows_memcached_requests() {
         r#" "delete" "nope""#,
     ];
     for (line, want) in lines.iter().zip(want) {
-        assert!(line.starts_with('+') && line.contains(" [0 127.0.0.1:"), "{line}");
+        assert!(
+            line.starts_with('+') && line.contains(" [0 127.0.0.1:"),
+            "{line}"
+        );
         assert!(line.ends_with(want), "{line} should end with {want}");
     }
 }

@@ -387,9 +387,7 @@ impl Memcache {
 fn feed_monitors(cx: &Cx<'_>, req: &Request<'_>) {
     if let Some(words) = monitor::words(req) {
         let words: Vec<&[u8]> = words.iter().map(|w| &**w).collect();
-        cx.shared
-            .monitors
-            .feed(&cx.client.live.addr_text(), &words);
+        cx.shared.monitors.feed(&cx.client.live.addr_text(), &words);
     }
 }
 

@@ -160,7 +160,6 @@ impl Connection {
                 Ok(0) => Ok(Fill::Eof),
                 Ok(n) => {
                     self.rend += n;
-                    self.client.live.touch();
                     self.publish_input();
                     // rustls may hold more plaintext than one read takes:
                     // a TLS connection reads until `WouldBlock`.

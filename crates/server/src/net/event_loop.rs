@@ -53,6 +53,9 @@ pub(crate) struct EventLoop {
     /// TLS connections still in their handshake, checked against their
     /// deadline every turn (a poll waits at most 100 ms).
     handshaking: Vec<usize>,
+    /// The clock when `poll` last returned: when connections served in
+    /// this wakeup last read or wrote (one clock read per wakeup).
+    now: std::time::Instant,
     /// The node did not serve yet when this turn began (`Cx::loading`).
     loading: bool,
     /// This loop's per-command counts (summed by INFO and the metrics).
@@ -91,6 +94,7 @@ impl EventLoop {
                 inbox,
                 resumed: Vec::new(),
                 handshaking: Vec::new(),
+                now: std::time::Instant::now(),
                 loading: true,
                 stats,
                 mailbox,
@@ -119,6 +123,7 @@ impl EventLoop {
                 tracing::error!("event loop poll failed: {e}");
                 break;
             }
+            self.now = std::time::Instant::now();
             // (token, whether a short read may end its reading): only for a
             // readable event that reports no hang-up or error. Connections
             // served again without an event, or whose peer closed, read
@@ -314,6 +319,7 @@ impl EventLoop {
             } else {
                 Some(match conn.fill(&self.shared) {
                     Ok(Fill::Data { n, short }) => {
+                        conn.client.live.touch(self.now);
                         drained = short && short_ok;
                         n
                     }
@@ -444,7 +450,7 @@ impl EventLoop {
             Stats::add(&self.shared.stats.net_output_bytes, sent as u64);
             if sent > 0 {
                 // Redis's `lastinteraction` counts writes too.
-                conn.client.live.touch();
+                conn.client.live.touch(self.now);
             }
             match flushed {
                 Err(_) => self.close(t),

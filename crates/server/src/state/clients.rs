@@ -177,9 +177,12 @@ impl ClientEntry {
     }
 
     /// Input was read, or output written, now.
+    ///
+    /// `now` is the event loop's clock, read once per wakeup rather than
+    /// once per read and write (CLIENT LIST counts idle time in seconds).
     #[inline]
-    pub fn touch(&self) {
-        let ms = self.connected_at.elapsed().as_millis() as u64;
+    pub fn touch(&self, now: Instant) {
+        let ms = now.saturating_duration_since(self.connected_at).as_millis() as u64;
         self.last_io_ms.store(ms, Ordering::Relaxed);
     }
 
@@ -369,7 +372,7 @@ mod tests {
         let e = super::ClientEntry::new(1, ([127, 0, 0, 1], 1).into(), None, 3, "resp");
         std::thread::sleep(std::time::Duration::from_millis(30));
         assert!(e.idle().as_millis() >= 30);
-        e.touch();
+        e.touch(std::time::Instant::now());
         assert!(e.idle().as_millis() < 30);
     }
 }
