@@ -289,13 +289,14 @@ fn config(args: &ServeArgs) -> Result<(ServerConfig, bool), String> {
 }
 
 /// The log filter for `log-level`: combkv's own at that level, openraft's
-/// one level below (its state dumps are for debugging a cluster, not for
-/// every day); `RUST_LOG` replaces it whole.
+/// below it (its state dumps are for debugging a cluster, and its
+/// warnings repeat several times a second while a follower is down, which
+/// combkv's own health watch reports once, with what to do); `RUST_LOG`
+/// replaces it whole.
 fn log_filter(level: &str) -> String {
     let raft = match level {
         "trace" => "trace",
         "debug" => "info",
-        "info" => "warn",
         _ => "error",
     };
     format!("{level},openraft={raft}")

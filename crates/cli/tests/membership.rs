@@ -575,7 +575,23 @@ fn a_node_without_a_leader_says_why() {
     // check-quorum) and acknowledges nothing: it says it has no majority.
     let leader = find_leader(&nodes).id as usize - 1;
     let (f1, f2) = ((leader + 1) % 3, (leader + 2) % 3);
+    // One follower gone: the leader says so once, with what to do, while
+    // it still serves (no problem); openraft's own warnings, several a
+    // second, stay below the log level.
     nodes[f1].kill();
+    let silent = format!(
+        "node {} at {} has not answered this leader for 5 s",
+        nodes[f1].id, nodes[f1].raft
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !nodes[leader].log_tail().contains(&silent) {
+        assert!(Instant::now() < deadline, "{}", nodes[leader].log_tail());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(nodes[leader].status()["cluster_problem"], "");
+    let log = std::fs::read_to_string(nodes[leader].dir.with_extension("log")).unwrap();
+    assert_eq!(log.matches(&silent).count(), 1, "{log}");
+    assert!(!log.contains("WARN openraft"), "{log}");
     nodes[f2].kill();
     let (u1, u2) = (unreachable(&nodes[f1]), unreachable(&nodes[f2]));
     let s = nodes[leader].wait_status("saying why", Duration::from_secs(30), |s| {
@@ -597,6 +613,12 @@ fn a_node_without_a_leader_says_why() {
     nodes[leader].wait_status("without a problem", Duration::from_secs(30), |s| {
         field(s, "cluster_problem").is_empty()
     });
+    let back = format!("node {} answers this leader again", nodes[f1].id);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !nodes[leader].log_tail().contains(&back) {
+        assert!(Instant::now() < deadline, "{}", nodes[leader].log_tail());
+        std::thread::sleep(Duration::from_millis(200));
+    }
 
     // A follower left alone stands for election again and again: it says
     // it has had no leader, in which term, and whom it cannot reach.

@@ -135,7 +135,10 @@ impl Replica {
         let (log, report) = LogStore::open(storage, &config.dir.join("log"), log_options)
             .map_err(StartError::Log)?;
         if let Some((file, offset, bytes)) = &report.torn_tail {
-            tracing::warn!("raft log: cut a torn tail of {bytes} bytes at {file}:{offset}");
+            tracing::warn!(
+                "raft log: cut a torn tail of {bytes} bytes at {file}:{offset} (a write cut short \
+                 by a crash; nothing acknowledged was in it, the leader sends what is missing)"
+            );
         }
         let restored = RestoredLeadership::find(config.id, &log).await?;
         let sm = StateMachine::open(

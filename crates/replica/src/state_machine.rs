@@ -134,7 +134,11 @@ impl StateMachine {
                     store = Some(s);
                     break;
                 }
-                Err(e) => tracing::warn!("skipping snapshot {}: {e}", path.display()),
+                Err(e) => tracing::warn!(
+                    "skipping snapshot {}: {e}; an older snapshot (or the leader's) is used \
+                     instead, and the file can be removed once the node has caught up",
+                    path.display()
+                ),
             }
         }
         let store = match store {

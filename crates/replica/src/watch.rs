@@ -30,10 +30,12 @@ impl Replica {
         tokio::spawn(async move {
             let mut leaderless_since: Option<Instant> = None;
             let mut warned: Option<Instant> = None;
+            let mut silent = BTreeMap::new();
             loop {
                 tokio::time::sleep(WATCH_EVERY).await;
                 let Some(inner) = weak.upgrade() else { return };
                 let replica = Replica { inner };
+                replica.watch_followers(&mut silent);
                 let Some(found) = replica.look(&peers, &mut leaderless_since) else {
                     return;
                 };
@@ -159,6 +161,53 @@ impl Replica {
             why.push_str(&lines.join("; "));
         }
         Some(Some(why))
+    }
+
+    /// On the leader: warns of each voter that has not answered for
+    /// [`NO_LEADER_REPORT`] (again every [`REPEAT_WARNING`]) and says when
+    /// it answers again. openraft's own lines for this (several a second
+    /// per unreachable follower) are filtered below combkv's level.
+    /// `silent`: the voters warned of, and when.
+    fn watch_followers(&self, silent: &mut BTreeMap<NodeId, Instant>) {
+        let m = self.inner.raft.metrics().borrow().clone();
+        if m.state != ServerState::Leader {
+            silent.clear();
+            return;
+        }
+        let membership = m.membership_config.membership();
+        let me = self.inner.id;
+        let health = &self.inner.health;
+        let voters: Vec<(NodeId, String)> = membership
+            .voter_ids()
+            .filter(|&id| id != me)
+            .filter_map(|id| Some((id, membership.get_node(&id)?.addr.clone())))
+            .collect();
+        silent.retain(|id, _| {
+            let back = voters.iter().any(|(v, _)| v == id)
+                && health.answered_within(*id, NO_LEADER_REPORT);
+            if back {
+                tracing::info!("node {id} answers this leader again");
+            }
+            !back && voters.iter().any(|(v, _)| v == id)
+        });
+        let now = Instant::now();
+        for (id, addr) in &voters {
+            if health.answered_within(*id, NO_LEADER_REPORT)
+                || silent.get(id).is_some_and(|w| now - *w < REPEAT_WARNING)
+            {
+                continue;
+            }
+            let why = health
+                .unreached(*id)
+                .map_or_else(String::new, |w| format!(" ({w})"));
+            tracing::warn!(
+                "node {id} at {addr} has not answered this leader for {} s{why}; writes go on \
+                 while a majority answers, with less room for failures: restart it, or \
+                 replace it (`combkv cluster remove {id}`, then `cluster add` a new node)",
+                NO_LEADER_REPORT.as_secs()
+            );
+            silent.insert(*id, now);
+        }
     }
 
     /// Whether this node holds a membership (it formed or joined a

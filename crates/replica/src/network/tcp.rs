@@ -191,7 +191,10 @@ pub(crate) async fn serve(listener: TcpListener, handler: Arc<dyn Handler>, guar
             Ok(a) => a,
             Err(e) => {
                 // Out of descriptors, say: wait a little and go on.
-                tracing::warn!("raft listener: accept failed: {e}");
+                tracing::warn!(
+                    "raft listener: accept failed: {e}; retrying in 50 ms (out of \
+                     descriptors? raise the open files limit)"
+                );
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }

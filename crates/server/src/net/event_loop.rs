@@ -261,7 +261,10 @@ impl EventLoop {
                     .registry()
                     .register(&mut conn.stream, Token(t), Interest::READABLE)
             {
-                tracing::warn!("cannot register connection: {e}");
+                tracing::warn!(
+                    "cannot register a connection with epoll: {e}; it was closed (the \
+                     client may reconnect); check the open files limit (ulimit -n)"
+                );
                 self.shared.clients.fetch_sub(1, Ordering::Relaxed);
                 continue;
             }

@@ -149,7 +149,9 @@ impl FlushTimer {
             if let Some(s) = store.upgrade()
                 && let Err(e) = s.clear()
             {
-                tracing::warn!("delayed flush_all failed: {e}");
+                tracing::warn!(
+                    "delayed flush_all failed: {e}; the items were kept, send flush_all again"
+                );
             }
             st = self.state.lock();
         }
