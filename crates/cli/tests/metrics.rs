@@ -3,14 +3,17 @@
 //! a TYPE line for every family, counters named `_total`, histograms with
 //! cumulative buckets ending at `+Inf` = `_count`, and per-command counts
 //! equal to what the test sent over RESP and memcached; INFO's
-//! commandstats and errorstats say the same.
+//! commandstats and errorstats say the same. The engine's duration
+//! histograms (WAL fsyncs, checkpoints, merges) count what their counters
+//! count, and a cluster node's proposal histogram every write it was sent.
 
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use support::resp::{Client, Value};
 
@@ -154,9 +157,22 @@ fn the_exposition_is_valid_and_counts_what_was_sent() {
         ("combkv_used_memory_rss", "gauge"),
         ("combkv_ready", "gauge"),
         ("combkv_read_batch_size", "histogram"),
+        ("combkv_wal_fsync_duration_seconds", "histogram"),
+        ("combkv_checkpoint_duration_seconds", "histogram"),
+        ("combkv_merge_duration_seconds", "histogram"),
     ] {
         assert_eq!(types.get(name).map(String::as_str), Some(ty), "{name}");
     }
+
+    // No Raft on a single node: no proposal series.
+    assert!(!types.contains_key("combkv_raft_proposal_duration_seconds"));
+    // In memory: nothing fsynced or checkpointed, the histograms at zero.
+    let parsed = Parsed::new(&body);
+    assert_eq!(parsed.histogram("combkv_wal_fsync_duration_seconds").0, 0.0);
+    assert_eq!(
+        parsed.histogram("combkv_checkpoint_duration_seconds").0,
+        0.0
+    );
 
     // Seven GETs, each its own batch (one request in flight at a time).
     match sample("combkv_read_batch_size", &[]) {
@@ -186,4 +202,163 @@ fn the_exposition_is_valid_and_counts_what_was_sent() {
     assert_eq!(c.cmd(&["CONFIG", "RESETSTAT"]), Value::Simple("OK".into()));
     let info = c.cmd(&["INFO", "commandstats"]).text().unwrap();
     assert!(!info.contains("cmdstat_get"), "{info}");
+}
+
+/// The exposition parsed by `prometheus-parse`, after the structure check.
+struct Parsed(prometheus_parse::Scrape);
+
+impl Parsed {
+    fn new(body: &str) -> Parsed {
+        check_structure(body);
+        Parsed(
+            prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string())))
+                .expect("prometheus-parse reads the exposition"),
+        )
+    }
+
+    /// The value of an unlabelled sample (a counter, or a histogram's
+    /// `_count` or `_sum`).
+    fn value(&self, metric: &str) -> f64 {
+        let s = self.0.samples.iter().find(|s| s.metric == metric);
+        match s.map(|s| &s.value) {
+            Some(prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v)) => *v,
+            other => panic!("{metric}: {other:?}"),
+        }
+    }
+
+    /// An unlabelled histogram's (count, sum), once its buckets are checked:
+    /// bounds rising to `+Inf`, counts cumulative, the last equal to
+    /// `_count`.
+    fn histogram(&self, name: &str) -> (f64, f64) {
+        let buckets = match self.0.samples.iter().find(|s| s.metric == name) {
+            Some(prometheus_parse::Sample {
+                value: prometheus_parse::Value::Histogram(b),
+                ..
+            }) => b,
+            other => panic!("{name}: {other:?}"),
+        };
+        assert!(buckets.len() > 2, "{name}: {buckets:?}");
+        assert!(
+            buckets.windows(2).all(|w| w[0].less_than < w[1].less_than),
+            "{name}: bounds {buckets:?}"
+        );
+        assert!(
+            buckets.windows(2).all(|w| w[0].count <= w[1].count),
+            "{name}: not cumulative {buckets:?}"
+        );
+        let last = buckets.last().unwrap();
+        assert_eq!(last.less_than, f64::INFINITY, "{name}");
+        let count = self.value(&format!("{name}_count"));
+        assert_eq!(last.count, count, "{name}: +Inf bucket is not _count");
+        (count, self.value(&format!("{name}_sum")))
+    }
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("combkv-metrics-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&p);
+    p
+}
+
+fn addr() -> SocketAddr {
+    ([127, 0, 0, 1], support::free_port()).into()
+}
+
+#[test]
+fn fsyncs_checkpoints_and_merges_are_timed_as_they_are_counted() {
+    const ROUNDS: usize = 5;
+    const KEYS: usize = 20;
+    let dir = temp_dir("durable");
+    let metrics = addr();
+    let server = support::Server::start(
+        &[
+            "--metrics",
+            &metrics.to_string(),
+            "--data-dir",
+            dir.to_str().unwrap(),
+            "--durability",
+            "always",
+            "--log-level",
+            "warn",
+        ],
+        None,
+    );
+    let mut c = Client::connect(server.resp);
+    // A full checkpoint, then delta runs that rewrite every key: the chain
+    // is soon due for a merge, which runs in the background.
+    for round in 0..ROUNDS {
+        for i in 0..KEYS {
+            let v = format!("v{round}");
+            assert_eq!(
+                c.cmd(&["SET", &format!("k{i}"), &v]),
+                Value::Simple("OK".into())
+            );
+        }
+        assert_eq!(c.cmd(&["SAVE"]), Value::Simple("OK".into()));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let parsed = loop {
+        let parsed = Parsed::new(&scrape(metrics));
+        if parsed.histogram("combkv_merge_duration_seconds").0 > 0.0 {
+            break parsed;
+        }
+        assert!(Instant::now() < deadline, "no merge timed");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+
+    // `always`: each SET, sent one at a time, waited for an fsync of its
+    // own. The server is idle now, so the counter read in the same scrape
+    // is the histogram's count.
+    let (fsyncs, fsync_secs) = parsed.histogram("combkv_wal_fsync_duration_seconds");
+    assert!(fsyncs >= (ROUNDS * KEYS) as f64, "{fsyncs} fsyncs timed");
+    assert_eq!(fsyncs, parsed.value("combkv_wal_fsyncs_total"));
+    assert!(fsync_secs > 0.0);
+    let (saves, save_secs) = parsed.histogram("combkv_checkpoint_duration_seconds");
+    assert!(saves >= ROUNDS as f64, "{saves} checkpoints timed");
+    assert_eq!(saves, parsed.value("combkv_checkpoints_ok_total"));
+    assert!(save_secs > 0.0);
+    let (merges, _) = parsed.histogram("combkv_merge_duration_seconds");
+    assert!(merges <= parsed.value("combkv_merges_ok_total"));
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A one-node cluster: every write goes through Raft, each SET (sent one
+/// at a time) a proposal of its own.
+#[test]
+fn a_cluster_node_times_every_proposal_it_answers() {
+    const WRITES: usize = 25;
+    let dir = temp_dir("cluster");
+    let (metrics, raft) = (addr(), addr());
+    let peers = format!("1={raft}");
+    let server = support::Server::start(
+        &[
+            "--metrics",
+            &metrics.to_string(),
+            "--data-dir",
+            dir.to_str().unwrap(),
+            "--node-id",
+            "1",
+            "--raft-addr",
+            &raft.to_string(),
+            "--peers",
+            &peers,
+            "--log-level",
+            "warn",
+        ],
+        None,
+    );
+    let mut c = Client::connect(server.resp);
+    for i in 0..WRITES {
+        assert_eq!(
+            c.cmd(&["SET", &format!("k{i}"), "v"]),
+            Value::Simple("OK".into())
+        );
+    }
+    let parsed = Parsed::new(&scrape(metrics));
+    let (proposals, secs) = parsed.histogram("combkv_raft_proposal_duration_seconds");
+    assert!(proposals >= WRITES as f64, "{proposals} proposals timed");
+    assert!(secs > 0.0);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
 }
