@@ -173,6 +173,8 @@ fn the_exposition_is_valid_and_counts_what_was_sent() {
         parsed.histogram("combkv_checkpoint_duration_seconds").0,
         0.0
     );
+    let info = c.cmd(&["INFO", "persistence"]).text().unwrap();
+    assert!(info.contains("rdb_last_bgsave_time_sec:-1\r\n"), "{info}");
 
     // Seven GETs, each its own batch (one request in flight at a time).
     match sample("combkv_read_batch_size", &[]) {
@@ -319,6 +321,16 @@ fn fsyncs_checkpoints_and_merges_are_timed_as_they_are_counted() {
     assert!(save_secs > 0.0);
     let (merges, _) = parsed.histogram("combkv_merge_duration_seconds");
     assert!(merges <= parsed.value("combkv_merges_ok_total"));
+    // INFO has Redis's field for the last save's duration (-1 before one).
+    let info = c.cmd(&["INFO", "persistence"]).text().unwrap();
+    let secs: i64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("rdb_last_bgsave_time_sec:"))
+        .unwrap_or_else(|| panic!("{info}"))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(secs >= 0, "{info}");
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
