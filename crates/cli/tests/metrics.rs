@@ -335,42 +335,92 @@ fn fsyncs_checkpoints_and_merges_are_timed_as_they_are_counted() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A one-node cluster: every write goes through Raft, each SET (sent one
-/// at a time) a proposal of its own.
+/// Three nodes: a write sent to the leader is proposed there, one sent
+/// to a follower is forwarded; either way the node the client asked times
+/// it, once. Each SET is sent one at a time, so each is a proposal of its
+/// own.
 #[test]
-fn a_cluster_node_times_every_proposal_it_answers() {
-    const WRITES: usize = 25;
-    let dir = temp_dir("cluster");
-    let (metrics, raft) = (addr(), addr());
-    let peers = format!("1={raft}");
-    let server = support::Server::start(
-        &[
-            "--metrics",
-            &metrics.to_string(),
-            "--data-dir",
-            dir.to_str().unwrap(),
-            "--node-id",
-            "1",
-            "--raft-addr",
-            &raft.to_string(),
-            "--peers",
-            &peers,
-            "--log-level",
-            "warn",
-        ],
-        None,
-    );
-    let mut c = Client::connect(server.resp);
-    for i in 0..WRITES {
-        assert_eq!(
-            c.cmd(&["SET", &format!("k{i}"), "v"]),
-            Value::Simple("OK".into())
+fn cluster_nodes_time_every_proposal_they_answer() {
+    const WRITES: usize = 10;
+    let root = temp_dir("cluster");
+    // (metrics, raft) of nodes 1, 2, 3, no two alike.
+    let mut taken = BTreeSet::new();
+    let mut fresh = || loop {
+        let a = addr();
+        if taken.insert(a) {
+            return a;
+        }
+    };
+    let nodes: Vec<(SocketAddr, SocketAddr)> = (0..3).map(|_| (fresh(), fresh())).collect();
+    let peers: Vec<String> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, (_, raft))| format!("{}={raft}", i + 1))
+        .collect();
+    let peers = peers.join(",");
+    // Started side by side: a node answers PING only once a leader is
+    // elected and it has caught up, which takes two of them.
+    let servers: Vec<support::Server> = std::thread::scope(|s| {
+        let started: Vec<_> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, (metrics, raft))| {
+                let (id, dir, peers) = (
+                    (i + 1).to_string(),
+                    root.join(format!("n{}", i + 1)),
+                    &peers,
+                );
+                s.spawn(move || {
+                    support::Server::start(
+                        &[
+                            "--metrics",
+                            &metrics.to_string(),
+                            "--data-dir",
+                            dir.to_str().unwrap(),
+                            "--node-id",
+                            &id,
+                            "--raft-addr",
+                            &raft.to_string(),
+                            "--peers",
+                            peers,
+                            "--log-level",
+                            "warn",
+                        ],
+                        None,
+                    )
+                })
+            })
+            .collect();
+        started.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (n, server) in servers.iter().enumerate() {
+        let mut c = Client::connect(server.resp);
+        for i in 0..WRITES {
+            assert_eq!(
+                c.cmd(&["SET", &format!("n{n}-k{i}"), "v"]),
+                Value::Simple("OK".into())
+            );
+        }
+    }
+    let mut roles = Vec::new();
+    for (server, (metrics, _)) in servers.iter().zip(&nodes) {
+        let parsed = Parsed::new(&scrape(*metrics));
+        let (proposals, secs) = parsed.histogram("combkv_raft_proposal_duration_seconds");
+        assert!(proposals >= WRITES as f64, "{proposals} proposals timed");
+        assert!(secs > 0.0);
+        let info = Client::connect(server.resp)
+            .cmd(&["INFO", "replication"])
+            .text()
+            .unwrap();
+        roles.extend(
+            info.lines()
+                .filter_map(|l| l.strip_prefix("raft_role:"))
+                .map(str::to_string),
         );
     }
-    let parsed = Parsed::new(&scrape(metrics));
-    let (proposals, secs) = parsed.histogram("combkv_raft_proposal_duration_seconds");
-    assert!(proposals >= WRITES as f64, "{proposals} proposals timed");
-    assert!(secs > 0.0);
-    drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
+    // The writes took both paths: proposed by the leader, forwarded.
+    assert!(roles.iter().any(|r| r == "leader"), "{roles:?}");
+    assert!(roles.iter().any(|r| r == "follower"), "{roles:?}");
+    drop(servers);
+    let _ = std::fs::remove_dir_all(&root);
 }
