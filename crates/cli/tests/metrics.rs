@@ -3,14 +3,17 @@
 //! a TYPE line for every family, counters named `_total`, histograms with
 //! cumulative buckets ending at `+Inf` = `_count`, and per-command counts
 //! equal to what the test sent over RESP and memcached; INFO's
-//! commandstats and errorstats say the same.
+//! commandstats and errorstats say the same. The engine's duration
+//! histograms (WAL fsyncs, checkpoints, merges) count what their counters
+//! count, and a cluster node's proposal histogram every write it was sent.
 
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use support::resp::{Client, Value};
 
@@ -154,9 +157,24 @@ fn the_exposition_is_valid_and_counts_what_was_sent() {
         ("combkv_used_memory_rss", "gauge"),
         ("combkv_ready", "gauge"),
         ("combkv_read_batch_size", "histogram"),
+        ("combkv_wal_fsync_duration_seconds", "histogram"),
+        ("combkv_checkpoint_duration_seconds", "histogram"),
+        ("combkv_merge_duration_seconds", "histogram"),
     ] {
         assert_eq!(types.get(name).map(String::as_str), Some(ty), "{name}");
     }
+
+    // No Raft on a single node: no proposal series.
+    assert!(!types.contains_key("combkv_raft_proposal_duration_seconds"));
+    // In memory: nothing fsynced or checkpointed, the histograms at zero.
+    let parsed = Parsed::new(&body);
+    assert_eq!(parsed.histogram("combkv_wal_fsync_duration_seconds").0, 0.0);
+    assert_eq!(
+        parsed.histogram("combkv_checkpoint_duration_seconds").0,
+        0.0
+    );
+    let info = c.cmd(&["INFO", "persistence"]).text().unwrap();
+    assert!(info.contains("rdb_last_bgsave_time_sec:-1\r\n"), "{info}");
 
     // Seven GETs, each its own batch (one request in flight at a time).
     match sample("combkv_read_batch_size", &[]) {
@@ -186,4 +204,223 @@ fn the_exposition_is_valid_and_counts_what_was_sent() {
     assert_eq!(c.cmd(&["CONFIG", "RESETSTAT"]), Value::Simple("OK".into()));
     let info = c.cmd(&["INFO", "commandstats"]).text().unwrap();
     assert!(!info.contains("cmdstat_get"), "{info}");
+}
+
+/// The exposition parsed by `prometheus-parse`, after the structure check.
+struct Parsed(prometheus_parse::Scrape);
+
+impl Parsed {
+    fn new(body: &str) -> Parsed {
+        check_structure(body);
+        Parsed(
+            prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string())))
+                .expect("prometheus-parse reads the exposition"),
+        )
+    }
+
+    /// The value of an unlabelled sample (a counter, or a histogram's
+    /// `_count` or `_sum`).
+    fn value(&self, metric: &str) -> f64 {
+        let s = self.0.samples.iter().find(|s| s.metric == metric);
+        match s.map(|s| &s.value) {
+            Some(prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v)) => *v,
+            other => panic!("{metric}: {other:?}"),
+        }
+    }
+
+    /// An unlabelled histogram's (count, sum), once its buckets are checked:
+    /// bounds rising to `+Inf`, counts cumulative, the last equal to
+    /// `_count`.
+    fn histogram(&self, name: &str) -> (f64, f64) {
+        let buckets = match self.0.samples.iter().find(|s| s.metric == name) {
+            Some(prometheus_parse::Sample {
+                value: prometheus_parse::Value::Histogram(b),
+                ..
+            }) => b,
+            other => panic!("{name}: {other:?}"),
+        };
+        assert!(buckets.len() > 2, "{name}: {buckets:?}");
+        assert!(
+            buckets.windows(2).all(|w| w[0].less_than < w[1].less_than),
+            "{name}: bounds {buckets:?}"
+        );
+        assert!(
+            buckets.windows(2).all(|w| w[0].count <= w[1].count),
+            "{name}: not cumulative {buckets:?}"
+        );
+        let last = buckets.last().unwrap();
+        assert_eq!(last.less_than, f64::INFINITY, "{name}");
+        let count = self.value(&format!("{name}_count"));
+        assert_eq!(last.count, count, "{name}: +Inf bucket is not _count");
+        (count, self.value(&format!("{name}_sum")))
+    }
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("combkv-metrics-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&p);
+    p
+}
+
+fn addr() -> SocketAddr {
+    ([127, 0, 0, 1], support::free_port()).into()
+}
+
+#[test]
+fn fsyncs_checkpoints_and_merges_are_timed_as_they_are_counted() {
+    const ROUNDS: usize = 5;
+    const KEYS: usize = 20;
+    let dir = temp_dir("durable");
+    let metrics = addr();
+    let server = support::Server::start(
+        &[
+            "--metrics",
+            &metrics.to_string(),
+            "--data-dir",
+            dir.to_str().unwrap(),
+            "--durability",
+            "always",
+            "--log-level",
+            "warn",
+        ],
+        None,
+    );
+    let mut c = Client::connect(server.resp);
+    // A full checkpoint, then delta runs that rewrite every key: the chain
+    // is soon due for a merge, which runs in the background.
+    for round in 0..ROUNDS {
+        for i in 0..KEYS {
+            let v = format!("v{round}");
+            assert_eq!(
+                c.cmd(&["SET", &format!("k{i}"), &v]),
+                Value::Simple("OK".into())
+            );
+        }
+        assert_eq!(c.cmd(&["SAVE"]), Value::Simple("OK".into()));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let parsed = loop {
+        let parsed = Parsed::new(&scrape(metrics));
+        if parsed.histogram("combkv_merge_duration_seconds").0 > 0.0 {
+            break parsed;
+        }
+        assert!(Instant::now() < deadline, "no merge timed");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+
+    // `always`: each SET, sent one at a time, waited for an fsync of its
+    // own. The server is idle now, so the counter read in the same scrape
+    // is the histogram's count.
+    let (fsyncs, fsync_secs) = parsed.histogram("combkv_wal_fsync_duration_seconds");
+    assert!(fsyncs >= (ROUNDS * KEYS) as f64, "{fsyncs} fsyncs timed");
+    assert_eq!(fsyncs, parsed.value("combkv_wal_fsyncs_total"));
+    assert!(fsync_secs > 0.0);
+    let (saves, save_secs) = parsed.histogram("combkv_checkpoint_duration_seconds");
+    assert!(saves >= ROUNDS as f64, "{saves} checkpoints timed");
+    assert_eq!(saves, parsed.value("combkv_checkpoints_ok_total"));
+    assert!(save_secs > 0.0);
+    let (merges, _) = parsed.histogram("combkv_merge_duration_seconds");
+    assert!(merges <= parsed.value("combkv_merges_ok_total"));
+    // INFO has Redis's field for the last save's duration (-1 before one).
+    let info = c.cmd(&["INFO", "persistence"]).text().unwrap();
+    let secs: i64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("rdb_last_bgsave_time_sec:"))
+        .unwrap_or_else(|| panic!("{info}"))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(secs >= 0, "{info}");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Three nodes: a write sent to the leader is proposed there, one sent
+/// to a follower is forwarded; either way the node the client asked times
+/// it, once. Each SET is sent one at a time, so each is a proposal of its
+/// own.
+#[test]
+fn cluster_nodes_time_every_proposal_they_answer() {
+    const WRITES: usize = 10;
+    let root = temp_dir("cluster");
+    // (metrics, raft) of nodes 1, 2, 3, no two alike.
+    let mut taken = BTreeSet::new();
+    let mut fresh = || loop {
+        let a = addr();
+        if taken.insert(a) {
+            return a;
+        }
+    };
+    let nodes: Vec<(SocketAddr, SocketAddr)> = (0..3).map(|_| (fresh(), fresh())).collect();
+    let peers: Vec<String> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, (_, raft))| format!("{}={raft}", i + 1))
+        .collect();
+    let peers = peers.join(",");
+    // Started side by side: a node answers PING only once a leader is
+    // elected and it has caught up, which takes two of them.
+    let servers: Vec<support::Server> = std::thread::scope(|s| {
+        let started: Vec<_> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, (metrics, raft))| {
+                let (id, dir, peers) = (
+                    (i + 1).to_string(),
+                    root.join(format!("n{}", i + 1)),
+                    &peers,
+                );
+                s.spawn(move || {
+                    support::Server::start(
+                        &[
+                            "--metrics",
+                            &metrics.to_string(),
+                            "--data-dir",
+                            dir.to_str().unwrap(),
+                            "--node-id",
+                            &id,
+                            "--raft-addr",
+                            &raft.to_string(),
+                            "--peers",
+                            peers,
+                            "--log-level",
+                            "warn",
+                        ],
+                        None,
+                    )
+                })
+            })
+            .collect();
+        started.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (n, server) in servers.iter().enumerate() {
+        let mut c = Client::connect(server.resp);
+        for i in 0..WRITES {
+            assert_eq!(
+                c.cmd(&["SET", &format!("n{n}-k{i}"), "v"]),
+                Value::Simple("OK".into())
+            );
+        }
+    }
+    let mut roles = Vec::new();
+    for (server, (metrics, _)) in servers.iter().zip(&nodes) {
+        let parsed = Parsed::new(&scrape(*metrics));
+        let (proposals, secs) = parsed.histogram("combkv_raft_proposal_duration_seconds");
+        assert!(proposals >= WRITES as f64, "{proposals} proposals timed");
+        assert!(secs > 0.0);
+        let info = Client::connect(server.resp)
+            .cmd(&["INFO", "replication"])
+            .text()
+            .unwrap();
+        roles.extend(
+            info.lines()
+                .filter_map(|l| l.strip_prefix("raft_role:"))
+                .map(str::to_string),
+        );
+    }
+    // The writes took both paths: proposed by the leader, forwarded.
+    assert!(roles.iter().any(|r| r == "leader"), "{roles:?}");
+    assert!(roles.iter().any(|r| r == "follower"), "{roles:?}");
+    drop(servers);
+    let _ = std::fs::remove_dir_all(&root);
 }

@@ -37,6 +37,6 @@ pub use store::{Pin, Session, Store, check, check_key, read_backup};
 pub use tree::epoch::flush_reclamation;
 pub use tree::node::{live_buffers_global, live_external_values_global};
 pub use types::{
-    AtomicWrite, Expiry, Flags, Item, ItemView, MemoryUsage, NodeCounts, Range, SnapshotId,
-    SnapshotInfo, Version, Write, now_ms,
+    AtomicWrite, DurationHistogram, Expiry, Flags, HistogramSnapshot, Item, ItemView, MemoryUsage,
+    NodeCounts, Range, SnapshotId, SnapshotInfo, Version, Write, now_ms,
 };

@@ -77,8 +77,20 @@ impl Replica {
     /// Proposes encoded ops (see [`crate::codec`]) decided at `now_ms` as
     /// one entry, through the leader, and returns their results, exactly
     /// one per op, once the entry is committed and applied here or on the
-    /// leader.
+    /// leader. Each answered write is timed (see
+    /// [`Replica::proposal_durations`]); one that failed is not, so that a
+    /// refusal's or a timeout's wait does not read as commit latency.
     pub async fn write(&self, now_ms: u64, ops: Vec<u8>) -> Result<Results, ClusterError> {
+        let started = Instant::now();
+        let r = self.propose_and_wait(now_ms, ops).await;
+        if r.is_ok() {
+            self.inner.proposals.observe(started.elapsed());
+        }
+        r
+    }
+
+    /// [`Replica::write`], untimed.
+    async fn propose_and_wait(&self, now_ms: u64, ops: Vec<u8>) -> Result<Results, ClusterError> {
         // Whichever way the answer comes (this node's group commit, or a
         // leader's encoded reply), it holds one result per op, or it is
         // not an answer to these ops.

@@ -167,6 +167,7 @@ impl Replica {
             transport,
             in_flight: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
             last_proposed_ms: std::sync::atomic::AtomicU64::new(0),
+            proposals: combkv::DurationHistogram::new(),
             restored,
             contact: Contact::new(),
             health,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use combkv::Store;
+use combkv::{DurationHistogram, HistogramSnapshot, Store};
 use openraft::Raft;
 use openraft::storage::RaftLogStorage;
 use parking_lot::Mutex;
@@ -53,6 +53,8 @@ pub(crate) struct Inner {
     pub(crate) in_flight: tokio::sync::Semaphore,
     /// The clock of the newest batch this node proposed.
     pub(crate) last_proposed_ms: std::sync::atomic::AtomicU64,
+    /// How long each write this node was handed took to be answered.
+    pub(crate) proposals: DurationHistogram,
     /// Set when this node restarted as the leader it was (see
     /// [`RestoredLeadership`]).
     pub(crate) restored: Option<RestoredLeadership>,
@@ -106,6 +108,14 @@ impl Replica {
         })
         .await
         .is_ok()
+    }
+
+    /// The durations of the writes ([`Replica::write`]) this node was
+    /// handed and answered with their results, from the call to the
+    /// answer: queueing, the quorum round, applying, and for a forwarded
+    /// write the leader's answer and this node's apply.
+    pub fn proposal_durations(&self) -> HistogramSnapshot {
+        self.inner.proposals.snapshot()
     }
 
     /// Whether this node is the leader now (as far as it knows).

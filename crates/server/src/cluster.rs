@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use combkv::op::{Op, Outcome};
-use combkv::{Error as StoreError, Store};
+use combkv::{Error as StoreError, HistogramSnapshot, Store};
 use combkv_replica::codec::OpList;
 use combkv_replica::{
     ClusterError, LogOptions, Replica, ReplicaConfig, Results, Status, SyncPolicy,
@@ -234,6 +234,12 @@ impl Cluster {
     /// What this node knows of the cluster.
     pub fn status(&self) -> Status {
         self.replica.status()
+    }
+
+    /// How long this node's proposals (one per event-loop turn's writes,
+    /// or one blocking write) took to be answered.
+    pub fn proposal_durations(&self) -> HistogramSnapshot {
+        self.replica.proposal_durations()
     }
 
     /// Sets a cluster setting on every node through the log, and waits

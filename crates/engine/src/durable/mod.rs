@@ -49,6 +49,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::types::HistogramSnapshot;
+
 pub use checkpoint::{CheckpointInfo, CheckpointKind};
 pub use cut::{FLOOR_FILE, RepairReport, repair, repair_with};
 pub use error::{
@@ -402,6 +404,8 @@ pub struct PersistenceStats {
     pub durable_version: u64,
     /// fsyncs of the log since the store opened.
     pub fsyncs: u64,
+    /// Their durations.
+    pub fsync_durations: HistogramSnapshot,
     /// A checkpoint is being written now.
     pub checkpoint_in_progress: bool,
     /// Checkpoints written since the store opened.
@@ -410,6 +414,8 @@ pub struct PersistenceStats {
     pub checkpoints_failed: u64,
     /// The last checkpoint written, if any since the store opened.
     pub last_checkpoint: Option<CheckpointInfo>,
+    /// The durations of the checkpoints written since the store opened.
+    pub checkpoint_durations: HistogramSnapshot,
     /// Why the last failed checkpoint failed.
     pub last_checkpoint_error: Option<String>,
     /// The checkpoint chain on disk: the base's version and bytes.
@@ -424,6 +430,8 @@ pub struct PersistenceStats {
     pub merges_failed: u64,
     /// The last merge's new base, if any since the store opened.
     pub last_merge: Option<CheckpointInfo>,
+    /// The durations of the merges that succeeded since the store opened.
+    pub merge_durations: HistogramSnapshot,
     /// Set once a log failure made the store read-only: the cause.
     pub read_only: Option<String>,
     /// What recovery found and did when the store opened.

@@ -37,6 +37,7 @@ use super::file::{Storage, WritableFile};
 use super::record::{self, Record};
 use crate::tree::version::VersionClock;
 use crate::tree::{LogEntry, VersionLog};
+use crate::types::DurationHistogram;
 
 /// Buffered bytes above which `EverySec`/`None` writers wait for the flusher.
 const MAX_BUFFERED_BYTES: usize = 64 << 20;
@@ -78,6 +79,8 @@ struct Buffer {
 #[derive(Debug, Default)]
 pub(crate) struct WalCounters {
     pub fsyncs: AtomicU64,
+    /// Each fsync's duration (one per group commit, not per write).
+    pub fsync_durations: DurationHistogram,
     pub records: AtomicU64,
     pub bytes_written: AtomicU64,
     /// Bytes written since the last checkpoint's snapshot.
@@ -397,13 +400,21 @@ impl Wal {
         }
         self.written.fetch_max(upto, Ordering::AcqRel);
         if sync && (!bytes.is_empty() || self.durable.load(Ordering::Acquire) < upto) {
-            file.sync_data()?;
-            self.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
+            self.sync(&mut **file)?;
             self.durable.fetch_max(upto, Ordering::AcqRel);
             if self.mode == Durability::Always {
                 self.clock.set_limit(upto);
             }
         }
+        Ok(())
+    }
+
+    /// fdatasyncs the segment, counted and timed.
+    fn sync(&self, file: &mut dyn WritableFile) -> std::io::Result<()> {
+        let started = Instant::now();
+        file.sync_data()?;
+        self.counters.fsync_durations.observe(started.elapsed());
+        self.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
@@ -424,8 +435,7 @@ impl Wal {
             return Ok(file);
         }
         if self.mode != Durability::Always {
-            file.sync_data()?;
-            self.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
+            self.sync(&mut *file)?;
         }
         let next = Self::create_segment(&*self.storage, &self.dir, seq + 1, upto)?;
         self.segments.lock().push(SegmentMeta {

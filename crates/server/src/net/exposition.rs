@@ -13,6 +13,9 @@
 //!   `combkv_errors_total`.
 //! - Every other numeric INFO field as a gauge `combkv_<field>`; on a
 //!   cluster leader, each follower's lag and matched index.
+//! - Histograms the engine and the replica keep as plain bucket counts,
+//!   converted here: WAL fsync, checkpoint and merge durations, and on a
+//!   cluster node Raft proposal durations.
 
 use std::fmt;
 use std::sync::Arc;
@@ -21,6 +24,8 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
+
+use combkv::HistogramSnapshot;
 
 use crate::state::Shared;
 use crate::state::cmdstats::{BATCH_BUCKETS, BUCKETS, Totals, bucket_edge};
@@ -246,6 +251,7 @@ impl Collector for Figures {
             )),
         )?;
         batch_sizes(shared, &mut e)?;
+        durations(shared, &mut e)?;
         commands(shared, &mut e)?;
         errors(shared, &mut e)?;
         followers(shared, &mut e)
@@ -376,6 +382,55 @@ fn batch_sizes(shared: &Shared, e: &mut DescriptorEncoder) -> fmt::Result {
         MetricType::Histogram,
     )?
     .encode_histogram::<NoLabelSet>(reads, total, &buckets, None)
+}
+
+/// The durations the engine times (fsyncs, checkpoints, merges; present,
+/// at zero, without a data directory, as their counters are) and, on a
+/// cluster node, its proposals'.
+fn durations(shared: &Shared, e: &mut DescriptorEncoder) -> fmt::Result {
+    let p = shared.current_store().persistence();
+    seconds(
+        e,
+        "combkv_wal_fsync_duration_seconds",
+        "Each fdatasync of the write-ahead log (one per group commit).",
+        &p.fsync_durations,
+    )?;
+    seconds(
+        e,
+        "combkv_checkpoint_duration_seconds",
+        "Each checkpoint written, from its snapshot to its rename.",
+        &p.checkpoint_durations,
+    )?;
+    seconds(
+        e,
+        "combkv_merge_duration_seconds",
+        "Each merge of a checkpoint chain into a new base.",
+        &p.merge_durations,
+    )?;
+    let Some(c) = shared.cluster() else {
+        return Ok(());
+    };
+    seconds(
+        e,
+        "combkv_raft_proposal_duration_seconds",
+        "Each write proposal this node handed to Raft, until its results were applied here.",
+        &c.proposal_durations(),
+    )
+}
+
+/// A duration histogram: its finite buckets' bounds in seconds, then +Inf.
+fn seconds(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    h: &HistogramSnapshot,
+) -> fmt::Result {
+    let buckets: Vec<(f64, u64)> = h
+        .buckets()
+        .map(|(le, n)| (le.map_or(f64::INFINITY, |d| d.as_secs_f64()), n))
+        .collect();
+    e.encode_descriptor(name, help, None, MetricType::Histogram)?
+        .encode_histogram::<NoLabelSet>(h.sum().as_secs_f64(), h.count(), &buckets, None)
 }
 
 fn errors(shared: &Shared, e: &mut DescriptorEncoder) -> fmt::Result {

@@ -262,6 +262,12 @@ pub fn persistence_fields(shared: &Shared) -> Vec<(&'static str, String)> {
             "rdb_bgsave_in_progress",
             (p.checkpoint_in_progress as u8).to_string(),
         ),
+        // Redis's name for the last save's duration, whole seconds, -1
+        // before the first (`last_checkpoint_seconds` has the fraction).
+        (
+            "rdb_last_bgsave_time_sec",
+            last.map_or(-1, |l| l.duration.as_secs() as i64).to_string(),
+        ),
         ("checkpoints_ok", p.checkpoints_ok.to_string()),
         ("checkpoints_failed", p.checkpoints_failed.to_string()),
         (

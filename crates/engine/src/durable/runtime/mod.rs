@@ -19,6 +19,7 @@ use super::wal::{Tick, Wal};
 use super::{DurableConfig, PersistenceStats, RecoveryReport};
 use crate::config::Geometry;
 use crate::tree::Tree;
+use crate::types::DurationHistogram;
 
 /// Checkpoints kept: the newest, and the one before it to fall back to.
 const CHECKPOINTS_KEPT: usize = 2;
@@ -96,6 +97,9 @@ pub(crate) struct Checkpoints {
     merges_ok: AtomicU64,
     merges_failed: AtomicU64,
     last_merge: Mutex<Option<CheckpointInfo>>,
+    /// Each checkpoint's and each merge's `CheckpointInfo::duration`.
+    checkpoint_durations: DurationHistogram,
+    merge_durations: DurationHistogram,
 }
 
 impl Checkpoints {
@@ -131,6 +135,8 @@ impl Checkpoints {
             merges_ok: AtomicU64::new(0),
             merges_failed: AtomicU64::new(0),
             last_merge: Mutex::new(None),
+            checkpoint_durations: DurationHistogram::new(),
+            merge_durations: DurationHistogram::new(),
         }
     }
 
@@ -240,6 +246,7 @@ impl Checkpoints {
                     }
                 }
                 self.merges_ok.fetch_add(1, Ordering::Relaxed);
+                self.merge_durations.observe(info.duration);
                 *self.last_merge.lock() = Some(info.clone());
             }
             Err(e) => {
@@ -348,6 +355,7 @@ impl Checkpoints {
         match outcome {
             Ok(info) => {
                 self.ok.fetch_add(1, Ordering::Relaxed);
+                self.checkpoint_durations.observe(info.duration);
                 *self.last.lock() = Some(info.clone());
             }
             Err(e) => {
@@ -607,10 +615,12 @@ impl Durable {
             wal_bytes_since_checkpoint: c.bytes_since_checkpoint.load(Ordering::Relaxed),
             durable_version: self.wal.durable_version(),
             fsyncs: c.fsyncs.load(Ordering::Relaxed),
+            fsync_durations: c.fsync_durations.snapshot(),
             checkpoint_in_progress: s.running.load(Ordering::Acquire),
             checkpoints_ok: s.ok.load(Ordering::Relaxed),
             checkpoints_failed: s.failed.load(Ordering::Relaxed),
             last_checkpoint: s.last.lock().clone(),
+            checkpoint_durations: s.checkpoint_durations.snapshot(),
             last_checkpoint_error: s.last_error.lock().clone(),
             base_checkpoint: chain.base,
             delta_runs: chain.deltas.len(),
@@ -618,6 +628,7 @@ impl Durable {
             merges_ok: s.merges_ok.load(Ordering::Relaxed),
             merges_failed: s.merges_failed.load(Ordering::Relaxed),
             last_merge: s.last_merge.lock().clone(),
+            merge_durations: s.merge_durations.snapshot(),
             read_only: self.wal.failure().map(|e| e.to_string()),
             recovery: self.report.clone(),
             executor: self.executor.stats(),

@@ -167,3 +167,39 @@ fn a_merge_failing_on_an_offload_backend_is_retried_on_the_cpu() {
     let store = super::tests::store(&fs, 100);
     assert_eq!(dump(&store), want);
 }
+
+/// Every fsync, checkpoint and merge counted is timed: each histogram's
+/// count is its counter, and the checkpoints' durations are their
+/// histogram's sum.
+#[test]
+fn fsyncs_checkpoints_and_merges_are_timed_as_they_are_counted() {
+    let fs = FaultyStorage::new(3);
+    let store = store(&fs, 2);
+    let before = store.persistence();
+    assert_eq!(before.checkpoint_durations.count(), 0);
+    assert_eq!(before.merge_durations.count(), 0);
+    write(&store, 0);
+    let mut took = store.checkpoint().unwrap().duration;
+    for round in 1..=2 {
+        write(&store, round);
+        took += store.checkpoint().unwrap().duration;
+    }
+    // Each run rewrites every key, half the base's bytes or more: each
+    // queues a merge unless one is queued. Once none is, and one ran,
+    // every merge is over (only a checkpoint queues one).
+    let s = state(&store);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while s.merge_queued.load(Ordering::Acquire) || store.persistence().merges_ok == 0 {
+        assert!(std::time::Instant::now() < deadline, "no merge ran");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let p = store.persistence();
+    // `Always`: every put waited for an fsync of its own.
+    assert!(p.fsyncs >= 3 * 25, "{} fsyncs", p.fsyncs);
+    assert_eq!(p.fsync_durations.count(), p.fsyncs);
+    assert_eq!(p.checkpoints_ok, 3);
+    assert_eq!(p.checkpoint_durations.count(), 3);
+    assert_eq!(p.checkpoint_durations.sum(), took);
+    assert_eq!(p.merge_durations.count(), p.merges_ok);
+    assert!(p.merge_durations.sum() >= p.last_merge.as_ref().unwrap().duration);
+}
