@@ -385,6 +385,8 @@ fn cluster_nodes_time_every_proposal_they_answer() {
                             peers,
                             "--log-level",
                             "warn",
+                            "--durability",
+                            "always",
                         ],
                         None,
                     )
@@ -408,6 +410,10 @@ fn cluster_nodes_time_every_proposal_they_answer() {
         let (proposals, secs) = parsed.histogram("combkv_raft_proposal_duration_seconds");
         assert!(proposals >= WRITES as f64, "{proposals} proposals timed");
         assert!(secs > 0.0);
+        // Every node syncs its Raft log before it acknowledges an entry
+        // (`always`): the leader's appends and each follower's.
+        let (fsyncs, _) = parsed.histogram("combkv_raft_log_fsync_duration_seconds");
+        assert!(fsyncs >= 1.0, "{fsyncs} Raft log fsyncs timed");
         let info = Client::connect(server.resp)
             .cmd(&["INFO", "replication"])
             .text()

@@ -118,6 +118,11 @@ impl Replica {
         self.inner.proposals.snapshot()
     }
 
+    /// How long each fsync of this node's Raft log took.
+    pub fn log_fsync_durations(&self) -> HistogramSnapshot {
+        self.inner.log.fsync_durations()
+    }
+
     /// Whether this node is the leader now (as far as it knows).
     pub fn is_leader(&self) -> bool {
         self.inner.raft.metrics().borrow().current_leader == Some(self.inner.id)

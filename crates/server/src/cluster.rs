@@ -242,6 +242,11 @@ impl Cluster {
         self.replica.proposal_durations()
     }
 
+    /// How long each fsync of this node's Raft log took.
+    pub fn log_fsync_durations(&self) -> HistogramSnapshot {
+        self.replica.log_fsync_durations()
+    }
+
     /// Sets a cluster setting on every node through the log, and waits
     /// until it commits.
     pub(crate) fn set_setting(&self, name: &str, value: &[u8]) -> Result<(), StoreError> {

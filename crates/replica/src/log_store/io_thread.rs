@@ -187,6 +187,8 @@ pub(crate) struct Start {
     pub synced_saved: Option<Synced>,
     pub written: Written,
     pub inline: bool,
+    /// Each fsync of a segment is timed into it.
+    pub fsyncs: Arc<combkv::DurationHistogram>,
 }
 
 impl IoThread {
@@ -202,6 +204,7 @@ impl IoThread {
             synced_saved,
             written,
             inline,
+            fsyncs,
         } = start;
         let files = Files {
             storage,
@@ -221,6 +224,7 @@ impl IoThread {
             synced_saved,
             synced_saved_at: None,
             written,
+            fsyncs,
         };
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
@@ -386,6 +390,7 @@ pub(crate) struct Files {
     synced_saved: Option<Synced>,
     synced_saved_at: Option<Instant>,
     written: Written,
+    fsyncs: Arc<combkv::DurationHistogram>,
 }
 
 impl std::fmt::Debug for Files {
@@ -626,7 +631,11 @@ impl Files {
     fn sync(&mut self) -> io::Result<()> {
         self.synced_at = Instant::now();
         let r = self.guarded(|f| match f.open.as_mut() {
-            Some(file) => file.sync_data(),
+            Some(file) => {
+                let r = file.sync_data();
+                f.fsyncs.observe(f.synced_at.elapsed());
+                r
+            }
             None => Ok(()),
         });
         if r.is_ok() {
@@ -643,7 +652,9 @@ impl Files {
         let Some(mut old) = self.open.take() else {
             return Ok(());
         };
+        let began = Instant::now();
         old.sync_data()?;
+        self.fsyncs.observe(began.elapsed());
         drop(old);
         self.note_synced();
         let last = self

@@ -142,6 +142,8 @@ pub struct LogStore {
     commit_to_save: CommitSlot,
     /// See [`LogOptions::own_id`].
     own_id: Option<NodeId>,
+    /// How long each fsync of a segment took.
+    fsyncs: Arc<combkv::DurationHistogram>,
 }
 
 /// See [`LogStore::save_committed`].
@@ -261,6 +263,7 @@ impl LogStore {
         }));
         let segments = Arc::new(Mutex::new(Segments::new(segments)));
         let written_state = Arc::clone(&state);
+        let fsyncs = Arc::new(combkv::DurationHistogram::new());
         let io = IoThread::start(io_thread::Start {
             storage: Arc::clone(&storage),
             dir: dir.to_path_buf(),
@@ -275,6 +278,7 @@ impl LogStore {
                 state.cache.written(append, indexes.iter().map(|&(i, _)| i));
             }),
             inline: options.inline,
+            fsyncs: Arc::clone(&fsyncs),
         })?;
         let store = LogStore {
             state,
@@ -284,6 +288,7 @@ impl LogStore {
             dir: dir.to_path_buf(),
             commit_to_save: CommitSlot::default(),
             own_id: options.own_id,
+            fsyncs,
         };
         Ok((store, report))
     }
@@ -392,6 +397,12 @@ impl LogStore {
     /// The directory of this log.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// How long each fsync of a segment took (appends and closing
+    /// segments; none with `SyncPolicy::None`).
+    pub fn fsync_durations(&self) -> combkv::HistogramSnapshot {
+        self.fsyncs.snapshot()
     }
 
     /// The newest commit point openraft reported.

@@ -415,6 +415,12 @@ fn durations(shared: &Shared, e: &mut DescriptorEncoder) -> fmt::Result {
         "combkv_raft_proposal_duration_seconds",
         "Each write proposal this node handed to Raft, until its results were applied here.",
         &c.proposal_durations(),
+    )?;
+    seconds(
+        e,
+        "combkv_raft_log_fsync_duration_seconds",
+        "Each fsync of this node's Raft log (its write-ahead log on a cluster node).",
+        &c.log_fsync_durations(),
     )
 }
 
