@@ -17,6 +17,7 @@ mod latency;
 mod lcs;
 mod memory;
 pub(crate) mod multi;
+mod object;
 pub(crate) mod ordered;
 mod server;
 mod spec;
