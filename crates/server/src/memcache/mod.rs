@@ -623,6 +623,7 @@ impl Protocol for Memcache {
         Ran {
             close,
             held: cx.held.take(),
+            parked: false,
         }
     }
 

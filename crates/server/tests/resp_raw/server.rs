@@ -96,6 +96,7 @@ const TABLE: &[(&str, i32)] = &[
     ("type", 2),
     ("unlink", -2),
     ("unwatch", 1),
+    ("wait", 3),
     ("watch", -2),
 ];
 

@@ -228,6 +228,8 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "generic", "Deletes keys."),
     spec!("unwatch", 1, Kind::Control, "", 0, 0, multi::unwatch,
           "transactions", "Forgets every watched key."),
+    spec!("wait", 3, Kind::Control, "", 0, 0, cluster::wait,
+          "generic", "Waits for followers to hold the connection's writes."),
     spec!("watch", -2, Kind::Read, "m", 1, -1, multi::watch,
           "transactions", "Aborts the next EXEC if any of these keys changes."),
 ];
