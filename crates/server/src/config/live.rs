@@ -9,7 +9,8 @@ use super::{ByteSize, ServerConfig};
 
 /// What CONFIG SET changes while serving (`requirepass` is the default
 /// user's password; the TLS files are loaded and checked before they are
-/// used by new connections). Every other setting needs a restart: listeners, the data
+/// used by new connections; `hot-cache-entries` gives each event loop a
+/// new, empty cache of that size at its next turn). Every other setting needs a restart: listeners, the data
 /// directory and durability (the log's writer is set up for one mode), the
 /// store's geometry, threads, cluster settings.
 pub const LIVE_SETTINGS: &[&str] = &[
@@ -24,6 +25,7 @@ pub const LIVE_SETTINGS: &[&str] = &[
     "slowlog-log-slower-than",
     "slowlog-max-len",
     "latency-monitor-threshold",
+    "hot-cache-entries",
     "tls-cert-file",
     "tls-key-file",
     "tls-ca-cert-file",
@@ -64,6 +66,7 @@ impl ServerConfig {
             "slowlog-log-slower-than" => self.slowlog_log_slower_than = number(value)?,
             "slowlog-max-len" => self.slowlog_max_len = number(value)?,
             "latency-monitor-threshold" => self.latency_monitor_threshold = number(value)?,
+            "hot-cache-entries" => self.hot_cache_entries = number(value)?,
             "tls-cert-file" => self.tls_cert_file = path(value),
             "tls-key-file" => self.tls_key_file = path(value),
             "tls-ca-cert-file" => self.tls_ca_cert_file = path(value),

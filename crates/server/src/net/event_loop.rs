@@ -37,6 +37,9 @@ pub(crate) struct EventLoop {
     incoming: Receiver<NewConn>,
     shared: Arc<Shared>,
     batch: BatchResults,
+    /// The hot-entry cache slots `batch` was made with (`hot-cache-entries`
+    /// when it was).
+    hot_entries: usize,
     /// Connections with input left over from the last turn.
     again: Vec<usize>,
     /// This turn's connections to serve, (token, whether a short read may
@@ -82,6 +85,7 @@ impl EventLoop {
                 poll,
                 conns: Slab::new(),
                 incoming,
+                hot_entries: shared.config.hot_cache_entries,
                 shared,
                 batch,
                 again: Vec::new(),
@@ -144,6 +148,7 @@ impl EventLoop {
             // Loading is read before the store: a turn that finds the node
             // serving finds its store too.
             self.loading = self.shared.readiness.loading();
+            self.fit_hot_cache();
             let store = self.shared.current_store();
             let session = store.session();
             // Parked connections whose answer landed go on with the input
@@ -187,6 +192,18 @@ impl EventLoop {
                 self.drain();
                 return;
             }
+        }
+    }
+
+    /// After CONFIG SET hot-cache-entries: a new cache of the size set,
+    /// between turns (its entries would not fit the new size, so it starts
+    /// empty; what the old one counted is published first).
+    fn fit_hot_cache(&mut self) {
+        let entries = self.shared.live.hot_cache_entries();
+        if entries != self.hot_entries {
+            self.shared.stats.add_hot_cache(&mut self.batch);
+            self.batch = crate::config::read_results_for(entries);
+            self.hot_entries = entries;
         }
     }
 

@@ -36,6 +36,7 @@ pub struct Live {
     log_level: Mutex<String>,
     requirepass: Mutex<Option<String>>,
     latency_monitor_threshold: AtomicU64,
+    hot_cache_entries: AtomicUsize,
 }
 
 impl Live {
@@ -50,12 +51,19 @@ impl Live {
             log_level: Mutex::new(c.log_level.clone()),
             requirepass: Mutex::new(c.requirepass.clone()),
             latency_monitor_threshold: AtomicU64::new(c.latency_monitor_threshold),
+            hot_cache_entries: AtomicUsize::new(c.hot_cache_entries),
         }
     }
 
     /// `latency-monitor-threshold` in milliseconds; 0: off.
     pub fn latency_monitor_threshold(&self) -> u64 {
         self.latency_monitor_threshold.load(Relaxed)
+    }
+
+    /// `hot-cache-entries`: each event loop's hot-entry cache slots; 0:
+    /// none. Read by the loops between turns.
+    pub fn hot_cache_entries(&self) -> usize {
+        self.hot_cache_entries.load(Relaxed)
     }
 
     pub fn maxmemory(&self) -> u64 {
@@ -90,6 +98,7 @@ impl Live {
         c.log_level = self.log_level.lock().clone();
         c.requirepass = self.requirepass.lock().clone();
         c.latency_monitor_threshold = self.latency_monitor_threshold();
+        c.hot_cache_entries = self.hot_cache_entries();
         c
     }
 
@@ -118,6 +127,8 @@ impl Live {
         self.requirepass.lock().clone_from(&next.requirepass);
         self.latency_monitor_threshold
             .store(next.latency_monitor_threshold, Relaxed);
+        self.hot_cache_entries
+            .store(next.hot_cache_entries, Relaxed);
         Ok(())
     }
 }

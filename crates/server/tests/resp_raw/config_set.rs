@@ -266,3 +266,69 @@ fn monitor_streams_commands() {
         assert!(line.ends_with(&format!("{want}\r\n")), "{line}");
     }
 }
+
+/// INFO stats' hot-cache hits and misses.
+fn hot_cache_counts(c: &mut Conn) -> (u64, u64) {
+    let info = c.q("INFO stats");
+    let field = |name: &str| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or_else(|| panic!("INFO stats has {name}: {info}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    (field("hot_cache_hits:"), field("hot_cache_misses:"))
+}
+
+/// CONFIG SET hot-cache-entries gives each event loop a cache of that
+/// size from its next turn: hot keys are then answered from it (the
+/// hit counter grows), and with 0 there is none (neither counter moves).
+#[test]
+fn hot_cache_entries_resize_the_loops_caches() {
+    let s = server();
+    let mut c = s.connect();
+    c.ok(
+        "CONFIG GET hot-cache-entries",
+        &bulks(&["hot-cache-entries", "0"]),
+    );
+    c.ok("MSET h1 a h2 b", OK);
+    gets(&mut c, "a");
+    assert_eq!(hot_cache_counts(&mut c), (0, 0), "no cache by default");
+    set(&mut c, "hot-cache-entries", "256");
+    gets(&mut c, "a");
+    let (hits, misses) = hot_cache_counts(&mut c);
+    assert!(hits > 300, "{hits} hits, {misses} misses with a cache");
+    // An overwritten value is never answered from the cache.
+    c.ok("SET h1 z", OK);
+    c.ok("MGET h1 h2", &bulks(&["z", "b"]));
+    set(&mut c, "hot-cache-entries", "0");
+    let before = hot_cache_counts(&mut c);
+    gets(&mut c, "z");
+    assert_eq!(hot_cache_counts(&mut c), before, "a cache after setting 0");
+    c.ok(
+        "CONFIG SET hot-cache-entries 99999999999",
+        &refused(
+            "hot-cache-entries",
+            "hot-cache-entries must be at most 1048576",
+        ),
+    );
+    c.ok(
+        "CONFIG SET hot-cache-entries lots",
+        &refused(
+            "hot-cache-entries",
+            "argument couldn't be parsed into an integer: 'lots'",
+        ),
+    );
+    c.ok(
+        "CONFIG GET hot-cache-entries",
+        &bulks(&["hot-cache-entries", "0"]),
+    );
+}
+
+/// 200 reads of the two hot keys, `h1` holding `h1`.
+fn gets(c: &mut Conn, h1: &str) {
+    for _ in 0..200 {
+        c.ok("MGET h1 h2", &bulks(&[h1, "b"]));
+    }
+}
