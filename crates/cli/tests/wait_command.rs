@@ -162,6 +162,11 @@ fn a_cluster_leader_counts_the_followers_that_hold_the_writes() {
         v => panic!("WAIT on a follower: {v}"),
     }
 
+    // Durability is the Raft log's on a cluster node, set at start.
+    match c.cmd(&["CONFIG", "SET", "durability", "everysec"]) {
+        Value::Error(e) => assert!(e.contains("not changeable on a cluster node"), "{e}"),
+        v => panic!("CONFIG SET durability on a cluster node: {v}"),
+    }
     nodes[f].kill();
     assert_eq!(c.cmd(&["SET", "k", "2"]), Value::Simple("OK".into()));
     assert_eq!(c.cmd(&["WAIT", "1", "0"]), Value::Int(1));

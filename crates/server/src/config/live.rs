@@ -10,8 +10,10 @@ use super::{ByteSize, ServerConfig};
 /// What CONFIG SET changes while serving (`requirepass` is the default
 /// user's password; the TLS files are loaded and checked before they are
 /// used by new connections; `hot-cache-entries` gives each event loop a
-/// new, empty cache of that size at its next turn). Every other setting needs a restart: listeners, the data
-/// directory and durability (the log's writer is set up for one mode), the
+/// new, empty cache of that size at its next turn; `durability` switches
+/// the log's mode, every mode writing the same log, and is refused on a
+/// cluster node, whose Raft log's sync policy is set at start). Every
+/// other setting needs a restart: listeners, the data directory, the
 /// store's geometry, threads, cluster settings.
 pub const LIVE_SETTINGS: &[&str] = &[
     "maxmemory",
@@ -26,6 +28,7 @@ pub const LIVE_SETTINGS: &[&str] = &[
     "slowlog-max-len",
     "latency-monitor-threshold",
     "hot-cache-entries",
+    "durability",
     "tls-cert-file",
     "tls-key-file",
     "tls-ca-cert-file",
@@ -67,6 +70,7 @@ impl ServerConfig {
             "slowlog-max-len" => self.slowlog_max_len = number(value)?,
             "latency-monitor-threshold" => self.latency_monitor_threshold = number(value)?,
             "hot-cache-entries" => self.hot_cache_entries = number(value)?,
+            "durability" => self.durability = Some(value.to_ascii_lowercase().parse()?),
             "tls-cert-file" => self.tls_cert_file = path(value),
             "tls-key-file" => self.tls_key_file = path(value),
             "tls-ca-cert-file" => self.tls_ca_cert_file = path(value),

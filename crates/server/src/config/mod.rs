@@ -35,6 +35,26 @@ impl DurabilityMode {
             DurabilityMode::None => "none",
         }
     }
+
+    /// The engine's mode of the same name.
+    pub fn engine(self) -> combkv::Durability {
+        match self {
+            DurabilityMode::Always => combkv::Durability::Always,
+            DurabilityMode::Everysec => combkv::Durability::EverySec,
+            DurabilityMode::None => combkv::Durability::None,
+        }
+    }
+
+    /// How much a crash may lose of what was acknowledged: 0 nothing
+    /// (`always`), then about a second (`everysec`), then what the OS had
+    /// not written back (`none`).
+    pub fn risk(self) -> u8 {
+        match self {
+            DurabilityMode::Always => 0,
+            DurabilityMode::Everysec => 1,
+            DurabilityMode::None => 2,
+        }
+    }
 }
 
 impl FromStr for DurabilityMode {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use parking_lot::Mutex;
 
-use crate::config::{ByteSize, ServerConfig};
+use crate::config::{ByteSize, DurabilityMode, ServerConfig};
 
 /// Changes the process's log filter (installed by the binary, which owns
 /// the subscriber): Err says why a level was refused.
@@ -37,6 +37,9 @@ pub struct Live {
     requirepass: Mutex<Option<String>>,
     latency_monitor_threshold: AtomicU64,
     hot_cache_entries: AtomicUsize,
+    /// The mode the store's log is in (CONFIG SET switches the log first:
+    /// `node::settings`).
+    durability: Mutex<DurabilityMode>,
 }
 
 impl Live {
@@ -52,6 +55,7 @@ impl Live {
             requirepass: Mutex::new(c.requirepass.clone()),
             latency_monitor_threshold: AtomicU64::new(c.latency_monitor_threshold),
             hot_cache_entries: AtomicUsize::new(c.hot_cache_entries),
+            durability: Mutex::new(c.durability_mode()),
         }
     }
 
@@ -64,6 +68,11 @@ impl Live {
     /// none. Read by the loops between turns.
     pub fn hot_cache_entries(&self) -> usize {
         self.hot_cache_entries.load(Relaxed)
+    }
+
+    /// `durability` as the store's log is now.
+    pub fn durability(&self) -> DurabilityMode {
+        *self.durability.lock()
     }
 
     pub fn maxmemory(&self) -> u64 {
@@ -99,6 +108,7 @@ impl Live {
         c.requirepass = self.requirepass.lock().clone();
         c.latency_monitor_threshold = self.latency_monitor_threshold();
         c.hot_cache_entries = self.hot_cache_entries();
+        c.durability = Some(self.durability());
         c
     }
 
@@ -129,6 +139,7 @@ impl Live {
             .store(next.latency_monitor_threshold, Relaxed);
         self.hot_cache_entries
             .store(next.hot_cache_entries, Relaxed);
+        *self.durability.lock() = next.durability_mode();
         Ok(())
     }
 }

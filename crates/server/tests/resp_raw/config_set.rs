@@ -332,3 +332,85 @@ fn gets(c: &mut Conn, h1: &str) {
         c.ok("MGET h1 h2", &bulks(&[h1, "b"]));
     }
 }
+
+/// A number from INFO `section`.
+fn info_number(c: &mut Conn, section: &str, name: &str) -> u64 {
+    let info = c.q(&format!("INFO {section}"));
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+        .unwrap_or_else(|| panic!("INFO {section} has {name}: {info}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// CONFIG SET durability switches the log's fsync policy at once: with
+/// `always` each acknowledged write had its own fsync, with `everysec`
+/// writes go without one, back to `always` they have one again, `none`
+/// has none; what was written in every mode is there after a restart.
+/// Without a data directory there is no log to switch.
+#[test]
+fn durability_switches_the_logs_fsync_policy() {
+    let dir = std::env::temp_dir().join(format!("combkv-live-durability-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut cfg = config();
+    cfg.data_dir = Some(dir.clone());
+    let s = TestServer::start(cfg.clone());
+    let mut c = s.connect();
+    c.ok("CONFIG GET durability", &bulks(&["durability", "always"]));
+    let writes = |c: &mut Conn, mode: &str, n: usize| -> u64 {
+        let before = info_number(c, "persistence", "fsyncs");
+        for i in 0..n {
+            c.ok(&format!("SET {mode}{i} v"), OK);
+        }
+        info_number(c, "persistence", "fsyncs") - before
+    };
+    let n = writes(&mut c, "always", 20);
+    assert!(n >= 20, "{n} fsyncs for 20 writes with always");
+    set(&mut c, "durability", "everysec");
+    c.ok(
+        "CONFIG GET appendfsync",
+        &bulks(&["appendfsync", "everysec"]),
+    );
+    let info = c.q("INFO persistence");
+    assert!(info.contains("\r\ndurability:everysec\r\n"), "{info}");
+    // One fsync a second at most (these take far less than 3 seconds).
+    let n = writes(&mut c, "everysec", 50);
+    assert!(n <= 3, "{n} fsyncs for 50 writes with everysec");
+    set(&mut c, "durability", "always");
+    let n = writes(&mut c, "again", 20);
+    assert!(n >= 20, "{n} fsyncs for 20 writes with always again");
+    set(&mut c, "durability", "none");
+    let n = writes(&mut c, "none", 20);
+    assert!(n <= 1, "{n} fsyncs for 20 writes with none");
+    c.ok(
+        "CONFIG SET durability sometimes",
+        &refused(
+            "durability",
+            "unknown durability 'sometimes' (expected always, everysec or none)",
+        ),
+    );
+    c.ok("CONFIG GET durability", &bulks(&["durability", "none"]));
+    drop(c);
+    drop(s);
+    // A clean stop writes the log out; every mode's writes come back.
+    let s = TestServer::start(cfg);
+    let mut c = s.connect();
+    c.ok("DBSIZE", &int(110));
+    c.ok("GET everysec49", &bulk("v"));
+    c.ok("GET none19", &bulk("v"));
+    drop(c);
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let s = server();
+    let mut c = s.connect();
+    c.ok(
+        "CONFIG SET durability always",
+        &refused(
+            "durability",
+            "durability 'always' needs a data directory (--data-dir)",
+        ),
+    );
+    c.ok("CONFIG GET durability", &bulks(&["durability", "none"]));
+}
