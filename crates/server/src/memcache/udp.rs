@@ -79,12 +79,7 @@ pub(crate) fn serve(socket: UdpSocket, shared: Arc<Shared>) {
     let mut batch = shared.config.read_results();
     let mut hot_entries = shared.config.hot_cache_entries;
     while !shared.shutting_down.load(Ordering::Acquire) {
-        // CONFIG SET hot-cache-entries, as the event loops take it.
-        if shared.live.hot_cache_entries() != hot_entries {
-            shared.stats.add_hot_cache(&mut batch);
-            hot_entries = shared.live.hot_cache_entries();
-            batch = crate::config::read_results_for(hot_entries);
-        }
+        shared.fit_hot_cache(&mut batch, &mut hot_entries);
         let (n, peer) = match socket.recv_from(&mut buf) {
             Ok(got) => got,
             Err(e)

@@ -148,7 +148,8 @@ impl EventLoop {
             // Loading is read before the store: a turn that finds the node
             // serving finds its store too.
             self.loading = self.shared.readiness.loading();
-            self.fit_hot_cache();
+            self.shared
+                .fit_hot_cache(&mut self.batch, &mut self.hot_entries);
             let store = self.shared.current_store();
             let session = store.session();
             // Parked connections whose answer landed go on with the input
@@ -192,18 +193,6 @@ impl EventLoop {
                 self.drain();
                 return;
             }
-        }
-    }
-
-    /// After CONFIG SET hot-cache-entries: a new cache of the size set,
-    /// between turns (its entries would not fit the new size, so it starts
-    /// empty; what the old one counted is published first).
-    fn fit_hot_cache(&mut self) {
-        let entries = self.shared.live.hot_cache_entries();
-        if entries != self.hot_entries {
-            self.shared.stats.add_hot_cache(&mut self.batch);
-            self.batch = crate::config::read_results_for(entries);
-            self.hot_entries = entries;
         }
     }
 
