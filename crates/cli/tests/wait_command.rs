@@ -186,9 +186,21 @@ fn a_cluster_leader_counts_the_followers_that_hold_the_writes() {
     c.send(&["GET", "k"]);
     assert_eq!(c.reply(Duration::from_secs(5)), Value::Int(1));
     assert_eq!(c.reply(Duration::from_secs(5)), Value::Bulk(b"2".to_vec()));
-    // Once the follower is back, it catches up and counts again.
+    // Once the follower is back, it catches up and counts again: a write
+    // and a WAIT sent together, the WAIT for the write's own entry.
     nodes[f].start(f as u64 + 1, &peers);
-    assert_eq!(c.cmd(&["WAIT", "2", "30000"]), Value::Int(2));
+    c.send(&["SET", "k", "3"]);
+    c.send(&["WAIT", "2", "30000"]);
+    assert_eq!(c.reply(Duration::from_secs(5)), Value::Simple("OK".into()));
+    assert_eq!(c.reply(Duration::from_secs(35)), Value::Int(2));
+    // A WAIT that parked is counted once, when it answers.
+    let stats = c.cmd(&["INFO", "commandstats"]).text().unwrap();
+    let waits = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_wait:calls="))
+        .and_then(|l| l.split(',').next())
+        .unwrap_or_else(|| panic!("no WAIT in {stats}"));
+    assert_eq!(waits, "7", "{stats}");
     drop(nodes);
     let _ = std::fs::remove_dir_all(&root);
 }
