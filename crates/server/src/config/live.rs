@@ -149,6 +149,11 @@ mod tests {
         assert_eq!(c.slowlog_log_slower_than, -1);
         c.set_live("requirepass", "").unwrap();
         assert_eq!(c.requirepass, None);
+        c.set_live("hot-cache-entries", "4096").unwrap();
+        assert_eq!(c.hot_cache_entries, 4096);
+        c.set_live("durability", "EverySec").unwrap();
+        assert_eq!(c.durability, Some(crate::config::DurabilityMode::Everysec));
+        assert!(c.set_live("durability", "sometimes").is_err());
         assert!(c.set_live("maxclients", "many").is_err());
         assert!(c.set_live("maxmemory", "3 apples").is_err());
         let why = c.set_live("data-dir", "/x").unwrap_err();
