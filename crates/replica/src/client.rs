@@ -81,6 +81,16 @@ impl Replica {
     /// [`Replica::proposal_durations`]); one that failed is not, so that a
     /// refusal's or a timeout's wait does not read as commit latency.
     pub async fn write(&self, now_ms: u64, ops: Vec<u8>) -> Result<Results, ClusterError> {
+        self.write_indexed(now_ms, ops).await.map(|(_, r)| r)
+    }
+
+    /// [`Replica::write`], with the index of the log entry that holds the
+    /// ops (what WAIT waits for the followers to hold).
+    pub async fn write_indexed(
+        &self,
+        now_ms: u64,
+        ops: Vec<u8>,
+    ) -> Result<(u64, Results), ClusterError> {
         let started = Instant::now();
         let r = self.propose_and_wait(now_ms, ops).await;
         if r.is_ok() {
@@ -89,8 +99,12 @@ impl Replica {
         r
     }
 
-    /// [`Replica::write`], untimed.
-    async fn propose_and_wait(&self, now_ms: u64, ops: Vec<u8>) -> Result<Results, ClusterError> {
+    /// [`Replica::write_indexed`], untimed.
+    async fn propose_and_wait(
+        &self,
+        now_ms: u64,
+        ops: Vec<u8>,
+    ) -> Result<(u64, Results), ClusterError> {
         // Whichever way the answer comes (this node's group commit, or a
         // leader's encoded reply), it holds one result per op, or it is
         // not an answer to these ops.
@@ -164,7 +178,7 @@ impl Replica {
                     let left = deadline.saturating_duration_since(Instant::now());
                     self.wait_applied(log_id.index, left.max(Duration::from_secs(1)))
                         .await;
-                    return Ok(results);
+                    return Ok((log_id.index, results));
                 }
                 // Refused before it entered the log, or truncated from it:
                 // not applied, so it may go again.
@@ -196,6 +210,71 @@ impl Replica {
             Ok(Ok(r)) => r,
             Ok(Err(_)) => Err(ClusterError::Stopped),
             Err(_) => Err(ClusterError::NoLeader),
+        }
+    }
+
+    /// The last index this node knows committed (WAIT's target for a
+    /// client that wrote nothing).
+    pub fn commit_index(&self) -> u64 {
+        crate::replica::index_of(self.inner.log.committed())
+    }
+
+    /// On the leader: how many voters besides it hold the log up to
+    /// `index`, by the indexes replication has matched on each. None on
+    /// any other node: only the leader tracks its followers.
+    pub fn replicas_at(&self, index: u64) -> Option<usize> {
+        let metrics = self.inner.raft.metrics();
+        let m = metrics.borrow();
+        if m.current_leader != Some(self.inner.id) {
+            return None;
+        }
+        let matched = m.replication.as_ref()?;
+        let voters = m.membership_config.membership().voter_ids();
+        let held = voters.filter(|id| {
+            *id != self.inner.id
+                && matched
+                    .get(id)
+                    .is_some_and(|l| crate::replica::index_of(*l) >= index)
+        });
+        Some(held.count())
+    }
+
+    /// WAIT: waits until `want` voters besides this leader hold the log up
+    /// to `index`, for at most `timeout` (None: no limit) or until `stop`
+    /// ends; then answers how many do (`replicas_at`). Woken by every
+    /// change of openraft's metrics, which replication reports as each
+    /// follower's matched index grows.
+    pub async fn wait_replicas(
+        &self,
+        index: u64,
+        want: usize,
+        timeout: Option<Duration>,
+        stop: impl std::future::Future<Output = ()>,
+    ) -> Option<usize> {
+        let mut rx = self.inner.raft.metrics();
+        let deadline = async {
+            match timeout {
+                Some(t) => tokio::time::sleep(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(deadline, stop);
+        loop {
+            rx.borrow_and_update();
+            match self.replicas_at(index) {
+                Some(n) if n < want => {}
+                done => return done,
+            }
+            tokio::select! {
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        // Raft stopped: nothing more will be matched.
+                        return self.replicas_at(index);
+                    }
+                }
+                () = &mut deadline => return self.replicas_at(index),
+                () = &mut stop => return self.replicas_at(index),
+            }
         }
     }
 

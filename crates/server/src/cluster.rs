@@ -162,24 +162,56 @@ impl Cluster {
     }
 
     /// Proposes a turn's writes in the background as one batch; `done`
-    /// gets their outcomes in order (on a Raft thread: it must only hand
+    /// gets their outcomes in order, and the index of the log entry that
+    /// holds them when it has one (on a Raft thread: it must only hand
     /// them on).
     pub(crate) fn propose_all(
         &self,
         ops: OpList,
-        done: impl FnOnce(Vec<Result<Outcome, StoreError>>) + Send + 'static,
+        done: impl FnOnce(Option<u64>, Vec<Result<Outcome, StoreError>>) + Send + 'static,
     ) {
         let n = ops.len();
         let joined = ops.finish();
         let now = self.replica.clock_ms();
         let replica = self.replica.clone();
         self.rt.spawn(async move {
-            let results = match replica.write(now, joined).await.map_err(cluster_error) {
+            match replica.write_indexed(now, joined).await {
                 // One result per op (`Replica::write`).
-                Ok(results) => results,
-                Err(e) => vec![Err(e); n],
+                Ok((index, results)) => done(Some(index), results),
+                Err(e) => done(None, vec![Err(cluster_error(e)); n]),
+            }
+        });
+    }
+
+    /// The last index this node knows committed.
+    pub(crate) fn commit_index(&self) -> u64 {
+        self.replica.commit_index()
+    }
+
+    /// On the leader: how many voters besides it hold the log up to
+    /// `index`; None on any other node.
+    pub(crate) fn replicas_at(&self, index: u64) -> Option<usize> {
+        self.replica.replicas_at(index)
+    }
+
+    /// WAIT in the background: `done` gets how many voters besides the
+    /// leader hold the log up to `index` once `want` do, `timeout` passed
+    /// (None: no limit) or the server stops (on a Raft thread: it must
+    /// only hand it on). None: this node is not (or no longer) the leader.
+    pub(crate) fn wait_replicas_then(
+        &self,
+        index: u64,
+        want: usize,
+        timeout: Option<Duration>,
+        done: impl FnOnce(Option<usize>) + Send + 'static,
+    ) {
+        let replica = self.replica.clone();
+        let mut stopping = self.stopping.subscribe();
+        self.rt.spawn(async move {
+            let stop = async move {
+                let _ = stopping.wait_for(|s| *s).await;
             };
-            done(results);
+            done(replica.wait_replicas(index, want, timeout, stop).await);
         });
     }
 

@@ -257,7 +257,10 @@ impl<P: Protocol> Pipeline<P> {
             }
             _ => {}
         }
-        let close = self.run(cx, input, req, out);
+        let Some(close) = self.run(cx, input, req, out) else {
+            // Counted when it runs again and answers.
+            return Took::Wait;
+        };
         Stats::add(&cx.shared.stats.commands_processed, 1);
         if close {
             Took::Close
@@ -301,20 +304,25 @@ impl<P: Protocol> Pipeline<P> {
     }
 
     /// Executes one request that is not batched, timed for the slow log;
-    /// its reply is written, or held. True: close the connection after the
-    /// replies.
+    /// its reply is written, or held. Some(true): close the connection
+    /// after the replies; None: it parked, answering nothing (untimed: it
+    /// is timed when it runs again).
     fn run(
         &mut self,
         cx: &mut Cx<'_>,
         input: &[u8],
         req: &P::Request<'_>,
         out: &mut Vec<u8>,
-    ) -> bool {
+    ) -> Option<bool> {
         if P::TIMED {
             self.laps.start();
         }
         let before = out.len();
         let ran = self.proto.execute(cx, input, req, out);
+        if ran.parked {
+            debug_assert_eq!(out.len(), before, "a parked request answers nothing now");
+            return None;
+        }
         if P::TIMED {
             let took = self.laps.lap();
             self.proto.timed(cx, input, req, took);
@@ -327,7 +335,7 @@ impl<P: Protocol> Pipeline<P> {
             // the held ones.
             self.held.push_back(Pending::Bytes(out.split_off(before)));
         }
-        ran.close
+        Some(ran.close)
     }
 
     /// Commits the session if this connection wrote since its last commit,

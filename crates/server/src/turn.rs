@@ -332,6 +332,9 @@ pub(crate) struct Ran<H> {
     /// Its reply waits for the outcomes of this many held writes (never
     /// with `close`).
     pub held: Option<(H, usize)>,
+    /// It answered nothing: its connection parked until an answer lands
+    /// (WAIT), and the request is parsed and run again then.
+    pub parked: bool,
 }
 
 /// The result of processing a connection's input.

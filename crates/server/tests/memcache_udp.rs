@@ -232,3 +232,60 @@ fn udp_is_off_by_default_and_refused_with_a_password() {
     .unwrap_err();
     assert!(err.to_string().contains("requirepass"), "{err}");
 }
+
+/// One RESP command over TCP, its reply up to `until`.
+fn resp(server: &Server, line: &str, until: &str) -> String {
+    let mut s = TcpStream::connect(server.resp_addr().unwrap()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(format!("{line}\r\n").as_bytes()).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains(until) {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8(got).unwrap()
+}
+
+fn hot_cache_hits(server: &Server) -> u64 {
+    let info = resp(server, "INFO stats", "hot_cache_misses:");
+    info.lines()
+        .find_map(|l| l.strip_prefix("hot_cache_hits:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// CONFIG SET hot-cache-entries reaches the UDP reader too: its gets are
+/// answered from a cache once one is set, and from none after 0.
+#[test]
+fn the_udp_reader_takes_hot_cache_entries_live() {
+    let server = Server::start(ServerConfig {
+        resp: Listen::At("127.0.0.1:0".parse().unwrap()),
+        memcached: Listen::At("127.0.0.1:0".parse().unwrap()),
+        memcached_udp: Listen::At("127.0.0.1:0".parse().unwrap()),
+        threads: 1,
+        ..Default::default()
+    })
+    .expect("server starts");
+    tcp_set(&server, "hot", b"v", 0);
+    let c = Client::new(&server);
+    let gets = |first: u16| {
+        for id in first..first + 100 {
+            let (reply, _) = c.request(id, b"get hot\r\n");
+            assert_eq!(reply, b"VALUE hot 0 1\r\nv\r\nEND\r\n");
+        }
+    };
+    gets(0);
+    assert_eq!(hot_cache_hits(&server), 0, "no cache by default");
+    resp(&server, "CONFIG SET hot-cache-entries 64", "+OK\r\n");
+    gets(100);
+    let hits = hot_cache_hits(&server);
+    assert!(hits > 50, "{hits} hits with a cache");
+    resp(&server, "CONFIG SET hot-cache-entries 0", "+OK\r\n");
+    gets(200);
+    assert_eq!(hot_cache_hits(&server), hits, "hits without a cache");
+    server.shutdown();
+}

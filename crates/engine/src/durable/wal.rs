@@ -25,7 +25,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -92,7 +92,9 @@ pub(crate) struct WalCounters {
 pub(crate) struct Wal {
     dir: PathBuf,
     storage: Arc<dyn Storage>,
-    mode: Durability,
+    /// The durability mode (`Durability` as `mode_code` writes it): set at
+    /// open, switched by `set_mode` while writers go on.
+    mode: AtomicU8,
     segment_bytes: u64,
     clock: Arc<VersionClock>,
     buffer: Mutex<Buffer>,
@@ -122,7 +124,7 @@ impl std::fmt::Debug for Wal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Wal")
             .field("dir", &self.dir)
-            .field("mode", &self.mode)
+            .field("mode", &self.mode())
             .field("durable", &self.durable.load(Ordering::Relaxed))
             .finish()
     }
@@ -165,7 +167,7 @@ impl Wal {
         let wal = Arc::new(Wal {
             dir,
             storage,
-            mode,
+            mode: AtomicU8::new(mode_code(mode)),
             segment_bytes: segment_bytes.max(record::HEADER_BYTES as u64 + 1),
             clock,
             buffer: Mutex::new(Buffer::default()),
@@ -205,7 +207,54 @@ impl Wal {
     }
 
     pub(crate) fn mode(&self) -> Durability {
-        self.mode
+        match self.mode.load(Ordering::Acquire) {
+            0 => Durability::Always,
+            1 => Durability::EverySec,
+            _ => Durability::None,
+        }
+    }
+
+    /// Switches the durability mode while writers go on. The log and its
+    /// writer are the same in every mode; only when a write is fsynced,
+    /// acknowledged and made visible differs.
+    ///
+    /// To `Always`: every version handed out before the switch stays
+    /// visible (the read limit is set at the last one, which no reader has
+    /// passed: versions are taken under the buffer's lock, held here), the
+    /// ones after it become visible once fsynced, and this returns once
+    /// everything written before the switch is fsynced too. From `Always`:
+    /// the read limit is lifted and writers waiting for an fsync are let
+    /// go, their records written as the new mode says. Err: the log
+    /// failed.
+    pub(crate) fn set_mode(&self, to: Durability) -> Result<(), WalError> {
+        let settle = {
+            let mut b = self.buffer.lock();
+            if let Some(cause) = self.failure() {
+                return Err(cause);
+            }
+            let from = self.mode();
+            self.mode.store(mode_code(to), Ordering::Release);
+            let settle = if to == Durability::Always && from != Durability::Always {
+                let upto = self.clock.write_version();
+                self.clock.set_limit(upto);
+                b.wanted = b.wanted.max(upto);
+                Some(upto)
+            } else {
+                if from == Durability::Always && to != Durability::Always {
+                    self.clock.set_limit(u64::MAX);
+                }
+                None
+            };
+            // The flusher takes the new mode (and what to fsync) now, and
+            // writers waiting for an fsync look again.
+            self.wake.notify_one();
+            self.progress.notify_all();
+            settle
+        };
+        match settle {
+            Some(upto) => self.wait_durable(upto),
+            None => Ok(()),
+        }
     }
 
     pub(crate) fn dir(&self) -> &std::path::Path {
@@ -229,7 +278,7 @@ impl Wal {
         if self.stopping.load(Ordering::Acquire) {
             return Err(WalError::ShutDown);
         }
-        if self.mode != Durability::Always {
+        if self.mode() != Durability::Always {
             let mut b = self.buffer.lock();
             while b.bytes.len() > MAX_BUFFERED_BYTES && !self.failed.load(Ordering::Acquire) {
                 self.wake.notify_one();
@@ -243,13 +292,8 @@ impl Wal {
     /// before acknowledgement (`Always`: on disk). Err(cause) if the log
     /// failed first.
     pub(crate) fn wait_durable(&self, v: u64) -> Result<(), WalError> {
-        if self.mode != Durability::Always {
-            if let Some(cause) = self.failure()
-                && v > self.written.load(Ordering::Acquire)
-            {
-                return Err(cause);
-            }
-            return Ok(());
+        if self.mode() != Durability::Always {
+            return self.written_or_failed(v);
         }
         if self.durable.load(Ordering::Acquire) >= v {
             return Ok(());
@@ -264,11 +308,27 @@ impl Wal {
             if let Some(cause) = self.failure() {
                 return Err(cause);
             }
+            if self.mode() != Durability::Always {
+                // Switched away while waiting (`set_mode`): the new mode's
+                // promise.
+                return self.written_or_failed(v);
+            }
             if self.exited.load(Ordering::Acquire) {
                 return Err(WalError::ShutDown);
             }
             self.progress.wait_for(&mut b, IDLE_WAKE);
         }
+    }
+
+    /// `EverySec`'s and `None`'s promise before acknowledgement: nothing,
+    /// unless the log failed before `v` was handed to the OS.
+    fn written_or_failed(&self, v: u64) -> Result<(), WalError> {
+        if let Some(cause) = self.failure()
+            && v > self.written.load(Ordering::Acquire)
+        {
+            return Err(cause);
+        }
+        Ok(())
     }
 
     /// Versions up to this are durable.
@@ -325,7 +385,7 @@ impl Wal {
                     if stop || needed {
                         break;
                     }
-                    if self.mode != Durability::Always {
+                    if self.mode() != Durability::Always {
                         // Write every interval, or at once when a writer
                         // waits for room.
                         self.wake.wait_for(&mut b, WRITE_INTERVAL);
@@ -347,7 +407,7 @@ impl Wal {
                     self.stopping.load(Ordering::Acquire),
                 )
             };
-            let sync = match self.mode {
+            let sync = match self.mode() {
                 Durability::Always => true,
                 Durability::EverySec => stop || last_sync.elapsed() >= Duration::from_secs(1),
                 Durability::None => stop,
@@ -369,7 +429,7 @@ impl Wal {
             if stop {
                 return;
             }
-            match self.maybe_rotate(file, upto) {
+            match self.maybe_rotate(file, upto, sync) {
                 Ok(f) => file = f,
                 Err(e) => {
                     self.fail(WalError::Rotate(IoError::new("write-ahead log segment", e)));
@@ -402,8 +462,10 @@ impl Wal {
         if sync && (!bytes.is_empty() || self.durable.load(Ordering::Acquire) < upto) {
             self.sync(&mut **file)?;
             self.durable.fetch_max(upto, Ordering::AcqRel);
-            if self.mode == Durability::Always {
-                self.clock.set_limit(upto);
+            if self.mode() == Durability::Always {
+                // Raised only: a switch to `Always` (`set_mode`) may have
+                // set it past this round's versions already.
+                self.clock.raise_limit(upto);
             }
         }
         Ok(())
@@ -419,12 +481,15 @@ impl Wal {
     }
 
     /// Starts a new segment when the current one is full. Records never span
-    /// segments; the old segment is synced first, so a later segment never
-    /// holds data while an earlier one is torn.
+    /// segments; the old segment is synced first (unless this round, `synced`,
+    /// did), so a later segment never holds data while an earlier one is
+    /// torn. Judged by the round, not the mode, which may have switched
+    /// since the round wrote.
     fn maybe_rotate(
         &self,
         mut file: Box<dyn WritableFile>,
         upto: u64,
+        synced: bool,
     ) -> std::io::Result<Box<dyn WritableFile>> {
         let (seq, bytes) = {
             let s = self.segments.lock();
@@ -434,7 +499,7 @@ impl Wal {
         if bytes < self.segment_bytes {
             return Ok(file);
         }
-        if self.mode != Durability::Always {
+        if !synced {
             self.sync(&mut *file)?;
         }
         let next = Self::create_segment(&*self.storage, &self.dir, seq + 1, upto)?;
@@ -501,5 +566,14 @@ impl VersionLog for Wal {
             b.records += 1;
         }
         v
+    }
+}
+
+/// `Wal::mode`'s encoding.
+fn mode_code(mode: Durability) -> u8 {
+    match mode {
+        Durability::Always => 0,
+        Durability::EverySec => 1,
+        Durability::None => 2,
     }
 }

@@ -249,6 +249,16 @@ impl Store {
         Ok(d.checkpoint_in_background()?)
     }
 
+    /// Switches a durable store's durability mode while it serves: to
+    /// `Always`, once everything written before is fsynced (see
+    /// `durable::Durability` for what each mode promises). Every mode
+    /// writes the same log, so any switch is safe; an in-memory store has
+    /// none (`Error::NotDurable`).
+    pub fn set_durability(&self, mode: crate::durable::Durability) -> Result<()> {
+        let d = self.durable.as_ref().ok_or(Error::NotDurable)?;
+        Ok(d.set_mode(mode)?)
+    }
+
     /// Durability figures (INFO persistence). `enabled` is false for an
     /// in-memory store.
     pub fn persistence(&self) -> PersistenceStats {

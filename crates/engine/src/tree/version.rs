@@ -255,10 +255,19 @@ impl VersionClock {
         self.read.store(v, Ordering::SeqCst);
     }
 
-    /// Caps the read version at `v` (`u64::MAX`: no cap). The flusher raises
-    /// it as the log becomes durable; it never lowers it.
+    /// Caps the read version at `v` (`u64::MAX`: no cap), which must not
+    /// be below the read version: set when the log opens and when its
+    /// durability mode switches (`Wal::set_mode`).
     pub(crate) fn set_limit(&self, v: u64) {
+        debug_assert!(v >= self.read_version(), "a limit below what readers see");
         self.limit.store(v, Ordering::SeqCst);
+        self.advance();
+    }
+
+    /// Raises the cap to `v` if it is below: the flusher, as the log
+    /// becomes durable.
+    pub(crate) fn raise_limit(&self, v: u64) {
+        self.limit.fetch_max(v, Ordering::SeqCst);
         self.advance();
     }
 

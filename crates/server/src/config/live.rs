@@ -9,8 +9,11 @@ use super::{ByteSize, ServerConfig};
 
 /// What CONFIG SET changes while serving (`requirepass` is the default
 /// user's password; the TLS files are loaded and checked before they are
-/// used by new connections). Every other setting needs a restart: listeners, the data
-/// directory and durability (the log's writer is set up for one mode), the
+/// used by new connections; `hot-cache-entries` gives each event loop a
+/// new, empty cache of that size at its next turn; `durability` switches
+/// the log's mode, every mode writing the same log, and is refused on a
+/// cluster node, whose Raft log's sync policy is set at start). Every
+/// other setting needs a restart: listeners, the data directory, the
 /// store's geometry, threads, cluster settings.
 pub const LIVE_SETTINGS: &[&str] = &[
     "maxmemory",
@@ -24,6 +27,8 @@ pub const LIVE_SETTINGS: &[&str] = &[
     "slowlog-log-slower-than",
     "slowlog-max-len",
     "latency-monitor-threshold",
+    "hot-cache-entries",
+    "durability",
     "tls-cert-file",
     "tls-key-file",
     "tls-ca-cert-file",
@@ -64,6 +69,8 @@ impl ServerConfig {
             "slowlog-log-slower-than" => self.slowlog_log_slower_than = number(value)?,
             "slowlog-max-len" => self.slowlog_max_len = number(value)?,
             "latency-monitor-threshold" => self.latency_monitor_threshold = number(value)?,
+            "hot-cache-entries" => self.hot_cache_entries = number(value)?,
+            "durability" => self.durability = Some(value.to_ascii_lowercase().parse()?),
             "tls-cert-file" => self.tls_cert_file = path(value),
             "tls-key-file" => self.tls_key_file = path(value),
             "tls-ca-cert-file" => self.tls_ca_cert_file = path(value),
@@ -142,6 +149,11 @@ mod tests {
         assert_eq!(c.slowlog_log_slower_than, -1);
         c.set_live("requirepass", "").unwrap();
         assert_eq!(c.requirepass, None);
+        c.set_live("hot-cache-entries", "4096").unwrap();
+        assert_eq!(c.hot_cache_entries, 4096);
+        c.set_live("durability", "EverySec").unwrap();
+        assert_eq!(c.durability, Some(crate::config::DurabilityMode::Everysec));
+        assert!(c.set_live("durability", "sometimes").is_err());
         assert!(c.set_live("maxclients", "many").is_err());
         assert!(c.set_live("maxmemory", "3 apples").is_err());
         let why = c.set_live("data-dir", "/x").unwrap_err();

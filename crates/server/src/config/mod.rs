@@ -35,6 +35,26 @@ impl DurabilityMode {
             DurabilityMode::None => "none",
         }
     }
+
+    /// The engine's mode of the same name.
+    pub fn engine(self) -> combkv::Durability {
+        match self {
+            DurabilityMode::Always => combkv::Durability::Always,
+            DurabilityMode::Everysec => combkv::Durability::EverySec,
+            DurabilityMode::None => combkv::Durability::None,
+        }
+    }
+
+    /// How much a crash may lose of what was acknowledged: 0 nothing
+    /// (`always`), then about a second (`everysec`), then what the OS had
+    /// not written back (`none`).
+    pub fn risk(self) -> u8 {
+        match self {
+            DurabilityMode::Always => 0,
+            DurabilityMode::Everysec => 1,
+            DurabilityMode::None => 2,
+        }
+    }
 }
 
 impl FromStr for DurabilityMode {
@@ -764,10 +784,7 @@ impl ServerConfig {
 
     /// An event loop's read results, with its hot-entry cache if any.
     pub fn read_results(&self) -> combkv::readexec::BatchResults {
-        match self.hot_cache_entries {
-            0 => combkv::readexec::BatchResults::new(),
-            n => combkv::readexec::BatchResults::with_hot_cache(n),
-        }
+        read_results_for(self.hot_cache_entries)
     }
 
     /// The data directory as CONFIG GET writes it: empty when none.
@@ -937,6 +954,15 @@ impl ServerConfig {
 fn path_text(p: &Option<PathBuf>) -> String {
     p.as_ref()
         .map_or(String::new(), |p| p.display().to_string())
+}
+
+/// Read results with a hot-entry cache of `entries` slots (0: none): an
+/// event loop's, at start and after CONFIG SET hot-cache-entries.
+pub fn read_results_for(entries: usize) -> combkv::readexec::BatchResults {
+    match entries {
+        0 => combkv::readexec::BatchResults::new(),
+        n => combkv::readexec::BatchResults::with_hot_cache(n),
+    }
 }
 
 #[cfg(test)]

@@ -638,6 +638,7 @@ impl Protocol for Memcache {
         Ran {
             close,
             held: cx.held.take(),
+            parked: false,
         }
     }
 

@@ -77,6 +77,7 @@ pub(crate) fn serve(socket: UdpSocket, shared: Arc<Shared>) {
     let mut reply = Vec::new();
     let mut datagram = Vec::with_capacity(MAX_DATAGRAM);
     let mut batch = shared.config.read_results();
+    let mut hot_entries = shared.config.hot_cache_entries;
     while !shared.shutting_down.load(Ordering::Acquire) {
         let (n, peer) = match socket.recv_from(&mut buf) {
             Ok(got) => got,
@@ -103,6 +104,9 @@ pub(crate) fn serve(socket: UdpSocket, shared: Arc<Shared>) {
             continue;
         }
         reply.clear();
+        // After the wait for a datagram: a CONFIG SET answered meanwhile
+        // applies to it.
+        shared.fit_hot_cache(&mut batch, &mut hot_entries);
         answer(&shared, &mut batch, &buf[FRAME_HEADER..n], &mut reply);
         if let Err(e) = send(&socket, peer, frame.request_id, &reply, &mut datagram) {
             tracing::debug!(%peer, "memcached UDP: send failed: {e}");

@@ -37,6 +37,9 @@ pub(crate) struct EventLoop {
     incoming: Receiver<NewConn>,
     shared: Arc<Shared>,
     batch: BatchResults,
+    /// The hot-entry cache slots `batch` was made with (`hot-cache-entries`
+    /// when it was).
+    hot_entries: usize,
     /// Connections with input left over from the last turn.
     again: Vec<usize>,
     /// This turn's connections to serve, (token, whether a short read may
@@ -85,6 +88,7 @@ impl EventLoop {
                 poll,
                 conns: Slab::new(),
                 incoming,
+                hot_entries: shared.config.hot_cache_entries,
                 shared,
                 batch,
                 again: Vec::new(),
@@ -149,6 +153,8 @@ impl EventLoop {
             // Loading is read before the store: a turn that finds the node
             // serving finds its store too.
             self.loading = self.shared.readiness.loading();
+            self.shared
+                .fit_hot_cache(&mut self.batch, &mut self.hot_entries);
             let store = self.shared.current_store();
             let session = store.session();
             // Parked connections whose answer landed go on with the input

@@ -11,7 +11,7 @@ use combkv::Store;
 use mio::net::TcpListener;
 use mio::{Poll, Waker};
 
-use crate::config::{DurabilityMode, Listen, ServerConfig, StartError};
+use crate::config::{Listen, ServerConfig, StartError};
 use crate::net::acceptor::{ACCEPTOR_WAKER, Acceptor};
 use crate::net::event_loop::EventLoop;
 use crate::state::{Node, Shared};
@@ -335,11 +335,7 @@ pub(crate) fn open_store(
     let Some(dir) = &config.data_dir else {
         return Store::new(config.engine_config()).map_err(|e| StartError(e.to_string()));
     };
-    let mode = match config.durability_mode() {
-        DurabilityMode::Always => combkv::Durability::Always,
-        DurabilityMode::Everysec => combkv::Durability::EverySec,
-        DurabilityMode::None => combkv::Durability::None,
-    };
+    let mode = config.durability_mode().engine();
     let durable = combkv::DurableConfig {
         delta_checkpoints: config.checkpoint_deltas,
         progress,

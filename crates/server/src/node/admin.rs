@@ -247,7 +247,7 @@ pub fn persistence_fields(shared: &Shared) -> Vec<(&'static str, String)> {
     }
     let mut fields = loading_fields(shared);
     fields.extend([
-        ("durability", c.durability_mode().as_str().into()),
+        ("durability", shared.live.durability().as_str().into()),
         (
             "data_dir",
             c.data_dir

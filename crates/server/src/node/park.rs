@@ -14,6 +14,11 @@
 //! - A read waits, unparsed, for a read index asked at the turn's end: it
 //!   covers every request that arrived before it was asked (a parked
 //!   connection's socket is not read until it resumes).
+//! - WAIT that must wait for followers parks too: a task on the Raft
+//!   runtime watches replication until enough followers hold the
+//!   connection's last write (its log index comes with its outcomes), the
+//!   timeout passes or the server stops, and lands the count; the WAIT,
+//!   left unparsed, runs again and answers it.
 //!
 //! At the end of the turn the loop proposes every write its connections
 //! held as one batch, and asks one read index for every read. When the
@@ -35,10 +40,14 @@ use crate::state::Shared;
 /// What landed for a parked connection.
 #[derive(Debug)]
 pub(crate) enum Landing {
-    /// The outcomes of the writes it held, in order.
-    Writes(Vec<Result<Outcome>>),
+    /// The outcomes of the writes it held, in order, and the index of
+    /// the log entry that holds them (none if they failed).
+    Writes(Vec<Result<Outcome>>, Option<u64>),
     /// Its read index was reached here (or no leader answered).
     Read(Result<()>),
+    /// Its WAIT ended: how many followers hold its writes (None: this
+    /// node stopped leading meanwhile).
+    Waited(Option<usize>),
 }
 
 /// One landing, addressed to a connection: its slab token, and its client
@@ -85,14 +94,14 @@ impl Inbox {
         let (ops, to) = std::mem::take(&mut *self.writes.lock());
         if !ops.is_empty() {
             let inbox = Arc::clone(self);
-            cluster.propose_all(ops, move |results| {
+            cluster.propose_all(ops, move |index, results| {
                 let mut results = results.into_iter();
                 for (token, client, n) in to {
                     let share = results.by_ref().take(n).collect();
                     inbox.land(Landed {
                         token,
                         client,
-                        what: Landing::Writes(share),
+                        what: Landing::Writes(share, index),
                     });
                 }
             });
@@ -140,6 +149,11 @@ pub(crate) struct Park {
     outcomes: Option<Vec<Result<Outcome>>>,
     /// A read index that landed for the input as it stood when parked.
     read: Option<Result<()>>,
+    /// The answer of a WAIT that landed, for the WAIT it parked on.
+    waited: Option<Option<usize>>,
+    /// The log index of the last write of this connection that landed
+    /// (what WAIT waits for the followers to hold).
+    last_write: Option<u64>,
 }
 
 impl Park {
@@ -147,8 +161,12 @@ impl Park {
     pub(crate) fn land(&mut self, what: Landing) {
         self.waiting = false;
         match what {
-            Landing::Writes(r) => self.outcomes = Some(r),
+            Landing::Writes(r, index) => {
+                self.outcomes = Some(r);
+                self.last_write = self.last_write.max(index);
+            }
             Landing::Read(r) => self.read = Some(r),
+            Landing::Waited(n) => self.waited = Some(n),
         }
     }
 
@@ -157,10 +175,11 @@ impl Park {
         self.outcomes.is_some()
     }
 
-    /// A read index applies to one processing of the input it was asked
-    /// for, never to input read after it.
+    /// A read index (a WAIT's answer) applies to one processing of the
+    /// input it was asked for, never to input read after it.
     pub(crate) fn forget_read(&mut self) {
         self.read = None;
+        self.waited = None;
     }
 }
 
@@ -171,6 +190,16 @@ pub(crate) enum Written {
     Now(Result<Outcome>),
     /// It joined the turn's proposal: its reply is held until it lands.
     Held,
+}
+
+/// What became of a WAIT on a cluster node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Waited {
+    /// Its answer: how many followers hold the writes (None: this node is
+    /// not the leader).
+    Now(Option<usize>),
+    /// The connection parked; the WAIT runs again once the answer lands.
+    Parked,
 }
 
 /// Whether reads may go ahead on a cluster node.
@@ -216,6 +245,46 @@ impl Parking<'_> {
             _ => writes.1.push((self.token, self.client, 1)),
         }
         Written::Held
+    }
+
+    /// WAIT on a cluster node: the answer that landed for this WAIT, or
+    /// one found now, or else a background wait for `want` followers to
+    /// hold the connection's last write (the commit index if it wrote
+    /// nothing) and a parked connection. None in the answer: this node
+    /// is not the leader. With no inbox (the loop drains) it answers at
+    /// once, with the count as it stands.
+    pub(crate) fn wait_replicas(
+        &self,
+        cluster: &Cluster,
+        want: i64,
+        timeout: Option<std::time::Duration>,
+    ) -> Waited {
+        let mut p = self.park.borrow_mut();
+        if let Some(n) = p.waited.take() {
+            return Waited::Now(n);
+        }
+        let index = p.last_write.unwrap_or_else(|| cluster.commit_index());
+        let now = cluster.replicas_at(index);
+        let Some(inbox) = self.inbox else {
+            return Waited::Now(now);
+        };
+        match now {
+            Some(n) if (n as i64) < want => {
+                p.waiting = true;
+                let inbox = Arc::clone(inbox);
+                let (token, client) = (self.token, self.client);
+                let want = want as usize;
+                cluster.wait_replicas_then(index, want, timeout, move |n| {
+                    inbox.land(Landed {
+                        token,
+                        client,
+                        what: Landing::Waited(n),
+                    });
+                });
+                Waited::Parked
+            }
+            done => Waited::Now(done),
+        }
     }
 
     /// A read index on a cluster node: the one that landed for this input,

@@ -4,9 +4,11 @@
 //!
 //! Settings are per node, as Redis's are, except `requirepass`: it is the
 //! default user's password, and the users are the cluster's (through the
-//! log, as ACL SETUSER).
+//! log, as ACL SETUSER); and `durability`, which a cluster node refuses:
+//! its writes are made durable by the Raft log, whose sync policy every
+//! node is started with.
 
-use crate::config::ServerConfig;
+use crate::config::{DurabilityMode, ServerConfig};
 use crate::state::Shared;
 use crate::state::tls::TlsFiles;
 
@@ -39,6 +41,17 @@ pub(crate) fn set(shared: &Shared, pairs: &[(String, String)]) -> Result<(), Ref
     if next.maxclients > now.maxclients {
         fits_descriptors(shared, next.maxclients).map_err(|e| ("maxclients".into(), e))?;
     }
+    let (was, will) = (now.durability_mode(), next.durability_mode());
+    // First of the changes that act: if it fails nothing has changed, and
+    // if a later one fails it is switched back.
+    if will != was {
+        switch_durability(shared, was, will).map_err(|e| ("durability".into(), e))?;
+    }
+    let undo_durability = || {
+        if will != was {
+            let _ = switch_durability(shared, will, was);
+        }
+    };
     let tls = |c: &ServerConfig| TlsFiles {
         cert: c.tls_cert_file.clone(),
         key: c.tls_key_file.clone(),
@@ -54,6 +67,7 @@ pub(crate) fn set(shared: &Shared, pairs: &[(String, String)]) -> Result<(), Ref
         if tls_changed {
             let _ = shared.tls.replace(tls(&now));
         }
+        undo_durability();
         return Err(("log-level".into(), e));
     }
     if next.requirepass != now.requirepass
@@ -64,6 +78,7 @@ pub(crate) fn set(shared: &Shared, pairs: &[(String, String)]) -> Result<(), Ref
         if tls_changed {
             let _ = shared.tls.replace(tls(&now));
         }
+        undo_durability();
         return Err(("requirepass".into(), e));
     }
     shared
@@ -71,6 +86,48 @@ pub(crate) fn set(shared: &Shared, pairs: &[(String, String)]) -> Result<(), Ref
         .set_limits(next.slowlog_max_len, next.slowlog_log_slower_than);
     let names: Vec<&str> = pairs.iter().map(|(n, _)| n.as_str()).collect();
     tracing::info!("CONFIG SET: {} changed", names.join(", "));
+    Ok(())
+}
+
+/// CONFIG SET durability: the store's log switches mode while writers go
+/// on (`Store::set_durability`: every mode writes the same log through the
+/// same writer; only when it is fsynced, and a write acknowledged and made
+/// visible, differs). A switch to `always` returns once everything written
+/// before it is fsynced; a switch to a weaker mode is logged at WARN, since
+/// writes acknowledged from then on may be lost in a crash. Without a data
+/// directory there is no log (the start-up checks refuse any mode but
+/// `none`); on a cluster node it is refused.
+fn switch_durability(
+    shared: &Shared,
+    from: DurabilityMode,
+    to: DurabilityMode,
+) -> Result<(), String> {
+    if shared.cluster().is_some() {
+        return Err(
+            "not changeable on a cluster node: writes are made durable by the Raft \
+                    log, whose sync policy each node is started with; change it in every \
+                    node's config and restart them one at a time"
+                .into(),
+        );
+    }
+    shared
+        .current_store()
+        .set_durability(to.engine())
+        .map_err(|e| format!("cannot switch the log to {}: {e}", to.as_str()))?;
+    if to.risk() > from.risk() {
+        tracing::warn!(
+            "durability lowered from {} to {}: writes acknowledged from now on may be lost \
+             in a crash (up to about a second of them with everysec)",
+            from.as_str(),
+            to.as_str()
+        );
+    } else {
+        tracing::info!(
+            "durability raised from {} to {}",
+            from.as_str(),
+            to.as_str()
+        );
+    }
     Ok(())
 }
 

@@ -339,11 +339,13 @@ impl Protocol for Resp {
             close: false,
             txn: None,
             held: None,
+            parked: false,
         };
         self.last = cmd::dispatch(&mut ctx, req.spec);
         let ran = Ran {
             close: ctx.close,
             held: ctx.held.map(|h| (h, 1)),
+            parked: ctx.parked,
         };
         publish(conn, &cx.client.live);
         ran
@@ -392,6 +394,7 @@ impl Protocol for Resp {
             close: false,
             txn: None,
             held: None,
+            parked: false,
         };
         let r = match crate::turn::one(&mut outcomes) {
             Ok(o) => held(&mut ctx, o),

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use parking_lot::Mutex;
 
-use crate::config::{ByteSize, ServerConfig};
+use crate::config::{ByteSize, DurabilityMode, ServerConfig};
 
 /// Changes the process's log filter (installed by the binary, which owns
 /// the subscriber): Err says why a level was refused.
@@ -36,6 +36,10 @@ pub struct Live {
     log_level: Mutex<String>,
     requirepass: Mutex<Option<String>>,
     latency_monitor_threshold: AtomicU64,
+    hot_cache_entries: AtomicUsize,
+    /// The mode the store's log is in (CONFIG SET switches the log first:
+    /// `node::settings`).
+    durability: Mutex<DurabilityMode>,
 }
 
 impl Live {
@@ -50,12 +54,25 @@ impl Live {
             log_level: Mutex::new(c.log_level.clone()),
             requirepass: Mutex::new(c.requirepass.clone()),
             latency_monitor_threshold: AtomicU64::new(c.latency_monitor_threshold),
+            hot_cache_entries: AtomicUsize::new(c.hot_cache_entries),
+            durability: Mutex::new(c.durability_mode()),
         }
     }
 
     /// `latency-monitor-threshold` in milliseconds; 0: off.
     pub fn latency_monitor_threshold(&self) -> u64 {
         self.latency_monitor_threshold.load(Relaxed)
+    }
+
+    /// `hot-cache-entries`: each event loop's hot-entry cache slots; 0:
+    /// none. Read by the loops between turns.
+    pub fn hot_cache_entries(&self) -> usize {
+        self.hot_cache_entries.load(Relaxed)
+    }
+
+    /// `durability` as the store's log is now.
+    pub fn durability(&self) -> DurabilityMode {
+        *self.durability.lock()
     }
 
     pub fn maxmemory(&self) -> u64 {
@@ -90,6 +107,8 @@ impl Live {
         c.log_level = self.log_level.lock().clone();
         c.requirepass = self.requirepass.lock().clone();
         c.latency_monitor_threshold = self.latency_monitor_threshold();
+        c.hot_cache_entries = self.hot_cache_entries();
+        c.durability = Some(self.durability());
         c
     }
 
@@ -118,6 +137,9 @@ impl Live {
         self.requirepass.lock().clone_from(&next.requirepass);
         self.latency_monitor_threshold
             .store(next.latency_monitor_threshold, Relaxed);
+        self.hot_cache_entries
+            .store(next.hot_cache_entries, Relaxed);
+        *self.durability.lock() = next.durability_mode();
         Ok(())
     }
 }

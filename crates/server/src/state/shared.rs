@@ -179,6 +179,25 @@ impl ScanCursors {
 }
 
 impl Shared {
+    /// CONFIG SET hot-cache-entries, where a thread keeps its read results
+    /// (`batch`, made with `made_with` cache slots): when the setting has
+    /// changed, a new, empty cache of the new size (the old one's entries
+    /// would not fit it), after what the old one counted is published.
+    /// Event loops call it between turns, the memcached UDP reader between
+    /// datagrams.
+    pub(crate) fn fit_hot_cache(
+        &self,
+        batch: &mut combkv::readexec::BatchResults,
+        made_with: &mut usize,
+    ) {
+        let entries = self.live.hot_cache_entries();
+        if entries != *made_with {
+            self.stats.add_hot_cache(batch);
+            *batch = crate::config::read_results_for(entries);
+            *made_with = entries;
+        }
+    }
+
     /// The shared state of a server whose node is still loading: `serve`
     /// it when it is open.
     pub fn new(

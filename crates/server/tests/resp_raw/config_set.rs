@@ -266,3 +266,151 @@ fn monitor_streams_commands() {
         assert!(line.ends_with(&format!("{want}\r\n")), "{line}");
     }
 }
+
+/// INFO stats' hot-cache hits and misses.
+fn hot_cache_counts(c: &mut Conn) -> (u64, u64) {
+    let info = c.q("INFO stats");
+    let field = |name: &str| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or_else(|| panic!("INFO stats has {name}: {info}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    (field("hot_cache_hits:"), field("hot_cache_misses:"))
+}
+
+/// CONFIG SET hot-cache-entries gives each event loop a cache of that
+/// size from its next turn: hot keys are then answered from it (the
+/// hit counter grows), and with 0 there is none (neither counter moves).
+#[test]
+fn hot_cache_entries_resize_the_loops_caches() {
+    let s = server();
+    let mut c = s.connect();
+    c.ok(
+        "CONFIG GET hot-cache-entries",
+        &bulks(&["hot-cache-entries", "0"]),
+    );
+    c.ok("MSET h1 a h2 b", OK);
+    gets(&mut c, "a");
+    assert_eq!(hot_cache_counts(&mut c), (0, 0), "no cache by default");
+    set(&mut c, "hot-cache-entries", "256");
+    gets(&mut c, "a");
+    let (hits, misses) = hot_cache_counts(&mut c);
+    assert!(hits > 300, "{hits} hits, {misses} misses with a cache");
+    // An overwritten value is never answered from the cache.
+    c.ok("SET h1 z", OK);
+    c.ok("MGET h1 h2", &bulks(&["z", "b"]));
+    set(&mut c, "hot-cache-entries", "0");
+    let before = hot_cache_counts(&mut c);
+    gets(&mut c, "z");
+    assert_eq!(hot_cache_counts(&mut c), before, "a cache after setting 0");
+    c.ok(
+        "CONFIG SET hot-cache-entries 99999999999",
+        &refused(
+            "hot-cache-entries",
+            "hot-cache-entries must be at most 1048576",
+        ),
+    );
+    c.ok(
+        "CONFIG SET hot-cache-entries lots",
+        &refused(
+            "hot-cache-entries",
+            "argument couldn't be parsed into an integer: 'lots'",
+        ),
+    );
+    c.ok(
+        "CONFIG GET hot-cache-entries",
+        &bulks(&["hot-cache-entries", "0"]),
+    );
+}
+
+/// 200 reads of the two hot keys, `h1` holding `h1`.
+fn gets(c: &mut Conn, h1: &str) {
+    for _ in 0..200 {
+        c.ok("MGET h1 h2", &bulks(&[h1, "b"]));
+    }
+}
+
+/// A number from INFO `section`.
+fn info_number(c: &mut Conn, section: &str, name: &str) -> u64 {
+    let info = c.q(&format!("INFO {section}"));
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+        .unwrap_or_else(|| panic!("INFO {section} has {name}: {info}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// CONFIG SET durability switches the log's fsync policy at once: with
+/// `always` each acknowledged write had its own fsync, with `everysec`
+/// writes go without one, back to `always` they have one again, `none`
+/// has none; what was written in every mode is there after a restart.
+/// Without a data directory there is no log to switch.
+#[test]
+fn durability_switches_the_logs_fsync_policy() {
+    let dir = std::env::temp_dir().join(format!("combkv-live-durability-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut cfg = config();
+    cfg.data_dir = Some(dir.clone());
+    let s = TestServer::start(cfg.clone());
+    let mut c = s.connect();
+    c.ok("CONFIG GET durability", &bulks(&["durability", "always"]));
+    let writes = |c: &mut Conn, mode: &str, n: usize| -> u64 {
+        let before = info_number(c, "persistence", "fsyncs");
+        for i in 0..n {
+            c.ok(&format!("SET {mode}{i} v"), OK);
+        }
+        info_number(c, "persistence", "fsyncs") - before
+    };
+    let n = writes(&mut c, "always", 20);
+    assert!(n >= 20, "{n} fsyncs for 20 writes with always");
+    set(&mut c, "durability", "everysec");
+    c.ok(
+        "CONFIG GET appendfsync",
+        &bulks(&["appendfsync", "everysec"]),
+    );
+    let info = c.q("INFO persistence");
+    assert!(info.contains("\r\ndurability:everysec\r\n"), "{info}");
+    // One fsync a second at most (these take far less than 3 seconds).
+    let n = writes(&mut c, "everysec", 50);
+    assert!(n <= 3, "{n} fsyncs for 50 writes with everysec");
+    set(&mut c, "durability", "always");
+    let n = writes(&mut c, "again", 20);
+    assert!(n >= 20, "{n} fsyncs for 20 writes with always again");
+    set(&mut c, "durability", "none");
+    let n = writes(&mut c, "none", 20);
+    assert!(n <= 1, "{n} fsyncs for 20 writes with none");
+    c.ok(
+        "CONFIG SET durability sometimes",
+        &refused(
+            "durability",
+            "unknown durability 'sometimes' (expected always, everysec or none)",
+        ),
+    );
+    c.ok("CONFIG GET durability", &bulks(&["durability", "none"]));
+    drop(c);
+    drop(s);
+    // A clean stop writes the log out; every mode's writes come back.
+    let s = TestServer::start(cfg);
+    let mut c = s.connect();
+    c.ok("DBSIZE", &int(110));
+    c.ok("GET everysec49", &bulk("v"));
+    c.ok("GET none19", &bulk("v"));
+    drop(c);
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let s = server();
+    let mut c = s.connect();
+    c.ok(
+        "CONFIG SET durability always",
+        &refused(
+            "durability",
+            "durability 'always' needs a data directory (--data-dir)",
+        ),
+    );
+    c.ok("CONFIG GET durability", &bulks(&["durability", "none"]));
+}

@@ -328,3 +328,55 @@ fn scan_returns_every_stable_key_once_while_keys_change() {
     }
     assert!(seen.values().all(|&n| n == 1));
 }
+
+/// OBJECT: a string's encoding by its shape, REFCOUNT 1, nil for a missing
+/// key before any other answer, IDLETIME and FREQ refused (combkv tracks
+/// no accesses), Redis's arity and unknown-subcommand errors.
+#[test]
+fn object_encoding_refcount_and_untracked_times() {
+    let s = server();
+    let mut c = s.connect();
+    c.ok("MSET i 123 n -9223372036854775808 z 01 f 1.5", OK);
+    c.cmd(&[b"SET", b"e", &[b'x'; 44]]);
+    c.cmd(&[b"SET", b"r", &[b'x'; 45]]);
+    for (key, want) in [
+        ("i", "int"),
+        ("n", "int"),
+        ("z", "embstr"),
+        ("f", "embstr"),
+        ("e", "embstr"),
+        ("r", "raw"),
+    ] {
+        c.ok(&format!("OBJECT ENCODING {key}"), &bulk(want));
+    }
+    c.ok("object encoding nope", NIL);
+    c.ok("OBJECT REFCOUNT r", &int(1));
+    for sub in ["REFCOUNT", "IDLETIME", "FREQ"] {
+        c.ok(&format!("OBJECT {sub} nope"), NIL);
+    }
+    c.ok(
+        "OBJECT FREQ i",
+        &err(
+            "ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please \
+             note that when switching between policies at runtime LRU and LFU data will take \
+             some time to adjust.",
+        ),
+    );
+    let idle = c.q("OBJECT IDLETIME i");
+    assert!(idle.starts_with("-ERR idle time not tracked"), "{idle}");
+    c.ok("OBJECT", &arity("object"));
+    c.ok("OBJECT ENCODING", &arity("object|encoding"));
+    c.ok("OBJECT ENCODING i j", &arity("object|encoding"));
+    c.ok("OBJECT HELP x", &arity("object|help"));
+    c.ok(
+        "OBJECT BOGUS i",
+        &err("ERR unknown subcommand 'BOGUS'. Try OBJECT HELP."),
+    );
+    let help = c.q("OBJECT HELP");
+    assert!(help.starts_with("*15\r\n+OBJECT <subcommand>"), "{help}");
+    // Inside a transaction the key is seen as the queued writes left it.
+    c.ok("MULTI", OK);
+    c.ok("SET t 7", "+QUEUED\r\n");
+    c.ok("OBJECT ENCODING t", "+QUEUED\r\n");
+    c.ok("EXEC", &format!("*2\r\n{OK}{}", bulk("int")));
+}

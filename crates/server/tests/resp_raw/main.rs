@@ -19,4 +19,5 @@ mod server;
 mod strict;
 mod strings;
 mod strings2;
+mod wait;
 mod wire;

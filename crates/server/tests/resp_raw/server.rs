@@ -63,6 +63,7 @@ const TABLE: &[(&str, i32)] = &[
     ("mset", -3),
     ("msetnx", -3),
     ("multi", 1),
+    ("object", -2),
     ("persist", 2),
     ("pexpire", -3),
     ("pexpireat", -3),
@@ -95,6 +96,7 @@ const TABLE: &[(&str, i32)] = &[
     ("type", 2),
     ("unlink", -2),
     ("unwatch", 1),
+    ("wait", 3),
     ("watch", -2),
 ];
 

@@ -600,6 +600,11 @@ impl Durable {
         Ok(start_background(&self.checkpoints, &self.executor))
     }
 
+    /// Switches the log's durability mode (`Wal::set_mode`).
+    pub(crate) fn set_mode(&self, mode: super::Durability) -> Result<(), WalError> {
+        self.wal.set_mode(mode)
+    }
+
     pub(crate) fn stats(&self) -> PersistenceStats {
         let segs = self.wal.segments.lock().clone();
         let c = &self.wal.counters;

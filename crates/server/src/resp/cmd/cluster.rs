@@ -1,9 +1,11 @@
-//! ROLE and CLUSTER: a node's place in its cluster, and the cluster's
-//! administration (`docs/cluster.md`). `combkv cluster ...` sends these.
+//! ROLE, WAIT and CLUSTER: a node's place in its cluster, what its
+//! followers hold, and the cluster's administration (`docs/cluster.md`).
+//! `combkv cluster ...` sends these.
 
 use combkv_replica::{ClusterError, Role};
 
 use super::Ctx;
+use crate::node::park::Waited;
 use crate::resp::error::{CmdError, CmdResult};
 use crate::resp::reply::Reply;
 
@@ -197,4 +199,43 @@ fn admin_error(c: &crate::cluster::Cluster, e: ClusterError) -> CmdError {
         }),
         other => CmdError::err(other.to_string()),
     }
+}
+
+/// Redis's refusal of WAIT on a replica, and the reason on a combkv node
+/// that is not the leader: only the leader knows what its followers hold.
+const WAIT_NOT_LEADER: &str = "WAIT cannot be used with replica instances: only the leader \
+     tracks what its followers hold; send WAIT to the leader";
+
+/// WAIT numreplicas timeout: how many followers hold this connection's
+/// writes. On a cluster's leader, the voters besides it whose matched log
+/// index reaches the connection's last write (the commit index if it
+/// wrote nothing), waiting up to `timeout` ms (0: no limit) for
+/// `numreplicas` of them without holding the event loop: the connection
+/// parks (`park`) and the command runs again once the count lands. Inside
+/// EXEC it answers the count at once, as Redis does where a client may
+/// not block. A single node has no replicas and none can join it: 0 at
+/// once.
+pub(super) fn wait(cx: &mut Ctx<'_, '_>) -> CmdResult {
+    let want = cx.int(1)?;
+    let timeout_ms = super::parse_i64(cx.args[2])
+        .ok_or_else(|| CmdError::err("timeout is not an integer or out of range"))?;
+    if timeout_ms < 0 {
+        return Err(CmdError::err("timeout is negative"));
+    }
+    let Some(c) = cx.shared.cluster() else {
+        cx.r.int(0);
+        return Ok(());
+    };
+    let timeout = (timeout_ms > 0).then(|| std::time::Duration::from_millis(timeout_ms as u64));
+    let waited = match cx.parking {
+        Some(p) if cx.txn.is_none() => p.wait_replicas(c, want, timeout),
+        // Inside EXEC (or with no parking): the count as it stands.
+        _ => Waited::Now(c.replicas_at(c.commit_index())),
+    };
+    match waited {
+        Waited::Now(Some(n)) => cx.r.int(n as i64),
+        Waited::Now(None) => return Err(CmdError::err(WAIT_NOT_LEADER)),
+        Waited::Parked => cx.parked = true,
+    }
+    Ok(())
 }

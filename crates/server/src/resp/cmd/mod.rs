@@ -17,6 +17,7 @@ mod latency;
 mod lcs;
 mod memory;
 pub(crate) mod multi;
+mod object;
 pub(crate) mod ordered;
 mod server;
 mod spec;
@@ -61,6 +62,9 @@ pub(crate) struct Ctx<'a, 'b> {
     /// The reply of this command's write, held until the write lands (on
     /// a cluster node, see `park`).
     pub held: Option<Held>,
+    /// The command answered nothing yet: its connection parked (WAIT on a
+    /// cluster node), and the request runs again once the answer lands.
+    pub parked: bool,
 }
 
 /// A held write's reply: renders it from the write's outcome, with the

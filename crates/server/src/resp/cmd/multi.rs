@@ -425,6 +425,7 @@ fn run_queued(
         close: false,
         txn: Some(step),
         held: None,
+        parked: false,
     };
     (q.spec.handler)(&mut sub)
 }

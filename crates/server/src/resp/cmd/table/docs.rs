@@ -440,7 +440,7 @@ fn arg_type(cmd: &str, name: &str) -> ArgType {
             _,
             "seconds" | "milliseconds" | "offset" | "start" | "end" | "count" | "numkeys"
             | "cursor" | "index" | "increment" | "decrement" | "bit" | "version" | "id"
-            | "protover" | "destination-db" | "min-match-len" | "timeout",
+            | "protover" | "destination-db" | "min-match-len" | "timeout" | "numreplicas",
         ) => ArgType::Integer,
         (_, "unix-time-seconds" | "unix-time-milliseconds") => ArgType::UnixTime,
         (_, "pattern") => ArgType::Pattern,

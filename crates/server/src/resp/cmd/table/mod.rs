@@ -15,7 +15,8 @@ mod docs;
 use super::batch::BatchRead;
 use super::spec::{Kind, Spec};
 use super::{
-    bits, client, cluster, compare, keys, latency, lcs, memory, multi, ordered, server, strings,
+    bits, client, cluster, compare, keys, latency, lcs, memory, multi, object, ordered, server,
+    strings,
 };
 
 const fn has_flag(flags: &str, f: u8) -> bool {
@@ -161,6 +162,8 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "string", "Sets several keys only if none of them exists."),
     spec!("multi", 1, Kind::Control, "m", 0, 0, multi::multi,
           "transactions", "Starts a transaction."),
+    spec!("object", -2, Kind::Read, "", 0, 0, object::object,
+          "generic", "A key's encoding; REFCOUNT, IDLETIME and FREQ as far as combkv tracks them."),
     spec!("persist", 2, Kind::Write, "", 1, 1, keys::persist,
           "generic", "Removes a key's expiry."),
     spec!("pexpire", -3, Kind::Write, "", 1, 1, keys::pexpire,
@@ -225,6 +228,8 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "generic", "Deletes keys."),
     spec!("unwatch", 1, Kind::Control, "", 0, 0, multi::unwatch,
           "transactions", "Forgets every watched key."),
+    spec!("wait", 3, Kind::Control, "", 0, 0, cluster::wait,
+          "generic", "Waits for followers to hold the connection's writes."),
     spec!("watch", -2, Kind::Read, "m", 1, -1, multi::watch,
           "transactions", "Aborts the next EXEC if any of these keys changes."),
 ];
