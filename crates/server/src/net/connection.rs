@@ -196,8 +196,10 @@ impl Connection {
             return true;
         }
         if short_of_wanted {
-            // `rstart` is 0 here.
-            self.rbuf.reserve_exact(self.wanted + READ_CHUNK - len);
+            // `rstart` is 0 here. Address space only, nothing committed; if
+            // even that is refused (a huge `max-request-bytes`, strict
+            // overcommit), the buffer grows by doubling as before.
+            let _ = self.rbuf.try_reserve_exact(self.wanted + READ_CHUNK - len);
         }
         let mut grow = len.max(READ_CHUNK);
         let spare = self.rbuf.capacity() - len;
