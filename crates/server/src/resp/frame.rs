@@ -615,6 +615,29 @@ mod tests {
         }
     }
 
+    /// Once a bulk header is whole, an incomplete request says how many
+    /// bytes it needs (the connection reserves them); before that, and
+    /// after a complete request, it says nothing.
+    #[test]
+    fn an_incomplete_bulk_reports_the_bytes_its_request_needs() {
+        let mut frames = Frames::default();
+        let input = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$100\r\nabc";
+        assert_eq!(parse(input, L, &mut frames), Ok(None));
+        assert_eq!(frames.wanted(), 26 + 100 + 2);
+        assert_eq!(parse(&input[..24], L, &mut frames), Ok(None));
+        assert_eq!(frames.wanted(), 0);
+        assert!(
+            parse(b"*1\r\n$4\r\nPING\r\n", L, &mut frames)
+                .unwrap()
+                .is_some()
+        );
+        assert_eq!(frames.wanted(), 0);
+        // A declared length past the limit is an error, never a size.
+        let over = format!("*1\r\n${}\r\n", L.max_request_bytes + 1);
+        assert!(parse(over.as_bytes(), L, &mut frames).is_err());
+        assert_eq!(frames.wanted(), 0);
+    }
+
     #[test]
     fn binary_safe_bulk_strings() {
         let (a, _) = args(b"*1\r\n$4\r\na\r\nb\r\n").unwrap().unwrap();
