@@ -131,6 +131,8 @@ impl<P: Protocol> Pipeline<P> {
         let mut at = 0;
         let mut close = false;
         let mut postponed = false;
+        // Where the incomplete request at the end needs the input to reach.
+        let mut wanted_end = 0;
         while out.len() <= reply_budget {
             let start = at;
             let step = self.proto.parse(cx, input, at, batch.reqs.is_empty());
@@ -174,7 +176,11 @@ impl<P: Protocol> Pipeline<P> {
                 }
             }
             match step {
-                Step::Incomplete => break,
+                Step::Incomplete => {
+                    let wanted = self.proto.wanted();
+                    wanted_end = if wanted > 0 { start + wanted } else { 0 };
+                    break;
+                }
                 Step::Skip(n) => at += n,
                 Step::Request(req, n) => {
                     at += n;
@@ -212,6 +218,7 @@ impl<P: Protocol> Pipeline<P> {
                         close: true,
                         abort: false,
                         postponed: false,
+                        wanted: 0,
                     };
                 }
             }
@@ -226,6 +233,7 @@ impl<P: Protocol> Pipeline<P> {
             close,
             abort: false,
             postponed,
+            wanted: wanted_end.saturating_sub(at),
         }
     }
 

@@ -220,6 +220,13 @@ pub(crate) trait Protocol {
         fresh: bool,
     ) -> Step<Self::Request<'a>, Self::Error>;
 
+    /// After `parse` said `Step::Incomplete`: the input bytes the
+    /// incomplete request needs at least, from where it starts (0: not
+    /// known). The connection makes room for them at once.
+    fn wanted(&self) -> usize {
+        0
+    }
+
     /// The request's class; only a `BatchRead` joins a batch.
     fn class(&self, req: &Self::Request<'_>) -> Class;
 
@@ -351,6 +358,9 @@ pub(crate) struct Processed {
     pub abort: bool,
     /// A request waits for a CLIENT PAUSE to end (it is not consumed).
     pub postponed: bool,
+    /// The input bytes the incomplete request after the consumed ones
+    /// needs at least (0: not known; see [`Protocol::wanted`]).
+    pub wanted: usize,
 }
 
 impl Processed {
@@ -360,6 +370,7 @@ impl Processed {
             close: true,
             abort: true,
             postponed: false,
+            wanted: 0,
         }
     }
 }

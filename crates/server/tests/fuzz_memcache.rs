@@ -228,8 +228,11 @@ fn parse_all(data: &[u8], limits: &Limits) {
             String::from_utf8_lossy(data)
         );
         match parsed {
-            Parsed::Incomplete { scanned } => {
+            Parsed::Incomplete { scanned, wanted } => {
                 assert!(scanned <= data.len() - at);
+                // The size a storage command declared is more than arrived
+                // (else it was complete).
+                assert!(wanted == 0 || wanted > data.len() - at);
                 return;
             }
             Parsed::Close { .. } => return,

@@ -17,7 +17,7 @@ pub(crate) use hot::Probe;
 pub use hot::{DEFAULT_HOT_CACHE_ENTRIES, HOT_KEY_MAX, HotCache, HotCacheStats};
 
 use crate::tree::Tree;
-use crate::tree::node::ItemRef;
+use crate::tree::node::{ItemRef, ValueRef};
 use crate::types::{ItemView, Now, Range, Version};
 
 /// One request of a batch.
@@ -30,7 +30,8 @@ pub enum ReadRequest<'a> {
 }
 
 /// Where one returned item's bytes lie in the result arena: its key at
-/// `key_at`, its value right after the key.
+/// `key_at`, its value right after the key, or, for a value shared rather
+/// than copied (`SHARE_FROM`), in `BatchResults::shared`.
 #[derive(Debug, Clone, Copy, Default)]
 struct Slot {
     version: u64,
@@ -41,7 +42,16 @@ struct Slot {
     value_len: u32,
     /// Client flags; 0 = none.
     flags: u32,
+    /// 0: the value is in the arena; `n`: it is `shared[n - 1]`.
+    shared: u32,
 }
+
+/// Out-of-line values this long or longer are handed over by reference (a
+/// count on the value's own allocation) instead of copied into the arena:
+/// a GET of a 1 MB value copied it once here and once more into the reply.
+/// Shorter ones are copied, which is cheaper than the count's two atomic
+/// operations and keeps the arena the one place a small batch reads from.
+const SHARE_FROM: usize = 16 * 1024;
 
 /// The results of a batch: request `i`'s items are `items(i)`. Reused
 /// across batches to keep allocations out of the hot path, and so the
@@ -50,6 +60,9 @@ struct Slot {
 pub struct BatchResults {
     /// Keys and values, back to back.
     arena: Vec<u8>,
+    /// Large out-of-line values of this batch's items, shared with the
+    /// store (see `SHARE_FROM`), until the next batch or `shrink`.
+    shared: Vec<bytes::Bytes>,
     slots: Vec<Slot>,
     /// Per request: first slot and number of slots.
     spans: Vec<(u32, u32)>,
@@ -130,9 +143,13 @@ impl BatchResults {
             .iter()
             .map(move |s| {
                 let value_at = s.key_at + s.key_len;
+                let value = match s.shared {
+                    0 => &self.arena[value_at as usize..(value_at + s.value_len) as usize],
+                    n => &self.shared[n as usize - 1][..],
+                };
                 ItemView {
                     key: &self.arena[s.key_at as usize..value_at as usize],
-                    value: &self.arena[value_at as usize..(value_at + s.value_len) as usize],
+                    value,
                     version: Version(s.version),
                     expires_at_ms: (s.expiry != 0).then_some(s.expiry),
                     flags: s.flags,
@@ -147,6 +164,7 @@ impl BatchResults {
 
     pub(crate) fn reset(&mut self, requests: usize, rv: u64) {
         self.arena.clear();
+        self.shared.clear();
         self.slots.clear();
         self.spans.clear();
         self.spans.resize(requests, (0, 0));
@@ -183,17 +201,25 @@ impl BatchResults {
     /// Appends an item (as the tree stores it) to the request begun last.
     #[inline]
     pub(crate) fn push(&mut self, i: usize, it: &ItemRef<'_>) {
-        let (key, value) = (it.key, it.value.bytes());
+        let key = it.key;
         let key_at = self.arena.len() as u32;
         self.arena.extend_from_slice(key);
-        self.arena.extend_from_slice(value);
+        let value_len = it.value.len();
+        let shared = if matches!(it.value, ValueRef::External(..)) && value_len >= SHARE_FROM {
+            self.shared.push(it.value.to_bytes());
+            self.shared.len() as u32
+        } else {
+            self.arena.extend_from_slice(it.value.bytes());
+            0
+        };
         self.slots.push(Slot {
             version: it.version,
             expiry: it.expiry,
             key_at,
             key_len: key.len() as u32,
-            value_len: value.len() as u32,
+            value_len: value_len as u32,
             flags: it.cflags,
+            shared,
         });
         self.spans[i].1 += 1;
     }

@@ -37,6 +37,9 @@ pub(crate) struct Memcache {
     scanned: usize,
     /// The server's request limits, read once per `process`.
     limits: Limits,
+    /// After `parse` found a storage command's data block incomplete: the
+    /// bytes the request needs (`Protocol::wanted`; 0: not known).
+    wanted: usize,
     /// The input starts inside a retrieval line whose first parts were
     /// parsed: the rest of its keys come next.
     cont: Option<Cont>,
@@ -254,8 +257,9 @@ impl Memcache {
             return self.parse_unauthenticated(&input[at..]);
         }
         match parse::parse(&input[at..], &self.limits, self.scanned) {
-            Parsed::Incomplete { scanned } => {
+            Parsed::Incomplete { scanned, wanted } => {
                 self.scanned = scanned;
+                self.wanted = wanted;
                 Step::Incomplete
             }
             Parsed::Close { err } => Step::Close(Rejected::Text {
@@ -442,6 +446,10 @@ impl Protocol for Memcache {
         self.limits = limits(cx.shared);
     }
 
+    fn wanted(&self) -> usize {
+        self.wanted
+    }
+
     fn parse<'a>(
         &mut self,
         cx: &Cx<'_>,
@@ -449,6 +457,7 @@ impl Protocol for Memcache {
         at: usize,
         _fresh: bool,
     ) -> Step<Request<'a>, Rejected> {
+        self.wanted = 0;
         let step = self.parse_request(input, at);
         let acl = &cx.shared.acl;
         let Step::Request(req, n) = step else {

@@ -27,6 +27,10 @@ pub(crate) struct Connection {
     rbuf: Vec<u8>,
     rstart: usize,
     rend: usize,
+    /// The input bytes, from `rstart`, that the request being read needs at
+    /// least, as its protocol worked out from the lengths it declared (0:
+    /// not known): `fill` makes room for all of it at once.
+    wanted: usize,
     /// Output: `wbuf[wpos..]` is unsent.
     pub wbuf: Vec<u8>,
     wpos: usize,
@@ -84,6 +88,7 @@ impl Connection {
             rbuf: Vec::new(),
             rstart: 0,
             rend: 0,
+            wanted: 0,
             wbuf: Vec::new(),
             wpos: 0,
             input_closed: false,
@@ -127,24 +132,8 @@ impl Connection {
     /// buffers together stay within `max-total-query-bytes`
     /// (`Fill::OverLimit` otherwise).
     pub fn fill(&mut self, shared: &Shared) -> io::Result<Fill> {
-        if self.rstart > 0
-            && (self.rstart == self.rend || self.rbuf.len() - self.rend < READ_CHUNK / 2)
-        {
-            self.rbuf.copy_within(self.rstart..self.rend, 0);
-            self.rend -= self.rstart;
-            self.rstart = 0;
-        }
-        if self.rbuf.len() - self.rend < READ_CHUNK / 2 {
-            let grow = self.rbuf.len().max(READ_CHUNK);
-            let total = &shared.query_buffers;
-            let cap = shared.live.max_total_query_bytes();
-            if self.rbuf.len() + grow > QUERY_FLOOR
-                && total.load(Ordering::Relaxed).saturating_add(grow) > cap
-            {
-                return Ok(Fill::OverLimit);
-            }
-            total.fetch_add(grow, Ordering::Relaxed);
-            self.rbuf.resize(self.rbuf.len() + grow, 0);
+        if !self.make_room(shared) {
+            return Ok(Fill::OverLimit);
         }
         let room = self.rbuf.len() - self.rend;
         loop {
@@ -180,6 +169,50 @@ impl Connection {
                 },
             };
         }
+    }
+
+    /// Makes room to read into: at least half a chunk. A request whose size
+    /// is known (`wanted`) first gets the capacity for all of it plus a
+    /// chunk for what follows, so that a large value arrives in one
+    /// allocation: the buffer's zeroed length still grows by doubling as
+    /// bytes arrive (a declared length alone commits no memory), but within
+    /// that capacity, never moved again. False: growing would pass
+    /// `max-total-query-bytes`.
+    fn make_room(&mut self, shared: &Shared) -> bool {
+        let short_of_wanted =
+            self.wanted > 0 && self.wanted + READ_CHUNK > self.rbuf.capacity() - self.rstart;
+        if self.rstart > 0
+            && (self.rstart == self.rend
+                || self.rbuf.len() - self.rend < READ_CHUNK / 2
+                || short_of_wanted)
+        {
+            self.rbuf.copy_within(self.rstart..self.rend, 0);
+            self.rend -= self.rstart;
+            self.rstart = 0;
+        }
+        let len = self.rbuf.len();
+        if len - self.rend >= READ_CHUNK / 2 {
+            return true;
+        }
+        if short_of_wanted {
+            // `rstart` is 0 here. Address space only, nothing committed; if
+            // even that is refused (a huge `max-request-bytes`, strict
+            // overcommit), the buffer grows by doubling as before.
+            let _ = self.rbuf.try_reserve_exact(self.wanted + READ_CHUNK - len);
+        }
+        let mut grow = len.max(READ_CHUNK);
+        let spare = self.rbuf.capacity() - len;
+        if spare >= READ_CHUNK / 2 {
+            grow = grow.min(spare);
+        }
+        let total = &shared.query_buffers;
+        let cap = shared.live.max_total_query_bytes();
+        if len + grow > QUERY_FLOOR && total.load(Ordering::Relaxed).saturating_add(grow) > cap {
+            return false;
+        }
+        total.fetch_add(grow, Ordering::Relaxed);
+        self.rbuf.resize(len + grow, 0);
+        true
     }
 
     /// Executes the complete requests in the input. Returns the bytes used.
@@ -229,10 +262,12 @@ impl Connection {
                     close: true,
                     abort: false,
                     postponed: false,
+                    wanted: 0,
                 }
             }
         };
         self.rstart += out.consumed;
+        self.wanted = out.wanted;
         // A read index that landed served this processing of the input it
         // was asked for; input read later needs its own.
         self.park.get_mut().forget_read();
@@ -311,6 +346,7 @@ impl Connection {
         self.rbuf = Vec::new();
         self.rstart = 0;
         self.rend = 0;
+        self.wanted = 0;
         self.wbuf = Vec::new();
         self.wpos = 0;
         self.count_output(shared);

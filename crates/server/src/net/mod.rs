@@ -7,6 +7,7 @@ pub(crate) mod acceptor;
 pub(crate) mod connection;
 pub(crate) mod event_loop;
 pub(crate) mod exposition;
+pub(crate) mod heap;
 pub(crate) mod metrics;
 pub(crate) mod proto;
 pub(crate) mod server;

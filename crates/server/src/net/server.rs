@@ -358,6 +358,7 @@ impl Server {
     pub fn start(config: ServerConfig) -> Result<Server, StartError> {
         config.validate().map_err(StartError)?;
         warn_unprotected(&config);
+        super::heap::tune();
         let mut config = config;
         fit_descriptors(&mut config)?;
         let tls = crate::state::tls::ClientTls::new(&config).map_err(StartError)?;
@@ -540,7 +541,7 @@ fn housekeeping(shared: Arc<Shared>) {
     let mut tick = 0u64;
     while !shared.shutting_down.load(Ordering::Acquire) {
         if tick.is_multiple_of(TRIM_EVERY_TICKS) {
-            trim_heap();
+            super::heap::trim();
         }
         // Writers reclaim as they go, but a store that takes no writes (an
         // idle one, or one whose writes `maxmemory` refuses after a
@@ -569,19 +570,3 @@ fn housekeeping(shared: Arc<Shared>) {
 
 /// Housekeeping ticks between heap trims (one a second).
 const TRIM_EVERY_TICKS: u64 = 10;
-
-/// Gives the heap's free memory back to the system. glibc's malloc returns
-/// blocks above its mmap threshold when they are freed, but keeps what
-/// smaller buffers freed in its arenas, resident, until it is trimmed. Not
-/// for `maxmemory` (which counts what the store holds, not the resident
-/// size), but so that the resident size follows the data down too
-/// (`docs/experiments.md`, "Giving memory back", compares this with
-/// jemalloc and mimalloc).
-fn trim_heap() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim has no preconditions; it only releases free
-    // memory of glibc's heap.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}

@@ -29,6 +29,12 @@ pub(crate) struct Frames {
     args: Vec<Arg>,
     /// The unescaped arguments of inline requests.
     scratch: Vec<u8>,
+    /// After `parse` found a multibulk request incomplete inside a bulk
+    /// string whose header arrived: the bytes the request needs at least,
+    /// from its start (0: not known). The connection sizes its input
+    /// buffer by it once, instead of doubling it while a large value
+    /// arrives.
+    wanted: usize,
 }
 
 /// One parsed request: its arguments are entries `first..end` of the
@@ -59,6 +65,11 @@ impl Frames {
     /// Bytes in the scratch arena.
     pub(crate) fn scratch_len(&self) -> usize {
         self.scratch.len()
+    }
+
+    /// See `wanted`: set by the last `parse` that returned `Ok(None)`.
+    pub(crate) fn wanted(&self) -> usize {
+        self.wanted
     }
 }
 
@@ -159,6 +170,7 @@ pub(crate) fn parse(
     frames: &mut Frames,
 ) -> Result<Option<Frame>, FrameError> {
     let (first, scratch) = (frames.args.len(), frames.scratch.len());
+    frames.wanted = 0;
     let parsed = if input.is_empty() {
         Ok(None)
     } else if input[0] == b'*' {
@@ -310,6 +322,7 @@ fn parse_multibulk(
             return Err(FrameError::InvalidBulkLength);
         }
         if input.len() < data_at + len + 2 {
+            frames.wanted = data_at + len + 2;
             return Ok(None);
         }
         if &input[data_at + len..data_at + len + 2] != b"\r\n" {
@@ -600,6 +613,29 @@ mod tests {
         for cut in 1..20 {
             assert_eq!(args(&full[..cut]).unwrap(), None, "cut at {cut}");
         }
+    }
+
+    /// Once a bulk header is whole, an incomplete request says how many
+    /// bytes it needs (the connection reserves them); before that, and
+    /// after a complete request, it says nothing.
+    #[test]
+    fn an_incomplete_bulk_reports_the_bytes_its_request_needs() {
+        let mut frames = Frames::default();
+        let input = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$100\r\nabc";
+        assert_eq!(parse(input, L, &mut frames), Ok(None));
+        assert_eq!(frames.wanted(), 26 + 100 + 2);
+        assert_eq!(parse(&input[..24], L, &mut frames), Ok(None));
+        assert_eq!(frames.wanted(), 0);
+        assert!(
+            parse(b"*1\r\n$4\r\nPING\r\n", L, &mut frames)
+                .unwrap()
+                .is_some()
+        );
+        assert_eq!(frames.wanted(), 0);
+        // A declared length past the limit is an error, never a size.
+        let over = format!("*1\r\n${}\r\n", L.max_request_bytes + 1);
+        assert!(parse(over.as_bytes(), L, &mut frames).is_err());
+        assert_eq!(frames.wanted(), 0);
     }
 
     #[test]

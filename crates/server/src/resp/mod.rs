@@ -129,6 +129,15 @@ impl Protocol for Resp {
     const INTERNAL_ERROR: &'static [u8] = b"-ERR internal error; closing connection\r\n";
     const TIMED: bool = true;
 
+    fn wanted(&self) -> usize {
+        // A request being skipped is not kept: it needs no room.
+        if self.discard.is_some() {
+            0
+        } else {
+            self.frames.wanted()
+        }
+    }
+
     #[inline]
     fn parse(
         &mut self,

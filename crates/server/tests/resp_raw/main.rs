@@ -8,6 +8,7 @@ mod atomic;
 mod command_docs;
 mod config_set;
 mod keys;
+mod large;
 mod limits;
 mod multi;
 mod ordered;

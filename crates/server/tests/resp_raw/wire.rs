@@ -79,6 +79,12 @@ impl Conn {
         self.stream.write_all(bytes).expect("send");
     }
 
+    /// A second handle on the socket, for a thread that sends while this
+    /// one reads the replies.
+    pub fn sender(&self) -> TcpStream {
+        self.stream.try_clone().expect("clone the socket")
+    }
+
     /// Sends `args` as one multibulk request and returns its reply frame.
     pub fn cmd(&mut self, args: &[&[u8]]) -> Vec<u8> {
         self.send(&encode(args));

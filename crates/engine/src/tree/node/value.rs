@@ -34,6 +34,24 @@ pub(crate) fn held_globally() -> usize {
     HELD.load(Ordering::SeqCst)
 }
 
+thread_local! {
+    /// Bytes of the values this thread created since it last reset the
+    /// figure (`reset_created`): writers collect garbage by it as well as
+    /// by their count, since a replaced 1 MB value weighs what thousands of
+    /// small writes do.
+    static CREATED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Starts this thread's `created` figure again from zero.
+pub(crate) fn reset_created() {
+    CREATED.with(|c| c.set(0));
+}
+
+/// The bytes of values this thread created since `reset_created`.
+pub(crate) fn created() -> u64 {
+    CREATED.with(|c| c.get())
+}
+
 /// `Arc<[AtomicU64]>`'s data starts after its two counts.
 const ARC_COUNTS_BYTES: usize = 2 * std::mem::size_of::<usize>();
 
@@ -74,6 +92,7 @@ pub(crate) fn create(bytes: &[u8]) -> *const u8 {
         arc.assume_init()
     };
     HELD.fetch_add(1, Ordering::Relaxed);
+    CREATED.with(|c| c.set(c.get() + bytes.len() as u64));
     let raw = Arc::into_raw(arc);
     raw.cast::<AtomicU64>().wrapping_add(1).cast::<u8>()
 }

@@ -32,7 +32,7 @@ use std::borrow::Cow;
 use std::sync::atomic::Ordering as CoreOrdering;
 
 use super::epoch::Guard;
-use super::node::{ItemRef, Lid, NodePtr, STATE_LOCKED, STATE_OBSOLETE, state_size};
+use super::node::{self, ItemRef, Lid, NodePtr, STATE_LOCKED, STATE_OBSOLETE, state_size};
 use super::read::{published, route};
 use super::{LogEntry, Tree};
 use crate::sync::backoff;
@@ -68,6 +68,10 @@ struct Step {
 /// after a split and a page table at most 2^28 LIDs, so 2^28 leaves need 28
 /// levels even at the worst fan-out; 32 leaves room.
 const MAX_HEIGHT: usize = 32;
+
+/// New out-of-line value bytes after which a thread's next write collects
+/// (see `Tree::maybe_collect`).
+const COLLECT_AFTER_VALUE_BYTES: u64 = 8 << 20;
 
 /// The nodes from the root to a leaf, on the stack (one per write).
 #[derive(Clone, Copy)]
@@ -185,7 +189,11 @@ impl Tree {
     }
 
     /// Every 256th write of a thread runs a non-blocking `collect` (a
-    /// thread-local count: a shared counter would be a contended line).
+    /// thread-local count: a shared counter would be a contended line), and
+    /// so does a write after `COLLECT_AFTER_VALUE_BYTES` of new out-of-line
+    /// values: overwrites of a 1 MB value left hundreds of MB waiting, and
+    /// each new value then came from fresh pages that the kernel had to
+    /// fault in and zero.
     fn maybe_collect(&self) {
         thread_local! {
             static WRITES: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
@@ -195,7 +203,16 @@ impl Tree {
             w.set(n);
             n
         });
-        if n.is_multiple_of(256) {
+        if node::value::created() >= COLLECT_AFTER_VALUE_BYTES {
+            node::value::reset_created();
+            // The buffers this thread replaced wait in its own epoch bag,
+            // which crossbeam hands on only when 64 deferrals fill it: 64
+            // replaced leaves holding 1 MB values each. Handed on now, they
+            // are graced and unlinked here, and freed by the next flush.
+            self.flush_epochs();
+            self.collect(false);
+            self.flush_epochs();
+        } else if n.is_multiple_of(256) {
             self.collect(false);
         }
     }

@@ -211,7 +211,10 @@ pub(super) fn meta_set<'a>(
         return fail(McError::OutOfMemoryStoring, skip);
     }
     match data_block(input, line_len, vlen) {
-        Ok(None) => Parsed::Incomplete { scanned: 0 },
+        Ok(None) => Parsed::Incomplete {
+            scanned: 0,
+            wanted: line_len + vlen + 2,
+        },
         Err(err) => Parsed::Error {
             err,
             noreply: false,

@@ -50,7 +50,9 @@ pub const RELATIVE_EXPTIME_MAX: i64 = 60 * 60 * 24 * 30;
 pub enum Parsed<'a> {
     /// No whole request yet. Input bytes `[0, scanned)` hold no newline:
     /// pass `scanned` back with the same input start to avoid rescanning.
-    Incomplete { scanned: usize },
+    /// `wanted`: the bytes the request needs, once a storage command's
+    /// line gave its data block's length (0: not known).
+    Incomplete { scanned: usize, wanted: usize },
     /// A request, `consumed` bytes long (line and data block).
     Request { req: Request<'a>, consumed: usize },
     /// A request that is answered with an error: the line (and a bad data
@@ -327,6 +329,7 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits, scanned: usize) -> Parsed<'a>
         }
         return Parsed::Incomplete {
             scanned: input.len(),
+            wanted: 0,
         };
     };
     let nl = from + nl;

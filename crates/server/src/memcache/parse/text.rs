@@ -122,7 +122,10 @@ pub(super) fn storage<'a>(
         return fail(McError::OutOfMemoryStoring, noreply, skip);
     }
     match data_block(input, line_len, vlen) {
-        Ok(None) => Parsed::Incomplete { scanned: 0 },
+        Ok(None) => Parsed::Incomplete {
+            scanned: 0,
+            wanted: line_len + vlen + 2,
+        },
         Err(err) => Parsed::Error {
             err,
             noreply,
