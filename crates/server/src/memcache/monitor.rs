@@ -32,12 +32,8 @@ pub fn words<'r>(req: &'r Request<'_>) -> Option<Vec<Cow<'r, [u8]>>> {
             data,
             ..
         } => {
-            w.extend([Cow::Borrowed(*key), num(*flags as i128)]);
-            w.extend([num(*exptime as i128), num(data.len() as i128)]);
-            if names::NAMES[id] == "cas" {
-                w.push(num(*cas as i128));
-            }
-            w.push(Cow::Borrowed(*data));
+            let cas = (names::NAMES[id] == "cas").then_some(*cas);
+            store(&mut w, key, *flags, *exptime, cas, data);
         }
         Request::Delete { key, .. } => w.push(Cow::Borrowed(*key)),
         Request::Arith { key, delta, .. } => w.extend([Cow::Borrowed(*key), num(*delta as i128)]),
@@ -65,6 +61,23 @@ pub fn words<'r>(req: &'r Request<'_>) -> Option<Vec<Cow<'r, [u8]>>> {
     Some(w)
 }
 
+/// A storage command's words after its name, as its text line and data
+/// block give them: key, flags, exptime, length, [cas], data.
+fn store<'r>(
+    w: &mut Vec<Cow<'r, [u8]>>,
+    key: &'r [u8],
+    flags: u32,
+    exptime: i64,
+    cas: Option<u64>,
+    data: &'r [u8],
+) {
+    let num = |n: i128| Cow::Owned(n.to_string().into_bytes());
+    w.extend([Cow::Borrowed(key), num(flags as i128)]);
+    w.extend([num(exptime as i128), num(data.len() as i128)]);
+    w.extend(cas.map(|c| num(c as i128)));
+    w.push(Cow::Borrowed(data));
+}
+
 fn binary<'r>(cmd: &'r BinCmd<'_>, w: &mut Vec<Cow<'r, [u8]>>) {
     let num = |n: i128| Cow::Owned(n.to_string().into_bytes());
     match cmd {
@@ -79,14 +92,7 @@ fn binary<'r>(cmd: &'r BinCmd<'_>, w: &mut Vec<Cow<'r, [u8]>>) {
             cas,
             data,
             ..
-        } => {
-            w.extend([Cow::Borrowed(*key), num(*flags as i128)]);
-            w.extend([num(*exptime as i128), num(data.len() as i128)]);
-            if *cas != 0 {
-                w.push(num(*cas as i128));
-            }
-            w.push(Cow::Borrowed(*data));
-        }
+        } => store(w, key, *flags, *exptime, (*cas != 0).then_some(*cas), data),
         BinCmd::Arith { key, delta, .. } => w.extend([Cow::Borrowed(*key), num(*delta as i128)]),
         BinCmd::Flush { delay } => w.push(num(*delay as i128)),
         BinCmd::Stat { group } if !group.is_empty() => w.push(Cow::Borrowed(*group)),
