@@ -40,6 +40,7 @@ mod lock;
 pub(crate) mod overlay;
 pub(crate) mod record;
 pub(crate) mod recovery;
+mod replay;
 pub(crate) mod runtime;
 pub(crate) mod segments;
 pub(crate) mod wal;
