@@ -82,7 +82,8 @@ pub(crate) struct LoadedChain {
 /// with the delta runs that follow it (`compact::load_chain`) and with the
 /// records, in one bulk load. None valid: the records alone. Returns the
 /// tree, the chain's end (0: none) and whether a full checkpoint must
-/// follow (`Merge::finish`).
+/// follow (`Merge::finish`); None if the base it loads is older than the
+/// records `log` gathered reach back to.
 #[expect(
     clippy::too_many_arguments,
     reason = "the directory, the log read, and what the load reports"
@@ -96,12 +97,16 @@ fn load(
     report: &mut RecoveryReport,
     loaded: &mut LoadedChain,
     progress: Option<&RecoveryProgress>,
-) -> Result<(Tree, u64, bool), RecoveryError> {
+) -> Result<Option<(Tree, u64, bool)>, RecoveryError> {
     let deltas = delta::list(storage, dir).map_err(io("listing the data directory"))?;
     for (version, path) in
         checkpoint::list(storage, dir).map_err(io("listing the data directory"))?
     {
         let name = name_of(&path);
+        if version < log.gathered_above() {
+            // Newer bases failed: the records between are needed.
+            return Ok(None);
+        }
         let chain = compact::load_chain(
             storage,
             version,
@@ -149,7 +154,7 @@ fn load(
                     .iter()
                     .map(|d| (d.from, d.to, storage.len(&d.path).unwrap_or(0)))
                     .collect();
-                return Ok((tree, chain.end, needs_full));
+                return Ok(Some((tree, chain.end, needs_full)));
             }
             Ok((v, _)) => report.skipped_checkpoints.push((
                 name,
@@ -158,8 +163,11 @@ fn load(
             Err(why) => report.skipped_checkpoints.push((name, why.to_string())),
         }
     }
+    if log.gathered_above() > 0 {
+        return Ok(None);
+    }
     let (tree, _, needs_full) = Merge::new(g, log, 0).finish().map_err(log_refused)?;
-    Ok((tree, 0, needs_full))
+    Ok(Some((tree, 0, needs_full)))
 }
 
 /// The log's records were checked against the limits the loader keeps, and
@@ -200,21 +208,34 @@ pub(crate) fn recover(
         .iter()
         .map(|(_, path)| read_all(storage, path).map_err(io(&name_of(path))))
         .collect::<Result<Vec<_>, _>>()?;
-    let (log, scans) = read_log(g, max_value_len, &survey, &bytes, progress);
-    report.replay_time = started.elapsed();
-    let started = Instant::now();
+    // The records the newest base holds are only counted; if it fails,
+    // the log is read again from its start for an older one.
+    let newest = checkpoint::list(storage, dir).map_err(io("listing the data directory"))?;
+    let mut above = newest.first().map_or(0, |c| c.0);
     let mut chain = LoadedChain::default();
-    let (tree, ckpt_version, emptied) = load(
-        g,
-        max_value_len,
-        storage,
-        dir,
-        &log,
-        &mut report,
-        &mut chain,
-        progress,
-    )?;
-    report.load_time = started.elapsed();
+    report.replay_time = started.elapsed();
+    let (log, scans, (tree, ckpt_version, emptied)) = loop {
+        let started = Instant::now();
+        let (log, scans) = read_log(g, max_value_len, &survey, &bytes, above, progress);
+        report.replay_time += started.elapsed();
+        let started = Instant::now();
+        report.skipped_checkpoints.clear();
+        let loaded = load(
+            g,
+            max_value_len,
+            storage,
+            dir,
+            &log,
+            &mut report,
+            &mut chain,
+            progress,
+        )?;
+        report.load_time += started.elapsed();
+        match loaded {
+            Some(loaded) => break (log, scans, loaded),
+            None => above = 0,
+        }
+    };
     (report.records_skipped, report.records_replayed) = log.split_count(ckpt_version);
     if let Some(&(i, version, ref refused)) = log.refused_above(ckpt_version) {
         return Err(RecoveryError::BadRecord {
@@ -255,15 +276,16 @@ pub(crate) fn recover(
 }
 
 /// Scans the read segments (`bytes`, in order) to the first damage or
-/// unfinished group, gathering their records.
+/// unfinished group, gathering their records above version `above`.
 fn read_log<'b>(
     g: &Geometry,
     max_value_len: usize,
     survey: &cut::Survey,
     bytes: &'b [Vec<u8>],
+    above: u64,
     progress: Option<&RecoveryProgress>,
 ) -> (LogOps<'b>, Vec<SegmentScan>) {
-    let mut log = LogOps::default();
+    let mut log = LogOps::above(above);
     let mut scans = Vec::with_capacity(bytes.len());
     let mut last = 0u64;
     for (i, ((seq, _), bytes)) in survey.segments.iter().zip(bytes).enumerate() {

@@ -41,13 +41,19 @@ struct Op<'a> {
     put: bool,
 }
 
-/// The valid log, read: each key's last record in key order, and what must
-/// be applied in version order (deletes and clears, for the delete log).
+/// The valid log above a version (`above`), read: each key's last record
+/// in key order, and what must be applied in version order (deletes and
+/// clears, for the delete log).
 #[derive(Debug, Default)]
 pub(crate) struct LogOps<'a> {
+    /// Records at or below it are only counted: the checkpoint recovery
+    /// expects to load (the newest base) holds them.
+    above: u64,
+    /// Records at or below `above`.
+    below: u64,
     /// PUT and DELETE records; once sealed, each key's last, in key order.
     ops: Vec<Op<'a>>,
-    /// Every record's version, in log (so version) order.
+    /// Every record's version above `above`, in log (so version) order.
     versions: Vec<u64>,
     /// DELETE keys (`Some`) and CLEARs (`None`) in log order.
     events: Vec<(u64, Option<&'a [u8]>)>,
@@ -59,6 +65,19 @@ pub(crate) struct LogOps<'a> {
 }
 
 impl<'a> LogOps<'a> {
+    /// Gathers the records above version `above`.
+    pub(crate) fn above(above: u64) -> LogOps<'a> {
+        LogOps {
+            above,
+            ..LogOps::default()
+        }
+    }
+
+    /// Records at or below this version were not gathered.
+    pub(crate) fn gathered_above(&self) -> u64 {
+        self.above
+    }
+
     /// Takes record `rec` of segment `segment`, in log order; `max_key_len`
     /// and `max_value_len` are the limits a record must keep.
     pub(crate) fn add(
@@ -69,6 +88,10 @@ impl<'a> LogOps<'a> {
         max_value_len: usize,
     ) {
         let v = rec.version();
+        if v <= self.above {
+            self.below += 1;
+            return;
+        }
         self.versions.push(v);
         let check_key = |key: &[u8]| {
             if key.is_empty() || key.len() > max_key_len {
@@ -152,9 +175,14 @@ impl<'a> LogOps<'a> {
     }
 
     /// Records at or below `end` (already in the checkpoint) and above it.
+    /// `end` is at least `above`.
     pub(crate) fn split_count(&self, end: u64) -> (u64, u64) {
+        debug_assert!(end >= self.above);
         let at_or_below = self.versions.partition_point(|&v| v <= end) as u64;
-        (at_or_below, self.versions.len() as u64 - at_or_below)
+        (
+            self.below + at_or_below,
+            self.versions.len() as u64 - at_or_below,
+        )
     }
 
     /// The first record above `end` that cannot be applied.
