@@ -120,7 +120,13 @@ fn run(ops: &[Op], seed: u64) -> Result<usize, TestCaseError> {
             drop(store);
             store = open(&fs);
             let after = dump(&store);
-            prop_assert_eq!(&after.0, &before.0, "after restart {} at op {}", restarts, round);
+            prop_assert_eq!(
+                &after.0,
+                &before.0,
+                "after restart {} at op {}",
+                restarts,
+                round
+            );
             if !cleared && !expired {
                 prop_assert_eq!(after.1, before.1, "keys after restart {}", restarts);
             }
@@ -155,7 +161,11 @@ fn deletes_replayed_into_untouched_leaves_reach_the_next_delta_run() {
     ops.extend([Op::Restart, Op::Checkpoint, Op::Restart]);
     ops.extend((0..80).map(Op::Delete));
     ops.extend([Op::Restart, Op::Checkpoint, Op::Restart]);
-    ops.extend([Op::Put(3, 5, 2, 9), Op::Restart, Op::Checkpoint, Op::Restart]);
+    ops.extend([
+        Op::Put(3, 5, 2, 9),
+        Op::Restart,
+        Op::Checkpoint,
+        Op::Restart,
+    ]);
     assert_eq!(run(&ops, 1).unwrap(), 7);
 }
-

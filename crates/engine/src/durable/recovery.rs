@@ -203,7 +203,9 @@ pub(crate) fn recover(
     // Refusals come first: nothing is changed before the plan holds.
     let plan = survey.plan(storage, dir, truncate_corrupt)?;
     // Segments after a cut are set aside unread.
-    let upto = plan.as_ref().map_or(survey.segments.len(), |c| c.segment + 1);
+    let upto = plan
+        .as_ref()
+        .map_or(survey.segments.len(), |c| c.segment + 1);
     let bytes = survey.segments[..upto]
         .iter()
         .map(|(_, path)| read_all(storage, path).map_err(io(&name_of(path))))
@@ -261,7 +263,16 @@ pub(crate) fn recover(
     chain.needs_full |= emptied;
     drop(log);
     drop(bytes);
-    let log = cut_and_close(storage, dir, &survey, plan, &scans, ckpt_version, floor, &mut report)?;
+    let log = cut_and_close(
+        storage,
+        dir,
+        &survey,
+        plan,
+        &scans,
+        ckpt_version,
+        floor,
+        &mut report,
+    )?;
     tree.reset_clock(report.max_version.max(ckpt_version));
     report.max_version = report.max_version.max(log.floor);
     Ok(Recovered {

@@ -110,15 +110,11 @@ impl<'a> LogOps<'a> {
                 expiry,
                 client_flags,
                 ..
-            } => check_key(key)
-                .and_then(|()| {
-                    if value.len() > max_value_len {
-                        Err(RecordRefused::ValueTooLarge { len: value.len() })
-                    } else {
-                        Ok(())
-                    }
-                })
-                .map(|()| Op {
+            } => match check_key(key) {
+                Ok(()) if value.len() > max_value_len => {
+                    Err(RecordRefused::ValueTooLarge { len: value.len() })
+                }
+                checked => checked.map(|()| Op {
                     key,
                     value,
                     version: v,
@@ -126,6 +122,7 @@ impl<'a> LogOps<'a> {
                     client_flags,
                     put: true,
                 }),
+            },
             Record::Delete { key, .. } => check_key(key).map(|()| {
                 self.events.push((v, Some(key)));
                 Op {
@@ -154,9 +151,8 @@ impl<'a> LogOps<'a> {
     /// unique, so the order is total). Both cores sort: each half on its
     /// own thread, then one merge.
     pub(crate) fn seal(&mut self) {
-        let by_key = |a: &Op<'_>, b: &Op<'_>| {
-            key_cmp(a.key, b.key).then_with(|| b.version.cmp(&a.version))
-        };
+        let by_key =
+            |a: &Op<'_>, b: &Op<'_>| key_cmp(a.key, b.key).then_with(|| b.version.cmp(&a.version));
         let mut ops = std::mem::take(&mut self.ops);
         if ops.len() < PARALLEL_SORT_MIN {
             ops.sort_unstable_by(by_key);

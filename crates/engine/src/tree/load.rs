@@ -177,11 +177,21 @@ impl<'g> BulkLoader<'g> {
         };
         let Some(lid) = lid else {
             // One leaf: it is the root.
-            let p = w.finish(&self.tree().shared.counter, self.leaf_version, Lid::ROOT, Lid::NONE);
+            let p = w.finish(
+                &self.tree().shared.counter,
+                self.leaf_version,
+                Lid::ROOT,
+                Lid::NONE,
+            );
             self.set_root(p);
             return (self.take(), self.max_version);
         };
-        let p = w.finish(&self.tree().shared.counter, self.leaf_version, lid, Lid::NONE);
+        let p = w.finish(
+            &self.tree().shared.counter,
+            self.leaf_version,
+            lid,
+            Lid::NONE,
+        );
         super::unlock_new(p);
         self.tree().pages.set(lid, Some(p));
         self.leaves
