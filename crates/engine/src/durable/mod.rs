@@ -321,9 +321,10 @@ pub struct RecoveryReport {
     /// The clock restarted here: every recovered version is at most this,
     /// and so is the version floor.
     pub max_version: u64,
-    /// Time spent loading the checkpoint (base and delta runs).
+    /// Time spent building the tree: the checkpoint (base and delta runs)
+    /// and the log's records above it, merged in one bulk load.
     pub load_time: Duration,
-    /// Time spent replaying the log.
+    /// Time spent reading the log and sorting its records for the load.
     pub replay_time: Duration,
 }
 

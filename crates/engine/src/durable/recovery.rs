@@ -10,7 +10,9 @@
 //!    missing and recovery refuses (`Error::Corrupt`).
 //! 3. Records at or below the checkpoint version are skipped; later ones are
 //!    applied with their own versions, so items keep their versions (CAS
-//!    tokens) and TTLs. A Clear record empties the tree.
+//!    tokens) and TTLs. A Clear record empties the tree. They are applied
+//!    as a bulk load (`replay`): sorted by key, each key's last merged into
+//!    the checkpoint chain's stream, one pass for both.
 //! 4. The first damaged record (torn, bad checksum, version not above the
 //!    previous one) ends the log. If a crash can have left it (a torn tail:
 //!    `cut`'s module documentation says exactly when), its segment is cut
