@@ -142,6 +142,9 @@ fn load(
             Ok(r)
         });
         match read {
+            // A damaged run ended the chain short of where the log was
+            // gathered from: the records between are needed.
+            Ok((v, _)) if v == version && chain.end < log.gathered_above() => return Ok(None),
             Ok((v, _)) if v == version => {
                 let (tree, _, needs_full) = loader.finish().map_err(log_refused)?;
                 report.checkpoint = Some(LoadedCheckpoint {
@@ -212,10 +215,10 @@ pub(crate) fn recover(
         .iter()
         .map(|(_, path)| read_all(storage, path).map_err(io(&name_of(path))))
         .collect::<Result<Vec<_>, _>>()?;
-    // The records the newest base holds are only counted; if it fails,
-    // the log is read again from its start for an older one.
-    let newest = checkpoint::list(storage, dir).map_err(io("listing the data directory"))?;
-    let mut above = newest.first().map_or(0, |c| c.0);
+    // The records the newest chain holds are only counted; if it does not
+    // load as far as its files' names reach, the log is read again from
+    // its start.
+    let mut above = chain_reach(storage, dir).map_err(io("listing the data directory"))?;
     let mut chain = LoadedChain::default();
     report.replay_time = started.elapsed();
     let (log, scans, (tree, ckpt_version, emptied)) = loop {
@@ -377,6 +380,24 @@ fn cut_and_close(
         floor,
         deletes: Default::default(),
     })
+}
+
+/// The version the newest checkpoint chain reaches by its files' names:
+/// the newest base's, then each run's that starts where the chain has
+/// reached, the furthest first (as `compact::load_chain` picks); 0 without
+/// a base. Recovery gathers the log above it.
+fn chain_reach(storage: &dyn Storage, dir: &Path) -> std::io::Result<u64> {
+    let Some((mut end, _)) = checkpoint::list(storage, dir)?.into_iter().next() else {
+        return Ok(0);
+    };
+    let deltas = delta::list(storage, dir)?;
+    while let Some(to) = deltas.iter().filter(|d| d.from == end).map(|d| d.to).max() {
+        if to <= end {
+            break;
+        }
+        end = to;
+    }
+    Ok(end)
 }
 
 /// Bytes of the newest checkpoint chain's files and of the log: what
