@@ -105,10 +105,6 @@ fn load(
         checkpoint::list(storage, dir).map_err(io("listing the data directory"))?
     {
         let name = name_of(&path);
-        if version < log.gathered_above() {
-            // Newer bases failed: the records between are needed.
-            return Ok(None);
-        }
         let chain = compact::load_chain(
             storage,
             version,
@@ -116,6 +112,11 @@ fn load(
             max_value_len,
             &mut report.skipped_checkpoints,
         );
+        if chain.end < log.gathered_above() {
+            // A newer base failed, or a damaged run ended this chain
+            // short: the records between are needed.
+            return Ok(None);
+        }
         let mut loader = Merge::new(g, log, chain.end);
         let mut merge = chain.overlay.merge();
         let mut items = 0u64;
@@ -142,9 +143,6 @@ fn load(
             Ok(r)
         });
         match read {
-            // A damaged run ended the chain short of where the log was
-            // gathered from: the records between are needed.
-            Ok((v, _)) if v == version && chain.end < log.gathered_above() => return Ok(None),
             Ok((v, _)) if v == version => {
                 let (tree, _, needs_full) = loader.finish().map_err(log_refused)?;
                 report.checkpoint = Some(LoadedCheckpoint {
@@ -251,20 +249,7 @@ pub(crate) fn recover(
             refused: refused.clone(),
         });
     }
-    // The deletes replayed, for the next delta run, as the write path
-    // records them.
-    let deletes = DeleteLog::default();
-    for (version, key) in log.events_above(ckpt_version) {
-        match key {
-            Some(key) => deletes.record(version, key),
-            None => {
-                // The tree's buffers no longer tell what changed since the
-                // chain's end.
-                chain.needs_full = true;
-                deletes.lose_upto(version);
-            }
-        }
-    }
+    let deletes = replayed_deletes(&log, ckpt_version, &mut chain);
     chain.needs_full |= emptied;
     drop(log);
     drop(bytes);
@@ -289,6 +274,25 @@ pub(crate) fn recover(
         report,
         chain,
     })
+}
+
+/// The deletes replayed above the chain's end (`end`), for the next delta
+/// run, as the write path records them. A replayed clear makes the next
+/// checkpoint a full one.
+fn replayed_deletes(log: &LogOps<'_>, end: u64, chain: &mut LoadedChain) -> DeleteLog {
+    let deletes = DeleteLog::default();
+    for (version, key) in log.events_above(end) {
+        match key {
+            Some(key) => deletes.record(version, key),
+            None => {
+                // The tree's buffers no longer tell what changed since the
+                // chain's end.
+                chain.needs_full = true;
+                deletes.lose_upto(version);
+            }
+        }
+    }
+    deletes
 }
 
 /// Scans the read segments (`bytes`, in order) to the first damage or
