@@ -57,8 +57,8 @@ pub(crate) struct LogOps<'a> {
     versions: Vec<u64>,
     /// DELETE keys (`Some`) and CLEARs (`None`) in log order.
     events: Vec<(u64, Option<&'a [u8]>)>,
-    /// The first record that cannot be applied: (segment index, version,
-    /// why), in log order.
+    /// The records that cannot be applied: (segment index, version, why),
+    /// in log order.
     refused: Vec<(usize, u64, RecordRefused)>,
     /// The version of the last CLEAR (0: none).
     last_clear: u64,
@@ -309,5 +309,47 @@ impl<'o, 'g> Merge<'o, 'g> {
         let empty = self.loader.items() == 0;
         let (tree, max) = self.loader.finish();
         Ok((tree, max, empty && self.deleted))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// Enough records for the two-thread sort, with many overwrites: the
+    /// sealed run is each key's last record, in key order.
+    #[test]
+    fn seal_keeps_each_keys_last_record_in_key_order() {
+        let n = PARALLEL_SORT_MIN * 3;
+        let keys: Vec<Vec<u8>> = (0..n)
+            .map(|i| format!("k{}", (i * 7919) % (n / 3)).into_bytes())
+            .collect();
+        let mut log = LogOps::above(0);
+        let mut model = BTreeMap::new();
+        for (i, key) in keys.iter().enumerate() {
+            let version = i as u64 + 1;
+            let rec = if i % 5 == 0 {
+                Record::Delete { version, key }
+            } else {
+                Record::Put {
+                    version,
+                    key,
+                    value: b"v",
+                    expiry: 0,
+                    client_flags: 0,
+                }
+            };
+            log.add(0, &rec, 64, 64);
+            model.insert(key.clone(), (version, i % 5 != 0));
+        }
+        log.seal();
+        let got: Vec<(Vec<u8>, (u64, bool))> = log
+            .ops
+            .iter()
+            .map(|op| (op.key.to_vec(), (op.version, op.put)))
+            .collect();
+        assert_eq!(got, model.into_iter().collect::<Vec<_>>());
+        assert_eq!(log.split_count(0), (0, n as u64));
     }
 }
