@@ -40,6 +40,7 @@ mod lock;
 pub(crate) mod overlay;
 pub(crate) mod record;
 pub(crate) mod recovery;
+mod replay;
 pub(crate) mod runtime;
 pub(crate) mod segments;
 pub(crate) mod wal;
@@ -322,9 +323,10 @@ pub struct RecoveryReport {
     /// The clock restarted here: every recovered version is at most this,
     /// and so is the version floor.
     pub max_version: u64,
-    /// Time spent loading the checkpoint (base and delta runs).
+    /// Time spent building the tree: the checkpoint (base and delta runs)
+    /// and the log's records above it, merged in one bulk load.
     pub load_time: Duration,
-    /// Time spent replaying the log.
+    /// Time spent reading the log and sorting its records for the load.
     pub replay_time: Duration,
 }
 

@@ -10,7 +10,9 @@
 //!    missing and recovery refuses (`Error::Corrupt`).
 //! 3. Records at or below the checkpoint version are skipped; later ones are
 //!    applied with their own versions, so items keep their versions (CAS
-//!    tokens) and TTLs. A Clear record empties the tree.
+//!    tokens) and TTLs. A Clear record empties the tree. They are applied
+//!    as a bulk load (`replay`): sorted by key, each key's last merged into
+//!    the checkpoint chain's stream, one pass for both.
 //! 4. The first damaged record (torn, bad checksum, version not above the
 //!    previous one) ends the log. If a crash can have left it (a torn tail:
 //!    `cut`'s module documentation says exactly when), its segment is cut
@@ -40,16 +42,16 @@ use super::compact;
 use super::cut::{self, GroupCut};
 use super::deletes::DeleteLog;
 use super::delta;
-use super::error::{CheckpointError, IoError, ItemRefused, RecordRefused, RecoveryError};
+use super::error::{CheckpointError, IoError, ItemRefused, RecoveryError};
 use super::file::Storage;
-use super::record::{CkptItem, Record};
+use super::record::CkptItem;
+use super::replay::{LogOps, Merge};
 use super::segments::{SegmentScan, list_segments, read_all, scan_segment};
 use super::wal::{Existing, SegmentMeta};
 use super::{LoadedCheckpoint, RecoveryProgress, RecoveryReport};
 use crate::config::Geometry;
 use crate::tree::Tree;
-use crate::tree::load::BulkLoader;
-use crate::tree::write::{WriteMode, WriteOp};
+use crate::tree::load::LoadError;
 
 /// The recovered tree, the log it continues, and the report.
 pub(crate) struct Recovered {
@@ -77,25 +79,32 @@ pub(crate) struct LoadedChain {
     pub needs_full: bool,
 }
 
-/// Loads the newest valid checkpoint chain into a fresh tree: a base,
-/// newest first, merged as it streams with the delta runs that follow it
-/// (`compact::load_chain`). Returns the tree and the version it reached.
-fn load_checkpoint(
+/// Loads the newest valid checkpoint chain merged with the log's records
+/// above its end (`replay`): a base, newest first, merged as it streams
+/// with the delta runs that follow it (`compact::load_chain`) and with the
+/// records, in one bulk load. None valid: the records alone. Returns the
+/// tree, the chain's end (0: none) and whether a full checkpoint must
+/// follow (`Merge::finish`); None if the base it loads is older than the
+/// records `log` gathered reach back to.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the directory, the log read, and what the load reports"
+)]
+fn load(
     g: &Geometry,
     max_value_len: usize,
     storage: &dyn Storage,
     dir: &Path,
+    log: &LogOps<'_>,
     report: &mut RecoveryReport,
     loaded: &mut LoadedChain,
     progress: Option<&RecoveryProgress>,
-) -> Result<(Tree, u64), RecoveryError> {
+) -> Result<Option<(Tree, u64, bool)>, RecoveryError> {
     let deltas = delta::list(storage, dir).map_err(io("listing the data directory"))?;
     for (version, path) in
         checkpoint::list(storage, dir).map_err(io("listing the data directory"))?
     {
-        let name = path
-            .file_name()
-            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let name = name_of(&path);
         let chain = compact::load_chain(
             storage,
             version,
@@ -103,7 +112,12 @@ fn load_checkpoint(
             max_value_len,
             &mut report.skipped_checkpoints,
         );
-        let mut loader = BulkLoader::new(g);
+        if chain.end < log.gathered_above() {
+            // A newer base failed, or a damaged run ended this chain
+            // short: the records between are needed.
+            return Ok(None);
+        }
+        let mut loader = Merge::new(g, log, chain.end);
         let mut merge = chain.overlay.merge();
         let mut items = 0u64;
         let mut push = |it: &CkptItem<'_>| {
@@ -112,7 +126,7 @@ fn load_checkpoint(
                 p.add((it.key.len() + it.value.len()) as u64);
             }
             loader
-                .push(it.key, it.value, it.version, it.expiry, it.client_flags)
+                .base(it.key, it.value, it.version, it.expiry, it.client_flags)
                 .map_err(ItemRefused::from)
         };
         let read = checkpoint::read(storage, &path, |it| {
@@ -130,21 +144,20 @@ fn load_checkpoint(
         });
         match read {
             Ok((v, _)) if v == version => {
-                let (tree, max_item_version) = loader.finish();
+                let (tree, _, needs_full) = loader.finish().map_err(log_refused)?;
                 report.checkpoint = Some(LoadedCheckpoint {
                     file: name,
                     version: chain.end,
                     items,
                     deltas: chain.used.iter().map(|d| d.name()).collect(),
                 });
-                debug_assert!(max_item_version <= chain.end);
                 loaded.base = Some((version, storage.len(&path).unwrap_or(0)));
                 loaded.deltas = chain
                     .used
                     .iter()
                     .map(|d| (d.from, d.to, storage.len(&d.path).unwrap_or(0)))
                     .collect();
-                return Ok((tree, chain.end));
+                return Ok(Some((tree, chain.end, needs_full)));
             }
             Ok((v, _)) => report.skipped_checkpoints.push((
                 name,
@@ -153,11 +166,25 @@ fn load_checkpoint(
             Err(why) => report.skipped_checkpoints.push((name, why.to_string())),
         }
     }
-    Ok((Tree::new(*g), 0))
+    if log.gathered_above() > 0 {
+        return Ok(None);
+    }
+    let (tree, _, needs_full) = Merge::new(g, log, 0).finish().map_err(log_refused)?;
+    Ok(Some((tree, 0, needs_full)))
+}
+
+/// The log's records were checked against the limits the loader keeps, and
+/// sorted: the loader refusing one is a fault in recovery itself.
+fn log_refused(e: LoadError) -> RecoveryError {
+    RecoveryError::Io(IoError::new(
+        "bulk loading the log",
+        std::io::Error::other(e.to_string()),
+    ))
 }
 
 /// Recovers the store in `dir`. `truncate_corrupt`: cut a corrupt log
-/// rather than refuse it (rule 4).
+/// rather than refuse it (rule 4). The valid log is read and sorted first,
+/// then loaded with the checkpoint chain in one pass (`replay`).
 pub(crate) fn recover(
     g: &Geometry,
     max_value_len: usize,
@@ -174,42 +201,150 @@ pub(crate) fn recover(
     }
     let mut report = RecoveryReport::default();
     let started = Instant::now();
-    let mut chain = LoadedChain::default();
-    let deletes = DeleteLog::default();
-    let (mut tree, ckpt_version) = load_checkpoint(
-        g,
-        max_value_len,
-        storage,
-        dir,
-        &mut report,
-        &mut chain,
-        progress,
-    )?;
-    report.load_time = started.elapsed();
-    let started = Instant::now();
-
     let floor = cut::read_floor(storage, dir)?;
     let survey = cut::survey(storage, dir).map_err(io("reading the log"))?;
     // Refusals come first: nothing is changed before the plan holds.
     let plan = survey.plan(storage, dir, truncate_corrupt)?;
-    let segments = &survey.segments;
-    let mut kept = Vec::new();
-    let mut floor = floor;
-    let mut max_version = ckpt_version;
-    let mut last = 0u64;
-    for (i, (seq, path)) in segments.iter().enumerate() {
-        let name = name_of(path);
-        let bytes = read_all(storage, path).map_err(io(&name))?;
-        let stop = GroupCut::stop_in(survey.group, i);
-        let replay = Replay {
+    // Segments after a cut are set aside unread.
+    let upto = plan
+        .as_ref()
+        .map_or(survey.segments.len(), |c| c.segment + 1);
+    let bytes = survey.segments[..upto]
+        .iter()
+        .map(|(_, path)| read_all(storage, path).map_err(io(&name_of(path))))
+        .collect::<Result<Vec<_>, _>>()?;
+    // The records the newest chain holds are only counted; if it does not
+    // load as far as its files' names reach, the log is read again from
+    // its start.
+    let mut above = chain_reach(storage, dir).map_err(io("listing the data directory"))?;
+    let mut chain = LoadedChain::default();
+    report.replay_time = started.elapsed();
+    let (log, scans, (tree, ckpt_version, emptied)) = loop {
+        let started = Instant::now();
+        let (log, scans) = read_log(g, max_value_len, &survey, &bytes, above, progress);
+        report.replay_time += started.elapsed();
+        let started = Instant::now();
+        report.skipped_checkpoints.clear();
+        let loaded = load(
             g,
             max_value_len,
-            after: ckpt_version,
-            cleared: std::cell::Cell::new(false),
-            deletes: &deletes,
-        };
-        let scan = replay.segment(&mut tree, *seq, &name, &bytes, last, stop, &mut report)?;
-        chain.needs_full |= replay.cleared.get();
+            storage,
+            dir,
+            &log,
+            &mut report,
+            &mut chain,
+            progress,
+        )?;
+        report.load_time += started.elapsed();
+        match loaded {
+            Some(loaded) => break (log, scans, loaded),
+            None => above = 0,
+        }
+    };
+    (report.records_skipped, report.records_replayed) = log.split_count(ckpt_version);
+    if let Some(&(i, version, ref refused)) = log.refused_above(ckpt_version) {
+        return Err(RecoveryError::BadRecord {
+            segment: name_of(&survey.segments[i].1),
+            version,
+            refused: refused.clone(),
+        });
+    }
+    let deletes = replayed_deletes(&log, ckpt_version, &mut chain);
+    chain.needs_full |= emptied;
+    drop(log);
+    drop(bytes);
+    let log = cut_and_close(
+        storage,
+        dir,
+        &survey,
+        plan,
+        &scans,
+        ckpt_version,
+        floor,
+        &mut report,
+    )?;
+    tree.reset_clock(report.max_version.max(ckpt_version));
+    report.max_version = report.max_version.max(log.floor);
+    Ok(Recovered {
+        tree,
+        log: Existing {
+            deletes: std::sync::Arc::new(deletes),
+            ..log
+        },
+        report,
+        chain,
+    })
+}
+
+/// The deletes replayed above the chain's end (`end`), for the next delta
+/// run, as the write path records them. A replayed clear makes the next
+/// checkpoint a full one.
+fn replayed_deletes(log: &LogOps<'_>, end: u64, chain: &mut LoadedChain) -> DeleteLog {
+    let deletes = DeleteLog::default();
+    for (version, key) in log.events_above(end) {
+        match key {
+            Some(key) => deletes.record(version, key),
+            None => {
+                // The tree's buffers no longer tell what changed since the
+                // chain's end.
+                chain.needs_full = true;
+                deletes.lose_upto(version);
+            }
+        }
+    }
+    deletes
+}
+
+/// Scans the read segments (`bytes`, in order) to the first damage or
+/// unfinished group, gathering their records above version `above`.
+fn read_log<'b>(
+    g: &Geometry,
+    max_value_len: usize,
+    survey: &cut::Survey,
+    bytes: &'b [Vec<u8>],
+    above: u64,
+    progress: Option<&RecoveryProgress>,
+) -> (LogOps<'b>, Vec<SegmentScan>) {
+    let mut log = LogOps::above(above);
+    let mut scans = Vec::with_capacity(bytes.len());
+    let mut last = 0u64;
+    for (i, ((seq, _), bytes)) in survey.segments.iter().zip(bytes).enumerate() {
+        let stop = GroupCut::stop_in(survey.group, i);
+        let scan = scan_segment(*seq, bytes, last, stop, |_, rec| {
+            log.add(i, rec, g.max_key_len, max_value_len);
+        });
+        last = scan.last_version.unwrap_or(last);
+        if let Some(p) = progress {
+            p.add(bytes.len() as u64);
+        }
+        scans.push(scan);
+    }
+    log.seal();
+    (log, scans)
+}
+
+/// Checks that the log reaches back to the checkpoint (rule 2), makes the
+/// planned cut, and returns the segments kept. Sets the report's segment
+/// count, cut, floor and largest version seen (the floor aside).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the survey, its plan and scans, and what they are checked against"
+)]
+fn cut_and_close(
+    storage: &dyn Storage,
+    dir: &Path,
+    survey: &cut::Survey,
+    plan: Option<cut::Cut>,
+    scans: &[SegmentScan],
+    ckpt_version: u64,
+    mut floor: u64,
+    report: &mut RecoveryReport,
+) -> Result<Existing, RecoveryError> {
+    let segments = &survey.segments;
+    let mut kept = Vec::new();
+    let mut max_version = ckpt_version;
+    for (i, scan) in scans.iter().enumerate() {
+        let name = name_of(&segments[i].1);
         let has_header = scan.damage.as_ref().is_none_or(|d| d.0 > 0);
         if i == 0 && has_header && scan.start_version > ckpt_version {
             return Err(RecoveryError::MissingRecords {
@@ -219,21 +354,15 @@ pub(crate) fn recover(
             });
         }
         max_version = max_version.max(scan.start_version);
-        if let Some(v) = scan.last_version {
-            last = v;
-            max_version = max_version.max(v);
-        }
+        max_version = max_version.max(scan.last_version.unwrap_or(0));
         report.segments_replayed += 1;
-        if let Some(p) = progress {
-            p.add(bytes.len() as u64);
-        }
         let meta = SegmentMeta {
-            seq: *seq,
+            seq: scan.seq,
             start_version: scan.start_version,
             bytes: scan.valid_bytes,
         };
         if let Some(c) = plan.as_ref().filter(|c| c.segment == i) {
-            debug_assert_eq!(scan.damage.map(|d| d.0), Some(c.offset), "{name}");
+            debug_assert_eq!(scan.damage.as_ref().map(|d| d.0), Some(c.offset), "{name}");
             let done = cut::make_cut(storage, dir, segments, c, floor)?;
             if done.kept {
                 kept.push(meta);
@@ -249,82 +378,30 @@ pub(crate) fn recover(
     if floor > 0 {
         report.version_floor = Some(floor);
     }
-    tree.reset_clock(max_version);
-    report.max_version = max_version.max(floor);
-    report.replay_time = started.elapsed();
-    Ok(Recovered {
-        tree,
-        log: Existing {
-            segments: kept,
-            floor,
-            deletes: std::sync::Arc::new(deletes),
-        },
-        report,
-        chain,
+    report.max_version = max_version;
+    Ok(Existing {
+        segments: kept,
+        floor,
+        deletes: Default::default(),
     })
 }
 
-/// How records are replayed: above version `after` (the checkpoint's),
-/// within the limits of geometry `g` and `max_value_len`.
-struct Replay<'g> {
-    g: &'g Geometry,
-    max_value_len: usize,
-    after: u64,
-    /// Set once a CLEAR record is applied.
-    cleared: std::cell::Cell<bool>,
-    /// The keys of the deletes applied.
-    deletes: &'g DeleteLog,
-}
-
-impl Replay<'_> {
-    /// Replays segment `seq` (named `name`, bytes `bytes`) into `tree`, up
-    /// to the first damage or `stop`; `last` is the version of the record
-    /// before it. Err if a valid record cannot be applied.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "a segment, where it starts and stops, and what it goes into"
-    )]
-    fn segment(
-        &self,
-        tree: &mut Tree,
-        seq: u64,
-        name: &str,
-        bytes: &[u8],
-        last: u64,
-        stop: Option<(u64, u64)>,
-        report: &mut RecoveryReport,
-    ) -> Result<SegmentScan, RecoveryError> {
-        let mut apply_err = None;
-        let scan = scan_segment(seq, bytes, last, stop, |_, rec| {
-            if apply_err.is_some() {
-                return;
-            }
-            if rec.version() <= self.after {
-                report.records_skipped += 1;
-                return;
-            }
-            match *rec {
-                Record::Clear { version } => {
-                    self.cleared.set(true);
-                    self.deletes.lose_upto(version);
-                }
-                Record::Delete { version, key } => self.deletes.record(version, key),
-                _ => {}
-            }
-            if let Err(e) = apply(tree, self.g, self.max_value_len, rec) {
-                apply_err = Some((rec.version(), e));
-            }
-            report.records_replayed += 1;
-        });
-        match apply_err {
-            Some((version, refused)) => Err(RecoveryError::BadRecord {
-                segment: name.to_string(),
-                version,
-                refused,
-            }),
-            None => Ok(scan),
+/// The version the newest checkpoint chain reaches by its files' names:
+/// the newest base's, then each run's that starts where the chain has
+/// reached, the furthest first (as `compact::load_chain` picks); 0 without
+/// a base. Recovery gathers the log above it.
+fn chain_reach(storage: &dyn Storage, dir: &Path) -> std::io::Result<u64> {
+    let Some((mut end, _)) = checkpoint::list(storage, dir)?.into_iter().next() else {
+        return Ok(0);
+    };
+    let deltas = delta::list(storage, dir)?;
+    while let Some(to) = deltas.iter().filter(|d| d.from == end).map(|d| d.to).max() {
+        if to <= end {
+            break;
         }
+        end = to;
     }
+    Ok(end)
 }
 
 /// Bytes of the newest checkpoint chain's files and of the log: what
@@ -351,68 +428,4 @@ fn files_bytes(storage: &dyn Storage, dir: &Path) -> std::io::Result<u64> {
 fn name_of(path: &Path) -> String {
     path.file_name()
         .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
-}
-
-/// Applies one record with its own version.
-fn apply(
-    tree: &mut Tree,
-    g: &Geometry,
-    max_value_len: usize,
-    rec: &Record<'_>,
-) -> Result<(), RecordRefused> {
-    let v = rec.version();
-    let mode = WriteMode {
-        now: None,
-        logged: false,
-    };
-    let check_key = |key: &[u8]| {
-        if key.is_empty() || key.len() > g.max_key_len {
-            Err(RecordRefused::KeyLength {
-                len: key.len(),
-                max: g.max_key_len,
-            })
-        } else {
-            Ok(())
-        }
-    };
-    match *rec {
-        Record::Put {
-            key,
-            value,
-            expiry,
-            client_flags,
-            ..
-        } => {
-            check_key(key)?;
-            if value.len() > max_value_len {
-                return Err(RecordRefused::ValueTooLarge { len: value.len() });
-            }
-            tree.reset_clock(v - 1);
-            let w = tree.write(key, mode, |_| {
-                (
-                    WriteOp::Put {
-                        value: std::borrow::Cow::Borrowed(value),
-                        expiry,
-                        flags: client_flags,
-                    },
-                    (),
-                )
-            });
-            debug_assert_eq!(w.version, Some(v), "replay keeps the record's version");
-        }
-        Record::Delete { key, .. } => {
-            check_key(key)?;
-            tree.reset_clock(v - 1);
-            let w = tree.write(key, mode, |_| (WriteOp::Delete, ()));
-            debug_assert!(w.version.is_none_or(|got| got == v));
-        }
-        Record::Clear { .. } => {
-            *tree = Tree::new(*g);
-            tree.reset_clock(v);
-        }
-        // Markers only: by rule 6 every group replayed is whole. The next
-        // record sets the clock to its own version.
-        Record::GroupBegin { .. } | Record::GroupEnd { .. } => {}
-    }
-    Ok(())
 }

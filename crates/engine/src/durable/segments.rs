@@ -31,12 +31,12 @@ pub(crate) struct SegmentScan {
 /// before it: every record's version must exceed it and the previous one.
 /// `stop`: (offset, begin) of an unfinished group's begin in this segment,
 /// where the scan ends as at damage.
-pub(crate) fn scan_segment(
+pub(crate) fn scan_segment<'b>(
     seq: u64,
-    bytes: &[u8],
+    bytes: &'b [u8],
     mut after: u64,
     stop: Option<(u64, u64)>,
-    mut f: impl FnMut(u64, &Record<'_>),
+    mut f: impl FnMut(u64, &Record<'b>),
 ) -> SegmentScan {
     let mut scan = SegmentScan {
         seq,

@@ -49,6 +49,8 @@ pub(crate) struct BulkLoader<'g> {
     last_key: Vec<u8>,
     items: u64,
     max_version: u64,
+    /// The buffer version of the leaf being filled (`changed_at`).
+    leaf_version: u64,
     g: &'g Geometry,
 }
 
@@ -76,6 +78,7 @@ impl<'g> BulkLoader<'g> {
             last_key: Vec::new(),
             items: 0,
             max_version: 0,
+            leaf_version: 0,
             g,
         }
     }
@@ -124,7 +127,8 @@ impl<'g> BulkLoader<'g> {
             let (w, lid) = self.leaf.take().expect("a leaf is open");
             let lid = lid.unwrap_or_else(|| self.tree().pages.allocate());
             let next = self.tree().pages.allocate();
-            let p = w.finish(&self.tree().shared.counter, 0, lid, next);
+            let p = w.finish(&self.tree().shared.counter, self.leaf_version, lid, next);
+            self.leaf_version = 0;
             super::unlock_new(p);
             self.tree().pages.set(lid, Some(p));
             self.leaves
@@ -150,6 +154,20 @@ impl<'g> BulkLoader<'g> {
         Ok(())
     }
 
+    /// Something changed at `version` in the key range of the leaf being
+    /// filled (before the first push: of the first leaf): the leaf is built
+    /// at the largest such version rather than 0, as a write at it would
+    /// have published it, so that a delta run from below it reads the
+    /// leaf (`tree/delta.rs`). The caller raises the clock to it.
+    pub(crate) fn changed_at(&mut self, version: u64) {
+        self.leaf_version = self.leaf_version.max(version);
+    }
+
+    /// Items pushed so far.
+    pub(crate) fn items(&self) -> u64 {
+        self.items
+    }
+
     /// Builds the interior levels and returns the tree and the largest item
     /// version loaded. The tree's clock is still at 0: the caller sets it.
     pub(crate) fn finish(mut self) -> (Tree, u64) {
@@ -159,11 +177,21 @@ impl<'g> BulkLoader<'g> {
         };
         let Some(lid) = lid else {
             // One leaf: it is the root.
-            let p = w.finish(&self.tree().shared.counter, 0, Lid::ROOT, Lid::NONE);
+            let p = w.finish(
+                &self.tree().shared.counter,
+                self.leaf_version,
+                Lid::ROOT,
+                Lid::NONE,
+            );
             self.set_root(p);
             return (self.take(), self.max_version);
         };
-        let p = w.finish(&self.tree().shared.counter, 0, lid, Lid::NONE);
+        let p = w.finish(
+            &self.tree().shared.counter,
+            self.leaf_version,
+            lid,
+            Lid::NONE,
+        );
         super::unlock_new(p);
         self.tree().pages.set(lid, Some(p));
         self.leaves
