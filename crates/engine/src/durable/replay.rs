@@ -149,7 +149,8 @@ impl<'a> LogOps<'a> {
 
     /// Sorts the records by key and keeps each key's last (versions are
     /// unique, so the order is total). Both cores sort: each half on its
-    /// own thread, then one merge.
+    /// own thread; then std's stable sort, which finds runs already in
+    /// order, merges the two halves in one pass.
     pub(crate) fn seal(&mut self) {
         let by_key =
             |a: &Op<'_>, b: &Op<'_>| key_cmp(a.key, b.key).then_with(|| b.version.cmp(&a.version));
@@ -163,7 +164,7 @@ impl<'a> LogOps<'a> {
                 s.spawn(|| lo.sort_unstable_by(by_key));
                 hi.sort_unstable_by(by_key);
             });
-            ops = merge_sorted(&ops[..mid], &ops[mid..], by_key);
+            ops.sort_by(by_key);
         }
         // Newest first within a key: keep the first of each run.
         ops.dedup_by(|later, kept| later.key == kept.key);
@@ -196,27 +197,6 @@ impl<'a> LogOps<'a> {
 /// Below this many records one thread sorts: a thread's start and the
 /// merge cost more than they save.
 const PARALLEL_SORT_MIN: usize = 1 << 16;
-
-fn merge_sorted<'a>(
-    a: &[Op<'a>],
-    b: &[Op<'a>],
-    cmp: impl Fn(&Op<'a>, &Op<'a>) -> Ordering,
-) -> Vec<Op<'a>> {
-    let mut out = Vec::with_capacity(a.len() + b.len());
-    let (mut i, mut j) = (0, 0);
-    while i < a.len() && j < b.len() {
-        if cmp(&b[j], &a[i]) == Ordering::Less {
-            out.push(b[j]);
-            j += 1;
-        } else {
-            out.push(a[i]);
-            i += 1;
-        }
-    }
-    out.extend_from_slice(&a[i..]);
-    out.extend_from_slice(&b[j..]);
-    out
-}
 
 /// A bulk load of a checkpoint chain's stream merged with the log's
 /// records above the chain's end (`end`).
