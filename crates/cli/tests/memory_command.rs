@@ -9,7 +9,7 @@ mod support;
 use std::process::Command;
 
 use support::Server;
-use support::resp::{Client, Redis, Value, redis_installed};
+use support::resp::{Beside, Client, Value, redis_installed};
 
 fn int(v: &Value) -> i64 {
     match v {
@@ -31,13 +31,16 @@ fn stat_names(v: &Value) -> Vec<String> {
 
 #[test]
 fn errors_and_shapes_match_redis() {
-    if !redis_installed() {
+    // The servers are bound too: they stop when the test ends.
+    let Some(Beside {
+        redis: _redis,
+        combkv: _combkv,
+        mut r,
+        mut c,
+    }) = Beside::start()
+    else {
         return;
-    }
-    let redis = Redis::start(None, &[]);
-    let server = Server::start(&[], None);
-    let mut r = Client::connect(redis.addr);
-    let mut c = Client::connect(server.resp);
+    };
     for cl in [&mut r, &mut c] {
         assert_eq!(cl.cmd(&["SET", "k", "v"]), Value::Simple("OK".into()));
     }

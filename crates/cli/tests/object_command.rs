@@ -6,18 +6,20 @@
 
 mod support;
 
-use support::Server;
-use support::resp::{Client, Redis, Value, redis_installed};
+use support::resp::{Beside, Value};
 
 #[test]
 fn encodings_and_errors_match_redis() {
-    if !redis_installed() {
+    // The servers are bound too: they stop when the test ends.
+    let Some(Beside {
+        redis: _redis,
+        combkv: _combkv,
+        mut r,
+        mut c,
+    }) = Beside::start()
+    else {
         return;
-    }
-    let redis = Redis::start(None, &[]);
-    let server = Server::start(&[], None);
-    let mut r = Client::connect(redis.addr);
-    let mut c = Client::connect(server.resp);
+    };
     let embstr_max = "e".repeat(44);
     let raw = "r".repeat(45);
     let big = "b".repeat(5000);

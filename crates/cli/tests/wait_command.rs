@@ -11,18 +11,20 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::Server;
-use support::resp::{Client, Redis, Value, redis_installed};
+use support::resp::{Beside, Client, Value};
 
 #[test]
 fn single_node_answers_and_errors_match_redis() {
-    if !redis_installed() {
+    // The servers are bound too: they stop when the test ends.
+    let Some(Beside {
+        redis: _redis,
+        combkv: _combkv,
+        mut r,
+        mut c,
+    }) = Beside::start()
+    else {
         return;
-    }
-    let redis = Redis::start(None, &[]);
-    let server = Server::start(&[], None);
-    let mut r = Client::connect(redis.addr);
-    let mut c = Client::connect(server.resp);
+    };
     let steps: &[&[&str]] = &[
         &["WAIT", "0", "0"],
         &["SET", "k", "v"],

@@ -314,3 +314,32 @@ impl Redis {
         redis
     }
 }
+
+/// A redis-server and a combkv serve side by side, with a client of each:
+/// what a test that compares their answers starts from. None (the test
+/// returns) where redis-server is missing and `COMBKV_SKIP_PEERS` is set.
+pub struct Beside {
+    pub redis: Redis,
+    pub combkv: super::Server,
+    /// A client of redis-server.
+    pub r: Client,
+    /// A client of combkv.
+    pub c: Client,
+}
+
+impl Beside {
+    pub fn start() -> Option<Beside> {
+        if !redis_installed() {
+            return None;
+        }
+        let redis = Redis::start(None, &[]);
+        let combkv = super::Server::start(&[], None);
+        let (r, c) = (Client::connect(redis.addr), Client::connect(combkv.resp));
+        Some(Beside {
+            redis,
+            combkv,
+            r,
+            c,
+        })
+    }
+}
