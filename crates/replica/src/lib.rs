@@ -19,7 +19,9 @@
 //!   to each peer fared), `error`.
 //! - `state_machine`, `snapshot`, `log_store`: the store, its snapshots,
 //!   the Raft log.
-//! - `types`, `codec`, `tally`: what an entry holds, and its bytes.
+//! - `types`, `codec`, `tally`: what an entry holds, and its bytes;
+//!   `ranges`: the keyspace cut into ranges (the range map) and the clock
+//!   whose timestamps order writes across them.
 
 #![warn(missing_docs)]
 
@@ -34,6 +36,7 @@ mod membership;
 pub mod network;
 mod node;
 pub mod probe;
+pub mod ranges;
 mod replica;
 mod restored;
 mod rpc;

@@ -1,0 +1,493 @@
+//! The range map: which range serves which keys, on which nodes.
+//!
+//! The keyspace is cut into ranges `[start, end)` that cover it exactly:
+//! the first starts at the empty key, each starts where the one before it
+//! ends, and the last has no end. Each range is one Raft group. The map is
+//! the state of the meta group: every change to it is a [`MapChange`]
+//! applied in log order on every replica, so every replica holds the same
+//! map at the same index, and a change made against an old view of a range
+//! is refused rather than applied to bounds it did not see.
+//!
+//! Nodes cache the map to route requests. A request names the range and
+//! the epoch it routed by; the range checks both ([`RangeDesc::admits`])
+//! and refuses a request routed by an older view of its bounds, so that a
+//! key is never served by a range that no longer holds it (TiKV's region
+//! epoch, CockroachDB's range descriptor generation).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::types::NodeId;
+
+/// A range's id: never reused, the same on every node.
+pub type RangeId = u64;
+
+/// What a range's bounds and replicas were decided by. `version` counts the
+/// splits and merges that changed its bounds, `conf_ver` the changes of its
+/// replicas; neither ever goes back. A request routed by bounds checks
+/// `version` (its replicas may change under it without changing who holds
+/// the key); a change of the range itself checks both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct Epoch {
+    /// Bumped by every split and merge.
+    pub version: u64,
+    /// Bumped by every change of the range's replicas.
+    pub conf_ver: u64,
+}
+
+impl fmt::Display for Epoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.version, self.conf_ver)
+    }
+}
+
+/// One range: its keys, its replicas and its epoch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RangeDesc {
+    /// The range's id.
+    pub id: RangeId,
+    /// The first key it holds (the empty key is the start of the keyspace).
+    #[serde(with = "serde_bytes")]
+    pub start: Vec<u8>,
+    /// The first key past it; none: the end of the keyspace.
+    #[serde(with = "serde_bytes")]
+    pub end: Option<Vec<u8>>,
+    /// The nodes holding a replica: voters, then learners catching up.
+    pub voters: Vec<NodeId>,
+    /// Replicas being brought up to date before they vote (a move adds a
+    /// learner, lets it catch up, then promotes it).
+    pub learners: Vec<NodeId>,
+    /// What its bounds and replicas were decided by.
+    pub epoch: Epoch,
+}
+
+impl RangeDesc {
+    /// Whether `key` lies in `[start, end)`.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        key >= self.start.as_slice() && self.end.as_ref().is_none_or(|e| key < e.as_slice())
+    }
+
+    /// Whether a request for `key`, routed to this range by a map in which
+    /// it had `epoch`, may be served here: the range must still have the
+    /// bounds the router saw, and they must hold the key. A refusal names
+    /// what the router should learn before it retries.
+    pub fn admits(&self, key: &[u8], epoch: Epoch) -> Result<(), Misrouted> {
+        if epoch.version != self.epoch.version {
+            return Err(Misrouted::StaleEpoch {
+                range: self.id,
+                current: self.epoch,
+            });
+        }
+        if !self.contains(key) {
+            return Err(Misrouted::KeyNotInRange { range: self.id });
+        }
+        Ok(())
+    }
+
+    fn check_epoch(&self, seen: Epoch) -> Result<(), MapError> {
+        if seen != self.epoch {
+            return Err(MapError::StaleEpoch {
+                range: self.id,
+                seen,
+                current: self.epoch,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for RangeDesc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "range {} [{}, ", self.id, Key(&self.start))?;
+        match &self.end {
+            Some(e) => write!(f, "{})", Key(e))?,
+            None => f.write_str("end)")?,
+        }
+        write!(f, " epoch {} voters {:?}", self.epoch, self.voters)?;
+        if !self.learners.is_empty() {
+            write!(f, " learners {:?}", self.learners)?;
+        }
+        Ok(())
+    }
+}
+
+/// A key as an operator reads it: printable ASCII as it is, other bytes as
+/// `\xNN`.
+struct Key<'a>(&'a [u8]);
+
+impl fmt::Display for Key<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("\"")?;
+        for &b in self.0 {
+            if b.is_ascii_graphic() && b != b'"' && b != b'\\' || b == b' ' {
+                write!(f, "{}", b as char)?;
+            } else {
+                write!(f, "\\x{b:02x}")?;
+            }
+        }
+        f.write_str("\"")
+    }
+}
+
+/// Why a range refused a request: the router's map is out of date.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Misrouted {
+    /// The range was split or merged since the router's map: refresh it.
+    StaleEpoch {
+        /// The range that refused.
+        range: RangeId,
+        /// Its epoch now.
+        current: Epoch,
+    },
+    /// The key is not in the range's bounds (the router's map is wrong).
+    KeyNotInRange {
+        /// The range that refused.
+        range: RangeId,
+    },
+}
+
+/// A change to the map, as the meta group's log carries it. Each names the
+/// epoch of every range it changes as the proposer saw it, and is refused
+/// if any has changed since: two changes decided from one view cannot both
+/// apply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MapChange {
+    /// Cut `range` at `at`: the range keeps `[start, at)`, and a new range
+    /// `new_id` with the same replicas takes `[at, end)`.
+    Split {
+        /// The range cut.
+        range: RangeId,
+        /// Its epoch as the proposer saw it.
+        epoch: Epoch,
+        /// The first key of the right half; strictly inside the range.
+        #[serde(with = "serde_bytes")]
+        at: Vec<u8>,
+        /// The right half's id, never used before.
+        new_id: RangeId,
+    },
+    /// Join `right` into `left`, its neighbour before it, on the same
+    /// replicas; `right` is gone.
+    Merge {
+        /// The range that takes the union.
+        left: RangeId,
+        /// Its epoch as the proposer saw it.
+        left_epoch: Epoch,
+        /// The range that ends.
+        right: RangeId,
+        /// Its epoch as the proposer saw it.
+        right_epoch: Epoch,
+    },
+    /// Set `range`'s replicas (a move is several of these: add a learner,
+    /// promote it, remove a voter).
+    Replicas {
+        /// The range changed.
+        range: RangeId,
+        /// Its epoch as the proposer saw it.
+        epoch: Epoch,
+        /// The voters after the change; never empty.
+        voters: Vec<NodeId>,
+        /// The learners after the change.
+        learners: Vec<NodeId>,
+    },
+}
+
+/// Why a [`MapChange`] was refused; the map is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MapError {
+    /// No range has this id (merged away, or never was).
+    NoSuchRange(RangeId),
+    /// The range changed since the proposer saw it.
+    StaleEpoch {
+        /// The range.
+        range: RangeId,
+        /// The epoch the change was decided by.
+        seen: Epoch,
+        /// Its epoch now.
+        current: Epoch,
+    },
+    /// A split key on or outside the range's bounds.
+    SplitKeyOutside {
+        /// The range.
+        range: RangeId,
+    },
+    /// A new range's id is taken, or was used before.
+    IdUsed(RangeId),
+    /// A merge of ranges that are not neighbours in this order.
+    NotAdjacent {
+        /// The left range named.
+        left: RangeId,
+        /// The right range named.
+        right: RangeId,
+    },
+    /// A merge of ranges on different replicas (the scheduler moves them
+    /// onto the same nodes first).
+    ReplicasDiffer {
+        /// The left range named.
+        left: RangeId,
+        /// The right range named.
+        right: RangeId,
+    },
+    /// A replica set with no voter, or a node twice.
+    BadReplicas(RangeId),
+}
+
+impl fmt::Display for MapError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MapError::NoSuchRange(id) => write!(f, "no range {id}"),
+            MapError::StaleEpoch {
+                range,
+                seen,
+                current,
+            } => write!(
+                f,
+                "range {range} changed since the change was decided (epoch {seen}, now {current})"
+            ),
+            MapError::SplitKeyOutside { range } => {
+                write!(f, "the split key is not strictly inside range {range}")
+            }
+            MapError::IdUsed(id) => write!(f, "range id {id} was used before"),
+            MapError::NotAdjacent { left, right } => {
+                write!(f, "range {right} does not start where range {left} ends")
+            }
+            MapError::ReplicasDiffer { left, right } => {
+                write!(f, "ranges {left} and {right} are not on the same replicas")
+            }
+            MapError::BadReplicas(id) => write!(
+                f,
+                "range {id}: a replica set needs a voter, and no node twice"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for MapError {}
+
+/// The ranges, in key order, covering the keyspace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RangeMap {
+    /// By start key.
+    ranges: BTreeMap<Vec<u8>, RangeDesc>,
+    /// Above every id ever used: ids are never reused, so a request for a
+    /// range merged away cannot reach a new range by its old id.
+    next_id: RangeId,
+    /// Bumped by every change applied: a cached copy at a lower generation
+    /// may be out of date.
+    generation: u64,
+}
+
+impl RangeMap {
+    /// A map of one range, id 1, holding the whole keyspace on `voters`.
+    pub fn new(voters: Vec<NodeId>) -> RangeMap {
+        let first = RangeDesc {
+            id: 1,
+            start: Vec::new(),
+            end: None,
+            voters,
+            learners: Vec::new(),
+            epoch: Epoch::default(),
+        };
+        RangeMap {
+            ranges: BTreeMap::from([(Vec::new(), first)]),
+            next_id: 2,
+            generation: 0,
+        }
+    }
+
+    /// The range holding `key`.
+    pub fn route(&self, key: &[u8]) -> &RangeDesc {
+        // The first range starts at the empty key, so one always starts at
+        // or before any key.
+        let (_, r) = self
+            .ranges
+            .range::<[u8], _>((std::ops::Bound::Unbounded, std::ops::Bound::Included(key)))
+            .next_back()
+            .expect("the first range starts at the empty key");
+        r
+    }
+
+    /// The ranges holding any key of `[lo, hi)` (`hi` none: to the end), in
+    /// key order.
+    pub fn spanning<'a>(
+        &'a self,
+        lo: &'a [u8],
+        hi: Option<&'a [u8]>,
+    ) -> impl Iterator<Item = &'a RangeDesc> + 'a {
+        let first = self.route(lo).start.clone();
+        self.ranges
+            .range::<[u8], _>((
+                std::ops::Bound::Included(first.as_slice()),
+                std::ops::Bound::Unbounded,
+            ))
+            .map(|(_, r)| r)
+            .take_while(move |r| hi.is_none_or(|hi| r.start.as_slice() < hi))
+    }
+
+    /// The range with this id.
+    pub fn get(&self, id: RangeId) -> Option<&RangeDesc> {
+        self.ranges.values().find(|r| r.id == id)
+    }
+
+    /// Every range, in key order.
+    pub fn ranges(&self) -> impl Iterator<Item = &RangeDesc> {
+        self.ranges.values()
+    }
+
+    /// How many ranges there are.
+    pub fn len(&self) -> usize {
+        self.ranges.len()
+    }
+
+    /// Never: a map covers the keyspace with at least one range.
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    /// The number of changes applied to the map.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// An id no range has ever had, for a split's right half.
+    pub fn next_id(&self) -> RangeId {
+        self.next_id
+    }
+
+    fn start_of(&self, id: RangeId) -> Result<Vec<u8>, MapError> {
+        self.get(id)
+            .map(|r| r.start.clone())
+            .ok_or(MapError::NoSuchRange(id))
+    }
+
+    /// Applies `change`, or refuses it and leaves the map as it was.
+    /// Deterministic: every replica of the meta group answers alike.
+    pub fn apply(&mut self, change: &MapChange) -> Result<(), MapError> {
+        match change {
+            MapChange::Split {
+                range,
+                epoch,
+                at,
+                new_id,
+            } => {
+                let key = self.start_of(*range)?;
+                let r = &self.ranges[&key];
+                r.check_epoch(*epoch)?;
+                if at.as_slice() <= r.start.as_slice() || !r.contains(at) {
+                    return Err(MapError::SplitKeyOutside { range: *range });
+                }
+                if *new_id < self.next_id {
+                    return Err(MapError::IdUsed(*new_id));
+                }
+                let r = self.ranges.get_mut(&key).expect("found above");
+                let version = r.epoch.version + 1;
+                r.epoch.version = version;
+                let right = RangeDesc {
+                    id: *new_id,
+                    start: at.clone(),
+                    end: r.end.replace(at.clone()),
+                    voters: r.voters.clone(),
+                    learners: r.learners.clone(),
+                    epoch: Epoch {
+                        version,
+                        conf_ver: r.epoch.conf_ver,
+                    },
+                };
+                self.ranges.insert(at.clone(), right);
+                self.next_id = new_id + 1;
+            }
+            MapChange::Merge {
+                left,
+                left_epoch,
+                right,
+                right_epoch,
+            } => {
+                let lkey = self.start_of(*left)?;
+                let rkey = self.start_of(*right)?;
+                let (l, r) = (&self.ranges[&lkey], &self.ranges[&rkey]);
+                l.check_epoch(*left_epoch)?;
+                r.check_epoch(*right_epoch)?;
+                if l.end.as_deref() != Some(r.start.as_slice()) {
+                    return Err(MapError::NotAdjacent {
+                        left: *left,
+                        right: *right,
+                    });
+                }
+                if sorted(&l.voters) != sorted(&r.voters)
+                    || sorted(&l.learners) != sorted(&r.learners)
+                {
+                    return Err(MapError::ReplicasDiffer {
+                        left: *left,
+                        right: *right,
+                    });
+                }
+                let r = self.ranges.remove(&rkey).expect("found above");
+                let l = self.ranges.get_mut(&lkey).expect("found above");
+                l.end = r.end;
+                // Above both halves' versions: a request routed by either
+                // half's old bounds is refused by the merged range.
+                l.epoch.version = l.epoch.version.max(r.epoch.version) + 1;
+                l.epoch.conf_ver = l.epoch.conf_ver.max(r.epoch.conf_ver);
+            }
+            MapChange::Replicas {
+                range,
+                epoch,
+                voters,
+                learners,
+            } => {
+                let key = self.start_of(*range)?;
+                self.ranges[&key].check_epoch(*epoch)?;
+                let mut all: Vec<NodeId> = voters.iter().chain(learners).copied().collect();
+                all.sort_unstable();
+                all.dedup();
+                if voters.is_empty() || all.len() != voters.len() + learners.len() {
+                    return Err(MapError::BadReplicas(*range));
+                }
+                let r = self.ranges.get_mut(&key).expect("found above");
+                r.voters = voters.clone();
+                r.learners = learners.clone();
+                r.epoch.conf_ver += 1;
+            }
+        }
+        self.generation += 1;
+        Ok(())
+    }
+
+    /// Checks that the ranges cover the keyspace exactly once, in order,
+    /// with distinct ids below `next_id`: what every change must keep.
+    pub fn validate(&self) -> Result<(), String> {
+        let mut expect_start: Option<&[u8]> = Some(&[]);
+        let mut ids = std::collections::BTreeSet::new();
+        for (key, r) in &self.ranges {
+            if key.as_slice() != r.start.as_slice() {
+                return Err(format!("{r} is filed under another start key"));
+            }
+            match expect_start {
+                Some(s) if s == r.start.as_slice() => {}
+                Some(_) => return Err(format!("{r} does not start where its neighbour ends")),
+                None => return Err(format!("{r} follows a range that ends the keyspace")),
+            }
+            if r.end
+                .as_ref()
+                .is_some_and(|e| e.as_slice() <= r.start.as_slice())
+            {
+                return Err(format!("{r} is empty"));
+            }
+            if !ids.insert(r.id) || r.id >= self.next_id || r.id == 0 {
+                return Err(format!("{r}: id taken twice or not below {}", self.next_id));
+            }
+            expect_start = r.end.as_deref();
+        }
+        if expect_start.is_some() {
+            return Err("the last range does not reach the end of the keyspace".into());
+        }
+        Ok(())
+    }
+}
+
+fn sorted(v: &[NodeId]) -> Vec<NodeId> {
+    let mut v = v.to_vec();
+    v.sort_unstable();
+    v
+}

@@ -1,0 +1,16 @@
+//! The keyspace in ranges: the map of which range (Raft group) holds which
+//! keys (`map`), and the hybrid logical clock whose timestamps let a read
+//! that crosses ranges read them all at one point in time (`clock`).
+//!
+//! Both are plain data and logic, decided alike on every replica; the
+//! groups that serve the ranges and the meta group that replicates the map
+//! are built on them.
+
+pub mod clock;
+pub mod map;
+
+#[cfg(test)]
+mod tests;
+
+pub use clock::{Clock, Timestamp};
+pub use map::{Epoch, MapChange, MapError, Misrouted, RangeDesc, RangeId, RangeMap};

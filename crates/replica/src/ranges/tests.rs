@@ -1,0 +1,421 @@
+//! The range map against a model: random splits, merges and replica
+//! changes, some decided from stale views; after each, the map covers the
+//! keyspace exactly once, routes every key as the model does, and no
+//! request routed by any earlier map is served by a range whose bounds it
+//! did not see.
+
+use proptest::prelude::*;
+
+use super::map::{Epoch, MapChange, MapError, Misrouted, RangeDesc, RangeMap};
+use crate::types::NodeId;
+
+/// Keys of one or two bytes from a small alphabet, so that random split
+/// keys and probes land in and around the same ranges.
+fn key() -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(
+        prop::sample::select(vec![b'a', b'c', b'e', b'g', 0u8, 255]),
+        0..3,
+    )
+}
+
+/// What a step does; the ranges it names are picked by position in the
+/// map as it is when the step runs, so most steps hit a real range.
+#[derive(Debug, Clone)]
+enum Step {
+    Split {
+        pick: usize,
+        at: Vec<u8>,
+    },
+    Merge {
+        pick: usize,
+    },
+    Replicas {
+        pick: usize,
+        voters: Vec<NodeId>,
+    },
+    /// Replays a change against the epochs of the map `back` steps ago.
+    Stale {
+        back: usize,
+        pick: usize,
+        at: Vec<u8>,
+    },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        3 => (any::<usize>(), key()).prop_map(|(pick, at)| Step::Split { pick, at }),
+        2 => any::<usize>().prop_map(|pick| Step::Merge { pick }),
+        1 => (any::<usize>(), prop::sample::subsequence(vec![1u64, 2, 3, 4, 5], 1..4))
+            .prop_map(|(pick, voters)| Step::Replicas { pick, voters }),
+        1 => (1usize..6, any::<usize>(), key())
+            .prop_map(|(back, pick, at)| Step::Stale { back, pick, at }),
+    ]
+}
+
+fn nth(map: &RangeMap, pick: usize) -> RangeDesc {
+    map.ranges().nth(pick % map.len()).unwrap().clone()
+}
+
+/// The model: the ranges' (start, id) in key order; each ends where the
+/// next starts.
+fn model_route(model: &[(Vec<u8>, u64)], key: &[u8]) -> u64 {
+    model
+        .iter()
+        .rev()
+        .find(|(start, _)| start.as_slice() <= key)
+        .unwrap()
+        .1
+}
+
+fn probes() -> Vec<Vec<u8>> {
+    let alphabet = [0u8, b'a', b'b', b'c', b'd', b'e', b'g', b'h', 255];
+    let mut keys = vec![Vec::new()];
+    for &a in &alphabet {
+        keys.push(vec![a]);
+        for &b in &alphabet {
+            keys.push(vec![a, b]);
+        }
+    }
+    keys
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn the_map_covers_the_keyspace_once_and_routes_as_the_model(
+        steps in prop::collection::vec(step(), 1..60),
+    ) {
+        let mut map = RangeMap::new(vec![1, 2, 3]);
+        let mut model: Vec<(Vec<u8>, u64)> = vec![(Vec::new(), 1)];
+        let mut history = vec![map.clone()];
+        for s in steps {
+            let before = map.clone();
+            let (change, expect_ok) = match &s {
+                Step::Split { pick, at } => {
+                    let r = nth(&map, *pick);
+                    let inside = at.as_slice() > r.start.as_slice() && r.contains(at);
+                    (
+                        MapChange::Split { range: r.id, epoch: r.epoch, at: at.clone(), new_id: map.next_id() },
+                        inside,
+                    )
+                }
+                Step::Merge { pick } => {
+                    let l = nth(&map, *pick);
+                    match map.ranges().find(|r| Some(r.start.as_slice()) == l.end.as_deref()) {
+                        Some(r) => {
+                            let same = {
+                                let (mut a, mut b) = (l.voters.clone(), r.voters.clone());
+                                a.sort_unstable();
+                                b.sort_unstable();
+                                a == b && l.learners == r.learners
+                            };
+                            (
+                                MapChange::Merge { left: l.id, left_epoch: l.epoch, right: r.id, right_epoch: r.epoch },
+                                same,
+                            )
+                        }
+                        // The last range has no right neighbour: merging
+                        // it with the first is refused.
+                        None => {
+                            let first = nth(&map, 0);
+                            (
+                                MapChange::Merge { left: l.id, left_epoch: l.epoch, right: first.id, right_epoch: first.epoch },
+                                false,
+                            )
+                        }
+                    }
+                }
+                Step::Replicas { pick, voters } => {
+                    let r = nth(&map, *pick);
+                    (
+                        MapChange::Replicas { range: r.id, epoch: r.epoch, voters: voters.clone(), learners: Vec::new() },
+                        true,
+                    )
+                }
+                Step::Stale { back, pick, at } => {
+                    let old = &history[history.len().saturating_sub(*back + 1)];
+                    let r = nth(old, *pick);
+                    let current = map.get(r.id).map(|c| c.epoch);
+                    let inside = at.as_slice() > r.start.as_slice() && r.contains(at);
+                    (
+                        MapChange::Split { range: r.id, epoch: r.epoch, at: at.clone(), new_id: map.next_id() },
+                        // Only a range unchanged since applies it.
+                        inside && current == Some(r.epoch),
+                    )
+                }
+            };
+            let got = map.apply(&change);
+            prop_assert_eq!(got.is_ok(), expect_ok, "{:?} gave {:?}", change, got);
+            match got {
+                Err(_) => prop_assert_eq!(&map, &before, "a refused change changed the map"),
+                Ok(()) => {
+                    prop_assert_eq!(map.generation(), before.generation() + 1);
+                    match &change {
+                        MapChange::Split { at, new_id, .. } => {
+                            let i = model.iter().rposition(|(s, _)| s.as_slice() < at.as_slice()).unwrap();
+                            model.insert(i + 1, (at.clone(), *new_id));
+                        }
+                        MapChange::Merge { right, .. } => model.retain(|(_, id)| id != right),
+                        MapChange::Replicas { .. } => {}
+                    }
+                    history.push(map.clone());
+                }
+            }
+            map.validate().map_err(TestCaseError::fail)?;
+            prop_assert_eq!(map.len(), model.len());
+            for k in probes() {
+                let r = map.route(&k);
+                prop_assert_eq!(r.id, model_route(&model, &k));
+                prop_assert!(r.contains(&k));
+                // Exactly one range admits the key by the current map.
+                let admitting = map.ranges().filter(|d| d.admits(&k, d.epoch).is_ok()).count();
+                prop_assert_eq!(admitting, 1);
+                // Routed by any earlier map, the key is served only by a
+                // range whose bounds are still the ones the router saw.
+                for old in &history {
+                    let seen = old.route(&k);
+                    if let Some(now) = map.get(seen.id)
+                        && now.admits(&k, seen.epoch).is_ok()
+                    {
+                        prop_assert_eq!((&now.start, &now.end), (&seen.start, &seen.end));
+                    }
+                }
+            }
+            // Spanning [lo, hi) gives the ranges the probes between them route to.
+            let all = probes();
+            let (lo, hi) = (&all[3], &all[40]);
+            let span: Vec<u64> = map.spanning(lo, Some(hi)).map(|r| r.id).collect();
+            let mut expect: Vec<u64> = all
+                .iter()
+                .filter(|k| k.as_slice() >= lo.as_slice() && k.as_slice() < hi.as_slice())
+                .map(|k| map.route(k).id)
+                .collect();
+            expect.dedup();
+            for id in &expect {
+                prop_assert!(span.contains(id));
+            }
+            let bytes = postcard::to_stdvec(&map).unwrap();
+            prop_assert_eq!(postcard::from_bytes::<RangeMap>(&bytes).unwrap(), map.clone());
+        }
+    }
+}
+
+fn split(map: &mut RangeMap, range: u64, at: &[u8]) -> Result<u64, MapError> {
+    let r = map.get(range).unwrap().clone();
+    let new_id = map.next_id();
+    map.apply(&MapChange::Split {
+        range,
+        epoch: r.epoch,
+        at: at.to_vec(),
+        new_id,
+    })
+    .map(|()| new_id)
+}
+
+#[test]
+fn a_split_gives_the_right_half_a_new_range_and_bumps_both_versions() {
+    let mut map = RangeMap::new(vec![1, 2, 3]);
+    let right = split(&mut map, 1, b"m").unwrap();
+    assert_eq!(right, 2);
+    let (l, r) = (map.get(1).unwrap(), map.get(2).unwrap());
+    assert_eq!(
+        (l.start.as_slice(), l.end.as_deref()),
+        (&b""[..], Some(&b"m"[..]))
+    );
+    assert_eq!((r.start.as_slice(), r.end.as_deref()), (&b"m"[..], None));
+    assert_eq!(
+        l.epoch,
+        Epoch {
+            version: 1,
+            conf_ver: 0
+        }
+    );
+    assert_eq!(r.epoch, l.epoch);
+    assert_eq!(r.voters, vec![1, 2, 3]);
+    assert_eq!(map.route(b"l").id, 1);
+    assert_eq!(map.route(b"m").id, 2);
+    assert_eq!(map.route(b"\xff\xff").id, 2);
+    assert_eq!(
+        map.ranges().map(|r| r.to_string()).collect::<Vec<_>>(),
+        vec![
+            "range 1 [\"\", \"m\") epoch 1.0 voters [1, 2, 3]",
+            "range 2 [\"m\", end) epoch 1.0 voters [1, 2, 3]",
+        ]
+    );
+    // A split at a range's own start, or outside it, is refused.
+    assert_eq!(
+        split(&mut map, 2, b"m"),
+        Err(MapError::SplitKeyOutside { range: 2 })
+    );
+    assert_eq!(
+        split(&mut map, 1, b"z"),
+        Err(MapError::SplitKeyOutside { range: 1 })
+    );
+    assert_eq!(
+        split(&mut map, 1, b""),
+        Err(MapError::SplitKeyOutside { range: 1 })
+    );
+}
+
+#[test]
+fn a_request_routed_by_old_bounds_is_refused_with_the_current_epoch() {
+    let mut map = RangeMap::new(vec![1, 2, 3]);
+    let before = map.get(1).unwrap().epoch;
+    split(&mut map, 1, b"m").unwrap();
+    let now = map.get(1).unwrap();
+    assert_eq!(
+        now.admits(b"a", before),
+        Err(Misrouted::StaleEpoch {
+            range: 1,
+            current: now.epoch
+        })
+    );
+    assert_eq!(now.admits(b"a", now.epoch), Ok(()));
+    assert_eq!(
+        now.admits(b"x", now.epoch),
+        Err(Misrouted::KeyNotInRange { range: 1 })
+    );
+    // A replica change does not move bounds: requests routed before it are
+    // still served.
+    let epoch = now.epoch;
+    map.apply(&MapChange::Replicas {
+        range: 1,
+        epoch,
+        voters: vec![1, 2, 4],
+        learners: vec![5],
+    })
+    .unwrap();
+    let now = map.get(1).unwrap();
+    assert_eq!(now.epoch.conf_ver, 1);
+    assert_eq!(now.admits(b"a", epoch), Ok(()));
+    // But a change decided before it is refused.
+    assert_eq!(
+        split(&mut map.clone(), 1, b"c").map(|_| ()),
+        Ok(()),
+        "a change made from the current epoch applies"
+    );
+    let stale = MapChange::Split {
+        range: 1,
+        epoch,
+        at: b"c".to_vec(),
+        new_id: map.next_id(),
+    };
+    assert!(matches!(
+        map.apply(&stale),
+        Err(MapError::StaleEpoch { range: 1, .. })
+    ));
+}
+
+#[test]
+fn a_merge_needs_neighbours_on_the_same_replicas_and_passes_both_versions() {
+    let mut map = RangeMap::new(vec![1, 2, 3]);
+    split(&mut map, 1, b"m").unwrap();
+    split(&mut map, 2, b"t").unwrap();
+    let e = |map: &RangeMap, id| map.get(id).unwrap().epoch;
+    // 1 and 3 are not neighbours.
+    assert_eq!(
+        map.apply(&MapChange::Merge {
+            left: 1,
+            left_epoch: e(&map, 1),
+            right: 3,
+            right_epoch: e(&map, 3),
+        }),
+        Err(MapError::NotAdjacent { left: 1, right: 3 })
+    );
+    map.apply(&MapChange::Replicas {
+        range: 3,
+        epoch: e(&map, 3),
+        voters: vec![3, 2, 4],
+        learners: vec![],
+    })
+    .unwrap();
+    let merge_2_3 = |map: &RangeMap| MapChange::Merge {
+        left: 2,
+        left_epoch: e(map, 2),
+        right: 3,
+        right_epoch: e(map, 3),
+    };
+    assert_eq!(
+        map.apply(&merge_2_3(&map)),
+        Err(MapError::ReplicasDiffer { left: 2, right: 3 })
+    );
+    map.apply(&MapChange::Replicas {
+        range: 3,
+        epoch: e(&map, 3),
+        voters: vec![3, 2, 1],
+        learners: vec![],
+    })
+    .unwrap();
+    let (v2, v3) = (e(&map, 2).version, e(&map, 3).version);
+    map.apply(&merge_2_3(&map)).unwrap();
+    assert!(map.get(3).is_none());
+    let merged = map.get(2).unwrap();
+    assert_eq!(
+        (merged.start.as_slice(), merged.end.as_deref()),
+        (&b"m"[..], None)
+    );
+    assert!(merged.epoch.version > v2.max(v3));
+    // The id of a merged-away range is never given again.
+    assert_eq!(map.next_id(), 4);
+    assert_eq!(
+        map.apply(&MapChange::Split {
+            range: 2,
+            epoch: map.get(2).unwrap().epoch,
+            at: b"x".to_vec(),
+            new_id: 3,
+        }),
+        Err(MapError::IdUsed(3))
+    );
+    map.validate().unwrap();
+}
+
+#[test]
+fn a_replica_set_needs_a_voter_and_no_node_twice() {
+    let mut map = RangeMap::new(vec![1, 2, 3]);
+    let epoch = map.get(1).unwrap().epoch;
+    for (voters, learners) in [
+        (vec![], vec![4]),
+        (vec![1, 1], vec![]),
+        (vec![1, 2], vec![2]),
+    ] {
+        assert_eq!(
+            map.apply(&MapChange::Replicas {
+                range: 1,
+                epoch,
+                voters,
+                learners,
+            }),
+            Err(MapError::BadReplicas(1))
+        );
+    }
+    assert_eq!(map.generation(), 0);
+}
+
+#[test]
+fn validate_finds_a_gap_an_overlap_and_a_missing_end() {
+    // Built through serde, the only way to make a map that no change made.
+    let good = {
+        let mut m = RangeMap::new(vec![1]);
+        split(&mut m, 1, b"m").unwrap();
+        m
+    };
+    good.validate().unwrap();
+    let bytes = postcard::to_stdvec(&good).unwrap();
+    // The right half's start key "m" is the last 'm' byte in the encoding
+    // but one (the map key, then the range's own start, then the left's
+    // end); changing the range's own start opens a gap.
+    let ms: Vec<usize> = bytes
+        .iter()
+        .enumerate()
+        .filter(|&(_, &b)| b == b'm')
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(ms.len(), 3, "{bytes:?}");
+    for &at in &ms {
+        let mut bad = bytes.clone();
+        bad[at] = b'n';
+        let m: RangeMap = postcard::from_bytes(&bad).unwrap();
+        assert!(m.validate().is_err(), "changing byte {at} went unnoticed");
+    }
+}
