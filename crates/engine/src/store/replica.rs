@@ -15,14 +15,28 @@ impl Store {
     /// Visits every item at `pin`'s version in key order, expired ones
     /// included (expiry is judged by whoever reads the copy), until `f`
     /// returns false. Returns how many it visited.
-    pub fn visit_all_at(&self, pin: &Pin, mut f: impl FnMut(ItemView<'_>) -> bool) -> usize {
+    pub fn visit_all_at(&self, pin: &Pin, f: impl FnMut(ItemView<'_>) -> bool) -> usize {
+        let all = Range::new(Bound::Unbounded, Bound::Unbounded);
+        self.visit_range_at(pin, &all, f)
+    }
+
+    /// Visits the items of `range` (its bounds only: no limit, ascending)
+    /// at `pin`'s version, expired ones included, as [`Store::visit_all_at`]
+    /// does for all: the copy of one half of a store that a split of a
+    /// range into two stores loads into the new one.
+    pub fn visit_range_at(
+        &self,
+        pin: &Pin,
+        range: &Range,
+        mut f: impl FnMut(ItemView<'_>) -> bool,
+    ) -> usize {
         let guard = self.tree.pin();
         // A clock at the epoch's first millisecond: nothing has expired.
         let epoch = Now::at(1);
-        let all = Range::new(Bound::Unbounded, Bound::Unbounded);
+        let bounds = Range::new(range.start.clone(), range.end.clone());
         let n = self
             .tree
-            .visit_range(&all, pin.version().0, &epoch, &mut |it| f(it.view()));
+            .visit_range(&bounds, pin.version().0, &epoch, &mut |it| f(it.view()));
         drop(guard);
         n
     }
@@ -119,5 +133,39 @@ mod tests {
         let mut bad = items.clone();
         bad.swap(0, 1);
         assert!(Store::restore(Config::default(), pin.version(), bad).is_err());
+    }
+
+    #[test]
+    fn a_range_at_a_pin_is_its_bounds_at_that_version() {
+        let a = Store::new(Config::default()).unwrap();
+        for i in 0..2000u32 {
+            a.put(format!("k{i:05}").as_bytes(), b"old").unwrap();
+        }
+        let pin = a.pin();
+        a.put(b"k01000", b"new").unwrap();
+        a.delete(b"k01001").unwrap();
+        a.put(b"k01000x", b"inserted after the pin").unwrap();
+        let half = Range::new(
+            Bound::Included(b"k01000".to_vec()),
+            Bound::Excluded(b"k01500".to_vec()),
+        );
+        let mut seen = Vec::new();
+        let n = a.visit_range_at(&pin, &half, |it| {
+            assert_eq!(it.value, b"old");
+            seen.push(it.key.to_vec());
+            true
+        });
+        assert_eq!(n, 500);
+        let want: Vec<Vec<u8>> = (1000..1500u32)
+            .map(|i| format!("k{i:05}").into_bytes())
+            .collect();
+        assert_eq!(seen, want);
+        // The visitor stops it.
+        let mut k = 0;
+        a.visit_range_at(&pin, &half, |_| {
+            k += 1;
+            k < 10
+        });
+        assert_eq!(k, 10);
     }
 }
