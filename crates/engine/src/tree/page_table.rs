@@ -48,7 +48,9 @@ struct LidAlloc {
     next: u64,
     free: Vec<Lid>,
     /// Every directory the table has had, the current one last; the only
-    /// owner of their memory.
+    /// owner of their memory. Boxed: `PageTable::dir` points at one, which
+    /// must not move when the vector grows.
+    #[allow(clippy::vec_box)]
     dirs: Vec<Box<Dir>>,
 }
 
