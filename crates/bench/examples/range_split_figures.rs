@@ -16,10 +16,8 @@
 use std::ops::Bound;
 use std::time::Instant;
 
-mod common;
-
 use combkv::{Config, Item, Range, Store};
-use common::key;
+use combkv_bench::keys::key;
 
 fn resident_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").expect("statm");
