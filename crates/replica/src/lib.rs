@@ -6,7 +6,10 @@
 //!
 //! Its modules point down only (`scripts/layers` checks it), top first:
 //!
-//! - `node`: starting a node, serving its peers' requests, its status.
+//! - `host`: a node's Raft groups behind its one address (each group's
+//!   requests name it), and starting a node of one group.
+//! - `node`: starting a group's replica, serving its peers' requests, its
+//!   status.
 //! - The node's behaviours, each an `impl Replica` of its own: serving
 //!   clients (`client`: writes through the leader, read indexes),
 //!   administration (`membership`), elections (`election`), the health
@@ -31,6 +34,7 @@ mod election;
 mod error;
 mod group_commit;
 mod health;
+mod host;
 pub mod log_store;
 mod membership;
 pub mod network;
@@ -49,10 +53,11 @@ mod watch;
 
 pub use client::{REQUEST_TIMEOUT, Results};
 pub use error::{ClusterError, StartError};
+pub use host::Host;
 pub use log_store::{LogOptions, LogStore, OpenError, OpenReport, SyncPolicy};
 pub use network::tls::PeerTlsFiles;
 pub use node::{ReplicaConfig, Role, Status, cluster_dir};
 pub use replica::Replica;
 pub use state_machine::{ApplyHook, StateMachine, StoreCell};
 pub use tally::{CodecTally, codec_tally};
-pub use types::{Applied, Batch, NodeId, TypeConfig};
+pub use types::{Applied, Batch, GroupId, NodeId, TypeConfig};

@@ -189,33 +189,6 @@ impl Replica {
         Ok(replica)
     }
 
-    /// Starts a node that talks TCP: binds `config.raft_addr` and serves
-    /// peers there. Runs inside the current tokio runtime.
-    pub async fn start(config: &ReplicaConfig) -> Result<Replica, StartError> {
-        let guard = Arc::new(PeerGuard::new(config.peer_tls.clone()).map_err(StartError::Config)?);
-        let listener = tokio::net::TcpListener::bind(config.raft_addr).await?;
-        let transport = Arc::new(crate::network::tcp::TcpTransport::new(
-            Some(config.raft_addr.ip()),
-            Arc::clone(&guard),
-        ));
-        let replica = Replica::start_with(config, transport, Arc::clone(&guard)).await?;
-        let handler: Arc<dyn Handler> = Arc::new(replica.clone());
-        tokio::spawn(crate::network::tcp::serve(listener, handler, guard));
-        Ok(replica)
-    }
-
-    /// Starts a node on a simulated network (tests): inside the current
-    /// runtime, usually a single-threaded one with its clock paused.
-    pub async fn start_simulated(
-        config: &ReplicaConfig,
-        net: &crate::network::sim::SimNet,
-    ) -> Result<Replica, StartError> {
-        let guard = Arc::new(PeerGuard::default());
-        let replica = Replica::start_with(config, net.transport(config.id), guard).await?;
-        net.register(config.id, Arc::new(replica.clone()));
-        Ok(replica)
-    }
-
     /// Reads the peer certificate files again (`peer-cert-file` ...):
     /// connections made from now on use the new ones. Ok(false): the node
     /// has no peer TLS. A file that does not load changes nothing.
@@ -408,6 +381,9 @@ impl Handler for Replica {
                         .map(|(log_id, results)| (log_id, crate::group_commit::encode(&results))),
                 ),
                 Request::ReadIndex => Response::ReadIndex(self.read_index_here().await),
+                // A group's requests reach it unwrapped (`host`): one
+                // wrapped twice names no group.
+                Request::ToGroup(g, _) => Response::NoSuchGroup(g),
             }
         })
     }

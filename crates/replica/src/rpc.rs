@@ -1,6 +1,7 @@
 //! What nodes say to each other: openraft's three RPCs, and the two of
 //! combkv's own that let any node serve any client (a follower forwards its
-//! clients' writes to the leader, and asks the leader for a read index).
+//! clients' writes to the leader, and asks the leader for a read index),
+//! each for one of the Raft groups a node hosts.
 
 use openraft::error::{CheckIsLeaderError, InstallSnapshotError, RaftError};
 use openraft::raft::{
@@ -9,7 +10,7 @@ use openraft::raft::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::types::{Batch, LogId, NodeId, TypeConfig};
+use crate::types::{Batch, GroupId, LogId, NodeId, TypeConfig};
 
 /// A request from one node to another.
 #[derive(Debug, Serialize, Deserialize)]
@@ -23,6 +24,9 @@ pub(crate) enum Request {
     /// A follower asks the leader for the log id up to which it must have
     /// applied before it may answer a linearizable read.
     ReadIndex,
+    /// A request for group `.0` of the node's groups (group 0's go bare).
+    /// Last, so that every other request keeps its encoding.
+    ToGroup(GroupId, Box<Request>),
 }
 
 pub(crate) type RaftResult<T, E = openraft::error::Infallible> = Result<T, RaftError<NodeId, E>>;
@@ -35,6 +39,9 @@ pub(crate) enum Response {
     Snapshot(RaftResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError>),
     Forward(crate::group_commit::Forwarded),
     ReadIndex(RaftResult<Option<LogId>, CheckIsLeaderError<NodeId, openraft::BasicNode>>),
+    /// The node hosts no such group (not yet, or no longer): the sender
+    /// backs off and tries again, as from a node that is down.
+    NoSuchGroup(GroupId),
 }
 
 /// The largest frame a node accepts: a snapshot chunk, or an append of
@@ -60,4 +67,29 @@ pub(crate) fn encode<T: Serialize>(msg: &T) -> std::io::Result<Vec<u8>> {
 pub(crate) fn decode<T: for<'de> Deserialize<'de>>(payload: &[u8]) -> std::io::Result<T> {
     postcard::from_bytes(payload)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Group 0's requests keep the bytes they always had, so nodes of one
+    /// group still understand each other across an upgrade; another
+    /// group's carry its id around the same request.
+    #[test]
+    fn a_request_names_its_group_only_past_group_0() {
+        let bare = encode(&Request::ReadIndex).unwrap();
+        assert_eq!(bare, [1, 0, 0, 0, 4], "ReadIndex is variant 4, as before");
+        let wrapped = encode(&Request::ToGroup(7, Box::new(Request::ReadIndex))).unwrap();
+        assert_eq!(wrapped, [3, 0, 0, 0, 5, 7, 4]);
+        match decode::<Request>(&wrapped[4..]).unwrap() {
+            Request::ToGroup(7, inner) => assert!(matches!(*inner, Request::ReadIndex)),
+            other => panic!("{other:?}"),
+        }
+        let answer = encode(&Response::NoSuchGroup(7)).unwrap();
+        assert!(matches!(
+            decode::<Response>(&answer[4..]).unwrap(),
+            Response::NoSuchGroup(7)
+        ));
+    }
 }

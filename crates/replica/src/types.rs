@@ -10,6 +10,11 @@ use serde::{Deserialize, Serialize};
 /// A node's id in the cluster (`--node-id`), never 0.
 pub type NodeId = u64;
 
+/// A Raft group's id among the groups a node hosts. Group 0 is the one a
+/// cluster of one keyspace has always had: its messages go between nodes
+/// as they always did, without the id.
+pub type GroupId = u64;
+
 /// One entry's application data: the decided writes of one proposal (an
 /// event-loop turn's writes from every connection, grouped so that they
 /// share one log append and one quorum round), and the leader's clock.

@@ -27,7 +27,7 @@ use openraft::{BasicNode, RPCTypes};
 
 use crate::health::Health;
 use crate::rpc::{Request, Response};
-use crate::types::{NodeId, TypeConfig};
+use crate::types::{GroupId, NodeId, TypeConfig};
 
 /// A boxed future, for the object-safe traits below.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -47,6 +47,49 @@ pub(crate) trait Transport: Send + Sync + std::fmt::Debug + 'static {
 /// What a node does with a request that reached it.
 pub(crate) trait Handler: Send + Sync + 'static {
     fn handle(&self, req: Request) -> BoxFuture<'_, Response>;
+}
+
+/// The transport of one of the groups a node hosts: its requests travel
+/// over the node's one transport as [`Request::ToGroup`] (group 0's bare,
+/// as they always did), so every group shares each connection to a peer.
+#[derive(Debug)]
+pub(crate) struct GroupTransport {
+    group: GroupId,
+    inner: Arc<dyn Transport>,
+}
+
+impl GroupTransport {
+    pub(crate) fn new(group: GroupId, inner: Arc<dyn Transport>) -> GroupTransport {
+        GroupTransport { group, inner }
+    }
+}
+
+impl Transport for GroupTransport {
+    fn call(
+        &self,
+        target: NodeId,
+        addr: &str,
+        req: Request,
+        timeout: Duration,
+    ) -> BoxFuture<'_, io::Result<Response>> {
+        let req = match self.group {
+            0 => req,
+            g => Request::ToGroup(g, Box::new(req)),
+        };
+        let call = self.inner.call(target, addr, req, timeout);
+        let group = self.group;
+        Box::pin(async move {
+            match call.await? {
+                // As from a node that is down: back off and try again (the
+                // group may be starting there).
+                Response::NoSuchGroup(_) => Err(io::Error::new(
+                    io::ErrorKind::ConnectionRefused,
+                    format!("node {target} hosts no group {group}"),
+                )),
+                r => Ok(r),
+            }
+        })
+    }
 }
 
 /// openraft's view of the peers: one [`Peer`] per target.

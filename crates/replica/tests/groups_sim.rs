@@ -1,0 +1,284 @@
+//! Several Raft groups on the same three nodes, over a simulated network
+//! that drops, delays and partitions messages, with a node restarted: each
+//! group elects its own leader and keeps its own log and store, though
+//! every group's messages share each node's one address (a request names
+//! its group). Every acknowledged write is on every replica of its group
+//! and in no other group, replicas of a group are equal at the same
+//! applied index, and a group started on a node late (its peers' messages
+//! for it refused meanwhile) catches up.
+//!
+//! `COMBKV_SIM_SCHEDULES=N` runs N seeds (12 by default); `COMBKV_SIM_SEED=S`
+//! the one seed S.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use combkv::durable::FaultyStorage;
+use combkv::op::{Cond, Op};
+use combkv::{Expiry, Flags, Range};
+use combkv_replica::network::sim::{Faults, SimNet};
+use combkv_replica::{GroupId, Host, LogOptions, Replica, ReplicaConfig, SyncPolicy, codec};
+use parking_lot::Mutex;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+const NODES: u64 = 3;
+/// Group 0 is the one a one-keyspace cluster has; 7 any other.
+const GROUPS: [GroupId; 2] = [0, 7];
+const WRITES_PER_GROUP: usize = 40;
+
+fn config(dir: &Path, id: u64, group: GroupId, storage: &FaultyStorage) -> ReplicaConfig {
+    let mut c = ReplicaConfig::new(
+        id,
+        format!("127.0.0.{id}:7000").parse().unwrap(),
+        dir.join(format!("node{id}/group{group}")),
+    );
+    c.log = LogOptions {
+        segment_bytes: 4096,
+        sync: SyncPolicy::Always,
+        inline: true,
+        cache_bytes: 4 << 10,
+        ..LogOptions::default()
+    };
+    c.log_storage = Some(Arc::new(storage.clone()));
+    c.snapshot_entries = 30;
+    c.log_keep_entries = 5;
+    c
+}
+
+struct Cluster {
+    dir: std::path::PathBuf,
+    net: SimNet,
+    /// Each node's host, and each group's replica on it.
+    nodes: Mutex<HashMap<u64, Host>>,
+    /// Each (node, group)'s log's file system, kept across restarts.
+    storage: HashMap<(u64, GroupId), FaultyStorage>,
+}
+
+impl Cluster {
+    fn replica(&self, id: u64, group: GroupId) -> Option<Replica> {
+        self.nodes.lock().get(&id).and_then(|h| h.group(group))
+    }
+
+    async fn start(&self, id: u64, groups: &[GroupId]) {
+        let host = Host::simulated(id, &self.net);
+        for &g in groups {
+            let c = config(&self.dir, id, g, &self.storage[&(id, g)]);
+            host.start_group(g, &c).await.unwrap();
+        }
+        // A group started twice on one node is refused.
+        if let Some(&g) = groups.first() {
+            let c = config(&self.dir, id, g, &self.storage[&(id, g)]);
+            assert!(host.start_group(g, &c).await.is_err());
+        }
+        self.net.set_down(id, false);
+        self.nodes.lock().insert(id, host);
+    }
+
+    async fn start_group(&self, id: u64, g: GroupId) {
+        let host = self.nodes.lock().get(&id).cloned().unwrap();
+        let c = config(&self.dir, id, g, &self.storage[&(id, g)]);
+        host.start_group(g, &c).await.unwrap();
+    }
+
+    async fn stop(&self, id: u64) {
+        let host = self.nodes.lock().remove(&id);
+        self.net.set_down(id, true);
+        if let Some(host) = host {
+            for g in host.groups() {
+                host.remove_group(g).unwrap().shutdown().await;
+            }
+        }
+    }
+}
+
+fn key(group: GroupId, n: usize) -> Vec<u8> {
+    format!("g{group}-k{n:03}").into_bytes()
+}
+
+/// One group's writes, through random nodes; returns the acknowledged
+/// writes and those whose answer was lost.
+async fn writer(cl: Arc<Cluster>, group: GroupId, seed: u64) -> (Vec<usize>, Vec<usize>) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let (mut acked, mut maybe) = (Vec::new(), Vec::new());
+    for n in 0..WRITES_PER_GROUP {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..60))).await;
+        let id = rng.random_range(1..=NODES);
+        let Some(node) = cl.replica(id, group) else {
+            continue;
+        };
+        let (k, v) = (key(group, n), format!("v{n}").into_bytes());
+        let op = Op::Put {
+            key: &k,
+            value: &v,
+            expiry: Expiry::Never,
+            flags: Flags::Set(0),
+            cond: Cond::Any,
+            return_old: false,
+        };
+        let mut ops = Vec::new();
+        codec::encode_ops(std::slice::from_ref(&op), &mut ops);
+        match node.write(1, ops).await {
+            Ok(results) if results.iter().all(|r| r.is_ok()) => acked.push(n),
+            Ok(results) => panic!("group {group} write {n}: {results:?}"),
+            Err(_) => maybe.push(n),
+        }
+    }
+    (acked, maybe)
+}
+
+/// Partitions node 3 off for a while, then restarts node 2.
+async fn nemesis(cl: Arc<Cluster>, seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xfeed);
+    tokio::time::sleep(Duration::from_millis(rng.random_range(200..800))).await;
+    cl.net.partition(&[&[1, 2], &[3]]);
+    tokio::time::sleep(Duration::from_millis(rng.random_range(500..2500))).await;
+    cl.net.heal();
+    tokio::time::sleep(Duration::from_millis(rng.random_range(100..600))).await;
+    cl.stop(2).await;
+    tokio::time::sleep(Duration::from_millis(rng.random_range(100..1500))).await;
+    cl.start(2, &GROUPS).await;
+}
+
+/// Waits until every replica of `group` has applied its leader's last
+/// entry; returns their digests, which must be equal.
+async fn converge(cl: &Cluster, group: GroupId) -> Result<(), String> {
+    for _ in 0..600 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let nodes: Vec<Replica> = (1..=NODES).filter_map(|id| cl.replica(id, group)).collect();
+        let Some(leader) = nodes.iter().find(|n| n.is_leader()) else {
+            continue;
+        };
+        let last = leader.status().last_log_index;
+        let digests: Vec<_> = nodes.iter().map(|n| n.digest().unwrap()).collect();
+        if nodes.len() as u64 == NODES
+            && digests
+                .iter()
+                .all(|(at, _)| at.is_some_and(|(_, i)| i == last))
+        {
+            if digests.iter().any(|d| d.1 != digests[0].1) {
+                return Err(format!(
+                    "group {group}: replicas differ at index {last}: {digests:?}"
+                ));
+            }
+            return Ok(());
+        }
+    }
+    Err(format!("group {group} did not converge"))
+}
+
+fn run(seed: u64) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("combkv-groups-{}-{seed}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let result = rt.block_on(async {
+        let cl = Arc::new(Cluster {
+            dir: dir.clone(),
+            net: SimNet::new(
+                seed,
+                Faults {
+                    drop_request: 0.05,
+                    drop_reply: 0.05,
+                    delay_ms: (0, 15),
+                },
+            ),
+            nodes: Mutex::new(HashMap::new()),
+            storage: (1..=NODES)
+                .flat_map(|id| GROUPS.map(|g| ((id, g), FaultyStorage::new(seed ^ id ^ (g << 8)))))
+                .collect(),
+        });
+        // Node 3 starts with group 0 only: group 7's messages to it are
+        // refused until it starts that group below.
+        for id in 1..=NODES {
+            let groups: &[GroupId] = if id == 3 { &GROUPS[..1] } else { &GROUPS };
+            cl.start(id, groups).await;
+        }
+        let members: Vec<(u64, String)> = (1..=NODES)
+            .map(|id| (id, format!("127.0.0.{id}:7000")))
+            .collect();
+        for g in GROUPS {
+            cl.replica(1, g)
+                .unwrap()
+                .initialize(&members)
+                .await
+                .unwrap();
+        }
+        let nem = tokio::spawn(nemesis(Arc::clone(&cl), seed));
+        let writers: Vec<_> = GROUPS
+            .iter()
+            .map(|&g| tokio::spawn(writer(Arc::clone(&cl), g, seed.wrapping_mul(31) + g)))
+            .collect();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        cl.start_group(3, 7).await;
+        let mut outcomes = BTreeMap::new();
+        for (g, w) in GROUPS.iter().zip(writers) {
+            outcomes.insert(*g, w.await.unwrap());
+        }
+        nem.await.unwrap();
+        cl.net.set_faults(Faults::NONE);
+        for g in GROUPS {
+            converge(&cl, g).await?;
+        }
+        for (g, (acked, maybe)) in &outcomes {
+            if acked.len() < WRITES_PER_GROUP / 4 {
+                return Err(format!(
+                    "group {g}: only {} writes acknowledged",
+                    acked.len()
+                ));
+            }
+            for id in 1..=NODES {
+                let store = cl.replica(id, *g).unwrap().current_store();
+                let items = store.range(&Range::all()).map_err(|e| e.to_string())?;
+                for n in acked {
+                    let v = store.get(&key(*g, *n)).map_err(|e| e.to_string())?;
+                    if v.as_deref() != Some(format!("v{n}").as_bytes()) {
+                        return Err(format!(
+                            "node {id} group {g}: acknowledged write {n} is {v:?}"
+                        ));
+                    }
+                }
+                for it in &items {
+                    let k = String::from_utf8_lossy(&it.key).into_owned();
+                    let n: usize = k
+                        .strip_prefix(&format!("g{g}-k"))
+                        .and_then(|n| n.parse().ok())
+                        .ok_or_else(|| format!("node {id} group {g} holds {k}"))?;
+                    if !acked.contains(&n) && !maybe.contains(&n) {
+                        return Err(format!("node {id} group {g} holds unwritten {k}"));
+                    }
+                }
+            }
+        }
+        for id in 1..=NODES {
+            cl.stop(id).await;
+        }
+        Ok::<_, String>(outcomes)
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    match result {
+        Err(e) => panic!("seed {seed} failed (rerun: COMBKV_SIM_SEED={seed}): {e}"),
+        Ok(o) => eprintln!(
+            "seed {seed}: acknowledged/maybe per group {:?}",
+            o.iter()
+                .map(|(g, (a, m))| (g, a.len(), m.len()))
+                .collect::<Vec<_>>()
+        ),
+    }
+}
+
+#[test]
+fn groups_share_the_nodes_and_keep_their_own_logs_and_stores() {
+    if let Ok(s) = std::env::var("COMBKV_SIM_SEED") {
+        return run(s.parse().expect("COMBKV_SIM_SEED is a number"));
+    }
+    let n: u64 = std::env::var("COMBKV_SIM_SCHEDULES")
+        .ok()
+        .map_or(12, |s| s.parse().expect("COMBKV_SIM_SCHEDULES is a number"));
+    (0..n).for_each(run);
+}
