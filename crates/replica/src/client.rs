@@ -20,6 +20,7 @@ use tokio::sync::oneshot;
 
 use crate::error::ClusterError;
 use crate::group_commit::ProposeError;
+use crate::ranges::{MapChange, RangeMap};
 use crate::replica::Replica;
 use crate::rpc::{RaftResult, Request, Response};
 use crate::types::{Batch, LogId, NodeId};
@@ -64,6 +65,32 @@ impl Replica {
         self.write(now, crate::codec::encode_setting(name, value))
             .await
             .map(|_| ())
+    }
+
+    /// Changes the range map (a split, a merge, a range's replicas)
+    /// through the meta group's log, as a setting is changed: answered once
+    /// it has applied here, or refused with the map unchanged (a range
+    /// moved since the change was decided, a split key outside its range,
+    /// this node's group keeps no map). Only group 0 keeps the map.
+    pub async fn change_ranges(&self, change: &MapChange) -> Result<(), ClusterError> {
+        let now = self.clock_ms();
+        let results = self
+            .write(now, crate::codec::encode_map_change(change))
+            .await?;
+        match results.into_iter().next() {
+            Some(Ok(_)) => Ok(()),
+            Some(Err(combkv::Error::InvalidConfig(why))) => Err(ClusterError::Refused(why)),
+            Some(Err(e)) => Err(ClusterError::Refused(e.to_string())),
+            None => Err(ClusterError::Unknown(
+                "the change's entry answered nothing".into(),
+            )),
+        }
+    }
+
+    /// The range map as this node has applied it (None: its group keeps
+    /// no map, or has no membership yet).
+    pub fn range_map(&self) -> Option<RangeMap> {
+        self.inner.sm.range_map()
     }
 
     /// Follows the cluster settings this node has applied (from the log

@@ -100,12 +100,13 @@ impl GroupCommit {
     }
 
     /// Takes queued proposals up to an entry's worth (at least one).
-    /// A setting (`codec::encode_setting`) is an entry of its own.
+    /// A setting or a change of the range map (`codec::stands_alone`) is
+    /// an entry of its own.
     fn take(&self) -> Vec<Pending> {
         let mut queue = self.queue.lock();
         if queue
             .first()
-            .is_some_and(|p| codec::is_setting(&p.batch.ops))
+            .is_some_and(|p| codec::stands_alone(&p.batch.ops))
         {
             return queue.drain(..1).collect();
         }
@@ -114,7 +115,7 @@ impl GroupCommit {
             .iter()
             .position(|p| {
                 bytes += p.batch.ops.len();
-                bytes > MAX_ENTRY_BYTES || codec::is_setting(&p.batch.ops)
+                bytes > MAX_ENTRY_BYTES || codec::stands_alone(&p.batch.ops)
             })
             .unwrap_or(queue.len())
             .max(1)

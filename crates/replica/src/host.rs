@@ -113,7 +113,8 @@ impl Host {
             )));
         }
         let transport = Arc::new(GroupTransport::new(group, Arc::clone(&self.transport)));
-        let replica = Replica::start_with(config, transport, Arc::clone(&self.guard)).await?;
+        let replica =
+            Replica::start_with(config, group, transport, Arc::clone(&self.guard)).await?;
         self.groups.write().insert(group, replica.clone());
         Ok(replica)
     }

@@ -21,7 +21,7 @@ use crate::replica::{
 };
 use crate::rpc::{Request, Response};
 use crate::state_machine::{ApplyHook, StateMachine};
-use crate::types::NodeId;
+use crate::types::{GroupId, NodeId};
 
 /// How a node is set up.
 #[derive(Debug, Clone)]
@@ -112,6 +112,7 @@ impl Replica {
     /// requests (`handler`) at its address.
     pub(crate) async fn start_with(
         config: &ReplicaConfig,
+        group: GroupId,
         transport: Arc<dyn Transport>,
         guard: Arc<PeerGuard>,
     ) -> Result<Replica, StartError> {
@@ -146,6 +147,12 @@ impl Replica {
             &config.dir.join("snapshots"),
             config.on_apply.clone(),
         )?;
+        // Group 0 is the meta group: it keeps the range map.
+        let sm = if group == 0 {
+            sm.keeping_range_map()
+        } else {
+            sm
+        };
         let health = Arc::new(crate::health::Health::default());
         let raft = Raft::new(
             config.id,

@@ -18,6 +18,7 @@ use combkv::{Item, Version};
 use openraft::{BasicNode, SnapshotMeta};
 use serde::{Deserialize, Serialize};
 
+use crate::ranges::RangeMap;
 use crate::types::NodeId;
 
 const MAGIC: &[u8; 8] = b"CKVRSNP1";
@@ -40,6 +41,19 @@ pub struct Header {
     /// The cluster settings applied up to the snapshot (name, value).
     /// Last, so that files from before it read as [`HeaderV2`].
     pub settings: Vec<(String, Vec<u8>)>,
+    /// The range map, in the group that keeps it. Last, so that files
+    /// from before it read as [`HeaderV3`].
+    pub ranges: Option<RangeMap>,
+}
+
+/// The header of files written before [`Header::ranges`].
+#[derive(Deserialize)]
+struct HeaderV3 {
+    meta: SnapshotMeta<NodeId, BasicNode>,
+    clock: u64,
+    now_ms: u64,
+    ever_voters: Vec<NodeId>,
+    settings: Vec<(String, Vec<u8>)>,
 }
 
 /// The header of files written before [`Header::settings`].
@@ -66,6 +80,16 @@ impl Header {
         if let Ok(h) = postcard::from_bytes::<Header>(bytes) {
             return Some(h);
         }
+        if let Ok(h) = postcard::from_bytes::<HeaderV3>(bytes) {
+            return Some(Header {
+                meta: h.meta,
+                clock: h.clock,
+                now_ms: h.now_ms,
+                ever_voters: h.ever_voters,
+                settings: h.settings,
+                ranges: None,
+            });
+        }
         if let Ok(h) = postcard::from_bytes::<HeaderV2>(bytes) {
             return Some(Header {
                 meta: h.meta,
@@ -73,6 +97,7 @@ impl Header {
                 now_ms: h.now_ms,
                 ever_voters: h.ever_voters,
                 settings: Vec::new(),
+                ranges: None,
             });
         }
         let old = postcard::from_bytes::<HeaderV1>(bytes).ok()?;
@@ -84,6 +109,7 @@ impl Header {
             now_ms: old.now_ms,
             ever_voters,
             settings: Vec::new(),
+            ranges: None,
         })
     }
 }
@@ -308,9 +334,32 @@ mod tests {
                 "acl".into(),
                 b"user default on nopass ~* &* +@all\n".to_vec(),
             )],
+            ranges: Some(crate::ranges::RangeMap::new(vec![1, 2, 3])),
         };
         let bytes = postcard::to_stdvec(&h).unwrap();
         assert_eq!(Header::decode(&bytes), Some(h));
+    }
+
+    #[test]
+    fn a_header_from_before_range_maps_reads_with_none() {
+        #[derive(Serialize)]
+        struct V3 {
+            meta: SnapshotMeta<NodeId, BasicNode>,
+            clock: u64,
+            now_ms: u64,
+            ever_voters: Vec<NodeId>,
+            settings: Vec<(String, Vec<u8>)>,
+        }
+        let old = V3 {
+            meta: meta(),
+            clock: 7,
+            now_ms: 11,
+            ever_voters: vec![1, 2],
+            settings: vec![("acl".into(), b"x".to_vec())],
+        };
+        let h = Header::decode(&postcard::to_stdvec(&old).unwrap()).unwrap();
+        assert_eq!((h.clock, h.ever_voters.len(), h.settings.len()), (7, 2, 1));
+        assert_eq!(h.ranges, None);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use combkv::op::Outcome;
 use combkv::{Config, Store, Version};
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
@@ -20,6 +21,7 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::watch;
 
 use crate::codec;
+use crate::ranges::RangeMap;
 use crate::snapshot::{self, Header};
 use crate::types::{Applied, Entry, LogId, NodeId, StorageError, TypeConfig};
 
@@ -61,6 +63,31 @@ struct SmState {
     /// Cluster settings (`codec::encode_setting`) by name, as the log has
     /// applied them; kept in snapshots like `ever_voters`.
     settings: BTreeMap<String, Vec<u8>>,
+    /// The range map, in the group that keeps it (group 0, the meta
+    /// group): made from the first membership, its first range's replicas
+    /// following this group's membership, changed by `MapChange` entries;
+    /// kept in snapshots. None in other groups, and before the first
+    /// membership.
+    ranges: Option<RangeMap>,
+}
+
+impl SmState {
+    /// Makes the range map follow this group's membership as applied (a
+    /// new map if there is none yet), in the group that keeps the map.
+    fn follow_membership(&mut self) {
+        let m = self.membership.membership();
+        let voters: Vec<NodeId> = m.voter_ids().collect();
+        if voters.is_empty() {
+            return;
+        }
+        let learners: Vec<NodeId> = m.learner_ids().collect();
+        let at = self.membership.log_id().map_or(0, |l| l.index);
+        let map = self
+            .ranges
+            .get_or_insert_with(|| RangeMap::new(voters.clone()));
+        // Range 0 is this group's own; it is always in the map.
+        let _ = map.follow_membership(0, voters, learners, at);
+    }
 }
 
 /// A function told of every applied batch: its log index, the batch, and
@@ -90,6 +117,8 @@ pub struct StateMachine {
     /// The cluster settings, as each entry or snapshot sets them.
     settings_tx: Arc<watch::Sender<BTreeMap<String, Vec<u8>>>>,
     on_apply: Option<ApplyHook>,
+    /// Whether this group keeps the range map (`SmState::ranges`).
+    keeps_map: bool,
 }
 
 fn io_err(e: io::Error) -> StorageError {
@@ -130,6 +159,7 @@ impl StateMachine {
                     state.now_ms = header.now_ms;
                     state.ever_voters = header.ever_voters.iter().copied().collect();
                     state.settings = header.settings.iter().cloned().collect();
+                    state.ranges = header.ranges.clone();
                     state.snapshot = Some((header.meta, path));
                     store = Some(s);
                     break;
@@ -155,7 +185,27 @@ impl StateMachine {
             applied_tx: Arc::new(applied_tx),
             settings_tx: Arc::new(settings_tx),
             on_apply,
+            keeps_map: false,
         })
+    }
+
+    /// Makes this the state machine of the group that keeps the range map
+    /// (the meta group). A map its snapshot did not hold (one written
+    /// before maps were kept) is made from the snapshot's membership.
+    pub fn keeping_range_map(mut self) -> StateMachine {
+        self.keeps_map = true;
+        let mut state = self.state.lock();
+        if state.ranges.is_none() {
+            state.follow_membership();
+        }
+        drop(state);
+        self
+    }
+
+    /// The range map as applied so far (None: this group keeps none, or
+    /// has applied no membership yet).
+    pub fn range_map(&self) -> Option<RangeMap> {
+        self.state.lock().ranges.clone()
     }
 
     /// The store this node serves reads from.
@@ -192,8 +242,11 @@ impl StateMachine {
         let store = self.cell.get();
         let pin = store.pin();
         let at = state.log_id;
-        drop(state);
         let mut h = crc32fast::Hasher::new();
+        if let Some(map) = &state.ranges {
+            h.update(&postcard::to_stdvec(map).map_err(io::Error::other)?);
+        }
+        drop(state);
         let mut n = 0u64;
         store.visit_all_at(&pin, |it| {
             for part in [it.key, it.value] {
@@ -219,9 +272,27 @@ impl StateMachine {
             EntryPayload::Membership(m) => {
                 state.ever_voters.extend(m.voter_ids());
                 state.membership = StoredMembership::new(Some(entry.log_id), m);
+                if self.keeps_map {
+                    state.follow_membership();
+                }
                 Ok(Applied::default())
             }
             EntryPayload::Normal(batch) => {
+                if let Some(change) = codec::decode_map_change(&batch.ops) {
+                    let result = match (change, state.ranges.as_mut()) {
+                        (Ok(change), Some(map)) if self.keeps_map => map
+                            .apply(&change)
+                            .map(|()| Outcome::Clear)
+                            .map_err(|e| combkv::Error::InvalidConfig(e.to_string())),
+                        (Ok(_), _) => Err(combkv::Error::InvalidConfig(
+                            "this group keeps no range map".into(),
+                        )),
+                        (Err(e), _) => Err(combkv::Error::InvalidConfig(e.to_string())),
+                    };
+                    return Ok(Applied {
+                        results: vec![result],
+                    });
+                }
                 match codec::decode_setting(&batch.ops) {
                     Some(Ok((name, value))) => {
                         state.settings.insert(name, value);
@@ -423,6 +494,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             now_ms: state.now_ms,
             ever_voters: state.ever_voters.iter().copied().collect(),
             settings: state.settings.clone().into_iter().collect(),
+            ranges: state.ranges.clone(),
         };
         drop(state);
         Builder {
@@ -491,6 +563,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             s.now_ms = header.now_ms;
             s.ever_voters = header.ever_voters.into_iter().collect();
             s.settings = header.settings.into_iter().collect();
+            s.ranges = header.ranges;
+            if self.keeps_map && s.ranges.is_none() {
+                s.follow_membership();
+            }
             self.settings_tx.send_replace(s.settings.clone());
         }
         self.set_current(meta.clone(), path);

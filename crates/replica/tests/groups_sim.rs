@@ -282,3 +282,146 @@ fn groups_share_the_nodes_and_keep_their_own_logs_and_stores() {
         .map_or(12, |s| s.parse().expect("COMBKV_SIM_SCHEDULES is a number"));
     (0..n).for_each(run);
 }
+
+/// The meta group (group 0) keeps the range map: made from its first
+/// membership, its first range's replicas following its membership,
+/// changed only through its log (refused when decided from a stale view,
+/// or sent to another group), kept across a restart from a snapshot, and
+/// equal on every replica (the digests the convergence compares hold it).
+#[test]
+fn the_meta_group_keeps_the_range_map_through_its_log() {
+    use combkv_replica::ranges::{Epoch, MapChange};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("combkv-groups-map-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    rt.block_on(async {
+        let cl = Arc::new(Cluster {
+            dir: dir.clone(),
+            net: SimNet::new(1, Faults::NONE),
+            nodes: Mutex::new(HashMap::new()),
+            storage: (1..=NODES + 1)
+                .flat_map(|id| GROUPS.map(|g| ((id, g), FaultyStorage::new(id ^ (g << 8)))))
+                .collect(),
+        });
+        for id in 1..=NODES {
+            cl.start(id, &GROUPS).await;
+        }
+        let members: Vec<(u64, String)> = (1..=NODES)
+            .map(|id| (id, format!("127.0.0.{id}:7000")))
+            .collect();
+        for g in GROUPS {
+            cl.replica(1, g)
+                .unwrap()
+                .initialize(&members)
+                .await
+                .unwrap();
+        }
+        converge(&cl, 0).await.unwrap();
+        for id in 1..=NODES {
+            let map = cl.replica(id, 0).unwrap().range_map().expect("a map");
+            assert_eq!(map.len(), 1);
+            let r = map.get(0).unwrap();
+            assert_eq!(
+                (r.voters.clone(), r.epoch),
+                (vec![1, 2, 3], Epoch::default())
+            );
+            assert_eq!(cl.replica(id, 7).unwrap().range_map(), None);
+        }
+        // A split, proposed on a node that may be a follower.
+        let first = cl
+            .replica(2, 0)
+            .unwrap()
+            .range_map()
+            .unwrap()
+            .get(0)
+            .unwrap()
+            .clone();
+        let split = MapChange::Split {
+            range: 0,
+            epoch: first.epoch,
+            at: b"m".to_vec(),
+            new_id: 1,
+        };
+        cl.replica(2, 0)
+            .unwrap()
+            .change_ranges(&split)
+            .await
+            .unwrap();
+        // The same change again was decided from a view now stale.
+        let again = cl.replica(3, 0).unwrap().change_ranges(&split).await;
+        assert!(
+            again
+                .as_ref()
+                .is_err_and(|e| e.to_string().contains("changed since")),
+            "{again:?}"
+        );
+        // Group 7 keeps no map.
+        let elsewhere = cl.replica(1, 7).unwrap().change_ranges(&split).await;
+        assert!(
+            elsewhere
+                .as_ref()
+                .is_err_and(|e| e.to_string().contains("keeps no range map")),
+            "{elsewhere:?}"
+        );
+        // Enough writes for snapshots, then node 3 restarts from one.
+        for n in 0..70 {
+            let (k, v) = (key(0, n), b"v".to_vec());
+            let op = Op::Put {
+                key: &k,
+                value: &v,
+                expiry: Expiry::Never,
+                flags: Flags::Set(0),
+                cond: Cond::Any,
+                return_old: false,
+            };
+            let mut ops = Vec::new();
+            codec::encode_ops(std::slice::from_ref(&op), &mut ops);
+            cl.replica(1, 0).unwrap().write(1, ops).await.unwrap();
+        }
+        cl.stop(3).await;
+        cl.start(3, &GROUPS).await;
+        converge(&cl, 0).await.unwrap();
+        // A fourth node joins group 0: range 0's replicas follow, its
+        // conf_ver the membership's log index.
+        cl.start(4, &GROUPS[..1]).await;
+        let leader = loop {
+            if let Some(l) = (1..=NODES).find_map(|id| cl.replica(id, 0).filter(|r| r.is_leader()))
+            {
+                break l;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        leader
+            .add_node(
+                4,
+                "127.0.0.4:7000",
+                Duration::from_secs(30),
+                std::future::pending(),
+            )
+            .await
+            .unwrap();
+        let at = leader.status().last_log_index;
+        for id in 1..=NODES + 1 {
+            let r = cl.replica(id, 0).unwrap();
+            assert!(r.wait_applied(at, Duration::from_secs(10)).await);
+            let map = r.range_map().unwrap();
+            assert_eq!(map.len(), 2, "node {id}: {map:?}");
+            let (left, right) = (map.get(0).unwrap(), map.get(1).unwrap());
+            assert_eq!(left.end.as_deref(), Some(&b"m"[..]));
+            assert_eq!(right.start, b"m");
+            assert_eq!(left.voters.len(), 4, "node {id}: {left}");
+            assert!(left.epoch.conf_ver > 0);
+            // The new range keeps the replicas it was split with until its
+            // own group's changes reach the map.
+            assert_eq!(right.voters, vec![1, 2, 3]);
+        }
+        for id in 1..=NODES + 1 {
+            cl.stop(id).await;
+        }
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}

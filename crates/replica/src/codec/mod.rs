@@ -19,6 +19,7 @@ mod outcome;
 mod tests;
 mod wire;
 
+use crate::ranges::MapChange;
 use combkv::Error;
 use combkv::op::{Op, Outcome};
 
@@ -166,6 +167,41 @@ pub fn encode_setting(name: &str, value: &[u8]) -> Vec<u8> {
     wire::put_bytes(&mut out, name.as_bytes());
     wire::put_bytes(&mut out, value);
     out
+}
+
+/// The tag after a count of one that makes an entry a change of the range
+/// map (see [`encode_map_change`]); no op's tag is this high.
+const MAP_CHANGE_TAG: u8 = 0xA1;
+
+/// A change of the range map (`ranges::MapChange`), applied by the group
+/// that keeps the map. Written as a list of one "op" (so that it gets one
+/// result: applied, or why not) whose body is the tag and the change, so
+/// that forwarding and the log carry it as they carry writes.
+pub fn encode_map_change(change: &MapChange) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    put_u64(&mut out, 1);
+    out.push(MAP_CHANGE_TAG);
+    out.extend_from_slice(&postcard::to_stdvec(change).expect("a change serializes"));
+    out
+}
+
+/// Whether an encoded entry is a change of the range map.
+pub fn is_map_change(bytes: &[u8]) -> bool {
+    bytes.len() > 8 && bytes[..8] == 1u64.to_le_bytes() && bytes[8] == MAP_CHANGE_TAG
+}
+
+/// The change of the range map an entry holds (None: it holds none).
+pub fn decode_map_change(bytes: &[u8]) -> Option<Decoded<MapChange>> {
+    if !is_map_change(bytes) {
+        return None;
+    }
+    Some(postcard::from_bytes(&bytes[9..]).map_err(|_| DecodeError("range map change")))
+}
+
+/// Whether an entry must be proposed alone, never joined with writes: a
+/// setting or a change of the range map.
+pub fn stands_alone(bytes: &[u8]) -> bool {
+    is_setting(bytes) || is_map_change(bytes)
 }
 
 /// Whether an encoded entry is a setting, not ops.

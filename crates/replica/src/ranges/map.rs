@@ -19,9 +19,14 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::types::NodeId;
+/// A node's id (`types::NodeId`). Said again here, so that the map
+/// imports nothing of the crate and the codec, which the entry types
+/// themselves use, can carry its changes.
+pub type NodeId = u64;
 
-/// A range's id: never reused, the same on every node.
+/// A range's id: never reused, the same on every node, and the id of the
+/// Raft group that serves it (`GroupId`): range 0, the first, is served by
+/// group 0, the group a cluster of one keyspace has always had.
 pub type RangeId = u64;
 
 /// What a range's bounds and replicas were decided by. `version` counts the
@@ -279,10 +284,10 @@ pub struct RangeMap {
 }
 
 impl RangeMap {
-    /// A map of one range, id 1, holding the whole keyspace on `voters`.
+    /// A map of one range, id 0, holding the whole keyspace on `voters`.
     pub fn new(voters: Vec<NodeId>) -> RangeMap {
         let first = RangeDesc {
-            id: 1,
+            id: 0,
             start: Vec::new(),
             end: None,
             voters,
@@ -291,7 +296,7 @@ impl RangeMap {
         };
         RangeMap {
             ranges: BTreeMap::from([(Vec::new(), first)]),
-            next_id: 2,
+            next_id: 1,
             generation: 0,
         }
     }
@@ -454,6 +459,33 @@ impl RangeMap {
         Ok(())
     }
 
+    /// Sets range `id`'s replicas to its group's membership as applied at
+    /// log index `at`, which becomes its `conf_ver`: the map follows a
+    /// membership change of the group where that change commits, and
+    /// every replica, whatever path it took to the same index (the log, a
+    /// snapshot, an older snapshot without a map), holds the same epoch.
+    /// A membership at or below the one recorded changes nothing.
+    pub fn follow_membership(
+        &mut self,
+        id: RangeId,
+        voters: Vec<NodeId>,
+        learners: Vec<NodeId>,
+        at: u64,
+    ) -> Result<(), MapError> {
+        let key = self.start_of(id)?;
+        let r = self.ranges.get_mut(&key).expect("found above");
+        if at < r.epoch.conf_ver
+            || (at == r.epoch.conf_ver && r.voters == voters && r.learners == learners)
+        {
+            return Ok(());
+        }
+        r.voters = voters;
+        r.learners = learners;
+        r.epoch.conf_ver = at;
+        self.generation += 1;
+        Ok(())
+    }
+
     /// Checks that the ranges cover the keyspace exactly once, in order,
     /// with distinct ids below `next_id`: what every change must keep.
     pub fn validate(&self) -> Result<(), String> {
@@ -474,7 +506,7 @@ impl RangeMap {
             {
                 return Err(format!("{r} is empty"));
             }
-            if !ids.insert(r.id) || r.id >= self.next_id || r.id == 0 {
+            if !ids.insert(r.id) || r.id >= self.next_id {
                 return Err(format!("{r}: id taken twice or not below {}", self.next_id));
             }
             expect_start = r.end.as_deref();

@@ -7,7 +7,7 @@
 use proptest::prelude::*;
 
 use super::map::{Epoch, MapChange, MapError, Misrouted, RangeDesc, RangeMap};
-use crate::types::NodeId;
+use super::map::NodeId;
 
 /// Keys of one or two bytes from a small alphabet, so that random split
 /// keys and probes land in and around the same ranges.
@@ -87,7 +87,7 @@ proptest! {
         steps in prop::collection::vec(step(), 1..60),
     ) {
         let mut map = RangeMap::new(vec![1, 2, 3]);
-        let mut model: Vec<(Vec<u8>, u64)> = vec![(Vec::new(), 1)];
+        let mut model: Vec<(Vec<u8>, u64)> = vec![(Vec::new(), 0)];
         let mut history = vec![map.clone()];
         for s in steps {
             let before = map.clone();
@@ -216,9 +216,9 @@ fn split(map: &mut RangeMap, range: u64, at: &[u8]) -> Result<u64, MapError> {
 #[test]
 fn a_split_gives_the_right_half_a_new_range_and_bumps_both_versions() {
     let mut map = RangeMap::new(vec![1, 2, 3]);
-    let right = split(&mut map, 1, b"m").unwrap();
-    assert_eq!(right, 2);
-    let (l, r) = (map.get(1).unwrap(), map.get(2).unwrap());
+    let right = split(&mut map, 0, b"m").unwrap();
+    assert_eq!(right, 1);
+    let (l, r) = (map.get(0).unwrap(), map.get(1).unwrap());
     assert_eq!(
         (l.start.as_slice(), l.end.as_deref()),
         (&b""[..], Some(&b"m"[..]))
@@ -233,139 +233,139 @@ fn a_split_gives_the_right_half_a_new_range_and_bumps_both_versions() {
     );
     assert_eq!(r.epoch, l.epoch);
     assert_eq!(r.voters, vec![1, 2, 3]);
-    assert_eq!(map.route(b"l").id, 1);
-    assert_eq!(map.route(b"m").id, 2);
-    assert_eq!(map.route(b"\xff\xff").id, 2);
+    assert_eq!(map.route(b"l").id, 0);
+    assert_eq!(map.route(b"m").id, 1);
+    assert_eq!(map.route(b"\xff\xff").id, 1);
     assert_eq!(
         map.ranges().map(|r| r.to_string()).collect::<Vec<_>>(),
         vec![
-            "range 1 [\"\", \"m\") epoch 1.0 voters [1, 2, 3]",
-            "range 2 [\"m\", end) epoch 1.0 voters [1, 2, 3]",
+            "range 0 [\"\", \"m\") epoch 1.0 voters [1, 2, 3]",
+            "range 1 [\"m\", end) epoch 1.0 voters [1, 2, 3]",
         ]
     );
     // A split at a range's own start, or outside it, is refused.
     assert_eq!(
-        split(&mut map, 2, b"m"),
-        Err(MapError::SplitKeyOutside { range: 2 })
-    );
-    assert_eq!(
-        split(&mut map, 1, b"z"),
+        split(&mut map, 1, b"m"),
         Err(MapError::SplitKeyOutside { range: 1 })
     );
     assert_eq!(
-        split(&mut map, 1, b""),
-        Err(MapError::SplitKeyOutside { range: 1 })
+        split(&mut map, 0, b"z"),
+        Err(MapError::SplitKeyOutside { range: 0 })
+    );
+    assert_eq!(
+        split(&mut map, 0, b""),
+        Err(MapError::SplitKeyOutside { range: 0 })
     );
 }
 
 #[test]
 fn a_request_routed_by_old_bounds_is_refused_with_the_current_epoch() {
     let mut map = RangeMap::new(vec![1, 2, 3]);
-    let before = map.get(1).unwrap().epoch;
-    split(&mut map, 1, b"m").unwrap();
-    let now = map.get(1).unwrap();
+    let before = map.get(0).unwrap().epoch;
+    split(&mut map, 0, b"m").unwrap();
+    let now = map.get(0).unwrap();
     assert_eq!(
         now.admits(b"a", before),
         Err(Misrouted::StaleEpoch {
-            range: 1,
+            range: 0,
             current: now.epoch
         })
     );
     assert_eq!(now.admits(b"a", now.epoch), Ok(()));
     assert_eq!(
         now.admits(b"x", now.epoch),
-        Err(Misrouted::KeyNotInRange { range: 1 })
+        Err(Misrouted::KeyNotInRange { range: 0 })
     );
     // A replica change does not move bounds: requests routed before it are
     // still served.
     let epoch = now.epoch;
     map.apply(&MapChange::Replicas {
-        range: 1,
+        range: 0,
         epoch,
         voters: vec![1, 2, 4],
         learners: vec![5],
     })
     .unwrap();
-    let now = map.get(1).unwrap();
+    let now = map.get(0).unwrap();
     assert_eq!(now.epoch.conf_ver, 1);
     assert_eq!(now.admits(b"a", epoch), Ok(()));
     // But a change decided before it is refused.
     assert_eq!(
-        split(&mut map.clone(), 1, b"c").map(|_| ()),
+        split(&mut map.clone(), 0, b"c").map(|_| ()),
         Ok(()),
         "a change made from the current epoch applies"
     );
     let stale = MapChange::Split {
-        range: 1,
+        range: 0,
         epoch,
         at: b"c".to_vec(),
         new_id: map.next_id(),
     };
     assert!(matches!(
         map.apply(&stale),
-        Err(MapError::StaleEpoch { range: 1, .. })
+        Err(MapError::StaleEpoch { range: 0, .. })
     ));
 }
 
 #[test]
 fn a_merge_needs_neighbours_on_the_same_replicas_and_passes_both_versions() {
     let mut map = RangeMap::new(vec![1, 2, 3]);
-    split(&mut map, 1, b"m").unwrap();
-    split(&mut map, 2, b"t").unwrap();
+    split(&mut map, 0, b"m").unwrap();
+    split(&mut map, 1, b"t").unwrap();
     let e = |map: &RangeMap, id| map.get(id).unwrap().epoch;
-    // 1 and 3 are not neighbours.
+    // 0 and 2 are not neighbours.
     assert_eq!(
         map.apply(&MapChange::Merge {
-            left: 1,
-            left_epoch: e(&map, 1),
-            right: 3,
-            right_epoch: e(&map, 3),
+            left: 0,
+            left_epoch: e(&map, 0),
+            right: 2,
+            right_epoch: e(&map, 2),
         }),
-        Err(MapError::NotAdjacent { left: 1, right: 3 })
+        Err(MapError::NotAdjacent { left: 0, right: 2 })
     );
     map.apply(&MapChange::Replicas {
-        range: 3,
-        epoch: e(&map, 3),
+        range: 2,
+        epoch: e(&map, 2),
         voters: vec![3, 2, 4],
         learners: vec![],
     })
     .unwrap();
     let merge_2_3 = |map: &RangeMap| MapChange::Merge {
-        left: 2,
-        left_epoch: e(map, 2),
-        right: 3,
-        right_epoch: e(map, 3),
+        left: 1,
+        left_epoch: e(map, 1),
+        right: 2,
+        right_epoch: e(map, 2),
     };
     assert_eq!(
         map.apply(&merge_2_3(&map)),
-        Err(MapError::ReplicasDiffer { left: 2, right: 3 })
+        Err(MapError::ReplicasDiffer { left: 1, right: 2 })
     );
     map.apply(&MapChange::Replicas {
-        range: 3,
-        epoch: e(&map, 3),
+        range: 2,
+        epoch: e(&map, 2),
         voters: vec![3, 2, 1],
         learners: vec![],
     })
     .unwrap();
-    let (v2, v3) = (e(&map, 2).version, e(&map, 3).version);
+    let (v2, v3) = (e(&map, 1).version, e(&map, 2).version);
     map.apply(&merge_2_3(&map)).unwrap();
-    assert!(map.get(3).is_none());
-    let merged = map.get(2).unwrap();
+    assert!(map.get(2).is_none());
+    let merged = map.get(1).unwrap();
     assert_eq!(
         (merged.start.as_slice(), merged.end.as_deref()),
         (&b"m"[..], None)
     );
     assert!(merged.epoch.version > v2.max(v3));
     // The id of a merged-away range is never given again.
-    assert_eq!(map.next_id(), 4);
+    assert_eq!(map.next_id(), 3);
     assert_eq!(
         map.apply(&MapChange::Split {
-            range: 2,
-            epoch: map.get(2).unwrap().epoch,
+            range: 1,
+            epoch: map.get(1).unwrap().epoch,
             at: b"x".to_vec(),
-            new_id: 3,
+            new_id: 2,
         }),
-        Err(MapError::IdUsed(3))
+        Err(MapError::IdUsed(2))
     );
     map.validate().unwrap();
 }
@@ -373,7 +373,7 @@ fn a_merge_needs_neighbours_on_the_same_replicas_and_passes_both_versions() {
 #[test]
 fn a_replica_set_needs_a_voter_and_no_node_twice() {
     let mut map = RangeMap::new(vec![1, 2, 3]);
-    let epoch = map.get(1).unwrap().epoch;
+    let epoch = map.get(0).unwrap().epoch;
     for (voters, learners) in [
         (vec![], vec![4]),
         (vec![1, 1], vec![]),
@@ -381,12 +381,12 @@ fn a_replica_set_needs_a_voter_and_no_node_twice() {
     ] {
         assert_eq!(
             map.apply(&MapChange::Replicas {
-                range: 1,
+                range: 0,
                 epoch,
                 voters,
                 learners,
             }),
-            Err(MapError::BadReplicas(1))
+            Err(MapError::BadReplicas(0))
         );
     }
     assert_eq!(map.generation(), 0);
@@ -397,7 +397,7 @@ fn validate_finds_a_gap_an_overlap_and_a_missing_end() {
     // Built through serde, the only way to make a map that no change made.
     let good = {
         let mut m = RangeMap::new(vec![1]);
-        split(&mut m, 1, b"m").unwrap();
+        split(&mut m, 0, b"m").unwrap();
         m
     };
     good.validate().unwrap();
@@ -418,4 +418,25 @@ fn validate_finds_a_gap_an_overlap_and_a_missing_end() {
         let m: RangeMap = postcard::from_bytes(&bad).unwrap();
         assert!(m.validate().is_err(), "changing byte {at} went unnoticed");
     }
+}
+
+#[test]
+fn a_range_follows_its_groups_membership_by_log_index() {
+    let mut map = RangeMap::new(vec![1, 2, 3]);
+    map.follow_membership(0, vec![1, 2, 3], vec![], 0).unwrap();
+    assert_eq!(map.generation(), 0, "the same membership changes nothing");
+    map.follow_membership(0, vec![1, 2, 3], vec![4], 12)
+        .unwrap();
+    let r = map.get(0).unwrap();
+    assert_eq!((r.learners.clone(), r.epoch.conf_ver), (vec![4], 12));
+    // An older membership (a replica catching up from a snapshot that
+    // already had a newer one) is ignored.
+    map.follow_membership(0, vec![1, 2], vec![], 7).unwrap();
+    assert_eq!(map.get(0).unwrap().epoch.conf_ver, 12);
+    assert_eq!(map.get(0).unwrap().voters, vec![1, 2, 3]);
+    assert_eq!(map.generation(), 1);
+    assert_eq!(
+        map.follow_membership(5, vec![1], vec![], 20),
+        Err(MapError::NoSuchRange(5))
+    );
 }
