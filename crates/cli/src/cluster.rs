@@ -1,4 +1,4 @@
-//! `combkv cluster init | add | remove | status`: a cluster's
+//! `combkv cluster init | add | remove | status | ranges`: a cluster's
 //! administration, sent as `CLUSTER ...` commands to a node's RESP port.
 
 use std::process::ExitCode;
@@ -41,6 +41,10 @@ enum Action {
     /// leader) each follower's lag, and `cluster_problem`: why the node
     /// cannot join or elect, if it cannot.
     Status,
+    /// The ranges the keyspace is cut into, a line each: id, bounds, epoch
+    /// (splits and merges, replica changes), voters and learners, and for
+    /// those the node holds, the leader, keys and bytes.
+    Ranges,
 }
 
 pub fn cluster_main(args: ClusterArgs) -> ExitCode {
@@ -64,6 +68,7 @@ fn run(args: &ClusterArgs) -> Result<String, String> {
         Action::Add { id, addr, timeout } => cmd.arg("ADD").arg(*id).arg(addr).arg(*timeout),
         Action::Remove { id } => cmd.arg("REMOVE").arg(*id),
         Action::Status => cmd.arg("STATUS"),
+        Action::Ranges => cmd.arg("RANGES"),
     };
     match cmd.query::<redis::Value>(&mut con) {
         Ok(redis::Value::Okay) => Ok("OK\n".into()),

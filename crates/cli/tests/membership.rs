@@ -407,6 +407,17 @@ fn ids_in_use_and_ids_of_removed_voters_are_refused() {
     let leader = find_leader(&nodes).id;
     let l = &nodes[leader as usize - 1];
 
+    // One range holds the whole keyspace, on the three voters.
+    let (ok, said) = admin(l, &["ranges"], Duration::from_secs(30));
+    assert!(ok, "{said}");
+    assert!(said.starts_with("ranges:1\n"), "{said}");
+    assert!(
+        said.contains("range 0 [\"\", end) epoch 0.")
+            && said.contains("voters [1, 2, 3]")
+            && said.contains(&format!("leader {leader} keys 0 ")),
+        "{said}"
+    );
+
     // An id in the cluster, at its own address or another.
     let gone = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
     let survivor = 6 - leader - gone;
@@ -445,6 +456,18 @@ fn ids_in_use_and_ids_of_removed_voters_are_refused() {
         |s| field(s, "retired_ids") == gone.to_string(),
     );
     assert_eq!(field(&s, "raft_voters"), "2", "{s:#?}");
+    // The range follows the membership: two voters, and a conf_ver that
+    // moved with it (the removal's log index).
+    let mut two = [leader, survivor];
+    two.sort_unstable();
+    let (ok, said) = admin(
+        &nodes[survivor as usize - 1],
+        &["ranges"],
+        Duration::from_secs(30),
+    );
+    assert!(ok, "{said}");
+    assert!(said.contains(&format!("voters {two:?}")), "{said}");
+    assert!(!said.contains("epoch 0.0 "), "{said}");
 
     // Both restarted (the log read again) know it too, and whichever
     // leads refuses the id.

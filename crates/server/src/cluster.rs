@@ -268,6 +268,12 @@ impl Cluster {
         self.replica.status()
     }
 
+    /// The range map as this node has applied it (None until the cluster
+    /// is formed).
+    pub fn range_map(&self) -> Option<combkv_replica::ranges::RangeMap> {
+        self.replica.range_map()
+    }
+
     /// How long this node's proposals (one per event-loop turn's writes,
     /// or one blocking write) took to be answered.
     pub fn proposal_durations(&self) -> HistogramSnapshot {

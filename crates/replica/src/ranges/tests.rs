@@ -6,8 +6,8 @@
 
 use proptest::prelude::*;
 
-use super::map::{Epoch, MapChange, MapError, Misrouted, RangeDesc, RangeMap};
 use super::map::NodeId;
+use super::map::{Epoch, MapChange, MapError, Misrouted, RangeDesc, RangeMap};
 
 /// Keys of one or two bytes from a small alphabet, so that random split
 /// keys and probes land in and around the same ranges.

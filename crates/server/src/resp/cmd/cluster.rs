@@ -59,7 +59,7 @@ pub(super) fn role(cx: &mut Ctx<'_, '_>) -> CmdResult {
 const ADD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// CLUSTER INIT id=host:port,... | ADD id host:port [seconds] | REMOVE id |
-/// STATUS.
+/// STATUS | RANGES.
 pub(super) fn cluster(cx: &mut Ctx<'_, '_>) -> CmdResult {
     // A cluster node whose Raft log is still being opened: its status
     // says so (`raft_role:loading`); nothing else can be done yet.
@@ -126,6 +126,10 @@ pub(super) fn cluster(cx: &mut Ctx<'_, '_>) -> CmdResult {
             c.remove_node(id).map_err(|e| admin_error(c, e))?;
             cx.r.ok();
         }
+        ("ranges", 2) => {
+            let out = ranges_text(c);
+            cx.r.verbatim(&out);
+        }
         ("help", 2) => help(&mut cx.r),
         _ => {
             return Err(CmdError::err(format!(
@@ -145,6 +149,8 @@ fn help(r: &mut Reply<'_>) {
          catch up within the seconds (30) or is removed again, then a voter. Ids in use or \
          of removed voters are refused.",
         "CLUSTER REMOVE id: on the leader, removes a node; a voter's id is never used again.",
+        "CLUSTER RANGES: the ranges the keyspace is cut into, a line each: id, bounds, epoch, \
+         replicas, leader, and the keys and bytes of those this node holds.",
     ];
     r.array(lines.len());
     for l in lines {
@@ -176,6 +182,34 @@ fn status_text(shared: &crate::state::Shared, c: Option<&crate::cluster::Cluster
     }
     let retired: Vec<String> = status.retired.iter().map(u64::to_string).collect();
     out.push_str(&format!("retired_ids:{}\r\n", retired.join(",")));
+    out
+}
+
+/// CLUSTER RANGES: a line per range of the map, in key order. The keys
+/// and bytes are this node's replica's, where it holds one (today every
+/// node holds range 0, the one range: group 0's store).
+fn ranges_text(c: &crate::cluster::Cluster) -> String {
+    let Some(map) = c.range_map() else {
+        return "ranges:0 (the cluster is not formed yet)\r\n".into();
+    };
+    let status = c.status();
+    let mut out = format!("ranges:{}\r\n", map.len());
+    for r in map.ranges() {
+        out.push_str(&r.to_string());
+        if r.id == 0 {
+            let leader = status
+                .leader
+                .map_or_else(|| "none".into(), |l| l.to_string());
+            let store = c.store();
+            let m = store.memory();
+            out.push_str(&format!(
+                " leader {leader} keys {} bytes {}",
+                store.len(),
+                m.node_bytes + m.value_bytes
+            ));
+        }
+        out.push_str("\r\n");
+    }
     out
 }
 

@@ -77,7 +77,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
     spec!("client", -2, Kind::Control, "", 0, 0, client::client,
           "connection", "CLIENT ID, SETNAME, GETNAME, LIST, INFO."),
     spec!("cluster", -2, Kind::Control, "x", 0, 0, cluster::cluster,
-          "cluster", "CLUSTER STATUS, INIT, ADD, REMOVE: a combkv cluster's administration."),
+          "cluster", "CLUSTER STATUS, RANGES, INIT, ADD, REMOVE: a combkv cluster's administration."),
     spec!("command", -1, Kind::Control, "", 0, 0, command::command,
           "server", "Describes the commands (COUNT, DOCS, INFO, LIST)."),
     spec!("compare", -5, Kind::Write, "", 1, 1, compare::compare,
