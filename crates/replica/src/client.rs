@@ -20,7 +20,7 @@ use tokio::sync::oneshot;
 
 use crate::error::ClusterError;
 use crate::group_commit::ProposeError;
-use crate::ranges::{MapChange, RangeMap};
+use crate::ranges::{Bounds, MapChange, RangeId, RangeMap, SplitRange};
 use crate::replica::Replica;
 use crate::rpc::{RaftResult, Request, Response};
 use crate::types::{Batch, LogId, NodeId};
@@ -85,6 +85,38 @@ impl Replica {
                 "the change's entry answered nothing".into(),
             )),
         }
+    }
+
+    /// Splits the range this group serves at `at` (see
+    /// [`crate::ranges::SplitRange`]): through the group's log, so that
+    /// every replica cuts it at the same index, and each node hosting a
+    /// replica starts group `new_id` with the keys from `at` on. Decided
+    /// by the bounds this node has applied; refused, changing nothing, if
+    /// they moved before the split applied, or `at` is not strictly inside
+    /// them. In group 0, the range map records the split in the same
+    /// entry.
+    pub async fn split_range(&self, at: &[u8], new_id: RangeId) -> Result<(), ClusterError> {
+        let split = SplitRange {
+            epoch: self.inner.sm.bounds().epoch,
+            at: at.to_vec(),
+            new_id,
+        };
+        let now = self.clock_ms();
+        let results = self.write(now, crate::codec::encode_split(&split)).await?;
+        match results.into_iter().next() {
+            Some(Ok(_)) => Ok(()),
+            Some(Err(combkv::Error::InvalidConfig(why))) => Err(ClusterError::Refused(why)),
+            Some(Err(e)) => Err(ClusterError::Refused(e.to_string())),
+            None => Err(ClusterError::Unknown(
+                "the split's entry answered nothing".into(),
+            )),
+        }
+    }
+
+    /// The bounds of the range this group serves, as this node applied
+    /// them.
+    pub fn bounds(&self) -> Bounds {
+        self.inner.sm.bounds()
     }
 
     /// The range map as this node has applied it (None: its group keeps

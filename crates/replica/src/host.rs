@@ -3,12 +3,21 @@
 //! connections to each peer (a request names its group, `rpc::Request::
 //! ToGroup`) and its peer TLS. Each group is a [`Replica`] of its own: its
 //! log, state machine, elections and clients' requests.
+//!
+//! Groups made by a split start here: every replica of the splitting
+//! group seeds the new group's directory from its copy of the right half
+//! as the split entry applies (`state_machine::seed_split_group`), and the
+//! host starts it. A replica that missed the split (it caught up from a
+//! snapshot taken after it) hears of the new group from its leader: a
+//! message for a group the node does not host, but which the range map
+//! names with a replica on this node, starts an empty replica of it, which
+//! the leader then sends a snapshot.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use crate::error::StartError;
 use crate::network::tls::{PeerGuard, PeerTlsFiles};
@@ -16,31 +25,52 @@ use crate::network::{BoxFuture, GroupTransport, Handler, Transport};
 use crate::node::ReplicaConfig;
 use crate::replica::Replica;
 use crate::rpc::{Request, Response};
+use crate::state_machine::{SplitChild, SplitHook, seed_split_group};
 use crate::types::{GroupId, NodeId};
-
-type Groups = Arc<RwLock<HashMap<GroupId, Replica>>>;
 
 /// The groups one node hosts, and what they share.
 #[derive(Debug, Clone)]
-pub struct Host {
+pub struct Host(Arc<Inner>);
+
+#[derive(Debug)]
+struct Inner {
     id: NodeId,
-    groups: Groups,
+    groups: RwLock<HashMap<GroupId, Replica>>,
     transport: Arc<dyn Transport>,
     guard: Arc<PeerGuard>,
+    /// Group 0's configuration, once it started: the one groups made by
+    /// splits take, each in its own directory.
+    template: Mutex<Option<ReplicaConfig>>,
+    /// One group starts at a time (a split and a message for the new group
+    /// may both start it).
+    starting: tokio::sync::Mutex<()>,
 }
 
-/// Hands each request that reaches the node to the group it names.
-struct Dispatch(Groups);
+/// Hands each request that reaches the node to the group it names. It
+/// keeps the host alive while the listener (or the simulated network)
+/// serves it.
+struct Dispatch(Arc<Inner>);
 
 impl Handler for Dispatch {
     fn handle(&self, req: Request) -> BoxFuture<'_, Response> {
-        let (group, req) = match req {
-            Request::ToGroup(g, inner) => (g, *inner),
-            bare => (0, bare),
-        };
-        // Cloned out, so that no lock is held while the group works.
-        let replica = self.0.read().get(&group).cloned();
         Box::pin(async move {
+            let host = Host(Arc::clone(&self.0));
+            let (group, req) = match req {
+                Request::ToGroup(g, inner) => (g, *inner),
+                bare => (0, bare),
+            };
+            let mut replica = host.group(group);
+            // A group made by a split that this node has not started (it
+            // missed the split): its leader's messages start it.
+            if replica.is_none()
+                && matches!(
+                    req,
+                    Request::Append(_) | Request::Vote(_) | Request::Snapshot(_)
+                )
+                && host.expects(group)
+            {
+                replica = host.ensure_group(group).await;
+            }
             match replica {
                 Some(r) => r.handle(req).await,
                 None => Response::NoSuchGroup(group),
@@ -50,6 +80,21 @@ impl Handler for Dispatch {
 }
 
 impl Host {
+    fn new(id: NodeId, transport: Arc<dyn Transport>, guard: Arc<PeerGuard>) -> Host {
+        Host(Arc::new(Inner {
+            id,
+            groups: RwLock::default(),
+            transport,
+            guard,
+            template: Mutex::new(None),
+            starting: tokio::sync::Mutex::new(()),
+        }))
+    }
+
+    fn dispatch(&self) -> Arc<dyn Handler> {
+        Arc::new(Dispatch(Arc::clone(&self.0)))
+    }
+
     /// A node `id` that talks TCP: binds `raft_addr` (sending from its IP)
     /// and serves its groups' peers there, with mutual TLS when `peer_tls`
     /// names the files. Runs inside the current tokio runtime.
@@ -64,90 +109,173 @@ impl Host {
             Some(raft_addr.ip()),
             Arc::clone(&guard),
         ));
-        let groups = Groups::default();
-        let handler: Arc<dyn Handler> = Arc::new(Dispatch(Arc::clone(&groups)));
-        tokio::spawn(crate::network::tcp::serve(
-            listener,
-            handler,
-            Arc::clone(&guard),
-        ));
-        Ok(Host {
-            id,
-            groups,
-            transport,
-            guard,
-        })
+        let host = Host::new(id, transport, Arc::clone(&guard));
+        tokio::spawn(crate::network::tcp::serve(listener, host.dispatch(), guard));
+        Ok(host)
     }
 
     /// A node `id` on a simulated network (tests); it replaces whatever
     /// answered for `id` there before (a restart).
     pub fn simulated(id: NodeId, net: &crate::network::sim::SimNet) -> Host {
-        let groups = Groups::default();
-        net.register(id, Arc::new(Dispatch(Arc::clone(&groups))));
-        Host {
-            id,
-            groups,
-            transport: net.transport(id),
-            guard: Arc::new(PeerGuard::default()),
-        }
+        let host = Host::new(id, net.transport(id), Arc::new(PeerGuard::default()));
+        net.register(id, host.dispatch());
+        host
     }
 
     /// Starts this node's replica of `group`, set up by `config` (its own
     /// directory; `config.id` must be this node's). Refused if the node
-    /// hosts that group already.
+    /// hosts that group already. Group 0's configuration is the one the
+    /// groups its splits make take.
     pub async fn start_group(
         &self,
         group: GroupId,
         config: &ReplicaConfig,
     ) -> Result<Replica, StartError> {
-        if config.id != self.id {
+        let _one = self.0.starting.lock().await;
+        self.start_locked(group, config).await
+    }
+
+    async fn start_locked(
+        &self,
+        group: GroupId,
+        config: &ReplicaConfig,
+    ) -> Result<Replica, StartError> {
+        if config.id != self.0.id {
             return Err(StartError::Config(format!(
                 "group {group} is set up for node {}, on node {}",
-                config.id, self.id
+                config.id, self.0.id
             )));
         }
-        if self.groups.read().contains_key(&group) {
+        if self.0.groups.read().contains_key(&group) {
             return Err(StartError::Config(format!(
                 "node {} hosts group {group} already",
-                self.id
+                self.0.id
             )));
         }
-        let transport = Arc::new(GroupTransport::new(group, Arc::clone(&self.transport)));
+        let mut config = config.clone();
+        config.on_split = Some(self.split_hook(&config));
+        if group == 0 {
+            *self.0.template.lock() = Some(config.clone());
+        }
+        let transport = Arc::new(GroupTransport::new(group, Arc::clone(&self.0.transport)));
         let replica =
-            Replica::start_with(config, group, transport, Arc::clone(&self.guard)).await?;
-        self.groups.write().insert(group, replica.clone());
+            Replica::start_with(&config, group, transport, Arc::clone(&self.0.guard)).await?;
+        self.0.groups.write().insert(group, replica.clone());
         Ok(replica)
+    }
+
+    /// The replica of `group`, started from its directory (or empty) if
+    /// the node does not host it yet; none before group 0 has started.
+    async fn ensure_group(&self, group: GroupId) -> Option<Replica> {
+        let _one = self.0.starting.lock().await;
+        if let Some(r) = self.group(group) {
+            return Some(r);
+        }
+        let config = self.0.template.lock().clone()?.for_split_group(group);
+        match self.start_locked(group, &config).await {
+            Ok(r) => {
+                tracing::info!("started group {group}");
+                Some(r)
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "group {group} did not start: {e}; it is tried again when its peers \
+                     next send to it"
+                );
+                None
+            }
+        }
+    }
+
+    /// Whether the range map this node has applied (group 0's) names
+    /// `group` as a range with a replica here: only such a group is started
+    /// on a peer's message, never one the map does not know (a message
+    /// from some other cluster, or for a group the node was never given).
+    fn expects(&self, group: GroupId) -> bool {
+        group != 0
+            && self
+                .group(0)
+                .and_then(|g| g.range_map())
+                .and_then(|map| map.get(group).cloned())
+                .is_some_and(|r| r.voters.contains(&self.0.id) || r.learners.contains(&self.0.id))
+    }
+
+    /// Starts every group made by splits whose directory this node holds
+    /// (after a restart): each goes on from its own log and snapshots.
+    pub async fn start_split_groups(&self) -> Result<Vec<GroupId>, StartError> {
+        let Some(template) = self.0.template.lock().clone() else {
+            return Ok(Vec::new());
+        };
+        let mut found: Vec<GroupId> = match std::fs::read_dir(template.groups_dir()) {
+            Ok(entries) => entries
+                .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+        found.sort_unstable();
+        for &g in &found {
+            if self.group(g).is_none() {
+                self.start_group(g, &template.for_split_group(g)).await?;
+            }
+        }
+        Ok(found)
+    }
+
+    /// What every replica of a group does with its splits' new ranges:
+    /// seeds the new group's directory, then starts it.
+    fn split_hook(&self, config: &ReplicaConfig) -> SplitHook {
+        // Weak: the host owns the groups whose state machines call this.
+        let host: Weak<Inner> = Arc::downgrade(&self.0);
+        let mut config = config.clone();
+        config.on_split = None;
+        SplitHook(Arc::new(move |child: SplitChild| {
+            let group = child.bounds.id;
+            let dir = config.for_split_group(group).dir;
+            if let Err(e) = seed_split_group(&dir, &child) {
+                tracing::error!(
+                    "seeding group {group} at {}: {e}; its leader sends it a snapshot instead",
+                    dir.display()
+                );
+                return;
+            }
+            if let Some(inner) = host.upgrade() {
+                tokio::spawn(async move {
+                    Host(inner).ensure_group(group).await;
+                });
+            }
+        }))
     }
 
     /// Stops serving `group`'s peers and hands its replica back (for the
     /// caller to shut down); requests for it are answered as for a group
     /// the node never had.
     pub fn remove_group(&self, group: GroupId) -> Option<Replica> {
-        self.groups.write().remove(&group)
+        self.0.groups.write().remove(&group)
     }
 
     /// The replica of `group`, if this node hosts one.
     pub fn group(&self, group: GroupId) -> Option<Replica> {
-        self.groups.read().get(&group).cloned()
+        self.0.groups.read().get(&group).cloned()
     }
 
     /// The groups this node hosts.
     pub fn groups(&self) -> Vec<GroupId> {
-        let mut ids: Vec<GroupId> = self.groups.read().keys().copied().collect();
+        let mut ids: Vec<GroupId> = self.0.groups.read().keys().copied().collect();
         ids.sort_unstable();
         ids
     }
 }
 
 impl Replica {
-    /// Starts a node of one group (group 0) that talks TCP: binds
-    /// `config.raft_addr` and serves peers there. Runs inside the current
-    /// tokio runtime.
+    /// Starts a node that talks TCP: binds `config.raft_addr`, serves peers
+    /// there, and starts group 0 and every group its splits made that the
+    /// node holds. Runs inside the current tokio runtime.
     pub async fn start(config: &ReplicaConfig) -> Result<Replica, StartError> {
-        Host::bind(config.id, config.raft_addr, config.peer_tls.clone())
-            .await?
-            .start_group(0, config)
-            .await
+        let host = Host::bind(config.id, config.raft_addr, config.peer_tls.clone()).await?;
+        let replica = host.start_group(0, config).await?;
+        host.start_split_groups().await?;
+        Ok(replica)
     }
 
     /// Starts a node of one group (group 0) on a simulated network (tests):

@@ -20,7 +20,7 @@ use crate::replica::{
     Contact, Inner, MAX_IN_FLIGHT, ReadBatcher, Replica, RestoredLeadership, index_of,
 };
 use crate::rpc::{Request, Response};
-use crate::state_machine::{ApplyHook, StateMachine};
+use crate::state_machine::{ApplyHook, SplitHook, StateMachine};
 use crate::types::{GroupId, NodeId};
 
 /// How a node is set up.
@@ -68,6 +68,12 @@ pub struct ReplicaConfig {
     /// Mutual TLS with the other nodes (`network/tls.rs`); none: plain
     /// TCP, for loopback and networks nobody else reaches.
     pub peer_tls: Option<PeerTlsFiles>,
+    /// Told of each split's new range (the host sets it: it starts the
+    /// new group).
+    pub on_split: Option<SplitHook>,
+    /// Where the groups a split makes keep their directories, one per
+    /// group id (none: `dir/groups`, of the node's first group).
+    pub groups_dir: Option<PathBuf>,
 }
 
 impl ReplicaConfig {
@@ -88,7 +94,26 @@ impl ReplicaConfig {
             on_apply: None,
             entries_in_flight: 1,
             peer_tls: None,
+            on_split: None,
+            groups_dir: None,
         }
+    }
+
+    /// The directory groups made by splits keep theirs under.
+    pub fn groups_dir(&self) -> PathBuf {
+        self.groups_dir
+            .clone()
+            .unwrap_or_else(|| self.dir.join("groups"))
+    }
+
+    /// The configuration of group `group` made by a split, on this node:
+    /// this one's, in the group's own directory.
+    pub fn for_split_group(&self, group: GroupId) -> ReplicaConfig {
+        let groups = self.groups_dir();
+        let mut c = self.clone();
+        c.dir = groups.join(group.to_string());
+        c.groups_dir = Some(groups);
+        c
     }
 
     fn raft_config(&self) -> Result<openraft::Config, StartError> {
@@ -147,6 +172,7 @@ impl Replica {
             &config.dir.join("snapshots"),
             config.on_apply.clone(),
         )?;
+        let sm = sm.serving(group, config.on_split.clone());
         // Group 0 is the meta group: it keeps the range map.
         let sm = if group == 0 {
             sm.keeping_range_map()

@@ -18,7 +18,7 @@ use combkv::{Item, Version};
 use openraft::{BasicNode, SnapshotMeta};
 use serde::{Deserialize, Serialize};
 
-use crate::ranges::RangeMap;
+use crate::ranges::{Bounds, RangeMap};
 use crate::types::NodeId;
 
 const MAGIC: &[u8; 8] = b"CKVRSNP1";
@@ -41,9 +41,24 @@ pub struct Header {
     /// The cluster settings applied up to the snapshot (name, value).
     /// Last, so that files from before it read as [`HeaderV2`].
     pub settings: Vec<(String, Vec<u8>)>,
-    /// The range map, in the group that keeps it. Last, so that files
-    /// from before it read as [`HeaderV3`].
+    /// The range map, in the group that keeps it. So that files from
+    /// before it read as [`HeaderV3`].
     pub ranges: Option<RangeMap>,
+    /// The bounds of the group's range, once it has split (none: the
+    /// whole keyspace). Last, so that files from before it read as
+    /// [`HeaderV4`].
+    pub bounds: Option<Bounds>,
+}
+
+/// The header of files written before [`Header::bounds`].
+#[derive(Deserialize)]
+struct HeaderV4 {
+    meta: SnapshotMeta<NodeId, BasicNode>,
+    clock: u64,
+    now_ms: u64,
+    ever_voters: Vec<NodeId>,
+    settings: Vec<(String, Vec<u8>)>,
+    ranges: Option<RangeMap>,
 }
 
 /// The header of files written before [`Header::ranges`].
@@ -80,6 +95,17 @@ impl Header {
         if let Ok(h) = postcard::from_bytes::<Header>(bytes) {
             return Some(h);
         }
+        if let Ok(h) = postcard::from_bytes::<HeaderV4>(bytes) {
+            return Some(Header {
+                meta: h.meta,
+                clock: h.clock,
+                now_ms: h.now_ms,
+                ever_voters: h.ever_voters,
+                settings: h.settings,
+                ranges: h.ranges,
+                bounds: None,
+            });
+        }
         if let Ok(h) = postcard::from_bytes::<HeaderV3>(bytes) {
             return Some(Header {
                 meta: h.meta,
@@ -88,6 +114,7 @@ impl Header {
                 ever_voters: h.ever_voters,
                 settings: h.settings,
                 ranges: None,
+                bounds: None,
             });
         }
         if let Ok(h) = postcard::from_bytes::<HeaderV2>(bytes) {
@@ -98,6 +125,7 @@ impl Header {
                 ever_voters: h.ever_voters,
                 settings: Vec::new(),
                 ranges: None,
+                bounds: None,
             });
         }
         let old = postcard::from_bytes::<HeaderV1>(bytes).ok()?;
@@ -110,6 +138,7 @@ impl Header {
             ever_voters,
             settings: Vec::new(),
             ranges: None,
+            bounds: None,
         })
     }
 }
@@ -335,6 +364,7 @@ mod tests {
                 b"user default on nopass ~* &* +@all\n".to_vec(),
             )],
             ranges: Some(crate::ranges::RangeMap::new(vec![1, 2, 3])),
+            bounds: Some(crate::ranges::Bounds::whole(4)),
         };
         let bytes = postcard::to_stdvec(&h).unwrap();
         assert_eq!(Header::decode(&bytes), Some(h));

@@ -21,7 +21,7 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::watch;
 
 use crate::codec;
-use crate::ranges::RangeMap;
+use crate::ranges::{Bounds, MapChange, RangeMap, SplitRange};
 use crate::snapshot::{self, Header};
 use crate::types::{Applied, Entry, LogId, NodeId, StorageError, TypeConfig};
 
@@ -69,6 +69,10 @@ struct SmState {
     /// kept in snapshots. None in other groups, and before the first
     /// membership.
     ranges: Option<RangeMap>,
+    /// The bounds of the range this group serves, once it has split (none:
+    /// the whole keyspace, as group 0 starts); kept in snapshots. An op on
+    /// a key outside them is refused, and a split cuts them.
+    bounds: Option<Bounds>,
 }
 
 impl SmState {
@@ -87,6 +91,35 @@ impl SmState {
             .get_or_insert_with(|| RangeMap::new(voters.clone()));
         // Range 0 is this group's own; it is always in the map.
         let _ = map.follow_membership(0, voters, learners, at);
+    }
+}
+
+/// The right part of a split, as every replica of the splitting range
+/// applied it: what a new group serving it starts from.
+#[derive(Debug)]
+pub struct SplitChild {
+    /// The new range's bounds (its id is its group's).
+    pub bounds: Bounds,
+    /// Its keys as they stood at the split, versions, expiries and flags
+    /// kept (CAS tokens survive the split), its clock the splitting store's.
+    pub store: Store,
+    /// The clock of the entry that split it.
+    pub now_ms: u64,
+    /// The splitting group's membership: the new group's voters and
+    /// learners are the same.
+    pub membership: StoredMembership<NodeId, BasicNode>,
+    /// Every id that was a voter of the splitting group.
+    pub ever_voters: BTreeSet<NodeId>,
+}
+
+/// A function handed each split's new range, on every replica, while the
+/// split entry applies (the host starts the new group from it).
+#[derive(Clone)]
+pub struct SplitHook(pub Arc<dyn Fn(SplitChild) + Send + Sync>);
+
+impl std::fmt::Debug for SplitHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SplitHook")
     }
 }
 
@@ -119,6 +152,10 @@ pub struct StateMachine {
     on_apply: Option<ApplyHook>,
     /// Whether this group keeps the range map (`SmState::ranges`).
     keeps_map: bool,
+    /// The group this state machine is (its range's id while unsplit).
+    group: u64,
+    /// Told of each split's new range.
+    on_split: Option<SplitHook>,
 }
 
 fn io_err(e: io::Error) -> StorageError {
@@ -160,6 +197,7 @@ impl StateMachine {
                     state.ever_voters = header.ever_voters.iter().copied().collect();
                     state.settings = header.settings.iter().cloned().collect();
                     state.ranges = header.ranges.clone();
+                    state.bounds = header.bounds.clone();
                     state.snapshot = Some((header.meta, path));
                     store = Some(s);
                     break;
@@ -186,7 +224,26 @@ impl StateMachine {
             settings_tx: Arc::new(settings_tx),
             on_apply,
             keeps_map: false,
+            group: 0,
+            on_split: None,
         })
+    }
+
+    /// Makes this the state machine of group `group` (its range's id until
+    /// the range is split), told of its splits' new ranges by `on_split`.
+    pub fn serving(mut self, group: u64, on_split: Option<SplitHook>) -> StateMachine {
+        self.group = group;
+        self.on_split = on_split;
+        self
+    }
+
+    /// The bounds of the range this group serves.
+    pub fn bounds(&self) -> Bounds {
+        self.state
+            .lock()
+            .bounds
+            .clone()
+            .unwrap_or_else(|| Bounds::whole(self.group))
     }
 
     /// Makes this the state machine of the group that keeps the range map
@@ -278,6 +335,15 @@ impl StateMachine {
                 Ok(Applied::default())
             }
             EntryPayload::Normal(batch) => {
+                if let Some(split) = codec::decode_split(&batch.ops) {
+                    let result = match split {
+                        Ok(split) => self.split(&split, state, batch.now_ms),
+                        Err(e) => Err(combkv::Error::InvalidConfig(e.to_string())),
+                    };
+                    return Ok(Applied {
+                        results: vec![result],
+                    });
+                }
                 if let Some(change) = codec::decode_map_change(&batch.ops) {
                     let result = match (change, state.ranges.as_mut()) {
                         (Ok(change), Some(map)) if self.keeps_map => map
@@ -322,6 +388,17 @@ impl StateMachine {
                 let store = self.cell.get();
                 let mut results = Vec::with_capacity(ops.len());
                 for op in &ops {
+                    // Decided against bounds the range no longer has (a
+                    // split applied after it was routed): refused alike on
+                    // every replica, for the router to route again.
+                    if let Some(b) = &state.bounds
+                        && !op.keys_within(&b.start, b.end.as_deref())
+                    {
+                        results.push(Err(combkv::Error::Unavailable(format!(
+                            "a key outside {b}: the range was split; route the request again"
+                        ))));
+                        continue;
+                    }
                     let r = store.apply_at(op, now);
                     if let Err(e @ combkv::Error::ReadOnly(_)) = &r {
                         // A store that refuses writes cannot go on
@@ -339,6 +416,95 @@ impl StateMachine {
     }
 }
 
+impl StateMachine {
+    /// Applies a split of this group's range (see [`SplitRange`]): the keys
+    /// from `at` on, as they stand, go to a new store handed to the split
+    /// hook, and are deleted here, on every replica alike; the bounds keep
+    /// the left part. In the group that keeps the range map, the map
+    /// records the split in the same entry. Refused, changing nothing, if
+    /// decided by another epoch or at a key not strictly inside.
+    fn split(
+        &self,
+        split: &SplitRange,
+        state: &mut SmState,
+        now_ms: u64,
+    ) -> Result<Outcome, combkv::Error> {
+        let mut bounds = state
+            .bounds
+            .clone()
+            .unwrap_or_else(|| Bounds::whole(self.group));
+        let left_epoch = bounds.epoch;
+        let right = bounds
+            .split(split)
+            .map_err(|e| combkv::Error::InvalidConfig(e.to_string()))?;
+        let now = now_ms.max(state.now_ms);
+        state.now_ms = now;
+        let store = self.cell.get();
+        let pin = store.pin();
+        let span = combkv::Range::new(
+            std::ops::Bound::Included(right.start.clone()),
+            right
+                .end
+                .clone()
+                .map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded),
+        );
+        let mut items = Vec::new();
+        store.visit_range_at(&pin, &span, |it| {
+            items.push(combkv::Item {
+                key: it.key.to_vec().into(),
+                value: it.value.to_vec().into(),
+                version: it.version,
+                expires_at_ms: it.expires_at_ms,
+                flags: it.flags,
+            });
+            true
+        });
+        let clock = store.read_version();
+        drop(pin);
+        let child = Store::restore(self.config.clone(), clock, items.iter().cloned())?;
+        for it in &items {
+            let op = combkv::op::Op::Delete {
+                key: &it.key,
+                cond: combkv::op::Cond::Any,
+                return_old: false,
+            };
+            if let Err(e @ combkv::Error::ReadOnly(_)) = store.apply_at(&op, now) {
+                return Err(e);
+            }
+        }
+        if self.keeps_map
+            && let Some(map) = state.ranges.as_mut()
+            && let Some(desc) = map.get(self.group)
+            && desc.epoch.version == left_epoch.version
+        {
+            let change = MapChange::Split {
+                range: self.group,
+                epoch: desc.epoch,
+                at: split.at.clone(),
+                new_id: split.new_id,
+            };
+            if let Err(e) = map.apply(&change) {
+                tracing::error!("the range map did not take split {split:?}: {e}");
+            }
+        }
+        tracing::info!(
+            "split {bounds} off {right}: {} keys moved to the new range",
+            items.len()
+        );
+        state.bounds = Some(bounds);
+        if let Some(hook) = &self.on_split {
+            (hook.0)(SplitChild {
+                bounds: right,
+                store: child,
+                now_ms: now,
+                membership: state.membership.clone(),
+                ever_voters: state.ever_voters.clone(),
+            });
+        }
+        Ok(Outcome::Clear)
+    }
+}
+
 /// Whether `file` is the file at `path` (same device and inode).
 async fn same_file(file: &tokio::fs::File, path: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
@@ -346,6 +512,97 @@ async fn same_file(file: &tokio::fs::File, path: &Path) -> bool {
         (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
         _ => false,
     }
+}
+
+/// Writes a snapshot of `store` at `pin` with `header` into `dir`: a
+/// temporary file, synced (by `finish`), renamed, the directory synced.
+fn write_snapshot(
+    dir: &Path,
+    header: &Header,
+    store: &Store,
+    pin: combkv::Pin,
+) -> io::Result<PathBuf> {
+    let name = snapshot::file_name(&header.meta);
+    let tmp = dir.join(format!("{name}.tmp"));
+    let mut w = snapshot::Writer::create(&tmp, header)?;
+    let mut failed = None;
+    store.visit_all_at(&pin, |it| {
+        let r = w.item(
+            it.key,
+            it.value,
+            it.version.get(),
+            it.expires_at_ms.unwrap_or(0),
+            it.flags,
+        );
+        match r {
+            Ok(()) => true,
+            Err(e) => {
+                failed = Some(e);
+                false
+            }
+        }
+    });
+    drop(pin);
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    w.finish()?;
+    let path = dir.join(name);
+    std::fs::rename(&tmp, &path)?;
+    File::open(dir)?.sync_all()?;
+    Ok(path)
+}
+
+/// Where a new group's state starts: the first log id of every group
+/// made by a split, the one its seed snapshot stands at. Every replica of
+/// the new group starts from the same one, so none needs the entries of
+/// the group it came from, and a replica that has nothing is sent a
+/// snapshot (the log before it is purged everywhere).
+fn seed_log_id() -> LogId {
+    openraft::LogId::new(openraft::CommittedLeaderId::new(0, 0), 0)
+}
+
+/// Writes, under `dir` (a group's directory), the state a group made by a
+/// split starts from: a snapshot of `child`'s store at the seed log id,
+/// with the splitting group's membership, as if installed. Done once:
+/// written beside `dir` and renamed into place, so a crash leaves either
+/// nothing (the split is applied again when its entry is replayed, or the
+/// new group's leader sends a snapshot) or the whole seed. Ok(false): the
+/// group was seeded before (it may have gone on since).
+pub fn seed_split_group(dir: &Path, child: &SplitChild) -> io::Result<bool> {
+    if dir.exists() {
+        return Ok(false);
+    }
+    let parent = dir.parent().ok_or_else(|| io::Error::other("no parent"))?;
+    std::fs::create_dir_all(parent)?;
+    let tmp = parent.join(format!(
+        ".{}.seeding",
+        dir.file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+    ));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let snapshots = tmp.join("snapshots");
+    std::fs::create_dir_all(&snapshots)?;
+    let at = seed_log_id();
+    let pin = child.store.pin();
+    let header = Header {
+        meta: SnapshotMeta {
+            last_log_id: Some(at),
+            last_membership: StoredMembership::new(Some(at), child.membership.membership().clone()),
+            snapshot_id: format!("{:020}-0-{}-seed", 0, pin.version().get()),
+        },
+        clock: child.store.read_version().get(),
+        now_ms: child.now_ms,
+        ever_voters: child.ever_voters.iter().copied().collect(),
+        settings: Vec::new(),
+        ranges: None,
+        bounds: Some(child.bounds.clone()),
+    };
+    write_snapshot(&snapshots, &header, &child.store, pin)?;
+    File::open(&tmp)?.sync_all()?;
+    std::fs::rename(&tmp, dir)?;
+    File::open(parent)?.sync_all()?;
+    Ok(true)
 }
 
 /// Loads a snapshot file into a new store.
@@ -383,40 +640,10 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
         let store = Arc::clone(&self.store);
         let pin = self.pin.take().expect("a builder builds once");
         // Writing millions of items is blocking work: off the runtime.
-        let path = tokio::task::spawn_blocking(move || -> io::Result<PathBuf> {
-            let name = snapshot::file_name(&header.meta);
-            let tmp = dir.join(format!("{name}.tmp"));
-            let mut w = snapshot::Writer::create(&tmp, &header)?;
-            let mut failed = None;
-            store.visit_all_at(&pin, |it| {
-                let r = w.item(
-                    it.key,
-                    it.value,
-                    it.version.get(),
-                    it.expires_at_ms.unwrap_or(0),
-                    it.flags,
-                );
-                match r {
-                    Ok(()) => true,
-                    Err(e) => {
-                        failed = Some(e);
-                        false
-                    }
-                }
-            });
-            drop(pin);
-            if let Some(e) = failed {
-                return Err(e);
-            }
-            w.finish()?;
-            let path = dir.join(name);
-            std::fs::rename(&tmp, &path)?;
-            File::open(&dir)?.sync_all()?;
-            Ok(path)
-        })
-        .await
-        .map_err(|e| io_err(io::Error::other(e)))?
-        .map_err(io_err)?;
+        let path = tokio::task::spawn_blocking(move || write_snapshot(&dir, &header, &store, pin))
+            .await
+            .map_err(|e| io_err(io::Error::other(e)))?
+            .map_err(io_err)?;
         self.sm.set_current(self.header.meta.clone(), path.clone());
         let file = tokio::fs::File::open(&path).await.map_err(io_err)?;
         Ok(Snapshot {
@@ -495,6 +722,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             ever_voters: state.ever_voters.iter().copied().collect(),
             settings: state.settings.clone().into_iter().collect(),
             ranges: state.ranges.clone(),
+            bounds: state.bounds.clone(),
         };
         drop(state);
         Builder {
@@ -564,6 +792,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             s.ever_voters = header.ever_voters.into_iter().collect();
             s.settings = header.settings.into_iter().collect();
             s.ranges = header.ranges;
+            s.bounds = header.bounds;
             if self.keeps_map && s.ranges.is_none() {
                 s.follow_membership();
             }

@@ -73,6 +73,8 @@ impl Cluster {
             let c = config(&self.dir, id, g, &self.storage[&(id, g)]);
             assert!(host.start_group(g, &c).await.is_err());
         }
+        // The groups splits made, from their own directories.
+        host.start_split_groups().await.unwrap();
         self.net.set_down(id, false);
         self.nodes.lock().insert(id, host);
     }
@@ -420,6 +422,163 @@ fn the_meta_group_keeps_the_range_map_through_its_log() {
             assert_eq!(right.voters, vec![1, 2, 3]);
         }
         for id in 1..=NODES + 1 {
+            cl.stop(id).await;
+        }
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn put_op(k: &[u8], v: &[u8]) -> Vec<u8> {
+    let op = Op::Put {
+        key: k,
+        value: v,
+        expiry: Expiry::Never,
+        flags: Flags::Set(0),
+        cond: Cond::Any,
+        return_old: false,
+    };
+    let mut ops = Vec::new();
+    codec::encode_ops(std::slice::from_ref(&op), &mut ops);
+    ops
+}
+
+fn kv(n: usize) -> Vec<u8> {
+    format!("k{n:02}").into_bytes()
+}
+
+async fn wait_group(cl: &Cluster, id: u64, g: GroupId) -> Replica {
+    for _ in 0..600 {
+        if let Some(r) = cl.replica(id, g) {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("node {id} never started group {g}");
+}
+
+/// A split of group 0's range at "k20": every replica cuts its range at
+/// the same index and starts group 1 with the keys from "k20" on (their
+/// values and versions), group 0 then refuses those keys, and group 1
+/// serves them. A node cut off during the split catches up with group 0
+/// from a snapshot taken after it (so it never applies the split) and
+/// gets group 1 from that group's leader, which starts it there empty and
+/// sends it a snapshot. A restarted node starts group 1 from its own
+/// directory.
+#[test]
+fn a_split_starts_the_new_range_on_every_replica_even_one_that_missed_it() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("combkv-groups-split-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    rt.block_on(async {
+        let cl = Arc::new(Cluster {
+            dir: dir.clone(),
+            net: SimNet::new(2, Faults::NONE),
+            nodes: Mutex::new(HashMap::new()),
+            storage: (1..=NODES)
+                .flat_map(|id| GROUPS.map(|g| ((id, g), FaultyStorage::new(id ^ (g << 8)))))
+                .collect(),
+        });
+        for id in 1..=NODES {
+            cl.start(id, &[0]).await;
+        }
+        let members: Vec<(u64, String)> = (1..=NODES)
+            .map(|id| (id, format!("127.0.0.{id}:7000")))
+            .collect();
+        cl.replica(1, 0)
+            .unwrap()
+            .initialize(&members)
+            .await
+            .unwrap();
+        let g0 = cl.replica(1, 0).unwrap();
+        for n in 0..40 {
+            g0.write(1, put_op(&kv(n), b"before")).await.unwrap();
+        }
+        let versions: Vec<_> = (20..40)
+            .map(|n| {
+                g0.current_store()
+                    .get_item(&kv(n))
+                    .unwrap()
+                    .unwrap()
+                    .version
+            })
+            .collect();
+        converge(&cl, 0).await.unwrap();
+
+        cl.net.partition(&[&[1, 2], &[3]]);
+        g0.split_range(b"k20", 1).await.unwrap();
+        // Group 0 holds ["", k20) now: a split at k30 is outside it.
+        let outside = g0.split_range(b"k30", 2).await;
+        assert!(
+            outside
+                .as_ref()
+                .is_err_and(|e| e.to_string().contains("not strictly inside")),
+            "{outside:?}"
+        );
+        let g1 = wait_group(&cl, 1, 1).await;
+        wait_group(&cl, 2, 1).await;
+        assert_eq!(g0.bounds().end.as_deref(), Some(&b"k20"[..]));
+        assert_eq!(g1.bounds().start, b"k20");
+        // Group 0 refuses a key it no longer holds; group 1 takes it.
+        let refused = g0.write(1, put_op(b"k25", b"wrong")).await.unwrap();
+        assert!(
+            matches!(&refused[0], Err(combkv::Error::Unavailable(why)) if why.contains("split")),
+            "{refused:?}"
+        );
+        let g1_on_2 = cl.replica(2, 1).unwrap();
+        let mut landed = false;
+        for _ in 0..100 {
+            if g1_on_2.write(1, put_op(b"k25", b"after")).await.is_ok() {
+                landed = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(landed, "group 1 took no write");
+        // Enough entries in group 0 for node 3 to need a snapshot of it.
+        for n in 0..60 {
+            g0.write(1, put_op(&kv(n % 20), b"later")).await.unwrap();
+        }
+        cl.net.heal();
+        converge(&cl, 0).await.unwrap();
+        wait_group(&cl, 3, 1).await;
+        converge(&cl, 1).await.unwrap();
+        for id in 1..=NODES {
+            let left = cl.replica(id, 0).unwrap().current_store();
+            let right = cl.replica(id, 1).unwrap().current_store();
+            for n in 0..40 {
+                let k = kv(n);
+                if n < 20 {
+                    assert_eq!(left.get(&k).unwrap().as_deref(), Some(&b"later"[..]));
+                    assert_eq!(right.get(&k).unwrap(), None, "node {id} group 1 holds {n}");
+                } else {
+                    assert_eq!(left.get(&k).unwrap(), None, "node {id} group 0 holds {n}");
+                    let want: &[u8] = if n == 25 { b"after" } else { b"before" };
+                    let it = right.get_item(&k).unwrap().unwrap();
+                    assert_eq!(&it.value[..], want, "node {id} key {n}");
+                    if n != 25 {
+                        assert_eq!(it.version, versions[n - 20], "node {id} key {n}: CAS token");
+                    }
+                }
+            }
+            assert_eq!(
+                cl.replica(id, 1).unwrap().bounds().start,
+                b"k20",
+                "node {id}"
+            );
+            let map = cl.replica(id, 0).unwrap().range_map().unwrap();
+            assert_eq!(map.len(), 2, "node {id}: {map:?}");
+            assert_eq!(map.route(b"k25").id, 1);
+        }
+        // A restart starts group 1 from node 2's own directory.
+        cl.stop(2).await;
+        cl.start(2, &[0]).await;
+        wait_group(&cl, 2, 1).await;
+        converge(&cl, 1).await.unwrap();
+        for id in 1..=NODES {
             cl.stop(id).await;
         }
     });

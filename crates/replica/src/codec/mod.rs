@@ -19,7 +19,7 @@ mod outcome;
 mod tests;
 mod wire;
 
-use crate::ranges::MapChange;
+use crate::ranges::{MapChange, SplitRange};
 use combkv::Error;
 use combkv::op::{Op, Outcome};
 
@@ -198,10 +198,37 @@ pub fn decode_map_change(bytes: &[u8]) -> Option<Decoded<MapChange>> {
     Some(postcard::from_bytes(&bytes[9..]).map_err(|_| DecodeError("range map change")))
 }
 
+/// The tag after a count of one that makes an entry a split of the range
+/// the group serves (see [`encode_split`]).
+const SPLIT_TAG: u8 = 0xA2;
+
+/// A split of the range the group serves (`ranges::SplitRange`), written
+/// as a map change is: one "op", so that it gets one result.
+pub fn encode_split(split: &SplitRange) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    put_u64(&mut out, 1);
+    out.push(SPLIT_TAG);
+    out.extend_from_slice(&postcard::to_stdvec(split).expect("a split serializes"));
+    out
+}
+
+/// Whether an encoded entry is a split.
+pub fn is_split(bytes: &[u8]) -> bool {
+    bytes.len() > 8 && bytes[..8] == 1u64.to_le_bytes() && bytes[8] == SPLIT_TAG
+}
+
+/// The split an entry holds (None: it holds none).
+pub fn decode_split(bytes: &[u8]) -> Option<Decoded<SplitRange>> {
+    if !is_split(bytes) {
+        return None;
+    }
+    Some(postcard::from_bytes(&bytes[9..]).map_err(|_| DecodeError("range split")))
+}
+
 /// Whether an entry must be proposed alone, never joined with writes: a
-/// setting or a change of the range map.
+/// setting, a change of the range map, or a split.
 pub fn stands_alone(bytes: &[u8]) -> bool {
-    is_setting(bytes) || is_map_change(bytes)
+    is_setting(bytes) || is_map_change(bytes) || is_split(bytes)
 }
 
 /// Whether an encoded entry is a setting, not ops.

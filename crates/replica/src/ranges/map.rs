@@ -523,3 +523,93 @@ fn sorted(v: &[NodeId]) -> Vec<NodeId> {
     v.sort_unstable();
     v
 }
+
+/// What a group knows of the range it serves: its id, its bounds and
+/// epoch. It refuses ops on keys outside its bounds, and splits only as a
+/// split decided by its current epoch says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bounds {
+    /// The range's id (and its group's).
+    pub id: RangeId,
+    /// Its first key.
+    #[serde(with = "serde_bytes")]
+    pub start: Vec<u8>,
+    /// The first key past it; none: the end of the keyspace.
+    #[serde(with = "serde_bytes")]
+    pub end: Option<Vec<u8>>,
+    /// Its epoch (the version moves with its splits; replica changes are
+    /// its group's membership).
+    pub epoch: Epoch,
+}
+
+impl Bounds {
+    /// Range `id` over the whole keyspace, as group 0 starts.
+    pub fn whole(id: RangeId) -> Bounds {
+        Bounds {
+            id,
+            start: Vec::new(),
+            end: None,
+            epoch: Epoch::default(),
+        }
+    }
+
+    /// Whether `key` lies inside.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        key >= self.start.as_slice() && self.end.as_ref().is_none_or(|e| key < e.as_slice())
+    }
+
+    /// Applies `split` to these bounds: they keep the left part, and the
+    /// right part's bounds are returned. Refused, changing nothing, if the
+    /// split was decided by another epoch or its key is not strictly
+    /// inside.
+    pub fn split(&mut self, split: &SplitRange) -> Result<Bounds, MapError> {
+        if split.epoch != self.epoch {
+            return Err(MapError::StaleEpoch {
+                range: self.id,
+                seen: split.epoch,
+                current: self.epoch,
+            });
+        }
+        if split.at.as_slice() <= self.start.as_slice() || !self.contains(&split.at) {
+            return Err(MapError::SplitKeyOutside { range: self.id });
+        }
+        if split.new_id <= self.id {
+            return Err(MapError::IdUsed(split.new_id));
+        }
+        self.epoch.version += 1;
+        let right = Bounds {
+            id: split.new_id,
+            start: split.at.clone(),
+            end: self.end.replace(split.at.clone()),
+            epoch: self.epoch,
+        };
+        Ok(right)
+    }
+}
+
+impl fmt::Display for Bounds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "range {} [{}, ", self.id, Key(&self.start))?;
+        match &self.end {
+            Some(e) => write!(f, "{})", Key(e))?,
+            None => f.write_str("end)")?,
+        }
+        write!(f, " epoch {}", self.epoch)
+    }
+}
+
+/// A split of a range, carried through the range's own group's log and
+/// applied by each of its replicas at the same index: the range keeps the
+/// keys below `at`, and a new range `new_id`, its own group on the same
+/// nodes, starts with the keys from `at` on as they stood at that index.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SplitRange {
+    /// The range's epoch as the split was decided.
+    pub epoch: Epoch,
+    /// The new range's first key.
+    #[serde(with = "serde_bytes")]
+    pub at: Vec<u8>,
+    /// The new range's id: above the splitting range's, never used before
+    /// (the meta group's map hands them out).
+    pub new_id: RangeId,
+}

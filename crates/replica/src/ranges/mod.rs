@@ -13,4 +13,6 @@ pub mod map;
 mod tests;
 
 pub use clock::{Clock, Timestamp};
-pub use map::{Epoch, MapChange, MapError, Misrouted, RangeDesc, RangeId, RangeMap};
+pub use map::{
+    Bounds, Epoch, MapChange, MapError, Misrouted, RangeDesc, RangeId, RangeMap, SplitRange,
+};

@@ -13,6 +13,7 @@
 //! with the key locked against other writers.
 
 mod apply;
+mod bounds;
 mod float;
 #[cfg(test)]
 mod tests;
