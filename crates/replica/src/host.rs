@@ -215,8 +215,11 @@ impl Host {
         };
         found.sort_unstable();
         for &g in &found {
+            // Under the lock, as a split applied while group 0 replays its
+            // log may start the same group meanwhile.
+            let _one = self.0.starting.lock().await;
             if self.group(g).is_none() {
-                self.start_group(g, &template.for_split_group(g)).await?;
+                self.start_locked(g, &template.for_split_group(g)).await?;
             }
         }
         Ok(found)
