@@ -73,6 +73,10 @@ pub enum Error {
     Unavailable(String),
     /// The write's answer was lost: it may or may not have been applied.
     Uncertain(String),
+    /// The op's keys lie outside the part of the keyspace this store
+    /// serves (a range split since the op was routed to it). Nothing
+    /// changed; route it again.
+    WrongRange(String),
     /// The op cannot run where it was asked to: a FLUSHALL inside a
     /// transaction ([`crate::op::Op::Txn`]), a read op outside one. The
     /// text says which.
@@ -126,6 +130,7 @@ impl fmt::Display for Error {
             Error::NotDurable => write!(f, "the store has no data directory"),
             Error::Checkpoint(e) => write!(f, "the checkpoint failed: {e}"),
             Error::Unavailable(why) => write!(f, "the write was not taken: {why}"),
+            Error::WrongRange(why) => write!(f, "{why}"),
             Error::Uncertain(why) => {
                 write!(f, "the write may or may not have been applied: {why}")
             }

@@ -394,7 +394,7 @@ impl StateMachine {
                     if let Some(b) = &state.bounds
                         && !op.keys_within(&b.start, b.end.as_deref())
                     {
-                        results.push(Err(combkv::Error::Unavailable(format!(
+                        results.push(Err(combkv::Error::WrongRange(format!(
                             "a key outside {b}: the range was split; route the request again"
                         ))));
                         continue;

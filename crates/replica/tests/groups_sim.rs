@@ -525,7 +525,7 @@ fn a_split_starts_the_new_range_on_every_replica_even_one_that_missed_it() {
         // Group 0 refuses a key it no longer holds; group 1 takes it.
         let refused = g0.write(1, put_op(b"k25", b"wrong")).await.unwrap();
         assert!(
-            matches!(&refused[0], Err(combkv::Error::Unavailable(why)) if why.contains("split")),
+            matches!(&refused[0], Err(combkv::Error::WrongRange(why)) if why.contains("split")),
             "{refused:?}"
         );
         let g1_on_2 = cl.replica(2, 1).unwrap();
@@ -583,4 +583,177 @@ fn a_split_starts_the_new_range_on_every_replica_even_one_that_missed_it() {
         }
     });
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Writers keep writing while group 0's range splits, over a network that
+/// drops and delays messages and cuts a node off for a while. Each writer
+/// owns a key and writes its own increasing values, routing by the range
+/// map it reads from a random node and routing again when a group refuses
+/// a key outside its range. At the end every key's value, in the group
+/// that holds it on every node, is the writer's last acknowledged value
+/// or a later one whose answer was lost: no acknowledged write is lost
+/// across the split, none lands in the wrong group, and a refused one is
+/// never applied.
+fn split_under_writers(seed: u64) {
+    const KEYS: usize = 8;
+    const WRITES: usize = 25;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!(
+        "combkv-groups-split-w-{}-{seed}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let result = rt.block_on(async {
+        let cl = Arc::new(Cluster {
+            dir: dir.clone(),
+            net: SimNet::new(
+                seed,
+                Faults {
+                    drop_request: 0.03,
+                    drop_reply: 0.03,
+                    delay_ms: (0, 10),
+                },
+            ),
+            nodes: Mutex::new(HashMap::new()),
+            storage: (1..=NODES)
+                .flat_map(|id| GROUPS.map(|g| ((id, g), FaultyStorage::new(seed ^ id ^ (g << 8)))))
+                .collect(),
+        });
+        for id in 1..=NODES {
+            cl.start(id, &[0]).await;
+        }
+        let members: Vec<(u64, String)> = (1..=NODES)
+            .map(|id| (id, format!("127.0.0.{id}:7000")))
+            .collect();
+        cl.replica(1, 0)
+            .unwrap()
+            .initialize(&members)
+            .await
+            .unwrap();
+        let writers: Vec<_> = (0..KEYS)
+            .map(|w| {
+                let cl = Arc::clone(&cl);
+                tokio::spawn(async move {
+                    let mut rng = StdRng::seed_from_u64(seed * 1000 + w as u64);
+                    let key = format!("k{w}").into_bytes();
+                    let (mut acked, mut sent) = (None, 0);
+                    for n in 1..=WRITES {
+                        tokio::time::sleep(Duration::from_millis(rng.random_range(0..40))).await;
+                        let value = n.to_string().into_bytes();
+                        // Routed again after each refusal, up to a bound.
+                        for _ in 0..50 {
+                            let via = rng.random_range(1..=NODES);
+                            let group = cl
+                                .replica(via, 0)
+                                .and_then(|r| r.range_map())
+                                .map_or(0, |m| m.route(&key).id);
+                            let Some(r) = cl.replica(via, group) else {
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                                continue;
+                            };
+                            sent = n;
+                            match r.write(1, put_op(&key, &value)).await {
+                                Ok(res) => match &res[0] {
+                                    Ok(_) => {
+                                        acked = Some(n);
+                                        break;
+                                    }
+                                    Err(combkv::Error::WrongRange(_)) => {
+                                        tokio::time::sleep(Duration::from_millis(20)).await;
+                                    }
+                                    Err(e) => panic!("write {n} of k{w}: {e}"),
+                                },
+                                // Lost or refused before the log: maybe
+                                // applied; the next value follows it.
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                    (key, acked, sent)
+                })
+            })
+            .collect();
+        // The split, while they write; node 3 cut off around it.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        cl.net.partition(&[&[1, 2], &[3]]);
+        let mut split = false;
+        for _ in 0..50 {
+            let via = (1..=2).find_map(|id| cl.replica(id, 0).filter(|r| r.is_leader()));
+            if let Some(l) = via
+                && l.split_range(b"k4", 1).await.is_ok()
+            {
+                split = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if !split {
+            return Err("the split never applied".to_string());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        cl.net.heal();
+        let mut outcomes = Vec::new();
+        for w in writers {
+            outcomes.push(w.await.unwrap());
+        }
+        cl.net.set_faults(Faults::NONE);
+        for g in GROUPS[..1].iter().copied().chain([1]) {
+            for id in 1..=NODES {
+                wait_group(&cl, id, g).await;
+            }
+            converge(&cl, g).await?;
+        }
+        for (key, acked, sent) in &outcomes {
+            let owner: GroupId = if key.as_slice() < b"k4".as_slice() {
+                0
+            } else {
+                1
+            };
+            for id in 1..=NODES {
+                for g in [0, 1] {
+                    let got = cl.replica(id, g).unwrap().current_store().get(key).unwrap();
+                    if g != owner {
+                        if got.is_some() {
+                            return Err(format!("node {id} group {g} holds {key:?}"));
+                        }
+                        continue;
+                    }
+                    let v: usize = got
+                        .map(|v| std::str::from_utf8(&v).unwrap().parse().unwrap())
+                        .unwrap_or(0);
+                    let floor = acked.unwrap_or(0);
+                    if v < floor || v > *sent {
+                        return Err(format!(
+                            "node {id}: {} is {v}, acknowledged up to {floor}, sent up to {sent}",
+                            String::from_utf8_lossy(key)
+                        ));
+                    }
+                }
+            }
+        }
+        for id in 1..=NODES {
+            cl.stop(id).await;
+        }
+        Ok(outcomes.iter().filter_map(|o| o.1).sum::<usize>())
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    match result {
+        Err(e) => panic!("seed {seed} failed (rerun: COMBKV_SIM_SEED={seed}): {e}"),
+        Ok(n) => eprintln!("seed {seed}: acknowledged values summed {n}"),
+    }
+}
+
+#[test]
+fn a_split_under_writers_loses_no_acknowledged_write() {
+    if let Ok(s) = std::env::var("COMBKV_SIM_SEED") {
+        return split_under_writers(s.parse().expect("COMBKV_SIM_SEED is a number"));
+    }
+    let n: u64 = std::env::var("COMBKV_SIM_SCHEDULES")
+        .ok()
+        .map_or(12, |s| s.parse().expect("COMBKV_SIM_SCHEDULES is a number"));
+    (0..n).for_each(split_under_writers);
 }

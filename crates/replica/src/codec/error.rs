@@ -5,10 +5,11 @@ use combkv::Error;
 use super::wire::{Reader, put_bytes, put_u64};
 use super::{DecodeError, Decoded};
 
-/// Errors an apply can answer, by code; anything else travels as its text
-/// under [`Error::InvalidConfig`]'s neighbour code 255 and reads back as
-/// `Error::Corrupt` with that text (it cannot happen in apply, which only
-/// refuses what the values in the store make impossible).
+/// Errors an apply can answer, by code (a range's refusal of a key outside
+/// it, and of a split or map change, among them); anything else travels as
+/// its text under code 255 and reads back as `Error::Corrupt` with that
+/// text (it cannot happen in apply, which only refuses what the values in
+/// the store, or the group's bounds, make impossible).
 pub(super) fn encode_error(e: &Error, out: &mut Vec<u8>) {
     match e {
         Error::KeyEmpty => out.push(1),
@@ -30,6 +31,16 @@ pub(super) fn encode_error(e: &Error, out: &mut Vec<u8>) {
         }
         Error::NotAFloat => out.push(7),
         Error::NotFinite => out.push(8),
+        // A key outside the group's range (route again).
+        Error::WrongRange(why) => {
+            out.push(9);
+            put_bytes(out, why.as_bytes());
+        }
+        // A range split or map change refused.
+        Error::InvalidConfig(why) => {
+            out.push(10);
+            put_bytes(out, why.as_bytes());
+        }
         other => {
             out.push(255);
             put_bytes(out, other.to_string().as_bytes());
@@ -54,6 +65,8 @@ impl Reader<'_> {
             6 => Error::NotInTransaction(String::from_utf8_lossy(self.bytes()?).into_owned()),
             7 => Error::NotAFloat,
             8 => Error::NotFinite,
+            9 => Error::WrongRange(String::from_utf8_lossy(self.bytes()?).into_owned()),
+            10 => Error::InvalidConfig(String::from_utf8_lossy(self.bytes()?).into_owned()),
             255 => Error::Corrupt(String::from_utf8_lossy(self.bytes()?).into_owned()),
             _ => return Err(DecodeError("error code")),
         })
