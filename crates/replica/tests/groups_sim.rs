@@ -63,6 +63,12 @@ impl Cluster {
     }
 
     async fn start(&self, id: u64, groups: &[GroupId]) {
+        for g in GROUPS {
+            let storage = &self.storage[&(id, g)];
+            if storage.has_crashed() {
+                storage.restart();
+            }
+        }
         let host = Host::simulated(id, &self.net);
         for &g in groups {
             let c = config(&self.dir, id, g, &self.storage[&(id, g)]);
@@ -83,6 +89,15 @@ impl Cluster {
         let host = self.nodes.lock().get(&id).cloned().unwrap();
         let c = config(&self.dir, id, g, &self.storage[&(id, g)]);
         host.start_group(g, &c).await.unwrap();
+    }
+
+    /// Crashes node `id`: what its logs (every group's) had not synced is
+    /// lost, and it stops at once.
+    async fn crash(&self, id: u64) {
+        for g in GROUPS {
+            self.storage[&(id, g)].crash();
+        }
+        self.stop(id).await;
     }
 
     async fn stop(&self, id: u64) {
@@ -593,10 +608,11 @@ fn a_split_starts_the_new_range_on_every_replica_even_one_that_missed_it() {
 /// that holds it on every node, is the writer's last acknowledged value
 /// or a later one whose answer was lost: no acknowledged write is lost
 /// across the split, none lands in the wrong group, and a refused one is
-/// never applied.
+/// never applied. Then every node crashes at once and starts again, which
+/// must lose no acknowledged write either.
 fn split_under_writers(seed: u64) {
     const KEYS: usize = 8;
-    const WRITES: usize = 25;
+    const WRITES: usize = 40;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .start_paused(true)
@@ -642,7 +658,7 @@ fn split_under_writers(seed: u64) {
                     let key = format!("k{w}").into_bytes();
                     let (mut acked, mut sent) = (None, 0);
                     for n in 1..=WRITES {
-                        tokio::time::sleep(Duration::from_millis(rng.random_range(0..40))).await;
+                        tokio::time::sleep(Duration::from_millis(rng.random_range(0..80))).await;
                         let value = n.to_string().into_bytes();
                         // Routed again after each refusal, up to a bound.
                         for _ in 0..50 {
@@ -696,6 +712,17 @@ fn split_under_writers(seed: u64) {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
         cl.net.heal();
+        // Then every node crashes at once, losing what it had not synced,
+        // and starts again (group 1 from its own directory).
+        let mut rng = StdRng::seed_from_u64(seed ^ 0xc0ffee);
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..400))).await;
+        for id in 1..=NODES {
+            cl.crash(id).await;
+        }
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..300))).await;
+        for id in 1..=NODES {
+            cl.start(id, &[0]).await;
+        }
         let mut outcomes = Vec::new();
         for w in writers {
             outcomes.push(w.await.unwrap());
