@@ -19,10 +19,11 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::error::StartError;
+use crate::error::{ClusterError, StartError};
 use crate::network::tls::{PeerGuard, PeerTlsFiles};
 use crate::network::{BoxFuture, GroupTransport, Handler, Transport};
 use crate::node::ReplicaConfig;
+use crate::ranges::{MapChange, RangeId};
 use crate::replica::Replica;
 use crate::rpc::{Request, Response};
 use crate::state_machine::{SplitChild, SplitHook, seed_split_group};
@@ -111,6 +112,7 @@ impl Host {
         ));
         let host = Host::new(id, transport, Arc::clone(&guard));
         tokio::spawn(crate::network::tcp::serve(listener, host.dispatch(), guard));
+        host.spawn_split_driver();
         Ok(host)
     }
 
@@ -119,6 +121,7 @@ impl Host {
     pub fn simulated(id: NodeId, net: &crate::network::sim::SimNet) -> Host {
         let host = Host::new(id, net.transport(id), Arc::new(PeerGuard::default()));
         net.register(id, host.dispatch());
+        host.spawn_split_driver();
         host
     }
 
@@ -248,6 +251,90 @@ impl Host {
                 });
             }
         }))
+    }
+
+    /// Splits range `range` at `at` (strictly inside it), making a new
+    /// range of the keys from `at` on, and returns its id. The range map
+    /// (group 0's) records the split first: it is the record every node
+    /// routes by, and the range's own group follows it (the split driver,
+    /// below). Range 0 is split by group 0 itself, map and range in one
+    /// entry. Refused, changing nothing, if the map moved meanwhile.
+    pub async fn split(&self, range: RangeId, at: &[u8]) -> Result<RangeId, ClusterError> {
+        let meta = self
+            .group(0)
+            .ok_or_else(|| ClusterError::Refused("this node hosts no group 0".into()))?;
+        let map = meta
+            .range_map()
+            .ok_or_else(|| ClusterError::Refused("the cluster is not formed yet".into()))?;
+        let desc = map
+            .get(range)
+            .ok_or_else(|| ClusterError::Refused(format!("no range {range}")))?;
+        let new_id = map.next_id();
+        if range == 0 {
+            meta.split_range(at, new_id).await?;
+            return Ok(new_id);
+        }
+        meta.change_ranges(&MapChange::Split {
+            range,
+            epoch: desc.epoch,
+            at: at.to_vec(),
+            new_id,
+        })
+        .await?;
+        // The split driver of the range's leader applies it to the range;
+        // if this node leads it, at once.
+        self.drive_splits().await;
+        Ok(new_id)
+    }
+
+    /// Brings the ranges this node leads into line with the range map:
+    /// a range whose group still holds keys the map has given to a new
+    /// range (a split recorded in the map, not yet applied by the range:
+    /// its proposer stopped, or this node just became its leader) splits
+    /// at the map's end of it, handing the rest to the range the map
+    /// starts there. A chain of recorded splits resolves one split at a
+    /// time, each new group splitting further as its own map entry says.
+    /// Runs every 100 ms on every node (`spawn_split_driver`).
+    async fn drive_splits(&self) {
+        let Some(map) = self.group(0).and_then(|g| g.range_map()) else {
+            return;
+        };
+        for g in self.groups() {
+            if g == 0 {
+                continue;
+            }
+            let Some(r) = self.group(g).filter(|r| r.is_leader()) else {
+                continue;
+            };
+            let (Some(desc), bounds) = (map.get(g), r.bounds()) else {
+                continue;
+            };
+            let Some(at) = desc.end.clone() else {
+                continue;
+            };
+            if desc.start != bounds.start
+                || !bounds.contains(&at)
+                || at.as_slice() <= bounds.start.as_slice()
+            {
+                continue;
+            }
+            let new_id = map.route(&at).id;
+            match r.split_range(&at, new_id).await {
+                Ok(()) => tracing::info!("range {g} split at the map's record, into {new_id}"),
+                Err(e) => tracing::debug!("range {g}: the map's split into {new_id} waits: {e}"),
+            }
+        }
+    }
+
+    fn spawn_split_driver(&self) {
+        let host = Arc::downgrade(&self.0);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                let Some(inner) = host.upgrade() else { return };
+                Host(inner).drive_splits().await;
+            }
+        });
     }
 
     /// Stops serving `group`'s peers and hands its replica back (for the

@@ -593,6 +593,46 @@ fn a_split_starts_the_new_range_on_every_replica_even_one_that_missed_it() {
         cl.start(2, &[0]).await;
         wait_group(&cl, 2, 1).await;
         converge(&cl, 1).await.unwrap();
+
+        // Range 1 splits at k30, asked on a node that need not lead it:
+        // the map records it, and range 1's leader follows the map.
+        let host = cl.nodes.lock().get(&3).cloned().unwrap();
+        let two = host.split(1, b"k30").await.unwrap();
+        assert_eq!(two, 2);
+        for id in 1..=NODES {
+            wait_group(&cl, id, 2).await;
+        }
+        converge(&cl, 1).await.unwrap();
+        converge(&cl, 2).await.unwrap();
+        for id in 1..=NODES {
+            let one = cl.replica(id, 1).unwrap();
+            let two = cl.replica(id, 2).unwrap();
+            assert_eq!(one.bounds().end.as_deref(), Some(&b"k30"[..]));
+            assert_eq!(
+                (two.bounds().start.as_slice(), two.bounds().end),
+                (&b"k30"[..], None)
+            );
+            for n in 20..40 {
+                let (holder, other) = if n < 30 { (&one, &two) } else { (&two, &one) };
+                assert!(
+                    holder.current_store().get(&kv(n)).unwrap().is_some(),
+                    "node {id} {n}"
+                );
+                assert!(
+                    other.current_store().get(&kv(n)).unwrap().is_none(),
+                    "node {id} {n}"
+                );
+            }
+            let map = cl.replica(id, 0).unwrap().range_map().unwrap();
+            assert_eq!(
+                map.ranges().map(|r| r.id).collect::<Vec<_>>(),
+                vec![0, 1, 2],
+                "node {id}"
+            );
+        }
+        // A split outside the range is refused by the map, changing nothing.
+        let outside = host.split(1, b"k35").await;
+        assert!(outside.is_err(), "{outside:?}");
         for id in 1..=NODES {
             cl.stop(id).await;
         }
