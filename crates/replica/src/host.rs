@@ -326,13 +326,113 @@ impl Host {
         }
     }
 
+    /// Sets the replicas the map wants range `range` on (not range 0,
+    /// whose replicas are the cluster's membership: `add_node` and
+    /// `remove_node` of group 0). The range's leader then moves the group
+    /// there (`drive_replicas`). Refused if the map moved meanwhile.
+    pub async fn set_replicas(
+        &self,
+        range: RangeId,
+        voters: Vec<NodeId>,
+        learners: Vec<NodeId>,
+    ) -> Result<(), ClusterError> {
+        if range == 0 {
+            return Err(ClusterError::Refused(
+                "range 0's replicas are the cluster's members: add or remove nodes".into(),
+            ));
+        }
+        let meta = self
+            .group(0)
+            .ok_or_else(|| ClusterError::Refused("this node hosts no group 0".into()))?;
+        let desc = meta
+            .range_map()
+            .and_then(|m| m.get(range).cloned())
+            .ok_or_else(|| ClusterError::Refused(format!("no range {range}")))?;
+        meta.change_ranges(&MapChange::Replicas {
+            range,
+            epoch: desc.epoch,
+            voters,
+            learners,
+        })
+        .await
+    }
+
+    /// Moves the group of each range this node leads (range 0 aside)
+    /// toward the replicas the map wants, one step per range and turn:
+    /// first a wanted node that is no member is added (a learner that
+    /// catches up, then a voter; it starts its replica when the leader's
+    /// first message reaches it, since the map names it), and only once
+    /// every wanted voter votes is a member the map no longer wants
+    /// removed, so the group never has fewer voters than the map wants.
+    async fn drive_replicas(&self) {
+        let Some(meta) = self.group(0) else { return };
+        let Some(map) = meta.range_map() else { return };
+        let addrs: HashMap<NodeId, String> = meta
+            .status()
+            .nodes
+            .into_iter()
+            .map(|(id, addr, _)| (id, addr))
+            .collect();
+        for g in self.groups() {
+            if g == 0 {
+                continue;
+            }
+            let (Some(r), Some(desc)) = (self.group(g).filter(|r| r.is_leader()), map.get(g))
+            else {
+                continue;
+            };
+            let members = r.status().nodes;
+            let wanted = desc.voters.iter().chain(&desc.learners);
+            if let Some(&add) = wanted
+                .clone()
+                .find(|id| !members.iter().any(|(m, _, _)| m == *id))
+            {
+                let Some(addr) = addrs.get(&add) else {
+                    tracing::warn!(
+                        "range {g}: node {add} is no member of the cluster; it cannot hold a                          replica until it is added"
+                    );
+                    continue;
+                };
+                match r
+                    .add_node(
+                        add,
+                        addr,
+                        std::time::Duration::from_secs(30),
+                        std::future::pending(),
+                    )
+                    .await
+                {
+                    Ok(()) => tracing::info!("range {g}: node {add} holds a replica now"),
+                    Err(e) => tracing::warn!("range {g}: adding node {add}: {e}"),
+                }
+                continue;
+            }
+            let all_vote = desc
+                .voters
+                .iter()
+                .all(|v| members.iter().any(|(m, _, voter)| m == v && *voter));
+            let extra = members
+                .iter()
+                .map(|(m, _, _)| *m)
+                .find(|m| !desc.voters.contains(m) && !desc.learners.contains(m));
+            if all_vote && let Some(gone) = extra {
+                match r.remove_node(gone).await {
+                    Ok(()) => tracing::info!("range {g}: node {gone} no longer holds a replica"),
+                    Err(e) => tracing::warn!("range {g}: removing node {gone}: {e}"),
+                }
+            }
+        }
+    }
+
     fn spawn_split_driver(&self) {
         let host = Arc::downgrade(&self.0);
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 let Some(inner) = host.upgrade() else { return };
-                Host(inner).drive_splits().await;
+                let host = Host(inner);
+                host.drive_splits().await;
+                host.drive_replicas().await;
             }
         });
     }

@@ -824,3 +824,124 @@ fn a_split_under_writers_loses_no_acknowledged_write() {
         .map_or(12, |s| s.parse().expect("COMBKV_SIM_SCHEDULES is a number"));
     (0..n).for_each(split_under_writers);
 }
+
+/// A range moves: the map is told to hold range 1 on nodes 1, 2 and 4
+/// instead of 1, 2 and 3, and range 1's leader follows it: node 4 (a new
+/// member of the cluster) is added as a learner, starts its replica on the
+/// leader's first message (the map names it), gets a snapshot, catches up
+/// and votes; only then is node 3 removed. Range 0 stays on its members.
+#[test]
+fn a_range_moves_to_the_replicas_the_map_names() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("combkv-groups-move-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    rt.block_on(async {
+        let cl = Arc::new(Cluster {
+            dir: dir.clone(),
+            net: SimNet::new(3, Faults::NONE),
+            nodes: Mutex::new(HashMap::new()),
+            storage: (1..=NODES + 1)
+                .flat_map(|id| GROUPS.map(|g| ((id, g), FaultyStorage::new(id ^ (g << 8)))))
+                .collect(),
+        });
+        for id in 1..=NODES {
+            cl.start(id, &[0]).await;
+        }
+        let members: Vec<(u64, String)> = (1..=NODES)
+            .map(|id| (id, format!("127.0.0.{id}:7000")))
+            .collect();
+        cl.replica(1, 0)
+            .unwrap()
+            .initialize(&members)
+            .await
+            .unwrap();
+        let g0 = cl.replica(1, 0).unwrap();
+        for n in 0..40 {
+            g0.write(1, put_op(&kv(n), b"v")).await.unwrap();
+        }
+        let host1 = cl.nodes.lock().get(&1).cloned().unwrap();
+        assert_eq!(host1.split(0, b"k20").await.unwrap(), 1);
+        for id in 1..=NODES {
+            wait_group(&cl, id, 1).await;
+        }
+        // Node 4 joins the cluster (group 0), then range 1 is moved.
+        cl.start(4, &[0]).await;
+        let leader = loop {
+            if let Some(l) = (1..=NODES).find_map(|id| cl.replica(id, 0).filter(|r| r.is_leader()))
+            {
+                break l;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        leader
+            .add_node(
+                4,
+                "127.0.0.4:7000",
+                Duration::from_secs(30),
+                std::future::pending(),
+            )
+            .await
+            .unwrap();
+        host1.set_replicas(1, vec![1, 2, 4], vec![]).await.unwrap();
+        // The map refuses to be told range 0's replicas.
+        assert!(host1.set_replicas(0, vec![1], vec![]).await.is_err());
+        let mut moved = false;
+        for _ in 0..600 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let Some(l) = [1, 2, 4]
+                .into_iter()
+                .find_map(|id| cl.replica(id, 1).filter(|r| r.is_leader()))
+            else {
+                continue;
+            };
+            let mut voters: Vec<u64> = l
+                .status()
+                .nodes
+                .iter()
+                .filter(|n| n.2)
+                .map(|n| n.0)
+                .collect();
+            voters.sort_unstable();
+            if voters == [1, 2, 4] && l.status().nodes.len() == 3 {
+                moved = true;
+                break;
+            }
+        }
+        assert!(moved, "range 1 did not move");
+        // Node 4's replica holds range 1's keys, equal to the others'.
+        let last = [1, 2, 4]
+            .into_iter()
+            .find_map(|id| cl.replica(id, 1).filter(|r| r.is_leader()))
+            .unwrap()
+            .status()
+            .last_log_index;
+        let mut digests = Vec::new();
+        for id in [1, 2, 4] {
+            let r = wait_group(&cl, id, 1).await;
+            assert!(
+                r.wait_applied(last, Duration::from_secs(30)).await,
+                "node {id}"
+            );
+            digests.push(r.digest().unwrap());
+            for n in 20..40 {
+                assert!(
+                    r.current_store().get(&kv(n)).unwrap().is_some(),
+                    "node {id} {n}"
+                );
+            }
+        }
+        assert!(digests.windows(2).all(|w| w[0] == w[1]), "{digests:?}");
+        // The map says where range 1 is, and range 0 is untouched.
+        let map = cl.replica(4, 0).unwrap().range_map().unwrap();
+        assert_eq!(map.get(1).unwrap().voters, vec![1, 2, 4]);
+        assert_eq!(map.get(0).unwrap().voters, vec![1, 2, 3, 4]);
+        for id in 1..=NODES + 1 {
+            cl.stop(id).await;
+        }
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
