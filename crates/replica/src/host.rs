@@ -382,6 +382,14 @@ impl Host {
                 continue;
             };
             let members = r.status().nodes;
+            // A leader that removed itself leads on for a moment, outside
+            // the group: it changes nothing more.
+            if !members
+                .iter()
+                .any(|(m, _, voter)| *m == self.0.id && *voter)
+            {
+                continue;
+            }
             let wanted = desc.voters.iter().chain(&desc.learners);
             if let Some(&add) = wanted
                 .clone()
@@ -411,10 +419,14 @@ impl Host {
                 .voters
                 .iter()
                 .all(|v| members.iter().any(|(m, _, voter)| m == v && *voter));
+            // Others first: the leader removes itself last, once no other
+            // change is left for it to make.
+            let unwanted = |m: &NodeId| !desc.voters.contains(m) && !desc.learners.contains(m);
             let extra = members
                 .iter()
                 .map(|(m, _, _)| *m)
-                .find(|m| !desc.voters.contains(m) && !desc.learners.contains(m));
+                .filter(unwanted)
+                .min_by_key(|m| *m == self.0.id);
             if all_vote && let Some(gone) = extra {
                 match r.remove_node(gone).await {
                     Ok(()) => tracing::info!("range {g}: node {gone} no longer holds a replica"),
