@@ -95,7 +95,7 @@ impl Replica {
     /// they moved before the split applied, or `at` is not strictly inside
     /// them. In group 0, the range map records the split in the same
     /// entry.
-    pub async fn split_range(&self, at: &[u8], new_id: RangeId) -> Result<(), ClusterError> {
+    pub(crate) async fn split_range(&self, at: &[u8], new_id: RangeId) -> Result<(), ClusterError> {
         let split = SplitRange {
             epoch: self.inner.sm.bounds().epoch,
             at: at.to_vec(),

@@ -436,15 +436,76 @@ impl Host {
         }
     }
 
+    /// Splits each range this node leads whose keys and values take more
+    /// than the `split_bytes` setting, at the key that halves those bytes,
+    /// recording the split in the map first as [`Host::split`] does. The
+    /// store's own memory figure only filters (it falls late after a split,
+    /// as deleted keys' buffers are reclaimed); the bytes are counted in one
+    /// scan. A range of one key cannot split, whatever its size.
+    async fn split_large(&self) {
+        let Some(limit) = self
+            .0
+            .template
+            .lock()
+            .as_ref()
+            .map(|t| t.split_bytes)
+            .filter(|&b| b > 0)
+        else {
+            return;
+        };
+        for g in self.groups() {
+            let Some(r) = self.group(g).filter(|r| r.is_leader()) else {
+                continue;
+            };
+            let store = r.current_store();
+            let m = store.memory();
+            if m.node_bytes + m.value_bytes <= limit {
+                continue;
+            }
+            let size = |it: &combkv::ItemView<'_>| (it.key.len() + it.value.len()) as u64;
+            let all = combkv::Range::all();
+            let mut total = 0;
+            let _ = store.scan(&all, |it| {
+                total += size(&it);
+                true
+            });
+            if total <= limit {
+                continue;
+            }
+            let start = r.bounds().start;
+            let (mut seen, mut at) = (0, None);
+            let _ = store.scan(&all, |it| {
+                seen += size(&it);
+                if seen * 2 >= total && it.key > start.as_slice() {
+                    at = Some(it.key.to_vec());
+                    return false;
+                }
+                true
+            });
+            let Some(at) = at else { continue };
+            match self.split(g, &at).await {
+                Ok(new) => tracing::info!(
+                    "range {g} held {total} bytes of keys and values (more than {limit}): \
+                     split into range {new}"
+                ),
+                Err(e) => tracing::debug!("range {g}: a split by size waits: {e}"),
+            }
+        }
+    }
+
     fn spawn_split_driver(&self) {
         let host = Arc::downgrade(&self.0);
         tokio::spawn(async move {
-            loop {
+            for turn in 0u64.. {
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 let Some(inner) = host.upgrade() else { return };
                 let host = Host(inner);
                 host.drive_splits().await;
                 host.drive_replicas().await;
+                // Sizes are counted by scans: once a second.
+                if turn % 10 == 0 {
+                    host.split_large().await;
+                }
             }
         });
     }

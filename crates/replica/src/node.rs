@@ -74,6 +74,10 @@ pub struct ReplicaConfig {
     /// Where the groups a split makes keep their directories, one per
     /// group id (none: `dir/groups`, of the node's first group).
     pub groups_dir: Option<PathBuf>,
+    /// A range whose keys and values take more than this many bytes is
+    /// split by its leader at the key that halves them (0: never). Off
+    /// until the server routes each key to its range's group.
+    pub split_bytes: u64,
 }
 
 impl ReplicaConfig {
@@ -96,6 +100,7 @@ impl ReplicaConfig {
             peer_tls: None,
             on_split: None,
             groups_dir: None,
+            split_bytes: 0,
         }
     }
 

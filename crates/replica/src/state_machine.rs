@@ -433,10 +433,41 @@ impl StateMachine {
             .bounds
             .clone()
             .unwrap_or_else(|| Bounds::whole(self.group));
-        let left_epoch = bounds.epoch;
         let right = bounds
             .split(split)
             .map_err(|e| combkv::Error::InvalidConfig(e.to_string()))?;
+        // The group that keeps the map splits its own range in the map in
+        // the same entry, and only if the map takes it (the new id unused,
+        // the range's version as the map has it): two splits proposed from
+        // one view of the map must not both make a range of one id.
+        let mut new_map = None;
+        if self.keeps_map {
+            let map = state.ranges.as_ref().ok_or_else(|| {
+                combkv::Error::InvalidConfig("the range map is not made yet".into())
+            })?;
+            let desc = map.get(self.group).ok_or_else(|| {
+                combkv::Error::InvalidConfig(format!("the map has no range {}", self.group))
+            })?;
+            if desc.epoch.version + 1 != bounds.epoch.version {
+                return Err(combkv::Error::InvalidConfig(format!(
+                    "range {} is at version {} in the map and {} here",
+                    self.group,
+                    desc.epoch.version,
+                    bounds.epoch.version - 1
+                )));
+            }
+            let change = MapChange::Split {
+                range: self.group,
+                epoch: desc.epoch,
+                at: split.at.clone(),
+                new_id: split.new_id,
+            };
+            // Applied to a copy, kept only once the split has been made.
+            let mut map = map.clone();
+            map.apply(&change)
+                .map_err(|e| combkv::Error::InvalidConfig(e.to_string()))?;
+            new_map = Some(map);
+        }
         let now = now_ms.max(state.now_ms);
         state.now_ms = now;
         let store = self.cell.get();
@@ -472,26 +503,14 @@ impl StateMachine {
                 return Err(e);
             }
         }
-        if self.keeps_map
-            && let Some(map) = state.ranges.as_mut()
-            && let Some(desc) = map.get(self.group)
-            && desc.epoch.version == left_epoch.version
-        {
-            let change = MapChange::Split {
-                range: self.group,
-                epoch: desc.epoch,
-                at: split.at.clone(),
-                new_id: split.new_id,
-            };
-            if let Err(e) = map.apply(&change) {
-                tracing::error!("the range map did not take split {split:?}: {e}");
-            }
-        }
         tracing::info!(
             "split {bounds} off {right}: {} keys moved to the new range",
             items.len()
         );
         state.bounds = Some(bounds);
+        if new_map.is_some() {
+            state.ranges = new_map;
+        }
         if let Some(hook) = &self.on_split {
             (hook.0)(SplitChild {
                 bounds: right,

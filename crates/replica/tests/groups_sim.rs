@@ -529,9 +529,10 @@ fn a_split_starts_the_new_range_on_every_replica_even_one_that_missed_it() {
         converge(&cl, 0).await.unwrap();
 
         cl.net.partition(&[&[1, 2], &[3]]);
-        g0.split_range(b"k20", 1).await.unwrap();
+        let host1 = cl.nodes.lock().get(&1).cloned().unwrap();
+        assert_eq!(host1.split(0, b"k20").await.unwrap(), 1);
         // Group 0 holds ["", k20) now: a split at k30 is outside it.
-        let outside = g0.split_range(b"k30", 2).await;
+        let outside = host1.split(0, b"k30").await;
         assert!(
             outside
                 .as_ref()
@@ -743,9 +744,10 @@ fn split_under_writers(seed: u64) {
         cl.net.partition(&[&[1, 2], &[3]]);
         let mut split = false;
         for _ in 0..50 {
-            let via = (1..=2).find_map(|id| cl.replica(id, 0).filter(|r| r.is_leader()));
-            if let Some(l) = via
-                && l.split_range(b"k4", 1).await.is_ok()
+            let via = (1..=2).find(|&id| cl.replica(id, 0).is_some_and(|r| r.is_leader()));
+            let host = via.and_then(|id| cl.nodes.lock().get(&id).cloned());
+            if let Some(h) = host
+                && h.split(0, b"k4").await.is_ok()
             {
                 split = true;
                 break;
@@ -1195,4 +1197,121 @@ fn five_nodes_split_and_move_ranges_under_faults_and_lose_nothing() {
         .ok()
         .map_or(8, |s| s.parse().expect("COMBKV_SIM_SCHEDULES is a number"));
     (0..n).for_each(ranges_under_faults);
+}
+
+/// Ranges split by size on their own: with `split_bytes` set, writers
+/// filling the keyspace make the ranges' leaders split them at their
+/// middle keys (each split recorded in the map, each new range splitting
+/// further as it grows), and every key ends in exactly one range, with its
+/// value, on every replica.
+#[test]
+fn ranges_split_by_size_on_their_own() {
+    const KEYS: usize = 3000;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("combkv-groups-size-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    rt.block_on(async {
+        let cl = Arc::new(Cluster {
+            dir: dir.clone(),
+            net: SimNet::new(4, Faults::NONE),
+            nodes: Mutex::new(HashMap::new()),
+            storage: (1..=NODES)
+                .flat_map(|id| GROUPS.map(|g| ((id, g), FaultyStorage::new(id ^ (g << 8)))))
+                .collect(),
+        });
+        for id in 1..=NODES {
+            let host = Host::simulated(id, &cl.net);
+            let mut c = config(&cl.dir, id, 0, &cl.storage[&(id, 0)]);
+            c.split_bytes = 128 << 10;
+            host.start_group(0, &c).await.unwrap();
+            cl.nodes.lock().insert(id, host);
+        }
+        let members: Vec<(u64, String)> = (1..=NODES)
+            .map(|id| (id, format!("127.0.0.{id}:7000")))
+            .collect();
+        cl.replica(1, 0)
+            .unwrap()
+            .initialize(&members)
+            .await
+            .unwrap();
+        let value = vec![b'v'; 100];
+        for n in 0..KEYS {
+            // Keys spread over the keyspace, written in a scrambled order.
+            let k = format!("key{:06}", (n * 7919) % KEYS).into_bytes();
+            for attempt in 0.. {
+                if attempt >= 500 {
+                    let map = cl.replica(1, 0).unwrap().range_map().unwrap();
+                    let mut said = String::new();
+                    for r in map.ranges() {
+                        said.push_str(&format!("\n  map: {r}"));
+                    }
+                    for id in 1..=NODES {
+                        let host = cl.nodes.lock().get(&id).cloned().unwrap();
+                        for g in host.groups() {
+                            let r = host.group(g).unwrap();
+                            said.push_str(&format!(
+                                "\n  node {id} group {g}: {} leader {} keys {}",
+                                r.bounds(),
+                                r.is_leader(),
+                                r.current_store().len()
+                            ));
+                        }
+                    }
+                    panic!("key {n} never written:{said}");
+                }
+                let Some(map) = cl.replica(1, 0).unwrap().range_map() else {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                };
+                let g = map.route(&k).id;
+                let Some(r) = cl.replica(1, g) else {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                };
+                match r.write(1, put_op(&k, &value)).await {
+                    Ok(res) if res[0].is_ok() => break,
+                    _ => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let map = cl.replica(1, 0).unwrap().range_map().unwrap();
+        eprintln!("{} ranges", map.len());
+        for r in map.ranges() {
+            eprintln!("  {r}");
+        }
+        assert!(map.len() >= 4, "{} ranges", map.len());
+        for r in map.ranges() {
+            for id in 1..=NODES {
+                wait_group(&cl, id, r.id).await;
+            }
+            converge(&cl, r.id).await.unwrap();
+        }
+        let mut counts = Vec::new();
+        for r in map.ranges() {
+            let store = cl.replica(2, r.id).unwrap().current_store();
+            counts.push(store.len());
+            let bounds = cl.replica(2, r.id).unwrap().bounds();
+            assert_eq!(
+                (bounds.start.clone(), bounds.end.clone()),
+                (r.start.clone(), r.end.clone())
+            );
+        }
+        eprintln!("keys per range: {counts:?}");
+        assert_eq!(counts.iter().sum::<u64>(), KEYS as u64);
+        for n in 0..KEYS {
+            let k = format!("key{n:06}").into_bytes();
+            let g = map.route(&k).id;
+            let got = cl.replica(3, g).unwrap().current_store().get(&k).unwrap();
+            assert_eq!(got.as_deref(), Some(&value[..]), "key {n} in range {g}");
+        }
+        for id in 1..=NODES {
+            cl.stop(id).await;
+        }
+    });
+    let _ = std::fs::remove_dir_all(&dir);
 }
