@@ -29,6 +29,8 @@ use crate::rpc::{Request, Response};
 use crate::state_machine::{SplitChild, SplitHook, seed_split_group};
 use crate::types::{GroupId, NodeId};
 
+mod drivers;
+
 /// The groups one node hosts, and what they share.
 #[derive(Debug, Clone)]
 pub struct Host(Arc<Inner>);
@@ -112,7 +114,7 @@ impl Host {
         ));
         let host = Host::new(id, transport, Arc::clone(&guard));
         tokio::spawn(crate::network::tcp::serve(listener, host.dispatch(), guard));
-        host.spawn_split_driver();
+        host.spawn_drivers();
         Ok(host)
     }
 
@@ -121,7 +123,7 @@ impl Host {
     pub fn simulated(id: NodeId, net: &crate::network::sim::SimNet) -> Host {
         let host = Host::new(id, net.transport(id), Arc::new(PeerGuard::default()));
         net.register(id, host.dispatch());
-        host.spawn_split_driver();
+        host.spawn_drivers();
         host
     }
 
@@ -287,45 +289,6 @@ impl Host {
         Ok(new_id)
     }
 
-    /// Brings the ranges this node leads into line with the range map:
-    /// a range whose group still holds keys the map has given to a new
-    /// range (a split recorded in the map, not yet applied by the range:
-    /// its proposer stopped, or this node just became its leader) splits
-    /// at the map's end of it, handing the rest to the range the map
-    /// starts there. A chain of recorded splits resolves one split at a
-    /// time, each new group splitting further as its own map entry says.
-    /// Runs every 100 ms on every node (`spawn_split_driver`).
-    async fn drive_splits(&self) {
-        let Some(map) = self.group(0).and_then(|g| g.range_map()) else {
-            return;
-        };
-        for g in self.groups() {
-            if g == 0 {
-                continue;
-            }
-            let Some(r) = self.group(g).filter(|r| r.is_leader()) else {
-                continue;
-            };
-            let (Some(desc), bounds) = (map.get(g), r.bounds()) else {
-                continue;
-            };
-            let Some(at) = desc.end.clone() else {
-                continue;
-            };
-            if desc.start != bounds.start
-                || !bounds.contains(&at)
-                || at.as_slice() <= bounds.start.as_slice()
-            {
-                continue;
-            }
-            let new_id = map.route(&at).id;
-            match r.split_range(&at, new_id).await {
-                Ok(()) => tracing::info!("range {g} split at the map's record, into {new_id}"),
-                Err(e) => tracing::debug!("range {g}: the map's split into {new_id} waits: {e}"),
-            }
-        }
-    }
-
     /// Sets the replicas the map wants range `range` on (not range 0,
     /// whose replicas are the cluster's membership: `add_node` and
     /// `remove_node` of group 0). The range's leader then moves the group
@@ -355,159 +318,6 @@ impl Host {
             learners,
         })
         .await
-    }
-
-    /// Moves the group of each range this node leads (range 0 aside)
-    /// toward the replicas the map wants, one step per range and turn:
-    /// first a wanted node that is no member is added (a learner that
-    /// catches up, then a voter; it starts its replica when the leader's
-    /// first message reaches it, since the map names it), and only once
-    /// every wanted voter votes is a member the map no longer wants
-    /// removed, so the group never has fewer voters than the map wants.
-    async fn drive_replicas(&self) {
-        let Some(meta) = self.group(0) else { return };
-        let Some(map) = meta.range_map() else { return };
-        let addrs: HashMap<NodeId, String> = meta
-            .status()
-            .nodes
-            .into_iter()
-            .map(|(id, addr, _)| (id, addr))
-            .collect();
-        for g in self.groups() {
-            if g == 0 {
-                continue;
-            }
-            let (Some(r), Some(desc)) = (self.group(g).filter(|r| r.is_leader()), map.get(g))
-            else {
-                continue;
-            };
-            let members = r.status().nodes;
-            // A leader that removed itself leads on for a moment, outside
-            // the group: it changes nothing more.
-            if !members
-                .iter()
-                .any(|(m, _, voter)| *m == self.0.id && *voter)
-            {
-                continue;
-            }
-            let wanted = desc.voters.iter().chain(&desc.learners);
-            if let Some(&add) = wanted
-                .clone()
-                .find(|id| !members.iter().any(|(m, _, _)| m == *id))
-            {
-                let Some(addr) = addrs.get(&add) else {
-                    tracing::warn!(
-                        "range {g}: node {add} is no member of the cluster; it cannot hold a                          replica until it is added"
-                    );
-                    continue;
-                };
-                match r
-                    .add_node(
-                        add,
-                        addr,
-                        std::time::Duration::from_secs(30),
-                        std::future::pending(),
-                    )
-                    .await
-                {
-                    Ok(()) => tracing::info!("range {g}: node {add} holds a replica now"),
-                    Err(e) => tracing::warn!("range {g}: adding node {add}: {e}"),
-                }
-                continue;
-            }
-            let all_vote = desc
-                .voters
-                .iter()
-                .all(|v| members.iter().any(|(m, _, voter)| m == v && *voter));
-            // Others first: the leader removes itself last, once no other
-            // change is left for it to make.
-            let unwanted = |m: &NodeId| !desc.voters.contains(m) && !desc.learners.contains(m);
-            let extra = members
-                .iter()
-                .map(|(m, _, _)| *m)
-                .filter(unwanted)
-                .min_by_key(|m| *m == self.0.id);
-            if all_vote && let Some(gone) = extra {
-                match r.remove_node(gone).await {
-                    Ok(()) => tracing::info!("range {g}: node {gone} no longer holds a replica"),
-                    Err(e) => tracing::warn!("range {g}: removing node {gone}: {e}"),
-                }
-            }
-        }
-    }
-
-    /// Splits each range this node leads whose keys and values take more
-    /// than the `split_bytes` setting, at the key that halves those bytes,
-    /// recording the split in the map first as [`Host::split`] does. The
-    /// store's own memory figure only filters (it falls late after a split,
-    /// as deleted keys' buffers are reclaimed); the bytes are counted in one
-    /// scan. A range of one key cannot split, whatever its size.
-    async fn split_large(&self) {
-        let Some(limit) = self
-            .0
-            .template
-            .lock()
-            .as_ref()
-            .map(|t| t.split_bytes)
-            .filter(|&b| b > 0)
-        else {
-            return;
-        };
-        for g in self.groups() {
-            let Some(r) = self.group(g).filter(|r| r.is_leader()) else {
-                continue;
-            };
-            let store = r.current_store();
-            let m = store.memory();
-            if m.node_bytes + m.value_bytes <= limit {
-                continue;
-            }
-            let size = |it: &combkv::ItemView<'_>| (it.key.len() + it.value.len()) as u64;
-            let all = combkv::Range::all();
-            let mut total = 0;
-            let _ = store.scan(&all, |it| {
-                total += size(&it);
-                true
-            });
-            if total <= limit {
-                continue;
-            }
-            let start = r.bounds().start;
-            let (mut seen, mut at) = (0, None);
-            let _ = store.scan(&all, |it| {
-                seen += size(&it);
-                if seen * 2 >= total && it.key > start.as_slice() {
-                    at = Some(it.key.to_vec());
-                    return false;
-                }
-                true
-            });
-            let Some(at) = at else { continue };
-            match self.split(g, &at).await {
-                Ok(new) => tracing::info!(
-                    "range {g} held {total} bytes of keys and values (more than {limit}): \
-                     split into range {new}"
-                ),
-                Err(e) => tracing::debug!("range {g}: a split by size waits: {e}"),
-            }
-        }
-    }
-
-    fn spawn_split_driver(&self) {
-        let host = Arc::downgrade(&self.0);
-        tokio::spawn(async move {
-            for turn in 0u64.. {
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                let Some(inner) = host.upgrade() else { return };
-                let host = Host(inner);
-                host.drive_splits().await;
-                host.drive_replicas().await;
-                // Sizes are counted by scans: once a second.
-                if turn % 10 == 0 {
-                    host.split_large().await;
-                }
-            }
-        });
     }
 
     /// Stops serving `group`'s peers and hands its replica back (for the
