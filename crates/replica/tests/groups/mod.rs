@@ -1,0 +1,161 @@
+//! What the simulated tests of many groups share: nodes that each host
+//! their groups behind one simulated address, each group's log on a file
+//! system that loses what was not synced when it crashes, and waits for
+//! groups to start and to converge.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use combkv::durable::FaultyStorage;
+use combkv::op::{Cond, Op};
+use combkv::{Expiry, Flags};
+use combkv_replica::network::sim::SimNet;
+use combkv_replica::{GroupId, Host, LogOptions, Replica, ReplicaConfig, SyncPolicy, codec};
+use parking_lot::Mutex;
+
+pub const NODES: u64 = 3;
+/// Group 0 is the one a one-keyspace cluster has; 7 any other.
+pub const GROUPS: [GroupId; 2] = [0, 7];
+pub fn config(dir: &Path, id: u64, group: GroupId, storage: &FaultyStorage) -> ReplicaConfig {
+    let mut c = ReplicaConfig::new(
+        id,
+        format!("127.0.0.{id}:7000").parse().unwrap(),
+        dir.join(format!("node{id}/group{group}")),
+    );
+    c.log = LogOptions {
+        segment_bytes: 4096,
+        sync: SyncPolicy::Always,
+        inline: true,
+        cache_bytes: 4 << 10,
+        ..LogOptions::default()
+    };
+    c.log_storage = Some(Arc::new(storage.clone()));
+    c.snapshot_entries = 30;
+    c.log_keep_entries = 5;
+    c
+}
+
+pub struct Cluster {
+    pub dir: std::path::PathBuf,
+    pub net: SimNet,
+    /// Each node's host, and each group's replica on it.
+    pub nodes: Mutex<HashMap<u64, Host>>,
+    /// Each (node, group)'s log's file system, kept across restarts.
+    pub storage: HashMap<(u64, GroupId), FaultyStorage>,
+}
+
+impl Cluster {
+    pub fn replica(&self, id: u64, group: GroupId) -> Option<Replica> {
+        self.nodes.lock().get(&id).and_then(|h| h.group(group))
+    }
+
+    pub async fn start(&self, id: u64, groups: &[GroupId]) {
+        for g in GROUPS {
+            let storage = &self.storage[&(id, g)];
+            if storage.has_crashed() {
+                storage.restart();
+            }
+        }
+        let host = Host::simulated(id, &self.net);
+        for &g in groups {
+            let c = config(&self.dir, id, g, &self.storage[&(id, g)]);
+            host.start_group(g, &c).await.unwrap();
+        }
+        // A group started twice on one node is refused.
+        if let Some(&g) = groups.first() {
+            let c = config(&self.dir, id, g, &self.storage[&(id, g)]);
+            assert!(host.start_group(g, &c).await.is_err());
+        }
+        // The groups splits made, from their own directories.
+        host.start_split_groups().await.unwrap();
+        self.net.set_down(id, false);
+        self.nodes.lock().insert(id, host);
+    }
+
+    pub async fn start_group(&self, id: u64, g: GroupId) {
+        let host = self.nodes.lock().get(&id).cloned().unwrap();
+        let c = config(&self.dir, id, g, &self.storage[&(id, g)]);
+        host.start_group(g, &c).await.unwrap();
+    }
+
+    /// Crashes node `id`: what its logs (every group's) had not synced is
+    /// lost, and it stops at once.
+    pub async fn crash(&self, id: u64) {
+        for g in GROUPS {
+            self.storage[&(id, g)].crash();
+        }
+        self.stop(id).await;
+    }
+
+    pub async fn stop(&self, id: u64) {
+        let host = self.nodes.lock().remove(&id);
+        self.net.set_down(id, true);
+        if let Some(host) = host {
+            for g in host.groups() {
+                host.remove_group(g).unwrap().shutdown().await;
+            }
+        }
+    }
+}
+
+/// Waits until every replica of `group` has applied its leader's last
+/// entry; returns their digests, which must be equal.
+pub async fn converge(cl: &Cluster, group: GroupId) -> Result<(), String> {
+    converge_on(cl, group, &(1..=NODES).collect::<Vec<_>>()).await
+}
+
+/// [`converge`] over the replicas on `on`.
+pub async fn converge_on(cl: &Cluster, group: GroupId, on: &[u64]) -> Result<(), String> {
+    for _ in 0..600 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let nodes: Vec<Replica> = on.iter().filter_map(|&id| cl.replica(id, group)).collect();
+        let Some(leader) = nodes.iter().find(|n| n.is_leader()) else {
+            continue;
+        };
+        let last = leader.status().last_log_index;
+        let digests: Vec<_> = nodes.iter().map(|n| n.digest().unwrap()).collect();
+        if nodes.len() == on.len()
+            && digests
+                .iter()
+                .all(|(at, _)| at.is_some_and(|(_, i)| i == last))
+        {
+            if digests.iter().any(|d| d.1 != digests[0].1) {
+                return Err(format!(
+                    "group {group}: replicas differ at index {last}: {digests:?}"
+                ));
+            }
+            return Ok(());
+        }
+    }
+    Err(format!("group {group} did not converge"))
+}
+
+pub fn put_op(k: &[u8], v: &[u8]) -> Vec<u8> {
+    let op = Op::Put {
+        key: k,
+        value: v,
+        expiry: Expiry::Never,
+        flags: Flags::Set(0),
+        cond: Cond::Any,
+        return_old: false,
+    };
+    let mut ops = Vec::new();
+    codec::encode_ops(std::slice::from_ref(&op), &mut ops);
+    ops
+}
+
+pub fn kv(n: usize) -> Vec<u8> {
+    format!("k{n:02}").into_bytes()
+}
+
+pub async fn wait_group(cl: &Cluster, id: u64, g: GroupId) -> Replica {
+    for _ in 0..600 {
+        if let Some(r) = cl.replica(id, g) {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("node {id} never started group {g}");
+}

@@ -1,0 +1,494 @@
+//! Splits of ranges, simulated: a split reaching every replica (one cut
+//! off included), a split under writers with faults and a crash of every
+//! node, and ranges splitting by size on their own.
+//!
+//! `COMBKV_SIM_SCHEDULES=N` runs N seeds of the seeded test (12 by
+//! default); `COMBKV_SIM_SEED=S` the one seed S.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use combkv::durable::FaultyStorage;
+use combkv_replica::network::sim::{Faults, SimNet};
+use combkv_replica::{GroupId, Host};
+use groups::*;
+use parking_lot::Mutex;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+#[allow(dead_code)]
+mod groups;
+
+/// A split of group 0's range at "k20": every replica cuts its range at
+/// the same index and starts group 1 with the keys from "k20" on (their
+/// values and versions), group 0 then refuses those keys, and group 1
+/// serves them. A node cut off during the split catches up with group 0
+/// from a snapshot taken after it (so it never applies the split) and
+/// gets group 1 from that group's leader, which starts it there empty and
+/// sends it a snapshot. A restarted node starts group 1 from its own
+/// directory.
+#[test]
+fn a_split_starts_the_new_range_on_every_replica_even_one_that_missed_it() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("combkv-groups-split-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    rt.block_on(async {
+        let cl = Arc::new(Cluster {
+            dir: dir.clone(),
+            net: SimNet::new(2, Faults::NONE),
+            nodes: Mutex::new(HashMap::new()),
+            storage: (1..=NODES)
+                .flat_map(|id| GROUPS.map(|g| ((id, g), FaultyStorage::new(id ^ (g << 8)))))
+                .collect(),
+        });
+        for id in 1..=NODES {
+            cl.start(id, &[0]).await;
+        }
+        let members: Vec<(u64, String)> = (1..=NODES)
+            .map(|id| (id, format!("127.0.0.{id}:7000")))
+            .collect();
+        cl.replica(1, 0)
+            .unwrap()
+            .initialize(&members)
+            .await
+            .unwrap();
+        let g0 = cl.replica(1, 0).unwrap();
+        for n in 0..40 {
+            g0.write(1, put_op(&kv(n), b"before")).await.unwrap();
+        }
+        let versions: Vec<_> = (20..40)
+            .map(|n| {
+                g0.current_store()
+                    .get_item(&kv(n))
+                    .unwrap()
+                    .unwrap()
+                    .version
+            })
+            .collect();
+        converge(&cl, 0).await.unwrap();
+
+        cl.net.partition(&[&[1, 2], &[3]]);
+        let host1 = cl.nodes.lock().get(&1).cloned().unwrap();
+        assert_eq!(host1.split(0, b"k20").await.unwrap(), 1);
+        // Group 0 holds ["", k20) now: a split at k30 is outside it.
+        let outside = host1.split(0, b"k30").await;
+        assert!(
+            outside
+                .as_ref()
+                .is_err_and(|e| e.to_string().contains("not strictly inside")),
+            "{outside:?}"
+        );
+        let g1 = wait_group(&cl, 1, 1).await;
+        wait_group(&cl, 2, 1).await;
+        assert_eq!(g0.bounds().end.as_deref(), Some(&b"k20"[..]));
+        assert_eq!(g1.bounds().start, b"k20");
+        // Group 0 refuses a key it no longer holds; group 1 takes it.
+        let refused = g0.write(1, put_op(b"k25", b"wrong")).await.unwrap();
+        assert!(
+            matches!(&refused[0], Err(combkv::Error::WrongRange(why)) if why.contains("split")),
+            "{refused:?}"
+        );
+        let g1_on_2 = cl.replica(2, 1).unwrap();
+        let mut landed = false;
+        for _ in 0..100 {
+            if g1_on_2.write(1, put_op(b"k25", b"after")).await.is_ok() {
+                landed = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(landed, "group 1 took no write");
+        // Enough entries in group 0 for node 3 to need a snapshot of it.
+        for n in 0..60 {
+            g0.write(1, put_op(&kv(n % 20), b"later")).await.unwrap();
+        }
+        cl.net.heal();
+        converge(&cl, 0).await.unwrap();
+        wait_group(&cl, 3, 1).await;
+        converge(&cl, 1).await.unwrap();
+        for id in 1..=NODES {
+            let left = cl.replica(id, 0).unwrap().current_store();
+            let right = cl.replica(id, 1).unwrap().current_store();
+            for n in 0..40 {
+                let k = kv(n);
+                if n < 20 {
+                    assert_eq!(left.get(&k).unwrap().as_deref(), Some(&b"later"[..]));
+                    assert_eq!(right.get(&k).unwrap(), None, "node {id} group 1 holds {n}");
+                } else {
+                    assert_eq!(left.get(&k).unwrap(), None, "node {id} group 0 holds {n}");
+                    let want: &[u8] = if n == 25 { b"after" } else { b"before" };
+                    let it = right.get_item(&k).unwrap().unwrap();
+                    assert_eq!(&it.value[..], want, "node {id} key {n}");
+                    if n != 25 {
+                        assert_eq!(it.version, versions[n - 20], "node {id} key {n}: CAS token");
+                    }
+                }
+            }
+            assert_eq!(
+                cl.replica(id, 1).unwrap().bounds().start,
+                b"k20",
+                "node {id}"
+            );
+            let map = cl.replica(id, 0).unwrap().range_map().unwrap();
+            assert_eq!(map.len(), 2, "node {id}: {map:?}");
+            assert_eq!(map.route(b"k25").id, 1);
+        }
+        // A restart starts group 1 from node 2's own directory.
+        cl.stop(2).await;
+        cl.start(2, &[0]).await;
+        wait_group(&cl, 2, 1).await;
+        converge(&cl, 1).await.unwrap();
+
+        // Range 1 splits at k30, asked on a node that need not lead it:
+        // the map records it, and range 1's leader follows the map.
+        let host = cl.nodes.lock().get(&3).cloned().unwrap();
+        let two = host.split(1, b"k30").await.unwrap();
+        assert_eq!(two, 2);
+        for id in 1..=NODES {
+            wait_group(&cl, id, 2).await;
+        }
+        converge(&cl, 1).await.unwrap();
+        converge(&cl, 2).await.unwrap();
+        for id in 1..=NODES {
+            let one = cl.replica(id, 1).unwrap();
+            let two = cl.replica(id, 2).unwrap();
+            assert_eq!(one.bounds().end.as_deref(), Some(&b"k30"[..]));
+            assert_eq!(
+                (two.bounds().start.as_slice(), two.bounds().end),
+                (&b"k30"[..], None)
+            );
+            for n in 20..40 {
+                let (holder, other) = if n < 30 { (&one, &two) } else { (&two, &one) };
+                assert!(
+                    holder.current_store().get(&kv(n)).unwrap().is_some(),
+                    "node {id} {n}"
+                );
+                assert!(
+                    other.current_store().get(&kv(n)).unwrap().is_none(),
+                    "node {id} {n}"
+                );
+            }
+            let map = cl.replica(id, 0).unwrap().range_map().unwrap();
+            assert_eq!(
+                map.ranges().map(|r| r.id).collect::<Vec<_>>(),
+                vec![0, 1, 2],
+                "node {id}"
+            );
+        }
+        // A split outside the range is refused by the map, changing nothing.
+        let outside = host.split(1, b"k35").await;
+        assert!(outside.is_err(), "{outside:?}");
+        for id in 1..=NODES {
+            cl.stop(id).await;
+        }
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Writers keep writing while group 0's range splits, over a network that
+/// drops and delays messages and cuts a node off for a while. Each writer
+/// owns a key and writes its own increasing values, routing by the range
+/// map it reads from a random node and routing again when a group refuses
+/// a key outside its range. At the end every key's value, in the group
+/// that holds it on every node, is the writer's last acknowledged value
+/// or a later one whose answer was lost: no acknowledged write is lost
+/// across the split, none lands in the wrong group, and a refused one is
+/// never applied. Then every node crashes at once and starts again, which
+/// must lose no acknowledged write either.
+fn split_under_writers(seed: u64) {
+    const KEYS: usize = 8;
+    const WRITES: usize = 40;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!(
+        "combkv-groups-split-w-{}-{seed}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let result = rt.block_on(async {
+        let cl = Arc::new(Cluster {
+            dir: dir.clone(),
+            net: SimNet::new(
+                seed,
+                Faults {
+                    drop_request: 0.03,
+                    drop_reply: 0.03,
+                    delay_ms: (0, 10),
+                },
+            ),
+            nodes: Mutex::new(HashMap::new()),
+            storage: (1..=NODES)
+                .flat_map(|id| GROUPS.map(|g| ((id, g), FaultyStorage::new(seed ^ id ^ (g << 8)))))
+                .collect(),
+        });
+        for id in 1..=NODES {
+            cl.start(id, &[0]).await;
+        }
+        let members: Vec<(u64, String)> = (1..=NODES)
+            .map(|id| (id, format!("127.0.0.{id}:7000")))
+            .collect();
+        cl.replica(1, 0)
+            .unwrap()
+            .initialize(&members)
+            .await
+            .unwrap();
+        let writers: Vec<_> = (0..KEYS)
+            .map(|w| {
+                let cl = Arc::clone(&cl);
+                tokio::spawn(async move {
+                    let mut rng = StdRng::seed_from_u64(seed * 1000 + w as u64);
+                    let key = format!("k{w}").into_bytes();
+                    let (mut acked, mut sent) = (None, 0);
+                    for n in 1..=WRITES {
+                        tokio::time::sleep(Duration::from_millis(rng.random_range(0..80))).await;
+                        let value = n.to_string().into_bytes();
+                        // Routed again after each refusal, up to a bound.
+                        for _ in 0..50 {
+                            let via = rng.random_range(1..=NODES);
+                            let group = cl
+                                .replica(via, 0)
+                                .and_then(|r| r.range_map())
+                                .map_or(0, |m| m.route(&key).id);
+                            let Some(r) = cl.replica(via, group) else {
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                                continue;
+                            };
+                            sent = n;
+                            match r.write(1, put_op(&key, &value)).await {
+                                Ok(res) => match &res[0] {
+                                    Ok(_) => {
+                                        acked = Some(n);
+                                        break;
+                                    }
+                                    Err(combkv::Error::WrongRange(_)) => {
+                                        tokio::time::sleep(Duration::from_millis(20)).await;
+                                    }
+                                    Err(e) => panic!("write {n} of k{w}: {e}"),
+                                },
+                                // Lost or refused before the log: maybe
+                                // applied; the next value follows it.
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                    (key, acked, sent)
+                })
+            })
+            .collect();
+        // The split, while they write; node 3 cut off around it.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        cl.net.partition(&[&[1, 2], &[3]]);
+        let mut split = false;
+        for _ in 0..50 {
+            let via = (1..=2).find(|&id| cl.replica(id, 0).is_some_and(|r| r.is_leader()));
+            let host = via.and_then(|id| cl.nodes.lock().get(&id).cloned());
+            if let Some(h) = host
+                && h.split(0, b"k4").await.is_ok()
+            {
+                split = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if !split {
+            return Err("the split never applied".to_string());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        cl.net.heal();
+        // Then every node crashes at once, losing what it had not synced,
+        // and starts again (group 1 from its own directory).
+        let mut rng = StdRng::seed_from_u64(seed ^ 0xc0ffee);
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..400))).await;
+        for id in 1..=NODES {
+            cl.crash(id).await;
+        }
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..300))).await;
+        for id in 1..=NODES {
+            cl.start(id, &[0]).await;
+        }
+        let mut outcomes = Vec::new();
+        for w in writers {
+            outcomes.push(w.await.unwrap());
+        }
+        cl.net.set_faults(Faults::NONE);
+        for g in GROUPS[..1].iter().copied().chain([1]) {
+            for id in 1..=NODES {
+                wait_group(&cl, id, g).await;
+            }
+            converge(&cl, g).await?;
+        }
+        for (key, acked, sent) in &outcomes {
+            let owner: GroupId = if key.as_slice() < b"k4".as_slice() {
+                0
+            } else {
+                1
+            };
+            for id in 1..=NODES {
+                for g in [0, 1] {
+                    let got = cl.replica(id, g).unwrap().current_store().get(key).unwrap();
+                    if g != owner {
+                        if got.is_some() {
+                            return Err(format!("node {id} group {g} holds {key:?}"));
+                        }
+                        continue;
+                    }
+                    let v: usize = got
+                        .map(|v| std::str::from_utf8(&v).unwrap().parse().unwrap())
+                        .unwrap_or(0);
+                    let floor = acked.unwrap_or(0);
+                    if v < floor || v > *sent {
+                        return Err(format!(
+                            "node {id}: {} is {v}, acknowledged up to {floor}, sent up to {sent}",
+                            String::from_utf8_lossy(key)
+                        ));
+                    }
+                }
+            }
+        }
+        for id in 1..=NODES {
+            cl.stop(id).await;
+        }
+        Ok(outcomes.iter().filter_map(|o| o.1).sum::<usize>())
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    match result {
+        Err(e) => panic!("seed {seed} failed (rerun: COMBKV_SIM_SEED={seed}): {e}"),
+        Ok(n) => eprintln!("seed {seed}: acknowledged values summed {n}"),
+    }
+}
+
+#[test]
+fn a_split_under_writers_loses_no_acknowledged_write() {
+    if let Ok(s) = std::env::var("COMBKV_SIM_SEED") {
+        return split_under_writers(s.parse().expect("COMBKV_SIM_SEED is a number"));
+    }
+    let n: u64 = std::env::var("COMBKV_SIM_SCHEDULES")
+        .ok()
+        .map_or(12, |s| s.parse().expect("COMBKV_SIM_SCHEDULES is a number"));
+    (0..n).for_each(split_under_writers);
+}
+
+/// Ranges split by size on their own: with `split_bytes` set, writers
+/// filling the keyspace make the ranges' leaders split them at their
+/// middle keys (each split recorded in the map, each new range splitting
+/// further as it grows), and every key ends in exactly one range, with its
+/// value, on every replica.
+#[test]
+fn ranges_split_by_size_on_their_own() {
+    const KEYS: usize = 3000;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("combkv-groups-size-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    rt.block_on(async {
+        let cl = Arc::new(Cluster {
+            dir: dir.clone(),
+            net: SimNet::new(4, Faults::NONE),
+            nodes: Mutex::new(HashMap::new()),
+            storage: (1..=NODES)
+                .flat_map(|id| GROUPS.map(|g| ((id, g), FaultyStorage::new(id ^ (g << 8)))))
+                .collect(),
+        });
+        for id in 1..=NODES {
+            let host = Host::simulated(id, &cl.net);
+            let mut c = config(&cl.dir, id, 0, &cl.storage[&(id, 0)]);
+            c.split_bytes = 128 << 10;
+            host.start_group(0, &c).await.unwrap();
+            cl.nodes.lock().insert(id, host);
+        }
+        let members: Vec<(u64, String)> = (1..=NODES)
+            .map(|id| (id, format!("127.0.0.{id}:7000")))
+            .collect();
+        cl.replica(1, 0)
+            .unwrap()
+            .initialize(&members)
+            .await
+            .unwrap();
+        let value = vec![b'v'; 100];
+        for n in 0..KEYS {
+            // Keys spread over the keyspace, written in a scrambled order.
+            let k = format!("key{:06}", (n * 7919) % KEYS).into_bytes();
+            for attempt in 0.. {
+                if attempt >= 500 {
+                    let map = cl.replica(1, 0).unwrap().range_map().unwrap();
+                    let mut said = String::new();
+                    for r in map.ranges() {
+                        said.push_str(&format!("\n  map: {r}"));
+                    }
+                    for id in 1..=NODES {
+                        let host = cl.nodes.lock().get(&id).cloned().unwrap();
+                        for g in host.groups() {
+                            let r = host.group(g).unwrap();
+                            said.push_str(&format!(
+                                "\n  node {id} group {g}: {} leader {} keys {}",
+                                r.bounds(),
+                                r.is_leader(),
+                                r.current_store().len()
+                            ));
+                        }
+                    }
+                    panic!("key {n} never written:{said}");
+                }
+                let Some(map) = cl.replica(1, 0).unwrap().range_map() else {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                };
+                let g = map.route(&k).id;
+                let Some(r) = cl.replica(1, g) else {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                };
+                match r.write(1, put_op(&k, &value)).await {
+                    Ok(res) if res[0].is_ok() => break,
+                    _ => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let map = cl.replica(1, 0).unwrap().range_map().unwrap();
+        eprintln!("{} ranges", map.len());
+        for r in map.ranges() {
+            eprintln!("  {r}");
+        }
+        assert!(map.len() >= 4, "{} ranges", map.len());
+        for r in map.ranges() {
+            for id in 1..=NODES {
+                wait_group(&cl, id, r.id).await;
+            }
+            converge(&cl, r.id).await.unwrap();
+        }
+        let mut counts = Vec::new();
+        for r in map.ranges() {
+            let store = cl.replica(2, r.id).unwrap().current_store();
+            counts.push(store.len());
+            let bounds = cl.replica(2, r.id).unwrap().bounds();
+            assert_eq!(
+                (bounds.start.clone(), bounds.end.clone()),
+                (r.start.clone(), r.end.clone())
+            );
+        }
+        eprintln!("keys per range: {counts:?}");
+        assert_eq!(counts.iter().sum::<u64>(), KEYS as u64);
+        for n in 0..KEYS {
+            let k = format!("key{n:06}").into_bytes();
+            let g = map.route(&k).id;
+            let got = cl.replica(3, g).unwrap().current_store().get(&k).unwrap();
+            assert_eq!(got.as_deref(), Some(&value[..]), "key {n} in range {g}");
+        }
+        for id in 1..=NODES {
+            cl.stop(id).await;
+        }
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
