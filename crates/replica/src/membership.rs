@@ -59,6 +59,33 @@ impl Replica {
         within: Duration,
         stop: impl Future<Output = ()>,
     ) -> Result<(), ClusterError> {
+        self.add_member(id, addr, within, stop, true).await
+    }
+
+    /// [`Replica::add_node`] for a range's group (not group 0): a node
+    /// that held a replica of the range before, and was moved away, may
+    /// be given one again. The cluster's own rule (ids never reused) is
+    /// about a node's identity, which group 0 keeps; a node coming back to
+    /// a range comes back with its own state, or with none, catching up
+    /// like any new replica in terms above any it voted in.
+    pub(crate) async fn add_range_replica(
+        &self,
+        id: NodeId,
+        addr: &str,
+        within: Duration,
+    ) -> Result<(), ClusterError> {
+        self.add_member(id, addr, within, std::future::pending(), false)
+            .await
+    }
+
+    async fn add_member(
+        &self,
+        id: NodeId,
+        addr: &str,
+        within: Duration,
+        stop: impl Future<Output = ()>,
+        refuse_retired: bool,
+    ) -> Result<(), ClusterError> {
         self.leader_here()?;
         let raft = &self.inner.raft;
         let m = raft.metrics().borrow().clone();
@@ -89,7 +116,7 @@ impl Replica {
             }
             None => false,
         };
-        if self.inner.sm.ever_voters().contains(&id) {
+        if refuse_retired && self.inner.sm.ever_voters().contains(&id) {
             return Err(ClusterError::Refused(format!(
                 "node id {id} belonged to a voter that was removed, and ids are never \
                  reused: start the new node with another --node-id"

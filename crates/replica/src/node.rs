@@ -78,6 +78,11 @@ pub struct ReplicaConfig {
     /// split by its leader at the key that halves them (0: never). Off
     /// until the server routes each key to its range's group.
     pub split_bytes: u64,
+    /// The voters each range but range 0 is placed on (the meta group's
+    /// leader moves them so that no node holds two more replicas than
+    /// another; 0: ranges keep the members they were split with). Off
+    /// until the server routes each key to its range's group.
+    pub range_replicas: usize,
 }
 
 impl ReplicaConfig {
@@ -101,6 +106,7 @@ impl ReplicaConfig {
             on_split: None,
             groups_dir: None,
             split_bytes: 0,
+            range_replicas: 0,
         }
     }
 

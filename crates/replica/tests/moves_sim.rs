@@ -277,6 +277,15 @@ fn ranges_under_faults(seed: u64) {
                     done = true;
                     break;
                 }
+                // An answer lost on the way may hide a split that applied.
+                if cl
+                    .replica(via, 0)
+                    .and_then(|r| r.range_map())
+                    .is_some_and(|m| m.route(at).start == at)
+                {
+                    done = true;
+                    break;
+                }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             if !done {
@@ -385,4 +394,164 @@ fn five_nodes_split_and_move_ranges_under_faults_and_lose_nothing() {
         .ok()
         .map_or(8, |s| s.parse().expect("COMBKV_SIM_SCHEDULES is a number"));
     (0..n).for_each(ranges_under_faults);
+}
+
+/// Ranges spread over five nodes: splitting by size as writers fill the
+/// keyspace, and placed by the meta group's leader on three nodes each
+/// (`range_replicas`), so that no node holds two more range replicas than
+/// another. Every key is on the three members of its range's group, and
+/// each of those holds the range's keys alike.
+#[test]
+fn ranges_spread_over_five_nodes_three_replicas_each() {
+    const FIVE: u64 = 5;
+    const KEYS: usize = 3000;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("combkv-groups-spread-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    rt.block_on(async {
+        let cl = Arc::new(Cluster {
+            dir: dir.clone(),
+            net: SimNet::new(5, Faults::NONE),
+            nodes: Mutex::new(HashMap::new()),
+            storage: (1..=FIVE)
+                .flat_map(|id| GROUPS.map(|g| ((id, g), FaultyStorage::new(id ^ (g << 8)))))
+                .collect(),
+        });
+        for id in 1..=FIVE {
+            let host = combkv_replica::Host::simulated(id, &cl.net);
+            let mut c = config(&cl.dir, id, 0, &cl.storage[&(id, 0)]);
+            c.split_bytes = 64 << 10;
+            c.range_replicas = 3;
+            host.start_group(0, &c).await.unwrap();
+            cl.nodes.lock().insert(id, host);
+        }
+        let members: Vec<(u64, String)> = (1..=FIVE)
+            .map(|id| (id, format!("127.0.0.{id}:7000")))
+            .collect();
+        cl.replica(1, 0)
+            .unwrap()
+            .initialize(&members)
+            .await
+            .unwrap();
+        let value = vec![b'v'; 100];
+        let key = |n: usize| format!("key{n:06}").into_bytes();
+        for n in 0..KEYS {
+            let k = key((n * 7919) % KEYS);
+            let mut written = false;
+            for _ in 0..2000 {
+                let Some(map) = cl.replica(1, 0).unwrap().range_map() else {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                };
+                // Through a node the map names for the range (a node the
+                // range moved away from may still hold an old replica).
+                let desc = map.route(&k).clone();
+                let Some(r) = desc.voters.iter().find_map(|&id| cl.replica(id, desc.id)) else {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                };
+                if matches!(r.write(1, put_op(&k, &value)).await, Ok(res) if res[0].is_ok()) {
+                    written = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert!(written, "key {n} never written");
+        }
+        // Until the placement settles: every range but 0 led by a member
+        // of exactly the three nodes the map names.
+        let mut settled = None;
+        let began = tokio::time::Instant::now();
+        for _ in 0..6000 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let map = cl.replica(1, 0).unwrap().range_map().unwrap();
+            let all_placed = map.ranges().filter(|r| r.id != 0).all(|r| {
+                r.voters.len() == 3
+                    && r.voters
+                        .iter()
+                        .find_map(|&id| cl.replica(id, r.id).filter(|x| x.is_leader()))
+                        .is_some_and(|l| {
+                            let mut m: Vec<u64> = l.status().nodes.iter().map(|n| n.0).collect();
+                            m.sort_unstable();
+                            m == r.voters
+                        })
+            });
+            if all_placed && crate::groups::placement_step(&map, FIVE).is_none() {
+                settled = Some(map);
+                break;
+            }
+        }
+        let Some(map) = settled else {
+            let map = cl.replica(1, 0).unwrap().range_map().unwrap();
+            let mut said = String::new();
+            for r in map.ranges() {
+                said.push_str(&format!("\n  map: {r}"));
+                for id in 1..=FIVE {
+                    if let Some(x) = cl.replica(id, r.id) {
+                        said.push_str(&format!(
+                            "\n    node {id}: leader {} members {:?} {}",
+                            x.is_leader(),
+                            x.status()
+                                .nodes
+                                .iter()
+                                .map(|n| (n.0, n.2))
+                                .collect::<Vec<_>>(),
+                            x.bounds()
+                        ));
+                    }
+                }
+            }
+            panic!(
+                "the placement never settled; next step {:?}:{said}",
+                crate::groups::placement_step(&map, FIVE)
+            );
+        };
+        eprintln!(
+            "{} ranges, placed in {:.1} s (simulated) after the last write",
+            map.len(),
+            began.elapsed().as_secs_f64()
+        );
+        assert!(map.len() >= 4, "{} ranges", map.len());
+        let mut load = std::collections::BTreeMap::new();
+        for r in map.ranges().filter(|r| r.id != 0) {
+            eprintln!("  {r}");
+            for v in &r.voters {
+                *load.entry(*v).or_insert(0usize) += 1;
+            }
+            converge_on(&cl, r.id, &r.voters).await.unwrap();
+        }
+        let counts: Vec<usize> = (1..=FIVE)
+            .map(|n| load.get(&n).copied().unwrap_or(0))
+            .collect();
+        assert!(
+            counts.iter().max().unwrap() - counts.iter().min().unwrap() <= 1,
+            "replicas per node: {counts:?}"
+        );
+        for n in 0..KEYS {
+            let k = key(n);
+            let r = map.route(&k);
+            for &id in &r.voters {
+                let got = cl
+                    .replica(id, r.id)
+                    .unwrap()
+                    .current_store()
+                    .get(&k)
+                    .unwrap();
+                assert_eq!(
+                    got.as_deref(),
+                    Some(&value[..]),
+                    "key {n} on node {id} range {}",
+                    r.id
+                );
+            }
+        }
+        for id in 1..=FIVE {
+            cl.stop(id).await;
+        }
+    });
+    let _ = std::fs::remove_dir_all(&dir);
 }

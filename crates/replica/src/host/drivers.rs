@@ -1,7 +1,9 @@
 //! What every node does in the background to bring the ranges it leads
 //! into line with the range map: splits the map recorded (`drive_splits`),
 //! replicas the map moved (`drive_replicas`), and ranges grown past the
-//! split size (`split_large`), every 100 ms (sizes once a second).
+//! split size (`split_large`), every 100 ms (sizes once a second); and on
+//! the meta group's leader, the placement of replicas (`schedule`, once a
+//! second).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -82,11 +84,10 @@ impl Host {
             {
                 continue;
             }
-            let wanted = desc.voters.iter().chain(&desc.learners);
-            if let Some(&add) = wanted
-                .clone()
-                .find(|id| !members.iter().any(|(m, _, _)| m == *id))
-            {
+            // A wanted voter that does not vote yet (absent, or a learner
+            // whose add was cut short: adding it again resumes the wait).
+            let votes = |id: &NodeId| members.iter().any(|(m, _, voter)| m == id && *voter);
+            if let Some(&add) = desc.voters.iter().find(|id| !votes(id)) {
                 let Some(addr) = addrs.get(&add) else {
                     tracing::warn!(
                         "range {g}: node {add} is no member of the cluster; it cannot hold a                          replica until it is added"
@@ -94,12 +95,7 @@ impl Host {
                     continue;
                 };
                 match r
-                    .add_node(
-                        add,
-                        addr,
-                        std::time::Duration::from_secs(30),
-                        std::future::pending(),
-                    )
+                    .add_range_replica(add, addr, std::time::Duration::from_secs(30))
                     .await
                 {
                     Ok(()) => tracing::info!("range {g}: node {add} holds a replica now"),
@@ -185,6 +181,40 @@ impl Host {
         }
     }
 
+    /// On the node that leads group 0: one step of the placement the
+    /// `range_replicas` setting asks for (`ranges::next_placement`), told
+    /// to the map; the ranges' leaders carry it out (`drive_replicas`).
+    async fn schedule(&self) {
+        let Some(meta) = self.group(0).filter(|g| g.is_leader()) else {
+            return;
+        };
+        let Some(replicas) = self
+            .0
+            .template
+            .lock()
+            .as_ref()
+            .map(|t| t.range_replicas)
+            .filter(|&n| n > 0)
+        else {
+            return;
+        };
+        let Some(map) = meta.range_map() else { return };
+        let voters: Vec<NodeId> = meta
+            .status()
+            .nodes
+            .iter()
+            .filter(|n| n.2)
+            .map(|n| n.0)
+            .collect();
+        let Some((range, want)) = crate::ranges::next_placement(&map, &voters, replicas) else {
+            return;
+        };
+        match self.set_replicas(range, want.clone(), Vec::new()).await {
+            Ok(()) => tracing::info!("range {range} is to be placed on nodes {want:?}"),
+            Err(e) => tracing::debug!("placing range {range} on {want:?} waits: {e}"),
+        }
+    }
+
     pub(super) fn spawn_drivers(&self) {
         let host = Arc::downgrade(&self.0);
         tokio::spawn(async move {
@@ -197,6 +227,7 @@ impl Host {
                 // Sizes are counted by scans: once a second.
                 if turn % 10 == 0 {
                     host.split_large().await;
+                    host.schedule().await;
                 }
             }
         });

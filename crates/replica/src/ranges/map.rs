@@ -613,3 +613,79 @@ pub struct SplitRange {
     /// (the meta group's map hands them out).
     pub new_id: RangeId,
 }
+
+/// What the scheduler would change next for ranges to hold `replicas`
+/// voters each, spread over `nodes` (the cluster's members) so that no
+/// node holds two more replicas than another: one range's new voters,
+/// or none when the placement is settled. Range 0 (the meta group,
+/// on every member) is left as it is and not counted. Decided from the
+/// map alone, so any node deciding from the same map decides alike; one
+/// change at a time, each a step the range's leader then carries out.
+pub fn next_placement(
+    map: &RangeMap,
+    nodes: &[NodeId],
+    replicas: usize,
+) -> Option<(RangeId, Vec<NodeId>)> {
+    let replicas = replicas.min(nodes.len());
+    if replicas == 0 {
+        return None;
+    }
+    let mut load: BTreeMap<NodeId, usize> = nodes.iter().map(|&n| (n, 0)).collect();
+    let ranges: Vec<&RangeDesc> = map.ranges().filter(|r| r.id != 0).collect();
+    for r in &ranges {
+        for v in r.voters.iter().chain(&r.learners) {
+            if let Some(l) = load.get_mut(v) {
+                *l += 1;
+            }
+        }
+    }
+    // The most loaded node first (ties: the highest id), and the least.
+    let busiest = |among: &mut dyn Iterator<Item = &NodeId>| {
+        among
+            .max_by_key(|n| (load.get(n).copied().unwrap_or(usize::MAX), **n))
+            .copied()
+    };
+    let idlest = |except: &[NodeId]| {
+        load.iter()
+            .filter(|(n, _)| !except.contains(n))
+            .min_by_key(|(n, l)| (**l, **n))
+            .map(|(n, _)| *n)
+    };
+    for r in &ranges {
+        // A replica on a node that is no member is replaced first.
+        if let Some(gone) = r.voters.iter().find(|v| !load.contains_key(v)) {
+            let mut voters: Vec<NodeId> = r.voters.iter().copied().filter(|v| v != gone).collect();
+            if voters.len() < replicas
+                && let Some(n) = idlest(&r.voters)
+            {
+                voters.push(n);
+            }
+            return Some((r.id, sorted(&voters)));
+        }
+        if r.voters.len() > replicas {
+            let drop = busiest(&mut r.voters.iter())?;
+            let voters: Vec<NodeId> = r.voters.iter().copied().filter(|&v| v != drop).collect();
+            return Some((r.id, voters));
+        }
+        if r.voters.len() < replicas
+            && let Some(n) = idlest(&r.voters)
+        {
+            let mut voters = r.voters.clone();
+            voters.push(n);
+            return Some((r.id, sorted(&voters)));
+        }
+    }
+    // Balance: move one replica from the busiest node to the idlest one,
+    // of a range the one holds and the other does not.
+    let most = busiest(&mut load.keys())?;
+    let least = idlest(&[])?;
+    if load[&most] <= load[&least] + 1 {
+        return None;
+    }
+    let r = ranges
+        .iter()
+        .find(|r| r.voters.contains(&most) && !r.voters.contains(&least))?;
+    let mut voters: Vec<NodeId> = r.voters.iter().copied().filter(|&v| v != most).collect();
+    voters.push(least);
+    Some((r.id, sorted(&voters)))
+}

@@ -15,4 +15,5 @@ mod tests;
 pub use clock::{Clock, Timestamp};
 pub use map::{
     Bounds, Epoch, MapChange, MapError, Misrouted, RangeDesc, RangeId, RangeMap, SplitRange,
+    next_placement,
 };

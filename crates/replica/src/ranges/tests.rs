@@ -440,3 +440,74 @@ fn a_range_follows_its_groups_membership_by_log_index() {
         Err(MapError::NoSuchRange(5))
     );
 }
+
+/// The placement the scheduler reaches, applied step by step to a map of
+/// ranges made on five nodes: every range but range 0 on three nodes, no
+/// node two replicas ahead of another, and then no more steps; each step
+/// changes one range by one node (a replica is moved, never two at once).
+#[test]
+fn placement_settles_on_three_replicas_spread_evenly() {
+    use super::map::next_placement;
+    for ranges in [1usize, 2, 4, 7, 16] {
+        for nodes in [3u64, 4, 5, 6] {
+            let all: Vec<NodeId> = (1..=nodes).collect();
+            let mut map = RangeMap::new(all.clone());
+            for i in 0..ranges {
+                let at = format!("k{i:03}").into_bytes();
+                let last = map.ranges().last().unwrap().clone();
+                split(&mut map, last.id, &at).unwrap();
+            }
+            let mut steps = 0;
+            while let Some((id, voters)) = next_placement(&map, &all, 3) {
+                let before = map.get(id).unwrap().clone();
+                let moved = before.voters.iter().filter(|v| !voters.contains(v)).count()
+                    + voters.iter().filter(|v| !before.voters.contains(v)).count();
+                assert!(moved <= 2 && !voters.is_empty(), "{before} -> {voters:?}");
+                map.apply(&MapChange::Replicas {
+                    range: id,
+                    epoch: before.epoch,
+                    voters,
+                    learners: vec![],
+                })
+                .unwrap();
+                steps += 1;
+                assert!(steps < 1000, "no end to the steps");
+            }
+            let mut load = std::collections::BTreeMap::new();
+            for r in map.ranges().filter(|r| r.id != 0) {
+                assert_eq!(r.voters.len(), 3usize.min(nodes as usize), "{r}");
+                for v in &r.voters {
+                    *load.entry(*v).or_insert(0usize) += 1;
+                }
+            }
+            let (min, max) = (
+                all.iter()
+                    .map(|n| load.get(n).copied().unwrap_or(0))
+                    .min()
+                    .unwrap(),
+                all.iter()
+                    .map(|n| load.get(n).copied().unwrap_or(0))
+                    .max()
+                    .unwrap(),
+            );
+            assert!(max <= min + 1, "{ranges} ranges on {nodes} nodes: {load:?}");
+            // Range 0 is left on every member.
+            assert_eq!(map.get(0).unwrap().voters, all);
+        }
+    }
+    // A replica on a node that left the cluster is replaced.
+    let mut map = RangeMap::new(vec![1, 2, 3, 4]);
+    split(&mut map, 0, b"m").unwrap();
+    let e = map.get(1).unwrap().epoch;
+    map.apply(&MapChange::Replicas {
+        range: 1,
+        epoch: e,
+        voters: vec![1, 2, 3],
+        learners: vec![],
+    })
+    .unwrap();
+    assert_eq!(
+        next_placement(&map, &[1, 2, 4], 3),
+        Some((1, vec![1, 2, 4]))
+    );
+}

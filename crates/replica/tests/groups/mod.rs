@@ -159,3 +159,13 @@ pub async fn wait_group(cl: &Cluster, id: u64, g: GroupId) -> Replica {
     }
     panic!("node {id} never started group {g}");
 }
+
+/// The placement step the meta group's leader would take next for three
+/// replicas a range over nodes `1..=nodes` (none: settled).
+pub fn placement_step(
+    map: &combkv_replica::ranges::RangeMap,
+    nodes: u64,
+) -> Option<(u64, Vec<u64>)> {
+    let all: Vec<u64> = (1..=nodes).collect();
+    combkv_replica::ranges::next_placement(map, &all, 3)
+}
