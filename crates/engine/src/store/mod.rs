@@ -325,6 +325,12 @@ impl Store {
         }
     }
 
+    /// Where the store's bytes go, part by part (a walk over every node:
+    /// for measurements, not for a hot path).
+    pub fn footprint(&self) -> crate::Footprint {
+        self.tree.footprint()
+    }
+
     /// Interior nodes searched by a learned model (`Config::learned_search`),
     /// and all interior nodes.
     pub fn learned_nodes(&self) -> (usize, usize) {

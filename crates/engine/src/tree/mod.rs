@@ -25,6 +25,7 @@ mod clear;
 pub(crate) mod count;
 pub(crate) mod delta;
 pub(crate) mod epoch;
+pub(crate) mod footprint;
 mod group;
 pub(crate) use group::Group;
 #[cfg(test)]

@@ -46,7 +46,20 @@ struct Arena {
     chunks: Vec<NonNull<u8>>,
     /// Next unused byte of the newest chunk.
     bump: usize,
+    /// Bytes of the buffers carved so far (without the lines between them).
+    carved: usize,
     free: Vec<NodePtr>,
+}
+
+/// What the arena holds (`BufferCounter::arena_bytes`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ArenaBytes {
+    /// Chunks mapped.
+    pub mapped: u64,
+    /// Buffers carved from them, live or free.
+    pub carved: u64,
+    /// Freed buffers waiting for reuse.
+    pub free: u64,
 }
 
 // SAFETY: the chunk pointers are owned allocations, only touched under the
@@ -91,7 +104,23 @@ impl BufferCounter {
         // in different cache sets instead of all in the few sets a
         // node-size stride would give them.
         a.bump += self.node_size + LINE_BYTES;
+        a.carved += self.node_size;
         (NodePtr(p), false)
+    }
+
+    /// Bytes of the buffers allocated and not freed.
+    pub(crate) fn live_bytes(&self) -> u64 {
+        self.live.load(Ordering::Relaxed) as u64 * self.node_size as u64
+    }
+
+    /// Mapped, carved and free bytes of the arena.
+    pub(crate) fn arena_bytes(&self) -> ArenaBytes {
+        let a = self.arena.lock();
+        ArenaBytes {
+            mapped: (a.chunks.len() * CHUNK_BYTES) as u64,
+            carved: a.carved as u64,
+            free: (a.free.len() * self.node_size) as u64,
+        }
     }
 
     #[cfg(not(feature = "shuttle"))]
