@@ -317,10 +317,10 @@ impl Store {
     /// Falls once what deletes, clears and expiry removed is reclaimed
     /// (see [`reclaim`](Store::reclaim)).
     pub fn memory(&self) -> MemoryUsage {
-        let (node_buffers, value_bytes) = self.tree.memory();
+        let (node_buffers, node_bytes, value_bytes) = self.tree.memory();
         MemoryUsage {
             node_buffers,
-            node_bytes: node_buffers as u64 * self.geometry.node_size as u64,
+            node_bytes,
             value_bytes,
         }
     }

@@ -174,6 +174,10 @@ pub(crate) struct LeafWriter<'g> {
     nshortcuts: usize,
     /// Offset of the last item written.
     last_at: usize,
+    /// Most sorted-block bytes the buffer holds: the leaf capacity, or
+    /// less in a buffer of a smaller size class, which keeps
+    /// `Geometry::log_bytes` free behind them for the log.
+    room: usize,
     /// Some item holds its value out of line (`NODE_EXTERNAL`).
     external: bool,
     /// Bytes of the out-of-line values created for this buffer
@@ -185,9 +189,12 @@ pub(crate) struct LeafWriter<'g> {
 const MAX_SHORTCUTS: usize = SHORTCUTS_PER_LINE * MAX_SHORTCUT_GROUPS;
 
 impl<'g> LeafWriter<'g> {
-    /// A writer for about `total` bytes of items (an upper bound is fine).
+    /// A writer for at most `total` bytes of items, in a buffer of the
+    /// smallest size class that holds them and the log room.
     pub(crate) fn new(g: &'g Geometry, counter: &BufferCounter, total: usize) -> LeafWriter<'g> {
-        let p = NodePtr::alloc(g, counter);
+        let start = node::sorted_start(g, 0);
+        let p = NodePtr::alloc(g, counter, start + total.min(g.leaf_capacity) + g.log_bytes);
+        let room = g.leaf_capacity.min(p.capacity(g) - start - g.log_bytes);
         let target = g.segment_bytes.max(total / g.max_shortcuts().max(1) + 1);
         LeafWriter {
             g,
@@ -200,6 +207,7 @@ impl<'g> LeafWriter<'g> {
             starts: [0; MAX_SHORTCUTS],
             nshortcuts: 0,
             last_at: 0,
+            room,
             external: false,
             external_bytes: 0,
         }
@@ -211,7 +219,7 @@ impl<'g> LeafWriter<'g> {
     }
 
     fn start_item(&mut self, len: usize) -> usize {
-        assert!(self.bytes() + len <= self.g.leaf_capacity, "leaf overfull");
+        assert!(self.bytes() + len <= self.room, "leaf overfull");
         self.mark_item(len)
     }
 
@@ -262,10 +270,7 @@ impl<'g> LeafWriter<'g> {
     /// Appends a run of unchanged sorted-block items (whole items, back to
     /// back) with one copy; each still counts for the shortcuts.
     pub(crate) fn push_raw_run(&mut self, raw: &[u8]) {
-        assert!(
-            self.bytes() + raw.len() <= self.g.leaf_capacity,
-            "leaf overfull"
-        );
+        assert!(self.bytes() + raw.len() <= self.room, "leaf overfull");
         let first = self.at;
         let mut off = 0;
         while off < raw.len() {
@@ -350,7 +355,7 @@ impl<'g> LeafWriter<'g> {
         init_header(self.g, self.p, version, lid, right, 0, self.at);
         // SAFETY: unpublished.
         let h = unsafe { self.p.header_mut() };
-        h.nshortcuts = n as u16;
+        h.nshortcuts = n as u8;
         h.nitems = self.nitems as u32;
         h.prefix_skip = skip as u16;
         if self.external {
@@ -421,7 +426,8 @@ pub(crate) fn build_interior(
     let rest = &children[1..];
     let total: usize = rest.iter().map(|c| interior_item_len(c.key)).sum();
     debug_assert!(total <= g.interior_capacity, "interior overfull");
-    let p = NodePtr::alloc(g, counter);
+    // Interior nodes are never appended to: a change builds a new one.
+    let p = NodePtr::alloc(g, counter, node::sorted_start(g, level) + total);
     let starts = choose_segments(g, rest.iter().map(|c| interior_item_len(c.key)), total);
     let mut prefixes = Vec::with_capacity(starts.len());
     let mut offsets = Vec::with_capacity(starts.len());
@@ -460,7 +466,7 @@ pub(crate) fn build_interior(
     }
     // SAFETY: unpublished.
     let h = unsafe { p.header_mut() };
-    h.nshortcuts = prefixes.len() as u16;
+    h.nshortcuts = prefixes.len() as u8;
     h.nitems = rest.len() as u32;
     h.prefix_skip = skip as u16;
     if learned.is_some() {
@@ -496,7 +502,7 @@ fn learned_model(
 /// Builds the buffer that anchors a removed node's LID: no items, flagged
 /// dead, version `version`, obsolete (nobody may lock it).
 pub(crate) fn build_dead(g: &Geometry, counter: &BufferCounter, version: u64, lid: Lid) -> NodePtr {
-    let p = NodePtr::alloc(g, counter);
+    let p = NodePtr::alloc(g, counter, node::sorted_start(g, 0));
     init_header(g, p, version, lid, Lid::NONE, 0, node::sorted_start(g, 0));
     // SAFETY: unpublished.
     let h = unsafe { p.header_mut() };

@@ -166,8 +166,7 @@ impl Tree {
 
 /// Bytes the buffer `p` takes in the arena.
 fn node_bytes(g: &crate::config::Geometry, p: NodePtr) -> usize {
-    let _ = p;
-    g.node_size
+    p.capacity(g)
 }
 
 #[cfg(test)]

@@ -56,6 +56,7 @@ impl Tree {
                 leaf: h.level == 0,
                 items: Vec::new(),
             };
+            c.buffer_size()?;
             c.sorted_block()?;
             c.shortcuts()?;
             if !c.leaf {
@@ -91,6 +92,26 @@ impl<'a> NodeCheck<'a> {
             level: self.h.level,
             what,
         })
+    }
+
+    /// The buffer's size class holds what the node published, and a leaf's
+    /// whole log room behind its sorted block: log appends write up to
+    /// `log_bytes` past `sorted_end` without looking at more than the
+    /// capacity (`node::buffer`, "Size classes").
+    fn buffer_size(&self) -> Checked {
+        let h = self.h;
+        let cap = self.p.capacity(self.g);
+        if h.class == 0 || h.class as usize > node::SIZE_CLASSES {
+            return self.fail(format!("size class {}", h.class));
+        }
+        let needed = h.sorted_end as usize + if self.leaf { self.g.log_bytes } else { 0 };
+        if self.buf.len() > cap || needed > cap {
+            return self.fail(format!(
+                "buffer of {cap} bytes under size {} and room {needed}",
+                self.buf.len()
+            ));
+        }
+        Ok(())
     }
 
     /// Item boundaries and keys of the sorted block, its flags and shared
@@ -373,6 +394,41 @@ mod tests {
                 }
             }
         }
+    }
+}
+
+/// A planted off-by-one in the size class fails the check: a leaf whose
+/// header names one class less than its buffer's no longer has its log
+/// room (any leaf allocated in the smallest class that fits it).
+#[cfg(test)]
+mod size_class {
+    use crate::{Config, Store};
+
+    #[test]
+    fn a_class_one_too_small_fails_the_check() {
+        let store = Store::new(Config::default()).unwrap();
+        for i in 0..20_000u64 {
+            let k = i.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_be_bytes();
+            store.put(&k, &[7; 16]).unwrap();
+        }
+        let t = store.tree();
+        t.check_layout().unwrap();
+        let unit = t.g.node_size / super::node::SIZE_CLASSES;
+        let tight = t.pages.entries().into_iter().find(|(_, p)| {
+            let h = p.header();
+            h.level == 0 && p.capacity(&t.g) - (h.sorted_end as usize + t.g.log_bytes) < unit
+        });
+        let (_, p) = tight.expect("a leaf in the smallest class that holds it");
+        // SAFETY: the tree is quiescent (this thread made every write and
+        // none is in flight); the byte is put back before anything reads
+        // the leaf again.
+        let class = unsafe { &mut p.header_mut().class };
+        *class -= 1;
+        let err = t.check_layout().map_err(|e| e.to_string());
+        *class += 1;
+        let err = err.expect_err("a class one too small");
+        assert!(err.contains("buffer of"), "{err}");
+        t.check_layout().unwrap();
     }
 }
 

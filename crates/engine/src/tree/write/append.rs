@@ -44,7 +44,7 @@ impl Tree {
         let len = item_len(key.len(), stored, expiry != 0, cflags != 0, true);
         debug_assert!(len <= g.max_item, "key and value limits keep items small");
         let nlog = state_log_count(state);
-        if size + len > g.node_size
+        if size + len > buf.capacity(g)
             || size - sorted_end + len > g.log_bytes
             || nlog >= crate::config::LOG_DIR_MAX
         {
