@@ -8,9 +8,7 @@ use super::node::{
     self, BufferCounter, INTERIOR_ITEM_FIXED, Lid, NodePtr, STATE_LOCKED, ValueRef, encode_item,
     item_len, key_prefix, leaf_item_key,
 };
-use crate::config::{
-    Geometry, ITEM_HEADER_BYTES, LOG_EXTRA_BYTES, MAX_SHORTCUT_GROUPS, SHORTCUTS_PER_LINE,
-};
+use crate::config::{Geometry, MAX_SHORTCUT_GROUPS, SHORTCUTS_PER_LINE};
 
 /// A leaf item on its way into a new buffer.
 #[derive(Clone, Copy, Debug)]
@@ -36,7 +34,9 @@ impl Entry<'_> {
         }
         item_len(
             self.key.len(),
-            stored_value_len(g, self.value),
+            self.value.len(),
+            out_of_line(g, self.value),
+            self.version,
             self.expiry != 0,
             self.cflags != 0,
             false,
@@ -44,12 +44,9 @@ impl Entry<'_> {
     }
 }
 
-/// Bytes a value takes inside a node.
-pub(crate) fn stored_value_len(g: &Geometry, v: ValueRef<'_>) -> usize {
-    match v {
-        ValueRef::Inline(b) if b.len() <= g.inline_value_max => b.len(),
-        _ => 8,
-    }
+/// Whether a node stores the value out of line.
+pub(crate) fn out_of_line(g: &Geometry, v: ValueRef<'_>) -> bool {
+    !matches!(v, ValueRef::Inline(b) if b.len() <= g.inline_value_max)
 }
 
 /// The value as the node will store it, and the bytes it adds to what the
@@ -288,20 +285,28 @@ impl<'g> LeafWriter<'g> {
     }
 
     /// Appends a log item (`raw`, its encoded bytes) as a sorted-block
-    /// item: the same bytes without the log fields and the log-only flags,
-    /// copied rather than encoded again.
+    /// item: the same fields, encoded again in the sorted block's compact
+    /// form (`node::item`), without the log fields and log-only flags.
     pub(crate) fn push_log_item(&mut self, raw: &[u8]) -> usize {
-        let (head, tail) = (ITEM_HEADER_BYTES, ITEM_HEADER_BYTES + LOG_EXTRA_BYTES);
-        let len = raw.len() - LOG_EXTRA_BYTES;
+        let item = node::decode_item(raw, 0, true);
+        let len = node::log_item_sorted_len(raw, 0);
         let at = self.start_item(len);
-        if raw[0] & node::ITEM_EXTERNAL != 0 {
-            self.share(node::decode_item(raw, 0, true).value);
+        if item.flags & node::ITEM_EXTERNAL != 0 {
+            self.share(item.value);
         }
         // SAFETY: unpublished buffer owned by this thread.
         let out = unsafe { self.p.bytes_mut(at, at + len) };
-        out[0] = raw[0] & (node::ITEM_TTL | node::ITEM_EXTERNAL | node::ITEM_CFLAGS);
-        out[1..head].copy_from_slice(&raw[1..head]);
-        out[head..].copy_from_slice(&raw[tail..]);
+        let written = encode_item(
+            out,
+            0,
+            item.key,
+            item.value,
+            item.version,
+            item.expiry,
+            item.cflags,
+            None,
+        );
+        debug_assert_eq!(written, len);
         at
     }
 

@@ -8,8 +8,9 @@ use super::Tree;
 use super::node::{
     self, Header, ITEM_DUP, ITEM_EXTERNAL, ITEM_REPLACES, ITEM_TOMBSTONE, LOG_META_DUP,
     LOG_META_EXTERNAL, LOG_META_REPLACES, LOG_META_TOMBSTONE, Lid, Model, NODE_LEARNED, NodePtr,
-    ShortcutBlock, decode_interior, key_fp, key_prefix, leaf_item_key, log_dir_entry,
+    ShortcutBlock, decode_interior, decode_item, key_fp, key_prefix, leaf_item_key, log_dir_entry,
 };
+use super::node::{ITEM_SHORT_LENS, ITEM_VERSION32};
 use super::read::{
     LogOrder, WalkFrom, find_segment, first_bp_from, leaf_walk, published_leaf, scan_segment,
 };
@@ -123,6 +124,14 @@ impl<'a> NodeCheck<'a> {
         }
         let mut at = h.sorted_start as usize;
         while at < h.sorted_end as usize {
+            // The lengths read first, so that a corrupt one fails the check
+            // instead of a slice.
+            if leaf
+                && (at + 7 > h.sorted_end as usize
+                    || at + node::sorted_item_len(buf, at).0 > h.sorted_end as usize)
+            {
+                return self.fail(format!("sorted item at {at} runs past the sorted block"));
+            }
             let (key, len) = if leaf {
                 leaf_item_key(buf, at, false)
             } else {
@@ -146,6 +155,11 @@ impl<'a> NodeCheck<'a> {
         {
             return self.fail(format!("sorted item at {off} has log flags"));
         }
+        if leaf {
+            for &(off, _) in items {
+                self.compact_header(off)?;
+            }
+        }
         let external = items.iter().any(|&(off, _)| buf[off] & ITEM_EXTERNAL != 0);
         if leaf && external && h.flags & node::NODE_EXTERNAL == 0 {
             return self.fail("out-of-line value without NODE_EXTERNAL".into());
@@ -155,6 +169,30 @@ impl<'a> NodeCheck<'a> {
             && skip != node::prefix_skip(first.1, last.1)
         {
             return self.fail(format!("prefix_skip {skip}"));
+        }
+        Ok(())
+    }
+
+    /// A sorted item's header is the one the encoder picks (`node::item`):
+    /// one-byte lengths exactly when the key and an inline value fit them,
+    /// never for an out-of-line value; a four-byte version never 0. (A
+    /// version in eight bytes may fit four: the item a merge or split
+    /// publishes is built before its version is known.)
+    fn compact_header(&self, off: usize) -> Checked {
+        let buf = self.buf;
+        let flags = buf[off];
+        let item = decode_item(buf, off, false);
+        let external = flags & ITEM_EXTERNAL != 0;
+        let fits = item.key.len() <= 255 && item.value.len() <= 255 && !external;
+        if (flags & ITEM_SHORT_LENS != 0) != fits {
+            return self.fail(format!(
+                "sorted item at {off}: flags {flags:#x} for a {}-byte key and {}-byte value",
+                item.key.len(),
+                item.value.len()
+            ));
+        }
+        if flags & ITEM_VERSION32 != 0 && item.version == 0 {
+            return self.fail(format!("sorted item at {off}: version 0 in four bytes"));
         }
         Ok(())
     }
@@ -250,6 +288,10 @@ impl<'a> NodeCheck<'a> {
             }
             let e = log_dir_entry(buf, i);
             let flags = buf[at];
+            // A log item keeps the fixed header its append writes into.
+            if flags & (ITEM_SHORT_LENS | ITEM_VERSION32) != 0 {
+                return self.fail(format!("log item at {at} with compact flags {flags:#x}"));
+            }
             let x = ITEM_HEADER_BYTES;
             let bp = u32::from_le_bytes(buf[at + x..at + x + 4].try_into().expect("4"));
             let hint = buf[at + x + 4] as usize;
@@ -429,6 +471,68 @@ mod size_class {
         let err = err.expect_err("a class one too small");
         assert!(err.contains("buffer of"), "{err}");
         t.check_layout().unwrap();
+    }
+}
+
+/// Planted off-by-ones in the compact item header fail the check: a
+/// one-byte key length one too long, and a four-byte version read as eight.
+#[cfg(test)]
+mod compact_items {
+    use crate::tree::node::{ITEM_SHORT_LENS, ITEM_VERSION32, NodePtr};
+    use crate::{Config, Store};
+
+    /// The error `check_layout` gives with `f` applied to the first sorted
+    /// item of a leaf with items (put back afterwards).
+    fn check_with(store: &Store, at: impl Fn(usize) -> usize, f: impl Fn(&mut u8)) -> String {
+        let t = store.tree();
+        t.check_layout().unwrap();
+        let (_, p): (_, NodePtr) = t
+            .pages
+            .entries()
+            .into_iter()
+            .find(|(_, p)| p.is_leaf() && p.header().nitems > 2)
+            .expect("a leaf with items");
+        let off = at(p.header().sorted_start as usize);
+        // SAFETY: the tree is quiescent (this thread made every write and
+        // none is in flight); the byte is put back before anything else
+        // reads the leaf.
+        let byte = unsafe { &mut p.bytes_mut(off, off + 1)[0] };
+        let kept = *byte;
+        f(byte);
+        let err = t.check_layout().map_err(|e| e.to_string());
+        *byte = kept;
+        t.check_layout().unwrap();
+        err.expect_err("a corrupted item header")
+    }
+
+    fn store() -> Store {
+        let store = Store::new(Config::with_node_size(1024)).unwrap();
+        for i in 0..2_000u64 {
+            let k = i.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_be_bytes();
+            store.put(&k, &[1; 12]).unwrap();
+        }
+        store
+    }
+
+    #[test]
+    fn a_short_key_length_one_too_long_fails_the_check() {
+        let store = store();
+        let err = check_with(&store, |start| start + 1, |klen| *klen += 1);
+        println!("{err}");
+    }
+
+    #[test]
+    fn a_version_width_flag_dropped_fails_the_check() {
+        let store = store();
+        let err = check_with(
+            &store,
+            |start| start,
+            |flags| {
+                assert!(*flags & ITEM_SHORT_LENS != 0 && *flags & ITEM_VERSION32 != 0);
+                *flags &= !ITEM_VERSION32;
+            },
+        );
+        println!("{err}");
     }
 }
 
