@@ -102,7 +102,8 @@ impl<'a> NodeCheck<'a> {
     fn buffer_size(&self) -> Checked {
         let h = self.h;
         let cap = self.p.capacity(self.g);
-        if h.class == 0 || h.class as usize > node::SIZE_CLASSES {
+        if h.class == 0 || h.class as usize * node::class_unit(self.g.node_size) > self.g.node_size
+        {
             return self.fail(format!("size class {}", h.class));
         }
         let needed = h.sorted_end as usize + if self.leaf { self.g.log_bytes } else { 0 };
@@ -455,7 +456,7 @@ mod size_class {
         }
         let t = store.tree();
         t.check_layout().unwrap();
-        let unit = t.g.node_size / super::node::SIZE_CLASSES;
+        let unit = super::node::class_unit(t.g.node_size);
         let tight = t.pages.entries().into_iter().find(|(_, p)| {
             let h = p.header();
             h.level == 0 && p.capacity(&t.g) - (h.sorted_end as usize + t.g.log_bytes) < unit

@@ -30,7 +30,7 @@ use crate::tree::count::ShardedCount;
 /// is read.
 ///
 /// Size classes: a buffer is as long as what its node needs, rounded up to
-/// a sixteenth of the node size (`SIZE_CLASSES`), not a whole node. A
+/// a 32nd of the node size (`class_unit`), not a whole node. A
 /// node is never written past what it was built with except by log
 /// appends, and those stay within `Geometry::log_bytes` past the sorted
 /// block, so a leaf is allocated with exactly that room behind its items
@@ -82,10 +82,18 @@ unsafe impl Send for Arena {}
 /// Size (and alignment) of an arena chunk: one huge page.
 const CHUNK_BYTES: usize = 2 << 20;
 
-/// Buffer size classes: class `c` (1..=SIZE_CLASSES) is `c` sixteenths of
-/// the node size. Sixteenths waste half of one (256 B of an 8 KiB node)
-/// per buffer on average, and keep the free lists few enough to reuse.
-pub(crate) const SIZE_CLASSES: usize = 16;
+/// Most buffer size classes: class `c` (from 1) is `c` units of
+/// `class_unit` bytes, up to the node size. A 32nd of the node wastes half
+/// of one (128 B of an 8 KiB node) per buffer on average; 16 classes
+/// measured 2 B/record more (docs/experiments.md, "Bytes per record").
+pub(crate) const SIZE_CLASSES: usize = 32;
+
+/// Bytes of one size-class unit: a 32nd of the node, and at least a cache
+/// line, so that every buffer starts on a line (1 KiB and 2 KiB nodes have
+/// 16 and 32 lines, so fewer classes).
+pub(crate) fn class_unit(node_size: usize) -> usize {
+    (node_size / SIZE_CLASSES).max(LINE_BYTES)
+}
 
 fn chunk_layout() -> Layout {
     Layout::from_size_align(CHUNK_BYTES, CHUNK_BYTES).expect("valid layout")
@@ -108,14 +116,13 @@ impl BufferCounter {
     /// The smallest size class of at least `bytes` bytes.
     pub(crate) fn class_for(&self, bytes: usize) -> u8 {
         assert!(bytes <= self.node_size, "a buffer is at most a node");
-        bytes
-            .div_ceil(self.node_size / SIZE_CLASSES)
-            .clamp(1, SIZE_CLASSES) as u8
+        let unit = class_unit(self.node_size);
+        bytes.div_ceil(unit).clamp(1, self.node_size / unit) as u8
     }
 
     /// Bytes of a buffer of size class `class`.
     pub(crate) fn class_bytes(&self, class: u8) -> usize {
-        class as usize * (self.node_size / SIZE_CLASSES)
+        class as usize * class_unit(self.node_size)
     }
 
     /// A buffer of size class `class` or larger and its class: the
@@ -127,7 +134,7 @@ impl BufferCounter {
     /// buffer only until its next merge.
     fn take(&self, class: u8) -> (NodePtr, u8, bool) {
         let mut a = self.arena.lock();
-        for c in class..=SIZE_CLASSES as u8 {
+        for c in class..=(self.node_size / class_unit(self.node_size)) as u8 {
             if let Some(p) = a.free[c as usize - 1].pop() {
                 return (p, c, true);
             }
@@ -146,6 +153,11 @@ impl BufferCounter {
         // node-size stride would give them.
         a.bump += bytes + LINE_BYTES;
         a.carved += bytes;
+        debug_assert_eq!(
+            p.as_ptr() as usize % LINE_BYTES,
+            0,
+            "buffers start on a line"
+        );
         (NodePtr(p), class, false)
     }
 
@@ -160,8 +172,8 @@ impl BufferCounter {
         ArenaBytes {
             mapped: (a.chunks.len() * CHUNK_BYTES) as u64,
             carved: a.carved as u64,
-            free: (1..=SIZE_CLASSES as u8)
-                .map(|c| (a.free[c as usize - 1].len() * self.class_bytes(c)) as u64)
+            free: (1..=SIZE_CLASSES)
+                .map(|c| (a.free[c - 1].len() * self.class_bytes(c as u8)) as u64)
                 .sum(),
         }
     }
@@ -290,7 +302,7 @@ impl NodePtr {
     /// Bytes of the buffer: its size class's size. Nothing is ever written
     /// at or past it.
     pub(crate) fn capacity(&self, g: &Geometry) -> usize {
-        self.header().class as usize * (g.node_size / SIZE_CLASSES)
+        self.header().class as usize * class_unit(g.node_size)
     }
 
     /// A placeholder that is never dereferenced (fills unused path slots).
@@ -472,24 +484,28 @@ impl NodePtr {
 
 #[cfg(test)]
 mod tests {
-    use super::{BufferCounter, SIZE_CLASSES};
+    use super::{BufferCounter, SIZE_CLASSES, class_unit};
+    use crate::config::LINE_BYTES;
 
     /// The class of a size is the smallest that holds it, for every size
-    /// up to a node: one unit less would not hold it.
+    /// up to a node: one unit less would not hold it. Units are whole
+    /// lines, so buffers start on lines.
     #[test]
     fn class_for_is_the_smallest_class_that_holds_the_bytes() {
-        for node in [1024, 8192, 65536] {
+        for node in [1024, 2048, 8192, 65536] {
             let c = BufferCounter::new(node);
+            let classes = node / class_unit(node);
+            assert!(classes <= SIZE_CLASSES && class_unit(node).is_multiple_of(LINE_BYTES));
             for bytes in 1..=node {
                 let class = c.class_for(bytes);
-                assert!((1..=SIZE_CLASSES as u8).contains(&class));
+                assert!((1..=classes as u8).contains(&class));
                 assert!(c.class_bytes(class) >= bytes, "{node} {bytes}");
                 assert!(
                     class == 1 || c.class_bytes(class - 1) < bytes,
                     "{node} {bytes}"
                 );
             }
-            assert_eq!(c.class_bytes(SIZE_CLASSES as u8), node);
+            assert_eq!(c.class_bytes(classes as u8), node);
         }
     }
 }

@@ -42,7 +42,7 @@ pub(crate) struct Header {
     pub flags: u8,
     /// At most `SHORTCUTS_PER_LINE * MAX_SHORTCUT_GROUPS` (48).
     pub nshortcuts: u8,
-    /// The buffer's size class: it is `class` sixteenths of the node size
+    /// The buffer's size class: it is `class` units (`class_unit`) long
     /// (`node::buffer`, "Size classes"). Set by `NodePtr::alloc`, never
     /// changed.
     pub class: u8,

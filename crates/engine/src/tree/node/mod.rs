@@ -58,7 +58,7 @@ mod shortcut_block;
 pub(crate) mod value;
 
 #[cfg(test)]
-pub(crate) use buffer::SIZE_CLASSES;
+pub(crate) use buffer::class_unit;
 pub(crate) use buffer::{BufferCounter, NodePtr};
 pub use buffer::{live_buffers_global, live_external_values_global};
 pub(crate) use header::{
