@@ -116,7 +116,8 @@ impl Tree {
         let arena = counter.arena_bytes();
         f.free_list_bytes = arena.free;
         f.arena_gap_bytes = arena.mapped - arena.carved;
-        f.retired_bytes = counter.live_bytes() - linked;
+        // Saturating: writers running beside the walk may free what it counted.
+        f.retired_bytes = counter.live_bytes().saturating_sub(linked);
         f.page_table_bytes = self.pages.bytes() as u64;
         f
     }

@@ -1,14 +1,17 @@
-//! Where the bytes of a store go: loads records with 16-byte keys in
-//! random order (the key of record `i` is the hex of a 64-bit hash of `i`,
-//! as the bench's keys are) and prints `Store::footprint`, part by part,
-//! per record, beside the process's resident growth.
+//! Where the bytes of a store go: loads records `0..N` with the bench's
+//! 16-byte keys (random key order, as `engine-figures` loads them) and
+//! prints `Store::footprint`, part by part, per record, beside the
+//! process's resident growth.
 //!
 //! ```sh
-//! cargo run --release -p combkv --example footprint -- [records] [value bytes]
+//! cargo run --release -p combkv-bench --example footprint -- [records] [value bytes]
 //! ```
-//! Defaults: 1 000 000 records, 16-byte values.
+//! Defaults: 1 000 000 records, 16-byte values (the bench's value of the
+//! record, repeated to the length asked for).
 
 use combkv::{Config, Store};
+use combkv_bench::keys;
+use combkv_bench::runner::rss_bytes;
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -18,13 +21,12 @@ fn main() {
     let value_len: usize = args.next().map_or(16, |a| a.parse().expect("value bytes"));
     let rss_before = resident_bytes();
     let store = Store::new(Config::default()).expect("default config");
-    let mut value = vec![0u8; value_len];
+    let mut value = Vec::with_capacity(value_len);
     for i in 0..records {
-        let h = fnv1a64(i);
-        for (j, b) in value.iter_mut().enumerate() {
-            *b = (h >> ((j % 8) * 8)) as u8;
-        }
-        store.put(&hex16(h), &value).expect("put");
+        let v = keys::value(i);
+        value.clear();
+        value.extend(v.iter().cycle().take(value_len));
+        store.put(&keys::key(i), &value).expect("put");
     }
     let rss_loaded = resident_bytes();
     print(
@@ -76,32 +78,7 @@ fn print(when: &str, store: &Store, records: u64, value_len: usize, rss: u64) {
     );
 }
 
-fn fnv1a64(i: u64) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in i.to_le_bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x100_0000_01b3);
-    }
-    h
-}
-
-fn hex16(h: u64) -> [u8; 16] {
-    let digits = b"0123456789abcdef";
-    let mut k = [0u8; 16];
-    for (j, b) in k.iter_mut().enumerate() {
-        *b = digits[((h >> (60 - 4 * j)) & 0xf) as usize];
-    }
-    k
-}
-
-/// VmRSS of this process, in bytes (0 where /proc is not there).
+/// VmRSS of this process, in bytes.
 fn resident_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
+    rss_bytes().expect("VmRSS")
 }
