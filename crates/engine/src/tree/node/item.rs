@@ -258,25 +258,40 @@ fn item_fields(buf: &[u8], offset: usize, log: bool) -> (u8, usize, usize, usize
     // version) is 7 bytes, so these are always the item's own bytes.
     let head: &[u8; 7] = buf[offset..offset + 7].try_into().expect("7 bytes");
     let flags = head[0];
-    let (klen, vlen, lens_end) = if flags & ITEM_SHORT_LENS != 0 {
-        (head[1] as usize, head[2] as usize, 3)
+    let (klen, vlen) = if flags & ITEM_SHORT_LENS != 0 {
+        (head[1] as usize, head[2] as usize)
     } else {
         (
             u16::from_le_bytes([head[1], head[2]]) as usize,
             u32::from_le_bytes([head[3], head[4], head[5], head[6]]) as usize,
-            7,
         )
     };
-    let key_from = lens_end
-        + if flags & ITEM_VERSION32 != 0 { 4 } else { 8 }
-        + if log { LOG_EXTRA_BYTES } else { 0 }
-        + if flags & ITEM_TTL != 0 { TTL_BYTES } else { 0 }
-        + if flags & ITEM_CFLAGS != 0 {
+    let key_from = KEY_FROM[flags as usize] as usize + if log { LOG_EXTRA_BYTES } else { 0 };
+    (flags, klen, key_from, vlen)
+}
+
+/// Bytes from a leaf item's start to its key, by flags byte, less a log
+/// item's back pointer and hint: one load in place of four flag tests on
+/// the scan's hot path.
+static KEY_FROM: [u8; 256] = key_from_table();
+
+const fn key_from_table() -> [u8; 256] {
+    let mut table = [0u8; 256];
+    let mut f = 0;
+    while f < 256 {
+        let flags = f as u8;
+        let lens = if flags & ITEM_SHORT_LENS != 0 { 3 } else { 7 };
+        let version = if flags & ITEM_VERSION32 != 0 { 4 } else { 8 };
+        let ttl = if flags & ITEM_TTL != 0 { TTL_BYTES } else { 0 };
+        let cflags = if flags & ITEM_CFLAGS != 0 {
             CFLAGS_BYTES
         } else {
             0
         };
-    (flags, klen, key_from, vlen)
+        table[f] = (lens + version + ttl + cflags) as u8;
+        f += 1;
+    }
+    table
 }
 
 /// Flags, key length, offset of the key and stored value length of the
