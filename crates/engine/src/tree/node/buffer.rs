@@ -44,8 +44,8 @@ pub(crate) struct BufferCounter {
     /// Bytes of the live buffers (each its class's size).
     live_bytes: AtomicUsize,
     /// Bytes of the out-of-line values the live buffers reference, each
-    /// counted once (`value::allocation_bytes`): with `live` buffers of
-    /// `node_size`, what the store holds (`Store::memory`). Added when a
+    /// counted once (`value::allocation_bytes`): with `live_bytes`, what
+    /// the store holds (`Store::memory`). Added when a
     /// write creates a value, taken away when the last buffer referencing
     /// it is freed; sharded, since every write of a long value adds to it.
     pub external_bytes: ShardedCount,
