@@ -440,20 +440,26 @@ mod tests {
     }
 }
 
+/// A store of `node` byte nodes holding `n` 8-byte keys in scattered
+/// order, each with `value`: leaves of every fill, after splits and merges.
+#[cfg(test)]
+fn scattered(node: usize, n: u64, value: &[u8]) -> crate::Store {
+    let store = crate::Store::new(crate::Config::with_node_size(node)).unwrap();
+    for i in 0..n {
+        let k = i.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_be_bytes();
+        store.put(&k, value).unwrap();
+    }
+    store
+}
+
 /// A planted off-by-one in the size class fails the check: a leaf whose
 /// header names one class less than its buffer's no longer has its log
 /// room (any leaf allocated in the smallest class that fits it).
 #[cfg(test)]
 mod size_class {
-    use crate::{Config, Store};
-
     #[test]
     fn a_class_one_too_small_fails_the_check() {
-        let store = Store::new(Config::default()).unwrap();
-        for i in 0..20_000u64 {
-            let k = i.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_be_bytes();
-            store.put(&k, &[7; 16]).unwrap();
-        }
+        let store = super::scattered(8192, 20_000, &[7; 16]);
         let t = store.tree();
         t.check_layout().unwrap();
         let unit = super::node::class_unit(t.g.node_size);
@@ -479,8 +485,8 @@ mod size_class {
 /// one-byte key length one too long, and a four-byte version read as eight.
 #[cfg(test)]
 mod compact_items {
+    use crate::Store;
     use crate::tree::node::{ITEM_SHORT_LENS, ITEM_VERSION32, NodePtr};
-    use crate::{Config, Store};
 
     /// The error `check_layout` gives with `f` applied to the first sorted
     /// item of a leaf with items (put back afterwards).
@@ -507,12 +513,7 @@ mod compact_items {
     }
 
     fn store() -> Store {
-        let store = Store::new(Config::with_node_size(1024)).unwrap();
-        for i in 0..2_000u64 {
-            let k = i.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_be_bytes();
-            store.put(&k, &[1; 12]).unwrap();
-        }
-        store
+        super::scattered(1024, 2_000, &[1; 12])
     }
 
     #[test]
