@@ -35,6 +35,7 @@ pub use error::{Error, Result};
 pub use store::op;
 pub use store::{Pin, Session, Store, check, check_key, read_backup};
 pub use tree::epoch::flush_reclamation;
+pub use tree::footprint::Footprint;
 pub use tree::node::{live_buffers_global, live_external_values_global};
 pub use types::{
     AtomicWrite, DurationHistogram, Expiry, Flags, HistogramSnapshot, Item, ItemView, MemoryUsage,

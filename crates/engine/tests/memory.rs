@@ -41,9 +41,13 @@ fn memory_counts_nodes_and_values_and_falls_back_once_deletes_are_reclaimed() {
     let store = Store::new(Config::default()).unwrap();
     let empty = store.memory();
     assert_eq!(empty.value_bytes, 0);
-    assert_eq!(
-        empty.node_bytes,
-        empty.node_buffers as u64 * Config::default().node_size_bytes as u64
+    // Each buffer counts its size class's bytes: more than nothing, at
+    // most a whole node (the exact sum is checked inside the crate, by the
+    // footprint walk's test).
+    assert!(empty.node_buffers > 0 && empty.node_bytes > 0, "{empty:?}");
+    assert!(
+        empty.node_bytes <= empty.node_buffers as u64 * Config::default().node_size_bytes as u64,
+        "{empty:?}"
     );
 
     let (nbig, nsmall) = (2_000, 20_000);

@@ -317,12 +317,18 @@ impl Store {
     /// Falls once what deletes, clears and expiry removed is reclaimed
     /// (see [`reclaim`](Store::reclaim)).
     pub fn memory(&self) -> MemoryUsage {
-        let (node_buffers, value_bytes) = self.tree.memory();
+        let (node_buffers, node_bytes, value_bytes) = self.tree.memory();
         MemoryUsage {
             node_buffers,
-            node_bytes: node_buffers as u64 * self.geometry.node_size as u64,
+            node_bytes,
             value_bytes,
         }
+    }
+
+    /// Where the store's bytes go, part by part (a walk over every node:
+    /// for measurements, not for a hot path).
+    pub fn footprint(&self) -> crate::Footprint {
+        self.tree.footprint()
     }
 
     /// Interior nodes searched by a learned model (`Config::learned_search`),

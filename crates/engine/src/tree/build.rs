@@ -8,9 +8,7 @@ use super::node::{
     self, BufferCounter, INTERIOR_ITEM_FIXED, Lid, NodePtr, STATE_LOCKED, ValueRef, encode_item,
     item_len, key_prefix, leaf_item_key,
 };
-use crate::config::{
-    Geometry, ITEM_HEADER_BYTES, LOG_EXTRA_BYTES, MAX_SHORTCUT_GROUPS, SHORTCUTS_PER_LINE,
-};
+use crate::config::{Geometry, MAX_SHORTCUT_GROUPS, SHORTCUTS_PER_LINE};
 
 /// A leaf item on its way into a new buffer.
 #[derive(Clone, Copy, Debug)]
@@ -36,7 +34,9 @@ impl Entry<'_> {
         }
         item_len(
             self.key.len(),
-            stored_value_len(g, self.value),
+            self.value.len(),
+            out_of_line(g, self.value),
+            self.version,
             self.expiry != 0,
             self.cflags != 0,
             false,
@@ -44,12 +44,9 @@ impl Entry<'_> {
     }
 }
 
-/// Bytes a value takes inside a node.
-pub(crate) fn stored_value_len(g: &Geometry, v: ValueRef<'_>) -> usize {
-    match v {
-        ValueRef::Inline(b) if b.len() <= g.inline_value_max => b.len(),
-        _ => 8,
-    }
+/// Whether a node stores the value out of line.
+pub(crate) fn out_of_line(g: &Geometry, v: ValueRef<'_>) -> bool {
+    !matches!(v, ValueRef::Inline(b) if b.len() <= g.inline_value_max)
 }
 
 /// The value as the node will store it, and the bytes it adds to what the
@@ -174,6 +171,10 @@ pub(crate) struct LeafWriter<'g> {
     nshortcuts: usize,
     /// Offset of the last item written.
     last_at: usize,
+    /// Most sorted-block bytes the buffer holds: the leaf capacity, or
+    /// less in a buffer of a smaller size class, which keeps
+    /// `Geometry::log_bytes` free behind them for the log.
+    room: usize,
     /// Some item holds its value out of line (`NODE_EXTERNAL`).
     external: bool,
     /// Bytes of the out-of-line values created for this buffer
@@ -185,9 +186,12 @@ pub(crate) struct LeafWriter<'g> {
 const MAX_SHORTCUTS: usize = SHORTCUTS_PER_LINE * MAX_SHORTCUT_GROUPS;
 
 impl<'g> LeafWriter<'g> {
-    /// A writer for about `total` bytes of items (an upper bound is fine).
+    /// A writer for at most `total` bytes of items, in a buffer of the
+    /// smallest size class that holds them and the log room.
     pub(crate) fn new(g: &'g Geometry, counter: &BufferCounter, total: usize) -> LeafWriter<'g> {
-        let p = NodePtr::alloc(g, counter);
+        let start = node::sorted_start(g, 0);
+        let p = NodePtr::alloc(g, counter, start + total.min(g.leaf_capacity) + g.log_bytes);
+        let room = g.leaf_capacity.min(p.capacity(g) - start - g.log_bytes);
         let target = g.segment_bytes.max(total / g.max_shortcuts().max(1) + 1);
         LeafWriter {
             g,
@@ -200,6 +204,7 @@ impl<'g> LeafWriter<'g> {
             starts: [0; MAX_SHORTCUTS],
             nshortcuts: 0,
             last_at: 0,
+            room,
             external: false,
             external_bytes: 0,
         }
@@ -211,7 +216,7 @@ impl<'g> LeafWriter<'g> {
     }
 
     fn start_item(&mut self, len: usize) -> usize {
-        assert!(self.bytes() + len <= self.g.leaf_capacity, "leaf overfull");
+        assert!(self.bytes() + len <= self.room, "leaf overfull");
         self.mark_item(len)
     }
 
@@ -262,10 +267,7 @@ impl<'g> LeafWriter<'g> {
     /// Appends a run of unchanged sorted-block items (whole items, back to
     /// back) with one copy; each still counts for the shortcuts.
     pub(crate) fn push_raw_run(&mut self, raw: &[u8]) {
-        assert!(
-            self.bytes() + raw.len() <= self.g.leaf_capacity,
-            "leaf overfull"
-        );
+        assert!(self.bytes() + raw.len() <= self.room, "leaf overfull");
         let first = self.at;
         let mut off = 0;
         while off < raw.len() {
@@ -283,20 +285,28 @@ impl<'g> LeafWriter<'g> {
     }
 
     /// Appends a log item (`raw`, its encoded bytes) as a sorted-block
-    /// item: the same bytes without the log fields and the log-only flags,
-    /// copied rather than encoded again.
+    /// item: the same fields, encoded again in the sorted block's compact
+    /// form (`node::item`), without the log fields and log-only flags.
     pub(crate) fn push_log_item(&mut self, raw: &[u8]) -> usize {
-        let (head, tail) = (ITEM_HEADER_BYTES, ITEM_HEADER_BYTES + LOG_EXTRA_BYTES);
-        let len = raw.len() - LOG_EXTRA_BYTES;
+        let item = node::decode_item(raw, 0, true);
+        let len = node::log_item_sorted_len(raw, 0);
         let at = self.start_item(len);
-        if raw[0] & node::ITEM_EXTERNAL != 0 {
-            self.share(node::decode_item(raw, 0, true).value);
+        if item.flags & node::ITEM_EXTERNAL != 0 {
+            self.share(item.value);
         }
         // SAFETY: unpublished buffer owned by this thread.
         let out = unsafe { self.p.bytes_mut(at, at + len) };
-        out[0] = raw[0] & (node::ITEM_TTL | node::ITEM_EXTERNAL | node::ITEM_CFLAGS);
-        out[1..head].copy_from_slice(&raw[1..head]);
-        out[head..].copy_from_slice(&raw[tail..]);
+        let written = encode_item(
+            out,
+            0,
+            item.key,
+            item.value,
+            item.version,
+            item.expiry,
+            item.cflags,
+            None,
+        );
+        debug_assert_eq!(written, len);
         at
     }
 
@@ -350,7 +360,7 @@ impl<'g> LeafWriter<'g> {
         init_header(self.g, self.p, version, lid, right, 0, self.at);
         // SAFETY: unpublished.
         let h = unsafe { self.p.header_mut() };
-        h.nshortcuts = n as u16;
+        h.nshortcuts = n as u8;
         h.nitems = self.nitems as u32;
         h.prefix_skip = skip as u16;
         if self.external {
@@ -421,7 +431,8 @@ pub(crate) fn build_interior(
     let rest = &children[1..];
     let total: usize = rest.iter().map(|c| interior_item_len(c.key)).sum();
     debug_assert!(total <= g.interior_capacity, "interior overfull");
-    let p = NodePtr::alloc(g, counter);
+    // Interior nodes are never appended to: a change builds a new one.
+    let p = NodePtr::alloc(g, counter, node::sorted_start(g, level) + total);
     let starts = choose_segments(g, rest.iter().map(|c| interior_item_len(c.key)), total);
     let mut prefixes = Vec::with_capacity(starts.len());
     let mut offsets = Vec::with_capacity(starts.len());
@@ -460,7 +471,7 @@ pub(crate) fn build_interior(
     }
     // SAFETY: unpublished.
     let h = unsafe { p.header_mut() };
-    h.nshortcuts = prefixes.len() as u16;
+    h.nshortcuts = prefixes.len() as u8;
     h.nitems = rest.len() as u32;
     h.prefix_skip = skip as u16;
     if learned.is_some() {
@@ -496,7 +507,7 @@ fn learned_model(
 /// Builds the buffer that anchors a removed node's LID: no items, flagged
 /// dead, version `version`, obsolete (nobody may lock it).
 pub(crate) fn build_dead(g: &Geometry, counter: &BufferCounter, version: u64, lid: Lid) -> NodePtr {
-    let p = NodePtr::alloc(g, counter);
+    let p = NodePtr::alloc(g, counter, node::sorted_start(g, 0));
     init_header(g, p, version, lid, Lid::NONE, 0, node::sorted_start(g, 0));
     // SAFETY: unpublished.
     let h = unsafe { p.header_mut() };

@@ -8,8 +8,9 @@ use super::Tree;
 use super::node::{
     self, Header, ITEM_DUP, ITEM_EXTERNAL, ITEM_REPLACES, ITEM_TOMBSTONE, LOG_META_DUP,
     LOG_META_EXTERNAL, LOG_META_REPLACES, LOG_META_TOMBSTONE, Lid, Model, NODE_LEARNED, NodePtr,
-    ShortcutBlock, decode_interior, key_fp, key_prefix, leaf_item_key, log_dir_entry,
+    ShortcutBlock, decode_interior, decode_item, key_fp, key_prefix, leaf_item_key, log_dir_entry,
 };
+use super::node::{ITEM_SHORT_LENS, ITEM_VERSION32};
 use super::read::{
     LogOrder, WalkFrom, find_segment, first_bp_from, leaf_walk, published_leaf, scan_segment,
 };
@@ -56,6 +57,7 @@ impl Tree {
                 leaf: h.level == 0,
                 items: Vec::new(),
             };
+            c.buffer_size()?;
             c.sorted_block()?;
             c.shortcuts()?;
             if !c.leaf {
@@ -93,6 +95,27 @@ impl<'a> NodeCheck<'a> {
         })
     }
 
+    /// The buffer's size class holds what the node published, and a leaf's
+    /// whole log room behind its sorted block: log appends write up to
+    /// `log_bytes` past `sorted_end` without looking at more than the
+    /// capacity (`node::buffer`, "Size classes").
+    fn buffer_size(&self) -> Checked {
+        let h = self.h;
+        let cap = self.p.capacity(self.g);
+        if h.class == 0 || h.class as usize * node::class_unit(self.g.node_size) > self.g.node_size
+        {
+            return self.fail(format!("size class {}", h.class));
+        }
+        let needed = h.sorted_end as usize + if self.leaf { self.g.log_bytes } else { 0 };
+        if self.buf.len() > cap || needed > cap {
+            return self.fail(format!(
+                "buffer of {cap} bytes under size {} and room {needed}",
+                self.buf.len()
+            ));
+        }
+        Ok(())
+    }
+
     /// Item boundaries and keys of the sorted block, its flags and shared
     /// prefix.
     fn sorted_block(&mut self) -> Checked {
@@ -102,6 +125,14 @@ impl<'a> NodeCheck<'a> {
         }
         let mut at = h.sorted_start as usize;
         while at < h.sorted_end as usize {
+            // The lengths read first, so that a corrupt one fails the check
+            // instead of a slice.
+            if leaf
+                && (at + 7 > h.sorted_end as usize
+                    || at + node::sorted_item_len(buf, at).0 > h.sorted_end as usize)
+            {
+                return self.fail(format!("sorted item at {at} runs past the sorted block"));
+            }
             let (key, len) = if leaf {
                 leaf_item_key(buf, at, false)
             } else {
@@ -125,6 +156,11 @@ impl<'a> NodeCheck<'a> {
         {
             return self.fail(format!("sorted item at {off} has log flags"));
         }
+        if leaf {
+            for &(off, _) in items {
+                self.compact_header(off)?;
+            }
+        }
         let external = items.iter().any(|&(off, _)| buf[off] & ITEM_EXTERNAL != 0);
         if leaf && external && h.flags & node::NODE_EXTERNAL == 0 {
             return self.fail("out-of-line value without NODE_EXTERNAL".into());
@@ -134,6 +170,30 @@ impl<'a> NodeCheck<'a> {
             && skip != node::prefix_skip(first.1, last.1)
         {
             return self.fail(format!("prefix_skip {skip}"));
+        }
+        Ok(())
+    }
+
+    /// A sorted item's header is the one the encoder picks (`node::item`):
+    /// one-byte lengths exactly when the key and an inline value fit them,
+    /// never for an out-of-line value; a four-byte version never 0. (A
+    /// version in eight bytes may fit four: the item a merge or split
+    /// publishes is built before its version is known.)
+    fn compact_header(&self, off: usize) -> Checked {
+        let buf = self.buf;
+        let flags = buf[off];
+        let item = decode_item(buf, off, false);
+        let external = flags & ITEM_EXTERNAL != 0;
+        let fits = item.key.len() <= 255 && item.value.len() <= 255 && !external;
+        if (flags & ITEM_SHORT_LENS != 0) != fits {
+            return self.fail(format!(
+                "sorted item at {off}: flags {flags:#x} for a {}-byte key and {}-byte value",
+                item.key.len(),
+                item.value.len()
+            ));
+        }
+        if flags & ITEM_VERSION32 != 0 && item.version == 0 {
+            return self.fail(format!("sorted item at {off}: version 0 in four bytes"));
         }
         Ok(())
     }
@@ -229,6 +289,10 @@ impl<'a> NodeCheck<'a> {
             }
             let e = log_dir_entry(buf, i);
             let flags = buf[at];
+            // A log item keeps the fixed header its append writes into.
+            if flags & (ITEM_SHORT_LENS | ITEM_VERSION32) != 0 {
+                return self.fail(format!("log item at {at} with compact flags {flags:#x}"));
+            }
             let x = ITEM_HEADER_BYTES;
             let bp = u32::from_le_bytes(buf[at + x..at + x + 4].try_into().expect("4"));
             let hint = buf[at + x + 4] as usize;
@@ -373,6 +437,104 @@ mod tests {
                 }
             }
         }
+    }
+}
+
+/// A store of `node` byte nodes holding `n` 8-byte keys in scattered
+/// order, each with `value`: leaves of every fill, after splits and merges.
+#[cfg(test)]
+fn scattered(node: usize, n: u64, value: &[u8]) -> crate::Store {
+    let store = crate::Store::new(crate::Config::with_node_size(node)).unwrap();
+    for i in 0..n {
+        let k = i.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_be_bytes();
+        store.put(&k, value).unwrap();
+    }
+    store
+}
+
+/// A planted off-by-one in the size class fails the check: a leaf whose
+/// header names one class less than its buffer's no longer has its log
+/// room (any leaf allocated in the smallest class that fits it).
+#[cfg(test)]
+mod size_class {
+    #[test]
+    fn a_class_one_too_small_fails_the_check() {
+        let store = super::scattered(8192, 20_000, &[7; 16]);
+        let t = store.tree();
+        t.check_layout().unwrap();
+        let unit = super::node::class_unit(t.g.node_size);
+        let tight = t.pages.entries().into_iter().find(|(_, p)| {
+            let h = p.header();
+            h.level == 0 && p.capacity(&t.g) - (h.sorted_end as usize + t.g.log_bytes) < unit
+        });
+        let (_, p) = tight.expect("a leaf in the smallest class that holds it");
+        // SAFETY: the tree is quiescent (this thread made every write and
+        // none is in flight); the byte is put back before anything reads
+        // the leaf again.
+        let class = unsafe { &mut p.header_mut().class };
+        *class -= 1;
+        let err = t.check_layout().map_err(|e| e.to_string());
+        *class += 1;
+        let err = err.expect_err("a class one too small");
+        assert!(err.contains("buffer of"), "{err}");
+        t.check_layout().unwrap();
+    }
+}
+
+/// Planted off-by-ones in the compact item header fail the check: a
+/// one-byte key length one too long, and a four-byte version read as eight.
+#[cfg(test)]
+mod compact_items {
+    use crate::Store;
+    use crate::tree::node::{ITEM_SHORT_LENS, ITEM_VERSION32, NodePtr};
+
+    /// The error `check_layout` gives with `f` applied to the first sorted
+    /// item of a leaf with items (put back afterwards).
+    fn check_with(store: &Store, at: impl Fn(usize) -> usize, f: impl Fn(&mut u8)) -> String {
+        let t = store.tree();
+        t.check_layout().unwrap();
+        let (_, p): (_, NodePtr) = t
+            .pages
+            .entries()
+            .into_iter()
+            .find(|(_, p)| p.is_leaf() && p.header().nitems > 2)
+            .expect("a leaf with items");
+        let off = at(p.header().sorted_start as usize);
+        // SAFETY: the tree is quiescent (this thread made every write and
+        // none is in flight); the byte is put back before anything else
+        // reads the leaf.
+        let byte = unsafe { &mut p.bytes_mut(off, off + 1)[0] };
+        let kept = *byte;
+        f(byte);
+        let err = t.check_layout().map_err(|e| e.to_string());
+        *byte = kept;
+        t.check_layout().unwrap();
+        err.expect_err("a corrupted item header")
+    }
+
+    fn store() -> Store {
+        super::scattered(1024, 2_000, &[1; 12])
+    }
+
+    #[test]
+    fn a_short_key_length_one_too_long_fails_the_check() {
+        let store = store();
+        let err = check_with(&store, |start| start + 1, |klen| *klen += 1);
+        println!("{err}");
+    }
+
+    #[test]
+    fn a_version_width_flag_dropped_fails_the_check() {
+        let store = store();
+        let err = check_with(
+            &store,
+            |start| start,
+            |flags| {
+                assert!(*flags & ITEM_SHORT_LENS != 0 && *flags & ITEM_VERSION32 != 0);
+                *flags &= !ITEM_VERSION32;
+            },
+        );
+        println!("{err}");
     }
 }
 

@@ -25,6 +25,7 @@ mod clear;
 pub(crate) mod count;
 pub(crate) mod delta;
 pub(crate) mod epoch;
+pub(crate) mod footprint;
 mod group;
 pub(crate) use group::Group;
 #[cfg(test)]
@@ -255,12 +256,13 @@ impl Tree {
         (learned, interior.len())
     }
 
-    /// (allocated buffers, bytes of the out-of-line values they reference):
-    /// two loads and a sum of shards, no walk.
-    pub(crate) fn memory(&self) -> (usize, u64) {
+    /// (allocated buffers, their bytes, bytes of the out-of-line values
+    /// they reference): three loads and a sum of shards, no walk.
+    pub(crate) fn memory(&self) -> (usize, u64, u64) {
         let c = &self.shared.counter;
         (
             c.live.load(std::sync::atomic::Ordering::Relaxed),
+            c.live_bytes(),
             c.external_bytes.get(),
         )
     }

@@ -181,6 +181,16 @@ impl PageTable {
         self.alloc.lock().free.push(lid);
     }
 
+    /// Bytes the table holds: its directory and the chunks allocated.
+    pub(crate) fn bytes(&self) -> usize {
+        let chunks = self
+            .dir
+            .iter()
+            .filter(|d| !d.load(Ordering::Acquire).is_null())
+            .count();
+        (DIR + chunks * CHUNK) * std::mem::size_of::<AtomicPtr<u8>>()
+    }
+
     /// Every LID with a buffer: (lid, current buffer).
     pub(crate) fn entries(&self) -> Vec<(Lid, NodePtr)> {
         let next = self.alloc.lock().next;

@@ -152,8 +152,8 @@ pub struct MemoryUsage {
     /// that readers or snapshots may still need, and replaced ones whose
     /// grace period has not passed yet).
     pub node_buffers: usize,
-    /// Their bytes (`node_buffers` times the node size): keys, inline
-    /// values and the tree's own structure.
+    /// Their bytes (each buffer its size class's size, at most the node
+    /// size): keys, inline values and the tree's own structure.
     pub node_bytes: u64,
     /// Bytes of the values stored out of line (longer than the inline
     /// limit) that those buffers reference, each with its 16-byte header;

@@ -28,12 +28,24 @@ use crate::tree::count::ShardedCount;
 /// dropped. A reused buffer holds initialised bytes from its previous life:
 /// `alloc` rewrites the header, and every other byte is written before it
 /// is read.
+///
+/// Size classes: a buffer is as long as what its node needs, rounded up to
+/// a 32nd of the node size (`class_unit`), not a whole node. A
+/// node is never written past what it was built with except by log
+/// appends, and those stay within `Geometry::log_bytes` past the sorted
+/// block, so a leaf is allocated with exactly that room behind its items
+/// and a leaf that is 70% full (what random inserts leave) takes 70% of a
+/// node plus its log room, not all of it (docs/experiments.md, "Bytes per
+/// record"). Each class has its own free list; the header records the
+/// class (`Header::class`), which `free` and the append check read.
 #[derive(Debug)]
 pub(crate) struct BufferCounter {
     pub live: AtomicUsize,
+    /// Bytes of the live buffers (each its class's size).
+    live_bytes: AtomicUsize,
     /// Bytes of the out-of-line values the live buffers reference, each
-    /// counted once (`value::allocation_bytes`): with `live` buffers of
-    /// `node_size`, what the store holds (`Store::memory`). Added when a
+    /// counted once (`value::allocation_bytes`): with `live_bytes`, what
+    /// the store holds (`Store::memory`). Added when a
     /// write creates a value, taken away when the last buffer referencing
     /// it is freed; sharded, since every write of a long value adds to it.
     pub external_bytes: ShardedCount,
@@ -46,7 +58,21 @@ struct Arena {
     chunks: Vec<NonNull<u8>>,
     /// Next unused byte of the newest chunk.
     bump: usize,
-    free: Vec<NodePtr>,
+    /// Bytes of the buffers carved so far (without the lines between them).
+    carved: usize,
+    /// Freed buffers by size class (index `class - 1`).
+    free: [Vec<NodePtr>; SIZE_CLASSES],
+}
+
+/// What the arena holds (`BufferCounter::arena_bytes`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ArenaBytes {
+    /// Chunks mapped.
+    pub mapped: u64,
+    /// Buffers carved from them, live or free.
+    pub carved: u64,
+    /// Freed buffers waiting for reuse.
+    pub free: u64,
 }
 
 // SAFETY: the chunk pointers are owned allocations, only touched under the
@@ -56,6 +82,19 @@ unsafe impl Send for Arena {}
 /// Size (and alignment) of an arena chunk: one huge page.
 const CHUNK_BYTES: usize = 2 << 20;
 
+/// Most buffer size classes: class `c` (from 1) is `c` units of
+/// `class_unit` bytes, up to the node size. A 32nd of the node wastes half
+/// of one (128 B of an 8 KiB node) per buffer on average; 16 classes
+/// measured 2 B/record more (docs/experiments.md, "Bytes per record").
+pub(crate) const SIZE_CLASSES: usize = 32;
+
+/// Bytes of one size-class unit: a 32nd of the node, and at least a cache
+/// line, so that every buffer starts on a line (1 KiB and 2 KiB nodes have
+/// 16 and 32 lines, so fewer classes).
+pub(crate) fn class_unit(node_size: usize) -> usize {
+    (node_size / SIZE_CLASSES).max(LINE_BYTES)
+}
+
 fn chunk_layout() -> Layout {
     Layout::from_size_align(CHUNK_BYTES, CHUNK_BYTES).expect("valid layout")
 }
@@ -64,6 +103,7 @@ impl BufferCounter {
     pub(crate) fn new(node_size: usize) -> BufferCounter {
         BufferCounter {
             live: AtomicUsize::new(0),
+            live_bytes: AtomicUsize::new(0),
             external_bytes: ShardedCount::default(),
             node_size,
             arena: parking_lot::Mutex::new(Arena {
@@ -73,30 +113,74 @@ impl BufferCounter {
         }
     }
 
-    /// A buffer from the free list, or carved from a chunk.
-    fn take(&self) -> (NodePtr, bool) {
+    /// The smallest size class of at least `bytes` bytes.
+    pub(crate) fn class_for(&self, bytes: usize) -> u8 {
+        assert!(bytes <= self.node_size, "a buffer is at most a node");
+        let unit = class_unit(self.node_size);
+        bytes.div_ceil(unit).clamp(1, self.node_size / unit) as u8
+    }
+
+    /// Bytes of a buffer of size class `class`.
+    pub(crate) fn class_bytes(&self, class: u8) -> usize {
+        class as usize * class_unit(self.node_size)
+    }
+
+    /// A buffer of size class `class` or larger and its class: the
+    /// smallest freed one that is large enough, or one carved from a chunk.
+    /// A larger freed buffer is taken whole rather than carving a new one:
+    /// random inserts fill leaves in waves, so the classes in demand move
+    /// while the freed buffers of the last wave wait in other classes
+    /// (docs/experiments.md, "Bytes per record"), and a leaf holds its
+    /// buffer only until its next merge.
+    fn take(&self, class: u8) -> (NodePtr, u8, bool) {
         let mut a = self.arena.lock();
-        if let Some(p) = a.free.pop() {
-            return (p, true);
+        for c in class..=(self.node_size / class_unit(self.node_size)) as u8 {
+            if let Some(p) = a.free[c as usize - 1].pop() {
+                return (p, c, true);
+            }
         }
-        if a.bump + self.node_size > CHUNK_BYTES {
+        let bytes = self.class_bytes(class);
+        if a.bump + bytes > CHUNK_BYTES {
             a.chunks.push(map_chunk());
             a.bump = 0;
         }
         let chunk = *a.chunks.last().expect("a chunk");
-        // SAFETY: `bump + node_size <= CHUNK_BYTES`, inside the chunk.
+        // SAFETY: `bump + bytes <= CHUNK_BYTES`, inside the chunk.
         let p = unsafe { chunk.add(a.bump) };
         // Buffers are one line apart beyond their size, so that the same
         // offset in different nodes (headers, top lines, directories) falls
         // in different cache sets instead of all in the few sets a
         // node-size stride would give them.
-        a.bump += self.node_size + LINE_BYTES;
-        (NodePtr(p), false)
+        a.bump += bytes + LINE_BYTES;
+        a.carved += bytes;
+        debug_assert_eq!(
+            p.as_ptr() as usize % LINE_BYTES,
+            0,
+            "buffers start on a line"
+        );
+        (NodePtr(p), class, false)
+    }
+
+    /// Bytes of the buffers allocated and not freed.
+    pub(crate) fn live_bytes(&self) -> u64 {
+        self.live_bytes.load(Ordering::Relaxed) as u64
+    }
+
+    /// Mapped, carved and free bytes of the arena.
+    pub(crate) fn arena_bytes(&self) -> ArenaBytes {
+        let a = self.arena.lock();
+        ArenaBytes {
+            mapped: (a.chunks.len() * CHUNK_BYTES) as u64,
+            carved: a.carved as u64,
+            free: (1..=SIZE_CLASSES)
+                .map(|c| (a.free[c - 1].len() * self.class_bytes(c as u8)) as u64)
+                .sum(),
+        }
     }
 
     #[cfg(not(feature = "shuttle"))]
-    fn give_back(&self, p: NodePtr) {
-        self.arena.lock().free.push(p);
+    fn give_back(&self, p: NodePtr, class: u8) {
+        self.arena.lock().free[class as usize - 1].push(p);
     }
 }
 
@@ -193,20 +277,32 @@ unsafe impl Send for NodePtr {}
 unsafe impl Sync for NodePtr {}
 
 impl NodePtr {
-    /// Allocates a zeroed buffer whose header says: unpublished size
-    /// `HEADER_BYTES + shortcut_bytes`, locked (it is unlocked when the write
-    /// that made it finishes its structure change).
-    pub(crate) fn alloc(g: &Geometry, counter: &BufferCounter) -> NodePtr {
+    /// Allocates a buffer of at least `bytes` bytes (its size class's
+    /// size, `capacity`) whose header is zeroed but for its class; the
+    /// builder that asked for it fills in the rest before publishing it.
+    pub(crate) fn alloc(g: &Geometry, counter: &BufferCounter, bytes: usize) -> NodePtr {
         debug_assert_eq!(g.node_size, counter.node_size);
+        let (p, class, reused) = counter.take(counter.class_for(bytes.max(HEADER_BYTES)));
         counter.live.fetch_add(1, Ordering::Relaxed);
+        counter
+            .live_bytes
+            .fetch_add(counter.class_bytes(class), Ordering::Relaxed);
         GLOBAL_LIVE.fetch_add(1, Ordering::Relaxed);
-        let (p, reused) = counter.take();
         if reused {
             // SAFETY: a reused buffer is unreachable and owned by this thread
             // now; its bytes are initialised. Reset the header to zero.
             unsafe { std::ptr::write_bytes(p.as_raw(), 0, HEADER_BYTES) };
         }
+        // SAFETY: unpublished, owned by this thread (a fresh chunk is zeroed
+        // by the system).
+        unsafe { p.header_mut() }.class = class;
         p
+    }
+
+    /// Bytes of the buffer: its size class's size. Nothing is ever written
+    /// at or past it.
+    pub(crate) fn capacity(&self, g: &Geometry) -> usize {
+        self.header().class as usize * class_unit(g.node_size)
     }
 
     /// A placeholder that is never dereferenced (fills unused path slots).
@@ -329,6 +425,7 @@ impl NodePtr {
     /// No thread can reach the buffer any more (invariant 3), and it is freed once.
     pub(crate) unsafe fn free(self, g: &Geometry, counter: &BufferCounter) {
         let h = self.header();
+        let class = h.class;
         if h.level == 0 && h.flags & NODE_DEAD == 0 {
             let state = h.state.load(Ordering::Acquire);
             // SAFETY: the buffer is unreachable, so its bytes are stable.
@@ -361,6 +458,9 @@ impl NodePtr {
             counter.external_bytes.add(-(released as i64));
         }
         counter.live.fetch_sub(1, Ordering::Relaxed);
+        counter
+            .live_bytes
+            .fetch_sub(counter.class_bytes(class), Ordering::Relaxed);
         GLOBAL_LIVE.fetch_sub(1, Ordering::Relaxed);
         #[cfg(feature = "shuttle")]
         {
@@ -377,7 +477,35 @@ impl NodePtr {
         #[cfg(not(feature = "shuttle"))]
         {
             let _ = g;
-            counter.give_back(self);
+            counter.give_back(self, class);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BufferCounter, SIZE_CLASSES, class_unit};
+    use crate::config::LINE_BYTES;
+
+    /// The class of a size is the smallest that holds it, for every size
+    /// up to a node: one unit less would not hold it. Units are whole
+    /// lines, so buffers start on lines.
+    #[test]
+    fn class_for_is_the_smallest_class_that_holds_the_bytes() {
+        for node in [1024, 2048, 8192, 65536] {
+            let c = BufferCounter::new(node);
+            let classes = node / class_unit(node);
+            assert!(classes <= SIZE_CLASSES && class_unit(node).is_multiple_of(LINE_BYTES));
+            for bytes in 1..=node {
+                let class = c.class_for(bytes);
+                assert!((1..=classes as u8).contains(&class));
+                assert!(c.class_bytes(class) >= bytes, "{node} {bytes}");
+                assert!(
+                    class == 1 || c.class_bytes(class - 1) < bytes,
+                    "{node} {bytes}"
+                );
+            }
+            assert_eq!(c.class_bytes(classes as u8), node);
         }
     }
 }

@@ -40,7 +40,12 @@ pub(crate) struct Header {
     /// 0 for leaves.
     pub level: u8,
     pub flags: u8,
-    pub nshortcuts: u16,
+    /// At most `SHORTCUTS_PER_LINE * MAX_SHORTCUT_GROUPS` (48).
+    pub nshortcuts: u8,
+    /// The buffer's size class: it is `class` units (`class_unit`) long
+    /// (`node::buffer`, "Size classes"). Set by `NodePtr::alloc`, never
+    /// changed.
+    pub class: u8,
     /// Number of items in the sorted block.
     pub nitems: u32,
     /// Offset of the first sorted-block byte (after the shortcut block;

@@ -57,6 +57,8 @@ mod log_block;
 mod shortcut_block;
 pub(crate) mod value;
 
+#[cfg(test)]
+pub(crate) use buffer::class_unit;
 pub(crate) use buffer::{BufferCounter, NodePtr};
 pub use buffer::{live_buffers_global, live_external_values_global};
 pub(crate) use header::{
@@ -64,10 +66,12 @@ pub(crate) use header::{
     shortcut_base, sorted_start, sorted_start_of, state_appended, state_log_count, state_size,
 };
 pub(crate) use item::{
-    INTERIOR_ITEM_FIXED, ITEM_CFLAGS, ITEM_DUP, ITEM_EXTERNAL, ITEM_REPLACES, ITEM_TOMBSTONE,
-    ITEM_TTL, ItemRef, ValueRef, decode_interior, decode_item, encode_item, item_len,
-    leaf_item_key, sorted_item_len,
+    INTERIOR_ITEM_FIXED, ITEM_DUP, ITEM_EXTERNAL, ITEM_REPLACES, ITEM_TOMBSTONE, ItemRef, ValueRef,
+    decode_interior, decode_item, encode_item, item_len, leaf_item_key, log_item_sorted_len,
+    sorted_item_len, sorted_version_field,
 };
+#[cfg(test)]
+pub(crate) use item::{ITEM_SHORT_LENS, ITEM_VERSION32};
 pub(crate) use key::{key_cmp, key_fp, key_prefix, prefix_skip};
 pub(crate) use learned::{Model, line_window};
 pub(crate) use log_block::{

@@ -5,7 +5,7 @@ use super::lock::LockedLeaf;
 use super::lookup::Lookup;
 use super::{WriteOp, fault, log_entry};
 use crate::tree::Tree;
-use crate::tree::build::{own_value, stored_value_len};
+use crate::tree::build::{out_of_line, own_value};
 use crate::tree::node::{
     ITEM_DUP, ITEM_REPLACES, ITEM_TOMBSTONE, LOG_META_DUP, LOG_META_EXTERNAL, LOG_META_HINT,
     LOG_META_REPLACES, LOG_META_TOMBSTONE, LogDirEntry, NodePtr, ValueRef, encode_item, item_len,
@@ -40,11 +40,19 @@ impl Tree {
         };
         let size = state_size(state);
         let sorted_end = buf.header().sorted_end as usize;
-        let stored = stored_value_len(g, ValueRef::Inline(value));
-        let len = item_len(key.len(), stored, expiry != 0, cflags != 0, true);
+        let external = out_of_line(g, ValueRef::Inline(value));
+        let len = item_len(
+            key.len(),
+            value.len(),
+            external,
+            0,
+            expiry != 0,
+            cflags != 0,
+            true,
+        );
         debug_assert!(len <= g.max_item, "key and value limits keep items small");
         let nlog = state_log_count(state);
-        if size + len > g.node_size
+        if size + len > buf.capacity(g)
             || size - sorted_end + len > g.log_bytes
             || nlog >= crate::config::LOG_DIR_MAX
         {

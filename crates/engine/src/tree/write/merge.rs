@@ -6,12 +6,13 @@ use std::sync::atomic::Ordering as CoreOrdering;
 use super::lock::LockedLeaf;
 use super::lookup::Lookup;
 use super::{Step, WriteOp, fault};
-use crate::config::{Geometry, LOG_EXTRA_BYTES};
+use crate::config::Geometry;
 use crate::tree::Tree;
 use crate::tree::build::{Entry, LeafWriter};
 use crate::tree::epoch::Guard;
 use crate::tree::node::{
     ITEM_DUP, ITEM_REPLACES, ITEM_TOMBSTONE, Lid, NodePtr, ValueRef, leaf_item_key,
+    log_item_sorted_len, sorted_version_field,
 };
 use crate::tree::read::{LogOrder, MAX_LOG_ITEMS, published_leaf};
 use crate::tree::version::WriteVersion;
@@ -74,7 +75,7 @@ fn merge_groups(
         let len = match newest {
             NEW_ITEM => new_entry.map_or(0, |e| e.sorted_len(g)),
             x if buf[x as usize] & ITEM_TOMBSTONE != 0 => 0,
-            x => leaf_item_key(buf, x as usize, true).1 - LOG_EXTRA_BYTES,
+            x => log_item_sorted_len(buf, x as usize),
         };
         size = size - replaced + len;
         groups[ngroups] = MergeGroup {
@@ -157,7 +158,7 @@ impl Tree {
                 (NEW_ITEM, None) => {}
                 (x, _) if gr.len > 0 => {
                     let at = x as usize;
-                    w.push_log_item(&buf[at..at + gr.len + LOG_EXTRA_BYTES]);
+                    w.push_log_item(&buf[at..]);
                 }
                 _ => {}
             }
@@ -196,7 +197,10 @@ impl Tree {
         unsafe {
             p.header_mut().version = v.get();
             if let Some(at) = new_at {
-                p.bytes_mut(at + 7, at + 15)
+                // Built with version 0, so with the eight-byte field.
+                let (field, width) = sorted_version_field(p.bytes(at + 1)[at]);
+                debug_assert_eq!(width, 8);
+                p.bytes_mut(at + field, at + field + 8)
                     .copy_from_slice(&v.get().to_le_bytes());
             }
         }
