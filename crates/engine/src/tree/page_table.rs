@@ -181,14 +181,18 @@ impl PageTable {
         self.alloc.lock().free.push(lid);
     }
 
-    /// Bytes the table holds: its directory and the chunks allocated.
+    /// Bytes the table holds: its directories (every one it has had: a
+    /// replaced one is kept) and the chunks allocated.
     pub(crate) fn bytes(&self) -> usize {
-        let chunks = self
-            .dir
-            .iter()
-            .filter(|d| !d.load(Ordering::Acquire).is_null())
-            .count();
-        (DIR + chunks * CHUNK) * std::mem::size_of::<AtomicPtr<u8>>()
+        let a = self.alloc.lock();
+        let dirs: usize = a.dirs.iter().map(|d| d.chunks.len()).sum();
+        let chunks = a.dirs.last().map_or(0, |d| {
+            d.chunks
+                .iter()
+                .filter(|c| !c.load(Ordering::Acquire).is_null())
+                .count()
+        });
+        (dirs + chunks * CHUNK) * std::mem::size_of::<AtomicPtr<u8>>()
     }
 
     /// Every LID with a buffer: (lid, current buffer).
