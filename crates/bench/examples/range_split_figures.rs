@@ -16,7 +16,7 @@
 use std::ops::Bound;
 use std::time::Instant;
 
-use combkv::{Config, Item, Range, Store};
+use combkv::{Config, Range, Store};
 use combkv_bench::keys::key;
 
 fn resident_bytes() -> u64 {
@@ -66,13 +66,7 @@ fn split_once(records: u64) -> Split {
     let pin = store.pin();
     let mut items = Vec::with_capacity(keys.len() / 2);
     store.visit_range_at(&pin, &right, |it| {
-        items.push(Item {
-            key: it.key.to_vec().into(),
-            value: it.value.to_vec().into(),
-            version: it.version,
-            expires_at_ms: it.expires_at_ms,
-            flags: it.flags,
-        });
+        items.push(it.to_item());
         true
     });
     let copied = items.len();

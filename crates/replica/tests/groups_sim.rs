@@ -10,18 +10,16 @@
 //! `COMBKV_SIM_SCHEDULES=N` runs N seeds (12 by default); `COMBKV_SIM_SEED=S`
 //! the one seed S.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use combkv::Range;
-use combkv::durable::FaultyStorage;
 use combkv::op::{Cond, Op};
 use combkv::{Expiry, Flags};
 use combkv_replica::network::sim::{Faults, SimNet};
 use combkv_replica::{GroupId, codec};
 use groups::*;
-use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -79,17 +77,10 @@ async fn nemesis(cl: Arc<Cluster>, seed: u64) {
 }
 
 fn run(seed: u64) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    let dir = std::env::temp_dir().join(format!("combkv-groups-{}-{seed}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let result = rt.block_on(async {
-        let cl = Arc::new(Cluster {
-            dir: dir.clone(),
-            net: SimNet::new(
+    let result = simulate(&format!("groups-{seed}"), |dir| async move {
+        let cl = Cluster::new(
+            dir.clone(),
+            SimNet::new(
                 seed,
                 Faults {
                     drop_request: 0.05,
@@ -97,11 +88,9 @@ fn run(seed: u64) {
                     delay_ms: (0, 15),
                 },
             ),
-            nodes: Mutex::new(HashMap::new()),
-            storage: (1..=NODES)
-                .flat_map(|id| GROUPS.map(|g| ((id, g), FaultyStorage::new(seed ^ id ^ (g << 8)))))
-                .collect(),
-        });
+            NODES,
+            seed,
+        );
         // Node 3 starts with group 0 only: group 7's messages to it are
         // refused until it starts that group below.
         for id in 1..=NODES {
@@ -169,7 +158,6 @@ fn run(seed: u64) {
         }
         Ok::<_, String>(outcomes)
     });
-    let _ = std::fs::remove_dir_all(&dir);
     match result {
         Err(e) => panic!("seed {seed} failed (rerun: COMBKV_SIM_SEED={seed}): {e}"),
         Ok(o) => eprintln!(
@@ -183,13 +171,7 @@ fn run(seed: u64) {
 
 #[test]
 fn groups_share_the_nodes_and_keep_their_own_logs_and_stores() {
-    if let Ok(s) = std::env::var("COMBKV_SIM_SEED") {
-        return run(s.parse().expect("COMBKV_SIM_SEED is a number"));
-    }
-    let n: u64 = std::env::var("COMBKV_SIM_SCHEDULES")
-        .ok()
-        .map_or(12, |s| s.parse().expect("COMBKV_SIM_SCHEDULES is a number"));
-    (0..n).for_each(run);
+    seeds(12).into_iter().for_each(run);
 }
 
 /// The meta group (group 0) keeps the range map: made from its first
@@ -200,22 +182,8 @@ fn groups_share_the_nodes_and_keep_their_own_logs_and_stores() {
 #[test]
 fn the_meta_group_keeps_the_range_map_through_its_log() {
     use combkv_replica::ranges::{Epoch, MapChange};
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    let dir = std::env::temp_dir().join(format!("combkv-groups-map-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    rt.block_on(async {
-        let cl = Arc::new(Cluster {
-            dir: dir.clone(),
-            net: SimNet::new(1, Faults::NONE),
-            nodes: Mutex::new(HashMap::new()),
-            storage: (1..=NODES + 1)
-                .flat_map(|id| GROUPS.map(|g| ((id, g), FaultyStorage::new(id ^ (g << 8)))))
-                .collect(),
-        });
+    simulate("groups-map", |dir| async move {
+        let cl = Cluster::new(dir.clone(), SimNet::new(1, Faults::NONE), NODES + 1, 0);
         for id in 1..=NODES {
             cl.start(id, &GROUPS).await;
         }
@@ -332,5 +300,4 @@ fn the_meta_group_keeps_the_range_map_through_its_log() {
             cl.stop(id).await;
         }
     });
-    let _ = std::fs::remove_dir_all(&dir);
 }

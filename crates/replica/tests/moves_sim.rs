@@ -5,15 +5,12 @@
 //! `COMBKV_SIM_SCHEDULES=N` runs N seeds of the seeded test (8 by
 //! default); `COMBKV_SIM_SEED=S` the one seed S.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use combkv::durable::FaultyStorage;
 use combkv_replica::GroupId;
 use combkv_replica::network::sim::{Faults, SimNet};
 use groups::*;
-use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -27,33 +24,12 @@ mod groups;
 /// and votes; only then is node 3 removed. Range 0 stays on its members.
 #[test]
 fn a_range_moves_to_the_replicas_the_map_names() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    let dir = std::env::temp_dir().join(format!("combkv-groups-move-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    rt.block_on(async {
-        let cl = Arc::new(Cluster {
-            dir: dir.clone(),
-            net: SimNet::new(3, Faults::NONE),
-            nodes: Mutex::new(HashMap::new()),
-            storage: (1..=NODES + 1)
-                .flat_map(|id| GROUPS.map(|g| ((id, g), FaultyStorage::new(id ^ (g << 8)))))
-                .collect(),
-        });
+    simulate("groups-move", |dir| async move {
+        let cl = Cluster::new(dir.clone(), SimNet::new(3, Faults::NONE), NODES + 1, 0);
         for id in 1..=NODES {
             cl.start(id, &[0]).await;
         }
-        let members: Vec<(u64, String)> = (1..=NODES)
-            .map(|id| (id, format!("127.0.0.{id}:7000")))
-            .collect();
-        cl.replica(1, 0)
-            .unwrap()
-            .initialize(&members)
-            .await
-            .unwrap();
+        cl.form(&(1..=NODES).collect::<Vec<_>>()).await;
         let g0 = cl.replica(1, 0).unwrap();
         for n in 0..40 {
             g0.write(1, put_op(&kv(n), b"v")).await.unwrap();
@@ -138,7 +114,6 @@ fn a_range_moves_to_the_replicas_the_map_names() {
             cl.stop(id).await;
         }
     });
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Five nodes; the keyspace splits into three ranges and one of them
@@ -158,18 +133,10 @@ fn ranges_under_faults(seed: u64) {
     const KEYS: usize = 9;
     const WRITES: usize = 30;
     let all: Vec<u64> = (1..=FIVE).collect();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    let dir =
-        std::env::temp_dir().join(format!("combkv-groups-five-{}-{seed}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let result = rt.block_on(async {
-        let cl = Arc::new(Cluster {
-            dir: dir.clone(),
-            net: SimNet::new(
+    let result = simulate(&format!("groups-five-{seed}"), |dir| async move {
+        let cl = Cluster::new(
+            dir.clone(),
+            SimNet::new(
                 seed,
                 Faults {
                     drop_request: 0.02,
@@ -177,23 +144,13 @@ fn ranges_under_faults(seed: u64) {
                     delay_ms: (0, 8),
                 },
             ),
-            nodes: Mutex::new(HashMap::new()),
-            storage: (1..=FIVE)
-                .flat_map(|id| GROUPS.map(|g| ((id, g), FaultyStorage::new(seed ^ id ^ (g << 8)))))
-                .collect(),
-        });
+            FIVE,
+            seed,
+        );
         for &id in &all {
             cl.start(id, &[0]).await;
         }
-        let members: Vec<(u64, String)> = all
-            .iter()
-            .map(|&id| (id, format!("127.0.0.{id}:7000")))
-            .collect();
-        cl.replica(1, 0)
-            .unwrap()
-            .initialize(&members)
-            .await
-            .unwrap();
+        cl.form(&all).await;
         let clients: Vec<_> = (0..KEYS)
             .map(|w| {
                 let cl = Arc::clone(&cl);
@@ -378,7 +335,6 @@ fn ranges_under_faults(seed: u64) {
         }
         Ok(outcomes.iter().map(|o| o.1).sum::<usize>())
     });
-    let _ = std::fs::remove_dir_all(&dir);
     match result {
         Err(e) => panic!("seed {seed} failed (rerun: COMBKV_SIM_SEED={seed}): {e}"),
         Ok(n) => eprintln!("seed {seed}: acknowledged values summed {n}"),
@@ -387,13 +343,7 @@ fn ranges_under_faults(seed: u64) {
 
 #[test]
 fn five_nodes_split_and_move_ranges_under_faults_and_lose_nothing() {
-    if let Ok(s) = std::env::var("COMBKV_SIM_SEED") {
-        return ranges_under_faults(s.parse().expect("COMBKV_SIM_SEED is a number"));
-    }
-    let n: u64 = std::env::var("COMBKV_SIM_SCHEDULES")
-        .ok()
-        .map_or(8, |s| s.parse().expect("COMBKV_SIM_SCHEDULES is a number"));
-    (0..n).for_each(ranges_under_faults);
+    seeds(8).into_iter().for_each(ranges_under_faults);
 }
 
 /// Ranges spread over five nodes: splitting by size as writers fill the
@@ -405,22 +355,8 @@ fn five_nodes_split_and_move_ranges_under_faults_and_lose_nothing() {
 fn ranges_spread_over_five_nodes_three_replicas_each() {
     const FIVE: u64 = 5;
     const KEYS: usize = 3000;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    let dir = std::env::temp_dir().join(format!("combkv-groups-spread-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    rt.block_on(async {
-        let cl = Arc::new(Cluster {
-            dir: dir.clone(),
-            net: SimNet::new(5, Faults::NONE),
-            nodes: Mutex::new(HashMap::new()),
-            storage: (1..=FIVE)
-                .flat_map(|id| GROUPS.map(|g| ((id, g), FaultyStorage::new(id ^ (g << 8)))))
-                .collect(),
-        });
+    simulate("groups-spread", |dir| async move {
+        let cl = Cluster::new(dir.clone(), SimNet::new(5, Faults::NONE), FIVE, 0);
         for id in 1..=FIVE {
             let host = combkv_replica::Host::simulated(id, &cl.net);
             let mut c = config(&cl.dir, id, 0, &cl.storage[&(id, 0)]);
@@ -429,14 +365,7 @@ fn ranges_spread_over_five_nodes_three_replicas_each() {
             host.start_group(0, &c).await.unwrap();
             cl.nodes.lock().insert(id, host);
         }
-        let members: Vec<(u64, String)> = (1..=FIVE)
-            .map(|id| (id, format!("127.0.0.{id}:7000")))
-            .collect();
-        cl.replica(1, 0)
-            .unwrap()
-            .initialize(&members)
-            .await
-            .unwrap();
+        cl.form(&(1..=FIVE).collect::<Vec<_>>()).await;
         let value = vec![b'v'; 100];
         let key = |n: usize| format!("key{n:06}").into_bytes();
         for n in 0..KEYS {
@@ -553,5 +482,4 @@ fn ranges_spread_over_five_nodes_three_replicas_each() {
             cl.stop(id).await;
         }
     });
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -5,15 +5,12 @@
 //! `COMBKV_SIM_SCHEDULES=N` runs N seeds of the seeded test (12 by
 //! default); `COMBKV_SIM_SEED=S` the one seed S.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use combkv::durable::FaultyStorage;
 use combkv_replica::network::sim::{Faults, SimNet};
 use combkv_replica::{GroupId, Host};
 use groups::*;
-use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -30,33 +27,12 @@ mod groups;
 /// directory.
 #[test]
 fn a_split_starts_the_new_range_on_every_replica_even_one_that_missed_it() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    let dir = std::env::temp_dir().join(format!("combkv-groups-split-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    rt.block_on(async {
-        let cl = Arc::new(Cluster {
-            dir: dir.clone(),
-            net: SimNet::new(2, Faults::NONE),
-            nodes: Mutex::new(HashMap::new()),
-            storage: (1..=NODES)
-                .flat_map(|id| GROUPS.map(|g| ((id, g), FaultyStorage::new(id ^ (g << 8)))))
-                .collect(),
-        });
+    simulate("groups-split", |dir| async move {
+        let cl = Cluster::new(dir.clone(), SimNet::new(2, Faults::NONE), NODES, 0);
         for id in 1..=NODES {
             cl.start(id, &[0]).await;
         }
-        let members: Vec<(u64, String)> = (1..=NODES)
-            .map(|id| (id, format!("127.0.0.{id}:7000")))
-            .collect();
-        cl.replica(1, 0)
-            .unwrap()
-            .initialize(&members)
-            .await
-            .unwrap();
+        cl.form(&(1..=NODES).collect::<Vec<_>>()).await;
         let g0 = cl.replica(1, 0).unwrap();
         for n in 0..40 {
             g0.write(1, put_op(&kv(n), b"before")).await.unwrap();
@@ -187,7 +163,6 @@ fn a_split_starts_the_new_range_on_every_replica_even_one_that_missed_it() {
             cl.stop(id).await;
         }
     });
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Writers keep writing while group 0's range splits, over a network that
@@ -203,20 +178,10 @@ fn a_split_starts_the_new_range_on_every_replica_even_one_that_missed_it() {
 fn split_under_writers(seed: u64) {
     const KEYS: usize = 8;
     const WRITES: usize = 40;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    let dir = std::env::temp_dir().join(format!(
-        "combkv-groups-split-w-{}-{seed}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    let result = rt.block_on(async {
-        let cl = Arc::new(Cluster {
-            dir: dir.clone(),
-            net: SimNet::new(
+    let result = simulate(&format!("groups-split-w-{seed}"), |dir| async move {
+        let cl = Cluster::new(
+            dir.clone(),
+            SimNet::new(
                 seed,
                 Faults {
                     drop_request: 0.03,
@@ -224,22 +189,13 @@ fn split_under_writers(seed: u64) {
                     delay_ms: (0, 10),
                 },
             ),
-            nodes: Mutex::new(HashMap::new()),
-            storage: (1..=NODES)
-                .flat_map(|id| GROUPS.map(|g| ((id, g), FaultyStorage::new(seed ^ id ^ (g << 8)))))
-                .collect(),
-        });
+            NODES,
+            seed,
+        );
         for id in 1..=NODES {
             cl.start(id, &[0]).await;
         }
-        let members: Vec<(u64, String)> = (1..=NODES)
-            .map(|id| (id, format!("127.0.0.{id}:7000")))
-            .collect();
-        cl.replica(1, 0)
-            .unwrap()
-            .initialize(&members)
-            .await
-            .unwrap();
+        cl.form(&(1..=NODES).collect::<Vec<_>>()).await;
         let writers: Vec<_> = (0..KEYS)
             .map(|w| {
                 let cl = Arc::clone(&cl);
@@ -367,7 +323,6 @@ fn split_under_writers(seed: u64) {
         }
         Ok(outcomes.iter().filter_map(|o| o.1).sum::<usize>())
     });
-    let _ = std::fs::remove_dir_all(&dir);
     match result {
         Err(e) => panic!("seed {seed} failed (rerun: COMBKV_SIM_SEED={seed}): {e}"),
         Ok(n) => eprintln!("seed {seed}: acknowledged values summed {n}"),
@@ -376,13 +331,7 @@ fn split_under_writers(seed: u64) {
 
 #[test]
 fn a_split_under_writers_loses_no_acknowledged_write() {
-    if let Ok(s) = std::env::var("COMBKV_SIM_SEED") {
-        return split_under_writers(s.parse().expect("COMBKV_SIM_SEED is a number"));
-    }
-    let n: u64 = std::env::var("COMBKV_SIM_SCHEDULES")
-        .ok()
-        .map_or(12, |s| s.parse().expect("COMBKV_SIM_SCHEDULES is a number"));
-    (0..n).for_each(split_under_writers);
+    seeds(12).into_iter().for_each(split_under_writers);
 }
 
 /// Ranges split by size on their own: with `split_bytes` set, writers
@@ -393,22 +342,8 @@ fn a_split_under_writers_loses_no_acknowledged_write() {
 #[test]
 fn ranges_split_by_size_on_their_own() {
     const KEYS: usize = 3000;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    let dir = std::env::temp_dir().join(format!("combkv-groups-size-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    rt.block_on(async {
-        let cl = Arc::new(Cluster {
-            dir: dir.clone(),
-            net: SimNet::new(4, Faults::NONE),
-            nodes: Mutex::new(HashMap::new()),
-            storage: (1..=NODES)
-                .flat_map(|id| GROUPS.map(|g| ((id, g), FaultyStorage::new(id ^ (g << 8)))))
-                .collect(),
-        });
+    simulate("groups-size", |dir| async move {
+        let cl = Cluster::new(dir.clone(), SimNet::new(4, Faults::NONE), NODES, 0);
         for id in 1..=NODES {
             let host = Host::simulated(id, &cl.net);
             let mut c = config(&cl.dir, id, 0, &cl.storage[&(id, 0)]);
@@ -416,14 +351,7 @@ fn ranges_split_by_size_on_their_own() {
             host.start_group(0, &c).await.unwrap();
             cl.nodes.lock().insert(id, host);
         }
-        let members: Vec<(u64, String)> = (1..=NODES)
-            .map(|id| (id, format!("127.0.0.{id}:7000")))
-            .collect();
-        cl.replica(1, 0)
-            .unwrap()
-            .initialize(&members)
-            .await
-            .unwrap();
+        cl.form(&(1..=NODES).collect::<Vec<_>>()).await;
         let value = vec![b'v'; 100];
         for n in 0..KEYS {
             // Keys spread over the keyspace, written in a scrambled order.
@@ -499,5 +427,4 @@ fn ranges_split_by_size_on_their_own() {
             cl.stop(id).await;
         }
     });
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -104,13 +104,7 @@ mod tests {
         a.put(b"after", b"the pin").unwrap();
         let mut items = Vec::new();
         let n = a.visit_all_at(&pin, |it| {
-            items.push(Item {
-                key: it.key.to_vec().into(),
-                value: it.value.to_vec().into(),
-                version: it.version,
-                expires_at_ms: it.expires_at_ms,
-                flags: it.flags,
-            });
+            items.push(it.to_item());
             true
         });
         assert_eq!(n, 3000, "expired items included, the later write not");

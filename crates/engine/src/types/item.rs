@@ -141,6 +141,19 @@ pub struct ItemView<'a> {
     pub flags: u32,
 }
 
+impl ItemView<'_> {
+    /// The item, copied out of the store (to keep past the visitor).
+    pub fn to_item(&self) -> Item {
+        Item {
+            key: self.key.to_vec().into(),
+            value: self.value.to_vec().into(),
+            version: self.version,
+            expires_at_ms: self.expires_at_ms,
+            flags: self.flags,
+        }
+    }
+}
+
 /// What a store holds in memory (`Store::memory`): what `maxmemory` is
 /// judged by. Counted as buffers are allocated and freed, so it falls as
 /// soon as deleted data is reclaimed, unlike the process's resident size:

@@ -110,13 +110,7 @@ impl StateMachine {
         );
         let mut items = Vec::new();
         store.visit_range_at(&pin, &span, |it| {
-            items.push(combkv::Item {
-                key: it.key.to_vec().into(),
-                value: it.value.to_vec().into(),
-                version: it.version,
-                expires_at_ms: it.expires_at_ms,
-                flags: it.flags,
-            });
+            items.push(it.to_item());
             true
         });
         let clock = store.read_version();

@@ -169,3 +169,65 @@ pub fn placement_step(
     let all: Vec<u64> = (1..=nodes).collect();
     combkv_replica::ranges::next_placement(map, &all, 3)
 }
+
+/// Runs `body` on a single-threaded runtime whose clock is paused (time
+/// passes only while every task waits, so a run takes simulated time),
+/// handing it a fresh directory named after `name`, removed afterwards.
+pub fn simulate<F, Fut, T>(name: &str, body: F) -> T
+where
+    F: FnOnce(std::path::PathBuf) -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("combkv-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = rt.block_on(body(dir.clone()));
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
+impl Cluster {
+    /// Nodes `1..=nodes` on `net`, none started, each group's log on a
+    /// simulated file system drawn from `seed`.
+    pub fn new(dir: std::path::PathBuf, net: SimNet, nodes: u64, seed: u64) -> Arc<Cluster> {
+        Arc::new(Cluster {
+            dir,
+            net,
+            nodes: Mutex::new(HashMap::new()),
+            storage: (1..=nodes)
+                .flat_map(|id| GROUPS.map(|g| ((id, g), FaultyStorage::new(seed ^ id ^ (g << 8)))))
+                .collect(),
+        })
+    }
+
+    /// Forms group 0 of the cluster from `nodes` (started), on the first.
+    pub async fn form(&self, nodes: &[u64]) {
+        let members: Vec<(u64, String)> = nodes
+            .iter()
+            .map(|&id| (id, format!("127.0.0.{id}:7000")))
+            .collect();
+        self.replica(nodes[0], 0)
+            .unwrap()
+            .initialize(&members)
+            .await
+            .unwrap();
+    }
+}
+
+/// The seeds a seeded test runs: `COMBKV_SIM_SEED=S` the one seed S, else
+/// `COMBKV_SIM_SCHEDULES=N` of them (`default` unless told).
+pub fn seeds(default: u64) -> Vec<u64> {
+    if let Ok(s) = std::env::var("COMBKV_SIM_SEED") {
+        return vec![s.parse().expect("COMBKV_SIM_SEED is a number")];
+    }
+    let n: u64 = std::env::var("COMBKV_SIM_SCHEDULES")
+        .ok()
+        .map_or(default, |s| {
+            s.parse().expect("COMBKV_SIM_SCHEDULES is a number")
+        });
+    (0..n).collect()
+}

@@ -374,13 +374,7 @@ pub(super) fn ceil(cx: &mut Ctx<'_, '_>) -> CmdResult {
 fn first_in(cx: &Ctx<'_, '_>, range: Range) -> Result<Option<combkv::Item>, CmdError> {
     let mut first = None;
     cx.scan_with(&range.with_limit(1), ScanWhat::Items, u64::MAX, |it| {
-        first = Some(combkv::Item {
-            key: it.key.to_vec().into(),
-            value: it.value.to_vec().into(),
-            version: it.version,
-            expires_at_ms: it.expires_at_ms,
-            flags: it.flags,
-        });
+        first = Some(it.to_item());
         false
     })?;
     Ok(first)
