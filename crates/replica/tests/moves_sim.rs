@@ -355,6 +355,12 @@ fn five_nodes_split_and_move_ranges_under_faults_and_lose_nothing() {
 fn ranges_spread_over_five_nodes_three_replicas_each() {
     const FIVE: u64 = 5;
     const KEYS: usize = 3000;
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
     simulate("groups-spread", |dir| async move {
         let cl = Cluster::new(dir.clone(), SimNet::new(5, Faults::NONE), FIVE, 0);
         for id in 1..=FIVE {
