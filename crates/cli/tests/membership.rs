@@ -299,6 +299,23 @@ fn admin(via: &Node, args: &[&str], within: Duration) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// `combkv cluster ranges` through `node`, asked again while the node
+/// still says it is loading its Raft log.
+fn ranges(node: &Node) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (ok, said) = admin(node, &["ranges"], Duration::from_secs(30));
+        if ok {
+            return said;
+        }
+        assert!(
+            said.contains("loading") && Instant::now() < deadline,
+            "{said}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn root(name: &str) -> PathBuf {
     let r = std::env::temp_dir().join(format!("combkv-membership-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&r);
@@ -408,8 +425,7 @@ fn ids_in_use_and_ids_of_removed_voters_are_refused() {
     let l = &nodes[leader as usize - 1];
 
     // One range holds the whole keyspace, on the three voters.
-    let (ok, said) = admin(l, &["ranges"], Duration::from_secs(30));
-    assert!(ok, "{said}");
+    let said = ranges(l);
     assert!(said.starts_with("ranges:1\n"), "{said}");
     assert!(
         said.contains("range 0 [\"\", end) epoch 0.")
@@ -460,12 +476,7 @@ fn ids_in_use_and_ids_of_removed_voters_are_refused() {
     // moved with it (the removal's log index).
     let mut two = [leader, survivor];
     two.sort_unstable();
-    let (ok, said) = admin(
-        &nodes[survivor as usize - 1],
-        &["ranges"],
-        Duration::from_secs(30),
-    );
-    assert!(ok, "{said}");
+    let said = ranges(&nodes[survivor as usize - 1]);
     assert!(said.contains(&format!("voters {two:?}")), "{said}");
     assert!(!said.contains("epoch 0.0 "), "{said}");
 
