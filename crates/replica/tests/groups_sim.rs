@@ -265,13 +265,7 @@ fn the_meta_group_keeps_the_range_map_through_its_log() {
         // A fourth node joins group 0: range 0's replicas follow, its
         // conf_ver the membership's log index.
         cl.start(4, &GROUPS[..1]).await;
-        let leader = loop {
-            if let Some(l) = (1..=NODES).find_map(|id| cl.replica(id, 0).filter(|r| r.is_leader()))
-            {
-                break l;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
+        let leader = wait_leader(&cl, 0, &[1, 2, 3]).await;
         leader
             .add_node(
                 4,

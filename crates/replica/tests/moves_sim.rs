@@ -41,13 +41,7 @@ fn a_range_moves_to_the_replicas_the_map_names() {
         }
         // Node 4 joins the cluster (group 0), then range 1 is moved.
         cl.start(4, &[0]).await;
-        let leader = loop {
-            if let Some(l) = (1..=NODES).find_map(|id| cl.replica(id, 0).filter(|r| r.is_leader()))
-            {
-                break l;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
+        let leader = wait_leader(&cl, 0, &[1, 2, 3]).await;
         leader
             .add_node(
                 4,
@@ -306,39 +300,13 @@ fn ranges_under_faults(seed: u64) {
             converge_on(&cl, g, &holders(g)).await?;
         }
         let map = cl.replica(1, 0).unwrap().range_map().unwrap();
-        for (key, acked, sent) in &outcomes {
-            let owner = map.route(key).id;
-            for g in [0, 1, 2] {
-                for id in holders(g) {
-                    let r = cl.replica(id, g).unwrap();
-                    let got = r.current_store().get(key).unwrap();
-                    if g != owner {
-                        if got.is_some() {
-                            return Err(format!("node {id} group {g} holds {key:?}"));
-                        }
-                        continue;
-                    }
-                    let v: usize = got
-                        .map(|v| std::str::from_utf8(&v).unwrap().parse().unwrap())
-                        .unwrap_or(0);
-                    if v < *acked || v > *sent {
-                        return Err(format!(
-                            "node {id}: {} is {v}, acknowledged up to {acked}, sent up to {sent}",
-                            String::from_utf8_lossy(key)
-                        ));
-                    }
-                }
-            }
-        }
+        check_owned(&cl, &outcomes, &[0, 1, 2], holders, |key| map.route(key).id)?;
         for &id in &all {
             cl.stop(id).await;
         }
         Ok(outcomes.iter().map(|o| o.1).sum::<usize>())
     });
-    match result {
-        Err(e) => panic!("seed {seed} failed (rerun: COMBKV_SIM_SEED={seed}): {e}"),
-        Ok(n) => eprintln!("seed {seed}: acknowledged values summed {n}"),
-    }
+    report(seed, result);
 }
 
 #[test]

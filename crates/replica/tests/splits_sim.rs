@@ -8,8 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use combkv_replica::Host;
 use combkv_replica::network::sim::{Faults, SimNet};
-use combkv_replica::{GroupId, Host};
 use groups::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -202,7 +202,7 @@ fn split_under_writers(seed: u64) {
                 tokio::spawn(async move {
                     let mut rng = StdRng::seed_from_u64(seed * 1000 + w as u64);
                     let key = format!("k{w}").into_bytes();
-                    let (mut acked, mut sent) = (None, 0);
+                    let (mut acked, mut sent) = (0, 0);
                     for n in 1..=WRITES {
                         tokio::time::sleep(Duration::from_millis(rng.random_range(0..80))).await;
                         let value = n.to_string().into_bytes();
@@ -221,7 +221,7 @@ fn split_under_writers(seed: u64) {
                             match r.write(1, put_op(&key, &value)).await {
                                 Ok(res) => match &res[0] {
                                     Ok(_) => {
-                                        acked = Some(n);
+                                        acked = n;
                                         break;
                                     }
                                     Err(combkv::Error::WrongRange(_)) => {
@@ -290,43 +290,22 @@ fn split_under_writers(seed: u64) {
             }
             converge(&cl, g).await?;
         }
-        for (key, acked, sent) in &outcomes {
-            let owner: GroupId = if key.as_slice() < b"k4".as_slice() {
-                0
-            } else {
-                1
-            };
-            for id in 1..=NODES {
-                for g in [0, 1] {
-                    let got = cl.replica(id, g).unwrap().current_store().get(key).unwrap();
-                    if g != owner {
-                        if got.is_some() {
-                            return Err(format!("node {id} group {g} holds {key:?}"));
-                        }
-                        continue;
-                    }
-                    let v: usize = got
-                        .map(|v| std::str::from_utf8(&v).unwrap().parse().unwrap())
-                        .unwrap_or(0);
-                    let floor = acked.unwrap_or(0);
-                    if v < floor || v > *sent {
-                        return Err(format!(
-                            "node {id}: {} is {v}, acknowledged up to {floor}, sent up to {sent}",
-                            String::from_utf8_lossy(key)
-                        ));
-                    }
-                }
-            }
-        }
+        let nodes: Vec<u64> = (1..=NODES).collect();
+        check_owned(
+            &cl,
+            &outcomes,
+            &[0, 1],
+            |_| nodes.clone(),
+            |key| {
+                if key < b"k4".as_slice() { 0 } else { 1 }
+            },
+        )?;
         for id in 1..=NODES {
             cl.stop(id).await;
         }
-        Ok(outcomes.iter().filter_map(|o| o.1).sum::<usize>())
+        Ok(outcomes.iter().map(|o| o.1).sum::<usize>())
     });
-    match result {
-        Err(e) => panic!("seed {seed} failed (rerun: COMBKV_SIM_SEED={seed}): {e}"),
-        Ok(n) => eprintln!("seed {seed}: acknowledged values summed {n}"),
-    }
+    report(seed, result);
 }
 
 #[test]

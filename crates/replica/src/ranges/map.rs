@@ -71,7 +71,7 @@ pub struct RangeDesc {
 impl RangeDesc {
     /// Whether `key` lies in `[start, end)`.
     pub fn contains(&self, key: &[u8]) -> bool {
-        key >= self.start.as_slice() && self.end.as_ref().is_none_or(|e| key < e.as_slice())
+        holds(&self.start, self.end.as_deref(), key)
     }
 
     /// Whether a request for `key`, routed to this range by a map in which
@@ -103,14 +103,31 @@ impl RangeDesc {
     }
 }
 
+/// Whether `key` lies in `[start, end)` (`end` none: to the end).
+fn holds(start: &[u8], end: Option<&[u8]>, key: &[u8]) -> bool {
+    key >= start && end.is_none_or(|e| key < e)
+}
+
+/// `range ID [START, END) epoch V.C`, as an operator reads a range.
+fn write_bounds(
+    f: &mut fmt::Formatter<'_>,
+    id: RangeId,
+    start: &[u8],
+    end: Option<&[u8]>,
+    epoch: Epoch,
+) -> fmt::Result {
+    write!(f, "range {id} [{}, ", Key(start))?;
+    match end {
+        Some(e) => write!(f, "{})", Key(e))?,
+        None => f.write_str("end)")?,
+    }
+    write!(f, " epoch {epoch}")
+}
+
 impl fmt::Display for RangeDesc {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "range {} [{}, ", self.id, Key(&self.start))?;
-        match &self.end {
-            Some(e) => write!(f, "{})", Key(e))?,
-            None => f.write_str("end)")?,
-        }
-        write!(f, " epoch {} voters {:?}", self.epoch, self.voters)?;
+        write_bounds(f, self.id, &self.start, self.end.as_deref(), self.epoch)?;
+        write!(f, " voters {:?}", self.voters)?;
         if !self.learners.is_empty() {
             write!(f, " learners {:?}", self.learners)?;
         }
@@ -555,7 +572,7 @@ impl Bounds {
 
     /// Whether `key` lies inside.
     pub fn contains(&self, key: &[u8]) -> bool {
-        key >= self.start.as_slice() && self.end.as_ref().is_none_or(|e| key < e.as_slice())
+        holds(&self.start, self.end.as_deref(), key)
     }
 
     /// Applies `split` to these bounds: they keep the left part, and the
@@ -589,12 +606,7 @@ impl Bounds {
 
 impl fmt::Display for Bounds {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "range {} [{}, ", self.id, Key(&self.start))?;
-        match &self.end {
-            Some(e) => write!(f, "{})", Key(e))?,
-            None => f.write_str("end)")?,
-        }
-        write!(f, " epoch {}", self.epoch)
+        write_bounds(f, self.id, &self.start, self.end.as_deref(), self.epoch)
     }
 }
 

@@ -231,3 +231,64 @@ pub fn seeds(default: u64) -> Vec<u64> {
         });
     (0..n).collect()
 }
+
+/// The replica of `group` on `nodes` that leads it, once one does.
+pub async fn wait_leader(cl: &Cluster, group: GroupId, nodes: &[u64]) -> Replica {
+    loop {
+        if let Some(l) = nodes
+            .iter()
+            .find_map(|&id| cl.replica(id, group).filter(|r| r.is_leader()))
+        {
+            return l;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A client's key, its last acknowledged value and the last value it sent
+/// (values are increasing counts; 0: none).
+pub type Outcome = (Vec<u8>, usize, usize);
+
+/// Checks each client's key on every replica of each group in `groups`
+/// (`holders` gives the nodes that hold one): absent from every group
+/// but the one `owner` names, and there at the last acknowledged value or
+/// a later one sent (whose answer was lost), never an older one.
+pub fn check_owned(
+    cl: &Cluster,
+    outcomes: &[Outcome],
+    groups: &[GroupId],
+    holders: impl Fn(GroupId) -> Vec<u64>,
+    owner: impl Fn(&[u8]) -> GroupId,
+) -> Result<(), String> {
+    for (key, acked, sent) in outcomes {
+        for &g in groups {
+            for id in holders(g) {
+                let got = cl.replica(id, g).unwrap().current_store().get(key).unwrap();
+                if g != owner(key) {
+                    if got.is_some() {
+                        return Err(format!("node {id} group {g} holds {key:?}"));
+                    }
+                    continue;
+                }
+                let v: usize = got
+                    .map(|v| std::str::from_utf8(&v).unwrap().parse().unwrap())
+                    .unwrap_or(0);
+                if v < *acked || v > *sent {
+                    return Err(format!(
+                        "node {id}: {} is {v}, acknowledged up to {acked}, sent up to {sent}",
+                        String::from_utf8_lossy(key)
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reports a seeded run: panics with how to rerun it, or says what it did.
+pub fn report(seed: u64, result: Result<usize, String>) {
+    match result {
+        Err(e) => panic!("seed {seed} failed (rerun: COMBKV_SIM_SEED={seed}): {e}"),
+        Ok(n) => eprintln!("seed {seed}: acknowledged values summed {n}"),
+    }
+}
