@@ -41,16 +41,27 @@ pub fn free_port() -> u16 {
 /// this one takes the port between this check and the server's bind.
 const TEST_PORTS: std::ops::Range<u16> = 20000..32000;
 
-/// A port nothing listens on at `ip` now, from a random start in
-/// `TEST_PORTS`, so that tests side by side tend to pick different ones.
+/// A port nothing listens on at `ip` now, never one this test binary
+/// handed out before: tests side by side pick ports and then bind them
+/// (in a child) a while later, so a check alone let two of them, or one
+/// test's two listeners, pick the same port; a clean-clone run lost a test
+/// to that once. One cursor per process, from a random start, walks
+/// `TEST_PORTS` and skips ports something else listens on.
 pub fn free_port_on(ip: std::net::IpAddr) -> u16 {
     use rand::Rng as _;
+    use std::sync::Mutex;
+    static CURSOR: Mutex<Option<u16>> = Mutex::new(None);
     let span = TEST_PORTS.end - TEST_PORTS.start;
-    let first = rand::rng().random_range(0..span);
-    (0..span)
-        .map(|i| TEST_PORTS.start + (first + i) % span)
-        .find(|&p| TcpListener::bind((ip, p)).is_ok())
-        .expect("a free test port")
+    let mut cursor = CURSOR.lock().unwrap_or_else(|e| e.into_inner());
+    let next = cursor.get_or_insert_with(|| rand::rng().random_range(0..span));
+    for _ in 0..span {
+        let port = TEST_PORTS.start + *next;
+        *next = (*next + 1) % span;
+        if TcpListener::bind((ip, port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free test port on {ip}")
 }
 
 /// A number from the environment (a soak or replay setting), or `default`
@@ -100,7 +111,7 @@ impl Server {
             }
         }
         let child = cmd.spawn().expect("combkv starts");
-        let server = Server {
+        let mut server = Server {
             child,
             resp,
             memcached,
@@ -122,9 +133,17 @@ impl Server {
                 b"+OK\r\n+PONG",
                 wait,
             ),
-            None => server.answers(wait) || ask(resp, b"PING\r\n", b"-NOAUTH", wait),
+            None => {
+                ask(resp, b"PING\r\n", b"+PONG\r\n", wait)
+                    || ask(resp, b"PING\r\n", b"-NOAUTH", wait)
+            }
         };
         while !up() {
+            // A server that could not start (a port taken by something
+            // outside the tests, a bad setting) says why on stderr above.
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!("combkv serve exited ({status}) before answering on {resp}");
+            }
             assert!(Instant::now() < deadline, "no PONG from {resp}");
             std::thread::sleep(Duration::from_millis(20));
         }
