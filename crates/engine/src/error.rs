@@ -77,6 +77,10 @@ pub enum Error {
     /// serves (a range split since the op was routed to it). Nothing
     /// changed; route it again.
     WrongRange(String),
+    /// The op's keys lie in more than one range of a keyspace cut into
+    /// ranges (each ordered by a group of its own, none of which can apply
+    /// it whole). Nothing changed. Redis Cluster's `CROSSSLOT`.
+    CrossRange,
     /// The op cannot run where it was asked to: a FLUSHALL inside a
     /// transaction ([`crate::op::Op::Txn`]), a read op outside one. The
     /// text says which.
@@ -131,6 +135,7 @@ impl fmt::Display for Error {
             Error::Checkpoint(e) => write!(f, "the checkpoint failed: {e}"),
             Error::Unavailable(why) => write!(f, "the write was not taken: {why}"),
             Error::WrongRange(why) => write!(f, "{why}"),
+            Error::CrossRange => write!(f, "the keys in the request lie in more than one range"),
             Error::Uncertain(why) => {
                 write!(f, "the write may or may not have been applied: {why}")
             }

@@ -31,7 +31,7 @@ pub type Results = Vec<Result<combkv::op::Outcome, combkv::Error>>;
 /// How long a write or a read waits for a leader and a quorum.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long to wait before asking again when no leader is known.
-const NO_LEADER_RETRY: Duration = Duration::from_millis(50);
+pub(crate) const NO_LEADER_RETRY: Duration = Duration::from_millis(50);
 
 fn wall_ms() -> u64 {
     SystemTime::now()
@@ -246,14 +246,7 @@ impl Replica {
                 ))) => {
                     tokio::time::sleep(NO_LEADER_RETRY.min(left)).await;
                 }
-                Err(ProposeError::Raft(RaftError::Fatal(_))) => {
-                    return Err(ClusterError::Unknown("the leader stopped".into()));
-                }
-                Err(ProposeError::Unreadable(why)) => return Err(ClusterError::Unknown(why)),
-                Err(ProposeError::Raft(e)) => return Err(ClusterError::Refused(e.to_string())),
-                Err(ProposeError::Malformed(why)) => {
-                    return Err(ClusterError::Refused(format!("a malformed write: {why}")));
-                }
+                Err(e) => return Err(e.into_cluster_error()),
             }
         }
     }

@@ -46,6 +46,17 @@ impl std::fmt::Display for ClusterError {
 
 impl std::error::Error for ClusterError {}
 
+impl From<ClusterError> for combkv::Error {
+    /// As a store's error: a lost answer is uncertain, anything else a
+    /// write that was not taken.
+    fn from(e: ClusterError) -> combkv::Error {
+        match e {
+            ClusterError::Unknown(why) => combkv::Error::Uncertain(why),
+            other => combkv::Error::Unavailable(other.to_string()),
+        }
+    }
+}
+
 /// Why a node could not start.
 #[derive(Debug)]
 #[non_exhaustive]

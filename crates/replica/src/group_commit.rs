@@ -24,6 +24,7 @@ use combkv::Error;
 use combkv::op::Outcome;
 
 use crate::codec;
+use crate::error::ClusterError;
 use crate::types::{Batch, LogId, NodeId, TypeConfig};
 
 /// The largest entry the proposer builds from queued proposals (a larger
@@ -55,6 +56,23 @@ pub(crate) enum ProposeError {
     Malformed(String),
     /// The entry was applied, but its results could not be read back.
     Unreadable(String),
+}
+
+impl ProposeError {
+    /// The error a client gets for a proposal that failed for good (a
+    /// refusal to forward to the leader is retried instead, before this).
+    pub(crate) fn into_cluster_error(self) -> ClusterError {
+        match self {
+            ProposeError::Raft(RaftError::Fatal(_)) => {
+                ClusterError::Unknown("the leader stopped".into())
+            }
+            ProposeError::Unreadable(why) => ClusterError::Unknown(why),
+            ProposeError::Raft(e) => ClusterError::Refused(e.to_string()),
+            ProposeError::Malformed(why) => {
+                ClusterError::Refused(format!("a malformed write: {why}"))
+            }
+        }
+    }
 }
 
 struct Pending {

@@ -62,6 +62,30 @@ impl Replica {
         self.add_member(id, addr, within, stop, true).await
     }
 
+    /// On the leader, once its membership is committed: every member,
+    /// voters and learners (a joint configuration's both halves). None
+    /// elsewhere, or while a membership change is not committed: a node
+    /// asking whether it may delete its replica must hear a settled
+    /// answer.
+    pub(crate) fn committed_members(&self) -> Option<Vec<NodeId>> {
+        let metrics = self.inner.raft.metrics();
+        let m = metrics.borrow();
+        if m.current_leader != Some(self.inner.id) {
+            return None;
+        }
+        let at = m.membership_config.log_id().map_or(0, |l| l.index);
+        if at > self.commit_index() {
+            return None;
+        }
+        Some(
+            m.membership_config
+                .membership()
+                .nodes()
+                .map(|(id, _)| *id)
+                .collect(),
+        )
+    }
+
     /// [`Replica::add_node`] for a range's group (not group 0): a node
     /// that held a replica of the range before, and was moved away, may
     /// be given one again. The cluster's own rule (ids never reused) is

@@ -425,6 +425,7 @@ impl Handler for Replica {
                         .map(|(log_id, results)| (log_id, crate::group_commit::encode(&results))),
                 ),
                 Request::ReadIndex => Response::ReadIndex(self.read_index_here().await),
+                Request::Members => Response::Members(self.committed_members()),
                 // A group's requests reach it unwrapped (`host`): one
                 // wrapped twice names no group.
                 Request::ToGroup(g, _) => Response::NoSuchGroup(g),

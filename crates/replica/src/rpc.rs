@@ -27,6 +27,10 @@ pub(crate) enum Request {
     /// A request for group `.0` of the node's groups (group 0's go bare).
     /// Last, so that every other request keeps its encoding.
     ToGroup(GroupId, Box<Request>),
+    /// A node asks a group's leader whether it is still a member (it
+    /// holds a replica the range map no longer names). After `ToGroup`,
+    /// for the same reason.
+    Members,
 }
 
 pub(crate) type RaftResult<T, E = openraft::error::Infallible> = Result<T, RaftError<NodeId, E>>;
@@ -42,6 +46,10 @@ pub(crate) enum Response {
     /// The node hosts no such group (not yet, or no longer): the sender
     /// backs off and tries again, as from a node that is down.
     NoSuchGroup(GroupId),
+    /// The group's members, voters and learners, from the leader, once the
+    /// membership they are in is committed (None: not the leader, or its
+    /// membership not committed yet).
+    Members(Option<Vec<NodeId>>),
 }
 
 /// The largest frame a node accepts: a snapshot chunk, or an append of

@@ -100,6 +100,22 @@ fn a_range_moves_to_the_replicas_the_map_names() {
             }
         }
         assert!(digests.windows(2).all(|w| w[0] == w[1]), "{digests:?}");
+        // Node 3 asks range 1's leader, hears it is no member, and deletes
+        // its replica, files and all; a restart does not bring it back.
+        let dropped = dir.join("node3/group0/groups/1");
+        let mut gone = false;
+        for _ in 0..100 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if cl.replica(3, 1).is_none() && !dropped.exists() {
+                gone = true;
+                break;
+            }
+        }
+        assert!(gone, "node 3 kept its replica of range 1");
+        cl.stop(3).await;
+        cl.start(3, &[0]).await;
+        assert!(cl.replica(3, 1).is_none(), "a restart started it again");
+        assert!(cl.replica(1, 1).is_some(), "a wanted replica was deleted");
         // The map says where range 1 is, and range 0 is untouched.
         let map = cl.replica(4, 0).unwrap().range_map().unwrap();
         assert_eq!(map.get(1).unwrap().voters, vec![1, 2, 4]);

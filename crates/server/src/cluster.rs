@@ -397,10 +397,7 @@ fn one_result(answer: Result<Results, ClusterError>) -> Result<Outcome, StoreErr
 }
 
 fn cluster_error(e: ClusterError) -> StoreError {
-    match e {
-        ClusterError::Unknown(why) => StoreError::Uncertain(why),
-        other => StoreError::Unavailable(other.to_string()),
-    }
+    e.into()
 }
 
 /// A node's own entry in `--peers` is where the others send to it: it must

@@ -41,6 +41,9 @@ pub(super) fn encode_error(e: &Error, out: &mut Vec<u8>) {
             out.push(10);
             put_bytes(out, why.as_bytes());
         }
+        // Refused by a router before any log saw it; carried for a node
+        // that forwards a routed batch's answers.
+        Error::CrossRange => out.push(11),
         other => {
             out.push(255);
             put_bytes(out, other.to_string().as_bytes());
@@ -67,6 +70,7 @@ impl Reader<'_> {
             8 => Error::NotFinite,
             9 => Error::WrongRange(String::from_utf8_lossy(self.bytes()?).into_owned()),
             10 => Error::InvalidConfig(String::from_utf8_lossy(self.bytes()?).into_owned()),
+            11 => Error::CrossRange,
             255 => Error::Corrupt(String::from_utf8_lossy(self.bytes()?).into_owned()),
             _ => return Err(DecodeError("error code")),
         })

@@ -309,6 +309,7 @@ fn sample_results() -> Vec<Result<Outcome, Error>> {
         Err(Error::NotFinite),
         Err(Error::WrongRange("a key outside range 0".into())),
         Err(Error::InvalidConfig("range 0 changed since".into())),
+        Err(Error::CrossRange),
         Ok(Outcome::Scan {
             items: vec![read.clone()],
             count: 3,

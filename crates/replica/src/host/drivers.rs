@@ -9,7 +9,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::Host;
+use crate::rpc::{Request, Response};
 use crate::types::NodeId;
+
+/// How long a node waits for a range's leader to say who its members are.
+const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Host {
     /// Brings the ranges this node leads into line with the range map:
@@ -223,6 +227,59 @@ impl Host {
         }
     }
 
+    /// Deletes the replicas a move left on this node: a group the range
+    /// map names no replica of here, whose leader answers, with its
+    /// membership committed, that this node is no member. The removal
+    /// itself often never reaches the removed node (the leader stops
+    /// sending to it once the configuration without it commits), so the
+    /// node asks. Its files go too: the group's directory is first renamed
+    /// aside (a restart never starts it again), then its log and the rest
+    /// removed. Once a second on every node.
+    pub(super) async fn drop_moved_away(&self) {
+        if self.groups().iter().all(|&g| g == 0) {
+            return;
+        }
+        let Some(meta) = self.group(0) else { return };
+        let Some(map) = meta.range_map() else { return };
+        let addrs: HashMap<NodeId, String> = meta
+            .status()
+            .nodes
+            .into_iter()
+            .map(|(id, addr, _)| (id, addr))
+            .collect();
+        let me = self.0.id;
+        for g in self.groups() {
+            // A range merged away (not in the map) waits for merges.
+            let Some(desc) = map.get(g).filter(|_| g != 0) else {
+                continue;
+            };
+            if desc.voters.contains(&me) || desc.learners.contains(&me) {
+                continue;
+            }
+            let mut removed = false;
+            for v in &desc.voters {
+                let Some(addr) = addrs.get(v) else { continue };
+                let ask = Request::ToGroup(g, Box::new(Request::Members));
+                let answer = self.0.transport.call(*v, addr, ask, ASK_TIMEOUT).await;
+                if let Ok(Response::Members(Some(members))) = answer {
+                    removed = !members.contains(&me);
+                    break;
+                }
+            }
+            // The map may have named this node again meanwhile.
+            if !removed || self.expects(g) {
+                continue;
+            }
+            if let Some(r) = self.remove_group(g) {
+                r.shutdown().await;
+            }
+            match self.delete_group_files(g) {
+                Ok(()) => tracing::info!("range {g} moved away: its replica here is deleted"),
+                Err(e) => tracing::warn!("range {g} moved away; deleting its files: {e}"),
+            }
+        }
+    }
+
     pub(super) fn spawn_drivers(&self) {
         let host = Arc::downgrade(&self.0);
         tokio::spawn(async move {
@@ -236,6 +293,9 @@ impl Host {
                 if turn % 10 == 0 {
                     host.split_large().await;
                     host.schedule().await;
+                }
+                if turn % 10 == 5 {
+                    host.drop_moved_away().await;
                 }
             }
         });

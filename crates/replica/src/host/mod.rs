@@ -31,6 +31,12 @@ use crate::types::{GroupId, NodeId};
 
 mod drivers;
 
+/// The suffix of a deleted group's directory, renamed aside.
+const REMOVING: &str = ".removing";
+mod router;
+
+pub use router::{Routed, route_op};
+
 /// The groups one node hosts, and what they share.
 #[derive(Debug, Clone)]
 pub struct Host(Arc<Inner>);
@@ -213,7 +219,18 @@ impl Host {
         };
         let mut found: Vec<GroupId> = match std::fs::read_dir(template.groups_dir()) {
             Ok(entries) => entries
-                .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .filter_map(|e| {
+                    let e = e.ok()?;
+                    let name = e.file_name().into_string().ok()?;
+                    // A deletion a crash cut short: finished now.
+                    if name.ends_with(REMOVING) {
+                        if let Err(err) = std::fs::remove_dir_all(e.path()) {
+                            tracing::warn!("removing {}: {err}", e.path().display());
+                        }
+                        return None;
+                    }
+                    name.parse().ok()
+                })
                 .collect(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(e.into()),
@@ -318,6 +335,35 @@ impl Host {
             learners,
         })
         .await
+    }
+
+    /// Deletes the files of this node's replica of `group` (stopped): its
+    /// directory is renamed aside first, so that a crash part-way leaves
+    /// nothing a restart would start (`start_split_groups` removes what is
+    /// left), then its log (through the log's storage, where it lives) and
+    /// the rest are removed.
+    fn delete_group_files(&self, group: GroupId) -> std::io::Result<()> {
+        let Some(template) = self.0.template.lock().clone() else {
+            return Ok(());
+        };
+        let config = template.for_split_group(group);
+        let aside = template.groups_dir().join(format!("{group}{REMOVING}"));
+        match std::fs::rename(&config.dir, &aside) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        if let Some(storage) = &config.log_storage {
+            // A log kept elsewhere (a simulated file system) by its path.
+            let log = config.dir.join("log");
+            for name in storage.list(&log).unwrap_or_default() {
+                storage.remove(&log.join(name))?;
+            }
+        }
+        match std::fs::remove_dir_all(&aside) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
     }
 
     /// Stops serving `group`'s peers and hands its replica back (for the

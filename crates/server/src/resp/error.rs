@@ -113,6 +113,9 @@ fn store_error_line(e: &StoreError) -> String {
         StoreError::Uncertain(why) => {
             format!("ERR the write may or may not have been applied: {why}")
         }
+        // Redis Cluster's words for keys of one request in different
+        // slots; here, in different ranges.
+        StoreError::CrossRange => "CROSSSLOT Keys in request don't hash to the same slot".into(),
         other => format!("ERR {other}"),
     }
 }

@@ -46,6 +46,41 @@ impl Op<'_> {
         self.within(Span { lo, hi })
     }
 
+    /// A key this op reads or writes, the low end of its range for a scan
+    /// or a check of a range (the empty key when it has none): where a
+    /// router looks the op up. The op belongs to the range holding this
+    /// key if it lies wholly inside it (`keys_within`), and to no single
+    /// range otherwise. None for an op that names no key: `Clear`, or a
+    /// read, an atomic write or a transaction of nothing.
+    pub fn some_key(&self) -> Option<&[u8]> {
+        match self {
+            Op::Put { key, .. }
+            | Op::Delete { key, .. }
+            | Op::Append { key, .. }
+            | Op::Incr { key, .. }
+            | Op::Expire { key, .. }
+            | Op::Reap { key, .. }
+            | Op::SetRange { key, .. }
+            | Op::SetBit { key, .. }
+            | Op::IncrFloat { key, .. } => Some(key),
+            Op::Atomic(writes) => writes.first().map(|w| match w {
+                AtomicWrite::Put { key, .. } | AtomicWrite::Delete { key } => &key[..],
+            }),
+            Op::Clear => None,
+            Op::Move { from, .. } => Some(from),
+            Op::Check(c) => Some(match c {
+                Check::Version { key, .. } | Check::Value { key, .. } => key,
+                Check::Count { start, .. } | Check::MaxVersion { start, .. } => low_end(*start),
+            }),
+            Op::Read { keys } => keys.first().map(|k| &k[..]),
+            Op::Scan { range, .. } => Some(low_end(range.start.as_ref().map(|k| k.as_slice()))),
+            Op::Txn { watch, ops } => watch
+                .first()
+                .map(|w| w.key)
+                .or_else(|| ops.iter().find_map(|op| op.some_key())),
+        }
+    }
+
     fn within(&self, s: Span<'_>) -> bool {
         match self {
             Op::Put { key, .. }
@@ -78,6 +113,14 @@ impl Op<'_> {
                 watch.iter().all(|w| s.key(w.key)) && ops.iter().all(|op| op.within(s))
             }
         }
+    }
+}
+
+/// A bound's key, the empty key (the keyspace's start) for none.
+fn low_end(b: Bound<&[u8]>) -> &[u8] {
+    match b {
+        Bound::Included(k) | Bound::Excluded(k) => k,
+        Bound::Unbounded => &[],
     }
 }
 
@@ -182,5 +225,71 @@ mod tests {
         assert!(txn(b"e", b"f").keys_within(b"c", Some(b"m")));
         assert!(!txn(b"x", b"f").keys_within(b"c", Some(b"m")));
         assert!(!txn(b"e", b"x").keys_within(b"c", Some(b"m")));
+    }
+
+    /// A router looks an op up by `some_key`: wherever the op lies wholly
+    /// inside a range, that key must lie in it too, or the op would be
+    /// sent to a range that refuses it.
+    #[test]
+    fn some_key_lies_in_every_range_that_holds_the_op() {
+        let inc = |k: &'static [u8]| Bound::Included(k);
+        let exc = |k: &'static [u8]| Bound::Excluded(k);
+        let ops = [
+            put(b"d"),
+            put(b""),
+            Op::Move {
+                from: b"d",
+                to: b"e",
+                replace: false,
+                keep_source: false,
+            },
+            Op::Read {
+                keys: Cow::Owned(vec![&b"k"[..], b"d"]),
+            },
+            Op::Atomic(Cow::Owned(vec![
+                AtomicWrite::Delete { key: b"l" },
+                AtomicWrite::Delete { key: b"d" },
+            ])),
+            scan(inc(b"d"), exc(b"m"), false),
+            scan(exc(b"c"), Bound::Unbounded, false),
+            scan(Bound::Unbounded, exc(b"c"), false),
+            Op::Check(Check::Count {
+                start: exc(b"c"),
+                end: exc(b"f"),
+                op: crate::store::op::CmpOp::Eq,
+                n: 0,
+            }),
+            Op::Txn {
+                watch: Cow::Owned(vec![]),
+                ops: Cow::Owned(vec![put(b"e")]),
+            },
+        ];
+        let spans: [(&[u8], Option<&[u8]>); 6] = [
+            (b"", None),
+            (b"", Some(b"c")),
+            (b"c", Some(b"m")),
+            (b"d", Some(b"e")),
+            (b"e", None),
+            (b"m", None),
+        ];
+        for op in &ops {
+            let key = op.some_key().expect("each names a key");
+            for (lo, hi) in spans {
+                if op.keys_within(lo, hi) {
+                    assert!(
+                        Span { lo, hi }.key(key),
+                        "{op:?} lies in [{lo:?}, {hi:?}) but its key {key:?} does not"
+                    );
+                }
+            }
+        }
+        assert_eq!(Op::Clear.some_key(), None);
+        assert_eq!(
+            Op::Read {
+                keys: Cow::Owned(vec![])
+            }
+            .some_key(),
+            None
+        );
     }
 }
