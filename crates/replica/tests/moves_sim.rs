@@ -8,7 +8,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use combkv_replica::GroupId;
 use combkv_replica::network::sim::{Faults, SimNet};
 use groups::*;
 use rand::rngs::StdRng;
@@ -230,96 +229,13 @@ fn ranges_under_faults(seed: u64) {
             })
             .collect();
         let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
-        let host = |id: u64| cl.nodes.lock().get(&id).cloned();
-        // Two splits, then range 1 moves to three of the five nodes.
-        tokio::time::sleep(Duration::from_millis(rng.random_range(100..400))).await;
-        cl.net.partition(&[&[1, 2, 3, 4], &[5]]);
-        for (range, at) in [(0, &b"k3"[..]), (1, b"k6")] {
-            let mut done = false;
-            for _ in 0..100 {
-                let via = rng.random_range(1..=4);
-                if let Some(h) = host(via)
-                    && h.split(range, at).await.is_ok()
-                {
-                    done = true;
-                    break;
-                }
-                // An answer lost on the way may hide a split that applied.
-                if cl
-                    .replica(via, 0)
-                    .and_then(|r| r.range_map())
-                    .is_some_and(|m| m.route(at).start == at)
-                {
-                    done = true;
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            if !done {
-                return Err(format!("range {range} never split at {at:?}"));
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(rng.random_range(100..500))).await;
-        cl.net.heal();
-        let mut moved = false;
-        for _ in 0..100 {
-            let via = rng.random_range(1..=FIVE);
-            if let Some(h) = host(via)
-                && h.set_replicas(1, vec![2, 4, 5], vec![]).await.is_ok()
-            {
-                moved = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        if !moved {
-            return Err("range 1 was never told its new nodes".into());
-        }
-        // Every node crashes at once, then starts again.
-        tokio::time::sleep(Duration::from_millis(rng.random_range(200..800))).await;
-        for &id in &all {
-            cl.crash(id).await;
-        }
-        tokio::time::sleep(Duration::from_millis(rng.random_range(0..300))).await;
-        for &id in &all {
-            cl.start(id, &[0]).await;
-        }
+        split_move_crash(&cl, &mut rng, [b"k3", b"k6"]).await?;
         let mut outcomes = Vec::new();
         for c in clients {
             outcomes.push(c.await.map_err(|e| format!("a client failed: {e}"))?);
         }
-        cl.net.set_faults(Faults::NONE);
         // Range 1 ends on nodes 2, 4 and 5 only.
-        let mut placed = false;
-        for _ in 0..600 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            if let Some(l) = all
-                .iter()
-                .find_map(|&id| cl.replica(id, 1).filter(|r| r.is_leader()))
-            {
-                let mut m: Vec<u64> = l.status().nodes.iter().map(|n| n.0).collect();
-                m.sort_unstable();
-                if m == [2, 4, 5] {
-                    placed = true;
-                    break;
-                }
-            }
-        }
-        if !placed {
-            return Err("range 1 never reached nodes 2, 4 and 5".into());
-        }
-        let holders = |g: GroupId| -> Vec<u64> { if g == 1 { vec![2, 4, 5] } else { all.clone() } };
-        for g in [0, 1, 2] {
-            for id in holders(g) {
-                wait_group(&cl, id, g).await;
-            }
-            converge_on(&cl, g, &holders(g)).await?;
-        }
-        let map = cl.replica(1, 0).unwrap().range_map().unwrap();
-        check_owned(&cl, &outcomes, &[0, 1, 2], holders, |key| map.route(key).id)?;
-        for &id in &all {
-            cl.stop(id).await;
-        }
+        settle_after_move(&cl, &outcomes).await?;
         Ok(outcomes.iter().map(|o| o.1).sum::<usize>())
     });
     report(seed, result);

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use combkv::op::{Arith, Cond, Number, OnMissing, Op, Outcome};
-use combkv::{AtomicWrite, Error, Expiry, Flags};
+use combkv::{AtomicWrite, Error, Expiry};
 use combkv_replica::network::sim::{Faults, SimNet};
 use combkv_replica::{GroupId, Host, Routed};
 use groups::*;
@@ -21,17 +21,6 @@ use rand::{Rng, SeedableRng};
 
 #[allow(dead_code)]
 mod groups;
-
-fn put<'a>(key: &'a [u8], value: &'a [u8]) -> Op<'a> {
-    Op::Put {
-        key,
-        value,
-        expiry: Expiry::Never,
-        flags: Flags::Set(0),
-        cond: Cond::Any,
-        return_old: false,
-    }
-}
 
 fn incr(key: &[u8]) -> Op<'_> {
     Op::Incr {
@@ -272,57 +261,7 @@ fn routed_under_faults(seed: u64) {
             })
             .collect();
         let mut rng = StdRng::seed_from_u64(seed ^ 0x7047e);
-        tokio::time::sleep(Duration::from_millis(rng.random_range(100..400))).await;
-        cl.net.partition(&[&[1, 2, 3, 4], &[5]]);
-        for (range, at) in [(0, &b"k"[..]), (1, b"t")] {
-            let mut done = false;
-            for _ in 0..100 {
-                let via = rng.random_range(1..=4);
-                if let Some(h) = host(via)
-                    && h.split(range, at).await.is_ok()
-                {
-                    done = true;
-                    break;
-                }
-                // An answer lost on the way may hide a split that applied.
-                if cl
-                    .replica(via, 0)
-                    .and_then(|r| r.range_map())
-                    .is_some_and(|m| m.route(at).start == at)
-                {
-                    done = true;
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            if !done {
-                return Err(format!("range {range} never split at {at:?}"));
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(rng.random_range(100..500))).await;
-        cl.net.heal();
-        let mut moved = false;
-        for _ in 0..100 {
-            let via = rng.random_range(1..=FIVE);
-            if let Some(h) = host(via)
-                && h.set_replicas(1, vec![2, 4, 5], vec![]).await.is_ok()
-            {
-                moved = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        if !moved {
-            return Err("range 1 was never told its new nodes".into());
-        }
-        tokio::time::sleep(Duration::from_millis(rng.random_range(200..800))).await;
-        for &id in &all {
-            cl.crash(id).await;
-        }
-        tokio::time::sleep(Duration::from_millis(rng.random_range(0..300))).await;
-        for &id in &all {
-            cl.start(id, &[0]).await;
-        }
+        split_move_crash(&cl, &mut rng, [b"k", b"t"]).await?;
         // The writers go on a while after the restart, then stop.
         tokio::time::sleep(Duration::from_millis(500)).await;
         stop.store(true, Ordering::Relaxed);
@@ -335,37 +274,7 @@ fn routed_under_faults(seed: u64) {
         if forwarded == 0 {
             return Err("no write was forwarded to a range's nodes from another".into());
         }
-        cl.net.set_faults(Faults::NONE);
-        let mut placed = false;
-        for _ in 0..600 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            if let Some(l) = all
-                .iter()
-                .find_map(|&id| cl.replica(id, 1).filter(|r| r.is_leader()))
-            {
-                let mut m: Vec<u64> = l.status().nodes.iter().map(|n| n.0).collect();
-                m.sort_unstable();
-                if m == [2, 4, 5] {
-                    placed = true;
-                    break;
-                }
-            }
-        }
-        if !placed {
-            return Err("range 1 never reached nodes 2, 4 and 5".into());
-        }
-        let holders = |g: GroupId| -> Vec<u64> { if g == 1 { vec![2, 4, 5] } else { all.clone() } };
-        for g in [0, 1, 2] {
-            for id in holders(g) {
-                wait_group(&cl, id, g).await;
-            }
-            converge_on(&cl, g, &holders(g)).await?;
-        }
-        let map = cl.replica(1, 0).unwrap().range_map().unwrap();
-        check_owned(&cl, &outcomes, &[0, 1, 2], holders, |key| map.route(key).id)?;
-        for &id in &all {
-            cl.stop(id).await;
-        }
+        settle_after_move(&cl, &outcomes).await?;
         eprintln!("seed {seed}: {forwarded} writes forwarded");
         Ok(outcomes.iter().map(|o| o.1).sum::<usize>())
     });

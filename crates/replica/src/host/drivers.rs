@@ -5,7 +5,6 @@
 //! the meta group's leader, the placement of replicas (`schedule`, once a
 //! second).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::Host;
@@ -73,12 +72,7 @@ impl Host {
         }
         let Some(meta) = self.group(0) else { return };
         let Some(map) = meta.range_map() else { return };
-        let addrs: HashMap<NodeId, String> = meta
-            .status()
-            .nodes
-            .into_iter()
-            .map(|(id, addr, _)| (id, addr))
-            .collect();
+        let addrs = super::member_addrs(&meta);
         for g in self.groups() {
             if g == 0 {
                 continue;
@@ -241,12 +235,7 @@ impl Host {
         }
         let Some(meta) = self.group(0) else { return };
         let Some(map) = meta.range_map() else { return };
-        let addrs: HashMap<NodeId, String> = meta
-            .status()
-            .nodes
-            .into_iter()
-            .map(|(id, addr, _)| (id, addr))
-            .collect();
+        let addrs = super::member_addrs(&meta);
         let me = self.0.id;
         for g in self.groups() {
             // A range merged away (not in the map) waits for merges.

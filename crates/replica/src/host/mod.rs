@@ -88,6 +88,16 @@ impl Handler for Dispatch {
     }
 }
 
+/// Each cluster member's Raft address, as the meta group (`meta`) has
+/// applied its membership: where a node sends to the others' groups.
+fn member_addrs(meta: &Replica) -> HashMap<NodeId, String> {
+    meta.status()
+        .nodes
+        .into_iter()
+        .map(|(id, addr, _)| (id, addr))
+        .collect()
+}
+
 impl Host {
     fn new(id: NodeId, transport: Arc<dyn Transport>, guard: Arc<PeerGuard>) -> Host {
         Host(Arc::new(Inner {

@@ -18,8 +18,6 @@
 //! group and the write routed again. Either way it is retried here, never
 //! answered wrong, until `REQUEST_TIMEOUT`.
 
-use std::collections::HashMap;
-
 use combkv::Error;
 use combkv::op::{Op, Outcome};
 use openraft::error::{ClientWriteError, RaftError};
@@ -294,12 +292,7 @@ impl Host {
         let meta = self
             .group(0)
             .ok_or_else(|| ClusterError::Refused("this node hosts no group 0".into()))?;
-        let addrs: HashMap<NodeId, String> = meta
-            .status()
-            .nodes
-            .into_iter()
-            .map(|(id, addr, _)| (id, addr))
-            .collect();
+        let addrs = super::member_addrs(&meta);
         let mut hint: Option<NodeId> = None;
         let mut turn = 0usize;
         loop {

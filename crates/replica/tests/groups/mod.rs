@@ -133,16 +133,8 @@ pub async fn converge_on(cl: &Cluster, group: GroupId, on: &[u64]) -> Result<(),
 }
 
 pub fn put_op(k: &[u8], v: &[u8]) -> Vec<u8> {
-    let op = Op::Put {
-        key: k,
-        value: v,
-        expiry: Expiry::Never,
-        flags: Flags::Set(0),
-        cond: Cond::Any,
-        return_old: false,
-    };
     let mut ops = Vec::new();
-    codec::encode_ops(std::slice::from_ref(&op), &mut ops);
+    codec::encode_ops(&[put(k, v)], &mut ops);
     ops
 }
 
@@ -290,5 +282,124 @@ pub fn report(seed: u64, result: Result<usize, String>) {
     match result {
         Err(e) => panic!("seed {seed} failed (rerun: COMBKV_SIM_SEED={seed}): {e}"),
         Ok(n) => eprintln!("seed {seed}: acknowledged values summed {n}"),
+    }
+}
+
+/// What the five-node fault tests do to the cluster while their clients
+/// run: with node 5 cut off, range 0 splits at `splits[0]` and the new
+/// range 1 at `splits[1]` (asked through random nodes of the majority);
+/// the network heals; range 1 is told to move to nodes 2, 4 and 5; then
+/// every node crashes at once and starts again.
+pub async fn split_move_crash(
+    cl: &Cluster,
+    rng: &mut rand::rngs::StdRng,
+    splits: [&[u8]; 2],
+) -> Result<(), String> {
+    use rand::Rng as _;
+    const FIVE: u64 = 5;
+    let host = |id: u64| cl.nodes.lock().get(&id).cloned();
+    tokio::time::sleep(Duration::from_millis(rng.random_range(100..400))).await;
+    cl.net.partition(&[&[1, 2, 3, 4], &[5]]);
+    for (range, at) in [(0, splits[0]), (1, splits[1])] {
+        let mut done = false;
+        for _ in 0..100 {
+            let via = rng.random_range(1..=4);
+            if let Some(h) = host(via)
+                && h.split(range, at).await.is_ok()
+            {
+                done = true;
+                break;
+            }
+            // An answer lost on the way may hide a split that applied.
+            if cl
+                .replica(via, 0)
+                .and_then(|r| r.range_map())
+                .is_some_and(|m| m.route(at).start == at)
+            {
+                done = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if !done {
+            return Err(format!("range {range} never split at {at:?}"));
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(rng.random_range(100..500))).await;
+    cl.net.heal();
+    let mut moved = false;
+    for _ in 0..100 {
+        let via = rng.random_range(1..=FIVE);
+        if let Some(h) = host(via)
+            && h.set_replicas(1, vec![2, 4, 5], vec![]).await.is_ok()
+        {
+            moved = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if !moved {
+        return Err("range 1 was never told its new nodes".into());
+    }
+    tokio::time::sleep(Duration::from_millis(rng.random_range(200..800))).await;
+    for id in 1..=FIVE {
+        cl.crash(id).await;
+    }
+    tokio::time::sleep(Duration::from_millis(rng.random_range(0..300))).await;
+    for id in 1..=FIVE {
+        cl.start(id, &[0]).await;
+    }
+    Ok(())
+}
+
+/// After [`split_move_crash`] and the clients: faults off, range 1 on
+/// nodes 2, 4 and 5 alone, each of ranges 0 to 2 converged on its
+/// holders, and `outcomes` checked against the map (`check_owned`).
+pub async fn settle_after_move(cl: &Cluster, outcomes: &[Outcome]) -> Result<(), String> {
+    let all: Vec<u64> = (1..=5).collect();
+    cl.net
+        .set_faults(combkv_replica::network::sim::Faults::NONE);
+    let mut placed = false;
+    for _ in 0..600 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Some(l) = all
+            .iter()
+            .find_map(|&id| cl.replica(id, 1).filter(|r| r.is_leader()))
+        {
+            let mut m: Vec<u64> = l.status().nodes.iter().map(|n| n.0).collect();
+            m.sort_unstable();
+            if m == [2, 4, 5] {
+                placed = true;
+                break;
+            }
+        }
+    }
+    if !placed {
+        return Err("range 1 never reached nodes 2, 4 and 5".into());
+    }
+    let holders = |g: GroupId| -> Vec<u64> { if g == 1 { vec![2, 4, 5] } else { all.clone() } };
+    for g in [0, 1, 2] {
+        for id in holders(g) {
+            wait_group(cl, id, g).await;
+        }
+        converge_on(cl, g, &holders(g)).await?;
+    }
+    let map = cl.replica(1, 0).unwrap().range_map().unwrap();
+    check_owned(cl, outcomes, &[0, 1, 2], holders, |key| map.route(key).id)?;
+    for &id in &all {
+        cl.stop(id).await;
+    }
+    Ok(())
+}
+
+/// A plain SET of `key` to `value`.
+pub fn put<'a>(key: &'a [u8], value: &'a [u8]) -> Op<'a> {
+    Op::Put {
+        key,
+        value,
+        expiry: Expiry::Never,
+        flags: Flags::Set(0),
+        cond: Cond::Any,
+        return_old: false,
     }
 }
