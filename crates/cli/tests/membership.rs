@@ -187,6 +187,26 @@ impl Node {
             .unwrap_or_else(|| panic!("node {} does not answer", self.id))
     }
 
+    /// `INFO ranges` as fields (asked again while the node loads).
+    fn info_ranges(&self) -> BTreeMap<String, String> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut con = self.connect();
+            let text: String = redis::cmd("INFO").arg("ranges").query(&mut con).unwrap();
+            let fields: BTreeMap<String, String> = text
+                .lines()
+                .filter_map(|l| l.split_once(':'))
+                .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+                .collect();
+            if fields.get("ranges_hosted").is_some_and(|h| h != "0")
+                || std::time::Instant::now() > deadline
+            {
+                return fields;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// [`Node::status`], None if the node does not answer.
     fn try_status(&self) -> Option<BTreeMap<String, String>> {
         let c = redis::Client::open(format!("redis://{}/", self.resp)).ok()?;
@@ -433,6 +453,22 @@ fn ids_in_use_and_ids_of_removed_voters_are_refused() {
             && said.contains(&format!("leader {leader} keys 0 ")),
         "{said}"
     );
+
+    // INFO ranges: one range, held by every node, led by the leader.
+    for n in &nodes {
+        let r = n.info_ranges();
+        let leads = u8::from(n.id == leader).to_string();
+        for (k, v) in [
+            ("ranges", "1"),
+            ("ranges_hosted", "1"),
+            ("ranges_leading", leads.as_str()),
+            ("ranges_stale_replicas", "0"),
+            ("ranges_keys", "0"),
+            ("ranges_splits_applied", "0"),
+        ] {
+            assert_eq!(field(&r, k), v, "node {} {k}: {r:?}", n.id);
+        }
+    }
 
     // An id in the cluster, at its own address or another.
     let gone = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();

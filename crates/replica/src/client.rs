@@ -125,6 +125,12 @@ impl Replica {
         self.inner.sm.range_map()
     }
 
+    /// [`Replica::range_map`], shared rather than copied: what a router
+    /// reads for every request.
+    pub fn shared_range_map(&self) -> Option<Arc<RangeMap>> {
+        self.inner.sm.shared_range_map()
+    }
+
     /// Follows the cluster settings this node has applied (from the log
     /// or a snapshot, after a restart too).
     pub fn settings(

@@ -53,7 +53,7 @@ mod watch;
 
 pub use client::{REQUEST_TIMEOUT, Results};
 pub use error::{ClusterError, StartError};
-pub use host::{Host, Routed, route_op};
+pub use host::{Host, RangeStats, Routed, route_op};
 pub use log_store::{LogOptions, LogStore, OpenError, OpenReport, SyncPolicy};
 pub use network::tls::PeerTlsFiles;
 pub use node::{ReplicaConfig, Role, Status, cluster_dir};

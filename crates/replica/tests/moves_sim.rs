@@ -111,6 +111,35 @@ fn a_range_moves_to_the_replicas_the_map_names() {
             }
         }
         assert!(gone, "node 3 kept its replica of range 1");
+        let stats = |id: u64| cl.nodes.lock().get(&id).unwrap().range_stats();
+        let three = stats(3);
+        assert_eq!(
+            (
+                three.ranges,
+                three.hosted,
+                three.stale,
+                three.replicas_deleted
+            ),
+            (2, 1, 0, 1),
+            "{three:?}"
+        );
+        // The split applied on every node (node 4 replayed it with group
+        // 0's log when it joined); range 1's leaders added node 4 and
+        // removed node 3.
+        let all: Vec<_> = (1..=NODES + 1).map(stats).collect();
+        let splits: Vec<u64> = all.iter().map(|s| s.splits).collect();
+        assert_eq!(splits, [1, 1, 1, 1], "{all:?}");
+        assert_eq!(
+            all.iter().map(|s| s.replicas_added).sum::<u64>(),
+            1,
+            "{all:?}"
+        );
+        assert_eq!(
+            all.iter().map(|s| s.replicas_removed).sum::<u64>(),
+            1,
+            "{all:?}"
+        );
+        assert_eq!(all[3].hosted, 2, "node 4 holds both ranges: {all:?}");
         cl.stop(3).await;
         cl.start(3, &[0]).await;
         assert!(cl.replica(3, 1).is_none(), "a restart started it again");

@@ -23,13 +23,16 @@ use combkv::op::{Op, Outcome};
 use combkv::{Error as StoreError, HistogramSnapshot, Store};
 use combkv_replica::codec::OpList;
 use combkv_replica::{
-    ClusterError, LogOptions, Replica, ReplicaConfig, Results, Status, SyncPolicy,
+    ClusterError, Host, LogOptions, RangeStats, Replica, ReplicaConfig, Results, Status, SyncPolicy,
 };
 
 use crate::config::{ClusterReads, DurabilityMode, ServerConfig, StartError, parse_peers};
 
 /// The node this server runs.
 pub struct Cluster {
+    /// The node's groups (one per range it holds a replica of).
+    host: Host,
+    /// Group 0: the cluster's membership, the range map and range 0.
     replica: Replica,
     rt: tokio::runtime::Runtime,
     reads: ClusterReads,
@@ -98,9 +101,10 @@ impl Cluster {
             cache_bytes: config.cluster_log_cache_bytes.0,
             ..LogOptions::default()
         };
-        let replica = rt
-            .block_on(Replica::start(&rc))
+        let host = rt
+            .block_on(Host::start(&rc))
             .map_err(|e| StartError(format!("cannot start cluster node {}: {e}", rc.id)))?;
+        let replica = host.group(0).expect("a started host has group 0");
         let members: Vec<(u64, String)> =
             peers.iter().map(|(id, a)| (*id, a.to_string())).collect();
         // A node that already belongs to a cluster must be told the same
@@ -125,6 +129,7 @@ impl Cluster {
             }
         }
         Ok(Cluster {
+            host,
             replica,
             rt,
             reads: config.cluster_reads,
@@ -272,6 +277,16 @@ impl Cluster {
     /// is formed).
     pub fn range_map(&self) -> Option<combkv_replica::ranges::RangeMap> {
         self.replica.range_map()
+    }
+
+    /// What this node holds of the ranges and did to them.
+    pub fn range_stats(&self) -> RangeStats {
+        self.host.range_stats()
+    }
+
+    /// This node's replica of range `range`, if the map names one here.
+    pub fn range_replica(&self, range: u64) -> Option<Replica> {
+        self.host.serving(range)
     }
 
     /// How long this node's proposals (one per event-loop turn's writes,

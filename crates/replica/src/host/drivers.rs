@@ -6,6 +6,7 @@
 //! second).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use super::Host;
 use crate::rpc::{Request, Response};
@@ -104,7 +105,10 @@ impl Host {
                     .add_range_replica(add, addr, std::time::Duration::from_secs(30))
                     .await
                 {
-                    Ok(()) => tracing::info!("range {g}: node {add} holds a replica now"),
+                    Ok(()) => {
+                        self.0.counts.added.fetch_add(1, Ordering::Relaxed);
+                        tracing::info!("range {g}: node {add} holds a replica now");
+                    }
                     Err(e) => tracing::warn!("range {g}: adding node {add}: {e}"),
                 }
                 continue;
@@ -123,7 +127,10 @@ impl Host {
                 .min_by_key(|m| *m == self.0.id);
             if all_vote && let Some(gone) = extra {
                 match r.remove_node(gone).await {
-                    Ok(()) => tracing::info!("range {g}: node {gone} no longer holds a replica"),
+                    Ok(()) => {
+                        self.0.counts.removed.fetch_add(1, Ordering::Relaxed);
+                        tracing::info!("range {g}: node {gone} no longer holds a replica");
+                    }
                     Err(e) => tracing::warn!("range {g}: removing node {gone}: {e}"),
                 }
             }
@@ -263,7 +270,10 @@ impl Host {
                 r.shutdown().await;
             }
             match self.delete_group_files(g) {
-                Ok(()) => tracing::info!("range {g} moved away: its replica here is deleted"),
+                Ok(()) => {
+                    self.0.counts.deleted.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!("range {g} moved away: its replica here is deleted");
+                }
                 Err(e) => tracing::warn!("range {g} moved away; deleting its files: {e}"),
             }
         }

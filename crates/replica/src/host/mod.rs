@@ -15,6 +15,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::{Mutex, RwLock};
@@ -23,7 +24,7 @@ use crate::error::{ClusterError, StartError};
 use crate::network::tls::{PeerGuard, PeerTlsFiles};
 use crate::network::{BoxFuture, GroupTransport, Handler, Transport};
 use crate::node::ReplicaConfig;
-use crate::ranges::{MapChange, RangeId};
+use crate::ranges::{MapChange, RangeId, RangeMap};
 use crate::replica::Replica;
 use crate::rpc::{Request, Response};
 use crate::state_machine::{SplitChild, SplitHook, seed_split_group};
@@ -53,6 +54,47 @@ struct Inner {
     /// One group starts at a time (a split and a message for the new group
     /// may both start it).
     starting: tokio::sync::Mutex<()>,
+    /// What this node's groups did to ranges since it started.
+    counts: Counts,
+}
+
+/// Counts of what a node's groups did to ranges since it started.
+#[derive(Debug, Default)]
+pub(crate) struct Counts {
+    /// Splits applied by this node's replicas (every replica of a range
+    /// applies each of its splits).
+    pub(crate) splits: AtomicU64,
+    /// Replicas this node's range leaders added to their groups.
+    pub(crate) added: AtomicU64,
+    /// Replicas this node's range leaders removed from their groups.
+    pub(crate) removed: AtomicU64,
+    /// Replicas of this node deleted after a move took the range away.
+    pub(crate) deleted: AtomicU64,
+}
+
+/// A node's ranges, as INFO and the metrics show them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RangeStats {
+    /// Ranges in the map.
+    pub ranges: u64,
+    /// Ranges the map names a replica of on this node, started here.
+    pub hosted: u64,
+    /// Of those, the ones this node leads.
+    pub leading: u64,
+    /// Replicas here the map no longer names (moved away, to be deleted).
+    pub stale: u64,
+    /// Keys in the replicas this node hosts.
+    pub keys: u64,
+    /// Bytes of keys and values in the replicas this node hosts.
+    pub bytes: u64,
+    /// Splits applied by this node's replicas since it started.
+    pub splits: u64,
+    /// Replicas this node's range leaders added since it started.
+    pub replicas_added: u64,
+    /// Replicas this node's range leaders removed since it started.
+    pub replicas_removed: u64,
+    /// Replicas of this node deleted after moves, since it started.
+    pub replicas_deleted: u64,
 }
 
 /// Hands each request that reaches the node to the group it names. It
@@ -107,6 +149,7 @@ impl Host {
             guard,
             template: Mutex::new(None),
             starting: tokio::sync::Mutex::new(()),
+            counts: Counts::default(),
         }))
     }
 
@@ -216,9 +259,12 @@ impl Host {
         group != 0
             && self
                 .group(0)
-                .and_then(|g| g.range_map())
-                .and_then(|map| map.get(group).cloned())
-                .is_some_and(|r| r.voters.contains(&self.0.id) || r.learners.contains(&self.0.id))
+                .and_then(|g| g.shared_range_map())
+                .is_some_and(|map| {
+                    map.get(group).is_some_and(|r| {
+                        r.voters.contains(&self.0.id) || r.learners.contains(&self.0.id)
+                    })
+                })
     }
 
     /// Starts every group made by splits whose directory this node holds
@@ -266,6 +312,9 @@ impl Host {
         config.on_split = None;
         SplitHook(Arc::new(move |child: SplitChild| {
             let group = child.bounds.id;
+            if let Some(inner) = host.upgrade() {
+                inner.counts.splits.fetch_add(1, Ordering::Relaxed);
+            }
             let dir = config.for_split_group(group).dir;
             if let Err(e) = seed_split_group(&dir, &child) {
                 tracing::error!(
@@ -388,6 +437,39 @@ impl Host {
         self.0.groups.read().get(&group).cloned()
     }
 
+    /// What this node holds of the ranges and did to them (INFO's
+    /// `ranges` section). Counts keys and bytes with each store's own
+    /// figures: nothing is scanned.
+    pub fn range_stats(&self) -> RangeStats {
+        let map = self.range_map();
+        let c = &self.0.counts;
+        let mut st = RangeStats {
+            ranges: map.len() as u64,
+            splits: c.splits.load(Ordering::Relaxed),
+            replicas_added: c.added.load(Ordering::Relaxed),
+            replicas_removed: c.removed.load(Ordering::Relaxed),
+            replicas_deleted: c.deleted.load(Ordering::Relaxed),
+            ..RangeStats::default()
+        };
+        for g in self.groups() {
+            let Some(r) = self.group(g) else { continue };
+            let named = map
+                .get(g)
+                .is_some_and(|d| d.voters.contains(&self.0.id) || d.learners.contains(&self.0.id));
+            if !named {
+                st.stale += 1;
+                continue;
+            }
+            st.hosted += 1;
+            st.leading += u64::from(r.is_leader());
+            let store = r.current_store();
+            let m = store.memory();
+            st.keys += store.len();
+            st.bytes += m.node_bytes + m.value_bytes;
+        }
+        st
+    }
+
     /// The groups this node hosts.
     pub fn groups(&self) -> Vec<GroupId> {
         let mut ids: Vec<GroupId> = self.0.groups.read().keys().copied().collect();
@@ -396,15 +478,40 @@ impl Host {
     }
 }
 
-impl Replica {
+impl Host {
     /// Starts a node that talks TCP: binds `config.raft_addr`, serves peers
     /// there, and starts group 0 and every group its splits made that the
     /// node holds. Runs inside the current tokio runtime.
-    pub async fn start(config: &ReplicaConfig) -> Result<Replica, StartError> {
+    pub async fn start(config: &ReplicaConfig) -> Result<Host, StartError> {
         let host = Host::bind(config.id, config.raft_addr, config.peer_tls.clone()).await?;
-        let replica = host.start_group(0, config).await?;
+        host.start_group(0, config).await?;
         host.start_split_groups().await?;
-        Ok(replica)
+        Ok(host)
+    }
+
+    /// The range map this node routes by (group 0's, as applied here; a
+    /// map of one range before the cluster is formed).
+    pub fn range_map(&self) -> Arc<RangeMap> {
+        self.group(0)
+            .and_then(|g| g.shared_range_map())
+            .unwrap_or_else(|| Arc::new(RangeMap::new(Vec::new())))
+    }
+
+    /// This node's replica of range `range`, if the map names one here (a
+    /// replica a move left behind is out of its group, and serves
+    /// nothing).
+    pub fn serving(&self, range: RangeId) -> Option<Replica> {
+        self.group(range)
+            .filter(|_| range == 0 || self.expects(range))
+    }
+}
+
+impl Replica {
+    /// Starts a node that talks TCP (see [`Host::start`]) and returns its
+    /// group 0.
+    pub async fn start(config: &ReplicaConfig) -> Result<Replica, StartError> {
+        let host = Host::start(config).await?;
+        Ok(host.group(0).expect("group 0 started"))
     }
 
     /// Starts a node of one group (group 0) on a simulated network (tests):

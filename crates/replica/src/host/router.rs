@@ -271,10 +271,7 @@ impl Host {
     ) -> PartAnswer {
         // A replica the map no longer names here (the range moved away,
         // and this one is not deleted yet) is out of its group: forwarded.
-        if let Some(r) = self
-            .group(group)
-            .filter(|_| group == 0 || self.expects(group))
-        {
+        if let Some(r) = self.serving(group) {
             return r.write_indexed(now_ms, ops).await;
         }
         self.forward(group, Batch { now_ms, ops }, deadline).await

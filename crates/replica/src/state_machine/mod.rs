@@ -124,6 +124,9 @@ pub struct StateMachine {
     applied_tx: Arc<watch::Sender<Option<LogId>>>,
     /// The cluster settings, as each entry or snapshot sets them.
     settings_tx: Arc<watch::Sender<BTreeMap<String, Vec<u8>>>>,
+    /// The range map as applied, shared: routers read it for every write
+    /// and read without taking the state's lock that apply holds.
+    map_tx: Arc<watch::Sender<Option<Arc<RangeMap>>>>,
     on_apply: Option<ApplyHook>,
     /// Whether this group keeps the range map (`SmState::ranges`).
     keeps_map: bool,
@@ -190,6 +193,7 @@ impl StateMachine {
         };
         let (applied_tx, _) = watch::channel(state.log_id);
         let (settings_tx, _) = watch::channel(state.settings.clone());
+        let (map_tx, _) = watch::channel(state.ranges.clone().map(Arc::new));
         Ok(StateMachine {
             cell: StoreCell::new(Arc::new(store)),
             config,
@@ -197,6 +201,7 @@ impl StateMachine {
             state: Arc::new(Mutex::new(state)),
             applied_tx: Arc::new(applied_tx),
             settings_tx: Arc::new(settings_tx),
+            map_tx: Arc::new(map_tx),
             on_apply,
             keeps_map: false,
             group: 0,
@@ -230,8 +235,25 @@ impl StateMachine {
         if state.ranges.is_none() {
             state.follow_membership();
         }
+        self.publish_map(&state);
         drop(state);
         self
+    }
+
+    /// Shares the range map `state` holds if it changed since it was last
+    /// shared (every change bumps its generation).
+    fn publish_map(&self, state: &SmState) {
+        let now = state.ranges.as_ref().map(RangeMap::generation);
+        let shared = self.map_tx.borrow().as_ref().map(|m| m.generation());
+        if now != shared {
+            self.map_tx.send_replace(state.ranges.clone().map(Arc::new));
+        }
+    }
+
+    /// The range map as applied so far, shared (None: this group keeps
+    /// none, or has applied no membership yet).
+    pub fn shared_range_map(&self) -> Option<Arc<RangeMap>> {
+        self.map_tx.borrow().clone()
     }
 
     /// The range map as applied so far (None: this group keeps none, or
@@ -530,6 +552,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             out.push(self.apply_entry(entry, &mut state)?);
         }
         let log_id = state.log_id;
+        if self.keeps_map {
+            self.publish_map(&state);
+        }
         drop(state);
         self.applied_tx.send_replace(log_id);
         Ok(out)
@@ -631,6 +656,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 s.follow_membership();
             }
             self.settings_tx.send_replace(s.settings.clone());
+            self.publish_map(&s);
         }
         self.set_current(meta.clone(), path);
         self.applied_tx.send_replace(meta.last_log_id);

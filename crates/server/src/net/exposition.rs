@@ -193,6 +193,26 @@ const COUNTERS: &[(&str, &str, &str)] = &[
         "Write results this node decoded.",
     ),
     (
+        "ranges_splits_applied",
+        "combkv_ranges_splits_applied",
+        "Range splits this node's replicas applied.",
+    ),
+    (
+        "ranges_replicas_added",
+        "combkv_ranges_replicas_added",
+        "Replicas this node's range leaders added to their groups.",
+    ),
+    (
+        "ranges_replicas_removed",
+        "combkv_ranges_replicas_removed",
+        "Replicas this node's range leaders removed from their groups.",
+    ),
+    (
+        "ranges_replicas_deleted",
+        "combkv_ranges_replicas_deleted",
+        "Replicas on this node deleted after their range moved away.",
+    ),
+    (
         "used_cpu_sys",
         "combkv_cpu_system_seconds",
         "CPU time in the kernel.",

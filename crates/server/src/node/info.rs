@@ -9,13 +9,14 @@ use combkv_replica::Role;
 use crate::state::{Shared, Stats};
 
 /// Sections in INFO's default order.
-pub const SECTIONS: [&str; 9] = [
+pub const SECTIONS: [&str; 10] = [
     "server",
     "clients",
     "memory",
     "persistence",
     "stats",
     "replication",
+    "ranges",
     "cpu",
     "keyspace",
     "engine",
@@ -42,6 +43,10 @@ pub fn render(shared: &Shared, wanted: &[String]) -> String {
     }
     let mut out = String::new();
     for s in order {
+        // A single node has no ranges: the section is a cluster node's.
+        if s == "ranges" && !shared.config.clustered() {
+            continue;
+        }
         let stats = STATS_SECTIONS.contains(&s);
         let shown = if stats { every } else { default };
         if shown || wanted.iter().any(|w| w == s) {
@@ -157,6 +162,7 @@ pub fn fields(shared: &Shared, name: &str) -> Vec<(&'static str, String)> {
         }
         "engine" => engine_fields(&shared.current_store()),
         "replication" => replication_fields(shared),
+        "ranges" => ranges_fields(shared),
         "cpu" => {
             // Redis's fields, from getrusage: redis_exporter and its
             // dashboard read them.
@@ -206,6 +212,29 @@ fn opening_fields(shared: &Shared) -> Vec<(&'static str, String)> {
         ("connected_slaves", "0".into()),
     ]);
     f
+}
+
+/// INFO's `ranges` section on a cluster node (and, as ever, the metrics):
+/// the ranges of the map, the ones this node holds a replica of and leads,
+/// their keys and bytes, and what its groups did to ranges since it
+/// started (`docs/cluster.md`, "Ranges").
+fn ranges_fields(shared: &Shared) -> Vec<(&'static str, String)> {
+    let Some(c) = shared.cluster() else {
+        return Vec::new();
+    };
+    let r = c.range_stats();
+    vec![
+        ("ranges", r.ranges.to_string()),
+        ("ranges_hosted", r.hosted.to_string()),
+        ("ranges_leading", r.leading.to_string()),
+        ("ranges_stale_replicas", r.stale.to_string()),
+        ("ranges_keys", r.keys.to_string()),
+        ("ranges_bytes", r.bytes.to_string()),
+        ("ranges_splits_applied", r.splits.to_string()),
+        ("ranges_replicas_added", r.replicas_added.to_string()),
+        ("ranges_replicas_removed", r.replicas_removed.to_string()),
+        ("ranges_replicas_deleted", r.replicas_deleted.to_string()),
+    ]
 }
 
 /// INFO's `replication` section (and, numeric fields, the metrics): the

@@ -185,22 +185,22 @@ fn status_text(shared: &crate::state::Shared, c: Option<&crate::cluster::Cluster
     out
 }
 
-/// CLUSTER RANGES: a line per range of the map, in key order. The keys
-/// and bytes are this node's replica's, where it holds one (today every
-/// node holds range 0, the one range: group 0's store).
+/// CLUSTER RANGES: a line per range of the map, in key order. The leader,
+/// keys and bytes are this node's replica's, where the map names one here.
 fn ranges_text(c: &crate::cluster::Cluster) -> String {
     let Some(map) = c.range_map() else {
         return "ranges:0 (the cluster is not formed yet)\r\n".into();
     };
-    let status = c.status();
     let mut out = format!("ranges:{}\r\n", map.len());
     for r in map.ranges() {
         out.push_str(&r.to_string());
-        if r.id == 0 {
-            let leader = status
+        // What this node's replica knows: its leader, keys and bytes.
+        if let Some(replica) = c.range_replica(r.id) {
+            let leader = replica
+                .status()
                 .leader
                 .map_or_else(|| "none".into(), |l| l.to_string());
-            let store = c.store();
+            let store = replica.current_store();
             let m = store.memory();
             out.push_str(&format!(
                 " leader {leader} keys {} bytes {}",
