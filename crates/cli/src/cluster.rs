@@ -1,4 +1,4 @@
-//! `combkv cluster init | add | remove | status | ranges`: a cluster's
+//! `combkv cluster init | add | remove | status | ranges | split`: a cluster's
 //! administration, sent as `CLUSTER ...` commands to a node's RESP port.
 
 use std::process::ExitCode;
@@ -45,6 +45,10 @@ enum Action {
     /// (splits and merges, replica changes), voters and learners, and for
     /// those the node holds, the leader, keys and bytes.
     Ranges,
+    /// Splits the range holding KEY at KEY, which starts a new range;
+    /// prints the new range's id. Every node of the range keeps a replica
+    /// of both halves.
+    Split { key: String },
 }
 
 pub fn cluster_main(args: ClusterArgs) -> ExitCode {
@@ -69,9 +73,11 @@ fn run(args: &ClusterArgs) -> Result<String, String> {
         Action::Remove { id } => cmd.arg("REMOVE").arg(*id),
         Action::Status => cmd.arg("STATUS"),
         Action::Ranges => cmd.arg("RANGES"),
+        Action::Split { key } => cmd.arg("SPLIT").arg(key),
     };
     match cmd.query::<redis::Value>(&mut con) {
         Ok(redis::Value::Okay) => Ok("OK\n".into()),
+        Ok(redis::Value::Int(n)) => Ok(format!("{n}\n")),
         Ok(redis::Value::BulkString(b)) => Ok(String::from_utf8_lossy(&b).replace("\r\n", "\n")),
         Ok(redis::Value::VerbatimString { text, .. }) => Ok(text.replace("\r\n", "\n")),
         Ok(other) => Ok(format!("{other:?}\n")),

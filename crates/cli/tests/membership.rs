@@ -766,3 +766,239 @@ fn a_node_that_is_no_member_says_whom_it_waits_for() {
     drop((n2, n4));
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// A keyspace split into three ranges on three processes: every key is
+/// written and read through any node, batched reads (MGET, pipelined GETs
+/// and RANGEs) and scans (RANGE with and without LIMIT, REV, SCAN, KEYS,
+/// DBSIZE, FLOOR, CEIL) answer across the ranges as one store would, a
+/// write whose keys lie in two ranges is refused as Redis Cluster's
+/// `CROSSSLOT` and changes nothing, as does SNAPSHOT, and a restart of
+/// every node keeps the ranges and every key.
+#[test]
+fn a_keyspace_split_into_ranges_is_served_whole_by_every_node() {
+    let root = root("split");
+    let mut nodes: Vec<Node> = (1..=3).map(|id| Node::new(&root, id)).collect();
+    let list = peers(&nodes.iter().collect::<Vec<_>>());
+    for n in &mut nodes {
+        n.start(&list);
+    }
+    find_leader(&nodes);
+    let serving = |nodes: &[Node]| {
+        for n in nodes {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !support::ask(
+                n.resp,
+                b"PING\r\n",
+                b"+PONG\r\n",
+                Duration::from_millis(500),
+            ) {
+                assert!(Instant::now() < deadline, "node {} does not serve", n.id);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    };
+    serving(&nodes);
+    let key = |i: usize| format!("k{i:03}");
+    let mut cons: Vec<redis::Connection> = nodes.iter().map(Node::connect).collect();
+    for i in 0..200 {
+        let _: () = redis::cmd("SET")
+            .arg(key(i))
+            .arg(format!("a{i}"))
+            .query(&mut cons[i % 3])
+            .unwrap();
+    }
+    // Two splits, asked of two nodes: range 0 at k100, then the new range
+    // 1 at k150 (recorded in the map, then carried out by its leader).
+    let (ok, said) = admin(&nodes[1], &["split", "k100"], Duration::from_secs(30));
+    assert!(ok && said.trim() == "1", "{said}");
+    let (ok, said) = admin(&nodes[2], &["split", "k150"], Duration::from_secs(30));
+    assert!(ok && said.trim() == "2", "{said}");
+    let (ok, said) = admin(&nodes[0], &["split", "k150"], Duration::from_secs(30));
+    assert!(!ok && said.contains("starts at this key already"), "{said}");
+    let settled = |n: &Node| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let r = n.info_ranges();
+            if field(&r, "ranges") == "3" && field(&r, "ranges_hosted") == "3" {
+                return r;
+            }
+            assert!(Instant::now() < deadline, "node {}: {r:?}", n.id);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    for n in &nodes {
+        let r = settled(n);
+        assert_eq!(field(&r, "ranges_splits_applied"), "2", "{r:?}");
+        assert_eq!(field(&r, "ranges_keys"), "200", "{r:?}");
+    }
+    let said = ranges(&nodes[0]);
+    assert!(said.starts_with("ranges:3\n"), "{said}");
+    for (id, lo, hi) in [
+        (0, "\"\"", "\"k100\""),
+        (1, "\"k100\"", "\"k150\""),
+        (2, "\"k150\"", "end"),
+    ] {
+        assert!(said.contains(&format!("range {id} [{lo}, {hi})")), "{said}");
+    }
+    // Writes through every node land in their ranges; reads through every
+    // node see them.
+    for i in 0..200 {
+        let _: () = redis::cmd("SET")
+            .arg(key(i))
+            .arg(format!("b{i}"))
+            .query(&mut cons[(i + 1) % 3])
+            .unwrap();
+    }
+    for (n, con) in cons.iter_mut().enumerate() {
+        for i in (0..200).step_by(7) {
+            let v: String = redis::cmd("GET").arg(key(i)).query(con).unwrap();
+            assert_eq!(v, format!("b{i}"), "node {} key {i}", n + 1);
+        }
+        // One batch across the three ranges, pipelined GETs too.
+        let keys: Vec<String> = [5, 120, 199, 99, 100, 149, 150].map(key).to_vec();
+        let got: Vec<String> = redis::cmd("MGET").arg(&keys).query(con).unwrap();
+        let want: Vec<String> = [5, 120, 199, 99, 100, 149, 150]
+            .map(|i| format!("b{i}"))
+            .to_vec();
+        assert_eq!(got, want, "node {}", n + 1);
+        let mut pipe = redis::pipe();
+        for k in &keys {
+            pipe.cmd("GET").arg(k);
+        }
+        pipe.cmd("RANGE").arg("[k098").arg("[k152");
+        pipe.cmd("RANGE")
+            .arg("[k090")
+            .arg("+")
+            .arg("LIMIT")
+            .arg("70");
+        let (g0, g1, g2, g3, g4, g5, g6, r1, r2): (
+            String,
+            String,
+            String,
+            String,
+            String,
+            String,
+            String,
+            Vec<String>,
+            Vec<String>,
+        ) = pipe.query(con).unwrap();
+        assert_eq!(vec![g0, g1, g2, g3, g4, g5, g6], want, "node {}", n + 1);
+        let pairs = |from: usize, to: usize| -> Vec<String> {
+            (from..to).flat_map(|i| [key(i), format!("b{i}")]).collect()
+        };
+        assert_eq!(r1, pairs(98, 153), "node {}", n + 1);
+        assert_eq!(r2, pairs(90, 160), "node {}", n + 1);
+        // Scans across every range, one at a time too.
+        let all: Vec<String> = redis::cmd("RANGE")
+            .arg("-")
+            .arg("+")
+            .arg("KEYSONLY")
+            .query(con)
+            .unwrap();
+        assert_eq!(all, (0..200).map(key).collect::<Vec<_>>(), "node {}", n + 1);
+        let rev: Vec<String> = redis::cmd("RANGE")
+            .arg("(k095")
+            .arg("[k160")
+            .arg("KEYSONLY")
+            .arg("REV")
+            .arg("LIMIT")
+            .arg("20")
+            .query(con)
+            .unwrap();
+        assert_eq!(
+            rev,
+            (141..=160).rev().map(key).collect::<Vec<_>>(),
+            "node {}",
+            n + 1
+        );
+        let n_keys: i64 = redis::cmd("DBSIZE").query(con).unwrap();
+        assert_eq!(n_keys, 200);
+        let info: String = redis::cmd("INFO").arg("keyspace").query(con).unwrap();
+        assert!(info.contains("db0:keys=200,"), "{info}");
+        let mut listed: Vec<String> = redis::cmd("KEYS").arg("k1*").query(con).unwrap();
+        listed.sort();
+        assert_eq!(listed, (100..200).map(key).collect::<Vec<_>>());
+        let mut scanned = Vec::new();
+        let mut cursor = "0".to_string();
+        loop {
+            let (next, page): (String, Vec<String>) = redis::cmd("SCAN")
+                .arg(&cursor)
+                .arg("COUNT")
+                .arg(30)
+                .query(con)
+                .unwrap();
+            scanned.extend(page);
+            if next == "0" {
+                break;
+            }
+            cursor = next;
+        }
+        scanned.sort();
+        assert_eq!(
+            scanned,
+            (0..200).map(key).collect::<Vec<_>>(),
+            "node {}",
+            n + 1
+        );
+        let floor: Vec<String> = redis::cmd("FLOOR").arg("k100").query(con).unwrap();
+        assert_eq!(floor, [key(100), "b100".into()]);
+        let floor: Vec<String> = redis::cmd("FLOOR").arg("k0999").query(con).unwrap();
+        assert_eq!(floor, [key(99), "b99".into()]);
+        let ceil: Vec<String> = redis::cmd("CEIL").arg("k1495").query(con).unwrap();
+        assert_eq!(ceil, [key(150), "b150".into()]);
+    }
+    // A write of two ranges' keys, and a snapshot of them all: refused,
+    // nothing changed.
+    let e = redis::cmd("MSET")
+        .arg(key(1))
+        .arg("x")
+        .arg(key(199))
+        .arg("y")
+        .query::<()>(&mut cons[0])
+        .unwrap_err();
+    assert_eq!(e.code(), Some("CROSSSLOT"), "{e}");
+    let e = redis::cmd("SNAPSHOT")
+        .arg("CREATE")
+        .query::<i64>(&mut cons[1])
+        .unwrap_err();
+    assert_eq!(e.code(), Some("CROSSSLOT"), "{e}");
+    // One range's keys in one write: taken.
+    let _: () = redis::cmd("MSET")
+        .arg(key(101))
+        .arg("c")
+        .arg(key(102))
+        .arg("c")
+        .query(&mut cons[2])
+        .unwrap();
+    let got: Vec<String> = redis::cmd("MGET")
+        .arg(key(1))
+        .arg(key(199))
+        .arg(key(101))
+        .query(&mut cons[0])
+        .unwrap();
+    assert_eq!(got, ["b1", "b199", "c"]);
+    // Every node restarted: three ranges, every key.
+    drop(cons);
+    for n in &mut nodes {
+        n.kill();
+    }
+    for n in &mut nodes {
+        n.start(&list);
+    }
+    find_leader(&nodes);
+    serving(&nodes);
+    for n in &nodes {
+        settled(n);
+        let mut con = n.connect();
+        let all: Vec<String> = redis::cmd("RANGE")
+            .arg("-")
+            .arg("+")
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(all.len(), 400, "node {}", n.id);
+        let v: String = redis::cmd("GET").arg(key(160)).query(&mut con).unwrap();
+        assert_eq!(v, "b160");
+    }
+    drop(nodes);
+    let _ = std::fs::remove_dir_all(&root);
+}

@@ -417,3 +417,50 @@ fn shared_key_prefixes_search_correctly() {
         }
     }
 }
+
+/// Results gathered from two stores' batches (a keyspace cut into ranges)
+/// read as those batches did: keys, values (copied, and a large one
+/// shared), versions, in order, each request's items together, a limit
+/// counted across them.
+#[test]
+fn batch_results_gathered_from_two_stores_read_as_theirs() {
+    use combkv::readexec::{BatchResults, ReadRequest};
+    let low = Store::new(Config::with_node_size(1024)).unwrap();
+    let high = Store::new(Config::with_node_size(1024)).unwrap();
+    let big = vec![b'x'; 64 << 10];
+    for i in 0..10u8 {
+        low.put(&[b'a', i], &[i]).unwrap();
+        high.put(&[b'm', i], &[i, i]).unwrap();
+    }
+    high.put(b"mbig", &big).unwrap();
+    let all = Range::all();
+    let (mut a, mut b, mut out) = (
+        BatchResults::new(),
+        BatchResults::new(),
+        BatchResults::new(),
+    );
+    low.read_batch(&[ReadRequest::Range(&all)], &mut a).unwrap();
+    high.read_batch(
+        &[ReadRequest::Get(b"mbig"), ReadRequest::Range(&all)],
+        &mut b,
+    )
+    .unwrap();
+    out.begin_gathering(3);
+    assert_eq!(out.gather(0, &b, 0, usize::MAX), 1);
+    assert_eq!(out.gather(1, &a, 0, 12), 10);
+    assert_eq!(out.gather(1, &b, 1, 2), 2, "what is left of the limit");
+    assert_eq!(out.gather(2, &a, 0, 0), 0);
+    assert_eq!(out.len(), 3);
+    assert_eq!(out.value(0), Some(&big[..]));
+    let got: Vec<(Vec<u8>, Vec<u8>, combkv::Version)> = out
+        .items(1)
+        .map(|it| (it.key.to_vec(), it.value.to_vec(), it.version))
+        .collect();
+    let want: Vec<_> = a
+        .items(0)
+        .chain(b.items(1).take(2))
+        .map(|it| (it.key.to_vec(), it.value.to_vec(), it.version))
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(out.items(2).len(), 0);
+}

@@ -21,9 +21,8 @@ use std::time::Duration;
 
 use combkv::op::{Op, Outcome};
 use combkv::{Error as StoreError, HistogramSnapshot, Store};
-use combkv_replica::codec::OpList;
 use combkv_replica::{
-    ClusterError, Host, LogOptions, RangeStats, Replica, ReplicaConfig, Results, Status, SyncPolicy,
+    ClusterError, Host, LogOptions, RangeStats, Replica, ReplicaConfig, Routed, Status, SyncPolicy,
 };
 
 use crate::config::{ClusterReads, DurabilityMode, ServerConfig, StartError, parse_peers};
@@ -143,48 +142,50 @@ impl Cluster {
         self.replica.current_store()
     }
 
-    /// Proposes `op` and waits for its outcome.
+    /// Proposes `op` through its range's group and waits for its outcome.
     pub(crate) fn apply(&self, op: &Op<'_>) -> Result<Outcome, StoreError> {
-        let mut bytes = Vec::new();
-        combkv_replica::codec::encode_ops(std::slice::from_ref(op), &mut bytes);
-        let now = self.replica.clock_ms();
-        one_result(self.rt.block_on(self.replica.write(now, bytes)))
+        let mut results = self.apply_all(std::slice::from_ref(op))?;
+        results.pop().expect("one result per op")
     }
 
-    /// Proposes `ops` as one entry and waits for their outcomes.
+    /// Proposes `ops`, one entry per range they lie in, and waits for
+    /// their outcomes, in order (an op whose keys lie in two ranges is
+    /// answered `CrossRange`).
     pub(crate) fn apply_all(
         &self,
         ops: &[Op<'_>],
     ) -> Result<Vec<Result<Outcome, StoreError>>, StoreError> {
-        let mut bytes = Vec::new();
-        combkv_replica::codec::encode_ops(ops, &mut bytes);
+        let map = self.shared_range_map();
+        let mut routed = Routed::default();
+        for op in ops {
+            routed.push_or_refuse(&map, op);
+        }
         let now = self.replica.clock_ms();
-        let results = self
-            .rt
-            .block_on(self.replica.write(now, bytes))
-            .map_err(cluster_error)?;
+        let (_, results) = self.rt.block_on(self.host.propose_routed(now, routed));
         Ok(results)
     }
 
-    /// Proposes a turn's writes in the background as one batch; `done`
-    /// gets their outcomes in order, and the index of the log entry that
-    /// holds them when it has one (on a Raft thread: it must only hand
-    /// them on).
+    /// Adds a decided write to a turn's batch, routed by the range map as
+    /// this node applied it; one whose keys lie in two ranges is answered
+    /// `CrossRange` in its place.
+    pub(crate) fn route(&self, batch: &mut Routed, op: &Op<'_>) {
+        batch.push_or_refuse(&self.shared_range_map(), op);
+    }
+
+    /// Proposes a turn's writes in the background, one entry per range
+    /// they lie in (`Host::propose_routed`); `done` gets their outcomes in
+    /// order, and the index of group 0's entry when they all went there
+    /// (on a Raft thread: it must only hand them on).
     pub(crate) fn propose_all(
         &self,
-        ops: OpList,
+        ops: Routed,
         done: impl FnOnce(Option<u64>, Vec<Result<Outcome, StoreError>>) + Send + 'static,
     ) {
-        let n = ops.len();
-        let joined = ops.finish();
         let now = self.replica.clock_ms();
-        let replica = self.replica.clone();
+        let host = self.host.clone();
         self.rt.spawn(async move {
-            match replica.write_indexed(now, joined).await {
-                // One result per op (`Replica::write`).
-                Ok((index, results)) => done(Some(index), results),
-                Err(e) => done(None, vec![Err(cluster_error(e)); n]),
-            }
+            let (index, results) = host.propose_routed(now, ops).await;
+            done(index, results);
         });
     }
 
@@ -227,9 +228,9 @@ impl Cluster {
         &self,
         done: impl FnOnce(Result<(), StoreError>) + Send + 'static,
     ) {
-        let replica = self.replica.clone();
+        let host = self.host.clone();
         self.rt.spawn(async move {
-            done(replica.read_barrier().await.map_err(cluster_error));
+            done(read_index_all(&host).await);
         });
     }
 
@@ -239,32 +240,37 @@ impl Cluster {
         if self.reads == ClusterReads::Local {
             return Ok(());
         }
-        self.rt
-            .block_on(self.replica.read_barrier())
-            .map_err(cluster_error)
+        self.rt.block_on(read_index_all(&self.host))
     }
 
-    /// On the leader: proposes the deletion of up to `max` expired items
-    /// (each only if it is still the version found expired). Elsewhere
-    /// nothing: the leader's deletions reach every node through the log.
+    /// On the leader of each range this node holds a replica of:
+    /// proposes the deletion of up to `max` expired items of it (each only
+    /// if it is still the version found expired). Elsewhere nothing: the
+    /// leader's deletions reach every replica through the range's log.
     pub(crate) fn reap(&self, max: usize) {
-        if !self.replica.is_leader() {
-            return;
-        }
-        let store = self.store();
-        let expired = store.expired_items(max);
-        if expired.is_empty() {
-            return;
-        }
-        let ops: Vec<Op<'_>> = expired
-            .iter()
-            .map(|(key, version)| Op::Reap {
-                key,
-                version: *version,
-            })
-            .collect();
-        if let Err(e) = self.apply_all(&ops) {
-            tracing::debug!("reaping expired items: {e}");
+        for replica in self.host.serving_all() {
+            if !replica.is_leader() {
+                continue;
+            }
+            let expired = replica.current_store().expired_items(max);
+            if expired.is_empty() {
+                continue;
+            }
+            let ops: Vec<Op<'_>> = expired
+                .iter()
+                .map(|(key, version)| Op::Reap {
+                    key,
+                    version: *version,
+                })
+                .collect();
+            let mut bytes = Vec::new();
+            combkv_replica::codec::encode_ops(&ops, &mut bytes);
+            let now = replica.clock_ms();
+            // A range split meanwhile refuses what it no longer holds: the
+            // new range's leader reaps those.
+            if let Err(e) = self.rt.block_on(replica.write(now, bytes)) {
+                tracing::debug!("reaping expired items: {e}");
+            }
         }
     }
 
@@ -282,6 +288,45 @@ impl Cluster {
     /// What this node holds of the ranges and did to them.
     pub fn range_stats(&self) -> RangeStats {
         self.host.range_stats()
+    }
+
+    /// Splits the range holding `key` at it: `key` starts a new range,
+    /// whose id is returned once the map records it (the range's leader
+    /// then splits its group, `Host::split`). Refused if `key` already
+    /// starts a range.
+    pub(crate) fn split_at(&self, key: &[u8]) -> Result<u64, ClusterError> {
+        // Decided by the map as committed, not as this node has applied it
+        // so far (a split just made elsewhere would make this one stale).
+        self.rt.block_on(self.replica.read_barrier())?;
+        let map = self.shared_range_map();
+        let r = map.route(key);
+        if r.start == key {
+            return Err(ClusterError::Refused(format!(
+                "range {} starts at this key already",
+                r.id
+            )));
+        }
+        let _changing = self.changing()?;
+        self.rt.block_on(self.host.split(r.id, key))
+    }
+
+    /// The range map this node routes by, shared as applied.
+    pub fn shared_range_map(&self) -> Arc<combkv_replica::ranges::RangeMap> {
+        // Group 0 kept at hand: asked on every read.
+        match self.replica.shared_range_map() {
+            Some(map) => map,
+            None => self.host.range_map(),
+        }
+    }
+
+    /// The memory of every store this node's groups hold.
+    pub(crate) fn stores_memory(&self) -> u64 {
+        self.host
+            .groups()
+            .into_iter()
+            .filter_map(|g| self.host.group(g))
+            .map(|r| r.current_store().memory().total())
+            .sum()
     }
 
     /// This node's replica of range `range`, if the map names one here.
@@ -405,10 +450,27 @@ impl Cluster {
     }
 }
 
-/// The outcome of a one-op write from the log's answer.
-fn one_result(answer: Result<Results, ClusterError>) -> Result<Outcome, StoreError> {
-    let mut results = answer.map_err(cluster_error)?;
-    results.pop().expect("one result per op")
+/// Waits for a read index on every range this node holds a replica of,
+/// all at once: a read of any of them after it is linearizable. One range
+/// (a keyspace not split) waits for its own, as a one-group cluster does.
+async fn read_index_all(host: &Host) -> Result<(), StoreError> {
+    let replicas = host.serving_all();
+    if let [one] = replicas.as_slice() {
+        return one.read_barrier().await.map_err(cluster_error);
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for r in replicas {
+        tasks.spawn(async move { r.read_barrier().await });
+    }
+    let mut result = Ok(());
+    while let Some(joined) = tasks.join_next().await {
+        match joined {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => result = Err(cluster_error(e)),
+            Err(e) => result = Err(StoreError::Unavailable(format!("a read index task: {e}"))),
+        }
+    }
+    result
 }
 
 fn cluster_error(e: ClusterError) -> StoreError {

@@ -423,7 +423,8 @@ impl<P: Protocol> Pipeline<P> {
         Stats::add(&cx.shared.stats.read_batches, 1);
         Stats::add(&cx.shared.stats.read_batch_requests, reads.len() as u64);
         cx.stats.batch(reads.len());
-        let done = cx.session.store().read_batch(&reads, cx.batch);
+        let keyspace = crate::node::keyspace::Keyspace::of(cx.shared, cx.session.store());
+        let done = keyspace.read_batch(&reads, cx.batch);
         cx.shared.stats.add_hot_cache(cx.batch);
         drop(reads);
         let before = out.len();

@@ -86,9 +86,15 @@ pub(crate) type Render =
     Box<dyn for<'c> FnOnce(&mut Cx<'c>, Vec<Result<Outcome>>, &mut Vec<u8>) + Send>;
 
 impl Cx<'_> {
-    /// The store of this turn.
+    /// The store of this turn (the keyspace's one store, or range 0's).
     pub fn store(&self) -> &combkv::Store {
         self.session.store()
+    }
+
+    /// The keys reads see: this turn's store, or the stores of the ranges
+    /// the keyspace is cut into.
+    pub(crate) fn keyspace(&self) -> crate::node::keyspace::Keyspace<'_> {
+        crate::node::keyspace::Keyspace::of(self.shared, self.session.store())
     }
 
     /// Applies a decided write: through the turn's session on a single

@@ -172,6 +172,52 @@ impl BatchResults {
         self.read_version = rv;
     }
 
+    /// Empties these results for `requests` requests whose items are then
+    /// gathered from other batches' results ([`BatchResults::gather`]): a
+    /// keyspace cut into ranges reads each range from its own store.
+    pub fn begin_gathering(&mut self, requests: usize) {
+        self.reset(requests, 0);
+    }
+
+    /// Appends up to `max` of request `j`'s items in `from` to request `i`
+    /// of these results: the request gathered into last (requests are
+    /// gathered one after another, each one's items together). Returns
+    /// how many were appended. The read version becomes the newest of the
+    /// batches gathered from.
+    pub fn gather(&mut self, i: usize, from: &BatchResults, j: usize, max: usize) -> usize {
+        if self.spans[i].1 == 0 {
+            self.spans[i].0 = self.slots.len() as u32;
+        }
+        self.read_version = self.read_version.max(from.read_version);
+        let (first, n) = from.spans[j];
+        let mut added = 0;
+        for s in &from.slots[first as usize..(first + n) as usize] {
+            if added == max {
+                break;
+            }
+            let key_at = self.arena.len() as u32;
+            let key = &from.arena[s.key_at as usize..(s.key_at + s.key_len) as usize];
+            self.arena.extend_from_slice(key);
+            let shared = if s.shared == 0 {
+                let at = (s.key_at + s.key_len) as usize;
+                self.arena
+                    .extend_from_slice(&from.arena[at..at + s.value_len as usize]);
+                0
+            } else {
+                self.shared.push(from.shared[s.shared as usize - 1].clone());
+                self.shared.len() as u32
+            };
+            self.slots.push(Slot {
+                key_at,
+                shared,
+                ..*s
+            });
+            self.spans[i].1 += 1;
+            added += 1;
+        }
+        added
+    }
+
     /// Whether request `i` was answered before the backend ran: a backend
     /// skips it.
     #[inline]

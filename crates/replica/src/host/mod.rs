@@ -470,6 +470,13 @@ impl Host {
         st
     }
 
+    /// This node's replicas of the ranges the map names one of here, in
+    /// the map's key order: what a read index must cover.
+    pub fn serving_all(&self) -> Vec<Replica> {
+        let map = self.range_map();
+        map.ranges().filter_map(|r| self.serving(r.id)).collect()
+    }
+
     /// The groups this node hosts.
     pub fn groups(&self) -> Vec<GroupId> {
         let mut ids: Vec<GroupId> = self.0.groups.read().keys().copied().collect();

@@ -60,6 +60,9 @@ pub fn route_op(map: &RangeMap, op: &Op<'_>) -> Result<RangeId, Error> {
 pub struct Routed {
     parts: Vec<Part>,
     len: usize,
+    /// Ops refused as they were added ([`Routed::push_or_refuse`]), by
+    /// batch position: answered in their place, never proposed.
+    refused: Vec<(usize, Error)>,
 }
 
 #[derive(Debug)]
@@ -78,6 +81,16 @@ impl Routed {
         self.push_to(group, op, self.len);
         self.len += 1;
         Ok(())
+    }
+
+    /// Adds `op`, routed by `map`, or, if its keys lie in more than one
+    /// range, its refusal in its place: its answer comes back among the
+    /// others', in order (a pipeline's replies keep their order).
+    pub fn push_or_refuse(&mut self, map: &RangeMap, op: &Op<'_>) {
+        if let Err(e) = self.push(map, op) {
+            self.refused.push((self.len, e));
+            self.len += 1;
+        }
     }
 
     fn push_to(&mut self, group: GroupId, op: &Op<'_>, slot: usize) {
@@ -129,21 +142,27 @@ impl Host {
     ) -> (Option<u64>, Vec<Result<Outcome, Error>>) {
         let deadline = Instant::now() + REQUEST_TIMEOUT;
         let mut out: Vec<Option<Result<Outcome, Error>>> = vec![None; routed.len];
+        for (slot, e) in std::mem::take(&mut routed.refused) {
+            out[slot] = Some(Err(e));
+        }
         // Where each op of this round's batch stands in the caller's.
         let mut origin: Vec<usize> = (0..routed.len).collect();
         let mut index = None;
         for round in 0..=REROUTES {
             let only_meta = routed.parts.len() == 1 && routed.parts[0].group == 0;
             let parts = std::mem::take(&mut routed.parts);
-            // A copy of each list, kept to route refused ops again.
+            let mut sends = Vec::with_capacity(parts.len());
+            // A copy of each list, kept to route refused ops again: a map
+            // of one range may be out of date too (a split just made).
             let lists: Vec<(Part, Vec<u8>)> = parts
                 .into_iter()
                 .map(|mut p| {
                     let bytes = std::mem::take(&mut p.ops).finish();
+                    sends.push((p.group, bytes.clone()));
                     (p, bytes)
                 })
                 .collect();
-            let answers = self.propose_parts(now_ms, &lists, deadline).await;
+            let answers = self.propose_parts(now_ms, sends, deadline).await;
             let mut again = Routed::default();
             let mut again_origin = Vec::new();
             let map = self.fresh_map_if(&answers, round < REROUTES).await;
@@ -209,27 +228,27 @@ impl Host {
         (index, results)
     }
 
-    /// Each list's proposal, all at once; the answers in the lists' order.
+    /// Each list's proposal (group, encoded ops), all at once; the answers
+    /// in the lists' order.
     async fn propose_parts(
         &self,
         now_ms: u64,
-        lists: &[(Part, Vec<u8>)],
+        mut lists: Vec<(GroupId, Vec<u8>)>,
         deadline: Instant,
     ) -> Vec<PartAnswer> {
-        if let [(part, bytes)] = lists {
+        if lists.len() == 1 {
             // One range (every batch of a keyspace not split): no task.
-            return vec![
-                self.propose_part(now_ms, part.group, bytes.clone(), deadline)
-                    .await,
-            ];
+            let (group, bytes) = lists.pop().expect("one list");
+            return vec![self.propose_part(now_ms, group, bytes, deadline).await];
         }
+        let n = lists.len();
         let mut tasks = tokio::task::JoinSet::new();
-        for (i, (part, bytes)) in lists.iter().enumerate() {
-            let (host, group, bytes) = (self.clone(), part.group, bytes.clone());
+        for (i, (group, bytes)) in lists.into_iter().enumerate() {
+            let host = self.clone();
             tasks
                 .spawn(async move { (i, host.propose_part(now_ms, group, bytes, deadline).await) });
         }
-        let mut answers: Vec<Option<PartAnswer>> = (0..lists.len()).map(|_| None).collect();
+        let mut answers: Vec<Option<PartAnswer>> = (0..n).map(|_| None).collect();
         while let Some(joined) = tasks.join_next().await {
             match joined {
                 Ok((i, a)) => answers[i] = Some(a),

@@ -85,7 +85,7 @@ impl Dump {
         let range = Range::new(start, Bound::Unbounded).with_limit(PART_ITEMS);
         let mut last = Vec::new();
         let mut limit_hit = false;
-        let seen = cx.store().scan(&range, |it| {
+        let seen = cx.keyspace().scan(&range, |it| {
             match &mut self.cachedump {
                 None => write_line(out, &it),
                 Some(left) => {

@@ -70,7 +70,7 @@ pub fn stat_lines(shared: &Shared) -> Vec<(&'static str, String)> {
         ("limit_maxbytes", shared.live.maxmemory().to_string()),
         ("threads", shared.config.thread_count().to_string()),
         ("bytes", used.to_string()),
-        ("curr_items", shared.current_store().len().to_string()),
+        ("curr_items", shared.keys().to_string()),
         ("total_items", mc.total_items.get().to_string()),
         ("evictions", "0".to_string()),
     ]);

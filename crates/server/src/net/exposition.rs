@@ -260,7 +260,7 @@ impl Collector for Figures {
             &mut e,
             "combkv_keys",
             "Keys in the store.",
-            shared.current_store().len() as f64,
+            shared.keys() as f64,
         )?;
         gauge(
             &mut e,

@@ -153,7 +153,7 @@ pub fn fields(shared: &Shared, name: &str) -> Vec<(&'static str, String)> {
         "persistence" => crate::node::admin::persistence_fields(shared),
         "stats" => stats_fields(shared),
         "keyspace" => {
-            let n = shared.current_store().len();
+            let n = shared.keys();
             if n == 0 {
                 Vec::new()
             } else {

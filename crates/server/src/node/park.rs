@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 use combkv::op::{Op, Outcome};
 use combkv::{Error, Result, Session};
-use combkv_replica::codec::OpList;
+use combkv_replica::Routed;
 use parking_lot::Mutex;
 
 use crate::cluster::Cluster;
@@ -71,7 +71,7 @@ pub(crate) struct Inbox {
     /// This turn's writes, and whom each run of them is for; a
     /// connection's writes are contiguous (one connection is served at a
     /// time).
-    writes: Mutex<(OpList, Vec<Share>)>,
+    writes: Mutex<(Routed, Vec<Share>)>,
     /// This turn's connections waiting for a read index: (token, client).
     reads: Mutex<Vec<(usize, u64)>>,
 }
@@ -81,7 +81,7 @@ impl Inbox {
         Inbox {
             landed: Mutex::new(Vec::new()),
             waker,
-            writes: Mutex::new((OpList::default(), Vec::new())),
+            writes: Mutex::new((Routed::default(), Vec::new())),
             reads: Mutex::new(Vec::new()),
         }
     }
@@ -239,7 +239,7 @@ impl Parking<'_> {
         };
         self.park.borrow_mut().waiting = true;
         let mut writes = inbox.writes.lock();
-        writes.0.push(op);
+        cluster.route(&mut writes.0, op);
         match writes.1.last_mut() {
             Some((token, client, n)) if (*token, *client) == (self.token, self.client) => *n += 1,
             _ => writes.1.push((self.token, self.client, 1)),

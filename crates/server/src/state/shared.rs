@@ -309,6 +309,16 @@ impl Shared {
         }
     }
 
+    /// The keys this node holds: its store's, or on a cluster node whose
+    /// keyspace is cut into ranges, those of every range it holds a
+    /// replica of.
+    pub fn keys(&self) -> u64 {
+        match self.node.get() {
+            Some(Node::Cluster(c)) if c.shared_range_map().len() > 1 => c.range_stats().keys,
+            _ => self.current_store().len(),
+        }
+    }
+
     /// True when writes must be refused for memory.
     pub fn over_maxmemory(&self) -> bool {
         let max = self.live.maxmemory();
@@ -361,7 +371,13 @@ impl Shared {
     /// cluster node's is replaced whole by a snapshot install, and the one
     /// it replaced is freed once its last reader lets go.
     fn sample_used_memory(&self) -> u64 {
-        let used = self.current_store().memory().total() + self.client_buffers();
+        let stores = match self.node.get() {
+            // Every range's replica here (a moved-away one too, until it
+            // is deleted): each holds its memory.
+            Some(Node::Cluster(c)) if c.shared_range_map().len() > 1 => c.stores_memory(),
+            _ => self.current_store().memory().total(),
+        };
+        let used = stores + self.client_buffers();
         self.used_memory.store(used, Ordering::Relaxed);
         self.used_memory_peak.fetch_max(used, Ordering::Relaxed);
         used

@@ -450,7 +450,7 @@ fn arith_reply(
 pub(super) fn debug(cx: &mut Cx<'_>, key: &Key<'_>, out: &mut Vec<u8>) {
     Stats::add(&cx.shared.memcache.stats.cmd_meta, 1);
     let now = combkv::now_ms();
-    let r = cx.store().get_with(key.bytes(), |it| {
+    let r = cx.keyspace().get_with(key.bytes(), |it| {
         it.map(|it| {
             let mut l = b"ME ".to_vec();
             if key.is_binary() {

@@ -192,7 +192,8 @@ pub(super) fn run_one(cx: &mut Ctx<'_, '_>, kind: BatchRead) -> CmdResult {
     let stats = &cx.shared.stats;
     Stats::add(&stats.read_batches, 1);
     Stats::add(&stats.read_batch_requests, reads.len() as u64);
-    let done = cx.session.store().read_batch(&reads, cx.batch);
+    let keyspace = crate::node::keyspace::Keyspace::of(cx.shared, cx.session.store());
+    let done = keyspace.read_batch(&reads, cx.batch);
     stats.add_hot_cache(cx.batch);
     done?;
     let max_reply = cx.shared.live.max_reply_bytes();

@@ -59,7 +59,7 @@ pub(super) fn role(cx: &mut Ctx<'_, '_>) -> CmdResult {
 const ADD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// CLUSTER INIT id=host:port,... | ADD id host:port [seconds] | REMOVE id |
-/// STATUS | RANGES.
+/// STATUS | RANGES | SPLIT key.
 pub(super) fn cluster(cx: &mut Ctx<'_, '_>) -> CmdResult {
     // A cluster node whose Raft log is still being opened: its status
     // says so (`raft_role:loading`); nothing else can be done yet.
@@ -130,6 +130,10 @@ pub(super) fn cluster(cx: &mut Ctx<'_, '_>) -> CmdResult {
             let out = ranges_text(c);
             cx.r.verbatim(&out);
         }
+        ("split", 3) => {
+            let id = c.split_at(cx.args[2]).map_err(|e| admin_error(c, e))?;
+            cx.r.int(id as i64);
+        }
         ("help", 2) => help(&mut cx.r),
         _ => {
             return Err(CmdError::err(format!(
@@ -151,6 +155,8 @@ fn help(r: &mut Reply<'_>) {
         "CLUSTER REMOVE id: on the leader, removes a node; a voter's id is never used again.",
         "CLUSTER RANGES: the ranges the keyspace is cut into, a line each: id, bounds, epoch, \
          replicas, leader, and the keys and bytes of those this node holds.",
+        "CLUSTER SPLIT key: splits the range holding the key there, the key starting a new \
+         range; answers the new range's id.",
     ];
     r.array(lines.len());
     for l in lines {

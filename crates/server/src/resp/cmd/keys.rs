@@ -177,7 +177,7 @@ pub(super) fn type_(cx: &mut Ctx<'_, '_>) -> CmdResult {
 
 pub(super) fn dbsize(cx: &mut Ctx<'_, '_>) -> CmdResult {
     let n = match cx.txn {
-        None => cx.store().len(),
+        None => cx.keyspace().len()?,
         // Inside EXEC: counted, as the transaction's earlier ops left it.
         Some(_) => cx.scan_with(&Range::all(), ScanWhat::Count, 0, |_| true)?,
     };
@@ -314,7 +314,7 @@ pub(super) fn scan(cx: &mut Ctx<'_, '_>) -> CmdResult {
     let mut visited = 0usize;
     let mut last: Option<Vec<u8>> = None;
     let mut found: Vec<Vec<u8>> = Vec::new();
-    cx.store().scan(&range, |it| {
+    cx.keyspace().scan(&range, |it| {
         visited += 1;
         last = Some(it.key.to_vec());
         if type_ok && pattern.is_none_or(|p| glob::matches(p, it.key)) {

@@ -66,7 +66,7 @@ fn usage(cx: &mut Ctx<'_, '_>) -> CmdResult {
             return Err(CmdError::Syntax);
         }
     }
-    match cx.store().item_memory(cx.args[2])? {
+    match cx.keyspace().item_memory(cx.args[2])? {
         Some(bytes) => cx.r.int(bytes as i64),
         None => cx.r.null(),
     }

@@ -81,6 +81,11 @@ impl Ctx<'_, '_> {
         self.session.store()
     }
 
+    /// The keys reads see (see `node::keyspace`).
+    pub(crate) fn keyspace(&self) -> crate::node::keyspace::Keyspace<'_> {
+        crate::node::keyspace::Keyspace::of(self.shared, self.session.store())
+    }
+
     /// Applies a decided write and renders its reply with `render`: now,
     /// or, on a cluster node, once the log gives its outcome (the reply
     /// is held; see `park`). Inside EXEC the write is recorded, or its
@@ -112,7 +117,7 @@ impl Ctx<'_, '_> {
     ) -> combkv::Result<T> {
         match self.txn {
             Some(step) => multi::get_with(step, key, f),
-            None => self.store().get_with(key, f),
+            None => self.keyspace().get_with(key, f),
         }
     }
 
@@ -130,7 +135,7 @@ impl Ctx<'_, '_> {
     ) -> combkv::Result<u64> {
         match self.txn {
             Some(step) => multi::scan_with(step, range, what, max_bytes, f),
-            None => self.store().scan(range, f).map(|n| n as u64),
+            None => self.keyspace().scan(range, f).map(|n| n as u64),
         }
     }
 

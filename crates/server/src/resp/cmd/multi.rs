@@ -309,7 +309,7 @@ pub(super) fn watch(cx: &mut Ctx<'_, '_>) -> CmdResult {
                 "the watched keys pass max-request-bytes ({limit})"
             )));
         }
-        let version = cx.store().get_with(key, |it| it.map(|it| it.version))?;
+        let version = cx.keyspace().get_with(key, |it| it.map(|it| it.version))?;
         cx.conn.watched.keys.insert(key.to_vec(), version);
         cx.conn.watched.bytes += bytes;
     }

@@ -254,7 +254,7 @@ fn range_generic(cx: &mut Ctx<'_, '_>, spec: &RangeSpec, at: Option<SnapshotId>)
     if spec.empty {
         if let Some(id) = at {
             // An unknown snapshot is still an error.
-            cx.store().get_at(id, b"\0")?;
+            cx.keyspace().single()?.get_at(id, b"\0")?;
         }
         cx.r.array(0);
         return Ok(());
@@ -287,7 +287,7 @@ fn range_generic(cx: &mut Ctx<'_, '_>, spec: &RangeSpec, at: Option<SnapshotId>)
             cx.scan_with(&spec.range, what, max_reply as u64, visit)?;
         }
         Some(id) => {
-            cx.store().scan_at(id, &spec.range, visit)?;
+            cx.keyspace().single()?.scan_at(id, &spec.range, visit)?;
         }
     }
     if over {
@@ -323,7 +323,7 @@ pub(super) fn rangeat(cx: &mut Ctx<'_, '_>) -> CmdResult {
 
 pub(super) fn getat(cx: &mut Ctx<'_, '_>) -> CmdResult {
     let id = snapshot_id(cx.args[1])?;
-    match cx.store().get_at(id, cx.args[2])? {
+    match cx.keyspace().single()?.get_at(id, cx.args[2])? {
         Some(it) => cx.r.bulk(&it.value),
         None => cx.r.null(),
     }
@@ -345,7 +345,7 @@ pub(super) fn floor(cx: &mut Ctx<'_, '_>) -> CmdResult {
     // The answer may be any key below this one.
     super::acl::check_range(cx, None, Some(cx.args[1]))?;
     let it = match cx.txn {
-        None => cx.store().floor(cx.args[1])?,
+        None => cx.keyspace().floor(cx.args[1])?,
         Some(_) => {
             let key = Bound::Included(cx.args[1].to_vec());
             first_in(cx, Range::new(Bound::Unbounded, key).reversed())?
@@ -359,7 +359,7 @@ pub(super) fn ceil(cx: &mut Ctx<'_, '_>) -> CmdResult {
     // The answer may be any key above this one.
     super::acl::check_range(cx, Some(cx.args[1]), None)?;
     let it = match cx.txn {
-        None => cx.store().ceil(cx.args[1])?,
+        None => cx.keyspace().ceil(cx.args[1])?,
         Some(_) => {
             let key = Bound::Included(cx.args[1].to_vec());
             first_in(cx, Range::new(key, Bound::Unbounded))?
@@ -395,7 +395,10 @@ pub(super) fn snapshot(cx: &mut Ctx<'_, '_>) -> CmdResult {
             },
             _ => return Err(CmdError::Syntax),
         };
-        let id = cx.store().snapshot(Duration::from_secs(secs))?;
+        let id = cx
+            .keyspace()
+            .single()?
+            .snapshot(Duration::from_secs(secs))?;
         cx.r.int(id.0 as i64);
     } else if eq_ic(sub, "release") {
         let [_, _, id] = cx.args else {

@@ -1,0 +1,307 @@
+//! The keys this node serves, as reads see them (`docs/cluster.md`,
+//! "Ranges"): one store (a single node, or a cluster whose keyspace is
+//! one range: every read takes the turn's store, as it always has), or,
+//! once the keyspace is cut into ranges, the stores of the ranges this
+//! node holds replicas of, in key order. A read of one key goes to its
+//! range's store; a read of a span of keys (RANGE, SCAN, KEYS, DBSIZE,
+//! FLOOR, CEIL, a batch of GETs) visits each range's store in key order
+//! and answers as one store would. A range this node holds no replica of
+//! cannot be read here yet: the read is refused, saying so.
+//!
+//! Each range is read at its own read index and version: a read that
+//! crosses ranges is not yet one snapshot of them all (that needs the
+//! ranges' versions to be one clock's timestamps, `docs/design.md`,
+//! "Ranges"). SNAPSHOT and the reads at a snapshot are refused while the
+//! keyspace has more than one range (`CROSSSLOT`), never answered from
+//! one range alone.
+
+use std::ops::Bound;
+use std::sync::Arc;
+
+use combkv::readexec::{BatchResults, ReadRequest};
+use combkv::{Error, ItemView, Range, Result, Store};
+use combkv_replica::ranges::{RangeDesc, RangeMap};
+
+use crate::cluster::Cluster;
+use crate::state::Shared;
+
+/// See the module's documentation.
+pub(crate) enum Keyspace<'a> {
+    /// One store holds every key.
+    One(&'a Store),
+    /// The keyspace is cut into ranges, each its own group's store.
+    Ranges {
+        map: Arc<RangeMap>,
+        cluster: &'a Cluster,
+    },
+}
+
+impl<'a> Keyspace<'a> {
+    /// The keyspace a read on `shared` sees, `store` being the turn's.
+    pub(crate) fn of(shared: &'a Shared, store: &'a Store) -> Keyspace<'a> {
+        if let Some(cluster) = shared.cluster() {
+            let map = cluster.shared_range_map();
+            if map.len() > 1 {
+                return Keyspace::Ranges { map, cluster };
+            }
+        }
+        Keyspace::One(store)
+    }
+
+    /// The one store, for what only a keyspace of one range can do (a
+    /// snapshot of it all): refused once it is cut into ranges.
+    pub(crate) fn single(&self) -> Result<&Store> {
+        match self {
+            Keyspace::One(s) => Ok(s),
+            Keyspace::Ranges { .. } => Err(Error::CrossRange),
+        }
+    }
+
+    /// The store of range `r`, if this node holds a replica of it.
+    fn store_of(cluster: &Cluster, r: &RangeDesc) -> Result<Arc<Store>> {
+        cluster
+            .range_replica(r.id)
+            .map(|replica| replica.current_store())
+            .ok_or_else(|| {
+                Error::Unavailable(format!(
+                    "range {} holds the key and has no replica on this node; ask a node of {:?}",
+                    r.id, r.voters
+                ))
+            })
+    }
+
+    /// [`Store::get_with`], in the key's range.
+    pub(crate) fn get_with<T>(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(Option<ItemView<'_>>) -> T,
+    ) -> Result<T> {
+        match self {
+            Keyspace::One(s) => s.get_with(key, f),
+            Keyspace::Ranges { map, cluster } => {
+                Self::store_of(cluster, map.route(key))?.get_with(key, f)
+            }
+        }
+    }
+
+    /// [`Store::item_memory`], in the key's range.
+    pub(crate) fn item_memory(&self, key: &[u8]) -> Result<Option<u64>> {
+        match self {
+            Keyspace::One(s) => s.item_memory(key),
+            Keyspace::Ranges { map, cluster } => {
+                Self::store_of(cluster, map.route(key))?.item_memory(key)
+            }
+        }
+    }
+
+    /// How many keys the keyspace holds (every range's count, each read
+    /// where this node holds it).
+    pub(crate) fn len(&self) -> Result<u64> {
+        match self {
+            Keyspace::One(s) => Ok(s.len()),
+            Keyspace::Ranges { map, cluster } => map
+                .ranges()
+                .map(|r| Self::store_of(cluster, r).map(|s| s.len()))
+                .sum(),
+        }
+    }
+
+    /// [`Store::scan`] across the ranges `r` spans, in its order, its
+    /// limit counted over them all. A floor start finds its floor first
+    /// (it may lie in a range before the start's).
+    pub(crate) fn scan(&self, r: &Range, mut f: impl FnMut(ItemView<'_>) -> bool) -> Result<usize> {
+        let (map, cluster) = match self {
+            Keyspace::One(s) => return s.scan(r, f),
+            Keyspace::Ranges { map, cluster } => (map, cluster),
+        };
+        let r = self.floor_resolved(r)?;
+        let mut parts: Vec<&RangeDesc> = spanned(map, &r).collect();
+        if r.reverse {
+            parts.reverse();
+        }
+        let (mut seen, mut stopped) = (0usize, false);
+        for part in parts {
+            let left = r.limit.map(|l| l.saturating_sub(seen));
+            if stopped || left == Some(0) {
+                break;
+            }
+            let mut sub = clip(&r, part);
+            sub.limit = left;
+            seen += Self::store_of(cluster, part)?.scan(&sub, |it| {
+                let go = f(it);
+                stopped |= !go;
+                go
+            })?;
+        }
+        Ok(seen)
+    }
+
+    /// `r` with its floor start (Honeycomb's SCAN) resolved: the floor of
+    /// its start found, which may lie in a range before the start's.
+    fn floor_resolved(&self, r: &Range) -> Result<Range> {
+        let mut r = r.clone();
+        if r.floor_start {
+            if let Bound::Included(k) = &r.start
+                && let Some(floor) = self.floor(k)?
+            {
+                r.start = Bound::Included(floor.key.to_vec());
+            }
+            r.floor_start = false;
+        }
+        Ok(r)
+    }
+
+    /// [`Store::floor`]: the greatest key `<= key`, from the key's range
+    /// back.
+    pub(crate) fn floor(&self, key: &[u8]) -> Result<Option<combkv::Item>> {
+        let (map, cluster) = match self {
+            Keyspace::One(s) => return s.floor(key),
+            Keyspace::Ranges { map, cluster } => (map, cluster),
+        };
+        let at = map.route(key).start.clone();
+        for part in map
+            .ranges()
+            .filter(|p| p.start <= at)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+        {
+            if let Some(it) = Self::store_of(cluster, part)?.floor(key)? {
+                return Ok(Some(it));
+            }
+        }
+        Ok(None)
+    }
+
+    /// [`Store::ceil`]: the least key `>= key`, from the key's range on.
+    pub(crate) fn ceil(&self, key: &[u8]) -> Result<Option<combkv::Item>> {
+        let (map, cluster) = match self {
+            Keyspace::One(s) => return s.ceil(key),
+            Keyspace::Ranges { map, cluster } => (map, cluster),
+        };
+        for part in map.spanning(key, None) {
+            if let Some(it) = Self::store_of(cluster, part)?.ceil(key)? {
+                return Ok(Some(it));
+            }
+        }
+        Ok(None)
+    }
+
+    /// [`Store::read_batch`]: on one store, or where every request lies in
+    /// one range, that store's batch (its hot cache included); else each
+    /// request read from the ranges it spans, one batch of one per range,
+    /// gathered into `out` in request order.
+    pub(crate) fn read_batch(
+        &self,
+        requests: &[ReadRequest<'_>],
+        out: &mut BatchResults,
+    ) -> Result<()> {
+        let (map, cluster) = match self {
+            Keyspace::One(s) => return s.read_batch(requests, out),
+            Keyspace::Ranges { map, cluster } => (map, cluster),
+        };
+        let mut one: Option<&RangeDesc> = None;
+        let mut mixed = false;
+        for req in requests {
+            let mut parts = request_parts(map, req);
+            let first = parts.next();
+            if parts.next().is_some() || one.zip(first).is_some_and(|(a, b)| a.id != b.id) {
+                mixed = true;
+                break;
+            }
+            one = one.or(first);
+        }
+        if !mixed && let Some(r) = one {
+            return Self::store_of(cluster, r)?.read_batch(requests, out);
+        }
+        let mut part_out = BatchResults::new();
+        out.begin_gathering(requests.len());
+        for (i, req) in requests.iter().enumerate() {
+            match req {
+                ReadRequest::Get(k) => {
+                    Self::store_of(cluster, map.route(k))?.read_batch(&[*req], &mut part_out)?;
+                    out.gather(i, &part_out, 0, usize::MAX);
+                }
+                ReadRequest::Range(r) => {
+                    let resolved;
+                    let r = if r.floor_start {
+                        resolved = self.floor_resolved(r)?;
+                        &resolved
+                    } else {
+                        r
+                    };
+                    let mut parts: Vec<&RangeDesc> = spanned(map, r).collect();
+                    if r.reverse {
+                        parts.reverse();
+                    }
+                    let mut left = r.limit.unwrap_or(usize::MAX);
+                    for part in parts {
+                        if left == 0 {
+                            break;
+                        }
+                        let mut sub = clip(r, part);
+                        sub.limit = r.limit.map(|_| left);
+                        Self::store_of(cluster, part)?
+                            .read_batch(&[ReadRequest::Range(&sub)], &mut part_out)?;
+                        left -= out.gather(i, &part_out, 0, left);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The ranges a read request touches, in key order.
+fn request_parts<'m>(
+    map: &'m RangeMap,
+    req: &ReadRequest<'_>,
+) -> Box<dyn Iterator<Item = &'m RangeDesc> + 'm> {
+    match req {
+        ReadRequest::Get(k) => Box::new(std::iter::once(map.route(k))),
+        // A floor start may reach into the ranges before: all of them.
+        ReadRequest::Range(r) if r.floor_start => Box::new(map.ranges()),
+        ReadRequest::Range(r) => Box::new(spanned(map, r)),
+    }
+}
+
+/// The ranges holding any key of `r`, in key order (its floor start aside).
+fn spanned<'m>(map: &'m RangeMap, r: &Range) -> impl Iterator<Item = &'m RangeDesc> + 'm {
+    let lo = match &r.start {
+        Bound::Included(k) | Bound::Excluded(k) => k.clone(),
+        Bound::Unbounded => Vec::new(),
+    };
+    let end = r.end.clone();
+    map.ranges().filter(move |p| {
+        let after_lo = p.end.as_ref().is_none_or(|e| e.as_slice() > lo.as_slice());
+        let before_end = match &end {
+            Bound::Included(k) => p.start.as_slice() <= k.as_slice(),
+            Bound::Excluded(k) => p.start.as_slice() < k.as_slice(),
+            Bound::Unbounded => true,
+        };
+        after_lo && before_end
+    })
+}
+
+/// `r` cut to the keys of range `part`.
+fn clip(r: &Range, part: &RangeDesc) -> Range {
+    let mut sub = r.clone();
+    let inside_start = match &r.start {
+        Bound::Included(k) | Bound::Excluded(k) => k.as_slice() >= part.start.as_slice(),
+        Bound::Unbounded => part.start.is_empty(),
+    };
+    if !inside_start {
+        sub.start = Bound::Included(part.start.clone());
+    }
+    if let Some(end) = &part.end {
+        let inside_end = match &r.end {
+            Bound::Included(k) => k < end,
+            Bound::Excluded(k) => k <= end,
+            Bound::Unbounded => false,
+        };
+        if !inside_end {
+            sub.end = Bound::Excluded(end.clone());
+        }
+    }
+    sub
+}
