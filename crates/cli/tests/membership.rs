@@ -962,6 +962,12 @@ fn a_keyspace_split_into_ranges_is_served_whole_by_every_node() {
         .query::<i64>(&mut cons[1])
         .unwrap_err();
     assert_eq!(e.code(), Some("CROSSSLOT"), "{e}");
+    // A backup would be one range's store: refused, saying why.
+    let e = redis::cmd("BACKUP")
+        .arg(root.join("backup").to_str().unwrap())
+        .query::<()>(&mut cons[0])
+        .unwrap_err();
+    assert!(e.to_string().contains("split into ranges"), "{e}");
     // One range's keys in one write: taken.
     let _: () = redis::cmd("MSET")
         .arg(key(101))

@@ -169,7 +169,7 @@ impl Cluster {
     /// this node applied it; one whose keys lie in two ranges is answered
     /// `CrossRange` in its place.
     pub(crate) fn route(&self, batch: &mut Routed, op: &Op<'_>) {
-        batch.push_or_refuse(&self.shared_range_map(), op);
+        batch.route(|| self.shared_range_map(), op);
     }
 
     /// Proposes a turn's writes in the background, one entry per range
@@ -319,14 +319,25 @@ impl Cluster {
         }
     }
 
-    /// The memory of every store this node's groups hold.
-    pub(crate) fn stores_memory(&self) -> u64 {
+    /// The store of every group this node hosts (a replica a move left
+    /// here too, until it is deleted).
+    pub(crate) fn stores(&self) -> Vec<Arc<Store>> {
         self.host
             .groups()
             .into_iter()
             .filter_map(|g| self.host.group(g))
-            .map(|r| r.current_store().memory().total())
-            .sum()
+            .map(|r| r.current_store())
+            .collect()
+    }
+
+    /// The memory of every store this node's groups hold.
+    pub(crate) fn stores_memory(&self) -> u64 {
+        self.stores().iter().map(|s| s.memory().total()).sum()
+    }
+
+    /// Whether the keyspace is cut into more than one range.
+    pub(crate) fn is_split(&self) -> bool {
+        self.shared_range_map().len() > 1
     }
 
     /// This node's replica of range `range`, if the map names one here.

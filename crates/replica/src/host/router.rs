@@ -63,6 +63,8 @@ pub struct Routed {
     /// Ops refused as they were added ([`Routed::push_or_refuse`]), by
     /// batch position: answered in their place, never proposed.
     refused: Vec<(usize, Error)>,
+    /// The map the batch is routed by ([`Routed::route`]), taken once.
+    map: Option<std::sync::Arc<RangeMap>>,
 }
 
 #[derive(Debug)]
@@ -91,6 +93,15 @@ impl Routed {
             self.refused.push((self.len, e));
             self.len += 1;
         }
+    }
+
+    /// [`Routed::push_or_refuse`] by the map `map` gives the first time it
+    /// is called for this batch: a turn's writes take the map once (a
+    /// change meanwhile is met by rerouting, as any out-of-date map is).
+    pub fn route(&mut self, map: impl FnOnce() -> std::sync::Arc<RangeMap>, op: &Op<'_>) {
+        let map = self.map.take().unwrap_or_else(map);
+        self.push_or_refuse(&map, op);
+        self.map = Some(map);
     }
 
     fn push_to(&mut self, group: GroupId, op: &Op<'_>, slot: usize) {

@@ -548,7 +548,10 @@ fn housekeeping(shared: Arc<Shared>) {
         // FLUSHALL) would keep what it deleted counted forever: a pass per
         // tick frees it within a few ticks.
         crate::node::readiness::check(&shared, tick);
-        shared.current_store().reclaim();
+        match shared.cluster() {
+            Some(c) => c.stores().iter().for_each(|s| s.reclaim()),
+            None => shared.current_store().reclaim(),
+        }
         shared.sample_memory();
         match shared.cluster() {
             // Only the leader deletes, through the log (see cluster.rs).

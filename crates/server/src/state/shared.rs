@@ -314,7 +314,7 @@ impl Shared {
     /// replica of.
     pub fn keys(&self) -> u64 {
         match self.node.get() {
-            Some(Node::Cluster(c)) if c.shared_range_map().len() > 1 => c.range_stats().keys,
+            Some(Node::Cluster(c)) if c.is_split() => c.range_stats().keys,
             _ => self.current_store().len(),
         }
     }
@@ -374,7 +374,7 @@ impl Shared {
         let stores = match self.node.get() {
             // Every range's replica here (a moved-away one too, until it
             // is deleted): each holds its memory.
-            Some(Node::Cluster(c)) if c.shared_range_map().len() > 1 => c.stores_memory(),
+            Some(Node::Cluster(c)) if c.is_split() => c.stores_memory(),
             _ => self.current_store().memory().total(),
         };
         let used = stores + self.client_buffers();
