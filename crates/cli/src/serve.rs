@@ -153,6 +153,10 @@ pub struct ServeArgs {
     /// Recent Raft log entries kept in memory (default 64mb).
     #[arg(long, env = "COMBKV_CLUSTER_LOG_CACHE_BYTES", value_name = "BYTES")]
     cluster_log_cache_bytes: Option<ByteSize>,
+    /// Split a range once its keys and values pass this many bytes, at
+    /// the key that halves them (default 0: never by size; at least 64kb).
+    #[arg(long, env = "COMBKV_CLUSTER_RANGE_SPLIT_BYTES", value_name = "BYTES")]
+    cluster_range_split_bytes: Option<ByteSize>,
     /// If the write-ahead log is corrupt (damage followed by valid data, not
     /// a torn tail), cut it there and start instead of refusing: what
     /// `combkv check --repair` does. The dropped data is kept as .discarded
@@ -282,6 +286,9 @@ fn config(args: &ServeArgs) -> Result<(ServerConfig, bool), String> {
     }
     if let Some(v) = args.cluster_log_cache_bytes {
         c.cluster_log_cache_bytes = v;
+    }
+    if let Some(v) = args.cluster_range_split_bytes {
+        c.cluster_range_split_bytes = v;
     }
     c.validate()?;
     let truncate = c.wal_truncate_corrupt;

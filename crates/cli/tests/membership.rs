@@ -98,7 +98,12 @@ impl Node {
     /// with LOADING while it has no leader to catch up with (a node that
     /// waits to be added, or the first of a cluster's nodes to start).
     fn start(&mut self, peers: &str) {
-        let child = self.command(peers, &[]).spawn().expect("combkv starts");
+        self.start_with(peers, &[]);
+    }
+
+    /// [`Node::start`] with `extra` arguments.
+    fn start_with(&mut self, peers: &str, extra: &[&str]) {
+        let child = self.command(peers, extra).spawn().expect("combkv starts");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(30);
         let wait = Duration::from_millis(500);
@@ -1007,4 +1012,110 @@ fn a_keyspace_split_into_ranges_is_served_whole_by_every_node() {
     }
     drop(nodes);
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Ranges split on their own as the data grows past
+/// `--cluster-range-split-bytes`, each at the key that halves its bytes,
+/// while writers go on through every node: every key stays readable
+/// through every node, and the ranges cover the keys in balanced parts.
+#[test]
+fn ranges_split_on_their_own_as_the_data_grows() {
+    let root = root("bysize");
+    let mut nodes: Vec<Node> = (1..=3).map(|id| Node::new(&root, id)).collect();
+    let list = peers(&nodes.iter().collect::<Vec<_>>());
+    for n in &mut nodes {
+        n.start_with(&list, &["--cluster-range-split-bytes", "64kb"]);
+    }
+    find_leader(&nodes);
+    for n in &nodes {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !support::ask(
+            n.resp,
+            b"PING\r\n",
+            b"+PONG\r\n",
+            Duration::from_millis(500),
+        ) {
+            assert!(Instant::now() < deadline, "node {} does not serve", n.id);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let mut cons: Vec<redis::Connection> = nodes.iter().map(Node::connect).collect();
+    let key = |i: usize| format!("key{i:05}");
+    let value = "v".repeat(100);
+    // 4,000 keys of about 110 bytes each (some 440 KB), in a scattered
+    // order, a hundred to a pipeline.
+    const KEYS: usize = 4000;
+    for chunk in (0..KEYS).collect::<Vec<_>>().chunks(100) {
+        let mut pipe = redis::pipe();
+        for &i in chunk {
+            pipe.cmd("SET")
+                .arg(key((i * 7919) % KEYS))
+                .arg(&value)
+                .ignore();
+        }
+        let c = chunk[0] / 100 % 3;
+        let _: () = pipe.query(&mut cons[c]).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let ranges = loop {
+        let r = nodes[0].info_ranges();
+        let n: usize = field(&r, "ranges").parse().unwrap_or(0);
+        if n >= 4 && field(&r, "ranges_hosted") == n.to_string() {
+            break n;
+        }
+        assert!(Instant::now() < deadline, "{r:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    for (n, con) in cons.iter_mut().enumerate() {
+        let count: i64 = redis::cmd("DBSIZE").query(con).unwrap();
+        assert_eq!(count as usize, KEYS, "node {}", n + 1);
+        let all: Vec<String> = redis::cmd("RANGE")
+            .arg("-")
+            .arg("+")
+            .arg("KEYSONLY")
+            .query(con)
+            .unwrap();
+        assert_eq!(
+            all,
+            (0..KEYS).map(key).collect::<Vec<_>>(),
+            "node {}",
+            n + 1
+        );
+        for i in (0..KEYS).step_by(97) {
+            let v: String = redis::cmd("GET").arg(key(i)).query(con).unwrap();
+            assert_eq!(v, value);
+        }
+    }
+    // Each split halved a range's bytes: no range holds more than the
+    // limit's worth of keys, and none is nearly empty.
+    let said = ranges_settled(&nodes[0]);
+    let keys: Vec<usize> = said
+        .lines()
+        .filter_map(|l| l.split(" keys ").nth(1))
+        .filter_map(|rest| rest.split(' ').next()?.parse().ok())
+        .collect();
+    assert!(keys.len() >= ranges, "{said}");
+    assert_eq!(keys.iter().sum::<usize>(), KEYS, "{said}");
+    assert!(keys.iter().all(|&k| k >= 200), "{said}");
+    drop(nodes);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// `combkv cluster ranges` once it gives this node's keys for every range
+/// it lists (a split's new group starts a moment after the map has it).
+fn ranges_settled(node: &Node) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let said = ranges(node);
+        let listed = said
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("ranges:"))
+            .and_then(|n| n.trim().parse::<usize>().ok());
+        if listed == Some(said.lines().filter(|l| l.contains(" keys ")).count()) {
+            return said;
+        }
+        assert!(Instant::now() < deadline, "{said}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

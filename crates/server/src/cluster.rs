@@ -90,6 +90,7 @@ impl Cluster {
         rc.snapshot_entries = config.cluster_snapshot_entries;
         rc.snapshot_log_bytes = config.cluster_snapshot_log_bytes.0;
         rc.log_keep_entries = config.cluster_log_keep_entries;
+        rc.split_bytes = config.cluster_range_split_bytes.0;
         rc.peer_tls = config.peer_tls_files();
         rc.log = LogOptions {
             sync: match config.durability_mode() {
@@ -338,6 +339,11 @@ impl Cluster {
     /// Whether the keyspace is cut into more than one range.
     pub(crate) fn is_split(&self) -> bool {
         self.shared_range_map().len() > 1
+    }
+
+    /// The replica here whose own bounds hold `key` (see `Host::holding`).
+    pub fn replica_holding(&self, key: &[u8]) -> Option<Replica> {
+        self.host.holding(key)
     }
 
     /// This node's replica of range `range`, if the map names one here.

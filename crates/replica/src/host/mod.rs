@@ -470,6 +470,17 @@ impl Host {
         st
     }
 
+    /// The replica here whose group's own bounds (as it has applied them)
+    /// hold `key`, among those the map names here: the one that has the
+    /// key's value while a split the map records is not yet carried out
+    /// (its new group not started here yet).
+    pub fn holding(&self, key: &[u8]) -> Option<Replica> {
+        let map = self.range_map();
+        map.ranges()
+            .filter_map(|r| self.serving(r.id))
+            .find(|r| r.bounds().contains(key))
+    }
+
     /// This node's replicas of the ranges the map names one of here, in
     /// the map's key order: what a read index must cover.
     pub fn serving_all(&self) -> Vec<Replica> {

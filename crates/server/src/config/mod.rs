@@ -260,6 +260,10 @@ pub struct ServerConfig {
     /// Recent Raft log entries kept in memory; older ones are read from
     /// the log's files when a follower needs them.
     pub cluster_log_cache_bytes: ByteSize,
+    /// A range whose keys and values pass this many bytes is split at the
+    /// key that halves them, by its leader (0: never by size; ranges are
+    /// then split by `CLUSTER SPLIT` alone).
+    pub cluster_range_split_bytes: ByteSize,
     /// Cut a corrupt write-ahead log (damage followed by valid data) and
     /// start, instead of refusing to: what `combkv check --repair` does.
     pub wal_truncate_corrupt: bool,
@@ -424,6 +428,7 @@ impl Default for ServerConfig {
             cluster_snapshot_log_bytes: ByteSize(256 << 20),
             cluster_log_keep_entries: 1000,
             cluster_log_cache_bytes: ByteSize(64 << 20),
+            cluster_range_split_bytes: ByteSize(0),
             wal_truncate_corrupt: false,
             checkpoint_deltas: true,
             learned_search: false,
@@ -443,6 +448,9 @@ impl Default for ServerConfig {
         }
     }
 }
+
+/// The smallest size a range may be split at (`cluster-range-split-bytes`).
+pub const MIN_RANGE_SPLIT_BYTES: u64 = 64 << 10;
 
 impl ServerConfig {
     /// Reads a TOML file over the defaults.
@@ -580,6 +588,13 @@ impl ServerConfig {
             let peers = parse_peers(&self.peers)?;
             if self.cluster_snapshot_entries == 0 {
                 return Err("cluster-snapshot-entries must be at least 1".into());
+            }
+            let split = self.cluster_range_split_bytes.0;
+            if split != 0 && split < MIN_RANGE_SPLIT_BYTES {
+                return Err(format!(
+                    "cluster-range-split-bytes must be 0 (off) or at least {MIN_RANGE_SPLIT_BYTES} \
+                     (each range is a Raft group and a store of its own)"
+                ));
             }
             if !peers.is_empty() && !peers.iter().any(|(id, _)| *id == self.node_id) {
                 return Err(format!(
@@ -882,6 +897,10 @@ impl ServerConfig {
             (
                 "cluster-log-cache-bytes",
                 self.cluster_log_cache_bytes.0.to_string(),
+            ),
+            (
+                "cluster-range-split-bytes",
+                self.cluster_range_split_bytes.0.to_string(),
             ),
             (
                 "wal-truncate-corrupt",

@@ -5,7 +5,9 @@
 //! node holds replicas of, in key order. A read of one key goes to its
 //! range's store; a read of a span of keys (RANGE, SCAN, KEYS, DBSIZE,
 //! FLOOR, CEIL, a batch of GETs) visits each range's store in key order
-//! and answers as one store would. A range this node holds no replica of
+//! and answers as one store would. The map leads the ranges: a split it
+//! records is read from the range that still holds the keys until the new
+//! range's group has started here. A range this node holds no replica of
 //! cannot be read here yet: the read is refused, saying so.
 //!
 //! Each range is read at its own read index and version: a read that
@@ -17,6 +19,7 @@
 
 use std::ops::Bound;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use combkv::readexec::{BatchResults, ReadRequest};
 use combkv::{Error, ItemView, Range, Result, Store};
@@ -24,6 +27,10 @@ use combkv_replica::ranges::{RangeDesc, RangeMap};
 
 use crate::cluster::Cluster;
 use crate::state::Shared;
+
+/// How long a read waits for a range's group to start on this node after
+/// its split applied here (it starts within milliseconds).
+const GROUP_START_WAIT: Duration = Duration::from_secs(2);
 
 /// See the module's documentation.
 pub(crate) enum Keyspace<'a> {
@@ -57,17 +64,30 @@ impl<'a> Keyspace<'a> {
         }
     }
 
-    /// The store of range `r`, if this node holds a replica of it.
+    /// The store that holds range `r`'s keys on this node: its replica's,
+    /// or, while a split the map records is not carried out here yet (the
+    /// range's group not started), the replica whose own bounds still hold
+    /// them. A new group starts a moment after its split applies: a read
+    /// in that moment waits for it (up to `GROUP_START_WAIT`).
     fn store_of(cluster: &Cluster, r: &RangeDesc) -> Result<Arc<Store>> {
-        cluster
-            .range_replica(r.id)
-            .map(|replica| replica.current_store())
-            .ok_or_else(|| {
-                Error::Unavailable(format!(
+        let deadline = Instant::now() + GROUP_START_WAIT;
+        loop {
+            if let Some(replica) = cluster
+                .range_replica(r.id)
+                .or_else(|| cluster.replica_holding(&r.start))
+            {
+                return Ok(replica.current_store());
+            }
+            if !r.voters.contains(&cluster.id()) && !r.learners.contains(&cluster.id())
+                || Instant::now() > deadline
+            {
+                return Err(Error::Unavailable(format!(
                     "range {} holds the key and has no replica on this node; ask a node of {:?}",
                     r.id, r.voters
-                ))
-            })
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 
     /// [`Store::get_with`], in the key's range.
