@@ -157,6 +157,11 @@ pub struct ServeArgs {
     /// the key that halves them (default 0: never by size; at least 64kb).
     #[arg(long, env = "COMBKV_CLUSTER_RANGE_SPLIT_BYTES", value_name = "BYTES")]
     cluster_range_split_bytes: Option<ByteSize>,
+    /// Place each range (but range 0, which is on every node) on this many
+    /// nodes, moving replicas so that nodes hold similar numbers (default
+    /// 0: ranges stay on the nodes of the range they were split from).
+    #[arg(long, env = "COMBKV_CLUSTER_RANGE_REPLICAS", value_name = "N")]
+    cluster_range_replicas: Option<u64>,
     /// If the write-ahead log is corrupt (damage followed by valid data, not
     /// a torn tail), cut it there and start instead of refusing: what
     /// `combkv check --repair` does. The dropped data is kept as .discarded
@@ -289,6 +294,9 @@ fn config(args: &ServeArgs) -> Result<(ServerConfig, bool), String> {
     }
     if let Some(v) = args.cluster_range_split_bytes {
         c.cluster_range_split_bytes = v;
+    }
+    if let Some(v) = args.cluster_range_replicas {
+        c.cluster_range_replicas = v;
     }
     c.validate()?;
     let truncate = c.wal_truncate_corrupt;

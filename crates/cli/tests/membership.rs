@@ -1119,3 +1119,117 @@ fn ranges_settled(node: &Node) -> String {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// Five processes whose ranges split by size and are placed on three
+/// nodes each (`--cluster-range-replicas 3`): once the placement settles,
+/// no node holds every range, yet every key is read through every node
+/// (a range a node holds no replica of is read at one that does), and
+/// writes through every node land.
+#[test]
+fn ranges_placed_on_three_of_five_nodes_are_read_through_every_node() {
+    let root = root("placed");
+    let mut nodes: Vec<Node> = (1..=5).map(|id| Node::new(&root, id)).collect();
+    let list = peers(&nodes.iter().collect::<Vec<_>>());
+    let args = [
+        "--cluster-range-split-bytes",
+        "64kb",
+        "--cluster-range-replicas",
+        "3",
+    ];
+    for n in &mut nodes {
+        n.start_with(&list, &args);
+    }
+    find_leader(&nodes);
+    for n in &nodes {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !support::ask(
+            n.resp,
+            b"PING\r\n",
+            b"+PONG\r\n",
+            Duration::from_millis(500),
+        ) {
+            assert!(Instant::now() < deadline, "node {} does not serve", n.id);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let mut cons: Vec<redis::Connection> = nodes.iter().map(Node::connect).collect();
+    let key = |i: usize| format!("key{i:05}");
+    const KEYS: usize = 3000;
+    let value = "v".repeat(100);
+    for chunk in (0..KEYS).collect::<Vec<_>>().chunks(100) {
+        let mut pipe = redis::pipe();
+        for &i in chunk {
+            pipe.cmd("SET")
+                .arg(key((i * 7919) % KEYS))
+                .arg(&value)
+                .ignore();
+        }
+        let _: () = pipe.query(&mut cons[chunk[0] / 100 % 5]).unwrap();
+    }
+    // Settled: at least four ranges, each but range 0 on three nodes, and
+    // every node holding some but not all of them.
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let infos: Vec<_> = nodes.iter().map(Node::info_ranges).collect();
+        let ranges: usize = field(&infos[0], "ranges").parse().unwrap_or(0);
+        let hosted: Vec<usize> = infos
+            .iter()
+            .map(|r| field(r, "ranges_hosted").parse().unwrap_or(0))
+            .collect();
+        let stale: usize = infos
+            .iter()
+            .map(|r| {
+                field(r, "ranges_stale_replicas")
+                    .parse::<usize>()
+                    .unwrap_or(0)
+            })
+            .sum();
+        if ranges >= 4
+            && hosted.iter().sum::<usize>() == 5 + 3 * (ranges - 1)
+            && hosted.iter().all(|&h| h < ranges)
+            && stale == 0
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not placed: {infos:?}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // What this test wrote over the first values, by key number.
+    let mut written: std::collections::HashMap<usize, String> = Default::default();
+    for (n, con) in cons.iter_mut().enumerate() {
+        let all: Vec<String> = redis::cmd("RANGE")
+            .arg("-")
+            .arg("+")
+            .arg("KEYSONLY")
+            .query(con)
+            .unwrap();
+        assert_eq!(
+            all,
+            (0..KEYS).map(key).collect::<Vec<_>>(),
+            "node {}",
+            n + 1
+        );
+        let count: i64 = redis::cmd("DBSIZE").query(con).unwrap();
+        assert_eq!(count as usize, KEYS, "node {}", n + 1);
+        let keys: Vec<String> = (0..KEYS).step_by(131).map(key).collect();
+        let got: Vec<String> = redis::cmd("MGET").arg(&keys).query(con).unwrap();
+        let want: Vec<String> = (0..KEYS)
+            .step_by(131)
+            .map(|i| written.get(&i).cloned().unwrap_or_else(|| value.clone()))
+            .collect();
+        assert_eq!(got, want, "node {}", n + 1);
+        for i in (0..KEYS).step_by(293) {
+            written.insert(i, format!("n{n}"));
+            let _: () = redis::cmd("SET")
+                .arg(key(i))
+                .arg(format!("n{n}"))
+                .query(con)
+                .unwrap();
+            let v: String = redis::cmd("GET").arg(key(i)).query(con).unwrap();
+            assert_eq!(v, format!("n{n}"), "node {} key {i}", n + 1);
+        }
+    }
+    drop(cons);
+    drop(nodes);
+    let _ = std::fs::remove_dir_all(&root);
+}

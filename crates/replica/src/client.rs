@@ -408,3 +408,98 @@ impl Replica {
         }
     }
 }
+
+impl Replica {
+    /// Serves reads sent by a node that holds no replica of this range
+    /// (`Request::Read`): after a read index, so they are linearizable as
+    /// a local read is, and only for keys inside the range's bounds as
+    /// this replica applied them (else the asker's map is out of date, and
+    /// it is told so).
+    pub(crate) async fn serve_remote_reads(
+        &self,
+        reads: &[crate::rpc::RemoteRead],
+    ) -> crate::rpc::RemoteAnswer {
+        use crate::rpc::{RemoteItem, RemoteRead};
+        use combkv::readexec::{BatchResults, ReadRequest};
+        use std::ops::Bound;
+        self.read_barrier().await.map_err(|e| e.to_string())?;
+        let bounds = self.bounds();
+        // A bound inside the range (an upper one may be its end), or
+        // unbounded where the range is.
+        let within = |b: &Bound<Vec<u8>>, low: bool| match b {
+            Bound::Included(k) | Bound::Excluded(k) => {
+                bounds.contains(k) || (!low && bounds.end.as_deref() == Some(k.as_slice()))
+            }
+            Bound::Unbounded if low => bounds.start.is_empty(),
+            Bound::Unbounded => bounds.end.is_none(),
+        };
+        let ranges: Vec<Option<combkv::Range>> = reads
+            .iter()
+            .map(|r| match r {
+                RemoteRead::Range {
+                    start,
+                    end,
+                    limit,
+                    reverse,
+                } => {
+                    let mut range = combkv::Range::new(start.clone(), end.clone());
+                    range.limit = limit.map(|l| l as usize);
+                    range.reverse = *reverse;
+                    Some(range)
+                }
+                _ => None,
+            })
+            .collect();
+        let mut requests = Vec::with_capacity(reads.len());
+        for (r, range) in reads.iter().zip(&ranges) {
+            match (r, range) {
+                (RemoteRead::Get(k), _) if bounds.contains(k) => requests.push(ReadRequest::Get(k)),
+                (RemoteRead::Range { start, end, .. }, Some(range))
+                    if within(start, true) && within(end, false) =>
+                {
+                    requests.push(ReadRequest::Range(range));
+                }
+                (RemoteRead::Count, _) => {}
+                _ => {
+                    return Err(format!(
+                        "range {} does not hold what was asked (its bounds are {bounds}): \
+                         the range map has changed",
+                        bounds.id
+                    ));
+                }
+            }
+        }
+        let store = self.current_store();
+        let mut out = BatchResults::new();
+        store
+            .read_batch(&requests, &mut out)
+            .map_err(|e| e.to_string())?;
+        let mut served = out.len();
+        let mut answers = Vec::with_capacity(reads.len());
+        for r in reads.iter().rev() {
+            answers.push(match r {
+                RemoteRead::Count => vec![RemoteItem {
+                    key: Vec::new(),
+                    value: Vec::new(),
+                    version: store.len(),
+                    expires_at_ms: None,
+                    flags: 0,
+                }],
+                _ => {
+                    served -= 1;
+                    out.items(served)
+                        .map(|it| RemoteItem {
+                            key: it.key.to_vec(),
+                            value: it.value.to_vec(),
+                            version: it.version.get(),
+                            expires_at_ms: it.expires_at_ms,
+                            flags: it.flags,
+                        })
+                        .collect()
+                }
+            });
+        }
+        answers.reverse();
+        Ok(answers)
+    }
+}

@@ -58,6 +58,7 @@ pub use log_store::{LogOptions, LogStore, OpenError, OpenReport, SyncPolicy};
 pub use network::tls::PeerTlsFiles;
 pub use node::{ReplicaConfig, Role, Status, cluster_dir};
 pub use replica::Replica;
+pub use rpc::{RemoteItem, RemoteRead};
 pub use state_machine::{ApplyHook, StateMachine, StoreCell};
 pub use tally::{CodecTally, codec_tally};
 pub use types::{Applied, Batch, GroupId, NodeId, TypeConfig};

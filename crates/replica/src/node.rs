@@ -75,13 +75,13 @@ pub struct ReplicaConfig {
     /// group id (none: `dir/groups`, of the node's first group).
     pub groups_dir: Option<PathBuf>,
     /// A range whose keys and values take more than this many bytes is
-    /// split by its leader at the key that halves them (0: never). Off
-    /// until the server routes each key to its range's group.
+    /// split by its leader at the key that halves them (0: never; the
+    /// server's `cluster-range-split-bytes`).
     pub split_bytes: u64,
     /// The voters each range but range 0 is placed on (the meta group's
     /// leader moves them so that no node holds two more replicas than
-    /// another; 0: ranges keep the members they were split with). Off
-    /// until the server routes each key to its range's group.
+    /// another; 0: ranges keep the members they were split with; the
+    /// server's `cluster-range-replicas`).
     pub range_replicas: usize,
 }
 
@@ -426,6 +426,7 @@ impl Handler for Replica {
                 ),
                 Request::ReadIndex => Response::ReadIndex(self.read_index_here().await),
                 Request::Members => Response::Members(self.committed_members()),
+                Request::Read(reads) => Response::Read(self.serve_remote_reads(&reads).await),
                 // A group's requests reach it unwrapped (`host`): one
                 // wrapped twice names no group.
                 Request::ToGroup(g, _) => Response::NoSuchGroup(g),

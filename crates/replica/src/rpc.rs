@@ -31,7 +31,52 @@ pub(crate) enum Request {
     /// holds a replica the range map no longer names). After `ToGroup`,
     /// for the same reason.
     Members,
+    /// Reads of a range by a node that holds no replica of it: answered
+    /// linearizably (after a read index) from the replica asked.
+    Read(Vec<RemoteRead>),
 }
+
+/// One read of a range, sent to a node that holds a replica of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RemoteRead {
+    /// A key's live item.
+    Get(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// The live items between two bounds, in key order (descending with
+    /// `reverse`), at most `limit`.
+    Range {
+        /// The low bound.
+        start: std::ops::Bound<Vec<u8>>,
+        /// The high bound.
+        end: std::ops::Bound<Vec<u8>>,
+        /// At most this many items.
+        limit: Option<u64>,
+        /// Descending key order.
+        reverse: bool,
+    },
+    /// How many live keys the range holds.
+    Count,
+}
+
+/// An item as a remote read answers it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteItem {
+    /// Its key.
+    #[serde(with = "serde_bytes")]
+    pub key: Vec<u8>,
+    /// Its value.
+    #[serde(with = "serde_bytes")]
+    pub value: Vec<u8>,
+    /// Its version.
+    pub version: u64,
+    /// When it expires (unix ms), if it does.
+    pub expires_at_ms: Option<u64>,
+    /// Its client flags.
+    pub flags: u32,
+}
+
+/// What a remote read answers: per read, its items (a count's is one item
+/// whose version is the count), or why none was served.
+pub type RemoteAnswer = Result<Vec<Vec<RemoteItem>>, String>;
 
 pub(crate) type RaftResult<T, E = openraft::error::Infallible> = Result<T, RaftError<NodeId, E>>;
 
@@ -50,6 +95,8 @@ pub(crate) enum Response {
     /// membership they are in is committed (None: not the leader, or its
     /// membership not committed yet).
     Members(Option<Vec<NodeId>>),
+    /// The answer to [`Request::Read`].
+    Read(RemoteAnswer),
 }
 
 /// The largest frame a node accepts: a snapshot chunk, or an append of

@@ -14,10 +14,11 @@ use std::time::Duration;
 use combkv::op::{Arith, Cond, Number, OnMissing, Op, Outcome};
 use combkv::{AtomicWrite, Error, Expiry};
 use combkv_replica::network::sim::{Faults, SimNet};
-use combkv_replica::{GroupId, Host, Routed};
+use combkv_replica::{GroupId, Host, RemoteRead, Routed};
 use groups::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use std::ops::Bound;
 
 #[allow(dead_code)]
 mod groups;
@@ -121,6 +122,36 @@ fn a_batch_across_ranges_lands_in_order_and_a_cross_range_write_is_refused() {
             let other = wait_leader(&cl, 1 - group, &on(1 - group)).await;
             assert!(other.current_store().get(key).unwrap().is_none(), "{key:?}");
         }
+        // Node 1 holds no replica of range 1: it reads it at one that does
+        // (after that node's read index), and only what the range holds.
+        let read = host(1)
+            .read_remote(
+                1,
+                vec![
+                    RemoteRead::Get(b"x".to_vec()),
+                    RemoteRead::Count,
+                    RemoteRead::Range {
+                        start: Bound::Included(b"k".to_vec()),
+                        end: Bound::Unbounded,
+                        limit: Some(2),
+                        reverse: true,
+                    },
+                ],
+            )
+            .await
+            .unwrap();
+        assert_eq!(read[0].len(), 1);
+        assert_eq!(read[0][0].value, b"2");
+        assert_eq!(read[1][0].version, 3, "n, x and y");
+        let keys: Vec<&[u8]> = read[2].iter().map(|it| &it.key[..]).collect();
+        assert_eq!(keys, [&b"y"[..], b"x"]);
+        let outside = host(1)
+            .read_remote(1, vec![RemoteRead::Get(b"a".to_vec())])
+            .await;
+        assert!(
+            matches!(&outside, Err(e) if e.to_string().contains("range map has changed")),
+            "{outside:?}"
+        );
         // One group alone: the index of its entry comes back.
         let mut batch = Routed::default();
         batch.push(&m, &put(b"c", b"4")).unwrap();

@@ -91,6 +91,7 @@ impl Cluster {
         rc.snapshot_log_bytes = config.cluster_snapshot_log_bytes.0;
         rc.log_keep_entries = config.cluster_log_keep_entries;
         rc.split_bytes = config.cluster_range_split_bytes.0;
+        rc.range_replicas = config.cluster_range_replicas as usize;
         rc.peer_tls = config.peer_tls_files();
         rc.log = LogOptions {
             sync: match config.durability_mode() {
@@ -339,6 +340,23 @@ impl Cluster {
     /// Whether the keyspace is cut into more than one range.
     pub(crate) fn is_split(&self) -> bool {
         self.shared_range_map().len() > 1
+    }
+
+    /// Runs `reads` on range `range` at a node that holds a replica of it
+    /// (`Host::read_remote`), waiting for the answer.
+    pub(crate) fn read_remote(
+        &self,
+        range: u64,
+        reads: Vec<combkv_replica::RemoteRead>,
+    ) -> Result<Vec<Vec<combkv_replica::RemoteItem>>, StoreError> {
+        self.rt
+            .block_on(self.host.read_remote(range, reads))
+            .map_err(cluster_error)
+    }
+
+    /// The longest key this node's stores take (every store alike).
+    pub(crate) fn max_key_len(&self) -> usize {
+        self.replica.current_store().max_key_len()
     }
 
     /// The replica here whose own bounds hold `key` (see `Host::holding`).

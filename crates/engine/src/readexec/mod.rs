@@ -218,6 +218,28 @@ impl BatchResults {
         added
     }
 
+    /// Appends an item read elsewhere (another node's answer) to request
+    /// `i`: the request gathered into last, as with
+    /// [`BatchResults::gather`].
+    pub fn gather_item(&mut self, i: usize, it: &ItemView<'_>) {
+        if self.spans[i].1 == 0 {
+            self.spans[i].0 = self.slots.len() as u32;
+        }
+        let key_at = self.arena.len() as u32;
+        self.arena.extend_from_slice(it.key);
+        self.arena.extend_from_slice(it.value);
+        self.slots.push(Slot {
+            version: it.version.get(),
+            expiry: it.expires_at_ms.unwrap_or(0),
+            key_at,
+            key_len: it.key.len() as u32,
+            value_len: it.value.len() as u32,
+            flags: it.flags,
+            shared: 0,
+        });
+        self.spans[i].1 += 1;
+    }
+
     /// Whether request `i` was answered before the backend ran: a backend
     /// skips it.
     #[inline]

@@ -31,6 +31,7 @@ use crate::state_machine::{SplitChild, SplitHook, seed_split_group};
 use crate::types::{GroupId, NodeId};
 
 mod drivers;
+mod remote;
 
 /// The suffix of a deleted group's directory, renamed aside.
 const REMOVING: &str = ".removing";

@@ -264,6 +264,10 @@ pub struct ServerConfig {
     /// key that halves them, by its leader (0: never by size; ranges are
     /// then split by `CLUSTER SPLIT` alone).
     pub cluster_range_split_bytes: ByteSize,
+    /// Voters each range but range 0 should have, placed by the meta
+    /// group's leader so that nodes hold similar numbers of replicas (0:
+    /// ranges stay on the nodes of the range they were split from).
+    pub cluster_range_replicas: u64,
     /// Cut a corrupt write-ahead log (damage followed by valid data) and
     /// start, instead of refusing to: what `combkv check --repair` does.
     pub wal_truncate_corrupt: bool,
@@ -429,6 +433,7 @@ impl Default for ServerConfig {
             cluster_log_keep_entries: 1000,
             cluster_log_cache_bytes: ByteSize(64 << 20),
             cluster_range_split_bytes: ByteSize(0),
+            cluster_range_replicas: 0,
             wal_truncate_corrupt: false,
             checkpoint_deltas: true,
             learned_search: false,
@@ -588,6 +593,9 @@ impl ServerConfig {
             let peers = parse_peers(&self.peers)?;
             if self.cluster_snapshot_entries == 0 {
                 return Err("cluster-snapshot-entries must be at least 1".into());
+            }
+            if self.cluster_range_replicas > 7 {
+                return Err("cluster-range-replicas must be 0 (off) to 7".into());
             }
             let split = self.cluster_range_split_bytes.0;
             if split != 0 && split < MIN_RANGE_SPLIT_BYTES {
@@ -901,6 +909,10 @@ impl ServerConfig {
             (
                 "cluster-range-split-bytes",
                 self.cluster_range_split_bytes.0.to_string(),
+            ),
+            (
+                "cluster-range-replicas",
+                self.cluster_range_replicas.to_string(),
             ),
             (
                 "wal-truncate-corrupt",

@@ -8,7 +8,8 @@
 //! and answers as one store would. The map leads the ranges: a split it
 //! records is read from the range that still holds the keys until the new
 //! range's group has started here. A range this node holds no replica of
-//! cannot be read here yet: the read is refused, saying so.
+//! is read at a node that holds one (`Host::read_remote`), which answers
+//! after a read index of its own; the event loop waits for that answer.
 //!
 //! Each range is read at its own read index and version: a read that
 //! crosses ranges is not yet one snapshot of them all (that needs the
@@ -24,6 +25,7 @@ use std::time::{Duration, Instant};
 use combkv::readexec::{BatchResults, ReadRequest};
 use combkv::{Error, ItemView, Range, Result, Store};
 use combkv_replica::ranges::{RangeDesc, RangeMap};
+use combkv_replica::{RemoteItem, RemoteRead};
 
 use crate::cluster::Cluster;
 use crate::state::Shared;
@@ -41,6 +43,14 @@ pub(crate) enum Keyspace<'a> {
         map: Arc<RangeMap>,
         cluster: &'a Cluster,
     },
+}
+
+/// Where a range's keys are read.
+enum Source {
+    /// In this node's store that holds them.
+    Local(Arc<Store>),
+    /// At another node: this node holds no replica of the range.
+    Remote(u64),
 }
 
 impl<'a> Keyspace<'a> {
@@ -64,30 +74,42 @@ impl<'a> Keyspace<'a> {
         }
     }
 
-    /// The store that holds range `r`'s keys on this node: its replica's,
-    /// or, while a split the map records is not carried out here yet (the
+    /// Where range `r`'s keys are read: this node's replica of it, or,
+    /// while a split the map records is not carried out here yet (the
     /// range's group not started), the replica whose own bounds still hold
-    /// them. A new group starts a moment after its split applies: a read
-    /// in that moment waits for it (up to `GROUP_START_WAIT`).
-    fn store_of(cluster: &Cluster, r: &RangeDesc) -> Result<Arc<Store>> {
+    /// them; a new group starts a moment after its split applies, and a
+    /// read in that moment waits for it (up to `GROUP_START_WAIT`). A
+    /// range the map names no replica of here is read remotely.
+    fn source(cluster: &Cluster, r: &RangeDesc) -> Result<Source> {
         let deadline = Instant::now() + GROUP_START_WAIT;
+        let here = r.voters.contains(&cluster.id()) || r.learners.contains(&cluster.id());
         loop {
             if let Some(replica) = cluster
                 .range_replica(r.id)
                 .or_else(|| cluster.replica_holding(&r.start))
             {
-                return Ok(replica.current_store());
+                return Ok(Source::Local(replica.current_store()));
             }
-            if !r.voters.contains(&cluster.id()) && !r.learners.contains(&cluster.id())
-                || Instant::now() > deadline
-            {
+            if !here {
+                return Ok(Source::Remote(r.id));
+            }
+            if Instant::now() > deadline {
                 return Err(Error::Unavailable(format!(
-                    "range {} holds the key and has no replica on this node; ask a node of {:?}",
-                    r.id, r.voters
+                    "range {} has not started on this node",
+                    r.id
                 )));
             }
             std::thread::sleep(Duration::from_millis(2));
         }
+    }
+
+    /// `reads` of range `range` at a node that holds it.
+    fn remote(
+        cluster: &Cluster,
+        range: u64,
+        reads: Vec<RemoteRead>,
+    ) -> Result<Vec<Vec<RemoteItem>>> {
+        cluster.read_remote(range, reads)
     }
 
     /// [`Store::get_with`], in the key's range.
@@ -96,34 +118,83 @@ impl<'a> Keyspace<'a> {
         key: &[u8],
         f: impl FnOnce(Option<ItemView<'_>>) -> T,
     ) -> Result<T> {
-        match self {
-            Keyspace::One(s) => s.get_with(key, f),
-            Keyspace::Ranges { map, cluster } => {
-                Self::store_of(cluster, map.route(key))?.get_with(key, f)
+        let (map, cluster) = match self {
+            Keyspace::One(s) => return s.get_with(key, f),
+            Keyspace::Ranges { map, cluster } => (map, cluster),
+        };
+        match Self::source(cluster, map.route(key))? {
+            Source::Local(s) => s.get_with(key, f),
+            Source::Remote(id) => {
+                combkv::check_key(key, cluster.max_key_len())?;
+                let items = Self::remote(cluster, id, vec![RemoteRead::Get(key.to_vec())])?;
+                Ok(f(items.first().and_then(|i| i.first()).map(view)))
             }
         }
     }
 
-    /// [`Store::item_memory`], in the key's range.
+    /// [`Store::item_memory`], in the key's range (this node's replicas
+    /// only: what another node's store spends is its own).
     pub(crate) fn item_memory(&self, key: &[u8]) -> Result<Option<u64>> {
-        match self {
-            Keyspace::One(s) => s.item_memory(key),
-            Keyspace::Ranges { map, cluster } => {
-                Self::store_of(cluster, map.route(key))?.item_memory(key)
-            }
+        let (map, cluster) = match self {
+            Keyspace::One(s) => return s.item_memory(key),
+            Keyspace::Ranges { map, cluster } => (map, cluster),
+        };
+        match Self::source(cluster, map.route(key))? {
+            Source::Local(s) => s.item_memory(key),
+            Source::Remote(id) => Err(Error::Unavailable(format!(
+                "range {id} holds the key and has no replica on this node: ask one of its nodes"
+            ))),
         }
     }
 
-    /// How many keys the keyspace holds (every range's count, each read
-    /// where this node holds it).
+    /// How many keys the keyspace holds (every range's count).
     pub(crate) fn len(&self) -> Result<u64> {
-        match self {
-            Keyspace::One(s) => Ok(s.len()),
-            Keyspace::Ranges { map, cluster } => map
-                .ranges()
-                .map(|r| Self::store_of(cluster, r).map(|s| s.len()))
-                .sum(),
+        let (map, cluster) = match self {
+            Keyspace::One(s) => return Ok(s.len()),
+            Keyspace::Ranges { map, cluster } => (map, cluster),
+        };
+        let mut n = 0;
+        for r in map.ranges() {
+            n += match Self::source(cluster, r)? {
+                Source::Local(s) => s.len(),
+                Source::Remote(id) => Self::remote(cluster, id, vec![RemoteRead::Count])?
+                    .first()
+                    .and_then(|i| i.first())
+                    .map_or(0, |it| it.version),
+            };
         }
+        Ok(n)
+    }
+
+    /// Visits range `part`'s items of `sub` (already cut to it), where
+    /// they are; how many were visited, and whether `f` stopped.
+    fn scan_part(
+        cluster: &Cluster,
+        part: &RangeDesc,
+        sub: &Range,
+        f: &mut dyn FnMut(ItemView<'_>) -> bool,
+    ) -> Result<(usize, bool)> {
+        let mut stopped = false;
+        let seen = match Self::source(cluster, part)? {
+            Source::Local(s) => s.scan(sub, |it| {
+                let go = f(it);
+                stopped |= !go;
+                go
+            })?,
+            Source::Remote(id) => {
+                let items = Self::remote(cluster, id, vec![remote_range(sub)])?;
+                let mut seen = 0;
+                for it in items.iter().flatten() {
+                    seen += 1;
+                    if !f(view(it)) {
+                        stopped = true;
+                        break;
+                    }
+                }
+                seen
+            }
+        };
+        Ok((seen, stopped))
     }
 
     /// [`Store::scan`] across the ranges `r` spans, in its order, its
@@ -139,19 +210,19 @@ impl<'a> Keyspace<'a> {
         if r.reverse {
             parts.reverse();
         }
-        let (mut seen, mut stopped) = (0usize, false);
+        let mut seen = 0usize;
         for part in parts {
             let left = r.limit.map(|l| l.saturating_sub(seen));
-            if stopped || left == Some(0) {
+            if left == Some(0) {
                 break;
             }
             let mut sub = clip(&r, part);
             sub.limit = left;
-            seen += Self::store_of(cluster, part)?.scan(&sub, |it| {
-                let go = f(it);
-                stopped |= !go;
-                go
-            })?;
+            let (n, stopped) = Self::scan_part(cluster, part, &sub, &mut f)?;
+            seen += n;
+            if stopped {
+                break;
+            }
         }
         Ok(seen)
     }
@@ -171,45 +242,39 @@ impl<'a> Keyspace<'a> {
         Ok(r)
     }
 
-    /// [`Store::floor`]: the greatest key `<= key`, from the key's range
-    /// back.
-    pub(crate) fn floor(&self, key: &[u8]) -> Result<Option<combkv::Item>> {
-        let (map, cluster) = match self {
-            Keyspace::One(s) => return s.floor(key),
-            Keyspace::Ranges { map, cluster } => (map, cluster),
-        };
-        let at = map.route(key).start.clone();
-        for part in map
-            .ranges()
-            .filter(|p| p.start <= at)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-        {
-            if let Some(it) = Self::store_of(cluster, part)?.floor(key)? {
-                return Ok(Some(it));
-            }
-        }
-        Ok(None)
+    /// The first item of `r` (cut to each range in turn), or none.
+    fn first(&self, r: Range) -> Result<Option<combkv::Item>> {
+        let mut found = None;
+        self.scan(&r.with_limit(1), |it| {
+            found = Some(it.to_item());
+            false
+        })?;
+        Ok(found)
     }
 
-    /// [`Store::ceil`]: the least key `>= key`, from the key's range on.
-    pub(crate) fn ceil(&self, key: &[u8]) -> Result<Option<combkv::Item>> {
-        let (map, cluster) = match self {
-            Keyspace::One(s) => return s.ceil(key),
-            Keyspace::Ranges { map, cluster } => (map, cluster),
-        };
-        for part in map.spanning(key, None) {
-            if let Some(it) = Self::store_of(cluster, part)?.ceil(key)? {
-                return Ok(Some(it));
+    /// [`Store::floor`]: the greatest key `<= key`.
+    pub(crate) fn floor(&self, key: &[u8]) -> Result<Option<combkv::Item>> {
+        match self {
+            Keyspace::One(s) => s.floor(key),
+            Keyspace::Ranges { .. } => {
+                self.first(Range::new(Bound::Unbounded, Bound::Included(key.to_vec())).reversed())
             }
         }
-        Ok(None)
+    }
+
+    /// [`Store::ceil`]: the least key `>= key`.
+    pub(crate) fn ceil(&self, key: &[u8]) -> Result<Option<combkv::Item>> {
+        match self {
+            Keyspace::One(s) => s.ceil(key),
+            Keyspace::Ranges { .. } => {
+                self.first(Range::new(Bound::Included(key.to_vec()), Bound::Unbounded))
+            }
+        }
     }
 
     /// [`Store::read_batch`]: on one store, or where every request lies in
-    /// one range, that store's batch (its hot cache included); else each
-    /// request read from the ranges it spans, one batch of one per range,
+    /// one range held here, that store's batch (its hot cache included);
+    /// else each request read from the ranges it spans, where they are,
     /// gathered into `out` in request order.
     pub(crate) fn read_batch(
         &self,
@@ -231,26 +296,32 @@ impl<'a> Keyspace<'a> {
             }
             one = one.or(first);
         }
-        if !mixed && let Some(r) = one {
-            return Self::store_of(cluster, r)?.read_batch(requests, out);
+        if !mixed
+            && let Some(r) = one
+            && let Source::Local(s) = Self::source(cluster, r)?
+        {
+            return s.read_batch(requests, out);
         }
         let mut part_out = BatchResults::new();
         out.begin_gathering(requests.len());
         for (i, req) in requests.iter().enumerate() {
             match req {
-                ReadRequest::Get(k) => {
-                    Self::store_of(cluster, map.route(k))?.read_batch(&[*req], &mut part_out)?;
-                    out.gather(i, &part_out, 0, usize::MAX);
-                }
+                ReadRequest::Get(k) => match Self::source(cluster, map.route(k))? {
+                    Source::Local(s) => {
+                        s.read_batch(&[*req], &mut part_out)?;
+                        out.gather(i, &part_out, 0, usize::MAX);
+                    }
+                    Source::Remote(id) => {
+                        combkv::check_key(k, cluster.max_key_len())?;
+                        let items = Self::remote(cluster, id, vec![RemoteRead::Get(k.to_vec())])?;
+                        for it in items.iter().flatten() {
+                            out.gather_item(i, &view(it));
+                        }
+                    }
+                },
                 ReadRequest::Range(r) => {
-                    let resolved;
-                    let r = if r.floor_start {
-                        resolved = self.floor_resolved(r)?;
-                        &resolved
-                    } else {
-                        r
-                    };
-                    let mut parts: Vec<&RangeDesc> = spanned(map, r).collect();
+                    let r = self.floor_resolved(r)?;
+                    let mut parts: Vec<&RangeDesc> = spanned(map, &r).collect();
                     if r.reverse {
                         parts.reverse();
                     }
@@ -259,16 +330,48 @@ impl<'a> Keyspace<'a> {
                         if left == 0 {
                             break;
                         }
-                        let mut sub = clip(r, part);
+                        let mut sub = clip(&r, part);
                         sub.limit = r.limit.map(|_| left);
-                        Self::store_of(cluster, part)?
-                            .read_batch(&[ReadRequest::Range(&sub)], &mut part_out)?;
-                        left -= out.gather(i, &part_out, 0, left);
+                        match Self::source(cluster, part)? {
+                            Source::Local(s) => {
+                                s.read_batch(&[ReadRequest::Range(&sub)], &mut part_out)?;
+                                left -= out.gather(i, &part_out, 0, left);
+                            }
+                            Source::Remote(id) => {
+                                let items = Self::remote(cluster, id, vec![remote_range(&sub)])?;
+                                for it in items.iter().flatten().take(left) {
+                                    out.gather_item(i, &view(it));
+                                    left -= 1;
+                                }
+                            }
+                        }
                     }
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// A remote item as the store's readers see one.
+fn view(it: &RemoteItem) -> ItemView<'_> {
+    ItemView {
+        key: &it.key,
+        value: &it.value,
+        version: combkv::Version(it.version),
+        expires_at_ms: it.expires_at_ms,
+        flags: it.flags,
+    }
+}
+
+/// A range read (cut to one range, its floor resolved) as sent to another
+/// node.
+fn remote_range(r: &Range) -> RemoteRead {
+    RemoteRead::Range {
+        start: r.start.clone(),
+        end: r.end.clone(),
+        limit: r.limit.map(|l| l as u64),
+        reverse: r.reverse,
     }
 }
 
