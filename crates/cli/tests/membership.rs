@@ -788,21 +788,7 @@ fn a_keyspace_split_into_ranges_is_served_whole_by_every_node() {
         n.start(&list);
     }
     find_leader(&nodes);
-    let serving = |nodes: &[Node]| {
-        for n in nodes {
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while !support::ask(
-                n.resp,
-                b"PING\r\n",
-                b"+PONG\r\n",
-                Duration::from_millis(500),
-            ) {
-                assert!(Instant::now() < deadline, "node {} does not serve", n.id);
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-    };
-    serving(&nodes);
+    wait_serving(&nodes);
     let key = |i: usize| format!("k{i:03}");
     let mut cons: Vec<redis::Connection> = nodes.iter().map(Node::connect).collect();
     for i in 0..200 {
@@ -997,7 +983,7 @@ fn a_keyspace_split_into_ranges_is_served_whole_by_every_node() {
         n.start(&list);
     }
     find_leader(&nodes);
-    serving(&nodes);
+    wait_serving(&nodes);
     for n in &nodes {
         settled(n);
         let mut con = n.connect();
@@ -1027,35 +1013,14 @@ fn ranges_split_on_their_own_as_the_data_grows() {
         n.start_with(&list, &["--cluster-range-split-bytes", "64kb"]);
     }
     find_leader(&nodes);
-    for n in &nodes {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !support::ask(
-            n.resp,
-            b"PING\r\n",
-            b"+PONG\r\n",
-            Duration::from_millis(500),
-        ) {
-            assert!(Instant::now() < deadline, "node {} does not serve", n.id);
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
+    wait_serving(&nodes);
     let mut cons: Vec<redis::Connection> = nodes.iter().map(Node::connect).collect();
     let key = |i: usize| format!("key{i:05}");
     let value = "v".repeat(100);
     // 4,000 keys of about 110 bytes each (some 440 KB), in a scattered
     // order, a hundred to a pipeline.
     const KEYS: usize = 4000;
-    for chunk in (0..KEYS).collect::<Vec<_>>().chunks(100) {
-        let mut pipe = redis::pipe();
-        for &i in chunk {
-            pipe.cmd("SET")
-                .arg(key((i * 7919) % KEYS))
-                .arg(&value)
-                .ignore();
-        }
-        let c = chunk[0] / 100 % 3;
-        let _: () = pipe.query(&mut cons[c]).unwrap();
-    }
+    write_scattered(&mut cons, KEYS, &value);
     let deadline = Instant::now() + Duration::from_secs(60);
     let ranges = loop {
         let r = nodes[0].info_ranges();
@@ -1140,32 +1105,12 @@ fn ranges_placed_on_three_of_five_nodes_are_read_through_every_node() {
         n.start_with(&list, &args);
     }
     find_leader(&nodes);
-    for n in &nodes {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !support::ask(
-            n.resp,
-            b"PING\r\n",
-            b"+PONG\r\n",
-            Duration::from_millis(500),
-        ) {
-            assert!(Instant::now() < deadline, "node {} does not serve", n.id);
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
+    wait_serving(&nodes);
     let mut cons: Vec<redis::Connection> = nodes.iter().map(Node::connect).collect();
     let key = |i: usize| format!("key{i:05}");
     const KEYS: usize = 3000;
     let value = "v".repeat(100);
-    for chunk in (0..KEYS).collect::<Vec<_>>().chunks(100) {
-        let mut pipe = redis::pipe();
-        for &i in chunk {
-            pipe.cmd("SET")
-                .arg(key((i * 7919) % KEYS))
-                .arg(&value)
-                .ignore();
-        }
-        let _: () = pipe.query(&mut cons[chunk[0] / 100 % 5]).unwrap();
-    }
+    write_scattered(&mut cons, KEYS, &value);
     // Settled: at least four ranges, each but range 0 on three nodes, and
     // every node holding some but not all of them.
     let deadline = Instant::now() + Duration::from_secs(180);
@@ -1232,4 +1177,37 @@ fn ranges_placed_on_three_of_five_nodes_are_read_through_every_node() {
     drop(cons);
     drop(nodes);
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Waits until every node of `nodes` answers PING with PONG (a cluster
+/// node answers LOADING until it has caught up with its leader).
+fn wait_serving(nodes: &[Node]) {
+    for n in nodes {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !support::ask(
+            n.resp,
+            b"PING\r\n",
+            b"+PONG\r\n",
+            Duration::from_millis(500),
+        ) {
+            assert!(Instant::now() < deadline, "node {} does not serve", n.id);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// SETs `key00000`... up to `keys` to `value`, in a scattered order, a
+/// hundred to a pipeline, each pipeline through the next connection.
+fn write_scattered(cons: &mut [redis::Connection], keys: usize, value: &str) {
+    for (turn, chunk) in (0..keys).collect::<Vec<_>>().chunks(100).enumerate() {
+        let mut pipe = redis::pipe();
+        for &i in chunk {
+            pipe.cmd("SET")
+                .arg(format!("key{:05}", (i * 7919) % keys))
+                .arg(value)
+                .ignore();
+        }
+        let n = cons.len();
+        let _: () = pipe.query(&mut cons[turn % n]).unwrap();
+    }
 }
