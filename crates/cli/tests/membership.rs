@@ -1089,7 +1089,8 @@ fn ranges_settled(node: &Node) -> String {
 /// nodes each (`--cluster-range-replicas 3`): once the placement settles,
 /// no node holds every range, yet every key is read through every node
 /// (a range a node holds no replica of is read at one that does), and
-/// writes through every node land.
+/// writes through every node land. A sixth node added takes its share of
+/// the ranges; a node removed hands its replicas to the others.
 #[test]
 fn ranges_placed_on_three_of_five_nodes_are_read_through_every_node() {
     let root = root("placed");
@@ -1111,69 +1112,103 @@ fn ranges_placed_on_three_of_five_nodes_are_read_through_every_node() {
     const KEYS: usize = 3000;
     let value = "v".repeat(100);
     write_scattered(&mut cons, KEYS, &value);
-    // Settled: at least four ranges, each but range 0 on three nodes, and
-    // every node holding some but not all of them.
-    let deadline = Instant::now() + Duration::from_secs(180);
-    loop {
-        let infos: Vec<_> = nodes.iter().map(Node::info_ranges).collect();
-        let ranges: usize = field(&infos[0], "ranges").parse().unwrap_or(0);
-        let hosted: Vec<usize> = infos
-            .iter()
-            .map(|r| field(r, "ranges_hosted").parse().unwrap_or(0))
-            .collect();
-        let stale: usize = infos
-            .iter()
-            .map(|r| {
-                field(r, "ranges_stale_replicas")
-                    .parse::<usize>()
-                    .unwrap_or(0)
-            })
-            .sum();
-        if ranges >= 4
-            && hosted.iter().sum::<usize>() == 5 + 3 * (ranges - 1)
-            && hosted.iter().all(|&h| h < ranges)
-            && stale == 0
-        {
-            break;
+    // Settled: at least four ranges, each but range 0 on three of the
+    // members, every member holding some but not all of them, and no
+    // replica left where a range moved away from.
+    let settled = |members: &[&Node], what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(180);
+        loop {
+            let infos: Vec<_> = members.iter().map(|n| n.info_ranges()).collect();
+            let ranges: usize = field(&infos[0], "ranges").parse().unwrap_or(0);
+            let hosted: Vec<usize> = infos
+                .iter()
+                .map(|r| field(r, "ranges_hosted").parse().unwrap_or(0))
+                .collect();
+            let stale: usize = infos
+                .iter()
+                .map(|r| {
+                    field(r, "ranges_stale_replicas")
+                        .parse::<usize>()
+                        .unwrap_or(0)
+                })
+                .sum();
+            if ranges >= 4
+                && hosted.iter().sum::<usize>() == members.len() + 3 * (ranges - 1)
+                && hosted.iter().all(|&h| h > 1 && h < ranges)
+                && stale == 0
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: not placed: {infos:?}\n{}",
+                self::ranges(members[0])
+            );
+            std::thread::sleep(Duration::from_millis(500));
         }
-        assert!(Instant::now() < deadline, "not placed: {infos:?}");
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    };
+    settled(&nodes.iter().collect::<Vec<_>>(), "five nodes");
     // What this test wrote over the first values, by key number.
     let mut written: std::collections::HashMap<usize, String> = Default::default();
-    for (n, con) in cons.iter_mut().enumerate() {
-        let all: Vec<String> = redis::cmd("RANGE")
-            .arg("-")
-            .arg("+")
-            .arg("KEYSONLY")
-            .query(con)
-            .unwrap();
-        assert_eq!(
-            all,
-            (0..KEYS).map(key).collect::<Vec<_>>(),
-            "node {}",
-            n + 1
-        );
-        let count: i64 = redis::cmd("DBSIZE").query(con).unwrap();
-        assert_eq!(count as usize, KEYS, "node {}", n + 1);
-        let keys: Vec<String> = (0..KEYS).step_by(131).map(key).collect();
-        let got: Vec<String> = redis::cmd("MGET").arg(&keys).query(con).unwrap();
-        let want: Vec<String> = (0..KEYS)
-            .step_by(131)
-            .map(|i| written.get(&i).cloned().unwrap_or_else(|| value.clone()))
-            .collect();
-        assert_eq!(got, want, "node {}", n + 1);
-        for i in (0..KEYS).step_by(293) {
-            written.insert(i, format!("n{n}"));
-            let _: () = redis::cmd("SET")
-                .arg(key(i))
-                .arg(format!("n{n}"))
+    let mut check = |cons: &mut [redis::Connection], round: &str| {
+        for (n, con) in cons.iter_mut().enumerate() {
+            let all: Vec<String> = redis::cmd("RANGE")
+                .arg("-")
+                .arg("+")
+                .arg("KEYSONLY")
                 .query(con)
                 .unwrap();
-            let v: String = redis::cmd("GET").arg(key(i)).query(con).unwrap();
-            assert_eq!(v, format!("n{n}"), "node {} key {i}", n + 1);
+            assert_eq!(all, (0..KEYS).map(key).collect::<Vec<_>>(), "{round} {n}");
+            let count: i64 = redis::cmd("DBSIZE").query(con).unwrap();
+            assert_eq!(count as usize, KEYS, "{round} {n}");
+            let keys: Vec<String> = (0..KEYS).step_by(131).map(key).collect();
+            let got: Vec<String> = redis::cmd("MGET").arg(&keys).query(con).unwrap();
+            let want: Vec<String> = (0..KEYS)
+                .step_by(131)
+                .map(|i| written.get(&i).cloned().unwrap_or_else(|| value.clone()))
+                .collect();
+            assert_eq!(got, want, "{round} {n}");
+            for i in (0..KEYS).step_by(293) {
+                let v = format!("{round}{n}");
+                written.insert(i, v.clone());
+                let _: () = redis::cmd("SET").arg(key(i)).arg(&v).query(con).unwrap();
+                let got: String = redis::cmd("GET").arg(key(i)).query(con).unwrap();
+                assert_eq!(got, v, "{round} {n} key {i}");
+            }
         }
-    }
+    };
+    check(&mut cons, "five");
+
+    // A sixth node joins: it takes its share of the ranges.
+    let mut sixth = Node::new(&root, 6);
+    sixth.start_with("", &args);
+    let leader = find_leader(&nodes);
+    let (ok, said) = admin(
+        leader,
+        &["add", "6", &sixth.raft.to_string()],
+        Duration::from_secs(60),
+    );
+    assert!(ok, "{said}");
+    nodes.push(sixth);
+    settled(&nodes.iter().collect::<Vec<_>>(), "six nodes");
+    cons.push(nodes[5].connect());
+    check(&mut cons, "six");
+
+    // A node leaves: its replicas are handed to the others, and it keeps
+    // none once out.
+    let leader_id = find_leader(&nodes).id;
+    let gone = if leader_id == 2 { 3 } else { 2 };
+    let (ok, said) = admin(
+        find_leader(&nodes),
+        &["remove", &gone.to_string()],
+        Duration::from_secs(60),
+    );
+    assert!(ok, "{said}");
+    let stay: Vec<&Node> = nodes.iter().filter(|n| n.id != gone).collect();
+    settled(&stay, "after a removal");
+    nodes[gone as usize - 1].kill();
+    cons.remove(gone as usize - 1);
+    check(&mut cons, "five again");
     drop(cons);
     drop(nodes);
     let _ = std::fs::remove_dir_all(&root);

@@ -422,6 +422,9 @@ impl Replica {
         use crate::rpc::{RemoteItem, RemoteRead};
         use combkv::readexec::{BatchResults, ReadRequest};
         use std::ops::Bound;
+        if !self.is_voter() {
+            return Err("this replica is a learner still catching up".into());
+        }
         self.read_barrier().await.map_err(|e| e.to_string())?;
         let bounds = self.bounds();
         // A bound inside the range (an upper one may be its end), or

@@ -123,6 +123,17 @@ impl Replica {
         self.inner.log.fsync_durations()
     }
 
+    /// Whether this node votes in its group's membership (as far as it
+    /// knows): a learner still catching up does not, and serves no read.
+    pub fn is_voter(&self) -> bool {
+        let metrics = self.inner.raft.metrics();
+        let m = metrics.borrow();
+        m.membership_config
+            .membership()
+            .voter_ids()
+            .any(|v| v == self.inner.id)
+    }
+
     /// Whether this node is the leader now (as far as it knows).
     pub fn is_leader(&self) -> bool {
         self.inner.raft.metrics().borrow().current_leader == Some(self.inner.id)

@@ -244,39 +244,85 @@ impl Host {
         let Some(map) = meta.range_map() else { return };
         let addrs = super::member_addrs(&meta);
         let me = self.0.id;
+        // A node removed from the cluster often never applies its removal
+        // (its map stays as it was): it asks, and if it is out, it leaves
+        // every range, so that their other replicas elect leaders that
+        // follow the map's replacements for it.
+        let out_of_cluster = match map.get(0) {
+            Some(r0) => self.no_member(0, &r0.voters, &addrs).await,
+            None => false,
+        };
         for g in self.groups() {
             // A range merged away (not in the map) waits for merges.
             let Some(desc) = map.get(g).filter(|_| g != 0) else {
                 continue;
             };
-            if desc.voters.contains(&me) || desc.learners.contains(&me) {
+            let named = desc.voters.contains(&me) || desc.learners.contains(&me);
+            if named && !out_of_cluster {
                 continue;
             }
-            let mut removed = false;
-            for v in &desc.voters {
-                let Some(addr) = addrs.get(v) else { continue };
-                let ask = Request::ToGroup(g, Box::new(Request::Members));
-                let answer = self.0.transport.call(*v, addr, ask, ASK_TIMEOUT).await;
-                if let Ok(Response::Members(Some(members))) = answer {
-                    removed = !members.contains(&me);
-                    break;
+            if !out_of_cluster && !self.no_member(g, &desc.voters, &addrs).await {
+                continue;
+            }
+            // Stopped before the answer that decides: a leader that adds
+            // this node back counts only on what a replica it added
+            // acknowledged, and the one deleted here acknowledges nothing
+            // after this (deleting a replica a leader counts on would take
+            // entries from under it).
+            let Some(replica) = self.remove_group(g) else {
+                continue;
+            };
+            replica.shutdown().await;
+            let gone = self.no_member(g, &desc.voters, &addrs).await
+                && (out_of_cluster || !self.expects(g));
+            if !gone {
+                if out_of_cluster {
+                    tracing::info!(
+                        "this node left the cluster: its replica of range {g} is stopped, \
+                         kept until the range's leader confirms it is no member"
+                    );
+                } else {
+                    // Named again, or added back, meanwhile: it goes on.
+                    self.ensure_group(g).await;
                 }
-            }
-            // The map may have named this node again meanwhile.
-            if !removed || self.expects(g) {
                 continue;
-            }
-            if let Some(r) = self.remove_group(g) {
-                r.shutdown().await;
             }
             match self.delete_group_files(g) {
                 Ok(()) => {
                     self.0.counts.deleted.fetch_add(1, Ordering::Relaxed);
-                    tracing::info!("range {g} moved away: its replica here is deleted");
+                    if out_of_cluster {
+                        tracing::info!(
+                            "this node left the cluster: its replica of range {g} is deleted"
+                        );
+                    } else {
+                        tracing::info!("range {g} moved away: its replica here is deleted");
+                    }
                 }
                 Err(e) => tracing::warn!("range {g} moved away; deleting its files: {e}"),
             }
         }
+    }
+
+    /// Whether group `g`'s leader, asked through the nodes `ask`, answers
+    /// with a committed membership that does not hold this node.
+    async fn no_member(
+        &self,
+        g: crate::types::GroupId,
+        ask: &[NodeId],
+        addrs: &std::collections::HashMap<NodeId, String>,
+    ) -> bool {
+        for v in ask.iter().filter(|&&v| v != self.0.id) {
+            let Some(addr) = addrs.get(v) else { continue };
+            let req = match g {
+                0 => Request::Members,
+                g => Request::ToGroup(g, Box::new(Request::Members)),
+            };
+            let answer = self.0.transport.call(*v, addr, req, ASK_TIMEOUT).await;
+            if let Ok(Response::Members(Some(members))) = answer {
+                return !members.contains(&self.0.id);
+            }
+        }
+        false
     }
 
     pub(super) fn spawn_drivers(&self) {

@@ -84,14 +84,18 @@ impl<'a> Keyspace<'a> {
         let deadline = Instant::now() + GROUP_START_WAIT;
         let here = r.voters.contains(&cluster.id()) || r.learners.contains(&cluster.id());
         loop {
-            if let Some(replica) = cluster
+            match cluster
                 .range_replica(r.id)
                 .or_else(|| cluster.replica_holding(&r.start))
             {
-                return Ok(Source::Local(replica.current_store()));
-            }
-            if !here {
-                return Ok(Source::Remote(r.id));
+                // A learner still catching up serves no read: one of the
+                // range's voters does.
+                Some(replica) if replica.is_voter() => {
+                    return Ok(Source::Local(replica.current_store()));
+                }
+                Some(_) => return Ok(Source::Remote(r.id)),
+                None if !here => return Ok(Source::Remote(r.id)),
+                None => {}
             }
             if Instant::now() > deadline {
                 return Err(Error::Unavailable(format!(
