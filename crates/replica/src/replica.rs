@@ -123,6 +123,11 @@ impl Replica {
         self.inner.log.fsync_durations()
     }
 
+    /// The group this replica is of (its range's id).
+    pub fn group(&self) -> crate::types::GroupId {
+        self.inner.sm.group()
+    }
+
     /// Whether this node votes in its group's membership (as far as it
     /// knows): a learner still catching up does not, and serves no read.
     pub fn is_voter(&self) -> bool {

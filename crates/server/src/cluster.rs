@@ -39,6 +39,8 @@ pub struct Cluster {
     /// (an add waiting for its node to catch up) ends at once, so that the
     /// event loop it holds can finish and the process exit.
     stopping: tokio::sync::watch::Sender<bool>,
+    /// Which ranges' replicas the read indexes taken so far covered.
+    marks: Arc<parking_lot::Mutex<Marks>>,
     /// Held by the membership change in progress: a second one is refused
     /// rather than raced against the first.
     changing: std::sync::Mutex<()>,
@@ -135,6 +137,7 @@ impl Cluster {
             rt,
             reads: config.cluster_reads,
             stopping: tokio::sync::watch::Sender::new(false),
+            marks: Arc::default(),
             changing: std::sync::Mutex::new(()),
         })
     }
@@ -230,9 +233,9 @@ impl Cluster {
         &self,
         done: impl FnOnce(Result<(), StoreError>) + Send + 'static,
     ) {
-        let host = self.host.clone();
+        let (host, marks) = (self.host.clone(), Arc::clone(&self.marks));
         self.rt.spawn(async move {
-            done(read_index_all(&host).await);
+            done(read_index_all(&host, &marks).await);
         });
     }
 
@@ -242,7 +245,35 @@ impl Cluster {
         if self.reads == ClusterReads::Local {
             return Ok(());
         }
-        self.rt.block_on(read_index_all(&self.host))
+        self.rt.block_on(read_index_all(&self.host, &self.marks))
+    }
+
+    /// Waits until this node has applied the range map as committed (a
+    /// read index on group 0).
+    pub(crate) fn catch_up_map(&self) -> Result<(), StoreError> {
+        self.rt
+            .block_on(self.replica.read_barrier())
+            .map_err(cluster_error)
+    }
+
+    /// Makes a read of `replica` linearizable for a request whose read
+    /// index was taken (`read_barrier_then`) over the ranges this node
+    /// served then: a replica that began to serve after the latest read
+    /// index completed (a split's new range started here) takes a read
+    /// index of its own now, waiting for it.
+    pub(crate) fn fresh(&self, replica: &Replica) -> Result<(), StoreError> {
+        if self.reads == ClusterReads::Local {
+            return Ok(());
+        }
+        if self.marks.lock().covers(replica.group()) {
+            return Ok(());
+        }
+        let start = std::time::Instant::now();
+        self.rt
+            .block_on(replica.read_barrier())
+            .map_err(cluster_error)?;
+        self.marks.lock().covered(replica.group(), start);
+        Ok(())
     }
 
     /// On the leader of each range this node holds a replica of:
@@ -485,25 +516,63 @@ impl Cluster {
     }
 }
 
+/// When read indexes began whose ranges they all covered: the latest one
+/// completed, and per range the latest one that covered it. A request's
+/// read index began no later than the latest completed, so a range covered
+/// by one that began at or after that is fresh for it (see
+/// `Cluster::fresh`).
+#[derive(Debug, Default)]
+struct Marks {
+    latest: Option<std::time::Instant>,
+    per_range: std::collections::HashMap<u64, std::time::Instant>,
+}
+
+impl Marks {
+    fn covers(&self, range: u64) -> bool {
+        match (self.latest, self.per_range.get(&range)) {
+            (Some(latest), Some(at)) => *at >= latest,
+            _ => false,
+        }
+    }
+
+    fn covered(&mut self, range: u64, start: std::time::Instant) {
+        let at = self.per_range.entry(range).or_insert(start);
+        *at = (*at).max(start);
+    }
+}
+
 /// Waits for a read index on every range this node holds a replica of,
 /// all at once: a read of any of them after it is linearizable. One range
 /// (a keyspace not split) waits for its own, as a one-group cluster does.
-async fn read_index_all(host: &Host) -> Result<(), StoreError> {
+async fn read_index_all(host: &Host, marks: &parking_lot::Mutex<Marks>) -> Result<(), StoreError> {
+    let start = std::time::Instant::now();
     let replicas = host.serving_all();
-    if let [one] = replicas.as_slice() {
-        return one.read_barrier().await.map_err(cluster_error);
-    }
-    let mut tasks = tokio::task::JoinSet::new();
-    for r in replicas {
-        tasks.spawn(async move { r.read_barrier().await });
-    }
-    let mut result = Ok(());
-    while let Some(joined) = tasks.join_next().await {
-        match joined {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => result = Err(cluster_error(e)),
-            Err(e) => result = Err(StoreError::Unavailable(format!("a read index task: {e}"))),
+    let groups: Vec<u64> = replicas.iter().map(Replica::group).collect();
+    let result = if let [one] = replicas.as_slice() {
+        one.read_barrier().await.map_err(cluster_error)
+    } else {
+        let mut tasks = tokio::task::JoinSet::new();
+        for r in replicas {
+            tasks.spawn(async move { r.read_barrier().await });
         }
+        let mut result = Ok(());
+        while let Some(joined) = tasks.join_next().await {
+            match joined {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => result = Err(cluster_error(e)),
+                Err(e) => {
+                    result = Err(StoreError::Unavailable(format!("a read index task: {e}")));
+                }
+            }
+        }
+        result
+    };
+    if result.is_ok() {
+        let mut m = marks.lock();
+        for g in groups {
+            m.covered(g, start);
+        }
+        m.latest = Some(m.latest.map_or(start, |l| l.max(start)));
     }
     result
 }

@@ -250,6 +250,11 @@ impl StateMachine {
         }
     }
 
+    /// The group this state machine is.
+    pub fn group(&self) -> u64 {
+        self.group
+    }
+
     /// The range map as applied so far, shared (None: this group keeps
     /// none, or has applied no membership yet).
     pub fn shared_range_map(&self) -> Option<Arc<RangeMap>> {

@@ -39,10 +39,7 @@ pub(crate) enum Keyspace<'a> {
     /// One store holds every key.
     One(&'a Store),
     /// The keyspace is cut into ranges, each its own group's store.
-    Ranges {
-        map: Arc<RangeMap>,
-        cluster: &'a Cluster,
-    },
+    Ranges { cluster: &'a Cluster },
 }
 
 /// Where a range's keys are read.
@@ -56,11 +53,10 @@ enum Source {
 impl<'a> Keyspace<'a> {
     /// The keyspace a read on `shared` sees, `store` being the turn's.
     pub(crate) fn of(shared: &'a Shared, store: &'a Store) -> Keyspace<'a> {
-        if let Some(cluster) = shared.cluster() {
-            let map = cluster.shared_range_map();
-            if map.len() > 1 {
-                return Keyspace::Ranges { map, cluster };
-            }
+        if let Some(cluster) = shared.cluster()
+            && cluster.is_split()
+        {
+            return Keyspace::Ranges { cluster };
         }
         Keyspace::One(store)
     }
@@ -91,6 +87,16 @@ impl<'a> Keyspace<'a> {
                 // A learner still catching up serves no read: one of the
                 // range's voters does.
                 Some(replica) if replica.is_voter() => {
+                    // A group that applied a split this node's map does
+                    // not have yet holds less than the map says: the map
+                    // is brought up to date and the read routed again.
+                    if !covers(&replica.bounds(), r) {
+                        return Err(Error::WrongRange(format!(
+                            "range {}: this node's range map is behind its groups",
+                            r.id
+                        )));
+                    }
+                    cluster.fresh(&replica)?;
                     return Ok(Source::Local(replica.current_store()));
                 }
                 Some(_) => return Ok(Source::Remote(r.id)),
@@ -122,11 +128,11 @@ impl<'a> Keyspace<'a> {
         key: &[u8],
         f: impl FnOnce(Option<ItemView<'_>>) -> T,
     ) -> Result<T> {
-        let (map, cluster) = match self {
+        let cluster = match self {
             Keyspace::One(s) => return s.get_with(key, f),
-            Keyspace::Ranges { map, cluster } => (map, cluster),
+            Keyspace::Ranges { cluster, .. } => cluster,
         };
-        match Self::source(cluster, map.route(key))? {
+        match routed(cluster, |map| Self::source(cluster, map.route(key)))? {
             Source::Local(s) => s.get_with(key, f),
             Source::Remote(id) => {
                 combkv::check_key(key, cluster.max_key_len())?;
@@ -139,11 +145,11 @@ impl<'a> Keyspace<'a> {
     /// [`Store::item_memory`], in the key's range (this node's replicas
     /// only: what another node's store spends is its own).
     pub(crate) fn item_memory(&self, key: &[u8]) -> Result<Option<u64>> {
-        let (map, cluster) = match self {
+        let cluster = match self {
             Keyspace::One(s) => return s.item_memory(key),
-            Keyspace::Ranges { map, cluster } => (map, cluster),
+            Keyspace::Ranges { cluster, .. } => cluster,
         };
-        match Self::source(cluster, map.route(key))? {
+        match routed(cluster, |map| Self::source(cluster, map.route(key)))? {
             Source::Local(s) => s.item_memory(key),
             Source::Remote(id) => Err(Error::Unavailable(format!(
                 "range {id} holds the key and has no replica on this node: ask one of its nodes"
@@ -153,33 +159,35 @@ impl<'a> Keyspace<'a> {
 
     /// How many keys the keyspace holds (every range's count).
     pub(crate) fn len(&self) -> Result<u64> {
-        let (map, cluster) = match self {
+        let cluster = match self {
             Keyspace::One(s) => return Ok(s.len()),
-            Keyspace::Ranges { map, cluster } => (map, cluster),
+            Keyspace::Ranges { cluster, .. } => cluster,
         };
-        let mut n = 0;
-        for r in map.ranges() {
-            n += match Self::source(cluster, r)? {
-                Source::Local(s) => s.len(),
-                Source::Remote(id) => Self::remote(cluster, id, vec![RemoteRead::Count])?
-                    .first()
-                    .and_then(|i| i.first())
-                    .map_or(0, |it| it.version),
-            };
-        }
-        Ok(n)
+        routed(cluster, |map| {
+            let mut n = 0;
+            for r in map.ranges() {
+                n += match Self::source(cluster, r)? {
+                    Source::Local(s) => s.len(),
+                    Source::Remote(id) => Self::remote(cluster, id, vec![RemoteRead::Count])?
+                        .first()
+                        .and_then(|i| i.first())
+                        .map_or(0, |it| it.version),
+                };
+            }
+            Ok(n)
+        })
     }
 
     /// Visits range `part`'s items of `sub` (already cut to it), where
     /// they are; how many were visited, and whether `f` stopped.
     fn scan_part(
         cluster: &Cluster,
-        part: &RangeDesc,
+        source: Source,
         sub: &Range,
         f: &mut dyn FnMut(ItemView<'_>) -> bool,
     ) -> Result<(usize, bool)> {
         let mut stopped = false;
-        let seen = match Self::source(cluster, part)? {
+        let seen = match source {
             Source::Local(s) => s.scan(sub, |it| {
                 let go = f(it);
                 stopped |= !go;
@@ -205,24 +213,32 @@ impl<'a> Keyspace<'a> {
     /// limit counted over them all. A floor start finds its floor first
     /// (it may lie in a range before the start's).
     pub(crate) fn scan(&self, r: &Range, mut f: impl FnMut(ItemView<'_>) -> bool) -> Result<usize> {
-        let (map, cluster) = match self {
+        let cluster = match self {
             Keyspace::One(s) => return s.scan(r, f),
-            Keyspace::Ranges { map, cluster } => (map, cluster),
+            Keyspace::Ranges { cluster, .. } => cluster,
         };
         let r = self.floor_resolved(r)?;
-        let mut parts: Vec<&RangeDesc> = spanned(map, &r).collect();
-        if r.reverse {
-            parts.reverse();
-        }
+        // Where each range's part is read, all found before any is
+        // visited: a map found out of date is brought up to date and the
+        // plan made again, with nothing visited twice.
+        let plan = routed(cluster, |map| {
+            let mut parts: Vec<&RangeDesc> = spanned(map, &r).collect();
+            if r.reverse {
+                parts.reverse();
+            }
+            parts
+                .into_iter()
+                .map(|part| Ok((clip(&r, part), Self::source(cluster, part)?)))
+                .collect::<Result<Vec<_>>>()
+        })?;
         let mut seen = 0usize;
-        for part in parts {
+        for (mut sub, source) in plan {
             let left = r.limit.map(|l| l.saturating_sub(seen));
             if left == Some(0) {
                 break;
             }
-            let mut sub = clip(&r, part);
             sub.limit = left;
-            let (n, stopped) = Self::scan_part(cluster, part, &sub, &mut f)?;
+            let (n, stopped) = Self::scan_part(cluster, source, &sub, &mut f)?;
             seen += n;
             if stopped {
                 break;
@@ -285,10 +301,23 @@ impl<'a> Keyspace<'a> {
         requests: &[ReadRequest<'_>],
         out: &mut BatchResults,
     ) -> Result<()> {
-        let (map, cluster) = match self {
+        let cluster = match self {
             Keyspace::One(s) => return s.read_batch(requests, out),
-            Keyspace::Ranges { map, cluster } => (map, cluster),
+            Keyspace::Ranges { cluster, .. } => cluster,
         };
+        routed(cluster, |map| {
+            self.read_batch_by(map, cluster, requests, out)
+        })
+    }
+
+    /// [`Keyspace::read_batch`] routed by `map`.
+    fn read_batch_by(
+        &self,
+        map: &RangeMap,
+        cluster: &Cluster,
+        requests: &[ReadRequest<'_>],
+        out: &mut BatchResults,
+    ) -> Result<()> {
         let mut one: Option<&RangeDesc> = None;
         let mut mixed = false;
         for req in requests {
@@ -355,6 +384,33 @@ impl<'a> Keyspace<'a> {
         }
         Ok(())
     }
+}
+
+/// Runs `op` by the range map as this node applied it; if a group here
+/// shows the map to be behind it (`Error::WrongRange` from `source`), the
+/// map is brought up to date (a read index on the meta group) and `op`
+/// runs again.
+fn routed<T>(cluster: &Cluster, mut op: impl FnMut(&RangeMap) -> Result<T>) -> Result<T> {
+    for _ in 0..4 {
+        let map = cluster.shared_range_map();
+        match op(&map) {
+            Err(Error::WrongRange(_)) => cluster.catch_up_map()?,
+            r => return r,
+        }
+    }
+    Err(Error::Unavailable(
+        "the range map kept changing under the read".into(),
+    ))
+}
+
+/// Whether a group's own bounds hold all of range `r` as the map gives it.
+fn covers(bounds: &combkv_replica::ranges::Bounds, r: &RangeDesc) -> bool {
+    let end_inside = match (&bounds.end, &r.end) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(b), Some(e)) => e <= b,
+    };
+    bounds.start <= r.start && end_inside
 }
 
 /// A remote item as the store's readers see one.
