@@ -227,6 +227,23 @@ pub(crate) trait Protocol {
         0
     }
 
+    /// After `parse` said `Step::Incomplete`: a large value of the
+    /// incomplete request, most of it still to come, that the connection
+    /// may read into a buffer of its own: where its data starts from the
+    /// request's start, and its length (`None`: read it into the input).
+    fn large(&self) -> Option<(usize, usize)> {
+        None
+    }
+
+    /// The value `large` announced, received into its own buffer: the
+    /// request at the start of the input takes it from there, and the
+    /// input holds what follows the value's data (from offset `at`), until
+    /// [`Protocol::unsplice`]. Only called after `large` said so.
+    fn splice(&mut self, _at: usize, _value: combkv::ReceivedValue) {}
+
+    /// The request the spliced value belongs to was consumed.
+    fn unsplice(&mut self) {}
+
     /// The request's class; only a `BatchRead` joins a batch.
     fn class(&self, req: &Self::Request<'_>) -> Class;
 
@@ -361,6 +378,9 @@ pub(crate) struct Processed {
     /// The input bytes the incomplete request after the consumed ones
     /// needs at least (0: not known; see [`Protocol::wanted`]).
     pub wanted: usize,
+    /// The large value of the incomplete request at the start of what is
+    /// left (`consumed`), from there (see [`Protocol::large`]).
+    pub large: Option<(usize, usize)>,
 }
 
 impl Processed {
@@ -371,6 +391,7 @@ impl Processed {
             abort: true,
             postponed: false,
             wanted: 0,
+            large: None,
         }
     }
 }

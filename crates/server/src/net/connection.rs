@@ -2,6 +2,7 @@
 //! protocol state. The event loop drives it; nothing here blocks.
 
 use std::io::{self, Read, Write};
+use std::os::fd::AsFd;
 
 use crate::net::stream::Stream;
 
@@ -31,6 +32,14 @@ pub(crate) struct Connection {
     /// least, as its protocol worked out from the lengths it declared (0:
     /// not known): `fill` makes room for all of it at once.
     wanted: usize,
+    /// A large value of the request at `rstart` being read into a buffer
+    /// of its own (`Protocol::large`), and where its data starts from the
+    /// request's start: `fill` reads into it until it is full, then hands
+    /// it to the protocol (`Protocol::splice`).
+    filling: Option<(usize, combkv::ValueBuf)>,
+    /// The length of that value, being read or spliced (0: none), counted
+    /// in `Shared::query_buffers` until its request is consumed.
+    large_bytes: usize,
     /// Output: `wbuf[wpos..]` is unsent.
     pub wbuf: Vec<u8>,
     wpos: usize,
@@ -89,6 +98,8 @@ impl Connection {
             rstart: 0,
             rend: 0,
             wanted: 0,
+            filling: None,
+            large_bytes: 0,
             wbuf: Vec::new(),
             wpos: 0,
             input_closed: false,
@@ -125,50 +136,109 @@ impl Connection {
     }
 
     /// Reads once from the socket into the spare room after the unprocessed
-    /// input. The buffer's length is its zeroed capacity and `rend` marks the
-    /// end of the data, so a read does not re-zero the buffer each time.
+    /// input, or into the large value being received. The buffer's length
+    /// is its zeroed capacity and `rend` marks the end of the data, so a
+    /// read does not re-zero the buffer each time.
     ///
     /// A buffer past `QUERY_FLOOR` grows only while every client's input
     /// buffers together stay within `max-total-query-bytes`
     /// (`Fill::OverLimit` otherwise).
     pub fn fill(&mut self, shared: &Shared) -> io::Result<Fill> {
-        if !self.make_room(shared) {
-            return Ok(Fill::OverLimit);
-        }
-        let room = self.rbuf.len() - self.rend;
-        loop {
-            let buf = &mut self.rbuf[self.rend..];
-            let (read, handshaking) = match &mut self.tls {
-                None => (self.stream.read(buf), false),
-                Some(t) => {
-                    let handshaking = t.handshaking();
-                    (t.read(&mut self.stream, buf), handshaking)
-                }
-            };
-            return match read {
-                Ok(0) => Ok(Fill::Eof),
-                Ok(n) => {
-                    self.rend += n;
-                    self.publish_input();
-                    // rustls may hold more plaintext than one read takes:
-                    // a TLS connection reads until `WouldBlock`.
-                    let short = n < room && self.tls.is_none();
-                    Ok(Fill::Data { n, short })
-                }
-                Err(e) => match e.kind() {
-                    io::ErrorKind::WouldBlock => Ok(Fill::WouldBlock),
-                    io::ErrorKind::Interrupted => continue,
-                    _ => {
-                        if handshaking {
-                            shared
-                                .tls
-                                .failed(&self.client.addr.to_string(), &e.to_string());
+        let (room, read) = match &mut self.filling {
+            Some((_, value)) => {
+                let room = value.remaining();
+                let read = match &mut self.tls {
+                    // Straight from the socket, no pass over the buffer.
+                    None => loop {
+                        match value.read_from(self.stream.as_fd()) {
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                            read => break read,
                         }
-                        Err(e)
+                    },
+                    tls => {
+                        let (stream, client) = (&mut self.stream, &self.client);
+                        value.fill_with(|buf| read_once(stream, tls, buf, shared, client))
                     }
-                },
-            };
+                };
+                (room, read)
+            }
+            None => {
+                if !self.make_room(shared) {
+                    return Ok(Fill::OverLimit);
+                }
+                let room = self.rbuf.len() - self.rend;
+                let buf = &mut self.rbuf[self.rend..];
+                let read = read_once(&mut self.stream, &mut self.tls, buf, shared, &self.client);
+                if let Ok(n) = read {
+                    self.rend += n;
+                }
+                (room, read)
+            }
+        };
+        match read {
+            Ok(0) => Ok(Fill::Eof),
+            Ok(n) => {
+                self.splice_when_full();
+                self.publish_input();
+                // rustls may hold more plaintext than one read takes:
+                // a TLS connection reads until `WouldBlock`.
+                let short = n < room && self.tls.is_none();
+                Ok(Fill::Data { n, short })
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(Fill::WouldBlock),
+            Err(e) => Err(e),
         }
+    }
+
+    /// Starts reading the large value of the request at `rstart` (its data
+    /// from `at`, `len` bytes) into a buffer of its own: what arrived of it
+    /// moves there, what followed it stays in the input, from `at`. Not if
+    /// that buffer would pass `max-total-query-bytes`: the value then
+    /// arrives in the input as any other.
+    fn start_large(&mut self, shared: &Shared, at: usize, len: usize) {
+        let total = &shared.query_buffers;
+        if total.load(Ordering::Relaxed).saturating_add(len) > shared.live.max_total_query_bytes() {
+            return;
+        }
+        total.fetch_add(len, Ordering::Relaxed);
+        self.large_bytes = len;
+        let mut value = combkv::ValueBuf::new(len);
+        let data = self.rstart + at;
+        let taken = value.extend_from_slice(&self.rbuf[data..self.rend]);
+        self.rbuf.copy_within(data + taken..self.rend, data);
+        self.rend -= taken;
+        self.filling = Some((at, value));
+        self.wanted = 0;
+        self.splice_when_full();
+    }
+
+    /// Hands the large value being read to the protocol once it is full.
+    fn splice_when_full(&mut self) {
+        if self
+            .filling
+            .as_ref()
+            .is_some_and(|(_, v)| v.remaining() == 0)
+            && let Some((at, value)) = self.filling.take()
+        {
+            match value.finish() {
+                Ok(value) => self.proto.splice(at, value),
+                Err(value) => self.filling = Some((at, value)),
+            }
+        }
+    }
+
+    /// Forgets the large value (its request was consumed, or the input is
+    /// dropped) and takes it out of the shared count.
+    fn drop_large(&mut self, shared: &Shared) {
+        if self.large_bytes == 0 {
+            return;
+        }
+        self.filling = None;
+        self.proto.unsplice();
+        shared
+            .query_buffers
+            .fetch_sub(self.large_bytes, Ordering::Relaxed);
+        self.large_bytes = 0;
     }
 
     /// Makes room to read into: at least half a chunk. A request whose size
@@ -263,11 +333,24 @@ impl Connection {
                     abort: false,
                     postponed: false,
                     wanted: 0,
+                    large: None,
                 }
             }
         };
         self.rstart += out.consumed;
         self.wanted = out.wanted;
+        if out.consumed > 0 {
+            // The request at `rstart` was answered: its large value with it.
+            self.drop_large(cx_parts.shared);
+        }
+        if self.large_bytes > 0 {
+            // Its input holds what follows the value, not the value.
+            self.wanted = 0;
+        } else if let Some((at, len)) = out.large
+            && !self.input_closed
+        {
+            self.start_large(cx_parts.shared, at, len);
+        }
         // A read index that landed served this processing of the input it
         // was asked for; input read later needs its own.
         self.park.get_mut().forget_read();
@@ -313,11 +396,11 @@ impl Connection {
     /// read, so that a command sees its own request in it, as in Redis, and
     /// after processing.
     fn publish_input(&self) {
-        let pending = self.rend - self.rstart;
+        let pending = self.rend - self.rstart + self.large_bytes;
         let free = self.rbuf.len() - self.rend;
         self.client
             .live
-            .publish_input(self.rbuf.len(), pending, free);
+            .publish_input(self.rbuf.len() + self.large_bytes, pending, free);
     }
 
     /// Brings `Shared::output_buffers` up to date with the output buffer,
@@ -343,6 +426,7 @@ impl Connection {
         shared
             .query_buffers
             .fetch_sub(self.rbuf.len(), Ordering::Relaxed);
+        self.drop_large(shared);
         self.rbuf = Vec::new();
         self.rstart = 0;
         self.rend = 0;
@@ -387,6 +471,34 @@ impl Connection {
             self.wbuf = Vec::new();
         }
         Ok(true)
+    }
+}
+
+/// One read from the socket, through TLS if the connection has it, into
+/// `buf`; retried when interrupted. A failed TLS handshake is recorded.
+fn read_once(
+    stream: &mut Stream,
+    tls: &mut Option<Box<Tls>>,
+    buf: &mut [u8],
+    shared: &Shared,
+    client: &Client,
+) -> io::Result<usize> {
+    loop {
+        let (read, handshaking) = match tls {
+            None => (stream.read(buf), false),
+            Some(t) => {
+                let handshaking = t.handshaking();
+                (t.read(stream, buf), handshaking)
+            }
+        };
+        match read {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() != io::ErrorKind::WouldBlock && handshaking => {
+                shared.tls.failed(&client.addr.to_string(), &e.to_string());
+                return Err(e);
+            }
+            read => return read,
+        }
     }
 }
 

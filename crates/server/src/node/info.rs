@@ -408,6 +408,11 @@ fn stats_fields(shared: &Shared) -> Vec<(&'static str, String)> {
         ("hot_cache_hits", n(&st.hot_cache_hits)),
         ("hot_cache_misses", n(&st.hot_cache_misses)),
         ("oom_rejected_writes", n(&st.writes_refused_oom)),
+        ("large_values_received", n(&st.large_values_received)),
+        (
+            "large_values_stored_uncopied",
+            n(&st.large_values_stored_uncopied),
+        ),
         (
             "client_output_buffer_limit_disconnections",
             n(&st.output_limit_disconnections),

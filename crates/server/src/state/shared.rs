@@ -34,6 +34,10 @@ pub struct Stats {
     pub hot_cache_hits: Counter,
     pub hot_cache_misses: Counter,
     pub writes_refused_oom: Counter,
+    /// Large bulk strings received into a buffer of their own (RESP), and
+    /// those of them a write stored as they were, without a copy.
+    pub large_values_received: Counter,
+    pub large_values_stored_uncopied: Counter,
     pub protocol_errors: Counter,
     /// Clients disconnected for passing `client-output-hard-limit`.
     pub output_limit_disconnections: Counter,
@@ -433,7 +437,7 @@ impl Shared {
     }
 
     /// The server-wide counters (`Stats`).
-    fn counters(&self) -> [&Counter; 18] {
+    fn counters(&self) -> [&Counter; 20] {
         let s = &self.stats;
         [
             &s.connections_received,
@@ -450,6 +454,8 @@ impl Shared {
             &s.hot_cache_hits,
             &s.hot_cache_misses,
             &s.writes_refused_oom,
+            &s.large_values_received,
+            &s.large_values_stored_uncopied,
             &s.protocol_errors,
             &s.output_limit_disconnections,
             &s.query_limit_disconnections,
