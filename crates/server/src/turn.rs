@@ -78,7 +78,19 @@ pub(crate) struct Cx<'a> {
     /// it waits for, for a protocol whose replies need nothing but this
     /// context ([`Cx::hold`]).
     pub held: Option<(Render, usize)>,
+    /// Where a reply may leave one large value to be sent from the store's
+    /// shared bytes instead of copied into the output (`None`: copy it).
+    pub send_shared: Option<&'a SendShared>,
 }
+
+/// One large value of a reply, sent from its shared bytes with `writev`
+/// instead of copied into the connection's output: the output offset it
+/// follows, and the value. Empty until a reply fills it.
+pub(crate) type SendShared = std::cell::RefCell<Option<(usize, bytes::Bytes)>>;
+
+/// Values from this size on are sent from their shared bytes when the
+/// connection allows it (`Cx::send_shared`).
+pub(crate) const SEND_SHARED_FROM: usize = 64 * 1024;
 
 /// A held reply: renders it from its writes' outcomes, in order, once they
 /// land (see `park`).

@@ -13,8 +13,8 @@ use std::cell::RefCell;
 use crate::net::proto::ProtoState;
 use crate::net::tls::Tls;
 use crate::node::park::{Inbox, Park, Parking};
-use crate::state::Shared;
-use crate::turn::{Client, Cx, Processed};
+use crate::state::{Shared, Stats};
+use crate::turn::{Client, Cx, Processed, SendShared};
 
 /// Bytes read per `read` call.
 const READ_CHUNK: usize = 16 * 1024;
@@ -43,6 +43,13 @@ pub(crate) struct Connection {
     /// Output: `wbuf[wpos..]` is unsent.
     pub wbuf: Vec<u8>,
     wpos: usize,
+    /// A large value of a reply sent from the store's shared bytes instead
+    /// of copied into `wbuf` (`Cx::send_shared`): it follows `wbuf[..at]`,
+    /// and `sent` of its bytes are written. One at a time; `wpos <= at`
+    /// until it is all sent.
+    wshared: Option<(usize, bytes::Bytes, usize)>,
+    /// Where this turn's replies may leave such a value.
+    send_shared: SendShared,
     /// The peer closed its side, or a protocol asked to close: no more input.
     pub input_closed: bool,
     /// Close once the output is flushed.
@@ -102,6 +109,8 @@ impl Connection {
             large_bytes: 0,
             wbuf: Vec::new(),
             wpos: 0,
+            wshared: None,
+            send_shared: SendShared::default(),
             input_closed: false,
             close_after_flush: false,
             want_writable: false,
@@ -127,7 +136,14 @@ impl Connection {
 
     /// Unsent output bytes.
     pub fn pending_output(&self) -> usize {
-        self.wbuf.len() - self.wpos
+        self.wbuf.len() - self.wpos + self.shared_unsent()
+    }
+
+    /// Unsent bytes of the value sent from its shared bytes.
+    fn shared_unsent(&self) -> usize {
+        self.wshared
+            .as_ref()
+            .map_or(0, |(_, value, sent)| value.len() - sent)
     }
 
     /// Unprocessed input bytes.
@@ -308,6 +324,10 @@ impl Connection {
             stats: cx_parts.stats,
             parking,
             held: None,
+            // Plain sockets only (TLS encrypts from a copy anyway), and one
+            // value at a time.
+            send_shared: (self.tls.is_none() && self.wshared.is_none())
+                .then_some(&self.send_shared),
         };
         // A bug in a command must cost one connection, not the event loop
         // and every other client on it.
@@ -337,6 +357,10 @@ impl Connection {
                 }
             }
         };
+        if let Some((at, value)) = self.send_shared.get_mut().take() {
+            Stats::add(&cx_parts.shared.stats.large_values_sent_uncopied, 1);
+            self.wshared = Some((at, value, 0));
+        }
         self.rstart += out.consumed;
         self.wanted = out.wanted;
         if out.consumed > 0 {
@@ -406,7 +430,9 @@ impl Connection {
     /// Brings `Shared::output_buffers` up to date with the output buffer,
     /// and publishes it (CLIENT LIST's `obl`, `omem`).
     pub fn count_output(&mut self, shared: &Shared) {
-        let cap = self.wbuf.capacity();
+        // A value sent from its shared bytes is held for this client as
+        // long as it is unsent, as a copy would be.
+        let cap = self.wbuf.capacity() + self.shared_unsent();
         self.client.live.publish_output(cap, self.pending_output());
         if cap >= self.out_counted {
             shared
@@ -433,7 +459,44 @@ impl Connection {
         self.wanted = 0;
         self.wbuf = Vec::new();
         self.wpos = 0;
+        self.wshared = None;
         self.count_output(shared);
+    }
+
+    /// Writes the output up to the end of the value sent from its shared
+    /// bytes, if there is one: with `writev`, the output before it, the
+    /// value and the output after it at once. A value the socket does not
+    /// take whole stays shared (no copy) until it does. Ok(true): no such
+    /// value is left.
+    fn flush_shared(&mut self) -> io::Result<bool> {
+        while let Some((at, value, sent)) = &mut self.wshared {
+            let before = &self.wbuf[self.wpos..*at];
+            let rest = &value[*sent..];
+            let after = &self.wbuf[*at..];
+            let (b, r) = (before.len(), rest.len());
+            let wrote = self.stream.write_vectored(&[
+                io::IoSlice::new(before),
+                io::IoSlice::new(rest),
+                io::IoSlice::new(after),
+            ]);
+            let n = match wrote {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if n < b {
+                self.wpos += n;
+            } else if n < b + r {
+                self.wpos = *at;
+                *sent += n - b;
+            } else {
+                self.wpos = *at + (n - b - r);
+                self.wshared = None;
+            }
+        }
+        Ok(true)
     }
 
     /// Drops the replies produced this turn (they may acknowledge writes
@@ -441,6 +504,10 @@ impl Connection {
     pub fn abort_turn(&mut self) {
         if let Some(mark) = self.turn_mark.take() {
             self.wbuf.truncate(mark.max(self.wpos));
+            if self.wshared.as_ref().is_some_and(|w| w.0 > self.wbuf.len()) {
+                // Its reply was dropped with the turn's.
+                self.wshared = None;
+            }
         }
         self.input_closed = true;
         self.close_after_flush = true;
@@ -448,6 +515,10 @@ impl Connection {
 
     /// Writes as much output as the socket takes. Ok(true): all written.
     pub fn flush(&mut self) -> io::Result<bool> {
+        if !self.flush_shared()? {
+            return Ok(false);
+        }
+        // No value is sent from shared bytes over TLS (`process`).
         if let Some(t) = &mut self.tls {
             let (taken, all) = t.write(&mut self.stream, &self.wbuf[self.wpos..])?;
             self.wpos += taken;

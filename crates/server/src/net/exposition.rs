@@ -118,6 +118,11 @@ const COUNTERS: &[(&str, &str, &str)] = &[
         "Large values received that a write stored without a copy.",
     ),
     (
+        "large_values_sent_uncopied",
+        "combkv_large_values_sent_uncopied",
+        "Large values of replies sent from the store's bytes without a copy.",
+    ),
+    (
         "tls_handshake_failures",
         "combkv_tls_handshake_failures",
         "Client TLS handshakes that failed.",

@@ -414,6 +414,10 @@ fn stats_fields(shared: &Shared) -> Vec<(&'static str, String)> {
             n(&st.large_values_stored_uncopied),
         ),
         (
+            "large_values_sent_uncopied",
+            n(&st.large_values_sent_uncopied),
+        ),
+        (
             "client_output_buffer_limit_disconnections",
             n(&st.output_limit_disconnections),
         ),

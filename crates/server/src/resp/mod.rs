@@ -300,6 +300,7 @@ impl Protocol for Resp {
                 max_reply,
                 &mut hits,
                 &mut r,
+                cx.send_shared,
             );
             answered += 1;
             if r.out.len() > budget {

@@ -38,6 +38,9 @@ pub struct Stats {
     /// those of them a write stored as they were, without a copy.
     pub large_values_received: Counter,
     pub large_values_stored_uncopied: Counter,
+    /// Large values of replies sent from the store's shared bytes instead
+    /// of copied into the output buffer.
+    pub large_values_sent_uncopied: Counter,
     pub protocol_errors: Counter,
     /// Clients disconnected for passing `client-output-hard-limit`.
     pub output_limit_disconnections: Counter,
@@ -437,7 +440,7 @@ impl Shared {
     }
 
     /// The server-wide counters (`Stats`).
-    fn counters(&self) -> [&Counter; 20] {
+    fn counters(&self) -> [&Counter; 21] {
         let s = &self.stats;
         [
             &s.connections_received,
@@ -456,6 +459,7 @@ impl Shared {
             &s.writes_refused_oom,
             &s.large_values_received,
             &s.large_values_stored_uncopied,
+            &s.large_values_sent_uncopied,
             &s.protocol_errors,
             &s.output_limit_disconnections,
             &s.query_limit_disconnections,

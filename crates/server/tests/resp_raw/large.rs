@@ -346,3 +346,74 @@ fn a_received_value_without_its_crlf_closes_and_stores_nothing() {
     client_buffers_fall_to(&mut c, 256 * 1024);
     c.ok("EXISTS k", &int(0));
 }
+
+#[test]
+fn large_gets_read_slowly_come_back_exactly_between_other_replies() {
+    let s = large_server();
+    let mut c = s.connect();
+    let big = value(6 << 20, 20);
+    let mid = value(200_000, 21);
+    assert_eq!(c.cmd(&[b"SET", b"big", &big]), OK.as_bytes());
+    assert_eq!(c.cmd(&[b"SET", b"mid", &mid]), OK.as_bytes());
+    let before = stat(&mut c, "large_values_sent_uncopied");
+    // Pipelined: more than the socket holds, so the server's writes stop
+    // part-way through a value and go on when the client reads again.
+    let requests: Vec<Vec<&[u8]>> = vec![
+        vec![b"GET", b"big"],
+        vec![b"PING"],
+        vec![b"GET", b"mid"],
+        vec![b"GET", b"missing"],
+        vec![b"GET", b"big"],
+        vec![b"ECHO", b"end"],
+    ];
+    let input: Vec<u8> = requests.iter().flat_map(|r| encode(r)).collect();
+    let mut want = bulk_reply(&big);
+    want.extend(b"+PONG\r\n");
+    want.extend(bulk_reply(&mid));
+    want.extend(NIL.as_bytes());
+    want.extend(bulk_reply(&big));
+    want.extend(bulk("end").as_bytes());
+    let mut slow = s.connect();
+    slow.send(&input);
+    // Reads in small pieces with pauses: the server finds the socket full
+    // many times.
+    let mut got = Vec::with_capacity(want.len());
+    let mut stream = slow.sender();
+    let mut piece = vec![0u8; 7919];
+    let mut reads = 0;
+    while got.len() < want.len() {
+        let n = std::io::Read::read(&mut stream, &mut piece).expect("read the replies");
+        assert!(n > 0, "closed after {} of {} bytes", got.len(), want.len());
+        got.extend_from_slice(&piece[..n]);
+        reads += 1;
+        if reads % 50 == 0 {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    assert!(got == want, "{} bytes back, want {}", got.len(), want.len());
+    // One value per turn goes out from the store's bytes; at least the
+    // first GET's did.
+    let sent = stat(&mut c, "large_values_sent_uncopied") - before;
+    assert!((1..=3).contains(&sent), "{sent} values sent uncopied");
+    // The connection goes on as usual.
+    slow.ok("PING", "+PONG\r\n");
+}
+
+#[test]
+fn a_client_that_leaves_before_its_large_reply_is_read_costs_nothing_after() {
+    let s = large_server();
+    let mut c = s.connect();
+    let big = value(8 << 20, 22);
+    assert_eq!(c.cmd(&[b"SET", b"big", &big]), OK.as_bytes());
+    let mut gone = s.connect();
+    let mut input = encode(&[b"GET", b"big"]);
+    input.extend(encode(&[b"GET", b"big"]));
+    gone.send(&input);
+    std::thread::sleep(Duration::from_millis(50));
+    drop(gone);
+    // Overwritten while a reply may still hold the old value.
+    let new = value(8 << 20, 23);
+    assert_eq!(c.cmd(&[b"SET", b"big", &new]), OK.as_bytes());
+    assert_eq!(c.cmd(&[b"GET", b"big"]), bulk_reply(&new));
+    client_buffers_fall_to(&mut c, 256 * 1024);
+}
