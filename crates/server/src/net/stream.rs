@@ -50,6 +50,14 @@ impl Write for Stream {
         }
     }
 
+    /// One `writev` (the trait's default writes the first buffer alone).
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write_vectored(bufs),
+            Stream::Unix(s) => s.write_vectored(bufs),
+        }
+    }
+
     fn flush(&mut self) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.flush(),
@@ -77,6 +85,38 @@ impl Source for Stream {
         match self {
             Stream::Tcp(s) => s.deregister(r),
             Stream::Unix(s) => s.deregister(r),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_vectored_write_sends_every_buffer_in_one_call() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let tx = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut rx, _) = listener.accept().unwrap();
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut b = b;
+        for mut stream in [
+            Stream::Tcp(TcpStream::from_std(tx)),
+            Stream::Unix(UnixStream::from_std(a)),
+        ] {
+            let bufs = [
+                io::IoSlice::new(b"$5\r\n"),
+                io::IoSlice::new(b"hello"),
+                io::IoSlice::new(b"\r\n"),
+            ];
+            // Small enough for any socket buffer: all of it, at once.
+            assert_eq!(stream.write_vectored(&bufs).unwrap(), 11);
+            let mut got = [0u8; 11];
+            match stream {
+                Stream::Tcp(_) => rx.read_exact(&mut got).unwrap(),
+                Stream::Unix(_) => b.read_exact(&mut got).unwrap(),
+            }
+            assert_eq!(&got, b"$5\r\nhello\r\n");
         }
     }
 }
