@@ -85,12 +85,13 @@ impl Frames {
         }
     }
 
-    /// The received value of argument entry `i`, if it was spliced.
-    pub(crate) fn spliced_arg(&self, i: usize) -> Option<&combkv::ReceivedValue> {
-        match self.args[i] {
-            Arg::Spliced => self.spliced.as_ref().map(|(_, v)| v),
-            _ => None,
-        }
+    /// The received value spliced into argument entries `first..end`, if
+    /// one was (looked for only while a value is spliced).
+    pub(crate) fn spliced_among(&self, first: usize, end: usize) -> Option<&combkv::ReceivedValue> {
+        let (_, value) = self.spliced.as_ref()?;
+        self.args[first..end]
+            .contains(&Arg::Spliced)
+            .then_some(value)
     }
 
     /// See `large`: set by the last `parse` that returned `Ok(None)`.

@@ -352,9 +352,7 @@ impl Protocol for Resp {
         };
         // A value received into its own buffer goes to the store as it is
         // (`combkv::ReceivedValue::offer`) if the command stores it whole.
-        let offer = (req.first..req.end)
-            .find_map(|i| frames.spliced_arg(i))
-            .map(|v| v.offer());
+        let offer = frames.spliced_among(req.first, req.end).map(|v| v.offer());
         let resp3 = conn.resp3;
         let mut ctx = Ctx {
             shared: cx.shared,
