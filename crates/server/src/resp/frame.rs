@@ -73,15 +73,24 @@ impl Frames {
     }
 
     /// Argument entry `i`, of a request whose input starts at `input`.
-    #[inline]
+    /// Always inlined: a read's planning slices each of its arguments.
+    #[inline(always)]
     pub(crate) fn arg<'a>(&'a self, input: &'a [u8], i: usize) -> &'a [u8] {
         match self.args[i] {
             Arg::Input { at, len } => &input[at as usize..(at + len) as usize],
             Arg::Scratch { at, len } => &self.scratch[at as usize..(at + len) as usize],
-            Arg::Spliced => match &self.spliced {
-                Some((_, v)) => v.as_bytes(),
-                None => unreachable!("a spliced argument is parsed only while its value is kept"),
-            },
+            Arg::Spliced => self.spliced_bytes(),
+        }
+    }
+
+    /// The spliced value's bytes: out of line, so that `arg` stays small
+    /// enough to inline on every argument of every request.
+    #[cold]
+    #[inline(never)]
+    fn spliced_bytes(&self) -> &[u8] {
+        match &self.spliced {
+            Some((_, v)) => v.as_bytes(),
+            None => unreachable!("a spliced argument is parsed only while its value is kept"),
         }
     }
 
@@ -390,17 +399,15 @@ fn parse_multibulk(
         if data_at > limits.max_request_bytes {
             return Err(FrameError::InvalidBulkLength);
         }
-        if spliced == Some((data_at, len)) {
+        if spliced.is_some_and(|s| s == (data_at, len)) {
             // The data is in its own buffer; the input has its CRLF.
-            if input.len() < data_at + 2 {
-                return Ok(None);
+            match spliced_end(input, data_at, frames)? {
+                Some(end) => {
+                    at = end;
+                    continue;
+                }
+                None => return Ok(None),
             }
-            if &input[data_at..data_at + 2] != b"\r\n" {
-                return Err(FrameError::InvalidBulkLength);
-            }
-            frames.args.push(Arg::Spliced);
-            at = data_at + 2;
-            continue;
         }
         if input.len() < data_at + len + 2 {
             frames.wanted = data_at + len + 2;
@@ -421,6 +428,25 @@ fn parse_multibulk(
         at = data_at + len + 2;
     }
     Ok(Some(at))
+}
+
+/// A spliced bulk string's argument, once its CRLF (at `data_at`, where
+/// its data would be) has arrived: the offset after it. Out of line: rare.
+#[cold]
+#[inline(never)]
+fn spliced_end(
+    input: &[u8],
+    data_at: usize,
+    frames: &mut Frames,
+) -> Result<Option<usize>, FrameError> {
+    if input.len() < data_at + 2 {
+        return Ok(None);
+    }
+    if &input[data_at..data_at + 2] != b"\r\n" {
+        return Err(FrameError::InvalidBulkLength);
+    }
+    frames.args.push(Arg::Spliced);
+    Ok(Some(data_at + 2))
 }
 
 /// Skips what is left of a request refused for `maxmemory`, as it

@@ -85,7 +85,7 @@ impl<'a> ArgList<'a> for FrameArgs<'a> {
     fn len(&self) -> usize {
         self.len
     }
-    #[inline]
+    #[inline(always)]
     fn get(&self, i: usize) -> &'a [u8] {
         debug_assert!(i < self.len);
         self.frames.arg(self.input, self.first + i)
