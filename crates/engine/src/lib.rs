@@ -36,7 +36,10 @@ pub use store::op;
 pub use store::{Pin, Session, Store, check, check_key, read_backup};
 pub use tree::epoch::flush_reclamation;
 pub use tree::footprint::Footprint;
-pub use tree::node::{live_buffers_global, live_external_values_global};
+pub use tree::node::{
+    ReceivedValue, ValueBuf, ValueOffer, adopted_values_global, live_buffers_global,
+    live_external_values_global,
+};
 pub use types::{
     AtomicWrite, DurationHistogram, Expiry, Flags, HistogramSnapshot, Item, ItemView, MemoryUsage,
     NodeCounts, Range, SnapshotId, SnapshotInfo, Version, Write, now_ms,

@@ -166,3 +166,34 @@ fn overwrites_of_a_large_value_stay_bounded_without_reclaim() {
     // hold it back a while.
     assert!(most < 128 << 20, "held up to {most} bytes of values");
 }
+
+#[test]
+fn an_offered_value_stored_without_a_copy_counts_once_and_is_released_once() {
+    let store = Store::new(Config::default()).unwrap();
+    let empty = store.memory();
+    let bytes: Vec<u8> = (0..BIG).map(|i| (i * 31) as u8).collect();
+    let mut buf = combkv::ValueBuf::new(BIG);
+    assert_eq!(buf.extend_from_slice(&bytes), BIG);
+    let received = buf.finish().expect("full");
+    let offer = received.offer();
+    store.put(b"adopted", received.as_bytes()).unwrap();
+    assert!(offer.taken(), "the put stores the offered allocation");
+    drop(offer);
+    // The same bytes again, while the store holds them: copied.
+    let again = received.offer();
+    store.put(b"copied", received.as_bytes()).unwrap();
+    assert!(!again.taken());
+    drop(again);
+    let m = store.memory();
+    assert_eq!(m.value_bytes, 2 * BIG_COUNTED, "{m:?}");
+    assert_eq!(store.get(b"adopted").unwrap().unwrap(), bytes);
+    assert_eq!(store.get(b"copied").unwrap().unwrap(), bytes);
+    // The receiver lets go first; the store's reference keeps the bytes.
+    drop(received);
+    assert_eq!(store.get(b"adopted").unwrap().unwrap(), bytes);
+    store.delete(b"adopted").unwrap();
+    store.delete(b"copied").unwrap();
+    reclaim_until(&store, "after deleting both", |m| {
+        m.value_bytes == empty.value_bytes
+    });
+}

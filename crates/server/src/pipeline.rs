@@ -131,8 +131,10 @@ impl<P: Protocol> Pipeline<P> {
         let mut at = 0;
         let mut close = false;
         let mut postponed = false;
-        // Where the incomplete request at the end needs the input to reach.
+        // Where the incomplete request at the end needs the input to reach,
+        // and where it starts with its large value (see `Protocol::large`).
         let mut wanted_end = 0;
+        let mut large = None;
         while out.len() <= reply_budget {
             let start = at;
             let step = self.proto.parse(cx, input, at, batch.reqs.is_empty());
@@ -179,6 +181,7 @@ impl<P: Protocol> Pipeline<P> {
                 Step::Incomplete => {
                     let wanted = self.proto.wanted();
                     wanted_end = if wanted > 0 { start + wanted } else { 0 };
+                    large = self.proto.large().map(|l| (start, l));
                     break;
                 }
                 Step::Skip(n) => at += n,
@@ -219,6 +222,7 @@ impl<P: Protocol> Pipeline<P> {
                         abort: false,
                         postponed: false,
                         wanted: 0,
+                        large: None,
                     };
                 }
             }
@@ -234,6 +238,8 @@ impl<P: Protocol> Pipeline<P> {
             abort: false,
             postponed,
             wanted: wanted_end.saturating_sub(at),
+            // Only for a request that starts what is left.
+            large: large.filter(|&(start, _)| start == at).map(|(_, l)| l),
         }
     }
 

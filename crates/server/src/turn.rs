@@ -78,7 +78,19 @@ pub(crate) struct Cx<'a> {
     /// it waits for, for a protocol whose replies need nothing but this
     /// context ([`Cx::hold`]).
     pub held: Option<(Render, usize)>,
+    /// Where a reply may leave one large value to be sent from the store's
+    /// shared bytes instead of copied into the output (`None`: copy it).
+    pub send_shared: Option<&'a SendShared>,
 }
+
+/// One large value of a reply, sent from its shared bytes with `writev`
+/// instead of copied into the connection's output: the output offset it
+/// follows, and the value. Empty until a reply fills it.
+pub(crate) type SendShared = std::cell::RefCell<Option<(usize, bytes::Bytes)>>;
+
+/// Values from this size on are sent from their shared bytes when the
+/// connection allows it (`Cx::send_shared`).
+pub(crate) const SEND_SHARED_FROM: usize = 64 * 1024;
 
 /// A held reply: renders it from its writes' outcomes, in order, once they
 /// land (see `park`).
@@ -233,6 +245,23 @@ pub(crate) trait Protocol {
         0
     }
 
+    /// After `parse` said `Step::Incomplete`: a large value of the
+    /// incomplete request, most of it still to come, that the connection
+    /// may read into a buffer of its own: where its data starts from the
+    /// request's start, and its length (`None`: read it into the input).
+    fn large(&self) -> Option<(usize, usize)> {
+        None
+    }
+
+    /// The value `large` announced, received into its own buffer: the
+    /// request at the start of the input takes it from there, and the
+    /// input holds what follows the value's data (from offset `at`), until
+    /// [`Protocol::unsplice`]. Only called after `large` said so.
+    fn splice(&mut self, _at: usize, _value: combkv::ReceivedValue) {}
+
+    /// The request the spliced value belongs to was consumed.
+    fn unsplice(&mut self) {}
+
     /// The request's class; only a `BatchRead` joins a batch.
     fn class(&self, req: &Self::Request<'_>) -> Class;
 
@@ -367,6 +396,9 @@ pub(crate) struct Processed {
     /// The input bytes the incomplete request after the consumed ones
     /// needs at least (0: not known; see [`Protocol::wanted`]).
     pub wanted: usize,
+    /// The large value of the incomplete request at the start of what is
+    /// left (`consumed`), from there (see [`Protocol::large`]).
+    pub large: Option<(usize, usize)>,
 }
 
 impl Processed {
@@ -377,6 +409,7 @@ impl Processed {
             abort: true,
             postponed: false,
             wanted: 0,
+            large: None,
         }
     }
 }

@@ -159,7 +159,29 @@ impl BatchResults {
 
     /// The value a GET request found.
     pub fn value(&self, i: usize) -> Option<&[u8]> {
-        self.items(i).next().map(|it| it.value)
+        self.value_and_handle(i).map(|(v, _)| v)
+    }
+
+    /// The value a GET request found, with the shared handle on it if the
+    /// batch holds it shared with the store rather than copied (large
+    /// out-of-line values): a reply can be sent from that without a copy.
+    #[inline]
+    pub fn value_and_handle(&self, i: usize) -> Option<(&[u8], Option<&bytes::Bytes>)> {
+        let (first, n) = self.spans[i];
+        if n == 0 {
+            return None;
+        }
+        let s = &self.slots[first as usize];
+        Some(match s.shared {
+            0 => {
+                let at = (s.key_at + s.key_len) as usize;
+                (&self.arena[at..at + s.value_len as usize], None)
+            }
+            n => {
+                let handle = &self.shared[n as usize - 1];
+                (&handle[..], Some(handle))
+            }
+        })
     }
 
     pub(crate) fn reset(&mut self, requests: usize, rv: u64) {

@@ -92,6 +92,7 @@ impl MemcacheSession {
                 stats: &stats,
                 parking: None,
                 held: None,
+                send_shared: None,
             };
             let out = self
                 .conn

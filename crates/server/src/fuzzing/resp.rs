@@ -132,6 +132,7 @@ impl RespSession {
                 stats: &stats,
                 parking: None,
                 held: None,
+                send_shared: None,
             };
             // The client is assumed to read every reply: the budget counts
             // this round's output only.

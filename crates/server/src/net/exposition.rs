@@ -108,6 +108,21 @@ const COUNTERS: &[(&str, &str, &str)] = &[
         "Writes refused above maxmemory.",
     ),
     (
+        "large_values_received",
+        "combkv_large_values_received",
+        "Large RESP bulk strings received into a buffer of their own.",
+    ),
+    (
+        "large_values_stored_uncopied",
+        "combkv_large_values_stored_uncopied",
+        "Large values received that a write stored without a copy.",
+    ),
+    (
+        "large_values_sent_uncopied",
+        "combkv_large_values_sent_uncopied",
+        "Large values of replies sent from the store's bytes without a copy.",
+    ),
+    (
         "tls_handshake_failures",
         "combkv_tls_handshake_failures",
         "Client TLS handshakes that failed.",

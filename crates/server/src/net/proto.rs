@@ -30,6 +30,22 @@ impl ProtoState {
         }
     }
 
+    /// See [`Protocol::splice`].
+    pub(crate) fn splice(&mut self, at: usize, value: combkv::ReceivedValue) {
+        match self {
+            ProtoState::Resp(p) => p.proto.splice(at, value),
+            ProtoState::Memcache(p) => p.proto.splice(at, value),
+        }
+    }
+
+    /// See [`Protocol::unsplice`].
+    pub(crate) fn unsplice(&mut self) {
+        match self {
+            ProtoState::Resp(p) => p.proto.unsplice(),
+            ProtoState::Memcache(p) => p.proto.unsplice(),
+        }
+    }
+
     /// The reply sent before closing a connection whose request hit a bug.
     pub(crate) fn internal_error(&self) -> &'static [u8] {
         match self {

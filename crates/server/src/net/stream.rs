@@ -24,6 +24,15 @@ impl Stream {
     }
 }
 
+impl std::os::fd::AsFd for Stream {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        match self {
+            Stream::Tcp(s) => s.as_fd(),
+            Stream::Unix(s) => s.as_fd(),
+        }
+    }
+}
+
 impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
@@ -38,6 +47,14 @@ impl Write for Stream {
         match self {
             Stream::Tcp(s) => s.write(buf),
             Stream::Unix(s) => s.write(buf),
+        }
+    }
+
+    /// One `writev` (the trait's default writes the first buffer alone).
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write_vectored(bufs),
+            Stream::Unix(s) => s.write_vectored(bufs),
         }
     }
 
@@ -68,6 +85,38 @@ impl Source for Stream {
         match self {
             Stream::Tcp(s) => s.deregister(r),
             Stream::Unix(s) => s.deregister(r),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_vectored_write_sends_every_buffer_in_one_call() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let tx = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut rx, _) = listener.accept().unwrap();
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut b = b;
+        for mut stream in [
+            Stream::Tcp(TcpStream::from_std(tx)),
+            Stream::Unix(UnixStream::from_std(a)),
+        ] {
+            let bufs = [
+                io::IoSlice::new(b"$5\r\n"),
+                io::IoSlice::new(b"hello"),
+                io::IoSlice::new(b"\r\n"),
+            ];
+            // Small enough for any socket buffer: all of it, at once.
+            assert_eq!(stream.write_vectored(&bufs).unwrap(), 11);
+            let mut got = [0u8; 11];
+            match stream {
+                Stream::Tcp(_) => rx.read_exact(&mut got).unwrap(),
+                Stream::Unix(_) => b.read_exact(&mut got).unwrap(),
+            }
+            assert_eq!(&got, b"$5\r\nhello\r\n");
         }
     }
 }

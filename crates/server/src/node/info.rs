@@ -437,6 +437,15 @@ fn stats_fields(shared: &Shared) -> Vec<(&'static str, String)> {
         ("hot_cache_hits", n(&st.hot_cache_hits)),
         ("hot_cache_misses", n(&st.hot_cache_misses)),
         ("oom_rejected_writes", n(&st.writes_refused_oom)),
+        ("large_values_received", n(&st.large_values_received)),
+        (
+            "large_values_stored_uncopied",
+            n(&st.large_values_stored_uncopied),
+        ),
+        (
+            "large_values_sent_uncopied",
+            n(&st.large_values_sent_uncopied),
+        ),
         (
             "client_output_buffer_limit_disconnections",
             n(&st.output_limit_disconnections),

@@ -17,6 +17,9 @@ pub(crate) enum Arg {
         at: u32,
         len: u32,
     },
+    /// The large bulk string received into a buffer of its own
+    /// ([`Frames::splice`]).
+    Spliced,
 }
 
 /// The arguments of the requests parsed since the last [`Frames::clear`]:
@@ -35,7 +38,23 @@ pub(crate) struct Frames {
     /// buffer by it once, instead of doubling it while a large value
     /// arrives.
     wanted: usize,
+    /// After `parse` found a multibulk request incomplete inside a bulk
+    /// string of at least `SPLICE_MIN` bytes, most of which is still to
+    /// come: where its data starts from the request's start, and its
+    /// length. The connection may then read it into a buffer of its own.
+    large: Option<(usize, usize)>,
+    /// A large bulk string of the request at the input's start, received
+    /// into a buffer of its own: the offset from the request's start where
+    /// its data would be (the input holds the `\r\n` after it there), and
+    /// the value. It stays until the connection takes it back, whatever
+    /// `clear` does.
+    spliced: Option<(usize, combkv::ReceivedValue)>,
 }
+
+/// Bulk strings from this size on may be received into a buffer of their
+/// own, which a write stores as it is (Redis's `PROTO_MBULK_BIG_ARG` is
+/// 32 KiB).
+pub(crate) const SPLICE_MIN: usize = 32 * 1024;
 
 /// One parsed request: its arguments are entries `first..end` of the
 /// [`Frames`] it was parsed into, and it used `consumed` input bytes.
@@ -54,12 +73,51 @@ impl Frames {
     }
 
     /// Argument entry `i`, of a request whose input starts at `input`.
-    #[inline]
+    /// Always inlined: a read's planning slices each of its arguments.
+    #[inline(always)]
     pub(crate) fn arg<'a>(&'a self, input: &'a [u8], i: usize) -> &'a [u8] {
         match self.args[i] {
             Arg::Input { at, len } => &input[at as usize..(at + len) as usize],
             Arg::Scratch { at, len } => &self.scratch[at as usize..(at + len) as usize],
+            Arg::Spliced => self.spliced_bytes(),
         }
+    }
+
+    /// The spliced value's bytes: out of line, so that `arg` stays small
+    /// enough to inline on every argument of every request.
+    #[cold]
+    #[inline(never)]
+    fn spliced_bytes(&self) -> &[u8] {
+        match &self.spliced {
+            Some((_, v)) => v.as_bytes(),
+            None => unreachable!("a spliced argument is parsed only while its value is kept"),
+        }
+    }
+
+    /// The received value spliced into argument entries `first..end`, if
+    /// one was (looked for only while a value is spliced).
+    pub(crate) fn spliced_among(&self, first: usize, end: usize) -> Option<&combkv::ReceivedValue> {
+        let (_, value) = self.spliced.as_ref()?;
+        self.args[first..end]
+            .contains(&Arg::Spliced)
+            .then_some(value)
+    }
+
+    /// See `large`: set by the last `parse` that returned `Ok(None)`.
+    pub(crate) fn large(&self) -> Option<(usize, usize)> {
+        self.large
+    }
+
+    /// The large bulk string `large` announced, received whole: the
+    /// request at the input's start takes it as its argument from now on
+    /// (the input holds what follows its data).
+    pub(crate) fn splice(&mut self, at: usize, value: combkv::ReceivedValue) {
+        self.spliced = Some((at, value));
+    }
+
+    /// Drops the spliced value: its request was consumed.
+    pub(crate) fn unsplice(&mut self) {
+        self.spliced = None;
     }
 
     /// Bytes in the scratch arena.
@@ -169,23 +227,40 @@ pub(crate) fn parse(
     limits: Limits,
     frames: &mut Frames,
 ) -> Result<Option<Frame>, FrameError> {
-    let (first, scratch) = (frames.args.len(), frames.scratch.len());
+    parse_request(input, limits, frames, false)
+}
+
+/// [`parse`], of the request at the input's start (`first`): a large
+/// bulk string spliced into it ([`Frames::splice`]) is taken from its own
+/// buffer, the input holding only what follows it.
+pub(crate) fn parse_request(
+    input: &[u8],
+    limits: Limits,
+    frames: &mut Frames,
+    first: bool,
+) -> Result<Option<Frame>, FrameError> {
+    let (first_arg, scratch) = (frames.args.len(), frames.scratch.len());
     frames.wanted = 0;
+    frames.large = None;
+    let spliced = match &frames.spliced {
+        Some((at, v)) if first => Some((*at, v.as_bytes().len())),
+        _ => None,
+    };
     let parsed = if input.is_empty() {
         Ok(None)
     } else if input[0] == b'*' {
-        parse_multibulk(input, limits, frames)
+        parse_multibulk(input, limits, frames, spliced)
     } else {
         parse_inline(input, frames)
     };
     match parsed {
         Ok(Some(consumed)) => Ok(Some(Frame {
             consumed,
-            first,
+            first: first_arg,
             end: frames.args.len(),
         })),
         other => {
-            frames.args.truncate(first);
+            frames.args.truncate(first_arg);
             frames.scratch.truncate(scratch);
             other.map(|_| None)
         }
@@ -243,11 +318,14 @@ fn fast_int_line(input: &[u8], at: usize) -> Option<(i64, usize)> {
     None
 }
 
-/// `Ok(Some(n))`: a whole request of `n` bytes.
+/// `Ok(Some(n))`: a whole request of `n` bytes. `spliced`: the offset and
+/// length of a bulk string of this request received into a buffer of its
+/// own (the input goes on with its `\r\n` at that offset).
 fn parse_multibulk(
     input: &[u8],
     limits: Limits,
     frames: &mut Frames,
+    spliced: Option<(usize, usize)>,
 ) -> Result<Option<usize>, FrameError> {
     let (count, mut at) = match fast_int_line(input, 1) {
         Some(parsed) => parsed,
@@ -321,8 +399,23 @@ fn parse_multibulk(
         if data_at > limits.max_request_bytes {
             return Err(FrameError::InvalidBulkLength);
         }
+        if spliced.is_some_and(|s| s == (data_at, len)) {
+            // The data is in its own buffer; the input has its CRLF.
+            match spliced_end(input, data_at, frames)? {
+                Some(end) => {
+                    at = end;
+                    continue;
+                }
+                None => return Ok(None),
+            }
+        }
         if input.len() < data_at + len + 2 {
             frames.wanted = data_at + len + 2;
+            // Worth a buffer of its own while most of it is still to come
+            // (the command name, the first argument, is always parsed here).
+            if len >= SPLICE_MIN && i > 0 && spliced.is_none() && input.len() - data_at < len / 2 {
+                frames.large = Some((data_at, len));
+            }
             return Ok(None);
         }
         if &input[data_at + len..data_at + len + 2] != b"\r\n" {
@@ -335,6 +428,25 @@ fn parse_multibulk(
         at = data_at + len + 2;
     }
     Ok(Some(at))
+}
+
+/// A spliced bulk string's argument, once its CRLF (at `data_at`, where
+/// its data would be) has arrived: the offset after it. Out of line: rare.
+#[cold]
+#[inline(never)]
+fn spliced_end(
+    input: &[u8],
+    data_at: usize,
+    frames: &mut Frames,
+) -> Result<Option<usize>, FrameError> {
+    if input.len() < data_at + 2 {
+        return Ok(None);
+    }
+    if &input[data_at..data_at + 2] != b"\r\n" {
+        return Err(FrameError::InvalidBulkLength);
+    }
+    frames.args.push(Arg::Spliced);
+    Ok(Some(data_at + 2))
 }
 
 /// Skips what is left of a request refused for `maxmemory`, as it

@@ -85,7 +85,7 @@ impl<'a> ArgList<'a> for FrameArgs<'a> {
     fn len(&self) -> usize {
         self.len
     }
-    #[inline]
+    #[inline(always)]
     fn get(&self, i: usize) -> &'a [u8] {
         debug_assert!(i < self.len);
         self.frames.arg(self.input, self.first + i)
@@ -138,6 +138,22 @@ impl Protocol for Resp {
         }
     }
 
+    fn large(&self) -> Option<(usize, usize)> {
+        if self.discard.is_some() {
+            None
+        } else {
+            self.frames.large()
+        }
+    }
+
+    fn splice(&mut self, at: usize, value: combkv::ReceivedValue) {
+        self.frames.splice(at, value);
+    }
+
+    fn unsplice(&mut self) {
+        self.frames.unsplice();
+    }
+
     #[inline]
     fn parse(
         &mut self,
@@ -168,7 +184,7 @@ impl Protocol for Resp {
             }
             return step;
         }
-        let f = match frame::parse(&input[at..], limits, &mut self.frames) {
+        let f = match frame::parse_request(&input[at..], limits, &mut self.frames, at == 0) {
             Ok(Some(f)) => f,
             Ok(None) => return Step::Incomplete,
             Err(FrameError::NoRoom {
@@ -284,6 +300,7 @@ impl Protocol for Resp {
                 max_reply,
                 &mut hits,
                 &mut r,
+                cx.send_shared,
             );
             answered += 1;
             if r.out.len() > budget {
@@ -333,6 +350,9 @@ impl Protocol for Resp {
             heap = (req.first..req.end).map(|i| frames.arg(input, i)).collect();
             &heap
         };
+        // A value received into its own buffer goes to the store as it is
+        // (`combkv::ReceivedValue::offer`) if the command stores it whole.
+        let offer = frames.spliced_among(req.first, req.end).map(|v| v.offer());
         let resp3 = conn.resp3;
         let mut ctx = Ctx {
             shared: cx.shared,
@@ -351,6 +371,12 @@ impl Protocol for Resp {
             parked: false,
         };
         self.last = cmd::dispatch(&mut ctx, req.spec);
+        if let Some(offer) = offer {
+            Stats::add(&cx.shared.stats.large_values_received, 1);
+            if offer.taken() {
+                Stats::add(&cx.shared.stats.large_values_stored_uncopied, 1);
+            }
+        }
         let ran = Ran {
             close: ctx.close,
             held: ctx.held.map(|h| (h, 1)),

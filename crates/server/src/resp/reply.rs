@@ -1,6 +1,8 @@
 //! RESP reply encoding, RESP2 or RESP3 as the connection negotiated (HELLO).
 //! Every reply a command sends is built from these functions.
 
+use crate::turn::{SEND_SHARED_FROM, SendShared};
+
 /// A reply writer over the connection's output buffer.
 pub(crate) struct Reply<'a> {
     pub out: &'a mut Vec<u8>,
@@ -63,6 +65,22 @@ impl Reply<'_> {
     pub fn bulk(&mut self, b: &[u8]) {
         self.count(b'$', b.len());
         self.out.extend_from_slice(b);
+        self.out.extend_from_slice(b"\r\n");
+    }
+
+    /// A bulk string of a value the store shares (`shared`): left in
+    /// `send` to be sent from its own bytes if it is large and `send` is
+    /// free, copied otherwise.
+    pub fn bulk_shared(&mut self, shared: &bytes::Bytes, send: Option<&SendShared>) {
+        let Some(send) = send.filter(|_| shared.len() >= SEND_SHARED_FROM) else {
+            return self.bulk(shared);
+        };
+        let mut send = send.borrow_mut();
+        if send.is_some() {
+            return self.bulk(shared);
+        }
+        self.count(b'$', shared.len());
+        *send = Some((self.out.len(), shared.clone()));
         self.out.extend_from_slice(b"\r\n");
     }
 

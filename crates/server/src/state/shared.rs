@@ -34,6 +34,13 @@ pub struct Stats {
     pub hot_cache_hits: Counter,
     pub hot_cache_misses: Counter,
     pub writes_refused_oom: Counter,
+    /// Large bulk strings received into a buffer of their own (RESP), and
+    /// those of them a write stored as they were, without a copy.
+    pub large_values_received: Counter,
+    pub large_values_stored_uncopied: Counter,
+    /// Large values of replies sent from the store's shared bytes instead
+    /// of copied into the output buffer.
+    pub large_values_sent_uncopied: Counter,
     pub protocol_errors: Counter,
     /// Clients disconnected for passing `client-output-hard-limit`.
     pub output_limit_disconnections: Counter,
@@ -449,7 +456,7 @@ impl Shared {
     }
 
     /// The server-wide counters (`Stats`).
-    fn counters(&self) -> [&Counter; 18] {
+    fn counters(&self) -> [&Counter; 21] {
         let s = &self.stats;
         [
             &s.connections_received,
@@ -466,6 +473,9 @@ impl Shared {
             &s.hot_cache_hits,
             &s.hot_cache_misses,
             &s.writes_refused_oom,
+            &s.large_values_received,
+            &s.large_values_stored_uncopied,
+            &s.large_values_sent_uncopied,
             &s.protocol_errors,
             &s.output_limit_disconnections,
             &s.query_limit_disconnections,

@@ -79,6 +79,7 @@ pub(crate) use log_block::{
     LogDirEntry, log_dir_entry, log_dir_fp,
 };
 pub(crate) use shortcut_block::ShortcutBlock;
+pub use value::{ReceivedValue, ValueBuf, ValueOffer, adopted_values_global};
 
 use crate::config::LINE_BYTES;
 

@@ -13,7 +13,7 @@ use super::{ArgList, Ctx};
 use crate::resp::error::{CmdError, CmdResult};
 use crate::resp::reply::Reply;
 use crate::state::Stats;
-use crate::turn::Reads;
+use crate::turn::{Reads, SendShared};
 
 /// A read the read engine answers in batches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,13 +132,15 @@ pub(crate) fn reply(
     max_reply: usize,
     hits: &mut Hits,
     r: &mut Reply<'_>,
+    send: Option<&SendShared>,
 ) -> usize {
     match planned {
         Planned::Get => {
-            let v = res.value(i);
+            let v = res.value_and_handle(i);
             hits.count(v.is_some());
             match v {
-                Some(v) => r.bulk(v),
+                Some((_, Some(shared))) => r.bulk_shared(shared, send),
+                Some((v, None)) => r.bulk(v),
                 None => r.null(),
             }
             1
@@ -199,8 +201,9 @@ pub(super) fn run_one(cx: &mut Ctx<'_, '_>, kind: BatchRead) -> CmdResult {
     let max_reply = cx.shared.live.max_reply_bytes();
     let mut hits = Hits::default();
     let n = cx.args.len();
+    // Copied: the reply may be one of several (EXEC's).
     reply(
-        planned, n, cx.batch, 0, &ranges, max_reply, &mut hits, &mut cx.r,
+        planned, n, cx.batch, 0, &ranges, max_reply, &mut hits, &mut cx.r, None,
     );
     hits.record(stats);
     Ok(())
