@@ -163,9 +163,17 @@ fn leader(nodes: &[Node]) -> usize {
                     .unwrap_or_default()
             })
             .collect();
+        // And serving: a node knows it leads a moment before it stops
+        // answering LOADING (its readiness is checked on a timer).
         if let Some(i) = nodes
             .iter()
             .position(|n| leads.iter().all(|l| *l == n.id.to_string()))
+            && support::ask(
+                nodes[i].resp,
+                b"PING\r\n",
+                b"+PONG\r\n",
+                Duration::from_millis(500),
+            )
         {
             return i;
         }
