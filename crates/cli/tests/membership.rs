@@ -1246,3 +1246,112 @@ fn write_scattered(cons: &mut [redis::Connection], keys: usize, value: &str) {
         let _: () = pipe.query(&mut cons[turn % n]).unwrap();
     }
 }
+
+/// Writers go on through every node while ranges split on their own and a
+/// node is killed with SIGKILL and started again: every write that was
+/// acknowledged is there afterwards, through every node, with its value or
+/// a later one sent (whose answer was lost), never an older one.
+#[test]
+fn acknowledged_writes_survive_splits_and_a_killed_node() {
+    let root = root("splitkill");
+    let mut nodes: Vec<Node> = (1..=3).map(|id| Node::new(&root, id)).collect();
+    let list = peers(&nodes.iter().collect::<Vec<_>>());
+    let args = ["--cluster-range-split-bytes", "64kb"];
+    for n in &mut nodes {
+        n.start_with(&list, &args);
+    }
+    find_leader(&nodes);
+    wait_serving(&nodes);
+    const WRITERS: usize = 3;
+    const KEYS: usize = 300;
+    let addrs: Vec<SocketAddr> = nodes.iter().map(|n| n.resp).collect();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|t| {
+            let (addrs, stop) = (addrs.clone(), std::sync::Arc::clone(&stop));
+            std::thread::spawn(move || {
+                // Per key: (acknowledged, sent) rounds.
+                let mut seen = vec![(0usize, 0usize); KEYS];
+                let mut via = t;
+                let mut con: Option<redis::Connection> = None;
+                let mut round = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) || round < 3 {
+                    round += 1;
+                    for (j, s) in seen.iter_mut().enumerate() {
+                        let value = format!("{round:06}{}", "x".repeat(300));
+                        s.1 = round;
+                        let c = match &mut con {
+                            Some(c) => c,
+                            None => {
+                                let client =
+                                    redis::Client::open(format!("redis://{}/", addrs[via % 3]));
+                                match client.and_then(|c| {
+                                    c.get_connection_with_timeout(Duration::from_secs(1))
+                                }) {
+                                    Ok(c) => con.insert(c),
+                                    Err(_) => {
+                                        via += 1;
+                                        std::thread::sleep(Duration::from_millis(50));
+                                        continue;
+                                    }
+                                }
+                            }
+                        };
+                        let _ = c.set_read_timeout(Some(Duration::from_secs(15)));
+                        match redis::cmd("SET")
+                            .arg(format!("key{j:04}-{t}"))
+                            .arg(&value)
+                            .query::<()>(c)
+                        {
+                            Ok(()) => s.0 = round,
+                            Err(_) => {
+                                con = None;
+                                via += 1;
+                            }
+                        }
+                    }
+                }
+                seen
+            })
+        })
+        .collect();
+    // Once the keyspace has split, node 3 is killed and started again.
+    let wait_ranges = |nodes: &[Node], n: usize, within: u64| {
+        let deadline = Instant::now() + Duration::from_secs(within);
+        loop {
+            let r = nodes[0].info_ranges();
+            if field(&r, "ranges").parse::<usize>().unwrap_or(0) >= n {
+                return;
+            }
+            assert!(Instant::now() < deadline, "fewer than {n} ranges: {r:?}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    wait_ranges(&nodes, 2, 120);
+    nodes[2].kill();
+    std::thread::sleep(Duration::from_secs(1));
+    nodes[2].start_with(&list, &args);
+    wait_serving(&nodes);
+    wait_ranges(&nodes, 4, 120);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let seen: Vec<Vec<(usize, usize)>> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+    for n in &nodes {
+        let mut con = n.connect();
+        for (t, keys) in seen.iter().enumerate() {
+            for (j, &(acked, sent)) in keys.iter().enumerate() {
+                let v: Option<String> = redis::cmd("GET")
+                    .arg(format!("key{j:04}-{t}"))
+                    .query(&mut con)
+                    .unwrap();
+                let got: usize = v.map_or(0, |v| v[..6].parse().unwrap());
+                assert!(
+                    got >= acked && got <= sent,
+                    "node {}: key{j:04}-{t} is at round {got}, acknowledged {acked}, sent {sent}",
+                    n.id
+                );
+            }
+        }
+    }
+    drop(nodes);
+    let _ = std::fs::remove_dir_all(&root);
+}
