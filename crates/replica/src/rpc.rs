@@ -36,6 +36,17 @@ pub(crate) enum Request {
     Read(Vec<RemoteRead>),
 }
 
+impl Request {
+    /// `req` for group `group` of the node it is sent to: group 0's go
+    /// bare, with the bytes a one-group cluster always sent.
+    pub(crate) fn for_group(group: GroupId, req: Request) -> Request {
+        match group {
+            0 => req,
+            g => Request::ToGroup(g, Box::new(req)),
+        }
+    }
+}
+
 /// One read of a range, sent to a node that holds a replica of it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RemoteRead {

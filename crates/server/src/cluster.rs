@@ -328,19 +328,8 @@ impl Cluster {
     /// then splits its group, `Host::split`). Refused if `key` already
     /// starts a range.
     pub(crate) fn split_at(&self, key: &[u8]) -> Result<u64, ClusterError> {
-        // Decided by the map as committed, not as this node has applied it
-        // so far (a split just made elsewhere would make this one stale).
-        self.rt.block_on(self.replica.read_barrier())?;
-        let map = self.shared_range_map();
-        let r = map.route(key);
-        if r.start == key {
-            return Err(ClusterError::Refused(format!(
-                "range {} starts at this key already",
-                r.id
-            )));
-        }
         let _changing = self.changing()?;
-        self.rt.block_on(self.host.split(r.id, key))
+        self.rt.block_on(self.host.split_at(key))
     }
 
     /// The range map this node routes by, shared as applied.
@@ -361,6 +350,15 @@ impl Cluster {
             .filter_map(|g| self.host.group(g))
             .map(|r| r.current_store())
             .collect()
+    }
+
+    /// The keys of the ranges this node holds a replica of.
+    pub(crate) fn keys(&self) -> u64 {
+        self.host
+            .serving_all()
+            .iter()
+            .map(|r| r.current_store().len())
+            .sum()
     }
 
     /// The memory of every store this node's groups hold.

@@ -313,10 +313,7 @@ impl Host {
     ) -> bool {
         for v in ask.iter().filter(|&&v| v != self.0.id) {
             let Some(addr) = addrs.get(v) else { continue };
-            let req = match g {
-                0 => Request::Members,
-                g => Request::ToGroup(g, Box::new(Request::Members)),
-            };
+            let req = Request::for_group(g, Request::Members);
             let answer = self.0.transport.call(*v, addr, req, ASK_TIMEOUT).await;
             if let Ok(Response::Members(Some(members))) = answer {
                 return !members.contains(&self.0.id);

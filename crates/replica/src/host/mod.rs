@@ -337,14 +337,48 @@ impl Host {
     /// (group 0's) records the split first: it is the record every node
     /// routes by, and the range's own group follows it (the split driver,
     /// below). Range 0 is split by group 0 itself, map and range in one
-    /// entry. Refused, changing nothing, if the map moved meanwhile.
+    /// entry. Decided by the map as committed (a read index on group 0
+    /// first, so a split just made elsewhere is seen); refused, changing
+    /// nothing, if the map moved meanwhile.
     pub async fn split(&self, range: RangeId, at: &[u8]) -> Result<RangeId, ClusterError> {
+        let (meta, map) = self.committed_map().await?;
+        self.split_in(&meta, &map, range, at).await
+    }
+
+    /// [`Host::split`] of the range holding `key`, at `key`; refused if
+    /// `key` starts a range already.
+    pub async fn split_at(&self, key: &[u8]) -> Result<RangeId, ClusterError> {
+        let (meta, map) = self.committed_map().await?;
+        let r = map.route(key);
+        if r.start == key {
+            return Err(ClusterError::Refused(format!(
+                "range {} starts at this key already",
+                r.id
+            )));
+        }
+        self.split_in(&meta, &map, r.id, key).await
+    }
+
+    /// Group 0 and its range map, once it has applied what was committed
+    /// when asked.
+    async fn committed_map(&self) -> Result<(Replica, Arc<RangeMap>), ClusterError> {
         let meta = self
             .group(0)
             .ok_or_else(|| ClusterError::Refused("this node hosts no group 0".into()))?;
+        meta.read_barrier().await?;
         let map = meta
-            .range_map()
+            .shared_range_map()
             .ok_or_else(|| ClusterError::Refused("the cluster is not formed yet".into()))?;
+        Ok((meta, map))
+    }
+
+    async fn split_in(
+        &self,
+        meta: &Replica,
+        map: &RangeMap,
+        range: RangeId,
+        at: &[u8],
+    ) -> Result<RangeId, ClusterError> {
         let desc = map
             .get(range)
             .ok_or_else(|| ClusterError::Refused(format!("no range {range}")))?;

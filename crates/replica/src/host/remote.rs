@@ -48,7 +48,7 @@ impl Host {
                 tokio::time::sleep(NO_LEADER_RETRY.min(left)).await;
                 continue;
             };
-            let req = Request::ToGroup(range, Box::new(Request::Read(reads.clone())));
+            let req = Request::for_group(range, Request::Read(reads.clone()));
             match self.0.transport.call(node, addr, req, left).await {
                 Ok(Response::Read(Ok(items))) if items.len() == reads.len() => return Ok(items),
                 Ok(Response::Read(Ok(_))) => {

@@ -342,7 +342,7 @@ impl Host {
                 tokio::time::sleep(NO_LEADER_RETRY.min(left)).await;
                 continue;
             };
-            let req = Request::ToGroup(group, Box::new(Request::Forward(batch.clone())));
+            let req = Request::for_group(group, Request::Forward(batch.clone()));
             match self.0.transport.call(target, addr, req, left).await {
                 Ok(Response::Forward(Ok((log_id, bytes)))) => {
                     let results = crate::codec::decode_results(&bytes).map_err(|e| {

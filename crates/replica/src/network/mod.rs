@@ -72,10 +72,7 @@ impl Transport for GroupTransport {
         req: Request,
         timeout: Duration,
     ) -> BoxFuture<'_, io::Result<Response>> {
-        let req = match self.group {
-            0 => req,
-            g => Request::ToGroup(g, Box::new(req)),
-        };
+        let req = Request::for_group(self.group, req);
         let call = self.inner.call(target, addr, req, timeout);
         let group = self.group;
         Box::pin(async move {

@@ -330,21 +330,28 @@ impl RangeMap {
         r
     }
 
-    /// The ranges holding any key of `[lo, hi)` (`hi` none: to the end), in
-    /// key order.
-    pub fn spanning<'a>(
-        &'a self,
-        lo: &'a [u8],
-        hi: Option<&'a [u8]>,
-    ) -> impl Iterator<Item = &'a RangeDesc> + 'a {
+    /// The ranges holding any key between `start` and `end`, in key
+    /// order.
+    pub fn spanning(
+        &self,
+        start: std::ops::Bound<&[u8]>,
+        end: std::ops::Bound<&[u8]>,
+    ) -> impl Iterator<Item = &RangeDesc> + '_ {
+        use std::ops::Bound;
+        let lo = match start {
+            Bound::Included(k) | Bound::Excluded(k) => k,
+            Bound::Unbounded => &[],
+        };
         let first = self.route(lo).start.clone();
+        let end = end.map(<[u8]>::to_vec);
         self.ranges
-            .range::<[u8], _>((
-                std::ops::Bound::Included(first.as_slice()),
-                std::ops::Bound::Unbounded,
-            ))
+            .range(first..)
             .map(|(_, r)| r)
-            .take_while(move |r| hi.is_none_or(|hi| r.start.as_slice() < hi))
+            .take_while(move |r| match &end {
+                Bound::Included(k) => r.start <= *k,
+                Bound::Excluded(k) => r.start < *k,
+                Bound::Unbounded => true,
+            })
     }
 
     /// The range with this id.

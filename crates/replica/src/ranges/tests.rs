@@ -4,6 +4,8 @@
 //! request routed by any earlier map is served by a range whose bounds it
 //! did not see.
 
+use std::ops::Bound;
+
 use proptest::prelude::*;
 
 use super::map::NodeId;
@@ -185,7 +187,7 @@ proptest! {
             // Spanning [lo, hi) gives the ranges the probes between them route to.
             let all = probes();
             let (lo, hi) = (&all[3], &all[40]);
-            let span: Vec<u64> = map.spanning(lo, Some(hi)).map(|r| r.id).collect();
+            let span: Vec<u64> = map.spanning(Bound::Included(lo), Bound::Excluded(hi)).map(|r| r.id).collect();
             let mut expect: Vec<u64> = all
                 .iter()
                 .filter(|k| k.as_slice() >= lo.as_slice() && k.as_slice() < hi.as_slice())

@@ -450,20 +450,10 @@ fn request_parts<'m>(
 
 /// The ranges holding any key of `r`, in key order (its floor start aside).
 fn spanned<'m>(map: &'m RangeMap, r: &Range) -> impl Iterator<Item = &'m RangeDesc> + 'm {
-    let lo = match &r.start {
-        Bound::Included(k) | Bound::Excluded(k) => k.clone(),
-        Bound::Unbounded => Vec::new(),
-    };
-    let end = r.end.clone();
-    map.ranges().filter(move |p| {
-        let after_lo = p.end.as_ref().is_none_or(|e| e.as_slice() > lo.as_slice());
-        let before_end = match &end {
-            Bound::Included(k) => p.start.as_slice() <= k.as_slice(),
-            Bound::Excluded(k) => p.start.as_slice() < k.as_slice(),
-            Bound::Unbounded => true,
-        };
-        after_lo && before_end
-    })
+    map.spanning(
+        r.start.as_ref().map(Vec::as_slice),
+        r.end.as_ref().map(Vec::as_slice),
+    )
 }
 
 /// `r` cut to the keys of range `part`.

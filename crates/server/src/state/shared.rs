@@ -316,12 +316,11 @@ impl Shared {
         }
     }
 
-    /// The keys this node holds: its store's, or on a cluster node whose
-    /// keyspace is cut into ranges, those of every range it holds a
-    /// replica of.
+    /// The keys this node holds: its store's, or on a cluster node those
+    /// of every range it holds a replica of.
     pub fn keys(&self) -> u64 {
         match self.node.get() {
-            Some(Node::Cluster(c)) if c.is_split() => c.range_stats().keys,
+            Some(Node::Cluster(c)) => c.keys(),
             _ => self.current_store().len(),
         }
     }
@@ -381,7 +380,7 @@ impl Shared {
         let stores = match self.node.get() {
             // Every range's replica here (a moved-away one too, until it
             // is deleted): each holds its memory.
-            Some(Node::Cluster(c)) if c.is_split() => c.stores_memory(),
+            Some(Node::Cluster(c)) => c.stores_memory(),
             _ => self.current_store().memory().total(),
         };
         let used = stores + self.client_buffers();
