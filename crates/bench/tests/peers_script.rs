@@ -9,13 +9,21 @@ use std::process::{Command, Output};
 
 use combkv_bench::net::server::{PORT_RANGE, free_port, free_port_in};
 
-/// A port that a listener holds for the duration of the test, and whether
-/// the port after it is free (checked by binding it).
+/// A port that a listener holds for the duration of the test, and whose
+/// successor is free (checked by binding it). Both come from [`PORT_RANGE`],
+/// below the kernel's ephemeral range: a port the kernel handed out (port 0)
+/// has neighbours that any outgoing connection on the machine may take
+/// meanwhile, which failed this test once in CI while apt-get downloaded.
 fn held_port_with_free_successor() -> (TcpListener, u16) {
     loop {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let p = l.local_addr().unwrap().port();
-        if p < u16::MAX && TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
+        let p = free_port().unwrap();
+        if p == *PORT_RANGE.end() {
+            continue;
+        }
+        let Ok(l) = TcpListener::bind(("127.0.0.1", p)) else {
+            continue;
+        };
+        if TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
             return (l, p);
         }
     }
