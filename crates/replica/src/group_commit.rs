@@ -25,6 +25,7 @@ use combkv::op::Outcome;
 
 use crate::codec;
 use crate::error::ClusterError;
+use crate::handover::Hold;
 use crate::types::{Batch, LogId, NodeId, TypeConfig};
 
 /// The largest entry the proposer builds from queued proposals (a larger
@@ -90,17 +91,29 @@ pub(crate) struct GroupCommit {
     queue: Mutex<Vec<Pending>>,
     wake: Arc<Notify>,
     entries: Arc<Semaphore>,
+    /// Proposals wait while the leader hands its group over.
+    hold: Arc<Hold>,
 }
 
 impl GroupCommit {
     /// The queue of a node whose entries `raft` proposes.
-    pub(crate) fn new(raft: Raft<TypeConfig>, entries_in_flight: usize) -> GroupCommit {
+    pub(crate) fn new(
+        raft: Raft<TypeConfig>,
+        entries_in_flight: usize,
+        hold: Arc<Hold>,
+    ) -> GroupCommit {
         GroupCommit {
             raft,
             queue: Mutex::new(Vec::new()),
             wake: Arc::new(Notify::new()),
             entries: Arc::new(Semaphore::new(entries_in_flight.max(1))),
+            hold,
         }
+    }
+
+    /// Wakes the proposer (a hand-over ended: what queued meanwhile goes).
+    pub(crate) fn wake(&self) {
+        self.wake.notify_one();
     }
 
     /// Proposes `batch` on this node, which must be the leader, with
@@ -159,6 +172,11 @@ impl GroupCommit {
                         return;
                     };
                     let Some(group) = weak.upgrade() else { return };
+                    if group.hold.proposals_wait() {
+                        // Nothing new enters the log while the leadership
+                        // is handed over; the hand-over wakes this again.
+                        break;
+                    }
                     let taken = group.take();
                     if taken.is_empty() {
                         break;

@@ -33,6 +33,7 @@ pub mod codec;
 mod election;
 mod error;
 mod group_commit;
+mod handover;
 mod health;
 mod host;
 pub mod log_store;

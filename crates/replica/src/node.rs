@@ -191,16 +191,25 @@ impl Replica {
             sm
         };
         let health = Arc::new(crate::health::Health::default());
+        let hold = Arc::new(crate::handover::Hold::default());
         let raft = Raft::new(
             config.id,
             raft_config,
-            Network::new(Arc::clone(&transport), Arc::clone(&health)),
+            Network::new(
+                Arc::clone(&transport),
+                Arc::clone(&health),
+                Arc::clone(&hold),
+            ),
             log.clone(),
             sm.clone(),
         )
         .await
         .map_err(|e| StartError::Raft(e.to_string()))?;
-        let group = Arc::new(GroupCommit::new(raft.clone(), config.entries_in_flight));
+        let group = Arc::new(GroupCommit::new(
+            raft.clone(),
+            config.entries_in_flight,
+            Arc::clone(&hold),
+        ));
         let inner = Arc::new(Inner {
             id: config.id,
             raft,
@@ -216,6 +225,7 @@ impl Replica {
             contact: Contact::new(),
             health,
             guard,
+            hold,
         });
         let replica = Replica { inner };
         replica.spawn_read_loop();
@@ -427,6 +437,21 @@ impl Handler for Replica {
                 Request::ReadIndex => Response::ReadIndex(self.read_index_here().await),
                 Request::Members => Response::Members(self.committed_members()),
                 Request::Read(reads) => Response::Read(self.serve_remote_reads(&reads).await),
+                Request::HandOver(to) => {
+                    // Answered at once; the hand-over takes about a lease.
+                    let me = self.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = me.hand_over(to).await {
+                            tracing::debug!("group {}: no hand-over to {to}: {e}", me.group());
+                        }
+                    });
+                    Response::HandingOver
+                }
+                Request::Stand => Response::Stood(self.stand().await),
+                // Asked of a node (`host` answers for all its groups).
+                Request::Leading => {
+                    Response::Leading(self.is_leader().then(|| self.group()).into_iter().collect())
+                }
                 // A group's requests reach it unwrapped (`host`): one
                 // wrapped twice names no group.
                 Request::ToGroup(g, _) => Response::NoSuchGroup(g),

@@ -64,6 +64,8 @@ pub(crate) struct Inner {
     pub(crate) health: Arc<Health>,
     /// The Raft port's TLS and the count of what it refused.
     pub(crate) guard: Arc<PeerGuard>,
+    /// Set while this leader hands its group over (`handover`).
+    pub(crate) hold: Arc<crate::handover::Hold>,
 }
 
 /// Batches a node proposes or forwards at once; more wait for a place.

@@ -34,6 +34,12 @@ pub(crate) enum Request {
     /// Reads of a range by a node that holds no replica of it: answered
     /// linearizably (after a read index) from the replica asked.
     Read(Vec<RemoteRead>),
+    /// Which groups the node leads (to the node, not to a group).
+    Leading,
+    /// To a group's leader: hand the leadership to this voter.
+    HandOver(NodeId),
+    /// To a group's voter, from its leader handing over: stand now.
+    Stand,
 }
 
 impl Request {
@@ -108,6 +114,12 @@ pub(crate) enum Response {
     Members(Option<Vec<NodeId>>),
     /// The answer to [`Request::Read`].
     Read(RemoteAnswer),
+    /// The groups the node leads.
+    Leading(Vec<crate::types::GroupId>),
+    /// The leader took the hand-over on (it runs on after the answer).
+    HandingOver,
+    /// Whether the voter stood.
+    Stood(bool),
 }
 
 /// The largest frame a node accepts: a snapshot chunk, or an append of

@@ -2,8 +2,8 @@
 //! into line with the range map: splits the map recorded (`drive_splits`),
 //! replicas the map moved (`drive_replicas`), and ranges grown past the
 //! split size (`split_large`), every 100 ms (sizes once a second); and on
-//! the meta group's leader, the placement of replicas (`schedule`, once a
-//! second).
+//! the meta group's leader, the placement of replicas (`schedule`) and the
+//! spread of leaders (`leaders`), once a second.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -97,7 +97,8 @@ impl Host {
             if let Some(&add) = desc.voters.iter().find(|id| !votes(id)) {
                 let Some(addr) = addrs.get(&add) else {
                     tracing::warn!(
-                        "range {g}: node {add} is no member of the cluster; it cannot hold a                          replica until it is added"
+                        "range {g}: node {add} is no member of the cluster; it cannot hold a \
+                         replica until it is added"
                     );
                     continue;
                 };
@@ -335,6 +336,7 @@ impl Host {
                 if turn % 10 == 0 {
                     host.split_large().await;
                     host.schedule().await;
+                    host.balance_leaders().await;
                 }
                 if turn % 10 == 5 {
                     host.drop_moved_away().await;

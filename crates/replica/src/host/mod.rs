@@ -31,6 +31,7 @@ use crate::state_machine::{SplitChild, SplitHook, seed_split_group};
 use crate::types::{GroupId, NodeId};
 
 mod drivers;
+mod leaders;
 mod remote;
 
 /// The suffix of a deleted group's directory, renamed aside.
@@ -57,6 +58,9 @@ struct Inner {
     starting: tokio::sync::Mutex<()>,
     /// What this node's groups did to ranges since it started.
     counts: Counts,
+    /// When this node, leading the meta group, last had a leadership
+    /// handed over (the next waits until that one has settled).
+    last_leader_move: Mutex<Option<std::time::Instant>>,
 }
 
 /// Counts of what a node's groups did to ranges since it started.
@@ -71,6 +75,8 @@ pub(crate) struct Counts {
     pub(crate) removed: AtomicU64,
     /// Replicas of this node deleted after a move took the range away.
     pub(crate) deleted: AtomicU64,
+    /// Leaderships this node, leading the meta group, had handed over.
+    pub(crate) leaders_moved: AtomicU64,
 }
 
 /// A node's ranges, as INFO and the metrics show them.
@@ -96,6 +102,9 @@ pub struct RangeStats {
     pub replicas_removed: u64,
     /// Replicas of this node deleted after moves, since it started.
     pub replicas_deleted: u64,
+    /// Leaderships of ranges this node had handed to another voter (as
+    /// the meta group's leader, balancing leaders) since it started.
+    pub leaders_moved: u64,
 }
 
 /// Hands each request that reaches the node to the group it names. It
@@ -109,6 +118,7 @@ impl Handler for Dispatch {
             let host = Host(Arc::clone(&self.0));
             let (group, req) = match req {
                 Request::ToGroup(g, inner) => (g, *inner),
+                Request::Leading => return Response::Leading(host.leading()),
                 bare => (0, bare),
             };
             let mut replica = host.group(group);
@@ -151,6 +161,7 @@ impl Host {
             template: Mutex::new(None),
             starting: tokio::sync::Mutex::new(()),
             counts: Counts::default(),
+            last_leader_move: Mutex::new(None),
         }))
     }
 
@@ -484,6 +495,7 @@ impl Host {
             replicas_added: c.added.load(Ordering::Relaxed),
             replicas_removed: c.removed.load(Ordering::Relaxed),
             replicas_deleted: c.deleted.load(Ordering::Relaxed),
+            leaders_moved: c.leaders_moved.load(Ordering::Relaxed),
             ..RangeStats::default()
         };
         for g in self.groups() {

@@ -25,6 +25,7 @@ use openraft::raft::{
 };
 use openraft::{BasicNode, RPCTypes};
 
+use crate::handover::Hold;
 use crate::health::Health;
 use crate::rpc::{Request, Response};
 use crate::types::{GroupId, NodeId, TypeConfig};
@@ -95,11 +96,21 @@ pub(crate) struct Network {
     transport: Arc<dyn Transport>,
     /// Where each request's fate is noted, for an operator's "why".
     health: Arc<Health>,
+    /// Set while a leader hands its group over (`handover`).
+    hold: Arc<Hold>,
 }
 
 impl Network {
-    pub(crate) fn new(transport: Arc<dyn Transport>, health: Arc<Health>) -> Network {
-        Network { transport, health }
+    pub(crate) fn new(
+        transport: Arc<dyn Transport>,
+        health: Arc<Health>,
+        hold: Arc<Hold>,
+    ) -> Network {
+        Network {
+            transport,
+            health,
+            hold,
+        }
     }
 }
 
@@ -112,6 +123,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             addr: node.addr.clone(),
             transport: Arc::clone(&self.transport),
             health: Arc::clone(&self.health),
+            hold: Arc::clone(&self.hold),
         }
     }
 }
@@ -123,12 +135,23 @@ pub(crate) struct Peer {
     addr: String,
     transport: Arc<dyn Transport>,
     health: Arc<Health>,
+    hold: Arc<Hold>,
 }
 
 type RpcResult<T, E = openraft::error::Infallible> =
     Result<T, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>;
 
 impl Peer {
+    /// An append or snapshot chunk withheld while this leader hands its
+    /// group over: failed after a moment, as openraft retries a network
+    /// error, and not counted against the peer's health.
+    async fn withheld<T, E: std::error::Error>(&self) -> RpcResult<T, E> {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        Err(RPCError::Network(NetworkError::new(&io::Error::other(
+            "withheld while the leadership is handed over",
+        ))))
+    }
+
     /// Sends `req` and hands the response to `pick`, which takes the kind
     /// it expects.
     async fn call<T, E: std::error::Error>(
@@ -199,6 +222,9 @@ impl RaftNetwork<TypeConfig> for Peer {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<NodeId>> {
+        if self.hold.silent() {
+            return self.withheld().await;
+        }
         self.call(
             RPCTypes::AppendEntries,
             Request::Append(rpc),
@@ -216,6 +242,9 @@ impl RaftNetwork<TypeConfig> for Peer {
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
+        if self.hold.silent() {
+            return self.withheld().await;
+        }
         self.call(
             RPCTypes::InstallSnapshot,
             Request::Snapshot(rpc),

@@ -228,6 +228,11 @@ const COUNTERS: &[(&str, &str, &str)] = &[
         "Replicas on this node deleted after their range moved away.",
     ),
     (
+        "ranges_leaders_moved",
+        "combkv_ranges_leaders_moved",
+        "Range leaderships this node (leading the meta group) had handed to another voter.",
+    ),
+    (
         "used_cpu_sys",
         "combkv_cpu_system_seconds",
         "CPU time in the kernel.",

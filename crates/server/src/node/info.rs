@@ -234,6 +234,7 @@ fn ranges_fields(shared: &Shared) -> Vec<(&'static str, String)> {
         ("ranges_replicas_added", r.replicas_added.to_string()),
         ("ranges_replicas_removed", r.replicas_removed.to_string()),
         ("ranges_replicas_deleted", r.replicas_deleted.to_string()),
+        ("ranges_leaders_moved", r.leaders_moved.to_string()),
     ]
 }
 

@@ -1,0 +1,142 @@
+//! Handing a group's leadership to another of its voters, so that the
+//! leaders of many ranges spread over the nodes (`host::leaders` decides
+//! which).
+//!
+//! openraft 0.9 has no leader transfer (0.10's is not released), so the
+//! leader steps aside: it stops proposing, waits until the chosen voter
+//! holds its whole log, then withholds its appends and heartbeats for one
+//! leader lease, so that no follower refuses a vote for the leader it still
+//! hears from, and asks the chosen voter to stand. The chosen voter stands
+//! at once; the others' election timers wait a lease plus a random time, so
+//! it stands first, with the longest log. Withholding messages and calling
+//! an election are both things Raft allows any node at any time: safety
+//! rests on Raft's own rules, and a hand-over costs the group about a lease
+//! (0.8 s by default) in which its writes and reads wait, then go on at the
+//! new leader. Should the chosen voter not win, an ordinary election follows.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::ClusterError;
+use crate::replica::Replica;
+use crate::rpc::{Request, Response};
+use crate::types::NodeId;
+
+/// Where a leader stands in a hand-over, shared by the parts it stops.
+#[derive(Debug, Default)]
+pub(crate) struct Hold(AtomicU8);
+
+const FREE: u8 = 0;
+/// No new entry is proposed (the proposer waits).
+const DRAINING: u8 = 1;
+/// Nor is any append or heartbeat sent.
+const SILENT: u8 = 2;
+
+impl Hold {
+    /// Whether proposals wait.
+    pub(crate) fn proposals_wait(&self) -> bool {
+        self.0.load(Ordering::Acquire) != FREE
+    }
+
+    /// Whether appends and heartbeats are withheld.
+    pub(crate) fn silent(&self) -> bool {
+        self.0.load(Ordering::Acquire) == SILENT
+    }
+
+    /// Starts a hand-over (proposals wait); false if one is under way.
+    fn begin(&self) -> bool {
+        self.0
+            .compare_exchange(FREE, DRAINING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    fn set(&self, state: u8) {
+        self.0.store(state, Ordering::Release);
+    }
+}
+
+/// How long the leader waits for the chosen voter to hold its whole log
+/// before it goes silent anyway (the voter then may not win; an ordinary
+/// election follows).
+const CATCH_UP: Duration = Duration::from_millis(500);
+/// How long after the chosen voter is asked to stand the leader waits to
+/// see another leader before it speaks again.
+const ELECTED: Duration = Duration::from_secs(2);
+
+impl Replica {
+    /// Hands this group's leadership to voter `to` (see the module's
+    /// documentation); returns once another node leads, or the attempt is
+    /// given up (this node then leads on, or an election settles it).
+    /// Refused unless this node leads and `to` is another voter.
+    pub(crate) async fn hand_over(&self, to: NodeId) -> Result<(), ClusterError> {
+        let inner = &self.inner;
+        let addr = {
+            let metrics = inner.raft.metrics();
+            let m = metrics.borrow();
+            let membership = m.membership_config.membership();
+            if m.current_leader != Some(inner.id) {
+                return Err(ClusterError::Refused("this node does not lead".into()));
+            }
+            if to == inner.id || !membership.voter_ids().any(|v| v == to) {
+                return Err(ClusterError::Refused(format!(
+                    "node {to} is no other voter"
+                )));
+            }
+            membership.get_node(&to).map(|n| n.addr.clone())
+        };
+        let Some(addr) = addr else {
+            return Err(ClusterError::Refused(format!("node {to} has no address")));
+        };
+        let lease = Duration::from_millis(inner.raft.config().election_timeout_max);
+        if !inner.hold.begin() {
+            return Err(ClusterError::Refused("a hand-over is under way".into()));
+        }
+        let deadline = Instant::now() + CATCH_UP;
+        while Instant::now() < deadline && !self.holds_whole_log(to) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        inner.hold.set(SILENT);
+        tokio::time::sleep(lease + Duration::from_millis(100)).await;
+        let stand = Request::for_group(self.group(), Request::Stand);
+        let asked = inner.transport.call(to, &addr, stand, lease).await;
+        if !matches!(asked, Ok(Response::Stood(true))) {
+            tracing::debug!("group {}: node {to} did not stand: {asked:?}", self.group());
+        }
+        let deadline = Instant::now() + ELECTED;
+        while Instant::now() < deadline && self.is_leader() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        inner.hold.set(FREE);
+        inner.group.wake();
+        if self.is_leader() {
+            tracing::info!(
+                "group {}: node {to} did not take the lead; this node leads on",
+                self.group()
+            );
+        }
+        Ok(())
+    }
+
+    /// Whether voter `to` has matched this leader's last log entry.
+    fn holds_whole_log(&self, to: NodeId) -> bool {
+        let metrics = self.inner.raft.metrics();
+        let m = metrics.borrow();
+        let last = m.last_log_index;
+        m.replication
+            .as_ref()
+            .and_then(|r| r.get(&to))
+            .is_some_and(|matched| matched.map(|l| l.index) == last)
+    }
+
+    /// Stands for election at once, as the leader handing over asked:
+    /// false if this node is no voter.
+    pub(crate) async fn stand(&self) -> bool {
+        if !self.is_voter() || self.is_leader() {
+            return false;
+        }
+        self.inner.contact.heard();
+        self.inner.raft.trigger().elect().await.is_ok()
+    }
+}

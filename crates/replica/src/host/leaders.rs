@@ -1,0 +1,220 @@
+//! Leaders spread over the nodes. Placement spreads replicas, but a range's
+//! leader is whichever of its voters won the last election, so a node that
+//! stayed up while others restarted, or one just added, can lead far more
+//! or fewer ranges than the others: every write and linearizable read of a
+//! range goes through its leader, so a node leading many carries the load
+//! of many. Once a second, the meta group's leader asks every member which
+//! ranges it leads and, when one node leads at least two more ranges than
+//! a voter of one of them, has that range's leadership handed to that voter
+//! (`Replica::hand_over`), one hand-over at a time. The rule is the one
+//! placement follows for replicas: no node leads two ranges more than
+//! another that could lead them. Range 0 (the meta group) stays where it
+//! is, and nothing moves while placement still has a step to take.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::Host;
+use crate::ranges::RangeMap;
+use crate::rpc::{Request, Response};
+use crate::types::{GroupId, NodeId};
+
+/// How long a node waits for another to say which ranges it leads.
+const ASK_TIMEOUT: Duration = Duration::from_secs(1);
+/// The time after a hand-over is ordered before the next: a hand-over
+/// takes about a leader lease and an election.
+const SETTLE: Duration = Duration::from_millis(1500);
+
+impl Host {
+    /// The groups this node leads, range 0 included.
+    pub(super) fn leading(&self) -> Vec<GroupId> {
+        self.groups()
+            .into_iter()
+            .filter(|&g| self.group(g).is_some_and(|r| r.is_leader()))
+            .collect()
+    }
+
+    /// On the node that leads group 0: one step toward leaders spread
+    /// evenly (see the module's documentation).
+    pub(super) async fn balance_leaders(&self) {
+        let Some(meta) = self.group(0).filter(|g| g.is_leader()) else {
+            return;
+        };
+        if self
+            .0
+            .last_leader_move
+            .lock()
+            .is_some_and(|t| t.elapsed() < SETTLE)
+        {
+            return;
+        }
+        let Some(map) = meta.range_map() else { return };
+        if map.len() < 2 {
+            return;
+        }
+        let members: Vec<NodeId> = meta
+            .status()
+            .nodes
+            .iter()
+            .filter(|n| n.2)
+            .map(|n| n.0)
+            .collect();
+        let replicas = self.0.template.lock().as_ref().map(|t| t.range_replicas);
+        if let Some(n) = replicas.filter(|&n| n > 0)
+            && crate::ranges::next_placement(&map, &members, n).is_some()
+        {
+            return;
+        }
+        let addrs = super::member_addrs(&meta);
+        // Which ranges each member leads; one that does not answer (down,
+        // or cut off) is left out: it can take no leadership now.
+        let mut led = BTreeMap::new();
+        for &m in &members {
+            if m == self.0.id {
+                led.insert(m, self.leading());
+                continue;
+            }
+            let Some(addr) = addrs.get(&m) else { continue };
+            let answer = self
+                .0
+                .transport
+                .call(m, addr, Request::Leading, ASK_TIMEOUT)
+                .await;
+            if let Ok(Response::Leading(groups)) = answer {
+                led.insert(m, groups);
+            }
+        }
+        let Some((g, from, to)) = next_leader_move(&map, &led) else {
+            return;
+        };
+        let order = Request::for_group(g, Request::HandOver(to));
+        let answer = match addrs.get(&from) {
+            _ if from == self.0.id => match self.group(g) {
+                Some(r) => {
+                    tokio::spawn(async move {
+                        if let Err(e) = r.hand_over(to).await {
+                            tracing::debug!("range {g}: no hand-over to node {to}: {e}");
+                        }
+                    });
+                    Ok(Response::HandingOver)
+                }
+                None => return,
+            },
+            Some(addr) => self.0.transport.call(from, addr, order, ASK_TIMEOUT).await,
+            None => return,
+        };
+        if matches!(answer, Ok(Response::HandingOver)) {
+            *self.0.last_leader_move.lock() = Some(Instant::now());
+            self.0.counts.leaders_moved.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(
+                "range {g}: its leadership goes from node {from} to node {to}, \
+                 to spread the leaders"
+            );
+        }
+    }
+}
+
+/// The next leadership to hand over, as (range, from, to), given which
+/// ranges each node that answered leads (`led`): from the node leading the
+/// most ranges (ties: the highest id) to the voter of one of them that
+/// leads the fewest (ties: the lowest range, then the lowest node), if it
+/// leads at least two fewer; None once the leaders are spread. Range 0 is
+/// neither counted nor moved.
+pub(crate) fn next_leader_move(
+    map: &RangeMap,
+    led: &BTreeMap<NodeId, Vec<GroupId>>,
+) -> Option<(GroupId, NodeId, NodeId)> {
+    let count = |n: &NodeId| led.get(n).map(|gs| gs.iter().filter(|&&g| g != 0).count());
+    let (&from, most) = led
+        .keys()
+        .map(|n| (n, count(n).unwrap_or(0)))
+        .max_by_key(|&(n, c)| (c, *n))?;
+    let mut best: Option<(usize, GroupId, NodeId)> = None;
+    let mut ranges: Vec<GroupId> = led[&from].iter().copied().filter(|&g| g != 0).collect();
+    ranges.sort_unstable();
+    for g in ranges {
+        let Some(desc) = map.get(g) else { continue };
+        for &v in desc.voters.iter().filter(|&&v| v != from) {
+            let Some(c) = count(&v) else { continue };
+            if c + 1 < most && best.is_none_or(|(b, _, bv)| (c, v) < (b, bv)) {
+                best = Some((c, g, v));
+            }
+        }
+    }
+    best.map(|(_, g, v)| (g, from, v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ranges::MapChange;
+
+    /// A map of ranges 0..=n, range i (past 0) on the voters `on(i)`.
+    fn map_of(n: u64, on: impl Fn(u64) -> Vec<NodeId>) -> RangeMap {
+        let mut map = RangeMap::new(vec![1, 2, 3, 4]);
+        for i in 1..=n {
+            let last = map.ranges().last().unwrap().clone();
+            let new_id = map.next_id();
+            map.apply(&MapChange::Split {
+                range: last.id,
+                epoch: last.epoch,
+                at: format!("k{i:03}").into_bytes(),
+                new_id,
+            })
+            .unwrap();
+            let epoch = map.get(new_id).unwrap().epoch;
+            map.apply(&MapChange::Replicas {
+                range: new_id,
+                epoch,
+                voters: on(new_id),
+                learners: Vec::new(),
+            })
+            .unwrap();
+        }
+        map
+    }
+
+    /// Leaders move from the busiest node to the idlest voter until no
+    /// node leads two more ranges than another that could lead them;
+    /// each step applied as the hand-over would, the spread settles.
+    #[test]
+    fn leaders_spread_until_no_node_leads_two_more() {
+        let map = map_of(8, |_| vec![1, 2, 3]);
+        let mut led: BTreeMap<NodeId, Vec<GroupId>> = BTreeMap::new();
+        led.insert(1, (0..=8).collect());
+        led.insert(2, vec![]);
+        led.insert(3, vec![]);
+        let mut steps = 0;
+        while let Some((g, from, to)) = next_leader_move(&map, &led) {
+            assert!(map.get(g).unwrap().voters.contains(&to));
+            assert_ne!(g, 0, "the meta group is not moved");
+            led.get_mut(&from).unwrap().retain(|&x| x != g);
+            led.get_mut(&to).unwrap().push(g);
+            steps += 1;
+            assert!(steps < 20, "no end: {led:?}");
+        }
+        let counts: Vec<usize> = led
+            .values()
+            .map(|v| v.iter().filter(|&&g| g != 0).count())
+            .collect();
+        assert_eq!(counts, vec![3, 3, 2], "{led:?}");
+        assert!(led[&1].contains(&0));
+    }
+
+    /// A node that is no voter of the busiest node's ranges, or did not
+    /// answer, is given nothing; one lead apart is spread enough.
+    #[test]
+    fn only_voters_that_answered_take_a_lead() {
+        let map = map_of(4, |_| vec![1, 2]);
+        let mut led: BTreeMap<NodeId, Vec<GroupId>> = BTreeMap::new();
+        led.insert(1, vec![1, 2, 3, 4]);
+        led.insert(3, vec![]);
+        assert_eq!(next_leader_move(&map, &led), None, "node 2 did not answer");
+        led.insert(2, vec![]);
+        assert_eq!(next_leader_move(&map, &led), Some((1, 1, 2)));
+        led.insert(1, vec![1, 2]);
+        led.insert(2, vec![3]);
+        assert_eq!(next_leader_move(&map, &led), None, "2 against 1 is spread");
+    }
+}
