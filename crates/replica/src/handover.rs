@@ -70,7 +70,7 @@ impl Replica {
     /// documentation); returns once another node leads, or the attempt is
     /// given up (this node then leads on, or an election settles it).
     /// Refused unless this node leads and `to` is another voter.
-    pub(crate) async fn hand_over(&self, to: NodeId) -> Result<(), ClusterError> {
+    pub async fn hand_over(&self, to: NodeId) -> Result<(), ClusterError> {
         let inner = &self.inner;
         let addr = {
             let metrics = inner.raft.metrics();
@@ -99,8 +99,8 @@ impl Replica {
         }
         inner.hold.set(SILENT);
         tokio::time::sleep(lease + Duration::from_millis(100)).await;
-        let stand = Request::for_group(self.group(), Request::Stand);
-        let asked = inner.transport.call(to, &addr, stand, lease).await;
+        // This group's transport names the group itself.
+        let asked = inner.transport.call(to, &addr, Request::Stand, lease).await;
         if !matches!(asked, Ok(Response::Stood(true))) {
             tracing::debug!("group {}: node {to} did not stand: {asked:?}", self.group());
         }

@@ -154,6 +154,203 @@ fn a_range_moves_to_the_replicas_the_map_names() {
     });
 }
 
+/// Leaders are handed over until they are spread: three nodes, the
+/// keyspace split into seven ranges (each on all three nodes), whose
+/// groups elect leaders as they happen to; the meta group's leader has
+/// leaderships handed over until no node leads two ranges more than
+/// another, while a writer goes on writing every range's keys through
+/// node 1. Every acknowledged write is on every replica afterwards, and
+/// the replicas of each range are equal.
+#[test]
+fn leaders_are_handed_over_until_spread_while_writes_go_on() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
+    simulate("groups-leaders", |dir| async move {
+        let seed: u64 = std::env::var("LSEED")
+            .map(|s| s.parse().unwrap())
+            .unwrap_or(11);
+        let cl = Cluster::new(dir.clone(), SimNet::new(seed, Faults::NONE), NODES, 0);
+        for id in 1..=NODES {
+            cl.start(id, &[0]).await;
+        }
+        cl.form(&(1..=NODES).collect::<Vec<_>>()).await;
+        const KEYS: usize = 70;
+        let host1 = cl.nodes.lock().get(&1).cloned().unwrap();
+        for i in 1..=6 {
+            let mut done = false;
+            for _ in 0..100 {
+                if host1.split_at(&kv(i * 10)).await.is_ok() {
+                    done = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            assert!(done, "the split at {i}0 never went through");
+        }
+        for g in 1..=6 {
+            for id in 1..=NODES {
+                wait_group(&cl, id, g).await;
+            }
+        }
+        let before = leading(&cl);
+        // The writer: round after round over every key, each write through
+        // node 1's replica of the key's range (forwarded to its leader).
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (cl, stop) = (Arc::clone(&cl), Arc::clone(&stop));
+            tokio::spawn(async move {
+                let mut acked = vec![0u64; KEYS];
+                let mut round = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    round += 1;
+                    for (n, a) in acked.iter_mut().enumerate() {
+                        let g = (n / 10) as u64;
+                        let Some(r) = cl.replica(1, g) else { continue };
+                        let value = round.to_string().into_bytes();
+                        if let Ok(res) = r.write(1, put_op(&kv(n), &value)).await
+                            && res[0].is_ok()
+                        {
+                            *a = round;
+                        }
+                    }
+                }
+                acked
+            })
+        };
+        let spread = |now: &[usize]| now.iter().max().unwrap() - now.iter().min().unwrap() <= 1;
+        let moved = || -> u64 {
+            let nodes = cl.nodes.lock();
+            nodes.values().map(|h| h.range_stats().leaders_moved).sum()
+        };
+        let first = leaders_until(&cl, "leaders never spread", spread).await;
+        eprintln!(
+            "leaders per node: {before:?}, after {} hand-overs {first:?}",
+            moved()
+        );
+        assert_eq!(first, vec![2, 2, 2]);
+        // Node 3 stops: its ranges elect leaders on nodes 1 and 2. Started
+        // again it leads nothing, and only hand-overs give it its share.
+        cl.stop(3).await;
+        let without = leaders_until(&cl, "node 3's ranges elect no leaders", |n| n[2] == 0).await;
+        let (before_restart, restarted) = (moved(), tokio::time::Instant::now());
+        cl.start(3, &[0]).await;
+        let again = leaders_until(&cl, "leaders never spread to the restarted node", spread).await;
+        eprintln!(
+            "node 3 stopped: {without:?}; restarted: {again:?} after {} hand-overs in {:.1} s",
+            moved() - before_restart,
+            restarted.elapsed().as_secs_f64()
+        );
+        assert_eq!(again, vec![2, 2, 2]);
+        assert!(
+            moved() >= before_restart + 2,
+            "leaders moved but not by hand-overs"
+        );
+        // Writes went on through the hand-overs.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let acked = writer.await.unwrap();
+        assert!(acked.iter().all(|&a| a >= 2), "{acked:?}");
+        for g in 0..=6 {
+            converge(&cl, g).await.unwrap();
+        }
+        for (n, &a) in acked.iter().enumerate() {
+            let g = (n / 10) as u64;
+            for id in 1..=NODES {
+                let got = cl
+                    .replica(id, g)
+                    .unwrap()
+                    .current_store()
+                    .get(&kv(n))
+                    .unwrap();
+                let round: u64 = String::from_utf8(got.unwrap().to_vec())
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                assert!(
+                    round >= a,
+                    "key {n} on node {id}: round {round}, acknowledged {a}"
+                );
+            }
+        }
+        for id in 1..=NODES {
+            cl.stop(id).await;
+        }
+    });
+}
+
+/// A leader hands its group to the voter it names, each time: the voter
+/// stands first, while the leader is silent and the others still wait.
+/// Writes before and after every hand-over are on every replica.
+#[test]
+fn a_leader_hands_over_to_the_voter_it_names() {
+    simulate("groups-handover", |dir| async move {
+        let cl = Cluster::new(dir.clone(), SimNet::new(5, Faults::NONE), NODES, 0);
+        for id in 1..=NODES {
+            cl.start(id, &[0]).await;
+        }
+        cl.form(&(1..=NODES).collect::<Vec<_>>()).await;
+        for turn in 0..6usize {
+            let leader = wait_leader(&cl, 0, &[1, 2, 3]).await;
+            leader.write(1, put_op(&kv(turn), b"v")).await.unwrap();
+            let to = (1..=NODES)
+                .filter(|&n| n != leader.id())
+                .nth(turn % 2)
+                .unwrap();
+            leader.hand_over(to).await.unwrap();
+            let now = wait_leader(&cl, 0, &[1, 2, 3]).await;
+            assert_eq!(
+                now.id(),
+                to,
+                "turn {turn}: node {} handed to {to}",
+                leader.id()
+            );
+            // Refused: a node that does not lead, and a voter that is not.
+            assert!(leader.hand_over(to).await.is_err());
+            assert!(now.hand_over(now.id()).await.is_err());
+            now.write(1, put_op(&kv(turn + 10), b"v")).await.unwrap();
+        }
+        converge(&cl, 0).await.unwrap();
+        for id in 1..=NODES {
+            let store = cl.replica(id, 0).unwrap().current_store();
+            for turn in 0..6 {
+                assert!(store.get(&kv(turn)).unwrap().is_some(), "node {id}");
+                assert!(store.get(&kv(turn + 10)).unwrap().is_some(), "node {id}");
+            }
+        }
+        for id in 1..=NODES {
+            cl.stop(id).await;
+        }
+    });
+}
+
+/// How many of ranges 1 to 6 each of nodes 1 to 3 leads.
+fn leading(cl: &Cluster) -> Vec<usize> {
+    (1..=NODES)
+        .map(|id| {
+            (1..=6)
+                .filter(|&g| cl.replica(id, g).is_some_and(|r| r.is_leader()))
+                .count()
+        })
+        .collect()
+}
+
+/// Waits (up to 60 s simulated) until every one of ranges 1 to 6 has a
+/// leader and the leaders per node satisfy `want`; fails saying `what`.
+async fn leaders_until(cl: &Cluster, what: &str, want: impl Fn(&[usize]) -> bool) -> Vec<usize> {
+    for _ in 0..600 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = leading(cl);
+        if now.iter().sum::<usize>() == 6 && want(&now) {
+            return now;
+        }
+    }
+    panic!("{what}: {:?}", leading(cl))
+}
+
 /// Five nodes; the keyspace splits into three ranges and one of them
 /// moves to three of the five nodes while writers and readers run over a
 /// network that drops and delays messages, with a node cut off for a
@@ -395,6 +592,37 @@ fn ranges_spread_over_five_nodes_three_replicas_each() {
             counts.iter().max().unwrap() - counts.iter().min().unwrap() <= 1,
             "replicas per node: {counts:?}"
         );
+        // Leaders spread too: hand-overs until no node leads two ranges
+        // more than another (range 0 aside).
+        let leading = || {
+            (1..=FIVE)
+                .map(|id| {
+                    map.ranges()
+                        .filter(|r| r.id != 0)
+                        .filter(|r| cl.replica(id, r.id).is_some_and(|x| x.is_leader()))
+                        .count()
+                })
+                .collect::<Vec<usize>>()
+        };
+        let before = leading();
+        let mut spread = None;
+        for _ in 0..1200 {
+            let now = leading();
+            if now.iter().sum::<usize>() == map.len() - 1
+                && now.iter().max().unwrap() - now.iter().min().unwrap() <= 1
+            {
+                spread = Some(now);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let spread = spread.unwrap_or_else(|| {
+            panic!(
+                "leaders never spread: {before:?} at placement, {:?} now",
+                leading()
+            )
+        });
+        eprintln!("leaders per node: {before:?} at placement, {spread:?} spread");
         for n in 0..KEYS {
             let k = key(n);
             let r = map.route(&k);

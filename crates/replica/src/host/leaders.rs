@@ -13,7 +13,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::Host;
 use crate::ranges::RangeMap;
@@ -85,6 +87,7 @@ impl Host {
                 led.insert(m, groups);
             }
         }
+        tracing::trace!("leaders: {led:?}");
         let Some((g, from, to)) = next_leader_move(&map, &led) else {
             return;
         };

@@ -60,7 +60,8 @@ struct Inner {
     counts: Counts,
     /// When this node, leading the meta group, last had a leadership
     /// handed over (the next waits until that one has settled).
-    last_leader_move: Mutex<Option<std::time::Instant>>,
+    /// (tokio's clock, which a simulation runs.)
+    last_leader_move: Mutex<Option<tokio::time::Instant>>,
 }
 
 /// Counts of what a node's groups did to ranges since it started.
