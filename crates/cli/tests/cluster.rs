@@ -30,14 +30,16 @@
 
 mod support;
 
+use support::node::free_addr;
+use support::proxy::{Cut, Proxy};
 use support::writes::{Acked, assert_all_acked, write_one};
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -84,14 +86,6 @@ fn log_file(dir: &Path) -> std::fs::File {
 /// A free port on node `id`'s own address. Probed there, not on
 /// 127.0.0.1: the tests run side by side, and another test's node at
 /// 127.0.0.3 may hold a port that is free at 127.0.0.1.
-fn free_addr(id: u64) -> SocketAddr {
-    SocketAddr::new(ip(id), support::free_port_on(ip(id)))
-}
-
-fn ip(id: u64) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::new(127, 0, 0, id as u8))
-}
-
 impl Cluster {
     /// Three nodes whose peers reach each other at `advertised(id)`.
     fn new(root: &Path, advertised: impl Fn(u64, SocketAddr) -> SocketAddr) -> Cluster {
@@ -366,81 +360,10 @@ fn acknowledged_writes_survive_kill_9_of_leader_or_follower() {
     let _ = std::fs::remove_dir_all(&root);
 }
 
-/// A TCP proxy in front of one node's Raft port that can cut that node
-/// off: while `cut` names a node, connections from or to it are refused
-/// and the open ones are closed.
-struct Proxy {
-    addr: SocketAddr,
-}
-
-struct Cut {
-    node: AtomicU64,
-    /// Bumped at every cut; pumps of an older generation stop.
-    generation: AtomicU64,
-}
-
-impl Proxy {
-    fn start(target_id: u64, target: SocketAddr, cut: Arc<Cut>) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(from) = conn else { continue };
-                let Ok(peer) = from.peer_addr() else { continue };
-                let c = cut.node.load(Ordering::SeqCst);
-                // Nodes send from their own 127.0.0.<id> address.
-                if c == target_id || peer.ip() == ip(c) && c != 0 {
-                    continue;
-                }
-                let Ok(to) = TcpStream::connect(target) else {
-                    continue;
-                };
-                let generation = cut.generation.load(Ordering::SeqCst);
-                for (mut a, mut b) in [
-                    (from.try_clone().unwrap(), to.try_clone().unwrap()),
-                    (to, from),
-                ] {
-                    let cut = cut.clone();
-                    std::thread::spawn(move || {
-                        let _ = a.set_read_timeout(Some(Duration::from_millis(100)));
-                        let mut buf = vec![0u8; 64 * 1024];
-                        loop {
-                            if cut.generation.load(Ordering::SeqCst) != generation {
-                                break;
-                            }
-                            match a.read(&mut buf) {
-                                Ok(0) => break,
-                                Ok(n) => {
-                                    if b.write_all(&buf[..n]).is_err() {
-                                        break;
-                                    }
-                                }
-                                Err(e)
-                                    if matches!(
-                                        e.kind(),
-                                        std::io::ErrorKind::WouldBlock
-                                            | std::io::ErrorKind::TimedOut
-                                    ) => {}
-                                Err(_) => break,
-                            }
-                        }
-                        let _ = a.shutdown(std::net::Shutdown::Both);
-                        let _ = b.shutdown(std::net::Shutdown::Both);
-                    });
-                }
-            }
-        });
-        Proxy { addr }
-    }
-}
-
 #[test]
 fn a_leader_cut_off_stops_acknowledging_and_the_majority_elects() {
     let root = std::env::temp_dir().join(format!("combkv-cluster-cut-{}", std::process::id()));
-    let cut = Arc::new(Cut {
-        node: AtomicU64::new(0),
-        generation: AtomicU64::new(0),
-    });
+    let cut = Arc::new(Cut::default());
     let proxies = Mutex::new(BTreeMap::new());
     let mut cl = Cluster::new(&root, |id, raft| {
         let p = Proxy::start(id, raft, cut.clone());
@@ -463,8 +386,7 @@ fn a_leader_cut_off_stops_acknowledging_and_the_majority_elects() {
         .unwrap();
 
     // Cut the leader off, both ways.
-    cut.node.store(old, Ordering::SeqCst);
-    cut.generation.fetch_add(1, Ordering::SeqCst);
+    cut.isolate(old);
     let cut_at = Instant::now();
     let r = redis::cmd("SET")
         .arg("cut")
@@ -518,7 +440,7 @@ fn a_leader_cut_off_stops_acknowledging_and_the_majority_elects() {
     );
 
     // Heal: the old leader follows and serves the new state.
-    cut.node.store(0, Ordering::SeqCst);
+    cut.heal();
     let leader = cl.leader(&[1, 2, 3], Duration::from_secs(60));
     eprintln!("healed; node {leader} leads all three");
     let mut con = old_con(&cl);

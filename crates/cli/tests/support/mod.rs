@@ -8,6 +8,8 @@
 #![allow(dead_code, reason = "each test binary uses a part")]
 
 pub mod certs;
+pub mod node;
+pub mod proxy;
 pub mod resp;
 pub mod writes;
 

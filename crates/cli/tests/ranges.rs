@@ -1,0 +1,942 @@
+//! A cluster whose keyspace is split into ranges, each its own Raft group,
+//! with real processes on loopback addresses (node N at 127.0.0.N) and
+//! clients through the `redis` crate (`docs/cluster.md`, "Ranges"):
+//!
+//! - `a_keyspace_split_into_ranges_is_served_whole_by_every_node`: three
+//!   ranges split by `CLUSTER SPLIT`, every kind of read and write through
+//!   every node, writes across ranges refused, a restart of every node.
+//! - `ranges_split_on_their_own_as_the_data_grows`: splits by size.
+//! - `ranges_placed_on_three_of_five_nodes_are_read_through_every_node`:
+//!   placement on three of five nodes, a sixth node added, one removed.
+//! - `acknowledged_writes_survive_splits_and_a_killed_node`: writers while
+//!   ranges split and a node is killed with SIGKILL.
+//! - `five_nodes_split_into_sixteen_ranges_under_kills_and_a_partition`:
+//!   the whole life of a ranged cluster with writers running throughout
+//!   (growth into 16 or more ranges placed on three of five nodes, kill -9
+//!   of random nodes one at a time and a partition while splits and moves
+//!   run, a sixth node added, a node removed); every acknowledged write is
+//!   there afterwards with its value, through every node.
+//!   `COMBKV_RANGES_SEED` replays a run (its seed is printed).
+
+mod support;
+
+use support::node::{Node, admin, field, find_leader, peers, ranges, wait_serving};
+use support::proxy::{Cut, Proxy};
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+fn root(name: &str) -> std::path::PathBuf {
+    support::node::root("ranges", name)
+}
+
+/// A keyspace split into three ranges on three processes: every key is
+/// written and read through any node, batched reads (MGET, pipelined GETs
+/// and RANGEs) and scans (RANGE with and without LIMIT, REV, SCAN, KEYS,
+/// DBSIZE, FLOOR, CEIL) answer across the ranges as one store would, a
+/// write whose keys lie in two ranges is refused as Redis Cluster's
+/// `CROSSSLOT` and changes nothing, as does SNAPSHOT, and a restart of
+/// every node keeps the ranges and every key.
+#[test]
+fn a_keyspace_split_into_ranges_is_served_whole_by_every_node() {
+    let root = root("split");
+    let mut nodes: Vec<Node> = (1..=3).map(|id| Node::new(&root, id)).collect();
+    let list = peers(&nodes.iter().collect::<Vec<_>>());
+    for n in &mut nodes {
+        n.start(&list);
+    }
+    find_leader(&nodes);
+    wait_serving(&nodes);
+    let key = |i: usize| format!("k{i:03}");
+    let mut cons: Vec<redis::Connection> = nodes.iter().map(Node::connect).collect();
+    for i in 0..200 {
+        let _: () = redis::cmd("SET")
+            .arg(key(i))
+            .arg(format!("a{i}"))
+            .query(&mut cons[i % 3])
+            .unwrap();
+    }
+    // Two splits, asked of two nodes: range 0 at k100, then the new range
+    // 1 at k150 (recorded in the map, then carried out by its leader).
+    let (ok, said) = admin(&nodes[1], &["split", "k100"], Duration::from_secs(30));
+    assert!(ok && said.trim() == "1", "{said}");
+    let (ok, said) = admin(&nodes[2], &["split", "k150"], Duration::from_secs(30));
+    assert!(ok && said.trim() == "2", "{said}");
+    let (ok, said) = admin(&nodes[0], &["split", "k150"], Duration::from_secs(30));
+    assert!(!ok && said.contains("starts at this key already"), "{said}");
+    let settled = |n: &Node| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let r = n.info_ranges();
+            if field(&r, "ranges") == "3" && field(&r, "ranges_hosted") == "3" {
+                return r;
+            }
+            assert!(Instant::now() < deadline, "node {}: {r:?}", n.id);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    for n in &nodes {
+        let r = settled(n);
+        assert_eq!(field(&r, "ranges_splits_applied"), "2", "{r:?}");
+        assert_eq!(field(&r, "ranges_keys"), "200", "{r:?}");
+    }
+    let said = ranges(&nodes[0]);
+    assert!(said.starts_with("ranges:3\n"), "{said}");
+    for (id, lo, hi) in [
+        (0, "\"\"", "\"k100\""),
+        (1, "\"k100\"", "\"k150\""),
+        (2, "\"k150\"", "end"),
+    ] {
+        assert!(said.contains(&format!("range {id} [{lo}, {hi})")), "{said}");
+    }
+    // Writes through every node land in their ranges; reads through every
+    // node see them.
+    for i in 0..200 {
+        let _: () = redis::cmd("SET")
+            .arg(key(i))
+            .arg(format!("b{i}"))
+            .query(&mut cons[(i + 1) % 3])
+            .unwrap();
+    }
+    for (n, con) in cons.iter_mut().enumerate() {
+        for i in (0..200).step_by(7) {
+            let v: String = redis::cmd("GET").arg(key(i)).query(con).unwrap();
+            assert_eq!(v, format!("b{i}"), "node {} key {i}", n + 1);
+        }
+        // One batch across the three ranges, pipelined GETs too.
+        let keys: Vec<String> = [5, 120, 199, 99, 100, 149, 150].map(key).to_vec();
+        let got: Vec<String> = redis::cmd("MGET").arg(&keys).query(con).unwrap();
+        let want: Vec<String> = [5, 120, 199, 99, 100, 149, 150]
+            .map(|i| format!("b{i}"))
+            .to_vec();
+        assert_eq!(got, want, "node {}", n + 1);
+        let mut pipe = redis::pipe();
+        for k in &keys {
+            pipe.cmd("GET").arg(k);
+        }
+        pipe.cmd("RANGE").arg("[k098").arg("[k152");
+        pipe.cmd("RANGE")
+            .arg("[k090")
+            .arg("+")
+            .arg("LIMIT")
+            .arg("70");
+        let (g0, g1, g2, g3, g4, g5, g6, r1, r2): (
+            String,
+            String,
+            String,
+            String,
+            String,
+            String,
+            String,
+            Vec<String>,
+            Vec<String>,
+        ) = pipe.query(con).unwrap();
+        assert_eq!(vec![g0, g1, g2, g3, g4, g5, g6], want, "node {}", n + 1);
+        let pairs = |from: usize, to: usize| -> Vec<String> {
+            (from..to).flat_map(|i| [key(i), format!("b{i}")]).collect()
+        };
+        assert_eq!(r1, pairs(98, 153), "node {}", n + 1);
+        assert_eq!(r2, pairs(90, 160), "node {}", n + 1);
+        // Scans across every range, one at a time too.
+        let all: Vec<String> = redis::cmd("RANGE")
+            .arg("-")
+            .arg("+")
+            .arg("KEYSONLY")
+            .query(con)
+            .unwrap();
+        assert_eq!(all, (0..200).map(key).collect::<Vec<_>>(), "node {}", n + 1);
+        let rev: Vec<String> = redis::cmd("RANGE")
+            .arg("(k095")
+            .arg("[k160")
+            .arg("KEYSONLY")
+            .arg("REV")
+            .arg("LIMIT")
+            .arg("20")
+            .query(con)
+            .unwrap();
+        assert_eq!(
+            rev,
+            (141..=160).rev().map(key).collect::<Vec<_>>(),
+            "node {}",
+            n + 1
+        );
+        let n_keys: i64 = redis::cmd("DBSIZE").query(con).unwrap();
+        assert_eq!(n_keys, 200);
+        let info: String = redis::cmd("INFO").arg("keyspace").query(con).unwrap();
+        assert!(info.contains("db0:keys=200,"), "{info}");
+        let mut listed: Vec<String> = redis::cmd("KEYS").arg("k1*").query(con).unwrap();
+        listed.sort();
+        assert_eq!(listed, (100..200).map(key).collect::<Vec<_>>());
+        let mut scanned = Vec::new();
+        let mut cursor = "0".to_string();
+        loop {
+            let (next, page): (String, Vec<String>) = redis::cmd("SCAN")
+                .arg(&cursor)
+                .arg("COUNT")
+                .arg(30)
+                .query(con)
+                .unwrap();
+            scanned.extend(page);
+            if next == "0" {
+                break;
+            }
+            cursor = next;
+        }
+        scanned.sort();
+        assert_eq!(
+            scanned,
+            (0..200).map(key).collect::<Vec<_>>(),
+            "node {}",
+            n + 1
+        );
+        let floor: Vec<String> = redis::cmd("FLOOR").arg("k100").query(con).unwrap();
+        assert_eq!(floor, [key(100), "b100".into()]);
+        let floor: Vec<String> = redis::cmd("FLOOR").arg("k0999").query(con).unwrap();
+        assert_eq!(floor, [key(99), "b99".into()]);
+        let ceil: Vec<String> = redis::cmd("CEIL").arg("k1495").query(con).unwrap();
+        assert_eq!(ceil, [key(150), "b150".into()]);
+    }
+    // A write of two ranges' keys, and a snapshot of them all: refused,
+    // nothing changed.
+    let e = redis::cmd("MSET")
+        .arg(key(1))
+        .arg("x")
+        .arg(key(199))
+        .arg("y")
+        .query::<()>(&mut cons[0])
+        .unwrap_err();
+    assert_eq!(e.code(), Some("CROSSSLOT"), "{e}");
+    let e = redis::cmd("SNAPSHOT")
+        .arg("CREATE")
+        .query::<i64>(&mut cons[1])
+        .unwrap_err();
+    assert_eq!(e.code(), Some("CROSSSLOT"), "{e}");
+    // A backup would be one range's store: refused, saying why.
+    let e = redis::cmd("BACKUP")
+        .arg(root.join("backup").to_str().unwrap())
+        .query::<()>(&mut cons[0])
+        .unwrap_err();
+    assert!(e.to_string().contains("split into ranges"), "{e}");
+    // One range's keys in one write: taken.
+    let _: () = redis::cmd("MSET")
+        .arg(key(101))
+        .arg("c")
+        .arg(key(102))
+        .arg("c")
+        .query(&mut cons[2])
+        .unwrap();
+    let got: Vec<String> = redis::cmd("MGET")
+        .arg(key(1))
+        .arg(key(199))
+        .arg(key(101))
+        .query(&mut cons[0])
+        .unwrap();
+    assert_eq!(got, ["b1", "b199", "c"]);
+    // Every node restarted: three ranges, every key.
+    drop(cons);
+    for n in &mut nodes {
+        n.kill();
+    }
+    for n in &mut nodes {
+        n.start(&list);
+    }
+    find_leader(&nodes);
+    wait_serving(&nodes);
+    for n in &nodes {
+        settled(n);
+        let mut con = n.connect();
+        let all: Vec<String> = redis::cmd("RANGE")
+            .arg("-")
+            .arg("+")
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(all.len(), 400, "node {}", n.id);
+        let v: String = redis::cmd("GET").arg(key(160)).query(&mut con).unwrap();
+        assert_eq!(v, "b160");
+    }
+    drop(nodes);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Ranges split on their own as the data grows past
+/// `--cluster-range-split-bytes`, each at the key that halves its bytes,
+/// while writers go on through every node: every key stays readable
+/// through every node, and the ranges cover the keys in balanced parts.
+#[test]
+fn ranges_split_on_their_own_as_the_data_grows() {
+    let root = root("bysize");
+    let mut nodes: Vec<Node> = (1..=3).map(|id| Node::new(&root, id)).collect();
+    let list = peers(&nodes.iter().collect::<Vec<_>>());
+    for n in &mut nodes {
+        n.start_with(&list, &["--cluster-range-split-bytes", "64kb"]);
+    }
+    find_leader(&nodes);
+    wait_serving(&nodes);
+    let mut cons: Vec<redis::Connection> = nodes.iter().map(Node::connect).collect();
+    let key = |i: usize| format!("key{i:05}");
+    let value = "v".repeat(100);
+    // 4,000 keys of about 110 bytes each (some 440 KB), in a scattered
+    // order, a hundred to a pipeline.
+    const KEYS: usize = 4000;
+    write_scattered(&mut cons, KEYS, &value);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let ranges = loop {
+        let r = nodes[0].info_ranges();
+        let n: usize = field(&r, "ranges").parse().unwrap_or(0);
+        if n >= 4 && field(&r, "ranges_hosted") == n.to_string() {
+            break n;
+        }
+        assert!(Instant::now() < deadline, "{r:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    for (n, con) in cons.iter_mut().enumerate() {
+        let count: i64 = redis::cmd("DBSIZE").query(con).unwrap();
+        assert_eq!(count as usize, KEYS, "node {}", n + 1);
+        let all: Vec<String> = redis::cmd("RANGE")
+            .arg("-")
+            .arg("+")
+            .arg("KEYSONLY")
+            .query(con)
+            .unwrap();
+        assert_eq!(
+            all,
+            (0..KEYS).map(key).collect::<Vec<_>>(),
+            "node {}",
+            n + 1
+        );
+        for i in (0..KEYS).step_by(97) {
+            let v: String = redis::cmd("GET").arg(key(i)).query(con).unwrap();
+            assert_eq!(v, value);
+        }
+    }
+    // Each split halved a range's bytes: no range holds more than the
+    // limit's worth of keys, and none is nearly empty.
+    let said = ranges_settled(&nodes[0]);
+    let keys: Vec<usize> = said
+        .lines()
+        .filter_map(|l| l.split(" keys ").nth(1))
+        .filter_map(|rest| rest.split(' ').next()?.parse().ok())
+        .collect();
+    assert!(keys.len() >= ranges, "{said}");
+    assert_eq!(keys.iter().sum::<usize>(), KEYS, "{said}");
+    assert!(keys.iter().all(|&k| k >= 200), "{said}");
+    drop(nodes);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// `combkv cluster ranges` once it gives this node's keys for every range
+/// it lists (a split's new group starts a moment after the map has it).
+fn ranges_settled(node: &Node) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let said = ranges(node);
+        let listed = said
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("ranges:"))
+            .and_then(|n| n.trim().parse::<usize>().ok());
+        if listed == Some(said.lines().filter(|l| l.contains(" keys ")).count()) {
+            return said;
+        }
+        assert!(Instant::now() < deadline, "{said}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Five processes whose ranges split by size and are placed on three
+/// nodes each (`--cluster-range-replicas 3`): once the placement settles,
+/// no node holds every range, yet every key is read through every node
+/// (a range a node holds no replica of is read at one that does), and
+/// writes through every node land. A sixth node added takes its share of
+/// the ranges; a node removed hands its replicas to the others.
+#[test]
+fn ranges_placed_on_three_of_five_nodes_are_read_through_every_node() {
+    let root = root("placed");
+    let mut nodes: Vec<Node> = (1..=5).map(|id| Node::new(&root, id)).collect();
+    let list = peers(&nodes.iter().collect::<Vec<_>>());
+    let args = [
+        "--cluster-range-split-bytes",
+        "64kb",
+        "--cluster-range-replicas",
+        "3",
+    ];
+    for n in &mut nodes {
+        n.start_with(&list, &args);
+    }
+    find_leader(&nodes);
+    wait_serving(&nodes);
+    let mut cons: Vec<redis::Connection> = nodes.iter().map(Node::connect).collect();
+    let key = |i: usize| format!("key{i:05}");
+    const KEYS: usize = 3000;
+    let value = "v".repeat(100);
+    write_scattered(&mut cons, KEYS, &value);
+    // Settled: at least four ranges, each but range 0 on three of the
+    // members, every member holding some but not all of them, and no
+    // replica left where a range moved away from.
+    let settled = |members: &[&Node], what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(180);
+        loop {
+            let infos: Vec<_> = members.iter().map(|n| n.info_ranges()).collect();
+            let ranges: usize = field(&infos[0], "ranges").parse().unwrap_or(0);
+            let hosted: Vec<usize> = infos
+                .iter()
+                .map(|r| field(r, "ranges_hosted").parse().unwrap_or(0))
+                .collect();
+            let stale: usize = infos
+                .iter()
+                .map(|r| {
+                    field(r, "ranges_stale_replicas")
+                        .parse::<usize>()
+                        .unwrap_or(0)
+                })
+                .sum();
+            if ranges >= 4
+                && hosted.iter().sum::<usize>() == members.len() + 3 * (ranges - 1)
+                && hosted.iter().all(|&h| h > 1 && h < ranges)
+                && stale == 0
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: not placed: {infos:?}\n{}",
+                self::ranges(members[0])
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    };
+    settled(&nodes.iter().collect::<Vec<_>>(), "five nodes");
+    // What this test wrote over the first values, by key number.
+    let mut written: std::collections::HashMap<usize, String> = Default::default();
+    let mut check = |cons: &mut [redis::Connection], round: &str| {
+        for (n, con) in cons.iter_mut().enumerate() {
+            let all: Vec<String> = redis::cmd("RANGE")
+                .arg("-")
+                .arg("+")
+                .arg("KEYSONLY")
+                .query(con)
+                .unwrap();
+            assert_eq!(all, (0..KEYS).map(key).collect::<Vec<_>>(), "{round} {n}");
+            let count: i64 = redis::cmd("DBSIZE").query(con).unwrap();
+            assert_eq!(count as usize, KEYS, "{round} {n}");
+            let keys: Vec<String> = (0..KEYS).step_by(131).map(key).collect();
+            let got: Vec<String> = redis::cmd("MGET").arg(&keys).query(con).unwrap();
+            let want: Vec<String> = (0..KEYS)
+                .step_by(131)
+                .map(|i| written.get(&i).cloned().unwrap_or_else(|| value.clone()))
+                .collect();
+            assert_eq!(got, want, "{round} {n}");
+            for i in (0..KEYS).step_by(293) {
+                let v = format!("{round}{n}");
+                written.insert(i, v.clone());
+                let _: () = redis::cmd("SET").arg(key(i)).arg(&v).query(con).unwrap();
+                let got: String = redis::cmd("GET").arg(key(i)).query(con).unwrap();
+                assert_eq!(got, v, "{round} {n} key {i}");
+            }
+        }
+    };
+    check(&mut cons, "five");
+
+    // A sixth node joins: it takes its share of the ranges.
+    let mut sixth = Node::new(&root, 6);
+    sixth.start_with("", &args);
+    let leader = find_leader(&nodes);
+    let (ok, said) = admin(
+        leader,
+        &["add", "6", &sixth.raft.to_string()],
+        Duration::from_secs(60),
+    );
+    assert!(ok, "{said}");
+    nodes.push(sixth);
+    settled(&nodes.iter().collect::<Vec<_>>(), "six nodes");
+    cons.push(nodes[5].connect());
+    check(&mut cons, "six");
+
+    // A node leaves: its replicas are handed to the others, and it keeps
+    // none once out.
+    let leader_id = find_leader(&nodes).id;
+    let gone = if leader_id == 2 { 3 } else { 2 };
+    let (ok, said) = admin(
+        find_leader(&nodes),
+        &["remove", &gone.to_string()],
+        Duration::from_secs(60),
+    );
+    assert!(ok, "{said}");
+    let stay: Vec<&Node> = nodes.iter().filter(|n| n.id != gone).collect();
+    settled(&stay, "after a removal");
+    nodes[gone as usize - 1].kill();
+    cons.remove(gone as usize - 1);
+    check(&mut cons, "five again");
+    drop(cons);
+    drop(nodes);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// SETs `key00000`... up to `keys` to `value`, in a scattered order, a
+/// hundred to a pipeline, each pipeline through the next connection.
+fn write_scattered(cons: &mut [redis::Connection], keys: usize, value: &str) {
+    for (turn, chunk) in (0..keys).collect::<Vec<_>>().chunks(100).enumerate() {
+        let mut pipe = redis::pipe();
+        for &i in chunk {
+            pipe.cmd("SET")
+                .arg(format!("key{:05}", (i * 7919) % keys))
+                .arg(value)
+                .ignore();
+        }
+        let n = cons.len();
+        let _: () = pipe.query(&mut cons[turn % n]).unwrap();
+    }
+}
+
+/// Writers go on through every node while ranges split on their own and a
+/// node is killed with SIGKILL and started again: every write that was
+/// acknowledged is there afterwards, through every node, with its value or
+/// a later one sent (whose answer was lost), never an older one.
+#[test]
+fn acknowledged_writes_survive_splits_and_a_killed_node() {
+    let root = root("splitkill");
+    let mut nodes: Vec<Node> = (1..=3).map(|id| Node::new(&root, id)).collect();
+    let list = peers(&nodes.iter().collect::<Vec<_>>());
+    let args = ["--cluster-range-split-bytes", "64kb"];
+    for n in &mut nodes {
+        n.start_with(&list, &args);
+    }
+    find_leader(&nodes);
+    wait_serving(&nodes);
+    const WRITERS: usize = 3;
+    const KEYS: usize = 300;
+    let addrs: Vec<SocketAddr> = nodes.iter().map(|n| n.resp).collect();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|t| {
+            let (addrs, stop) = (addrs.clone(), std::sync::Arc::clone(&stop));
+            std::thread::spawn(move || {
+                // Per key: (acknowledged, sent) rounds.
+                let mut seen = vec![(0usize, 0usize); KEYS];
+                let mut via = t;
+                let mut con: Option<redis::Connection> = None;
+                let mut round = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) || round < 3 {
+                    round += 1;
+                    for (j, s) in seen.iter_mut().enumerate() {
+                        let value = format!("{round:06}{}", "x".repeat(300));
+                        s.1 = round;
+                        let c = match &mut con {
+                            Some(c) => c,
+                            None => {
+                                let client =
+                                    redis::Client::open(format!("redis://{}/", addrs[via % 3]));
+                                match client.and_then(|c| {
+                                    c.get_connection_with_timeout(Duration::from_secs(1))
+                                }) {
+                                    Ok(c) => con.insert(c),
+                                    Err(_) => {
+                                        via += 1;
+                                        std::thread::sleep(Duration::from_millis(50));
+                                        continue;
+                                    }
+                                }
+                            }
+                        };
+                        let _ = c.set_read_timeout(Some(Duration::from_secs(15)));
+                        match redis::cmd("SET")
+                            .arg(format!("key{j:04}-{t}"))
+                            .arg(&value)
+                            .query::<()>(c)
+                        {
+                            Ok(()) => s.0 = round,
+                            Err(_) => {
+                                con = None;
+                                via += 1;
+                            }
+                        }
+                    }
+                }
+                seen
+            })
+        })
+        .collect();
+    // Once the keyspace has split, node 3 is killed and started again.
+    let wait_ranges = |nodes: &[Node], n: usize, within: u64| {
+        let deadline = Instant::now() + Duration::from_secs(within);
+        loop {
+            let r = nodes[0].info_ranges();
+            if field(&r, "ranges").parse::<usize>().unwrap_or(0) >= n {
+                return;
+            }
+            assert!(Instant::now() < deadline, "fewer than {n} ranges: {r:?}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    wait_ranges(&nodes, 2, 120);
+    nodes[2].kill();
+    std::thread::sleep(Duration::from_secs(1));
+    nodes[2].start_with(&list, &args);
+    wait_serving(&nodes);
+    wait_ranges(&nodes, 4, 120);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let seen: Vec<Vec<(usize, usize)>> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+    for n in &nodes {
+        let mut con = n.connect();
+        for (t, keys) in seen.iter().enumerate() {
+            for (j, &(acked, sent)) in keys.iter().enumerate() {
+                let v: Option<String> = redis::cmd("GET")
+                    .arg(format!("key{j:04}-{t}"))
+                    .query(&mut con)
+                    .unwrap();
+                let got: usize = v.map_or(0, |v| v[..6].parse().unwrap());
+                assert!(
+                    got >= acked && got <= sent,
+                    "node {}: key{j:04}-{t} is at round {got}, acknowledged {acked}, sent {sent}",
+                    n.id
+                );
+            }
+        }
+    }
+    drop(nodes);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// One writer's keys: per key, the last round acknowledged and the last
+/// round sent (a SET whose answer was lost may or may not have applied).
+type Seen = Vec<(usize, usize)>;
+
+/// Writer `t`: SETs its `keys` keys (`w{t}-{j}`) round after round, each
+/// round in a scattered order, to a value that starts with the round,
+/// through the nodes of `addrs` (the next one after an error), until
+/// `stop` is set and it has finished a round.
+fn range_writer(
+    t: usize,
+    keys: usize,
+    addrs: &std::sync::Mutex<Vec<SocketAddr>>,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Seen {
+    let mut seen = vec![(0, 0); keys];
+    let mut via = t;
+    let mut con: Option<redis::Connection> = None;
+    let mut round = 0;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) || round < 2 {
+        round += 1;
+        let value = format!("{round:06}{}", "x".repeat(300));
+        let mut j = 0;
+        while j < keys {
+            let k = (j * 7919 + t) % keys;
+            let c = match &mut con {
+                Some(c) => c,
+                None => {
+                    let addr = {
+                        let a = addrs.lock().unwrap();
+                        a[via % a.len()]
+                    };
+                    let opened = redis::Client::open(format!("redis://{addr}/"))
+                        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)));
+                    match opened {
+                        Ok(c) => {
+                            let _ = c.set_read_timeout(Some(Duration::from_secs(15)));
+                            con.insert(c)
+                        }
+                        Err(_) => {
+                            via += 1;
+                            std::thread::sleep(Duration::from_millis(50));
+                            continue;
+                        }
+                    }
+                }
+            };
+            seen[k].1 = round;
+            match redis::cmd("SET")
+                .arg(format!("w{t}-{k:04}"))
+                .arg(&value)
+                .query::<()>(c)
+            {
+                Ok(()) => seen[k].0 = round,
+                Err(_) => {
+                    con = None;
+                    via += 1;
+                }
+            }
+            j += 1;
+        }
+    }
+    seen
+}
+
+/// Ranges and replicas per member of `members` (range 0, on every member,
+/// not counted) once placement has settled: every range but range 0 on
+/// three members, no member two replicas above another, no replica left
+/// behind by a move. Waits up to `within`; returns (ranges, replicas per
+/// member, leaders per member).
+fn placement_settled(
+    members: &[&Node],
+    at_least: usize,
+    within: Duration,
+    what: &str,
+) -> (usize, Vec<usize>, Vec<usize>) {
+    let deadline = Instant::now() + within;
+    loop {
+        let infos: Vec<_> = members.iter().map(|n| n.info_ranges()).collect();
+        let number = |r: &std::collections::BTreeMap<String, String>, f: &str| {
+            field(r, f).parse::<usize>().unwrap_or(0)
+        };
+        let ranges = number(&infos[0], "ranges");
+        let hosted: Vec<usize> = infos
+            .iter()
+            .map(|r| number(r, "ranges_hosted").saturating_sub(1))
+            .collect();
+        let leading: Vec<usize> = infos.iter().map(|r| number(r, "ranges_leading")).collect();
+        let stale: usize = infos
+            .iter()
+            .map(|r| number(r, "ranges_stale_replicas"))
+            .sum();
+        let (lo, hi) = (
+            hosted.iter().min().copied().unwrap_or(0),
+            hosted.iter().max().copied().unwrap_or(0),
+        );
+        if ranges >= at_least
+            && hosted.iter().sum::<usize>() == 3 * (ranges - 1)
+            && hi <= lo + 1
+            && stale == 0
+            && infos.iter().all(|r| number(r, "ranges") == ranges)
+        {
+            return (ranges, hosted, leading);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not placed within {within:?}: {infos:?}\n{}",
+            self::ranges(members[0])
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Waits until the leaders of the ranges are spread over `members`: every
+/// member leads some, none more than three above another (the balance
+/// moves a leadership while one node leads two more than a voter of that
+/// range; range 0's leader counts one more). Returns the leaders per
+/// member.
+fn leaders_spread(members: &[&Node], what: &str) -> Vec<usize> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let leading: Vec<usize> = members
+            .iter()
+            .map(|n| {
+                field(&n.info_ranges(), "ranges_leading")
+                    .parse()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let (lo, hi) = (
+            leading.iter().min().copied().unwrap_or(0),
+            leading.iter().max().copied().unwrap_or(0),
+        );
+        if lo > 0 && hi <= lo + 3 {
+            return leading;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: leaders not spread: {leading:?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// A node whose Raft traffic runs through a proxy that `cut` can close.
+fn proxied(root: &std::path::Path, id: u64, cut: &std::sync::Arc<Cut>) -> (Node, Proxy) {
+    let mut n = Node::new(root, id);
+    let p = Proxy::start(id, n.raft, cut.clone());
+    n.advertise = Some(p.addr);
+    (n, p)
+}
+
+/// The acceptance run of ranges: five processes, writers through the
+/// `redis` crate on every node from start to end, data that grows until
+/// the keyspace has split into 16 or more ranges, each placed on three of
+/// the five nodes; while it splits and moves, random nodes are killed
+/// with SIGKILL and started again, one at a time, and one is cut off from
+/// the others for a few seconds. Then a sixth node is added and takes its
+/// share of the replicas, and a node is removed and hands its replicas to
+/// the others, writers still running. Afterwards every acknowledged write
+/// is there with its value (or a later one sent, whose answer was lost),
+/// through every member, and every key is listed once.
+#[test]
+fn five_nodes_split_into_sixteen_ranges_under_kills_and_a_partition() {
+    use rand::{Rng, SeedableRng};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    let seed: u64 = support::env_number("COMBKV_RANGES_SEED", rand::random());
+    eprintln!("COMBKV_RANGES_SEED={seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let root = root("life");
+    let cut = Arc::new(Cut::default());
+    let (mut nodes, mut proxies): (Vec<Node>, Vec<Proxy>) =
+        (1..=5).map(|id| proxied(&root, id, &cut)).unzip();
+    let list = peers(&nodes.iter().collect::<Vec<_>>());
+    let args = [
+        "--cluster-range-split-bytes",
+        "64kb",
+        "--cluster-range-replicas",
+        "3",
+    ];
+    for n in &mut nodes {
+        n.start_with(&list, &args);
+    }
+    find_leader(&nodes);
+    wait_serving(&nodes);
+    let started = Instant::now();
+    let log = |what: &str| eprintln!("{:6.1} s: {what}", started.elapsed().as_secs_f64());
+
+    const WRITERS: usize = 4;
+    const KEYS: usize = 1000;
+    let addrs = Arc::new(Mutex::new(nodes.iter().map(|n| n.resp).collect::<Vec<_>>()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|t| {
+            let (addrs, stop) = (Arc::clone(&addrs), Arc::clone(&stop));
+            std::thread::spawn(move || range_writer(t, KEYS, &addrs, &stop))
+        })
+        .collect();
+    let number_of_ranges = |nodes: &[Node]| {
+        nodes
+            .iter()
+            .filter(|n| n.child.is_some())
+            .filter_map(|n| n.try_status().map(|_| n.info_ranges()))
+            .map(|r| field(&r, "ranges").parse::<usize>().unwrap_or(0))
+            .max()
+            .unwrap_or(0)
+    };
+    let wait_ranges = |nodes: &[Node], n: usize, within: u64| {
+        let deadline = Instant::now() + Duration::from_secs(within);
+        while number_of_ranges(nodes) < n {
+            assert!(Instant::now() < deadline, "fewer than {n} ranges");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+
+    // Disruptions, one at a time, once the keyspace has begun to split:
+    // three kills of random nodes and a partition, in a random order.
+    wait_ranges(&nodes, 2, 120);
+    let mut plan = vec![None, None, None, Some(())];
+    for i in (1..plan.len()).rev() {
+        plan.swap(i, rng.random_range(0..=i));
+    }
+    for partition in plan {
+        let victim = rng.random_range(0..nodes.len());
+        let id = nodes[victim].id;
+        let ranges_now = number_of_ranges(&nodes);
+        if partition.is_some() {
+            log(&format!("cut node {id} off ({ranges_now} ranges)"));
+            cut.isolate(id);
+            std::thread::sleep(Duration::from_millis(rng.random_range(2000..4000)));
+            cut.heal();
+            log(&format!("node {id} reconnected"));
+        } else {
+            log(&format!("kill -9 node {id} ({ranges_now} ranges)"));
+            nodes[victim].kill();
+            std::thread::sleep(Duration::from_millis(rng.random_range(200..1500)));
+            nodes[victim].start_with(&list, &args);
+            log(&format!("node {id} restarted"));
+        }
+        wait_serving(&nodes);
+        std::thread::sleep(Duration::from_millis(rng.random_range(500..1500)));
+    }
+    wait_ranges(&nodes, 16, 240);
+    let (n, hosted, leading) = placement_settled(
+        &nodes.iter().collect::<Vec<_>>(),
+        16,
+        Duration::from_secs(240),
+        "five nodes",
+    );
+    log(&format!(
+        "{n} ranges placed on five nodes: replicas {hosted:?}, leaders {leading:?}"
+    ));
+
+    // A sixth node joins while the writers go on, and takes its share.
+    let (mut sixth, p) = proxied(&root, 6, &cut);
+    proxies.push(p);
+    sixth.start_with("", &args);
+    let (ok, said) = admin(
+        find_leader(&nodes),
+        &["add", "6", &sixth.raft_reached_at().to_string()],
+        Duration::from_secs(60),
+    );
+    assert!(ok, "{said}");
+    nodes.push(sixth);
+    addrs.lock().unwrap().push(nodes[5].resp);
+    let (n, hosted, leading) = placement_settled(
+        &nodes.iter().collect::<Vec<_>>(),
+        16,
+        Duration::from_secs(240),
+        "six nodes",
+    );
+    log(&format!(
+        "{n} ranges placed on six nodes: replicas {hosted:?}, leaders {leading:?}"
+    ));
+    assert!(hosted[5] > 0, "the sixth node holds no range: {hosted:?}");
+    let leading = leaders_spread(&nodes.iter().collect::<Vec<_>>(), "six nodes");
+    log(&format!("leaders spread over six nodes: {leading:?}"));
+
+    // A node leaves while the writers go on: its replicas go to the others.
+    let leader_id = find_leader(&nodes).id;
+    let gone = (1..=5).find(|&i| i != leader_id).unwrap();
+    let (ok, said) = admin(
+        find_leader(&nodes),
+        &["remove", &gone.to_string()],
+        Duration::from_secs(60),
+    );
+    assert!(ok, "{said}");
+    let stay: Vec<&Node> = nodes.iter().filter(|n| n.id != gone).collect();
+    let (n, hosted, leading) =
+        placement_settled(&stay, 16, Duration::from_secs(240), "after a removal");
+    log(&format!(
+        "node {gone} removed; {n} ranges on the other five: replicas {hosted:?}, leaders {leading:?}"
+    ));
+    stop.store(true, Ordering::Relaxed);
+    let seen: Vec<Seen> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+    let gone_node = nodes.iter().position(|n| n.id == gone).unwrap();
+    nodes[gone_node].kill();
+
+    // Every acknowledged write, through every member; every key listed
+    // once, and counted once.
+    let mut present = Vec::new();
+    for n in nodes.iter().filter(|n| n.id != gone) {
+        let mut con = n.connect();
+        present.clear();
+        for (t, keys) in seen.iter().enumerate() {
+            let names: Vec<String> = (0..keys.len()).map(|k| format!("w{t}-{k:04}")).collect();
+            for (chunk, part) in names.chunks(100).zip(keys.chunks(100)) {
+                let got: Vec<Option<String>> =
+                    redis::cmd("MGET").arg(chunk).query(&mut con).unwrap();
+                for ((name, v), &(acked, sent)) in chunk.iter().zip(got).zip(part) {
+                    let round: usize = v.as_ref().map_or(0, |v| v[..6].parse().unwrap());
+                    assert!(
+                        round >= acked && round <= sent,
+                        "node {}: {name} is at round {round}, acknowledged {acked}, sent {sent} \
+                         (COMBKV_RANGES_SEED={seed})",
+                        n.id
+                    );
+                    if v.is_some() {
+                        present.push(name.clone());
+                    }
+                }
+            }
+        }
+        present.sort();
+        let listed: Vec<String> = redis::cmd("RANGE")
+            .arg("-")
+            .arg("+")
+            .arg("KEYSONLY")
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(listed, present, "node {}", n.id);
+        let count: usize = redis::cmd("DBSIZE").query(&mut con).unwrap();
+        assert_eq!(count, present.len(), "node {}", n.id);
+    }
+    log(&format!(
+        "{} keys, every acknowledged write found through every member",
+        present.len()
+    ));
+    drop(nodes);
+    drop(proxies);
+    let _ = std::fs::remove_dir_all(&root);
+}
