@@ -162,6 +162,11 @@ pub struct ServeArgs {
     /// 0: ranges stay on the nodes of the range they were split from).
     #[arg(long, env = "COMBKV_CLUSTER_RANGE_REPLICAS", value_name = "N")]
     cluster_range_replicas: Option<u64>,
+    /// Place a node that has not answered for this many seconds as if it
+    /// had left the cluster: the ranges it holds get replicas on the other
+    /// nodes (default 1800; 0: never).
+    #[arg(long, env = "COMBKV_CLUSTER_NODE_DOWN_SECONDS", value_name = "SECONDS")]
+    cluster_node_down_seconds: Option<u64>,
     /// If the write-ahead log is corrupt (damage followed by valid data, not
     /// a torn tail), cut it there and start instead of refusing: what
     /// `combkv check --repair` does. The dropped data is kept as .discarded
@@ -297,6 +302,9 @@ fn config(args: &ServeArgs) -> Result<(ServerConfig, bool), String> {
     }
     if let Some(v) = args.cluster_range_replicas {
         c.cluster_range_replicas = v;
+    }
+    if let Some(v) = args.cluster_node_down_seconds {
+        c.cluster_node_down_seconds = v;
     }
     c.validate()?;
     let truncate = c.wal_truncate_corrupt;

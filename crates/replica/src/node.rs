@@ -83,6 +83,11 @@ pub struct ReplicaConfig {
     /// another; 0: ranges keep the members they were split with; the
     /// server's `cluster-range-replicas`).
     pub range_replicas: usize,
+    /// A cluster member that has not answered the meta group's leader for
+    /// this long is placed as if it had left: the ranges it holds replicas
+    /// of get replicas elsewhere (None: never; the server's
+    /// `cluster-node-down-seconds`).
+    pub node_down_after: Option<std::time::Duration>,
 }
 
 impl ReplicaConfig {
@@ -107,6 +112,7 @@ impl ReplicaConfig {
             groups_dir: None,
             split_bytes: 0,
             range_replicas: 0,
+            node_down_after: Some(std::time::Duration::from_secs(30 * 60)),
         }
     }
 

@@ -646,3 +646,146 @@ fn ranges_spread_over_five_nodes_three_replicas_each() {
         }
     });
 }
+
+/// Starts node `id` of `cl` with ranges that split by size and are placed
+/// on three nodes each, a node down for 5 s placed as gone.
+async fn start_placing(cl: &Cluster, id: u64) {
+    let host = combkv_replica::Host::simulated(id, &cl.net);
+    let mut c = config(&cl.dir, id, 0, &cl.storage[&(id, 0)]);
+    c.split_bytes = 64 << 10;
+    c.range_replicas = 3;
+    c.node_down_after = Some(Duration::from_secs(5));
+    host.start_group(0, &c).await.unwrap();
+    host.start_split_groups().await.unwrap();
+    cl.net.set_down(id, false);
+    cl.nodes.lock().insert(id, host);
+}
+
+/// Whether every range but range 0 is on three of `on`, as the map says
+/// and as its leader's membership says, and the scheduler has no step
+/// left over `on`.
+fn placed_on(cl: &Cluster, on: &[u64]) -> Option<combkv_replica::ranges::RangeMap> {
+    let map = cl.replica(on[0], 0)?.range_map()?;
+    let all_placed = map.ranges().filter(|r| r.id != 0).all(|r| {
+        r.voters.len() == 3
+            && r.voters.iter().all(|v| on.contains(v))
+            && r.voters
+                .iter()
+                .find_map(|&id| cl.replica(id, r.id).filter(|x| x.is_leader()))
+                .is_some_and(|l| {
+                    let mut m: Vec<u64> = l.status().nodes.iter().map(|n| n.0).collect();
+                    m.sort_unstable();
+                    m == r.voters
+                })
+    });
+    (all_placed && combkv_replica::ranges::next_placement(&map, on, 3).is_none()).then_some(map)
+}
+
+/// A node down longer than the setting is placed as gone: five nodes with
+/// ranges on three each; node 5 stops, and once 5 s have passed every
+/// range it held gets a third replica on the other four, every key still
+/// on each of its range's replicas. Node 5, back, has its stale replicas
+/// deleted and is given its share again.
+#[test]
+fn the_ranges_of_a_node_down_past_the_setting_are_re_replicated() {
+    const FIVE: u64 = 5;
+    const KEYS: usize = 2000;
+    simulate("groups-down", |dir| async move {
+        let cl = Cluster::new(dir.clone(), SimNet::new(9, Faults::NONE), FIVE, 0);
+        for id in 1..=FIVE {
+            start_placing(&cl, id).await;
+        }
+        cl.form(&(1..=FIVE).collect::<Vec<_>>()).await;
+        let value = vec![b'v'; 100];
+        let key = |n: usize| format!("key{n:06}").into_bytes();
+        for n in 0..KEYS {
+            let k = key((n * 7919) % KEYS);
+            let mut written = false;
+            for _ in 0..2000 {
+                let r = cl.replica(1, 0).unwrap().range_map().and_then(|map| {
+                    let desc = map.route(&k).clone();
+                    desc.voters.iter().find_map(|&id| cl.replica(id, desc.id))
+                });
+                if let Some(r) = r
+                    && matches!(r.write(1, put_op(&k, &value)).await, Ok(res) if res[0].is_ok())
+                {
+                    written = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert!(written, "key {n} never written");
+        }
+        let all: Vec<u64> = (1..=FIVE).collect();
+        let mut map = None;
+        for _ in 0..6000 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            map = placed_on(&cl, &all);
+            if map.is_some() {
+                break;
+            }
+        }
+        let map = map.expect("the placement never settled on five nodes");
+        let on_five = map
+            .ranges()
+            .filter(|r| r.voters.contains(&5) && r.id != 0)
+            .count();
+        assert!(on_five > 0, "node 5 holds no range: {map:?}");
+        eprintln!("{} ranges placed, {on_five} on node 5", map.len());
+
+        cl.stop(5).await;
+        let stopped = tokio::time::Instant::now();
+        let four: Vec<u64> = (1..=4).collect();
+        let mut map = None;
+        for _ in 0..6000 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            map = placed_on(&cl, &four);
+            if map.is_some() {
+                break;
+            }
+        }
+        let map = map.expect("node 5's ranges were never placed on the other four");
+        let took = stopped.elapsed();
+        eprintln!(
+            "{on_five} ranges on node 5 re-replicated on the other four {:.1} s after it stopped",
+            took.as_secs_f64()
+        );
+        // Its last answer came up to a second (a survey's period) before
+        // it stopped.
+        assert!(
+            took >= Duration::from_secs(4),
+            "placed as gone after {took:?}"
+        );
+        for r in map.ranges().filter(|r| r.id != 0) {
+            converge_on(&cl, r.id, &r.voters).await.unwrap();
+        }
+        for n in 0..KEYS {
+            let r = map.route(&key(n));
+            // Range 0 follows the membership, node 5 still in it.
+            for &id in r.voters.iter().filter(|&&id| id != 5) {
+                let store = cl.replica(id, r.id).unwrap().current_store();
+                assert!(
+                    store.get(&key(n)).unwrap().is_some(),
+                    "key {n} missing on node {id}'s replica of range {}",
+                    r.id
+                );
+            }
+        }
+
+        // Back: its stale replicas go, and it is given replicas again.
+        start_placing(&cl, 5).await;
+        let mut back = false;
+        for _ in 0..6000 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let stats = cl.nodes.lock().get(&5).unwrap().range_stats();
+            if placed_on(&cl, &all).is_some() && stats.stale == 0 && stats.hosted > 1 {
+                back = true;
+                break;
+            }
+        }
+        assert!(back, "node 5 was not given its share again");
+        for id in 1..=FIVE {
+            cl.stop(id).await;
+        }
+    });
+}

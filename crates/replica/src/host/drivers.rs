@@ -2,8 +2,8 @@
 //! into line with the range map: splits the map recorded (`drive_splits`),
 //! replicas the map moved (`drive_replicas`), and ranges grown past the
 //! split size (`split_large`), every 100 ms (sizes once a second); and on
-//! the meta group's leader, the placement of replicas (`schedule`) and the
-//! spread of leaders (`leaders`), once a second.
+//! the meta group's leader, once a second, the placement of replicas and
+//! the spread of leaders (`scheduler`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -195,40 +195,6 @@ impl Host {
         }
     }
 
-    /// On the node that leads group 0: one step of the placement the
-    /// `range_replicas` setting asks for (`ranges::next_placement`), told
-    /// to the map; the ranges' leaders carry it out (`drive_replicas`).
-    async fn schedule(&self) {
-        let Some(meta) = self.group(0).filter(|g| g.is_leader()) else {
-            return;
-        };
-        let Some(replicas) = self
-            .0
-            .template
-            .lock()
-            .as_ref()
-            .map(|t| t.range_replicas)
-            .filter(|&n| n > 0)
-        else {
-            return;
-        };
-        let Some(map) = meta.range_map() else { return };
-        let voters: Vec<NodeId> = meta
-            .status()
-            .nodes
-            .iter()
-            .filter(|n| n.2)
-            .map(|n| n.0)
-            .collect();
-        let Some((range, want)) = crate::ranges::next_placement(&map, &voters, replicas) else {
-            return;
-        };
-        match self.set_replicas(range, want.clone(), Vec::new()).await {
-            Ok(()) => tracing::info!("range {range} is to be placed on nodes {want:?}"),
-            Err(e) => tracing::debug!("placing range {range} on {want:?} waits: {e}"),
-        }
-    }
-
     /// Deletes the replicas a move left on this node: a group the range
     /// map names no replica of here, whose leader answers, with its
     /// membership committed, that this node is no member. The removal
@@ -253,6 +219,7 @@ impl Host {
             Some(r0) => self.no_member(0, &r0.voters, &addrs).await,
             None => false,
         };
+        self.0.left_cluster.store(out_of_cluster, Ordering::Relaxed);
         for g in self.groups() {
             // A range merged away (not in the map) waits for merges.
             let Some(desc) = map.get(g).filter(|_| g != 0) else {
@@ -336,7 +303,6 @@ impl Host {
                 if turn % 10 == 0 {
                     host.split_large().await;
                     host.schedule().await;
-                    host.balance_leaders().await;
                 }
                 if turn % 10 == 5 {
                     host.drop_moved_away().await;

@@ -3,10 +3,10 @@
 //! stayed up while others restarted, or one just added, can lead far more
 //! or fewer ranges than the others: every write and linearizable read of a
 //! range goes through its leader, so a node leading many carries the load
-//! of many. Once a second, the meta group's leader asks every member which
-//! ranges it leads and, when one node leads at least two more ranges than
-//! a voter of one of them, has that range's leadership handed to that voter
-//! (`Replica::hand_over`), one hand-over at a time. The rule is the one
+//! of many. Once a second, the meta group's leader learns which ranges
+//! every member leads (`scheduler`) and, when one node leads at least two
+//! more ranges than a voter of one of them, has that range's leadership
+//! handed to that voter (`Replica::hand_over`), one hand-over at a time. The rule is the one
 //! placement follows for replicas: no node leads two ranges more than
 //! another that could lead them. Range 0 (the meta group) stays where it
 //! is, and nothing moves while placement still has a step to take.
@@ -19,10 +19,12 @@ use tokio::time::Instant;
 
 use super::Host;
 use crate::ranges::RangeMap;
+use crate::replica::Replica;
 use crate::rpc::{Request, Response};
 use crate::types::{GroupId, NodeId};
 
-/// How long a node waits for another to say which ranges it leads.
+/// How long the meta group's leader waits for a range's leader to take
+/// a hand-over on.
 const ASK_TIMEOUT: Duration = Duration::from_secs(1);
 /// The time after a hand-over is ordered before the next: a hand-over
 /// takes about a leader lease and an election.
@@ -37,12 +39,15 @@ impl Host {
             .collect()
     }
 
-    /// On the node that leads group 0: one step toward leaders spread
-    /// evenly (see the module's documentation).
-    pub(super) async fn balance_leaders(&self) {
-        let Some(meta) = self.group(0).filter(|g| g.is_leader()) else {
-            return;
-        };
+    /// On the node that leads group 0, given which ranges each member
+    /// that answered leads (`led`): one step toward leaders spread evenly
+    /// (see the module's documentation).
+    pub(super) async fn balance_leaders(
+        &self,
+        meta: &Replica,
+        map: &RangeMap,
+        led: &BTreeMap<NodeId, Vec<GroupId>>,
+    ) {
         if self
             .0
             .last_leader_move
@@ -51,44 +56,8 @@ impl Host {
         {
             return;
         }
-        let Some(map) = meta.range_map() else { return };
-        if map.len() < 2 {
-            return;
-        }
-        let members: Vec<NodeId> = meta
-            .status()
-            .nodes
-            .iter()
-            .filter(|n| n.2)
-            .map(|n| n.0)
-            .collect();
-        let replicas = self.0.template.lock().as_ref().map(|t| t.range_replicas);
-        if let Some(n) = replicas.filter(|&n| n > 0)
-            && crate::ranges::next_placement(&map, &members, n).is_some()
-        {
-            return;
-        }
-        let addrs = super::member_addrs(&meta);
-        // Which ranges each member leads; one that does not answer (down,
-        // or cut off) is left out: it can take no leadership now.
-        let mut led = BTreeMap::new();
-        for &m in &members {
-            if m == self.0.id {
-                led.insert(m, self.leading());
-                continue;
-            }
-            let Some(addr) = addrs.get(&m) else { continue };
-            let answer = self
-                .0
-                .transport
-                .call(m, addr, Request::Leading, ASK_TIMEOUT)
-                .await;
-            if let Ok(Response::Leading(groups)) = answer {
-                led.insert(m, groups);
-            }
-        }
-        tracing::trace!("leaders: {led:?}");
-        let Some((g, from, to)) = next_leader_move(&map, &led) else {
+        let addrs = super::member_addrs(meta);
+        let Some((g, from, to)) = next_leader_move(map, led) else {
             return;
         };
         let order = Request::for_group(g, Request::HandOver(to));

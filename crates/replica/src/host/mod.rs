@@ -33,9 +33,16 @@ use crate::types::{GroupId, NodeId};
 mod drivers;
 mod leaders;
 mod remote;
+mod scheduler;
 
 /// The suffix of a deleted group's directory, renamed aside.
 const REMOVING: &str = ".removing";
+/// The suffix of the empty file a deleted group leaves in its place, so
+/// that its parent's split, applied again from the parent's log after a
+/// restart, does not seed and start it again (group ids are never used
+/// twice). A leader's message still starts an empty replica of it, should
+/// the map place the range here again.
+const GONE: &str = ".gone";
 mod router;
 
 pub use router::{Routed, route_op};
@@ -62,6 +69,16 @@ struct Inner {
     /// handed over (the next waits until that one has settled).
     /// (tokio's clock, which a simulation runs.)
     last_leader_move: Mutex<Option<tokio::time::Instant>>,
+    /// When each member last answered this node while it leads the meta
+    /// group (None while it does not: a new leader starts afresh).
+    last_seen: Mutex<Option<HashMap<NodeId, tokio::time::Instant>>>,
+    /// Set once this node has learned it was removed from the cluster
+    /// (`drop_moved_away`): it starts no range replica on a peer's message
+    /// any more. Its map may still name it (it never applied its removal),
+    /// and a replica started again, the leader it was, would take its
+    /// range's lead back for a moment each time and keep the others from
+    /// electing a leader that carries out the map's replacement.
+    left_cluster: std::sync::atomic::AtomicBool,
 }
 
 /// Counts of what a node's groups did to ranges since it started.
@@ -163,6 +180,8 @@ impl Host {
             starting: tokio::sync::Mutex::new(()),
             counts: Counts::default(),
             last_leader_move: Mutex::new(None),
+            last_seen: Mutex::new(None),
+            left_cluster: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -270,6 +289,7 @@ impl Host {
     /// from some other cluster, or for a group the node was never given).
     fn expects(&self, group: GroupId) -> bool {
         group != 0
+            && !self.0.left_cluster.load(Ordering::Relaxed)
             && self
                 .group(0)
                 .and_then(|g| g.shared_range_map())
@@ -329,6 +349,10 @@ impl Host {
                 inner.counts.splits.fetch_add(1, Ordering::Relaxed);
             }
             let dir = config.for_split_group(group).dir;
+            if dir.with_extension(&GONE[1..]).exists() {
+                tracing::debug!("range {group} moved away from this node before: not seeded again");
+                return;
+            }
             if let Err(e) = seed_split_group(&dir, &child) {
                 tracing::error!(
                     "seeding group {group} at {}: {e}; its leader sends it a snapshot instead",
@@ -454,6 +478,9 @@ impl Host {
         };
         let config = template.for_split_group(group);
         let aside = template.groups_dir().join(format!("{group}{REMOVING}"));
+        // The mark first: whatever a crash leaves of the rest, the parent's
+        // split never seeds the group again.
+        std::fs::write(template.groups_dir().join(format!("{group}{GONE}")), b"")?;
         match std::fs::rename(&config.dir, &aside) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

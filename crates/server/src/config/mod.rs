@@ -268,6 +268,10 @@ pub struct ServerConfig {
     /// group's leader so that nodes hold similar numbers of replicas (0:
     /// ranges stay on the nodes of the range they were split from).
     pub cluster_range_replicas: u64,
+    /// A cluster member that has not answered the meta group's leader for
+    /// this many seconds is placed as if it had left: the ranges it holds
+    /// replicas of get replicas on the other nodes (0: never).
+    pub cluster_node_down_seconds: u64,
     /// Cut a corrupt write-ahead log (damage followed by valid data) and
     /// start, instead of refusing to: what `combkv check --repair` does.
     pub wal_truncate_corrupt: bool,
@@ -434,6 +438,7 @@ impl Default for ServerConfig {
             cluster_log_cache_bytes: ByteSize(64 << 20),
             cluster_range_split_bytes: ByteSize(0),
             cluster_range_replicas: 0,
+            cluster_node_down_seconds: 1800,
             wal_truncate_corrupt: false,
             checkpoint_deltas: true,
             learned_search: false,
@@ -913,6 +918,10 @@ impl ServerConfig {
             (
                 "cluster-range-replicas",
                 self.cluster_range_replicas.to_string(),
+            ),
+            (
+                "cluster-node-down-seconds",
+                self.cluster_node_down_seconds.to_string(),
             ),
             (
                 "wal-truncate-corrupt",
