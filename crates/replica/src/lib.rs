@@ -52,7 +52,7 @@ mod tally;
 pub mod types;
 mod watch;
 
-pub use client::{REQUEST_TIMEOUT, Results};
+pub use client::{REQUEST_TIMEOUT, Results, count_within};
 pub use error::{ClusterError, StartError};
 pub use host::{Host, RangeStats, Routed, route_op};
 pub use log_store::{LogOptions, LogStore, OpenError, OpenReport, SyncPolicy};

@@ -70,8 +70,18 @@ pub enum RemoteRead {
         /// Descending key order.
         reverse: bool,
     },
-    /// How many live keys the range holds.
-    Count,
+    /// How many live keys the range holds from `start` up to `end` (none:
+    /// to the end of the keyspace): the range's bounds as the asker's map
+    /// gives them. A replica whose own bounds are wider (it has not applied
+    /// a split the asker's map records) counts only those; one whose bounds
+    /// do not hold them refuses.
+    Count {
+        /// The range's first key.
+        #[serde(with = "serde_bytes")]
+        start: Vec<u8>,
+        /// Its end (exclusive).
+        end: Option<Vec<u8>>,
+    },
 }
 
 /// An item as a remote read answers it.

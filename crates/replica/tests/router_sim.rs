@@ -129,7 +129,10 @@ fn a_batch_across_ranges_lands_in_order_and_a_cross_range_write_is_refused() {
                 1,
                 vec![
                     RemoteRead::Get(b"x".to_vec()),
-                    RemoteRead::Count,
+                    RemoteRead::Count {
+                        start: b"k".to_vec(),
+                        end: None,
+                    },
                     RemoteRead::Range {
                         start: Bound::Included(b"k".to_vec()),
                         end: Bound::Unbounded,

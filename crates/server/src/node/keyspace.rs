@@ -167,11 +167,31 @@ impl<'a> Keyspace<'a> {
             let mut n = 0;
             for r in map.ranges() {
                 n += match Self::source(cluster, r)? {
-                    Source::Local(s) => s.len(),
-                    Source::Remote(id) => Self::remote(cluster, id, vec![RemoteRead::Count])?
-                        .first()
-                        .and_then(|i| i.first())
-                        .map_or(0, |it| it.version),
+                    // The replica read may hold more than the range: the
+                    // range's parent, or the range itself before it has
+                    // applied a split the map records.
+                    Source::Local(s) => {
+                        let bounds = cluster
+                            .range_replica(r.id)
+                            .or_else(|| cluster.replica_holding(&r.start))
+                            .map(|x| x.bounds());
+                        match bounds {
+                            Some(b) => {
+                                combkv_replica::count_within(&s, &b, &r.start, r.end.as_deref())?
+                            }
+                            None => s.len(),
+                        }
+                    }
+                    Source::Remote(id) => {
+                        let count = RemoteRead::Count {
+                            start: r.start.clone(),
+                            end: r.end.clone(),
+                        };
+                        Self::remote(cluster, id, vec![count])?
+                            .first()
+                            .and_then(|i| i.first())
+                            .map_or(0, |it| it.version)
+                    }
                 };
             }
             Ok(n)
