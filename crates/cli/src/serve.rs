@@ -167,6 +167,11 @@ pub struct ServeArgs {
     /// nodes (default 1800; 0: never).
     #[arg(long, env = "COMBKV_CLUSTER_NODE_DOWN_SECONDS", value_name = "SECONDS")]
     cluster_node_down_seconds: Option<u64>,
+    /// Split a range whose writes stay at or above this many a second for
+    /// three seconds, at the middle of its sampled keys (default 0: never
+    /// by load).
+    #[arg(long, env = "COMBKV_CLUSTER_RANGE_SPLIT_LOAD", value_name = "WRITES")]
+    cluster_range_split_load: Option<u64>,
     /// If the write-ahead log is corrupt (damage followed by valid data, not
     /// a torn tail), cut it there and start instead of refusing: what
     /// `combkv check --repair` does. The dropped data is kept as .discarded
@@ -305,6 +310,9 @@ fn config(args: &ServeArgs) -> Result<(ServerConfig, bool), String> {
     }
     if let Some(v) = args.cluster_node_down_seconds {
         c.cluster_node_down_seconds = v;
+    }
+    if let Some(v) = args.cluster_range_split_load {
+        c.cluster_range_split_load = v;
     }
     c.validate()?;
     let truncate = c.wal_truncate_corrupt;

@@ -36,6 +36,7 @@ mod group_commit;
 mod handover;
 mod health;
 mod host;
+mod load;
 pub mod log_store;
 mod membership;
 pub mod network;

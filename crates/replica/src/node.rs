@@ -88,6 +88,11 @@ pub struct ReplicaConfig {
     /// of get replicas elsewhere (None: never; the server's
     /// `cluster-node-down-seconds`).
     pub node_down_after: Option<std::time::Duration>,
+    /// A range whose group applies this many write ops a second or more,
+    /// several seconds in a row, is split by its leader at the middle of
+    /// its sampled keys (0: never by load; the server's
+    /// `cluster-range-split-load`).
+    pub split_load: u64,
 }
 
 impl ReplicaConfig {
@@ -113,6 +118,7 @@ impl ReplicaConfig {
             split_bytes: 0,
             range_replicas: 0,
             node_down_after: Some(std::time::Duration::from_secs(30 * 60)),
+            split_load: 0,
         }
     }
 

@@ -407,3 +407,81 @@ fn ranges_split_by_size_on_their_own() {
         }
     });
 }
+
+/// A range splits by load: with `split_load` at 50 writes a second, a
+/// writer at 10 a second for 10 s splits nothing; one writing as fast as
+/// the group applies, to the keys `hot000` to `hot099` among a few cold
+/// keys on both sides, splits range 0 within seconds, at a key among the
+/// hot ones near their middle, and every key is still there.
+#[test]
+fn a_range_splits_by_load_at_the_middle_of_its_writes() {
+    simulate("groups-load", |dir| async move {
+        let cl = Cluster::new(dir.clone(), SimNet::new(6, Faults::NONE), NODES, 0);
+        for id in 1..=NODES {
+            let host = Host::simulated(id, &cl.net);
+            let mut c = config(&cl.dir, id, 0, &cl.storage[&(id, 0)]);
+            c.split_load = 50;
+            host.start_group(0, &c).await.unwrap();
+            cl.nodes.lock().insert(id, host);
+        }
+        cl.form(&(1..=NODES).collect::<Vec<_>>()).await;
+        let write = |k: Vec<u8>| {
+            let cl = Arc::clone(&cl);
+            async move {
+                for _ in 0..500 {
+                    let map = cl.replica(1, 0).unwrap().range_map();
+                    let r = map.and_then(|m| cl.replica(1, m.route(&k).id));
+                    if let Some(r) = r
+                        && matches!(r.write(1, put_op(&k, b"v")).await, Ok(res) if res[0].is_ok())
+                    {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                panic!("{} never written", String::from_utf8_lossy(&k));
+            }
+        };
+        for k in ["a1", "a2", "z1", "z2"] {
+            write(k.as_bytes().to_vec()).await;
+        }
+        let ranges = || cl.replica(1, 0).unwrap().range_map().unwrap().len();
+        for i in 0..100 {
+            write(format!("hot{:03}", i % 100).into_bytes()).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(ranges(), 1, "split at 10 writes a second");
+        let started = tokio::time::Instant::now();
+        let mut i = 0;
+        while ranges() == 1 {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "no split by load in 30 s"
+            );
+            write(format!("hot{:03}", (i * 37) % 100).into_bytes()).await;
+            i += 1;
+        }
+        let map = cl.replica(1, 0).unwrap().range_map().unwrap();
+        let at = map.ranges().nth(1).unwrap().start.clone();
+        eprintln!(
+            "split after {i} writes in {:.1} s at {}",
+            started.elapsed().as_secs_f64(),
+            String::from_utf8_lossy(&at)
+        );
+        assert!(
+            at.as_slice() > b"hot020".as_slice() && at.as_slice() < b"hot080".as_slice(),
+            "split at {}",
+            String::from_utf8_lossy(&at)
+        );
+        for r in map.ranges() {
+            converge(&cl, r.id).await.unwrap();
+        }
+        let held: u64 = map
+            .ranges()
+            .map(|r| cl.replica(2, r.id).unwrap().current_store().len())
+            .sum();
+        assert_eq!(held, 104, "every key, once");
+        for id in 1..=NODES {
+            cl.stop(id).await;
+        }
+    });
+}

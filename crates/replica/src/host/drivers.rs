@@ -1,9 +1,10 @@
 //! What every node does in the background to bring the ranges it leads
 //! into line with the range map: splits the map recorded (`drive_splits`),
 //! replicas the map moved (`drive_replicas`), and ranges grown past the
-//! split size (`split_large`), every 100 ms (sizes once a second); and on
-//! the meta group's leader, once a second, the placement of replicas and
-//! the spread of leaders (`scheduler`).
+//! split size (`split_large`) or load (`split_busy`), every 100 ms (sizes
+//! and loads once a second); and on the meta group's leader, once a
+//! second, the placement of replicas and the spread of leaders
+//! (`scheduler`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -11,6 +12,11 @@ use std::sync::atomic::Ordering;
 use super::Host;
 use crate::rpc::{Request, Response};
 use crate::types::NodeId;
+
+/// Seconds in a row a range's writes must stay at or above the split load
+/// before it splits (TiKV waits 10; a shorter wait suits the small
+/// clusters combkv runs on, and a spike of a second or two never splits).
+const BUSY_SECONDS: u32 = 3;
 
 /// How long a node waits for a range's leader to say who its members are.
 const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -195,6 +201,47 @@ impl Host {
         }
     }
 
+    /// Splits each range this node leads whose group has applied at least
+    /// the `split_load` setting's writes a second for `BUSY_SECONDS` takes
+    /// in a row, at the middle of its sampled keys (`load`), recording the
+    /// split in the map first as [`Host::split`] does. Every replica's
+    /// count is taken, so that a new leader starts from its last second.
+    /// Once a second.
+    async fn split_busy(&self) {
+        let Some(limit) = self
+            .0
+            .template
+            .lock()
+            .as_ref()
+            .map(|t| t.split_load)
+            .filter(|&l| l > 0)
+        else {
+            return;
+        };
+        for g in self.groups() {
+            let Some(r) = self.group(g) else { continue };
+            let load = r.inner.sm.load();
+            let (rate, busy) = load.take(limit);
+            if busy < BUSY_SECONDS || !r.is_leader() {
+                continue;
+            }
+            let bounds = r.bounds();
+            let Some(at) = load.middle(&bounds.start, bounds.end.as_deref()) else {
+                continue;
+            };
+            match self.split(g, &at).await {
+                Ok(new) => {
+                    load.reset();
+                    tracing::info!(
+                        "range {g} applied {rate} writes a second for {busy} s (the split \
+                         load is {limit}): split into range {new} at the middle of its writes"
+                    );
+                }
+                Err(e) => tracing::debug!("range {g}: a split by load waits: {e}"),
+            }
+        }
+    }
+
     /// Deletes the replicas a move left on this node: a group the range
     /// map names no replica of here, whose leader answers, with its
     /// membership committed, that this node is no member. The removal
@@ -302,6 +349,7 @@ impl Host {
                 // Sizes are counted by scans: once a second.
                 if turn % 10 == 0 {
                     host.split_large().await;
+                    host.split_busy().await;
                     host.schedule().await;
                 }
                 if turn % 10 == 5 {

@@ -134,6 +134,8 @@ pub struct StateMachine {
     group: u64,
     /// Told of each split's new range.
     on_split: Option<SplitHook>,
+    /// The writes applied, for splits by load.
+    load: Arc<crate::load::Load>,
 }
 
 fn io_err(e: io::Error) -> StorageError {
@@ -206,6 +208,7 @@ impl StateMachine {
             keeps_map: false,
             group: 0,
             on_split: None,
+            load: Arc::default(),
         })
     }
 
@@ -215,6 +218,11 @@ impl StateMachine {
         self.group = group;
         self.on_split = on_split;
         self
+    }
+
+    /// The writes this group has applied lately (splits by load).
+    pub(crate) fn load(&self) -> &crate::load::Load {
+        &self.load
     }
 
     /// The bounds of the range this group serves.
@@ -400,6 +408,9 @@ impl StateMachine {
                             "a key outside {b}: the range was split; route the request again"
                         ))));
                         continue;
+                    }
+                    if let Some(key) = op.some_key() {
+                        self.load.note(key);
                     }
                     let r = store.apply_at(op, now);
                     if let Err(e @ combkv::Error::ReadOnly(_)) = &r {

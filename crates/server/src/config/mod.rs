@@ -272,6 +272,10 @@ pub struct ServerConfig {
     /// this many seconds is placed as if it had left: the ranges it holds
     /// replicas of get replicas on the other nodes (0: never).
     pub cluster_node_down_seconds: u64,
+    /// A range whose group applies this many write ops a second or more
+    /// for three seconds in a row is split by its leader at the middle of
+    /// its sampled keys (0: never by load).
+    pub cluster_range_split_load: u64,
     /// Cut a corrupt write-ahead log (damage followed by valid data) and
     /// start, instead of refusing to: what `combkv check --repair` does.
     pub wal_truncate_corrupt: bool,
@@ -439,6 +443,7 @@ impl Default for ServerConfig {
             cluster_range_split_bytes: ByteSize(0),
             cluster_range_replicas: 0,
             cluster_node_down_seconds: 1800,
+            cluster_range_split_load: 0,
             wal_truncate_corrupt: false,
             checkpoint_deltas: true,
             learned_search: false,
@@ -922,6 +927,10 @@ impl ServerConfig {
             (
                 "cluster-node-down-seconds",
                 self.cluster_node_down_seconds.to_string(),
+            ),
+            (
+                "cluster-range-split-load",
+                self.cluster_range_split_load.to_string(),
             ),
             (
                 "wal-truncate-corrupt",
