@@ -167,9 +167,10 @@ pub struct ServeArgs {
     /// nodes (default 1800; 0: never).
     #[arg(long, env = "COMBKV_CLUSTER_NODE_DOWN_SECONDS", value_name = "SECONDS")]
     cluster_node_down_seconds: Option<u64>,
-    /// Split a range whose writes stay at or above this many a second for
-    /// three seconds, at the middle of its sampled keys (default 0: never
-    /// by load).
+    /// Split a range whose requests (writes, and reads served by its
+    /// leader's node) stay at or above this many a second for three
+    /// seconds, at the middle of its sampled keys (default 0: never by
+    /// load).
     #[arg(long, env = "COMBKV_CLUSTER_RANGE_SPLIT_LOAD", value_name = "WRITES")]
     cluster_range_split_load: Option<u64>,
     /// If the write-ahead log is corrupt (damage followed by valid data, not

@@ -479,6 +479,9 @@ impl Replica {
             }
         }
         let store = self.current_store();
+        if let Some(ReadRequest::Get(k)) = requests.first() {
+            self.note_reads(requests.len() as u64, k);
+        }
         let mut out = BatchResults::new();
         store
             .read_batch(&requests, &mut out)

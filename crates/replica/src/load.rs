@@ -1,10 +1,12 @@
 //! How busy a range is, for splits by load: every replica counts the write
-//! ops its group applies and keeps a sample of their keys; once a second
-//! the range's leader reads and clears the count (`Host::split_busy`), and
-//! a range whose writes stay above the `split_load` setting for a few
-//! seconds splits at the middle of its sampled keys, so that each half
-//! takes about half the writes. Reads are served by every replica, mostly
-//! without its group, and are not counted.
+//! ops its group applies and the reads it serves (the server tells it,
+//! `Replica::note_reads`), and keeps a sample of their keys; once a second
+//! each node takes its replicas' counts (`Host::split_busy`), and the
+//! leader of a range whose requests stay above the `split_load` setting
+//! for a few seconds splits it at the middle of its sampled keys, so that
+//! each half takes about half of them. Writes are counted on every replica
+//! alike; reads only where they are served, so the leader sees the reads
+//! served at its node (and those other nodes send it).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -39,10 +41,19 @@ impl Default for Load {
 impl Load {
     /// Counts one write op of `key`.
     pub(crate) fn note(&self, key: &[u8]) {
-        let n = self.ops.fetch_add(1, Ordering::Relaxed);
-        if n.is_multiple_of(SAMPLE_EVERY) {
+        self.note_many(1, key);
+    }
+
+    /// Counts `n` requests, of which `key` is one (or near them all: a
+    /// batch's first key).
+    pub(crate) fn note_many(&self, n: u64, key: &[u8]) {
+        let before = self.ops.fetch_add(n, Ordering::Relaxed);
+        // A sample each time the count passes a multiple of SAMPLE_EVERY.
+        if before.is_multiple_of(SAMPLE_EVERY)
+            || before / SAMPLE_EVERY != (before + n - 1) / SAMPLE_EVERY
+        {
             let mut s = self.samples.lock();
-            let slot = (n / SAMPLE_EVERY) as usize % MAX_SAMPLES;
+            let slot = (before / SAMPLE_EVERY) as usize % MAX_SAMPLES;
             if s.len() < MAX_SAMPLES {
                 s.push(key.to_vec());
             } else {
@@ -125,5 +136,20 @@ mod tests {
             few.note(format!("k{i:03}").as_bytes());
         }
         assert_eq!(few.middle(b"", None), None, "7 samples");
+    }
+
+    /// A batch of reads counts each read and samples as often as single
+    /// requests would: one key per 16 counted.
+    #[test]
+    fn a_batch_counts_every_read_and_is_sampled_alike() {
+        let load = Load::default();
+        for i in 0..64 {
+            load.note_many(5, format!("k{i:03}").as_bytes());
+        }
+        assert_eq!(load.ops.load(Ordering::Relaxed), 320);
+        assert_eq!(load.samples.lock().len(), 20, "320 / 16");
+        let (rate, busy) = load.take(1);
+        assert!(rate > 0 && busy == 1);
+        assert_eq!(load.ops.load(Ordering::Relaxed), 0);
     }
 }

@@ -88,9 +88,10 @@ pub struct ReplicaConfig {
     /// of get replicas elsewhere (None: never; the server's
     /// `cluster-node-down-seconds`).
     pub node_down_after: Option<std::time::Duration>,
-    /// A range whose group applies this many write ops a second or more,
-    /// several seconds in a row, is split by its leader at the middle of
-    /// its sampled keys (0: never by load; the server's
+    /// A range that takes this many requests a second or more (write ops
+    /// its group applies, reads served by the leader's replica), several
+    /// seconds in a row, is split by its leader at the middle of its
+    /// sampled keys (0: never by load; the server's
     /// `cluster-range-split-load`).
     pub split_load: u64,
 }

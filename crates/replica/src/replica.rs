@@ -141,6 +141,14 @@ impl Replica {
             .any(|v| v == self.inner.id)
     }
 
+    /// Counts `n` reads this replica served, `key` one of them, toward its
+    /// range's load (splits by load).
+    pub fn note_reads(&self, n: u64, key: &[u8]) {
+        if n > 0 {
+            self.inner.sm.load().note_many(n, key);
+        }
+    }
+
     /// Whether this node is the leader now (as far as it knows).
     pub fn is_leader(&self) -> bool {
         self.inner.raft.metrics().borrow().current_leader == Some(self.inner.id)

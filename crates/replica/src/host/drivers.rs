@@ -13,7 +13,7 @@ use super::Host;
 use crate::rpc::{Request, Response};
 use crate::types::NodeId;
 
-/// Seconds in a row a range's writes must stay at or above the split load
+/// Seconds in a row a range's requests must stay at or above the split load
 /// before it splits (TiKV waits 10; a shorter wait suits the small
 /// clusters combkv runs on, and a spike of a second or two never splits).
 const BUSY_SECONDS: u32 = 3;
@@ -202,7 +202,8 @@ impl Host {
     }
 
     /// Splits each range this node leads whose group has applied at least
-    /// the `split_load` setting's writes a second for `BUSY_SECONDS` takes
+    /// the `split_load` setting's requests a second (writes applied, reads
+    /// served here) for `BUSY_SECONDS` takes
     /// in a row, at the middle of its sampled keys (`load`), recording the
     /// split in the map first as [`Host::split`] does. Every replica's
     /// count is taken, so that a new leader starts from its last second.
@@ -233,8 +234,8 @@ impl Host {
                 Ok(new) => {
                     load.reset();
                     tracing::info!(
-                        "range {g} applied {rate} writes a second for {busy} s (the split \
-                         load is {limit}): split into range {new} at the middle of its writes"
+                        "range {g} took {rate} requests a second for {busy} s (the split \
+                         load is {limit}): split into range {new} at the middle of its keys"
                     );
                 }
                 Err(e) => tracing::debug!("range {g}: a split by load waits: {e}"),

@@ -134,7 +134,7 @@ pub struct StateMachine {
     group: u64,
     /// Told of each split's new range.
     on_split: Option<SplitHook>,
-    /// The writes applied, for splits by load.
+    /// The writes applied and reads served, for splits by load.
     load: Arc<crate::load::Load>,
 }
 
@@ -220,7 +220,7 @@ impl StateMachine {
         self
     }
 
-    /// The writes this group has applied lately (splits by load).
+    /// The requests this replica has seen lately (splits by load).
     pub(crate) fn load(&self) -> &crate::load::Load {
         &self.load
     }

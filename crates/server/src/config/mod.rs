@@ -272,9 +272,10 @@ pub struct ServerConfig {
     /// this many seconds is placed as if it had left: the ranges it holds
     /// replicas of get replicas on the other nodes (0: never).
     pub cluster_node_down_seconds: u64,
-    /// A range whose group applies this many write ops a second or more
-    /// for three seconds in a row is split by its leader at the middle of
-    /// its sampled keys (0: never by load).
+    /// A range that takes this many requests a second or more (write ops
+    /// applied, reads served by its leader's node) for three seconds in a
+    /// row is split by its leader at the middle of its sampled keys (0:
+    /// never by load).
     pub cluster_range_split_load: u64,
     /// Cut a corrupt write-ahead log (damage followed by valid data) and
     /// start, instead of refusing to: what `combkv check --repair` does.

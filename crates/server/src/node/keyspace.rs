@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use combkv::readexec::{BatchResults, ReadRequest};
 use combkv::{Error, ItemView, Range, Result, Store};
 use combkv_replica::ranges::{RangeDesc, RangeMap};
-use combkv_replica::{RemoteItem, RemoteRead};
+use combkv_replica::{RemoteItem, RemoteRead, Replica};
 
 use crate::cluster::Cluster;
 use crate::state::Shared;
@@ -44,8 +44,9 @@ pub(crate) enum Keyspace<'a> {
 
 /// Where a range's keys are read.
 enum Source {
-    /// In this node's store that holds them.
-    Local(Arc<Store>),
+    /// In this node's store that holds them, of that replica (told of the
+    /// reads it serves, for splits by load).
+    Local(Arc<Store>, Replica),
     /// At another node: this node holds no replica of the range.
     Remote(u64),
 }
@@ -97,7 +98,7 @@ impl<'a> Keyspace<'a> {
                         )));
                     }
                     cluster.fresh(&replica)?;
-                    return Ok(Source::Local(replica.current_store()));
+                    return Ok(Source::Local(replica.current_store(), replica));
                 }
                 Some(_) => return Ok(Source::Remote(r.id)),
                 None if !here => return Ok(Source::Remote(r.id)),
@@ -133,7 +134,10 @@ impl<'a> Keyspace<'a> {
             Keyspace::Ranges { cluster, .. } => cluster,
         };
         match routed(cluster, |map| Self::source(cluster, map.route(key)))? {
-            Source::Local(s) => s.get_with(key, f),
+            Source::Local(s, replica) => {
+                replica.note_reads(1, key);
+                s.get_with(key, f)
+            }
             Source::Remote(id) => {
                 combkv::check_key(key, cluster.max_key_len())?;
                 let items = Self::remote(cluster, id, vec![RemoteRead::Get(key.to_vec())])?;
@@ -150,7 +154,7 @@ impl<'a> Keyspace<'a> {
             Keyspace::Ranges { cluster, .. } => cluster,
         };
         match routed(cluster, |map| Self::source(cluster, map.route(key)))? {
-            Source::Local(s) => s.item_memory(key),
+            Source::Local(s, _) => s.item_memory(key),
             Source::Remote(id) => Err(Error::Unavailable(format!(
                 "range {id} holds the key and has no replica on this node: ask one of its nodes"
             ))),
@@ -170,7 +174,7 @@ impl<'a> Keyspace<'a> {
                     // The replica read may hold more than the range: the
                     // range's parent, or the range itself before it has
                     // applied a split the map records.
-                    Source::Local(s) => {
+                    Source::Local(s, _) => {
                         let bounds = cluster
                             .range_replica(r.id)
                             .or_else(|| cluster.replica_holding(&r.start))
@@ -208,11 +212,16 @@ impl<'a> Keyspace<'a> {
     ) -> Result<(usize, bool)> {
         let mut stopped = false;
         let seen = match source {
-            Source::Local(s) => s.scan(sub, |it| {
-                let go = f(it);
-                stopped |= !go;
-                go
-            })?,
+            Source::Local(s, replica) => {
+                if let Bound::Included(k) | Bound::Excluded(k) = &sub.start {
+                    replica.note_reads(1, k);
+                }
+                s.scan(sub, |it| {
+                    let go = f(it);
+                    stopped |= !go;
+                    go
+                })?
+            }
             Source::Remote(id) => {
                 let items = Self::remote(cluster, id, vec![remote_range(sub)])?;
                 let mut seen = 0;
@@ -351,8 +360,11 @@ impl<'a> Keyspace<'a> {
         }
         if !mixed
             && let Some(r) = one
-            && let Source::Local(s) = Self::source(cluster, r)?
+            && let Source::Local(s, replica) = Self::source(cluster, r)?
         {
+            if let Some(ReadRequest::Get(k)) = requests.first() {
+                replica.note_reads(requests.len() as u64, k);
+            }
             return s.read_batch(requests, out);
         }
         let mut part_out = BatchResults::new();
@@ -360,7 +372,8 @@ impl<'a> Keyspace<'a> {
         for (i, req) in requests.iter().enumerate() {
             match req {
                 ReadRequest::Get(k) => match Self::source(cluster, map.route(k))? {
-                    Source::Local(s) => {
+                    Source::Local(s, replica) => {
+                        replica.note_reads(1, k);
                         s.read_batch(&[*req], &mut part_out)?;
                         out.gather(i, &part_out, 0, usize::MAX);
                     }
@@ -386,7 +399,7 @@ impl<'a> Keyspace<'a> {
                         let mut sub = clip(&r, part);
                         sub.limit = r.limit.map(|_| left);
                         match Self::source(cluster, part)? {
-                            Source::Local(s) => {
+                            Source::Local(s, _) => {
                                 s.read_batch(&[ReadRequest::Range(&sub)], &mut part_out)?;
                                 left -= out.gather(i, &part_out, 0, left);
                             }
