@@ -246,8 +246,15 @@ impl LogStore {
         // A commit point past what the log kept (entries not yet synced
         // when the node died) would have openraft re-apply entries that are
         // gone: keep it only where the log still holds that very entry.
-        let committed =
-            committed.filter(|c| Some(*c) <= meta.purged || ids.get(c.index) == Some(*c));
+        // And one below what was purged (saved without a sync, it can lag
+        // the purge after a crash; a group made by a split starts purged
+        // up to its seed with none saved) is raised to it: every purged
+        // entry was committed, and openraft refuses to start on a purge
+        // point past the commit point (seen in the ranges' simulation as a
+        // panic of a split group restarted after a crash of every node).
+        let committed = committed
+            .filter(|c| Some(*c) <= meta.purged || ids.get(c.index) == Some(*c))
+            .max(meta.purged);
         // Opening synced the last segment's records (see `load_segments`).
         let synced = segments.last().map(|s| Synced {
             segment: s.first,

@@ -98,12 +98,14 @@ fn entries_vote_and_purge_point_survive_a_reopen() {
         assert_eq!(state.last_purged_log_id, Some(log_id(1, 10)));
         assert_eq!(state.last_log_id, Some(log_id(2, 28)));
         // A commit point naming an entry the log no longer holds (written
-        // but never synced before a crash) is dropped, not trusted.
+        // but never synced before a crash) is dropped, not trusted: the
+        // purge point stands for it (every purged entry was committed, and
+        // openraft will not start on a purge point past the commit point).
         log.save_committed(Some(log_id(3, 40))).await.unwrap();
         log.save_vote(&vote).await.unwrap();
         drop(log);
         let (mut log, _) = open(&storage, 200).unwrap();
-        assert_eq!(log.read_committed().await.unwrap(), None);
+        assert_eq!(log.read_committed().await.unwrap(), Some(log_id(1, 10)));
     });
 }
 
