@@ -28,9 +28,9 @@
 //! replica of each range is equal at the same index, every data key is
 //! in its range's stores only, as the checked history left it.
 //!
-//! `COMBKV_SIM_SCHEDULES=N` runs N seeds (300 by default, about 50 s on
-//! two cores, a schedule about 0.3 s on one); `COMBKV_SIM_SEED=S` the one
-//! seed S. openraft's election
+//! `COMBKV_SIM_SCHEDULES=N` runs N seeds (600 by default, about 45 s on
+//! two cores; a schedule takes about 0.1 s of CPU, more waiting on its
+//! files); `COMBKV_SIM_SEED=S` the one seed S. openraft's election
 //! timers draw from their own generator, so a rerun usually, not always,
 //! takes the same path.
 
@@ -59,7 +59,7 @@ use rand::{Rng, SeedableRng};
 const FIVE: u64 = 5;
 /// Seeds run unless told (`COMBKV_SIM_SCHEDULES`): what fits in about a
 /// minute on two cores.
-const DEFAULT_SCHEDULES: u64 = 300;
+const DEFAULT_SCHEDULES: u64 = 600;
 const CLIENTS: usize = 6;
 /// At least; then until the faults are over.
 const OPS_PER_CLIENT: usize = 30;
@@ -150,23 +150,13 @@ fn record(j: &mut Journal, index: u64, batch: &Batch, results: &[Result<Outcome,
     }
 }
 
-/// A client's op and what came of it.
-struct Done {
-    client: usize,
-    invoke: u64,
-    respond: u64,
-    what: What,
-}
-
-enum What {
-    /// A write, encoded; `Some(outcome)` if acknowledged, `None` if its
-    /// answer was an error (it may have applied).
-    Write {
-        id: WriteId,
-        op: Vec<u8>,
-        result: Option<Outcome>,
-    },
-    Read(lin::Action),
+/// A client write besides what the checker takes of it: its id, its op
+/// encoded (as the journal has it), and its answer: `Some(outcome)` if
+/// acknowledged, `None` if an error (it may have applied).
+struct Sent {
+    id: WriteId,
+    op: Vec<u8>,
+    answer: Option<Outcome>,
 }
 
 /// One client: random single-key ops through random nodes, until it has
@@ -177,7 +167,7 @@ async fn client(
     seed: u64,
     clock: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
-) -> Vec<Done> {
+) -> Vec<(lin::Op, Option<Sent>)> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut done = Vec::new();
     // The last version this client saw of each key, for its CAS.
@@ -196,12 +186,25 @@ async fn client(
         let k = KEYS[rng.random_range(0..KEYS.len())];
         let kind = rng.random_range(0..10);
         let invoke = clock.fetch_add(1, Ordering::SeqCst);
-        let what = if kind < 7 {
+        let (action, sent) = if kind < 7 {
             let value = format!("c{c}-{n}").into_bytes();
-            let cond = match kind {
-                2 => Cond::Absent,
-                3 | 4 => Cond::Version(Version(seen.get(k).copied().unwrap_or(1))),
-                _ => Cond::Any,
+            let (lin_kind, cond) = match kind {
+                2 => (lin::WriteKind::Insert, Cond::Absent),
+                3 | 4 => {
+                    let expected = seen.get(k).copied().unwrap_or(1);
+                    (
+                        lin::WriteKind::Cas { expected },
+                        Cond::Version(Version(expected)),
+                    )
+                }
+                5 => (lin::WriteKind::Delete, Cond::Any),
+                _ => (lin::WriteKind::Put, Cond::Any),
+            };
+            let action = lin::Action::Write {
+                kind: lin_kind,
+                key: k.as_bytes().to_vec(),
+                value: (kind != 5).then(|| value.clone()),
+                result: None,
             };
             let op = if kind == 5 {
                 Op::Delete {
@@ -228,7 +231,7 @@ async fn client(
             let (_, results) = host.propose_routed(1_000_000_000 + invoke, batch).await;
             let mut bytes = Vec::new();
             codec::encode_ops(std::slice::from_ref(&op), &mut bytes);
-            let result = match (&results[0], &results[1]) {
+            let answer = match (&results[0], &results[1]) {
                 (Ok(o), Ok(_)) => {
                     if let Some(v) = o.version() {
                         seen.insert(k, v.get());
@@ -238,11 +241,12 @@ async fn client(
                 (Err(_), Err(_)) => None,
                 other => panic!("client {c} op {n}: one entry, two fates: {other:?}"),
             };
-            What::Write {
+            let sent = Sent {
                 id: (c, n),
                 op: bytes,
-                result,
-            }
+                answer,
+            };
+            (action, Some(sent))
         } else {
             let Some(item) = read(&cl, &mut rng, k.as_bytes()).await else {
                 continue;
@@ -250,18 +254,20 @@ async fn client(
             if let Some(it) = &item {
                 seen.insert(k, it.version);
             }
-            What::Read(lin::Action::GetItem {
+            let action = lin::Action::GetItem {
                 key: k.as_bytes().to_vec(),
                 result: item,
-            })
+            };
+            (action, None)
         };
         let respond = clock.fetch_add(1, Ordering::SeqCst);
-        done.push(Done {
-            client: c,
+        let op = lin::Op {
+            thread: c,
             invoke,
             respond,
-            what,
-        });
+            action,
+        };
+        done.push((op, sent));
     }
     done
 }
@@ -290,31 +296,20 @@ async fn read(cl: &Cluster, rng: &mut StdRng, key: &[u8]) -> Option<Option<lin::
     None
 }
 
-/// As `cluster_sim.rs` maps a write and its outcome.
-fn action_of(op: &[u8], outcome: &Outcome) -> lin::Action {
-    let ops = codec::decode_ops(op).unwrap();
-    let result = outcome.version().map(|v| v.get());
-    match &ops[0] {
-        Op::Put {
-            key, value, cond, ..
-        } => lin::Action::Write {
-            kind: match cond {
-                Cond::Any => lin::WriteKind::Put,
-                Cond::Absent => lin::WriteKind::Insert,
-                Cond::Present => lin::WriteKind::Update,
-                Cond::Version(v) => lin::WriteKind::Cas { expected: v.get() },
-            },
-            key: key.to_vec(),
-            value: Some(value.to_vec()),
-            result,
-        },
-        Op::Delete { key, .. } => lin::Action::Write {
-            kind: lin::WriteKind::Delete,
-            key: key.to_vec(),
-            value: None,
-            result,
-        },
-        other => panic!("the clients send no {other:?}"),
+/// A write as sent, with the version its outcome reports (none: it did
+/// not apply, a condition unmet).
+fn answered(sent: lin::Action, outcome: &Outcome) -> lin::Action {
+    let lin::Action::Write {
+        kind, key, value, ..
+    } = sent
+    else {
+        unreachable!("only writes are answered")
+    };
+    lin::Action::Write {
+        kind,
+        key,
+        value,
+        result: outcome.version().map(|v| v.get()),
     }
 }
 
@@ -322,7 +317,7 @@ fn action_of(op: &[u8], outcome: &Outcome) -> lin::Action {
 /// resolved with the journal; counts in `found` the writes answered with
 /// an error that applied.
 fn histories(
-    done: Vec<Done>,
+    done: Vec<(lin::Op, Option<Sent>)>,
     journal: &Journal,
     found: &mut usize,
 ) -> Result<BTreeMap<Vec<u8>, Vec<lin::Op>>, String> {
@@ -331,59 +326,57 @@ fn histories(
     }
     let mut left = journal.applied.clone();
     let mut out: BTreeMap<Vec<u8>, Vec<lin::Op>> = BTreeMap::new();
-    for d in done {
-        let (action, respond) = match d.what {
-            What::Read(action) => (action, d.respond),
-            What::Write { id, op, result } => {
-                let applied = match left.remove(&id).as_deref() {
-                    Some([a]) => Some(a.clone()),
-                    Some(many) => {
-                        let at: Vec<_> = many
-                            .iter()
-                            .map(|a| (a.index, codec::decode_results(&a.result)))
-                            .collect();
-                        return Err(format!(
-                            "write {id:?} {:?} applied twice (index, result): {at:?}",
-                            codec::decode_ops(&op)
-                        ));
-                    }
-                    None => None,
-                };
-                let outcome = applied.as_ref().map(|a| {
-                    (
-                        a.op == op,
-                        codec::decode_results(&a.result).unwrap()[0].clone(),
-                    )
-                });
-                match (result, outcome) {
-                    (Some(o), Some((true, Ok(a)))) if a == o => (action_of(&op, &o), d.respond),
-                    (Some(o), other) => {
-                        return Err(format!(
-                            "write {id:?} {:?} was answered {o:?}, applied as {other:?}",
-                            codec::decode_ops(&op)
-                        ));
-                    }
-                    // Answered with an error but applied: it took effect
-                    // at some point after it was sent.
-                    (None, Some((true, Ok(a)))) => {
-                        *found += 1;
-                        (action_of(&op, &a), u64::MAX)
-                    }
-                    (None, None) => continue,
-                    (None, other) => return Err(format!("write {id:?} applied as {other:?}")),
+    for (mut op, sent) in done {
+        if let Some(Sent {
+            id,
+            op: bytes,
+            answer,
+        }) = sent
+        {
+            let applied = match left.remove(&id).as_deref() {
+                Some([a]) => Some(a.clone()),
+                Some(many) => {
+                    let at: Vec<_> = many
+                        .iter()
+                        .map(|a| (a.index, codec::decode_results(&a.result)))
+                        .collect();
+                    return Err(format!(
+                        "write {id:?} {:?} applied twice (index, result): {at:?}",
+                        codec::decode_ops(&bytes)
+                    ));
                 }
-            }
-        };
-        let key = match &action {
+                None => None,
+            };
+            let outcome = applied.as_ref().map(|a| {
+                (
+                    a.op == bytes,
+                    codec::decode_results(&a.result).unwrap()[0].clone(),
+                )
+            });
+            op.action = match (answer, outcome) {
+                (Some(o), Some((true, Ok(a)))) if a == o => answered(op.action, &o),
+                (Some(o), other) => {
+                    return Err(format!(
+                        "write {id:?} {:?} was answered {o:?}, applied as {other:?}",
+                        codec::decode_ops(&bytes)
+                    ));
+                }
+                // Answered with an error but applied: it took effect at
+                // some point after it was sent, and bounds nothing after.
+                (None, Some((true, Ok(a)))) => {
+                    *found += 1;
+                    op.respond = u64::MAX;
+                    answered(op.action, &a)
+                }
+                (None, None) => continue,
+                (None, other) => return Err(format!("write {id:?} applied as {other:?}")),
+            };
+        }
+        let key = match &op.action {
             lin::Action::Write { key, .. } | lin::Action::GetItem { key, .. } => key.clone(),
             _ => unreachable!("single-key ops only"),
         };
-        out.entry(key).or_default().push(lin::Op {
-            thread: d.client,
-            invoke: d.invoke,
-            respond,
-            action,
-        });
+        out.entry(key).or_default().push(op);
     }
     if let Some((id, a)) = left.first_key_value() {
         return Err(format!("{id:?} applied, never issued: {a:?}"));
