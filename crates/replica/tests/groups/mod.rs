@@ -12,7 +12,9 @@ use combkv::durable::FaultyStorage;
 use combkv::op::{Cond, Op};
 use combkv::{Expiry, Flags};
 use combkv_replica::network::sim::SimNet;
-use combkv_replica::{GroupId, Host, LogOptions, Replica, ReplicaConfig, SyncPolicy, codec};
+use combkv_replica::{
+    ApplyHook, GroupId, Host, LogOptions, Replica, ReplicaConfig, SyncPolicy, codec,
+};
 use parking_lot::Mutex;
 
 pub const NODES: u64 = 3;
@@ -44,6 +46,10 @@ pub struct Cluster {
     pub nodes: Mutex<HashMap<u64, Host>>,
     /// Each (node, group)'s log's file system, kept across restarts.
     pub storage: HashMap<(u64, GroupId), FaultyStorage>,
+    /// Told of every entry each group applies (none unless a test asks,
+    /// [`Cluster::hooked`]): the groups splits make take group 0's config,
+    /// so setting it where group 0 starts reaches every range.
+    pub on_apply: Option<ApplyHook>,
 }
 
 impl Cluster {
@@ -60,7 +66,8 @@ impl Cluster {
         }
         let host = Host::simulated(id, &self.net);
         for &g in groups {
-            let c = config(&self.dir, id, g, &self.storage[&(id, g)]);
+            let mut c = config(&self.dir, id, g, &self.storage[&(id, g)]);
+            c.on_apply = self.on_apply.clone();
             host.start_group(g, &c).await.unwrap();
         }
         // A group started twice on one node is refused.
@@ -186,7 +193,19 @@ impl Cluster {
     /// Nodes `1..=nodes` on `net`, none started, each group's log on a
     /// simulated file system drawn from `seed`.
     pub fn new(dir: std::path::PathBuf, net: SimNet, nodes: u64, seed: u64) -> Arc<Cluster> {
+        Self::hooked(dir, net, nodes, seed, None)
+    }
+
+    /// [`Cluster::new`], every group of every node started with `on_apply`.
+    pub fn hooked(
+        dir: std::path::PathBuf,
+        net: SimNet,
+        nodes: u64,
+        seed: u64,
+        on_apply: Option<ApplyHook>,
+    ) -> Arc<Cluster> {
         Arc::new(Cluster {
+            on_apply,
             dir,
             net,
             nodes: Mutex::new(HashMap::new()),
@@ -356,6 +375,29 @@ pub async fn split_move_crash(
 /// nodes 2, 4 and 5 alone, each of ranges 0 to 2 converged on its
 /// holders, and `outcomes` checked against the map (`check_owned`).
 pub async fn settle_after_move(cl: &Cluster, outcomes: &[Outcome]) -> Result<(), String> {
+    let map = converge_after_move(cl).await?;
+    check_owned(cl, outcomes, &[0, 1, 2], holders_after_move, |key| {
+        map.route(key).id
+    })?;
+    for id in 1..=5 {
+        cl.stop(id).await;
+    }
+    Ok(())
+}
+
+/// The nodes that hold range `g` once [`split_move_crash`] has settled.
+pub fn holders_after_move(g: GroupId) -> Vec<u64> {
+    if g == 1 {
+        vec![2, 4, 5]
+    } else {
+        (1..=5).collect()
+    }
+}
+
+/// The first part of [`settle_after_move`], for tests that check the
+/// stores their own way: faults off, range 1 on nodes 2, 4 and 5 alone,
+/// each of ranges 0 to 2 converged on its holders; the range map then.
+pub async fn converge_after_move(cl: &Cluster) -> Result<combkv_replica::ranges::RangeMap, String> {
     let all: Vec<u64> = (1..=5).collect();
     cl.net
         .set_faults(combkv_replica::network::sim::Faults::NONE);
@@ -377,19 +419,13 @@ pub async fn settle_after_move(cl: &Cluster, outcomes: &[Outcome]) -> Result<(),
     if !placed {
         return Err("range 1 never reached nodes 2, 4 and 5".into());
     }
-    let holders = |g: GroupId| -> Vec<u64> { if g == 1 { vec![2, 4, 5] } else { all.clone() } };
     for g in [0, 1, 2] {
-        for id in holders(g) {
+        for id in holders_after_move(g) {
             wait_group(cl, id, g).await;
         }
-        converge_on(cl, g, &holders(g)).await?;
+        converge_on(cl, g, &holders_after_move(g)).await?;
     }
-    let map = cl.replica(1, 0).unwrap().range_map().unwrap();
-    check_owned(cl, outcomes, &[0, 1, 2], holders, |key| map.route(key).id)?;
-    for &id in &all {
-        cl.stop(id).await;
-    }
-    Ok(())
+    Ok(cl.replica(1, 0).unwrap().range_map().unwrap())
 }
 
 /// A plain SET of `key` to `value`.

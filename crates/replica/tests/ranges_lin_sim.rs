@@ -1,0 +1,509 @@
+//! Linearizability of single-key ops on five simulated nodes whose
+//! keyspace splits and moves ranges under faults: range 0 splits at "k"
+//! and "t", range 1 moves to nodes 2, 4 and 5, a node is cut off, every
+//! node crashes at once (`split_move_crash`), while clients send SET,
+//! insert, CAS, DEL and GET of keys in all three ranges-to-be through
+//! random nodes. Writes go through `Host::propose_routed` (routed by the
+//! map of the node they are sent to, which may be out of date); reads
+//! take a read index on the key's range's group, then read the key if
+//! that group still holds it, else route again.
+//!
+//! As in `cluster_sim.rs`, each write carries a second op, a put of a
+//! marker key naming (client, op number), so that each application of it
+//! is found in a journal the apply hook fills: an acknowledged write must
+//! be there with the outcome its client saw, a write whose answer was
+//! lost is taken as applied exactly when it is there, and a write applied
+//! at two log indexes, or never issued, fails the run. The marker key
+//! (`<key>#c<client>`) sorts right after its data key, so both lie in
+//! one range and apply in one entry. The apply hook is not told which
+//! group applied an entry, so the journal is keyed by the marker; a
+//! write refused for its range (`WrongRange`, nothing changed) is not an
+//! application.
+//!
+//! The history is checked one key at a time: versions come from each
+//! range's store, so they order one key's writes (a split's new range
+//! starts from its parent's clock, and a moved replica from a snapshot of
+//! it) but not two keys' in different ranges; linearizability is local,
+//! so checking each key's single-key ops alone is exact. At the end every
+//! replica of each range is equal at the same index, every data key is
+//! in its range's stores only, as the checked history left it.
+//!
+//! `COMBKV_SIM_SCHEDULES=N` runs N seeds (600 by default, about 45 s on
+//! two cores; a schedule takes about 0.1 s of CPU, more waiting on its
+//! files); `COMBKV_SIM_SEED=S` the one seed S. openraft's election
+//! timers draw from their own generator, so a rerun usually, not always,
+//! takes the same path.
+
+#[path = "../../engine/tests/linearizability/mod.rs"]
+#[allow(dead_code)]
+mod linearizability;
+
+#[allow(dead_code)]
+mod groups;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use combkv::op::{Cond, Op, Outcome};
+use combkv::{Error, Expiry, Flags, Version};
+use combkv_replica::network::sim::{Faults, SimNet};
+use combkv_replica::{ApplyHook, Batch, Routed, codec};
+use groups::*;
+use linearizability as lin;
+use parking_lot::Mutex;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+const FIVE: u64 = 5;
+/// Seeds run unless told (`COMBKV_SIM_SCHEDULES`): what fits in about a
+/// minute on two cores.
+const DEFAULT_SCHEDULES: u64 = 600;
+const CLIENTS: usize = 6;
+/// At least; then until the faults are over.
+const OPS_PER_CLIENT: usize = 30;
+/// Two keys in each range-to-be (split points "k" and "t").
+const KEYS: [&str; 6] = ["a0", "a1", "m0", "m1", "x0", "x1"];
+
+/// Names a client write: (client, op number).
+type WriteId = (usize, usize);
+
+/// One application of a client write: the log index of its entry (in its
+/// group, unknown here), its op and result, each encoded alone.
+#[derive(Debug, Clone, PartialEq)]
+struct Applied {
+    index: u64,
+    op: Vec<u8>,
+    result: Vec<u8>,
+}
+
+/// What the apply hook saw, on every replica of every group.
+#[derive(Default)]
+struct Journal {
+    /// Each write's applications at distinct indexes (one, if all is well).
+    applied: BTreeMap<WriteId, Vec<Applied>>,
+    /// Writes refused for their range as they applied (routed again).
+    refused: usize,
+    /// What no replica may do: apply one entry two ways, or a write
+    /// without its marker.
+    errors: Vec<String>,
+}
+
+fn marker(key: &str, client: usize) -> Vec<u8> {
+    format!("{key}#c{client}").into_bytes()
+}
+
+/// The write a marker put names, if `op` is one.
+fn marked(op: &Op<'_>) -> Option<WriteId> {
+    let Op::Put { key, value, .. } = op else {
+        return None;
+    };
+    let key = std::str::from_utf8(key).ok()?;
+    let client = key.split_once("#c")?.1.parse().ok()?;
+    Some((client, std::str::from_utf8(value).ok()?.parse().ok()?))
+}
+
+/// Records each client write of an applied entry (group commit may join
+/// several) in the journal; entries without markers (splits, the map's
+/// changes) are not the clients'.
+fn record(j: &mut Journal, index: u64, batch: &Batch, results: &[Result<Outcome, Error>]) {
+    let Ok(ops) = codec::decode_ops(&batch.ops) else {
+        return j.errors.push(format!("entry {index} does not decode"));
+    };
+    if !ops.iter().any(|op| marked(op).is_some()) {
+        return;
+    }
+    if ops.len() % 2 != 0 || ops.len() != results.len() {
+        return j
+            .errors
+            .push(format!("entry {index}: {ops:?} -> {results:?}"));
+    }
+    for (pair, res) in ops.chunks(2).zip(results.chunks(2)) {
+        let Some(id) = marked(&pair[1]) else {
+            return j
+                .errors
+                .push(format!("entry {index}: no marker in {pair:?}"));
+        };
+        let wrong = |r: &Result<Outcome, Error>| matches!(r, Err(Error::WrongRange(_)));
+        if wrong(&res[1]) {
+            if !wrong(&res[0]) {
+                j.errors
+                    .push(format!("entry {index}: {id:?} half refused: {res:?}"));
+            }
+            j.refused += 1;
+            continue;
+        }
+        let (mut op, mut result) = (Vec::new(), Vec::new());
+        codec::encode_ops(&pair[..1], &mut op);
+        codec::encode_result(&res[0], &mut result);
+        let seen = j.applied.entry(id).or_default();
+        match seen.iter().find(|a| a.index == index) {
+            Some(a) if a.op != op || a.result != result => j.errors.push(format!(
+                "{id:?} at index {index} applied as {pair:?} -> {res:?}, elsewhere as {:?} -> {:?}",
+                codec::decode_ops(&a.op),
+                codec::decode_results(&a.result)
+            )),
+            Some(_) => {}
+            None => seen.push(Applied { index, op, result }),
+        }
+    }
+}
+
+/// A client write besides what the checker takes of it: its id, its op
+/// encoded (as the journal has it), and its answer: `Some(outcome)` if
+/// acknowledged, `None` if an error (it may have applied).
+struct Sent {
+    id: WriteId,
+    op: Vec<u8>,
+    answer: Option<Outcome>,
+}
+
+/// One client: random single-key ops through random nodes, until it has
+/// sent `OPS_PER_CLIENT` and `stop` is set.
+async fn client(
+    cl: Arc<Cluster>,
+    c: usize,
+    seed: u64,
+    clock: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+) -> Vec<(lin::Op, Option<Sent>)> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut done = Vec::new();
+    // The last version this client saw of each key, for its CAS.
+    let mut seen: HashMap<&str, u64> = HashMap::new();
+    let mut n = 0;
+    while n < OPS_PER_CLIENT || !stop.load(Ordering::Relaxed) {
+        n += 1;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..80))).await;
+        let via = rng.random_range(1..=FIVE);
+        let Some(host) = cl.nodes.lock().get(&via).cloned() else {
+            continue;
+        };
+        let Some(map) = host.group(0).and_then(|g| g.range_map()) else {
+            continue;
+        };
+        let k = KEYS[rng.random_range(0..KEYS.len())];
+        let kind = rng.random_range(0..10);
+        let invoke = clock.fetch_add(1, Ordering::SeqCst);
+        let (action, sent) = if kind < 7 {
+            let value = format!("c{c}-{n}").into_bytes();
+            let (lin_kind, cond) = match kind {
+                2 => (lin::WriteKind::Insert, Cond::Absent),
+                3 | 4 => {
+                    let expected = seen.get(k).copied().unwrap_or(1);
+                    (
+                        lin::WriteKind::Cas { expected },
+                        Cond::Version(Version(expected)),
+                    )
+                }
+                5 => (lin::WriteKind::Delete, Cond::Any),
+                _ => (lin::WriteKind::Put, Cond::Any),
+            };
+            let action = lin::Action::Write {
+                kind: lin_kind,
+                key: k.as_bytes().to_vec(),
+                value: (kind != 5).then(|| value.clone()),
+                result: None,
+            };
+            let op = if kind == 5 {
+                Op::Delete {
+                    key: k.as_bytes(),
+                    cond: Cond::Any,
+                    return_old: false,
+                }
+            } else {
+                Op::Put {
+                    key: k.as_bytes(),
+                    value: &value,
+                    expiry: Expiry::Never,
+                    flags: Flags::Set(0),
+                    cond,
+                    return_old: false,
+                }
+            };
+            let (mk, mv) = (marker(k, c), n.to_string().into_bytes());
+            let mut batch = Routed::default();
+            batch.push(&map, &op).unwrap();
+            batch.push(&map, &put(&mk, &mv)).unwrap();
+            assert_eq!(batch.groups().count(), 1, "a marker off its key's range");
+            // Nothing here expires: the clock only has to grow.
+            let (_, results) = host.propose_routed(1_000_000_000 + invoke, batch).await;
+            let mut bytes = Vec::new();
+            codec::encode_ops(std::slice::from_ref(&op), &mut bytes);
+            let answer = match (&results[0], &results[1]) {
+                (Ok(o), Ok(_)) => {
+                    if let Some(v) = o.version() {
+                        seen.insert(k, v.get());
+                    }
+                    Some(o.clone())
+                }
+                (Err(_), Err(_)) => None,
+                other => panic!("client {c} op {n}: one entry, two fates: {other:?}"),
+            };
+            let sent = Sent {
+                id: (c, n),
+                op: bytes,
+                answer,
+            };
+            (action, Some(sent))
+        } else {
+            let Some(item) = read(&cl, &mut rng, k.as_bytes()).await else {
+                continue;
+            };
+            if let Some(it) = &item {
+                seen.insert(k, it.version);
+            }
+            let action = lin::Action::GetItem {
+                key: k.as_bytes().to_vec(),
+                result: item,
+            };
+            (action, None)
+        };
+        let respond = clock.fetch_add(1, Ordering::SeqCst);
+        let op = lin::Op {
+            thread: c,
+            invoke,
+            respond,
+            action,
+        };
+        done.push((op, sent));
+    }
+    done
+}
+
+/// Reads `key` linearizably through random nodes: a read index on its
+/// range's group as the node's map routes it, then the key if that
+/// replica still holds it (else another try). None: no try got through.
+async fn read(cl: &Cluster, rng: &mut StdRng, key: &[u8]) -> Option<Option<lin::Entry>> {
+    for _ in 0..20 {
+        let via = rng.random_range(1..=FIVE);
+        let group = cl.replica(via, 0).and_then(|r| r.range_map());
+        let Some(r) = group.and_then(|m| cl.replica(via, m.route(key).id)) else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        if r.read_barrier().await.is_err() || !r.bounds().contains(key) {
+            continue;
+        }
+        let item = r.current_store().get_item(key).unwrap();
+        return Some(item.map(|it| lin::Entry {
+            key: it.key.to_vec(),
+            value: it.value.to_vec(),
+            version: it.version.get(),
+        }));
+    }
+    None
+}
+
+/// A write as sent, with the version its outcome reports (none: it did
+/// not apply, a condition unmet).
+fn answered(sent: lin::Action, outcome: &Outcome) -> lin::Action {
+    let lin::Action::Write {
+        kind, key, value, ..
+    } = sent
+    else {
+        unreachable!("only writes are answered")
+    };
+    lin::Action::Write {
+        kind,
+        key,
+        value,
+        result: outcome.version().map(|v| v.get()),
+    }
+}
+
+/// Turns the client records into one history per key, each write
+/// resolved with the journal; counts in `found` the writes answered with
+/// an error that applied.
+fn histories(
+    done: Vec<(lin::Op, Option<Sent>)>,
+    journal: &Journal,
+    found: &mut usize,
+) -> Result<BTreeMap<Vec<u8>, Vec<lin::Op>>, String> {
+    if let Some(e) = journal.errors.first() {
+        return Err(e.clone());
+    }
+    let mut left = journal.applied.clone();
+    let mut out: BTreeMap<Vec<u8>, Vec<lin::Op>> = BTreeMap::new();
+    for (mut op, sent) in done {
+        if let Some(Sent {
+            id,
+            op: bytes,
+            answer,
+        }) = sent
+        {
+            let applied = match left.remove(&id).as_deref() {
+                Some([a]) => Some(a.clone()),
+                Some(many) => {
+                    let at: Vec<_> = many
+                        .iter()
+                        .map(|a| (a.index, codec::decode_results(&a.result)))
+                        .collect();
+                    return Err(format!(
+                        "write {id:?} {:?} applied twice (index, result): {at:?}",
+                        codec::decode_ops(&bytes)
+                    ));
+                }
+                None => None,
+            };
+            let outcome = applied.as_ref().map(|a| {
+                (
+                    a.op == bytes,
+                    codec::decode_results(&a.result).unwrap()[0].clone(),
+                )
+            });
+            op.action = match (answer, outcome) {
+                (Some(o), Some((true, Ok(a)))) if a == o => answered(op.action, &o),
+                (Some(o), other) => {
+                    return Err(format!(
+                        "write {id:?} {:?} was answered {o:?}, applied as {other:?}",
+                        codec::decode_ops(&bytes)
+                    ));
+                }
+                // Answered with an error but applied: it took effect at
+                // some point after it was sent, and bounds nothing after.
+                (None, Some((true, Ok(a)))) => {
+                    *found += 1;
+                    op.respond = u64::MAX;
+                    answered(op.action, &a)
+                }
+                (None, None) => continue,
+                (None, other) => return Err(format!("write {id:?} applied as {other:?}")),
+            };
+        }
+        let key = match &op.action {
+            lin::Action::Write { key, .. } | lin::Action::GetItem { key, .. } => key.clone(),
+            _ => unreachable!("single-key ops only"),
+        };
+        out.entry(key).or_default().push(op);
+    }
+    if let Some((id, a)) = left.first_key_value() {
+        return Err(format!("{id:?} applied, never issued: {a:?}"));
+    }
+    Ok(out)
+}
+
+/// Each data key in its range's stores alone, on every replica as the
+/// checked history left it (value and version).
+fn check_stores(
+    cl: &Cluster,
+    map: &combkv_replica::ranges::RangeMap,
+    last: &BTreeMap<Vec<u8>, Option<(Vec<u8>, u64)>>,
+) -> Result<(), String> {
+    for k in KEYS {
+        let k = k.as_bytes();
+        let want = last.get(k).cloned().flatten();
+        for g in [0, 1, 2] {
+            for id in holders_after_move(g) {
+                let store = cl.replica(id, g).unwrap().current_store();
+                let got = store
+                    .get_item(k)
+                    .unwrap()
+                    .map(|it| (it.value.to_vec(), it.version.get()));
+                let expect = if g == map.route(k).id { &want } else { &None };
+                if &got != expect {
+                    return Err(format!(
+                        "node {id} range {g}: {} is {got:?}, the history says {expect:?}",
+                        String::from_utf8_lossy(k)
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn schedule(seed: u64) {
+    let started = std::time::Instant::now();
+    let all: Vec<u64> = (1..=FIVE).collect();
+    let journal = Arc::new(Mutex::new(Journal::default()));
+    let hook = {
+        let journal = Arc::clone(&journal);
+        ApplyHook(Arc::new(move |index, batch: &Batch, results| {
+            record(&mut journal.lock(), index, batch, results)
+        }))
+    };
+    let result = simulate(&format!("ranges-lin-{seed}"), |dir| async move {
+        let faults = Faults {
+            drop_request: 0.02,
+            drop_reply: 0.02,
+            delay_ms: (0, 8),
+        };
+        let cl = Cluster::hooked(dir, SimNet::new(seed, faults), FIVE, seed, Some(hook));
+        for &id in &all {
+            cl.start(id, &[0]).await;
+        }
+        cl.form(&all).await;
+        let clock = Arc::new(AtomicU64::new(1));
+        let stop = Arc::new(AtomicBool::new(false));
+        let clients: Vec<_> = (0..CLIENTS)
+            .map(|c| {
+                let s = seed * 1000 + c as u64;
+                let run = client(Arc::clone(&cl), c, s, Arc::clone(&clock), Arc::clone(&stop));
+                tokio::spawn(run)
+            })
+            .collect();
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x11a);
+        split_move_crash(&cl, &mut rng, [b"k", b"t"]).await?;
+        // The clients go on a while after the restart, then stop.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        stop.store(true, Ordering::Relaxed);
+        let mut done = Vec::new();
+        for c in clients {
+            done.extend(c.await.map_err(|e| format!("a client failed: {e}"))?);
+        }
+        let map = converge_after_move(&cl).await?;
+        let mut found = 0;
+        let histories = histories(done, &journal.lock(), &mut found)?;
+        let (mut ops, mut last) = (0, BTreeMap::new());
+        for (key, h) in &histories {
+            let key_name = String::from_utf8_lossy(key);
+            let report = lin::check(&BTreeMap::new(), 0, h)
+                .map_err(|v| format!("{key_name}: {}", v.join("\n")))?;
+            last.insert(key.clone(), report.final_state.get(key).cloned());
+            ops += h.len();
+        }
+        check_stores(&cl, &map, &last)?;
+        for &id in &all {
+            cl.stop(id).await;
+        }
+        let refused = journal.lock().refused;
+        eprintln!(
+            "seed {seed}: {ops} ops checked, {found} unanswered writes applied, \
+             {refused} refused for their range, in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        Ok::<_, String>(ops)
+    });
+    if let Err(e) = result {
+        panic!("seed {seed} failed (rerun: COMBKV_SIM_SEED={seed}): {e}");
+    }
+}
+
+/// Runs one part's seeds (every fourth): four tests, so that the harness
+/// runs schedules on both cores, each of which spends much of its time
+/// waiting on its files.
+fn part(part: u64) {
+    seeds(DEFAULT_SCHEDULES)
+        .into_iter()
+        .filter(|s| s % 4 == part)
+        .for_each(schedule);
+}
+
+#[test]
+fn single_key_ops_stay_linearizable_while_ranges_split_and_move_part_0() {
+    part(0);
+}
+#[test]
+fn single_key_ops_stay_linearizable_while_ranges_split_and_move_part_1() {
+    part(1);
+}
+#[test]
+fn single_key_ops_stay_linearizable_while_ranges_split_and_move_part_2() {
+    part(2);
+}
+#[test]
+fn single_key_ops_stay_linearizable_while_ranges_split_and_move_part_3() {
+    part(3);
+}
