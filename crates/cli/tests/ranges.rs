@@ -26,6 +26,24 @@ use support::proxy::{Cut, Proxy};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+/// Ranges that split by size at 64 KB and are placed on three nodes each.
+const PLACED: [&str; 4] = [
+    "--cluster-range-split-bytes",
+    "64kb",
+    "--cluster-range-replicas",
+    "3",
+];
+
+/// Starts every node of `nodes` with `peers` and `args`, and waits for a
+/// leader and for every node to serve.
+fn start_all(nodes: &mut [Node], peers: &str, args: &[&str]) {
+    for n in nodes.iter_mut() {
+        n.start_with(peers, args);
+    }
+    find_leader(nodes);
+    wait_serving(nodes);
+}
+
 fn root(name: &str) -> std::path::PathBuf {
     support::node::root("ranges", name)
 }
@@ -42,11 +60,7 @@ fn a_keyspace_split_into_ranges_is_served_whole_by_every_node() {
     let root = root("split");
     let mut nodes: Vec<Node> = (1..=3).map(|id| Node::new(&root, id)).collect();
     let list = peers(&nodes.iter().collect::<Vec<_>>());
-    for n in &mut nodes {
-        n.start(&list);
-    }
-    find_leader(&nodes);
-    wait_serving(&nodes);
+    start_all(&mut nodes, &list, &[]);
     let key = |i: usize| format!("k{i:03}");
     let mut cons: Vec<redis::Connection> = nodes.iter().map(Node::connect).collect();
     for i in 0..200 {
@@ -237,11 +251,7 @@ fn a_keyspace_split_into_ranges_is_served_whole_by_every_node() {
     for n in &mut nodes {
         n.kill();
     }
-    for n in &mut nodes {
-        n.start(&list);
-    }
-    find_leader(&nodes);
-    wait_serving(&nodes);
+    start_all(&mut nodes, &list, &[]);
     for n in &nodes {
         settled(n);
         let mut con = n.connect();
@@ -267,11 +277,7 @@ fn ranges_split_on_their_own_as_the_data_grows() {
     let root = root("bysize");
     let mut nodes: Vec<Node> = (1..=3).map(|id| Node::new(&root, id)).collect();
     let list = peers(&nodes.iter().collect::<Vec<_>>());
-    for n in &mut nodes {
-        n.start_with(&list, &["--cluster-range-split-bytes", "64kb"]);
-    }
-    find_leader(&nodes);
-    wait_serving(&nodes);
+    start_all(&mut nodes, &list, &["--cluster-range-split-bytes", "64kb"]);
     let mut cons: Vec<redis::Connection> = nodes.iter().map(Node::connect).collect();
     let key = |i: usize| format!("key{i:05}");
     let value = "v".repeat(100);
@@ -353,18 +359,8 @@ fn ranges_settled(node: &Node) -> String {
 fn ranges_placed_on_three_of_five_nodes_are_read_through_every_node() {
     let root = root("placed");
     let mut nodes: Vec<Node> = (1..=5).map(|id| Node::new(&root, id)).collect();
-    let list = peers(&nodes.iter().collect::<Vec<_>>());
-    let args = [
-        "--cluster-range-split-bytes",
-        "64kb",
-        "--cluster-range-replicas",
-        "3",
-    ];
-    for n in &mut nodes {
-        n.start_with(&list, &args);
-    }
-    find_leader(&nodes);
-    wait_serving(&nodes);
+    let (list, args) = (peers(&nodes.iter().collect::<Vec<_>>()), PLACED);
+    start_all(&mut nodes, &list, &args);
     let mut cons: Vec<redis::Connection> = nodes.iter().map(Node::connect).collect();
     let key = |i: usize| format!("key{i:05}");
     const KEYS: usize = 3000;
@@ -498,11 +494,7 @@ fn acknowledged_writes_survive_splits_and_a_killed_node() {
     let mut nodes: Vec<Node> = (1..=3).map(|id| Node::new(&root, id)).collect();
     let list = peers(&nodes.iter().collect::<Vec<_>>());
     let args = ["--cluster-range-split-bytes", "64kb"];
-    for n in &mut nodes {
-        n.start_with(&list, &args);
-    }
-    find_leader(&nodes);
-    wait_serving(&nodes);
+    start_all(&mut nodes, &list, &args);
     const WRITERS: usize = 3;
     const KEYS: usize = 300;
     let addrs: Vec<SocketAddr> = nodes.iter().map(|n| n.resp).collect();
@@ -771,20 +763,18 @@ fn five_nodes_split_into_sixteen_ranges_under_kills_and_a_partition() {
     let cut = Arc::new(Cut::default());
     let (mut nodes, mut proxies): (Vec<Node>, Vec<Proxy>) =
         (1..=5).map(|id| proxied(&root, id, &cut)).unzip();
-    let list = peers(&nodes.iter().collect::<Vec<_>>());
-    let args = [
-        "--cluster-range-split-bytes",
-        "64kb",
-        "--cluster-range-replicas",
-        "3",
-    ];
-    for n in &mut nodes {
-        n.start_with(&list, &args);
-    }
-    find_leader(&nodes);
-    wait_serving(&nodes);
+    let (list, args) = (peers(&nodes.iter().collect::<Vec<_>>()), PLACED);
+    start_all(&mut nodes, &list, &args);
     let started = Instant::now();
     let log = |what: &str| eprintln!("{:6.1} s: {what}", started.elapsed().as_secs_f64());
+    // Placement settled over `members` with 16 or more ranges, logged.
+    let settled = |members: &[&Node], what: &str| {
+        let (n, hosted, leading) = placement_settled(members, 16, Duration::from_secs(240), what);
+        log(&format!(
+            "{n} ranges placed {what}: replicas {hosted:?}, leaders {leading:?}"
+        ));
+        hosted
+    };
 
     const WRITERS: usize = 4;
     const KEYS: usize = 1000;
@@ -841,15 +831,7 @@ fn five_nodes_split_into_sixteen_ranges_under_kills_and_a_partition() {
         std::thread::sleep(Duration::from_millis(rng.random_range(500..1500)));
     }
     wait_ranges(&nodes, 16, 240);
-    let (n, hosted, leading) = placement_settled(
-        &nodes.iter().collect::<Vec<_>>(),
-        16,
-        Duration::from_secs(240),
-        "five nodes",
-    );
-    log(&format!(
-        "{n} ranges placed on five nodes: replicas {hosted:?}, leaders {leading:?}"
-    ));
+    settled(&nodes.iter().collect::<Vec<_>>(), "on five nodes");
 
     // A sixth node joins while the writers go on, and takes its share.
     let (mut sixth, p) = proxied(&root, 6, &cut);
@@ -863,15 +845,7 @@ fn five_nodes_split_into_sixteen_ranges_under_kills_and_a_partition() {
     assert!(ok, "{said}");
     nodes.push(sixth);
     addrs.lock().unwrap().push(nodes[5].resp);
-    let (n, hosted, leading) = placement_settled(
-        &nodes.iter().collect::<Vec<_>>(),
-        16,
-        Duration::from_secs(240),
-        "six nodes",
-    );
-    log(&format!(
-        "{n} ranges placed on six nodes: replicas {hosted:?}, leaders {leading:?}"
-    ));
+    let hosted = settled(&nodes.iter().collect::<Vec<_>>(), "on six nodes");
     assert!(hosted[5] > 0, "the sixth node holds no range: {hosted:?}");
     let leading = leaders_spread(&nodes.iter().collect::<Vec<_>>(), "six nodes");
     log(&format!("leaders spread over six nodes: {leading:?}"));
@@ -886,11 +860,10 @@ fn five_nodes_split_into_sixteen_ranges_under_kills_and_a_partition() {
     );
     assert!(ok, "{said}");
     let stay: Vec<&Node> = nodes.iter().filter(|n| n.id != gone).collect();
-    let (n, hosted, leading) =
-        placement_settled(&stay, 16, Duration::from_secs(240), "after a removal");
-    log(&format!(
-        "node {gone} removed; {n} ranges on the other five: replicas {hosted:?}, leaders {leading:?}"
-    ));
+    settled(
+        &stay,
+        &format!("on the five left after node {gone}'s removal"),
+    );
     stop.store(true, Ordering::Relaxed);
     let seen: Vec<Seen> = writers.into_iter().map(|w| w.join().unwrap()).collect();
     let gone_node = nodes.iter().position(|n| n.id == gone).unwrap();

@@ -163,17 +163,8 @@ fn a_range_moves_to_the_replicas_the_map_names() {
 /// the replicas of each range are equal.
 #[test]
 fn leaders_are_handed_over_until_spread_while_writes_go_on() {
-    if std::env::var_os("RUST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
-    }
     simulate("groups-leaders", |dir| async move {
-        let seed: u64 = std::env::var("LSEED")
-            .map(|s| s.parse().unwrap())
-            .unwrap_or(11);
-        let cl = Cluster::new(dir.clone(), SimNet::new(seed, Faults::NONE), NODES, 0);
+        let cl = Cluster::new(dir.clone(), SimNet::new(11, Faults::NONE), NODES, 0);
         for id in 1..=NODES {
             cl.start(id, &[0]).await;
         }
@@ -681,6 +672,17 @@ fn placed_on(cl: &Cluster, on: &[u64]) -> Option<combkv_replica::ranges::RangeMa
     (all_placed && combkv_replica::ranges::next_placement(&map, on, 3).is_none()).then_some(map)
 }
 
+/// [`placed_on`], waited for (up to 600 s simulated).
+async fn wait_placed_on(cl: &Cluster, on: &[u64]) -> Option<combkv_replica::ranges::RangeMap> {
+    for _ in 0..6000 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Some(map) = placed_on(cl, on) {
+            return Some(map);
+        }
+    }
+    None
+}
+
 /// A node down longer than the setting is placed as gone: five nodes with
 /// ranges on three each; node 5 stops, and once 5 s have passed every
 /// range it held gets a third replica on the other four, every key still
@@ -717,15 +719,9 @@ fn the_ranges_of_a_node_down_past_the_setting_are_re_replicated() {
             assert!(written, "key {n} never written");
         }
         let all: Vec<u64> = (1..=FIVE).collect();
-        let mut map = None;
-        for _ in 0..6000 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            map = placed_on(&cl, &all);
-            if map.is_some() {
-                break;
-            }
-        }
-        let map = map.expect("the placement never settled on five nodes");
+        let map = wait_placed_on(&cl, &all)
+            .await
+            .expect("the placement never settled on five nodes");
         let on_five = map
             .ranges()
             .filter(|r| r.voters.contains(&5) && r.id != 0)
@@ -736,15 +732,9 @@ fn the_ranges_of_a_node_down_past_the_setting_are_re_replicated() {
         cl.stop(5).await;
         let stopped = tokio::time::Instant::now();
         let four: Vec<u64> = (1..=4).collect();
-        let mut map = None;
-        for _ in 0..6000 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            map = placed_on(&cl, &four);
-            if map.is_some() {
-                break;
-            }
-        }
-        let map = map.expect("node 5's ranges were never placed on the other four");
+        let map = wait_placed_on(&cl, &four)
+            .await
+            .expect("node 5's ranges were never placed on the other four");
         let took = stopped.elapsed();
         eprintln!(
             "{on_five} ranges on node 5 re-replicated on the other four {:.1} s after it stopped",
