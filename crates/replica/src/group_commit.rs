@@ -25,7 +25,7 @@ use combkv::op::Outcome;
 
 use crate::codec;
 use crate::error::ClusterError;
-use crate::handover::Hold;
+use crate::hold::Hold;
 use crate::types::{Batch, LogId, NodeId, TypeConfig};
 
 /// The largest entry the proposer builds from queued proposals (a larger

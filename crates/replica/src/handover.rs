@@ -14,48 +14,15 @@
 //! (0.8 s by default) in which its writes and reads wait, then go on at the
 //! new leader. Should the chosen voter not win, an ordinary election follows.
 
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::error::ClusterError;
+use crate::hold::{FREE, SILENT};
 use crate::replica::Replica;
 use crate::rpc::{Request, Response};
 use crate::types::NodeId;
-
-/// Where a leader stands in a hand-over, shared by the parts it stops.
-#[derive(Debug, Default)]
-pub(crate) struct Hold(AtomicU8);
-
-const FREE: u8 = 0;
-/// No new entry is proposed (the proposer waits).
-const DRAINING: u8 = 1;
-/// Nor is any append or heartbeat sent.
-const SILENT: u8 = 2;
-
-impl Hold {
-    /// Whether proposals wait.
-    pub(crate) fn proposals_wait(&self) -> bool {
-        self.0.load(Ordering::Acquire) != FREE
-    }
-
-    /// Whether appends and heartbeats are withheld.
-    pub(crate) fn silent(&self) -> bool {
-        self.0.load(Ordering::Acquire) == SILENT
-    }
-
-    /// Starts a hand-over (proposals wait); false if one is under way.
-    fn begin(&self) -> bool {
-        self.0
-            .compare_exchange(FREE, DRAINING, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    }
-
-    fn set(&self, state: u8) {
-        self.0.store(state, Ordering::Release);
-    }
-}
 
 /// How long the leader waits for the chosen voter to hold its whole log
 /// before it goes silent anyway (the voter then may not win; an ordinary

@@ -35,6 +35,7 @@ mod error;
 mod group_commit;
 mod handover;
 mod health;
+mod hold;
 mod host;
 mod load;
 pub mod log_store;

@@ -204,7 +204,7 @@ impl Replica {
             sm
         };
         let health = Arc::new(crate::health::Health::default());
-        let hold = Arc::new(crate::handover::Hold::default());
+        let hold = Arc::new(crate::hold::Hold::default());
         let raft = Raft::new(
             config.id,
             raft_config,

@@ -65,7 +65,7 @@ pub(crate) struct Inner {
     /// The Raft port's TLS and the count of what it refused.
     pub(crate) guard: Arc<PeerGuard>,
     /// Set while this leader hands its group over (`handover`).
-    pub(crate) hold: Arc<crate::handover::Hold>,
+    pub(crate) hold: Arc<crate::hold::Hold>,
 }
 
 /// Batches a node proposes or forwards at once; more wait for a place.

@@ -25,8 +25,8 @@ use openraft::raft::{
 };
 use openraft::{BasicNode, RPCTypes};
 
-use crate::handover::Hold;
 use crate::health::Health;
+use crate::hold::Hold;
 use crate::rpc::{Request, Response};
 use crate::types::{GroupId, NodeId, TypeConfig};
 
