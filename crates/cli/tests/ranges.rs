@@ -34,6 +34,16 @@ const PLACED: [&str; 4] = [
     "3",
 ];
 
+/// `combkv cluster remove gone`, through the leader of `nodes`.
+fn remove(nodes: &[Node], gone: u64) {
+    let (ok, said) = admin(
+        find_leader(nodes),
+        &["remove", &gone.to_string()],
+        Duration::from_secs(60),
+    );
+    assert!(ok, "{said}");
+}
+
 /// Starts every node of `nodes` with `peers` and `args`, and waits for a
 /// leader and for every node to serve.
 fn start_all(nodes: &mut [Node], peers: &str, args: &[&str]) {
@@ -452,12 +462,7 @@ fn ranges_placed_on_three_of_five_nodes_are_read_through_every_node() {
     // none once out.
     let leader_id = find_leader(&nodes).id;
     let gone = if leader_id == 2 { 3 } else { 2 };
-    let (ok, said) = admin(
-        find_leader(&nodes),
-        &["remove", &gone.to_string()],
-        Duration::from_secs(60),
-    );
-    assert!(ok, "{said}");
+    remove(&nodes, gone);
     let stay: Vec<&Node> = nodes.iter().filter(|n| n.id != gone).collect();
     settled(&stay, "after a removal");
     nodes[gone as usize - 1].kill();
@@ -853,12 +858,7 @@ fn five_nodes_split_into_sixteen_ranges_under_kills_and_a_partition() {
     // A node leaves while the writers go on: its replicas go to the others.
     let leader_id = find_leader(&nodes).id;
     let gone = (1..=5).find(|&i| i != leader_id).unwrap();
-    let (ok, said) = admin(
-        find_leader(&nodes),
-        &["remove", &gone.to_string()],
-        Duration::from_secs(60),
-    );
-    assert!(ok, "{said}");
+    remove(&nodes, gone);
     let stay: Vec<&Node> = nodes.iter().filter(|n| n.id != gone).collect();
     settled(
         &stay,

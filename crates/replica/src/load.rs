@@ -21,6 +21,9 @@ const MAX_SAMPLES: usize = 256;
 /// A range's writes since its leader last looked.
 #[derive(Debug)]
 pub(crate) struct Load {
+    /// Off where splits by load are (the default): nothing is counted, so
+    /// the apply loop and the reads pay nothing for them.
+    on: bool,
     ops: AtomicU64,
     samples: Mutex<Vec<Vec<u8>>>,
     /// When the count was last taken, and for how many takes in a row the
@@ -31,6 +34,7 @@ pub(crate) struct Load {
 impl Default for Load {
     fn default() -> Load {
         Load {
+            on: true,
             ops: AtomicU64::new(0),
             samples: Mutex::new(Vec::new()),
             taken: Mutex::new((Instant::now(), 0)),
@@ -39,6 +43,14 @@ impl Default for Load {
 }
 
 impl Load {
+    /// A load that counts nothing.
+    pub(crate) fn off() -> Load {
+        Load {
+            on: false,
+            ..Load::default()
+        }
+    }
+
     /// Counts one write op of `key`.
     pub(crate) fn note(&self, key: &[u8]) {
         self.note_many(1, key);
@@ -47,6 +59,9 @@ impl Load {
     /// Counts `n` requests, of which `key` is one (or near them all: a
     /// batch's first key).
     pub(crate) fn note_many(&self, n: u64, key: &[u8]) {
+        if !self.on || n == 0 {
+            return;
+        }
         let before = self.ops.fetch_add(n, Ordering::Relaxed);
         // A sample each time the count passes a multiple of SAMPLE_EVERY.
         if before.is_multiple_of(SAMPLE_EVERY)

@@ -197,6 +197,11 @@ impl Replica {
             config.on_apply.clone(),
         )?;
         let sm = sm.serving(group, config.on_split.clone());
+        let sm = if config.split_load == 0 {
+            sm.without_load()
+        } else {
+            sm
+        };
         // Group 0 is the meta group: it keeps the range map.
         let sm = if group == 0 {
             sm.keeping_range_map()

@@ -144,9 +144,12 @@ impl Replica {
     /// Counts `n` reads this replica served, `key` one of them, toward its
     /// range's load (splits by load).
     pub fn note_reads(&self, n: u64, key: &[u8]) {
-        if n > 0 {
-            self.inner.sm.load().note_many(n, key);
-        }
+        self.inner.sm.load().note_many(n, key);
+    }
+
+    /// What this replica has seen lately, for splits by load.
+    pub(crate) fn load(&self) -> &crate::load::Load {
+        self.inner.sm.load()
     }
 
     /// Whether this node is the leader now (as far as it knows).

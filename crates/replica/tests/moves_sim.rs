@@ -25,10 +25,7 @@ mod groups;
 fn a_range_moves_to_the_replicas_the_map_names() {
     simulate("groups-move", |dir| async move {
         let cl = Cluster::new(dir.clone(), SimNet::new(3, Faults::NONE), NODES + 1, 0);
-        for id in 1..=NODES {
-            cl.start(id, &[0]).await;
-        }
-        cl.form(&(1..=NODES).collect::<Vec<_>>()).await;
+        cl.start_all(NODES).await;
         let g0 = cl.replica(1, 0).unwrap();
         for n in 0..40 {
             g0.write(1, put_op(&kv(n), b"v")).await.unwrap();
@@ -165,10 +162,7 @@ fn a_range_moves_to_the_replicas_the_map_names() {
 fn leaders_are_handed_over_until_spread_while_writes_go_on() {
     simulate("groups-leaders", |dir| async move {
         let cl = Cluster::new(dir.clone(), SimNet::new(11, Faults::NONE), NODES, 0);
-        for id in 1..=NODES {
-            cl.start(id, &[0]).await;
-        }
-        cl.form(&(1..=NODES).collect::<Vec<_>>()).await;
+        cl.start_all(NODES).await;
         const KEYS: usize = 70;
         let host1 = cl.nodes.lock().get(&1).cloned().unwrap();
         for i in 1..=6 {
@@ -280,10 +274,7 @@ fn leaders_are_handed_over_until_spread_while_writes_go_on() {
 fn a_leader_hands_over_to_the_voter_it_names() {
     simulate("groups-handover", |dir| async move {
         let cl = Cluster::new(dir.clone(), SimNet::new(5, Faults::NONE), NODES, 0);
-        for id in 1..=NODES {
-            cl.start(id, &[0]).await;
-        }
-        cl.form(&(1..=NODES).collect::<Vec<_>>()).await;
+        cl.start_all(NODES).await;
         for turn in 0..6usize {
             let leader = wait_leader(&cl, 0, &[1, 2, 3]).await;
             leader.write(1, put_op(&kv(turn), b"v")).await.unwrap();
@@ -358,25 +349,9 @@ fn ranges_under_faults(seed: u64) {
     const FIVE: u64 = 5;
     const KEYS: usize = 9;
     const WRITES: usize = 30;
-    let all: Vec<u64> = (1..=FIVE).collect();
     let result = simulate(&format!("groups-five-{seed}"), |dir| async move {
-        let cl = Cluster::new(
-            dir.clone(),
-            SimNet::new(
-                seed,
-                Faults {
-                    drop_request: 0.02,
-                    drop_reply: 0.02,
-                    delay_ms: (0, 8),
-                },
-            ),
-            FIVE,
-            seed,
-        );
-        for &id in &all {
-            cl.start(id, &[0]).await;
-        }
-        cl.form(&all).await;
+        let cl = Cluster::new(dir.clone(), SimNet::new(seed, FAULTY), FIVE, seed);
+        cl.start_all(FIVE).await;
         let clients: Vec<_> = (0..KEYS)
             .map(|w| {
                 let cl = Arc::clone(&cl);

@@ -48,7 +48,7 @@ use std::time::Duration;
 
 use combkv::op::{Cond, Op, Outcome};
 use combkv::{Error, Expiry, Flags, Version};
-use combkv_replica::network::sim::{Faults, SimNet};
+use combkv_replica::network::sim::SimNet;
 use combkv_replica::{ApplyHook, Batch, Routed, codec};
 use groups::*;
 use linearizability as lin;
@@ -425,16 +425,8 @@ fn schedule(seed: u64) {
         }))
     };
     let result = simulate(&format!("ranges-lin-{seed}"), |dir| async move {
-        let faults = Faults {
-            drop_request: 0.02,
-            drop_reply: 0.02,
-            delay_ms: (0, 8),
-        };
-        let cl = Cluster::hooked(dir, SimNet::new(seed, faults), FIVE, seed, Some(hook));
-        for &id in &all {
-            cl.start(id, &[0]).await;
-        }
-        cl.form(&all).await;
+        let cl = Cluster::hooked(dir, SimNet::new(seed, FAULTY), FIVE, seed, Some(hook));
+        cl.start_all(FIVE).await;
         let clock = Arc::new(AtomicU64::new(1));
         let stop = Arc::new(AtomicBool::new(false));
         let clients: Vec<_> = (0..CLIENTS)

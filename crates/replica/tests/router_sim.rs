@@ -199,25 +199,9 @@ fn routed_under_faults(seed: u64) {
     const WRITERS: usize = 9;
     /// At least; then until the run ends.
     const ROUNDS: usize = 25;
-    let all: Vec<u64> = (1..=FIVE).collect();
     let result = simulate(&format!("router-five-{seed}"), |dir| async move {
-        let cl = Cluster::new(
-            dir.clone(),
-            SimNet::new(
-                seed,
-                Faults {
-                    drop_request: 0.02,
-                    drop_reply: 0.02,
-                    delay_ms: (0, 8),
-                },
-            ),
-            FIVE,
-            seed,
-        );
-        for &id in &all {
-            cl.start(id, &[0]).await;
-        }
-        cl.form(&all).await;
+        let cl = Cluster::new(dir.clone(), SimNet::new(seed, FAULTY), FIVE, seed);
+        cl.start_all(FIVE).await;
         let host = {
             let cl = Arc::clone(&cl);
             move |id: u64| -> Option<Host> { cl.nodes.lock().get(&id).cloned() }

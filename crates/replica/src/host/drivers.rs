@@ -221,7 +221,7 @@ impl Host {
         };
         for g in self.groups() {
             let Some(r) = self.group(g) else { continue };
-            let load = r.inner.sm.load();
+            let load = r.load();
             let (rate, busy) = load.take(limit);
             if busy < BUSY_SECONDS || !r.is_leader() {
                 continue;

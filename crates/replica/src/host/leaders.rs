@@ -61,20 +61,14 @@ impl Host {
             return;
         };
         let order = Request::for_group(g, Request::HandOver(to));
-        let answer = match addrs.get(&from) {
-            _ if from == self.0.id => match self.group(g) {
-                Some(r) => {
-                    tokio::spawn(async move {
-                        if let Err(e) = r.hand_over(to).await {
-                            tracing::debug!("range {g}: no hand-over to node {to}: {e}");
-                        }
-                    });
-                    Ok(Response::HandingOver)
-                }
-                None => return,
-            },
-            Some(addr) => self.0.transport.call(from, addr, order, ASK_TIMEOUT).await,
-            None => return,
+        // This node's own range is told as a peer's would be: through the
+        // same handler.
+        let answer = if from == self.0.id {
+            Ok(self.dispatch().handle(order).await)
+        } else if let Some(addr) = addrs.get(&from) {
+            self.0.transport.call(from, addr, order, ASK_TIMEOUT).await
+        } else {
+            return;
         };
         if matches!(answer, Ok(Response::HandingOver)) {
             *self.0.last_leader_move.lock() = Some(Instant::now());

@@ -225,6 +225,12 @@ impl StateMachine {
         &self.load
     }
 
+    /// Counts no load (splits by load are off).
+    pub(crate) fn without_load(mut self) -> StateMachine {
+        self.load = Arc::new(crate::load::Load::off());
+        self
+    }
+
     /// The bounds of the range this group serves.
     pub fn bounds(&self) -> Bounds {
         self.state

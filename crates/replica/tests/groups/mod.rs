@@ -18,6 +18,13 @@ use combkv_replica::{
 use parking_lot::Mutex;
 
 pub const NODES: u64 = 3;
+/// The faults the five-node tests run under: a request or reply in fifty
+/// dropped, each delayed up to 8 ms.
+pub const FAULTY: combkv_replica::network::sim::Faults = combkv_replica::network::sim::Faults {
+    drop_request: 0.02,
+    drop_reply: 0.02,
+    delay_ms: (0, 8),
+};
 /// Group 0 is the one a one-keyspace cluster has; 7 any other.
 pub const GROUPS: [GroupId; 2] = [0, 7];
 pub fn config(dir: &Path, id: u64, group: GroupId, storage: &FaultyStorage) -> ReplicaConfig {
@@ -194,6 +201,15 @@ impl Cluster {
     /// simulated file system drawn from `seed`.
     pub fn new(dir: std::path::PathBuf, net: SimNet, nodes: u64, seed: u64) -> Arc<Cluster> {
         Self::hooked(dir, net, nodes, seed, None)
+    }
+
+    /// Starts nodes `1..=nodes`, group 0 on each, and forms the cluster of
+    /// them on node 1.
+    pub async fn start_all(&self, nodes: u64) {
+        for id in 1..=nodes {
+            self.start(id, &[0]).await;
+        }
+        self.form(&(1..=nodes).collect::<Vec<_>>()).await;
     }
 
     /// [`Cluster::new`], every group of every node started with `on_apply`.

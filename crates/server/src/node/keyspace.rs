@@ -174,18 +174,12 @@ impl<'a> Keyspace<'a> {
                     // The replica read may hold more than the range: the
                     // range's parent, or the range itself before it has
                     // applied a split the map records.
-                    Source::Local(s, _) => {
-                        let bounds = cluster
-                            .range_replica(r.id)
-                            .or_else(|| cluster.replica_holding(&r.start))
-                            .map(|x| x.bounds());
-                        match bounds {
-                            Some(b) => {
-                                combkv_replica::count_within(&s, &b, &r.start, r.end.as_deref())?
-                            }
-                            None => s.len(),
-                        }
-                    }
+                    Source::Local(s, replica) => combkv_replica::count_within(
+                        &s,
+                        &replica.bounds(),
+                        &r.start,
+                        r.end.as_deref(),
+                    )?,
                     Source::Remote(id) => {
                         let count = RemoteRead::Count {
                             start: r.start.clone(),
