@@ -33,7 +33,7 @@ pub use durable::{
 };
 pub use error::{Error, Result};
 pub use store::op;
-pub use store::{Pin, Session, Store, check, check_key, read_backup};
+pub use store::{History, Pin, Session, Store, check, check_key, read_backup};
 pub use tree::epoch::flush_reclamation;
 pub use tree::footprint::Footprint;
 pub use tree::node::{

@@ -13,6 +13,7 @@
 //! - `op`: decided writes as data (`combkv::op`)
 
 mod backup;
+mod history;
 pub mod op;
 mod read;
 mod replica;
@@ -34,6 +35,7 @@ use crate::tree::Tree;
 use crate::tree::epoch;
 use crate::types::{MemoryUsage, NodeCounts, Now, Range, Version};
 pub use backup::read_backup;
+pub use history::History;
 pub use session::Session;
 pub use snapshot::Pin;
 use write::Ack;

@@ -24,6 +24,10 @@ pub(crate) struct SnapshotRegistry {
     handles: BTreeMap<u64, (u64, Instant)>,
     /// The last handle id given out (ids are never reused).
     last_handle: u64,
+    /// History holds: version -> how many. A hold at `h` keeps every
+    /// version from `h` on readable, not one version: reads at any version
+    /// between it and the newest see exactly the writes at or below theirs.
+    history: BTreeMap<u64, usize>,
 }
 
 /// A live client snapshot, as listed.
@@ -94,9 +98,27 @@ impl SnapshotRegistry {
         }
     }
 
-    /// Whether a handle, a pin or a read needs read version in `[from, to)`.
+    /// Whether a handle, a pin or a read needs read version in `[from, to)`,
+    /// or a history hold any version from `from` on: a buffer that serves
+    /// `[from, to)` is needed by a hold at `h` when `to > h` (it serves the
+    /// versions of `[max(from, h), to)`).
     pub(crate) fn any_in(&self, from: u64, to: u64) -> bool {
-        from < to && self.versions.range(from..to).next().is_some()
+        from < to
+            && (self.versions.range(from..to).next().is_some()
+                || self.history.keys().next().is_some_and(|&h| to > h))
+    }
+
+    fn hold_history(&mut self, v: u64) {
+        *self.history.entry(v).or_default() += 1;
+    }
+
+    fn unhold_history(&mut self, v: u64) {
+        if let Some(n) = self.history.get_mut(&v) {
+            *n -= 1;
+            if *n == 0 {
+                self.history.remove(&v);
+            }
+        }
     }
 
     /// Live client snapshots (what `max_snapshots` caps).
@@ -122,6 +144,26 @@ impl VersionPin {
 impl Drop for VersionPin {
     fn drop(&mut self) {
         self.shared.snapshots.lock().unhold(self.version);
+    }
+}
+
+/// A history hold: every version from `version` on stays readable until
+/// the guard drops.
+#[derive(Debug)]
+pub(crate) struct HistoryHold {
+    shared: Arc<Shared>,
+    version: u64,
+}
+
+impl HistoryHold {
+    pub(crate) fn version(&self) -> u64 {
+        self.version
+    }
+}
+
+impl Drop for HistoryHold {
+    fn drop(&mut self) {
+        self.shared.snapshots.lock().unhold_history(self.version);
     }
 }
 
@@ -168,6 +210,21 @@ impl Tree {
             })
             .expect("a pin is always taken");
         VersionPin {
+            shared: Arc::clone(&self.shared),
+            version,
+        }
+    }
+
+    /// Holds every version from the current read version on (see
+    /// [`HistoryHold`]), registered as `pin_version` registers its one.
+    pub(crate) fn hold_history(&self) -> HistoryHold {
+        let version = self
+            .register(|reg, rv| {
+                reg.hold_history(rv);
+                Some(rv)
+            })
+            .expect("a hold is always taken");
+        HistoryHold {
             shared: Arc::clone(&self.shared),
             version,
         }
