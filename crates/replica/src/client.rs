@@ -165,7 +165,7 @@ impl Replica {
     }
 
     /// [`Replica::write_indexed`], untimed.
-    async fn propose_and_wait(
+    pub(crate) async fn propose_and_wait(
         &self,
         now_ms: u64,
         ops: Vec<u8>,
@@ -415,9 +415,12 @@ impl Replica {
     /// a local read is, and only for keys inside the range's bounds as
     /// this replica applied them (else the asker's map is out of date, and
     /// it is told so).
+    /// With `at`, the reads are served at that timestamp (`read_at`): the
+    /// range's floor raised to it first, instead of a read index.
     pub(crate) async fn serve_remote_reads(
         &self,
         reads: &[crate::rpc::RemoteRead],
+        at: Option<u64>,
     ) -> crate::rpc::RemoteAnswer {
         use crate::rpc::{RemoteItem, RemoteRead};
         use combkv::readexec::{BatchResults, ReadRequest};
@@ -425,7 +428,11 @@ impl Replica {
         if !self.is_voter() {
             return Err("this replica is a learner still catching up".into());
         }
-        self.read_barrier().await.map_err(|e| e.to_string())?;
+        match at {
+            Some(at) => self.settle_at(at).await,
+            None => self.read_barrier().await,
+        }
+        .map_err(|e| e.to_string())?;
         let bounds = self.bounds();
         // A bound inside the range (an upper one may be its end), or
         // unbounded where the range is.
@@ -477,6 +484,9 @@ impl Replica {
                     ));
                 }
             }
+        }
+        if let Some(at) = at {
+            return self.serve_reads_at(at, reads, &ranges);
         }
         let store = self.current_store();
         if let Some(ReadRequest::Get(k)) = requests.first() {

@@ -244,6 +244,7 @@ impl Replica {
             health,
             guard,
             hold,
+            past: Default::default(),
         });
         let replica = Replica { inner };
         replica.spawn_read_loop();
@@ -454,7 +455,10 @@ impl Handler for Replica {
                 ),
                 Request::ReadIndex => Response::ReadIndex(self.read_index_here().await),
                 Request::Members => Response::Members(self.committed_members()),
-                Request::Read(reads) => Response::Read(self.serve_remote_reads(&reads).await),
+                Request::Read(reads) => Response::Read(self.serve_remote_reads(&reads, None).await),
+                Request::ReadAt(at, reads) => {
+                    Response::Read(self.serve_remote_reads(&reads, Some(at)).await)
+                }
                 Request::HandOver(to) => {
                     // Answered at once; the hand-over takes about a lease.
                     let me = self.clone();

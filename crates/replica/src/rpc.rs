@@ -40,6 +40,9 @@ pub(crate) enum Request {
     HandOver(NodeId),
     /// To a group's voter, from its leader handing over: stand now.
     Stand,
+    /// Reads of a range, as [`Request::Read`], at a timestamp: answered
+    /// once the range's read floor is raised to it (`read_at`).
+    ReadAt(u64, Vec<RemoteRead>),
 }
 
 impl Request {

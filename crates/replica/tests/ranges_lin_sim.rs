@@ -24,7 +24,10 @@
 //! range's store, so they order one key's writes (a split's new range
 //! starts from its parent's clock, and a moved replica from a snapshot of
 //! it) but not two keys' in different ranges; linearizability is local,
-//! so checking each key's single-key ops alone is exact. At the end every
+//! so checking each key's single-key ops alone is exact. Reads across
+//! ranges (every range read at one timestamp through a random node,
+//! `read_across`) are checked with every applied write as one history,
+//! in a witness order made from the versions (`witness_order`). At the end every
 //! replica of each range is equal at the same index, every data key is
 //! in its range's stores only, as the checked history left it.
 //!
@@ -47,14 +50,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use combkv::op::{Cond, Op, Outcome};
-use combkv::{Error, Expiry, Flags, Version};
+use combkv::{Error, Expiry, Flags, Range, Version};
 use combkv_replica::network::sim::SimNet;
-use combkv_replica::{ApplyHook, Batch, Routed, codec};
+use combkv_replica::{ApplyHook, Batch, RemoteRead, Routed, codec};
 use groups::*;
 use linearizability as lin;
 use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use std::ops::Bound;
 
 const FIVE: u64 = 5;
 /// Seeds run unless told (`COMBKV_SIM_SCHEDULES`): what fits in about a
@@ -227,8 +231,9 @@ async fn client(
             batch.push(&map, &op).unwrap();
             batch.push(&map, &put(&mk, &mv)).unwrap();
             assert_eq!(batch.groups().count(), 1, "a marker off its key's range");
-            // Nothing here expires: the clock only has to grow.
-            let (_, results) = host.propose_routed(1_000_000_000 + invoke, batch).await;
+            // The wall clock, as a node's clients' writes take it: versions
+            // start at it, and reads across ranges rely on that.
+            let (_, results) = host.propose_routed(wall_ms(), batch).await;
             let mut bytes = Vec::new();
             codec::encode_ops(std::slice::from_ref(&op), &mut bytes);
             let answer = match (&results[0], &results[1]) {
@@ -247,6 +252,17 @@ async fn client(
                 answer,
             };
             (action, Some(sent))
+        } else if kind == 9 {
+            let Some(result) = read_across(&cl, &mut rng).await else {
+                continue;
+            };
+            (
+                lin::Action::Range {
+                    query: everything(),
+                    result,
+                },
+                None,
+            )
         } else {
             let Some(item) = read(&cl, &mut rng, k.as_bytes()).await else {
                 continue;
@@ -296,6 +312,202 @@ async fn read(cl: &Cluster, rng: &mut StdRng, key: &[u8]) -> Option<Option<lin::
     None
 }
 
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// The whole keyspace, ascending.
+fn everything() -> lin::Query {
+    lin::Query {
+        start: Bound::Unbounded,
+        end: Bound::Unbounded,
+        limit: None,
+        reverse: false,
+        floor_start: false,
+    }
+}
+
+/// Reads every range through a random node at one timestamp (the end of
+/// the wall clock's millisecond), as a node serves a read across ranges:
+/// each range held there settles its floor at the timestamp and is read
+/// as of it; each range held elsewhere is read at a node that holds it
+/// (`Request::ReadAt`). The data keys found, in key order; None if a range
+/// could not be read (the read is then not part of the history).
+async fn read_across(cl: &Cluster, rng: &mut StdRng) -> Option<Vec<lin::Entry>> {
+    let via = rng.random_range(1..=FIVE);
+    let host = cl.nodes.lock().get(&via).cloned()?;
+    let map = host.group(0)?.range_map()?;
+    let at = (wall_ms() << combkv_replica::ranges::LOGICAL_BITS)
+        | ((1 << combkv_replica::ranges::LOGICAL_BITS) - 1);
+    let mut out = Vec::new();
+    for r in map.ranges() {
+        let bounds = Range::new(
+            Bound::Included(r.start.clone()),
+            r.end.clone().map_or(Bound::Unbounded, Bound::Excluded),
+        );
+        let local = host.group(r.id).filter(|g| {
+            let b = g.bounds();
+            g.is_voter() && b.start == r.start && b.end == r.end
+        });
+        match local {
+            Some(g) => {
+                g.settle_at(at).await.ok()?;
+                let b = g.bounds();
+                if b.start != r.start || b.end != r.end {
+                    return None;
+                }
+                g.at(at)
+                    .ok()?
+                    .scan(&bounds, |it| {
+                        out.push(lin::Entry {
+                            key: it.key.to_vec(),
+                            value: it.value.to_vec(),
+                            version: it.version.get(),
+                        });
+                        true
+                    })
+                    .ok()?;
+            }
+            None => {
+                let read = RemoteRead::Range {
+                    start: bounds.start.clone(),
+                    end: bounds.end.clone(),
+                    limit: None,
+                    reverse: false,
+                };
+                let items = host.read_remote(r.id, vec![read], Some(at)).await.ok()?;
+                out.extend(items.into_iter().flatten().map(|it| lin::Entry {
+                    key: it.key,
+                    value: it.value,
+                    version: it.version,
+                }));
+            }
+        }
+    }
+    out.retain(|e| !e.key.contains(&b'#'));
+    Some(out)
+}
+
+/// Item versions are timestamps: one range's are unique and in its log's
+/// order, but two ranges may give two writes the same one, and of two
+/// writes in one millisecond, the one acknowledged first may have the
+/// higher. A read across ranges reads at the end of a millisecond, so it
+/// tells no two writes of one millisecond apart. The witness the checker
+/// takes is therefore: milliseconds in order, and inside one the writes in
+/// an order that keeps real time (one acknowledged before another was sent
+/// goes first) and each key's versions; the two agree (both follow the
+/// order the writes applied in), so one exists. Each write's version, and
+/// every version a read or a CAS names, is replaced by its place in that
+/// order.
+fn witness_order(writes: &[lin::Op]) -> Result<HashMap<(Vec<u8>, u64), u64>, String> {
+    let mut by_ms: BTreeMap<u64, Vec<&lin::Op>> = BTreeMap::new();
+    for w in writes {
+        if let lin::Action::Write {
+            result: Some(v), ..
+        } = &w.action
+        {
+            by_ms
+                .entry(v >> combkv_replica::ranges::LOGICAL_BITS)
+                .or_default()
+                .push(w);
+        }
+    }
+    let key_version = |op: &lin::Op| match &op.action {
+        lin::Action::Write {
+            key,
+            result: Some(v),
+            ..
+        } => (key.clone(), *v),
+        _ => unreachable!("applied writes only"),
+    };
+    let mut out = HashMap::new();
+    let mut next = 1u64;
+    for (_, mut left) in by_ms {
+        left.sort_by_key(|op| key_version(op).1);
+        while !left.is_empty() {
+            // The first write (by version) nothing left must precede.
+            let pick = (0..left.len()).find(|&i| {
+                let (k, v) = key_version(left[i]);
+                left.iter().all(|o| {
+                    let (ok, ov) = key_version(o);
+                    !(o.respond < left[i].invoke || (ok == k && ov < v))
+                })
+            });
+            let Some(i) = pick else {
+                return Err("no order of one millisecond's writes keeps real time".into());
+            };
+            let w = left.remove(i);
+            if out.insert(key_version(w), next).is_some() {
+                return Err(format!("two writes of {:?} at one version", key_version(w)));
+            }
+            next += 1;
+        }
+    }
+    Ok(out)
+}
+
+/// The reads across ranges checked with every applied write, versions
+/// replaced by the witness order (`witness_order`). Single-key reads and
+/// refused conditional writes are left to the per-key check: each read
+/// one range at its read index, which orders it among that range's writes
+/// only.
+fn check_across(
+    histories: &BTreeMap<Vec<u8>, Vec<lin::Op>>,
+    across: &[lin::Op],
+) -> Result<usize, String> {
+    let writes: Vec<lin::Op> = histories
+        .values()
+        .flatten()
+        .filter(|op| {
+            matches!(
+                op.action,
+                lin::Action::Write {
+                    result: Some(_),
+                    ..
+                }
+            )
+        })
+        .cloned()
+        .collect();
+    let order = witness_order(&writes)?;
+    let place = |key: &[u8], v: u64| {
+        order.get(&(key.to_vec(), v)).copied().ok_or_else(|| {
+            format!(
+                "{} at version {v}: no write made it",
+                String::from_utf8_lossy(key)
+            )
+        })
+    };
+    let mut history = Vec::with_capacity(writes.len() + across.len());
+    for mut w in writes {
+        if let lin::Action::Write {
+            kind, key, result, ..
+        } = &mut w.action
+        {
+            *result = Some(place(key, result.unwrap())?);
+            if let lin::WriteKind::Cas { expected } = kind {
+                // A version no write made (never seen) matches nothing.
+                *expected = place(key, *expected).unwrap_or(u64::MAX - 1);
+            }
+        }
+        history.push(w);
+    }
+    for r in across {
+        let mut r = r.clone();
+        if let lin::Action::Range { result, .. } = &mut r.action {
+            for e in result.iter_mut() {
+                e.version = place(&e.key, e.version)?;
+            }
+        }
+        history.push(r);
+    }
+    lin::check(&BTreeMap::new(), 0, &history).map_err(|v| v.join("\n"))?;
+    Ok(across.len())
+}
+
 /// A write as sent, with the version its outcome reports (none: it did
 /// not apply, a condition unmet).
 fn answered(sent: lin::Action, outcome: &Outcome) -> lin::Action {
@@ -320,6 +532,7 @@ fn histories(
     done: Vec<(lin::Op, Option<Sent>)>,
     journal: &Journal,
     found: &mut usize,
+    across: &mut Vec<lin::Op>,
 ) -> Result<BTreeMap<Vec<u8>, Vec<lin::Op>>, String> {
     if let Some(e) = journal.errors.first() {
         return Err(e.clone());
@@ -327,6 +540,10 @@ fn histories(
     let mut left = journal.applied.clone();
     let mut out: BTreeMap<Vec<u8>, Vec<lin::Op>> = BTreeMap::new();
     for (mut op, sent) in done {
+        if let lin::Action::Range { .. } = op.action {
+            across.push(op);
+            continue;
+        }
         if let Some(Sent {
             id,
             op: bytes,
@@ -447,7 +664,8 @@ fn schedule(seed: u64) {
         }
         let map = converge_after_move(&cl).await?;
         let mut found = 0;
-        let histories = histories(done, &journal.lock(), &mut found)?;
+        let mut across = Vec::new();
+        let histories = histories(done, &journal.lock(), &mut found, &mut across)?;
         let (mut ops, mut last) = (0, BTreeMap::new());
         for (key, h) in &histories {
             let key_name = String::from_utf8_lossy(key);
@@ -457,13 +675,14 @@ fn schedule(seed: u64) {
             ops += h.len();
         }
         check_stores(&cl, &map, &last)?;
+        let read_across = check_across(&histories, &across)?;
         for &id in &all {
             cl.stop(id).await;
         }
         let refused = journal.lock().refused;
         eprintln!(
-            "seed {seed}: {ops} ops checked, {found} unanswered writes applied, \
-             {refused} refused for their range, in {:.1} s",
+            "seed {seed}: {ops} ops checked ({read_across} reads across ranges), \
+             {found} unanswered writes applied, {refused} refused for their range, in {:.1} s",
             started.elapsed().as_secs_f64()
         );
         Ok::<_, String>(ops)

@@ -140,6 +140,7 @@ fn a_batch_across_ranges_lands_in_order_and_a_cross_range_write_is_refused() {
                         reverse: true,
                     },
                 ],
+                None,
             )
             .await
             .unwrap();
@@ -149,7 +150,7 @@ fn a_batch_across_ranges_lands_in_order_and_a_cross_range_write_is_refused() {
         let keys: Vec<&[u8]> = read[2].iter().map(|it| &it.key[..]).collect();
         assert_eq!(keys, [&b"y"[..], b"x"]);
         let outside = host(1)
-            .read_remote(1, vec![RemoteRead::Get(b"a".to_vec())])
+            .read_remote(1, vec![RemoteRead::Get(b"a".to_vec())], None)
             .await;
         assert!(
             matches!(&outside, Err(e) if e.to_string().contains("range map has changed")),

@@ -225,10 +225,39 @@ pub fn decode_split(bytes: &[u8]) -> Option<Decoded<SplitRange>> {
     Some(postcard::from_bytes(&bytes[9..]).map_err(|_| DecodeError("range split")))
 }
 
+/// The tag after a count of one that makes an entry a read floor (see
+/// [`encode_floor`]).
+const FLOOR_TAG: u8 = 0xA3;
+
+/// A read floor for the range the group serves: every write after it in
+/// the log takes a version above `at` (a timestamp a read across ranges
+/// reads every range at; `docs/design.md`, "Ranges"). One "op", so that it
+/// gets one result.
+pub fn encode_floor(at: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(17);
+    put_u64(&mut out, 1);
+    out.push(FLOOR_TAG);
+    put_u64(&mut out, at);
+    out
+}
+
+/// The timestamp a read floor entry holds (None: it holds none).
+pub fn decode_floor(bytes: &[u8]) -> Option<Decoded<u64>> {
+    if !(bytes.len() > 8 && bytes[..8] == 1u64.to_le_bytes() && bytes[8] == FLOOR_TAG) {
+        return None;
+    }
+    Some(
+        bytes[9..]
+            .try_into()
+            .map(u64::from_le_bytes)
+            .map_err(|_| DecodeError("read floor")),
+    )
+}
+
 /// Whether an entry must be proposed alone, never joined with writes: a
-/// setting, a change of the range map, or a split.
+/// setting, a change of the range map, a split or a read floor.
 pub fn stands_alone(bytes: &[u8]) -> bool {
-    is_setting(bytes) || is_map_change(bytes) || is_split(bytes)
+    is_setting(bytes) || is_map_change(bytes) || is_split(bytes) || decode_floor(bytes).is_some()
 }
 
 /// Whether an encoded entry is a setting, not ops.

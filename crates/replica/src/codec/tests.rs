@@ -316,3 +316,20 @@ fn sample_results() -> Vec<Result<Outcome, Error>> {
         }),
     ]
 }
+
+/// A read floor reads back as the timestamp it was written with, stands
+/// alone, is told from every other entry, and a cut one is refused.
+#[test]
+fn a_read_floor_round_trips_and_stands_alone() {
+    let at = (1_790_000_000_000u64 << 16) | 0xFFFF;
+    let bytes = encode_floor(at);
+    assert_eq!(decode_floor(&bytes), Some(Ok(at)));
+    assert!(stands_alone(&bytes));
+    assert_eq!(list_count(&bytes), Ok(1));
+    assert!(decode_split(&bytes).is_none());
+    assert!(decode_map_change(&bytes).is_none());
+    assert!(decode_setting(&bytes).is_none());
+    assert!(decode_floor(&encode_setting("a", b"b")).is_none());
+    assert!(decode_floor(&[0u8; 8]).is_none());
+    assert!(matches!(decode_floor(&bytes[..12]), Some(Err(_))));
+}

@@ -339,6 +339,23 @@ impl Host {
     }
 
     pub(super) fn spawn_drivers(&self) {
+        // The stores' recent past, for reads at a timestamp: its own task,
+        // so that a slow turn of the drivers below never leaves a store
+        // without a recent hold.
+        let host = Arc::downgrade(&self.0);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                let Some(inner) = host.upgrade() else { return };
+                let host = Host(inner);
+                let keep = host.range_map().len() > 1;
+                for g in host.groups() {
+                    if let Some(r) = host.group(g) {
+                        r.keep_past(keep);
+                    }
+                }
+            }
+        });
         let host = Arc::downgrade(&self.0);
         tokio::spawn(async move {
             for turn in 0u64.. {

@@ -17,10 +17,12 @@ impl Host {
     /// is passed over), within `REQUEST_TIMEOUT`. Refused if the range is
     /// not in the map, or a node says its bounds no longer hold what was
     /// asked (the map here is out of date: the caller routes again).
+    /// With `at`, read at that timestamp (`Request::ReadAt`).
     pub async fn read_remote(
         &self,
         range: RangeId,
         reads: Vec<RemoteRead>,
+        at: Option<u64>,
     ) -> Result<Vec<Vec<RemoteItem>>, ClusterError> {
         let deadline = Instant::now() + REQUEST_TIMEOUT;
         let meta = self
@@ -48,7 +50,11 @@ impl Host {
                 tokio::time::sleep(NO_LEADER_RETRY.min(left)).await;
                 continue;
             };
-            let req = Request::for_group(range, Request::Read(reads.clone()));
+            let read = match at {
+                Some(at) => Request::ReadAt(at, reads.clone()),
+                None => Request::Read(reads.clone()),
+            };
+            let req = Request::for_group(range, read);
             match self.0.transport.call(node, addr, req, left).await {
                 Ok(Response::Read(Ok(items))) if items.len() == reads.len() => return Ok(items),
                 Ok(Response::Read(Ok(_))) => {
@@ -56,7 +62,9 @@ impl Host {
                         "node {node} answered another number of reads"
                     )));
                 }
-                Ok(Response::Read(Err(why))) if why.contains("range map has changed") => {
+                Ok(Response::Read(Err(why)))
+                    if why.contains("range map has changed") || why.contains(crate::PAST_GONE) =>
+                {
                     return Err(ClusterError::Refused(why));
                 }
                 Ok(Response::Read(Err(why))) => last = format!("node {node}: {why}"),

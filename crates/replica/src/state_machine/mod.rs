@@ -26,6 +26,7 @@ use crate::snapshot::{self, Header};
 use crate::types::{Applied, Entry, LogId, NodeId, StorageError, TypeConfig};
 
 mod split;
+mod timestamps;
 
 pub use split::{SplitChild, SplitHook, seed_split_group};
 
@@ -375,6 +376,21 @@ impl StateMachine {
                         results: vec![result],
                     });
                 }
+                if let Some(floor) = codec::decode_floor(&batch.ops) {
+                    let result = match floor {
+                        // Every write after this one takes a version above
+                        // the floor, so a read at it, once this entry has
+                        // applied, sees all the writes it ever will.
+                        Ok(at) => {
+                            self.cell.get().raise_clock(Version(at));
+                            Ok(Outcome::Clear)
+                        }
+                        Err(e) => Err(combkv::Error::InvalidConfig(e.to_string())),
+                    };
+                    return Ok(Applied {
+                        results: vec![result],
+                    });
+                }
                 match codec::decode_setting(&batch.ops) {
                     Some(Ok((name, value))) => {
                         state.settings.insert(name, value);
@@ -402,6 +418,7 @@ impl StateMachine {
                 let now = batch.now_ms.max(state.now_ms);
                 state.now_ms = now;
                 let store = self.cell.get();
+                timestamps::before_writes(&store, now, ops.len());
                 let mut results = Vec::with_capacity(ops.len());
                 for op in &ops {
                     // Decided against bounds the range no longer has (a
