@@ -282,6 +282,120 @@ fn a_keyspace_split_into_ranges_is_served_whole_by_every_node() {
 /// `--cluster-range-split-bytes`, each at the key that halves its bytes,
 /// while writers go on through every node: every key stays readable
 /// through every node, and the ranges cover the keys in balanced parts.
+/// Reads across ranges are one snapshot of them all: a writer sets `a`
+/// then `z` (two ranges) to 1, 2, 3, ..., each write acknowledged before
+/// the next is sent, through changing nodes, while readers on every node
+/// read both with MGET and with RANGE. A read that saw `z` at n and `a`
+/// below n would have seen a write without one acknowledged before it
+/// (what reading each range at its own read index allows: `a` read, then
+/// both written, then `z` read; 20,000 keys between them make RANGE take
+/// a while to get from one to the other).
+#[test]
+fn reads_across_ranges_never_see_a_later_write_without_an_earlier_one() {
+    let root = root("across");
+    let mut nodes: Vec<Node> = (1..=3).map(|id| Node::new(&root, id)).collect();
+    let list = peers(&nodes.iter().collect::<Vec<_>>());
+    start_all(&mut nodes, &list, &[]);
+    let (ok, said) = admin(&nodes[0], &["split", "m"], Duration::from_secs(30));
+    assert!(ok && said.trim() == "1", "{said}");
+    for n in &nodes {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while field(&n.info_ranges(), "ranges_hosted") != "2" {
+            assert!(Instant::now() < deadline, "node {}", n.id);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    // Keys between `a` and `z` (in `a`'s range), so that a RANGE over
+    // both takes a while between reading the one and the other.
+    let mut con = nodes[0].connect();
+    for chunk in 0..20 {
+        let mut mset = redis::cmd("MSET");
+        for i in chunk * 1000..(chunk + 1) * 1000 {
+            mset.arg(format!("f{i:05}")).arg("-");
+        }
+        let _: () = mset.query(&mut con).unwrap();
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let mut cons: Vec<redis::Connection> = nodes.iter().map(Node::connect).collect();
+        let stop = std::sync::Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || n < 100 {
+                n += 1;
+                let i = n as usize;
+                let _: () = redis::cmd("SET")
+                    .arg("a")
+                    .arg(n)
+                    .query(&mut cons[i % 3])
+                    .unwrap();
+                let _: () = redis::cmd("SET")
+                    .arg("z")
+                    .arg(n)
+                    .query(&mut cons[(i + 1) % 3])
+                    .unwrap();
+            }
+            n
+        })
+    };
+    let readers: Vec<_> = (0..3)
+        .map(|r| {
+            let mut con = nodes[r].connect();
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let (mut reads, mut moving) = (0u64, 0u64);
+                let check = |a: u64, z: u64, how: &str| {
+                    assert!(
+                        z <= a && a <= z + 1,
+                        "node {}: {how} saw a={a} z={z}",
+                        r + 1
+                    );
+                };
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let got: Vec<Option<u64>> = redis::cmd("MGET")
+                        .arg("a")
+                        .arg("z")
+                        .query(&mut con)
+                        .unwrap();
+                    let (a, z) = (got[0].unwrap_or(0), got[1].unwrap_or(0));
+                    check(a, z, "MGET");
+                    let all: Vec<String> = redis::cmd("RANGE")
+                        .arg("-")
+                        .arg("+")
+                        .query(&mut con)
+                        .unwrap();
+                    let value = |k: &str| {
+                        all.chunks(2)
+                            .find(|p| p[0] == k)
+                            .map_or(0, |p| p[1].parse::<u64>().unwrap())
+                    };
+                    let (a2, z2) = (value("a"), value("z"));
+                    check(a2, z2, "RANGE");
+                    reads += 2;
+                    moving += u64::from(a2 > a);
+                }
+                (reads, moving)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(8));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let rounds = writer.join().unwrap();
+    let mut total = 0;
+    for r in readers {
+        let (reads, moving) = r.join().unwrap();
+        total += reads;
+        eprintln!("{reads} reads across ranges, {moving} while the writer went on");
+    }
+    eprintln!("{rounds} rounds written");
+    assert!(total > 50, "too few reads to tell: {total}");
+    let sizes: Vec<i64> = nodes
+        .iter()
+        .map(|n| redis::cmd("DBSIZE").query(&mut n.connect()).unwrap())
+        .collect();
+    assert_eq!(sizes, [20_002, 20_002, 20_002]);
+}
+
 #[test]
 fn ranges_split_on_their_own_as_the_data_grows() {
     let root = root("bysize");

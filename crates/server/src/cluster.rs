@@ -384,8 +384,57 @@ impl Cluster {
         reads: Vec<combkv_replica::RemoteRead>,
     ) -> Result<Vec<Vec<combkv_replica::RemoteItem>>, StoreError> {
         self.rt
-            .block_on(self.host.read_remote(range, reads))
+            .block_on(self.host.read_remote(range, reads, None))
             .map_err(cluster_error)
+    }
+
+    /// The timestamp a read across ranges that starts now reads at: the
+    /// end of the wall clock's current millisecond (see
+    /// `combkv_replica::PastView`). Every write acknowledged, or seen,
+    /// before now has a version at or below it.
+    pub(crate) fn read_timestamp(&self) -> u64 {
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        combkv_replica::ranges::Timestamp::from_millis(ms).0
+            | ((1 << combkv_replica::ranges::LOGICAL_BITS) - 1)
+    }
+
+    /// For a read at timestamp `at`, all at once: raises the read floor of
+    /// each range in `local` (replicas here) to `at` and waits until they
+    /// have applied it, and runs each `(range, reads)` of `remote` at `at`
+    /// on a node that holds the range. The remote answers, in order.
+    pub(crate) fn settle_at(
+        &self,
+        at: u64,
+        local: &[Replica],
+        remote: Vec<(u64, Vec<combkv_replica::RemoteRead>)>,
+    ) -> Result<Vec<Vec<Vec<combkv_replica::RemoteItem>>>, StoreError> {
+        self.rt.block_on(async {
+            let settles: Vec<_> = local
+                .iter()
+                .map(|r| {
+                    let r = r.clone();
+                    tokio::spawn(async move { r.settle_at(at).await })
+                })
+                .collect();
+            let reads: Vec<_> = remote
+                .into_iter()
+                .map(|(range, reads)| {
+                    let host = self.host.clone();
+                    tokio::spawn(async move { host.read_remote(range, reads, Some(at)).await })
+                })
+                .collect();
+            let stopped = |_| StoreError::Unavailable("the node is stopping".into());
+            for s in settles {
+                s.await.map_err(stopped)?.map_err(settle_error)?;
+            }
+            let mut out = Vec::with_capacity(reads.len());
+            for r in reads {
+                out.push(r.await.map_err(stopped)?.map_err(settle_error)?);
+            }
+            Ok(out)
+        })
     }
 
     /// The longest key this node's stores take (every store alike).
@@ -582,6 +631,20 @@ async fn read_index_all(host: &Host, marks: &parking_lot::Mutex<Marks>) -> Resul
 
 fn cluster_error(e: ClusterError) -> StoreError {
     e.into()
+}
+
+/// A failed read at a timestamp: one a node refused because its held past
+/// does not reach back to the timestamp stays that (the read is taken
+/// again at a new one), as does one whose map is behind.
+fn settle_error(e: ClusterError) -> StoreError {
+    let why = e.to_string();
+    if why.contains(combkv_replica::PAST_GONE) {
+        StoreError::Unavailable(combkv_replica::PAST_GONE.into())
+    } else if why.contains("range map has changed") {
+        StoreError::WrongRange(why)
+    } else {
+        cluster_error(e)
+    }
 }
 
 /// A node's own entry in `--peers` is where the others send to it: it must

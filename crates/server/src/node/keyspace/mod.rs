@@ -11,12 +11,11 @@
 //! is read at a node that holds one (`Host::read_remote`), which answers
 //! after a read index of its own; the event loop waits for that answer.
 //!
-//! Each range is read at its own read index and version: a read that
-//! crosses ranges is not yet one snapshot of them all (that needs the
-//! ranges' versions to be one clock's timestamps, `docs/design.md`,
-//! "Ranges"). SNAPSHOT and the reads at a snapshot are refused while the
-//! keyspace has more than one range (`CROSSSLOT`), never answered from
-//! one range alone.
+//! A read inside one range is read at that range's read index; a read
+//! that crosses ranges is read at one timestamp across them all
+//! (`at_timestamp`), one snapshot of them, as one store's read is.
+//! SNAPSHOT and the reads at a snapshot are refused while the keyspace has
+//! more than one range (`CROSSSLOT`), never answered from one range alone.
 
 use std::ops::Bound;
 use std::sync::Arc;
@@ -29,6 +28,10 @@ use combkv_replica::{RemoteItem, RemoteRead, Replica};
 
 use crate::cluster::Cluster;
 use crate::state::Shared;
+
+mod at_timestamp;
+
+use at_timestamp::{Got, at_one_timestamp};
 
 /// How long a read waits for a range's group to start on this node after
 /// its split applied here (it starts within milliseconds).
@@ -78,6 +81,16 @@ impl<'a> Keyspace<'a> {
     /// read in that moment waits for it (up to `GROUP_START_WAIT`). A
     /// range the map names no replica of here is read remotely.
     fn source(cluster: &Cluster, r: &RangeDesc) -> Result<Source> {
+        let source = Self::place(cluster, r)?;
+        if let Source::Local(_, replica) = &source {
+            cluster.fresh(replica)?;
+        }
+        Ok(source)
+    }
+
+    /// [`Keyspace::source`] without the read index a local read takes (a
+    /// read at a timestamp raises the range's floor instead).
+    fn place(cluster: &Cluster, r: &RangeDesc) -> Result<Source> {
         let deadline = Instant::now() + GROUP_START_WAIT;
         let here = r.voters.contains(&cluster.id()) || r.learners.contains(&cluster.id());
         loop {
@@ -97,7 +110,6 @@ impl<'a> Keyspace<'a> {
                             r.id
                         )));
                     }
-                    cluster.fresh(&replica)?;
                     return Ok(Source::Local(replica.current_store(), replica));
                 }
                 Some(_) => return Ok(Source::Remote(r.id)),
@@ -161,39 +173,36 @@ impl<'a> Keyspace<'a> {
         }
     }
 
-    /// How many keys the keyspace holds (every range's count).
+    /// How many keys the keyspace holds: every range counted at one
+    /// timestamp.
     pub(crate) fn len(&self) -> Result<u64> {
         let cluster = match self {
             Keyspace::One(s) => return Ok(s.len()),
             Keyspace::Ranges { cluster, .. } => cluster,
         };
-        routed(cluster, |map| {
-            let mut n = 0;
-            for r in map.ranges() {
-                n += match Self::source(cluster, r)? {
-                    // The replica read may hold more than the range: the
-                    // range's parent, or the range itself before it has
-                    // applied a split the map records.
-                    Source::Local(s, replica) => combkv_replica::count_within(
-                        &s,
-                        &replica.bounds(),
-                        &r.start,
-                        r.end.as_deref(),
-                    )?,
-                    Source::Remote(id) => {
-                        let count = RemoteRead::Count {
-                            start: r.start.clone(),
-                            end: r.end.clone(),
-                        };
-                        Self::remote(cluster, id, vec![count])?
-                            .first()
-                            .and_then(|i| i.first())
-                            .map_or(0, |it| it.version)
-                    }
-                };
-            }
-            Ok(n)
-        })
+        let found = at_one_timestamp(cluster, |map| {
+            Ok(map
+                .ranges()
+                .map(|r| {
+                    let count = RemoteRead::Count {
+                        start: r.start.clone(),
+                        end: r.end.clone(),
+                    };
+                    (r.clone(), count, (r.start.clone(), r.end.clone()))
+                })
+                .collect())
+        })?;
+        let mut n = 0;
+        for (got, (start, end)) in found {
+            n += match got {
+                // The replica read may hold more than the range: the
+                // range's parent, or the range itself before it has
+                // applied a split the map records.
+                Got::Local(view, _) => view.count(&start, end.as_deref())?,
+                Got::Remote(items) => items.first().map_or(0, |it| it.version),
+            };
+        }
+        Ok(n)
     }
 
     /// Visits range `part`'s items of `sub` (already cut to it), where
@@ -241,6 +250,9 @@ impl<'a> Keyspace<'a> {
             Keyspace::Ranges { cluster, .. } => cluster,
         };
         let r = self.floor_resolved(r)?;
+        if routed(cluster, |map| Ok(spanned(map, &r).nth(1).is_some()))? {
+            return Self::scan_at_timestamp(cluster, &r, f);
+        }
         // Where each range's part is read, all found before any is
         // visited: a map found out of date is brought up to date and the
         // plan made again, with nothing visited twice.
@@ -263,6 +275,62 @@ impl<'a> Keyspace<'a> {
             sub.limit = left;
             let (n, stopped) = Self::scan_part(cluster, source, &sub, &mut f)?;
             seen += n;
+            if stopped {
+                break;
+            }
+        }
+        Ok(seen)
+    }
+
+    /// [`Keyspace::scan`] of a range `r` that crosses ranges: each part
+    /// read at one timestamp.
+    fn scan_at_timestamp(
+        cluster: &Cluster,
+        r: &Range,
+        mut f: impl FnMut(ItemView<'_>) -> bool,
+    ) -> Result<usize> {
+        let found = at_one_timestamp(cluster, |map| {
+            let mut parts: Vec<&RangeDesc> = spanned(map, r).collect();
+            if r.reverse {
+                parts.reverse();
+            }
+            Ok(parts
+                .into_iter()
+                .map(|p| {
+                    let sub = clip(r, p);
+                    (p.clone(), remote_range(&sub), sub)
+                })
+                .collect())
+        })?;
+        let mut seen = 0usize;
+        for (got, mut sub) in found {
+            let left = r.limit.map(|l| l.saturating_sub(seen));
+            if left == Some(0) {
+                break;
+            }
+            sub.limit = left;
+            let mut stopped = false;
+            match got {
+                Got::Local(past, replica) => {
+                    if let Bound::Included(k) | Bound::Excluded(k) = &sub.start {
+                        replica.note_reads(1, k);
+                    }
+                    seen += past.scan(&sub, |it| {
+                        let go = f(it);
+                        stopped |= !go;
+                        go
+                    })?;
+                }
+                Got::Remote(items) => {
+                    for it in items.iter().take(left.unwrap_or(usize::MAX)) {
+                        seen += 1;
+                        if !f(view(it)) {
+                            stopped = true;
+                            break;
+                        }
+                    }
+                }
+            }
             if stopped {
                 break;
             }
@@ -352,59 +420,123 @@ impl<'a> Keyspace<'a> {
             }
             one = one.or(first);
         }
-        if !mixed
-            && let Some(r) = one
-            && let Source::Local(s, replica) = Self::source(cluster, r)?
-        {
-            if let Some(ReadRequest::Get(k)) = requests.first() {
-                replica.note_reads(requests.len() as u64, k);
+        let Some(r) = one.filter(|_| !mixed) else {
+            return self.read_batch_at_timestamp(cluster, requests, out);
+        };
+        match Self::source(cluster, r)? {
+            Source::Local(s, replica) => {
+                if let Some(ReadRequest::Get(k)) = requests.first() {
+                    replica.note_reads(requests.len() as u64, k);
+                }
+                s.read_batch(requests, out)
             }
-            return s.read_batch(requests, out);
+            // One range held elsewhere: one remote read of all of them (no
+            // request has a floor start: one would span every range).
+            Source::Remote(id) => {
+                let mut reads = Vec::with_capacity(requests.len());
+                for req in requests {
+                    reads.push(match req {
+                        ReadRequest::Get(k) => {
+                            combkv::check_key(k, cluster.max_key_len())?;
+                            RemoteRead::Get(k.to_vec())
+                        }
+                        ReadRequest::Range(r) => remote_range(r),
+                    });
+                }
+                let answers = Self::remote(cluster, id, reads)?;
+                out.begin_gathering(requests.len());
+                for (i, items) in answers.iter().enumerate() {
+                    for it in items {
+                        out.gather_item(i, &view(it));
+                    }
+                }
+                Ok(())
+            }
         }
-        let mut part_out = BatchResults::new();
+    }
+
+    /// [`Keyspace::read_batch`] of requests that lie in more than one
+    /// range: every part of every request read at one timestamp, gathered
+    /// into `out` in request order.
+    fn read_batch_at_timestamp(
+        &self,
+        cluster: &Cluster,
+        requests: &[ReadRequest<'_>],
+        out: &mut BatchResults,
+    ) -> Result<()> {
+        enum Part {
+            Get(usize, Vec<u8>),
+            Range(usize, Range),
+        }
+        // Floor starts resolved and keys checked before anything is read.
+        let mut resolved = Vec::with_capacity(requests.len());
+        for req in requests {
+            resolved.push(match req {
+                ReadRequest::Get(k) => {
+                    combkv::check_key(k, cluster.max_key_len())?;
+                    None
+                }
+                ReadRequest::Range(r) => Some(self.floor_resolved(r)?),
+            });
+        }
+        let found = at_one_timestamp(cluster, |map| {
+            let mut plan = Vec::new();
+            for (i, (req, range)) in requests.iter().zip(&resolved).enumerate() {
+                match (req, range) {
+                    (ReadRequest::Get(k), _) => plan.push((
+                        map.route(k).clone(),
+                        RemoteRead::Get(k.to_vec()),
+                        Part::Get(i, k.to_vec()),
+                    )),
+                    (ReadRequest::Range(_), Some(r)) => {
+                        let mut parts: Vec<&RangeDesc> = spanned(map, r).collect();
+                        if r.reverse {
+                            parts.reverse();
+                        }
+                        for p in parts {
+                            let sub = clip(r, p);
+                            plan.push((p.clone(), remote_range(&sub), Part::Range(i, sub)));
+                        }
+                    }
+                    (ReadRequest::Range(_), None) => {}
+                }
+            }
+            Ok(plan)
+        })?;
+        // What each range request may still take (its limit over its parts).
+        let mut left: Vec<usize> = resolved
+            .iter()
+            .map(|r| r.as_ref().and_then(|r| r.limit).unwrap_or(usize::MAX))
+            .collect();
         out.begin_gathering(requests.len());
-        for (i, req) in requests.iter().enumerate() {
-            match req {
-                ReadRequest::Get(k) => match Self::source(cluster, map.route(k))? {
-                    Source::Local(s, replica) => {
-                        replica.note_reads(1, k);
-                        s.read_batch(&[*req], &mut part_out)?;
-                        out.gather(i, &part_out, 0, usize::MAX);
+        for (got, part) in found {
+            match (part, got) {
+                (Part::Get(i, k), Got::Local(past, replica)) => {
+                    replica.note_reads(1, &k);
+                    if let Some(it) = past.get(&k)? {
+                        out.gather_item(i, &it.view());
                     }
-                    Source::Remote(id) => {
-                        combkv::check_key(k, cluster.max_key_len())?;
-                        let items = Self::remote(cluster, id, vec![RemoteRead::Get(k.to_vec())])?;
-                        for it in items.iter().flatten() {
-                            out.gather_item(i, &view(it));
-                        }
+                }
+                (Part::Get(i, _), Got::Remote(items)) => {
+                    for it in &items {
+                        out.gather_item(i, &view(it));
                     }
-                },
-                ReadRequest::Range(r) => {
-                    let r = self.floor_resolved(r)?;
-                    let mut parts: Vec<&RangeDesc> = spanned(map, &r).collect();
-                    if r.reverse {
-                        parts.reverse();
+                }
+                (Part::Range(i, mut sub), Got::Local(past, _)) => {
+                    if left[i] == 0 {
+                        continue;
                     }
-                    let mut left = r.limit.unwrap_or(usize::MAX);
-                    for part in parts {
-                        if left == 0 {
-                            break;
-                        }
-                        let mut sub = clip(&r, part);
-                        sub.limit = r.limit.map(|_| left);
-                        match Self::source(cluster, part)? {
-                            Source::Local(s, _) => {
-                                s.read_batch(&[ReadRequest::Range(&sub)], &mut part_out)?;
-                                left -= out.gather(i, &part_out, 0, left);
-                            }
-                            Source::Remote(id) => {
-                                let items = Self::remote(cluster, id, vec![remote_range(&sub)])?;
-                                for it in items.iter().flatten().take(left) {
-                                    out.gather_item(i, &view(it));
-                                    left -= 1;
-                                }
-                            }
-                        }
+                    sub.limit = Some(left[i]);
+                    past.scan(&sub, |it| {
+                        out.gather_item(i, &it);
+                        left[i] -= 1;
+                        left[i] > 0
+                    })?;
+                }
+                (Part::Range(i, _), Got::Remote(items)) => {
+                    for it in items.iter().take(left[i]) {
+                        out.gather_item(i, &view(it));
+                        left[i] -= 1;
                     }
                 }
             }

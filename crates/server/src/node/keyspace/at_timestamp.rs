@@ -1,0 +1,120 @@
+//! Reads that cross ranges, at one timestamp (`combkv_replica::PastView`):
+//! the reading node takes a timestamp, every range the read touches
+//! raises its read floor to it (the ones held here through their local
+//! replica, the others at a node that holds them, which reads there), and
+//! each is read as of that timestamp: one snapshot of them all, as a read
+//! of one store is. A map found out of date, or a range whose held past no
+//! longer reaches back to the timestamp (its floor round was slow), takes
+//! the read again from the start, at a new timestamp; nothing is handed to
+//! the caller before every range has answered.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use combkv::{Error, Result};
+use combkv_replica::ranges::{RangeDesc, RangeMap};
+use combkv_replica::{PAST_GONE, PastView, RemoteItem, RemoteRead, Replica};
+
+use super::{Keyspace, Source, covers};
+use crate::cluster::Cluster;
+
+/// How many times a read is taken again at a new timestamp.
+const TRIES: usize = 4;
+
+/// What one read of a plan found.
+pub(super) enum Got {
+    /// Its range is held here: read it from the view, as of the timestamp.
+    Local(Arc<PastView>, Replica),
+    /// Its range was read at another node: these items.
+    Remote(Vec<RemoteItem>),
+}
+
+/// Runs `plan` (each read: its range, the read as a remote node would run
+/// it, and what the caller needs to run it locally) at one timestamp; each
+/// read's findings, in plan order. Each range is settled once however many
+/// reads it has.
+pub(super) fn at_one_timestamp<X>(
+    cluster: &Cluster,
+    mut plan: impl FnMut(&RangeMap) -> Result<Vec<(RangeDesc, RemoteRead, X)>>,
+) -> Result<Vec<(Got, X)>> {
+    let mut last = None;
+    for _ in 0..TRIES {
+        let at = cluster.read_timestamp();
+        let map = cluster.shared_range_map();
+        let reads = plan(&map)?;
+        match settle(cluster, at, reads) {
+            Err(Error::WrongRange(why)) => {
+                cluster.catch_up_map()?;
+                last = Some(Error::WrongRange(why));
+            }
+            Err(Error::Unavailable(why)) if why == PAST_GONE => {
+                last = Some(Error::Unavailable(why));
+            }
+            r => return r,
+        }
+    }
+    Err(last.unwrap_or_else(|| Error::Unavailable("the read could not settle".into())))
+}
+
+/// One try of [`at_one_timestamp`] at `at`.
+fn settle<X>(
+    cluster: &Cluster,
+    at: u64,
+    reads: Vec<(RangeDesc, RemoteRead, X)>,
+) -> Result<Vec<(Got, X)>> {
+    // Each range once: where it is read, and (if elsewhere) its reads.
+    let mut sources: BTreeMap<u64, (RangeDesc, Source)> = BTreeMap::new();
+    let mut remote: BTreeMap<u64, Vec<RemoteRead>> = BTreeMap::new();
+    for (desc, read, _) in &reads {
+        let (_, source) = match sources.entry(desc.id) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                e.insert((desc.clone(), Keyspace::place(cluster, desc)?))
+            }
+        };
+        if let Source::Remote(_) = source {
+            remote.entry(desc.id).or_default().push(read.clone());
+        }
+    }
+    let local: Vec<Replica> = sources
+        .values()
+        .filter_map(|(_, s)| match s {
+            Source::Local(_, replica) => Some(replica.clone()),
+            Source::Remote(_) => None,
+        })
+        .collect();
+    let remote_ids: Vec<u64> = remote.keys().copied().collect();
+    let answers = cluster.settle_at(at, &local, remote.into_iter().collect())?;
+    let mut answers: BTreeMap<u64, std::vec::IntoIter<Vec<RemoteItem>>> = remote_ids
+        .into_iter()
+        .zip(answers)
+        .map(|(id, a)| (id, a.into_iter()))
+        .collect();
+    // The local views, once settled: a split applied before the floor
+    // took keys away from a replica, and the map is then behind it.
+    let mut views: BTreeMap<u64, Arc<PastView>> = BTreeMap::new();
+    for (id, (desc, source)) in &sources {
+        if let Source::Local(_, replica) = source {
+            if !covers(&replica.bounds(), desc) {
+                return Err(Error::WrongRange(format!(
+                    "range {id}: a split applied while the read settled"
+                )));
+            }
+            views.insert(*id, Arc::new(replica.at(at)?));
+        }
+    }
+    let mut out = Vec::with_capacity(reads.len());
+    for (desc, _, x) in reads {
+        let got = match &sources[&desc.id].1 {
+            Source::Local(_, replica) => Got::Local(Arc::clone(&views[&desc.id]), replica.clone()),
+            Source::Remote(_) => Got::Remote(
+                answers
+                    .get_mut(&desc.id)
+                    .and_then(Iterator::next)
+                    .ok_or_else(|| Error::Unavailable("a remote read went unanswered".into()))?,
+            ),
+        };
+        out.push((got, x));
+    }
+    Ok(out)
+}
