@@ -230,11 +230,29 @@ fn a_keyspace_split_into_ranges_is_served_whole_by_every_node() {
         .query::<()>(&mut cons[0])
         .unwrap_err();
     assert_eq!(e.code(), Some("CROSSSLOT"), "{e}");
-    let e = redis::cmd("SNAPSHOT")
+    // A snapshot is of every range at once, and listed as the node's.
+    let snap: i64 = redis::cmd("SNAPSHOT")
         .arg("CREATE")
-        .query::<i64>(&mut cons[1])
-        .unwrap_err();
-    assert_eq!(e.code(), Some("CROSSSLOT"), "{e}");
+        .query(&mut cons[1])
+        .unwrap();
+    let listed: Vec<(i64, u64, i64)> = redis::cmd("SNAPSHOT")
+        .arg("LIST")
+        .query(&mut cons[1])
+        .unwrap();
+    assert_eq!(listed.iter().map(|s| s.0).collect::<Vec<_>>(), [snap]);
+    let at: Vec<String> = redis::cmd("RANGEAT")
+        .arg(snap)
+        .arg("-")
+        .arg("+")
+        .arg("KEYSONLY")
+        .query(&mut cons[1])
+        .unwrap();
+    assert_eq!(at.len(), 200);
+    let other: redis::RedisResult<Option<String>> = redis::cmd("GETAT")
+        .arg(snap)
+        .arg(key(1))
+        .query(&mut cons[2]);
+    assert!(other.is_err(), "another node's snapshot: {other:?}");
     // A backup would be one range's store: refused, saying why.
     let e = redis::cmd("BACKUP")
         .arg(root.join("backup").to_str().unwrap())
@@ -289,7 +307,8 @@ fn a_keyspace_split_into_ranges_is_served_whole_by_every_node() {
 /// below n would have seen a write without one acknowledged before it
 /// (what reading each range at its own read index allows: `a` read, then
 /// both written, then `z` read; 20,000 keys between them make RANGE take
-/// a while to get from one to the other).
+/// a while to get from one to the other). Snapshots taken meanwhile show
+/// one such moment, the same each time they are read.
 #[test]
 fn reads_across_ranges_never_see_a_later_write_without_an_earlier_one() {
     let root = root("across");
@@ -343,7 +362,7 @@ fn reads_across_ranges_never_see_a_later_write_without_an_earlier_one() {
             let mut con = nodes[r].connect();
             let stop = std::sync::Arc::clone(&stop);
             std::thread::spawn(move || {
-                let (mut reads, mut moving) = (0u64, 0u64);
+                let (mut reads, mut moving, mut snaps) = (0u64, 0u64, 0u64);
                 let check = |a: u64, z: u64, how: &str| {
                     assert!(
                         z <= a && a <= z + 1,
@@ -372,9 +391,52 @@ fn reads_across_ranges_never_see_a_later_write_without_an_earlier_one() {
                     let (a2, z2) = (value("a"), value("z"));
                     check(a2, z2, "RANGE");
                     reads += 2;
+                    if reads % 40 == 0 {
+                        // A snapshot of both ranges: one moment, and the
+                        // same one each time it is read.
+                        let snap: i64 = redis::cmd("SNAPSHOT")
+                            .arg("CREATE")
+                            .query(&mut con)
+                            .unwrap();
+                        let read = |con: &mut redis::Connection| -> (u64, u64) {
+                            let got: Vec<Option<u64>> = ["a", "z"]
+                                .iter()
+                                .map(|k| redis::cmd("GETAT").arg(snap).arg(k).query(con).unwrap())
+                                .collect();
+                            (got[0].unwrap_or(0), got[1].unwrap_or(0))
+                        };
+                        let (a3, z3) = read(&mut con);
+                        check(a3, z3, "GETAT");
+                        // The first one outlives the second of past the
+                        // ranges hold on their own: its pins keep it.
+                        let wait = if snaps == 0 { 1_500 } else { 20 };
+                        std::thread::sleep(Duration::from_millis(wait));
+                        assert_eq!(
+                            read(&mut con),
+                            (a3, z3),
+                            "node {}: the snapshot moved",
+                            r + 1
+                        );
+                        let at: Vec<String> = redis::cmd("RANGEAT")
+                            .arg(snap)
+                            .arg("[a")
+                            .arg("[z")
+                            .query(&mut con)
+                            .unwrap();
+                        let a4 = at
+                            .chunks(2)
+                            .find(|p| p[0] == "a")
+                            .map_or(0, |p| p[1].parse().unwrap());
+                        let z4 = at
+                            .chunks(2)
+                            .find(|p| p[0] == "z")
+                            .map_or(0, |p| p[1].parse().unwrap());
+                        assert_eq!((a4, z4), (a3, z3), "node {}: RANGEAT", r + 1);
+                        snaps += 1;
+                    }
                     moving += u64::from(a2 > a);
                 }
-                (reads, moving)
+                (reads, moving, snaps)
             })
         })
         .collect();
@@ -383,9 +445,12 @@ fn reads_across_ranges_never_see_a_later_write_without_an_earlier_one() {
     let rounds = writer.join().unwrap();
     let mut total = 0;
     for r in readers {
-        let (reads, moving) = r.join().unwrap();
+        let (reads, moving, snaps) = r.join().unwrap();
         total += reads;
-        eprintln!("{reads} reads across ranges, {moving} while the writer went on");
+        assert!(snaps > 0, "no snapshot taken");
+        eprintln!(
+            "{reads} reads across ranges, {moving} while the writer went on, {snaps} snapshots"
+        );
     }
     eprintln!("{rounds} rounds written");
     assert!(total > 50, "too few reads to tell: {total}");
@@ -537,15 +602,32 @@ fn ranges_placed_on_three_of_five_nodes_are_read_through_every_node() {
                 .query(con)
                 .unwrap();
             assert_eq!(all, (0..KEYS).map(key).collect::<Vec<_>>(), "{round} {n}");
-            let count: i64 = redis::cmd("DBSIZE").query(con).unwrap();
+            let count: i64 = redis::cmd("DBSIZE")
+                .query(con)
+                .unwrap_or_else(|e| panic!("{round} {n}: DBSIZE: {e}"));
             assert_eq!(count as usize, KEYS, "{round} {n}");
             let keys: Vec<String> = (0..KEYS).step_by(131).map(key).collect();
-            let got: Vec<String> = redis::cmd("MGET").arg(&keys).query(con).unwrap();
+            let got: Vec<String> = redis::cmd("MGET")
+                .arg(&keys)
+                .query(con)
+                .unwrap_or_else(|e| panic!("{round} {n}: MGET: {e}"));
             let want: Vec<String> = (0..KEYS)
                 .step_by(131)
                 .map(|i| written.get(&i).cloned().unwrap_or_else(|| value.clone()))
                 .collect();
             assert_eq!(got, want, "{round} {n}");
+            // A snapshot of every range, taken through a node that holds
+            // only some: the writes after it are not in it.
+            let snap: i64 = redis::cmd("SNAPSHOT")
+                .arg("CREATE")
+                .arg("EX")
+                .arg(60)
+                .query(con)
+                .unwrap();
+            let before: Vec<(usize, String)> = (0..KEYS)
+                .step_by(293)
+                .map(|i| (i, written.get(&i).cloned().unwrap_or_else(|| value.clone())))
+                .collect();
             for i in (0..KEYS).step_by(293) {
                 let v = format!("{round}{n}");
                 written.insert(i, v.clone());
@@ -553,6 +635,34 @@ fn ranges_placed_on_three_of_five_nodes_are_read_through_every_node() {
                 let got: String = redis::cmd("GET").arg(key(i)).query(con).unwrap();
                 assert_eq!(got, v, "{round} {n} key {i}");
             }
+            for (i, old) in &before {
+                let got: String = redis::cmd("GETAT")
+                    .arg(snap)
+                    .arg(key(*i))
+                    .query(con)
+                    .unwrap();
+                assert_eq!(&got, old, "{round} {n}: key {i} at the snapshot");
+            }
+            let at: Vec<String> = redis::cmd("RANGEAT")
+                .arg(snap)
+                .arg("-")
+                .arg("+")
+                .query(con)
+                .unwrap();
+            let keys_at: Vec<&String> = at.iter().step_by(2).collect();
+            assert_eq!(keys_at.len(), KEYS, "{round} {n}");
+            for (i, old) in &before {
+                assert_eq!(&at[2 * i + 1], old, "{round} {n}: RANGEAT key {i}");
+            }
+            let released: i64 = redis::cmd("SNAPSHOT")
+                .arg("RELEASE")
+                .arg(snap)
+                .query(con)
+                .unwrap();
+            assert_eq!(released, 1);
+            let gone: redis::RedisResult<Option<String>> =
+                redis::cmd("GETAT").arg(snap).arg(key(0)).query(con);
+            assert!(gone.is_err(), "{round} {n}: {gone:?}");
         }
     };
     check(&mut cons, "five");

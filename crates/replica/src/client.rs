@@ -415,13 +415,14 @@ impl Replica {
     /// a local read is, and only for keys inside the range's bounds as
     /// this replica applied them (else the asker's map is out of date, and
     /// it is told so).
-    /// With `at`, the reads are served at that timestamp (`read_at`): the
-    /// range's floor raised to it first, instead of a read index.
+    /// At a timestamp (`read_at`), the range's floor is raised to it first
+    /// instead of a read index, or, pinned by a snapshot, nothing is.
     pub(crate) async fn serve_remote_reads(
         &self,
         reads: &[crate::rpc::RemoteRead],
-        at: Option<u64>,
+        at: crate::rpc::At,
     ) -> crate::rpc::RemoteAnswer {
+        use crate::rpc::At;
         use crate::rpc::{RemoteItem, RemoteRead};
         use combkv::readexec::{BatchResults, ReadRequest};
         use std::ops::Bound;
@@ -429,8 +430,9 @@ impl Replica {
             return Err("this replica is a learner still catching up".into());
         }
         match at {
-            Some(at) => self.settle_at(at).await,
-            None => self.read_barrier().await,
+            At::Now => self.read_barrier().await,
+            At::Settle(t) => self.settle_at(t).await,
+            At::Pinned(_) => Ok(()),
         }
         .map_err(|e| e.to_string())?;
         let bounds = self.bounds();
@@ -485,8 +487,10 @@ impl Replica {
                 }
             }
         }
-        if let Some(at) = at {
-            return self.serve_reads_at(at, reads, &ranges);
+        match at {
+            At::Settle(t) => return self.serve_reads_at(t, false, reads, &ranges),
+            At::Pinned(t) => return self.serve_reads_at(t, true, reads, &ranges),
+            At::Now => {}
         }
         let store = self.current_store();
         if let Some(ReadRequest::Get(k)) = requests.first() {

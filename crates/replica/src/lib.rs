@@ -64,7 +64,7 @@ pub use network::tls::PeerTlsFiles;
 pub use node::{ReplicaConfig, Role, Status, cluster_dir};
 pub use read_at::{PAST_GONE, PastView};
 pub use replica::Replica;
-pub use rpc::{RemoteItem, RemoteRead};
+pub use rpc::{At, RemoteItem, RemoteRead};
 pub use state_machine::{ApplyHook, StateMachine, StoreCell};
 pub use tally::{CodecTally, codec_tally};
 pub use types::{Applied, Batch, GroupId, NodeId, TypeConfig};

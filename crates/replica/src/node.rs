@@ -19,7 +19,7 @@ use crate::network::{BoxFuture, Handler, Network, Transport};
 use crate::replica::{
     Contact, Inner, MAX_IN_FLIGHT, ReadBatcher, Replica, RestoredLeadership, index_of,
 };
-use crate::rpc::{Request, Response};
+use crate::rpc::{At, Request, Response};
 use crate::state_machine::{ApplyHook, SplitHook, StateMachine};
 use crate::types::{GroupId, NodeId};
 
@@ -244,7 +244,6 @@ impl Replica {
             health,
             guard,
             hold,
-            past: Default::default(),
         });
         let replica = Replica { inner };
         replica.spawn_read_loop();
@@ -455,9 +454,14 @@ impl Handler for Replica {
                 ),
                 Request::ReadIndex => Response::ReadIndex(self.read_index_here().await),
                 Request::Members => Response::Members(self.committed_members()),
-                Request::Read(reads) => Response::Read(self.serve_remote_reads(&reads, None).await),
-                Request::ReadAt(at, reads) => {
-                    Response::Read(self.serve_remote_reads(&reads, Some(at)).await)
+                Request::Read(reads) => {
+                    Response::Read(self.serve_remote_reads(&reads, At::Now).await)
+                }
+                Request::ReadAt(t, reads) => {
+                    Response::Read(self.serve_remote_reads(&reads, At::Settle(t)).await)
+                }
+                Request::ReadPinned(t, reads) => {
+                    Response::Read(self.serve_remote_reads(&reads, At::Pinned(t)).await)
                 }
                 Request::HandOver(to) => {
                     // Answered at once; the hand-over takes about a lease.

@@ -4,6 +4,8 @@
 //! the next one is `RETAIN` old. A read across ranges takes its timestamp,
 //! raises every range's floor to it through the range's log and then reads
 //! each at it; its timestamp lies in the past by then, by one log round.
+//! A snapshot of a keyspace split into ranges pins, on every replica of
+//! every range, the hold that covers its timestamp for its life (`pin`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -26,6 +28,9 @@ pub(crate) struct Past {
     /// Holds, oldest first (a snapshot installed swaps the store: the old
     /// one's holds are of no use).
     holds: Mutex<VecDeque<Hold>>,
+    /// Holds pinned for a snapshot: until when, the snapshot's timestamp,
+    /// and the hold.
+    pinned: Mutex<Vec<(Instant, u64, Hold)>>,
 }
 
 impl Past {
@@ -33,6 +38,10 @@ impl Past {
     /// with `keep` false (no read at a timestamp can come: the keyspace is
     /// one range), every hold dropped.
     pub(crate) fn turn(&self, store: &Arc<Store>, keep: bool) {
+        let now = Instant::now();
+        self.pinned
+            .lock()
+            .retain(|(until, _, (_, s, _))| *until > now && Arc::ptr_eq(s, store));
         let mut holds = self.holds.lock();
         if !keep {
             holds.clear();
@@ -51,11 +60,50 @@ impl Past {
 
     /// A hold on `store` through which it can be read at version `at`.
     pub(crate) fn covering(&self, store: &Arc<Store>, at: u64) -> Option<Arc<History>> {
-        self.holds
+        let covers = |(_, s, h): &&Hold| Arc::ptr_eq(s, store) && h.version().0 <= at;
+        if let Some((_, _, h)) = self.holds.lock().iter().find(covers) {
+            return Some(Arc::clone(h));
+        }
+        self.pinned_at(store, at)
+    }
+
+    /// The hold a snapshot at `at` pinned on `store`, if one did. Only a
+    /// pin says that the replica has applied the snapshot's floor (it is
+    /// taken as the floor applies): a rolling hold that covers `at` on a
+    /// replica behind the floor would read a state still to change.
+    pub(crate) fn pinned_at(&self, store: &Arc<Store>, at: u64) -> Option<Arc<History>> {
+        let covers = |(_, s, h): &&Hold| Arc::ptr_eq(s, store) && h.version().0 <= at;
+        let now = Instant::now();
+        self.pinned
             .lock()
             .iter()
-            .find(|(_, s, h)| Arc::ptr_eq(s, store) && h.version().0 <= at)
+            .filter(|(until, pinned, _)| *until > now && *pinned == at)
+            .map(|(_, _, hold)| hold)
+            .find(covers)
             .map(|(_, _, h)| Arc::clone(h))
+    }
+
+    /// Keeps `store` readable at `at` for `ttl` (a snapshot's life), if a
+    /// hold covers it now; false if none does (this replica applied the
+    /// snapshot's floor too late, or from a restart's replay).
+    pub(crate) fn pin(&self, store: &Arc<Store>, at: u64, ttl: Duration) -> bool {
+        let Some(h) = self.covering(store, at) else {
+            return false;
+        };
+        let hold = (Instant::now(), Arc::clone(store), h);
+        self.pinned.lock().push((Instant::now() + ttl, at, hold));
+        true
+    }
+
+    /// The timestamps pinned now (one per snapshot that pinned them).
+    #[cfg(test)]
+    fn pinned(&self) -> usize {
+        let now = Instant::now();
+        self.pinned
+            .lock()
+            .iter()
+            .filter(|(until, _, _)| *until > now)
+            .count()
     }
 }
 
@@ -84,5 +132,34 @@ mod tests {
         assert!(past.covering(&other, other.read_version().0).is_some());
         past.turn(&other, false);
         assert!(past.covering(&other, u64::MAX).is_none());
+    }
+
+    /// A pin keeps its timestamp readable after the rolling holds have
+    /// moved past it (and after they are dropped), for its life only, and
+    /// only at its own timestamp.
+    #[test]
+    fn a_pin_outlives_the_rolling_holds_for_its_life() {
+        let store = Arc::new(Store::new(combkv::Config::default()).unwrap());
+        let past = Past::default();
+        store.put(b"a", b"1").unwrap();
+        past.turn(&store, true);
+        let at = store.read_version().0;
+        // Rolling holds cover it, but no pin says the floor applied here.
+        assert!(past.covering(&store, at).is_some());
+        assert!(past.pinned_at(&store, at).is_none());
+        assert!(!past.pin(&store, at - 1, Duration::from_secs(60)));
+        assert!(past.pin(&store, at, Duration::from_millis(300)));
+        store.put(b"a", b"2").unwrap();
+        past.turn(&store, false);
+        assert!(past.covering(&store, at).is_some());
+        assert!(
+            past.covering(&store, at + 1).is_none(),
+            "only its own timestamp"
+        );
+        assert_eq!(past.pinned(), 1);
+        std::thread::sleep(Duration::from_millis(350));
+        assert!(past.covering(&store, at).is_none());
+        past.turn(&store, false);
+        assert_eq!(past.pinned(), 0);
     }
 }

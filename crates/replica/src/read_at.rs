@@ -68,7 +68,7 @@ impl Replica {
     /// One turn of keeping the store's recent past (`past`): while `keep`
     /// (the keyspace is cut into ranges) a new history hold, else none.
     pub fn keep_past(&self, keep: bool) {
-        self.inner.past.turn(&self.current_store(), keep);
+        self.inner.sm.past().turn(&self.current_store(), keep);
     }
 
     /// Raises the range's read floor to `at` through its log (proposed
@@ -77,7 +77,7 @@ impl Replica {
     pub async fn settle_at(&self, at: u64) -> Result<(), ClusterError> {
         let now = self.clock_ms();
         let (index, results) = self
-            .propose_and_wait(now, crate::codec::encode_floor(at))
+            .propose_and_wait(now, crate::codec::encode_floor(at, 0))
             .await?;
         match results.into_iter().next() {
             Some(Ok(_)) => {}
@@ -102,11 +102,22 @@ impl Replica {
     /// reach back to it.
     pub fn at(&self, at: u64) -> combkv::Result<PastView> {
         let store = self.current_store();
-        let history = self
-            .inner
-            .past
-            .covering(&store, at)
-            .ok_or_else(|| combkv::Error::Unavailable(PAST_GONE.into()))?;
+        let history = self.inner.sm.past().covering(&store, at);
+        Self::view(store, history, at)
+    }
+
+    /// The store as of snapshot timestamp `at`, where this replica pinned
+    /// it as it applied the snapshot's floor; refused with [`PAST_GONE`]
+    /// where it did not (it has not applied the floor yet, applied it too
+    /// late to pin, or restarted since).
+    pub fn pinned_at(&self, at: u64) -> combkv::Result<PastView> {
+        let store = self.current_store();
+        let history = self.inner.sm.past().pinned_at(&store, at);
+        Self::view(store, history, at)
+    }
+
+    fn view(store: Arc<Store>, history: Option<Arc<History>>, at: u64) -> combkv::Result<PastView> {
+        let history = history.ok_or_else(|| combkv::Error::Unavailable(PAST_GONE.into()))?;
         Ok(PastView {
             store,
             history,
@@ -117,14 +128,21 @@ impl Replica {
 
 impl Replica {
     /// Remote reads (checked against this replica's bounds) at `at`, once
-    /// the floor is raised to it; `ranges` holds each range read's range.
+    /// the floor is raised to it, or where a snapshot pinned it
+    /// (`pinned`); `ranges` holds each range read's range.
     pub(crate) fn serve_reads_at(
         &self,
         at: u64,
+        pinned: bool,
         reads: &[RemoteRead],
         ranges: &[Option<Range>],
     ) -> RemoteAnswer {
-        let view = self.at(at).map_err(|e| e.to_string())?;
+        let view = if pinned {
+            self.pinned_at(at)
+        } else {
+            self.at(at)
+        };
+        let view = view.map_err(|e| e.to_string())?;
         let item = |it: ItemView<'_>| RemoteItem {
             key: it.key.to_vec(),
             value: it.value.to_vec(),

@@ -66,8 +66,6 @@ pub(crate) struct Inner {
     pub(crate) guard: Arc<PeerGuard>,
     /// Set while this leader hands its group over (`handover`).
     pub(crate) hold: Arc<crate::hold::Hold>,
-    /// Its store's recent past, held for reads at a timestamp.
-    pub(crate) past: crate::past::Past,
 }
 
 /// Batches a node proposes or forwards at once; more wait for a place.

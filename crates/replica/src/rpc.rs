@@ -43,6 +43,8 @@ pub(crate) enum Request {
     /// Reads of a range, as [`Request::Read`], at a timestamp: answered
     /// once the range's read floor is raised to it (`read_at`).
     ReadAt(u64, Vec<RemoteRead>),
+    /// Reads of a range at a timestamp a snapshot pinned (no floor raised).
+    ReadPinned(u64, Vec<RemoteRead>),
 }
 
 impl Request {
@@ -54,6 +56,19 @@ impl Request {
             g => Request::ToGroup(g, Box::new(req)),
         }
     }
+}
+
+/// When a read of a range is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum At {
+    /// Now, after a read index (a read inside one range).
+    Now,
+    /// At this timestamp, once the range's read floor is raised to it (a
+    /// read across ranges).
+    Settle(u64),
+    /// At this timestamp, pinned by a snapshot: no floor raised (the
+    /// snapshot's own did), served only where the replica holds it.
+    Pinned(u64),
 }
 
 /// One read of a range, sent to a node that holds a replica of it.

@@ -26,7 +26,9 @@
 //! it) but not two keys' in different ranges; linearizability is local,
 //! so checking each key's single-key ops alone is exact. Reads across
 //! ranges (every range read at one timestamp through a random node,
-//! `read_across`) are checked with every applied write as one history,
+//! `read_across`), snapshots of every range (`snapshot`) and reads at
+//! them through random nodes, later (`read_snapshot`), are checked with
+//! every applied write as one history,
 //! in a witness order made from the versions (`witness_order`). At the end every
 //! replica of each range is equal at the same index, every data key is
 //! in its range's stores only, as the checked history left it.
@@ -52,7 +54,7 @@ use std::time::Duration;
 use combkv::op::{Cond, Op, Outcome};
 use combkv::{Error, Expiry, Flags, Range, Version};
 use combkv_replica::network::sim::SimNet;
-use combkv_replica::{ApplyHook, Batch, RemoteRead, Routed, codec};
+use combkv_replica::{ApplyHook, At, Batch, RemoteRead, Routed, codec};
 use groups::*;
 use linearizability as lin;
 use parking_lot::Mutex;
@@ -176,6 +178,8 @@ async fn client(
     let mut done = Vec::new();
     // The last version this client saw of each key, for its CAS.
     let mut seen: HashMap<&str, u64> = HashMap::new();
+    // The snapshots this client took (their timestamps).
+    let mut snaps: Vec<u64> = Vec::new();
     let mut n = 0;
     while n < OPS_PER_CLIENT || !stop.load(Ordering::Relaxed) {
         n += 1;
@@ -252,17 +256,34 @@ async fn client(
                 answer,
             };
             (action, Some(sent))
-        } else if kind == 9 {
+        } else if kind == 9 && rng.random_bool(0.5) {
             let Some(result) = read_across(&cl, &mut rng).await else {
                 continue;
             };
-            (
-                lin::Action::Range {
-                    query: everything(),
-                    result,
-                },
-                None,
-            )
+            let action = lin::Action::Range {
+                query: everything(),
+                result,
+            };
+            (action, None)
+        } else if kind == 9 && (snaps.is_empty() || rng.random_bool(0.5)) {
+            // A snapshot of every range, then (below, as ops of their
+            // own) reads of it through random nodes.
+            let Some(at) = snapshot(&cl, &mut rng).await else {
+                continue;
+            };
+            snaps.push(at);
+            (lin::Action::Snapshot { id: at }, None)
+        } else if kind == 9 {
+            let at = snaps[rng.random_range(0..snaps.len())];
+            let Some(result) = read_snapshot(&cl, &mut rng, at).await else {
+                continue;
+            };
+            let action = lin::Action::RangeAt {
+                snap: at,
+                query: everything(),
+                result,
+            };
+            (action, None)
         } else {
             let Some(item) = read(&cl, &mut rng, k.as_bytes()).await else {
                 continue;
@@ -340,8 +361,7 @@ async fn read_across(cl: &Cluster, rng: &mut StdRng) -> Option<Vec<lin::Entry>> 
     let via = rng.random_range(1..=FIVE);
     let host = cl.nodes.lock().get(&via).cloned()?;
     let map = host.group(0)?.range_map()?;
-    let at = (wall_ms() << combkv_replica::ranges::LOGICAL_BITS)
-        | ((1 << combkv_replica::ranges::LOGICAL_BITS) - 1);
+    let at = combkv_replica::ranges::read_timestamp().0;
     let mut out = Vec::new();
     for r in map.ranges() {
         let bounds = Range::new(
@@ -378,7 +398,72 @@ async fn read_across(cl: &Cluster, rng: &mut StdRng) -> Option<Vec<lin::Entry>> 
                     limit: None,
                     reverse: false,
                 };
-                let items = host.read_remote(r.id, vec![read], Some(at)).await.ok()?;
+                let items = host
+                    .read_remote(r.id, vec![read], At::Settle(at))
+                    .await
+                    .ok()?;
+                out.extend(items.into_iter().flatten().map(|it| lin::Entry {
+                    key: it.key,
+                    value: it.value,
+                    version: it.version,
+                }));
+            }
+        }
+    }
+    out.retain(|e| !e.key.contains(&b'#'));
+    Some(out)
+}
+
+/// Takes a snapshot of every range through a random node
+/// (`Host::snapshot`): a timestamp every range raises its floor to and
+/// pins on its replicas for a minute; the timestamp, or None if it failed.
+async fn snapshot(cl: &Cluster, rng: &mut StdRng) -> Option<u64> {
+    let via = rng.random_range(1..=FIVE);
+    let host = cl.nodes.lock().get(&via).cloned()?;
+    host.snapshot(Duration::from_secs(60)).await.ok()
+}
+
+/// Reads every range as of snapshot `at` through a random node: each
+/// range held there from its pin, the others at a node that holds one
+/// (`At::Pinned`). None if a range could not be read (a replica that
+/// applied the pin late, or restarted since, holds none).
+async fn read_snapshot(cl: &Cluster, rng: &mut StdRng, at: u64) -> Option<Vec<lin::Entry>> {
+    let via = rng.random_range(1..=FIVE);
+    let host = cl.nodes.lock().get(&via).cloned()?;
+    let map = host.group(0)?.range_map()?;
+    let mut out = Vec::new();
+    for r in map.ranges() {
+        let bounds = Range::new(
+            Bound::Included(r.start.clone()),
+            r.end.clone().map_or(Bound::Unbounded, Bound::Excluded),
+        );
+        let local = host
+            .group(r.id)
+            .filter(|g| g.is_voter())
+            .and_then(|g| g.pinned_at(at).ok());
+        match local {
+            Some(past) => {
+                past.scan(&bounds, |it| {
+                    out.push(lin::Entry {
+                        key: it.key.to_vec(),
+                        value: it.value.to_vec(),
+                        version: it.version.get(),
+                    });
+                    true
+                })
+                .ok()?;
+            }
+            None => {
+                let read = RemoteRead::Range {
+                    start: bounds.start.clone(),
+                    end: bounds.end.clone(),
+                    limit: None,
+                    reverse: false,
+                };
+                let items = host
+                    .read_remote(r.id, vec![read], At::Pinned(at))
+                    .await
+                    .ok()?;
                 out.extend(items.into_iter().flatten().map(|it| lin::Entry {
                     key: it.key,
                     value: it.value,
@@ -449,7 +534,8 @@ fn witness_order(writes: &[lin::Op]) -> Result<HashMap<(Vec<u8>, u64), u64>, Str
     Ok(out)
 }
 
-/// The reads across ranges checked with every applied write, versions
+/// The reads across ranges, the snapshots and the reads at them, checked
+/// with every applied write, versions
 /// replaced by the witness order (`witness_order`). Single-key reads and
 /// refused conditional writes are left to the per-key check: each read
 /// one range at its read index, which orders it among that range's writes
@@ -457,7 +543,7 @@ fn witness_order(writes: &[lin::Op]) -> Result<HashMap<(Vec<u8>, u64), u64>, Str
 fn check_across(
     histories: &BTreeMap<Vec<u8>, Vec<lin::Op>>,
     across: &[lin::Op],
-) -> Result<usize, String> {
+) -> Result<[usize; 3], String> {
     let writes: Vec<lin::Op> = histories
         .values()
         .flatten()
@@ -495,17 +581,49 @@ fn check_across(
         }
         history.push(w);
     }
+    // A timestamp stands after every write of its millisecond and before
+    // the next one's: the last place at or below it.
+    let mut last_in_ms: BTreeMap<u64, u64> = BTreeMap::new();
+    for (&(_, v), &p) in &order {
+        let e = last_in_ms
+            .entry(v >> combkv_replica::ranges::LOGICAL_BITS)
+            .or_default();
+        *e = (*e).max(p);
+    }
+    let stand = |at: u64| {
+        last_in_ms
+            .range(..=at >> combkv_replica::ranges::LOGICAL_BITS)
+            .map(|(_, &p)| p)
+            .max()
+            .unwrap_or(0)
+    };
     for r in across {
         let mut r = r.clone();
-        if let lin::Action::Range { result, .. } = &mut r.action {
-            for e in result.iter_mut() {
-                e.version = place(&e.key, e.version)?;
+        match &mut r.action {
+            lin::Action::Range { result, .. } => {
+                for e in result.iter_mut() {
+                    e.version = place(&e.key, e.version)?;
+                }
             }
+            lin::Action::Snapshot { id } => *id = stand(*id),
+            lin::Action::RangeAt { snap, result, .. } => {
+                *snap = stand(*snap);
+                for e in result.iter_mut() {
+                    e.version = place(&e.key, e.version)?;
+                }
+            }
+            _ => {}
         }
         history.push(r);
     }
+
     lin::check(&BTreeMap::new(), 0, &history).map_err(|v| v.join("\n"))?;
-    Ok(across.len())
+    let count = |f: fn(&lin::Action) -> bool| across.iter().filter(|op| f(&op.action)).count();
+    Ok([
+        count(|a| matches!(a, lin::Action::Range { .. })),
+        count(|a| matches!(a, lin::Action::Snapshot { .. })),
+        count(|a| matches!(a, lin::Action::RangeAt { .. })),
+    ])
 }
 
 /// A write as sent, with the version its outcome reports (none: it did
@@ -540,7 +658,10 @@ fn histories(
     let mut left = journal.applied.clone();
     let mut out: BTreeMap<Vec<u8>, Vec<lin::Op>> = BTreeMap::new();
     for (mut op, sent) in done {
-        if let lin::Action::Range { .. } = op.action {
+        if let lin::Action::Range { .. }
+        | lin::Action::Snapshot { .. }
+        | lin::Action::RangeAt { .. } = op.action
+        {
             across.push(op);
             continue;
         }
@@ -675,13 +796,14 @@ fn schedule(seed: u64) {
             ops += h.len();
         }
         check_stores(&cl, &map, &last)?;
-        let read_across = check_across(&histories, &across)?;
+        let [across, snaps, at_snaps] = check_across(&histories, &across)?;
         for &id in &all {
             cl.stop(id).await;
         }
         let refused = journal.lock().refused;
         eprintln!(
-            "seed {seed}: {ops} ops checked ({read_across} reads across ranges), \
+            "seed {seed}: {ops} ops checked ({across} reads across ranges, {snaps} snapshots, \
+             {at_snaps} reads at them), \
              {found} unanswered writes applied, {refused} refused for their range, in {:.1} s",
             started.elapsed().as_secs_f64()
         );

@@ -14,7 +14,7 @@ use std::time::Duration;
 use combkv::op::{Arith, Cond, Number, OnMissing, Op, Outcome};
 use combkv::{AtomicWrite, Error, Expiry};
 use combkv_replica::network::sim::{Faults, SimNet};
-use combkv_replica::{GroupId, Host, RemoteRead, Routed};
+use combkv_replica::{At, GroupId, Host, RemoteRead, Routed};
 use groups::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -140,7 +140,7 @@ fn a_batch_across_ranges_lands_in_order_and_a_cross_range_write_is_refused() {
                         reverse: true,
                     },
                 ],
-                None,
+                At::Now,
             )
             .await
             .unwrap();
@@ -150,7 +150,7 @@ fn a_batch_across_ranges_lands_in_order_and_a_cross_range_write_is_refused() {
         let keys: Vec<&[u8]> = read[2].iter().map(|it| &it.key[..]).collect();
         assert_eq!(keys, [&b"y"[..], b"x"]);
         let outside = host(1)
-            .read_remote(1, vec![RemoteRead::Get(b"a".to_vec())], None)
+            .read_remote(1, vec![RemoteRead::Get(b"a".to_vec())], At::Now)
             .await;
         assert!(
             matches!(&outside, Err(e) if e.to_string().contains("range map has changed")),

@@ -22,7 +22,8 @@ use std::time::Duration;
 use combkv::op::{Op, Outcome};
 use combkv::{Error as StoreError, HistogramSnapshot, Store};
 use combkv_replica::{
-    ClusterError, Host, LogOptions, RangeStats, Replica, ReplicaConfig, Routed, Status, SyncPolicy,
+    At, ClusterError, Host, LogOptions, RangeStats, Replica, ReplicaConfig, Routed, Status,
+    SyncPolicy,
 };
 
 use crate::config::{ClusterReads, DurabilityMode, ServerConfig, StartError, parse_peers};
@@ -44,6 +45,25 @@ pub struct Cluster {
     /// Held by the membership change in progress: a second one is refused
     /// rather than raced against the first.
     changing: std::sync::Mutex<()>,
+    /// The snapshots taken on this node while the keyspace is split.
+    snapshots: parking_lot::Mutex<Snapshots>,
+}
+
+/// Snapshots of a keyspace split into ranges, taken on this node: each a
+/// timestamp every range pinned (`Cluster::snapshot`). Like a store's,
+/// their ids are this node's own.
+#[derive(Debug, Default)]
+struct Snapshots {
+    last_id: u64,
+    /// Id -> (timestamp, expiry).
+    live: std::collections::BTreeMap<u64, (u64, std::time::Instant)>,
+}
+
+impl Snapshots {
+    fn prune(&mut self) {
+        let now = std::time::Instant::now();
+        self.live.retain(|_, (_, until)| *until > now);
+    }
 }
 
 impl std::fmt::Debug for Cluster {
@@ -144,6 +164,7 @@ impl Cluster {
             stopping: tokio::sync::watch::Sender::new(false),
             marks: Arc::default(),
             changing: std::sync::Mutex::new(()),
+            snapshots: Default::default(),
         })
     }
 
@@ -384,7 +405,7 @@ impl Cluster {
         reads: Vec<combkv_replica::RemoteRead>,
     ) -> Result<Vec<Vec<combkv_replica::RemoteItem>>, StoreError> {
         self.rt
-            .block_on(self.host.read_remote(range, reads, None))
+            .block_on(self.host.read_remote(range, reads, At::Now))
             .map_err(cluster_error)
     }
 
@@ -393,36 +414,38 @@ impl Cluster {
     /// `combkv_replica::PastView`). Every write acknowledged, or seen,
     /// before now has a version at or below it.
     pub(crate) fn read_timestamp(&self) -> u64 {
-        let ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        combkv_replica::ranges::Timestamp::from_millis(ms).0
-            | ((1 << combkv_replica::ranges::LOGICAL_BITS) - 1)
+        combkv_replica::ranges::read_timestamp().0
     }
 
-    /// For a read at timestamp `at`, all at once: raises the read floor of
-    /// each range in `local` (replicas here) to `at` and waits until they
-    /// have applied it, and runs each `(range, reads)` of `remote` at `at`
-    /// on a node that holds the range. The remote answers, in order.
+    /// For a read at a timestamp, all at once: with `At::Settle`, raises
+    /// the read floor of each range in `local` (replicas here) to it and
+    /// waits until they have applied it; runs each `(range, reads)` of
+    /// `remote` at it on a node that holds the range (after raising the
+    /// floor there too, or, `At::Pinned`, where a snapshot pinned it).
+    /// The remote answers, in order.
     pub(crate) fn settle_at(
         &self,
-        at: u64,
+        at: At,
         local: &[Replica],
         remote: Vec<(u64, Vec<combkv_replica::RemoteRead>)>,
     ) -> Result<Vec<Vec<Vec<combkv_replica::RemoteItem>>>, StoreError> {
+        let (local, t) = match at {
+            At::Settle(t) => (local, t),
+            At::Now | At::Pinned(_) => (&[][..], 0),
+        };
         self.rt.block_on(async {
             let settles: Vec<_> = local
                 .iter()
                 .map(|r| {
                     let r = r.clone();
-                    tokio::spawn(async move { r.settle_at(at).await })
+                    tokio::spawn(async move { r.settle_at(t).await })
                 })
                 .collect();
             let reads: Vec<_> = remote
                 .into_iter()
                 .map(|(range, reads)| {
                     let host = self.host.clone();
-                    tokio::spawn(async move { host.read_remote(range, reads, Some(at)).await })
+                    tokio::spawn(async move { host.read_remote(range, reads, at).await })
                 })
                 .collect();
             let stopped = |_| StoreError::Unavailable("the node is stopping".into());
@@ -435,6 +458,69 @@ impl Cluster {
             }
             Ok(out)
         })
+    }
+
+    /// A snapshot of the whole keyspace split into ranges, for `ttl`: a
+    /// timestamp every range raises its floor to and pins on its replicas
+    /// (`Host::snapshot`); its id, this node's own.
+    pub(crate) fn snapshot(&self, ttl: std::time::Duration) -> Result<u64, StoreError> {
+        let config = self.replica.current_store().config().clone();
+        if ttl > config.max_snapshot_age {
+            return Err(StoreError::SnapshotTooLong {
+                max_secs: config.max_snapshot_age.as_secs(),
+            });
+        }
+        {
+            let mut snaps = self.snapshots.lock();
+            snaps.prune();
+            if snaps.live.len() >= config.max_snapshots {
+                return Err(StoreError::TooManySnapshots);
+            }
+        }
+        let at = self
+            .rt
+            .block_on(self.host.snapshot(ttl))
+            .map_err(cluster_error)?;
+        let mut snaps = self.snapshots.lock();
+        snaps.last_id += 1;
+        let id = snaps.last_id;
+        snaps.live.insert(id, (at, std::time::Instant::now() + ttl));
+        Ok(id)
+    }
+
+    /// The timestamp of live snapshot `id` (see [`Cluster::snapshot`]).
+    pub(crate) fn snapshot_at(&self, id: u64) -> Result<u64, StoreError> {
+        let mut snaps = self.snapshots.lock();
+        snaps.prune();
+        snaps
+            .live
+            .get(&id)
+            .map(|(at, _)| *at)
+            .ok_or(StoreError::NoSuchSnapshot)
+    }
+
+    /// Ends snapshot `id` here; false if it was not live. Its ranges' pins
+    /// end with their life.
+    pub(crate) fn release_snapshot(&self, id: u64) -> bool {
+        let mut snaps = self.snapshots.lock();
+        snaps.prune();
+        snaps.live.remove(&id).is_some()
+    }
+
+    /// The live snapshots: id, timestamp, time left.
+    pub(crate) fn list_snapshots(&self) -> Vec<combkv::SnapshotInfo> {
+        let mut snaps = self.snapshots.lock();
+        snaps.prune();
+        let now = std::time::Instant::now();
+        snaps
+            .live
+            .iter()
+            .map(|(&id, &(at, until))| combkv::SnapshotInfo {
+                id: combkv::SnapshotId(id),
+                version: combkv::Version(at),
+                left: until.saturating_duration_since(now),
+            })
+            .collect()
     }
 
     /// The longest key this node's stores take (every store alike).

@@ -231,27 +231,30 @@ const FLOOR_TAG: u8 = 0xA3;
 
 /// A read floor for the range the group serves: every write after it in
 /// the log takes a version above `at` (a timestamp a read across ranges
-/// reads every range at; `docs/design.md`, "Ranges"). One "op", so that it
-/// gets one result.
-pub fn encode_floor(at: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(17);
+/// reads every range at; `docs/design.md`, "Ranges"), and, with `pin_ms`
+/// above 0, every replica that applies it keeps the store as of `at`
+/// readable for that long (a snapshot of the keyspace). One "op", so that
+/// it gets one result.
+pub fn encode_floor(at: u64, pin_ms: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(25);
     put_u64(&mut out, 1);
     out.push(FLOOR_TAG);
     put_u64(&mut out, at);
+    put_u64(&mut out, pin_ms);
     out
 }
 
-/// The timestamp a read floor entry holds (None: it holds none).
-pub fn decode_floor(bytes: &[u8]) -> Option<Decoded<u64>> {
+/// The timestamp and pin a read floor entry holds (None: it holds none).
+pub fn decode_floor(bytes: &[u8]) -> Option<Decoded<(u64, u64)>> {
     if !(bytes.len() > 8 && bytes[..8] == 1u64.to_le_bytes() && bytes[8] == FLOOR_TAG) {
         return None;
     }
-    Some(
-        bytes[9..]
-            .try_into()
-            .map(u64::from_le_bytes)
-            .map_err(|_| DecodeError("read floor")),
-    )
+    let body = &bytes[9..];
+    if body.len() != 16 {
+        return Some(Err(DecodeError("read floor")));
+    }
+    let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+    Some(Ok((word(&body[..8]), word(&body[8..]))))
 }
 
 /// Whether an entry must be proposed alone, never joined with writes: a

@@ -322,8 +322,9 @@ fn sample_results() -> Vec<Result<Outcome, Error>> {
 #[test]
 fn a_read_floor_round_trips_and_stands_alone() {
     let at = (1_790_000_000_000u64 << 16) | 0xFFFF;
-    let bytes = encode_floor(at);
-    assert_eq!(decode_floor(&bytes), Some(Ok(at)));
+    let bytes = encode_floor(at, 60_000);
+    assert_eq!(decode_floor(&bytes), Some(Ok((at, 60_000))));
+    assert_eq!(decode_floor(&encode_floor(at, 0)), Some(Ok((at, 0))));
     assert!(stands_alone(&bytes));
     assert_eq!(list_count(&bytes), Ok(1));
     assert!(decode_split(&bytes).is_none());
@@ -332,4 +333,8 @@ fn a_read_floor_round_trips_and_stands_alone() {
     assert!(decode_floor(&encode_setting("a", b"b")).is_none());
     assert!(decode_floor(&[0u8; 8]).is_none());
     assert!(matches!(decode_floor(&bytes[..12]), Some(Err(_))));
+    assert!(matches!(decode_floor(&bytes[..17]), Some(Err(_))));
+    let mut longer = bytes.clone();
+    longer.push(0);
+    assert!(matches!(decode_floor(&longer), Some(Err(_))));
 }

@@ -8,7 +8,7 @@ use super::Host;
 use crate::client::{NO_LEADER_RETRY, REQUEST_TIMEOUT};
 use crate::error::ClusterError;
 use crate::ranges::RangeId;
-use crate::rpc::{RemoteItem, RemoteRead, Request, Response};
+use crate::rpc::{At, RemoteItem, RemoteRead, Request, Response};
 
 impl Host {
     /// Runs `reads` on range `range` at a node the map names a replica of
@@ -17,18 +17,23 @@ impl Host {
     /// is passed over), within `REQUEST_TIMEOUT`. Refused if the range is
     /// not in the map, or a node says its bounds no longer hold what was
     /// asked (the map here is out of date: the caller routes again).
-    /// With `at`, read at that timestamp (`Request::ReadAt`).
+    /// At a timestamp, read there (`Request::ReadAt`, after raising the
+    /// floor; a node whose past no longer reaches back refuses, and the
+    /// caller takes the read again), or, pinned by a snapshot, at the
+    /// first node that holds the pin (`Request::ReadPinned`).
     pub async fn read_remote(
         &self,
         range: RangeId,
         reads: Vec<RemoteRead>,
-        at: Option<u64>,
+        at: At,
     ) -> Result<Vec<Vec<RemoteItem>>, ClusterError> {
         let deadline = Instant::now() + REQUEST_TIMEOUT;
         let meta = self
             .group(0)
             .ok_or_else(|| ClusterError::Refused("this node hosts no group 0".into()))?;
         let mut last = String::from("no node answered");
+        // Voters in a row that hold no pin of a snapshot's timestamp.
+        let mut unpinned = 0;
         for turn in 0usize.. {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -51,8 +56,9 @@ impl Host {
                 continue;
             };
             let read = match at {
-                Some(at) => Request::ReadAt(at, reads.clone()),
-                None => Request::Read(reads.clone()),
+                At::Now => Request::Read(reads.clone()),
+                At::Settle(t) => Request::ReadAt(t, reads.clone()),
+                At::Pinned(t) => Request::ReadPinned(t, reads.clone()),
             };
             let req = Request::for_group(range, read);
             match self.0.transport.call(node, addr, req, left).await {
@@ -63,9 +69,20 @@ impl Host {
                     )));
                 }
                 Ok(Response::Read(Err(why)))
-                    if why.contains("range map has changed") || why.contains(crate::PAST_GONE) =>
+                    if why.contains("range map has changed")
+                        || (why.contains(crate::PAST_GONE) && matches!(at, At::Settle(_))) =>
                 {
                     return Err(ClusterError::Refused(why));
+                }
+                Ok(Response::Read(Err(why))) if why.contains(crate::PAST_GONE) => {
+                    // Pinned: another voter may hold the pin; once none
+                    // does, the snapshot is gone for this range.
+                    unpinned += 1;
+                    if unpinned >= desc.voters.len() {
+                        return Err(ClusterError::Refused(why));
+                    }
+                    last = format!("node {node}: {why}");
+                    continue;
                 }
                 Ok(Response::Read(Err(why))) => last = format!("node {node}: {why}"),
                 Ok(Response::NoSuchGroup(_)) => last = format!("node {node} does not host it yet"),

@@ -290,6 +290,69 @@ impl Host {
         meta.range_map()
     }
 
+    /// A snapshot of the whole keyspace for `ttl`: a timestamp every range
+    /// raises its floor to and pins on its replicas ([`Host::pin_at`], all
+    /// at once), returned once every range has. The ranges are those of
+    /// the map as committed when the snapshot starts (a read index on the
+    /// meta group) and, checked again once they have pinned, still the
+    /// same: a range split off before its parent's floor would have no
+    /// floor of its own, so a map that changed meanwhile takes the
+    /// snapshot again at a new timestamp. (A split after the floor gives
+    /// its new range the parent's state at the timestamp or later, which
+    /// reads of the snapshot refuse rather than misread.)
+    pub async fn snapshot(&self, ttl: std::time::Duration) -> Result<u64, ClusterError> {
+        let meta = self
+            .group(0)
+            .ok_or_else(|| ClusterError::Refused("this node hosts no group 0".into()))?;
+        for _ in 0..4 {
+            meta.read_barrier().await?;
+            let map = self.range_map();
+            let at = crate::ranges::read_timestamp().0;
+            let mut pins = tokio::task::JoinSet::new();
+            for r in map.ranges() {
+                let (host, range) = (self.clone(), r.id);
+                pins.spawn(async move { host.pin_at(range, at, ttl).await });
+            }
+            while let Some(pinned) = pins.join_next().await {
+                pinned
+                    .map_err(|e| ClusterError::Unknown(format!("a pin's task failed: {e}")))??;
+            }
+            meta.read_barrier().await?;
+            let after = self.range_map();
+            let shape = |m: &RangeMap| -> Vec<(GroupId, u64)> {
+                m.ranges().map(|r| (r.id, r.epoch.version)).collect()
+            };
+            if shape(&map) == shape(&after) {
+                return Ok(at);
+            }
+        }
+        Err(ClusterError::Refused(
+            "the ranges kept splitting while the snapshot was taken; try again".into(),
+        ))
+    }
+
+    /// Raises range `range`'s read floor to `at` and pins it on its
+    /// replicas for `pin` (a snapshot across ranges, `read_at`), through
+    /// the range's log from any node; answered once it has applied.
+    pub async fn pin_at(
+        &self,
+        range: GroupId,
+        at: u64,
+        pin: std::time::Duration,
+    ) -> Result<(), ClusterError> {
+        let deadline = Instant::now() + REQUEST_TIMEOUT;
+        let now = self.group(0).map_or(0, |g| g.clock_ms());
+        let bytes = crate::codec::encode_floor(at, pin.as_millis() as u64);
+        let (_, results) = self.propose_part(now, range, bytes, deadline).await?;
+        match results.into_iter().next() {
+            Some(Ok(_)) => Ok(()),
+            Some(Err(e)) => Err(ClusterError::Refused(e.to_string())),
+            None => Err(ClusterError::Unknown(
+                "a read floor without a result".into(),
+            )),
+        }
+    }
+
     /// One range's proposal: through this node's replica of it if the map
     /// names one here, else forwarded to a node that has one.
     async fn propose_part(

@@ -50,6 +50,17 @@ impl std::fmt::Display for Timestamp {
     }
 }
 
+/// The timestamp a read across ranges that starts now reads at: the end
+/// of the wall clock's current millisecond. Every version visible now has
+/// a millisecond at or below the wall clock's (the commit wait), so every
+/// write acknowledged, or seen, before now lies at or below it.
+pub fn read_timestamp() -> Timestamp {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    Timestamp(Timestamp::from_millis(ms).0 | ((1 << LOGICAL_BITS) - 1))
+}
+
 /// A node's (or a range leader's) clock. Shared between threads: every
 /// [`Clock::now`] is above every timestamp handed out or observed before
 /// it, on any thread.

@@ -12,7 +12,7 @@ pub mod map;
 #[cfg(test)]
 mod tests;
 
-pub use clock::{Clock, LOGICAL_BITS, Timestamp};
+pub use clock::{Clock, LOGICAL_BITS, Timestamp, read_timestamp};
 pub use map::{
     Bounds, Epoch, MapChange, MapError, Misrouted, RangeDesc, RangeId, RangeMap, SplitRange,
     next_placement,

@@ -137,6 +137,8 @@ pub struct StateMachine {
     on_split: Option<SplitHook>,
     /// The writes applied and reads served, for splits by load.
     load: Arc<crate::load::Load>,
+    /// The store's recent past, held for reads at a timestamp.
+    past: Arc<crate::past::Past>,
 }
 
 fn io_err(e: io::Error) -> StorageError {
@@ -210,6 +212,7 @@ impl StateMachine {
             group: 0,
             on_split: None,
             load: Arc::default(),
+            past: Arc::default(),
         })
     }
 
@@ -219,6 +222,11 @@ impl StateMachine {
         self.group = group;
         self.on_split = on_split;
         self
+    }
+
+    /// The store's recent past (reads at a timestamp).
+    pub(crate) fn past(&self) -> &crate::past::Past {
+        &self.past
     }
 
     /// The requests this replica has seen lately (splits by load).
@@ -381,8 +389,16 @@ impl StateMachine {
                         // Every write after this one takes a version above
                         // the floor, so a read at it, once this entry has
                         // applied, sees all the writes it ever will.
-                        Ok(at) => {
-                            self.cell.get().raise_clock(Version(at));
+                        Ok((at, pin_ms)) => {
+                            let store = self.cell.get();
+                            store.raise_clock(Version(at));
+                            if pin_ms > 0 {
+                                // A replica too far behind to hold `at`
+                                // any more pins nothing: reads of the
+                                // snapshot go to another.
+                                let ttl = std::time::Duration::from_millis(pin_ms);
+                                self.past.pin(&store, at, ttl);
+                            }
                             Ok(Outcome::Clear)
                         }
                         Err(e) => Err(combkv::Error::InvalidConfig(e.to_string())),

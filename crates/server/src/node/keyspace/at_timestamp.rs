@@ -6,14 +6,16 @@
 //! of one store is. A map found out of date, or a range whose held past no
 //! longer reaches back to the timestamp (its floor round was slow), takes
 //! the read again from the start, at a new timestamp; nothing is handed to
-//! the caller before every range has answered.
+//! the caller before every range has answered. A snapshot of a split
+//! keyspace is a timestamp every range pinned (`Cluster::snapshot`); reads
+//! at it are the same reads, with no floor to raise (`at_snapshot`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use combkv::{Error, Result};
 use combkv_replica::ranges::{RangeDesc, RangeMap};
-use combkv_replica::{PAST_GONE, PastView, RemoteItem, RemoteRead, Replica};
+use combkv_replica::{At, PAST_GONE, PastView, RemoteItem, RemoteRead, Replica};
 
 use super::{Keyspace, Source, covers};
 use crate::cluster::Cluster;
@@ -42,7 +44,7 @@ pub(super) fn at_one_timestamp<X>(
         let at = cluster.read_timestamp();
         let map = cluster.shared_range_map();
         let reads = plan(&map)?;
-        match settle(cluster, at, reads) {
+        match settle(cluster, at, false, reads) {
             Err(Error::WrongRange(why)) => {
                 cluster.catch_up_map()?;
                 last = Some(Error::WrongRange(why));
@@ -56,20 +58,54 @@ pub(super) fn at_one_timestamp<X>(
     Err(last.unwrap_or_else(|| Error::Unavailable("the read could not settle".into())))
 }
 
-/// One try of [`at_one_timestamp`] at `at`.
+/// Runs `plan` at snapshot timestamp `at`, which every range pinned when
+/// the snapshot was taken: no floor raised, each range read where a
+/// replica holds the pin. A range none of whose replicas holds it any more
+/// (a split after the snapshot made it, a replica restarted since) has
+/// lost the snapshot: [`Error::NoSuchSnapshot`].
+pub(super) fn at_snapshot<X>(
+    cluster: &Cluster,
+    at: u64,
+    plan: impl FnOnce(&RangeMap) -> Result<Vec<(RangeDesc, RemoteRead, X)>>,
+) -> Result<Vec<(Got, X)>> {
+    let map = cluster.shared_range_map();
+    match settle(cluster, at, true, plan(&map)?) {
+        Err(Error::Unavailable(why)) if why == PAST_GONE => Err(Error::NoSuchSnapshot),
+        r => r,
+    }
+}
+
+/// One try of [`at_one_timestamp`] at `at`, or (`pinned`) the reads of
+/// [`at_snapshot`].
 fn settle<X>(
     cluster: &Cluster,
     at: u64,
+    pinned: bool,
     reads: Vec<(RangeDesc, RemoteRead, X)>,
 ) -> Result<Vec<(Got, X)>> {
     // Each range once: where it is read, and (if elsewhere) its reads.
     let mut sources: BTreeMap<u64, (RangeDesc, Source)> = BTreeMap::new();
+    let mut views: BTreeMap<u64, Arc<PastView>> = BTreeMap::new();
     let mut remote: BTreeMap<u64, Vec<RemoteRead>> = BTreeMap::new();
     for (desc, read, _) in &reads {
         let (_, source) = match sources.entry(desc.id) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::btree_map::Entry::Vacant(e) => {
-                e.insert((desc.clone(), Keyspace::place(cluster, desc)?))
+                let mut source = Keyspace::place(cluster, desc)?;
+                // A snapshot's range held here but not pinned here (this
+                // replica applied the pin too late): read where it is.
+                if pinned && let Source::Local(_, replica) = &source {
+                    match replica.pinned_at(at) {
+                        Ok(view) => {
+                            views.insert(desc.id, Arc::new(view));
+                        }
+                        Err(Error::Unavailable(why)) if why == PAST_GONE => {
+                            source = Source::Remote(desc.id);
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                e.insert((desc.clone(), source))
             }
         };
         if let Source::Remote(_) = source {
@@ -84,7 +120,12 @@ fn settle<X>(
         })
         .collect();
     let remote_ids: Vec<u64> = remote.keys().copied().collect();
-    let answers = cluster.settle_at(at, &local, remote.into_iter().collect())?;
+    let how = if pinned {
+        At::Pinned(at)
+    } else {
+        At::Settle(at)
+    };
+    let answers = cluster.settle_at(how, &local, remote.into_iter().collect())?;
     let mut answers: BTreeMap<u64, std::vec::IntoIter<Vec<RemoteItem>>> = remote_ids
         .into_iter()
         .zip(answers)
@@ -92,9 +133,10 @@ fn settle<X>(
         .collect();
     // The local views, once settled: a split applied before the floor
     // took keys away from a replica, and the map is then behind it.
-    let mut views: BTreeMap<u64, Arc<PastView>> = BTreeMap::new();
     for (id, (desc, source)) in &sources {
-        if let Source::Local(_, replica) = source {
+        if let Source::Local(_, replica) = source
+            && !pinned
+        {
             if !covers(&replica.bounds(), desc) {
                 return Err(Error::WrongRange(format!(
                     "range {id}: a split applied while the read settled"

@@ -14,15 +14,15 @@
 //! A read inside one range is read at that range's read index; a read
 //! that crosses ranges is read at one timestamp across them all
 //! (`at_timestamp`), one snapshot of them, as one store's read is.
-//! SNAPSHOT and the reads at a snapshot are refused while the keyspace has
-//! more than one range (`CROSSSLOT`), never answered from one range alone.
+//! A snapshot of a split keyspace is one timestamp every range pins
+//! (`Cluster::snapshot`), read as reads across ranges are.
 
 use std::ops::Bound;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use combkv::readexec::{BatchResults, ReadRequest};
-use combkv::{Error, ItemView, Range, Result, Store};
+use combkv::{Error, ItemView, Range, Result, SnapshotId, SnapshotInfo, Store};
 use combkv_replica::ranges::{RangeDesc, RangeMap};
 use combkv_replica::{RemoteItem, RemoteRead, Replica};
 
@@ -31,7 +31,7 @@ use crate::state::Shared;
 
 mod at_timestamp;
 
-use at_timestamp::{Got, at_one_timestamp};
+use at_timestamp::{Got, at_one_timestamp, at_snapshot};
 
 /// How long a read waits for a range's group to start on this node after
 /// its split applied here (it starts within milliseconds).
@@ -65,13 +65,83 @@ impl<'a> Keyspace<'a> {
         Keyspace::One(store)
     }
 
-    /// The one store, for what only a keyspace of one range can do (a
-    /// snapshot of it all): refused once it is cut into ranges.
-    pub(crate) fn single(&self) -> Result<&Store> {
+    /// SNAPSHOT CREATE: the one store's snapshot, or, the keyspace split,
+    /// one timestamp every range pins (`Cluster::snapshot`).
+    pub(crate) fn snapshot(&self, ttl: Duration) -> Result<SnapshotId> {
         match self {
-            Keyspace::One(s) => Ok(s),
-            Keyspace::Ranges { .. } => Err(Error::CrossRange),
+            Keyspace::One(s) => s.snapshot(ttl),
+            Keyspace::Ranges { cluster } => cluster.snapshot(ttl).map(SnapshotId),
         }
+    }
+
+    /// SNAPSHOT RELEASE.
+    pub(crate) fn release_snapshot(&self, id: SnapshotId) -> bool {
+        match self {
+            Keyspace::One(s) => s.release_snapshot(id),
+            Keyspace::Ranges { cluster } => cluster.release_snapshot(id.0),
+        }
+    }
+
+    /// SNAPSHOT LIST.
+    pub(crate) fn list_snapshots(&self) -> Vec<SnapshotInfo> {
+        match self {
+            Keyspace::One(s) => s.list_snapshots(),
+            Keyspace::Ranges { cluster } => cluster.list_snapshots(),
+        }
+    }
+
+    /// GETAT: the item of `key` as of snapshot `id`.
+    pub(crate) fn get_at(&self, id: SnapshotId, key: &[u8]) -> Result<Option<combkv::Item>> {
+        let cluster = match self {
+            Keyspace::One(s) => return s.get_at(id, key),
+            Keyspace::Ranges { cluster } => cluster,
+        };
+        let at = cluster.snapshot_at(id.0)?;
+        combkv::check_key(key, cluster.max_key_len())?;
+        let found = at_snapshot(cluster, at, |map| {
+            Ok(vec![(
+                map.route(key).clone(),
+                RemoteRead::Get(key.to_vec()),
+                (),
+            )])
+        })?;
+        match found.into_iter().next() {
+            Some((Got::Local(past, _), ())) => past.get(key),
+            Some((Got::Remote(items), ())) => Ok(items.first().map(|it| view(it).to_item())),
+            None => Ok(None),
+        }
+    }
+
+    /// RANGEAT: [`Keyspace::scan`] as of snapshot `id`.
+    pub(crate) fn scan_at(
+        &self,
+        id: SnapshotId,
+        r: &Range,
+        f: impl FnMut(ItemView<'_>) -> bool,
+    ) -> Result<usize> {
+        let cluster = match self {
+            Keyspace::One(s) => return s.scan_at(id, r, f),
+            Keyspace::Ranges { cluster } => cluster,
+        };
+        let at = cluster.snapshot_at(id.0)?;
+        let mut r = r.clone();
+        if r.floor_start {
+            if let Bound::Included(k) = &r.start {
+                let below = Range::new(Bound::Unbounded, Bound::Included(k.clone()))
+                    .reversed()
+                    .with_limit(1);
+                let mut floor = None;
+                Self::scan_at_timestamp(cluster, &below, Some(at), |it| {
+                    floor = Some(it.key.to_vec());
+                    false
+                })?;
+                if let Some(k) = floor {
+                    r.start = Bound::Included(k);
+                }
+            }
+            r.floor_start = false;
+        }
+        Self::scan_at_timestamp(cluster, &r, Some(at), f)
     }
 
     /// Where range `r`'s keys are read: this node's replica of it, or,
@@ -251,7 +321,7 @@ impl<'a> Keyspace<'a> {
         };
         let r = self.floor_resolved(r)?;
         if routed(cluster, |map| Ok(spanned(map, &r).nth(1).is_some()))? {
-            return Self::scan_at_timestamp(cluster, &r, f);
+            return Self::scan_at_timestamp(cluster, &r, None, f);
         }
         // Where each range's part is read, all found before any is
         // visited: a map found out of date is brought up to date and the
@@ -284,12 +354,14 @@ impl<'a> Keyspace<'a> {
 
     /// [`Keyspace::scan`] of a range `r` that crosses ranges: each part
     /// read at one timestamp.
+    /// At snapshot timestamp `snapshot` if given.
     fn scan_at_timestamp(
         cluster: &Cluster,
         r: &Range,
+        snapshot: Option<u64>,
         mut f: impl FnMut(ItemView<'_>) -> bool,
     ) -> Result<usize> {
-        let found = at_one_timestamp(cluster, |map| {
+        let plan = |map: &RangeMap| {
             let mut parts: Vec<&RangeDesc> = spanned(map, r).collect();
             if r.reverse {
                 parts.reverse();
@@ -301,7 +373,11 @@ impl<'a> Keyspace<'a> {
                     (p.clone(), remote_range(&sub), sub)
                 })
                 .collect())
-        })?;
+        };
+        let found = match snapshot {
+            None => at_one_timestamp(cluster, plan)?,
+            Some(at) => at_snapshot(cluster, at, plan)?,
+        };
         let mut seen = 0usize;
         for (got, mut sub) in found {
             let left = r.limit.map(|l| l.saturating_sub(seen));

@@ -254,7 +254,7 @@ fn range_generic(cx: &mut Ctx<'_, '_>, spec: &RangeSpec, at: Option<SnapshotId>)
     if spec.empty {
         if let Some(id) = at {
             // An unknown snapshot is still an error.
-            cx.keyspace().single()?.get_at(id, b"\0")?;
+            cx.keyspace().get_at(id, b"\0")?;
         }
         cx.r.array(0);
         return Ok(());
@@ -287,7 +287,7 @@ fn range_generic(cx: &mut Ctx<'_, '_>, spec: &RangeSpec, at: Option<SnapshotId>)
             cx.scan_with(&spec.range, what, max_reply as u64, visit)?;
         }
         Some(id) => {
-            cx.keyspace().single()?.scan_at(id, &spec.range, visit)?;
+            cx.keyspace().scan_at(id, &spec.range, visit)?;
         }
     }
     if over {
@@ -323,7 +323,7 @@ pub(super) fn rangeat(cx: &mut Ctx<'_, '_>) -> CmdResult {
 
 pub(super) fn getat(cx: &mut Ctx<'_, '_>) -> CmdResult {
     let id = snapshot_id(cx.args[1])?;
-    match cx.keyspace().single()?.get_at(id, cx.args[2])? {
+    match cx.keyspace().get_at(id, cx.args[2])? {
         Some(it) => cx.r.bulk(&it.value),
         None => cx.r.null(),
     }
@@ -395,10 +395,7 @@ pub(super) fn snapshot(cx: &mut Ctx<'_, '_>) -> CmdResult {
             },
             _ => return Err(CmdError::Syntax),
         };
-        let id = cx
-            .keyspace()
-            .single()?
-            .snapshot(Duration::from_secs(secs))?;
+        let id = cx.keyspace().snapshot(Duration::from_secs(secs))?;
         cx.r.int(id.0 as i64);
     } else if eq_ic(sub, "release") {
         let [_, _, id] = cx.args else {
@@ -412,13 +409,13 @@ pub(super) fn snapshot(cx: &mut Ctx<'_, '_>) -> CmdResult {
             }
             None => return Err(CmdError::NotInteger),
         };
-        let released = cx.store().release_snapshot(id);
+        let released = cx.keyspace().release_snapshot(id);
         cx.r.int(released as i64);
     } else if eq_ic(sub, "list") {
         if cx.args.len() != 2 {
             return Err(CmdError::Arity("snapshot|list".into()));
         }
-        let list = cx.store().list_snapshots();
+        let list = cx.keyspace().list_snapshots();
         cx.r.array(list.len());
         for snap in list {
             cx.r.array(3);
