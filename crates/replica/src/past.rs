@@ -58,6 +58,20 @@ impl Past {
         }
     }
 
+    /// Holds `store`'s past from now on if nothing holds it yet (a store
+    /// just installed from a snapshot, or split off, read before the next
+    /// turn): a read at a timestamp taken from now on finds it held.
+    pub(crate) fn start(&self, store: &Arc<Store>) {
+        let mut holds = self.holds.lock();
+        if !holds.iter().any(|(_, s, _)| Arc::ptr_eq(s, store)) {
+            holds.push_back((
+                Instant::now(),
+                Arc::clone(store),
+                Arc::new(store.hold_history()),
+            ));
+        }
+    }
+
     /// A hold on `store` through which it can be read at version `at`.
     pub(crate) fn covering(&self, store: &Arc<Store>, at: u64) -> Option<Arc<History>> {
         let covers = |(_, s, h): &&Hold| Arc::ptr_eq(s, store) && h.version().0 <= at;

@@ -102,7 +102,13 @@ impl Replica {
     /// reach back to it.
     pub fn at(&self, at: u64) -> combkv::Result<PastView> {
         let store = self.current_store();
-        let history = self.inner.sm.past().covering(&store, at);
+        let past = self.inner.sm.past();
+        let history = past.covering(&store, at);
+        if history.is_none() {
+            // A store no turn has held yet: held from now, so that the
+            // read taken again finds it.
+            past.start(&store);
+        }
         Self::view(store, history, at)
     }
 

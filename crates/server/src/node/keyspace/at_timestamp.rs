@@ -22,6 +22,10 @@ use crate::cluster::Cluster;
 
 /// How many times a read is taken again at a new timestamp.
 const TRIES: usize = 4;
+/// The pause before a read is taken again because a range's past did not
+/// reach back to its timestamp: the next timestamp is in a later
+/// millisecond.
+const PAUSE: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// What one read of a plan found.
 pub(super) enum Got {
@@ -50,6 +54,9 @@ pub(super) fn at_one_timestamp<X>(
                 last = Some(Error::WrongRange(why));
             }
             Err(Error::Unavailable(why)) if why == PAST_GONE => {
+                // A replica that began to hold its past just now (a store
+                // newly installed) holds it by the next timestamp.
+                std::thread::sleep(PAUSE);
                 last = Some(Error::Unavailable(why));
             }
             r => return r,
