@@ -459,6 +459,14 @@ fn reads_across_ranges_never_see_a_later_write_without_an_earlier_one() {
         .map(|n| redis::cmd("DBSIZE").query(&mut n.connect()).unwrap())
         .collect();
     assert_eq!(sizes, [20_002, 20_002, 20_002]);
+    for n in &nodes {
+        let r = n.info_ranges();
+        let served: u64 = field(&r, "ranges_reads_across").parse().unwrap();
+        assert!(served > 0, "node {}: {r:?}", n.id);
+        // Every node holds both ranges: the snapshots pinned each here.
+        let pins: u64 = field(&r, "ranges_snapshot_pins").parse().unwrap();
+        assert!(pins >= 2, "node {}: {r:?}", n.id);
+    }
 }
 
 #[test]

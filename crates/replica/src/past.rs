@@ -110,8 +110,7 @@ impl Past {
     }
 
     /// The timestamps pinned now (one per snapshot that pinned them).
-    #[cfg(test)]
-    fn pinned(&self) -> usize {
+    pub(crate) fn pinned(&self) -> usize {
         let now = Instant::now();
         self.pinned
             .lock()

@@ -71,6 +71,11 @@ impl Replica {
         self.inner.sm.past().turn(&self.current_store(), keep);
     }
 
+    /// How many snapshots' timestamps this replica holds pinned now.
+    pub fn snapshot_pins(&self) -> usize {
+        self.inner.sm.past().pinned()
+    }
+
     /// Raises the range's read floor to `at` through its log (proposed
     /// through the leader as a write is) and waits until this replica has
     /// applied it.

@@ -47,6 +47,10 @@ pub struct Cluster {
     changing: std::sync::Mutex<()>,
     /// The snapshots taken on this node while the keyspace is split.
     snapshots: parking_lot::Mutex<Snapshots>,
+    /// Reads across ranges this node served at one timestamp, and the
+    /// times one was taken again at a new timestamp (INFO `ranges`).
+    reads_across: std::sync::atomic::AtomicU64,
+    read_retries: std::sync::atomic::AtomicU64,
 }
 
 /// Snapshots of a keyspace split into ranges, taken on this node: each a
@@ -165,6 +169,8 @@ impl Cluster {
             marks: Arc::default(),
             changing: std::sync::Mutex::new(()),
             snapshots: Default::default(),
+            reads_across: Default::default(),
+            read_retries: Default::default(),
         })
     }
 
@@ -407,6 +413,24 @@ impl Cluster {
         self.rt
             .block_on(self.host.read_remote(range, reads, At::Now))
             .map_err(cluster_error)
+    }
+
+    /// Counts a read across ranges served at one timestamp, and how many
+    /// times it was taken again before it was.
+    pub(crate) fn note_read_across(&self, retries: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.reads_across.fetch_add(1, Relaxed);
+        self.read_retries.fetch_add(retries, Relaxed);
+    }
+
+    /// Reads across ranges served at one timestamp since the node started,
+    /// and the times one was taken again.
+    pub(crate) fn reads_across(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (
+            self.reads_across.load(Relaxed),
+            self.read_retries.load(Relaxed),
+        )
     }
 
     /// The timestamp a read across ranges that starts now reads at: the

@@ -123,6 +123,9 @@ pub struct RangeStats {
     /// Leaderships of ranges this node had handed to another voter (as
     /// the meta group's leader, balancing leaders) since it started.
     pub leaders_moved: u64,
+    /// Snapshots' timestamps pinned on this node's replicas now (one per
+    /// snapshot and replica).
+    pub snapshot_pins: u64,
 }
 
 /// Hands each request that reaches the node to the group it names. It
@@ -537,6 +540,7 @@ impl Host {
             }
             st.hosted += 1;
             st.leading += u64::from(r.is_leader());
+            st.snapshot_pins += r.snapshot_pins() as u64;
             let store = r.current_store();
             let m = store.memory();
             st.keys += store.len();

@@ -233,6 +233,16 @@ const COUNTERS: &[(&str, &str, &str)] = &[
         "Range leaderships this node (leading the meta group) had handed to another voter.",
     ),
     (
+        "ranges_reads_across",
+        "combkv_ranges_reads_across",
+        "Reads across ranges this node served at one timestamp.",
+    ),
+    (
+        "ranges_read_retries",
+        "combkv_ranges_read_retries",
+        "Reads across ranges taken again at a new timestamp (a map behind, a range's past not held back far enough).",
+    ),
+    (
         "used_cpu_sys",
         "combkv_cpu_system_seconds",
         "CPU time in the kernel.",

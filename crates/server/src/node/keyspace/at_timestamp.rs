@@ -44,11 +44,15 @@ pub(super) fn at_one_timestamp<X>(
     mut plan: impl FnMut(&RangeMap) -> Result<Vec<(RangeDesc, RemoteRead, X)>>,
 ) -> Result<Vec<(Got, X)>> {
     let mut last = None;
-    for _ in 0..TRIES {
+    for retries in 0..TRIES as u64 {
         let at = cluster.read_timestamp();
         let map = cluster.shared_range_map();
         let reads = plan(&map)?;
         match settle(cluster, at, false, reads) {
+            Ok(found) => {
+                cluster.note_read_across(retries);
+                return Ok(found);
+            }
             Err(Error::WrongRange(why)) => {
                 cluster.catch_up_map()?;
                 last = Some(Error::WrongRange(why));
