@@ -233,6 +233,7 @@ impl Replica {
             raft,
             log,
             reads: ReadBatcher::default(),
+            floors: Default::default(),
             group,
             sm,
             transport,
@@ -247,6 +248,7 @@ impl Replica {
         });
         let replica = Replica { inner };
         replica.spawn_read_loop();
+        replica.spawn_floor_loop();
         replica.inner.group.spawn();
         replica.spawn_election_timer(config.election_timeout_ms);
         replica.spawn_snapshot_trigger(config.snapshot_log_bytes);

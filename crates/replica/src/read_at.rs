@@ -15,6 +15,8 @@
 
 use std::sync::Arc;
 
+use tokio::sync::oneshot;
+
 use combkv::{History, Item, ItemView, Range, Store, Version};
 
 use crate::client::REQUEST_TIMEOUT;
@@ -76,10 +78,50 @@ impl Replica {
         self.inner.sm.past().pinned()
     }
 
-    /// Raises the range's read floor to `at` through its log (proposed
-    /// through the leader as a write is) and waits until this replica has
-    /// applied it.
+    /// Raises the range's read floor to `at` or above through its log
+    /// (proposed through the leader as a write is) and waits until this
+    /// replica has applied it. Reads that wait at once share one floor,
+    /// at the highest timestamp among them (`spawn_floor_loop`): a floor
+    /// at or above a read's timestamp serves it alike.
     pub async fn settle_at(&self, at: u64) -> Result<(), ClusterError> {
+        let (tx, rx) = oneshot::channel();
+        self.inner.floors.queue.lock().push((at, tx));
+        self.inner.floors.wake.notify_one();
+        match tokio::time::timeout(REQUEST_TIMEOUT, rx).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(ClusterError::Stopped),
+            Err(_) => Err(ClusterError::NoLeader),
+        }
+    }
+
+    /// The task that raises the floor for the reads waiting: each round
+    /// takes every read queued, proposes one floor at the highest of their
+    /// timestamps and answers them all; reads that come meanwhile wait for
+    /// the next round.
+    pub(crate) fn spawn_floor_loop(&self) {
+        let weak = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            loop {
+                let Some(inner) = weak.upgrade() else { return };
+                let wake = Arc::clone(&inner.floors.wake);
+                drop(inner);
+                wake.notified().await;
+                let Some(inner) = weak.upgrade() else { return };
+                let me = Replica { inner };
+                let waiting = std::mem::take(&mut *me.inner.floors.queue.lock());
+                let Some(at) = waiting.iter().map(|(at, _)| *at).max() else {
+                    continue;
+                };
+                let r = me.floor_round(at).await;
+                for (_, w) in waiting {
+                    let _ = w.send(r.clone());
+                }
+            }
+        });
+    }
+
+    /// One floor at `at`, applied here.
+    async fn floor_round(&self, at: u64) -> Result<(), ClusterError> {
         let now = self.clock_ms();
         let (index, results) = self
             .propose_and_wait(now, crate::codec::encode_floor(at, 0))

@@ -48,6 +48,8 @@ pub(crate) struct Inner {
     pub(crate) log: LogStore,
     pub(crate) transport: Arc<dyn Transport>,
     pub(crate) reads: ReadBatcher,
+    /// Reads across ranges waiting for this range's read floor (`read_at`).
+    pub(crate) floors: FloorBatcher,
     pub(crate) group: Arc<GroupCommit>,
     /// Bounds the batches this node has in flight (its own and forwarded).
     pub(crate) in_flight: tokio::sync::Semaphore,
@@ -180,6 +182,17 @@ pub(crate) fn index_of(l: Option<LogId>) -> u64 {
 }
 
 /// Reads waiting for the next read-index round.
+/// Where a waiting read is told its read index or floor came.
+pub(crate) type Answer = oneshot::Sender<Result<(), ClusterError>>;
+
+/// Reads waiting for a read floor, each at its timestamp: one floor at
+/// the highest serves them all (`read_at`).
+#[derive(Debug, Default)]
+pub(crate) struct FloorBatcher {
+    pub(crate) queue: Mutex<Vec<(u64, Answer)>>,
+    pub(crate) wake: Arc<Notify>,
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct ReadBatcher {
     pub(crate) queue: Mutex<Vec<oneshot::Sender<Result<(), ClusterError>>>>,
