@@ -358,60 +358,8 @@ fn everything() -> lin::Query {
 /// (`Request::ReadAt`). The data keys found, in key order; None if a range
 /// could not be read (the read is then not part of the history).
 async fn read_across(cl: &Cluster, rng: &mut StdRng) -> Option<Vec<lin::Entry>> {
-    let via = rng.random_range(1..=FIVE);
-    let host = cl.nodes.lock().get(&via).cloned()?;
-    let map = host.group(0)?.range_map()?;
     let at = combkv_replica::ranges::read_timestamp().0;
-    let mut out = Vec::new();
-    for r in map.ranges() {
-        let bounds = Range::new(
-            Bound::Included(r.start.clone()),
-            r.end.clone().map_or(Bound::Unbounded, Bound::Excluded),
-        );
-        let local = host.group(r.id).filter(|g| {
-            let b = g.bounds();
-            g.is_voter() && b.start == r.start && b.end == r.end
-        });
-        match local {
-            Some(g) => {
-                g.settle_at(at).await.ok()?;
-                let b = g.bounds();
-                if b.start != r.start || b.end != r.end {
-                    return None;
-                }
-                g.at(at)
-                    .ok()?
-                    .scan(&bounds, |it| {
-                        out.push(lin::Entry {
-                            key: it.key.to_vec(),
-                            value: it.value.to_vec(),
-                            version: it.version.get(),
-                        });
-                        true
-                    })
-                    .ok()?;
-            }
-            None => {
-                let read = RemoteRead::Range {
-                    start: bounds.start.clone(),
-                    end: bounds.end.clone(),
-                    limit: None,
-                    reverse: false,
-                };
-                let items = host
-                    .read_remote(r.id, vec![read], At::Settle(at))
-                    .await
-                    .ok()?;
-                out.extend(items.into_iter().flatten().map(|it| lin::Entry {
-                    key: it.key,
-                    value: it.value,
-                    version: it.version,
-                }));
-            }
-        }
-    }
-    out.retain(|e| !e.key.contains(&b'#'));
-    Some(out)
+    read_every_range(cl, rng, At::Settle(at)).await
 }
 
 /// Takes a snapshot of every range through a random node
@@ -428,6 +376,14 @@ async fn snapshot(cl: &Cluster, rng: &mut StdRng) -> Option<u64> {
 /// (`At::Pinned`). None if a range could not be read (a replica that
 /// applied the pin late, or restarted since, holds none).
 async fn read_snapshot(cl: &Cluster, rng: &mut StdRng, at: u64) -> Option<Vec<lin::Entry>> {
+    read_every_range(cl, rng, At::Pinned(at)).await
+}
+
+/// Every range read through a random node at `at`'s timestamp: a range
+/// held there by a voter whose bounds are the map's, settled there and
+/// read as of the timestamp (or, `At::Pinned`, read where it pinned it);
+/// any other at a node that holds it. The data keys found, in key order.
+async fn read_every_range(cl: &Cluster, rng: &mut StdRng, at: At) -> Option<Vec<lin::Entry>> {
     let via = rng.random_range(1..=FIVE);
     let host = cl.nodes.lock().get(&via).cloned()?;
     let map = host.group(0)?.range_map()?;
@@ -437,40 +393,44 @@ async fn read_snapshot(cl: &Cluster, rng: &mut StdRng, at: u64) -> Option<Vec<li
             Bound::Included(r.start.clone()),
             r.end.clone().map_or(Bound::Unbounded, Bound::Excluded),
         );
-        let local = host
-            .group(r.id)
-            .filter(|g| g.is_voter())
-            .and_then(|g| g.pinned_at(at).ok());
-        match local {
-            Some(past) => {
-                past.scan(&bounds, |it| {
-                    out.push(lin::Entry {
-                        key: it.key.to_vec(),
-                        value: it.value.to_vec(),
-                        version: it.version.get(),
-                    });
-                    true
-                })
-                .ok()?;
+        let same = |g: &combkv_replica::Replica| {
+            let b = g.bounds();
+            b.start == r.start && b.end == r.end
+        };
+        let here = host.group(r.id).filter(|g| g.is_voter() && same(g));
+        let view = match (here, at) {
+            (Some(g), At::Settle(t)) => {
+                g.settle_at(t).await.ok()?;
+                // A split applied meanwhile: the map here is behind.
+                Some(g.at(t).ok().filter(|_| same(&g))?)
             }
-            None => {
-                let read = RemoteRead::Range {
-                    start: bounds.start.clone(),
-                    end: bounds.end.clone(),
-                    limit: None,
-                    reverse: false,
-                };
-                let items = host
-                    .read_remote(r.id, vec![read], At::Pinned(at))
-                    .await
-                    .ok()?;
-                out.extend(items.into_iter().flatten().map(|it| lin::Entry {
-                    key: it.key,
-                    value: it.value,
-                    version: it.version,
-                }));
-            }
+            (Some(g), At::Pinned(t)) => g.pinned_at(t).ok(),
+            _ => None,
+        };
+        if let Some(view) = view {
+            view.scan(&bounds, |it| {
+                out.push(lin::Entry {
+                    key: it.key.to_vec(),
+                    value: it.value.to_vec(),
+                    version: it.version.get(),
+                });
+                true
+            })
+            .ok()?;
+            continue;
         }
+        let read = RemoteRead::Range {
+            start: bounds.start.clone(),
+            end: bounds.end.clone(),
+            limit: None,
+            reverse: false,
+        };
+        let items = host.read_remote(r.id, vec![read], at).await.ok()?;
+        out.extend(items.into_iter().flatten().map(|it| lin::Entry {
+            key: it.key,
+            value: it.value,
+            version: it.version,
+        }));
     }
     out.retain(|e| !e.key.contains(&b'#'));
     Some(out)
