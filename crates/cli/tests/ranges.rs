@@ -219,6 +219,25 @@ fn a_keyspace_split_into_ranges_is_served_whole_by_every_node() {
         assert_eq!(floor, [key(99), "b99".into()]);
         let ceil: Vec<String> = redis::cmd("CEIL").arg("k1495").query(con).unwrap();
         assert_eq!(ceil, [key(150), "b150".into()]);
+        // A floor start whose floor lies in the range before its own
+        // (k150 gone for a moment: range 2 starts there).
+        let _: i64 = redis::cmd("DEL").arg(key(150)).query(con).unwrap();
+        let from_floor: Vec<String> = redis::cmd("RANGE")
+            .arg("[k150")
+            .arg("[k152")
+            .arg("FLOOR")
+            .query(con)
+            .unwrap();
+        let want: Vec<String> = [149, 151, 152]
+            .iter()
+            .flat_map(|&i| [key(i), format!("b{i}")])
+            .collect();
+        assert_eq!(from_floor, want, "node {}", n + 1);
+        let _: () = redis::cmd("SET")
+            .arg(key(150))
+            .arg("b150")
+            .query(con)
+            .unwrap();
     }
     // A write of two ranges' keys, and a snapshot of them all: refused,
     // nothing changed.

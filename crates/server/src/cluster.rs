@@ -55,13 +55,19 @@ pub struct Cluster {
 
 /// Snapshots of a keyspace split into ranges, taken on this node: each a
 /// timestamp every range pinned (`Cluster::snapshot`). Like a store's,
-/// their ids are this node's own.
+/// their ids are this node's own, and never one a store gave: they start
+/// at `SPLIT_SNAPSHOT_IDS`, so that an id taken before the keyspace split
+/// does not name one taken after.
 #[derive(Debug, Default)]
 struct Snapshots {
     last_id: u64,
     /// Id -> (timestamp, expiry).
     live: std::collections::BTreeMap<u64, (u64, std::time::Instant)>,
 }
+
+/// The first id of a snapshot of a split keyspace (a store's ids count
+/// from 1 and never get near it).
+const SPLIT_SNAPSHOT_IDS: u64 = 1 << 48;
 
 impl Snapshots {
     fn prune(&mut self) {
@@ -507,7 +513,7 @@ impl Cluster {
             .map_err(cluster_error)?;
         let mut snaps = self.snapshots.lock();
         snaps.last_id += 1;
-        let id = snaps.last_id;
+        let id = SPLIT_SNAPSHOT_IDS + snaps.last_id;
         snaps.live.insert(id, (at, std::time::Instant::now() + ttl));
         Ok(id)
     }

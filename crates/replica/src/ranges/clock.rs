@@ -54,11 +54,16 @@ impl std::fmt::Display for Timestamp {
 /// of the wall clock's current millisecond. Every version visible now has
 /// a millisecond at or below the wall clock's (the commit wait), so every
 /// write acknowledged, or seen, before now lies at or below it.
+/// Never below one handed out before in this process: a wall clock
+/// stepped back does not send a read that starts after another finished
+/// to an earlier timestamp.
 pub fn read_timestamp() -> Timestamp {
+    static LAST: AtomicU64 = AtomicU64::new(0);
     let ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
-    Timestamp(Timestamp::from_millis(ms).0 | ((1 << LOGICAL_BITS) - 1))
+    let at = Timestamp::from_millis(ms).0 | ((1 << LOGICAL_BITS) - 1);
+    Timestamp(LAST.fetch_max(at, Ordering::AcqRel).max(at))
 }
 
 /// A node's (or a range leader's) clock. Shared between threads: every

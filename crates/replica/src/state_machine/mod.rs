@@ -392,11 +392,17 @@ impl StateMachine {
                         Ok((at, pin_ms)) => {
                             let store = self.cell.get();
                             store.raise_clock(Version(at));
-                            if pin_ms > 0 {
-                                // A replica too far behind to hold `at`
-                                // any more pins nothing: reads of the
-                                // snapshot go to another.
-                                let ttl = std::time::Duration::from_millis(pin_ms);
+                            // The pin lasts until the snapshot's end (its
+                            // timestamp's millisecond plus its life), not
+                            // from whenever this entry applies: a replay
+                            // after a restart pins no longer than that. A
+                            // replica too far behind to hold `at` any more
+                            // pins nothing: reads of the snapshot go to
+                            // another.
+                            let until = (at >> crate::ranges::LOGICAL_BITS).saturating_add(pin_ms);
+                            let left = until.saturating_sub(timestamps::wall_ms());
+                            if pin_ms > 0 && left > 0 {
+                                let ttl = std::time::Duration::from_millis(left);
                                 self.past.pin(&store, at, ttl);
                             }
                             Ok(Outcome::Clear)
@@ -434,7 +440,7 @@ impl StateMachine {
                 let now = batch.now_ms.max(state.now_ms);
                 state.now_ms = now;
                 let store = self.cell.get();
-                timestamps::before_writes(&store, now, ops.len());
+                timestamps::before_writes(&store, now, &ops);
                 let mut results = Vec::with_capacity(ops.len());
                 for op in &ops {
                     // Decided against bounds the range no longer has (a

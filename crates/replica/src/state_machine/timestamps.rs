@@ -13,6 +13,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use combkv::op::Op;
 use combkv::{Store, Version};
 
 use crate::ranges::{LOGICAL_BITS, Timestamp};
@@ -24,19 +25,54 @@ use crate::ranges::{LOGICAL_BITS, Timestamp};
 /// on rather than stall, and says so.
 const MAX_COMMIT_WAIT: Duration = Duration::from_millis(10);
 
-fn wall_ms() -> u64 {
+pub(super) fn wall_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// Before `n` writes of an entry with clock `now_ms` apply: their versions
-/// start at the entry's clock, and apply waits until the wall clock has
-/// reached the last one's millisecond.
-pub(super) fn before_writes(store: &Store, now_ms: u64, n: usize) {
+/// Before the writes of an entry with clock `now_ms` apply: their versions
+/// start at the entry's clock; an entry whose versions would cross into
+/// the next millisecond starts at that one instead (a read across ranges
+/// reads at the end of a millisecond, and must never fall inside one
+/// atomic write's versions, which the engine releases together), and apply
+/// waits until the wall clock has reached the last one's millisecond.
+pub(super) fn before_writes(store: &Store, now_ms: u64, ops: &[Op<'_>]) {
     store.raise_clock(Version(Timestamp::from_millis(now_ms).0.saturating_sub(1)));
-    let last = store.read_version().0.saturating_add(n as u64);
+    let n: u64 = ops.iter().map(versions_taken).sum();
+    let first = store.read_version().0.saturating_add(1);
+    let mut last = first.saturating_add(n.saturating_sub(1));
+    let per_ms = 1u64 << LOGICAL_BITS;
+    if n > 0 && n <= per_ms && first >> LOGICAL_BITS != last >> LOGICAL_BITS {
+        let next = (first >> LOGICAL_BITS) + 1;
+        store.raise_clock(Version(Timestamp::from_millis(next).0 - 1));
+        last = Timestamp::from_millis(next).0 + n - 1;
+    }
     commit_wait(last >> LOGICAL_BITS);
+}
+
+/// At most how many versions `op` takes. (A FLUSHALL, `Op::Clear`, takes
+/// its store whole, and is refused once the keyspace is split: counted
+/// as one.)
+fn versions_taken(op: &Op<'_>) -> u64 {
+    match op {
+        Op::Put { .. }
+        | Op::Delete { .. }
+        | Op::Append { .. }
+        | Op::Incr { .. }
+        | Op::Expire { .. }
+        | Op::Reap { .. }
+        | Op::SetRange { .. }
+        | Op::SetBit { .. }
+        | Op::IncrFloat { .. }
+        | Op::Clear => 1,
+        Op::Move { .. } => 2,
+        Op::Atomic(writes) => writes.len() as u64,
+        Op::Txn { ops, .. } => ops.iter().map(versions_taken).sum(),
+        Op::Check(_) | Op::Read { .. } | Op::Scan { .. } => 0,
+        // An op the engine adds later: one write until counted here.
+        _ => 1,
+    }
 }
 
 /// Waits until the wall clock reads `ms` or later (at most
@@ -65,24 +101,70 @@ mod tests {
     /// An entry's writes take versions from its clock on, never below
     /// the store's last, and the wall clock has reached each one's
     /// millisecond when apply goes on.
+    fn put(k: &'static [u8]) -> Op<'static> {
+        Op::Put {
+            key: k,
+            value: b"1",
+            expiry: combkv::Expiry::Never,
+            flags: combkv::Flags::Set(0),
+            cond: combkv::op::Cond::Any,
+            return_old: false,
+        }
+    }
+
+    /// An entry's writes take versions from its clock on, never below
+    /// the store's last, and the wall clock has reached each one's
+    /// millisecond when apply goes on.
     #[test]
     fn writes_take_versions_from_the_entry_clock_on() {
         let store = Store::new(combkv::Config::default()).unwrap();
         let now = wall_ms();
-        before_writes(&store, now, 3);
+        before_writes(&store, now, &[put(b"a")]);
         let v = store.put(b"a", b"1").unwrap();
         assert_eq!(v, Version(Timestamp::from_millis(now).0));
         // An entry with an older clock (a new leader's lagging one) goes on
         // from the store's last version.
-        before_writes(&store, now - 5, 1);
+        before_writes(&store, now - 5, &[put(b"b")]);
         assert_eq!(store.put(b"b", b"1").unwrap(), Version(v.0 + 1));
         // A floor in this millisecond puts the next write in the next one,
         // and apply waits for the clock to reach it.
         let floor = Timestamp::from_millis(wall_ms()).0 | 0xFFFF;
         store.raise_clock(Version(floor));
-        before_writes(&store, now, 1);
+        before_writes(&store, now, &[put(b"c")]);
         let w = store.put(b"c", b"1").unwrap();
         assert!(w.0 > floor);
         assert!(wall_ms() >= w.0 >> LOGICAL_BITS);
+    }
+
+    /// An atomic write whose versions would straddle the end of a
+    /// millisecond (where reads across ranges read) starts at the next.
+    #[test]
+    fn an_entry_never_straddles_the_end_of_a_millisecond() {
+        let store = Store::new(combkv::Config::default()).unwrap();
+        let ms = wall_ms();
+        store.raise_clock(Version(Timestamp::from_millis(ms).0 + 0xFFF0));
+        let writes: Vec<combkv::AtomicWrite<'_>> = (0..40u8)
+            .map(|_| combkv::AtomicWrite::Put {
+                key: b"k",
+                value: b"v",
+                expiry: combkv::Expiry::Never,
+            })
+            .collect();
+        let op = Op::Atomic(std::borrow::Cow::Owned(writes));
+        assert_eq!(versions_taken(&op), 40);
+        before_writes(&store, ms, std::slice::from_ref(&op));
+        assert_eq!(
+            store.read_version(),
+            Version(Timestamp::from_millis(ms + 1).0 - 1)
+        );
+        // Ten fit in what is left of the millisecond: they stay in it.
+        let store = Store::new(combkv::Config::default()).unwrap();
+        store.raise_clock(Version(Timestamp::from_millis(ms).0 + 0xFFF0));
+        let ten: Vec<Op<'_>> = (0..10).map(|_| put(b"k")).collect();
+        before_writes(&store, ms, &ten);
+        assert_eq!(
+            store.read_version(),
+            Version(Timestamp::from_millis(ms).0 + 0xFFF0)
+        );
     }
 }

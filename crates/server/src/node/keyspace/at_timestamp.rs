@@ -43,12 +43,24 @@ pub(super) fn at_one_timestamp<X>(
     cluster: &Cluster,
     mut plan: impl FnMut(&RangeMap) -> Result<Vec<(RangeDesc, RemoteRead, X)>>,
 ) -> Result<Vec<(Got, X)>> {
+    with_timestamp(cluster, |at| {
+        let map = cluster.shared_range_map();
+        settled(cluster, at, plan(&map)?)
+    })
+}
+
+/// Runs `read` at a timestamp taken for it, again at a new one (up to
+/// `TRIES` times) if a map found behind or a range's held past not
+/// reaching back made it fail; `read` may settle ranges at its timestamp
+/// as often as it needs ([`settled`]), each at the same one.
+pub(super) fn with_timestamp<T>(
+    cluster: &Cluster,
+    mut read: impl FnMut(u64) -> Result<T>,
+) -> Result<T> {
     let mut last = None;
     for retries in 0..TRIES as u64 {
         let at = cluster.read_timestamp();
-        let map = cluster.shared_range_map();
-        let reads = plan(&map)?;
-        match settle(cluster, at, false, reads) {
+        match read(at) {
             Ok(found) => {
                 cluster.note_read_across(retries);
                 return Ok(found);
@@ -74,16 +86,33 @@ pub(super) fn at_one_timestamp<X>(
 /// replica holds the pin. A range none of whose replicas holds it any more
 /// (a split after the snapshot made it, a replica restarted since) has
 /// lost the snapshot: [`Error::NoSuchSnapshot`].
+/// A map found behind is brought up to date and the reads planned again.
 pub(super) fn at_snapshot<X>(
     cluster: &Cluster,
     at: u64,
-    plan: impl FnOnce(&RangeMap) -> Result<Vec<(RangeDesc, RemoteRead, X)>>,
+    mut plan: impl FnMut(&RangeMap) -> Result<Vec<(RangeDesc, RemoteRead, X)>>,
 ) -> Result<Vec<(Got, X)>> {
-    let map = cluster.shared_range_map();
-    match settle(cluster, at, true, plan(&map)?) {
-        Err(Error::Unavailable(why)) if why == PAST_GONE => Err(Error::NoSuchSnapshot),
-        r => r,
+    for _ in 0..TRIES {
+        let map = cluster.shared_range_map();
+        match settle(cluster, at, true, plan(&map)?) {
+            Err(Error::Unavailable(why)) if why == PAST_GONE => return Err(Error::NoSuchSnapshot),
+            Err(Error::WrongRange(_)) => cluster.catch_up_map()?,
+            r => return r,
+        }
     }
+    Err(Error::Unavailable(
+        "the range map kept changing under the read".into(),
+    ))
+}
+
+/// `reads` settled and run at timestamp `at`, for [`with_timestamp`]'s
+/// `read`.
+pub(super) fn settled<X>(
+    cluster: &Cluster,
+    at: u64,
+    reads: Vec<(RangeDesc, RemoteRead, X)>,
+) -> Result<Vec<(Got, X)>> {
+    settle(cluster, at, false, reads)
 }
 
 /// One try of [`at_one_timestamp`] at `at`, or (`pinned`) the reads of

@@ -31,7 +31,7 @@ use crate::state::Shared;
 
 mod at_timestamp;
 
-use at_timestamp::{Got, at_one_timestamp, at_snapshot};
+use at_timestamp::{Got, at_one_timestamp, at_snapshot, settled, with_timestamp};
 
 /// How long a read waits for a range's group to start on this node after
 /// its split applied here (it starts within milliseconds).
@@ -319,42 +319,31 @@ impl<'a> Keyspace<'a> {
             Keyspace::One(s) => return s.scan(r, f),
             Keyspace::Ranges { cluster, .. } => cluster,
         };
-        let r = self.floor_resolved(r)?;
-        if routed(cluster, |map| Ok(spanned(map, &r).nth(1).is_some()))? {
-            return Self::scan_at_timestamp(cluster, &r, None, f);
+        if r.floor_start {
+            return Self::scan_from_floor(cluster, r, f);
         }
-        // Where each range's part is read, all found before any is
-        // visited: a map found out of date is brought up to date and the
-        // plan made again, with nothing visited twice.
+        let r = r.clone();
+        // Inside one range: that range's read at its read index. The
+        // source is found by the map the plan is made by: a map found out
+        // of date is brought up to date and the plan made again, and one
+        // that then shows the span in two ranges is read across them.
         let plan = routed(cluster, |map| {
-            let mut parts: Vec<&RangeDesc> = spanned(map, &r).collect();
-            if r.reverse {
-                parts.reverse();
+            let mut parts = spanned(map, &r);
+            match (parts.next(), parts.next()) {
+                (Some(part), None) => Ok(Some((clip(&r, part), Self::source(cluster, part)?))),
+                _ => Ok(None),
             }
-            parts
-                .into_iter()
-                .map(|part| Ok((clip(&r, part), Self::source(cluster, part)?)))
-                .collect::<Result<Vec<_>>>()
         })?;
-        let mut seen = 0usize;
-        for (mut sub, source) in plan {
-            let left = r.limit.map(|l| l.saturating_sub(seen));
-            if left == Some(0) {
-                break;
-            }
-            sub.limit = left;
-            let (n, stopped) = Self::scan_part(cluster, source, &sub, &mut f)?;
-            seen += n;
-            if stopped {
-                break;
-            }
-        }
+        let Some((mut sub, source)) = plan else {
+            return Self::scan_at_timestamp(cluster, &r, None, f);
+        };
+        sub.limit = r.limit;
+        let (seen, _) = Self::scan_part(cluster, source, &sub, &mut f)?;
         Ok(seen)
     }
 
     /// [`Keyspace::scan`] of a range `r` that crosses ranges: each part
-    /// read at one timestamp.
-    /// At snapshot timestamp `snapshot` if given.
+    /// read at one timestamp (at snapshot timestamp `snapshot` if given).
     fn scan_at_timestamp(
         cluster: &Cluster,
         r: &Range,
@@ -378,9 +367,72 @@ impl<'a> Keyspace<'a> {
             None => at_one_timestamp(cluster, plan)?,
             Some(at) => at_snapshot(cluster, at, plan)?,
         };
+        Self::visit_parts(r.limit, found, &mut f)
+    }
+
+    /// A floor-start scan (Honeycomb's SCAN) on a split keyspace: the
+    /// floor of its start found (in the start's range, else the nearest
+    /// range before it that holds a key below) and the range scanned from
+    /// it, all at one timestamp, so the floor is the floor of the state
+    /// the scan reads.
+    fn scan_from_floor(
+        cluster: &Cluster,
+        r: &Range,
+        mut f: impl FnMut(ItemView<'_>) -> bool,
+    ) -> Result<usize> {
+        let mut from = r.clone();
+        from.floor_start = false;
+        let Bound::Included(start) = &r.start else {
+            // Only an inclusive start has a floor (the parser says so).
+            return Self::scan_at_timestamp(cluster, &from, None, f);
+        };
+        let below = Range::new(Bound::Unbounded, Bound::Included(start.clone()))
+            .reversed()
+            .with_limit(1);
+        let found = with_timestamp(cluster, |at| {
+            let map = cluster.shared_range_map();
+            let mut fwd = from.clone();
+            let mut parts: Vec<&RangeDesc> = spanned(&map, &below).collect();
+            parts.reverse();
+            for p in parts {
+                let sub = clip(&below, p);
+                let got = settled(cluster, at, vec![(p.clone(), remote_range(&sub), sub)])?;
+                let mut floor = None;
+                Self::visit_parts(Some(1), got, &mut |it: ItemView<'_>| {
+                    floor = Some(it.key.to_vec());
+                    false
+                })?;
+                if let Some(k) = floor {
+                    fwd.start = Bound::Included(k);
+                    break;
+                }
+            }
+            let mut parts: Vec<&RangeDesc> = spanned(&map, &fwd).collect();
+            if fwd.reverse {
+                parts.reverse();
+            }
+            let reads = parts
+                .into_iter()
+                .map(|p| {
+                    let sub = clip(&fwd, p);
+                    (p.clone(), remote_range(&sub), sub)
+                })
+                .collect();
+            settled(cluster, at, reads)
+        })?;
+        Self::visit_parts(r.limit, found, &mut f)
+    }
+
+    /// Hands the items of `found` (each part's, in order) to `f` until it
+    /// returns false or `limit` items were handed; how many were.
+    fn visit_parts(
+        limit: Option<usize>,
+        found: Vec<(Got, Range)>,
+        f: &mut dyn FnMut(ItemView<'_>) -> bool,
+    ) -> Result<usize> {
         let mut seen = 0usize;
         for (got, mut sub) in found {
-            let left = r.limit.map(|l| l.saturating_sub(seen));
+            let left = limit.map(|l| l.saturating_sub(seen));
             if left == Some(0) {
                 break;
             }
