@@ -14,6 +14,13 @@ use std::time::{Duration, Instant};
 use combkv::{History, Store};
 use parking_lot::Mutex;
 
+/// What a read at a timestamp answers when the replica's held past does
+/// not reach back to it (its read floor took longer than the past is
+/// held, or the replica's store is newer than the timestamp: a range just
+/// split off, a snapshot just installed): the read is taken again at a
+/// new timestamp.
+pub const PAST_GONE: &str = "the range's held past does not reach back to the read's timestamp";
+
 /// How far back reads at a timestamp can reach: longer than any floor
 /// round that succeeds (a request's own limit is longer, but a read that
 /// waited this long is better taken again at a new timestamp).

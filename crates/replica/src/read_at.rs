@@ -21,15 +21,9 @@ use combkv::{History, Item, ItemView, Range, Store, Version};
 
 use crate::client::REQUEST_TIMEOUT;
 use crate::error::ClusterError;
+use crate::past::PAST_GONE;
 use crate::replica::Replica;
 use crate::rpc::{RemoteAnswer, RemoteItem, RemoteRead};
-
-/// What a read at a timestamp answers when the replica's held past does
-/// not reach back to it (its read floor took longer than the past is
-/// held, or the replica's store is newer than the timestamp: a range just
-/// split off, a snapshot just installed): the read is taken again at a
-/// new timestamp.
-pub const PAST_GONE: &str = "the range's held past does not reach back to the read's timestamp";
 
 /// A replica's store as of one timestamp.
 #[derive(Debug)]

@@ -313,9 +313,21 @@ impl Host {
                 let (host, range) = (self.clone(), r.id);
                 pins.spawn(async move { host.pin_at(range, at, ttl).await });
             }
+            // A range whose leader could not pin the timestamp (its store
+            // is newer: split off just now) is read at a later one.
+            let mut unpinned = false;
             while let Some(pinned) = pins.join_next().await {
-                pinned
-                    .map_err(|e| ClusterError::Unknown(format!("a pin's task failed: {e}")))??;
+                let pinned = pinned
+                    .map_err(|e| ClusterError::Unknown(format!("a pin's task failed: {e}")))?;
+                match pinned {
+                    Err(ClusterError::Refused(why)) if why.contains(crate::past::PAST_GONE) => {
+                        unpinned = true;
+                    }
+                    r => r?,
+                }
+            }
+            if unpinned {
+                continue;
             }
             meta.read_barrier().await?;
             let after = self.range_map();

@@ -398,14 +398,20 @@ impl StateMachine {
                             // after a restart pins no longer than that. A
                             // replica too far behind to hold `at` any more
                             // pins nothing: reads of the snapshot go to
-                            // another.
+                            // another. The state is the same either way;
+                            // the answer says whether this replica pinned,
+                            // so that the leader's tells the snapshot's
+                            // taker (`Host::snapshot`) to take it again
+                            // where the range cannot be read at `at` (a
+                            // store newer than it: a range just split off).
                             let until = (at >> crate::ranges::LOGICAL_BITS).saturating_add(pin_ms);
                             let left = until.saturating_sub(timestamps::wall_ms());
-                            if pin_ms > 0 && left > 0 {
-                                let ttl = std::time::Duration::from_millis(left);
-                                self.past.pin(&store, at, ttl);
+                            let ttl = std::time::Duration::from_millis(left);
+                            if pin_ms > 0 && left > 0 && !self.past.pin(&store, at, ttl) {
+                                Err(combkv::Error::Unavailable(crate::past::PAST_GONE.into()))
+                            } else {
+                                Ok(Outcome::Clear)
                             }
-                            Ok(Outcome::Clear)
                         }
                         Err(e) => Err(combkv::Error::InvalidConfig(e.to_string())),
                     };
