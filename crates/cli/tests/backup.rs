@@ -325,6 +325,19 @@ fn start_cluster(root: &Path) -> (Nodes, Vec<(SocketAddr, SocketAddr)>) {
     (Nodes(children), nodes.iter().map(|n| (n.0, n.1)).collect())
 }
 
+/// Waits until every node of `addrs` has caught up with its cluster: a
+/// node that has not answers LOADING (PING included), as Redis does while
+/// it loads, and the test asks each of them.
+fn all_ready(addrs: &[(SocketAddr, SocketAddr)]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (resp, _) in addrs {
+        while !support::ask(*resp, b"PING\r\n", b"+PONG\r\n", Duration::from_millis(500)) {
+            assert!(Instant::now() < deadline, "{resp} never caught up");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
 /// A connection to node `addr` once its cluster takes a write.
 fn first_write(addr: SocketAddr) -> redis::Connection {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -367,6 +380,7 @@ fn a_cluster_node_backup_restores_as_a_single_node_and_seeds_a_new_cluster() {
     let root = root("cluster");
     let (nodes, addrs) = start_cluster(&root.join("old"));
     let mut con = first_write(addrs[0].0);
+    all_ready(&addrs);
     let mut expected = BTreeMap::new();
     expected.insert("first".to_string(), "1".to_string());
     for i in 0..300 {
@@ -407,6 +421,7 @@ fn a_cluster_node_backup_restores_as_a_single_node_and_seeds_a_new_cluster() {
     // Into a new cluster, through node 1; node 3 serves it all.
     let (nodes, addrs) = start_cluster(&root.join("new"));
     let mut con = first_write(addrs[0].0);
+    all_ready(&addrs);
     redis::cmd("DEL")
         .arg("first")
         .query::<i64>(&mut con)
