@@ -77,7 +77,7 @@ impl std::fmt::Display for StartError {
         match self {
             StartError::Config(why) => write!(f, "bad cluster configuration: {why}"),
             StartError::Log(e) => e.fmt(f),
-            StartError::Io(e) => write!(f, "cluster storage: {e}"),
+            StartError::Io(e) => write!(f, "cluster node: {e}"),
             StartError::Raft(why) => write!(f, "starting Raft: {why}"),
         }
     }

@@ -201,7 +201,14 @@ impl Host {
         peer_tls: Option<PeerTlsFiles>,
     ) -> Result<Host, StartError> {
         let guard = Arc::new(PeerGuard::new(peer_tls).map_err(StartError::Config)?);
-        let listener = tokio::net::TcpListener::bind(raft_addr).await?;
+        let listener = tokio::net::TcpListener::bind(raft_addr)
+            .await
+            .map_err(|e| {
+                StartError::Io(std::io::Error::new(
+                    e.kind(),
+                    format!("cannot listen on the Raft address {raft_addr}: {e}"),
+                ))
+            })?;
         let transport = Arc::new(crate::network::tcp::TcpTransport::new(
             Some(raft_addr.ip()),
             Arc::clone(&guard),
