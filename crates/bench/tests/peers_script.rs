@@ -14,6 +14,11 @@ use combkv_bench::net::server::{PORT_RANGE, free_port, free_port_in};
 /// below the kernel's ephemeral range: a port the kernel handed out (port 0)
 /// has neighbours that any outgoing connection on the machine may take
 /// meanwhile, which failed this test once in CI while apt-get downloaded.
+/// Held by each test that binds ports of [`PORT_RANGE`]: the tests of
+/// this binary run side by side, and one binding a port for a moment took
+/// the successor another had just found free (CI lost a run to it).
+static PORTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn held_port_with_free_successor() -> (TcpListener, u16) {
     loop {
         let p = free_port().unwrap();
@@ -31,6 +36,7 @@ fn held_port_with_free_successor() -> (TcpListener, u16) {
 
 #[test]
 fn free_port_skips_a_listening_port() {
+    let _ports = PORTS.lock().unwrap_or_else(|e| e.into_inner());
     let (_held, p) = held_port_with_free_successor();
     assert!(
         free_port_in(p..=p).is_err(),
@@ -47,6 +53,7 @@ fn free_port_skips_a_listening_port() {
 
 #[test]
 fn free_port_is_bindable_and_in_the_default_range() {
+    let _ports = PORTS.lock().unwrap_or_else(|e| e.into_inner());
     for _ in 0..5 {
         let p = free_port().unwrap();
         assert!(PORT_RANGE.contains(&p), "{p}");
