@@ -404,10 +404,14 @@ impl StateMachine {
                             // taker (`Host::snapshot`) to take it again
                             // where the range cannot be read at `at` (a
                             // store newer than it: a range just split off).
-                            let until = (at >> crate::ranges::LOGICAL_BITS).saturating_add(pin_ms);
-                            let left = until.saturating_sub(timestamps::wall_ms());
+                            let left = match pin_ms {
+                                0 => 0,
+                                _ => (at >> crate::ranges::LOGICAL_BITS)
+                                    .saturating_add(pin_ms)
+                                    .saturating_sub(timestamps::wall_ms()),
+                            };
                             let ttl = std::time::Duration::from_millis(left);
-                            if pin_ms > 0 && left > 0 && !self.past.pin(&store, at, ttl) {
+                            if left > 0 && !self.past.pin(&store, at, ttl) {
                                 Err(combkv::Error::Unavailable(crate::past::PAST_GONE.into()))
                             } else {
                                 Ok(Outcome::Clear)

@@ -276,24 +276,19 @@ impl<'a> Keyspace<'a> {
     }
 
     /// Visits range `part`'s items of `sub` (already cut to it), where
-    /// they are; how many were visited, and whether `f` stopped.
+    /// they are, until `f` returns false; how many were visited.
     fn scan_part(
         cluster: &Cluster,
         source: Source,
         sub: &Range,
         f: &mut dyn FnMut(ItemView<'_>) -> bool,
-    ) -> Result<(usize, bool)> {
-        let mut stopped = false;
-        let seen = match source {
+    ) -> Result<usize> {
+        match source {
             Source::Local(s, replica) => {
                 if let Bound::Included(k) | Bound::Excluded(k) = &sub.start {
                     replica.note_reads(1, k);
                 }
-                s.scan(sub, |it| {
-                    let go = f(it);
-                    stopped |= !go;
-                    go
-                })?
+                s.scan(sub, f)
             }
             Source::Remote(id) => {
                 let items = Self::remote(cluster, id, vec![remote_range(sub)])?;
@@ -301,14 +296,12 @@ impl<'a> Keyspace<'a> {
                 for it in items.iter().flatten() {
                     seen += 1;
                     if !f(view(it)) {
-                        stopped = true;
                         break;
                     }
                 }
-                seen
+                Ok(seen)
             }
-        };
-        Ok((seen, stopped))
+        }
     }
 
     /// [`Store::scan`] across the ranges `r` spans, in its order, its
@@ -338,8 +331,7 @@ impl<'a> Keyspace<'a> {
             return Self::scan_at_timestamp(cluster, &r, None, f);
         };
         sub.limit = r.limit;
-        let (seen, _) = Self::scan_part(cluster, source, &sub, &mut f)?;
-        Ok(seen)
+        Self::scan_part(cluster, source, &sub, &mut f)
     }
 
     /// [`Keyspace::scan`] of a range `r` that crosses ranges: each part
