@@ -49,6 +49,10 @@ enum Action {
     /// prints the new range's id. Every node of the range keeps a replica
     /// of both halves.
     Split { key: String },
+    /// Merges the range holding KEY with the range after it (both must be
+    /// on the same nodes); prints the id of the range merged away. Its
+    /// keys go to the range holding KEY, which then reaches its end.
+    Merge { key: String },
 }
 
 pub fn cluster_main(args: ClusterArgs) -> ExitCode {
@@ -74,6 +78,7 @@ fn run(args: &ClusterArgs) -> Result<String, String> {
         Action::Status => cmd.arg("STATUS"),
         Action::Ranges => cmd.arg("RANGES"),
         Action::Split { key } => cmd.arg("SPLIT").arg(key),
+        Action::Merge { key } => cmd.arg("MERGE").arg(key),
     };
     match cmd.query::<redis::Value>(&mut con) {
         Ok(redis::Value::Okay) => Ok("OK\n".into()),

@@ -63,8 +63,9 @@ fn root(name: &str) -> std::path::PathBuf {
 /// and RANGEs) and scans (RANGE with and without LIMIT, REV, SCAN, KEYS,
 /// DBSIZE, FLOOR, CEIL) answer across the ranges as one store would, a
 /// write whose keys lie in two ranges is refused as Redis Cluster's
-/// `CROSSSLOT` and changes nothing, as does SNAPSHOT, and a restart of
-/// every node keeps the ranges and every key.
+/// `CROSSSLOT` and changes nothing, a restart of every node keeps the
+/// ranges and every key, and merges of the ranges back into one keep
+/// every key too.
 #[test]
 fn a_keyspace_split_into_ranges_is_served_whole_by_every_node() {
     let root = root("split");
@@ -311,6 +312,78 @@ fn a_keyspace_split_into_ranges_is_served_whole_by_every_node() {
         let v: String = redis::cmd("GET").arg(key(160)).query(&mut con).unwrap();
         assert_eq!(v, "b160");
     }
+    // Merges, asked of two nodes: range 1 with range 2, then range 0 with
+    // range 1 (the first range takes the whole keyspace back). Each time
+    // every key stays, read through every node, and writes go on.
+    let merged_into = |n: &Node, count: &str| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let r = n.info_ranges();
+            if field(&r, "ranges") == count
+                && field(&r, "ranges_hosted") == count
+                && field(&r, "ranges_stale_replicas") == "0"
+                && field(&r, "ranges_keys") == "200"
+            {
+                return;
+            }
+            assert!(Instant::now() < deadline, "node {}: {r:?}", n.id);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let check_all = |round: &str| {
+        for n in &nodes {
+            let mut con = n.connect();
+            let all: Vec<String> = redis::cmd("RANGE")
+                .arg("-")
+                .arg("+")
+                .arg("KEYSONLY")
+                .query(&mut con)
+                .unwrap();
+            assert_eq!(all, (0..200).map(key).collect::<Vec<_>>(), "node {}", n.id);
+            let n_keys: i64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
+            assert_eq!(n_keys, 200, "node {}", n.id);
+            let _: () = redis::cmd("SET")
+                .arg(key(120 + n.id as usize))
+                .arg(round)
+                .query(&mut con)
+                .unwrap();
+            let got: Vec<String> = redis::cmd("MGET")
+                .arg(key(1))
+                .arg(key(120 + n.id as usize))
+                .arg(key(160))
+                .query(&mut con)
+                .unwrap();
+            assert_eq!(got, ["b1", round, "b160"], "node {}", n.id);
+        }
+    };
+    let (ok, said) = admin(&nodes[1], &["merge", "k120"], Duration::from_secs(30));
+    assert!(ok && said.trim() == "2", "{said}");
+    for n in &nodes {
+        merged_into(n, "2");
+    }
+    let said = ranges(&nodes[2]);
+    assert!(said.contains("range 1 [\"k100\", end)"), "{said}");
+    check_all("m1");
+    let (ok, said) = admin(&nodes[2], &["merge", "k000"], Duration::from_secs(30));
+    assert!(ok && said.trim() == "1", "{said}");
+    for n in &nodes {
+        merged_into(n, "1");
+    }
+    check_all("m2");
+    let (ok, said) = admin(&nodes[0], &["merge", "k100"], Duration::from_secs(30));
+    assert!(!ok && said.contains("ends the keyspace"), "{said}");
+    let merges: u64 = nodes
+        .iter()
+        .map(|n| {
+            field(&n.info_ranges(), "ranges_merges")
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(
+        merges, 2,
+        "each merge carried out once, by its range's leader"
+    );
     drop(nodes);
     let _ = std::fs::remove_dir_all(&root);
 }

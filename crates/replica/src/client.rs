@@ -77,14 +77,7 @@ impl Replica {
         let results = self
             .write(now, crate::codec::encode_map_change(change))
             .await?;
-        match results.into_iter().next() {
-            Some(Ok(_)) => Ok(()),
-            Some(Err(combkv::Error::InvalidConfig(why))) => Err(ClusterError::Refused(why)),
-            Some(Err(e)) => Err(ClusterError::Refused(e.to_string())),
-            None => Err(ClusterError::Unknown(
-                "the change's entry answered nothing".into(),
-            )),
-        }
+        crate::merge_steps::one_result(results, "change")
     }
 
     /// Splits the range this group serves at `at` (see
@@ -103,14 +96,7 @@ impl Replica {
         };
         let now = self.clock_ms();
         let results = self.write(now, crate::codec::encode_split(&split)).await?;
-        match results.into_iter().next() {
-            Some(Ok(_)) => Ok(()),
-            Some(Err(combkv::Error::InvalidConfig(why))) => Err(ClusterError::Refused(why)),
-            Some(Err(e)) => Err(ClusterError::Refused(e.to_string())),
-            None => Err(ClusterError::Unknown(
-                "the split's entry answered nothing".into(),
-            )),
-        }
+        crate::merge_steps::one_result(results, "split")
     }
 
     /// The bounds of the range this group serves, as this node applied
@@ -436,6 +422,11 @@ impl Replica {
         }
         .map_err(|e| e.to_string())?;
         let bounds = self.bounds();
+        if bounds.retired {
+            return Err(format!(
+                "{bounds}: the range map has changed; route the reads again"
+            ));
+        }
         // A bound inside the range (an upper one may be its end), or
         // unbounded where the range is.
         let within = |b: &Bound<Vec<u8>>, low: bool| match b {

@@ -40,6 +40,7 @@ mod host;
 mod load;
 pub mod log_store;
 mod membership;
+mod merge_steps;
 pub mod network;
 mod node;
 mod past;

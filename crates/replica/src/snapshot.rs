@@ -46,8 +46,32 @@ pub struct Header {
     pub ranges: Option<RangeMap>,
     /// The bounds of the group's range, once it has split (none: the
     /// whole keyspace). Last, so that files from before it read as
-    /// [`HeaderV4`].
+    /// [`HeaderV4`]; since [`Bounds::retired`], files from before read as
+    /// [`HeaderV5`].
     pub bounds: Option<Bounds>,
+}
+
+/// The header of files written before [`Bounds::retired`].
+#[derive(Deserialize)]
+struct HeaderV5 {
+    meta: SnapshotMeta<NodeId, BasicNode>,
+    clock: u64,
+    now_ms: u64,
+    ever_voters: Vec<NodeId>,
+    settings: Vec<(String, Vec<u8>)>,
+    ranges: Option<RangeMap>,
+    bounds: Option<BoundsV1>,
+}
+
+/// [`Bounds`] before [`Bounds::retired`]: no range was retired then.
+#[derive(Deserialize)]
+struct BoundsV1 {
+    id: crate::ranges::RangeId,
+    #[serde(with = "serde_bytes")]
+    start: Vec<u8>,
+    #[serde(with = "serde_bytes")]
+    end: Option<Vec<u8>>,
+    epoch: crate::ranges::Epoch,
 }
 
 /// The header of files written before [`Header::bounds`].
@@ -94,6 +118,23 @@ impl Header {
     fn decode(bytes: &[u8]) -> Option<Header> {
         if let Ok(h) = postcard::from_bytes::<Header>(bytes) {
             return Some(h);
+        }
+        if let Ok(h) = postcard::from_bytes::<HeaderV5>(bytes) {
+            return Some(Header {
+                meta: h.meta,
+                clock: h.clock,
+                now_ms: h.now_ms,
+                ever_voters: h.ever_voters,
+                settings: h.settings,
+                ranges: h.ranges,
+                bounds: h.bounds.map(|b| Bounds {
+                    id: b.id,
+                    start: b.start,
+                    end: b.end,
+                    epoch: b.epoch,
+                    retired: false,
+                }),
+            });
         }
         if let Ok(h) = postcard::from_bytes::<HeaderV4>(bytes) {
             return Some(Header {
@@ -410,5 +451,65 @@ mod tests {
         let h = Header::decode(&postcard::to_stdvec(&old).unwrap()).unwrap();
         assert_eq!((h.clock, h.now_ms, h.ever_voters), (7, 11, vec![1, 2]));
         assert!(h.settings.is_empty());
+    }
+
+    /// A header written before bounds could be retired reads with its
+    /// bounds, live; one written now keeps a retired range retired.
+    #[test]
+    fn a_header_from_before_retired_ranges_reads_its_bounds_live() {
+        #[derive(Serialize)]
+        struct OldBounds {
+            id: u64,
+            #[serde(with = "serde_bytes")]
+            start: Vec<u8>,
+            #[serde(with = "serde_bytes")]
+            end: Option<Vec<u8>>,
+            epoch: crate::ranges::Epoch,
+        }
+        #[derive(Serialize)]
+        struct V5 {
+            meta: SnapshotMeta<NodeId, BasicNode>,
+            clock: u64,
+            now_ms: u64,
+            ever_voters: Vec<NodeId>,
+            settings: Vec<(String, Vec<u8>)>,
+            ranges: Option<RangeMap>,
+            bounds: Option<OldBounds>,
+        }
+        let epoch = crate::ranges::Epoch {
+            version: 3,
+            conf_ver: 1,
+        };
+        let old = V5 {
+            meta: meta(),
+            clock: 7,
+            now_ms: 11,
+            ever_voters: vec![1, 2],
+            settings: Vec::new(),
+            ranges: None,
+            bounds: Some(OldBounds {
+                id: 4,
+                start: b"k".to_vec(),
+                end: Some(b"t".to_vec()),
+                epoch,
+            }),
+        };
+        let h = Header::decode(&postcard::to_stdvec(&old).unwrap()).unwrap();
+        let live = Bounds {
+            id: 4,
+            start: b"k".to_vec(),
+            end: Some(b"t".to_vec()),
+            epoch,
+            retired: false,
+        };
+        assert_eq!(h.bounds.as_ref(), Some(&live));
+        assert_eq!((h.clock, h.now_ms), (7, 11));
+        let mut now = h.clone();
+        now.bounds = Some(Bounds {
+            retired: true,
+            ..live
+        });
+        let back = Header::decode(&postcard::to_stdvec(&now).unwrap()).unwrap();
+        assert_eq!(back, now);
     }
 }

@@ -395,7 +395,7 @@ async fn read_every_range(cl: &Cluster, rng: &mut StdRng, at: At) -> Option<Vec<
         );
         let same = |g: &combkv_replica::Replica| {
             let b = g.bounds();
-            b.start == r.start && b.end == r.end
+            !b.retired && b.start == r.start && b.end == r.end
         };
         let here = host.group(r.id).filter(|g| g.is_voter() && same(g));
         let view = match (here, at) {
@@ -713,6 +713,12 @@ fn check_stores(
 }
 
 fn schedule(seed: u64) {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
     let started = std::time::Instant::now();
     let all: Vec<u64> = (1..=FIVE).collect();
     let journal = Arc::new(Mutex::new(Journal::default()));
@@ -734,6 +740,11 @@ fn schedule(seed: u64) {
                 tokio::spawn(run)
             })
             .collect();
+        let merging = {
+            let cl = Arc::clone(&cl);
+            let mut rng = StdRng::seed_from_u64(seed ^ 0x3e6);
+            tokio::spawn(async move { split_and_merge(&cl, &mut rng).await })
+        };
         let mut rng = StdRng::seed_from_u64(seed ^ 0x11a);
         split_move_crash(&cl, &mut rng, [b"k", b"t"]).await?;
         // The clients go on a while after the restart, then stop.
@@ -743,7 +754,11 @@ fn schedule(seed: u64) {
         for c in clients {
             done.extend(c.await.map_err(|e| format!("a client failed: {e}"))?);
         }
+        merging
+            .await
+            .map_err(|e| format!("the merging task failed: {e}"))??;
         let map = converge_after_move(&cl).await?;
+        merged_away(&cl, &map).await?;
         let mut found = 0;
         let mut across = Vec::new();
         let histories = histories(done, &journal.lock(), &mut found, &mut across)?;
@@ -772,6 +787,99 @@ fn schedule(seed: u64) {
     if let Err(e) = result {
         panic!("seed {seed} failed (rerun: COMBKV_SIM_SEED={seed}): {e}");
     }
+}
+
+/// While [`split_move_crash`] runs: once range 2 exists, it is split at
+/// "x1" into range 3 (on the same nodes) and, a moment later, merged with
+/// it again, each asked through random nodes until the map holds it (a
+/// crash meanwhile fails the ask, which is asked again). The merge may
+/// find the split not carried out yet, and the whole cluster may crash
+/// in the middle of either.
+async fn split_and_merge(cl: &Cluster, rng: &mut StdRng) -> Result<(), String> {
+    let host = |id: u64| cl.nodes.lock().get(&id).cloned();
+    let map_of = |id: u64| cl.replica(id, 0).and_then(|r| r.range_map());
+    let mut seen = false;
+    for _ in 0..3000 {
+        if (1..=FIVE).any(|id| map_of(id).is_some_and(|m| m.get(2).is_some())) {
+            seen = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if !seen {
+        return Err("range 2 never appeared".into());
+    }
+    tokio::time::sleep(Duration::from_millis(rng.random_range(0..500))).await;
+    let mut split = false;
+    for _ in 0..200 {
+        let via = rng.random_range(1..=FIVE);
+        if let Some(h) = host(via)
+            && h.split(2, b"x1").await.is_ok()
+        {
+            split = true;
+            break;
+        }
+        // An answer lost on the way may hide a split that applied.
+        if map_of(via).is_some_and(|m| m.route(b"x1").start == b"x1") {
+            split = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if !split {
+        return Err("range 2 never split at x1".into());
+    }
+    tokio::time::sleep(Duration::from_millis(rng.random_range(0..400))).await;
+    for _ in 0..200 {
+        let via = rng.random_range(1..=FIVE);
+        if let Some(h) = host(via)
+            && h.merge(2).await.is_ok()
+        {
+            return Ok(());
+        }
+        if map_of(via).is_some_and(|m| m.route(b"x1").id == 2) {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err("ranges 2 and 3 never merged".into())
+}
+
+/// Once the merge of [`split_and_merge`] is carried out everywhere: the
+/// map covers the keyspace once, with ranges 0 to 2 alone; range 2's
+/// replicas reach the end of the keyspace; no node keeps a replica of
+/// range 3 (deleted once their range 2 took its keys).
+async fn merged_away(cl: &Cluster, map: &combkv_replica::ranges::RangeMap) -> Result<(), String> {
+    map.validate()?;
+    let ids: Vec<u64> = map.ranges().map(|r| r.id).collect();
+    if ids != [0, 1, 2] {
+        return Err(format!(
+            "the map's ranges are {ids:?} after the merge: {map:?}"
+        ));
+    }
+    for _ in 0..300 {
+        let merged = holders_after_move(2).into_iter().all(|id| {
+            cl.replica(id, 2)
+                .is_some_and(|r| r.bounds().end.is_none() && !r.bounds().retired)
+        });
+        let gone = (1..=FIVE).all(|id| cl.replica(id, 3).is_none());
+        if merged && gone {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let state: Vec<String> = (1..=FIVE)
+        .map(|id| {
+            let b = |g| {
+                cl.replica(id, g)
+                    .map(|r| (r.bounds().to_string(), r.is_leader()))
+            };
+            format!("node {id}: range 2 {:?}, range 3 {:?}", b(2), b(3))
+        })
+        .collect();
+    Err(format!(
+        "range 3's replicas were never all deleted after the merge: {state:?}"
+    ))
 }
 
 /// Runs one part's seeds (every fourth): four tests, so that the harness

@@ -370,6 +370,15 @@ impl Cluster {
         self.rt.block_on(self.host.split_at(key))
     }
 
+    /// Merges the range holding `key` with the range after it (both on
+    /// the same nodes); returns the id of the range merged away once the
+    /// map records the merge (the left range's leader then carries it
+    /// out, `Host::merge`).
+    pub(crate) fn merge_at(&self, key: &[u8]) -> Result<u64, ClusterError> {
+        let _changing = self.changing()?;
+        self.rt.block_on(self.host.merge_at(key))
+    }
+
     /// The range map this node routes by, shared as applied.
     pub fn shared_range_map(&self) -> Arc<combkv_replica::ranges::RangeMap> {
         // Group 0 kept at hand: asked on every read.

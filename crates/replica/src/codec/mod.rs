@@ -19,7 +19,7 @@ mod outcome;
 mod tests;
 mod wire;
 
-use crate::ranges::{MapChange, SplitRange};
+use crate::ranges::{AbsorbRange, MapChange, RetireRange, SplitRange};
 use combkv::Error;
 use combkv::op::{Op, Outcome};
 
@@ -257,10 +257,57 @@ pub fn decode_floor(bytes: &[u8]) -> Option<Decoded<(u64, u64)>> {
     Some(Ok((word(&body[..8]), word(&body[8..]))))
 }
 
+/// The tags after a count of one that make an entry one step of a merge
+/// (`ranges::merge`): the right range retired, its keys absorbed.
+const RETIRE_TAG: u8 = 0xA4;
+const ABSORB_TAG: u8 = 0xA5;
+
+fn tagged(bytes: &[u8], tag: u8) -> bool {
+    bytes.len() > 8 && bytes[..8] == 1u64.to_le_bytes() && bytes[8] == tag
+}
+
+fn encode_tagged<T: serde::Serialize>(tag: u8, body: &T) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    put_u64(&mut out, 1);
+    out.push(tag);
+    out.extend_from_slice(&postcard::to_stdvec(body).expect("a merge step serializes"));
+    out
+}
+
+/// A retirement of the range the group serves (`ranges::RetireRange`):
+/// one "op", so that it gets one result.
+pub fn encode_retire(retire: &RetireRange) -> Vec<u8> {
+    encode_tagged(RETIRE_TAG, retire)
+}
+
+/// The retirement an entry holds (None: it holds none).
+pub fn decode_retire(bytes: &[u8]) -> Option<Decoded<RetireRange>> {
+    tagged(bytes, RETIRE_TAG)
+        .then(|| postcard::from_bytes(&bytes[9..]).map_err(|_| DecodeError("range retirement")))
+}
+
+/// The keys of a retired range, for the range on its left
+/// (`ranges::AbsorbRange`): one "op", so that it gets one result.
+pub fn encode_absorb(absorb: &AbsorbRange) -> Vec<u8> {
+    encode_tagged(ABSORB_TAG, absorb)
+}
+
+/// The absorption an entry holds (None: it holds none).
+pub fn decode_absorb(bytes: &[u8]) -> Option<Decoded<AbsorbRange>> {
+    tagged(bytes, ABSORB_TAG)
+        .then(|| postcard::from_bytes(&bytes[9..]).map_err(|_| DecodeError("range absorption")))
+}
+
 /// Whether an entry must be proposed alone, never joined with writes: a
-/// setting, a change of the range map, a split or a read floor.
+/// setting, a change of the range map, a split, a read floor or a step of
+/// a merge.
 pub fn stands_alone(bytes: &[u8]) -> bool {
-    is_setting(bytes) || is_map_change(bytes) || is_split(bytes) || decode_floor(bytes).is_some()
+    is_setting(bytes)
+        || is_map_change(bytes)
+        || is_split(bytes)
+        || decode_floor(bytes).is_some()
+        || tagged(bytes, RETIRE_TAG)
+        || tagged(bytes, ABSORB_TAG)
 }
 
 /// Whether an encoded entry is a setting, not ops.

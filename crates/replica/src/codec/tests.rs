@@ -338,3 +338,43 @@ fn a_read_floor_round_trips_and_stands_alone() {
     longer.push(0);
     assert!(matches!(decode_floor(&longer), Some(Err(_))));
 }
+
+/// The two steps of a merge read back as written, stand alone (one
+/// result each), and are told from every other entry.
+#[test]
+fn merge_steps_round_trip_and_stand_alone() {
+    use crate::ranges::{AbsorbRange, Bounds, MergedItem, RetireRange};
+    let retire = RetireRange {
+        start: b"k".to_vec(),
+        end: None,
+    };
+    let bytes = encode_retire(&retire);
+    assert_eq!(decode_retire(&bytes), Some(Ok(retire)));
+    assert!(stands_alone(&bytes));
+    assert_eq!(list_count(&bytes), Ok(1));
+    assert!(decode_absorb(&bytes).is_none());
+    assert!(decode_split(&bytes).is_none());
+    assert!(decode_floor(&bytes).is_none());
+    let absorb = AbsorbRange {
+        expect: Bounds::whole(0),
+        right: 3,
+        end: Some(b"z".to_vec()),
+        version: 9,
+        clock: 1 << 40,
+        items: vec![MergedItem {
+            key: b"m".to_vec(),
+            value: vec![0; 300],
+            version: 77,
+            expires_at_ms: Some(5),
+            flags: 2,
+        }],
+    };
+    let bytes = encode_absorb(&absorb);
+    assert_eq!(decode_absorb(&bytes), Some(Ok(absorb)));
+    assert!(stands_alone(&bytes));
+    assert_eq!(list_count(&bytes), Ok(1));
+    assert!(decode_retire(&bytes).is_none());
+    assert!(decode_map_change(&bytes).is_none());
+    assert!(matches!(decode_absorb(&bytes[..20]), Some(Err(_))));
+    assert!(decode_retire(&encode_setting("a", b"b")).is_none());
+}

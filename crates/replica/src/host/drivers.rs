@@ -23,40 +23,71 @@ const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Host {
     /// Brings the ranges this node leads into line with the range map:
-    /// a range whose group still holds keys the map has given to a new
-    /// range (a split recorded in the map, not yet applied by the range:
-    /// its proposer stopped, or this node just became its leader) splits
-    /// at the map's end of it, handing the rest to the range the map
-    /// starts there. A chain of recorded splits resolves one split at a
-    /// time, each new group splitting further as its own map entry says.
-    /// Runs every 100 ms on every node (`spawn_split_driver`).
+    /// a group whose bounds still hold the start of a range the map has
+    /// made since (a split recorded in the map, not yet applied by the
+    /// group: its proposer stopped, or this node just became its leader)
+    /// splits there, handing the rest to that range. A chain of recorded
+    /// splits resolves one split at a time, each new group splitting
+    /// further as the map says. A group the map has merged away splits
+    /// too, if the map split it first: the part merged is then retired
+    /// alone (`drive_merges`). Runs every 100 ms on every node
+    /// (`spawn_split_driver`).
     pub(super) async fn drive_splits(&self) {
         if self.groups().iter().all(|&g| g == 0) {
             return;
         }
-        let Some(map) = self.group(0).and_then(|g| g.range_map()) else {
+        let Some(map) = self.group(0).and_then(|g| g.shared_range_map()) else {
             return;
         };
+        // The committed map, read once a turn where needed (a group the
+        // map here does not know).
+        let mut committed = None;
         for g in self.groups() {
             if g == 0 {
                 continue;
             }
-            let Some(r) = self.group(g).filter(|r| r.is_leader()) else {
+            // A leader that removed itself (moved away) leads on for a
+            // moment outside its group: it changes nothing more.
+            let Some(r) = self.group(g).filter(|r| r.is_leader() && r.is_voter()) else {
                 continue;
             };
-            let (Some(desc), bounds) = (map.get(g), r.bounds()) else {
-                continue;
-            };
-            let Some(at) = desc.end.clone() else {
-                continue;
-            };
-            if desc.start != bounds.start
-                || !bounds.contains(&at)
-                || at.as_slice() <= bounds.start.as_slice()
-            {
+            let bounds = r.bounds();
+            if bounds.retired {
                 continue;
             }
-            let new_id = map.route(&at).id;
+            // Only a map newer than the group's bounds says where to split:
+            // this node's copy of the map may lag the group (the map
+            // records a split before the group applies it, but a node
+            // applies the two logs at its own pace).
+            let map = match map.get(g) {
+                Some(desc) if desc.epoch.version > bounds.epoch.version => Arc::clone(&map),
+                Some(_) => continue,
+                // Merged away (ids are never reused), if the committed map
+                // does not hold it either; a merged-away group splits if
+                // the map split it before the merge.
+                None => {
+                    if committed.is_none() {
+                        committed = Some(self.committed_map().await.ok().map(|(_, m)| m));
+                    }
+                    match committed.clone().flatten() {
+                        Some(m) if m.get(g).is_none() => m,
+                        _ => continue,
+                    }
+                }
+            };
+            let inside = map
+                .spanning(
+                    std::ops::Bound::Excluded(bounds.start.as_slice()),
+                    bounds
+                        .end
+                        .as_deref()
+                        .map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded),
+                )
+                .find(|d| {
+                    d.start.as_slice() > bounds.start.as_slice() && bounds.contains(&d.start)
+                });
+            let Some(next) = inside else { continue };
+            let (at, new_id) = (next.start.clone(), next.id);
             match r.split_range(&at, new_id).await {
                 Ok(()) => tracing::info!("range {g} split at the map's record, into {new_id}"),
                 Err(e) => tracing::debug!("range {g}: the map's split into {new_id} waits: {e}"),
@@ -88,6 +119,14 @@ impl Host {
             else {
                 continue;
             };
+            // A merge or split the map records and the group has not
+            // carried out yet: the replicas stay until it has (the merge
+            // takes its keys from a replica of the range merged away on
+            // the leader's node).
+            let bounds = r.bounds();
+            if bounds.start != desc.start || bounds.end != desc.end {
+                continue;
+            }
             let members = r.status().nodes;
             // A leader that removed itself leads on for a moment, outside
             // the group: it changes nothing more.
@@ -162,7 +201,10 @@ impl Host {
             return;
         };
         for g in self.groups() {
-            let Some(r) = self.group(g).filter(|r| r.is_leader()) else {
+            let Some(r) = self
+                .group(g)
+                .filter(|r| r.is_leader() && r.is_voter() && !r.bounds().retired)
+            else {
                 continue;
             };
             let store = r.current_store();
@@ -223,7 +265,7 @@ impl Host {
             let Some(r) = self.group(g) else { continue };
             let load = r.load();
             let (rate, busy) = load.take(limit);
-            if busy < BUSY_SECONDS || !r.is_leader() {
+            if busy < BUSY_SECONDS || !r.is_leader() || r.bounds().retired {
                 continue;
             }
             let bounds = r.bounds();
@@ -268,8 +310,13 @@ impl Host {
             None => false,
         };
         self.0.left_cluster.store(out_of_cluster, Ordering::Relaxed);
+        let unknown: Vec<_> = self
+            .groups()
+            .into_iter()
+            .filter(|&g| g != 0 && map.get(g).is_none())
+            .collect();
+        self.drop_merged_away(&unknown).await;
         for g in self.groups() {
-            // A range merged away (not in the map) waits for merges.
             let Some(desc) = map.get(g).filter(|_| g != 0) else {
                 continue;
             };
@@ -363,6 +410,7 @@ impl Host {
                 let Some(inner) = host.upgrade() else { return };
                 let host = Host(inner);
                 host.drive_splits().await;
+                host.drive_merges().await;
                 host.drive_replicas().await;
                 // Sizes are counted by scans: once a second.
                 if turn % 10 == 0 {

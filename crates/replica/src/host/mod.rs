@@ -32,6 +32,7 @@ use crate::types::{GroupId, NodeId};
 
 mod drivers;
 mod leaders;
+mod merges;
 mod remote;
 mod scheduler;
 
@@ -95,6 +96,9 @@ pub(crate) struct Counts {
     pub(crate) deleted: AtomicU64,
     /// Leaderships this node, leading the meta group, had handed over.
     pub(crate) leaders_moved: AtomicU64,
+    /// Merges this node's range leaders carried out (a retired range's
+    /// keys absorbed).
+    pub(crate) merges: AtomicU64,
 }
 
 /// A node's ranges, as INFO and the metrics show them.
@@ -114,6 +118,8 @@ pub struct RangeStats {
     pub bytes: u64,
     /// Splits applied by this node's replicas since it started.
     pub splits: u64,
+    /// Merges this node's range leaders carried out since it started.
+    pub merges: u64,
     /// Replicas this node's range leaders added since it started.
     pub replicas_added: u64,
     /// Replicas this node's range leaders removed since it started.
@@ -530,6 +536,7 @@ impl Host {
         let mut st = RangeStats {
             ranges: map.len() as u64,
             splits: c.splits.load(Ordering::Relaxed),
+            merges: c.merges.load(Ordering::Relaxed),
             replicas_added: c.added.load(Ordering::Relaxed),
             replicas_removed: c.removed.load(Ordering::Relaxed),
             replicas_deleted: c.deleted.load(Ordering::Relaxed),

@@ -15,7 +15,9 @@
 //! split this node's copy of the map has not (the group refuses the write
 //! with `Error::WrongRange` at apply, on every replica alike, so nothing
 //! changed): the map is brought up to date with a read index on the meta
-//! group and the write routed again. Either way it is retried here, never
+//! group and the write routed again. A range the map has merged refuses
+//! the keys it gains until it has taken them (`ranges::merge`): the write
+//! is routed again after a pause. Either way it is retried here, never
 //! answered wrong, until `REQUEST_TIMEOUT`.
 
 use combkv::Error;
@@ -227,6 +229,12 @@ impl Host {
             }
             if again.is_empty() {
                 break;
+            }
+            // Routed again at once (the map was behind), then after a
+            // growing pause: a range the map has merged takes a moment to
+            // carry the merge out, and refuses its new keys until then.
+            if round > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(2 << round.min(6))).await;
             }
             routed = again;
             origin = again_origin;

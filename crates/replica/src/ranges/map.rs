@@ -564,6 +564,10 @@ pub struct Bounds {
     /// Its epoch (the version moves with its splits; replica changes are
     /// its group's membership).
     pub epoch: Epoch,
+    /// Merged into the range on its left (`ranges::merge`): the range
+    /// serves nothing any more, and its keys, as they stood when it was
+    /// retired, are what that range takes. The bounds stay those it had.
+    pub retired: bool,
 }
 
 impl Bounds {
@@ -574,12 +578,13 @@ impl Bounds {
             start: Vec::new(),
             end: None,
             epoch: Epoch::default(),
+            retired: false,
         }
     }
 
-    /// Whether `key` lies inside.
+    /// Whether `key` lies inside (never, once retired).
     pub fn contains(&self, key: &[u8]) -> bool {
-        holds(&self.start, self.end.as_deref(), key)
+        !self.retired && holds(&self.start, self.end.as_deref(), key)
     }
 
     /// Applies `split` to these bounds: they keep the left part, and the
@@ -587,7 +592,7 @@ impl Bounds {
     /// split was decided by another epoch or its key is not strictly
     /// inside.
     pub fn split(&mut self, split: &SplitRange) -> Result<Bounds, MapError> {
-        if split.epoch != self.epoch {
+        if split.epoch != self.epoch || self.retired {
             return Err(MapError::StaleEpoch {
                 range: self.id,
                 seen: split.epoch,
@@ -606,6 +611,7 @@ impl Bounds {
             start: split.at.clone(),
             end: self.end.replace(split.at.clone()),
             epoch: self.epoch,
+            retired: false,
         };
         Ok(right)
     }
@@ -613,7 +619,11 @@ impl Bounds {
 
 impl fmt::Display for Bounds {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write_bounds(f, self.id, &self.start, self.end.as_deref(), self.epoch)
+        write_bounds(f, self.id, &self.start, self.end.as_deref(), self.epoch)?;
+        if self.retired {
+            f.write_str(" (retired: merged into the range on its left)")?;
+        }
+        Ok(())
     }
 }
 

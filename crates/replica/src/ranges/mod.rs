@@ -8,6 +8,7 @@
 
 pub mod clock;
 pub mod map;
+pub mod merge;
 
 #[cfg(test)]
 mod tests;
@@ -17,3 +18,4 @@ pub use map::{
     Bounds, Epoch, MapChange, MapError, Misrouted, RangeDesc, RangeId, RangeMap, SplitRange,
     next_placement,
 };
+pub use merge::{AbsorbRange, MergedItem, RetireRange};

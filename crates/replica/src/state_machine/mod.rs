@@ -25,6 +25,7 @@ use crate::ranges::{Bounds, RangeMap};
 use crate::snapshot::{self, Header};
 use crate::types::{Applied, Entry, LogId, NodeId, StorageError, TypeConfig};
 
+mod merge;
 mod split;
 mod timestamps;
 
@@ -369,6 +370,24 @@ impl StateMachine {
                         results: vec![result],
                     });
                 }
+                if let Some(retire) = codec::decode_retire(&batch.ops) {
+                    let result = match retire {
+                        Ok(retire) => self.retire(&retire, state),
+                        Err(e) => Err(combkv::Error::InvalidConfig(e.to_string())),
+                    };
+                    return Ok(Applied {
+                        results: vec![result],
+                    });
+                }
+                if let Some(absorb) = codec::decode_absorb(&batch.ops) {
+                    let result = match absorb {
+                        Ok(absorb) => self.absorb(&absorb, state),
+                        Err(e) => Err(combkv::Error::InvalidConfig(e.to_string())),
+                    };
+                    return Ok(Applied {
+                        results: vec![result],
+                    });
+                }
                 if let Some(change) = codec::decode_map_change(&batch.ops) {
                     let result = match (change, state.ranges.as_mut()) {
                         (Ok(change), Some(map)) if self.keeps_map => map
@@ -454,13 +473,15 @@ impl StateMachine {
                 let mut results = Vec::with_capacity(ops.len());
                 for op in &ops {
                     // Decided against bounds the range no longer has (a
-                    // split applied after it was routed): refused alike on
-                    // every replica, for the router to route again.
+                    // split or merge applied after it was routed): refused
+                    // alike on every replica, for the router to route
+                    // again.
                     if let Some(b) = &state.bounds
-                        && !op.keys_within(&b.start, b.end.as_deref())
+                        && (b.retired || !op.keys_within(&b.start, b.end.as_deref()))
                     {
                         results.push(Err(combkv::Error::WrongRange(format!(
-                            "a key outside {b}: the range was split; route the request again"
+                            "a key outside {b}: the range was split or merged; route the \
+                             request again"
                         ))));
                         continue;
                     }

@@ -213,6 +213,11 @@ const COUNTERS: &[(&str, &str, &str)] = &[
         "Range splits this node's replicas applied.",
     ),
     (
+        "ranges_merges",
+        "combkv_ranges_merges",
+        "Range merges this node's range leaders carried out.",
+    ),
+    (
         "ranges_replicas_added",
         "combkv_ranges_replicas_added",
         "Replicas this node's range leaders added to their groups.",

@@ -231,6 +231,7 @@ fn ranges_fields(shared: &Shared) -> Vec<(&'static str, String)> {
         ("ranges_keys", r.keys.to_string()),
         ("ranges_bytes", r.bytes.to_string()),
         ("ranges_splits_applied", r.splits.to_string()),
+        ("ranges_merges", r.merges.to_string()),
         ("ranges_replicas_added", r.replicas_added.to_string()),
         ("ranges_replicas_removed", r.replicas_removed.to_string()),
         ("ranges_replicas_deleted", r.replicas_deleted.to_string()),

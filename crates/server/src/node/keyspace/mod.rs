@@ -154,6 +154,14 @@ impl<'a> Keyspace<'a> {
         let source = Self::place(cluster, r)?;
         if let Source::Local(_, replica) = &source {
             cluster.fresh(replica)?;
+            // The read index may have brought a split or merge in: what
+            // the group holds now is what the read sees.
+            if !covers(&replica.bounds(), r) {
+                return Err(Error::WrongRange(format!(
+                    "range {}: its group changed its bounds under the read",
+                    r.id
+                )));
+            }
         }
         Ok(source)
     }
@@ -171,16 +179,27 @@ impl<'a> Keyspace<'a> {
                 // A learner still catching up serves no read: one of the
                 // range's voters does.
                 Some(replica) if replica.is_voter() => {
-                    // A group that applied a split this node's map does
-                    // not have yet holds less than the map says: the map
-                    // is brought up to date and the read routed again.
-                    if !covers(&replica.bounds(), r) {
+                    let b = replica.bounds();
+                    if covers(&b, r) {
+                        return Ok(Source::Local(replica.current_store(), replica));
+                    }
+                    // A merge the map records that the group has not
+                    // carried out yet (it takes a moment): the read waits.
+                    // Otherwise the group applied a split this node's map
+                    // does not have yet and holds less than the map says:
+                    // the map is brought up to date and the read routed
+                    // again.
+                    let absorbing = !b.retired
+                        && b.start == r.start
+                        && b.end
+                            .as_ref()
+                            .is_some_and(|e| r.end.as_ref().is_none_or(|re| re > e));
+                    if !absorbing {
                         return Err(Error::WrongRange(format!(
                             "range {}: this node's range map is behind its groups",
                             r.id
                         )));
                     }
-                    return Ok(Source::Local(replica.current_store(), replica));
                 }
                 Some(_) => return Ok(Source::Remote(r.id)),
                 None if !here => return Ok(Source::Remote(r.id)),
@@ -188,7 +207,7 @@ impl<'a> Keyspace<'a> {
             }
             if Instant::now() > deadline {
                 return Err(Error::Unavailable(format!(
-                    "range {} has not started on this node",
+                    "range {} has not started or merged on this node yet",
                     r.id
                 )));
             }
@@ -689,7 +708,7 @@ fn covers(bounds: &combkv_replica::ranges::Bounds, r: &RangeDesc) -> bool {
         (Some(_), None) => false,
         (Some(b), Some(e)) => e <= b,
     };
-    bounds.start <= r.start && end_inside
+    !bounds.retired && bounds.start <= r.start && end_inside
 }
 
 /// A remote item as the store's readers see one.

@@ -59,7 +59,7 @@ pub(super) fn role(cx: &mut Ctx<'_, '_>) -> CmdResult {
 const ADD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// CLUSTER INIT id=host:port,... | ADD id host:port [seconds] | REMOVE id |
-/// STATUS | RANGES | SPLIT key.
+/// STATUS | RANGES | SPLIT key | MERGE key.
 pub(super) fn cluster(cx: &mut Ctx<'_, '_>) -> CmdResult {
     // A cluster node whose Raft log is still being opened: its status
     // says so (`raft_role:loading`); nothing else can be done yet.
@@ -134,6 +134,10 @@ pub(super) fn cluster(cx: &mut Ctx<'_, '_>) -> CmdResult {
             let id = c.split_at(cx.args[2]).map_err(|e| admin_error(c, e))?;
             cx.r.int(id as i64);
         }
+        ("merge", 3) => {
+            let id = c.merge_at(cx.args[2]).map_err(|e| admin_error(c, e))?;
+            cx.r.int(id as i64);
+        }
         ("help", 2) => help(&mut cx.r),
         _ => {
             return Err(CmdError::err(format!(
@@ -157,6 +161,8 @@ fn help(r: &mut Reply<'_>) {
          replicas, leader, and the keys and bytes of those this node holds.",
         "CLUSTER SPLIT key: splits the range holding the key there, the key starting a new \
          range; answers the new range's id.",
+        "CLUSTER MERGE key: merges the range holding the key with the range after it (both \
+         on the same nodes); answers the id of the range merged away.",
     ];
     r.array(lines.len());
     for l in lines {

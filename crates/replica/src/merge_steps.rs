@@ -1,0 +1,72 @@
+//! A replica's part in a merge (`ranges::merge`): retiring the range its
+//! group serves, handing over the keys of a retired one, and absorbing
+//! them into the range on the left. The host's drivers decide when.
+
+use crate::error::ClusterError;
+use crate::ranges::{AbsorbRange, MergedItem, RetireRange};
+use crate::replica::Replica;
+
+/// The first result of a one-op entry (a map change, a split, a step of
+/// a merge): applied, or why not.
+pub(crate) fn one_result(results: crate::client::Results, what: &str) -> Result<(), ClusterError> {
+    match results.into_iter().next() {
+        Some(Ok(_)) => Ok(()),
+        Some(Err(combkv::Error::InvalidConfig(why))) => Err(ClusterError::Refused(why)),
+        Some(Err(e)) => Err(ClusterError::Refused(e.to_string())),
+        None => Err(ClusterError::Unknown(format!(
+            "the {what}'s entry answered nothing"
+        ))),
+    }
+}
+
+impl Replica {
+    /// Retires the range this group serves, with the bounds this node has
+    /// applied (refused if they change first): through the group's log (a
+    /// follower forwards it). Only once the map no longer holds the range.
+    pub(crate) async fn retire(&self) -> Result<(), ClusterError> {
+        let b = self.bounds();
+        if b.retired {
+            return Ok(());
+        }
+        let retire = RetireRange {
+            start: b.start,
+            end: b.end,
+        };
+        let now = self.clock_ms();
+        let results = self
+            .write(now, crate::codec::encode_retire(&retire))
+            .await?;
+        one_result(results, "retirement")
+    }
+
+    /// The keys of this replica's range once it has applied its
+    /// retirement (they change no more), in key order, with its store's
+    /// clock; None before.
+    pub(crate) fn retired_keys(&self) -> Option<(u64, Vec<MergedItem>)> {
+        if !self.bounds().retired {
+            return None;
+        }
+        let store = self.current_store();
+        let pin = store.pin();
+        let mut items = Vec::with_capacity(store.len() as usize);
+        store.visit_all_at(&pin, |it| {
+            items.push(MergedItem {
+                key: it.key.to_vec(),
+                value: it.value.to_vec(),
+                version: it.version.get(),
+                expires_at_ms: it.expires_at_ms,
+                flags: it.flags,
+            });
+            true
+        });
+        Some((store.read_version().get(), items))
+    }
+
+    /// Takes a retired range's keys into this group's range, through its
+    /// log (see [`AbsorbRange`]).
+    pub(crate) async fn absorb(&self, absorb: &AbsorbRange) -> Result<(), ClusterError> {
+        let now = self.clock_ms();
+        let results = self.write(now, crate::codec::encode_absorb(absorb)).await?;
+        one_result(results, "merge")
+    }
+}
