@@ -173,6 +173,12 @@ pub struct ServeArgs {
     /// load).
     #[arg(long, env = "COMBKV_CLUSTER_RANGE_SPLIT_LOAD", value_name = "WRITES")]
     cluster_range_split_load: Option<u64>,
+    /// Merge a range with the range after it (both on the same nodes) once
+    /// their keys and values together take fewer than this many bytes
+    /// (default: a fifth of --cluster-range-split-bytes; 0: never; at most
+    /// half the split size).
+    #[arg(long, env = "COMBKV_CLUSTER_RANGE_MERGE_BYTES", value_name = "BYTES")]
+    cluster_range_merge_bytes: Option<ByteSize>,
     /// If the write-ahead log is corrupt (damage followed by valid data, not
     /// a torn tail), cut it there and start instead of refusing: what
     /// `combkv check --repair` does. The dropped data is kept as .discarded
@@ -314,6 +320,9 @@ fn config(args: &ServeArgs) -> Result<(ServerConfig, bool), String> {
     }
     if let Some(v) = args.cluster_range_split_load {
         c.cluster_range_split_load = v;
+    }
+    if let Some(v) = args.cluster_range_merge_bytes {
+        c.cluster_range_merge_bytes = Some(v);
     }
     c.validate()?;
     let truncate = c.wal_truncate_corrupt;

@@ -29,6 +29,8 @@ pub(crate) struct Load {
     /// When the count was last taken, and for how many takes in a row the
     /// rate has been above the setting.
     taken: Mutex<(Instant, u32)>,
+    /// The rate the last take found (merges leave busy ranges alone).
+    rate: AtomicU64,
 }
 
 impl Default for Load {
@@ -38,6 +40,7 @@ impl Default for Load {
             ops: AtomicU64::new(0),
             samples: Mutex::new(Vec::new()),
             taken: Mutex::new((Instant::now(), 0)),
+            rate: AtomicU64::new(0),
         }
     }
 }
@@ -86,6 +89,7 @@ impl Load {
         let mut taken = self.taken.lock();
         let secs = taken.0.elapsed().as_secs_f64().max(1e-3);
         let rate = (ops as f64 / secs) as u64;
+        self.rate.store(rate, Ordering::Relaxed);
         taken.0 = Instant::now();
         if rate >= limit {
             taken.1 += 1;
@@ -113,6 +117,11 @@ impl Load {
         }
         keys.sort_unstable();
         Some(keys.swap_remove(keys.len() / 2))
+    }
+
+    /// The rate the last take found (0 before the first).
+    pub(crate) fn rate(&self) -> u64 {
+        self.rate.load(Ordering::Relaxed)
     }
 
     /// Starts afresh (after a split: the halves count on their own).

@@ -94,6 +94,11 @@ pub struct ReplicaConfig {
     /// sampled keys (0: never by load; the server's
     /// `cluster-range-split-load`).
     pub split_load: u64,
+    /// A range whose keys and values, with those of the range after it (on
+    /// the same nodes), take fewer than this many bytes is merged with it
+    /// by its leader (0: never by size; the server's
+    /// `cluster-range-merge-bytes`).
+    pub merge_bytes: u64,
 }
 
 impl ReplicaConfig {
@@ -120,6 +125,7 @@ impl ReplicaConfig {
             range_replicas: 0,
             node_down_after: Some(std::time::Duration::from_secs(30 * 60)),
             split_load: 0,
+            merge_bytes: 0,
         }
     }
 

@@ -1,7 +1,8 @@
 //! Linearizability of single-key ops on five simulated nodes whose
-//! keyspace splits and moves ranges under faults: range 0 splits at "k"
-//! and "t", range 1 moves to nodes 2, 4 and 5, a node is cut off, every
-//! node crashes at once (`split_move_crash`), while clients send SET,
+//! keyspace splits, merges and moves ranges under faults: range 0 splits
+//! at "k" and "t", range 1 moves to nodes 2, 4 and 5, a node is cut off,
+//! every node crashes at once (`split_move_crash`), and meanwhile range 2
+//! splits at "x1" and merges back (`split_and_merge`), while clients send SET,
 //! insert, CAS, DEL and GET of keys in all three ranges-to-be through
 //! random nodes. Writes go through `Host::propose_routed` (routed by the
 //! map of the node they are sent to, which may be out of date); reads
@@ -31,7 +32,9 @@
 //! every applied write as one history,
 //! in a witness order made from the versions (`witness_order`). At the end every
 //! replica of each range is equal at the same index, every data key is
-//! in its range's stores only, as the checked history left it.
+//! in its range's stores only, as the checked history left it, the map
+//! covers the keyspace once, and no node keeps a replica of the range
+//! merged away (`merged_away`).
 //!
 //! `COMBKV_SIM_SCHEDULES=N` runs N seeds (600 by default, about 45 s on
 //! two cores; a schedule takes about 0.1 s of CPU, more waiting on its

@@ -125,6 +125,7 @@ impl Cluster {
         rc.split_bytes = config.cluster_range_split_bytes.0;
         rc.range_replicas = config.cluster_range_replicas as usize;
         rc.split_load = config.cluster_range_split_load;
+        rc.merge_bytes = config.range_merge_bytes();
         rc.node_down_after = match config.cluster_node_down_seconds {
             0 => None,
             s => Some(std::time::Duration::from_secs(s)),

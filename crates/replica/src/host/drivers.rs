@@ -416,6 +416,7 @@ impl Host {
                 if turn % 10 == 0 {
                     host.split_large().await;
                     host.split_busy().await;
+                    host.merge_small().await;
                     host.schedule().await;
                 }
                 if turn % 10 == 5 {

@@ -277,6 +277,11 @@ pub struct ServerConfig {
     /// row is split by its leader at the middle of its sampled keys (0:
     /// never by load).
     pub cluster_range_split_load: u64,
+    /// A range whose keys and values, with those of the range after it on
+    /// the same nodes, take fewer than this many bytes is merged with it by
+    /// its leader (none: a fifth of `cluster_range_split_bytes`, so never
+    /// while that is 0; 0: never).
+    pub cluster_range_merge_bytes: Option<ByteSize>,
     /// Cut a corrupt write-ahead log (damage followed by valid data) and
     /// start, instead of refusing to: what `combkv check --repair` does.
     pub wal_truncate_corrupt: bool,
@@ -445,6 +450,7 @@ impl Default for ServerConfig {
             cluster_range_replicas: 0,
             cluster_node_down_seconds: 1800,
             cluster_range_split_load: 0,
+            cluster_range_merge_bytes: None,
             wal_truncate_corrupt: false,
             checkpoint_deltas: true,
             learned_search: false,
@@ -462,6 +468,15 @@ impl Default for ServerConfig {
             tls_auth_clients: AuthClients::Yes,
             config_file: None,
         }
+    }
+}
+
+impl ServerConfig {
+    /// `cluster-range-merge-bytes` as it applies: as set, or a fifth of the
+    /// split size (PD merges regions below 20 MiB of its 96 MiB split).
+    pub fn range_merge_bytes(&self) -> u64 {
+        self.cluster_range_merge_bytes
+            .map_or(self.cluster_range_split_bytes.0 / 5, |b| b.0)
     }
 }
 
@@ -613,6 +628,13 @@ impl ServerConfig {
                 return Err(format!(
                     "cluster-range-split-bytes must be 0 (off) or at least {MIN_RANGE_SPLIT_BYTES} \
                      (each range is a Raft group and a store of its own)"
+                ));
+            }
+            let merge = self.range_merge_bytes();
+            if merge != 0 && split != 0 && merge > split / 2 {
+                return Err(format!(
+                    "cluster-range-merge-bytes ({merge}) must be at most half of \
+                     cluster-range-split-bytes ({split}), or a merged range would split again"
                 ));
             }
             if !peers.is_empty() && !peers.iter().any(|(id, _)| *id == self.node_id) {
@@ -932,6 +954,10 @@ impl ServerConfig {
             (
                 "cluster-range-split-load",
                 self.cluster_range_split_load.to_string(),
+            ),
+            (
+                "cluster-range-merge-bytes",
+                self.range_merge_bytes().to_string(),
             ),
             (
                 "wal-truncate-corrupt",
