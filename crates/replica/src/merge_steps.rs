@@ -62,6 +62,18 @@ impl Replica {
         Some((store.read_version().get(), items))
     }
 
+    /// The bytes of keys and values this replica's store holds, if fewer
+    /// than `limit` (a scan that stops there).
+    pub(crate) fn bytes_below(&self, limit: u64) -> Option<u64> {
+        let store = self.current_store();
+        let mut total = 0u64;
+        let _ = store.scan(&combkv::Range::all(), |it| {
+            total += (it.key.len() + it.value.len()) as u64;
+            total < limit
+        });
+        (total < limit).then_some(total)
+    }
+
     /// Takes a retired range's keys into this group's range, through its
     /// log (see [`AbsorbRange`]).
     pub(crate) async fn absorb(&self, absorb: &AbsorbRange) -> Result<(), ClusterError> {

@@ -45,6 +45,10 @@ pub(crate) enum Request {
     ReadAt(u64, Vec<RemoteRead>),
     /// Reads of a range at a timestamp a snapshot pinned (no floor raised).
     ReadPinned(u64, Vec<RemoteRead>),
+    /// To a group's replica: the bytes of keys and values its store holds,
+    /// if fewer than this (a merge's leader sizing a range it holds no
+    /// replica of).
+    Bytes(u64),
 }
 
 impl Request {
@@ -148,6 +152,8 @@ pub(crate) enum Response {
     HandingOver,
     /// Whether the voter stood.
     Stood(bool),
+    /// The answer to [`Request::Bytes`] (None: as many or more).
+    Bytes(Option<u64>),
 }
 
 /// The largest frame a node accepts: a snapshot chunk, or an append of

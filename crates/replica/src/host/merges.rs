@@ -7,9 +7,13 @@
 use std::sync::atomic::Ordering;
 
 use crate::error::ClusterError;
-use crate::ranges::{AbsorbRange, MapChange, RangeId};
+use crate::ranges::{AbsorbRange, MapChange, RangeDesc, RangeId};
 use crate::replica::Replica;
+use crate::rpc::{Request, Response};
 use crate::types::GroupId;
+
+/// How long a leader waits for a replica's answer.
+const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
 use super::Host;
 
@@ -225,9 +229,10 @@ impl Host {
     /// below the `merge_bytes` setting, fewer requests a second together
     /// than half the split load (where splits by load are on), neither
     /// pinned by a snapshot (a merge ends what a snapshot can read of
-    /// them), both on the same nodes, and both settled (bounds as the map
-    /// gives them, here). One merge a turn; range 0's right neighbour only
-    /// where it is on every node. Once a second, after the splits.
+    /// them), and both settled (bounds as the map gives them, here). Two
+    /// on different nodes are lined up first (`line_up`), then merge. One
+    /// step a turn; range 0's right neighbour merges only where it is on
+    /// every node. Once a second, after the splits.
     pub(super) async fn merge_small(&self) {
         let (limit, split_load) = match self.0.template.lock().as_ref() {
             Some(t) if t.merge_bytes > 0 => (t.merge_bytes, t.split_load),
@@ -252,17 +257,25 @@ impl Host {
             let same_nodes = sorted(&left.voters) == sorted(&right.voters)
                 && left.learners.is_empty()
                 && right.learners.is_empty();
+            if !settled(&l, left) {
+                continue;
+            }
+            if !same_nodes {
+                self.line_up(&map, (left, right), &l, limit).await;
+                continue;
+            }
             let Some(r) = self.group(right.id) else {
                 continue;
             };
-            if !same_nodes || !settled(&l, left) || !settled(&r, right) {
+            if !settled(&r, right) {
                 continue;
             }
             if split_load > 0 && l.load().rate() + r.load().rate() >= split_load / 2 {
                 continue;
             }
-            let Some(bytes) =
-                bytes_below(&l, limit).and_then(|a| bytes_below(&r, limit - a).map(|b| a + b))
+            let Some(bytes) = l
+                .bytes_below(limit)
+                .and_then(|a| r.bytes_below(limit - a).map(|b| a + b))
             else {
                 continue;
             };
@@ -277,18 +290,116 @@ impl Host {
             return;
         }
     }
-}
 
-/// The bytes of keys and values `r`'s store holds, if fewer than `limit`
-/// (counted by a scan that stops at the limit).
-fn bytes_below(r: &Replica, limit: u64) -> Option<u64> {
-    let store = r.current_store();
-    let mut total = 0u64;
-    let _ = store.scan(&combkv::Range::all(), |it| {
-        total += (it.key.len() + it.value.len()) as u64;
-        total < limit
-    });
-    (total < limit).then_some(total)
+    /// Two neighbours on different nodes, small enough together to merge:
+    /// one is placed on the other's nodes (a move, carried out by its
+    /// leader as any other), after which they merge. Only where the
+    /// placement is settled now and will be once they have merged (no node
+    /// two replicas above another, as `next_placement` keeps it). The right range goes to the left one's nodes, or else
+    /// the left to the right's; range 0 never moves (its replicas are every
+    /// member's). `l` is this node's replica of the left range, its leader.
+    async fn line_up(
+        &self,
+        map: &crate::ranges::RangeMap,
+        (left, right): (&RangeDesc, &RangeDesc),
+        l: &Replica,
+        limit: u64,
+    ) {
+        if !right.learners.is_empty() || !left.learners.is_empty() {
+            return;
+        }
+        let Some(a) = l.bytes_below(limit) else {
+            return;
+        };
+        let Some(b) = self.range_bytes_below(right, limit - a).await else {
+            return;
+        };
+        let replicas = self
+            .0
+            .template
+            .lock()
+            .as_ref()
+            .map_or(0, |t| t.range_replicas);
+        let Some(meta) = self.group(0) else { return };
+        let members: Vec<crate::types::NodeId> = meta
+            .status()
+            .nodes
+            .iter()
+            .filter(|n| n.2)
+            .map(|n| n.0)
+            .collect();
+        // Settled now and after the move (placement off: any move is).
+        let settled = |m: &crate::ranges::RangeMap| {
+            replicas == 0 || crate::ranges::next_placement(m, &members, replicas).is_none()
+        };
+        if !settled(map) {
+            return;
+        }
+        // Settled once merged (lined up, the two hold more replicas than
+        // the balance allows for a moment; the balance leaves ranges lined
+        // up with a neighbour to the last, `next_placement`).
+        let moved = |range: &RangeDesc, to: &RangeDesc| {
+            if range.id == 0 {
+                return None;
+            }
+            let mut after = map.clone();
+            after
+                .apply(&MapChange::Replicas {
+                    range: range.id,
+                    epoch: range.epoch,
+                    voters: to.voters.clone(),
+                    learners: Vec::new(),
+                })
+                .ok()?;
+            let (l, r) = (after.get(left.id)?.epoch, after.get(right.id)?.epoch);
+            after
+                .apply(&MapChange::Merge {
+                    left: left.id,
+                    left_epoch: l,
+                    right: right.id,
+                    right_epoch: r,
+                })
+                .ok()?;
+            settled(&after).then(|| (range.id, to.voters.clone()))
+        };
+        let Some((range, to)) = moved(right, left).or_else(|| moved(left, right)) else {
+            tracing::debug!(
+                "ranges {} and {} could merge, but lining them up would unbalance the nodes",
+                left.id,
+                right.id
+            );
+            return;
+        };
+        match self.set_replicas(range, to.clone(), Vec::new()).await {
+            Ok(()) => tracing::info!(
+                "ranges {} and {} hold {} bytes together: range {range} goes to nodes {to:?} \
+                 to merge",
+                left.id,
+                right.id,
+                a + b,
+            ),
+            Err(e) => tracing::debug!("range {range}: lining up for a merge waits: {e}"),
+        }
+    }
+
+    /// [`Replica::bytes_below`] of range `desc`: at this node's replica of
+    /// it, else asked of its voters in turn.
+    async fn range_bytes_below(&self, desc: &crate::ranges::RangeDesc, limit: u64) -> Option<u64> {
+        if let Some(r) = self.group(desc.id).filter(|r| r.is_voter()) {
+            return r.bytes_below(limit);
+        }
+        let meta = self.group(0)?;
+        let addrs = super::member_addrs(&meta);
+        for v in &desc.voters {
+            let Some(addr) = addrs.get(v) else { continue };
+            let req = Request::for_group(desc.id, Request::Bytes(limit));
+            if let Ok(Response::Bytes(b)) = self.0.transport.call(*v, addr, req, ASK_TIMEOUT).await
+            {
+                return b;
+            }
+        }
+        None
+    }
 }
 
 fn sorted(v: &[crate::types::NodeId]) -> Vec<crate::types::NodeId> {

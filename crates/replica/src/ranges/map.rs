@@ -705,15 +705,28 @@ pub fn next_placement(
         }
     }
     // Balance: move one replica from the busiest node to the idlest one,
-    // of a range the one holds and the other does not.
+    // of a range the one holds and the other does not; rather one whose
+    // neighbours are on other nodes than one on the same nodes as a
+    // neighbour (lined up to merge, or just split), so that a merge's
+    // line-up is not undone while it waits.
     let most = busiest(&mut load.keys())?;
     let least = idlest(&[])?;
     if load[&most] <= load[&least] + 1 {
         return None;
     }
-    let r = ranges
+    let lined_up = |i: usize| {
+        let same = |j: usize| {
+            ranges
+                .get(j)
+                .is_some_and(|n| sorted(&n.voters) == sorted(&ranges[i].voters))
+        };
+        same(i + 1) || (i > 0 && same(i - 1))
+    };
+    let (_, r) = ranges
         .iter()
-        .find(|r| r.voters.contains(&most) && !r.voters.contains(&least))?;
+        .enumerate()
+        .filter(|(_, r)| r.voters.contains(&most) && !r.voters.contains(&least))
+        .min_by_key(|(i, _)| lined_up(*i))?;
     let mut voters: Vec<NodeId> = r.voters.iter().copied().filter(|&v| v != most).collect();
     voters.push(least);
     Some((r.id, sorted(&voters)))
