@@ -3,7 +3,7 @@
 //! them into the range on the left. The host's drivers decide when.
 
 use crate::error::ClusterError;
-use crate::ranges::{AbsorbRange, MergedItem, RetireRange};
+use crate::ranges::{AbsorbRange, Bounds, MergedItem, RetireRange};
 use crate::replica::Replica;
 
 /// The first result of a one-op entry (a map change, a split, a step of
@@ -20,17 +20,14 @@ pub(crate) fn one_result(results: crate::client::Results, what: &str) -> Result<
 }
 
 impl Replica {
-    /// Retires the range this group serves, with the bounds this node has
-    /// applied (refused if they change first): through the group's log (a
-    /// follower forwards it). Only once the map no longer holds the range.
-    pub(crate) async fn retire(&self) -> Result<(), ClusterError> {
-        let b = self.bounds();
-        if b.retired {
-            return Ok(());
-        }
+    /// Retires the range this group serves if its bounds are `bounds`
+    /// (refused, changing nothing, if they changed first): through the
+    /// group's log (a follower forwards it). Only once the map no longer
+    /// holds the range.
+    pub(crate) async fn retire(&self, bounds: &Bounds) -> Result<(), ClusterError> {
         let retire = RetireRange {
-            start: b.start,
-            end: b.end,
+            start: bounds.start.clone(),
+            end: bounds.end.clone(),
         };
         let now = self.clock_ms();
         let results = self
@@ -39,27 +36,32 @@ impl Replica {
         one_result(results, "retirement")
     }
 
-    /// The keys of this replica's range once it has applied its
-    /// retirement (they change no more), in key order, with its store's
-    /// clock; None before.
-    pub(crate) fn retired_keys(&self) -> Option<(u64, Vec<MergedItem>)> {
-        if !self.bounds().retired {
+    /// Once this replica has applied its range's retirement (its keys
+    /// change no more): the bounds it was retired with, its store's clock,
+    /// and its keys inside them, in key order. None before.
+    pub(crate) fn retired_keys(&self) -> Option<(Bounds, u64, Vec<MergedItem>)> {
+        let bounds = self.bounds();
+        if !bounds.retired {
             return None;
         }
         let store = self.current_store();
         let pin = store.pin();
         let mut items = Vec::with_capacity(store.len() as usize);
         store.visit_all_at(&pin, |it| {
-            items.push(MergedItem {
-                key: it.key.to_vec(),
-                value: it.value.to_vec(),
-                version: it.version.get(),
-                expires_at_ms: it.expires_at_ms,
-                flags: it.flags,
-            });
+            let inside = it.key >= bounds.start.as_slice()
+                && bounds.end.as_deref().is_none_or(|e| it.key < e);
+            if inside {
+                items.push(MergedItem {
+                    key: it.key.to_vec(),
+                    value: it.value.to_vec(),
+                    version: it.version.get(),
+                    expires_at_ms: it.expires_at_ms,
+                    flags: it.flags,
+                });
+            }
             true
         });
-        Some((store.read_version().get(), items))
+        Some((bounds, store.read_version().get(), items))
     }
 
     /// The bytes of keys and values this replica's store holds, if fewer

@@ -51,7 +51,8 @@ pub struct Header {
     pub bounds: Option<Bounds>,
 }
 
-/// The header of files written before [`Bounds::retired`].
+/// The header of files written before merges ([`Bounds::retired`], the
+/// map's ranges merging).
 #[derive(Deserialize)]
 struct HeaderV5 {
     meta: SnapshotMeta<NodeId, BasicNode>,
@@ -59,8 +60,22 @@ struct HeaderV5 {
     now_ms: u64,
     ever_voters: Vec<NodeId>,
     settings: Vec<(String, Vec<u8>)>,
-    ranges: Option<RangeMap>,
+    ranges: Option<RangeMapV1>,
     bounds: Option<BoundsV1>,
+}
+
+/// [`RangeMap`] before merges (no range merging).
+#[derive(Deserialize)]
+struct RangeMapV1 {
+    ranges: std::collections::BTreeMap<Vec<u8>, crate::ranges::RangeDesc>,
+    next_id: crate::ranges::RangeId,
+    generation: u64,
+}
+
+impl RangeMapV1 {
+    fn into_map(self) -> RangeMap {
+        RangeMap::from_parts(self.ranges, self.next_id, self.generation)
+    }
 }
 
 /// [`Bounds`] before [`Bounds::retired`]: no range was retired then.
@@ -82,7 +97,7 @@ struct HeaderV4 {
     now_ms: u64,
     ever_voters: Vec<NodeId>,
     settings: Vec<(String, Vec<u8>)>,
-    ranges: Option<RangeMap>,
+    ranges: Option<RangeMapV1>,
 }
 
 /// The header of files written before [`Header::ranges`].
@@ -114,19 +129,29 @@ struct HeaderV1 {
     now_ms: u64,
 }
 
+/// `bytes` read as a `T` that takes all of them: a header of one version
+/// must not read as a shorter one of another (postcard is no
+/// self-describing format, and would read a prefix).
+fn exactly<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Option<T> {
+    match postcard::take_from_bytes::<T>(bytes) {
+        Ok((t, [])) => Some(t),
+        _ => None,
+    }
+}
+
 impl Header {
     fn decode(bytes: &[u8]) -> Option<Header> {
-        if let Ok(h) = postcard::from_bytes::<Header>(bytes) {
+        if let Some(h) = exactly::<Header>(bytes) {
             return Some(h);
         }
-        if let Ok(h) = postcard::from_bytes::<HeaderV5>(bytes) {
+        if let Some(h) = exactly::<HeaderV5>(bytes) {
             return Some(Header {
                 meta: h.meta,
                 clock: h.clock,
                 now_ms: h.now_ms,
                 ever_voters: h.ever_voters,
                 settings: h.settings,
-                ranges: h.ranges,
+                ranges: h.ranges.map(RangeMapV1::into_map),
                 bounds: h.bounds.map(|b| Bounds {
                     id: b.id,
                     start: b.start,
@@ -136,18 +161,18 @@ impl Header {
                 }),
             });
         }
-        if let Ok(h) = postcard::from_bytes::<HeaderV4>(bytes) {
+        if let Some(h) = exactly::<HeaderV4>(bytes) {
             return Some(Header {
                 meta: h.meta,
                 clock: h.clock,
                 now_ms: h.now_ms,
                 ever_voters: h.ever_voters,
                 settings: h.settings,
-                ranges: h.ranges,
+                ranges: h.ranges.map(RangeMapV1::into_map),
                 bounds: None,
             });
         }
-        if let Ok(h) = postcard::from_bytes::<HeaderV3>(bytes) {
+        if let Some(h) = exactly::<HeaderV3>(bytes) {
             return Some(Header {
                 meta: h.meta,
                 clock: h.clock,
@@ -158,7 +183,7 @@ impl Header {
                 bounds: None,
             });
         }
-        if let Ok(h) = postcard::from_bytes::<HeaderV2>(bytes) {
+        if let Some(h) = exactly::<HeaderV2>(bytes) {
             return Some(Header {
                 meta: h.meta,
                 clock: h.clock,
@@ -169,7 +194,7 @@ impl Header {
                 bounds: None,
             });
         }
-        let old = postcard::from_bytes::<HeaderV1>(bytes).ok()?;
+        let old = exactly::<HeaderV1>(bytes)?;
         // The voters of the snapshot's membership are the ones it knows.
         let ever_voters = old.meta.last_membership.membership().voter_ids().collect();
         Some(Header {
@@ -467,13 +492,19 @@ mod tests {
             epoch: crate::ranges::Epoch,
         }
         #[derive(Serialize)]
+        struct OldMap {
+            ranges: BTreeMap<Vec<u8>, crate::ranges::RangeDesc>,
+            next_id: u64,
+            generation: u64,
+        }
+        #[derive(Serialize)]
         struct V5 {
             meta: SnapshotMeta<NodeId, BasicNode>,
             clock: u64,
             now_ms: u64,
             ever_voters: Vec<NodeId>,
             settings: Vec<(String, Vec<u8>)>,
-            ranges: Option<RangeMap>,
+            ranges: Option<OldMap>,
             bounds: Option<OldBounds>,
         }
         let epoch = crate::ranges::Epoch {
@@ -486,18 +517,29 @@ mod tests {
             now_ms: 11,
             ever_voters: vec![1, 2],
             settings: Vec::new(),
-            ranges: None,
+            // Group 0's: a map, and bounds from the empty key (which a
+            // reader that took a prefix would misread as a merging range
+            // and no bounds).
+            ranges: Some(OldMap {
+                ranges: RangeMap::new(vec![1, 2, 3])
+                    .ranges()
+                    .map(|r| (r.start.clone(), r.clone()))
+                    .collect(),
+                next_id: 1,
+                generation: 0,
+            }),
             bounds: Some(OldBounds {
-                id: 4,
-                start: b"k".to_vec(),
+                id: 0,
+                start: Vec::new(),
                 end: Some(b"t".to_vec()),
                 epoch,
             }),
         };
         let h = Header::decode(&postcard::to_stdvec(&old).unwrap()).unwrap();
+        assert_eq!(h.ranges, Some(RangeMap::new(vec![1, 2, 3])));
         let live = Bounds {
-            id: 4,
-            start: b"k".to_vec(),
+            id: 0,
+            start: Vec::new(),
             end: Some(b"t".to_vec()),
             epoch,
             retired: false,

@@ -414,9 +414,12 @@ impl Cluster {
         self.stores().iter().map(|s| s.memory().total()).sum()
     }
 
-    /// Whether the keyspace is cut into more than one range.
+    /// Whether the keyspace is cut into more than one range, or range 0
+    /// is still carrying out the merge that left it alone (reads wait for
+    /// its keys as reads of ranges do).
     pub(crate) fn is_split(&self) -> bool {
-        self.shared_range_map().len() > 1
+        let map = self.shared_range_map();
+        map.len() > 1 || map.is_merging(0)
     }
 
     /// Runs `reads` on range `range` at a node that holds a replica of it

@@ -12,6 +12,10 @@ use crate::replica::Replica;
 use crate::rpc::{Request, Response};
 use crate::types::GroupId;
 
+/// The most bytes of keys and values a range merged away may hold: its
+/// keys travel in one log entry (a frame is at most 256 MiB).
+const MAX_MERGED_BYTES: u64 = 64 << 20;
+
 /// How long a leader waits for a replica's answer.
 const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -24,7 +28,7 @@ impl Host {
     /// range's leader carries it out (`drive_merges`; at once if it is
     /// this node). Returns the id of the range merged away.
     pub async fn merge(&self, left: RangeId) -> Result<RangeId, ClusterError> {
-        let (meta, map) = self.committed_map().await?;
+        let (_, map) = self.committed_map().await?;
         let l = map
             .get(left)
             .ok_or_else(|| ClusterError::Refused(format!("no range {left}")))?;
@@ -33,16 +37,40 @@ impl Host {
                 "range {left} ends the keyspace: nothing follows it"
             ))
         })?;
-        let r = map.route(&end);
+        let r = map.route(&end).clone();
+        self.merge_decided(&l.clone(), &r).await?;
+        Ok(r.id)
+    }
+
+    /// Records the merge of `left` with `right` as the caller saw them
+    /// (refused if either changed since), then carries it out where this
+    /// node leads `left`. The keys of the right range go through the left
+    /// range's log in one entry: a right range of `MAX_MERGED_BYTES` or
+    /// more is refused.
+    async fn merge_decided(&self, left: &RangeDesc, right: &RangeDesc) -> Result<(), ClusterError> {
+        let meta = self
+            .group(0)
+            .ok_or_else(|| ClusterError::Refused("this node hosts no group 0".into()))?;
+        if self
+            .range_bytes_below(right, MAX_MERGED_BYTES)
+            .await
+            .is_none()
+        {
+            return Err(ClusterError::Refused(format!(
+                "range {} holds {MAX_MERGED_BYTES} bytes of keys and values or more (or could \
+                 not be sized): too large to merge in one step",
+                right.id
+            )));
+        }
         meta.change_ranges(&MapChange::Merge {
-            left,
-            left_epoch: l.epoch,
-            right: r.id,
-            right_epoch: r.epoch,
+            left: left.id,
+            left_epoch: left.epoch,
+            right: right.id,
+            right_epoch: right.epoch,
         })
         .await?;
         self.drive_merges().await;
-        Ok(r.id)
+        Ok(())
     }
 
     /// [`Host::merge`] of the range holding `key`.
@@ -55,19 +83,20 @@ impl Host {
     /// records and the range's group has not absorbed yet: the range the
     /// map gives more keys than its group holds takes them from the group
     /// that starts where it ends (a replica on this node: a merge joins
-    /// ranges on the same nodes, and the left range's replicas do not move
-    /// until it is done). That group is retired first, then its keys go
-    /// through this range's log. A chain of merges resolves one group at a
-    /// time. A range whose map entry only moved its epoch on (a split
-    /// merged back before the range applied it) takes that epoch. Every
-    /// 100 ms on every node.
+    /// ranges on the same nodes, and the map moves neither while the merge
+    /// is under way). That group is retired first, with the bounds seen
+    /// here, then its keys go through this range's log. Once the group's
+    /// bounds are the map's, it tells the map the merge is carried out
+    /// (`MapChange::Merged`), and the range may split and move again. A
+    /// range whose map entry only moved its epoch on (a split merged back
+    /// before the range applied it) takes that epoch. Every 100 ms on
+    /// every node.
     pub(super) async fn drive_merges(&self) {
         if self.groups().iter().all(|&g| g == 0) {
             return;
         }
-        let Some(map) = self.group(0).and_then(|g| g.range_map()) else {
-            return;
-        };
+        let Some(meta) = self.group(0) else { return };
+        let Some(map) = meta.range_map() else { return };
         for g in self.groups() {
             let Some(r) = self.group(g).filter(|r| r.is_leader() && r.is_voter()) else {
                 continue;
@@ -75,13 +104,23 @@ impl Host {
             let (Some(desc), bounds) = (map.get(g), r.bounds()) else {
                 continue;
             };
+            if bounds.retired || desc.start != bounds.start {
+                continue;
+            }
+            if map.is_merging(g)
+                && bounds.end == desc.end
+                && bounds.epoch.version == desc.epoch.version
+            {
+                match meta.change_ranges(&MapChange::Merged { range: g }).await {
+                    Ok(()) => tracing::info!("range {g}: its merge is carried out"),
+                    Err(e) => tracing::debug!("range {g}: recording its merge waits: {e}"),
+                }
+                continue;
+            }
             // Only a map newer than the group's bounds asks for a merge:
             // this node's copy may lag the group (not show a split the
             // group has applied).
-            if bounds.retired
-                || desc.start != bounds.start
-                || desc.epoch.version <= bounds.epoch.version
-            {
+            if desc.epoch.version <= bounds.epoch.version {
                 continue;
             }
             let Some(ends) = bounds.end.clone() else {
@@ -112,38 +151,48 @@ impl Host {
                 tracing::debug!("range {g}: the range it merges with has no replica here yet");
                 continue;
             };
+            // Its own split the map recorded before the merge (its new
+            // range is not merged): the split driver carries it out first.
+            let past_end = |b: &crate::ranges::Bounds| match (&b.end, &desc.end) {
+                (_, None) => false,
+                (None, Some(_)) => true,
+                (Some(a), Some(e)) => a > e,
+            };
             let rb = right.bounds();
+            if past_end(&rb) {
+                continue;
+            }
             if !rb.retired {
-                // Its own split the map recorded first (its new range is
-                // not merged): the split driver carries it out.
-                let past_end = match (&rb.end, &desc.end) {
-                    (_, None) => false,
-                    (None, Some(_)) => true,
-                    (Some(a), Some(b)) => a > b,
-                };
-                if past_end {
-                    continue;
-                }
                 // Retiring is for good: only once the committed map (not
                 // this node's copy) has merged the range away.
                 match self.committed_map().await {
                     Ok((_, m)) if m.get(right.group()).is_none() => {}
                     _ => continue,
                 }
-                if let Err(e) = right.retire().await {
+                if let Err(e) = right.retire(&rb).await {
                     tracing::debug!("range {g}: retiring range {}: {e}", right.group());
                     continue;
                 }
             }
             // Applied here once the retirement's answer came (or later).
-            let Some((clock, items)) = right.retired_keys() else {
+            let Some((retired, clock, items)) = right.retired_keys() else {
                 continue;
+            };
+            if past_end(&retired) {
+                continue;
+            }
+            // The map's version once the group reaches the map's end; a
+            // step below it while a range further right is still to come.
+            let version = if retired.end == desc.end {
+                desc.epoch.version
+            } else {
+                bounds.epoch.version + 1
             };
             let absorb = AbsorbRange {
                 expect: bounds,
                 right: right.group(),
-                end: rb.end,
-                version: desc.epoch.version,
+                end: retired.end,
+                version,
                 clock,
                 items,
             };
@@ -239,14 +288,26 @@ impl Host {
             _ => return,
         };
         let map = self.range_map();
+        // Bounds as the map gives them, no merge under way, no snapshot
+        // pinned, and the group's members the map's (a move carried out).
         let settled = |r: &Replica, d: &crate::ranges::RangeDesc| {
             let b = r.bounds();
+            let mut voters: Vec<crate::types::NodeId> = r
+                .status()
+                .nodes
+                .iter()
+                .filter(|n| n.2)
+                .map(|n| n.0)
+                .collect();
+            voters.sort_unstable();
             !b.retired
                 && r.is_voter()
                 && b.start == d.start
                 && b.end == d.end
                 && b.epoch.version == d.epoch.version
+                && !map.is_merging(d.id)
                 && r.snapshot_pins() == 0
+                && voters == sorted(&d.voters)
         };
         for left in map.ranges() {
             let Some(l) = self.group(left.id).filter(|r| r.is_leader()) else {
@@ -261,7 +322,9 @@ impl Host {
                 continue;
             }
             if !same_nodes {
-                self.line_up(&map, (left, right), &l, limit).await;
+                if self.line_up(&map, (left, right), &l, limit).await {
+                    return;
+                }
                 continue;
             }
             let Some(r) = self.group(right.id) else {
@@ -279,11 +342,12 @@ impl Host {
             else {
                 continue;
             };
-            match self.merge(left.id).await {
-                Ok(gone) => tracing::info!(
-                    "ranges {} and {gone} held {bytes} bytes of keys and values together \
+            match self.merge_decided(left, right).await {
+                Ok(()) => tracing::info!(
+                    "ranges {} and {} held {bytes} bytes of keys and values together \
                      (fewer than {limit}): merged",
-                    left.id
+                    left.id,
+                    right.id
                 ),
                 Err(e) => tracing::debug!("range {}: a merge waits: {e}", left.id),
             }
@@ -295,24 +359,26 @@ impl Host {
     /// one is placed on the other's nodes (a move, carried out by its
     /// leader as any other), after which they merge. Only where the
     /// placement is settled now and will be once they have merged (no node
-    /// two replicas above another, as `next_placement` keeps it). The right range goes to the left one's nodes, or else
-    /// the left to the right's; range 0 never moves (its replicas are every
-    /// member's). `l` is this node's replica of the left range, its leader.
+    /// two replicas above another, as `next_placement` keeps it). The right
+    /// range goes to the left one's nodes, or else the left to the right's;
+    /// range 0 neither moves nor takes a neighbour this way (its replicas
+    /// are every member's). `l` is this node's replica of the left range,
+    /// its leader. Whether a move was asked for.
     async fn line_up(
         &self,
         map: &crate::ranges::RangeMap,
         (left, right): (&RangeDesc, &RangeDesc),
         l: &Replica,
         limit: u64,
-    ) {
+    ) -> bool {
         if !right.learners.is_empty() || !left.learners.is_empty() {
-            return;
+            return false;
         }
         let Some(a) = l.bytes_below(limit) else {
-            return;
+            return false;
         };
         let Some(b) = self.range_bytes_below(right, limit - a).await else {
-            return;
+            return false;
         };
         let replicas = self
             .0
@@ -320,7 +386,9 @@ impl Host {
             .lock()
             .as_ref()
             .map_or(0, |t| t.range_replicas);
-        let Some(meta) = self.group(0) else { return };
+        let Some(meta) = self.group(0) else {
+            return false;
+        };
         let members: Vec<crate::types::NodeId> = meta
             .status()
             .nodes
@@ -333,13 +401,15 @@ impl Host {
             replicas == 0 || crate::ranges::next_placement(m, &members, replicas).is_none()
         };
         if !settled(map) {
-            return;
+            return false;
         }
         // Settled once merged (lined up, the two hold more replicas than
         // the balance allows for a moment; the balance leaves ranges lined
         // up with a neighbour to the last, `next_placement`).
         let moved = |range: &RangeDesc, to: &RangeDesc| {
-            if range.id == 0 {
+            // Range 0 never moves, and nothing goes onto its nodes (every
+            // member: more voters than the placement keeps).
+            if range.id == 0 || to.id == 0 {
                 return None;
             }
             let mut after = map.clone();
@@ -368,7 +438,7 @@ impl Host {
                 left.id,
                 right.id
             );
-            return;
+            return false;
         };
         match self.set_replicas(range, to.clone(), Vec::new()).await {
             Ok(()) => tracing::info!(
@@ -380,6 +450,7 @@ impl Host {
             ),
             Err(e) => tracing::debug!("range {range}: lining up for a merge waits: {e}"),
         }
+        true
     }
 
     /// [`Replica::bytes_below`] of range `desc`: at this node's replica of

@@ -213,6 +213,12 @@ pub enum MapChange {
         /// The learners after the change.
         learners: Vec<NodeId>,
     },
+    /// Range `range`'s group has carried out its merge (taken the keys of
+    /// the range merged into it): its bounds and nodes may change again.
+    Merged {
+        /// The range.
+        range: RangeId,
+    },
 }
 
 /// Why a [`MapChange`] was refused; the map is unchanged.
@@ -253,6 +259,10 @@ pub enum MapError {
     },
     /// A replica set with no voter, or a node twice.
     BadReplicas(RangeId),
+    /// The range has merged with its neighbour in the map, and its group
+    /// has not taken the neighbour's keys yet: its bounds and replicas
+    /// stay as they are until then.
+    Merging(RangeId),
 }
 
 impl fmt::Display for MapError {
@@ -281,6 +291,10 @@ impl fmt::Display for MapError {
                 f,
                 "range {id}: a replica set needs a voter, and no node twice"
             ),
+            MapError::Merging(id) => write!(
+                f,
+                "range {id} is merging with the range after it: try again once it has"
+            ),
         }
     }
 }
@@ -298,6 +312,11 @@ pub struct RangeMap {
     /// Bumped by every change applied: a cached copy at a lower generation
     /// may be out of date.
     generation: u64,
+    /// Ranges merged with their right neighbour here whose groups have not
+    /// taken its keys yet (`MapChange::Merged` clears them): no split,
+    /// merge or move of them is taken meanwhile, so the group carries out
+    /// the merge on the bounds and nodes the map merged.
+    merging: std::collections::BTreeSet<RangeId>,
 }
 
 impl RangeMap {
@@ -315,6 +334,27 @@ impl RangeMap {
             ranges: BTreeMap::from([(Vec::new(), first)]),
             next_id: 1,
             generation: 0,
+            merging: Default::default(),
+        }
+    }
+
+    /// Whether range `id` has merged here and its group has not carried
+    /// the merge out yet.
+    pub fn is_merging(&self, id: RangeId) -> bool {
+        self.merging.contains(&id)
+    }
+
+    /// A map from its parts, as snapshots written before merges hold it.
+    pub(crate) fn from_parts(
+        ranges: BTreeMap<Vec<u8>, RangeDesc>,
+        next_id: RangeId,
+        generation: u64,
+    ) -> RangeMap {
+        RangeMap {
+            ranges,
+            next_id,
+            generation,
+            merging: Default::default(),
         }
     }
 
@@ -403,6 +443,7 @@ impl RangeMap {
                 let key = self.start_of(*range)?;
                 let r = &self.ranges[&key];
                 r.check_epoch(*epoch)?;
+                self.not_merging(*range)?;
                 if at.as_slice() <= r.start.as_slice() || !r.contains(at) {
                     return Err(MapError::SplitKeyOutside { range: *range });
                 }
@@ -437,6 +478,8 @@ impl RangeMap {
                 let (l, r) = (&self.ranges[&lkey], &self.ranges[&rkey]);
                 l.check_epoch(*left_epoch)?;
                 r.check_epoch(*right_epoch)?;
+                self.not_merging(*left)?;
+                self.not_merging(*right)?;
                 if l.end.as_deref() != Some(r.start.as_slice()) {
                     return Err(MapError::NotAdjacent {
                         left: *left,
@@ -458,6 +501,11 @@ impl RangeMap {
                 // half's old bounds is refused by the merged range.
                 l.epoch.version = l.epoch.version.max(r.epoch.version) + 1;
                 l.epoch.conf_ver = l.epoch.conf_ver.max(r.epoch.conf_ver);
+                self.merging.insert(*left);
+            }
+            MapChange::Merged { range } => {
+                self.start_of(*range)?;
+                self.merging.remove(range);
             }
             MapChange::Replicas {
                 range,
@@ -467,6 +515,7 @@ impl RangeMap {
             } => {
                 let key = self.start_of(*range)?;
                 self.ranges[&key].check_epoch(*epoch)?;
+                self.not_merging(*range)?;
                 let mut all: Vec<NodeId> = voters.iter().chain(learners).copied().collect();
                 all.sort_unstable();
                 all.dedup();
@@ -510,6 +559,13 @@ impl RangeMap {
         Ok(())
     }
 
+    fn not_merging(&self, id: RangeId) -> Result<(), MapError> {
+        if self.merging.contains(&id) {
+            return Err(MapError::Merging(id));
+        }
+        Ok(())
+    }
+
     /// Checks that the ranges cover the keyspace exactly once, in order,
     /// with distinct ids below `next_id`: what every change must keep.
     pub fn validate(&self) -> Result<(), String> {
@@ -537,6 +593,9 @@ impl RangeMap {
         }
         if expect_start.is_some() {
             return Err("the last range does not reach the end of the keyspace".into());
+        }
+        if let Some(id) = self.merging.iter().find(|id| !ids.contains(id)) {
+            return Err(format!("range {id} is merging but not in the map"));
         }
         Ok(())
     }

@@ -3,7 +3,9 @@
 //!
 //! The map records a merge first (`MapChange::Merge`: the left range takes
 //! both halves' bounds, the right one leaves the map), as it records a
-//! split first. The two groups then catch up with it, in this order:
+//! split first, and marks the left range merging: no split, merge or move
+//! of it is taken until its group has carried the merge out
+//! (`MapChange::Merged`). The two groups catch up with it, in this order:
 //!
 //! 1. The right range's group applies a [`RetireRange`]: from that entry
 //!    on it serves nothing (every write and read of it is refused, and

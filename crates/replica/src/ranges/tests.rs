@@ -158,8 +158,13 @@ proptest! {
                             let i = model.iter().rposition(|(s, _)| s.as_slice() < at.as_slice()).unwrap();
                             model.insert(i + 1, (at.clone(), *new_id));
                         }
-                        MapChange::Merge { right, .. } => model.retain(|(_, id)| id != right),
-                        MapChange::Replicas { .. } => {}
+                        MapChange::Merge { left, right, .. } => {
+                            model.retain(|(_, id)| id != right);
+                            // The left range's group carries it out.
+                            prop_assert!(map.is_merging(*left));
+                            map.apply(&MapChange::Merged { range: *left }).unwrap();
+                        }
+                        MapChange::Replicas { .. } | MapChange::Merged { .. } => {}
                     }
                     history.push(map.clone());
                 }
@@ -358,7 +363,9 @@ fn a_merge_needs_neighbours_on_the_same_replicas_and_passes_both_versions() {
         (&b"m"[..], None)
     );
     assert!(merged.epoch.version > v2.max(v3));
-    // The id of a merged-away range is never given again.
+    // The id of a merged-away range is never given again (once the
+    // merge is carried out, the range splits again).
+    map.apply(&MapChange::Merged { range: 1 }).unwrap();
     assert_eq!(map.next_id(), 3);
     assert_eq!(
         map.apply(&MapChange::Split {
@@ -512,4 +519,47 @@ fn placement_settles_on_three_replicas_spread_evenly() {
         next_placement(&map, &[1, 2, 4], 3),
         Some((1, vec![1, 2, 4]))
     );
+}
+
+/// A range merged in the map takes no split, merge or move until its group
+/// has carried the merge out (`Merged`): it carries it out on the bounds
+/// and nodes the map merged.
+#[test]
+fn a_merging_range_changes_no_more_until_merged() {
+    let mut map = RangeMap::new(vec![1, 2, 3]);
+    let one = split(&mut map, 0, b"k").unwrap();
+    let two = split(&mut map, one, b"t").unwrap();
+    let (l, r) = (map.get(one).unwrap().clone(), map.get(two).unwrap().clone());
+    map.apply(&MapChange::Merge {
+        left: one,
+        left_epoch: l.epoch,
+        right: two,
+        right_epoch: r.epoch,
+    })
+    .unwrap();
+    assert!(map.is_merging(one));
+    let merged = map.get(one).unwrap().clone();
+    assert_eq!(split(&mut map, one, b"m"), Err(MapError::Merging(one)));
+    assert_eq!(split(&mut map, one, b"t"), Err(MapError::Merging(one)));
+    let moved = MapChange::Replicas {
+        range: one,
+        epoch: merged.epoch,
+        voters: vec![1, 2, 4],
+        learners: vec![],
+    };
+    assert_eq!(map.apply(&moved), Err(MapError::Merging(one)));
+    let zero = map.get(0).unwrap().clone();
+    let again = MapChange::Merge {
+        left: 0,
+        left_epoch: zero.epoch,
+        right: one,
+        right_epoch: merged.epoch,
+    };
+    assert_eq!(map.apply(&again), Err(MapError::Merging(one)));
+    map.validate().unwrap();
+    map.apply(&MapChange::Merged { range: one }).unwrap();
+    assert!(!map.is_merging(one));
+    assert_eq!(split(&mut map, one, b"m").map(|_| ()), Ok(()));
+    let bytes = postcard::to_stdvec(&map).unwrap();
+    assert_eq!(postcard::from_bytes::<RangeMap>(&bytes).unwrap(), map);
 }

@@ -47,7 +47,8 @@ impl StateMachine {
     /// versions, expiries and flags kept, its clock above both stores'; the
     /// bounds reach the retired range's end, at the epoch version the map
     /// gave the merged range. The new store keeps no past: a read at a
-    /// timestamp before this entry is refused and taken again later.
+    /// timestamp before this entry is refused and taken again later. With
+    /// no range to take (its end the bounds' own), only the version moves.
     pub(super) fn absorb(
         &self,
         absorb: &AbsorbRange,
@@ -63,15 +64,26 @@ impl StateMachine {
                 absorb.expect
             )));
         }
-        let Some(start) = bounds.end.clone() else {
-            return Err(refused(format!("{bounds} ends the keyspace")));
-        };
         if absorb.version <= bounds.epoch.version {
             return Err(refused(format!(
                 "{bounds}: the merge's version {} is not newer",
                 absorb.version
             )));
         }
+        // No keys to take: the map merged back a split this range had not
+        // applied, and gave it a newer version only.
+        if absorb.end == bounds.end {
+            if !absorb.items.is_empty() {
+                return Err(refused(format!("{bounds}: keys to take, and no range")));
+            }
+            bounds.epoch.version = absorb.version;
+            tracing::info!("{bounds}: the map's version, after a split merged back");
+            state.bounds = Some(bounds);
+            return Ok(Outcome::Clear);
+        }
+        let Some(start) = bounds.end.clone() else {
+            return Err(refused(format!("{bounds} ends the keyspace")));
+        };
         let within =
             |k: &[u8], end: Option<&[u8]>| k >= start.as_slice() && end.is_none_or(|e| k < e);
         if absorb.end.as_deref().is_some_and(|e| e <= start.as_slice())

@@ -152,16 +152,19 @@ impl<'a> Keyspace<'a> {
     /// range the map names no replica of here is read remotely.
     fn source(cluster: &Cluster, r: &RangeDesc) -> Result<Source> {
         let source = Self::place(cluster, r)?;
-        if let Source::Local(_, replica) = &source {
-            cluster.fresh(replica)?;
+        if let Source::Local(_, replica) = source {
+            cluster.fresh(&replica)?;
             // The read index may have brought a split or merge in: what
-            // the group holds now is what the read sees.
+            // the group holds now is what the read sees, and its store is
+            // taken now (a merge makes the store anew, and the writes the
+            // read index covers may be in the new one only).
             if !covers(&replica.bounds(), r) {
                 return Err(Error::WrongRange(format!(
                     "range {}: its group changed its bounds under the read",
                     r.id
                 )));
             }
+            return Ok(Source::Local(replica.current_store(), replica));
         }
         Ok(source)
     }
