@@ -106,22 +106,9 @@ pub enum RemoteRead {
     },
 }
 
-/// An item as a remote read answers it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RemoteItem {
-    /// Its key.
-    #[serde(with = "serde_bytes")]
-    pub key: Vec<u8>,
-    /// Its value.
-    #[serde(with = "serde_bytes")]
-    pub value: Vec<u8>,
-    /// Its version.
-    pub version: u64,
-    /// When it expires (unix ms), if it does.
-    pub expires_at_ms: Option<u64>,
-    /// Its client flags.
-    pub flags: u32,
-}
+/// An item as a remote read answers it (the same record a merge carries
+/// its keys in).
+pub use crate::ranges::MergedItem as RemoteItem;
 
 /// What a remote read answers: per read, its items (a count's is one item
 /// whose version is the count), or why none was served.

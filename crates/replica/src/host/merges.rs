@@ -292,14 +292,7 @@ impl Host {
         // pinned, and the group's members the map's (a move carried out).
         let settled = |r: &Replica, d: &crate::ranges::RangeDesc| {
             let b = r.bounds();
-            let mut voters: Vec<crate::types::NodeId> = r
-                .status()
-                .nodes
-                .iter()
-                .filter(|n| n.2)
-                .map(|n| n.0)
-                .collect();
-            voters.sort_unstable();
+            let voters = sorted(&voter_ids(r));
             !b.retired
                 && r.is_voter()
                 && b.start == d.start
@@ -389,13 +382,7 @@ impl Host {
         let Some(meta) = self.group(0) else {
             return false;
         };
-        let members: Vec<crate::types::NodeId> = meta
-            .status()
-            .nodes
-            .iter()
-            .filter(|n| n.2)
-            .map(|n| n.0)
-            .collect();
+        let members = voter_ids(&meta);
         // Settled now and after the move (placement off: any move is).
         let settled = |m: &crate::ranges::RangeMap| {
             replicas == 0 || crate::ranges::next_placement(m, &members, replicas).is_none()
@@ -471,6 +458,16 @@ impl Host {
         }
         None
     }
+}
+
+/// The voters of `r`'s group, as its replica knows them.
+fn voter_ids(r: &Replica) -> Vec<crate::types::NodeId> {
+    r.status()
+        .nodes
+        .iter()
+        .filter(|n| n.2)
+        .map(|n| n.0)
+        .collect()
 }
 
 fn sorted(v: &[crate::types::NodeId]) -> Vec<crate::types::NodeId> {

@@ -69,7 +69,8 @@ pub struct AbsorbRange {
     pub items: Vec<MergedItem>,
 }
 
-/// One key of a retired range, as it stood.
+/// One key of a retired range, as it stood (and an item as a remote read
+/// answers it, `rpc::RemoteItem`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MergedItem {
     /// The key.
