@@ -862,7 +862,9 @@ async fn merged_away(cl: &Cluster, map: &combkv_replica::ranges::RangeMap) -> Re
             "the map's ranges are {ids:?} after the merge: {map:?}"
         ));
     }
-    for _ in 0..300 {
+    // Two simulated minutes: a slow disk (the files are real) can time out
+    // a retirement or an absorb a few times first.
+    for _ in 0..1200 {
         let merged = holders_after_move(2).into_iter().all(|id| {
             cl.replica(id, 2)
                 .is_some_and(|r| r.bounds().end.is_none() && !r.bounds().retired)
