@@ -77,7 +77,7 @@ impl Replica {
         let results = self
             .write(now, crate::codec::encode_map_change(change))
             .await?;
-        crate::merge_steps::one_result(results, "change")
+        one_result(results, "change")
     }
 
     /// Splits the range this group serves at `at` (see
@@ -96,7 +96,7 @@ impl Replica {
         };
         let now = self.clock_ms();
         let results = self.write(now, crate::codec::encode_split(&split)).await?;
-        crate::merge_steps::one_result(results, "split")
+        one_result(results, "split")
     }
 
     /// The bounds of the range this group serves, as this node applied
@@ -546,6 +546,19 @@ pub fn count_within(
         true
     })?;
     Ok(n)
+}
+
+/// The first result of a one-op entry (a map change, a split, a step of
+/// a merge): applied, or why not.
+pub(crate) fn one_result(results: Results, what: &str) -> Result<(), ClusterError> {
+    match results.into_iter().next() {
+        Some(Ok(_)) => Ok(()),
+        Some(Err(combkv::Error::InvalidConfig(why))) => Err(ClusterError::Refused(why)),
+        Some(Err(e)) => Err(ClusterError::Refused(e.to_string())),
+        None => Err(ClusterError::Unknown(format!(
+            "the {what}'s entry answered nothing"
+        ))),
+    }
 }
 
 #[cfg(test)]

@@ -2,22 +2,10 @@
 //! group serves, handing over the keys of a retired one, and absorbing
 //! them into the range on the left. The host's drivers decide when.
 
+use crate::client::one_result;
 use crate::error::ClusterError;
 use crate::ranges::{AbsorbRange, Bounds, MergedItem, RetireRange};
 use crate::replica::Replica;
-
-/// The first result of a one-op entry (a map change, a split, a step of
-/// a merge): applied, or why not.
-pub(crate) fn one_result(results: crate::client::Results, what: &str) -> Result<(), ClusterError> {
-    match results.into_iter().next() {
-        Some(Ok(_)) => Ok(()),
-        Some(Err(combkv::Error::InvalidConfig(why))) => Err(ClusterError::Refused(why)),
-        Some(Err(e)) => Err(ClusterError::Refused(e.to_string())),
-        None => Err(ClusterError::Unknown(format!(
-            "the {what}'s entry answered nothing"
-        ))),
-    }
-}
 
 impl Replica {
     /// Retires the range this group serves if its bounds are `bounds`
