@@ -631,7 +631,9 @@ fn ranges_split_on_their_own_as_the_data_grows() {
                 if stop.load(std::sync::atomic::Ordering::Relaxed) {
                     break;
                 }
-                let k = format!("key{:05}w{i}", (i * 7919) % KEYS);
+                // Fifty keys spread over the keyspace, rewritten: the data
+                // stays small enough to merge.
+                let k = format!("key{:05}w", (i % 50) * (KEYS / 50));
                 let r: redis::RedisResult<()> =
                     redis::cmd("SET").arg(&k).arg(i).query(&mut cons[i % 3]);
                 if r.is_ok() {
@@ -698,17 +700,26 @@ fn ranges_split_on_their_own_as_the_data_grows() {
         merges as usize >= ranges - 1,
         "{merges} merges of {ranges} ranges"
     );
+    // Each key holds its last acknowledged write, or a later one sent.
+    let mut last: std::collections::BTreeMap<String, usize> = Default::default();
+    for (k, i) in &acked {
+        last.insert(k.clone(), *i);
+    }
     for (n, con) in cons.iter_mut().enumerate() {
-        for (k, i) in &acked {
+        for (k, i) in &last {
             let v: i64 = redis::cmd("GET").arg(k).query(con).unwrap();
-            assert_eq!(v, *i as i64, "node {}: {k}", n + 1);
+            assert!(
+                v >= *i as i64 && v % 50 == *i as i64 % 50,
+                "node {}: {k} {v} < {i}",
+                n + 1
+            );
         }
         for &i in &kept {
             let v: String = redis::cmd("GET").arg(key(i)).query(con).unwrap();
             assert_eq!(v, value);
         }
         let count: i64 = redis::cmd("DBSIZE").query(con).unwrap();
-        assert_eq!(count as usize, kept.len() + acked.len(), "node {}", n + 1);
+        assert_eq!(count as usize, kept.len() + last.len(), "node {}", n + 1);
     }
     drop(nodes);
     let _ = std::fs::remove_dir_all(&root);
@@ -898,7 +909,7 @@ fn ranges_placed_on_three_of_five_nodes_are_read_through_every_node() {
     for i in (0..KEYS).filter(|i| i % 100 != 0) {
         let _: i64 = redis::cmd("DEL").arg(key(i)).query(&mut cons[0]).unwrap();
     }
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_secs(240);
     let after = loop {
         let infos: Vec<_> = stay.iter().map(|n| n.info_ranges()).collect();
         let ranges: usize = field(&infos[0], "ranges").parse().unwrap_or(0);

@@ -51,6 +51,19 @@ impl Host {
         let meta = self
             .group(0)
             .ok_or_else(|| ClusterError::Refused("this node hosts no group 0".into()))?;
+        // The groups' members must be the map's: the left range's leader
+        // then holds a replica of the right one (a move the map asked for
+        // and the group has not finished stops once the right range leaves
+        // the map).
+        for d in [left, right] {
+            if !self.members_are_the_maps(d).await {
+                return Err(ClusterError::Refused(format!(
+                    "range {}: its group is not on the nodes the map gives it yet (a move \
+                     under way)",
+                    d.id
+                )));
+            }
+        }
         if self
             .range_bytes_below(right, MAX_MERGED_BYTES)
             .await
@@ -92,10 +105,15 @@ impl Host {
     /// before the range applied it) takes that epoch. Every 100 ms on
     /// every node.
     pub(super) async fn drive_merges(&self) {
-        if self.groups().iter().all(|&g| g == 0) {
+        let Some(meta) = self.group(0) else { return };
+        // A node of group 0 alone has nothing to do, unless range 0 is
+        // carrying out the merge that left it alone (its report is still
+        // to make).
+        if self.groups().iter().all(|&g| g == 0)
+            && !meta.shared_range_map().is_some_and(|m| m.is_merging(0))
+        {
             return;
         }
-        let Some(meta) = self.group(0) else { return };
         let Some(map) = meta.range_map() else { return };
         for g in self.groups() {
             let Some(r) = self.group(g).filter(|r| r.is_leader() && r.is_voter()) else {
@@ -111,7 +129,11 @@ impl Host {
                 && bounds.end == desc.end
                 && bounds.epoch.version == desc.epoch.version
             {
-                match meta.change_ranges(&MapChange::Merged { range: g }).await {
+                let merged = MapChange::Merged {
+                    range: g,
+                    version: desc.epoch.version,
+                };
+                match meta.change_ranges(&merged).await {
                     Ok(()) => tracing::info!("range {g}: its merge is carried out"),
                     Err(e) => tracing::debug!("range {g}: recording its merge waits: {e}"),
                 }
@@ -249,10 +271,13 @@ impl Host {
                 continue;
             }
             let taker = map.route(&start);
-            let absorbed = self.group(taker.id).is_some_and(|t| {
-                let b = t.bounds();
-                b.contains(&start) && b.epoch.version >= taker.epoch.version
-            });
+            // Kept until the map has the merge reported (the report is made
+            // by a node that holds a replica of both, as this one may be).
+            let absorbed = !map.is_merging(taker.id)
+                && self.group(taker.id).is_some_and(|t| {
+                    let b = t.bounds();
+                    b.contains(&start) && b.epoch.version >= taker.epoch.version
+                });
             if !absorbed {
                 continue;
             }
@@ -438,6 +463,32 @@ impl Host {
             Err(e) => tracing::debug!("range {range}: lining up for a merge waits: {e}"),
         }
         true
+    }
+
+    /// Whether range `desc`'s group, as its leader has committed its
+    /// membership, is on the map's nodes (voters, no learner).
+    async fn members_are_the_maps(&self, desc: &RangeDesc) -> bool {
+        let want = sorted(&desc.voters);
+        if !desc.learners.is_empty() {
+            return false;
+        }
+        if let Some(members) = self.group(desc.id).and_then(|r| r.committed_members()) {
+            return sorted(&members) == want;
+        }
+        let Some(meta) = self.group(0) else {
+            return false;
+        };
+        let addrs = super::member_addrs(&meta);
+        for v in desc.voters.iter().filter(|&&v| v != self.0.id) {
+            let Some(addr) = addrs.get(v) else { continue };
+            let req = Request::for_group(desc.id, Request::Members);
+            if let Ok(Response::Members(Some(members))) =
+                self.0.transport.call(*v, addr, req, ASK_TIMEOUT).await
+            {
+                return sorted(&members) == want;
+            }
+        }
+        false
     }
 
     /// [`Replica::bytes_below`] of range `desc`: at this node's replica of

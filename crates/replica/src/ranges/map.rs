@@ -218,6 +218,9 @@ pub enum MapChange {
     Merged {
         /// The range.
         range: RangeId,
+        /// The epoch version the merge gave it: a report of an earlier
+        /// merge of the same range changes nothing.
+        version: u64,
     },
 }
 
@@ -503,8 +506,18 @@ impl RangeMap {
                 l.epoch.conf_ver = l.epoch.conf_ver.max(r.epoch.conf_ver);
                 self.merging.insert(*left);
             }
-            MapChange::Merged { range } => {
-                self.start_of(*range)?;
+            MapChange::Merged { range, version } => {
+                let key = self.start_of(*range)?;
+                if self.ranges[&key].epoch.version != *version || !self.merging.contains(range) {
+                    return Err(MapError::StaleEpoch {
+                        range: *range,
+                        seen: Epoch {
+                            version: *version,
+                            conf_ver: self.ranges[&key].epoch.conf_ver,
+                        },
+                        current: self.ranges[&key].epoch,
+                    });
+                }
                 self.merging.remove(range);
             }
             MapChange::Replicas {
@@ -739,7 +752,7 @@ pub fn next_placement(
             .min_by_key(|(n, l)| (**l, **n))
             .map(|(n, _)| *n)
     };
-    for r in &ranges {
+    for r in ranges.iter().filter(|r| !map.is_merging(r.id)) {
         // A replica on a node that is no member is replaced first.
         if let Some(gone) = r.voters.iter().find(|v| !load.contains_key(v)) {
             let mut voters: Vec<NodeId> = r.voters.iter().copied().filter(|v| v != gone).collect();
@@ -784,7 +797,9 @@ pub fn next_placement(
     let (_, r) = ranges
         .iter()
         .enumerate()
-        .filter(|(_, r)| r.voters.contains(&most) && !r.voters.contains(&least))
+        .filter(|(_, r)| {
+            !map.is_merging(r.id) && r.voters.contains(&most) && !r.voters.contains(&least)
+        })
         .min_by_key(|(i, _)| lined_up(*i))?;
     let mut voters: Vec<NodeId> = r.voters.iter().copied().filter(|&v| v != most).collect();
     voters.push(least);

@@ -162,7 +162,8 @@ proptest! {
                             model.retain(|(_, id)| id != right);
                             // The left range's group carries it out.
                             prop_assert!(map.is_merging(*left));
-                            map.apply(&MapChange::Merged { range: *left }).unwrap();
+                            let version = map.get(*left).unwrap().epoch.version;
+                            map.apply(&MapChange::Merged { range: *left, version }).unwrap();
                         }
                         MapChange::Replicas { .. } | MapChange::Merged { .. } => {}
                     }
@@ -365,7 +366,8 @@ fn a_merge_needs_neighbours_on_the_same_replicas_and_passes_both_versions() {
     assert!(merged.epoch.version > v2.max(v3));
     // The id of a merged-away range is never given again (once the
     // merge is carried out, the range splits again).
-    map.apply(&MapChange::Merged { range: 1 }).unwrap();
+    let version = map.get(1).unwrap().epoch.version;
+    map.apply(&MapChange::Merged { range: 1, version }).unwrap();
     assert_eq!(map.next_id(), 3);
     assert_eq!(
         map.apply(&MapChange::Split {
@@ -557,7 +559,18 @@ fn a_merging_range_changes_no_more_until_merged() {
     };
     assert_eq!(map.apply(&again), Err(MapError::Merging(one)));
     map.validate().unwrap();
-    map.apply(&MapChange::Merged { range: one }).unwrap();
+    // A report of an older merge of the range changes nothing.
+    let stale = MapChange::Merged {
+        range: one,
+        version: merged.epoch.version - 1,
+    };
+    assert!(map.apply(&stale).is_err());
+    assert!(map.is_merging(one));
+    map.apply(&MapChange::Merged {
+        range: one,
+        version: merged.epoch.version,
+    })
+    .unwrap();
     assert!(!map.is_merging(one));
     assert_eq!(split(&mut map, one, b"m").map(|_| ()), Ok(()));
     let bytes = postcard::to_stdvec(&map).unwrap();

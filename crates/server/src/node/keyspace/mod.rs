@@ -58,8 +58,11 @@ impl<'a> Keyspace<'a> {
     /// The keyspace a read on `shared` sees, `store` being the turn's.
     pub(crate) fn of(shared: &'a Shared, store: &'a Store) -> Keyspace<'a> {
         if let Some(cluster) = shared.cluster()
-            && cluster.is_split()
+            && (cluster.is_split() || !std::ptr::eq(store, &*cluster.store()))
         {
+            // Split, or the turn's store replaced since the turn took it (a
+            // merge into range 0 makes its store anew): read where the
+            // keys are now.
             return Keyspace::Ranges { cluster };
         }
         Keyspace::One(store)
@@ -193,6 +196,7 @@ impl<'a> Keyspace<'a> {
                     // the map is brought up to date and the read routed
                     // again.
                     let absorbing = !b.retired
+                        && b.epoch.version < r.epoch.version
                         && b.start == r.start
                         && b.end
                             .as_ref()
