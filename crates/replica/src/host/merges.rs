@@ -263,11 +263,17 @@ impl Host {
         };
         for &g in groups.iter().filter(|&&g| map.get(g).is_none()) {
             let Some(r) = self.group(g) else { continue };
+            // An id the map never handed out: a group a test or tool
+            // started outside it.
+            if g >= map.next_id() {
+                continue;
+            }
             let start = r.bounds().start;
-            // A group at the start of the keyspace is no range merged
-            // away (the first range is never a merge's right half): one a
-            // test or tool started outside the map.
+            // A replica that never got its range's state (started empty by
+            // a peer's message, its bounds still the whole keyspace's: no
+            // range but 0 starts at the empty key) holds nothing to keep.
             if start.is_empty() {
+                self.delete_merged_away(g, 0).await;
                 continue;
             }
             let taker = map.route(&start);
@@ -281,20 +287,23 @@ impl Host {
             if !absorbed {
                 continue;
             }
-            let Some(replica) = self.remove_group(g) else {
-                continue;
-            };
-            replica.shutdown().await;
-            match self.delete_group_files(g) {
-                Ok(()) => {
-                    self.0.counts.deleted.fetch_add(1, Ordering::Relaxed);
-                    tracing::info!(
-                        "range {g} merged into range {}: its replica here is deleted",
-                        taker.id
-                    );
-                }
-                Err(e) => tracing::warn!("range {g} merged away; deleting its files: {e}"),
+            self.delete_merged_away(g, taker.id).await;
+        }
+    }
+
+    /// Stops this node's replica of group `g`, merged into `taker`, and
+    /// deletes its files.
+    async fn delete_merged_away(&self, g: GroupId, taker: RangeId) {
+        let Some(replica) = self.remove_group(g) else {
+            return;
+        };
+        replica.shutdown().await;
+        match self.delete_group_files(g) {
+            Ok(()) => {
+                self.0.counts.deleted.fetch_add(1, Ordering::Relaxed);
+                tracing::info!("range {g} merged into range {taker}: its replica here is deleted");
             }
+            Err(e) => tracing::warn!("range {g} merged away; deleting its files: {e}"),
         }
     }
 
