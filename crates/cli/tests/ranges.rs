@@ -123,6 +123,31 @@ fn a_keyspace_split_into_ranges_is_served_whole_by_every_node() {
             .query(&mut cons[(i + 1) % 3])
             .unwrap();
     }
+    // A read inside one range waits for that range's read index alone,
+    // not for one on every range its node holds (three here).
+    for (n, con) in cons.iter_mut().enumerate() {
+        let indexes = || -> u64 {
+            field(&nodes[n].info_ranges(), "ranges_read_indexes")
+                .parse()
+                .unwrap()
+        };
+        let before = indexes();
+        for i in 100..150 {
+            let v: String = redis::cmd("GET").arg(key(i)).query(con).unwrap();
+            assert_eq!(v, format!("b{i}"), "node {} key {i}", n + 1);
+        }
+        // A command read by itself, its keys named by its table entry.
+        for i in 100..125 {
+            let there: i64 = redis::cmd("EXISTS").arg(key(i)).query(con).unwrap();
+            assert_eq!(there, 1, "node {} key {i}", n + 1);
+        }
+        let taken = indexes() - before;
+        assert!(
+            (75..110).contains(&taken),
+            "node {}: 50 GETs and 25 EXISTS inside range 1 took {taken} read indexes",
+            n + 1
+        );
+    }
     for (n, con) in cons.iter_mut().enumerate() {
         for i in (0..200).step_by(7) {
             let v: String = redis::cmd("GET").arg(key(i)).query(con).unwrap();

@@ -17,7 +17,9 @@
 //! shutdown's last requests) waits with `block_on`.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use smallvec::SmallVec;
 
 use combkv::op::{Op, Outcome};
 use combkv::{Error as StoreError, HistogramSnapshot, Store};
@@ -265,26 +267,50 @@ impl Cluster {
         });
     }
 
-    /// Asks for a read index in the background; `done` hears when reads
-    /// on this node are linearizable (on a Raft thread: it must only hand
-    /// it on).
+    /// Asks for a read index over `scope` in the background; `done` hears
+    /// when reads of those ranges on this node are linearizable, with the
+    /// instant it began and the scope it covered (on a Raft thread: it
+    /// must only hand it on).
     pub(crate) fn read_barrier_then(
         &self,
-        done: impl FnOnce(Result<(), StoreError>) + Send + 'static,
+        scope: ReadScope,
+        done: impl FnOnce(Result<(Instant, ReadScope), StoreError>) + Send + 'static,
     ) {
         let (host, marks) = (self.host.clone(), Arc::clone(&self.marks));
         self.rt.spawn(async move {
-            done(read_index_all(&host, &marks).await);
+            let r = read_index(&host, &marks, &scope).await;
+            done(r.map(|since| (since, scope)));
         });
     }
 
     /// Waits until a read on this node is linearizable (with
     /// `cluster-reads linearizable`).
     pub(crate) fn read_barrier(&self) -> Result<(), StoreError> {
+        self.read_barrier_over(&ReadScope::All).map(drop)
+    }
+
+    /// Waits until reads of the ranges in `scope` on this node are
+    /// linearizable; the instant the read index began.
+    pub(crate) fn read_barrier_over(&self, scope: &ReadScope) -> Result<Instant, StoreError> {
         if self.reads == ClusterReads::Local {
-            return Ok(());
+            return Ok(Instant::now());
         }
-        self.rt.block_on(read_index_all(&self.host, &self.marks))
+        self.rt.block_on(read_index(&self.host, &self.marks, scope))
+    }
+
+    /// Whether a read index over every range in `scope` began at or after
+    /// `since` and completed (so a read of them now is linearizable for a
+    /// request that arrived before `since`).
+    pub(crate) fn fresh_over(&self, scope: &ReadScope, since: Instant) -> bool {
+        let marks = self.marks.lock();
+        match scope {
+            ReadScope::All => self
+                .host
+                .serving_all()
+                .iter()
+                .all(|r| marks.covers_since(r.group(), since)),
+            ReadScope::Ranges(ids) => ids.iter().all(|&id| marks.covers_since(id, since)),
+        }
     }
 
     /// Waits until this node has applied the range map as committed (a
@@ -296,18 +322,30 @@ impl Cluster {
     }
 
     /// Makes a read of `replica` linearizable for a request whose read
-    /// index was taken (`read_barrier_then`) over the ranges this node
-    /// served then: a replica that began to serve after the latest read
-    /// index completed (a split's new range started here) takes a read
-    /// index of its own now, waiting for it.
-    pub(crate) fn fresh(&self, replica: &Replica) -> Result<(), StoreError> {
+    /// index began at `since` (None: one was taken, by `read_barrier`,
+    /// before the request's reads began) over some of the ranges this
+    /// node serves: a replica that no read index begun since then covered
+    /// (outside the request's scope, or a split's new range started here
+    /// after it) takes a read index of its own now, waiting for it.
+    pub(crate) fn fresh(
+        &self,
+        replica: &Replica,
+        since: Option<Instant>,
+    ) -> Result<(), StoreError> {
         if self.reads == ClusterReads::Local {
             return Ok(());
         }
-        if self.marks.lock().covers(replica.group()) {
+        let fresh = {
+            let marks = self.marks.lock();
+            match since {
+                Some(since) => marks.covers_since(replica.group(), since),
+                None => marks.covers(replica.group()),
+            }
+        };
+        if fresh {
             return Ok(());
         }
-        let start = std::time::Instant::now();
+        let start = Instant::now();
         self.rt
             .block_on(replica.read_barrier())
             .map_err(cluster_error)?;
@@ -444,6 +482,12 @@ impl Cluster {
 
     /// Reads across ranges served at one timestamp since the node started,
     /// and the times one was taken again.
+    /// Read indexes this node's reads completed since it started, one per
+    /// range (INFO `ranges_read_indexes`).
+    pub(crate) fn read_index_rounds(&self) -> u64 {
+        self.marks.lock().rounds
+    }
+
     pub(crate) fn reads_across(&self) -> (u64, u64) {
         use std::sync::atomic::Ordering::Relaxed;
         (
@@ -697,65 +741,135 @@ impl Cluster {
     }
 }
 
-/// When read indexes began whose ranges they all covered: the latest one
-/// completed, and per range the latest one that covered it. A request's
-/// read index began no later than the latest completed, so a range covered
-/// by one that began at or after that is fresh for it (see
-/// `Cluster::fresh`).
-#[derive(Debug, Default)]
-struct Marks {
-    latest: Option<std::time::Instant>,
-    per_range: std::collections::HashMap<u64, std::time::Instant>,
+/// Which ranges a request's read index must cover: the local ranges its
+/// reads go to at their read index. A read of a range held elsewhere (the
+/// node holding it takes a read index of its own) or across ranges (read at
+/// one timestamp) needs none here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ReadScope {
+    /// Every range this node serves (reads whose keys are not known before
+    /// they run, and a keyspace not split).
+    All,
+    /// These ranges (group ids); none: the reads need no read index here.
+    Ranges(SmallVec<[u64; 4]>),
 }
 
-impl Marks {
-    fn covers(&self, range: u64) -> bool {
-        match (self.latest, self.per_range.get(&range)) {
-            (Some(latest), Some(at)) => *at >= latest,
-            _ => false,
-        }
+impl ReadScope {
+    /// No range at all.
+    pub(crate) fn none() -> ReadScope {
+        ReadScope::Ranges(SmallVec::new())
     }
 
-    fn covered(&mut self, range: u64, start: std::time::Instant) {
-        let at = self.per_range.entry(range).or_insert(start);
-        *at = (*at).max(start);
+    pub(crate) fn is_none(&self) -> bool {
+        matches!(self, ReadScope::Ranges(ids) if ids.is_empty())
     }
-}
 
-/// Waits for a read index on every range this node holds a replica of,
-/// all at once: a read of any of them after it is linearizable. One range
-/// (a keyspace not split) waits for its own, as a one-group cluster does.
-async fn read_index_all(host: &Host, marks: &parking_lot::Mutex<Marks>) -> Result<(), StoreError> {
-    let start = std::time::Instant::now();
-    let replicas = host.serving_all();
-    let groups: Vec<u64> = replicas.iter().map(Replica::group).collect();
-    let result = if let [one] = replicas.as_slice() {
-        one.read_barrier().await.map_err(cluster_error)
-    } else {
-        let mut tasks = tokio::task::JoinSet::new();
-        for r in replicas {
-            tasks.spawn(async move { r.read_barrier().await });
-        }
-        let mut result = Ok(());
-        while let Some(joined) = tasks.join_next().await {
-            match joined {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => result = Err(cluster_error(e)),
-                Err(e) => {
-                    result = Err(StoreError::Unavailable(format!("a read index task: {e}")));
+    /// Widens this scope to cover `other` too.
+    pub(crate) fn join(&mut self, other: &ReadScope) {
+        match (&mut *self, other) {
+            (ReadScope::All, _) => {}
+            (_, ReadScope::All) => *self = ReadScope::All,
+            (ReadScope::Ranges(mine), ReadScope::Ranges(theirs)) => {
+                for id in theirs {
+                    if !mine.contains(id) {
+                        mine.push(*id);
+                    }
                 }
             }
         }
-        result
-    };
-    if result.is_ok() {
-        let mut m = marks.lock();
-        for g in groups {
-            m.covered(g, start);
+    }
+
+    /// Whether every range of `other` is in this scope.
+    pub(crate) fn contains(&self, other: &ReadScope) -> bool {
+        match (self, other) {
+            (ReadScope::All, _) => true,
+            (ReadScope::Ranges(_), ReadScope::All) => false,
+            (ReadScope::Ranges(mine), ReadScope::Ranges(theirs)) => {
+                theirs.iter().all(|id| mine.contains(id))
+            }
         }
+    }
+}
+
+/// When read indexes began, per range the latest one that covered it, and
+/// the latest one completed over any ranges. A read index covering range
+/// `r` that began at or after instant `s` and completed makes a read of `r`
+/// linearizable for every request that arrived before `s`
+/// (`Cluster::fresh`).
+#[derive(Debug, Default)]
+struct Marks {
+    latest: Option<Instant>,
+    per_range: std::collections::HashMap<u64, Instant>,
+    /// Read indexes completed for reads on this node, one per range.
+    rounds: u64,
+}
+
+impl Marks {
+    /// For a request whose read index (over every range) completed before
+    /// this: its read index began no later than the latest completed, so
+    /// a range covered by one begun at or after that is fresh for it.
+    fn covers(&self, range: u64) -> bool {
+        self.latest
+            .is_some_and(|latest| self.covers_since(range, latest))
+    }
+
+    fn covers_since(&self, range: u64, since: Instant) -> bool {
+        self.per_range.get(&range).is_some_and(|at| *at >= since)
+    }
+
+    fn covered(&mut self, range: u64, start: Instant) {
+        let at = self.per_range.entry(range).or_insert(start);
+        *at = (*at).max(start);
+        self.rounds += 1;
+    }
+}
+
+/// Waits for a read index on every range in `scope` this node holds a
+/// replica of, all at once: a read of any of them after it is linearizable
+/// for a request that arrived before it began (the instant returned). One
+/// range (a keyspace not split) waits for its own, as a one-group cluster
+/// does.
+async fn read_index(
+    host: &Host,
+    marks: &parking_lot::Mutex<Marks>,
+    scope: &ReadScope,
+) -> Result<Instant, StoreError> {
+    let start = Instant::now();
+    let mut replicas = host.serving_all();
+    if let ReadScope::Ranges(ids) = scope {
+        replicas.retain(|r| ids.contains(&r.group()));
+    }
+    let groups: Vec<u64> = replicas.iter().map(Replica::group).collect();
+    let result = match replicas.as_slice() {
+        [] => Ok(()),
+        [one] => one.read_barrier().await.map_err(cluster_error),
+        _ => {
+            let mut tasks = tokio::task::JoinSet::new();
+            for r in replicas {
+                tasks.spawn(async move { r.read_barrier().await });
+            }
+            let mut result = Ok(());
+            while let Some(joined) = tasks.join_next().await {
+                match joined {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => result = Err(cluster_error(e)),
+                    Err(e) => {
+                        result = Err(StoreError::Unavailable(format!("a read index task: {e}")));
+                    }
+                }
+            }
+            result
+        }
+    };
+    result?;
+    let mut m = marks.lock();
+    for g in groups {
+        m.covered(g, start);
+    }
+    if *scope == ReadScope::All {
         m.latest = Some(m.latest.map_or(start, |l| l.max(start)));
     }
-    result
+    Ok(start)
 }
 
 fn cluster_error(e: ClusterError) -> StoreError {

@@ -27,6 +27,7 @@ use std::collections::VecDeque;
 
 use smallvec::SmallVec;
 
+use crate::cluster::ReadScope;
 use crate::node::park::ReadGate;
 use crate::state::Stats;
 use crate::state::slowlog::Laps;
@@ -258,7 +259,17 @@ impl<P: Protocol> Pipeline<P> {
                 if !self.commit_own_writes(cx) {
                     return Took::Abort;
                 }
-                match cx.ready_to_read() {
+                // The ranges of the keys it names, or, those not known
+                // before it runs, every range.
+                let scope = |cx: &Cx<'_>| {
+                    let mut keys = SmallVec::new();
+                    if !self.proto.read_keys(input, req, &mut keys) {
+                        return ReadScope::All;
+                    }
+                    crate::node::keyspace::Keyspace::of(cx.shared, cx.session.store(), None)
+                        .keys_scope(&keys)
+                };
+                match cx.ready_to_read(scope) {
                     ReadGate::Open => {}
                     ReadGate::Wait => return Took::Wait,
                     ReadGate::Refused(e) => {
@@ -402,9 +413,19 @@ impl<P: Protocol> Pipeline<P> {
         if !self.commit_own_writes(cx) {
             return Flushed::Abort;
         }
-        match cx.ready_to_read() {
+        let pending = &batch.reqs;
+        let mut reads = Reads::new();
+        for req in pending.iter() {
+            self.proto.read_requests(input, req, &mut reads);
+        }
+        let gate = cx.ready_to_read(|cx| {
+            crate::node::keyspace::Keyspace::of(cx.shared, cx.session.store(), None)
+                .read_scope(&reads)
+        });
+        match gate {
             ReadGate::Open => {}
             ReadGate::Wait => {
+                drop(reads);
                 // The whole batch is parsed again once the read index lands.
                 self.proto.rewind(batch.reqs.first());
                 let resume = batch.starts[0];
@@ -412,6 +433,7 @@ impl<P: Protocol> Pipeline<P> {
                 return Flushed::Partial(resume);
             }
             ReadGate::Refused(e) => {
+                drop(reads);
                 self.proto.batch_failed(cx, e, &batch.reqs, out);
                 Stats::add(&cx.shared.stats.commands_processed, batch.reqs.len() as u64);
                 batch.clear();
@@ -421,15 +443,11 @@ impl<P: Protocol> Pipeline<P> {
         if P::TIMED {
             self.laps.start();
         }
-        let pending = &batch.reqs;
-        let mut reads = Reads::new();
-        for req in pending.iter() {
-            self.proto.read_requests(input, req, &mut reads);
-        }
         Stats::add(&cx.shared.stats.read_batches, 1);
         Stats::add(&cx.shared.stats.read_batch_requests, reads.len() as u64);
         cx.stats.batch(reads.len());
-        let keyspace = crate::node::keyspace::Keyspace::of(cx.shared, cx.session.store());
+        let keyspace =
+            crate::node::keyspace::Keyspace::of(cx.shared, cx.session.store(), cx.read_since());
         let done = keyspace.read_batch(&reads, cx.batch);
         cx.shared.stats.add_hot_cache(cx.batch);
         drop(reads);

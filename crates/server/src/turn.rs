@@ -16,6 +16,7 @@ use combkv::readexec::{BatchResults, ReadRequest};
 use combkv::{Result, Session};
 use smallvec::SmallVec;
 
+use crate::cluster::ReadScope;
 use crate::node::park::{Parking, ReadGate, Written};
 use crate::state::Shared;
 
@@ -62,9 +63,10 @@ pub(crate) struct Cx<'a> {
     /// The event loop's reusable result buffers for read batches.
     pub batch: &'a mut BatchResults,
     pub client: &'a mut Client,
-    /// A cluster node took a read index in this call: reads may go ahead
-    /// (every request here arrived before it was taken).
-    pub read_ready: bool,
+    /// The read index this call's reads were let through on, on a
+    /// cluster node: when it began (after every request here arrived) and
+    /// the ranges it covered.
+    pub read: Option<(std::time::Instant, ReadScope)>,
     /// This event loop's per-command counts.
     pub stats: &'a crate::state::cmdstats::LoopStats,
     /// The node did not serve yet when this turn began: commands that
@@ -106,7 +108,7 @@ impl Cx<'_> {
     /// The keys reads see: this turn's store, or the stores of the ranges
     /// the keyspace is cut into.
     pub(crate) fn keyspace(&self) -> crate::node::keyspace::Keyspace<'_> {
-        crate::node::keyspace::Keyspace::of(self.shared, self.session.store())
+        crate::node::keyspace::Keyspace::of(self.shared, self.session.store(), self.read_since())
     }
 
     /// Applies a decided write: through the turn's session on a single
@@ -152,22 +154,51 @@ impl Cx<'_> {
         self.held = Some((Box::new(render), n));
     }
 
-    /// On a cluster node with linearizable reads, waits once per call for
-    /// a read index.
-    pub(crate) fn ready_to_read(&mut self) -> ReadGate {
-        if self.read_ready {
+    /// On a cluster node with linearizable reads, waits for a read index
+    /// over the ranges `scope` names (asked only there: it routes the
+    /// reads by the range map) unless one that began after every request
+    /// of this call arrived covers them already.
+    pub(crate) fn ready_to_read(&mut self, scope: impl FnOnce(&Self) -> ReadScope) -> ReadGate {
+        let Some(c) = self.shared.cluster() else {
+            return ReadGate::Open;
+        };
+        if c.reads() == crate::config::ClusterReads::Local {
             return ReadGate::Open;
         }
-        let gate = match (self.shared.cluster(), self.parking) {
-            (Some(c), Some(p)) => p.read_gate(c),
-            (Some(c), None) => match c.read_barrier() {
-                Ok(()) => ReadGate::Open,
-                Err(e) => ReadGate::Refused(e),
-            },
-            (None, _) => ReadGate::Open,
-        };
-        self.read_ready = matches!(gate, ReadGate::Open);
-        gate
+        if let Some(landed) = self.parking.and_then(|p| p.landed_read()) {
+            match landed {
+                Ok((since, covered)) => self.read = Some((since, covered)),
+                Err(e) => return ReadGate::Refused(e),
+            }
+        }
+        let scope = scope(self);
+        if let Some((since, covered)) = &self.read
+            && (covered.contains(&scope) || c.fresh_over(&scope, *since))
+        {
+            return ReadGate::Open;
+        }
+        if scope.is_none() {
+            // Nothing here to wait for; a read that finds a range of its
+            // own after all (the map changed meanwhile) waits for one that
+            // begins from now (`Cluster::fresh`).
+            self.read.get_or_insert((std::time::Instant::now(), scope));
+            return ReadGate::Open;
+        }
+        if self.parking.is_some_and(|p| p.park_read(&scope)) {
+            return ReadGate::Wait;
+        }
+        match c.read_barrier_over(&scope) {
+            Ok(since) => {
+                self.read = Some((since, scope));
+                ReadGate::Open
+            }
+            Err(e) => ReadGate::Refused(e),
+        }
+    }
+
+    /// When the read index this call's reads wait on began, if one did.
+    pub(crate) fn read_since(&self) -> Option<std::time::Instant> {
+        self.read.as_ref().map(|(since, _)| *since)
     }
 }
 
@@ -275,6 +306,18 @@ pub(crate) trait Protocol {
     /// the turn stopped before answering it. Only a parser that keeps state
     /// between requests needs it.
     fn rewind(&mut self, _req: Option<&Self::Request<'_>>) {}
+
+    /// Appends the keys a `Read` request reads, if its command names them
+    /// (where it reads more, a read index is taken for those as it reads
+    /// them); false if they are not known before it runs.
+    fn read_keys<'s>(
+        &'s self,
+        _input: &'s [u8],
+        _req: &Self::Request<'_>,
+        _into: &mut SmallVec<[&'s [u8]; 4]>,
+    ) -> bool {
+        false
+    }
 
     /// Appends what a batched request reads (`class` said `BatchRead`).
     fn read_requests<'s>(

@@ -87,7 +87,7 @@ impl MemcacheSession {
                 session: &session,
                 batch: &mut self.batch,
                 client: &mut self.client,
-                read_ready: false,
+                read: None,
                 loading: false,
                 stats: &stats,
                 parking: None,

@@ -127,7 +127,7 @@ impl RespSession {
                 session: &session,
                 batch: &mut self.batch,
                 client: &mut self.client,
-                read_ready: false,
+                read: None,
                 loading: false,
                 stats: &stats,
                 parking: None,

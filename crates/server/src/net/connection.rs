@@ -319,7 +319,7 @@ impl Connection {
             session: cx_parts.session,
             batch: cx_parts.batch,
             client: &mut self.client,
-            read_ready: false,
+            read: None,
             loading: cx_parts.loading,
             stats: cx_parts.stats,
             parking,

@@ -248,6 +248,11 @@ const COUNTERS: &[(&str, &str, &str)] = &[
         "Reads across ranges taken again at a new timestamp (a map behind, a range's past not held back far enough).",
     ),
     (
+        "ranges_read_indexes",
+        "combkv_ranges_read_indexes",
+        "Read indexes this node's linearizable reads completed, one per range each covered.",
+    ),
+    (
         "used_cpu_sys",
         "combkv_cpu_system_seconds",
         "CPU time in the kernel.",

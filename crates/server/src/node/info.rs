@@ -238,6 +238,7 @@ fn ranges_fields(shared: &Shared) -> Vec<(&'static str, String)> {
         ("ranges_leaders_moved", r.leaders_moved.to_string()),
         ("ranges_reads_across", c.reads_across().0.to_string()),
         ("ranges_read_retries", c.reads_across().1.to_string()),
+        ("ranges_read_indexes", c.read_index_rounds().to_string()),
         ("ranges_snapshot_pins", r.snapshot_pins.to_string()),
     ]
 }

@@ -28,13 +28,14 @@
 
 use std::cell::RefCell;
 use std::sync::Arc;
+use std::time::Instant;
 
 use combkv::op::{Op, Outcome};
 use combkv::{Error, Result, Session};
 use combkv_replica::Routed;
 use parking_lot::Mutex;
 
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, ReadScope};
 use crate::state::Shared;
 
 /// What landed for a parked connection.
@@ -43,8 +44,9 @@ pub(crate) enum Landing {
     /// The outcomes of the writes it held, in order, and the index of
     /// the log entry that holds them (none if they failed).
     Writes(Vec<Result<Outcome>>, Option<u64>),
-    /// Its read index was reached here (or no leader answered).
-    Read(Result<()>),
+    /// Its read index was reached here: when it began and the ranges it
+    /// covered (or no leader answered).
+    Read(Result<(Instant, ReadScope)>),
     /// Its WAIT ended: how many followers hold its writes (None: this
     /// node stopped leading meanwhile).
     Waited(Option<usize>),
@@ -72,8 +74,9 @@ pub(crate) struct Inbox {
     /// connection's writes are contiguous (one connection is served at a
     /// time).
     writes: Mutex<(Routed, Vec<Share>)>,
-    /// This turn's connections waiting for a read index: (token, client).
-    reads: Mutex<Vec<(usize, u64)>>,
+    /// This turn's connections waiting for a read index, (token, client),
+    /// and the ranges it must cover for them all.
+    reads: Mutex<(Vec<(usize, u64)>, ReadScope)>,
 }
 
 impl Inbox {
@@ -82,14 +85,14 @@ impl Inbox {
             landed: Mutex::new(Vec::new()),
             waker,
             writes: Mutex::new((Routed::default(), Vec::new())),
-            reads: Mutex::new(Vec::new()),
+            reads: Mutex::new((Vec::new(), ReadScope::none())),
         }
     }
 
     /// Sends what this turn asked of the log: its writes as one proposal
     /// (one entry, unless the leader joins it with others), and one read
-    /// index for every connection that waits for one (every request they
-    /// parked on arrived before it is asked).
+    /// index over the ranges every connection that waits for one reads
+    /// (every request they parked on arrived before it is asked).
     pub(crate) fn submit(self: &Arc<Self>, cluster: &Cluster) {
         let (ops, to) = std::mem::take(&mut *self.writes.lock());
         if !ops.is_empty() {
@@ -106,10 +109,11 @@ impl Inbox {
                 }
             });
         }
-        let reads = std::mem::take(&mut *self.reads.lock());
+        let (reads, scope) =
+            std::mem::replace(&mut *self.reads.lock(), (Vec::new(), ReadScope::none()));
         if !reads.is_empty() {
             let inbox = Arc::clone(self);
-            cluster.read_barrier_then(move |r| {
+            cluster.read_barrier_then(scope, move |r| {
                 for (token, client) in reads {
                     inbox.land(Landed {
                         token,
@@ -148,7 +152,7 @@ pub(crate) struct Park {
     /// The outcomes of the writes it held, landed, not yet rendered.
     outcomes: Option<Vec<Result<Outcome>>>,
     /// A read index that landed for the input as it stood when parked.
-    read: Option<Result<()>>,
+    read: Option<Result<(Instant, ReadScope)>>,
     /// The answer of a WAIT that landed, for the WAIT it parked on.
     waited: Option<Option<usize>>,
     /// The log index of the last write of this connection that landed
@@ -287,26 +291,26 @@ impl Parking<'_> {
         }
     }
 
-    /// A read index on a cluster node: the one that landed for this input,
-    /// or a request for one and a parked connection (or, with no inbox, a
-    /// blocking wait).
-    pub(crate) fn read_gate(&self, cluster: &Cluster) -> ReadGate {
-        if cluster.reads() == crate::config::ClusterReads::Local {
-            return ReadGate::Open;
-        }
-        let mut p = self.park.borrow_mut();
-        if let Some(r) = p.read.take() {
-            return gate(r);
-        }
+    /// The read index that landed for this input, once.
+    pub(crate) fn landed_read(&self) -> Option<Result<(Instant, ReadScope)>> {
+        self.park.borrow_mut().read.take()
+    }
+
+    /// Parks the connection until a read index over `scope` lands (asked
+    /// at the turn's end with every other connection's); false with no
+    /// inbox (the loop drains: the caller waits for one itself).
+    pub(crate) fn park_read(&self, scope: &ReadScope) -> bool {
         let Some(inbox) = self.inbox else {
-            drop(p);
-            return gate(cluster.read_barrier());
+            return false;
         };
+        let mut p = self.park.borrow_mut();
         if !p.waiting {
             p.waiting = true;
-            inbox.reads.lock().push((self.token, self.client));
+            let mut reads = inbox.reads.lock();
+            reads.0.push((self.token, self.client));
+            reads.1.join(scope);
         }
-        ReadGate::Wait
+        true
     }
 }
 
@@ -324,12 +328,5 @@ pub(crate) fn write(
         (Some(c), Some(p)) => p.write(c, op),
         (Some(c), None) => Written::Now(c.apply(op)),
         (None, _) => Written::Now(session.apply(op)),
-    }
-}
-
-fn gate(r: Result<()>) -> ReadGate {
-    match r {
-        Ok(()) => ReadGate::Open,
-        Err(e) => ReadGate::Refused(e),
     }
 }

@@ -64,16 +64,19 @@ fn catch_up(shared: &Arc<Shared>) {
         return;
     }
     let weak = Arc::downgrade(shared);
-    c.read_barrier_then(move |result| {
-        let Some(shared) = weak.upgrade() else {
-            return;
-        };
-        shared.readiness.asking.store(false, Ordering::Release);
-        if result.is_ok() {
-            shared.readiness.caught_up();
-            tracing::info!("caught up with the cluster's leader: serving");
-        }
-    });
+    c.read_barrier_then(
+        crate::cluster::ReadScope::All,
+        move |result: Result<_, _>| {
+            let Some(shared) = weak.upgrade() else {
+                return;
+            };
+            shared.readiness.asking.store(false, Ordering::Release);
+            if result.is_ok() {
+                shared.readiness.caught_up();
+                tracing::info!("caught up with the cluster's leader: serving");
+            }
+        },
+    );
 }
 
 /// Why the node's storage cannot go on without a restart, if so.

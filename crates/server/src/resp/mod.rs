@@ -265,6 +265,33 @@ impl Protocol for Resp {
         }
     }
 
+    fn read_keys<'s>(
+        &'s self,
+        input: &'s [u8],
+        req: &RespRequest,
+        into: &mut smallvec::SmallVec<[&'s [u8]; 4]>,
+    ) -> bool {
+        // The keys its table entry names (first to last, as COMMAND gives
+        // them; a negative last counts from the end).
+        let Some(spec) = req.spec.filter(|s| s.first_key > 0) else {
+            return false;
+        };
+        let n = (req.end - req.first) as i64;
+        let first = i64::from(spec.first_key);
+        let last = match spec.last_key {
+            l if l < 0 => n + i64::from(l),
+            l => i64::from(l),
+        };
+        if last < first || last >= n {
+            return false;
+        }
+        let input = &input[req.base..];
+        for i in first..=last {
+            into.push(self.frames.arg(input, req.first + i as usize));
+        }
+        true
+    }
+
     #[inline]
     fn read_requests<'s>(&'s self, input: &'s [u8], req: &'s RespRequest, into: &mut Reads<'s>) {
         let planned = req.planned.expect("a batched request is planned");
@@ -354,6 +381,7 @@ impl Protocol for Resp {
         // (`combkv::ReceivedValue::offer`) if the command stores it whole.
         let offer = frames.spliced_among(req.first, req.end).map(|v| v.offer());
         let resp3 = conn.resp3;
+        let read_since = cx.read_since();
         let mut ctx = Ctx {
             shared: cx.shared,
             session: cx.session,
@@ -365,6 +393,7 @@ impl Protocol for Resp {
             r: Reply { out, resp3 },
             loading: cx.loading,
             stats: cx.stats,
+            read_since,
             close: false,
             txn: None,
             held: None,
@@ -415,6 +444,7 @@ impl Protocol for Resp {
         out: &mut Vec<u8>,
     ) {
         let resp3 = self.conn.resp3;
+        let read_since = cx.read_since();
         let mut ctx = Ctx {
             shared: cx.shared,
             session: cx.session,
@@ -426,6 +456,7 @@ impl Protocol for Resp {
             r: Reply { out, resp3 },
             loading: cx.loading,
             stats: cx.stats,
+            read_since,
             close: false,
             txn: None,
             held: None,

@@ -26,7 +26,7 @@ use combkv::{Error, ItemView, Range, Result, SnapshotId, SnapshotInfo, Store};
 use combkv_replica::ranges::{RangeDesc, RangeMap};
 use combkv_replica::{RemoteItem, RemoteRead, Replica};
 
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, ReadScope};
 use crate::state::Shared;
 
 mod at_timestamp;
@@ -41,8 +41,13 @@ const GROUP_START_WAIT: Duration = Duration::from_secs(2);
 pub(crate) enum Keyspace<'a> {
     /// One store holds every key.
     One(&'a Store),
-    /// The keyspace is cut into ranges, each its own group's store.
-    Ranges { cluster: &'a Cluster },
+    /// The keyspace is cut into ranges, each its own group's store; reads
+    /// inside one range are linearizable for requests that arrived before
+    /// `since`, when a read index over some of them began (`Cluster::fresh`).
+    Ranges {
+        cluster: &'a Cluster,
+        since: Option<Instant>,
+    },
 }
 
 /// Where a range's keys are read.
@@ -55,15 +60,17 @@ enum Source {
 }
 
 impl<'a> Keyspace<'a> {
-    /// The keyspace a read on `shared` sees, `store` being the turn's.
-    pub(crate) fn of(shared: &'a Shared, store: &'a Store) -> Keyspace<'a> {
+    /// The keyspace a read on `shared` sees, `store` being the turn's, for
+    /// requests let through on a read index begun at `since` (None: one
+    /// over every range, taken before).
+    pub(crate) fn of(shared: &'a Shared, store: &'a Store, since: Option<Instant>) -> Keyspace<'a> {
         if let Some(cluster) = shared.cluster()
             && (cluster.is_split() || !std::ptr::eq(store, &*cluster.store()))
         {
             // Split, or the turn's store replaced since the turn took it (a
             // merge into range 0 makes its store anew): read where the
             // keys are now.
-            return Keyspace::Ranges { cluster };
+            return Keyspace::Ranges { cluster, since };
         }
         Keyspace::One(store)
     }
@@ -73,7 +80,7 @@ impl<'a> Keyspace<'a> {
     pub(crate) fn snapshot(&self, ttl: Duration) -> Result<SnapshotId> {
         match self {
             Keyspace::One(s) => s.snapshot(ttl),
-            Keyspace::Ranges { cluster } => cluster.snapshot(ttl).map(SnapshotId),
+            Keyspace::Ranges { cluster, .. } => cluster.snapshot(ttl).map(SnapshotId),
         }
     }
 
@@ -81,7 +88,7 @@ impl<'a> Keyspace<'a> {
     pub(crate) fn release_snapshot(&self, id: SnapshotId) -> bool {
         match self {
             Keyspace::One(s) => s.release_snapshot(id),
-            Keyspace::Ranges { cluster } => cluster.release_snapshot(id.0),
+            Keyspace::Ranges { cluster, .. } => cluster.release_snapshot(id.0),
         }
     }
 
@@ -89,7 +96,7 @@ impl<'a> Keyspace<'a> {
     pub(crate) fn list_snapshots(&self) -> Vec<SnapshotInfo> {
         match self {
             Keyspace::One(s) => s.list_snapshots(),
-            Keyspace::Ranges { cluster } => cluster.list_snapshots(),
+            Keyspace::Ranges { cluster, .. } => cluster.list_snapshots(),
         }
     }
 
@@ -97,7 +104,7 @@ impl<'a> Keyspace<'a> {
     pub(crate) fn get_at(&self, id: SnapshotId, key: &[u8]) -> Result<Option<combkv::Item>> {
         let cluster = match self {
             Keyspace::One(s) => return s.get_at(id, key),
-            Keyspace::Ranges { cluster } => cluster,
+            Keyspace::Ranges { cluster, .. } => cluster,
         };
         let at = cluster.snapshot_at(id.0)?;
         combkv::check_key(key, cluster.max_key_len())?;
@@ -124,7 +131,7 @@ impl<'a> Keyspace<'a> {
     ) -> Result<usize> {
         let cluster = match self {
             Keyspace::One(s) => return s.scan_at(id, r, f),
-            Keyspace::Ranges { cluster } => cluster,
+            Keyspace::Ranges { cluster, .. } => cluster,
         };
         let at = cluster.snapshot_at(id.0)?;
         let mut r = r.clone();
@@ -153,10 +160,14 @@ impl<'a> Keyspace<'a> {
     /// them; a new group starts a moment after its split applies, and a
     /// read in that moment waits for it (up to `GROUP_START_WAIT`). A
     /// range the map names no replica of here is read remotely.
-    fn source(cluster: &Cluster, r: &RangeDesc) -> Result<Source> {
+    fn source(&self, cluster: &Cluster, r: &RangeDesc) -> Result<Source> {
         let source = Self::place(cluster, r)?;
         if let Source::Local(_, replica) = source {
-            cluster.fresh(&replica)?;
+            let since = match self {
+                Keyspace::Ranges { since, .. } => *since,
+                Keyspace::One(_) => None,
+            };
+            cluster.fresh(&replica, since)?;
             // The read index may have brought a split or merge in: what
             // the group holds now is what the read sees, and its store is
             // taken now (a merge makes the store anew, and the writes the
@@ -241,7 +252,7 @@ impl<'a> Keyspace<'a> {
             Keyspace::One(s) => return s.get_with(key, f),
             Keyspace::Ranges { cluster, .. } => cluster,
         };
-        match routed(cluster, |map| Self::source(cluster, map.route(key)))? {
+        match routed(cluster, |map| self.source(cluster, map.route(key)))? {
             Source::Local(s, replica) => {
                 replica.note_reads(1, key);
                 s.get_with(key, f)
@@ -261,7 +272,7 @@ impl<'a> Keyspace<'a> {
             Keyspace::One(s) => return s.item_memory(key),
             Keyspace::Ranges { cluster, .. } => cluster,
         };
-        match routed(cluster, |map| Self::source(cluster, map.route(key)))? {
+        match routed(cluster, |map| self.source(cluster, map.route(key)))? {
             Source::Local(s, _) => s.item_memory(key),
             Source::Remote(id) => Err(Error::Unavailable(format!(
                 "range {id} holds the key and has no replica on this node: ask one of its nodes"
@@ -349,7 +360,7 @@ impl<'a> Keyspace<'a> {
         let plan = routed(cluster, |map| {
             let mut parts = spanned(map, &r);
             match (parts.next(), parts.next()) {
-                (Some(part), None) => Ok(Some((clip(&r, part), Self::source(cluster, part)?))),
+                (Some(part), None) => Ok(Some((clip(&r, part), self.source(cluster, part)?))),
                 _ => Ok(None),
             }
         })?;
@@ -547,6 +558,53 @@ impl<'a> Keyspace<'a> {
         })
     }
 
+    /// The ranges a read index must cover before `requests` are read
+    /// (`ReadScope`): a keyspace not split, its one range; a batch inside
+    /// one range this node serves, that range; a batch of a range held
+    /// elsewhere, or across ranges, none (the node holding it takes a read
+    /// index of its own; a read across ranges is read at one timestamp).
+    pub(crate) fn read_scope(&self, requests: &[ReadRequest<'_>]) -> ReadScope {
+        let Keyspace::Ranges { cluster, .. } = self else {
+            return ReadScope::All;
+        };
+        let map = cluster.shared_range_map();
+        let Some(r) = one_range(&map, requests) else {
+            return ReadScope::none();
+        };
+        // As `place` finds the replica the read goes to.
+        match cluster
+            .range_replica(r.id)
+            .or_else(|| cluster.replica_holding(&r.start))
+        {
+            Some(replica) if replica.is_voter() => {
+                ReadScope::Ranges(smallvec::smallvec![replica.group()])
+            }
+            _ => ReadScope::none(),
+        }
+    }
+
+    /// The ranges a read index must cover before a command reads `keys`
+    /// one by one, each at its range's read index: the ranges this node
+    /// serves of them (one held elsewhere is read there).
+    pub(crate) fn keys_scope(&self, keys: &[&[u8]]) -> ReadScope {
+        let Keyspace::Ranges { cluster, .. } = self else {
+            return ReadScope::All;
+        };
+        let map = cluster.shared_range_map();
+        let mut scope = ReadScope::none();
+        for key in keys {
+            let r = map.route(key);
+            if let Some(replica) = cluster
+                .range_replica(r.id)
+                .or_else(|| cluster.replica_holding(&r.start))
+                .filter(Replica::is_voter)
+            {
+                scope.join(&ReadScope::Ranges(smallvec::smallvec![replica.group()]));
+            }
+        }
+        scope
+    }
+
     /// [`Keyspace::read_batch`] routed by `map`.
     fn read_batch_by(
         &self,
@@ -555,21 +613,10 @@ impl<'a> Keyspace<'a> {
         requests: &[ReadRequest<'_>],
         out: &mut BatchResults,
     ) -> Result<()> {
-        let mut one: Option<&RangeDesc> = None;
-        let mut mixed = false;
-        for req in requests {
-            let mut parts = request_parts(map, req);
-            let first = parts.next();
-            if parts.next().is_some() || one.zip(first).is_some_and(|(a, b)| a.id != b.id) {
-                mixed = true;
-                break;
-            }
-            one = one.or(first);
-        }
-        let Some(r) = one.filter(|_| !mixed) else {
+        let Some(r) = one_range(map, requests) else {
             return self.read_batch_at_timestamp(cluster, requests, out);
         };
-        match Self::source(cluster, r)? {
+        match self.source(cluster, r)? {
             Source::Local(s, replica) => {
                 if let Some(ReadRequest::Get(k)) = requests.first() {
                     replica.note_reads(requests.len() as u64, k);
@@ -706,6 +753,20 @@ fn routed<T>(cluster: &Cluster, mut op: impl FnMut(&RangeMap) -> Result<T>) -> R
     Err(Error::Unavailable(
         "the range map kept changing under the read".into(),
     ))
+}
+
+/// The one range every part of `requests` lies in, if they lie in one.
+fn one_range<'m>(map: &'m RangeMap, requests: &[ReadRequest<'_>]) -> Option<&'m RangeDesc> {
+    let mut one: Option<&RangeDesc> = None;
+    for req in requests {
+        for part in request_parts(map, req) {
+            if one.is_some_and(|o| o.id != part.id) {
+                return None;
+            }
+            one = Some(part);
+        }
+    }
+    one
 }
 
 /// Whether a group's own bounds hold all of range `r` as the map gives it.

@@ -422,6 +422,7 @@ fn run_queued(
         r: Reply { out, resp3 },
         loading: cx.loading,
         stats: cx.stats,
+        read_since: cx.read_since,
         close: false,
         txn: Some(step),
         held: None,
