@@ -887,7 +887,12 @@ async fn merged_away(cl: &Cluster, map: &combkv_replica::ranges::RangeMap) -> Re
                 cl.replica(id, g)
                     .map(|r| (r.bounds().to_string(), r.is_leader()))
             };
-            format!("node {id}: range 2 {:?}, range 3 {:?}", b(2), b(3))
+            let drivers = cl.host(id).map(|h| h.drivers_step());
+            format!(
+                "node {id}: range 2 {:?}, range 3 {:?}, drivers {drivers:?}",
+                b(2),
+                b(3)
+            )
         })
         .collect();
     Err(format!(

@@ -21,6 +21,10 @@ const BUSY_SECONDS: u32 = 3;
 /// How long a node waits for a range's leader to say who its members are.
 const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// The longest one step of the drivers may wait (`Host::step`): above a
+/// replica's catch-up (30 s) and its promotion.
+const STEP_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 impl Host {
     /// Brings the ranges this node leads into line with the range map:
     /// a group whose bounds still hold the start of a range the map has
@@ -385,6 +389,34 @@ impl Host {
         false
     }
 
+    fn driving(&self, step: &'static str) {
+        *self.0.driving.lock() = (step, tokio::time::Instant::now());
+    }
+
+    /// Runs one step of the drivers, for at most `STEP_LIMIT`: a step
+    /// waits on Raft (a membership change, a proposal), and one wait that
+    /// never ends (a change openraft never answers) would hold up every
+    /// later step on this node, deleting replicas and every other range's
+    /// moves among them. A step abandoned is taken again from what the
+    /// groups show at its next turn, as every step is.
+    async fn step(&self, name: &'static str, step: impl std::future::Future<Output = ()>) {
+        self.driving(name);
+        if tokio::time::timeout(STEP_LIMIT, step).await.is_err() {
+            tracing::warn!(
+                "the range drivers' step \"{name}\" took over {} s: abandoned, taken again \
+                 at its next turn",
+                STEP_LIMIT.as_secs()
+            );
+        }
+    }
+
+    /// The step this node's drivers are in, and for how long they have
+    /// been in it (a step that never ends would show here).
+    pub fn drivers_step(&self) -> (&'static str, std::time::Duration) {
+        let (step, since) = *self.0.driving.lock();
+        (step, since.elapsed())
+    }
+
     pub(super) fn spawn_drivers(&self) {
         // The stores' recent past, for reads at a timestamp: its own task,
         // so that a slow turn of the drivers below never leaves a store
@@ -409,19 +441,22 @@ impl Host {
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 let Some(inner) = host.upgrade() else { return };
                 let host = Host(inner);
-                host.drive_splits().await;
-                host.drive_merges().await;
-                host.drive_replicas().await;
+                host.step("splits", host.drive_splits()).await;
+                host.step("merges", host.drive_merges()).await;
+                host.step("replicas", host.drive_replicas()).await;
                 // Sizes are counted by scans: once a second.
                 if turn % 10 == 0 {
-                    host.split_large().await;
-                    host.split_busy().await;
-                    host.merge_small().await;
-                    host.schedule().await;
+                    host.step("splits by size", host.split_large()).await;
+                    host.step("splits by load", host.split_busy()).await;
+                    host.step("merges of small ranges", host.merge_small())
+                        .await;
+                    host.step("placement", host.schedule()).await;
                 }
                 if turn % 10 == 5 {
-                    host.drop_moved_away().await;
+                    host.step("replicas moved or merged away", host.drop_moved_away())
+                        .await;
                 }
+                host.driving("waiting");
             }
         });
     }

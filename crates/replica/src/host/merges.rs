@@ -122,6 +122,9 @@ impl Host {
             let (Some(desc), bounds) = (map.get(g), r.bounds()) else {
                 continue;
             };
+            if map.is_merging(g) {
+                tracing::debug!("range {g} merging: map {desc:?}, group {bounds:?}");
+            }
             if bounds.retired || desc.start != bounds.start {
                 continue;
             }
@@ -182,6 +185,10 @@ impl Host {
             };
             let rb = right.bounds();
             if past_end(&rb) {
+                tracing::debug!(
+                    "range {g}: range {} reaches past the map's end",
+                    right.group()
+                );
                 continue;
             }
             if !rb.retired {
@@ -189,7 +196,17 @@ impl Host {
                 // this node's copy) has merged the range away.
                 match self.committed_map().await {
                     Ok((_, m)) if m.get(right.group()).is_none() => {}
-                    _ => continue,
+                    Ok(_) => {
+                        tracing::debug!(
+                            "range {g}: the committed map still has range {}",
+                            right.group()
+                        );
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::debug!("range {g}: retiring waits for the committed map: {e}");
+                        continue;
+                    }
                 }
                 if let Err(e) = right.retire(&rb).await {
                     tracing::debug!("range {g}: retiring range {}: {e}", right.group());
@@ -198,9 +215,14 @@ impl Host {
             }
             // Applied here once the retirement's answer came (or later).
             let Some((retired, clock, items)) = right.retired_keys() else {
+                tracing::debug!("range {g}: range {} not retired here yet", right.group());
                 continue;
             };
             if past_end(&retired) {
+                tracing::debug!(
+                    "range {g}: retired range {} reaches past the map's end",
+                    right.group()
+                );
                 continue;
             }
             // The map's version once the group reaches the map's end; a
@@ -258,8 +280,12 @@ impl Host {
         if groups.is_empty() {
             return;
         }
-        let Ok((_, map)) = self.committed_map().await else {
-            return;
+        let map = match self.committed_map().await {
+            Ok((_, map)) => map,
+            Err(e) => {
+                tracing::debug!("groups {groups:?} outside the map: no committed map: {e}");
+                return;
+            }
         };
         for &g in groups.iter().filter(|&&g| map.get(g).is_none()) {
             let Some(r) = self.group(g) else { continue };
@@ -285,6 +311,13 @@ impl Host {
                     b.contains(&start) && b.epoch.version >= taker.epoch.version
                 });
             if !absorbed {
+                tracing::debug!(
+                    "range {g} outside the map is kept: range {} (merging: {}, here {:?}) \
+                     has not absorbed it",
+                    taker.id,
+                    map.is_merging(taker.id),
+                    self.group(taker.id).map(|t| t.bounds())
+                );
                 continue;
             }
             self.delete_merged_away(g, taker.id).await;

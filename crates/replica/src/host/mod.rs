@@ -80,6 +80,9 @@ struct Inner {
     /// range's lead back for a moment each time and keep the others from
     /// electing a leader that carries out the map's replacement.
     left_cluster: std::sync::atomic::AtomicBool,
+    /// The step this node's drivers are in, and since when (tokio's
+    /// clock): one that never ends holds every later one up.
+    driving: Mutex<(&'static str, tokio::time::Instant)>,
 }
 
 /// Counts of what a node's groups did to ranges since it started.
@@ -189,6 +192,7 @@ impl Host {
             starting: tokio::sync::Mutex::new(()),
             counts: Counts::default(),
             last_leader_move: Mutex::new(None),
+            driving: Mutex::new(("starting", tokio::time::Instant::now())),
             last_seen: Mutex::new(None),
             left_cluster: std::sync::atomic::AtomicBool::new(false),
         }))

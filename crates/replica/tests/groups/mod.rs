@@ -60,6 +60,10 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    pub fn host(&self, id: u64) -> Option<Host> {
+        self.nodes.lock().get(&id).cloned()
+    }
+
     pub fn replica(&self, id: u64, group: GroupId) -> Option<Replica> {
         self.nodes.lock().get(&id).and_then(|h| h.group(group))
     }
