@@ -472,6 +472,24 @@ impl Cluster {
             .map_err(cluster_error)
     }
 
+    /// [`Cluster::read_remote`] in the background: `done` gets the answer
+    /// (on a Raft thread: it must only hand it on).
+    pub(crate) fn read_remote_then(
+        &self,
+        range: u64,
+        reads: Vec<combkv_replica::RemoteRead>,
+        done: impl FnOnce(Result<Vec<Vec<combkv_replica::RemoteItem>>, StoreError>) + Send + 'static,
+    ) {
+        let host = self.host.clone();
+        self.rt.spawn(async move {
+            done(
+                host.read_remote(range, reads, At::Now)
+                    .await
+                    .map_err(cluster_error),
+            );
+        });
+    }
+
     /// Counts a read across ranges served at one timestamp, and how many
     /// times it was taken again before it was.
     pub(crate) fn note_read_across(&self, retries: u64) {
@@ -480,14 +498,14 @@ impl Cluster {
         self.read_retries.fetch_add(retries, Relaxed);
     }
 
-    /// Reads across ranges served at one timestamp since the node started,
-    /// and the times one was taken again.
     /// Read indexes this node's reads completed since it started, one per
     /// range (INFO `ranges_read_indexes`).
     pub(crate) fn read_index_rounds(&self) -> u64 {
         self.marks.lock().rounds
     }
 
+    /// Reads across ranges served at one timestamp since the node started,
+    /// and the times one was taken again.
     pub(crate) fn reads_across(&self) -> (u64, u64) {
         use std::sync::atomic::Ordering::Relaxed;
         (

@@ -443,12 +443,18 @@ impl<P: Protocol> Pipeline<P> {
         if P::TIMED {
             self.laps.start();
         }
+        let Some(done) = cx.read_batch(&reads) else {
+            // Sent to the node that holds its range: the whole batch is
+            // parsed again once the answer lands.
+            drop(reads);
+            self.proto.rewind(batch.reqs.first());
+            let resume = batch.starts[0];
+            batch.clear();
+            return Flushed::Partial(resume);
+        };
         Stats::add(&cx.shared.stats.read_batches, 1);
         Stats::add(&cx.shared.stats.read_batch_requests, reads.len() as u64);
         cx.stats.batch(reads.len());
-        let keyspace =
-            crate::node::keyspace::Keyspace::of(cx.shared, cx.session.store(), cx.read_since());
-        let done = keyspace.read_batch(&reads, cx.batch);
         cx.shared.stats.add_hot_cache(cx.batch);
         drop(reads);
         let before = out.len();

@@ -196,6 +196,37 @@ impl Cx<'_> {
         }
     }
 
+    /// Reads a batch into the loop's result buffers: None if the
+    /// connection parked instead (a cluster node's batch inside one range
+    /// held at another node is sent there in the background, and read from
+    /// the answer when the batch runs again, rather than waited for by the
+    /// event loop).
+    pub(crate) fn read_batch(&mut self, reads: &[ReadRequest<'_>]) -> Option<Result<()>> {
+        let session = self.session;
+        let keyspace =
+            crate::node::keyspace::Keyspace::of(self.shared, session.store(), self.read_since());
+        if let (Some(c), Some(p)) = (self.shared.cluster(), self.parking)
+            && let Some((range, remote)) = keyspace.remote_batch(reads)
+        {
+            match p.landed_remote(range, &remote) {
+                Some(Ok(answers)) => {
+                    crate::node::keyspace::Keyspace::gather_remote(
+                        &answers,
+                        reads.len(),
+                        self.batch,
+                    );
+                    return Some(Ok(()));
+                }
+                // The map moved under it: read again, routed anew.
+                Some(Err(combkv::Error::WrongRange(_))) => {}
+                Some(Err(e)) => return Some(Err(e)),
+                None if p.park_remote(c, range, remote) => return None,
+                None => {}
+            }
+        }
+        Some(keyspace.read_batch(reads, self.batch))
+    }
+
     /// When the read index this call's reads wait on began, if one did.
     pub(crate) fn read_since(&self) -> Option<std::time::Instant> {
         self.read.as_ref().map(|(since, _)| *since)

@@ -32,7 +32,7 @@ use std::time::Instant;
 
 use combkv::op::{Op, Outcome};
 use combkv::{Error, Result, Session};
-use combkv_replica::Routed;
+use combkv_replica::{RemoteItem, RemoteRead, Routed};
 use parking_lot::Mutex;
 
 use crate::cluster::{Cluster, ReadScope};
@@ -47,6 +47,8 @@ pub(crate) enum Landing {
     /// Its read index was reached here: when it began and the ranges it
     /// covered (or no leader answered).
     Read(Result<(Instant, ReadScope)>),
+    /// The answer of its read of a range held at another node.
+    Remote(Result<Vec<Vec<RemoteItem>>>),
     /// Its WAIT ended: how many followers hold its writes (None: this
     /// node stopped leading meanwhile).
     Waited(Option<usize>),
@@ -153,6 +155,9 @@ pub(crate) struct Park {
     outcomes: Option<Vec<Result<Outcome>>>,
     /// A read index that landed for the input as it stood when parked.
     read: Option<Result<(Instant, ReadScope)>>,
+    /// A read of a range held at another node, sent for the batch it
+    /// parked on, and its answer once it landed.
+    remote: Option<RemoteRound>,
     /// The answer of a WAIT that landed, for the WAIT it parked on.
     waited: Option<Option<usize>>,
     /// The log index of the last write of this connection that landed
@@ -170,6 +175,11 @@ impl Park {
                 self.last_write = self.last_write.max(index);
             }
             Landing::Read(r) => self.read = Some(r),
+            Landing::Remote(r) => {
+                if let Some(round) = &mut self.remote {
+                    round.answer = Some(r);
+                }
+            }
             Landing::Waited(n) => self.waited = Some(n),
         }
     }
@@ -183,8 +193,20 @@ impl Park {
     /// input it was asked for, never to input read after it.
     pub(crate) fn forget_read(&mut self) {
         self.read = None;
+        // A remote read sent in this processing waits for its answer.
+        if !self.waiting {
+            self.remote = None;
+        }
         self.waited = None;
     }
+}
+
+/// A read a parked connection sent to a node that holds the range: what
+/// it asked (range, reads), and the answer once it landed.
+#[derive(Debug)]
+struct RemoteRound {
+    asked: (u64, Vec<RemoteRead>),
+    answer: Option<Result<Vec<Vec<RemoteItem>>>>,
 }
 
 /// What became of a write on a cluster node.
@@ -289,6 +311,58 @@ impl Parking<'_> {
             }
             done => Waited::Now(done),
         }
+    }
+
+    /// The answer that landed for a read of exactly `reads` of `range` at
+    /// another node, once (a batch parsed again is the batch that asked:
+    /// it is checked all the same).
+    pub(crate) fn landed_remote(
+        &self,
+        range: u64,
+        reads: &[RemoteRead],
+    ) -> Option<Result<Vec<Vec<RemoteItem>>>> {
+        let mut p = self.park.borrow_mut();
+        match &p.remote {
+            Some(round)
+                if round.answer.is_some() && round.asked.0 == range && round.asked.1 == reads =>
+            {
+                p.remote.take().and_then(|round| round.answer)
+            }
+            _ => None,
+        }
+    }
+
+    /// Sends `reads` of `range` to a node that holds it, in the
+    /// background, and parks the connection until the answer lands (the
+    /// event loop serves others meanwhile); false with no inbox (the loop
+    /// drains: the caller reads itself).
+    pub(crate) fn park_remote(
+        &self,
+        cluster: &Cluster,
+        range: u64,
+        reads: Vec<RemoteRead>,
+    ) -> bool {
+        let Some(inbox) = self.inbox else {
+            return false;
+        };
+        let mut p = self.park.borrow_mut();
+        if !p.waiting {
+            p.waiting = true;
+            p.remote = Some(RemoteRound {
+                asked: (range, reads.clone()),
+                answer: None,
+            });
+            let inbox = Arc::clone(inbox);
+            let (token, client) = (self.token, self.client);
+            cluster.read_remote_then(range, reads, move |r| {
+                inbox.land(Landed {
+                    token,
+                    client,
+                    what: Landing::Remote(r),
+                });
+            });
+        }
+        true
     }
 
     /// The read index that landed for this input, once.

@@ -9,7 +9,8 @@
 //! records is read from the range that still holds the keys until the new
 //! range's group has started here. A range this node holds no replica of
 //! is read at a node that holds one (`Host::read_remote`), which answers
-//! after a read index of its own; the event loop waits for that answer.
+//! after a read index of its own; the event loop waits for that answer,
+//! unless its caller sent the batch itself (`remote_batch`), parked.
 //!
 //! A read inside one range is read at that range's read index; a read
 //! that crosses ranges is read at one timestamp across them all
@@ -605,6 +606,34 @@ impl<'a> Keyspace<'a> {
         scope
     }
 
+    /// A batch [`Keyspace::read_batch`] would send to another node (all of
+    /// it inside one range this node holds no replica of): the range and
+    /// the reads, for the caller to send without waiting for the answer.
+    pub(crate) fn remote_batch(
+        &self,
+        requests: &[ReadRequest<'_>],
+    ) -> Option<(u64, Vec<RemoteRead>)> {
+        let Keyspace::Ranges { cluster, .. } = self else {
+            return None;
+        };
+        let map = cluster.shared_range_map();
+        let r = one_range(&map, requests)?;
+        match Self::place(cluster, r) {
+            Ok(Source::Remote(id)) => Some((id, remote_reads(cluster, requests).ok()?)),
+            _ => None,
+        }
+    }
+
+    /// The answers of a batch read at another node (`remote_batch`), into
+    /// `out` as [`Keyspace::read_batch`] leaves them.
+    pub(crate) fn gather_remote(
+        answers: &[Vec<RemoteItem>],
+        requests: usize,
+        out: &mut BatchResults,
+    ) {
+        gather(answers, requests, out);
+    }
+
     /// [`Keyspace::read_batch`] routed by `map`.
     fn read_batch_by(
         &self,
@@ -626,23 +655,9 @@ impl<'a> Keyspace<'a> {
             // One range held elsewhere: one remote read of all of them (no
             // request has a floor start: one would span every range).
             Source::Remote(id) => {
-                let mut reads = Vec::with_capacity(requests.len());
-                for req in requests {
-                    reads.push(match req {
-                        ReadRequest::Get(k) => {
-                            combkv::check_key(k, cluster.max_key_len())?;
-                            RemoteRead::Get(k.to_vec())
-                        }
-                        ReadRequest::Range(r) => remote_range(r),
-                    });
-                }
+                let reads = remote_reads(cluster, requests)?;
                 let answers = Self::remote(cluster, id, reads)?;
-                out.begin_gathering(requests.len());
-                for (i, items) in answers.iter().enumerate() {
-                    for it in items {
-                        out.gather_item(i, &view(it));
-                    }
-                }
+                gather(&answers, requests.len(), out);
                 Ok(())
             }
         }
@@ -753,6 +768,31 @@ fn routed<T>(cluster: &Cluster, mut op: impl FnMut(&RangeMap) -> Result<T>) -> R
     Err(Error::Unavailable(
         "the range map kept changing under the read".into(),
     ))
+}
+
+/// `requests` as reads sent to a node that holds their range.
+fn remote_reads(cluster: &Cluster, requests: &[ReadRequest<'_>]) -> Result<Vec<RemoteRead>> {
+    let mut reads = Vec::with_capacity(requests.len());
+    for req in requests {
+        reads.push(match req {
+            ReadRequest::Get(k) => {
+                combkv::check_key(k, cluster.max_key_len())?;
+                RemoteRead::Get(k.to_vec())
+            }
+            ReadRequest::Range(r) => remote_range(r),
+        });
+    }
+    Ok(reads)
+}
+
+/// The answers of `requests` reads at another node, into `out`.
+fn gather(answers: &[Vec<RemoteItem>], requests: usize, out: &mut BatchResults) {
+    out.begin_gathering(requests);
+    for (i, items) in answers.iter().enumerate() {
+        for it in items {
+            out.gather_item(i, &view(it));
+        }
+    }
 }
 
 /// The one range every part of `requests` lies in, if they lie in one.
