@@ -140,72 +140,87 @@ fn exactly<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Option<T> {
 }
 
 impl Header {
+    /// A header of this version or of any before it, each older one
+    /// brought forward one version at a time.
     fn decode(bytes: &[u8]) -> Option<Header> {
-        if let Some(h) = exactly::<Header>(bytes) {
-            return Some(h);
-        }
-        if let Some(h) = exactly::<HeaderV5>(bytes) {
-            return Some(Header {
-                meta: h.meta,
-                clock: h.clock,
-                now_ms: h.now_ms,
-                ever_voters: h.ever_voters,
-                settings: h.settings,
-                ranges: h.ranges.map(RangeMapV1::into_map),
-                bounds: h.bounds.map(|b| Bounds {
-                    id: b.id,
-                    start: b.start,
-                    end: b.end,
-                    epoch: b.epoch,
-                    retired: false,
-                }),
-            });
-        }
-        if let Some(h) = exactly::<HeaderV4>(bytes) {
-            return Some(Header {
-                meta: h.meta,
-                clock: h.clock,
-                now_ms: h.now_ms,
-                ever_voters: h.ever_voters,
-                settings: h.settings,
-                ranges: h.ranges.map(RangeMapV1::into_map),
-                bounds: None,
-            });
-        }
-        if let Some(h) = exactly::<HeaderV3>(bytes) {
-            return Some(Header {
-                meta: h.meta,
-                clock: h.clock,
-                now_ms: h.now_ms,
-                ever_voters: h.ever_voters,
-                settings: h.settings,
-                ranges: None,
-                bounds: None,
-            });
-        }
-        if let Some(h) = exactly::<HeaderV2>(bytes) {
-            return Some(Header {
-                meta: h.meta,
-                clock: h.clock,
-                now_ms: h.now_ms,
-                ever_voters: h.ever_voters,
-                settings: Vec::new(),
-                ranges: None,
-                bounds: None,
-            });
-        }
-        let old = exactly::<HeaderV1>(bytes)?;
+        let v1 = || exactly::<HeaderV1>(bytes);
+        let v2 = || exactly::<HeaderV2>(bytes).or_else(|| v1().map(HeaderV2::from));
+        let v3 = || exactly::<HeaderV3>(bytes).or_else(|| v2().map(HeaderV3::from));
+        let v4 = || exactly::<HeaderV4>(bytes).or_else(|| v3().map(HeaderV4::from));
+        let v5 = || exactly::<HeaderV5>(bytes).or_else(|| v4().map(HeaderV5::from));
+        exactly::<Header>(bytes).or_else(|| v5().map(Header::from))
+    }
+}
+
+impl From<HeaderV1> for HeaderV2 {
+    fn from(h: HeaderV1) -> HeaderV2 {
         // The voters of the snapshot's membership are the ones it knows.
-        let ever_voters = old.meta.last_membership.membership().voter_ids().collect();
-        Some(Header {
-            meta: old.meta,
-            clock: old.clock,
-            now_ms: old.now_ms,
+        let ever_voters = h.meta.last_membership.membership().voter_ids().collect();
+        HeaderV2 {
+            meta: h.meta,
+            clock: h.clock,
+            now_ms: h.now_ms,
             ever_voters,
+        }
+    }
+}
+
+impl From<HeaderV2> for HeaderV3 {
+    fn from(h: HeaderV2) -> HeaderV3 {
+        HeaderV3 {
+            meta: h.meta,
+            clock: h.clock,
+            now_ms: h.now_ms,
+            ever_voters: h.ever_voters,
             settings: Vec::new(),
+        }
+    }
+}
+
+impl From<HeaderV3> for HeaderV4 {
+    fn from(h: HeaderV3) -> HeaderV4 {
+        HeaderV4 {
+            meta: h.meta,
+            clock: h.clock,
+            now_ms: h.now_ms,
+            ever_voters: h.ever_voters,
+            settings: h.settings,
             ranges: None,
+        }
+    }
+}
+
+impl From<HeaderV4> for HeaderV5 {
+    fn from(h: HeaderV4) -> HeaderV5 {
+        HeaderV5 {
+            meta: h.meta,
+            clock: h.clock,
+            now_ms: h.now_ms,
+            ever_voters: h.ever_voters,
+            settings: h.settings,
+            ranges: h.ranges,
             bounds: None,
-        })
+        }
+    }
+}
+
+impl From<HeaderV5> for Header {
+    fn from(h: HeaderV5) -> Header {
+        Header {
+            meta: h.meta,
+            clock: h.clock,
+            now_ms: h.now_ms,
+            ever_voters: h.ever_voters,
+            settings: h.settings,
+            ranges: h.ranges.map(RangeMapV1::into_map),
+            bounds: h.bounds.map(|b| Bounds {
+                id: b.id,
+                start: b.start,
+                end: b.end,
+                epoch: b.epoch,
+                retired: false,
+            }),
+        }
     }
 }
 
@@ -456,6 +471,48 @@ mod tests {
         let h = Header::decode(&postcard::to_stdvec(&old).unwrap()).unwrap();
         assert_eq!((h.clock, h.ever_voters.len(), h.settings.len()), (7, 2, 1));
         assert_eq!(h.ranges, None);
+    }
+
+    #[test]
+    fn a_header_from_before_bounds_reads_its_map_and_no_bounds() {
+        #[derive(Serialize)]
+        struct OldMap {
+            ranges: BTreeMap<Vec<u8>, crate::ranges::RangeDesc>,
+            next_id: u64,
+            generation: u64,
+        }
+        #[derive(Serialize)]
+        struct V4 {
+            meta: SnapshotMeta<NodeId, BasicNode>,
+            clock: u64,
+            now_ms: u64,
+            ever_voters: Vec<NodeId>,
+            settings: Vec<(String, Vec<u8>)>,
+            ranges: Option<OldMap>,
+        }
+        let map = RangeMap::new(vec![1, 2, 3]);
+        let old = V4 {
+            meta: meta(),
+            clock: 7,
+            now_ms: 11,
+            ever_voters: vec![1, 2],
+            settings: vec![("acl".into(), b"x".to_vec())],
+            ranges: Some(OldMap {
+                ranges: map.ranges().map(|r| (r.start.clone(), r.clone())).collect(),
+                next_id: map.next_id(),
+                generation: 5,
+            }),
+        };
+        let h = Header::decode(&postcard::to_stdvec(&old).unwrap()).unwrap();
+        assert_eq!((h.clock, h.ever_voters.len(), h.settings.len()), (7, 2, 1));
+        let read = h.ranges.expect("its range map");
+        assert_eq!(
+            read.ranges().collect::<Vec<_>>(),
+            map.ranges().collect::<Vec<_>>()
+        );
+        assert_eq!(read.next_id(), map.next_id());
+        assert!(!read.is_merging(0));
+        assert_eq!(h.bounds, None);
     }
 
     #[test]

@@ -345,6 +345,36 @@ impl StateMachine {
         Ok((at, u64::from(h.finalize()) << 32 | (n & 0xffff_ffff)))
     }
 
+    /// A read floor at timestamp `at`, pinned for `pin_ms` past its
+    /// millisecond (0: not pinned). Every write after it takes a version
+    /// above the floor, so a read at it, once this entry has applied, sees
+    /// all the writes it ever will.
+    fn floor(&self, at: u64, pin_ms: u64) -> combkv::Result<Outcome> {
+        let store = self.cell.get();
+        store.raise_clock(Version(at));
+        // The pin lasts until the snapshot's end (its timestamp's
+        // millisecond plus its life), not from whenever this entry applies:
+        // a replay after a restart pins no longer than that. A replica too
+        // far behind to hold `at` any more pins nothing: reads of the
+        // snapshot go to another. The state is the same either way; the
+        // answer says whether this replica pinned, so that the leader's
+        // tells the snapshot's taker (`Host::snapshot`) to take it again
+        // where the range cannot be read at `at` (a store newer than it: a
+        // range just split off).
+        let left = match pin_ms {
+            0 => 0,
+            _ => (at >> crate::ranges::LOGICAL_BITS)
+                .saturating_add(pin_ms)
+                .saturating_sub(timestamps::wall_ms()),
+        };
+        let ttl = std::time::Duration::from_millis(left);
+        if left > 0 && !self.past.pin(&store, at, ttl) {
+            Err(combkv::Error::Unavailable(crate::past::PAST_GONE.into()))
+        } else {
+            Ok(Outcome::Clear)
+        }
+    }
+
     /// Applies one entry. A failure is rare and ends the node, so its size
     /// (openraft's error type) costs nothing on the path that matters.
     #[allow(clippy::result_large_err)]
@@ -362,85 +392,27 @@ impl StateMachine {
             }
             EntryPayload::Normal(batch) => {
                 if let Some(split) = codec::decode_split(&batch.ops) {
-                    let result = match split {
-                        Ok(split) => self.split(&split, state, batch.now_ms),
-                        Err(e) => Err(combkv::Error::InvalidConfig(e.to_string())),
-                    };
-                    return Ok(Applied {
-                        results: vec![result],
-                    });
+                    return Ok(control(split, |s| self.split(&s, state, batch.now_ms)));
                 }
                 if let Some(retire) = codec::decode_retire(&batch.ops) {
-                    let result = match retire {
-                        Ok(retire) => self.retire(&retire, state),
-                        Err(e) => Err(combkv::Error::InvalidConfig(e.to_string())),
-                    };
-                    return Ok(Applied {
-                        results: vec![result],
-                    });
+                    return Ok(control(retire, |r| self.retire(&r, state)));
                 }
                 if let Some(absorb) = codec::decode_absorb(&batch.ops) {
-                    let result = match absorb {
-                        Ok(absorb) => self.absorb(&absorb, state),
-                        Err(e) => Err(combkv::Error::InvalidConfig(e.to_string())),
-                    };
-                    return Ok(Applied {
-                        results: vec![result],
-                    });
+                    return Ok(control(absorb, |a| self.absorb(&a, state)));
                 }
                 if let Some(change) = codec::decode_map_change(&batch.ops) {
-                    let result = match (change, state.ranges.as_mut()) {
-                        (Ok(change), Some(map)) if self.keeps_map => map
-                            .apply(&change)
+                    return Ok(control(change, |c| match state.ranges.as_mut() {
+                        Some(map) if self.keeps_map => map
+                            .apply(&c)
                             .map(|()| Outcome::Clear)
                             .map_err(|e| combkv::Error::InvalidConfig(e.to_string())),
-                        (Ok(_), _) => Err(combkv::Error::InvalidConfig(
+                        _ => Err(combkv::Error::InvalidConfig(
                             "this group keeps no range map".into(),
                         )),
-                        (Err(e), _) => Err(combkv::Error::InvalidConfig(e.to_string())),
-                    };
-                    return Ok(Applied {
-                        results: vec![result],
-                    });
+                    }));
                 }
                 if let Some(floor) = codec::decode_floor(&batch.ops) {
-                    let result = match floor {
-                        // Every write after this one takes a version above
-                        // the floor, so a read at it, once this entry has
-                        // applied, sees all the writes it ever will.
-                        Ok((at, pin_ms)) => {
-                            let store = self.cell.get();
-                            store.raise_clock(Version(at));
-                            // The pin lasts until the snapshot's end (its
-                            // timestamp's millisecond plus its life), not
-                            // from whenever this entry applies: a replay
-                            // after a restart pins no longer than that. A
-                            // replica too far behind to hold `at` any more
-                            // pins nothing: reads of the snapshot go to
-                            // another. The state is the same either way;
-                            // the answer says whether this replica pinned,
-                            // so that the leader's tells the snapshot's
-                            // taker (`Host::snapshot`) to take it again
-                            // where the range cannot be read at `at` (a
-                            // store newer than it: a range just split off).
-                            let left = match pin_ms {
-                                0 => 0,
-                                _ => (at >> crate::ranges::LOGICAL_BITS)
-                                    .saturating_add(pin_ms)
-                                    .saturating_sub(timestamps::wall_ms()),
-                            };
-                            let ttl = std::time::Duration::from_millis(left);
-                            if left > 0 && !self.past.pin(&store, at, ttl) {
-                                Err(combkv::Error::Unavailable(crate::past::PAST_GONE.into()))
-                            } else {
-                                Ok(Outcome::Clear)
-                            }
-                        }
-                        Err(e) => Err(combkv::Error::InvalidConfig(e.to_string())),
-                    };
-                    return Ok(Applied {
-                        results: vec![result],
-                    });
+                    return Ok(control(floor, |(at, pin_ms)| self.floor(at, pin_ms)));
                 }
                 match codec::decode_setting(&batch.ops) {
                     Some(Ok((name, value))) => {
@@ -502,6 +474,21 @@ impl StateMachine {
                 Ok(Applied { results })
             }
         }
+    }
+}
+
+/// The one result of an entry holding one control op (a split, a
+/// retirement, an absorb, a map change, a read floor): `apply` of it, or,
+/// an entry that does not decode, refused alike on every replica.
+fn control<T, E: std::fmt::Display>(
+    decoded: Result<T, E>,
+    apply: impl FnOnce(T) -> combkv::Result<Outcome>,
+) -> Applied {
+    let result = decoded
+        .map_err(|e| combkv::Error::InvalidConfig(e.to_string()))
+        .and_then(apply);
+    Applied {
+        results: vec![result],
     }
 }
 
