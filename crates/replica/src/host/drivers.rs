@@ -21,9 +21,13 @@ const BUSY_SECONDS: u32 = 3;
 /// How long a node waits for a range's leader to say who its members are.
 const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// The longest one step of the drivers may wait (`Host::step`): above a
-/// replica's catch-up (30 s) and its promotion.
-const STEP_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+/// The longest a leader waits for one membership change of its range
+/// (adding a replica: its catch-up, 30 s at most, and its promotion; or
+/// removing one). openraft has been seen never to answer such a change
+/// after a whole-cluster crash, and every later step of this node's drivers
+/// (deleting replicas among them) waited behind it; abandoned, the change
+/// is taken again from what the group shows at the next turn.
+const CHANGE_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Host {
     /// Brings the ranges this node leads into line with the range map:
@@ -151,15 +155,18 @@ impl Host {
                     );
                     continue;
                 };
-                match r
-                    .add_range_replica(add, addr, std::time::Duration::from_secs(30))
-                    .await
-                {
-                    Ok(()) => {
+                let adding = r.add_range_replica(add, addr, std::time::Duration::from_secs(30));
+                match tokio::time::timeout(CHANGE_LIMIT, adding).await {
+                    Ok(Ok(())) => {
                         self.0.counts.added.fetch_add(1, Ordering::Relaxed);
                         tracing::info!("range {g}: node {add} holds a replica now");
                     }
-                    Err(e) => tracing::warn!("range {g}: adding node {add}: {e}"),
+                    Ok(Err(e)) => tracing::warn!("range {g}: adding node {add}: {e}"),
+                    Err(_) => tracing::warn!(
+                        "range {g}: adding node {add} went unanswered for {} s: taken again \
+                         at the next turn",
+                        CHANGE_LIMIT.as_secs()
+                    ),
                 }
                 continue;
             }
@@ -176,12 +183,17 @@ impl Host {
                 .filter(unwanted)
                 .min_by_key(|m| *m == self.0.id);
             if all_vote && let Some(gone) = extra {
-                match r.remove_node(gone).await {
-                    Ok(()) => {
+                match tokio::time::timeout(CHANGE_LIMIT, r.remove_node(gone)).await {
+                    Ok(Ok(())) => {
                         self.0.counts.removed.fetch_add(1, Ordering::Relaxed);
                         tracing::info!("range {g}: node {gone} no longer holds a replica");
                     }
-                    Err(e) => tracing::warn!("range {g}: removing node {gone}: {e}"),
+                    Ok(Err(e)) => tracing::warn!("range {g}: removing node {gone}: {e}"),
+                    Err(_) => tracing::warn!(
+                        "range {g}: removing node {gone} went unanswered for {} s: taken again \
+                         at the next turn",
+                        CHANGE_LIMIT.as_secs()
+                    ),
                 }
             }
         }
@@ -393,23 +405,6 @@ impl Host {
         *self.0.driving.lock() = (step, tokio::time::Instant::now());
     }
 
-    /// Runs one step of the drivers, for at most `STEP_LIMIT`: a step
-    /// waits on Raft (a membership change, a proposal), and one wait that
-    /// never ends (a change openraft never answers) would hold up every
-    /// later step on this node, deleting replicas and every other range's
-    /// moves among them. A step abandoned is taken again from what the
-    /// groups show at its next turn, as every step is.
-    async fn step(&self, name: &'static str, step: impl std::future::Future<Output = ()>) {
-        self.driving(name);
-        if tokio::time::timeout(STEP_LIMIT, step).await.is_err() {
-            tracing::warn!(
-                "the range drivers' step \"{name}\" took over {} s: abandoned, taken again \
-                 at its next turn",
-                STEP_LIMIT.as_secs()
-            );
-        }
-    }
-
     /// The step this node's drivers are in, and for how long they have
     /// been in it (a step that never ends would show here).
     pub fn drivers_step(&self) -> (&'static str, std::time::Duration) {
@@ -441,20 +436,26 @@ impl Host {
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 let Some(inner) = host.upgrade() else { return };
                 let host = Host(inner);
-                host.step("splits", host.drive_splits()).await;
-                host.step("merges", host.drive_merges()).await;
-                host.step("replicas", host.drive_replicas()).await;
+                host.driving("splits");
+                host.drive_splits().await;
+                host.driving("merges");
+                host.drive_merges().await;
+                host.driving("replicas");
+                host.drive_replicas().await;
                 // Sizes are counted by scans: once a second.
                 if turn % 10 == 0 {
-                    host.step("splits by size", host.split_large()).await;
-                    host.step("splits by load", host.split_busy()).await;
-                    host.step("merges of small ranges", host.merge_small())
-                        .await;
-                    host.step("placement", host.schedule()).await;
+                    host.driving("splits by size");
+                    host.split_large().await;
+                    host.driving("splits by load");
+                    host.split_busy().await;
+                    host.driving("merges of small ranges");
+                    host.merge_small().await;
+                    host.driving("placement");
+                    host.schedule().await;
                 }
                 if turn % 10 == 5 {
-                    host.step("replicas moved or merged away", host.drop_moved_away())
-                        .await;
+                    host.driving("replicas moved or merged away");
+                    host.drop_moved_away().await;
                 }
                 host.driving("waiting");
             }
