@@ -469,7 +469,7 @@ impl Cluster {
     ) -> Result<Vec<Vec<combkv_replica::RemoteItem>>, StoreError> {
         self.rt
             .block_on(self.host.read_remote(range, reads, At::Now))
-            .map_err(cluster_error)
+            .map_err(settle_error)
     }
 
     /// [`Cluster::read_remote`] in the background: `done` gets the answer
@@ -485,7 +485,7 @@ impl Cluster {
             done(
                 host.read_remote(range, reads, At::Now)
                     .await
-                    .map_err(cluster_error),
+                    .map_err(settle_error),
             );
         });
     }
@@ -533,36 +533,24 @@ impl Cluster {
         at: At,
         local: &[Replica],
         remote: Vec<(u64, Vec<combkv_replica::RemoteRead>)>,
-    ) -> Result<Vec<Vec<Vec<combkv_replica::RemoteItem>>>, StoreError> {
-        let (local, t) = match at {
-            At::Settle(t) => (local, t),
-            At::Now | At::Pinned(_) => (&[][..], 0),
-        };
-        self.rt.block_on(async {
-            let settles: Vec<_> = local
-                .iter()
-                .map(|r| {
-                    let r = r.clone();
-                    tokio::spawn(async move { r.settle_at(t).await })
-                })
-                .collect();
-            let reads: Vec<_> = remote
-                .into_iter()
-                .map(|(range, reads)| {
-                    let host = self.host.clone();
-                    tokio::spawn(async move { host.read_remote(range, reads, at).await })
-                })
-                .collect();
-            let stopped = |_| StoreError::Unavailable("the node is stopping".into());
-            for s in settles {
-                s.await.map_err(stopped)?.map_err(settle_error)?;
-            }
-            let mut out = Vec::with_capacity(reads.len());
-            for r in reads {
-                out.push(r.await.map_err(stopped)?.map_err(settle_error)?);
-            }
-            Ok(out)
-        })
+    ) -> Result<Settled, StoreError> {
+        self.rt
+            .block_on(settle_all(self.host.clone(), at, local.to_vec(), remote))
+    }
+
+    /// [`Cluster::settle_at`] in the background: `done` gets the answer
+    /// (on a Raft thread: it must only hand it on).
+    pub(crate) fn settle_at_then(
+        &self,
+        at: At,
+        local: Vec<Replica>,
+        remote: Vec<(u64, Vec<combkv_replica::RemoteRead>)>,
+        done: impl FnOnce(Result<Settled, StoreError>) + Send + 'static,
+    ) {
+        let host = self.host.clone();
+        self.rt.spawn(async move {
+            done(settle_all(host, at, local, remote).await);
+        });
     }
 
     /// A snapshot of the whole keyspace split into ranges, for `ttl`: a
@@ -759,6 +747,15 @@ impl Cluster {
     }
 }
 
+/// What a request's reads were let through on: when the read index it
+/// waited for began (after every request of its input arrived), and
+/// whether it covered every range this node served.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReadMark {
+    pub since: Instant,
+    pub all: bool,
+}
+
 /// Which ranges a request's read index must cover: the local ranges its
 /// reads go to at their read index. A read of a range held elsewhere (the
 /// node holding it takes a read index of its own) or across ranges (read at
@@ -857,34 +854,34 @@ async fn read_index(
     if let ReadScope::Ranges(ids) = scope {
         replicas.retain(|r| ids.contains(&r.group()));
     }
-    let groups: Vec<u64> = replicas.iter().map(Replica::group).collect();
-    let result = match replicas.as_slice() {
-        [] => Ok(()),
-        [one] => one.read_barrier().await.map_err(cluster_error),
-        _ => {
-            let mut tasks = tokio::task::JoinSet::new();
-            for r in replicas {
-                tasks.spawn(async move { r.read_barrier().await });
-            }
-            let mut result = Ok(());
-            while let Some(joined) = tasks.join_next().await {
-                match joined {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => result = Err(cluster_error(e)),
-                    Err(e) => {
-                        result = Err(StoreError::Unavailable(format!("a read index task: {e}")));
-                    }
+    // Each range's read index counts once it completes, whatever the
+    // others do: a request retried after one failed finds the rest fresh.
+    let result = if let [one] = replicas.as_slice() {
+        let r = one.read_barrier().await.map_err(cluster_error);
+        if r.is_ok() {
+            marks.lock().covered(one.group(), start);
+        }
+        r
+    } else {
+        let mut tasks = tokio::task::JoinSet::new();
+        for r in replicas {
+            tasks.spawn(async move { (r.group(), r.read_barrier().await) });
+        }
+        let mut result = Ok(());
+        while let Some(joined) = tasks.join_next().await {
+            match joined {
+                Ok((g, Ok(()))) => marks.lock().covered(g, start),
+                Ok((_, Err(e))) => result = Err(cluster_error(e)),
+                Err(e) => {
+                    result = Err(StoreError::Unavailable(format!("a read index task: {e}")));
                 }
             }
-            result
         }
+        result
     };
     result?;
-    let mut m = marks.lock();
-    for g in groups {
-        m.covered(g, start);
-    }
     if *scope == ReadScope::All {
+        let mut m = marks.lock();
         m.latest = Some(m.latest.map_or(start, |l| l.max(start)));
     }
     Ok(start)
@@ -894,9 +891,10 @@ fn cluster_error(e: ClusterError) -> StoreError {
     e.into()
 }
 
-/// A failed read at a timestamp: one a node refused because its held past
-/// does not reach back to the timestamp stays that (the read is taken
-/// again at a new one), as does one whose map is behind.
+/// A failed read at another node, or at a timestamp: one a node refused
+/// because its held past does not reach back to the timestamp stays that
+/// (the read is taken again at a new one), as does one whose map is behind
+/// (the map is brought up to date and the read routed again).
 fn settle_error(e: ClusterError) -> StoreError {
     let why = e.to_string();
     if why.contains(combkv_replica::PAST_GONE) {
@@ -906,6 +904,43 @@ fn settle_error(e: ClusterError) -> StoreError {
     } else {
         cluster_error(e)
     }
+}
+
+/// The remote answers of [`Cluster::settle_at`]: per `(range, reads)`, per
+/// read, its items.
+pub(crate) type Settled = Vec<Vec<Vec<combkv_replica::RemoteItem>>>;
+
+/// [`Cluster::settle_at`]'s work, on the node's runtime.
+async fn settle_all(
+    host: Host,
+    at: At,
+    local: Vec<Replica>,
+    remote: Vec<(u64, Vec<combkv_replica::RemoteRead>)>,
+) -> Result<Settled, StoreError> {
+    let (local, t) = match at {
+        At::Settle(t) => (local, t),
+        At::Now | At::Pinned(_) => (Vec::new(), 0),
+    };
+    let settles: Vec<_> = local
+        .into_iter()
+        .map(|r| tokio::spawn(async move { r.settle_at(t).await }))
+        .collect();
+    let reads: Vec<_> = remote
+        .into_iter()
+        .map(|(range, reads)| {
+            let host = host.clone();
+            tokio::spawn(async move { host.read_remote(range, reads, at).await })
+        })
+        .collect();
+    let stopped = |_| StoreError::Unavailable("the node is stopping".into());
+    for s in settles {
+        s.await.map_err(stopped)?.map_err(settle_error)?;
+    }
+    let mut out = Vec::with_capacity(reads.len());
+    for r in reads {
+        out.push(r.await.map_err(stopped)?.map_err(settle_error)?);
+    }
+    Ok(out)
 }
 
 /// A node's own entry in `--peers` is where the others send to it: it must

@@ -16,7 +16,7 @@ use combkv::readexec::{BatchResults, ReadRequest};
 use combkv::{Result, Session};
 use smallvec::SmallVec;
 
-use crate::cluster::ReadScope;
+use crate::cluster::{ReadMark, ReadScope};
 use crate::node::park::{Parking, ReadGate, Written};
 use crate::state::Shared;
 
@@ -108,7 +108,7 @@ impl Cx<'_> {
     /// The keys reads see: this turn's store, or the stores of the ranges
     /// the keyspace is cut into.
     pub(crate) fn keyspace(&self) -> crate::node::keyspace::Keyspace<'_> {
-        crate::node::keyspace::Keyspace::of(self.shared, self.session.store(), self.read_since())
+        crate::node::keyspace::Keyspace::of(self.shared, self.session.store(), self.read_mark())
     }
 
     /// Applies a decided write: through the turn's session on a single
@@ -197,14 +197,33 @@ impl Cx<'_> {
     }
 
     /// Reads a batch into the loop's result buffers: None if the
-    /// connection parked instead (a cluster node's batch inside one range
-    /// held at another node is sent there in the background, and read from
-    /// the answer when the batch runs again, rather than waited for by the
-    /// event loop).
+    /// connection parked instead. On a cluster node what would wait is
+    /// done in the background while the event loop serves others: a batch
+    /// inside one range held at another node is sent there, and one across
+    /// ranges has every range settle at its timestamp; the batch runs again
+    /// once that lands, and is read from it.
     pub(crate) fn read_batch(&mut self, reads: &[ReadRequest<'_>]) -> Option<Result<()>> {
         let session = self.session;
         let keyspace =
-            crate::node::keyspace::Keyspace::of(self.shared, session.store(), self.read_since());
+            crate::node::keyspace::Keyspace::of(self.shared, session.store(), self.read_mark());
+        if let (Some(c), Some(p)) = (self.shared.cluster(), self.parking) {
+            // A read across ranges settled in the background: read at its
+            // timestamp, or, the map changed or the past gone, again.
+            if let Some((at, asks, answer)) = p.landed_across() {
+                let read = answer.and_then(|answers| {
+                    keyspace.read_batch_settled(reads, at, &asks, answers, self.batch)
+                });
+                if let Ok(true) = read {
+                    return Some(Ok(()));
+                }
+                return Some(keyspace.read_batch(reads, self.batch));
+            }
+            if let Some(across) = keyspace.across_batch(reads)
+                && p.park_across(c, across)
+            {
+                return None;
+            }
+        }
         if let (Some(c), Some(p)) = (self.shared.cluster(), self.parking)
             && let Some((range, remote)) = keyspace.remote_batch(reads)
         {
@@ -227,9 +246,12 @@ impl Cx<'_> {
         Some(keyspace.read_batch(reads, self.batch))
     }
 
-    /// When the read index this call's reads wait on began, if one did.
-    pub(crate) fn read_since(&self) -> Option<std::time::Instant> {
-        self.read.as_ref().map(|(since, _)| *since)
+    /// The read index this call's reads were let through on, if one was.
+    pub(crate) fn read_mark(&self) -> Option<ReadMark> {
+        self.read.as_ref().map(|(since, scope)| ReadMark {
+            since: *since,
+            all: *scope == ReadScope::All,
+        })
     }
 }
 

@@ -35,7 +35,8 @@ use combkv::{Error, Result, Session};
 use combkv_replica::{RemoteItem, RemoteRead, Routed};
 use parking_lot::Mutex;
 
-use crate::cluster::{Cluster, ReadScope};
+use crate::cluster::{Cluster, ReadScope, Settled};
+use crate::node::keyspace::{Across, Asks};
 use crate::state::Shared;
 
 /// What landed for a parked connection.
@@ -49,6 +50,9 @@ pub(crate) enum Landing {
     Read(Result<(Instant, ReadScope)>),
     /// The answer of its read of a range held at another node.
     Remote(Result<Vec<Vec<RemoteItem>>>),
+    /// The ranges of its read across ranges settled at its timestamp (the
+    /// remote reads' answers).
+    Across(Result<Settled>),
     /// Its WAIT ended: how many followers hold its writes (None: this
     /// node stopped leading meanwhile).
     Waited(Option<usize>),
@@ -62,6 +66,9 @@ pub(crate) struct Landed {
     pub client: u64,
     pub what: Landing,
 }
+
+/// A connection waiting for a read index: (token, client).
+type Waiter = (usize, u64);
 
 /// Whom a run of a turn's writes is for: (token, client, how many ops).
 type Share = (usize, u64, usize);
@@ -77,8 +84,10 @@ pub(crate) struct Inbox {
     /// time).
     writes: Mutex<(Routed, Vec<Share>)>,
     /// This turn's connections waiting for a read index, (token, client),
-    /// and the ranges it must cover for them all.
-    reads: Mutex<(Vec<(usize, u64)>, ReadScope)>,
+    /// by the ranges it must cover for them: one round per scope, so that
+    /// a range that cannot answer (no quorum) holds up only the reads of
+    /// it.
+    reads: Mutex<Vec<(ReadScope, Vec<Waiter>)>>,
 }
 
 impl Inbox {
@@ -87,14 +96,14 @@ impl Inbox {
             landed: Mutex::new(Vec::new()),
             waker,
             writes: Mutex::new((Routed::default(), Vec::new())),
-            reads: Mutex::new((Vec::new(), ReadScope::none())),
+            reads: Mutex::new(Vec::new()),
         }
     }
 
     /// Sends what this turn asked of the log: its writes as one proposal
     /// (one entry, unless the leader joins it with others), and one read
-    /// index over the ranges every connection that waits for one reads
-    /// (every request they parked on arrived before it is asked).
+    /// index for each set of ranges connections wait for (every request
+    /// they parked on arrived before it is asked).
     pub(crate) fn submit(self: &Arc<Self>, cluster: &Cluster) {
         let (ops, to) = std::mem::take(&mut *self.writes.lock());
         if !ops.is_empty() {
@@ -111,9 +120,8 @@ impl Inbox {
                 }
             });
         }
-        let (reads, scope) =
-            std::mem::replace(&mut *self.reads.lock(), (Vec::new(), ReadScope::none()));
-        if !reads.is_empty() {
+        let rounds = std::mem::take(&mut *self.reads.lock());
+        for (scope, reads) in rounds {
             let inbox = Arc::clone(self);
             cluster.read_barrier_then(scope, move |r| {
                 for (token, client) in reads {
@@ -158,6 +166,9 @@ pub(crate) struct Park {
     /// A read of a range held at another node, sent for the batch it
     /// parked on, and its answer once it landed.
     remote: Option<RemoteRound>,
+    /// A read across ranges settling for the batch it parked on: its
+    /// timestamp, what it asked, and the answer once it landed.
+    across: Option<(u64, Asks, Option<Result<Settled>>)>,
     /// The answer of a WAIT that landed, for the WAIT it parked on.
     waited: Option<Option<usize>>,
     /// The log index of the last write of this connection that landed
@@ -180,6 +191,11 @@ impl Park {
                     round.answer = Some(r);
                 }
             }
+            Landing::Across(r) => {
+                if let Some((_, _, answer)) = &mut self.across {
+                    *answer = Some(r);
+                }
+            }
             Landing::Waited(n) => self.waited = Some(n),
         }
     }
@@ -196,6 +212,7 @@ impl Park {
         // A remote read sent in this processing waits for its answer.
         if !self.waiting {
             self.remote = None;
+            self.across = None;
         }
         self.waited = None;
     }
@@ -365,6 +382,51 @@ impl Parking<'_> {
         true
     }
 
+    /// The settle that landed for a read across ranges, once: its
+    /// timestamp, what it asked, and the answer.
+    pub(crate) fn landed_across(&self) -> Option<(u64, Asks, Result<Settled>)> {
+        let mut p = self.park.borrow_mut();
+        if !p
+            .across
+            .as_ref()
+            .is_some_and(|(_, _, answer)| answer.is_some())
+        {
+            return None;
+        }
+        let (at, asks, answer) = p.across.take()?;
+        Some((at, asks, answer?))
+    }
+
+    /// Settles a read across ranges in the background (every range's
+    /// floor raised to its timestamp, the remote parts read there) and
+    /// parks the connection until that lands; false with no inbox.
+    pub(crate) fn park_across(&self, cluster: &Cluster, across: Across) -> bool {
+        let Some(inbox) = self.inbox else {
+            return false;
+        };
+        let mut p = self.park.borrow_mut();
+        if !p.waiting {
+            p.waiting = true;
+            let Across {
+                at,
+                local,
+                remote,
+                asks,
+            } = across;
+            p.across = Some((at, asks, None));
+            let inbox = Arc::clone(inbox);
+            let (token, client) = (self.token, self.client);
+            cluster.settle_at_then(combkv_replica::At::Settle(at), local, remote, move |r| {
+                inbox.land(Landed {
+                    token,
+                    client,
+                    what: Landing::Across(r),
+                });
+            });
+        }
+        true
+    }
+
     /// The read index that landed for this input, once.
     pub(crate) fn landed_read(&self) -> Option<Result<(Instant, ReadScope)>> {
         self.park.borrow_mut().read.take()
@@ -380,9 +442,12 @@ impl Parking<'_> {
         let mut p = self.park.borrow_mut();
         if !p.waiting {
             p.waiting = true;
-            let mut reads = inbox.reads.lock();
-            reads.0.push((self.token, self.client));
-            reads.1.join(scope);
+            let mut rounds = inbox.reads.lock();
+            let waiter = (self.token, self.client);
+            match rounds.iter_mut().find(|(s, _)| s == scope) {
+                Some((_, waiting)) => waiting.push(waiter),
+                None => rounds.push((scope.clone(), vec![waiter])),
+            }
         }
         true
     }

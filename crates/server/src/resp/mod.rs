@@ -381,7 +381,7 @@ impl Protocol for Resp {
         // (`combkv::ReceivedValue::offer`) if the command stores it whole.
         let offer = frames.spliced_among(req.first, req.end).map(|v| v.offer());
         let resp3 = conn.resp3;
-        let read_since = cx.read_since();
+        let read_mark = cx.read_mark();
         let mut ctx = Ctx {
             shared: cx.shared,
             session: cx.session,
@@ -393,7 +393,7 @@ impl Protocol for Resp {
             r: Reply { out, resp3 },
             loading: cx.loading,
             stats: cx.stats,
-            read_since,
+            read_mark,
             close: false,
             txn: None,
             held: None,
@@ -444,7 +444,7 @@ impl Protocol for Resp {
         out: &mut Vec<u8>,
     ) {
         let resp3 = self.conn.resp3;
-        let read_since = cx.read_since();
+        let read_mark = cx.read_mark();
         let mut ctx = Ctx {
             shared: cx.shared,
             session: cx.session,
@@ -456,7 +456,7 @@ impl Protocol for Resp {
             r: Reply { out, resp3 },
             loading: cx.loading,
             stats: cx.stats,
-            read_since,
+            read_mark,
             close: false,
             txn: None,
             held: None,

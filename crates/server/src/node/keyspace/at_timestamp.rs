@@ -123,11 +123,78 @@ fn settle<X>(
     pinned: bool,
     reads: Vec<(RangeDesc, RemoteRead, X)>,
 ) -> Result<Vec<(Got, X)>> {
+    let settling = prepare(cluster, at, pinned, &reads)?;
+    let answers = cluster.settle_at(settling.how(), &settling.local(), settling.remote.clone())?;
+    finish(settling, answers, reads)
+}
+
+/// What one try at a timestamp settles: each range once, where it is
+/// read, and the reads of those held elsewhere.
+pub(super) struct Settling {
+    at: u64,
+    pinned: bool,
+    sources: BTreeMap<u64, (RangeDesc, Source)>,
+    views: BTreeMap<u64, Arc<PastView>>,
+    remote: Vec<(u64, Vec<RemoteRead>)>,
+}
+
+/// What a try asks of the logs and of other nodes: the ranges settled
+/// here, and the reads sent elsewhere. A try made again with the same asks
+/// can take the answers of the first (`finish`).
+pub(crate) type Asks = (Vec<u64>, Vec<(u64, Vec<RemoteRead>)>);
+
+impl Settling {
+    pub(super) fn at(&self) -> u64 {
+        self.at
+    }
+
+    pub(super) fn how(&self) -> At {
+        if self.pinned {
+            At::Pinned(self.at)
+        } else {
+            At::Settle(self.at)
+        }
+    }
+
+    /// This node's replicas of the ranges read here.
+    pub(super) fn local(&self) -> Vec<Replica> {
+        self.sources
+            .values()
+            .filter_map(|(_, s)| match s {
+                Source::Local(_, replica) => Some(replica.clone()),
+                Source::Remote(_) => None,
+            })
+            .collect()
+    }
+
+    pub(super) fn asks(&self) -> Asks {
+        let local = self
+            .sources
+            .iter()
+            .filter(|(_, (_, s))| matches!(s, Source::Local(..)))
+            .map(|(id, _)| *id)
+            .collect();
+        (local, self.remote.clone())
+    }
+
+    pub(super) fn remote(&self) -> Vec<(u64, Vec<RemoteRead>)> {
+        self.remote.clone()
+    }
+}
+
+/// A try of `reads` at `at` made ready: where each range is read, nothing
+/// waited for.
+pub(super) fn prepare<X>(
+    cluster: &Cluster,
+    at: u64,
+    pinned: bool,
+    reads: &[(RangeDesc, RemoteRead, X)],
+) -> Result<Settling> {
     // Each range once: where it is read, and (if elsewhere) its reads.
     let mut sources: BTreeMap<u64, (RangeDesc, Source)> = BTreeMap::new();
     let mut views: BTreeMap<u64, Arc<PastView>> = BTreeMap::new();
     let mut remote: BTreeMap<u64, Vec<RemoteRead>> = BTreeMap::new();
-    for (desc, read, _) in &reads {
+    for (desc, read, _) in reads {
         let (_, source) = match sources.entry(desc.id) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::btree_map::Entry::Vacant(e) => {
@@ -152,22 +219,33 @@ fn settle<X>(
             remote.entry(desc.id).or_default().push(read.clone());
         }
     }
-    let local: Vec<Replica> = sources
-        .values()
-        .filter_map(|(_, s)| match s {
-            Source::Local(_, replica) => Some(replica.clone()),
-            Source::Remote(_) => None,
-        })
-        .collect();
-    let remote_ids: Vec<u64> = remote.keys().copied().collect();
-    let how = if pinned {
-        At::Pinned(at)
-    } else {
-        At::Settle(at)
-    };
-    let answers = cluster.settle_at(how, &local, remote.into_iter().collect())?;
-    let mut answers: BTreeMap<u64, std::vec::IntoIter<Vec<RemoteItem>>> = remote_ids
+    Ok(Settling {
+        at,
+        pinned,
+        sources,
+        views,
+        remote: remote.into_iter().collect(),
+    })
+}
+
+/// A try of `reads` finished from what settling it answered (`answers`,
+/// the remote reads' in the order `Settling::remote` gave them): the
+/// local ranges read as of the timestamp, each read's findings in order.
+pub(super) fn finish<X>(
+    settling: Settling,
+    answers: crate::cluster::Settled,
+    reads: Vec<(RangeDesc, RemoteRead, X)>,
+) -> Result<Vec<(Got, X)>> {
+    let Settling {
+        at,
+        pinned,
+        sources,
+        mut views,
+        remote,
+    } = settling;
+    let mut answers: BTreeMap<u64, std::vec::IntoIter<Vec<RemoteItem>>> = remote
         .into_iter()
+        .map(|(id, _)| id)
         .zip(answers)
         .map(|(id, a)| (id, a.into_iter()))
         .collect();

@@ -27,11 +27,12 @@ use combkv::{Error, ItemView, Range, Result, SnapshotId, SnapshotInfo, Store};
 use combkv_replica::ranges::{RangeDesc, RangeMap};
 use combkv_replica::{RemoteItem, RemoteRead, Replica};
 
-use crate::cluster::{Cluster, ReadScope};
+use crate::cluster::{Cluster, ReadMark, ReadScope};
 use crate::state::Shared;
 
 mod at_timestamp;
 
+pub(crate) use at_timestamp::Asks;
 use at_timestamp::{Got, at_one_timestamp, at_snapshot, settled, with_timestamp};
 
 /// How long a read waits for a range's group to start on this node after
@@ -62,16 +63,24 @@ enum Source {
 
 impl<'a> Keyspace<'a> {
     /// The keyspace a read on `shared` sees, `store` being the turn's, for
-    /// requests let through on a read index begun at `since` (None: one
-    /// over every range, taken before).
-    pub(crate) fn of(shared: &'a Shared, store: &'a Store, since: Option<Instant>) -> Keyspace<'a> {
+    /// requests let through on read index `mark` (None: one over every
+    /// range, taken before).
+    pub(crate) fn of(shared: &'a Shared, store: &'a Store, mark: Option<ReadMark>) -> Keyspace<'a> {
         if let Some(cluster) = shared.cluster()
-            && (cluster.is_split() || !std::ptr::eq(store, &*cluster.store()))
+            && (cluster.is_split()
+                || !std::ptr::eq(store, &*cluster.store())
+                || mark.is_some_and(|m| !m.all))
         {
             // Split, or the turn's store replaced since the turn took it (a
             // merge into range 0 makes its store anew): read where the
-            // keys are now.
-            return Keyspace::Ranges { cluster, since };
+            // keys are now. Or the request's read index covered only some
+            // ranges of a keyspace that has merged back into one since:
+            // range 0 is read after a read index of its own if none since
+            // covered it (`Cluster::fresh`).
+            return Keyspace::Ranges {
+                cluster,
+                since: mark.map(|m| m.since),
+            };
         }
         Keyspace::One(store)
     }
@@ -672,10 +681,6 @@ impl<'a> Keyspace<'a> {
         requests: &[ReadRequest<'_>],
         out: &mut BatchResults,
     ) -> Result<()> {
-        enum Part {
-            Get(usize, Vec<u8>),
-            Range(usize, Range),
-        }
         // Floor starts resolved and keys checked before anything is read.
         let mut resolved = Vec::with_capacity(requests.len());
         for req in requests {
@@ -687,70 +692,181 @@ impl<'a> Keyspace<'a> {
                 ReadRequest::Range(r) => Some(self.floor_resolved(r)?),
             });
         }
-        let found = at_one_timestamp(cluster, |map| {
-            let mut plan = Vec::new();
-            for (i, (req, range)) in requests.iter().zip(&resolved).enumerate() {
-                match (req, range) {
-                    (ReadRequest::Get(k), _) => plan.push((
-                        map.route(k).clone(),
-                        RemoteRead::Get(k.to_vec()),
-                        Part::Get(i, k.to_vec()),
-                    )),
-                    (ReadRequest::Range(_), Some(r)) => {
-                        let mut parts: Vec<&RangeDesc> = spanned(map, r).collect();
-                        if r.reverse {
-                            parts.reverse();
-                        }
-                        for p in parts {
-                            let sub = clip(r, p);
-                            plan.push((p.clone(), remote_range(&sub), Part::Range(i, sub)));
-                        }
-                    }
-                    (ReadRequest::Range(_), None) => {}
+        let found = at_one_timestamp(cluster, |map| Ok(batch_plan(map, requests, &resolved)))?;
+        gather_parts(found, &resolved, out)
+    }
+
+    /// A batch across ranges made ready to read without waiting here (see
+    /// [`Keyspace::read_batch_settled`]): a timestamp taken for it, and
+    /// what its ranges must settle at it, for the caller to settle in the
+    /// background. None for any other batch (inside one range, a floor
+    /// start to find first, one store), or one this node cannot place now.
+    pub(crate) fn across_batch(&self, requests: &[ReadRequest<'_>]) -> Option<Across> {
+        let Keyspace::Ranges { cluster, .. } = self else {
+            return None;
+        };
+        let map = cluster.shared_range_map();
+        if one_range(&map, requests).is_some() {
+            return None;
+        }
+        let resolved = resolved_as_they_are(cluster, requests)?;
+        let plan = batch_plan(&map, requests, &resolved);
+        let settling =
+            at_timestamp::prepare(cluster, cluster.read_timestamp(), false, &plan).ok()?;
+        Some(Across {
+            at: settling.at(),
+            local: settling.local(),
+            remote: settling.remote(),
+            asks: settling.asks(),
+        })
+    }
+
+    /// A batch across ranges read at `at`, which a background settle of
+    /// `asks` raised every range's floor to (`answers`: its remote reads'):
+    /// false, nothing read, if the batch now asks something else (the map
+    /// changed); an error if a range's past no longer reaches back to `at`.
+    /// Either way the caller reads it again ([`Keyspace::read_batch`]).
+    pub(crate) fn read_batch_settled(
+        &self,
+        requests: &[ReadRequest<'_>],
+        at: u64,
+        asks: &Asks,
+        answers: crate::cluster::Settled,
+        out: &mut BatchResults,
+    ) -> Result<bool> {
+        let Keyspace::Ranges { cluster, .. } = self else {
+            return Ok(false);
+        };
+        let map = cluster.shared_range_map();
+        let Some(resolved) = resolved_as_they_are(cluster, requests) else {
+            return Ok(false);
+        };
+        let plan = batch_plan(&map, requests, &resolved);
+        let settling = at_timestamp::prepare(cluster, at, false, &plan)?;
+        if settling.asks() != *asks {
+            return Ok(false);
+        }
+        let found = at_timestamp::finish(settling, answers, plan)?;
+        gather_parts(found, &resolved, out)?;
+        cluster.note_read_across(0);
+        Ok(true)
+    }
+}
+
+/// A batch across ranges made ready (`Keyspace::across_batch`): its
+/// timestamp, this node's replicas whose floors it raises, the reads it
+/// sends to other nodes, and both as one value to compare a later try
+/// with.
+pub(crate) struct Across {
+    pub at: u64,
+    pub local: Vec<Replica>,
+    pub remote: Vec<(u64, Vec<RemoteRead>)>,
+    pub asks: Asks,
+}
+
+/// One part of a batch read across ranges: a GET, or a request's range cut
+/// to one range (request index first).
+enum Part {
+    Get(usize, Vec<u8>),
+    Range(usize, Range),
+}
+
+/// The batch's ranges as they are, keys checked: None if a request has a
+/// floor start (found by a read of its own first) or a key is refused.
+fn resolved_as_they_are(
+    cluster: &Cluster,
+    requests: &[ReadRequest<'_>],
+) -> Option<Vec<Option<Range>>> {
+    let mut resolved = Vec::with_capacity(requests.len());
+    for req in requests {
+        resolved.push(match req {
+            ReadRequest::Get(k) => {
+                combkv::check_key(k, cluster.max_key_len()).ok()?;
+                None
+            }
+            ReadRequest::Range(r) if r.floor_start => return None,
+            ReadRequest::Range(r) => Some((*r).clone()),
+        });
+    }
+    Some(resolved)
+}
+
+/// The plan of a batch across ranges by `map`: each GET in its range, each
+/// range request cut to the ranges it spans, in its order.
+fn batch_plan(
+    map: &RangeMap,
+    requests: &[ReadRequest<'_>],
+    resolved: &[Option<Range>],
+) -> Vec<(RangeDesc, RemoteRead, Part)> {
+    let mut plan = Vec::new();
+    for (i, (req, range)) in requests.iter().zip(resolved).enumerate() {
+        match (req, range) {
+            (ReadRequest::Get(k), _) => plan.push((
+                map.route(k).clone(),
+                RemoteRead::Get(k.to_vec()),
+                Part::Get(i, k.to_vec()),
+            )),
+            (ReadRequest::Range(_), Some(r)) => {
+                let mut parts: Vec<&RangeDesc> = spanned(map, r).collect();
+                if r.reverse {
+                    parts.reverse();
+                }
+                for p in parts {
+                    let sub = clip(r, p);
+                    plan.push((p.clone(), remote_range(&sub), Part::Range(i, sub)));
                 }
             }
-            Ok(plan)
-        })?;
-        // What each range request may still take (its limit over its parts).
-        let mut left: Vec<usize> = resolved
-            .iter()
-            .map(|r| r.as_ref().and_then(|r| r.limit).unwrap_or(usize::MAX))
-            .collect();
-        out.begin_gathering(requests.len());
-        for (got, part) in found {
-            match (part, got) {
-                (Part::Get(i, k), Got::Local(past, replica)) => {
-                    replica.note_reads(1, &k);
-                    if let Some(it) = past.get(&k)? {
-                        out.gather_item(i, &it.view());
-                    }
+            (ReadRequest::Range(_), None) => {}
+        }
+    }
+    plan
+}
+
+/// What a batch across ranges found, gathered into `out` in request order,
+/// each range request's limit counted over its parts.
+fn gather_parts(
+    found: Vec<(Got, Part)>,
+    resolved: &[Option<Range>],
+    out: &mut BatchResults,
+) -> Result<()> {
+    let mut left: Vec<usize> = resolved
+        .iter()
+        .map(|r| r.as_ref().and_then(|r| r.limit).unwrap_or(usize::MAX))
+        .collect();
+    out.begin_gathering(resolved.len());
+    for (got, part) in found {
+        match (part, got) {
+            (Part::Get(i, k), Got::Local(past, replica)) => {
+                replica.note_reads(1, &k);
+                if let Some(it) = past.get(&k)? {
+                    out.gather_item(i, &it.view());
                 }
-                (Part::Get(i, _), Got::Remote(items)) => {
-                    for it in &items {
-                        out.gather_item(i, &view(it));
-                    }
+            }
+            (Part::Get(i, _), Got::Remote(items)) => {
+                for it in &items {
+                    out.gather_item(i, &view(it));
                 }
-                (Part::Range(i, mut sub), Got::Local(past, _)) => {
-                    if left[i] == 0 {
-                        continue;
-                    }
-                    sub.limit = Some(left[i]);
-                    past.scan(&sub, |it| {
-                        out.gather_item(i, &it);
-                        left[i] -= 1;
-                        left[i] > 0
-                    })?;
+            }
+            (Part::Range(i, mut sub), Got::Local(past, _)) => {
+                if left[i] == 0 {
+                    continue;
                 }
-                (Part::Range(i, _), Got::Remote(items)) => {
-                    for it in items.iter().take(left[i]) {
-                        out.gather_item(i, &view(it));
-                        left[i] -= 1;
-                    }
+                sub.limit = Some(left[i]);
+                past.scan(&sub, |it| {
+                    out.gather_item(i, &it);
+                    left[i] -= 1;
+                    left[i] > 0
+                })?;
+            }
+            (Part::Range(i, _), Got::Remote(items)) => {
+                for it in items.iter().take(left[i]) {
+                    out.gather_item(i, &view(it));
+                    left[i] -= 1;
                 }
             }
         }
-        Ok(())
     }
+    Ok(())
 }
 
 /// Runs `op` by the range map as this node applied it; if a group here

@@ -55,9 +55,9 @@ pub(crate) struct Ctx<'a, 'b> {
     pub loading: bool,
     /// The event loop's per-command counts (errors by code here).
     pub stats: &'a crate::state::cmdstats::LoopStats,
-    /// When the read index this call's reads were let through on began
-    /// (see `Cx::read_since`).
-    pub read_since: Option<std::time::Instant>,
+    /// The read index this call's reads were let through on (see
+    /// `Cx::read_mark`).
+    pub read_mark: Option<crate::cluster::ReadMark>,
     /// Close the connection after this reply (QUIT).
     pub close: bool,
     /// Inside EXEC: how the command's writes and reads run (`multi`).
@@ -86,7 +86,7 @@ impl Ctx<'_, '_> {
 
     /// The keys reads see (see `node::keyspace`).
     pub(crate) fn keyspace(&self) -> crate::node::keyspace::Keyspace<'_> {
-        crate::node::keyspace::Keyspace::of(self.shared, self.session.store(), self.read_since)
+        crate::node::keyspace::Keyspace::of(self.shared, self.session.store(), self.read_mark)
     }
 
     /// Applies a decided write and renders its reply with `render`: now,

@@ -422,7 +422,7 @@ fn run_queued(
         r: Reply { out, resp3 },
         loading: cx.loading,
         stats: cx.stats,
-        read_since: cx.read_since,
+        read_mark: cx.read_mark,
         close: false,
         txn: Some(step),
         held: None,
