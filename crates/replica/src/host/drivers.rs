@@ -23,10 +23,11 @@ const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The longest a leader waits for one membership change of its range
 /// (adding a replica: its catch-up, 30 s at most, and its promotion; or
-/// removing one). openraft has been seen never to answer such a change
-/// after a whole-cluster crash, and every later step of this node's drivers
-/// (deleting replicas among them) waited behind it; abandoned, the change
-/// is taken again from what the group shows at the next turn.
+/// removing one). openraft has been seen never to answer such a change (a
+/// leader removing itself, in the simulation after a whole-cluster crash),
+/// and every later step of this node's drivers (deleting replicas among
+/// them) waited behind it; abandoned, the change is taken again from what
+/// the group shows at the next turn.
 const CHANGE_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Host {
