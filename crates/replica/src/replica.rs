@@ -127,6 +127,12 @@ impl Replica {
         self.inner.log.fsync_durations()
     }
 
+    /// Whether `other` is this very replica (not another started since
+    /// for the same group, or one of another group).
+    pub fn is_same(&self, other: &Replica) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// The group this replica is of (its range's id).
     pub fn group(&self) -> crate::types::GroupId {
         self.inner.sm.group()

@@ -469,7 +469,7 @@ impl Cluster {
     ) -> Result<Vec<Vec<combkv_replica::RemoteItem>>, StoreError> {
         self.rt
             .block_on(self.host.read_remote(range, reads, At::Now))
-            .map_err(settle_error)
+            .map_err(cluster_error)
     }
 
     /// [`Cluster::read_remote`] in the background: `done` gets the answer

@@ -209,12 +209,19 @@ impl Cx<'_> {
         if let (Some(c), Some(p)) = (self.shared.cluster(), self.parking) {
             // A read across ranges settled in the background: read at its
             // timestamp, or, the map changed or the past gone, again.
-            if let Some((at, asks, answer)) = p.landed_across() {
+            if let Some((at, asks, settled, answer)) = p.landed_across() {
                 let read = answer.and_then(|answers| {
-                    keyspace.read_batch_settled(reads, at, &asks, answers, self.batch)
+                    keyspace.read_batch_settled(reads, (at, &asks, &settled), answers, self.batch)
                 });
-                if let Ok(true) = read {
-                    return Some(Ok(()));
+                match read {
+                    Ok(true) => return Some(Ok(())),
+                    // Planned anew, or the map or a range's past moved on:
+                    // read again (at a new timestamp).
+                    Ok(false) | Err(combkv::Error::WrongRange(_)) => {}
+                    Err(combkv::Error::Unavailable(why)) if why == combkv_replica::PAST_GONE => {}
+                    // No leader, a node that did not answer: as the read
+                    // would have failed waiting here.
+                    Err(e) => return Some(Err(e)),
                 }
                 return Some(keyspace.read_batch(reads, self.batch));
             }

@@ -166,9 +166,8 @@ pub(crate) struct Park {
     /// A read of a range held at another node, sent for the batch it
     /// parked on, and its answer once it landed.
     remote: Option<RemoteRound>,
-    /// A read across ranges settling for the batch it parked on: its
-    /// timestamp, what it asked, and the answer once it landed.
-    across: Option<(u64, Asks, Option<Result<Settled>>)>,
+    /// A read across ranges settling for the batch it parked on.
+    across: Option<AcrossRound>,
     /// The answer of a WAIT that landed, for the WAIT it parked on.
     waited: Option<Option<usize>>,
     /// The log index of the last write of this connection that landed
@@ -192,8 +191,8 @@ impl Park {
                 }
             }
             Landing::Across(r) => {
-                if let Some((_, _, answer)) = &mut self.across {
-                    *answer = Some(r);
+                if let Some(round) = &mut self.across {
+                    round.answer = Some(r);
                 }
             }
             Landing::Waited(n) => self.waited = Some(n),
@@ -210,8 +209,12 @@ impl Park {
     pub(crate) fn forget_read(&mut self) {
         self.read = None;
         // A remote read sent in this processing waits for its answer.
-        if !self.waiting {
+        // A round sent in this processing waits for its answer; one whose
+        // answer landed served this processing or none.
+        if !self.waiting || self.remote.as_ref().is_some_and(|r| r.answer.is_some()) {
             self.remote = None;
+        }
+        if !self.waiting || self.across.as_ref().is_some_and(|r| r.answer.is_some()) {
             self.across = None;
         }
         self.waited = None;
@@ -225,6 +228,21 @@ struct RemoteRound {
     asked: (u64, Vec<RemoteRead>),
     answer: Option<Result<Vec<Vec<RemoteItem>>>>,
 }
+
+/// A read across ranges a parked connection settles: its timestamp, what
+/// it asked, the replicas whose floors it raises, and the answer once it
+/// landed.
+#[derive(Debug)]
+struct AcrossRound {
+    at: u64,
+    asks: Asks,
+    settled: Vec<combkv_replica::Replica>,
+    answer: Option<Result<Settled>>,
+}
+
+/// A landed settle of a read across ranges (`Parking::landed_across`):
+/// its timestamp, what it asked, the replicas settled, and the answer.
+pub(crate) type LandedAcross = (u64, Asks, Vec<combkv_replica::Replica>, Result<Settled>);
 
 /// What became of a write on a cluster node.
 #[derive(Debug)]
@@ -382,19 +400,14 @@ impl Parking<'_> {
         true
     }
 
-    /// The settle that landed for a read across ranges, once: its
-    /// timestamp, what it asked, and the answer.
-    pub(crate) fn landed_across(&self) -> Option<(u64, Asks, Result<Settled>)> {
+    /// The settle that landed for a read across ranges, once.
+    pub(crate) fn landed_across(&self) -> Option<LandedAcross> {
         let mut p = self.park.borrow_mut();
-        if !p
-            .across
-            .as_ref()
-            .is_some_and(|(_, _, answer)| answer.is_some())
-        {
+        if p.across.as_ref().is_none_or(|r| r.answer.is_none()) {
             return None;
         }
-        let (at, asks, answer) = p.across.take()?;
-        Some((at, asks, answer?))
+        let round = p.across.take()?;
+        Some((round.at, round.asks, round.settled, round.answer?))
     }
 
     /// Settles a read across ranges in the background (every range's
@@ -413,7 +426,12 @@ impl Parking<'_> {
                 remote,
                 asks,
             } = across;
-            p.across = Some((at, asks, None));
+            p.across = Some(AcrossRound {
+                at,
+                asks,
+                settled: local.clone(),
+                answer: None,
+            });
             let inbox = Arc::clone(inbox);
             let (token, client) = (self.token, self.client);
             cluster.settle_at_then(combkv_replica::At::Settle(at), local, remote, move |r| {

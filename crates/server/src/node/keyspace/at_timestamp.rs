@@ -177,6 +177,16 @@ impl Settling {
         (local, self.remote.clone())
     }
 
+    /// Whether this try reads its ranges held here from the very replicas
+    /// in `settled` (those whose floors a first try raised), in order: a
+    /// range first read from the replica still holding it before its
+    /// split was carried out here, and now from the new range's own
+    /// replica, has had no floor raised there.
+    pub(super) fn reads_from(&self, settled: &[Replica]) -> bool {
+        let local = self.local();
+        local.len() == settled.len() && local.iter().zip(settled).all(|(a, b)| a.is_same(b))
+    }
+
     pub(super) fn remote(&self) -> Vec<(u64, Vec<RemoteRead>)> {
         self.remote.clone()
     }

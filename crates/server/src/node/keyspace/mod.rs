@@ -722,15 +722,16 @@ impl<'a> Keyspace<'a> {
     }
 
     /// A batch across ranges read at `at`, which a background settle of
-    /// `asks` raised every range's floor to (`answers`: its remote reads'):
-    /// false, nothing read, if the batch now asks something else (the map
-    /// changed); an error if a range's past no longer reaches back to `at`.
-    /// Either way the caller reads it again ([`Keyspace::read_batch`]).
+    /// `asks` raised the floors of replicas `settled` to (`answers`: its
+    /// remote reads'): false, nothing read, if the batch now asks something
+    /// else or would read another replica (the map changed, a split was
+    /// carried out here); an error if a range's past no longer reaches back
+    /// to `at`. Either way the caller reads it again
+    /// ([`Keyspace::read_batch`]).
     pub(crate) fn read_batch_settled(
         &self,
         requests: &[ReadRequest<'_>],
-        at: u64,
-        asks: &Asks,
+        (at, asks, settled): (u64, &Asks, &[Replica]),
         answers: crate::cluster::Settled,
         out: &mut BatchResults,
     ) -> Result<bool> {
@@ -743,7 +744,7 @@ impl<'a> Keyspace<'a> {
         };
         let plan = batch_plan(&map, requests, &resolved);
         let settling = at_timestamp::prepare(cluster, at, false, &plan)?;
-        if settling.asks() != *asks {
+        if settling.asks() != *asks || !settling.reads_from(settled) {
             return Ok(false);
         }
         let found = at_timestamp::finish(settling, answers, plan)?;
