@@ -473,14 +473,26 @@ mod tests {
         assert_eq!(h.ranges, None);
     }
 
+    /// A range map as files from before merges hold it (`RangeMapV1`).
+    #[derive(Serialize)]
+    struct OldMap {
+        ranges: BTreeMap<Vec<u8>, crate::ranges::RangeDesc>,
+        next_id: u64,
+        generation: u64,
+    }
+
+    impl OldMap {
+        fn of(map: &RangeMap, generation: u64) -> OldMap {
+            OldMap {
+                ranges: map.ranges().map(|r| (r.start.clone(), r.clone())).collect(),
+                next_id: map.next_id(),
+                generation,
+            }
+        }
+    }
+
     #[test]
     fn a_header_from_before_bounds_reads_its_map_and_no_bounds() {
-        #[derive(Serialize)]
-        struct OldMap {
-            ranges: BTreeMap<Vec<u8>, crate::ranges::RangeDesc>,
-            next_id: u64,
-            generation: u64,
-        }
         #[derive(Serialize)]
         struct V4 {
             meta: SnapshotMeta<NodeId, BasicNode>,
@@ -497,11 +509,7 @@ mod tests {
             now_ms: 11,
             ever_voters: vec![1, 2],
             settings: vec![("acl".into(), b"x".to_vec())],
-            ranges: Some(OldMap {
-                ranges: map.ranges().map(|r| (r.start.clone(), r.clone())).collect(),
-                next_id: map.next_id(),
-                generation: 5,
-            }),
+            ranges: Some(OldMap::of(&map, 5)),
         };
         let h = Header::decode(&postcard::to_stdvec(&old).unwrap()).unwrap();
         assert_eq!((h.clock, h.ever_voters.len(), h.settings.len()), (7, 2, 1));
@@ -549,12 +557,6 @@ mod tests {
             epoch: crate::ranges::Epoch,
         }
         #[derive(Serialize)]
-        struct OldMap {
-            ranges: BTreeMap<Vec<u8>, crate::ranges::RangeDesc>,
-            next_id: u64,
-            generation: u64,
-        }
-        #[derive(Serialize)]
         struct V5 {
             meta: SnapshotMeta<NodeId, BasicNode>,
             clock: u64,
@@ -577,14 +579,7 @@ mod tests {
             // Group 0's: a map, and bounds from the empty key (which a
             // reader that took a prefix would misread as a merging range
             // and no bounds).
-            ranges: Some(OldMap {
-                ranges: RangeMap::new(vec![1, 2, 3])
-                    .ranges()
-                    .map(|r| (r.start.clone(), r.clone()))
-                    .collect(),
-                next_id: 1,
-                generation: 0,
-            }),
+            ranges: Some(OldMap::of(&RangeMap::new(vec![1, 2, 3]), 0)),
             bounds: Some(OldBounds {
                 id: 0,
                 start: Vec::new(),
