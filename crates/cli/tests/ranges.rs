@@ -147,6 +147,17 @@ fn a_keyspace_split_into_ranges_is_served_whole_by_every_node() {
             "node {}: 50 GETs and 25 EXISTS inside range 1 took {taken} read indexes",
             n + 1
         );
+        // GETEX without options reads, though it is a write: after a read
+        // index too (on every range: it passes no read gate).
+        let before = indexes();
+        let v: String = redis::cmd("GETEX").arg(key(120)).query(con).unwrap();
+        assert_eq!(v, "b120", "node {}", n + 1);
+        let taken = indexes() - before;
+        assert!(
+            taken >= 3,
+            "node {}: GETEX took {taken} read indexes",
+            n + 1
+        );
     }
     for (n, con) in cons.iter_mut().enumerate() {
         for i in (0..200).step_by(7) {
