@@ -271,8 +271,9 @@ impl Host {
     /// never reused, and every group is in the map before it is made), once
     /// this node's replica of the range that took each one's keys holds
     /// them: its bounds reach over the group's start, at the epoch the
-    /// committed map gives it or later. The keys live on there, and in that
-    /// range's log. Before, each stays: the merge is under way, or this
+    /// committed map gives it or later; or once the committed map places
+    /// that range on other nodes only, its merge reported. The keys live on
+    /// there, and in that range's log. Before, each stays: the merge is under way, or this
     /// node's replicas have not applied it (after a restart, a group's
     /// replay may lag the others'). Retired here or not: a replica that
     /// missed its retirement, the others deleted, never learns of it.
@@ -310,6 +311,13 @@ impl Host {
                     let b = t.bounds();
                     b.contains(&start) && b.epoch.version >= taker.epoch.version
                 });
+            // Or the range that took its keys is no longer placed here (it
+            // moved away after the merge, or this replica was one a move
+            // had left here before it): its replicas elsewhere hold the
+            // keys, and this node will never read them.
+            let me = self.0.id;
+            let placed_here = taker.voters.contains(&me) || taker.learners.contains(&me);
+            let absorbed = absorbed || (!map.is_merging(taker.id) && !placed_here);
             if !absorbed {
                 tracing::debug!(
                     "range {g} outside the map is kept: range {} (merging: {}, here {:?}) \
