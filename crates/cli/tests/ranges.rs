@@ -158,6 +158,14 @@ fn a_keyspace_split_into_ranges_is_served_whole_by_every_node() {
             "node {}: GETEX took {taken} read indexes",
             n + 1
         );
+        // Inside a transaction it reads through the transaction's entry.
+        let (v,): (String,) = redis::pipe()
+            .atomic()
+            .cmd("GETEX")
+            .arg(key(121))
+            .query(con)
+            .unwrap();
+        assert_eq!(v, "b121", "node {}", n + 1);
     }
     for (n, con) in cons.iter_mut().enumerate() {
         for i in (0..200).step_by(7) {

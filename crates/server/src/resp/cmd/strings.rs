@@ -458,7 +458,10 @@ pub(super) fn getex(cx: &mut Ctx<'_, '_>) -> CmdResult {
             // gate: on a cluster node it waits for a read index as reads
             // do (holding the loop; GETEX without options is rare), or a
             // follower would answer from what it has applied so far.
-            if let Some(c) = cx.shared.cluster() {
+            // Inside EXEC it reads through the transaction's log entry.
+            if cx.txn.is_none()
+                && let Some(c) = cx.shared.cluster()
+            {
                 c.read_barrier()?;
             }
             let v = cx.get_with(key, |it| it.map(|it| it.value.to_vec()))?;
