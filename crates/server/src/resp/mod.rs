@@ -251,7 +251,7 @@ impl Protocol for Resp {
             (Some(_), _) => Class::BatchRead,
             // Queuing after MULTI touches no data.
             (None, Some(spec)) if self.conn.multi.is_some() && !spec.in_multi_now => Class::Control,
-            (None, Some(spec)) => spec.kind.class(),
+            (None, Some(spec)) => spec.class_of(req.end - req.first),
             // An unknown command: its error alone.
             (None, None) => Class::Control,
         }

@@ -54,6 +54,10 @@ pub(crate) struct Spec {
     /// Runs at once inside MULTI instead of being queued (EXEC, DISCARD,
     /// MULTI, WATCH, QUIT).
     pub in_multi_now: bool,
+    /// A read when its key is its only argument (GETEX without options):
+    /// classed as a read then, so that it passes the read gate and comes
+    /// after the connection's own writes before it, as GET does.
+    pub read_bare: bool,
     pub first_key: i32,
     pub last_key: i32,
     pub summary: &'static str,
@@ -68,6 +72,17 @@ impl Spec {
         let n = n as i64;
         let a = i64::from(self.arity);
         if a > 0 { n == a } else { n >= -a }
+    }
+
+    /// The pipeline's class of a request of `n` arguments (the name
+    /// included) that was not batched.
+    #[inline]
+    pub(crate) fn class_of(&self, n: usize) -> Class {
+        if self.read_bare && n == 2 {
+            Class::Read
+        } else {
+            self.kind.class()
+        }
     }
 
     /// A write (COMMAND's `write` flag; `readonly` otherwise).

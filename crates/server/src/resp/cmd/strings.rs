@@ -454,16 +454,9 @@ pub(super) fn getex(cx: &mut Ctx<'_, '_>) -> CmdResult {
             return_item: true,
         },
         _ => {
-            // A plain read, though GETEX is a write and passed no read
-            // gate: on a cluster node it waits for a read index as reads
-            // do (holding the loop; GETEX without options is rare), or a
-            // follower would answer from what it has applied so far.
-            // Inside EXEC it reads through the transaction's log entry.
-            if cx.txn.is_none()
-                && let Some(c) = cx.shared.cluster()
-            {
-                c.read_barrier()?;
-            }
+            // A plain read: classed as one (the table's `r`), it passed
+            // the read gate after the connection's own writes, as GET
+            // does; inside EXEC it reads through the transaction's entry.
             let v = cx.get_with(key, |it| it.map(|it| it.value.to_vec()))?;
             match v {
                 Some(v) => cx.r.bulk(&v),

@@ -32,7 +32,8 @@ const fn has_flag(flags: &str, f: u8) -> bool {
 }
 
 /// A table entry; flags: `d` denyoom, `a` allowed before AUTH, `x`
-/// refused inside MULTI, `m` runs at once inside MULTI.
+/// refused inside MULTI, `m` runs at once inside MULTI, `r` a read when
+/// given its key alone.
 macro_rules! spec {
     ($name:literal, $arity:expr, $kind:expr, $flags:literal, $first:expr, $last:expr, $h:path, $group:literal, $summary:literal) => {
         Spec {
@@ -43,6 +44,7 @@ macro_rules! spec {
             no_auth: has_flag($flags, b'a'),
             no_multi: has_flag($flags, b'x'),
             in_multi_now: has_flag($flags, b'm'),
+            read_bare: has_flag($flags, b'r'),
             first_key: $first,
             last_key: $last,
             summary: $summary,
@@ -122,7 +124,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
           "bitmap", "Returns a bit of a value."),
     spec!("getdel", 2, Kind::Write, "", 1, 1, strings::getdel,
           "string", "Returns the value of a key and deletes it."),
-    spec!("getex", -2, Kind::Write, "", 1, 1, strings::getex,
+    spec!("getex", -2, Kind::Write, "r", 1, 1, strings::getex,
           "string", "Returns a key's value and sets or removes its expiry."),
     spec!("getrange", 4, Kind::Read, "", 1, 1, strings::getrange,
           "string", "Returns a substring of a key's value."),
