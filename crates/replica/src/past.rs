@@ -1,7 +1,12 @@
 //! The recent past of a replica's store, held readable for reads at a
 //! timestamp (`read_at`): a history hold taken every `Host` driver turn
-//! (100 ms) while the keyspace is cut into ranges, the oldest kept until
-//! the next one is `RETAIN` old. A read across ranges takes its timestamp,
+//! (100 ms) while the keyspace is cut into ranges and a read at a
+//! timestamp came to this replica in the last `WANTED`, the oldest kept
+//! until the next one is `RETAIN` old. A hold keeps every buffer a write
+//! replaces for as long as it lives, so a replica that no such read asks
+//! holds none: under writes alone its memory is a single node's. The
+//! first such read after a quiet spell finds no hold, starts one and is
+//! taken again at a new timestamp (`PAST_GONE`). A read across ranges takes its timestamp,
 //! raises every range's floor to it through the range's log and then reads
 //! each at it; its timestamp lies in the past by then, by one log round.
 //! A snapshot of a keyspace split into ranges pins, on every replica of
@@ -26,6 +31,11 @@ pub const PAST_GONE: &str = "the range's held past does not reach back to the re
 /// waited this long is better taken again at a new timestamp).
 pub(crate) const RETAIN: Duration = Duration::from_secs(1);
 
+/// How long after the last read at a timestamp (or snapshot pin) a replica
+/// goes on holding its past: long enough that steady reads across ranges,
+/// however sparse, rarely meet a replica holding none.
+pub(crate) const WANTED: Duration = Duration::from_secs(30);
+
 /// A history hold: when it was taken, and of which store.
 type Hold = (Instant, Arc<Store>, Arc<History>);
 
@@ -38,14 +48,18 @@ pub(crate) struct Past {
     /// Holds pinned for a snapshot: until when, the snapshot's timestamp,
     /// and the hold.
     pinned: Mutex<Vec<(Instant, u64, Hold)>>,
+    /// When a read at a timestamp or a pin last asked for a hold.
+    asked: Mutex<Option<Instant>>,
 }
 
 impl Past {
     /// One turn: a new hold on `store`, the ones no longer needed dropped;
     /// with `keep` false (no read at a timestamp can come: the keyspace is
-    /// one range), every hold dropped.
+    /// one range), or no read at a timestamp for `WANTED`, every hold
+    /// dropped.
     pub(crate) fn turn(&self, store: &Arc<Store>, keep: bool) {
         let now = Instant::now();
+        let keep = keep && self.asked.lock().is_some_and(|at| at.elapsed() < WANTED);
         self.pinned
             .lock()
             .retain(|(until, _, (_, s, _))| *until > now && Arc::ptr_eq(s, store));
@@ -67,8 +81,11 @@ impl Past {
 
     /// Holds `store`'s past from now on if nothing holds it yet (a store
     /// just installed from a snapshot, or split off, read before the next
-    /// turn): a read at a timestamp taken from now on finds it held.
+    /// turn; no read at a timestamp for `WANTED`): a read at a timestamp
+    /// taken from now on finds it held, and so does one whose read floor
+    /// applies now (the hold reaches back to the store's read version).
     pub(crate) fn start(&self, store: &Arc<Store>) {
+        *self.asked.lock() = Some(Instant::now());
         let mut holds = self.holds.lock();
         if !holds.iter().any(|(_, s, _)| Arc::ptr_eq(s, store)) {
             holds.push_back((
@@ -79,8 +96,10 @@ impl Past {
         }
     }
 
-    /// A hold on `store` through which it can be read at version `at`.
+    /// A hold on `store` through which it can be read at version `at`; the
+    /// ask keeps the past held for `WANTED` from now.
     pub(crate) fn covering(&self, store: &Arc<Store>, at: u64) -> Option<Arc<History>> {
+        *self.asked.lock() = Some(Instant::now());
         let covers = |(_, s, h): &&Hold| Arc::ptr_eq(s, store) && h.version().0 <= at;
         if let Some((_, _, h)) = self.holds.lock().iter().find(covers) {
             return Some(Arc::clone(h));
@@ -162,6 +181,7 @@ mod tests {
         let store = Arc::new(Store::new(combkv::Config::default()).unwrap());
         let past = Past::default();
         store.put(b"a", b"1").unwrap();
+        past.covering(&store, 0);
         past.turn(&store, true);
         let at = store.read_version().0;
         // Rolling holds cover it, but no pin says the floor applied here.
@@ -181,5 +201,35 @@ mod tests {
         assert!(past.covering(&store, at).is_none());
         past.turn(&store, false);
         assert_eq!(past.pinned(), 0);
+    }
+
+    /// No read at a timestamp, no hold: a replica only written keeps no
+    /// replaced buffer. An ask holds from the next turn on, until `WANTED`
+    /// has passed without one.
+    #[test]
+    fn the_past_is_held_only_while_reads_at_a_timestamp_ask_for_it() {
+        let store = Arc::new(Store::new(combkv::Config::default()).unwrap());
+        let past = Past::default();
+        store.put(b"a", b"1").unwrap();
+        past.turn(&store, true);
+        assert!(past.holds.lock().is_empty(), "nothing asked for the past");
+        let at = store.read_version().0;
+        assert!(past.covering(&store, at).is_none());
+        past.turn(&store, true);
+        assert!(past.covering(&store, at).is_some());
+        // A read floor applying starts one at once, reaching back to the
+        // store's read version (below the floor's timestamp).
+        let other = Arc::new(Store::new(combkv::Config::default()).unwrap());
+        other.put(b"a", b"1").unwrap();
+        let floor = other.read_version().0 + 10;
+        past.start(&other);
+        other.raise_clock(combkv::Version(floor));
+        assert!(past.pin(&other, floor, Duration::from_secs(1)));
+        let Some(long_ago) = Instant::now().checked_sub(WANTED) else {
+            return;
+        };
+        *past.asked.lock() = Some(long_ago);
+        past.turn(&store, true);
+        assert!(past.holds.lock().is_empty(), "asked too long ago");
     }
 }

@@ -351,6 +351,10 @@ impl StateMachine {
     /// all the writes it ever will.
     fn floor(&self, at: u64, pin_ms: u64) -> combkv::Result<Outcome> {
         let store = self.cell.get();
+        // A read at `at` comes once this applies: the store's past held
+        // from its read version (at or below `at`) if nothing holds it yet
+        // (no read at a timestamp for a while, `past::WANTED`).
+        self.past.start(&store);
         store.raise_clock(Version(at));
         // The pin lasts until the snapshot's end (its timestamp's
         // millisecond plus its life), not from whenever this entry applies:
