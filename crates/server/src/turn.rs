@@ -230,24 +230,22 @@ impl Cx<'_> {
             {
                 return None;
             }
-        }
-        if let (Some(c), Some(p)) = (self.shared.cluster(), self.parking)
-            && let Some((range, remote)) = keyspace.remote_batch(reads)
-        {
-            match p.landed_remote(range, &remote) {
-                Some(Ok(answers)) => {
-                    crate::node::keyspace::Keyspace::gather_remote(
-                        &answers,
-                        reads.len(),
-                        self.batch,
-                    );
-                    return Some(Ok(()));
+            if let Some((range, remote)) = keyspace.remote_batch(reads) {
+                match p.landed_remote(range, &remote) {
+                    Some(Ok(answers)) => {
+                        crate::node::keyspace::Keyspace::gather_remote(
+                            &answers,
+                            reads.len(),
+                            self.batch,
+                        );
+                        return Some(Ok(()));
+                    }
+                    // The map moved under it: read again, routed anew.
+                    Some(Err(combkv::Error::WrongRange(_))) => {}
+                    Some(Err(e)) => return Some(Err(e)),
+                    None if p.park_remote(c, range, remote) => return None,
+                    None => {}
                 }
-                // The map moved under it: read again, routed anew.
-                Some(Err(combkv::Error::WrongRange(_))) => {}
-                Some(Err(e)) => return Some(Err(e)),
-                None if p.park_remote(c, range, remote) => return None,
-                None => {}
             }
         }
         Some(keyspace.read_batch(reads, self.batch))
