@@ -138,6 +138,19 @@ impl Replica {
         self.inner.sm.group()
     }
 
+    /// Whether this node is the voter that stands first in a new group's
+    /// first election (`host::stand_first`): the group's id picks one of
+    /// its voters, in id order, so that the ranges splits make start with
+    /// their leaders spread over the nodes as the balancer would have
+    /// them (each hand-over it makes stalls a range's writes a lease).
+    pub(crate) fn stands_first(&self) -> bool {
+        let metrics = self.inner.raft.metrics();
+        let m = metrics.borrow();
+        let mut voters: Vec<_> = m.membership_config.membership().voter_ids().collect();
+        voters.sort_unstable();
+        !voters.is_empty() && voters[(self.group() % voters.len() as u64) as usize] == self.inner.id
+    }
+
     /// Whether this node votes in its group's membership (as far as it
     /// knows): a learner still catching up does not, and serves no read.
     pub fn is_voter(&self) -> bool {

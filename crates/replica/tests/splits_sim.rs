@@ -308,6 +308,59 @@ fn split_under_writers(seed: u64) {
     report(seed, result);
 }
 
+/// The new range's first leader is elected at once, the voter its id
+/// picks (range 1 of voters 1, 2, 3: node 2): left to the election timer
+/// it had none for a lease and a draw (1.3 s at least), and writes to it
+/// waited as long. Simulated time.
+#[test]
+fn a_range_split_off_has_a_leader_at_once() {
+    simulate("groups-split-leader", |dir| async move {
+        let cl = Cluster::new(dir.clone(), SimNet::new(3, Faults::NONE), NODES, 0);
+        let all: Vec<u64> = (1..=NODES).collect();
+        for &id in &all {
+            cl.start(id, &[0]).await;
+        }
+        cl.form(&all).await;
+        let g0 = wait_leader(&cl, 0, &all).await;
+        for n in 0..40 {
+            g0.write(1, put_op(&kv(n), b"v")).await.unwrap();
+        }
+        let leader = *all
+            .iter()
+            .find(|&&id| cl.replica(id, 0).is_some_and(|r| r.is_leader()))
+            .unwrap();
+        let host = cl.host(leader).unwrap();
+        let began = tokio::time::Instant::now();
+        assert_eq!(host.split(0, b"k20").await.unwrap(), 1);
+        let first = loop {
+            if let Some(id) = all
+                .iter()
+                .find(|&&id| cl.replica(id, 1).is_some_and(|r| r.is_leader()))
+            {
+                break *id;
+            }
+            assert!(
+                began.elapsed() < Duration::from_secs(5),
+                "range 1 has no leader"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let took = began.elapsed();
+        assert_eq!(
+            first,
+            2,
+            "range 1's first leader, after {:?}",
+            began.elapsed()
+        );
+        assert!(
+            took < Duration::from_millis(800),
+            "range 1 had no leader for {took:?}"
+        );
+        let g1 = cl.replica(2, 1).unwrap();
+        g1.write(1, put_op(b"k25", b"after")).await.unwrap();
+    });
+}
+
 #[test]
 fn a_split_under_writers_loses_no_acknowledged_write() {
     seeds(12).into_iter().for_each(split_under_writers);
