@@ -374,16 +374,31 @@ impl Host {
                 tracing::debug!("range {group} moved away from this node before: not seeded again");
                 return;
             }
-            if let Err(e) = seed_split_group(&dir, &child) {
-                tracing::error!(
-                    "seeding group {group} at {}: {e}; its leader sends it a snapshot instead",
-                    dir.display()
-                );
-                return;
-            }
+            let seeded = match seed_split_group(&dir, &child) {
+                Ok(seeded) => seeded,
+                Err(e) => {
+                    tracing::error!(
+                        "seeding group {group} at {}: {e}; its leader sends it a snapshot instead",
+                        dir.display()
+                    );
+                    return;
+                }
+            };
+            // Only a split applied as it is made stands the new group's
+            // first election: not one replayed after a restart (seeded
+            // before, its group may have had a leader long since) nor one
+            // this replica applied long after the others, where standing
+            // would unseat the leader they elected.
+            let age = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64)
+                .saturating_sub(child.now_ms);
+            let fresh = seeded && age < FRESH_SPLIT_MS;
             if let Some(inner) = host.upgrade() {
                 tokio::spawn(async move {
-                    if let Some(child) = Host(inner).ensure_group(group).await {
+                    if let Some(child) = Host(inner).ensure_group(group).await
+                        && fresh
+                    {
                         stand_first(&child).await;
                     }
                 });
@@ -650,6 +665,9 @@ impl Replica {
 const FIRST_STAND: std::time::Duration = std::time::Duration::from_millis(50);
 const FIRST_STAND_AGAIN: std::time::Duration = std::time::Duration::from_millis(150);
 const FIRST_STAND_TRIES: usize = 6;
+/// A split older than this (its entry's clock) when this replica applies
+/// it is not stood for: the other voters have had time to elect.
+const FRESH_SPLIT_MS: u64 = 500;
 
 /// The first election of a group a split made, stood by the voter its id
 /// picks (`Replica::stands_first`). Left to the election timer, it waited
