@@ -1,12 +1,15 @@
 //! The recent past of a replica's store, held readable for reads at a
 //! timestamp (`read_at`): a history hold taken every `Host` driver turn
 //! (100 ms) while the keyspace is cut into ranges and a read at a
-//! timestamp came to this replica in the last `WANTED`, the oldest kept
-//! until the next one is `RETAIN` old. A hold keeps every buffer a write
-//! replaces for as long as it lives, so a replica that no such read asks
-//! holds none: under writes alone its memory is a single node's. The
-//! first such read after a quiet spell finds no hold, starts one and is
-//! taken again at a new timestamp (`PAST_GONE`). A read across ranges takes its timestamp,
+//! timestamp came to one of the node's replicas in the last `WANTED`, the
+//! oldest kept until the next one is `RETAIN` old. A hold keeps every
+//! buffer a write replaces for as long as it lives, so a node that no
+//! such read asks holds none: under writes alone its memory is a single
+//! node's. After a quiet spell a read floor's apply starts a hold (from
+//! the store's read version); a write stamped above the read's timestamp
+//! and applied before the floor leaves that hold too new, and the read is
+//! taken again at a new timestamp (`PAST_GONE`), which the node's next
+//! turn has held for every replica. A read across ranges takes its timestamp,
 //! raises every range's floor to it through the range's log and then reads
 //! each at it; its timestamp lies in the past by then, by one log round.
 //! A snapshot of a keyspace split into ranges pins, on every replica of
@@ -53,17 +56,22 @@ pub(crate) struct Past {
 }
 
 impl Past {
-    /// One turn: a new hold on `store`, the ones no longer needed dropped;
-    /// with `keep` false (no read at a timestamp can come: the keyspace is
-    /// one range), or no read at a timestamp for `WANTED`, every hold
-    /// dropped.
-    pub(crate) fn turn(&self, store: &Arc<Store>, keep: bool) {
+    /// One turn: a new hold on `store`, the ones no longer needed dropped.
+    /// Every hold is dropped where `split` is false (no read at a timestamp
+    /// can come: the keyspace is one range), or where no read at a
+    /// timestamp came for `WANTED`, to this replica or (`node_asked`) to
+    /// another of its node's: a read across ranges that finds one range
+    /// holding no past is taken again, and by then the node's other
+    /// ranges it reads hold theirs.
+    pub(crate) fn turn(&self, store: &Arc<Store>, split: bool, node_asked: bool) {
         let now = Instant::now();
-        let keep = keep && self.asked.lock().is_some_and(|at| at.elapsed() < WANTED);
         self.pinned
             .lock()
             .retain(|(until, _, (_, s, _))| *until > now && Arc::ptr_eq(s, store));
         let mut holds = self.holds.lock();
+        // Under the holds' lock: a `start` that marked the ask before it
+        // took the lock is seen here, one after it pushes its hold after.
+        let keep = split && (node_asked || self.asked_lately());
         if !keep {
             holds.clear();
             return;
@@ -77,6 +85,12 @@ impl Past {
         while holds.len() > 1 && holds[1].0.elapsed() >= RETAIN {
             holds.pop_front();
         }
+    }
+
+    /// Whether a read at a timestamp or a pin asked for this past in the
+    /// last `WANTED`.
+    pub(crate) fn asked_lately(&self) -> bool {
+        self.asked.lock().is_some_and(|at| at.elapsed() < WANTED)
     }
 
     /// Holds `store`'s past from now on if nothing holds it yet (a store
@@ -157,19 +171,19 @@ mod tests {
         store.put(b"a", b"1").unwrap();
         let before = store.read_version().0;
         assert!(past.covering(&store, before).is_none());
-        past.turn(&store, true);
+        past.turn(&store, true, false);
         store.put(b"a", b"2").unwrap();
-        past.turn(&store, true);
+        past.turn(&store, true, false);
         assert!(past.covering(&store, before).is_some());
         assert!(past.covering(&store, before - 1).is_none());
         // Another store (a snapshot installed) is not covered; its turn
         // drops the old store's holds.
         let other = Arc::new(Store::new(combkv::Config::default()).unwrap());
         assert!(past.covering(&other, u64::MAX).is_none());
-        past.turn(&other, true);
+        past.turn(&other, true, false);
         assert!(past.covering(&store, u64::MAX).is_none());
         assert!(past.covering(&other, other.read_version().0).is_some());
-        past.turn(&other, false);
+        past.turn(&other, false, false);
         assert!(past.covering(&other, u64::MAX).is_none());
     }
 
@@ -182,7 +196,7 @@ mod tests {
         let past = Past::default();
         store.put(b"a", b"1").unwrap();
         past.covering(&store, 0);
-        past.turn(&store, true);
+        past.turn(&store, true, false);
         let at = store.read_version().0;
         // Rolling holds cover it, but no pin says the floor applied here.
         assert!(past.covering(&store, at).is_some());
@@ -190,7 +204,7 @@ mod tests {
         assert!(!past.pin(&store, at - 1, Duration::from_secs(60)));
         assert!(past.pin(&store, at, Duration::from_millis(300)));
         store.put(b"a", b"2").unwrap();
-        past.turn(&store, false);
+        past.turn(&store, false, false);
         assert!(past.covering(&store, at).is_some());
         assert!(
             past.covering(&store, at + 1).is_none(),
@@ -199,7 +213,7 @@ mod tests {
         assert_eq!(past.pinned(), 1);
         std::thread::sleep(Duration::from_millis(350));
         assert!(past.covering(&store, at).is_none());
-        past.turn(&store, false);
+        past.turn(&store, false, false);
         assert_eq!(past.pinned(), 0);
     }
 
@@ -211,11 +225,11 @@ mod tests {
         let store = Arc::new(Store::new(combkv::Config::default()).unwrap());
         let past = Past::default();
         store.put(b"a", b"1").unwrap();
-        past.turn(&store, true);
+        past.turn(&store, true, false);
         assert!(past.holds.lock().is_empty(), "nothing asked for the past");
         let at = store.read_version().0;
         assert!(past.covering(&store, at).is_none());
-        past.turn(&store, true);
+        past.turn(&store, true, false);
         assert!(past.covering(&store, at).is_some());
         // A read floor applying starts one at once, reaching back to the
         // store's read version (below the floor's timestamp).
@@ -225,11 +239,12 @@ mod tests {
         past.start(&other);
         other.raise_clock(combkv::Version(floor));
         assert!(past.pin(&other, floor, Duration::from_secs(1)));
-        let Some(long_ago) = Instant::now().checked_sub(WANTED) else {
-            return;
-        };
-        *past.asked.lock() = Some(long_ago);
-        past.turn(&store, true);
-        assert!(past.holds.lock().is_empty(), "asked too long ago");
+        // Asked of another replica of the node: held too.
+        *past.asked.lock() = None;
+        past.turn(&store, true, true);
+        assert!(!past.holds.lock().is_empty(), "asked of the node");
+        // Asked of none (or too long ago): none held.
+        past.turn(&store, true, false);
+        assert!(past.holds.lock().is_empty(), "asked of none");
     }
 }

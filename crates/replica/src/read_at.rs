@@ -61,10 +61,20 @@ impl PastView {
 }
 
 impl Replica {
-    /// One turn of keeping the store's recent past (`past`): while `keep`
-    /// (the keyspace is cut into ranges) a new history hold, else none.
-    pub fn keep_past(&self, keep: bool) {
-        self.inner.sm.past().turn(&self.current_store(), keep);
+    /// One turn of keeping the store's recent past (`past`): while `split`
+    /// (the keyspace is cut into ranges) and reads at a timestamp come to
+    /// this replica or (`node_asked`) another of the node's, a new history
+    /// hold, else none.
+    pub fn keep_past(&self, split: bool, node_asked: bool) {
+        self.inner
+            .sm
+            .past()
+            .turn(&self.current_store(), split, node_asked);
+    }
+
+    /// Whether a read at a timestamp came to this replica lately.
+    pub fn past_asked(&self) -> bool {
+        self.inner.sm.past().asked_lately()
     }
 
     /// How many snapshots' timestamps this replica holds pinned now.

@@ -423,11 +423,15 @@ impl Host {
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 let Some(inner) = host.upgrade() else { return };
                 let host = Host(inner);
-                let keep = host.range_map().len() > 1;
-                for g in host.groups() {
-                    if let Some(r) = host.group(g) {
-                        r.keep_past(keep);
-                    }
+                let split = host.range_map().len() > 1;
+                let replicas: Vec<_> = host
+                    .groups()
+                    .into_iter()
+                    .filter_map(|g| host.group(g))
+                    .collect();
+                let asked = replicas.iter().any(|r| r.past_asked());
+                for r in replicas {
+                    r.keep_past(split, asked);
                 }
             }
         });

@@ -26,6 +26,11 @@ const TRIES: usize = 4;
 /// reach back to its timestamp: the next timestamp is in a later
 /// millisecond.
 const PAUSE: std::time::Duration = std::time::Duration::from_millis(2);
+/// The pause before the later tries: a turn of the nodes' holds (100 ms),
+/// after which every range of a node asked holds its past (a read over
+/// many ranges after a quiet spell, each range applying its floor after a
+/// write stamped above the read's timestamp, finds them all held).
+const TURN_PAUSE: std::time::Duration = std::time::Duration::from_millis(110);
 
 /// What one read of a plan found.
 pub(super) enum Got {
@@ -71,8 +76,10 @@ pub(super) fn with_timestamp<T>(
             }
             Err(Error::Unavailable(why)) if why == PAST_GONE => {
                 // A replica that began to hold its past just now (a store
-                // newly installed) holds it by the next timestamp.
-                std::thread::sleep(PAUSE);
+                // newly installed, a floor applied after a quiet spell)
+                // holds it by the next timestamp; its node's other ranges
+                // by the next turn.
+                std::thread::sleep(if retries == 0 { PAUSE } else { TURN_PAUSE });
                 last = Some(Error::Unavailable(why));
             }
             r => return r,
