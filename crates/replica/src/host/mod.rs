@@ -64,6 +64,12 @@ struct Inner {
     /// One group starts at a time (a split and a message for the new group
     /// may both start it).
     starting: tokio::sync::Mutex<()>,
+    /// Groups whose directory is being written: seeded by a split's apply,
+    /// or made by a start on a peer's message. Each claims the group
+    /// first, so that neither writes the directory under the other (a seed
+    /// renamed over a directory a replica has just made, or a replica
+    /// started in a seed's place); the one that finds it claimed leaves it.
+    claimed: Mutex<std::collections::HashSet<GroupId>>,
     /// What this node's groups did to ranges since it started.
     counts: Counts,
     /// When this node, leading the meta group, last had a leadership
@@ -161,7 +167,7 @@ impl Handler for Dispatch {
                 )
                 && host.expects(group)
             {
-                replica = host.ensure_group(group).await;
+                replica = host.start_on_message(group).await;
             }
             match replica {
                 Some(r) => r.handle(req).await,
@@ -190,6 +196,7 @@ impl Host {
             guard,
             template: Mutex::new(None),
             starting: tokio::sync::Mutex::new(()),
+            claimed: Mutex::default(),
             counts: Counts::default(),
             last_leader_move: Mutex::new(None),
             driving: Mutex::new(("starting", tokio::time::Instant::now())),
@@ -303,6 +310,18 @@ impl Host {
         }
     }
 
+    /// [`Host::ensure_group`] for a peer's message, unless a split's
+    /// apply is seeding the group now (the message is answered as for a
+    /// group not hosted, and sent again).
+    async fn start_on_message(&self, group: GroupId) -> Option<Replica> {
+        if !self.0.claimed.lock().insert(group) {
+            return None;
+        }
+        let started = self.ensure_group(group).await;
+        self.0.claimed.lock().remove(&group);
+        started
+    }
+
     /// Whether the range map this node has applied (group 0's) names
     /// `group` as a range with a replica here: only such a group is started
     /// on a peer's message, never one the map does not know (a message
@@ -366,7 +385,8 @@ impl Host {
         config.on_split = None;
         SplitHook(Arc::new(move |child: SplitChild| {
             let group = child.bounds.id;
-            if let Some(inner) = host.upgrade() {
+            let inner = host.upgrade();
+            if let Some(inner) = &inner {
                 inner.counts.splits.fetch_add(1, Ordering::Relaxed);
             }
             let dir = config.for_split_group(group).dir;
@@ -374,7 +394,20 @@ impl Host {
                 tracing::debug!("range {group} moved away from this node before: not seeded again");
                 return;
             }
-            let seeded = match seed_split_group(&dir, &child) {
+            if !inner
+                .as_ref()
+                .is_none_or(|inner| inner.claimed.lock().insert(group))
+            {
+                // A peer's message is starting it (empty): its leader
+                // sends it a snapshot.
+                tracing::debug!("range {group} is being started on a message: not seeded");
+                return;
+            }
+            let seeded = seed_split_group(&dir, &child);
+            if let Some(inner) = &inner {
+                inner.claimed.lock().remove(&group);
+            }
+            let seeded = match seeded {
                 Ok(seeded) => seeded,
                 Err(e) => {
                     tracing::error!(
@@ -394,7 +427,7 @@ impl Host {
                 .map_or(0, |d| d.as_millis() as u64)
                 .saturating_sub(child.now_ms);
             let fresh = seeded && age < FRESH_SPLIT_MS;
-            if let Some(inner) = host.upgrade() {
+            if let Some(inner) = inner {
                 tokio::spawn(async move {
                     if let Some(child) = Host(inner).ensure_group(group).await
                         && fresh
