@@ -17,6 +17,7 @@ use combkv::{Result, Session};
 use smallvec::SmallVec;
 
 use crate::cluster::{ReadMark, ReadScope};
+use crate::node::keyspace::{BatchRoute, Keyspace};
 use crate::node::park::{Parking, ReadGate, Written};
 use crate::state::Shared;
 
@@ -107,8 +108,8 @@ impl Cx<'_> {
 
     /// The keys reads see: this turn's store, or the stores of the ranges
     /// the keyspace is cut into.
-    pub(crate) fn keyspace(&self) -> crate::node::keyspace::Keyspace<'_> {
-        crate::node::keyspace::Keyspace::of(self.shared, self.session.store(), self.read_mark())
+    pub(crate) fn keyspace(&self) -> Keyspace<'_> {
+        Keyspace::of(self.shared, self.session.store(), self.read_mark())
     }
 
     /// Applies a decided write: through the turn's session on a single
@@ -204,8 +205,7 @@ impl Cx<'_> {
     /// once that lands, and is read from it.
     pub(crate) fn read_batch(&mut self, reads: &[ReadRequest<'_>]) -> Option<Result<()>> {
         let session = self.session;
-        let keyspace =
-            crate::node::keyspace::Keyspace::of(self.shared, session.store(), self.read_mark());
+        let keyspace = Keyspace::of(self.shared, session.store(), self.read_mark());
         if let (Some(c), Some(p)) = (self.shared.cluster(), self.parking) {
             // A read across ranges settled in the background: read at its
             // timestamp, or, the map changed or the past gone, again.
@@ -225,26 +225,29 @@ impl Cx<'_> {
                 }
                 return Some(keyspace.read_batch(reads, self.batch));
             }
-            if let Some(across) = keyspace.across_batch(reads)
-                && p.park_across(c, across)
-            {
-                return None;
-            }
-            if let Some((range, remote)) = keyspace.remote_batch(reads) {
-                match p.landed_remote(range, &remote) {
-                    Some(Ok(answers)) => {
-                        crate::node::keyspace::Keyspace::gather_remote(
-                            &answers,
-                            reads.len(),
-                            self.batch,
-                        );
-                        return Some(Ok(()));
+            match keyspace.batch_route(reads) {
+                BatchRoute::Here => {}
+                BatchRoute::Across => {
+                    if let Some(across) = keyspace.across_batch(reads)
+                        && p.park_across(c, across)
+                    {
+                        return None;
                     }
-                    // The map moved under it: read again, routed anew.
-                    Some(Err(combkv::Error::WrongRange(_))) => {}
-                    Some(Err(e)) => return Some(Err(e)),
-                    None if p.park_remote(c, range, remote) => return None,
-                    None => {}
+                }
+                BatchRoute::Elsewhere(range) => {
+                    if let Some(remote) = keyspace.remote_batch(reads) {
+                        match p.landed_remote(range, &remote) {
+                            Some(Ok(answers)) => {
+                                Keyspace::gather_remote(&answers, reads.len(), self.batch);
+                                return Some(Ok(()));
+                            }
+                            // The map moved under it: read again, routed anew.
+                            Some(Err(combkv::Error::WrongRange(_))) => {}
+                            Some(Err(e)) => return Some(Err(e)),
+                            None if p.park_remote(c, range, remote) => return None,
+                            None => {}
+                        }
+                    }
                 }
             }
         }

@@ -406,6 +406,12 @@ impl Host {
         *self.0.driving.lock() = (step, tokio::time::Instant::now());
     }
 
+    /// Runs one step of the drivers, named for `drivers_step`.
+    async fn step(&self, name: &'static str, step: impl std::future::Future<Output = ()>) {
+        self.driving(name);
+        step.await;
+    }
+
     /// The step this node's drivers are in, and for how long they have
     /// been in it (a step that never ends would show here).
     pub fn drivers_step(&self) -> (&'static str, std::time::Duration) {
@@ -441,26 +447,20 @@ impl Host {
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 let Some(inner) = host.upgrade() else { return };
                 let host = Host(inner);
-                host.driving("splits");
-                host.drive_splits().await;
-                host.driving("merges");
-                host.drive_merges().await;
-                host.driving("replicas");
-                host.drive_replicas().await;
+                host.step("splits", host.drive_splits()).await;
+                host.step("merges", host.drive_merges()).await;
+                host.step("replicas", host.drive_replicas()).await;
                 // Sizes are counted by scans: once a second.
                 if turn % 10 == 0 {
-                    host.driving("splits by size");
-                    host.split_large().await;
-                    host.driving("splits by load");
-                    host.split_busy().await;
-                    host.driving("merges of small ranges");
-                    host.merge_small().await;
-                    host.driving("placement");
-                    host.schedule().await;
+                    host.step("splits by size", host.split_large()).await;
+                    host.step("splits by load", host.split_busy()).await;
+                    host.step("merges of small ranges", host.merge_small())
+                        .await;
+                    host.step("placement", host.schedule()).await;
                 }
                 if turn % 10 == 5 {
-                    host.driving("replicas moved or merged away");
-                    host.drop_moved_away().await;
+                    host.step("replicas moved or merged away", host.drop_moved_away())
+                        .await;
                 }
                 host.driving("waiting");
             }

@@ -208,7 +208,6 @@ impl Park {
     /// input it was asked for, never to input read after it.
     pub(crate) fn forget_read(&mut self) {
         self.read = None;
-        // A remote read sent in this processing waits for its answer.
         // A round sent in this processing waits for its answer; one whose
         // answer landed served this processing or none.
         if !self.waiting || self.remote.as_ref().is_some_and(|r| r.answer.is_some()) {

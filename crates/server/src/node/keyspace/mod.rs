@@ -10,7 +10,7 @@
 //! range's group has started here. A range this node holds no replica of
 //! is read at a node that holds one (`Host::read_remote`), which answers
 //! after a read index of its own; the event loop waits for that answer,
-//! unless its caller sent the batch itself (`remote_batch`), parked.
+//! unless its caller sent the batch itself (`batch_route`, `remote_batch`), parked.
 //!
 //! A read inside one range is read at that range's read index; a read
 //! that crosses ranges is read at one timestamp across them all
@@ -615,22 +615,30 @@ impl<'a> Keyspace<'a> {
         scope
     }
 
-    /// A batch [`Keyspace::read_batch`] would send to another node (all of
-    /// it inside one range this node holds no replica of): the range and
-    /// the reads, for the caller to send without waiting for the answer.
-    pub(crate) fn remote_batch(
-        &self,
-        requests: &[ReadRequest<'_>],
-    ) -> Option<(u64, Vec<RemoteRead>)> {
+    /// Where [`Keyspace::read_batch`] would read `requests`, by the map as
+    /// it is now: told once, so that a caller who does what would wait in
+    /// the background (`Cx::read_batch`) routes the batch only once.
+    pub(crate) fn batch_route(&self, requests: &[ReadRequest<'_>]) -> BatchRoute {
+        let Keyspace::Ranges { cluster, .. } = self else {
+            return BatchRoute::Here;
+        };
+        let map = cluster.shared_range_map();
+        match one_range(&map, requests) {
+            None => BatchRoute::Across,
+            Some(r) => match Self::place(cluster, r) {
+                Ok(Source::Remote(id)) => BatchRoute::Elsewhere(id),
+                _ => BatchRoute::Here,
+            },
+        }
+    }
+
+    /// The reads of a batch [`Keyspace::batch_route`] sends elsewhere, for
+    /// the caller to send without waiting for the answer.
+    pub(crate) fn remote_batch(&self, requests: &[ReadRequest<'_>]) -> Option<Vec<RemoteRead>> {
         let Keyspace::Ranges { cluster, .. } = self else {
             return None;
         };
-        let map = cluster.shared_range_map();
-        let r = one_range(&map, requests)?;
-        match Self::place(cluster, r) {
-            Ok(Source::Remote(id)) => Some((id, remote_reads(cluster, requests).ok()?)),
-            _ => None,
-        }
+        remote_reads(cluster, requests).ok()
     }
 
     /// The answers of a batch read at another node (`remote_batch`), into
@@ -696,19 +704,16 @@ impl<'a> Keyspace<'a> {
         gather_parts(found, &resolved, out)
     }
 
-    /// A batch across ranges made ready to read without waiting here (see
-    /// [`Keyspace::read_batch_settled`]): a timestamp taken for it, and
-    /// what its ranges must settle at it, for the caller to settle in the
-    /// background. None for any other batch (inside one range, a floor
-    /// start to find first, one store), or one this node cannot place now.
+    /// A batch [`Keyspace::batch_route`] reads across ranges, made ready
+    /// to read without waiting here (see [`Keyspace::read_batch_settled`]):
+    /// a timestamp taken for it, and what its ranges must settle at it, for
+    /// the caller to settle in the background. None for a batch with a
+    /// floor start to find first, or one this node cannot place now.
     pub(crate) fn across_batch(&self, requests: &[ReadRequest<'_>]) -> Option<Across> {
         let Keyspace::Ranges { cluster, .. } = self else {
             return None;
         };
         let map = cluster.shared_range_map();
-        if one_range(&map, requests).is_some() {
-            return None;
-        }
         let resolved = resolved_as_they_are(cluster, requests)?;
         let plan = batch_plan(&map, requests, &resolved);
         let settling =
@@ -752,6 +757,16 @@ impl<'a> Keyspace<'a> {
         cluster.note_read_across(0);
         Ok(true)
     }
+}
+
+/// Where a batch is read (`Keyspace::batch_route`).
+pub(crate) enum BatchRoute {
+    /// In one store or one range this node serves.
+    Here,
+    /// Inside one range held at other nodes (its id).
+    Elsewhere(u64),
+    /// Across ranges, at one timestamp.
+    Across,
 }
 
 /// A batch across ranges made ready (`Keyspace::across_batch`): its
