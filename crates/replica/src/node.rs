@@ -56,6 +56,9 @@ pub struct ReplicaConfig {
     /// The file system the log is kept on: the real one unless a test
     /// gives one that loses what was not synced when it crashes.
     pub log_storage: Option<Arc<dyn combkv::durable::Storage>>,
+    /// The node's journal, through which every log it hosts syncs its
+    /// appends (`Host::start` opens it; none: each log syncs its own).
+    pub log_journal: Option<Arc<crate::log_store::Journal>>,
     /// The store's configuration.
     pub engine: combkv::Config,
     /// Called after each batch is applied (change feeds, tests).
@@ -115,6 +118,7 @@ impl ReplicaConfig {
             log_keep_entries: 1000,
             log: LogOptions::default(),
             log_storage: None,
+            log_journal: None,
             engine: combkv::Config::default(),
             on_apply: None,
             entries_in_flight: 1,
@@ -188,8 +192,13 @@ impl Replica {
                 }),
             ..config.log
         };
-        let (log, report) = LogStore::open(storage, &config.dir.join("log"), log_options)
-            .map_err(StartError::Log)?;
+        let (log, report) = LogStore::open_journaled(
+            storage,
+            &config.dir.join("log"),
+            log_options,
+            config.log_journal.as_ref(),
+        )
+        .map_err(StartError::Log)?;
         if let Some((file, offset, bytes)) = &report.torn_tail {
             tracing::warn!(
                 "raft log: cut a torn tail of {bytes} bytes at {file}:{offset} (a write cut short \

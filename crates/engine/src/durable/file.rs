@@ -51,6 +51,11 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn remove(&self, path: &Path) -> io::Result<()>;
     /// Makes the directory's entries (creations, renames, removals) durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// fdatasync of the file at `path`, by its name: every byte written to
+    /// it so far, through any handle, is durable when it returns Ok (the
+    /// Raft log's node journal syncs the segments it covered this way
+    /// before it drops them from the journal).
+    fn sync_file(&self, path: &Path) -> io::Result<()>;
     /// Takes the lock of the existing directory `dir` (`lock::DirLock`):
     /// refused with `LockError::InUse` while another holder has it.
     /// The default excludes no one, for a storage that no other process
@@ -167,6 +172,11 @@ impl Storage for FsStorage {
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         std::fs::File::open(dir)?.sync_all()
+    }
+    fn sync_file(&self, path: &Path) -> io::Result<()> {
+        // fdatasync through a read-only handle flushes the inode's pages
+        // whoever wrote them.
+        std::fs::File::open(path)?.sync_data()
     }
     fn lock_dir(&self, dir: &Path) -> Result<DirLock, LockError> {
         super::lock::lock_file(dir)
@@ -536,6 +546,15 @@ impl Storage for FaultyStorage {
             .map(|(p, &id)| (p.clone(), id))
             .collect();
         fs.durable_names.extend(now);
+        Ok(())
+    }
+    fn sync_file(&self, path: &Path) -> io::Result<()> {
+        let mut fs = self.inner.lock();
+        fs.live(fs.generation)?;
+        let id = *fs.names.get(path).ok_or(io::ErrorKind::NotFound)?;
+        fs.sync_point()?;
+        let f = fs.files.get_mut(&id).expect("named files exist");
+        f.synced = f.written;
         Ok(())
     }
     fn lock_dir(&self, dir: &Path) -> Result<DirLock, LockError> {

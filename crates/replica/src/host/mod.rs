@@ -649,6 +649,7 @@ impl Host {
     /// there, and starts group 0 and every group its splits made that the
     /// node holds. Runs inside the current tokio runtime.
     pub async fn start(config: &ReplicaConfig) -> Result<Host, StartError> {
+        let config = &with_journal(config)?;
         let host = Host::bind(config.id, config.raft_addr, config.peer_tls.clone()).await?;
         host.start_group(0, config).await?;
         host.start_split_groups().await?;
@@ -689,6 +690,32 @@ impl Replica {
     ) -> Result<Replica, StartError> {
         Host::simulated(config.id, net).start_group(0, config).await
     }
+}
+
+/// `config` with the node's journal (`log_store::Journal`), opened (which
+/// replays it into the logs) before any log is, where logs sync every
+/// append and do their file work on their threads: every group this node
+/// hosts then syncs its appends with one fsync per turn of the journal,
+/// not one per group. A journal left by an earlier start is replayed
+/// whatever the policy now.
+fn with_journal(config: &ReplicaConfig) -> Result<ReplicaConfig, StartError> {
+    let mut config = config.clone();
+    if config.log.inline || config.log_journal.is_some() {
+        return Ok(config);
+    }
+    let storage: Arc<dyn combkv::durable::Storage> = match &config.log_storage {
+        Some(s) => Arc::clone(s),
+        None => Arc::new(combkv::durable::FsStorage),
+    };
+    let (journal, replayed) =
+        crate::log_store::Journal::open(storage, &config.dir).map_err(StartError::Log)?;
+    if replayed > 0 {
+        tracing::info!("raft log journal: {replayed} entries written again into their logs");
+    }
+    if config.log.sync == crate::log_store::SyncPolicy::Always {
+        config.log_journal = Some(journal);
+    }
+    Ok(config)
 }
 
 /// How soon after it applies the split the new group's first election is

@@ -13,6 +13,7 @@ use parking_lot::{Condvar, Mutex};
 use tokio::sync::oneshot;
 
 use super::SyncPolicy;
+use super::journal::{self, Journal};
 use super::segment::{self, COMMITTED_FILE, META_FILE, Meta, SYNCED_FILE, Synced};
 use crate::types::{LogId, TypeConfig, Vote};
 
@@ -132,6 +133,13 @@ pub(crate) enum Job {
         upto: LogId,
         done: oneshot::Sender<io::Result<()>>,
     },
+    /// Records the journal had and the segments lacked, written and synced
+    /// (a replay, before the log is used).
+    Rewrite {
+        records: Vec<u8>,
+        indexes: Vec<(u64, usize)>,
+        done: oneshot::Sender<io::Result<()>>,
+    },
 }
 
 /// The handle. Jobs queue in the order they are sent, and whoever holds
@@ -189,6 +197,15 @@ pub(crate) struct Start {
     pub inline: bool,
     /// Each fsync of a segment is timed into it.
     pub fsyncs: Arc<combkv::DurationHistogram>,
+    /// Where appends are synced instead of the segment, with `Always`.
+    pub journal: Option<Journaled>,
+}
+
+/// A log's place in the node's journal.
+#[derive(Debug, Clone)]
+pub(crate) struct Journaled {
+    pub journal: Arc<Journal>,
+    pub key: String,
 }
 
 impl IoThread {
@@ -205,6 +222,7 @@ impl IoThread {
             written,
             inline,
             fsyncs,
+            journal,
         } = start;
         let files = Files {
             storage,
@@ -225,6 +243,7 @@ impl IoThread {
             synced_saved_at: None,
             written,
             fsyncs,
+            journal,
         };
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
@@ -368,7 +387,8 @@ pub(crate) struct Files {
     dir: PathBuf,
     segment_bytes: u64,
     sync: SyncPolicy,
-    /// Written but not synced (with `EverySec`), and the last sync.
+    /// Written but not synced (with `EverySec`, or synced in the journal),
+    /// and the last sync.
     unsynced: bool,
     synced_at: Instant,
     segments: Arc<Mutex<Segments>>,
@@ -391,6 +411,7 @@ pub(crate) struct Files {
     synced_saved_at: Option<Instant>,
     written: Written,
     fsyncs: Arc<combkv::DurationHistogram>,
+    journal: Option<Journaled>,
 }
 
 impl std::fmt::Debug for Files {
@@ -418,7 +439,7 @@ const COMMIT_SAVE_EVERY: Duration = Duration::from_millis(100);
 /// behind it would feel in their latency).
 const ZERO_AHEAD_BYTES: u64 = 1 << 20;
 
-/// How often `EverySec` syncs.
+/// How often `EverySec` syncs (and a journaled log its segment).
 const EVERY_SEC: Duration = Duration::from_secs(1);
 
 impl Files {
@@ -435,6 +456,8 @@ impl Files {
             } => {
                 let mut callbacks = vec![callback];
                 let mut result = self.write(&records, &indexes, append);
+                // Kept for the journal, which takes them once all are written.
+                let mut written = vec![records];
                 let mut leftover = None;
                 while let Some(job) = more() {
                     match job {
@@ -448,6 +471,7 @@ impl Files {
                                 result = self.write(&records, &indexes, append);
                             }
                             callbacks.push(callback);
+                            written.push(records);
                         }
                         other => {
                             leftover = Some(other);
@@ -457,6 +481,14 @@ impl Files {
                 }
                 if result.is_ok() {
                     result = match self.sync {
+                        SyncPolicy::Always if self.journal.is_some() => {
+                            // Durable in the journal; the segment is synced
+                            // a second later (`tick`), so that what it
+                            // records as synced keeps up and damage below
+                            // that is told from a torn tail.
+                            self.unsynced = true;
+                            self.journal_entries(&written)
+                        }
                         SyncPolicy::Always => self.sync(),
                         SyncPolicy::EverySec => {
                             self.unsynced = true;
@@ -489,8 +521,44 @@ impl Files {
             Job::Purge { upto, done } => {
                 let _ = done.send(self.guarded(|f| f.purge(upto)));
             }
+            Job::Rewrite {
+                records,
+                indexes,
+                done,
+            } => {
+                let r = self.write(&records, &indexes, 0).and_then(|()| self.sync());
+                let _ = done.send(r);
+            }
         }
         None
+    }
+
+    /// Commits the records of appends just written to the journal (they
+    /// are durable when it returns Ok), naming the segment they went to.
+    fn journal_entries(&mut self, written: &[Vec<u8>]) -> io::Result<()> {
+        let Some(j) = &self.journal else {
+            return Ok(());
+        };
+        let Some(name) = self.segments.lock().list.last().map(|s| s.name.clone()) else {
+            return Ok(());
+        };
+        let segment = self.dir.join(name);
+        let records: Vec<&[u8]> = written
+            .iter()
+            .filter(|r| !r.is_empty())
+            .map(Vec::as_slice)
+            .collect();
+        if records.is_empty() {
+            return Ok(());
+        }
+        let r = j.journal.commit(
+            &j.key,
+            journal::Op::Entries {
+                segment: &segment,
+                records: &records,
+            },
+        );
+        self.guarded(|_| r)
     }
 
     /// How long the thread may wait for a job before something is due:
@@ -608,9 +676,14 @@ impl Files {
             .expect("a segment is open")
             .bytes;
         let end = start + records.len() as u64;
-        // Only where every append is synced: elsewhere the zeroing's own
-        // syncs would be more than the policy asks for.
-        if self.sync == SyncPolicy::Always && end > self.zeroed && end <= self.segment_bytes {
+        // Only where every append is synced here: elsewhere the zeroing's
+        // own syncs would be more than the policy asks for (with the
+        // journal, a segment is synced once, when the journal moves on).
+        if self.sync == SyncPolicy::Always
+            && self.journal.is_none()
+            && end > self.zeroed
+            && end <= self.segment_bytes
+        {
             let to = (end + ZERO_AHEAD_BYTES).min(self.segment_bytes);
             file.zero_to(to)?;
             self.zeroed = to;
@@ -727,6 +800,11 @@ impl Files {
         };
         if removed.is_empty() && cut.is_none() {
             return Ok(());
+        }
+        // In the journal first: a replay of the appends it holds from
+        // before this must not bring back what this removes.
+        if let Some(j) = &self.journal {
+            j.journal.commit(&j.key, journal::Op::Truncate(since))?;
         }
         if self.synced_saved != after {
             segment::write_small(&*self.storage, &self.dir, SYNCED_FILE, &after, true)?;

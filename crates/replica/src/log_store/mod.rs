@@ -26,6 +26,7 @@
 //! fails, naming the file and offset.
 
 mod io_thread;
+mod journal;
 mod memory;
 pub(crate) mod segment;
 
@@ -41,7 +42,8 @@ use openraft::{LogIdOptionExt, OptionalSend, RaftLogReader, StorageIOError};
 use parking_lot::Mutex;
 
 use crate::types::{Entry, LogId, NodeId, StorageError, TypeConfig, Vote};
-use io_thread::{IoThread, Job, Segments};
+use io_thread::{IoThread, Job, Journaled, Segments};
+pub use journal::Journal;
 use memory::{Cache, LogIds};
 use segment::{COMMITTED_FILE, META_FILE, Meta, SYNCED_FILE, Synced};
 
@@ -144,6 +146,8 @@ pub struct LogStore {
     own_id: Option<NodeId>,
     /// How long each fsync of a segment took.
     fsyncs: Arc<combkv::DurationHistogram>,
+    /// The node's journal, where this log's appends are synced.
+    journal: Option<Arc<Journal>>,
 }
 
 /// See [`LogStore::save_committed`].
@@ -222,7 +226,27 @@ impl LogStore {
         dir: &Path,
         options: LogOptions,
     ) -> Result<(LogStore, OpenReport), OpenError> {
+        Self::open_journaled(storage, dir, options, None)
+    }
+
+    /// Opens (or creates) the log in `dir`, its appends synced through the
+    /// node's `journal` where the policy is `Always` and the file work is
+    /// threaded (see [`Journal`]); the journal was opened, and so replayed
+    /// into this log, before.
+    pub fn open_journaled(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+        options: LogOptions,
+        journal: Option<&Arc<Journal>>,
+    ) -> Result<(LogStore, OpenReport), OpenError> {
         storage.create_dir_all(dir)?;
+        let journal = journal
+            .filter(|_| options.sync == SyncPolicy::Always && !options.inline)
+            .map(|j| Journaled {
+                journal: Arc::clone(j),
+                key: j.key(dir),
+            });
+        let node_journal = journal.as_ref().map(|j| Arc::clone(&j.journal));
         let meta: Meta = segment::read_small(&*storage, dir, META_FILE)?.unwrap_or_default();
         // The commit point may lag or be lost; a damaged one is no loss.
         let committed: Option<LogId> =
@@ -243,6 +267,15 @@ impl LogStore {
             };
         let (ids, segments, report) =
             Self::load_segments(&*storage, dir, meta.purged, synced_saved)?;
+        // A log with no segment holds no entry any journal record is of: a
+        // new replica in this directory, or one whose entries were all
+        // removed (durably). Records of the directory from before are not
+        // this log's (see `journal`).
+        if let Some(j) = &journal
+            && segments.is_empty()
+        {
+            j.journal.commit(&j.key, journal::Op::Fresh)?;
+        }
         // A commit point past what the log kept (entries not yet synced
         // when the node died) would have openraft re-apply entries that are
         // gone: keep it only where the log still holds that very entry.
@@ -286,6 +319,7 @@ impl LogStore {
             }),
             inline: options.inline,
             fsyncs: Arc::clone(&fsyncs),
+            journal,
         })?;
         let store = LogStore {
             state,
@@ -296,6 +330,7 @@ impl LogStore {
             commit_to_save: CommitSlot::default(),
             own_id: options.own_id,
             fsyncs,
+            journal: node_journal,
         };
         Ok((store, report))
     }
@@ -406,10 +441,119 @@ impl LogStore {
         &self.dir
     }
 
+    /// Writes into the log in `dir` what the journal says was committed to
+    /// it and its segments lack (see [`Journal`]): the entries replayed.
+    fn replay_journal(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+        ops: Vec<journal::Replay>,
+    ) -> Result<u64, OpenError> {
+        let options = LogOptions {
+            inline: true,
+            sync: SyncPolicy::Always,
+            ..LogOptions::default()
+        };
+        let (log, _) = Self::open(storage, dir, options)?;
+        let replayed = log.replay(ops).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("replaying the journal into {}: {e}", dir.display()),
+            )
+        })?;
+        Ok(replayed)
+    }
+
+    /// Applies a journal's records in order: an entry the log holds with
+    /// the same log id is kept; one it holds with another, and all after
+    /// it, are replaced; a truncation is done again. What is written is
+    /// synced before this returns.
+    fn replay(&self, ops: Vec<journal::Replay>) -> io::Result<u64> {
+        let mut records = Vec::new();
+        let mut indexes = Vec::new();
+        let mut replayed = 0;
+        for op in ops {
+            match op {
+                journal::Replay::Truncate(since) => {
+                    self.rewrite(&mut records, &mut indexes)?;
+                    self.replay_truncate(since)?;
+                }
+                journal::Replay::Entries(bytes) => {
+                    for (range, id) in segment::split_records(&bytes)? {
+                        let mut state = self.state.lock();
+                        if Some(id.index) <= state.purged.map(|p| p.index)
+                            || state.ids.get(id.index) == Some(id)
+                        {
+                            continue;
+                        }
+                        // The index the log takes next (any, in a log
+                        // with no entry and nothing purged).
+                        let next = match (state.ids.last(), state.purged) {
+                            (Some(l), _) | (None, Some(l)) => Some(l.index + 1),
+                            (None, None) => None,
+                        };
+                        if next.is_some_and(|n| id.index < n) {
+                            drop(state);
+                            self.rewrite(&mut records, &mut indexes)?;
+                            self.replay_truncate(id.index)?;
+                            state = self.state.lock();
+                        } else if next.is_some_and(|n| id.index > n) {
+                            return Err(io::Error::new(
+                                io::ErrorKind::InvalidData,
+                                format!(
+                                    "entry {} would follow entry {}, leaving a gap",
+                                    id.index,
+                                    next.unwrap_or(0).saturating_sub(1)
+                                ),
+                            ));
+                        }
+                        state.ids.push(id);
+                        indexes.push((id.index, records.len()));
+                        records.extend_from_slice(&bytes[range]);
+                        replayed += 1;
+                    }
+                }
+            }
+        }
+        self.rewrite(&mut records, &mut indexes)?;
+        Ok(replayed)
+    }
+
+    /// Writes and syncs replayed records (the log's file work is inline:
+    /// done when `run_here` returns).
+    fn rewrite(&self, records: &mut Vec<u8>, indexes: &mut Vec<(u64, usize)>) -> io::Result<()> {
+        if indexes.is_empty() {
+            return Ok(());
+        }
+        let (done, mut rx) = tokio::sync::oneshot::channel();
+        self.io.run_here(Job::Rewrite {
+            records: std::mem::take(records),
+            indexes: std::mem::take(indexes),
+            done,
+        })?;
+        rx.try_recv()
+            .map_err(|_| io::Error::other("the replay's write was not run"))?
+    }
+
+    fn replay_truncate(&self, since: u64) -> io::Result<()> {
+        {
+            let mut state = self.state.lock();
+            state.ids.truncate(since);
+            state.cache.truncate(since);
+        }
+        let (done, mut rx) = tokio::sync::oneshot::channel();
+        self.io.run_here(Job::Truncate { since, done })?;
+        rx.try_recv()
+            .map_err(|_| io::Error::other("the replay's truncation was not run"))?
+    }
+
     /// How long each fsync of a segment took (appends and closing
-    /// segments; none with `SyncPolicy::None`).
+    /// segments; none with `SyncPolicy::None`); where the appends are
+    /// synced in the node's journal, each of its syncs (every log's).
     pub fn fsync_durations(&self) -> combkv::HistogramSnapshot {
-        self.fsyncs.snapshot()
+        match &self.journal {
+            Some(j) => j.fsync_durations(),
+            None => self.fsyncs.snapshot(),
+        }
     }
 
     /// The newest commit point openraft reported.

@@ -132,6 +132,20 @@ fn decode_record(bytes: &[u8], at: usize) -> Result<(Entry, usize), String> {
     }
 }
 
+/// Splits `bytes`, whole records, into each record's byte range and its
+/// entry's log id (the journal's copy of a log's appends).
+pub(crate) fn split_records(bytes: &[u8]) -> io::Result<Vec<(std::ops::Range<usize>, LogId)>> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let (e, next) = decode_record(bytes, at)
+            .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))?;
+        out.push((at..next, e.log_id));
+        at = next;
+    }
+    Ok(out)
+}
+
 /// Reads the records that fill bytes `from..to` of a segment, each with
 /// the offset it starts at: every one must be whole and valid (the caller
 /// names a range the log wrote).

@@ -481,7 +481,11 @@ impl Storage for Gated {
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         self.inner.sync_dir(dir)
     }
+    fn sync_file(&self, path: &Path) -> io::Result<()> {
+        self.inner.sync_file(path)
+    }
 }
 
 mod cache;
+mod journal;
 mod model;

@@ -1,0 +1,469 @@
+//! The node's journal: one write and one fsync for the appends of every
+//! Raft group a node hosts.
+//!
+//! A node hosting many ranges hosts many Raft logs, and each synced its own
+//! segment for every append: with 16 ranges a write round carried a few
+//! writes, and the node made 1.8 fsyncs per SET where one group makes 0.16
+//! (`docs/experiments.md`, "One journal per node"). With the journal, a
+//! log's appends are still written to its own segment, but not synced
+//! there: the same records go into the journal, and whoever commits first
+//! writes everything queued by every log and syncs the journal once (group
+//! commit across groups; there is no journal thread, the committing threads
+//! take turns). An append is reported flushed only once its journal record
+//! is synced.
+//!
+//! The segments are synced later, all at once: when the journal file has
+//! grown past [`ROTATE_BYTES`], a new one is begun, every segment written
+//! under the old one is synced by name, and only then are the old journal
+//! files removed. So every append whose segment bytes may not be durable
+//! has its record in a journal file that is still there.
+//!
+//! On a node's start, before any log opens, the journal is read and every
+//! log's records are written again into its segments where they are missing
+//! (`LogStore::replay_journal`): entries a log already holds with the same
+//! log id are left alone, a different one is cut with all after it and
+//! replaced, a truncation is done again. A log begun in an empty directory
+//! first commits a *fresh* record, so that the records of an earlier log
+//! in the same directory (a replica removed, then hosted again) are never
+//! replayed into it. A log whose directory holds no segment is not
+//! replayed into (its replica was removed).
+//!
+//! A journal file is a sequence of frames `[length: u32 LE][CRC-32 of the
+//! length and body: u32 LE][body]`, zeros after them (the file is zeroed
+//! ahead of its writes as segments are, so that a sync writes no
+//! metadata). A body is `[kind: u8][key length: u16 LE][key][rest]`: the
+//! key names the log (its directory, relative to the node's), and the rest
+//! is, by kind, the log's segment records (entries), the index a
+//! truncation removed from (u64 LE), or nothing (fresh).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use combkv::durable::frame::{self, Framing};
+use combkv::durable::{Storage, WritableFile};
+use parking_lot::{Condvar, Mutex, MutexGuard};
+
+use super::segment;
+
+/// A journal file past this many bytes is retired at the next commit: its
+/// segments synced, then it is removed. Its records are a copy of the
+/// logs' latest appends, so this (and the zeroing ahead) is what the
+/// journal adds to a node's disk; each retirement syncs every segment
+/// written under the file (most already synced by their logs, a second
+/// after their appends).
+pub(crate) const ROTATE_BYTES: u64 = 4 << 20;
+
+/// The journal file is zeroed this far ahead of its writes (see the
+/// segments' `ZERO_AHEAD_BYTES`).
+const ZERO_AHEAD_BYTES: u64 = 1 << 20;
+
+/// A body claiming more than this is damage (a log's append is framed in
+/// pieces of at most [`PIECE_BYTES`] of records, each record at most
+/// `segment::MAX_RECORD_BYTES`).
+const MAX_BODY: usize = (1 << 31) - 1;
+const PIECE_BYTES: usize = 64 << 20;
+
+const FRAMING: Framing = Framing {
+    checksum_covers_length: true,
+    max_body: MAX_BODY,
+};
+
+const ENTRIES: u8 = 1;
+const TRUNCATE: u8 = 2;
+const FRESH: u8 = 3;
+
+/// The journal's directory inside the node's.
+pub(crate) const JOURNAL_DIR: &str = "journal";
+
+fn file_name(number: u64) -> String {
+    format!("journal-{number:020}.jnl")
+}
+
+fn file_number(name: &str) -> Option<u64> {
+    name.strip_prefix("journal-")?
+        .strip_suffix(".jnl")
+        .filter(|d| d.len() == 20)?
+        .parse()
+        .ok()
+}
+
+/// What a log commits to the journal.
+pub(crate) enum Op<'a> {
+    /// Segment records written to `segment` (the segment open after them:
+    /// one closed meanwhile was synced when it closed).
+    Entries {
+        segment: &'a Path,
+        records: &'a [&'a [u8]],
+    },
+    /// Every entry from this index on was removed.
+    Truncate(u64),
+    /// The log begins empty here: records before this one are another's.
+    Fresh,
+}
+
+/// A log's changes read back from the journal, in the order they were
+/// committed, since its last fresh record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Replay {
+    /// Segment records (whole, each checksummed).
+    Entries(Vec<u8>),
+    Truncate(u64),
+}
+
+/// The node's journal (see the module's doc).
+pub struct Journal {
+    storage: Arc<dyn Storage>,
+    /// The node's directory: keys are logs' directories relative to it.
+    base: PathBuf,
+    dir: PathBuf,
+    queue: Mutex<Queue>,
+    /// Signalled when a commit's turn at the file ends.
+    turned: Condvar,
+    file: Mutex<Writer>,
+    /// See [`ROTATE_BYTES`].
+    rotate_bytes: u64,
+    fsyncs: Arc<combkv::DurationHistogram>,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Frames waiting for the next turn at the file.
+#[derive(Default)]
+struct Queue {
+    frames: Vec<u8>,
+    /// Segments the waiting frames' records went to.
+    segments: BTreeSet<PathBuf>,
+    /// Commits queued so far, and how many of them are durable.
+    queued: u64,
+    durable: u64,
+    /// A commit is writing and syncing: the others wait for its turn.
+    writing: bool,
+    /// After a failed write or sync nothing more is taken.
+    failed: Option<String>,
+}
+
+struct Writer {
+    file: Box<dyn WritableFile>,
+    number: u64,
+    bytes: u64,
+    zeroed: u64,
+    /// Segments with records in this file, synced before it is removed.
+    segments: BTreeSet<PathBuf>,
+}
+
+impl Journal {
+    /// Opens the journal of the node whose directory is `base`: replays
+    /// every log's records into its segments, then removes the files read
+    /// and begins a new one. Returns the journal and the entries replayed.
+    pub fn open(
+        storage: Arc<dyn Storage>,
+        base: &Path,
+    ) -> Result<(Arc<Journal>, u64), super::OpenError> {
+        Self::open_rotating(storage, base, ROTATE_BYTES)
+    }
+
+    /// [`Journal::open`], retiring a file past `rotate_bytes` (tests).
+    pub(crate) fn open_rotating(
+        storage: Arc<dyn Storage>,
+        base: &Path,
+        rotate_bytes: u64,
+    ) -> Result<(Arc<Journal>, u64), super::OpenError> {
+        let dir = base.join(JOURNAL_DIR);
+        storage.create_dir_all(&dir)?;
+        let mut numbers: Vec<u64> = storage
+            .list(&dir)?
+            .iter()
+            .filter_map(|n| file_number(n))
+            .collect();
+        numbers.sort_unstable();
+        let mut logs: BTreeMap<String, Vec<Replay>> = BTreeMap::new();
+        for (i, &n) in numbers.iter().enumerate() {
+            let path = dir.join(file_name(n));
+            read_file(&*storage, &path, i + 1 == numbers.len(), &mut logs)?;
+        }
+        let mut replayed = 0;
+        for (key, ops) in logs {
+            let log = base.join(&key);
+            let has_segment = match storage.list(&log) {
+                Ok(names) => names.iter().any(|n| segment::segment_first(n).is_some()),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+                Err(e) => return Err(e.into()),
+            };
+            if has_segment && !ops.is_empty() {
+                replayed += super::LogStore::replay_journal(Arc::clone(&storage), &log, ops)?;
+            }
+        }
+        let number = numbers.last().map_or(1, |n| n + 1);
+        let file = storage.create(&dir.join(file_name(number)))?;
+        storage.sync_dir(&dir)?;
+        // Every log holds what the old files had, synced: they can go.
+        for n in numbers {
+            storage.remove(&dir.join(file_name(n)))?;
+        }
+        storage.sync_dir(&dir)?;
+        let journal = Journal {
+            storage,
+            base: base.to_path_buf(),
+            dir,
+            queue: Mutex::new(Queue::default()),
+            turned: Condvar::new(),
+            file: Mutex::new(Writer {
+                file,
+                number,
+                bytes: 0,
+                zeroed: 0,
+                segments: BTreeSet::new(),
+            }),
+            rotate_bytes,
+            fsyncs: Arc::new(combkv::DurationHistogram::new()),
+        };
+        Ok((Arc::new(journal), replayed))
+    }
+
+    /// The key of the log in `dir`.
+    pub(crate) fn key(&self, dir: &Path) -> String {
+        dir.strip_prefix(&self.base)
+            .unwrap_or(dir)
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// How long each sync of the journal took.
+    pub fn fsync_durations(&self) -> combkv::HistogramSnapshot {
+        self.fsyncs.snapshot()
+    }
+
+    /// Commits `op` of the log `key`: returns once it is durable, with
+    /// everything committed before it.
+    pub(crate) fn commit(&self, key: &str, op: Op<'_>) -> io::Result<()> {
+        let mut queue = self.queue.lock();
+        if let Some(why) = &queue.failed {
+            return Err(failed_earlier(why));
+        }
+        encode(&mut queue, key, op)?;
+        queue.queued += 1;
+        let mine = queue.queued;
+        loop {
+            if queue.durable >= mine {
+                return Ok(());
+            }
+            if let Some(why) = &queue.failed {
+                return Err(failed_earlier(why));
+            }
+            if queue.writing {
+                self.turned.wait(&mut queue);
+                continue;
+            }
+            self.take_turn(&mut queue);
+        }
+    }
+
+    /// Writes and syncs everything queued, the queue unlocked meanwhile so
+    /// that commits go on queueing behind this turn.
+    fn take_turn(&self, queue: &mut MutexGuard<'_, Queue>) {
+        queue.writing = true;
+        let frames = std::mem::take(&mut queue.frames);
+        let segments = std::mem::take(&mut queue.segments);
+        let upto = queue.queued;
+        let r = MutexGuard::unlocked(queue, || self.write(&frames, segments));
+        queue.writing = false;
+        match r {
+            Ok(()) => queue.durable = upto,
+            Err(e) => {
+                tracing::error!("raft log journal: {e}");
+                queue.failed = Some(e.to_string());
+            }
+        }
+        // The buffer is reused by the next turn.
+        if queue.frames.is_empty() {
+            let mut frames = frames;
+            frames.clear();
+            queue.frames = frames;
+        }
+        self.turned.notify_all();
+    }
+
+    fn write(&self, frames: &[u8], segments: BTreeSet<PathBuf>) -> io::Result<()> {
+        let mut w = self.file.lock();
+        if w.bytes > 0 && w.bytes + frames.len() as u64 > self.rotate_bytes {
+            self.rotate(&mut w)?;
+        }
+        w.segments.extend(segments);
+        let end = w.bytes + frames.len() as u64;
+        if end > w.zeroed {
+            let to = end + ZERO_AHEAD_BYTES;
+            w.file.zero_to(to)?;
+            w.zeroed = to;
+        }
+        w.file.write_all(frames)?;
+        let began = Instant::now();
+        w.file.sync_data()?;
+        self.fsyncs.observe(began.elapsed());
+        w.bytes = end;
+        Ok(())
+    }
+
+    /// Begins the next journal file, syncs every segment written under the
+    /// current one, then removes it.
+    fn rotate(&self, w: &mut Writer) -> io::Result<()> {
+        let next = w.number + 1;
+        let file = self.storage.create(&self.dir.join(file_name(next)))?;
+        self.storage.sync_dir(&self.dir)?;
+        for path in std::mem::take(&mut w.segments) {
+            match self.storage.sync_file(&path) {
+                // Removed since (truncated or purged away, durably, or its
+                // replica deleted): nothing of it to keep.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                r => r?,
+            }
+        }
+        self.storage.remove(&self.dir.join(file_name(w.number)))?;
+        self.storage.sync_dir(&self.dir)?;
+        *w = Writer {
+            file,
+            number: next,
+            bytes: 0,
+            zeroed: 0,
+            segments: BTreeSet::new(),
+        };
+        Ok(())
+    }
+}
+
+fn failed_earlier(why: &str) -> io::Error {
+    io::Error::other(format!("the Raft log journal failed earlier: {why}"))
+}
+
+/// Frames `op` of log `key` onto the queue.
+fn encode(queue: &mut Queue, key: &str, op: Op<'_>) -> io::Result<()> {
+    let key_len = u16::try_from(key.len())
+        .map_err(|_| io::Error::other(format!("a log key of {} bytes", key.len())))?;
+    let head = |out: &mut Vec<u8>, kind: u8| {
+        let start = FRAMING.begin(out);
+        out.push(kind);
+        out.extend_from_slice(&key_len.to_le_bytes());
+        out.extend_from_slice(key.as_bytes());
+        start
+    };
+    let out = &mut queue.frames;
+    match op {
+        Op::Fresh => {
+            let start = head(out, FRESH);
+            FRAMING.finish(out, start);
+        }
+        Op::Truncate(since) => {
+            let start = head(out, TRUNCATE);
+            out.extend_from_slice(&since.to_le_bytes());
+            FRAMING.finish(out, start);
+        }
+        Op::Entries { segment, records } => {
+            // Checked before anything is framed: a frame begun and never
+            // finished would end the journal at its zero header.
+            if let Some(r) = records.iter().find(|r| r.len() > MAX_BODY - PIECE_BYTES) {
+                return Err(io::Error::other(format!(
+                    "an append of {} bytes of records is too large for the journal",
+                    r.len()
+                )));
+            }
+            let mut start = None;
+            for r in records {
+                // Pieces of whole appends, so that no body is too long.
+                if let Some(s) = start
+                    && out.len() - s + r.len() > PIECE_BYTES
+                {
+                    FRAMING.finish(out, s);
+                    start = None;
+                }
+                if start.is_none() {
+                    start = Some(head(out, ENTRIES));
+                }
+                out.extend_from_slice(r);
+            }
+            if let Some(s) = start {
+                FRAMING.finish(out, s);
+            }
+            queue.segments.insert(segment.to_path_buf());
+        }
+    }
+    Ok(())
+}
+
+/// Reads the frames of one journal file into `logs`. It stops at the
+/// first frame that is not whole and valid: the last file's torn tail
+/// (never synced, so never acknowledged). In an earlier file, where every
+/// frame was synced before the next file began, that is corruption.
+fn read_file(
+    storage: &dyn Storage,
+    path: &Path,
+    last: bool,
+    logs: &mut BTreeMap<String, Vec<Replay>>,
+) -> Result<(), super::OpenError> {
+    let mut bytes = Vec::new();
+    storage.open_read(path)?.read_to_end(&mut bytes)?;
+    let mut at = 0;
+    while at < bytes.len() {
+        let head = &bytes[at..bytes.len().min(at + frame::HEADER_BYTES)];
+        if head.iter().all(|&b| b == 0) {
+            break;
+        }
+        let body = match FRAMING.decode(&bytes[at..]) {
+            Ok(body) => body,
+            Err(e) if last => {
+                tracing::debug!(
+                    "raft log journal {}: a torn tail at byte {at}: {e:?}",
+                    path.display()
+                );
+                break;
+            }
+            Err(e) => {
+                return Err(super::OpenError::Corrupt {
+                    file: path.display().to_string(),
+                    offset: at as u64,
+                    what: format!("{e:?} in a journal file that was synced whole"),
+                });
+            }
+        };
+        let corrupt = |what: &str| super::OpenError::Corrupt {
+            file: path.display().to_string(),
+            offset: at as u64,
+            what: what.to_string(),
+        };
+        let (&kind, rest) = body
+            .split_first()
+            .ok_or_else(|| corrupt("an empty frame"))?;
+        let key_len = rest
+            .get(..2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)
+            .ok_or_else(|| corrupt("a frame without its key"))?;
+        let key = rest
+            .get(2..2 + key_len)
+            .and_then(|k| std::str::from_utf8(k).ok())
+            .ok_or_else(|| corrupt("a frame whose key does not read"))?
+            .to_string();
+        let rest = &rest[2 + key_len..];
+        let ops = logs.entry(key).or_default();
+        match kind {
+            ENTRIES => ops.push(Replay::Entries(rest.to_vec())),
+            TRUNCATE => {
+                let since = rest
+                    .try_into()
+                    .map(u64::from_le_bytes)
+                    .map_err(|_| corrupt("a truncation without its index"))?;
+                ops.push(Replay::Truncate(since));
+            }
+            FRESH => ops.clear(),
+            k => return Err(corrupt(&format!("a frame of unknown kind {k}"))),
+        }
+        at += frame::HEADER_BYTES + body.len();
+    }
+    Ok(())
+}
