@@ -54,7 +54,9 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// fdatasync of the file at `path`, by its name: every byte written to
     /// it so far, through any handle, is durable when it returns Ok (the
     /// Raft log's node journal syncs the segments it covered this way
-    /// before it drops them from the journal).
+    /// before it drops them from the journal). On Linux a write-back error
+    /// already reported to another handle is not reported again: a caller
+    /// relying on it must hear of the other handles' failed syncs.
     fn sync_file(&self, path: &Path) -> io::Result<()>;
     /// Takes the lock of the existing directory `dir` (`lock::DirLock`):
     /// refused with `LockError::InUse` while another holder has it.

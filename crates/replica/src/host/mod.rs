@@ -697,7 +697,8 @@ impl Replica {
 /// append and do their file work on their threads: every group this node
 /// hosts then syncs its appends with one fsync per turn of the journal,
 /// not one per group. A journal left by an earlier start is replayed
-/// whatever the policy now.
+/// whatever the policy now. A node whose logs do their file work inline
+/// (a simulation) neither has nor reads one.
 fn with_journal(config: &ReplicaConfig) -> Result<ReplicaConfig, StartError> {
     let mut config = config.clone();
     if config.log.inline || config.log_journal.is_some() {

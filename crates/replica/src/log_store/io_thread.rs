@@ -643,6 +643,13 @@ impl Files {
         let r = f(self);
         if let Err(e) = &r {
             self.failed = Some(e.to_string());
+            // The segment's state is unknown, and a retirement of the
+            // journal syncing it by name would not hear of a failed sync
+            // (see `Journal::fail`): the journal keeps every record.
+            if let Some(j) = &self.journal {
+                j.journal
+                    .fail(&format!("the Raft log in {}: {e}", self.dir.display()));
+            }
         }
         r
     }
@@ -678,7 +685,8 @@ impl Files {
         let end = start + records.len() as u64;
         // Only where every append is synced here: elsewhere the zeroing's
         // own syncs would be more than the policy asks for (with the
-        // journal, a segment is synced once, when the journal moves on).
+        // journal, a segment is synced a second after its appends, and
+        // when the journal retires the file that holds their copies).
         if self.sync == SyncPolicy::Always
             && self.journal.is_none()
             && end > self.zeroed

@@ -179,6 +179,7 @@ impl Journal {
     ) -> Result<(Arc<Journal>, u64), super::OpenError> {
         let dir = base.join(JOURNAL_DIR);
         storage.create_dir_all(&dir)?;
+        storage.sync_dir(base)?;
         let mut numbers: Vec<u64> = storage
             .list(&dir)?
             .iter()
@@ -202,13 +203,15 @@ impl Journal {
                 replayed += super::LogStore::replay_journal(Arc::clone(&storage), &log, ops)?;
             }
         }
+        // Every log holds what the old files had, synced: they go, before
+        // the next file is begun (a torn tail of the last file read must
+        // never be left as an earlier file's, which would be corruption).
         let number = numbers.last().map_or(1, |n| n + 1);
-        let file = storage.create(&dir.join(file_name(number)))?;
-        storage.sync_dir(&dir)?;
-        // Every log holds what the old files had, synced: they can go.
         for n in numbers {
             storage.remove(&dir.join(file_name(n)))?;
         }
+        storage.sync_dir(&dir)?;
+        let file = storage.create(&dir.join(file_name(number)))?;
         storage.sync_dir(&dir)?;
         let journal = Journal {
             storage,
@@ -235,6 +238,21 @@ impl Journal {
             .unwrap_or(dir)
             .to_string_lossy()
             .into_owned()
+    }
+
+    /// Stops the journal for good: every commit from now on fails. A log
+    /// whose own sync of its segment failed calls it: the segment's pages
+    /// may have been dropped, and a retirement's sync by name would not
+    /// hear of it (Linux reports a write-back error once), so the journal
+    /// must keep every record it has. One failure stops every log of the
+    /// node, as a failed sync of the journal itself does.
+    pub(crate) fn fail(&self, why: &str) {
+        let mut queue = self.queue.lock();
+        if queue.failed.is_none() {
+            tracing::error!("raft log journal stopped: {why}");
+            queue.failed = Some(why.to_string());
+        }
+        self.turned.notify_all();
     }
 
     /// How long each sync of the journal took.
@@ -274,7 +292,14 @@ impl Journal {
         let frames = std::mem::take(&mut queue.frames);
         let segments = std::mem::take(&mut queue.segments);
         let upto = queue.queued;
-        let r = MutexGuard::unlocked(queue, || self.write(&frames, segments));
+        // A panic while writing fails the journal instead of leaving the
+        // turn taken for good, every log waiting on it.
+        let r = MutexGuard::unlocked(queue, || {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.write(&frames, segments)
+            }))
+            .unwrap_or_else(|_| Err(io::Error::other("a panic while writing")))
+        });
         queue.writing = false;
         match r {
             Ok(()) => queue.durable = upto,
@@ -398,9 +423,12 @@ fn encode(queue: &mut Queue, key: &str, op: Op<'_>) -> io::Result<()> {
 }
 
 /// Reads the frames of one journal file into `logs`. It stops at the
-/// first frame that is not whole and valid: the last file's torn tail
-/// (never synced, so never acknowledged). In an earlier file, where every
-/// frame was synced before the next file began, that is corruption.
+/// first frame that is not whole and valid: in the last file a torn tail
+/// (never synced, so never acknowledged; a frame damaged after its sync
+/// reads the same, as in a log's last segment above what it recorded
+/// synced). An earlier file was synced whole before the next was begun
+/// (and the torn tail of the last one read at a start is removed before a
+/// next one is), so a bad frame there is corruption.
 fn read_file(
     storage: &dyn Storage,
     path: &Path,
@@ -418,8 +446,8 @@ fn read_file(
         let body = match FRAMING.decode(&bytes[at..]) {
             Ok(body) => body,
             Err(e) if last => {
-                tracing::debug!(
-                    "raft log journal {}: a torn tail at byte {at}: {e:?}",
+                tracing::warn!(
+                    "raft log journal {}: cut at byte {at} ({e:?}): a write a crash cut short",
                     path.display()
                 );
                 break;

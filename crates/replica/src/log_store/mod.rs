@@ -30,6 +30,7 @@ mod journal;
 mod memory;
 pub(crate) mod segment;
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
@@ -465,57 +466,94 @@ impl LogStore {
 
     /// Applies a journal's records in order: an entry the log holds with
     /// the same log id is kept; one it holds with another, and all after
-    /// it, are replaced; a truncation is done again. What is written is
-    /// synced before this returns.
+    /// it, are replaced; a truncation is done again. The outcome is worked
+    /// out in memory first and checked (no gap), then made with at most one
+    /// truncation and one write, synced before this returns: a replay
+    /// stopped part-way never leaves entries the records removed back on
+    /// disk, nor acknowledged ones missing that were there before it.
     fn replay(&self, ops: Vec<journal::Replay>) -> io::Result<u64> {
-        let mut records = Vec::new();
-        let mut indexes = Vec::new();
-        let mut replayed = 0;
+        let state = self.state.lock();
+        let purged = state.purged.map(|p| p.index);
+        // From `cut` on, the outcome is `tail` (log id, the op's bytes and
+        // the record's range in them); below it, what the log holds.
+        let mut cut: Option<u64> = None;
+        let mut tail: BTreeMap<u64, (LogId, usize, std::ops::Range<usize>)> = BTreeMap::new();
+        let mut bytes: Vec<Vec<u8>> = Vec::new();
         for op in ops {
             match op {
                 journal::Replay::Truncate(since) => {
-                    self.rewrite(&mut records, &mut indexes)?;
-                    self.replay_truncate(since)?;
+                    cut = Some(cut.map_or(since, |c| c.min(since)));
+                    tail.split_off(&since);
                 }
-                journal::Replay::Entries(bytes) => {
-                    for (range, id) in segment::split_records(&bytes)? {
-                        let mut state = self.state.lock();
-                        if Some(id.index) <= state.purged.map(|p| p.index)
-                            || state.ids.get(id.index) == Some(id)
-                        {
+                journal::Replay::Entries(b) => {
+                    let n = bytes.len();
+                    for (range, id) in segment::split_records(&b)? {
+                        if Some(id.index) <= purged {
                             continue;
                         }
-                        // The index the log takes next (any, in a log
-                        // with no entry and nothing purged).
-                        let next = match (state.ids.last(), state.purged) {
-                            (Some(l), _) | (None, Some(l)) => Some(l.index + 1),
-                            (None, None) => None,
+                        let now = match (tail.get(&id.index), cut) {
+                            (Some(t), _) => Some(t.0),
+                            (None, Some(c)) if id.index >= c => None,
+                            (None, _) => state.ids.get(id.index),
                         };
-                        if next.is_some_and(|n| id.index < n) {
-                            drop(state);
-                            self.rewrite(&mut records, &mut indexes)?;
-                            self.replay_truncate(id.index)?;
-                            state = self.state.lock();
-                        } else if next.is_some_and(|n| id.index > n) {
-                            return Err(io::Error::new(
-                                io::ErrorKind::InvalidData,
-                                format!(
-                                    "entry {} would follow entry {}, leaving a gap",
-                                    id.index,
-                                    next.unwrap_or(0).saturating_sub(1)
-                                ),
-                            ));
+                        if now == Some(id) {
+                            continue;
                         }
-                        state.ids.push(id);
-                        indexes.push((id.index, records.len()));
-                        records.extend_from_slice(&bytes[range]);
-                        replayed += 1;
+                        cut = Some(cut.map_or(id.index, |c| c.min(id.index)));
+                        tail.split_off(&id.index);
+                        tail.insert(id.index, (id, n, range));
                     }
+                    bytes.push(b);
                 }
             }
         }
+        let Some(cut) = cut else { return Ok(0) };
+        // The first index where the outcome differs from the log.
+        let held_end = state.ids.last().map_or(0, |l| l.index + 1);
+        let first = (cut..held_end.max(tail.keys().next_back().map_or(0, |l| l + 1)))
+            .find(|&i| state.ids.get(i) != tail.get(&i).map(|t| t.0));
+        let Some(first) = first else { return Ok(0) };
+        // What the log keeps below `first`, then the outcome's entries from
+        // it: they must follow on without a gap.
+        let mut next = if state.ids.get(first.wrapping_sub(1)).is_some() {
+            Some(first)
+        } else if let Some(l) = state.ids.last().filter(|l| l.index < first) {
+            Some(l.index + 1)
+        } else {
+            // Nothing kept: after what was purged (anything, where
+            // nothing was).
+            purged.map(|p| p + 1)
+        };
+        let mut records = Vec::new();
+        let mut indexes = Vec::new();
+        let mut ids = Vec::new();
+        for (&index, (id, n, range)) in tail.range(first..) {
+            if next.is_some_and(|x| x != index) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "entry {index} would follow entry {}, leaving a gap",
+                        next.unwrap_or(1).saturating_sub(1)
+                    ),
+                ));
+            }
+            next = Some(index + 1);
+            indexes.push((index, records.len()));
+            records.extend_from_slice(&bytes[*n][range.clone()]);
+            ids.push(*id);
+        }
+        drop(state);
+        if held_end > first {
+            self.replay_truncate(first)?;
+        }
+        {
+            let mut state = self.state.lock();
+            for id in &ids {
+                state.ids.push(*id);
+            }
+        }
         self.rewrite(&mut records, &mut indexes)?;
-        Ok(replayed)
+        Ok(ids.len() as u64)
     }
 
     /// Writes and syncs replayed records (the log's file work is inline:

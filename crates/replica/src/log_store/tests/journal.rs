@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use super::*;
-use crate::log_store::journal::Journal;
+use crate::log_store::journal::{self, Journal};
 
 const BASE: &str = "/node";
 
@@ -248,4 +248,118 @@ fn appends_are_synced_in_the_journal_not_in_their_segments() {
         journal_syncs > 0 && others < 40,
         "400 appends: {journal_syncs} journal syncs and {others} others"
     );
+}
+
+/// A replay is worked out whole before the log is touched: one whose
+/// records would leave a gap fails with the log as it was, not with the
+/// entries a later record truncated written back over acknowledged ones.
+#[test]
+fn a_replay_that_cannot_be_done_leaves_the_log_as_it_was() {
+    let storage: Arc<dyn Storage> = Arc::new(FaultyStorage::new(5));
+    let dir = log_dir(1);
+    let held: Vec<LogId> = (1..=4)
+        .map(|i| log_id(1, i))
+        .chain((5..=7).map(|i| log_id(2, i)))
+        .collect();
+    rt().block_on(async {
+        let (mut log, _) =
+            LogStore::open(Arc::clone(&storage), &dir, LogOptions::default()).unwrap();
+        log.blocking_append((1..=4).map(|i| entry(1, i)))
+            .await
+            .unwrap();
+        log.blocking_append((5..=7).map(|i| entry(2, i)))
+            .await
+            .unwrap();
+    });
+    let records = |term: u64, range: std::ops::RangeInclusive<u64>| {
+        let mut b = Vec::new();
+        for i in range {
+            segment::encode_record(&entry(term, i), &mut b).unwrap();
+        }
+        journal::Replay::Entries(b)
+    };
+    // The history that made the log: nothing to do.
+    let history = vec![
+        records(1, 1..=10),
+        journal::Replay::Truncate(5),
+        records(2, 5..=7),
+    ];
+    let n = LogStore::replay_journal(Arc::clone(&storage), &dir, history.clone()).unwrap();
+    assert_eq!(n, 0);
+    // The same, then records that do not follow on.
+    let mut broken = history;
+    broken.push(records(2, 20..=21));
+    let e = LogStore::replay_journal(Arc::clone(&storage), &dir, broken).unwrap_err();
+    assert!(e.to_string().contains("gap"), "{e}");
+    let (mut log, _) = LogStore::open(Arc::clone(&storage), &dir, LogOptions::default()).unwrap();
+    let got: Vec<LogId> = rt_block(log.try_get_log_entries(..))
+        .unwrap()
+        .iter()
+        .map(|e| e.log_id)
+        .collect();
+    assert_eq!(got, held);
+}
+
+/// A log whose own sync fails stops the journal, and so every log of the
+/// node: the failed segment's pages may be gone, and a retirement syncing
+/// it by name would not hear of it and drop the only copy of its appends.
+#[test]
+fn a_failed_sync_of_one_log_stops_every_log_of_the_node() {
+    let faulty = Arc::new(FaultyStorage::new(9));
+    let storage: Arc<dyn Storage> = faulty.clone();
+    let (journal, _) = Journal::open(Arc::clone(&storage), Path::new(BASE)).unwrap();
+    let mut a = open_log(&storage, &journal, 1).unwrap();
+    let mut b = open_log(&storage, &journal, 3).unwrap();
+    rt().block_on(async {
+        a.blocking_append((1..=3).map(|i| entry(1, i)))
+            .await
+            .unwrap();
+        b.blocking_append((1..=3).map(|i| entry(1, i)))
+            .await
+            .unwrap();
+        // A truncation syncs the segment first: that sync fails.
+        faulty.fail_sync_at(1);
+        assert!(a.truncate(log_id(1, 2)).await.is_err());
+        let e = b.blocking_append([entry(1, 4)]).await.unwrap_err();
+        assert!(e.to_string().contains("journal"), "{e}");
+    });
+}
+
+/// A journal whose last file ends in a torn frame is opened after a crash
+/// at any sync point of the open before: the file read (torn tail and
+/// all) is removed before the next is begun, so it is never left as an
+/// earlier file, where a bad frame is corruption.
+#[test]
+fn a_start_cut_short_leaves_a_journal_the_next_start_opens() {
+    let mut point = 1;
+    loop {
+        let faulty = Arc::new(FaultyStorage::new(point));
+        let storage: Arc<dyn Storage> = faulty.clone();
+        let (journal, _) = Journal::open(Arc::clone(&storage), Path::new(BASE)).unwrap();
+        let mut log = open_log(&storage, &journal, 1).unwrap();
+        rt().block_on(log.blocking_append((1..=3).map(|i| entry(1, i))))
+            .unwrap();
+        drop((log, journal));
+        let dir = Path::new(BASE).join(journal::JOURNAL_DIR);
+        let name = storage.list(&dir).unwrap().pop().unwrap();
+        let mut bytes = faulty.file(&dir.join(&name)).unwrap();
+        let end = bytes.iter().rposition(|&b| b != 0).unwrap() + 1;
+        bytes.truncate(end);
+        // Half a frame: a write a crash cut short.
+        bytes.extend_from_slice(&[40, 0, 0, 0, 7, 7, 7, 7, 1, 2]);
+        faulty.put_file(&dir.join(&name), bytes);
+        faulty.crash_at_sync(point);
+        let crashed = Journal::open(Arc::clone(&storage), Path::new(BASE)).is_err();
+        faulty.restart();
+        let (journal, _) = Journal::open(Arc::clone(&storage), Path::new(BASE))
+            .unwrap_or_else(|e| panic!("sync point {point}: {e}"));
+        let mut log = open_log(&storage, &journal, 1).unwrap();
+        let got = rt_block(log.try_get_log_entries(..)).unwrap();
+        assert_eq!(got.len(), 3, "sync point {point}");
+        if !crashed {
+            break;
+        }
+        point += 1;
+    }
+    assert!(point > 3, "only {point} sync points");
 }
