@@ -553,7 +553,11 @@ impl Host {
         // split never seeds the group again.
         std::fs::write(template.groups_dir().join(format!("{group}{GONE}")), b"")?;
         match std::fs::rename(&config.dir, &aside) {
-            Ok(()) => {}
+            // Durable before the files go: the node's journal skips a
+            // segment it no longer finds when it retires a file, so a
+            // rename a power cut undid would bring the replica back
+            // without appends only the journal held.
+            Ok(()) => std::fs::File::open(template.groups_dir())?.sync_all()?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
