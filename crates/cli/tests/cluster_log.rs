@@ -330,8 +330,10 @@ fn a_node_refuses_to_start_on_a_log_damaged_below_what_was_synced() {
     leader(std::slice::from_ref(&node));
     write(&node, 200, 1000, 2 << 20);
     // The log syncs its segment a second after appends its node's journal
-    // synced, and records what it synced within a tenth of a second.
-    std::thread::sleep(Duration::from_millis(1500));
+    // synced, and records what it synced within a tenth of a second (a
+    // second of slack on a loaded machine: short of it, the damage would
+    // be taken for a torn tail and mended from the journal).
+    std::thread::sleep(Duration::from_millis(2500));
     node.kill();
     let log = node.dir.join("cluster").join("log");
     let mut segments: Vec<PathBuf> = std::fs::read_dir(&log)

@@ -202,7 +202,7 @@ pub(crate) struct Start {
 }
 
 /// A log's place in the node's journal.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Journaled {
     pub journal: Arc<Journal>,
     pub key: String,

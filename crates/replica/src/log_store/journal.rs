@@ -12,11 +12,13 @@
 //! take turns). An append is reported flushed only once its journal record
 //! is synced.
 //!
-//! The segments are synced later, all at once: when the journal file has
-//! grown past [`ROTATE_BYTES`], a new one is begun, every segment written
-//! under the old one is synced by name, and only then are the old journal
-//! files removed. So every append whose segment bytes may not be durable
-//! has its record in a journal file that is still there.
+//! The segments are synced later: each by its log a second after its
+//! appends (so that what the log records as synced keeps up), and all at
+//! once when the journal file has grown past [`ROTATE_BYTES`]: a new one
+//! is begun, every segment written under the old one is synced by name,
+//! and only then is the old journal file removed. So every append whose
+//! segment bytes may not be durable has its record in a journal file that
+//! is still there.
 //!
 //! On a node's start, before any log opens, the journal is read and every
 //! log's records are written again into its segments where they are missing
@@ -48,8 +50,8 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use super::segment;
 
-/// A journal file past this many bytes is retired at the next commit: its
-/// segments synced, then it is removed. Its records are a copy of the
+/// A turn that would take the journal file past this many bytes retires it
+/// first: its segments synced, then it is removed. Its records are a copy of the
 /// logs' latest appends, so this (and the zeroing ahead) is what the
 /// journal adds to a node's disk; each retirement syncs every segment
 /// written under the file (most already synced by their logs, a second
@@ -110,6 +112,7 @@ pub(crate) enum Op<'a> {
 pub(crate) enum Replay {
     /// Segment records (whole, each checksummed).
     Entries(Vec<u8>),
+    /// Every entry from this index on was removed.
     Truncate(u64),
 }
 
@@ -206,11 +209,14 @@ impl Journal {
         // Every log holds what the old files had, synced: they go, before
         // the next file is begun (a torn tail of the last file read must
         // never be left as an earlier file's, which would be corruption).
+        // Oldest first, each removal durable before the next: a later file
+        // left alone replays to the same outcome, an earlier one alone
+        // would not (its records would undo a later file's truncation).
         let number = numbers.last().map_or(1, |n| n + 1);
         for n in numbers {
             storage.remove(&dir.join(file_name(n)))?;
+            storage.sync_dir(&dir)?;
         }
-        storage.sync_dir(&dir)?;
         let file = storage.create(&dir.join(file_name(number)))?;
         storage.sync_dir(&dir)?;
         let journal = Journal {
@@ -351,6 +357,13 @@ impl Journal {
                 r => r?,
             }
         }
+        // A log whose own sync failed meanwhile (`Journal::fail`): its
+        // segment's pages may be gone, and the syncs above would not say
+        // so. (One whose failure is told after this check is the window
+        // left: a write-back error and a retirement in the same instant.)
+        if let Some(why) = &self.queue.lock().failed {
+            return Err(failed_earlier(why));
+        }
         self.storage.remove(&self.dir.join(file_name(w.number)))?;
         self.storage.sync_dir(&self.dir)?;
         *w = Writer {
@@ -391,27 +404,23 @@ fn encode(queue: &mut Queue, key: &str, op: Op<'_>) -> io::Result<()> {
             FRAMING.finish(out, start);
         }
         Op::Entries { segment, records } => {
-            // Checked before anything is framed: a frame begun and never
-            // finished would end the journal at its zero header.
-            if let Some(r) = records.iter().find(|r| r.len() > MAX_BODY - PIECE_BYTES) {
-                return Err(io::Error::other(format!(
-                    "an append of {} bytes of records is too large for the journal",
-                    r.len()
-                )));
-            }
+            // Pieces of whole records, so that no body is too long: a
+            // record is at most `segment::MAX_RECORD_BYTES` and its header,
+            // far below `MAX_BODY`, whatever an append holds.
             let mut start = None;
-            for r in records {
-                // Pieces of whole appends, so that no body is too long.
-                if let Some(s) = start
-                    && out.len() - s + r.len() > PIECE_BYTES
-                {
-                    FRAMING.finish(out, s);
-                    start = None;
+            for blob in records {
+                for r in split_records(blob) {
+                    if let Some(s) = start
+                        && out.len() - s + r.len() > PIECE_BYTES
+                    {
+                        FRAMING.finish(out, s);
+                        start = None;
+                    }
+                    if start.is_none() {
+                        start = Some(head(out, ENTRIES));
+                    }
+                    out.extend_from_slice(r);
                 }
-                if start.is_none() {
-                    start = Some(head(out, ENTRIES));
-                }
-                out.extend_from_slice(r);
             }
             if let Some(s) = start {
                 FRAMING.finish(out, s);
@@ -420,6 +429,23 @@ fn encode(queue: &mut Queue, key: &str, op: Op<'_>) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The records of `blob` (segment records, each `[length][checksum]
+/// [payload]`), one slice each.
+fn split_records(blob: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = blob;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let len = rest.get(..4).map_or(rest.len(), |b| {
+            u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize
+        });
+        let (r, after) = rest.split_at((segment::RECORD_HEADER_BYTES + len).min(rest.len()));
+        rest = after;
+        Some(r)
+    })
 }
 
 /// Reads the frames of one journal file into `logs`. It stops at the

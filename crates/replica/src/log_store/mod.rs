@@ -515,7 +515,10 @@ impl LogStore {
         let Some(first) = first else { return Ok(0) };
         // What the log keeps below `first`, then the outcome's entries from
         // it: they must follow on without a gap.
-        let mut next = if state.ids.get(first.wrapping_sub(1)).is_some() {
+        let kept_below = first
+            .checked_sub(1)
+            .is_some_and(|i| state.ids.get(i).is_some());
+        let mut next = if kept_below {
             Some(first)
         } else if let Some(l) = state.ids.last().filter(|l| l.index < first) {
             Some(l.index + 1)
@@ -528,13 +531,12 @@ impl LogStore {
         let mut indexes = Vec::new();
         let mut ids = Vec::new();
         for (&index, (id, n, range)) in tail.range(first..) {
-            if next.is_some_and(|x| x != index) {
+            if let Some(x) = next
+                && x != index
+            {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
-                    format!(
-                        "entry {index} would follow entry {}, leaving a gap",
-                        next.unwrap_or(1).saturating_sub(1)
-                    ),
+                    format!("entry {index} would follow entry {}, leaving a gap", x - 1),
                 ));
             }
             next = Some(index + 1);
@@ -547,31 +549,33 @@ impl LogStore {
             self.replay_truncate(first)?;
         }
         {
+            // In step with the files, as every write keeps it.
             let mut state = self.state.lock();
             for id in &ids {
                 state.ids.push(*id);
             }
         }
-        self.rewrite(&mut records, &mut indexes)?;
+        self.rewrite(records, indexes)?;
         Ok(ids.len() as u64)
     }
 
     /// Writes and syncs replayed records (the log's file work is inline:
     /// done when `run_here` returns).
-    fn rewrite(&self, records: &mut Vec<u8>, indexes: &mut Vec<(u64, usize)>) -> io::Result<()> {
+    fn rewrite(&self, records: Vec<u8>, indexes: Vec<(u64, usize)>) -> io::Result<()> {
         if indexes.is_empty() {
             return Ok(());
         }
         let (done, mut rx) = tokio::sync::oneshot::channel();
         self.io.run_here(Job::Rewrite {
-            records: std::mem::take(records),
-            indexes: std::mem::take(indexes),
+            records,
+            indexes,
             done,
         })?;
         rx.try_recv()
             .map_err(|_| io::Error::other("the replay's write was not run"))?
     }
 
+    /// Removes every entry from `since` on (a replay's one cut), durably.
     fn replay_truncate(&self, since: u64) -> io::Result<()> {
         {
             let mut state = self.state.lock();
