@@ -140,6 +140,14 @@ impl ReplicaConfig {
             .unwrap_or_else(|| self.dir.join("groups"))
     }
 
+    /// The file system the log is kept on (see `log_storage`).
+    pub(crate) fn log_storage(&self) -> Arc<dyn combkv::durable::Storage> {
+        match &self.log_storage {
+            Some(s) => Arc::clone(s),
+            None => Arc::new(combkv::durable::FsStorage),
+        }
+    }
+
     /// The configuration of group `group` made by a split, on this node:
     /// this one's, in the group's own directory.
     pub fn for_split_group(&self, group: GroupId) -> ReplicaConfig {
@@ -176,10 +184,7 @@ impl Replica {
         guard: Arc<PeerGuard>,
     ) -> Result<Replica, StartError> {
         let raft_config = Arc::new(config.raft_config()?);
-        let storage: Arc<dyn combkv::durable::Storage> = match &config.log_storage {
-            Some(s) => Arc::clone(s),
-            None => Arc::new(combkv::durable::FsStorage),
-        };
+        let storage = config.log_storage();
         let log_options = LogOptions {
             own_id: config.log.own_id.or(Some(config.id)),
             // Purging frees whole segments: a few per snapshot interval.

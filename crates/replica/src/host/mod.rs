@@ -697,10 +697,10 @@ impl Replica {
 }
 
 /// `config` with the node's journal (`log_store::Journal`), opened (which
-/// replays it into the logs) before any log is, where logs sync every
-/// append and do their file work on their threads: every group this node
-/// hosts then syncs its appends with one fsync per turn of the journal,
-/// not one per group. A journal left by an earlier start is replayed
+/// replays it into the logs) before any log is. Logs that sync every
+/// append and do their file work on their threads take it: every group
+/// this node hosts then syncs its appends with one fsync per turn of the
+/// journal, not one per group. A journal left by an earlier start is replayed
 /// whatever the policy now. A node whose logs do their file work inline
 /// (a simulation) neither has nor reads one.
 fn with_journal(config: &ReplicaConfig) -> Result<ReplicaConfig, StartError> {
@@ -708,18 +708,14 @@ fn with_journal(config: &ReplicaConfig) -> Result<ReplicaConfig, StartError> {
     if config.log.inline || config.log_journal.is_some() {
         return Ok(config);
     }
-    let storage: Arc<dyn combkv::durable::Storage> = match &config.log_storage {
-        Some(s) => Arc::clone(s),
-        None => Arc::new(combkv::durable::FsStorage),
-    };
-    let (journal, replayed) =
-        crate::log_store::Journal::open(storage, &config.dir).map_err(StartError::Log)?;
+    let (journal, replayed) = crate::log_store::Journal::open(config.log_storage(), &config.dir)
+        .map_err(StartError::Log)?;
     if replayed > 0 {
         tracing::info!("raft log journal: {replayed} entries written again into their logs");
     }
-    if config.log.sync == crate::log_store::SyncPolicy::Always {
-        config.log_journal = Some(journal);
-    }
+    // Each log takes it only where it syncs every append
+    // (`LogStore::open_journaled`).
+    config.log_journal = Some(journal);
     Ok(config)
 }
 

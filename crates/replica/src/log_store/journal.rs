@@ -409,7 +409,7 @@ fn encode(queue: &mut Queue, key: &str, op: Op<'_>) -> io::Result<()> {
             // far below `MAX_BODY`, whatever an append holds.
             let mut start = None;
             for blob in records {
-                for r in split_records(blob) {
+                for r in whole_records(blob) {
                     if let Some(s) = start
                         && out.len() - s + r.len() > PIECE_BYTES
                     {
@@ -425,7 +425,10 @@ fn encode(queue: &mut Queue, key: &str, op: Op<'_>) -> io::Result<()> {
             if let Some(s) = start {
                 FRAMING.finish(out, s);
             }
-            queue.segments.insert(segment.to_path_buf());
+            // Most commits name the segment the last one did.
+            if !queue.segments.contains(segment) {
+                queue.segments.insert(segment.to_path_buf());
+            }
         }
     }
     Ok(())
@@ -433,7 +436,7 @@ fn encode(queue: &mut Queue, key: &str, op: Op<'_>) -> io::Result<()> {
 
 /// The records of `blob` (segment records, each `[length][checksum]
 /// [payload]`), one slice each.
-fn split_records(blob: &[u8]) -> impl Iterator<Item = &[u8]> {
+fn whole_records(blob: &[u8]) -> impl Iterator<Item = &[u8]> {
     let mut rest = blob;
     std::iter::from_fn(move || {
         if rest.is_empty() {

@@ -449,9 +449,9 @@ impl LogStore {
         dir: &Path,
         ops: Vec<journal::Replay>,
     ) -> Result<u64, OpenError> {
+        // Inline: the replay's file work is done when each job returns.
         let options = LogOptions {
             inline: true,
-            sync: SyncPolicy::Always,
             ..LogOptions::default()
         };
         let (log, _) = Self::open(storage, dir, options)?;

@@ -111,11 +111,7 @@ fn a_crash_at_every_sync_point_keeps_what_the_journal_flushed() {
         let mut model: Model = vec![Default::default(); 3];
         let mut purged = vec![0u64; 3];
         let mut gone = Gone::new();
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = threaded_rt(2);
         rt.block_on(run(&storage, &mut model, &mut purged, &mut gone));
         drop(rt);
         let crashed = faulty.has_crashed();
@@ -159,6 +155,15 @@ fn a_crash_at_every_sync_point_keeps_what_the_journal_flushed() {
         point += 1;
     }
     assert!(point > 30, "only {point} sync points");
+}
+
+/// A runtime with `workers` threads: appends of several logs at once.
+fn threaded_rt(workers: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 fn rt_block<F: std::future::Future>(f: F) -> F::Output {
@@ -222,11 +227,7 @@ fn appends_are_synced_in_the_journal_not_in_their_segments() {
             .0
         })
         .collect();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = threaded_rt(4);
     let syncs = faulty.syncs();
     let journal_syncs = journal.fsync_durations().count();
     rt.block_on(async {
