@@ -425,13 +425,11 @@ impl Host {
 
     /// Two neighbours on different nodes, small enough together to merge:
     /// one is placed on the other's nodes (a move, carried out by its
-    /// leader as any other), after which they merge. Only where the
-    /// placement is settled now and will be once they have merged (no node
-    /// two replicas above another, as `next_placement` keeps it). The right
-    /// range goes to the left one's nodes, or else the left to the right's;
-    /// range 0 neither moves nor takes a neighbour this way (its replicas
-    /// are every member's). `l` is this node's replica of the left range,
-    /// its leader. Whether a move was asked for.
+    /// leader as any other), after which they merge. Which one, and
+    /// whether at all, `ranges::line_up` decides from the map (the
+    /// placement settled now and once merged; each range moved by one
+    /// pair at most). `l` is this node's replica of the left range, its
+    /// leader. Whether a move was asked for.
     async fn line_up(
         &self,
         map: &crate::ranges::RangeMap,
@@ -458,47 +456,13 @@ impl Host {
             return false;
         };
         let members = voter_ids(&meta);
-        // Settled now and after the move (placement off: any move is).
-        let settled = |m: &crate::ranges::RangeMap| {
-            replicas == 0 || crate::ranges::next_placement(m, &members, replicas).is_none()
-        };
-        if !settled(map) {
-            return false;
-        }
-        // Settled once merged (lined up, the two hold more replicas than
-        // the balance allows for a moment; the balance leaves ranges lined
-        // up with a neighbour to the last, `next_placement`).
-        let moved = |range: &RangeDesc, to: &RangeDesc| {
-            // Range 0 never moves, and nothing goes onto its nodes (every
-            // member: more voters than the placement keeps).
-            if range.id == 0 || to.id == 0 {
-                return None;
-            }
-            let mut after = map.clone();
-            after
-                .apply(&MapChange::Replicas {
-                    range: range.id,
-                    epoch: range.epoch,
-                    voters: to.voters.clone(),
-                    learners: Vec::new(),
-                })
-                .ok()?;
-            let (l, r) = (after.get(left.id)?.epoch, after.get(right.id)?.epoch);
-            after
-                .apply(&MapChange::Merge {
-                    left: left.id,
-                    left_epoch: l,
-                    right: right.id,
-                    right_epoch: r,
-                })
-                .ok()?;
-            settled(&after).then(|| (range.id, to.voters.clone()))
-        };
-        let Some((range, to)) = moved(right, left).or_else(|| moved(left, right)) else {
+        let Some((range, to)) = crate::ranges::line_up(map, left.id, &members, replicas) else {
             tracing::debug!(
-                "ranges {} and {} could merge, but lining them up would unbalance the nodes",
+                "ranges {} and {} could merge, but lining them up would unbalance the nodes \
+                 (or the range on the left of range {} takes it first)",
                 left.id,
-                right.id
+                right.id,
+                left.id
             );
             return false;
         };

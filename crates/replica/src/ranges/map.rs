@@ -805,3 +805,72 @@ pub fn next_placement(
     voters.push(least);
     Some((r.id, sorted(&voters)))
 }
+
+/// Two neighbours on different nodes, small enough together to merge:
+/// which one is placed on the other's nodes first (its id and new
+/// voters), so that they can merge; none where lining them up would leave
+/// the placement unsettled, now or once merged (`next_placement` with
+/// `nodes` and `replicas`; `replicas` 0: placement off, any move goes).
+///
+/// Each range is moved by one pair at most, whoever decides: the right
+/// range goes onto the left one's nodes; the left one goes onto the
+/// right's only where its own left neighbour never takes it that way
+/// (that neighbour is range 0, or placing the range on its nodes would
+/// unbalance them). Were a range free to go both ways, the leader of its
+/// left neighbour and its own leader could pull it back and forth for
+/// good, each lining it up with another neighbour before the other's
+/// merge was taken.
+pub fn line_up(
+    map: &RangeMap,
+    left: RangeId,
+    nodes: &[NodeId],
+    replicas: usize,
+) -> Option<(RangeId, Vec<NodeId>)> {
+    let l = map.get(left)?;
+    let r = map.route(l.end.as_deref()?);
+    let settled = |m: &RangeMap| replicas == 0 || next_placement(m, nodes, replicas).is_none();
+    let same_nodes = |a: &RangeDesc, b: &RangeDesc| sorted(&a.voters) == sorted(&b.voters);
+    if same_nodes(l, r) || !settled(map) {
+        return None;
+    }
+    // `range` placed on `to`'s nodes, then the pair (`a`, `b`) merged:
+    // the new voters, if the placement is settled after both.
+    let moved = |range: &RangeDesc, to: &RangeDesc, (a, b): (&RangeDesc, &RangeDesc)| {
+        // Range 0 never moves, and nothing goes onto its nodes (every
+        // member: more voters than the placement keeps).
+        if range.id == 0 || to.id == 0 || !a.learners.is_empty() || !b.learners.is_empty() {
+            return None;
+        }
+        let mut after = map.clone();
+        after
+            .apply(&MapChange::Replicas {
+                range: range.id,
+                epoch: range.epoch,
+                voters: to.voters.clone(),
+                learners: Vec::new(),
+            })
+            .ok()?;
+        let (ae, be) = (after.get(a.id)?.epoch, after.get(b.id)?.epoch);
+        after
+            .apply(&MapChange::Merge {
+                left: a.id,
+                left_epoch: ae,
+                right: b.id,
+                right_epoch: be,
+            })
+            .ok()?;
+        settled(&after).then(|| (range.id, to.voters.clone()))
+    };
+    if let Some(right_moves) = moved(r, l, (l, r)) {
+        return Some(right_moves);
+    }
+    // Lined up with its left neighbour already, or that neighbour takes
+    // it (range 0 never does): it stays for that merge.
+    let before = map
+        .ranges()
+        .find(|p| p.end.as_deref() == Some(l.start.as_slice()));
+    if before.is_some_and(|p| p.id != 0 && (same_nodes(p, l) || moved(l, p, (p, l)).is_some())) {
+        return None;
+    }
+    moved(l, r, (l, r))
+}

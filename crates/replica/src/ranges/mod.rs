@@ -16,6 +16,6 @@ mod tests;
 pub use clock::{Clock, LOGICAL_BITS, Timestamp, read_timestamp};
 pub use map::{
     Bounds, Epoch, MapChange, MapError, Misrouted, RangeDesc, RangeId, RangeMap, SplitRange,
-    next_placement,
+    line_up, next_placement,
 };
 pub use merge::{AbsorbRange, MergedItem, RetireRange};
