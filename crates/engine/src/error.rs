@@ -81,6 +81,10 @@ pub enum Error {
     /// ranges (each ordered by a group of its own, none of which can apply
     /// it whole). Nothing changed. Redis Cluster's `CROSSSLOT`.
     CrossRange,
+    /// The op can add data and the node that orders it (a replicated
+    /// range's leader) is above its memory limit. Nothing changed. Redis's
+    /// `OOM` reply.
+    NoMemory,
     /// The op cannot run where it was asked to: a FLUSHALL inside a
     /// transaction ([`crate::op::Op::Txn`]), a read op outside one. The
     /// text says which.
@@ -136,6 +140,10 @@ impl fmt::Display for Error {
             Error::Unavailable(why) => write!(f, "the write was not taken: {why}"),
             Error::WrongRange(why) => write!(f, "{why}"),
             Error::CrossRange => write!(f, "the keys in the request lie in more than one range"),
+            Error::NoMemory => write!(
+                f,
+                "the node that orders the write is above its memory limit (maxmemory)"
+            ),
             Error::Uncertain(why) => {
                 write!(f, "the write may or may not have been applied: {why}")
             }

@@ -13,6 +13,7 @@
 //! a forwarded one's are encoded, to go back over the network.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use openraft::error::{ClientWriteError, Fatal, RaftError};
 use openraft::{BasicNode, Raft};
@@ -46,6 +47,28 @@ pub(crate) fn encode(results: &[Result<Outcome, Error>]) -> Vec<u8> {
         codec::encode_result(r, &mut bytes);
     }
     bytes
+}
+
+/// Whether this node is above its memory limit. The server sets it each
+/// time it samples its memory (`maxmemory`); while it is set, this node,
+/// as a range's leader, refuses the ops of a proposal that can add data
+/// ([`Op::may_add_data`](combkv::op::Op::may_add_data)), whichever node
+/// the write came in at, and proposes the rest. So a write lands on a
+/// node with room only as far as its leader has room, as Redis Cluster's
+/// primary checks its own memory, not the client's entry point's.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryGate(Arc<AtomicBool>);
+
+impl MemoryGate {
+    /// Tells the gate whether the node is above its limit now.
+    pub fn set_full(&self, full: bool) {
+        self.0.store(full, Ordering::Relaxed);
+    }
+
+    /// Whether the node is above its limit, as last told.
+    pub fn is_full(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 /// Why a proposal was not applied.
@@ -93,6 +116,8 @@ pub(crate) struct GroupCommit {
     entries: Arc<Semaphore>,
     /// Proposals wait while the leader hands its group over.
     hold: Arc<Hold>,
+    /// Set while the node is above its memory limit.
+    memory: MemoryGate,
 }
 
 impl GroupCommit {
@@ -101,6 +126,7 @@ impl GroupCommit {
         raft: Raft<TypeConfig>,
         entries_in_flight: usize,
         hold: Arc<Hold>,
+        memory: MemoryGate,
     ) -> GroupCommit {
         GroupCommit {
             raft,
@@ -108,6 +134,7 @@ impl GroupCommit {
             wake: Arc::new(Notify::new()),
             entries: Arc::new(Semaphore::new(entries_in_flight.max(1))),
             hold,
+            memory,
         }
     }
 
@@ -117,8 +144,54 @@ impl GroupCommit {
     }
 
     /// Proposes `batch` on this node, which must be the leader, with
-    /// whatever else is queued, and waits for its results.
+    /// whatever else is queued, and waits for its results. Above the
+    /// node's memory limit, its ops that can add data are answered
+    /// [`Error::NoMemory`] and the rest proposed.
     pub(crate) async fn propose(&self, batch: Batch) -> Proposed {
+        if self.memory.is_full()
+            && let Some(adds) = adds_data(&batch.ops)
+        {
+            return self.propose_within_memory(batch, &adds).await;
+        }
+        self.propose_queued(batch).await
+    }
+
+    /// [`GroupCommit::propose`] of the ops of `batch` that `adds` does not
+    /// mark; the marked ones answered [`Error::NoMemory`], each in its
+    /// place. (The rest go as an entry even if none is left: the answer
+    /// names an entry, after which a read sees the others' effects.)
+    async fn propose_within_memory(&self, batch: Batch, adds: &[bool]) -> Proposed {
+        let kept = {
+            let ops = codec::decode_ops(&batch.ops)
+                .map_err(|e| ProposeError::Malformed(e.to_string()))?;
+            let mut list = codec::OpList::default();
+            for (op, _) in ops.iter().zip(adds).filter(|(_, a)| !**a) {
+                list.push(op);
+            }
+            list.finish()
+        };
+        let (log_id, results) = self
+            .propose_queued(Batch {
+                now_ms: batch.now_ms,
+                ops: kept,
+            })
+            .await?;
+        let mut results = results.into_iter();
+        let mut out = Vec::with_capacity(adds.len());
+        for &a in adds {
+            out.push(if a {
+                Err(Error::NoMemory)
+            } else {
+                results.next().ok_or_else(|| {
+                    ProposeError::Unreadable("fewer results than ops proposed".into())
+                })?
+            });
+        }
+        Ok((log_id, out))
+    }
+
+    /// [`GroupCommit::propose`], the batch taken as it is.
+    async fn propose_queued(&self, batch: Batch) -> Proposed {
         let count = match codec::list_count(&batch.ops) {
             Ok(n) => n,
             Err(e) => return Err(ProposeError::Malformed(e.to_string())),
@@ -186,6 +259,15 @@ impl GroupCommit {
             }
         });
     }
+}
+
+/// Which ops of the list `ops` can add data, if any can (none, or a list
+/// that does not decode: proposed as it is, and refused there if it must
+/// be).
+fn adds_data(ops: &[u8]) -> Option<Vec<bool>> {
+    let ops = codec::decode_ops(ops).ok()?;
+    let adds: Vec<bool> = ops.iter().map(|op| op.may_add_data()).collect();
+    adds.contains(&true).then_some(adds)
 }
 
 /// Proposes `taken` as one entry and hands each proposal its results.

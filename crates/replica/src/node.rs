@@ -102,6 +102,9 @@ pub struct ReplicaConfig {
     /// by its leader (0: never by size; the server's
     /// `cluster-range-merge-bytes`).
     pub merge_bytes: u64,
+    /// Set by the server while the node is above its memory limit: its
+    /// leaders then refuse writes that can add data (`MemoryGate`).
+    pub memory: crate::group_commit::MemoryGate,
 }
 
 impl ReplicaConfig {
@@ -130,6 +133,7 @@ impl ReplicaConfig {
             node_down_after: Some(std::time::Duration::from_secs(30 * 60)),
             split_load: 0,
             merge_bytes: 0,
+            memory: Default::default(),
         }
     }
 
@@ -247,6 +251,7 @@ impl Replica {
             raft.clone(),
             config.entries_in_flight,
             Arc::clone(&hold),
+            config.memory.clone(),
         ));
         let inner = Arc::new(Inner {
             id: config.id,

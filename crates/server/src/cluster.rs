@@ -53,6 +53,10 @@ pub struct Cluster {
     /// times one was taken again at a new timestamp (INFO `ranges`).
     reads_across: std::sync::atomic::AtomicU64,
     read_retries: std::sync::atomic::AtomicU64,
+    /// Told whether the node is above `maxmemory` (`set_memory_full`): its
+    /// leaders refuse writes that add data meanwhile, whichever node they
+    /// came in at.
+    memory: combkv_replica::MemoryGate,
 }
 
 /// Snapshots of a keyspace split into ranges, taken on this node: each a
@@ -133,6 +137,8 @@ impl Cluster {
             s => Some(std::time::Duration::from_secs(s)),
         };
         rc.peer_tls = config.peer_tls_files();
+        let memory = combkv_replica::MemoryGate::default();
+        rc.memory = memory.clone();
         rc.log = LogOptions {
             sync: match config.durability_mode() {
                 DurabilityMode::Always => SyncPolicy::Always,
@@ -180,6 +186,7 @@ impl Cluster {
             snapshots: Default::default(),
             reads_across: Default::default(),
             read_retries: Default::default(),
+            memory,
         })
     }
 
@@ -445,6 +452,11 @@ impl Cluster {
             .iter()
             .map(|r| r.current_store().len())
             .sum()
+    }
+
+    /// Tells the node's leaders whether it is above its memory limit.
+    pub(crate) fn set_memory_full(&self, full: bool) {
+        self.memory.set_full(full);
     }
 
     /// The memory of every store this node's groups hold.

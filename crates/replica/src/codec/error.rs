@@ -44,6 +44,8 @@ pub(super) fn encode_error(e: &Error, out: &mut Vec<u8>) {
         // Refused by a router before any log saw it; carried for a node
         // that forwards a routed batch's answers.
         Error::CrossRange => out.push(11),
+        // A leader above its memory limit refused a write that adds data.
+        Error::NoMemory => out.push(12),
         other => {
             out.push(255);
             put_bytes(out, other.to_string().as_bytes());
@@ -71,6 +73,7 @@ impl Reader<'_> {
             9 => Error::WrongRange(String::from_utf8_lossy(self.bytes()?).into_owned()),
             10 => Error::InvalidConfig(String::from_utf8_lossy(self.bytes()?).into_owned()),
             11 => Error::CrossRange,
+            12 => Error::NoMemory,
             255 => Error::Corrupt(String::from_utf8_lossy(self.bytes()?).into_owned()),
             _ => return Err(DecodeError("error code")),
         })

@@ -310,6 +310,7 @@ fn sample_results() -> Vec<Result<Outcome, Error>> {
         Err(Error::WrongRange("a key outside range 0".into())),
         Err(Error::InvalidConfig("range 0 changed since".into())),
         Err(Error::CrossRange),
+        Err(Error::NoMemory),
         Ok(Outcome::Scan {
             items: vec![read.clone()],
             count: 3,

@@ -97,6 +97,9 @@ impl From<StoreError> for McError {
             StoreError::KeyEmpty | StoreError::KeyTooLong { .. } => McError::KeyTooLong,
             StoreError::ValueTooLarge { .. } => McError::TooLarge,
             StoreError::NotAnInteger | StoreError::Overflow => McError::NonNumeric,
+            // The range's leader is above its memory limit: memcached's
+            // words for a store it has no room for.
+            StoreError::NoMemory => McError::OutOfMemoryStoring,
             other => McError::Store(other),
         }
     }

@@ -116,6 +116,9 @@ fn store_error_line(e: &StoreError) -> String {
         // Redis Cluster's words for keys of one request in different
         // slots; here, in different ranges.
         StoreError::CrossRange => "CROSSSLOT Keys in request don't hash to the same slot".into(),
+        // The node that orders the write (its range's leader) is above its
+        // maxmemory: the words Redis answers for its own.
+        StoreError::NoMemory => CmdError::Oom.line(),
         other => format!("ERR {other}"),
     }
 }

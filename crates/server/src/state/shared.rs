@@ -384,6 +384,10 @@ impl Shared {
             _ => self.current_store().memory().total(),
         };
         let used = stores + self.client_buffers();
+        if let Some(Node::Cluster(c)) = self.node.get() {
+            let max = self.live.maxmemory();
+            c.set_memory_full(max != 0 && used > max);
+        }
         self.used_memory.store(used, Ordering::Relaxed);
         self.used_memory_peak.fetch_max(used, Ordering::Relaxed);
         used

@@ -336,6 +336,35 @@ pub enum Op<'a> {
     },
 }
 
+impl Op<'_> {
+    /// Whether the op can leave the store holding more than before: what
+    /// a node above its memory limit refuses ([`Error::NoMemory`]), as
+    /// Redis refuses its `denyoom` commands (SET, APPEND, INCR, SETRANGE,
+    /// SETBIT, INCRBYFLOAT, MSET, COPY; a transaction holding any of them,
+    /// whole). Deletes, expiries, RENAME (it moves an item), reads and
+    /// FLUSHALL go through.
+    pub fn may_add_data(&self) -> bool {
+        match self {
+            Op::Put { .. }
+            | Op::Append { .. }
+            | Op::Incr { .. }
+            | Op::SetRange { .. }
+            | Op::SetBit { .. }
+            | Op::IncrFloat { .. } => true,
+            Op::Move { keep_source, .. } => *keep_source,
+            Op::Atomic(writes) => writes.iter().any(|w| matches!(w, AtomicWrite::Put { .. })),
+            Op::Txn { ops, .. } => ops.iter().any(Op::may_add_data),
+            Op::Delete { .. }
+            | Op::Expire { .. }
+            | Op::Clear
+            | Op::Reap { .. }
+            | Op::Check(_)
+            | Op::Read { .. }
+            | Op::Scan { .. } => false,
+        }
+    }
+}
+
 /// How an [`Op::Check`] compares what the store holds (left) with the
 /// check's operand (right).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -434,3 +434,70 @@ fn incr_float_adds_exactly_and_keeps_expiry_and_flags() {
     assert_eq!(s.get(b"f").unwrap().unwrap().as_ref(), b"5.6");
     assert_eq!(s.get(b"n").unwrap(), None);
 }
+
+/// What a node above its memory limit refuses: the writes Redis marks
+/// `denyoom`, a transaction holding one, never a delete, an expiry, a move
+/// or a read.
+#[test]
+fn ops_that_may_add_data_are_the_denyoom_writes() {
+    let del = Op::Delete {
+        key: b"k",
+        cond: Cond::Any,
+        return_old: false,
+    };
+    let moved = |keep_source| Op::Move {
+        from: b"a",
+        to: b"b",
+        replace: true,
+        keep_source,
+    };
+    let atomic = |put: bool| {
+        let w = if put {
+            AtomicWrite::Put {
+                key: b"k",
+                value: b"v",
+                expiry: Expiry::Never,
+            }
+        } else {
+            AtomicWrite::Delete { key: b"k" }
+        };
+        Op::Atomic(Cow::Owned(vec![AtomicWrite::Delete { key: b"j" }, w]))
+    };
+    let txn = |ops: Vec<Op<'static>>| Op::Txn {
+        watch: Cow::Owned(vec![]),
+        ops: Cow::Owned(ops),
+    };
+    let adds = [
+        put(b"k", b"v", Cond::Any),
+        moved(true),
+        atomic(true),
+        txn(vec![del.clone(), put(b"k", b"v", Cond::Any)]),
+    ];
+    for op in &adds {
+        assert!(op.may_add_data(), "{op:?}");
+    }
+    let adds_nothing = [
+        del.clone(),
+        moved(false),
+        atomic(false),
+        Op::Clear,
+        Op::Reap {
+            key: b"k",
+            version: Version(1),
+        },
+        Op::Expire {
+            key: b"k",
+            expiry: Expiry::Never,
+            when: ExpireWhen::default(),
+            past: false,
+            return_item: false,
+        },
+        Op::Read {
+            keys: Cow::Owned(vec![&b"k"[..]]),
+        },
+        txn(vec![del.clone(), moved(false)]),
+    ];
+    for op in &adds_nothing {
+        assert!(!op.may_add_data(), "{op:?}");
+    }
+}
