@@ -933,6 +933,28 @@ fn ranges_placed_on_three_of_five_nodes_are_read_through_every_node() {
         }
     };
     check(&mut cons, "five");
+    // Every snapshot taken was released: each range dropped its replicas'
+    // pins through its log (they would otherwise keep the store's past,
+    // and the ranges from merging, for the snapshots' 60 s).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let pins: Vec<u64> = nodes
+            .iter()
+            .map(|n| {
+                field(&n.info_ranges(), "ranges_snapshot_pins")
+                    .parse()
+                    .unwrap()
+            })
+            .collect();
+        if pins.iter().all(|&p| p == 0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "released snapshots still pinned: {pins:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 
     // A sixth node joins: it takes its share of the ranges.
     let mut sixth = Node::new(&root, 6);

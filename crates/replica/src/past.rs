@@ -149,6 +149,19 @@ impl Past {
         true
     }
 
+    /// Drops one pin of `at` (a snapshot released before its end), if
+    /// one is held; whether one was.
+    pub(crate) fn unpin(&self, at: u64) -> bool {
+        let mut pinned = self.pinned.lock();
+        match pinned.iter().position(|(_, p, _)| *p == at) {
+            Some(i) => {
+                pinned.swap_remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The timestamps pinned now (one per snapshot that pinned them).
     pub(crate) fn pinned(&self) -> usize {
         let now = Instant::now();
@@ -215,6 +228,32 @@ mod tests {
         assert!(past.covering(&store, at).is_none());
         past.turn(&store, false, false);
         assert_eq!(past.pinned(), 0);
+    }
+
+    /// A release drops one pin of its timestamp (another snapshot's pin of
+    /// the same one stays), none of another, and with the last the store
+    /// as of it is no longer kept.
+    #[test]
+    fn a_release_drops_one_pin_of_its_timestamp() {
+        let store = Arc::new(Store::new(combkv::Config::default()).unwrap());
+        let past = Past::default();
+        store.put(b"a", b"1").unwrap();
+        past.covering(&store, 0);
+        past.turn(&store, true, false);
+        let at = store.read_version().0;
+        let life = Duration::from_secs(60);
+        assert!(past.pin(&store, at, life) && past.pin(&store, at, life));
+        store.put(b"a", b"2").unwrap();
+        past.turn(&store, false, false);
+        assert!(!past.unpin(at + 1));
+        assert!(past.unpin(at));
+        assert_eq!(past.pinned(), 1);
+        assert!(past.pinned_at(&store, at).is_some());
+        assert!(past.unpin(at));
+        assert!(!past.unpin(at));
+        assert_eq!(past.pinned(), 0);
+        assert!(past.pinned_at(&store, at).is_none());
+        assert!(past.covering(&store, at).is_none());
     }
 
     /// No read at a timestamp, no hold: a replica only written keeps no

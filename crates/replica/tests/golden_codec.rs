@@ -1031,6 +1031,8 @@ fn errors() {
     );
     result(Err(Error::NotAFloat), "0107");
     result(Err(Error::NotFinite), "0108");
+    // A leader above its memory limit (`MemoryGate`).
+    result(Err(Error::NoMemory), "010c");
     // Any other error travels as code 255 and its text, and reads back as
     // `Error::Corrupt` with that text (apply never answers one).
     for (e, want) in [

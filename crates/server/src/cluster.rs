@@ -604,12 +604,30 @@ impl Cluster {
             .ok_or(StoreError::NoSuchSnapshot)
     }
 
-    /// Ends snapshot `id` here; false if it was not live. Its ranges' pins
-    /// end with their life.
+    /// Ends snapshot `id` here, and its ranges' pins (`Host::release`);
+    /// false if it was not live.
     pub(crate) fn release_snapshot(&self, id: u64) -> bool {
-        let mut snaps = self.snapshots.lock();
-        snaps.prune();
-        snaps.live.remove(&id).is_some()
+        let released = {
+            let mut snaps = self.snapshots.lock();
+            snaps.prune();
+            snaps.live.remove(&id)
+        };
+        let Some((at, _)) = released else {
+            return false;
+        };
+        // The ranges drop their pins in the background: the snapshot is
+        // gone for this node's clients at once, and a range that cannot
+        // be told now lets its pin lapse at the snapshot's end.
+        let host = self.host.clone();
+        self.rt.spawn(async move {
+            let failed = host.release(at).await;
+            if failed > 0 {
+                tracing::info!(
+                    "snapshot at {at} released; {failed} ranges keep their pins of it until its end"
+                );
+            }
+        });
+        true
     }
 
     /// The live snapshots: id, timestamp, time left.

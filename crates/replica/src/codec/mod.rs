@@ -257,6 +257,34 @@ pub fn decode_floor(bytes: &[u8]) -> Option<Decoded<(u64, u64)>> {
     Some(Ok((word(&body[..8]), word(&body[8..]))))
 }
 
+/// The tag after a count of one that makes an entry a snapshot's release
+/// (see [`encode_unpin`]).
+const UNPIN_TAG: u8 = 0xA6;
+
+/// The release of a snapshot of the keyspace at timestamp `at`: every
+/// replica that applies it drops one pin of `at` (the one its read floor
+/// entry made), so the store's past is no longer kept for it. One "op",
+/// so that it gets one result.
+pub fn encode_unpin(at: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(17);
+    put_u64(&mut out, 1);
+    out.push(UNPIN_TAG);
+    put_u64(&mut out, at);
+    out
+}
+
+/// The timestamp a release entry unpins (None: it is no release).
+pub fn decode_unpin(bytes: &[u8]) -> Option<Decoded<u64>> {
+    if !tagged(bytes, UNPIN_TAG) {
+        return None;
+    }
+    let body: Option<[u8; 8]> = bytes[9..].try_into().ok();
+    Some(
+        body.map(u64::from_le_bytes)
+            .ok_or(DecodeError("snapshot release")),
+    )
+}
+
 /// The tags after a count of one that make an entry one step of a merge
 /// (`ranges::merge`): the right range retired, its keys absorbed.
 const RETIRE_TAG: u8 = 0xA4;
@@ -306,6 +334,7 @@ pub fn stands_alone(bytes: &[u8]) -> bool {
         || is_map_change(bytes)
         || is_split(bytes)
         || decode_floor(bytes).is_some()
+        || tagged(bytes, UNPIN_TAG)
         || tagged(bytes, RETIRE_TAG)
         || tagged(bytes, ABSORB_TAG)
 }

@@ -340,6 +340,28 @@ fn a_read_floor_round_trips_and_stands_alone() {
     assert!(matches!(decode_floor(&longer), Some(Err(_))));
 }
 
+/// A snapshot's release reads back as the timestamp it was written with,
+/// stands alone, is told from a read floor and every other entry, and a
+/// cut or longer one is refused.
+#[test]
+fn a_snapshot_release_round_trips_and_stands_alone() {
+    let at = (1_790_000_000_000u64 << 16) | 0xFFFF;
+    let bytes = encode_unpin(at);
+    assert_eq!(decode_unpin(&bytes), Some(Ok(at)));
+    assert!(stands_alone(&bytes));
+    assert_eq!(list_count(&bytes), Ok(1));
+    assert!(decode_floor(&bytes).is_none());
+    assert!(decode_unpin(&encode_floor(at, 60_000)).is_none());
+    assert!(decode_split(&bytes).is_none());
+    assert!(decode_map_change(&bytes).is_none());
+    assert!(decode_setting(&bytes).is_none());
+    assert!(decode_ops(&bytes).is_err());
+    assert!(matches!(decode_unpin(&bytes[..12]), Some(Err(_))));
+    let mut longer = bytes.clone();
+    longer.push(0);
+    assert!(matches!(decode_unpin(&longer), Some(Err(_))));
+}
+
 /// The two steps of a merge read back as written, stand alone (one
 /// result each), and are told from every other entry.
 #[test]

@@ -373,6 +373,35 @@ impl Host {
         }
     }
 
+    /// Releases the snapshot of the keyspace at `at` before its end: every
+    /// range of the map drops its replicas' pin of `at` through its log,
+    /// all at once, so that they no longer keep the store's past for it
+    /// (and ranges it held from merging may merge). A range split off
+    /// since holds no pin and drops none; one that cannot be reached now
+    /// keeps its pin until the snapshot's end, as before. How many ranges
+    /// could not be told.
+    pub async fn release(&self, at: u64) -> usize {
+        let deadline = Instant::now() + REQUEST_TIMEOUT;
+        let now = self.group(0).map_or(0, |g| g.clock_ms());
+        let mut unpins = tokio::task::JoinSet::new();
+        for r in self.range_map().ranges() {
+            let (host, range) = (self.clone(), r.id);
+            let bytes = crate::codec::encode_unpin(at);
+            unpins.spawn(async move { host.propose_part(now, range, bytes, deadline).await });
+        }
+        let mut failed = 0;
+        while let Some(done) = unpins.join_next().await {
+            match done {
+                Ok(Ok((_, results))) if matches!(results.first(), Some(Ok(_))) => {}
+                other => {
+                    tracing::debug!("a snapshot's release did not reach a range: {other:?}");
+                    failed += 1;
+                }
+            }
+        }
+        failed
+    }
+
     /// One range's proposal: through this node's replica of it if the map
     /// names one here, else forwarded to a node that has one.
     async fn propose_part(

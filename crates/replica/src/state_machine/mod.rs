@@ -418,6 +418,15 @@ impl StateMachine {
                 if let Some(floor) = codec::decode_floor(&batch.ops) {
                     return Ok(control(floor, |(at, pin_ms)| self.floor(at, pin_ms)));
                 }
+                if let Some(unpin) = codec::decode_unpin(&batch.ops) {
+                    // A replica that holds no pin of `at` (it pinned too
+                    // late, or replayed the floor after a restart) has
+                    // nothing to drop: the same state either way.
+                    return Ok(control(unpin, |at| {
+                        self.past.unpin(at);
+                        Ok(Outcome::Clear)
+                    }));
+                }
                 match codec::decode_setting(&batch.ops) {
                     Some(Ok((name, value))) => {
                         state.settings.insert(name, value);
