@@ -384,6 +384,18 @@ fn a_leader_cut_off_stops_acknowledging_and_the_majority_elects() {
         .arg("1")
         .query::<()>(&mut con)
         .unwrap();
+    // Reads on the leader take their read index from its lease: no round
+    // of heartbeats while a majority answered its appends lately.
+    for _ in 0..20 {
+        let got: Option<String> = redis::cmd("GET").arg("before").query(&mut con).unwrap();
+        assert_eq!(got.as_deref(), Some("1"));
+    }
+    let leased = |cl: &Cluster| -> u64 {
+        cl.replication(old)
+            .and_then(|r| r.get("raft_read_index_leased").cloned())
+            .map_or(0, |n| n.parse().unwrap())
+    };
+    assert!(leased(&cl) > 0, "{:?}", cl.replication(old));
 
     // Cut the leader off, both ways.
     cut.isolate(old);

@@ -37,6 +37,7 @@ mod handover;
 mod health;
 mod hold;
 mod host;
+mod lease;
 mod load;
 pub mod log_store;
 mod membership;

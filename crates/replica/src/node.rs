@@ -215,6 +215,7 @@ impl Replica {
             );
         }
         let restored = RestoredLeadership::find(config.id, &log).await?;
+
         let sm = StateMachine::open(
             config.engine.clone(),
             &config.dir.join("snapshots"),
@@ -234,6 +235,7 @@ impl Replica {
         };
         let health = Arc::new(crate::health::Health::default());
         let hold = Arc::new(crate::hold::Hold::default());
+        let lease = Arc::new(crate::lease::Lease::default());
         let raft = Raft::new(
             config.id,
             raft_config,
@@ -241,6 +243,7 @@ impl Replica {
                 Arc::clone(&transport),
                 Arc::clone(&health),
                 Arc::clone(&hold),
+                Arc::clone(&lease),
             ),
             log.clone(),
             sm.clone(),
@@ -270,6 +273,7 @@ impl Replica {
             health,
             guard,
             hold,
+            lease,
         });
         let replica = Replica { inner };
         replica.spawn_read_loop();
@@ -363,6 +367,16 @@ impl Replica {
             problem: self.problem(),
             peer_tls: self.inner.guard.tls().is_some(),
             peers_refused: self.inner.guard.refused(),
+            read_indexes_leased: self
+                .inner
+                .lease
+                .leased
+                .load(std::sync::atomic::Ordering::Relaxed),
+            read_indexes_confirmed: self
+                .inner
+                .lease
+                .rounds
+                .load(std::sync::atomic::Ordering::Relaxed),
             fatal: m.running_state.as_ref().err().map(|e| e.to_string()),
         }
     }
@@ -437,6 +451,12 @@ pub struct Status {
     /// failed TLS handshake, a certificate that does not name its
     /// address, a frame too large or that does not decode).
     pub peers_refused: u64,
+    /// Read indexes this node gave as the leader under its lease, with no
+    /// round (`lease`).
+    pub read_indexes_leased: u64,
+    /// Read indexes this node gave as the leader after a round of
+    /// heartbeats to a quorum (its lease had lapsed).
+    pub read_indexes_confirmed: u64,
     /// Why Raft stopped on its own (a log write that failed: a full
     /// disk), if it did; only a restart brings the node back.
     pub fatal: Option<String>,
@@ -459,8 +479,13 @@ impl Handler for Replica {
                 }
                 Request::Vote(r) => {
                     let resp = raft.vote(r).await;
-                    if resp.as_ref().is_ok_and(|v| v.vote_granted) {
-                        self.inner.contact.heard();
+                    if let Ok(v) = &resp {
+                        // Before the answer leaves: a vote this node took
+                        // ends any lease it held as leader (`lease`).
+                        self.inner.lease.voted(&v.vote);
+                        if v.vote_granted {
+                            self.inner.contact.heard();
+                        }
                     }
                     Response::Vote(resp)
                 }

@@ -68,6 +68,8 @@ pub(crate) struct Inner {
     pub(crate) guard: Arc<PeerGuard>,
     /// Set while this leader hands its group over (`handover`).
     pub(crate) hold: Arc<crate::hold::Hold>,
+    /// When followers last accepted this leader's appends (`lease`).
+    pub(crate) lease: Arc<crate::lease::Lease>,
 }
 
 /// Batches a node proposes or forwards at once; more wait for a place.

@@ -18,6 +18,8 @@
 //! current term, and the log may hold none yet if the node died between
 //! saving its vote and its first entry).
 
+use std::sync::atomic::Ordering;
+
 use openraft::error::CheckIsLeaderError;
 use openraft::{BasicNode, ServerState};
 
@@ -40,8 +42,40 @@ impl Replica {
             .restored
             .filter(|r| self.inner.raft.metrics().borrow().vote == r.vote)
             .map(|r| r.last);
+        let lease = &self.inner.lease;
+        if let Some(read) = self.lease_read_index() {
+            lease.leased.fetch_add(1, Ordering::Relaxed);
+            return Ok(Some(read).max(floor));
+        }
         let (read, _applied) = self.inner.raft.get_read_log_id().await?;
+        lease.rounds.fetch_add(1, Ordering::Relaxed);
         Ok(read.max(floor))
+    }
+
+    /// The read index without a quorum round, while this leader holds its
+    /// lease (`lease`): its last log entry, which follows the blank entry
+    /// of its term, so waiting for it applies every entry any leader
+    /// committed. None if this node does not lead, or its lease has
+    /// lapsed.
+    fn lease_read_index(&self) -> Option<LogId> {
+        let metrics = self.inner.raft.metrics();
+        let m = metrics.borrow();
+        if m.state != ServerState::Leader || m.current_leader != Some(self.inner.id) {
+            return None;
+        }
+        let configs = m.membership_config.membership().get_joint_config();
+        let lease = std::time::Duration::from_millis(self.inner.raft.config().election_timeout_max);
+        let now = tokio::time::Instant::now();
+        if !self
+            .inner
+            .lease
+            .holds(self.inner.id, &m.vote, configs, lease, now)
+        {
+            return None;
+        }
+        let index = m.last_log_index?;
+        let leader = openraft::CommittedLeaderId::new(m.vote.leader_id.term, self.inner.id);
+        Some(LogId::new(leader, index))
     }
 
     /// Once openraft has taken up the restored leadership, proposes a blank

@@ -27,6 +27,7 @@ use openraft::{BasicNode, RPCTypes};
 
 use crate::health::Health;
 use crate::hold::Hold;
+use crate::lease::Lease;
 use crate::rpc::{Request, Response};
 use crate::types::{GroupId, NodeId, TypeConfig};
 
@@ -98,6 +99,8 @@ pub(crate) struct Network {
     health: Arc<Health>,
     /// Set while a leader hands its group over (`handover`).
     hold: Arc<Hold>,
+    /// Told of each append a follower accepted (`lease`).
+    lease: Arc<Lease>,
 }
 
 impl Network {
@@ -105,11 +108,13 @@ impl Network {
         transport: Arc<dyn Transport>,
         health: Arc<Health>,
         hold: Arc<Hold>,
+        lease: Arc<Lease>,
     ) -> Network {
         Network {
             transport,
             health,
             hold,
+            lease,
         }
     }
 }
@@ -124,6 +129,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             transport: Arc::clone(&self.transport),
             health: Arc::clone(&self.health),
             hold: Arc::clone(&self.hold),
+            lease: Arc::clone(&self.lease),
         }
     }
 }
@@ -136,6 +142,7 @@ pub(crate) struct Peer {
     transport: Arc<dyn Transport>,
     health: Arc<Health>,
     hold: Arc<Hold>,
+    lease: Arc<Lease>,
 }
 
 type RpcResult<T, E = openraft::error::Infallible> =
@@ -225,16 +232,26 @@ impl RaftNetwork<TypeConfig> for Peer {
         if self.hold.silent() {
             return self.withheld().await;
         }
-        self.call(
-            RPCTypes::AppendEntries,
-            Request::Append(rpc),
-            &option,
-            |r| match r {
-                Response::Append(r) => Some(r),
-                _ => None,
-            },
-        )
-        .await
+        // Taken before the append leaves: the follower's lease, counted
+        // from when it accepts it, cannot end before this one's.
+        let (vote, sent) = (rpc.vote, tokio::time::Instant::now());
+        let answer = self
+            .call(
+                RPCTypes::AppendEntries,
+                Request::Append(rpc),
+                &option,
+                |r| match r {
+                    Response::Append(r) => Some(r),
+                    _ => None,
+                },
+            )
+            .await;
+        if let Ok(AppendEntriesResponse::Success | AppendEntriesResponse::PartialSuccess(_)) =
+            &answer
+        {
+            self.lease.acked(self.target, &vote, sent);
+        }
+        answer
     }
 
     async fn install_snapshot(

@@ -47,6 +47,10 @@ struct State {
     down: HashSet<NodeId>,
     /// Nodes in different groups cannot talk; empty: no partition.
     groups: Vec<HashSet<NodeId>>,
+    /// Pairs of nodes that cannot talk (either way), whatever the groups:
+    /// a partition that is not an equivalence (a node that reaches two
+    /// nodes that cannot reach each other).
+    cuts: HashSet<(NodeId, NodeId)>,
 }
 
 impl std::fmt::Debug for dyn Handler {
@@ -85,6 +89,7 @@ impl SimNet {
                 handlers: HashMap::new(),
                 down: HashSet::new(),
                 groups: Vec::new(),
+                cuts: HashSet::new(),
             })),
         }
     }
@@ -111,9 +116,16 @@ impl SimNet {
         self.state.lock().groups = groups.iter().map(|g| g.iter().copied().collect()).collect();
     }
 
-    /// Ends every partition.
+    /// Cuts the link between `a` and `b` (each still reaches the others).
+    pub fn cut(&self, a: NodeId, b: NodeId) {
+        self.state.lock().cuts.insert((a.min(b), a.max(b)));
+    }
+
+    /// Ends every partition and cut.
     pub fn heal(&self) {
-        self.state.lock().groups.clear();
+        let mut s = self.state.lock();
+        s.groups.clear();
+        s.cuts.clear();
     }
 
     /// Marks a node down (nothing reaches it or leaves it) or up again.
@@ -133,7 +145,7 @@ impl SimNet {
     }
 
     fn connected(s: &State, a: NodeId, b: NodeId) -> bool {
-        if s.down.contains(&a) || s.down.contains(&b) {
+        if s.down.contains(&a) || s.down.contains(&b) || s.cuts.contains(&(a.min(b), a.max(b))) {
             return false;
         }
         if s.groups.is_empty() {

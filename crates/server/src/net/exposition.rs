@@ -188,6 +188,16 @@ const COUNTERS: &[(&str, &str, &str)] = &[
         "Connections to the Raft port refused.",
     ),
     (
+        "raft_read_index_leased",
+        "combkv_raft_read_index_leased",
+        "Read indexes a leader gave under its lease, with no round.",
+    ),
+    (
+        "raft_read_index_rounds",
+        "combkv_raft_read_index_rounds",
+        "Read indexes a leader gave after a round of heartbeats to a quorum.",
+    ),
+    (
         "cluster_ops_encoded",
         "combkv_cluster_ops_encoded",
         "Write ops this node encoded for the log.",

@@ -208,6 +208,8 @@ fn opening_fields(shared: &Shared) -> Vec<(&'static str, String)> {
             u8::from(c.peer_tls_files().is_some()).to_string(),
         ),
         ("cluster_peers_refused", "0".into()),
+        ("raft_read_index_leased", "0".into()),
+        ("raft_read_index_rounds", "0".into()),
         ("cluster_problem", String::new()),
         ("connected_slaves", "0".into()),
     ]);
@@ -292,6 +294,13 @@ pub fn replication_fields(shared: &Shared) -> Vec<(&'static str, String)> {
         // Connections to the Raft port refused: failed TLS handshakes,
         // certificates that do not name their address, bad frames.
         ("cluster_peers_refused", s.peers_refused.to_string()),
+        // Read indexes this node gave as the leader: under its lease, and
+        // after a round of heartbeats (`docs/cluster.md`, "Reads").
+        ("raft_read_index_leased", s.read_indexes_leased.to_string()),
+        (
+            "raft_read_index_rounds",
+            s.read_indexes_confirmed.to_string(),
+        ),
         // Empty while all is well; else why the node cannot join or elect
         // (one line: INFO's format has no room for more).
         (
