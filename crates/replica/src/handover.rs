@@ -98,9 +98,16 @@ impl Replica {
     }
 
     /// Stands for election at once, as the leader handing over asked:
-    /// false if this node is no voter.
+    /// false if this node is no voter, or took an append less than a lease
+    /// ago (a Stand that arrived late, after its sender led again or was
+    /// replaced: standing would break that leader's lease, `lease`).
     pub(crate) async fn stand(&self) -> bool {
         if !self.is_voter() || self.is_leader() {
+            return false;
+        }
+        let lease = Duration::from_millis(self.inner.raft.config().election_timeout_max);
+        if tokio::time::Instant::now() < self.inner.contact.may_stand_from(lease) {
+            tracing::info!("asked to stand for election inside a leader's lease: refused");
             return false;
         }
         self.inner.contact.heard();

@@ -31,9 +31,24 @@
 //!   vote, not from its followers' answers): granting one ends its lease
 //!   here before the answer leaves (`voted`), so a leader elected with its
 //!   vote never overlaps a lease read of it.
-//! - A leader that hands its group over withholds every append for a
-//!   lease before its successor stands (`handover`), so its lease has
-//!   lapsed by then.
+//! - A node's vote for itself skips openraft's lease check, so a node
+//!   stands only a lease after the last append that arrived at it, timed
+//!   as it arrives, before openraft takes it (`Contact::may_stand_from`):
+//!   its election timer waits that long too (the metrics it reads may not
+//!   show the append yet), and a leader's request to stand (a hand-over,
+//!   which withholds every append for a lease first) is refused inside it,
+//!   as when it arrives late, after its sender led again or was replaced.
+//! - The read index is at least the log's commit point, which openraft
+//!   saves before an entry applies: the metrics, published once a pass of
+//!   its loop, may not show a write committed, applied and acknowledged in
+//!   the same pass, and a follower reading at their last index would miss
+//!   it.
+//! - Every node has the same election timeout (the lease is the leader's
+//!   own, the refusals each follower's): the server does not let it be set.
+//! - The clock is the monotonic one, which stops while a machine is
+//!   suspended: a leader whose host resumes from a suspension could serve
+//!   from a lease that has lapsed for the others. Suspend a node's machine
+//!   only with the node stopped.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

@@ -468,6 +468,9 @@ impl Handler for Replica {
             let raft = &self.inner.raft;
             match req {
                 Request::Append(r) => {
+                    // Before openraft takes it: once it has, the leader
+                    // may count it toward its lease (`lease`).
+                    self.inner.contact.appended();
                     let resp = raft.append_entries(r).await;
                     if resp
                         .as_ref()
@@ -490,6 +493,7 @@ impl Handler for Replica {
                     Response::Vote(resp)
                 }
                 Request::Snapshot(r) => {
+                    self.inner.contact.appended();
                     let from = r.vote;
                     let resp = raft.install_snapshot(r).await;
                     if resp.as_ref().is_ok_and(|s| s.vote == from) {

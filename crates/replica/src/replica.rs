@@ -226,6 +226,10 @@ pub(crate) struct ReadBatcher {
 pub(crate) struct Contact {
     start: Instant,
     last_ms: AtomicU64,
+    /// When an append or snapshot last arrived from a leader, noted as it
+    /// arrives, before openraft takes it (`appended`): the leader may count
+    /// it toward its lease from then on.
+    append_ms: AtomicU64,
 }
 
 impl Contact {
@@ -233,6 +237,23 @@ impl Contact {
         Contact {
             start: Instant::now(),
             last_ms: AtomicU64::new(0),
+            append_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// Notes that an append (or a snapshot) arrived now.
+    pub(crate) fn appended(&self) {
+        let ms = self.start.elapsed().as_millis() as u64 + 1;
+        self.append_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    /// The earliest time this node may stand for election without breaking
+    /// the lease of a leader whose append it took (`lease`): a lease after
+    /// the last append that arrived (none: now).
+    pub(crate) fn may_stand_from(&self, lease: Duration) -> Instant {
+        match self.append_ms.load(Ordering::Relaxed) {
+            0 => self.start,
+            ms => self.start + Duration::from_millis(ms) + lease,
         }
     }
 

@@ -73,7 +73,13 @@ impl Replica {
         {
             return None;
         }
-        let index = m.last_log_index?;
+        // The metrics are published once a pass of openraft's loop: their
+        // last index may be older than a write committed, applied and
+        // acknowledged in the same pass. The log's commit point is saved
+        // (in memory) before an entry applies, so it covers every such
+        // write.
+        let committed = crate::replica::index_of(self.inner.log.committed());
+        let index = m.last_log_index?.max(committed);
         let leader = openraft::CommittedLeaderId::new(m.vote.leader_id.term, self.inner.id);
         Some(LogId::new(leader, index))
     }
