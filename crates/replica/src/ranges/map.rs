@@ -812,14 +812,14 @@ pub fn next_placement(
 /// the placement unsettled, now or once merged (`next_placement` with
 /// `nodes` and `replicas`; `replicas` 0: placement off, any move goes).
 ///
-/// Each range is moved by one pair at most, whoever decides: the right
-/// range goes onto the left one's nodes; the left one goes onto the
-/// right's only where its own left neighbour never takes it that way
-/// (that neighbour is range 0, or placing the range on its nodes would
-/// unbalance them). Were a range free to go both ways, the leader of its
-/// left neighbour and its own leader could pull it back and forth for
-/// good, each lining it up with another neighbour before the other's
-/// merge was taken.
+/// The right range goes onto the left one's nodes, or else the left onto
+/// the right's, but never a range already on the same nodes as its other
+/// neighbour: a move never undoes a line-up, so every move lines up one
+/// more pair and the moves end. Without that rule a range could be pulled
+/// back and forth for good, its left neighbour's leader lining it up with
+/// that neighbour and its own leader with the range on its right, each
+/// before the other's merge was taken. (Two leaders deciding from the same
+/// map at once both name the range's epoch: the map takes the first.)
 pub fn line_up(
     map: &RangeMap,
     left: RangeId,
@@ -861,15 +861,22 @@ pub fn line_up(
             .ok()?;
         settled(&after).then(|| (range.id, to.voters.clone()))
     };
-    if let Some(right_moves) = moved(r, l, (l, r)) {
-        return Some(right_moves);
-    }
-    // Lined up with its left neighbour already, or that neighbour takes
-    // it (range 0 never does): it stays for that merge.
+    let neighbour = |after: &RangeDesc| {
+        map.ranges()
+            .find(|n| n.start.as_slice() == after.end.as_deref().unwrap_or_default())
+            .filter(|_| after.end.is_some())
+    };
     let before = map
         .ranges()
         .find(|p| p.end.as_deref() == Some(l.start.as_slice()));
-    if before.is_some_and(|p| p.id != 0 && (same_nodes(p, l) || moved(l, p, (p, l)).is_some())) {
+    // The right range, unless it is lined up with the range after it.
+    if !neighbour(r).is_some_and(|n| same_nodes(r, n))
+        && let Some(right_moves) = moved(r, l, (l, r))
+    {
+        return Some(right_moves);
+    }
+    // The left range, unless it is lined up with the range before it.
+    if before.is_some_and(|p| same_nodes(p, l)) {
         return None;
     }
     moved(l, r, (l, r))
