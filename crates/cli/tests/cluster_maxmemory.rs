@@ -81,6 +81,15 @@ fn a_leader_above_maxmemory_refuses_writes_that_come_in_at_another_node() {
         let v = at_follower.cmd(args);
         assert!(is_oom(&v), "{args:?} through the follower: {v:?}");
     }
+    // Counted where the client was answered: 8 writes so far (the probe,
+    // `new`, six commands), none refused by the follower itself.
+    let info = at_follower.cmd(&["INFO", "stats"]).text().unwrap();
+    let refused: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("oom_rejected_writes:"))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap();
+    assert!(refused >= 8, "oom_rejected_writes {refused}");
     assert_eq!(at_leader.cmd(&["GET", "new"]), Value::NilBulk);
     assert_eq!(at_leader.cmd(&["GET", "k1"]), Value::Bulk(b"v".to_vec()));
     assert_eq!(

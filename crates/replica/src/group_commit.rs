@@ -53,9 +53,9 @@ pub(crate) fn encode(results: &[Result<Outcome, Error>]) -> Vec<u8> {
 /// time it samples its memory (`maxmemory`); while it is set, this node,
 /// as a range's leader, refuses the ops of a proposal that can add data
 /// ([`Op::may_add_data`](combkv::op::Op::may_add_data)), whichever node
-/// the write came in at, and proposes the rest. So a write lands on a
-/// node with room only as far as its leader has room, as Redis Cluster's
-/// primary checks its own memory, not the client's entry point's.
+/// the write came in at, and proposes the rest. So data is added to a
+/// range only while its leader's node has room, as Redis Cluster's
+/// primary checks its own memory, not the node the client wrote to.
 #[derive(Debug, Clone, Default)]
 pub struct MemoryGate(Arc<AtomicBool>);
 
@@ -158,9 +158,15 @@ impl GroupCommit {
 
     /// [`GroupCommit::propose`] of the ops of `batch` that `adds` does not
     /// mark; the marked ones answered [`Error::NoMemory`], each in its
-    /// place. (The rest go as an entry even if none is left: the answer
-    /// names an entry, after which a read sees the others' effects.)
+    /// place. With none left, no entry: the answer names the last one
+    /// applied here (a read after it sees all the batch did: nothing).
     async fn propose_within_memory(&self, batch: Batch, adds: &[bool]) -> Proposed {
+        if adds.iter().all(|&a| a) {
+            let applied = self.raft.metrics().borrow().last_applied;
+            if let Some(log_id) = applied {
+                return Ok((log_id, adds.iter().map(|_| Err(Error::NoMemory)).collect()));
+            }
+        }
         let kept = {
             let ops = codec::decode_ops(&batch.ops)
                 .map_err(|e| ProposeError::Malformed(e.to_string()))?;

@@ -215,7 +215,6 @@ impl Replica {
             );
         }
         let restored = RestoredLeadership::find(config.id, &log).await?;
-
         let sm = StateMachine::open(
             config.engine.clone(),
             &config.dir.join("snapshots"),

@@ -49,8 +49,9 @@ pub(crate) struct Past {
     /// one's holds are of no use).
     holds: Mutex<VecDeque<Hold>>,
     /// Holds pinned for a snapshot: until when, the snapshot's timestamp,
-    /// and the hold.
-    pinned: Mutex<Vec<(Instant, u64, Hold)>>,
+    /// how long it was pinned for (ms: two snapshots at one timestamp may
+    /// live for different times), and the hold.
+    pinned: Mutex<Vec<(Instant, u64, u64, Hold)>>,
     /// When a read at a timestamp or a pin last asked for a hold.
     asked: Mutex<Option<Instant>>,
 }
@@ -67,7 +68,7 @@ impl Past {
         let now = Instant::now();
         self.pinned
             .lock()
-            .retain(|(until, _, (_, s, _))| *until > now && Arc::ptr_eq(s, store));
+            .retain(|(until, _, _, (_, s, _))| *until > now && Arc::ptr_eq(s, store));
         let mut holds = self.holds.lock();
         // Under the holds' lock: a `start` that marked the ask before it
         // took the lock is seen here, one after it pushes its hold after.
@@ -131,29 +132,35 @@ impl Past {
         self.pinned
             .lock()
             .iter()
-            .filter(|(until, pinned, _)| *until > now && *pinned == at)
-            .map(|(_, _, hold)| hold)
+            .filter(|(until, pinned, _, _)| *until > now && *pinned == at)
+            .map(|(_, _, _, hold)| hold)
             .find(covers)
             .map(|(_, _, h)| Arc::clone(h))
     }
 
-    /// Keeps `store` readable at `at` for `ttl` (a snapshot's life), if a
-    /// hold covers it now; false if none does (this replica applied the
-    /// snapshot's floor too late, or from a restart's replay).
-    pub(crate) fn pin(&self, store: &Arc<Store>, at: u64, ttl: Duration) -> bool {
+    /// Keeps `store` readable at `at` for `ttl` (what is left of a
+    /// snapshot's life of `pin_ms`), if a hold covers it now; false if
+    /// none does (this replica applied the snapshot's floor too late, or
+    /// from a restart's replay).
+    pub(crate) fn pin(&self, store: &Arc<Store>, at: u64, pin_ms: u64, ttl: Duration) -> bool {
         let Some(h) = self.covering(store, at) else {
             return false;
         };
         let hold = (Instant::now(), Arc::clone(store), h);
-        self.pinned.lock().push((Instant::now() + ttl, at, hold));
+        self.pinned
+            .lock()
+            .push((Instant::now() + ttl, at, pin_ms, hold));
         true
     }
 
-    /// Drops one pin of `at` (a snapshot released before its end), if
-    /// one is held; whether one was.
-    pub(crate) fn unpin(&self, at: u64) -> bool {
+    /// Drops a pin of the snapshot at `at` pinned for `pin_ms` (released
+    /// before its end), if one is held; whether one was.
+    pub(crate) fn unpin(&self, at: u64, pin_ms: u64) -> bool {
         let mut pinned = self.pinned.lock();
-        match pinned.iter().position(|(_, p, _)| *p == at) {
+        match pinned
+            .iter()
+            .position(|(_, p, ms, _)| *p == at && *ms == pin_ms)
+        {
             Some(i) => {
                 pinned.swap_remove(i);
                 true
@@ -168,7 +175,7 @@ impl Past {
         self.pinned
             .lock()
             .iter()
-            .filter(|(until, _, _)| *until > now)
+            .filter(|(until, _, _, _)| *until > now)
             .count()
     }
 }
@@ -214,8 +221,8 @@ mod tests {
         // Rolling holds cover it, but no pin says the floor applied here.
         assert!(past.covering(&store, at).is_some());
         assert!(past.pinned_at(&store, at).is_none());
-        assert!(!past.pin(&store, at - 1, Duration::from_secs(60)));
-        assert!(past.pin(&store, at, Duration::from_millis(300)));
+        assert!(!past.pin(&store, at - 1, 60_000, Duration::from_secs(60)));
+        assert!(past.pin(&store, at, 300, Duration::from_millis(300)));
         store.put(b"a", b"2").unwrap();
         past.turn(&store, false, false);
         assert!(past.covering(&store, at).is_some());
@@ -230,27 +237,31 @@ mod tests {
         assert_eq!(past.pinned(), 0);
     }
 
-    /// A release drops one pin of its timestamp (another snapshot's pin of
-    /// the same one stays), none of another, and with the last the store
-    /// as of it is no longer kept.
+    /// A release drops the pin of its snapshot: one of two snapshots at the
+    /// same timestamp (another pin of it stays), the one of its own life
+    /// (not the other's), none of another timestamp; with the last, the
+    /// store as of it is no longer kept.
     #[test]
-    fn a_release_drops_one_pin_of_its_timestamp() {
+    fn a_release_drops_the_pin_of_its_snapshot() {
         let store = Arc::new(Store::new(combkv::Config::default()).unwrap());
         let past = Past::default();
         store.put(b"a", b"1").unwrap();
         past.covering(&store, 0);
         past.turn(&store, true, false);
         let at = store.read_version().0;
-        let life = Duration::from_secs(60);
-        assert!(past.pin(&store, at, life) && past.pin(&store, at, life));
+        let (short, long) = (Duration::from_secs(60), Duration::from_secs(600));
+        assert!(past.pin(&store, at, 60_000, short) && past.pin(&store, at, 600_000, long));
         store.put(b"a", b"2").unwrap();
         past.turn(&store, false, false);
-        assert!(!past.unpin(at + 1));
-        assert!(past.unpin(at));
+        assert!(!past.unpin(at + 1, 60_000));
+        assert!(past.unpin(at, 600_000));
+        assert!(
+            !past.unpin(at, 600_000),
+            "the long one is gone, not the short"
+        );
         assert_eq!(past.pinned(), 1);
         assert!(past.pinned_at(&store, at).is_some());
-        assert!(past.unpin(at));
-        assert!(!past.unpin(at));
+        assert!(past.unpin(at, 60_000));
         assert_eq!(past.pinned(), 0);
         assert!(past.pinned_at(&store, at).is_none());
         assert!(past.covering(&store, at).is_none());
@@ -277,7 +288,7 @@ mod tests {
         let floor = other.read_version().0 + 10;
         past.start(&other);
         other.raise_clock(combkv::Version(floor));
-        assert!(past.pin(&other, floor, Duration::from_secs(1)));
+        assert!(past.pin(&other, floor, 1_000, Duration::from_secs(1)));
         // Asked of another replica of the node: held too.
         *past.asked.lock() = None;
         past.turn(&store, true, true);

@@ -243,6 +243,7 @@ impl Contact {
 
     /// Notes that an append (or a snapshot) arrived now.
     pub(crate) fn appended(&self) {
+        // Rounded up, so that a stand is never early (and 0 stays "none").
         let ms = self.start.elapsed().as_millis() as u64 + 1;
         self.append_ms.fetch_max(ms, Ordering::Relaxed);
     }

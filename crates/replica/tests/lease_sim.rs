@@ -127,9 +127,13 @@ fn a_follower_restarted_inside_the_lease_elects_no_one_and_no_read_is_stale() {
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert_eq!(node(l).status().role, Role::Leader);
 
-        // f1 restarts at once, then f2 tries to write through itself (its
-        // write is acknowledged only once it leads). It must not lead
-        // while the leader's appends reach f1.
+        // f1 restarts at once, cut from the leader for less than a lease
+        // (the leader holds its lease from f1's last answers meanwhile),
+        // then f2 tries to write through itself (its write is acknowledged
+        // only once it leads). It must not lead: f1 refuses it for a lease
+        // after its start (openraft renews the vote it finds saved), and
+        // then while the leader's appends reach it again.
+        net.cut(l, f1);
         node(f1).shutdown().await;
         let restarted = Replica::start_simulated(&config(&dir, f1), &net)
             .await
@@ -137,9 +141,13 @@ fn a_follower_restarted_inside_the_lease_elects_no_one_and_no_read_is_stale() {
         nodes.lock()[f1 as usize - 1] = restarted;
         let writer = node(f2);
         let write = tokio::spawn(async move { writer.write(200, put("v2")).await });
+        let mended = tokio::time::Instant::now() + Duration::from_millis(500);
         let until = tokio::time::Instant::now() + Duration::from_secs(5);
         while tokio::time::Instant::now() < until {
             tokio::time::sleep(Duration::from_millis(10)).await;
+            if tokio::time::Instant::now() >= mended {
+                net.uncut(l, f1);
+            }
             assert_ne!(
                 node(f2).status().role,
                 Role::Leader,

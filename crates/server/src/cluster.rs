@@ -57,6 +57,9 @@ pub struct Cluster {
     /// leaders refuse writes that add data meanwhile, whichever node they
     /// came in at.
     memory: combkv_replica::MemoryGate,
+    /// Writes this node's clients sent that a range's leader refused for
+    /// its memory (INFO `oom_rejected_writes`, with the node's own).
+    refused_for_memory: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Snapshots of a keyspace split into ranges, taken on this node: each a
@@ -67,8 +70,8 @@ pub struct Cluster {
 #[derive(Debug, Default)]
 struct Snapshots {
     last_id: u64,
-    /// Id -> (timestamp, expiry).
-    live: std::collections::BTreeMap<u64, (u64, std::time::Instant)>,
+    /// Id -> (timestamp, expiry, life it was taken for).
+    live: std::collections::BTreeMap<u64, (u64, std::time::Instant, std::time::Duration)>,
 }
 
 /// The first id of a snapshot of a split keyspace (a store's ids count
@@ -78,7 +81,7 @@ const SPLIT_SNAPSHOT_IDS: u64 = 1 << 48;
 impl Snapshots {
     fn prune(&mut self) {
         let now = std::time::Instant::now();
-        self.live.retain(|_, (_, until)| *until > now);
+        self.live.retain(|_, (_, until, _)| *until > now);
     }
 }
 
@@ -187,6 +190,7 @@ impl Cluster {
             reads_across: Default::default(),
             read_retries: Default::default(),
             memory,
+            refused_for_memory: Arc::default(),
         })
     }
 
@@ -215,6 +219,7 @@ impl Cluster {
         }
         let now = self.replica.clock_ms();
         let (_, results) = self.rt.block_on(self.host.propose_routed(now, routed));
+        count_refused_for_memory(&self.refused_for_memory, &results);
         Ok(results)
     }
 
@@ -236,10 +241,19 @@ impl Cluster {
     ) {
         let now = self.replica.clock_ms();
         let host = self.host.clone();
+        let refused = Arc::clone(&self.refused_for_memory);
         self.rt.spawn(async move {
             let (index, results) = host.propose_routed(now, ops).await;
+            count_refused_for_memory(&refused, &results);
             done(index, results);
         });
+    }
+
+    /// Writes of this node's clients a range's leader refused for its
+    /// memory.
+    pub(crate) fn refused_for_memory(&self) -> u64 {
+        self.refused_for_memory
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The last index this node knows committed.
@@ -589,7 +603,9 @@ impl Cluster {
         let mut snaps = self.snapshots.lock();
         snaps.last_id += 1;
         let id = SPLIT_SNAPSHOT_IDS + snaps.last_id;
-        snaps.live.insert(id, (at, std::time::Instant::now() + ttl));
+        snaps
+            .live
+            .insert(id, (at, std::time::Instant::now() + ttl, ttl));
         Ok(id)
     }
 
@@ -600,7 +616,7 @@ impl Cluster {
         snaps
             .live
             .get(&id)
-            .map(|(at, _)| *at)
+            .map(|(at, _, _)| *at)
             .ok_or(StoreError::NoSuchSnapshot)
     }
 
@@ -612,7 +628,7 @@ impl Cluster {
             snaps.prune();
             snaps.live.remove(&id)
         };
-        let Some((at, _)) = released else {
+        let Some((at, _, ttl)) = released else {
             return false;
         };
         // The ranges drop their pins in the background: the snapshot is
@@ -620,7 +636,7 @@ impl Cluster {
         // be told now lets its pin lapse at the snapshot's end.
         let host = self.host.clone();
         self.rt.spawn(async move {
-            let failed = host.release(at).await;
+            let failed = host.release(at, ttl).await;
             if failed > 0 {
                 tracing::info!(
                     "snapshot at {at} released; {failed} ranges keep their pins of it until its end"
@@ -638,7 +654,7 @@ impl Cluster {
         snaps
             .live
             .iter()
-            .map(|(&id, &(at, until))| combkv::SnapshotInfo {
+            .map(|(&id, &(at, until, _))| combkv::SnapshotInfo {
                 id: combkv::SnapshotId(id),
                 version: combkv::Version(at),
                 left: until.saturating_duration_since(now),
@@ -992,5 +1008,19 @@ fn own_entry_check(
              the other nodes would send to {listed}; give both the same address"
         ))),
         _ => Ok(()),
+    }
+}
+
+/// Counts the writes of `results` a range's leader refused for its memory.
+fn count_refused_for_memory(
+    count: &std::sync::atomic::AtomicU64,
+    results: &[Result<Outcome, StoreError>],
+) {
+    let n = results
+        .iter()
+        .filter(|r| matches!(r, Err(StoreError::NoMemory)))
+        .count();
+    if n > 0 {
+        count.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
     }
 }

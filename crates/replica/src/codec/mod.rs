@@ -236,22 +236,33 @@ const FLOOR_TAG: u8 = 0xA3;
 /// readable for that long (a snapshot of the keyspace). One "op", so that
 /// it gets one result.
 pub fn encode_floor(at: u64, pin_ms: u64) -> Vec<u8> {
+    encode_timestamp(FLOOR_TAG, at, pin_ms)
+}
+
+/// The timestamp and pin a read floor entry holds (None: it holds none).
+pub fn decode_floor(bytes: &[u8]) -> Option<Decoded<(u64, u64)>> {
+    decode_timestamp(bytes, FLOOR_TAG, "read floor")
+}
+
+/// An entry of one "op": `tag`, a timestamp and a pin time.
+fn encode_timestamp(tag: u8, at: u64, pin_ms: u64) -> Vec<u8> {
     let mut out = Vec::with_capacity(25);
     put_u64(&mut out, 1);
-    out.push(FLOOR_TAG);
+    out.push(tag);
     put_u64(&mut out, at);
     put_u64(&mut out, pin_ms);
     out
 }
 
-/// The timestamp and pin a read floor entry holds (None: it holds none).
-pub fn decode_floor(bytes: &[u8]) -> Option<Decoded<(u64, u64)>> {
-    if !(bytes.len() > 8 && bytes[..8] == 1u64.to_le_bytes() && bytes[8] == FLOOR_TAG) {
+/// The timestamp and pin time of an entry [`encode_timestamp`] wrote with
+/// `tag` (None: another entry; `what` names it in the error of a cut one).
+fn decode_timestamp(bytes: &[u8], tag: u8, what: &'static str) -> Option<Decoded<(u64, u64)>> {
+    if !tagged(bytes, tag) {
         return None;
     }
     let body = &bytes[9..];
     if body.len() != 16 {
-        return Some(Err(DecodeError("read floor")));
+        return Some(Err(DecodeError(what)));
     }
     let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
     Some(Ok((word(&body[..8]), word(&body[8..]))))
@@ -261,28 +272,17 @@ pub fn decode_floor(bytes: &[u8]) -> Option<Decoded<(u64, u64)>> {
 /// (see [`encode_unpin`]).
 const UNPIN_TAG: u8 = 0xA6;
 
-/// The release of a snapshot of the keyspace at timestamp `at`: every
-/// replica that applies it drops one pin of `at` (the one its read floor
-/// entry made), so the store's past is no longer kept for it. One "op",
-/// so that it gets one result.
-pub fn encode_unpin(at: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(17);
-    put_u64(&mut out, 1);
-    out.push(UNPIN_TAG);
-    put_u64(&mut out, at);
-    out
+/// The release of a snapshot of the keyspace at timestamp `at`, pinned
+/// for `pin_ms` (as its read floor entry said): every replica that
+/// applies it drops the pin that entry made, so the store's past is no
+/// longer kept for it. One "op", so that it gets one result.
+pub fn encode_unpin(at: u64, pin_ms: u64) -> Vec<u8> {
+    encode_timestamp(UNPIN_TAG, at, pin_ms)
 }
 
-/// The timestamp a release entry unpins (None: it is no release).
-pub fn decode_unpin(bytes: &[u8]) -> Option<Decoded<u64>> {
-    if !tagged(bytes, UNPIN_TAG) {
-        return None;
-    }
-    let body: Option<[u8; 8]> = bytes[9..].try_into().ok();
-    Some(
-        body.map(u64::from_le_bytes)
-            .ok_or(DecodeError("snapshot release")),
-    )
+/// The timestamp and pin a release entry unpins (None: it is no release).
+pub fn decode_unpin(bytes: &[u8]) -> Option<Decoded<(u64, u64)>> {
+    decode_timestamp(bytes, UNPIN_TAG, "snapshot release")
 }
 
 /// The tags after a count of one that make an entry one step of a merge

@@ -346,8 +346,8 @@ fn a_read_floor_round_trips_and_stands_alone() {
 #[test]
 fn a_snapshot_release_round_trips_and_stands_alone() {
     let at = (1_790_000_000_000u64 << 16) | 0xFFFF;
-    let bytes = encode_unpin(at);
-    assert_eq!(decode_unpin(&bytes), Some(Ok(at)));
+    let bytes = encode_unpin(at, 60_000);
+    assert_eq!(decode_unpin(&bytes), Some(Ok((at, 60_000))));
     assert!(stands_alone(&bytes));
     assert_eq!(list_count(&bytes), Ok(1));
     assert!(decode_floor(&bytes).is_none());

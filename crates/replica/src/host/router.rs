@@ -324,27 +324,47 @@ impl Host {
             // A range whose leader could not pin the timestamp (its store
             // is newer: split off just now) is read at a later one.
             let mut unpinned = false;
+            let mut failed = None;
             while let Some(pinned) = pins.join_next().await {
-                let pinned = pinned
-                    .map_err(|e| ClusterError::Unknown(format!("a pin's task failed: {e}")))?;
                 match pinned {
-                    Err(ClusterError::Refused(why)) if why.contains(crate::past::PAST_GONE) => {
+                    Ok(Err(ClusterError::Refused(why))) if why.contains(crate::past::PAST_GONE) => {
                         unpinned = true;
                     }
-                    r => r?,
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => failed = Some(e),
+                    Err(e) => {
+                        failed = Some(ClusterError::Unknown(format!("a pin's task failed: {e}")))
+                    }
                 }
             }
+            // An attempt given up: the ranges it pinned let go of it now,
+            // not at the end of the snapshot's life.
+            let abandon = |at: u64| {
+                let host = self.clone();
+                tokio::spawn(async move { host.release(at, ttl).await });
+            };
+            if let Some(e) = failed {
+                abandon(at);
+                return Err(e);
+            }
             if unpinned {
+                abandon(at);
                 continue;
             }
-            meta.read_barrier().await?;
-            let after = self.range_map();
+            let after = match meta.read_barrier().await {
+                Ok(()) => self.range_map(),
+                Err(e) => {
+                    abandon(at);
+                    return Err(e);
+                }
+            };
             let shape = |m: &RangeMap| -> Vec<(GroupId, u64)> {
                 m.ranges().map(|r| (r.id, r.epoch.version)).collect()
             };
             if shape(&map) == shape(&after) {
                 return Ok(at);
             }
+            abandon(at);
         }
         Err(ClusterError::Refused(
             "the ranges kept splitting while the snapshot was taken; try again".into(),
@@ -373,20 +393,20 @@ impl Host {
         }
     }
 
-    /// Releases the snapshot of the keyspace at `at` before its end: every
-    /// range of the map drops its replicas' pin of `at` through its log,
-    /// all at once, so that they no longer keep the store's past for it
-    /// (and ranges it held from merging may merge). A range split off
+    /// Releases the snapshot of the keyspace at `at`, taken for `ttl`,
+    /// before its end: every range of the map drops its replicas' pin of
+    /// it through its log, all at once, so that they no longer keep the
+    /// store's past for it (and ranges it held from merging may merge). A range split off
     /// since holds no pin and drops none; one that cannot be reached now
     /// keeps its pin until the snapshot's end, as before. How many ranges
     /// could not be told.
-    pub async fn release(&self, at: u64) -> usize {
+    pub async fn release(&self, at: u64, ttl: std::time::Duration) -> usize {
         let deadline = Instant::now() + REQUEST_TIMEOUT;
         let now = self.group(0).map_or(0, |g| g.clock_ms());
         let mut unpins = tokio::task::JoinSet::new();
         for r in self.range_map().ranges() {
             let (host, range) = (self.clone(), r.id);
-            let bytes = crate::codec::encode_unpin(at);
+            let bytes = crate::codec::encode_unpin(at, ttl.as_millis() as u64);
             unpins.spawn(async move { host.propose_part(now, range, bytes, deadline).await });
         }
         let mut failed = 0;

@@ -121,6 +121,11 @@ impl SimNet {
         self.state.lock().cuts.insert((a.min(b), a.max(b)));
     }
 
+    /// Mends the link between `a` and `b` that [`SimNet::cut`] cut.
+    pub fn uncut(&self, a: NodeId, b: NodeId) {
+        self.state.lock().cuts.remove(&(a.min(b), a.max(b)));
+    }
+
     /// Ends every partition and cut.
     pub fn heal(&self) {
         let mut s = self.state.lock();

@@ -372,7 +372,7 @@ impl StateMachine {
                 .saturating_sub(timestamps::wall_ms()),
         };
         let ttl = std::time::Duration::from_millis(left);
-        if left > 0 && !self.past.pin(&store, at, ttl) {
+        if left > 0 && !self.past.pin(&store, at, pin_ms, ttl) {
             Err(combkv::Error::Unavailable(crate::past::PAST_GONE.into()))
         } else {
             Ok(Outcome::Clear)
@@ -422,8 +422,8 @@ impl StateMachine {
                     // A replica that holds no pin of `at` (it pinned too
                     // late, or replayed the floor after a restart) has
                     // nothing to drop: the same state either way.
-                    return Ok(control(unpin, |at| {
-                        self.past.unpin(at);
+                    return Ok(control(unpin, |(at, pin_ms)| {
+                        self.past.unpin(at, pin_ms);
                         Ok(Outcome::Clear)
                     }));
                 }

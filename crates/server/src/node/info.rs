@@ -451,7 +451,13 @@ fn stats_fields(shared: &Shared) -> Vec<(&'static str, String)> {
         ("read_batch_requests", n(&st.read_batch_requests)),
         ("hot_cache_hits", n(&st.hot_cache_hits)),
         ("hot_cache_misses", n(&st.hot_cache_misses)),
-        ("oom_rejected_writes", n(&st.writes_refused_oom)),
+        // Refused here, and (on a cluster node) by a range's leader.
+        (
+            "oom_rejected_writes",
+            (Stats::get(&st.writes_refused_oom)
+                + shared.cluster().map_or(0, |c| c.refused_for_memory()))
+            .to_string(),
+        ),
         ("large_values_received", n(&st.large_values_received)),
         (
             "large_values_stored_uncopied",

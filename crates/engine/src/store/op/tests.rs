@@ -436,8 +436,8 @@ fn incr_float_adds_exactly_and_keeps_expiry_and_flags() {
 }
 
 /// What a node above its memory limit refuses: the writes Redis marks
-/// `denyoom`, a transaction holding one, never a delete, an expiry, a move
-/// or a read.
+/// `denyoom` (COPY among them), a transaction holding one, never a delete,
+/// an expiry, a RENAME or a read.
 #[test]
 fn ops_that_may_add_data_are_the_denyoom_writes() {
     let del = Op::Delete {
@@ -469,6 +469,34 @@ fn ops_that_may_add_data_are_the_denyoom_writes() {
     };
     let adds = [
         put(b"k", b"v", Cond::Any),
+        Op::Append {
+            key: b"k",
+            value: b"v",
+            front: false,
+            on_missing: OnMissing::Empty,
+            cond: Cond::Any,
+        },
+        Op::Incr {
+            key: b"k",
+            arith: Arith::Signed(1),
+            on_missing: OnMissing::Empty,
+            cond: Cond::Any,
+            expiry: Expiry::Keep,
+        },
+        Op::SetRange {
+            key: b"k",
+            offset: 3,
+            value: b"v",
+        },
+        Op::SetBit {
+            key: b"k",
+            bit: 7,
+            on: true,
+        },
+        Op::IncrFloat {
+            key: b"k",
+            by: b"1.5",
+        },
         moved(true),
         atomic(true),
         txn(vec![del.clone(), put(b"k", b"v", Cond::Any)]),
