@@ -112,7 +112,7 @@ fn stand_now(inner: &Inner, now: Instant, wait: Duration) -> Stand {
     // Never inside the lease of a leader whose append arrived here: a vote
     // for itself would skip openraft's lease check (`lease`). The metrics
     // the timer looks at may not show that append yet.
-    let lease = Duration::from_millis(inner.raft.config().election_timeout_max);
+    let lease = crate::lease::length(&inner.raft);
     let due = (inner.contact.last() + wait).max(inner.contact.may_stand_from(lease));
     if now >= due {
         Stand::Yes

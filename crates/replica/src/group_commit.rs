@@ -149,39 +149,29 @@ impl GroupCommit {
     /// [`Error::NoMemory`] and the rest proposed.
     pub(crate) async fn propose(&self, batch: Batch) -> Proposed {
         if self.memory.is_full()
-            && let Some(adds) = adds_data(&batch.ops)
+            && let Some((adds, kept)) = without_adding(&batch.ops)
         {
-            return self.propose_within_memory(batch, &adds).await;
+            let kept = Batch {
+                now_ms: batch.now_ms,
+                ops: kept,
+            };
+            return self.propose_within_memory(kept, &adds).await;
         }
         self.propose_queued(batch).await
     }
 
-    /// [`GroupCommit::propose`] of the ops of `batch` that `adds` does not
-    /// mark; the marked ones answered [`Error::NoMemory`], each in its
-    /// place. With none left, no entry: the answer names the last one
-    /// applied here (a read after it sees all the batch did: nothing).
-    async fn propose_within_memory(&self, batch: Batch, adds: &[bool]) -> Proposed {
+    /// [`GroupCommit::propose`] of `kept`, the ops of a batch that `adds`
+    /// does not mark; the marked ones answered [`Error::NoMemory`], each
+    /// in its place. With none kept, no entry: the answer names the last
+    /// one applied here (a read after it sees all the batch did: nothing).
+    async fn propose_within_memory(&self, kept: Batch, adds: &[bool]) -> Proposed {
         if adds.iter().all(|&a| a) {
             let applied = self.raft.metrics().borrow().last_applied;
             if let Some(log_id) = applied {
                 return Ok((log_id, adds.iter().map(|_| Err(Error::NoMemory)).collect()));
             }
         }
-        let kept = {
-            let ops = codec::decode_ops(&batch.ops)
-                .map_err(|e| ProposeError::Malformed(e.to_string()))?;
-            let mut list = codec::OpList::default();
-            for (op, _) in ops.iter().zip(adds).filter(|(_, a)| !**a) {
-                list.push(op);
-            }
-            list.finish()
-        };
-        let (log_id, results) = self
-            .propose_queued(Batch {
-                now_ms: batch.now_ms,
-                ops: kept,
-            })
-            .await?;
+        let (log_id, results) = self.propose_queued(kept).await?;
         let mut results = results.into_iter();
         let mut out = Vec::with_capacity(adds.len());
         for &a in adds {
@@ -267,13 +257,20 @@ impl GroupCommit {
     }
 }
 
-/// Which ops of the list `ops` can add data, if any can (none, or a list
-/// that does not decode: proposed as it is, and refused there if it must
-/// be).
-fn adds_data(ops: &[u8]) -> Option<Vec<bool>> {
+/// Which ops of the list `ops` can add data, and the list of the others,
+/// if any can (none, or a list that does not decode: proposed as it is,
+/// and refused there if it must be).
+fn without_adding(ops: &[u8]) -> Option<(Vec<bool>, Vec<u8>)> {
     let ops = codec::decode_ops(ops).ok()?;
     let adds: Vec<bool> = ops.iter().map(|op| op.may_add_data()).collect();
-    adds.contains(&true).then_some(adds)
+    if !adds.contains(&true) {
+        return None;
+    }
+    let mut kept = codec::OpList::default();
+    for (op, _) in ops.iter().zip(&adds).filter(|(_, a)| !**a) {
+        kept.push(op);
+    }
+    Some((adds, kept.finish()))
 }
 
 /// Proposes `taken` as one entry and hands each proposal its results.

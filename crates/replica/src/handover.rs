@@ -56,7 +56,7 @@ impl Replica {
         let Some(addr) = addr else {
             return Err(ClusterError::Refused(format!("node {to} has no address")));
         };
-        let lease = Duration::from_millis(inner.raft.config().election_timeout_max);
+        let lease = crate::lease::length(&inner.raft);
         if !inner.hold.begin() {
             return Err(ClusterError::Refused("a hand-over is under way".into()));
         }
@@ -105,7 +105,7 @@ impl Replica {
         if !self.is_voter() || self.is_leader() {
             return false;
         }
-        let lease = Duration::from_millis(self.inner.raft.config().election_timeout_max);
+        let lease = crate::lease::length(&self.inner.raft);
         if tokio::time::Instant::now() < self.inner.contact.may_stand_from(lease) {
             tracing::info!("asked to stand for election inside a leader's lease: refused");
             return false;

@@ -60,6 +60,12 @@ use tokio::time::Instant;
 
 use crate::types::{NodeId, Vote};
 
+/// The lease: the election timeout's top, which openraft makes its
+/// followers' `leader_lease` (every node has the same one).
+pub(crate) fn length(raft: &openraft::Raft<crate::types::TypeConfig>) -> Duration {
+    Duration::from_millis(raft.config().election_timeout_max)
+}
+
 /// When each voter last accepted an append sent under one vote, and how
 /// this node's read indexes as the leader were confirmed.
 #[derive(Debug, Default)]

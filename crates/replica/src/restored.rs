@@ -64,7 +64,7 @@ impl Replica {
             return None;
         }
         let configs = m.membership_config.membership().get_joint_config();
-        let lease = std::time::Duration::from_millis(self.inner.raft.config().election_timeout_max);
+        let lease = crate::lease::length(&self.inner.raft);
         let now = tokio::time::Instant::now();
         if !self
             .inner

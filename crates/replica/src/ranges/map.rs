@@ -861,16 +861,12 @@ pub fn line_up(
             .ok()?;
         settled(&after).then(|| (range.id, to.voters.clone()))
     };
-    let neighbour = |after: &RangeDesc| {
-        map.ranges()
-            .find(|n| n.start.as_slice() == after.end.as_deref().unwrap_or_default())
-            .filter(|_| after.end.is_some())
-    };
     let before = map
         .ranges()
         .find(|p| p.end.as_deref() == Some(l.start.as_slice()));
+    let after = r.end.as_deref().map(|end| map.route(end));
     // The right range, unless it is lined up with the range after it.
-    if !neighbour(r).is_some_and(|n| same_nodes(r, n))
+    if !after.is_some_and(|n| same_nodes(r, n))
         && let Some(right_moves) = moved(r, l, (l, r))
     {
         return Some(right_moves);
