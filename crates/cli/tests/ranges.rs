@@ -815,7 +815,9 @@ fn ranges_settled(node: &Node) -> String {
 fn ranges_placed_on_three_of_five_nodes_are_read_through_every_node() {
     let root = root("placed");
     let mut nodes: Vec<Node> = (1..=5).map(|id| Node::new(&root, id)).collect();
-    let (list, args) = (peers(&nodes.iter().collect::<Vec<_>>()), PLACED);
+    // One event loop each: a read that held its loop would hold the others.
+    let args = [&PLACED[..], &["--threads", "1"]].concat();
+    let list = peers(&nodes.iter().collect::<Vec<_>>());
     start_all(&mut nodes, &list, &args);
     let mut cons: Vec<redis::Connection> = nodes.iter().map(Node::connect).collect();
     let key = |i: usize| format!("key{i:05}");
@@ -933,6 +935,7 @@ fn ranges_placed_on_three_of_five_nodes_are_read_through_every_node() {
         }
     };
     check(&mut cons, "five");
+    reads_elsewhere_leave_the_loop_free(&nodes, KEYS);
     // Every snapshot taken was released: each range dropped its replicas'
     // pins through its log (they would otherwise keep the store's past,
     // and the ranges from merging, for the snapshots' 60 s).
@@ -1028,6 +1031,104 @@ fn ranges_placed_on_three_of_five_nodes_are_read_through_every_node() {
     drop(cons);
     drop(nodes);
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// A read that waits for another node parks its connection, and the event
+/// loop serves the others meanwhile: on a node with one event loop, a
+/// range it holds no replica of has the node its reads go to first
+/// stopped (SIGSTOP); EXISTS of a key there, and DBSIZE (every range at
+/// one timestamp), wait for it, while PING on a third connection of the
+/// same loop is answered at once. Both answer once the node runs again.
+/// (A read that held the loop would hold the PING for the remote read's
+/// 10 s deadline.)
+fn reads_elsewhere_leave_the_loop_free(nodes: &[Node], keys: usize) {
+    use std::io::{ErrorKind, Read, Write};
+    use std::net::TcpStream;
+    let listed = ranges(&nodes[0]);
+    // `range 3 ["key00123", "key00456") epoch .. voters [1, 2, 4] ...`
+    let parsed: Vec<(String, Vec<u64>)> = listed
+        .lines()
+        .filter(|l| l.starts_with("range "))
+        .filter_map(|l| {
+            let start = l.split('"').nth(1)?.to_string();
+            let voters = l.split("voters [").nth(1)?.split(']').next()?;
+            let voters = voters.split(", ").filter_map(|v| v.parse().ok()).collect();
+            Some((start, voters))
+        })
+        .collect();
+    let (via, key, first) = nodes
+        .iter()
+        .find_map(|n| {
+            parsed
+                .iter()
+                .find(|(start, voters)| start.starts_with("key") && !voters.contains(&n.id))
+                .map(|(start, voters)| (n, start.clone(), voters[0]))
+        })
+        .unwrap_or_else(|| panic!("no node without a replica of a range: {listed}"));
+    let pid = nodes
+        .iter()
+        .find(|n| n.id == first)
+        .unwrap()
+        .child
+        .as_ref()
+        .unwrap()
+        .id();
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(pid.to_string())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{sig} {pid}");
+    };
+    let connect = || {
+        let s = TcpStream::connect(via.resp).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s
+    };
+    let (mut exists, mut dbsize, mut ping) = (connect(), connect(), connect());
+    eprintln!(
+        "node {first} stopped; reading {key} through node {}",
+        via.id
+    );
+    signal("STOP");
+    let cmd = format!("*2\r\n$6\r\nEXISTS\r\n${}\r\n{key}\r\n", key.len());
+    exists.write_all(cmd.as_bytes()).unwrap();
+    dbsize.write_all(b"*1\r\n$6\r\nDBSIZE\r\n").unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    ping.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    ping.write_all(b"*1\r\n$4\r\nPING\r\n").unwrap();
+    let mut buf = [0u8; 64];
+    let n = ping.read(&mut buf);
+    let pinged = n.as_ref().ok().map(|&n| buf[..n].to_vec());
+    let mut waiting = Vec::new();
+    for s in [&mut exists, &mut dbsize] {
+        s.set_nonblocking(true).unwrap();
+        waiting.push(matches!(s.read(&mut buf), Err(e) if e.kind() == ErrorKind::WouldBlock));
+        s.set_nonblocking(false).unwrap();
+    }
+    signal("CONT");
+    assert_eq!(
+        pinged.as_deref(),
+        Some(&b"+PONG\r\n"[..]),
+        "PING waited behind reads of a stopped node: {n:?}"
+    );
+    assert_eq!(
+        waiting,
+        [true, true],
+        "EXISTS, DBSIZE answered with their node stopped"
+    );
+    let mut answer = |s: &mut TcpStream| {
+        let n = s.read(&mut buf).unwrap();
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    let want: i64 = redis::cmd("EXISTS")
+        .arg(&key)
+        .query(&mut via.connect())
+        .unwrap();
+    assert_eq!(answer(&mut exists), format!(":{want}\r\n"), "EXISTS {key}");
+    assert_eq!(answer(&mut dbsize), format!(":{keys}\r\n"), "DBSIZE");
 }
 
 /// SETs `key00000`... up to `keys` to `value`, in a scattered order, a

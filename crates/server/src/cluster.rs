@@ -486,36 +486,6 @@ impl Cluster {
         map.len() > 1 || map.is_merging(0)
     }
 
-    /// Runs `reads` on range `range` at a node that holds a replica of it
-    /// (`Host::read_remote`), waiting for the answer.
-    pub(crate) fn read_remote(
-        &self,
-        range: u64,
-        reads: Vec<combkv_replica::RemoteRead>,
-    ) -> Result<Vec<Vec<combkv_replica::RemoteItem>>, StoreError> {
-        self.rt
-            .block_on(self.host.read_remote(range, reads, At::Now))
-            .map_err(cluster_error)
-    }
-
-    /// [`Cluster::read_remote`] in the background: `done` gets the answer
-    /// (on a Raft thread: it must only hand it on).
-    pub(crate) fn read_remote_then(
-        &self,
-        range: u64,
-        reads: Vec<combkv_replica::RemoteRead>,
-        done: impl FnOnce(Result<Vec<Vec<combkv_replica::RemoteItem>>, StoreError>) + Send + 'static,
-    ) {
-        let host = self.host.clone();
-        self.rt.spawn(async move {
-            done(
-                host.read_remote(range, reads, At::Now)
-                    .await
-                    .map_err(settle_error),
-            );
-        });
-    }
-
     /// Counts a read across ranges served at one timestamp, and how many
     /// times it was taken again before it was.
     pub(crate) fn note_read_across(&self, retries: u64) {
@@ -564,17 +534,21 @@ impl Cluster {
             .block_on(settle_all(self.host.clone(), at, local.to_vec(), remote))
     }
 
-    /// [`Cluster::settle_at`] in the background: `done` gets the answer
-    /// (on a Raft thread: it must only hand it on).
+    /// [`Cluster::settle_at`] in the background, after `pause` if given:
+    /// `done` gets the answer (on a Raft thread: it must only hand it on).
     pub(crate) fn settle_at_then(
         &self,
         at: At,
         local: Vec<Replica>,
         remote: Vec<(u64, Vec<combkv_replica::RemoteRead>)>,
+        pause: Option<Duration>,
         done: impl FnOnce(Result<Settled, StoreError>) + Send + 'static,
     ) {
         let host = self.host.clone();
         self.rt.spawn(async move {
+            if let Some(pause) = pause {
+                tokio::time::sleep(pause).await;
+            }
             done(settle_all(host, at, local, remote).await);
         });
     }

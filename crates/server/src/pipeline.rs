@@ -266,7 +266,7 @@ impl<P: Protocol> Pipeline<P> {
                     if !self.proto.read_keys(input, req, &mut keys) {
                         return ReadScope::All;
                     }
-                    crate::node::keyspace::Keyspace::of(cx.shared, cx.session.store(), None)
+                    crate::node::keyspace::Keyspace::of(cx.shared, cx.session.store(), None, None)
                         .keys_scope(&keys)
                 };
                 match cx.ready_to_read(scope) {
@@ -344,8 +344,12 @@ impl<P: Protocol> Pipeline<P> {
         }
         let before = out.len();
         let ran = self.proto.execute(cx, input, req, out);
-        if ran.parked {
+        // Asked either way: it keeps or clears the request's reads elsewhere.
+        let parked_read = cx.read_parked();
+        if ran.parked || parked_read {
             debug_assert_eq!(out.len(), before, "a parked request answers nothing now");
+            // Whatever a handler made of its parked read goes with it.
+            out.truncate(before);
             return None;
         }
         if P::TIMED {
@@ -419,7 +423,7 @@ impl<P: Protocol> Pipeline<P> {
             self.proto.read_requests(input, req, &mut reads);
         }
         let gate = cx.ready_to_read(|cx| {
-            crate::node::keyspace::Keyspace::of(cx.shared, cx.session.store(), None)
+            crate::node::keyspace::Keyspace::of(cx.shared, cx.session.store(), None, None)
                 .read_scope(&reads)
         });
         match gate {

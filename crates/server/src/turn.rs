@@ -17,7 +17,7 @@ use combkv::{Result, Session};
 use smallvec::SmallVec;
 
 use crate::cluster::{ReadMark, ReadScope};
-use crate::node::keyspace::{BatchRoute, Keyspace};
+use crate::node::keyspace::Keyspace;
 use crate::node::park::{Parking, ReadGate, Written};
 use crate::state::Shared;
 
@@ -107,9 +107,10 @@ impl Cx<'_> {
     }
 
     /// The keys reads see: this turn's store, or the stores of the ranges
-    /// the keyspace is cut into.
+    /// the keyspace is cut into. Its reads wait for what they need (only
+    /// memcached's `me` and `lru_crawler metadump` read through it).
     pub(crate) fn keyspace(&self) -> Keyspace<'_> {
-        Keyspace::of(self.shared, self.session.store(), self.read_mark())
+        Keyspace::of(self.shared, self.session.store(), self.read_mark(), None)
     }
 
     /// Applies a decided write: through the turn's session on a single
@@ -198,60 +199,38 @@ impl Cx<'_> {
     }
 
     /// Reads a batch into the loop's result buffers: None if the
-    /// connection parked instead. On a cluster node what would wait is
-    /// done in the background while the event loop serves others: a batch
-    /// inside one range held at another node is sent there, and one across
-    /// ranges has every range settle at its timestamp; the batch runs again
-    /// once that lands, and is read from it.
+    /// connection parked instead. On a cluster node what would wait (a
+    /// batch inside one range held at another node, read there; one across
+    /// ranges, every range settled at its timestamp) is done in the
+    /// background while the event loop serves others, and the batch runs
+    /// again once it lands, reading from its answer (`node::keyspace`).
     pub(crate) fn read_batch(&mut self, reads: &[ReadRequest<'_>]) -> Option<Result<()>> {
-        let session = self.session;
-        let keyspace = Keyspace::of(self.shared, session.store(), self.read_mark());
-        if let (Some(c), Some(p)) = (self.shared.cluster(), self.parking) {
-            // A read across ranges settled in the background: read at its
-            // timestamp, or, the map changed or the past gone, again.
-            if let Some((at, asks, settled, answer)) = p.landed_across() {
-                let read = answer.and_then(|answers| {
-                    keyspace.read_batch_settled(reads, (at, &asks, &settled), answers, self.batch)
-                });
-                match read {
-                    Ok(true) => return Some(Ok(())),
-                    // Planned anew, or the map or a range's past moved on:
-                    // read again (at a new timestamp).
-                    Ok(false) | Err(combkv::Error::WrongRange(_)) => {}
-                    Err(combkv::Error::Unavailable(why)) if why == combkv_replica::PAST_GONE => {}
-                    // No leader, a node that did not answer: as the read
-                    // would have failed waiting here.
-                    Err(e) => return Some(Err(e)),
-                }
-                return Some(keyspace.read_batch(reads, self.batch));
-            }
-            match keyspace.batch_route(reads) {
-                BatchRoute::Here => {}
-                BatchRoute::Across => {
-                    if let Some(across) = keyspace.across_batch(reads)
-                        && p.park_across(c, across)
-                    {
-                        return None;
-                    }
-                }
-                BatchRoute::Elsewhere(range) => {
-                    if let Some(remote) = keyspace.remote_batch(reads) {
-                        match p.landed_remote(range, &remote) {
-                            Some(Ok(answers)) => {
-                                Keyspace::gather_remote(&answers, reads.len(), self.batch);
-                                return Some(Ok(()));
-                            }
-                            // The map moved under it: read again, routed anew.
-                            Some(Err(combkv::Error::WrongRange(_))) => {}
-                            Some(Err(e)) => return Some(Err(e)),
-                            None if p.park_remote(c, range, remote) => return None,
-                            None => {}
-                        }
-                    }
-                }
-            }
+        let keyspace = Keyspace::of(
+            self.shared,
+            self.session.store(),
+            self.read_mark(),
+            self.parking,
+        );
+        let done = keyspace.read_batch(reads, self.batch);
+        if self.read_parked() {
+            return None;
         }
-        Some(keyspace.read_batch(reads, self.batch))
+        Some(done)
+    }
+
+    /// A request answered, or parked on a read elsewhere instead
+    /// (`node::keyspace`): true if it parked, and then it keeps the read
+    /// index it passed for when it runs again; else its rounds served it.
+    pub(crate) fn read_parked(&self) -> bool {
+        let Some(p) = self.parking else {
+            return false;
+        };
+        if p.take_parked() {
+            p.keep_read(self.read.clone());
+            return true;
+        }
+        p.read_done();
+        false
     }
 
     /// The read index this call's reads were let through on, if one was.

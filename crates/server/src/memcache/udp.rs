@@ -242,8 +242,8 @@ fn get(
         }
         reads.clear();
         reads.extend(chunk.iter().map(|k| ReadRequest::Get(k)));
-        let done =
-            crate::node::keyspace::Keyspace::of(shared, &store, None).read_batch(&reads, batch);
+        let done = crate::node::keyspace::Keyspace::of(shared, &store, None, None)
+            .read_batch(&reads, batch);
         shared.stats.add_hot_cache(batch);
         if let Err(e) = done {
             super::cmd::line(out, &McError::from(e).line());

@@ -14,6 +14,14 @@
 //! - A read waits, unparsed, for a read index asked at the turn's end: it
 //!   covers every request that arrived before it was asked (a parked
 //!   connection's socket is not read until it resumes).
+//! - A read of keys held elsewhere parks too (`node::keyspace`): one of a
+//!   range this node holds no replica of is sent to a node that does, and
+//!   one across ranges has each range settle at its timestamp. The
+//!   request answers nothing, and runs again once the round lands; it
+//!   then finds the round's answer (`Parking::landed_round`), and sends
+//!   the next round if it needs one (a scan that finds its floor first
+//!   reads twice). Its rounds, and the timestamp it reads at, are kept
+//!   until it answers.
 //! - WAIT that must wait for followers parks too: a task on the Raft
 //!   runtime watches replication until enough followers hold the
 //!   connection's last write (its log index comes with its outcomes), the
@@ -28,16 +36,30 @@
 
 use std::cell::RefCell;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use combkv::op::{Op, Outcome};
 use combkv::{Error, Result, Session};
-use combkv_replica::{RemoteItem, RemoteRead, Routed};
+use combkv_replica::{At, RemoteRead, Replica, Routed};
 use parking_lot::Mutex;
 
 use crate::cluster::{Cluster, ReadScope, Settled};
-use crate::node::keyspace::{Across, Asks};
 use crate::state::Shared;
+
+/// The error a read returns when it parked its connection instead of
+/// waiting (`Parking::park_round`): it never reaches a client, since the
+/// request that got it answers nothing now and runs again.
+const PARKED: &str = "the read parked its connection";
+
+/// The error of a read that parked its connection.
+pub(crate) fn parked() -> Error {
+    Error::Unavailable(PARKED.into())
+}
+
+/// Whether `e` is a read's [`PARKED`].
+pub(crate) fn is_parked(e: &Error) -> bool {
+    matches!(e, Error::Unavailable(why) if why == PARKED)
+}
 
 /// What landed for a parked connection.
 #[derive(Debug)]
@@ -48,11 +70,10 @@ pub(crate) enum Landing {
     /// Its read index was reached here: when it began and the ranges it
     /// covered (or no leader answered).
     Read(Result<(Instant, ReadScope)>),
-    /// The answer of its read of a range held at another node.
-    Remote(Result<Vec<Vec<RemoteItem>>>),
-    /// The ranges of its read across ranges settled at its timestamp (the
-    /// remote reads' answers).
-    Across(Result<Settled>),
+    /// The answer of its round of reads elsewhere (the round's place in
+    /// the request's list): a range read at another node, or ranges settled
+    /// at a timestamp, with the remote reads' answers.
+    Round(usize, Result<Settled>),
     /// Its WAIT ended: how many followers hold its writes (None: this
     /// node stopped leading meanwhile).
     Waited(Option<usize>),
@@ -163,11 +184,8 @@ pub(crate) struct Park {
     outcomes: Option<Vec<Result<Outcome>>>,
     /// A read index that landed for the input as it stood when parked.
     read: Option<Result<(Instant, ReadScope)>>,
-    /// A read of a range held at another node, sent for the batch it
-    /// parked on, and its answer once it landed.
-    remote: Option<RemoteRound>,
-    /// A read across ranges settling for the batch it parked on.
-    across: Option<AcrossRound>,
+    /// The reads elsewhere of the request it parked on.
+    reading: Reading,
     /// The answer of a WAIT that landed, for the WAIT it parked on.
     waited: Option<Option<usize>>,
     /// The log index of the last write of this connection that landed
@@ -185,13 +203,8 @@ impl Park {
                 self.last_write = self.last_write.max(index);
             }
             Landing::Read(r) => self.read = Some(r),
-            Landing::Remote(r) => {
-                if let Some(round) = &mut self.remote {
-                    round.answer = Some(r);
-                }
-            }
-            Landing::Across(r) => {
-                if let Some(round) = &mut self.across {
+            Landing::Round(i, r) => {
+                if let Some(round) = self.reading.rounds.get_mut(i) {
                     round.answer = Some(r);
                 }
             }
@@ -206,42 +219,61 @@ impl Park {
 
     /// A read index (a WAIT's answer) applies to one processing of the
     /// input it was asked for, never to input read after it.
+    ///
+    /// A request parked on a round of reads elsewhere runs again on the
+    /// same input when it lands (the socket is not read meanwhile): the
+    /// read index it passed (`Parking::keep_read`) and its rounds still
+    /// apply to it.
     pub(crate) fn forget_read(&mut self) {
-        self.read = None;
-        // A round sent in this processing waits for its answer; one whose
-        // answer landed served this processing or none.
-        if !self.waiting || self.remote.as_ref().is_some_and(|r| r.answer.is_some()) {
-            self.remote = None;
-        }
-        if !self.waiting || self.across.as_ref().is_some_and(|r| r.answer.is_some()) {
-            self.across = None;
+        let on_round = self.waiting
+            && self
+                .reading
+                .rounds
+                .last()
+                .is_some_and(|r| r.answer.is_none());
+        if !on_round {
+            self.read = None;
+            self.reading = Reading::default();
         }
         self.waited = None;
     }
 }
 
-/// A read a parked connection sent to a node that holds the range: what
-/// it asked (range, reads), and the answer once it landed.
-#[derive(Debug)]
-struct RemoteRound {
-    asked: (u64, Vec<RemoteRead>),
-    answer: Option<Result<Vec<Vec<RemoteItem>>>>,
+/// The reads elsewhere of a request that parks (see the module's
+/// documentation), kept until it answers.
+#[derive(Debug, Default)]
+struct Reading {
+    /// The timestamp its reads across ranges read at, and how many times
+    /// they were taken again before it (`keyspace::at_timestamp`).
+    at: Option<(u64, u64)>,
+    /// How long the next round waits before it is sent (a read taken
+    /// again because a range's past did not reach back to its timestamp).
+    pause: Option<Duration>,
+    /// Every round it sent, in order.
+    rounds: Vec<Round>,
+    /// It parked on a round in this run: it answers nothing now.
+    parked: bool,
 }
 
-/// A read across ranges a parked connection settles: its timestamp, what
-/// it asked, the replicas whose floors it raises, and the answer once it
-/// landed.
+/// One round of reads elsewhere: when it reads, this node's replicas whose
+/// floors it raises, the reads it sends to other nodes, and the answer
+/// once it landed.
 #[derive(Debug)]
-struct AcrossRound {
-    at: u64,
-    asks: Asks,
-    settled: Vec<combkv_replica::Replica>,
+struct Round {
+    how: At,
+    local: Vec<Replica>,
+    remote: Vec<(u64, Vec<RemoteRead>)>,
     answer: Option<Result<Settled>>,
 }
 
-/// A landed settle of a read across ranges (`Parking::landed_across`):
-/// its timestamp, what it asked, the replicas settled, and the answer.
-pub(crate) type LandedAcross = (u64, Asks, Vec<combkv_replica::Replica>, Result<Settled>);
+impl Round {
+    fn asks(&self, how: At, local: &[Replica], remote: &[(u64, Vec<RemoteRead>)]) -> bool {
+        self.how == how
+            && self.remote == remote
+            && self.local.len() == local.len()
+            && self.local.iter().zip(local).all(|(a, b)| a.is_same(b))
+    }
+}
 
 /// What became of a write on a cluster node.
 #[derive(Debug)]
@@ -277,7 +309,7 @@ pub(crate) enum ReadGate {
 /// What a request needs to park its connection: the connection's park,
 /// and where to land (none while the loop drains at shutdown, when writes
 /// block instead).
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Parking<'a> {
     pub park: &'a RefCell<Park>,
     pub inbox: Option<&'a Arc<Inbox>>,
@@ -347,101 +379,108 @@ impl Parking<'_> {
         }
     }
 
-    /// The answer that landed for a read of exactly `reads` of `range` at
-    /// another node, once (a batch parsed again is the batch that asked:
-    /// it is checked all the same).
-    pub(crate) fn landed_remote(
+    /// Whether a read that would wait can park this connection instead
+    /// (not while the loop drains at shutdown).
+    pub(crate) fn can_park(&self) -> bool {
+        self.inbox.is_some()
+    }
+
+    /// The answer of a round that asked exactly this and landed, if one
+    /// did: a request run again finds each of its rounds' answers. A
+    /// failed round's answer is found once, so that the read taken again
+    /// after it (the map brought up to date) sends a new round.
+    pub(crate) fn landed_round(
         &self,
-        range: u64,
-        reads: &[RemoteRead],
-    ) -> Option<Result<Vec<Vec<RemoteItem>>>> {
+        how: At,
+        local: &[Replica],
+        remote: &[(u64, Vec<RemoteRead>)],
+    ) -> Option<Result<Settled>> {
         let mut p = self.park.borrow_mut();
-        match &p.remote {
-            Some(round)
-                if round.answer.is_some() && round.asked.0 == range && round.asked.1 == reads =>
-            {
-                p.remote.take().and_then(|round| round.answer)
-            }
-            _ => None,
+        let round = p
+            .reading
+            .rounds
+            .iter_mut()
+            .find(|r| r.answer.is_some() && r.asks(how, local, remote))?;
+        match &round.answer {
+            Some(Ok(answers)) => Some(Ok(answers.clone())),
+            _ => round.answer.take(),
         }
     }
 
-    /// Sends `reads` of `range` to a node that holds it, in the
-    /// background, and parks the connection until the answer lands (the
-    /// event loop serves others meanwhile); false with no inbox (the loop
-    /// drains: the caller reads itself).
-    pub(crate) fn park_remote(
+    /// Sends a round in the background (`Cluster::settle_at_then`) and
+    /// parks the connection until it lands; false with no inbox (the loop
+    /// drains: the caller waits itself). While the connection already
+    /// waits (its held writes) the round is sent when it runs again.
+    pub(crate) fn park_round(
         &self,
         cluster: &Cluster,
-        range: u64,
-        reads: Vec<RemoteRead>,
+        how: At,
+        local: Vec<Replica>,
+        remote: Vec<(u64, Vec<RemoteRead>)>,
     ) -> bool {
         let Some(inbox) = self.inbox else {
             return false;
         };
         let mut p = self.park.borrow_mut();
-        if !p.waiting {
-            p.waiting = true;
-            p.remote = Some(RemoteRound {
-                asked: (range, reads.clone()),
-                answer: None,
-            });
-            let inbox = Arc::clone(inbox);
-            let (token, client) = (self.token, self.client);
-            cluster.read_remote_then(range, reads, move |r| {
-                inbox.land(Landed {
-                    token,
-                    client,
-                    what: Landing::Remote(r),
-                });
-            });
+        p.reading.parked = true;
+        if p.waiting {
+            return true;
         }
+        p.waiting = true;
+        let i = p.reading.rounds.len();
+        p.reading.rounds.push(Round {
+            how,
+            local: local.clone(),
+            remote: remote.clone(),
+            answer: None,
+        });
+        let pause = p.reading.pause.take();
+        let inbox = Arc::clone(inbox);
+        let (token, client) = (self.token, self.client);
+        cluster.settle_at_then(how, local, remote, pause, move |r| {
+            inbox.land(Landed {
+                token,
+                client,
+                what: Landing::Round(i, r),
+            });
+        });
         true
     }
 
-    /// The settle that landed for a read across ranges, once.
-    pub(crate) fn landed_across(&self) -> Option<LandedAcross> {
-        let mut p = self.park.borrow_mut();
-        if p.across.as_ref().is_none_or(|r| r.answer.is_none()) {
-            return None;
-        }
-        let round = p.across.take()?;
-        Some((round.at, round.asks, round.settled, round.answer?))
+    /// The timestamp this request reads across ranges at, and how many
+    /// times it was taken again, if a run of it took one.
+    pub(crate) fn read_at(&self) -> Option<(u64, u64)> {
+        self.park.borrow().reading.at
     }
 
-    /// Settles a read across ranges in the background (every range's
-    /// floor raised to its timestamp, the remote parts read there) and
-    /// parks the connection until that lands; false with no inbox.
-    pub(crate) fn park_across(&self, cluster: &Cluster, across: Across) -> bool {
-        let Some(inbox) = self.inbox else {
-            return false;
-        };
-        let mut p = self.park.borrow_mut();
-        if !p.waiting {
-            p.waiting = true;
-            let Across {
-                at,
-                local,
-                remote,
-                asks,
-            } = across;
-            p.across = Some(AcrossRound {
-                at,
-                asks,
-                settled: local.clone(),
-                answer: None,
-            });
-            let inbox = Arc::clone(inbox);
-            let (token, client) = (self.token, self.client);
-            cluster.settle_at_then(combkv_replica::At::Settle(at), local, remote, move |r| {
-                inbox.land(Landed {
-                    token,
-                    client,
-                    what: Landing::Across(r),
-                });
-            });
-        }
-        true
+    /// Records the timestamp the request reads across ranges at (and how
+    /// many times it was taken again), for its later runs.
+    pub(crate) fn set_read_at(&self, at: u64, tries: u64) {
+        self.park.borrow_mut().reading.at = Some((at, tries));
+    }
+
+    /// The next round waits `pause` before it is sent.
+    pub(crate) fn pause_next(&self, pause: Duration) {
+        self.park.borrow_mut().reading.pause = Some(pause);
+    }
+
+    /// Whether the request parked on a round in this run (it answers
+    /// nothing now, whatever its handler returned); the mark is cleared.
+    pub(crate) fn take_parked(&self) -> bool {
+        std::mem::take(&mut self.park.borrow_mut().reading.parked)
+    }
+
+    /// A request parked on a round keeps the read index it passed, `mark`,
+    /// for when it runs again (`Park::forget_read`).
+    pub(crate) fn keep_read(&self, mark: Option<(Instant, ReadScope)>) {
+        self.park.borrow_mut().read = mark.map(Ok);
+    }
+
+    /// The request answered: its rounds served it, and the request after
+    /// it takes a timestamp of its own (none is in flight: a request that
+    /// sent one parked).
+    pub(crate) fn read_done(&self) {
+        self.park.borrow_mut().reading = Reading::default();
     }
 
     /// The read index that landed for this input, once.

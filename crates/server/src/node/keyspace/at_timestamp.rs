@@ -6,7 +6,10 @@
 //! of one store is. A map found out of date, or a range whose held past no
 //! longer reaches back to the timestamp (its floor round was slow), takes
 //! the read again from the start, at a new timestamp; nothing is handed to
-//! the caller before every range has answered. A snapshot of a split
+//! the caller before every range has answered. A request that reads more
+//! than once across ranges (a floor found, then a scan from it) reads at
+//! one timestamp throughout, and so does each run of a parked one (the
+//! timestamp is kept with its rounds). A snapshot of a split
 //! keyspace is a timestamp every range pinned (`Cluster::snapshot`); reads
 //! at it are the same reads, with no floor to raise (`at_snapshot`).
 
@@ -45,26 +48,37 @@ pub(super) enum Got {
 /// read's findings, in plan order. Each range is settled once however many
 /// reads it has.
 pub(super) fn at_one_timestamp<X>(
+    ks: &Keyspace<'_>,
     cluster: &Cluster,
     mut plan: impl FnMut(&RangeMap) -> Result<Vec<(RangeDesc, RemoteRead, X)>>,
 ) -> Result<Vec<(Got, X)>> {
-    with_timestamp(cluster, |at| {
+    with_timestamp(ks, cluster, |at| {
         let map = cluster.shared_range_map();
-        settled(cluster, at, plan(&map)?)
+        settled(ks, cluster, at, plan(&map)?)
     })
 }
 
 /// Runs `read` at a timestamp taken for it, again at a new one (up to
 /// `TRIES` times) if a map found behind or a range's held past not
 /// reaching back made it fail; `read` may settle ranges at its timestamp
-/// as often as it needs ([`settled`]), each at the same one.
+/// as often as it needs ([`settled`]), each at the same one. A request
+/// that parks keeps its timestamp and tries with its rounds: it reads at
+/// the same timestamp when it runs again, and every read across ranges of
+/// one request reads at one.
 pub(super) fn with_timestamp<T>(
+    ks: &Keyspace<'_>,
     cluster: &Cluster,
     mut read: impl FnMut(u64) -> Result<T>,
 ) -> Result<T> {
+    let parking = ks.parking();
+    let (mut at, first) = parking
+        .and_then(|p| p.read_at())
+        .unwrap_or_else(|| (cluster.read_timestamp(), 0));
     let mut last = None;
-    for retries in 0..TRIES as u64 {
-        let at = cluster.read_timestamp();
+    for retries in first..TRIES as u64 {
+        if let Some(p) = parking {
+            p.set_read_at(at, retries);
+        }
         match read(at) {
             Ok(found) => {
                 cluster.note_read_across(retries);
@@ -78,12 +92,18 @@ pub(super) fn with_timestamp<T>(
                 // A replica that began to hold its past just now (a store
                 // newly installed, a floor applied after a quiet spell)
                 // holds it by the next timestamp; its node's other ranges
-                // by the next turn.
-                std::thread::sleep(if retries == 0 { PAUSE } else { TURN_PAUSE });
+                // by the next turn. A parked request's next round waits
+                // that out in the background.
+                let pause = if retries == 0 { PAUSE } else { TURN_PAUSE };
+                match parking {
+                    Some(p) => p.pause_next(pause),
+                    None => std::thread::sleep(pause),
+                }
                 last = Some(Error::Unavailable(why));
             }
             r => return r,
         }
+        at = cluster.read_timestamp();
     }
     Err(last.unwrap_or_else(|| Error::Unavailable("the read could not settle".into())))
 }
@@ -95,13 +115,14 @@ pub(super) fn with_timestamp<T>(
 /// lost the snapshot: [`Error::NoSuchSnapshot`].
 /// A map found behind is brought up to date and the reads planned again.
 pub(super) fn at_snapshot<X>(
+    ks: &Keyspace<'_>,
     cluster: &Cluster,
     at: u64,
     mut plan: impl FnMut(&RangeMap) -> Result<Vec<(RangeDesc, RemoteRead, X)>>,
 ) -> Result<Vec<(Got, X)>> {
     for _ in 0..TRIES {
         let map = cluster.shared_range_map();
-        match settle(cluster, at, true, plan(&map)?) {
+        match settle(ks, cluster, at, true, plan(&map)?) {
             Err(Error::Unavailable(why)) if why == PAST_GONE => return Err(Error::NoSuchSnapshot),
             Err(Error::WrongRange(_)) => cluster.catch_up_map()?,
             r => return r,
@@ -115,29 +136,36 @@ pub(super) fn at_snapshot<X>(
 /// `reads` settled and run at timestamp `at`, for [`with_timestamp`]'s
 /// `read`.
 pub(super) fn settled<X>(
+    ks: &Keyspace<'_>,
     cluster: &Cluster,
     at: u64,
     reads: Vec<(RangeDesc, RemoteRead, X)>,
 ) -> Result<Vec<(Got, X)>> {
-    settle(cluster, at, false, reads)
+    settle(ks, cluster, at, false, reads)
 }
 
 /// One try of [`at_one_timestamp`] at `at`, or (`pinned`) the reads of
 /// [`at_snapshot`].
 fn settle<X>(
+    ks: &Keyspace<'_>,
     cluster: &Cluster,
     at: u64,
     pinned: bool,
     reads: Vec<(RangeDesc, RemoteRead, X)>,
 ) -> Result<Vec<(Got, X)>> {
     let settling = prepare(cluster, at, pinned, &reads)?;
-    let answers = cluster.settle_at(settling.how(), &settling.local(), settling.remote.clone())?;
+    let answers = ks.wait(
+        cluster,
+        settling.how(),
+        settling.local(),
+        settling.remote.clone(),
+    )?;
     finish(settling, answers, reads)
 }
 
 /// What one try at a timestamp settles: each range once, where it is
 /// read, and the reads of those held elsewhere.
-pub(super) struct Settling {
+struct Settling {
     at: u64,
     pinned: bool,
     sources: BTreeMap<u64, (RangeDesc, Source)>,
@@ -145,17 +173,8 @@ pub(super) struct Settling {
     remote: Vec<(u64, Vec<RemoteRead>)>,
 }
 
-/// What a try asks of the logs and of other nodes: the ranges settled
-/// here, and the reads sent elsewhere. A try made again with the same asks
-/// can take the answers of the first (`finish`).
-pub(crate) type Asks = (Vec<u64>, Vec<(u64, Vec<RemoteRead>)>);
-
 impl Settling {
-    pub(super) fn at(&self) -> u64 {
-        self.at
-    }
-
-    pub(super) fn how(&self) -> At {
+    fn how(&self) -> At {
         if self.pinned {
             At::Pinned(self.at)
         } else {
@@ -164,7 +183,7 @@ impl Settling {
     }
 
     /// This node's replicas of the ranges read here.
-    pub(super) fn local(&self) -> Vec<Replica> {
+    fn local(&self) -> Vec<Replica> {
         self.sources
             .values()
             .filter_map(|(_, s)| match s {
@@ -173,35 +192,11 @@ impl Settling {
             })
             .collect()
     }
-
-    pub(super) fn asks(&self) -> Asks {
-        let local = self
-            .sources
-            .iter()
-            .filter(|(_, (_, s))| matches!(s, Source::Local(..)))
-            .map(|(id, _)| *id)
-            .collect();
-        (local, self.remote.clone())
-    }
-
-    /// Whether this try reads its ranges held here from the very replicas
-    /// in `settled` (those whose floors a first try raised), in order: a
-    /// range first read from the replica still holding it before its
-    /// split was carried out here, and now from the new range's own
-    /// replica, has had no floor raised there.
-    pub(super) fn reads_from(&self, settled: &[Replica]) -> bool {
-        let local = self.local();
-        local.len() == settled.len() && local.iter().zip(settled).all(|(a, b)| a.is_same(b))
-    }
-
-    pub(super) fn remote(&self) -> Vec<(u64, Vec<RemoteRead>)> {
-        self.remote.clone()
-    }
 }
 
 /// A try of `reads` at `at` made ready: where each range is read, nothing
 /// waited for.
-pub(super) fn prepare<X>(
+fn prepare<X>(
     cluster: &Cluster,
     at: u64,
     pinned: bool,
@@ -248,7 +243,7 @@ pub(super) fn prepare<X>(
 /// A try of `reads` finished from what settling it answered (`answers`,
 /// the remote reads' in the order `Settling::remote` gave them): the
 /// local ranges read as of the timestamp, each read's findings in order.
-pub(super) fn finish<X>(
+fn finish<X>(
     settling: Settling,
     answers: crate::cluster::Settled,
     reads: Vec<(RangeDesc, RemoteRead, X)>,

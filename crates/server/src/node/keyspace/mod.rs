@@ -9,8 +9,11 @@
 //! records is read from the range that still holds the keys until the new
 //! range's group has started here. A range this node holds no replica of
 //! is read at a node that holds one (`Host::read_remote`), which answers
-//! after a read index of its own; the event loop waits for that answer,
-//! unless its caller sent the batch itself (`batch_route`, `remote_batch`), parked.
+//! after a read index of its own. What a read waits for (another node's
+//! answer, the ranges settling at a timestamp) it waits for in one place,
+//! [`Keyspace::wait`]: with the connection's parking, the connection parks
+//! instead and the request runs again once the answer lands
+//! (`node::park`), so the event loop serves others meanwhile.
 //!
 //! A read inside one range is read at that range's read index; a read
 //! that crosses ranges is read at one timestamp across them all
@@ -27,12 +30,12 @@ use combkv::{Error, ItemView, Range, Result, SnapshotId, SnapshotInfo, Store};
 use combkv_replica::ranges::{RangeDesc, RangeMap};
 use combkv_replica::{RemoteItem, RemoteRead, Replica};
 
-use crate::cluster::{Cluster, ReadMark, ReadScope};
+use crate::cluster::{Cluster, ReadMark, ReadScope, Settled};
+use crate::node::park::Parking;
 use crate::state::Shared;
 
 mod at_timestamp;
 
-pub(crate) use at_timestamp::Asks;
 use at_timestamp::{Got, at_one_timestamp, at_snapshot, settled, with_timestamp};
 
 /// How long a read waits for a range's group to start on this node after
@@ -46,9 +49,11 @@ pub(crate) enum Keyspace<'a> {
     /// The keyspace is cut into ranges, each its own group's store; reads
     /// inside one range are linearizable for requests that arrived before
     /// `since`, when a read index over some of them began (`Cluster::fresh`).
+    /// With `parking`, a read that would wait parks its connection instead.
     Ranges {
         cluster: &'a Cluster,
         since: Option<Instant>,
+        parking: Option<Parking<'a>>,
     },
 }
 
@@ -64,8 +69,14 @@ enum Source {
 impl<'a> Keyspace<'a> {
     /// The keyspace a read on `shared` sees, `store` being the turn's, for
     /// requests let through on read index `mark` (None: one over every
-    /// range, taken before).
-    pub(crate) fn of(shared: &'a Shared, store: &'a Store, mark: Option<ReadMark>) -> Keyspace<'a> {
+    /// range, taken before); with `parking`, its reads park the connection
+    /// rather than wait.
+    pub(crate) fn of(
+        shared: &'a Shared,
+        store: &'a Store,
+        mark: Option<ReadMark>,
+        parking: Option<Parking<'a>>,
+    ) -> Keyspace<'a> {
         if let Some(cluster) = shared.cluster()
             && (cluster.is_split()
                 || !std::ptr::eq(store, &*cluster.store())
@@ -80,9 +91,44 @@ impl<'a> Keyspace<'a> {
             return Keyspace::Ranges {
                 cluster,
                 since: mark.map(|m| m.since),
+                parking: parking.filter(Parking::can_park),
             };
         }
         Keyspace::One(store)
+    }
+
+    /// How this keyspace's reads park their connection, if they may.
+    fn parking(&self) -> Option<Parking<'a>> {
+        match self {
+            Keyspace::Ranges { parking, .. } => *parking,
+            Keyspace::One(_) => None,
+        }
+    }
+
+    /// Everything a read waits for: `Cluster::settle_at` (ranges settled
+    /// at a timestamp, reads run at other nodes, `how`). With parking, the
+    /// answer of the round that asked this if it landed; else the round is
+    /// sent in the background and the connection parks ([`park::parked`]
+    /// is returned: the request answers nothing and runs again). Without,
+    /// the event loop waits for the answer.
+    ///
+    /// [`park::parked`]: crate::node::park::parked
+    fn wait(
+        &self,
+        cluster: &Cluster,
+        how: combkv_replica::At,
+        local: Vec<Replica>,
+        remote: Vec<(u64, Vec<RemoteRead>)>,
+    ) -> Result<Settled> {
+        if let Some(p) = self.parking() {
+            if let Some(answer) = p.landed_round(how, &local, &remote) {
+                return answer;
+            }
+            if p.park_round(cluster, how, local.clone(), remote.clone()) {
+                return Err(crate::node::park::parked());
+            }
+        }
+        cluster.settle_at(how, &local, remote)
     }
 
     /// SNAPSHOT CREATE: the one store's snapshot, or, the keyspace split,
@@ -118,7 +164,7 @@ impl<'a> Keyspace<'a> {
         };
         let at = cluster.snapshot_at(id.0)?;
         combkv::check_key(key, cluster.max_key_len())?;
-        let found = at_snapshot(cluster, at, |map| {
+        let found = at_snapshot(self, cluster, at, |map| {
             Ok(vec![(
                 map.route(key).clone(),
                 RemoteRead::Get(key.to_vec()),
@@ -151,7 +197,7 @@ impl<'a> Keyspace<'a> {
                     .reversed()
                     .with_limit(1);
                 let mut floor = None;
-                Self::scan_at_timestamp(cluster, &below, Some(at), |it| {
+                self.scan_at_timestamp(cluster, &below, Some(at), |it| {
                     floor = Some(it.key.to_vec());
                     false
                 })?;
@@ -161,7 +207,7 @@ impl<'a> Keyspace<'a> {
             }
             r.floor_start = false;
         }
-        Self::scan_at_timestamp(cluster, &r, Some(at), f)
+        self.scan_at_timestamp(cluster, &r, Some(at), f)
     }
 
     /// Where range `r`'s keys are read: this node's replica of it, or,
@@ -243,13 +289,23 @@ impl<'a> Keyspace<'a> {
         }
     }
 
-    /// `reads` of range `range` at a node that holds it.
+    /// `reads` of range `range` at a node that holds it, after a read
+    /// index there.
     fn remote(
+        &self,
         cluster: &Cluster,
         range: u64,
         reads: Vec<RemoteRead>,
     ) -> Result<Vec<Vec<RemoteItem>>> {
-        cluster.read_remote(range, reads)
+        let answer = self.wait(
+            cluster,
+            combkv_replica::At::Now,
+            Vec::new(),
+            vec![(range, reads)],
+        );
+        answer?
+            .pop()
+            .ok_or_else(|| Error::Unavailable("a remote read went unanswered".into()))
     }
 
     /// [`Store::get_with`], in the key's range.
@@ -269,7 +325,7 @@ impl<'a> Keyspace<'a> {
             }
             Source::Remote(id) => {
                 combkv::check_key(key, cluster.max_key_len())?;
-                let items = Self::remote(cluster, id, vec![RemoteRead::Get(key.to_vec())])?;
+                let items = self.remote(cluster, id, vec![RemoteRead::Get(key.to_vec())])?;
                 Ok(f(items.first().and_then(|i| i.first()).map(view)))
             }
         }
@@ -297,7 +353,7 @@ impl<'a> Keyspace<'a> {
             Keyspace::One(s) => return Ok(s.len()),
             Keyspace::Ranges { cluster, .. } => cluster,
         };
-        let found = at_one_timestamp(cluster, |map| {
+        let found = at_one_timestamp(self, cluster, |map| {
             Ok(map
                 .ranges()
                 .map(|r| {
@@ -325,6 +381,7 @@ impl<'a> Keyspace<'a> {
     /// Visits range `part`'s items of `sub` (already cut to it), where
     /// they are, until `f` returns false; how many were visited.
     fn scan_part(
+        &self,
         cluster: &Cluster,
         source: Source,
         sub: &Range,
@@ -338,7 +395,7 @@ impl<'a> Keyspace<'a> {
                 s.scan(sub, f)
             }
             Source::Remote(id) => {
-                let items = Self::remote(cluster, id, vec![remote_range(sub)])?;
+                let items = self.remote(cluster, id, vec![remote_range(sub)])?;
                 let mut seen = 0;
                 for it in items.iter().flatten() {
                     seen += 1;
@@ -360,7 +417,7 @@ impl<'a> Keyspace<'a> {
             Keyspace::Ranges { cluster, .. } => cluster,
         };
         if r.floor_start {
-            return Self::scan_from_floor(cluster, r, f);
+            return self.scan_from_floor(cluster, r, f);
         }
         let r = r.clone();
         // Inside one range: that range's read at its read index. The
@@ -375,15 +432,16 @@ impl<'a> Keyspace<'a> {
             }
         })?;
         let Some((mut sub, source)) = plan else {
-            return Self::scan_at_timestamp(cluster, &r, None, f);
+            return self.scan_at_timestamp(cluster, &r, None, f);
         };
         sub.limit = r.limit;
-        Self::scan_part(cluster, source, &sub, &mut f)
+        self.scan_part(cluster, source, &sub, &mut f)
     }
 
     /// [`Keyspace::scan`] of a range `r` that crosses ranges: each part
     /// read at one timestamp (at snapshot timestamp `snapshot` if given).
     fn scan_at_timestamp(
+        &self,
         cluster: &Cluster,
         r: &Range,
         snapshot: Option<u64>,
@@ -403,8 +461,8 @@ impl<'a> Keyspace<'a> {
                 .collect())
         };
         let found = match snapshot {
-            None => at_one_timestamp(cluster, plan)?,
-            Some(at) => at_snapshot(cluster, at, plan)?,
+            None => at_one_timestamp(self, cluster, plan)?,
+            Some(at) => at_snapshot(self, cluster, at, plan)?,
         };
         Self::visit_parts(r.limit, found, &mut f)
     }
@@ -415,6 +473,7 @@ impl<'a> Keyspace<'a> {
     /// it, all at one timestamp, so the floor is the floor of the state
     /// the scan reads.
     fn scan_from_floor(
+        &self,
         cluster: &Cluster,
         r: &Range,
         mut f: impl FnMut(ItemView<'_>) -> bool,
@@ -423,19 +482,24 @@ impl<'a> Keyspace<'a> {
         from.floor_start = false;
         let Bound::Included(start) = &r.start else {
             // Only an inclusive start has a floor (the parser says so).
-            return Self::scan_at_timestamp(cluster, &from, None, f);
+            return self.scan_at_timestamp(cluster, &from, None, f);
         };
         let below = Range::new(Bound::Unbounded, Bound::Included(start.clone()))
             .reversed()
             .with_limit(1);
-        let found = with_timestamp(cluster, |at| {
+        let found = with_timestamp(self, cluster, |at| {
             let map = cluster.shared_range_map();
             let mut fwd = from.clone();
             let mut parts: Vec<&RangeDesc> = spanned(&map, &below).collect();
             parts.reverse();
             for p in parts {
                 let sub = clip(&below, p);
-                let got = settled(cluster, at, vec![(p.clone(), remote_range(&sub), sub)])?;
+                let got = settled(
+                    self,
+                    cluster,
+                    at,
+                    vec![(p.clone(), remote_range(&sub), sub)],
+                )?;
                 let mut floor = None;
                 Self::visit_parts(Some(1), got, &mut |it: ItemView<'_>| {
                     floor = Some(it.key.to_vec());
@@ -457,7 +521,7 @@ impl<'a> Keyspace<'a> {
                     (p.clone(), remote_range(&sub), sub)
                 })
                 .collect();
-            settled(cluster, at, reads)
+            settled(self, cluster, at, reads)
         })?;
         Self::visit_parts(r.limit, found, &mut f)
     }
@@ -615,42 +679,6 @@ impl<'a> Keyspace<'a> {
         scope
     }
 
-    /// Where [`Keyspace::read_batch`] would read `requests`, by the map as
-    /// it is now: told once, so that a caller who does what would wait in
-    /// the background (`Cx::read_batch`) routes the batch only once.
-    pub(crate) fn batch_route(&self, requests: &[ReadRequest<'_>]) -> BatchRoute {
-        let Keyspace::Ranges { cluster, .. } = self else {
-            return BatchRoute::Here;
-        };
-        let map = cluster.shared_range_map();
-        match one_range(&map, requests) {
-            None => BatchRoute::Across,
-            Some(r) => match Self::place(cluster, r) {
-                Ok(Source::Remote(id)) => BatchRoute::Elsewhere(id),
-                _ => BatchRoute::Here,
-            },
-        }
-    }
-
-    /// The reads of a batch [`Keyspace::batch_route`] sends elsewhere, for
-    /// the caller to send without waiting for the answer.
-    pub(crate) fn remote_batch(&self, requests: &[ReadRequest<'_>]) -> Option<Vec<RemoteRead>> {
-        let Keyspace::Ranges { cluster, .. } = self else {
-            return None;
-        };
-        remote_reads(cluster, requests).ok()
-    }
-
-    /// The answers of a batch read at another node (`remote_batch`), into
-    /// `out` as [`Keyspace::read_batch`] leaves them.
-    pub(crate) fn gather_remote(
-        answers: &[Vec<RemoteItem>],
-        requests: usize,
-        out: &mut BatchResults,
-    ) {
-        gather(answers, requests, out);
-    }
-
     /// [`Keyspace::read_batch`] routed by `map`.
     fn read_batch_by(
         &self,
@@ -673,7 +701,7 @@ impl<'a> Keyspace<'a> {
             // request has a floor start: one would span every range).
             Source::Remote(id) => {
                 let reads = remote_reads(cluster, requests)?;
-                let answers = Self::remote(cluster, id, reads)?;
+                let answers = self.remote(cluster, id, reads)?;
                 gather(&answers, requests.len(), out);
                 Ok(())
             }
@@ -700,84 +728,11 @@ impl<'a> Keyspace<'a> {
                 ReadRequest::Range(r) => Some(self.floor_resolved(r)?),
             });
         }
-        let found = at_one_timestamp(cluster, |map| Ok(batch_plan(map, requests, &resolved)))?;
+        let found = at_one_timestamp(self, cluster, |map| {
+            Ok(batch_plan(map, requests, &resolved))
+        })?;
         gather_parts(found, &resolved, out)
     }
-
-    /// A batch [`Keyspace::batch_route`] reads across ranges, made ready
-    /// to read without waiting here (see [`Keyspace::read_batch_settled`]):
-    /// a timestamp taken for it, and what its ranges must settle at it, for
-    /// the caller to settle in the background. None for a batch with a
-    /// floor start to find first, or one this node cannot place now.
-    pub(crate) fn across_batch(&self, requests: &[ReadRequest<'_>]) -> Option<Across> {
-        let Keyspace::Ranges { cluster, .. } = self else {
-            return None;
-        };
-        let map = cluster.shared_range_map();
-        let resolved = resolved_as_they_are(cluster, requests)?;
-        let plan = batch_plan(&map, requests, &resolved);
-        let settling =
-            at_timestamp::prepare(cluster, cluster.read_timestamp(), false, &plan).ok()?;
-        Some(Across {
-            at: settling.at(),
-            local: settling.local(),
-            remote: settling.remote(),
-            asks: settling.asks(),
-        })
-    }
-
-    /// A batch across ranges read at `at`, which a background settle of
-    /// `asks` raised the floors of replicas `settled` to (`answers`: its
-    /// remote reads'): false, nothing read, if the batch now asks something
-    /// else or would read another replica (the map changed, a split was
-    /// carried out here); an error if a range's past no longer reaches back
-    /// to `at`. Either way the caller reads it again
-    /// ([`Keyspace::read_batch`]).
-    pub(crate) fn read_batch_settled(
-        &self,
-        requests: &[ReadRequest<'_>],
-        (at, asks, settled): (u64, &Asks, &[Replica]),
-        answers: crate::cluster::Settled,
-        out: &mut BatchResults,
-    ) -> Result<bool> {
-        let Keyspace::Ranges { cluster, .. } = self else {
-            return Ok(false);
-        };
-        let map = cluster.shared_range_map();
-        let Some(resolved) = resolved_as_they_are(cluster, requests) else {
-            return Ok(false);
-        };
-        let plan = batch_plan(&map, requests, &resolved);
-        let settling = at_timestamp::prepare(cluster, at, false, &plan)?;
-        if settling.asks() != *asks || !settling.reads_from(settled) {
-            return Ok(false);
-        }
-        let found = at_timestamp::finish(settling, answers, plan)?;
-        gather_parts(found, &resolved, out)?;
-        cluster.note_read_across(0);
-        Ok(true)
-    }
-}
-
-/// Where a batch is read (`Keyspace::batch_route`).
-pub(crate) enum BatchRoute {
-    /// In one store or one range this node serves.
-    Here,
-    /// Inside one range held at other nodes (its id).
-    Elsewhere(u64),
-    /// Across ranges, at one timestamp.
-    Across,
-}
-
-/// A batch across ranges made ready (`Keyspace::across_batch`): its
-/// timestamp, this node's replicas whose floors it raises, the reads it
-/// sends to other nodes, and both as one value to compare a later try
-/// with.
-pub(crate) struct Across {
-    pub at: u64,
-    pub local: Vec<Replica>,
-    pub remote: Vec<(u64, Vec<RemoteRead>)>,
-    pub asks: Asks,
 }
 
 /// One part of a batch read across ranges: a GET, or a request's range cut
@@ -785,26 +740,6 @@ pub(crate) struct Across {
 enum Part {
     Get(usize, Vec<u8>),
     Range(usize, Range),
-}
-
-/// The batch's ranges as they are, keys checked: None if a request has a
-/// floor start (found by a read of its own first) or a key is refused.
-fn resolved_as_they_are(
-    cluster: &Cluster,
-    requests: &[ReadRequest<'_>],
-) -> Option<Vec<Option<Range>>> {
-    let mut resolved = Vec::with_capacity(requests.len());
-    for req in requests {
-        resolved.push(match req {
-            ReadRequest::Get(k) => {
-                combkv::check_key(k, cluster.max_key_len()).ok()?;
-                None
-            }
-            ReadRequest::Range(r) if r.floor_start => return None,
-            ReadRequest::Range(r) => Some((*r).clone()),
-        });
-    }
-    Some(resolved)
 }
 
 /// The plan of a batch across ranges by `map`: each GET in its range, each

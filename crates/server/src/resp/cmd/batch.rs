@@ -194,7 +194,12 @@ pub(super) fn run_one(cx: &mut Ctx<'_, '_>, kind: BatchRead) -> CmdResult {
     let stats = &cx.shared.stats;
     Stats::add(&stats.read_batches, 1);
     Stats::add(&stats.read_batch_requests, reads.len() as u64);
-    let keyspace = crate::node::keyspace::Keyspace::of(cx.shared, cx.session.store(), cx.read_mark);
+    let keyspace = crate::node::keyspace::Keyspace::of(
+        cx.shared,
+        cx.session.store(),
+        cx.read_mark,
+        cx.read_parking(),
+    );
     let done = keyspace.read_batch(&reads, cx.batch);
     stats.add_hot_cache(cx.batch);
     done?;

@@ -74,6 +74,13 @@ pub(crate) struct Ctx<'a, 'b> {
 /// connection as it is when the outcome lands.
 pub(crate) type Held = Box<dyn for<'x, 'y> FnOnce(&mut Ctx<'x, 'y>, Outcome) -> CmdResult + Send>;
 
+impl<'a> Ctx<'a, '_> {
+    /// How this command's reads park the connection: not inside EXEC.
+    pub(crate) fn read_parking(&self) -> Option<crate::node::park::Parking<'a>> {
+        self.parking.filter(|_| self.txn.is_none())
+    }
+}
+
 impl Ctx<'_, '_> {
     /// Argument `i` as a signed integer (Redis's strict parsing).
     pub(crate) fn int(&self, i: usize) -> Result<i64, CmdError> {
@@ -84,9 +91,17 @@ impl Ctx<'_, '_> {
         self.session.store()
     }
 
-    /// The keys reads see (see `node::keyspace`).
+    /// The keys reads see (see `node::keyspace`). A read that would wait
+    /// for another node or the ranges' logs parks the connection instead
+    /// (the command runs again once the answer lands), except inside EXEC,
+    /// which runs whole.
     pub(crate) fn keyspace(&self) -> crate::node::keyspace::Keyspace<'_> {
-        crate::node::keyspace::Keyspace::of(self.shared, self.session.store(), self.read_mark)
+        crate::node::keyspace::Keyspace::of(
+            self.shared,
+            self.session.store(),
+            self.read_mark,
+            self.read_parking(),
+        )
     }
 
     /// Applies a decided write and renders its reply with `render`: now,
@@ -223,6 +238,12 @@ pub(crate) enum Dispatched {
 pub(crate) fn dispatch(cx: &mut Ctx<'_, '_>, spec: Option<&'static Spec>) -> Dispatched {
     match run(cx, spec) {
         Ok(()) => Dispatched::Ran,
+        // A read that parked the connection: no reply now, the command
+        // runs again once its answer lands.
+        Err((CmdError::Store(e), _)) if crate::node::park::is_parked(&e) => {
+            cx.parked = true;
+            Dispatched::Ran
+        }
         Err((e, ran)) => {
             error_reply(cx, &e);
             if ran {
