@@ -3,7 +3,10 @@
 //! node they came in at (a node below its own limit forwards them to it),
 //! and lets deletes through, as Redis refuses its `denyoom` commands. Before,
 //! only the node a client wrote to checked its own memory, so writes that
-//! came in elsewhere grew a full leader without bound.
+//! came in elsewhere grew a full leader without bound, and a full node
+//! refused writes that would only grow others. A node's own limit now
+//! refuses only what it leads, as a Redis replica leaves the limit to its
+//! master.
 
 mod support;
 
@@ -120,4 +123,27 @@ fn a_leader_above_maxmemory_refuses_writes_that_come_in_at_another_node() {
         "a SET through the follower once the leader has room: {v:?}"
     );
     assert_eq!(at_leader.cmd(&["GET", "new"]), Value::Bulk(b"v".to_vec()));
+
+    // A node's own limit refuses nothing it does not lead: the follower,
+    // above its limit, takes writes its leader (with room) applies, as a
+    // Redis replica leaves the limit to its master.
+    let v = at_follower.cmd(&["CONFIG", "SET", "maxmemory", "1"]);
+    assert!(is_ok(&v), "{v:?}");
+    std::thread::sleep(Duration::from_millis(300));
+    for i in 0..10 {
+        let k = format!("f{i}");
+        let v = at_follower.cmd(&["SET", &k, "v"]);
+        assert!(
+            is_ok(&v),
+            "SET {k} through a follower above its own limit: {v:?}"
+        );
+    }
+    assert_eq!(at_leader.cmd(&["EXISTS", "f0", "f9"]), Value::Int(2));
+    // The leader's limit holds for its own clients as for the others'.
+    assert!(is_ok(&at_leader.cmd(&["CONFIG", "SET", "maxmemory", "1"])));
+    let v = until(&mut at_leader, &["SET", "probe2", "v"], is_oom);
+    assert!(is_oom(&v), "a SET at the leader above its limit: {v:?}");
+    let v = at_leader.cmd(&["SET", "own", "v"]);
+    assert!(is_oom(&v), "a SET at the leader above its limit: {v:?}");
+    assert_eq!(at_follower.cmd(&["GET", "own"]), Value::NilBulk);
 }

@@ -325,10 +325,18 @@ impl Shared {
         }
     }
 
-    /// True when writes must be refused for memory.
+    /// True when a write that comes in here must be refused for memory:
+    /// on a single node, when it is above `maxmemory`. On a cluster node
+    /// never here: the data goes where its range's leader is, and that
+    /// leader refuses it on its own memory (`Cluster::set_memory_full`),
+    /// whichever node it came in at, as a Redis replica leaves the limit
+    /// to its master. Checked here too, a node would refuse writes that
+    /// grow only other nodes. The check still brings the sample up to
+    /// date, so that the gate of what this node leads follows its own
+    /// clients' writes closely.
     pub fn over_maxmemory(&self) -> bool {
         let max = self.live.maxmemory();
-        max != 0 && self.used_memory_now() > max
+        max != 0 && self.used_memory_now() > max && self.cluster().is_none()
     }
 
     /// `used_memory`, brought up to date on every `REFRESH_USED_EVERY`th
