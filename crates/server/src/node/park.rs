@@ -525,3 +525,6 @@ pub(crate) fn write(
         (None, _) => Written::Now(session.apply(op)),
     }
 }
+
+#[cfg(test)]
+mod tests;

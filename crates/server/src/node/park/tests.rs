@@ -1,0 +1,126 @@
+//! The bookkeeping of a request's reads elsewhere (`Reading`): which
+//! landed answers a request run again finds, and how long its rounds, read
+//! index and timestamp are kept. The round trips themselves run in the
+//! process tests (`crates/cli/tests/ranges.rs`).
+
+use std::cell::RefCell;
+use std::time::Instant;
+
+use combkv::Error;
+use combkv_replica::{At, RemoteRead};
+
+use super::{Landing, Park, Parking, Round};
+use crate::cluster::ReadScope;
+
+/// A request's connection with no inbox (nothing is sent from here: the
+/// rounds are put in place by hand).
+fn parking(park: &RefCell<Park>) -> Parking<'_> {
+    Parking {
+        park,
+        inbox: None,
+        token: 1,
+        client: 1,
+    }
+}
+
+fn reads(key: &[u8]) -> Vec<(u64, Vec<RemoteRead>)> {
+    vec![(3, vec![RemoteRead::Get(key.to_vec())])]
+}
+
+/// Sends a round by hand, as `Parking::park_round` does: the connection
+/// waits, the round is listed unanswered. Its place in the list.
+fn send(park: &RefCell<Park>, how: At, remote: Vec<(u64, Vec<RemoteRead>)>) -> usize {
+    let mut p = park.borrow_mut();
+    p.waiting = true;
+    p.reading.parked = true;
+    p.reading.rounds.push(Round {
+        how,
+        local: Vec::new(),
+        remote,
+        answer: None,
+    });
+    p.reading.rounds.len() - 1
+}
+
+#[test]
+fn a_landed_answer_is_found_on_every_run_and_a_failed_one_once() {
+    let park = RefCell::new(Park::default());
+    let p = parking(&park);
+    let i = send(&park, At::Now, reads(b"a"));
+    assert_eq!(
+        p.landed_round(At::Now, &[], &reads(b"a")),
+        None,
+        "not landed"
+    );
+    park.borrow_mut()
+        .land(Landing::Round(i, Ok(vec![vec![Vec::new()]])));
+    assert!(!park.borrow().waiting);
+    for run in 0..3 {
+        let found = p.landed_round(At::Now, &[], &reads(b"a"));
+        assert!(matches!(found, Some(Ok(_))), "run {run}: {found:?}");
+    }
+    // Only a round that asked exactly this.
+    assert_eq!(p.landed_round(At::Now, &[], &reads(b"b")), None);
+    assert_eq!(p.landed_round(At::Settle(7), &[], &reads(b"a")), None);
+    // A failed round is found once: the read taken again after it sends a
+    // new round rather than meet the same failure again.
+    let j = send(&park, At::Now, reads(b"b"));
+    let failed = Error::WrongRange("moved".into());
+    park.borrow_mut()
+        .land(Landing::Round(j, Err(failed.clone())));
+    assert_eq!(
+        p.landed_round(At::Now, &[], &reads(b"b")),
+        Some(Err(failed))
+    );
+    assert_eq!(p.landed_round(At::Now, &[], &reads(b"b")), None);
+    // A landing for no round of this request changes nothing.
+    park.borrow_mut().land(Landing::Round(9, Ok(Vec::new())));
+    assert_eq!(park.borrow().reading.rounds.len(), 2);
+}
+
+#[test]
+fn a_request_parked_on_a_round_keeps_its_reads_until_it_answers() {
+    let park = RefCell::new(Park::default());
+    let p = parking(&park);
+    let mark = (Instant::now(), ReadScope::none());
+    p.set_read_at(42, 1);
+    let i = send(&park, At::Settle(42), reads(b"a"));
+    assert!(p.take_parked(), "it parked on its round");
+    assert!(!p.take_parked(), "once");
+    p.keep_read(Some(mark.clone()));
+    // The processing that parked it ends: the round is in flight, so its
+    // read index, timestamp and rounds stay for its next run.
+    park.borrow_mut().forget_read();
+    assert_eq!(p.read_at(), Some((42, 1)));
+    assert_eq!(park.borrow().reading.rounds.len(), 1);
+    park.borrow_mut()
+        .land(Landing::Round(i, Ok(vec![vec![Vec::new()]])));
+    // Run again: it finds its read index and its round's answer, at the
+    // same timestamp.
+    assert_eq!(p.landed_read(), Some(Ok(mark)));
+    assert_eq!(p.read_at(), Some((42, 1)));
+    assert!(p.landed_round(At::Settle(42), &[], &reads(b"a")).is_some());
+    // It answered: the next request takes a timestamp of its own.
+    p.read_done();
+    assert_eq!(p.read_at(), None);
+    assert!(park.borrow().reading.rounds.is_empty());
+    assert_eq!(p.landed_round(At::Settle(42), &[], &reads(b"a")), None);
+}
+
+#[test]
+fn rounds_are_forgotten_once_none_is_in_flight() {
+    let park = RefCell::new(Park::default());
+    let p = parking(&park);
+    p.set_read_at(5, 0);
+    let i = send(&park, At::Settle(5), reads(b"a"));
+    park.borrow_mut()
+        .land(Landing::Round(i, Ok(vec![vec![Vec::new()]])));
+    // Its round landed and it did not park on another (it waited for a
+    // read index instead, or answered): the processing's end forgets them,
+    // and a later run starts afresh.
+    p.keep_read(Some((Instant::now(), ReadScope::none())));
+    park.borrow_mut().forget_read();
+    assert_eq!(p.read_at(), None);
+    assert_eq!(p.landed_read(), None);
+    assert!(park.borrow().reading.rounds.is_empty());
+}
