@@ -107,10 +107,22 @@ impl Cx<'_> {
     }
 
     /// The keys reads see: this turn's store, or the stores of the ranges
-    /// the keyspace is cut into. Its reads wait for what they need (only
-    /// memcached's `me` and `lru_crawler metadump` read through it).
+    /// the keyspace is cut into. Its reads wait for what they need (for
+    /// memcached's `lru_crawler metadump`, answered in parts across turns).
     pub(crate) fn keyspace(&self) -> Keyspace<'_> {
         Keyspace::of(self.shared, self.session.store(), self.read_mark(), None)
+    }
+
+    /// [`Cx::keyspace`] whose reads park the connection rather than wait
+    /// (`node::keyspace`): a read that parked returns
+    /// `node::park::parked()`, and the request answers nothing now.
+    pub(crate) fn parking_keyspace(&self) -> Keyspace<'_> {
+        Keyspace::of(
+            self.shared,
+            self.session.store(),
+            self.read_mark(),
+            self.parking,
+        )
     }
 
     /// Applies a decided write: through the turn's session on a single

@@ -448,9 +448,8 @@ fn arith_reply(
 /// combkv keeps no access history or slab classes: `la` is 0, `fetch` is
 /// `no`, `cls` is 1, `size` is key plus value bytes.
 pub(super) fn debug(cx: &mut Cx<'_>, key: &Key<'_>, out: &mut Vec<u8>) {
-    Stats::add(&cx.shared.memcache.stats.cmd_meta, 1);
     let now = combkv::now_ms();
-    let r = cx.keyspace().get_with(key.bytes(), |it| {
+    let r = cx.parking_keyspace().get_with(key.bytes(), |it| {
         it.map(|it| {
             let mut l = b"ME ".to_vec();
             if key.is_binary() {
@@ -468,6 +467,12 @@ pub(super) fn debug(cx: &mut Cx<'_>, key: &Key<'_>, out: &mut Vec<u8>) {
             l
         })
     });
+    if r.as_ref().is_err_and(crate::node::park::is_parked) {
+        // Its key's range is read at another node: it runs again, and
+        // answers (and is counted) then.
+        return;
+    }
+    Stats::add(&cx.shared.memcache.stats.cmd_meta, 1);
     match r {
         Err(e) => error_line(cx, out, &McError::from(e)),
         Ok(None) => line(out, "EN"),
