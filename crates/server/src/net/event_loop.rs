@@ -315,7 +315,11 @@ impl EventLoop {
         let mut failed = false;
         let mut read = !resumed;
         loop {
-            if conn.input_closed || conn.pending_output() > max_reply {
+            // A resumed connection first runs the input it parked on, even
+            // past EOF or with replies waiting: that input is what its
+            // landed answer (a read index, a read elsewhere) covers, and
+            // input read before it runs would be covered too.
+            if read && (conn.input_closed || conn.pending_output() > max_reply) {
                 // Paused until the client reads its replies (see write_out).
                 break;
             }

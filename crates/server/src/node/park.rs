@@ -74,6 +74,8 @@ pub(crate) enum Landing {
     /// the request's list): a range read at another node, or ranges settled
     /// at a timestamp, with the remote reads' answers.
     Round(usize, Result<Settled>),
+    /// The pause it waited out before its reads are taken again ended.
+    Paused,
     /// Its WAIT ended: how many followers hold its writes (None: this
     /// node stopped leading meanwhile).
     Waited(Option<usize>),
@@ -208,6 +210,7 @@ impl Park {
                     round.answer = Some(r);
                 }
             }
+            Landing::Paused => self.reading.pausing = false,
             Landing::Waited(n) => self.waited = Some(n),
         }
     }
@@ -226,11 +229,12 @@ impl Park {
     /// apply to it.
     pub(crate) fn forget_read(&mut self) {
         let on_round = self.waiting
-            && self
-                .reading
-                .rounds
-                .last()
-                .is_some_and(|r| r.answer.is_none());
+            && (self.reading.pausing
+                || self
+                    .reading
+                    .rounds
+                    .last()
+                    .is_some_and(|r| r.answer.is_none()));
         if !on_round {
             self.read = None;
             self.reading = Reading::default();
@@ -243,16 +247,28 @@ impl Park {
 /// documentation), kept until it answers.
 #[derive(Debug, Default)]
 struct Reading {
-    /// The timestamp its reads across ranges read at, and how many times
-    /// they were taken again before it (`keyspace::at_timestamp`).
-    at: Option<(u64, u64)>,
-    /// How long the next round waits before it is sent (a read taken
-    /// again because a range's past did not reach back to its timestamp).
-    pause: Option<Duration>,
+    /// The timestamp its reads across ranges read at, once a run took one
+    /// (`keyspace::at_timestamp`).
+    at: Option<u64>,
+    /// How many times its reads were taken again, by [`Retry`]: counted
+    /// over all its runs, so that the tries stay bounded.
+    tries: [u64; 2],
+    /// It waits out a pause before its reads are taken again.
+    pausing: bool,
     /// Every round it sent, in order.
     rounds: Vec<Round>,
     /// It parked on a round in this run: it answers nothing now.
     parked: bool,
+}
+
+/// Why a read is taken again (`Parking::tries`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Retry {
+    /// At a new timestamp (a range's past did not reach back to it, or the
+    /// map was found behind while reading at it).
+    Timestamp = 0,
+    /// Routed by a range map brought up to date.
+    Map = 1,
 }
 
 /// One round of reads elsewhere: when it reads, this node's replicas whose
@@ -434,10 +450,9 @@ impl Parking<'_> {
             remote: remote.clone(),
             answer: None,
         });
-        let pause = p.reading.pause.take();
         let inbox = Arc::clone(inbox);
         let (token, client) = (self.token, self.client);
-        cluster.settle_at_then(how, local, remote, pause, move |r| {
+        cluster.settle_at_then(how, local, remote, None, move |r| {
             inbox.land(Landed {
                 token,
                 client,
@@ -447,21 +462,58 @@ impl Parking<'_> {
         true
     }
 
-    /// The timestamp this request reads across ranges at, and how many
-    /// times it was taken again, if a run of it took one.
-    pub(crate) fn read_at(&self) -> Option<(u64, u64)> {
+    /// Parks the connection for `pause`, after which the request runs
+    /// again (a read taken again once a range's past can reach back to a
+    /// timestamp taken then); false with no inbox.
+    pub(crate) fn park_pause(&self, cluster: &Cluster, pause: Duration) -> bool {
+        let Some(inbox) = self.inbox else {
+            return false;
+        };
+        let mut p = self.park.borrow_mut();
+        p.reading.parked = true;
+        if p.waiting {
+            return true;
+        }
+        p.waiting = true;
+        p.reading.pausing = true;
+        let inbox = Arc::clone(inbox);
+        let (token, client) = (self.token, self.client);
+        // Nothing to settle: the task only waits out the pause.
+        cluster.settle_at_then(At::Now, Vec::new(), Vec::new(), Some(pause), move |_| {
+            inbox.land(Landed {
+                token,
+                client,
+                what: Landing::Paused,
+            });
+        });
+        true
+    }
+
+    /// The timestamp this request reads across ranges at, if a run of it
+    /// took one.
+    pub(crate) fn read_at(&self) -> Option<u64> {
         self.park.borrow().reading.at
     }
 
-    /// Records the timestamp the request reads across ranges at (and how
-    /// many times it was taken again), for its later runs.
-    pub(crate) fn set_read_at(&self, at: u64, tries: u64) {
-        self.park.borrow_mut().reading.at = Some((at, tries));
+    /// Records the timestamp the request reads across ranges at, for its
+    /// later runs.
+    pub(crate) fn set_read_at(&self, at: u64) {
+        self.park.borrow_mut().reading.at = Some(at);
     }
 
-    /// The next round waits `pause` before it is sent.
-    pub(crate) fn pause_next(&self, pause: Duration) {
-        self.park.borrow_mut().reading.pause = Some(pause);
+    /// How many times the request's reads were taken again, for `why`.
+    pub(crate) fn tries(&self, why: Retry) -> u64 {
+        self.park.borrow().reading.tries[why as usize]
+    }
+
+    /// The request's reads are taken again, for `why`; taken again at a
+    /// new timestamp, they read at one taken from now.
+    pub(crate) fn tried(&self, why: Retry) {
+        let reading = &mut self.park.borrow_mut().reading;
+        reading.tries[why as usize] += 1;
+        if let Retry::Timestamp = why {
+            reading.at = None;
+        }
     }
 
     /// Whether the request parked on a round in this run (it answers

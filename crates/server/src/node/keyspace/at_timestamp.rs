@@ -22,6 +22,7 @@ use combkv_replica::{At, PAST_GONE, PastView, RemoteItem, RemoteRead, Replica};
 
 use super::{Keyspace, Source, covers};
 use crate::cluster::Cluster;
+use crate::node::park::{Retry, parked};
 
 /// How many times a read is taken again at a new timestamp.
 const TRIES: usize = 4;
@@ -62,24 +63,30 @@ pub(super) fn at_one_timestamp<X>(
 /// `TRIES` times) if a map found behind or a range's held past not
 /// reaching back made it fail; `read` may settle ranges at its timestamp
 /// as often as it needs ([`settled`]), each at the same one. A request
-/// that parks keeps its timestamp and tries with its rounds: it reads at
-/// the same timestamp when it runs again, and every read across ranges of
-/// one request reads at one.
+/// that parks keeps its timestamp and its count of tries with its rounds:
+/// it reads at the same timestamp when it runs again, every read across
+/// ranges of one request reads at one, and its tries are counted over
+/// all its runs.
 pub(super) fn with_timestamp<T>(
     ks: &Keyspace<'_>,
     cluster: &Cluster,
     mut read: impl FnMut(u64) -> Result<T>,
 ) -> Result<T> {
     let parking = ks.parking();
-    let (mut at, first) = parking
-        .and_then(|p| p.read_at())
-        .unwrap_or_else(|| (cluster.read_timestamp(), 0));
     let mut last = None;
+    let first = parking.map_or(0, |p| p.tries(Retry::Timestamp));
     for retries in first..TRIES as u64 {
-        if let Some(p) = parking {
-            p.set_read_at(at, retries);
-        }
-        match read(at) {
+        let at = match parking.and_then(|p| p.read_at()) {
+            Some(at) => at,
+            None => {
+                let at = cluster.read_timestamp();
+                if let Some(p) = parking {
+                    p.set_read_at(at);
+                }
+                at
+            }
+        };
+        let pause = match read(at) {
             Ok(found) => {
                 cluster.note_read_across(retries);
                 return Ok(found);
@@ -87,23 +94,31 @@ pub(super) fn with_timestamp<T>(
             Err(Error::WrongRange(why)) => {
                 cluster.catch_up_map()?;
                 last = Some(Error::WrongRange(why));
+                None
             }
             Err(Error::Unavailable(why)) if why == PAST_GONE => {
+                last = Some(Error::Unavailable(why));
                 // A replica that began to hold its past just now (a store
                 // newly installed, a floor applied after a quiet spell)
                 // holds it by the next timestamp; its node's other ranges
-                // by the next turn. A parked request's next round waits
-                // that out in the background.
-                let pause = if retries == 0 { PAUSE } else { TURN_PAUSE };
-                match parking {
-                    Some(p) => p.pause_next(pause),
-                    None => std::thread::sleep(pause),
-                }
-                last = Some(Error::Unavailable(why));
+                // by the next turn. The new timestamp is taken after that.
+                Some(if retries == 0 { PAUSE } else { TURN_PAUSE })
             }
             r => return r,
+        };
+        if let Some(p) = parking {
+            p.tried(Retry::Timestamp);
         }
-        at = cluster.read_timestamp();
+        if let Some(pause) = pause
+            && retries + 1 < TRIES as u64
+        {
+            // A parked request waits it out in the background, and takes
+            // its new timestamp in the run after it.
+            match parking {
+                Some(p) if p.park_pause(cluster, pause) => return Err(parked()),
+                _ => std::thread::sleep(pause),
+            }
+        }
     }
     Err(last.unwrap_or_else(|| Error::Unavailable("the read could not settle".into())))
 }
@@ -120,11 +135,18 @@ pub(super) fn at_snapshot<X>(
     at: u64,
     mut plan: impl FnMut(&RangeMap) -> Result<Vec<(RangeDesc, RemoteRead, X)>>,
 ) -> Result<Vec<(Got, X)>> {
-    for _ in 0..TRIES {
+    let parking = ks.parking();
+    let first = parking.map_or(0, |p| p.tries(Retry::Map));
+    for _ in first..TRIES as u64 {
         let map = cluster.shared_range_map();
         match settle(ks, cluster, at, true, plan(&map)?) {
             Err(Error::Unavailable(why)) if why == PAST_GONE => return Err(Error::NoSuchSnapshot),
-            Err(Error::WrongRange(_)) => cluster.catch_up_map()?,
+            Err(Error::WrongRange(_)) => {
+                cluster.catch_up_map()?;
+                if let Some(p) = parking {
+                    p.tried(Retry::Map);
+                }
+            }
             r => return r,
         }
     }

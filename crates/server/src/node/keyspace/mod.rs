@@ -31,7 +31,7 @@ use combkv_replica::ranges::{RangeDesc, RangeMap};
 use combkv_replica::{RemoteItem, RemoteRead, Replica};
 
 use crate::cluster::{Cluster, ReadMark, ReadScope, Settled};
-use crate::node::park::Parking;
+use crate::node::park::{Parking, Retry};
 use crate::state::Shared;
 
 mod at_timestamp;
@@ -120,6 +120,11 @@ impl<'a> Keyspace<'a> {
         local: Vec<Replica>,
         remote: Vec<(u64, Vec<RemoteRead>)>,
     ) -> Result<Settled> {
+        if remote.is_empty() && !matches!(how, combkv_replica::At::Settle(_)) {
+            // Nothing to wait for: no floor to raise, nothing read elsewhere
+            // (a snapshot's ranges all pinned here).
+            return Ok(Vec::new());
+        }
         if let Some(p) = self.parking() {
             if let Some(answer) = p.landed_round(how, &local, &remote) {
                 return answer;
@@ -318,7 +323,9 @@ impl<'a> Keyspace<'a> {
             Keyspace::One(s) => return s.get_with(key, f),
             Keyspace::Ranges { cluster, .. } => cluster,
         };
-        match routed(cluster, |map| self.source(cluster, map.route(key)))? {
+        match routed(cluster, self.parking(), |map| {
+            self.source(cluster, map.route(key))
+        })? {
             Source::Local(s, replica) => {
                 replica.note_reads(1, key);
                 s.get_with(key, f)
@@ -338,7 +345,9 @@ impl<'a> Keyspace<'a> {
             Keyspace::One(s) => return s.item_memory(key),
             Keyspace::Ranges { cluster, .. } => cluster,
         };
-        match routed(cluster, |map| self.source(cluster, map.route(key)))? {
+        match routed(cluster, self.parking(), |map| {
+            self.source(cluster, map.route(key))
+        })? {
             Source::Local(s, _) => s.item_memory(key),
             Source::Remote(id) => Err(Error::Unavailable(format!(
                 "range {id} holds the key and has no replica on this node: ask one of its nodes"
@@ -424,7 +433,7 @@ impl<'a> Keyspace<'a> {
         // source is found by the map the plan is made by: a map found out
         // of date is brought up to date and the plan made again, and one
         // that then shows the span in two ranges is read across them.
-        let plan = routed(cluster, |map| {
+        let plan = routed(cluster, self.parking(), |map| {
             let mut parts = spanned(map, &r);
             match (parts.next(), parts.next()) {
                 (Some(part), None) => Ok(Some((clip(&r, part), self.source(cluster, part)?))),
@@ -627,7 +636,7 @@ impl<'a> Keyspace<'a> {
             Keyspace::One(s) => return s.read_batch(requests, out),
             Keyspace::Ranges { cluster, .. } => cluster,
         };
-        routed(cluster, |map| {
+        routed(cluster, self.parking(), |map| {
             self.read_batch_by(map, cluster, requests, out)
         })
     }
@@ -823,12 +832,22 @@ fn gather_parts(
 /// Runs `op` by the range map as this node applied it; if a group here
 /// shows the map to be behind it (`Error::WrongRange` from `source`), the
 /// map is brought up to date (a read index on the meta group) and `op`
-/// runs again.
-fn routed<T>(cluster: &Cluster, mut op: impl FnMut(&RangeMap) -> Result<T>) -> Result<T> {
-    for _ in 0..4 {
+/// runs again, up to 4 times over all runs of a request that parks.
+fn routed<T>(
+    cluster: &Cluster,
+    parking: Option<Parking<'_>>,
+    mut op: impl FnMut(&RangeMap) -> Result<T>,
+) -> Result<T> {
+    let first = parking.map_or(0, |p| p.tries(Retry::Map));
+    for _ in first..4 {
         let map = cluster.shared_range_map();
         match op(&map) {
-            Err(Error::WrongRange(_)) => cluster.catch_up_map()?,
+            Err(Error::WrongRange(_)) => {
+                cluster.catch_up_map()?;
+                if let Some(p) = parking {
+                    p.tried(Retry::Map);
+                }
+            }
             r => return r,
         }
     }

@@ -9,7 +9,7 @@ use std::time::Instant;
 use combkv::Error;
 use combkv_replica::{At, RemoteRead};
 
-use super::{Landing, Park, Parking, Round};
+use super::{Landing, Park, Parking, Retry, Round};
 use crate::cluster::ReadScope;
 
 /// A request's connection with no inbox (nothing is sent from here: the
@@ -83,7 +83,7 @@ fn a_request_parked_on_a_round_keeps_its_reads_until_it_answers() {
     let park = RefCell::new(Park::default());
     let p = parking(&park);
     let mark = (Instant::now(), ReadScope::none());
-    p.set_read_at(42, 1);
+    p.set_read_at(42);
     let i = send(&park, At::Settle(42), reads(b"a"));
     assert!(p.take_parked(), "it parked on its round");
     assert!(!p.take_parked(), "once");
@@ -91,14 +91,14 @@ fn a_request_parked_on_a_round_keeps_its_reads_until_it_answers() {
     // The processing that parked it ends: the round is in flight, so its
     // read index, timestamp and rounds stay for its next run.
     park.borrow_mut().forget_read();
-    assert_eq!(p.read_at(), Some((42, 1)));
+    assert_eq!(p.read_at(), Some(42));
     assert_eq!(park.borrow().reading.rounds.len(), 1);
     park.borrow_mut()
         .land(Landing::Round(i, Ok(vec![vec![Vec::new()]])));
     // Run again: it finds its read index and its round's answer, at the
     // same timestamp.
     assert_eq!(p.landed_read(), Some(Ok(mark)));
-    assert_eq!(p.read_at(), Some((42, 1)));
+    assert_eq!(p.read_at(), Some(42));
     assert!(p.landed_round(At::Settle(42), &[], &reads(b"a")).is_some());
     // It answered: the next request takes a timestamp of its own.
     p.read_done();
@@ -111,7 +111,7 @@ fn a_request_parked_on_a_round_keeps_its_reads_until_it_answers() {
 fn rounds_are_forgotten_once_none_is_in_flight() {
     let park = RefCell::new(Park::default());
     let p = parking(&park);
-    p.set_read_at(5, 0);
+    p.set_read_at(5);
     let i = send(&park, At::Settle(5), reads(b"a"));
     park.borrow_mut()
         .land(Landing::Round(i, Ok(vec![vec![Vec::new()]])));
@@ -123,4 +123,30 @@ fn rounds_are_forgotten_once_none_is_in_flight() {
     assert_eq!(p.read_at(), None);
     assert_eq!(p.landed_read(), None);
     assert!(park.borrow().reading.rounds.is_empty());
+}
+
+#[test]
+fn tries_are_counted_over_every_run_and_a_retry_takes_a_new_timestamp() {
+    let park = RefCell::new(Park::default());
+    let p = parking(&park);
+    p.set_read_at(5);
+    p.tried(Retry::Map);
+    assert_eq!(p.read_at(), Some(5), "a map caught up keeps the timestamp");
+    p.tried(Retry::Timestamp);
+    assert_eq!(p.read_at(), None, "taken again at a new timestamp");
+    assert_eq!((p.tries(Retry::Timestamp), p.tries(Retry::Map)), (1, 1));
+    // It waits out a pause (`Parking::park_pause`): the processing's end
+    // keeps its count; the pause's end lets it run again.
+    {
+        let mut q = park.borrow_mut();
+        q.waiting = true;
+        q.reading.pausing = true;
+        q.forget_read();
+    }
+    assert_eq!(p.tries(Retry::Timestamp), 1);
+    park.borrow_mut().land(Landing::Paused);
+    assert!(!park.borrow().waiting && !park.borrow().reading.pausing);
+    assert_eq!(p.tries(Retry::Timestamp), 1, "counted over its runs");
+    p.read_done();
+    assert_eq!((p.tries(Retry::Timestamp), p.tries(Retry::Map)), (0, 0));
 }

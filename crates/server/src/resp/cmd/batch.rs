@@ -191,9 +191,6 @@ pub(super) fn run_one(cx: &mut Ctx<'_, '_>, kind: BatchRead) -> CmdResult {
         .ok_or(CmdError::Syntax)?;
     let mut reads = Reads::new();
     read_requests(planned, cx.args, &ranges, &mut reads);
-    let stats = &cx.shared.stats;
-    Stats::add(&stats.read_batches, 1);
-    Stats::add(&stats.read_batch_requests, reads.len() as u64);
     let keyspace = crate::node::keyspace::Keyspace::of(
         cx.shared,
         cx.session.store(),
@@ -201,7 +198,13 @@ pub(super) fn run_one(cx: &mut Ctx<'_, '_>, kind: BatchRead) -> CmdResult {
         cx.read_parking(),
     );
     let done = keyspace.read_batch(&reads, cx.batch);
-    stats.add_hot_cache(cx.batch);
+    // Counted once it answers (a read that parked runs again).
+    let stats = &cx.shared.stats;
+    if !done.as_ref().is_err_and(crate::node::park::is_parked) {
+        Stats::add(&stats.read_batches, 1);
+        Stats::add(&stats.read_batch_requests, reads.len() as u64);
+        stats.add_hot_cache(cx.batch);
+    }
     done?;
     let max_reply = cx.shared.live.max_reply_bytes();
     let mut hits = Hits::default();
