@@ -241,7 +241,6 @@ impl Cx<'_> {
             p.keep_read(self.read.clone());
             return true;
         }
-        p.read_done();
         false
     }
 

@@ -74,8 +74,6 @@ pub(crate) enum Landing {
     /// the request's list): a range read at another node, or ranges settled
     /// at a timestamp, with the remote reads' answers.
     Round(usize, Result<Settled>),
-    /// The pause it waited out before its reads are taken again ended.
-    Paused,
     /// Its WAIT ended: how many followers hold its writes (None: this
     /// node stopped leading meanwhile).
     Waited(Option<usize>),
@@ -210,7 +208,6 @@ impl Park {
                     round.answer = Some(r);
                 }
             }
-            Landing::Paused => self.reading.pausing = false,
             Landing::Waited(n) => self.waited = Some(n),
         }
     }
@@ -229,12 +226,11 @@ impl Park {
     /// apply to it.
     pub(crate) fn forget_read(&mut self) {
         let on_round = self.waiting
-            && (self.reading.pausing
-                || self
-                    .reading
-                    .rounds
-                    .last()
-                    .is_some_and(|r| r.answer.is_none()));
+            && self
+                .reading
+                .rounds
+                .last()
+                .is_some_and(|r| r.answer.is_none());
         if !on_round {
             self.read = None;
             self.reading = Reading::default();
@@ -253,8 +249,6 @@ struct Reading {
     /// How many times its reads were taken again, by [`Retry`]: counted
     /// over all its runs, so that the tries stay bounded.
     tries: [u64; 2],
-    /// It waits out a pause before its reads are taken again.
-    pausing: bool,
     /// Every round it sent, in order.
     rounds: Vec<Round>,
     /// It parked on a round in this run: it answers nothing now.
@@ -423,16 +417,20 @@ impl Parking<'_> {
         }
     }
 
-    /// Sends a round in the background (`Cluster::settle_at_then`) and
-    /// parks the connection until it lands; false with no inbox (the loop
-    /// drains: the caller waits itself). While the connection already
-    /// waits (its held writes) the round is sent when it runs again.
+    /// Sends a round in the background (`Cluster::settle_at_then`), after
+    /// `pause` if given, and parks the connection until it lands; false
+    /// with no inbox (the loop drains: the caller waits itself). While the
+    /// connection already waits (its held writes) the round is sent when
+    /// it runs again. A round that asks nothing only waits out its pause
+    /// (a read taken again at a timestamp taken after it); no read finds
+    /// its answer, since a read that asks nothing does not wait.
     pub(crate) fn park_round(
         &self,
         cluster: &Cluster,
         how: At,
         local: Vec<Replica>,
         remote: Vec<(u64, Vec<RemoteRead>)>,
+        pause: Option<Duration>,
     ) -> bool {
         let Some(inbox) = self.inbox else {
             return false;
@@ -452,38 +450,11 @@ impl Parking<'_> {
         });
         let inbox = Arc::clone(inbox);
         let (token, client) = (self.token, self.client);
-        cluster.settle_at_then(how, local, remote, None, move |r| {
+        cluster.settle_at_then(how, local, remote, pause, move |r| {
             inbox.land(Landed {
                 token,
                 client,
                 what: Landing::Round(i, r),
-            });
-        });
-        true
-    }
-
-    /// Parks the connection for `pause`, after which the request runs
-    /// again (a read taken again once a range's past can reach back to a
-    /// timestamp taken then); false with no inbox.
-    pub(crate) fn park_pause(&self, cluster: &Cluster, pause: Duration) -> bool {
-        let Some(inbox) = self.inbox else {
-            return false;
-        };
-        let mut p = self.park.borrow_mut();
-        p.reading.parked = true;
-        if p.waiting {
-            return true;
-        }
-        p.waiting = true;
-        p.reading.pausing = true;
-        let inbox = Arc::clone(inbox);
-        let (token, client) = (self.token, self.client);
-        // Nothing to settle: the task only waits out the pause.
-        cluster.settle_at_then(At::Now, Vec::new(), Vec::new(), Some(pause), move |_| {
-            inbox.land(Landed {
-                token,
-                client,
-                what: Landing::Paused,
             });
         });
         true
@@ -518,21 +489,22 @@ impl Parking<'_> {
 
     /// Whether the request parked on a round in this run (it answers
     /// nothing now, whatever its handler returned); the mark is cleared.
+    /// If it did not, it answered: its rounds served it, and the request
+    /// after it takes a timestamp of its own (none is in flight: a request
+    /// that sent one parked).
     pub(crate) fn take_parked(&self) -> bool {
-        std::mem::take(&mut self.park.borrow_mut().reading.parked)
+        let reading = &mut self.park.borrow_mut().reading;
+        if std::mem::take(&mut reading.parked) {
+            return true;
+        }
+        *reading = Reading::default();
+        false
     }
 
     /// A request parked on a round keeps the read index it passed, `mark`,
     /// for when it runs again (`Park::forget_read`).
     pub(crate) fn keep_read(&self, mark: Option<(Instant, ReadScope)>) {
         self.park.borrow_mut().read = mark.map(Ok);
-    }
-
-    /// The request answered: its rounds served it, and the request after
-    /// it takes a timestamp of its own (none is in flight: a request that
-    /// sent one parked).
-    pub(crate) fn read_done(&self) {
-        self.park.borrow_mut().reading = Reading::default();
     }
 
     /// The read index that landed for this input, once.

@@ -112,10 +112,13 @@ pub(super) fn with_timestamp<T>(
         if let Some(pause) = pause
             && retries + 1 < TRIES as u64
         {
-            // A parked request waits it out in the background, and takes
-            // its new timestamp in the run after it.
+            // A parked request waits it out in the background (a round
+            // that asks nothing), and takes its new timestamp in the run
+            // after it.
             match parking {
-                Some(p) if p.park_pause(cluster, pause) => return Err(parked()),
+                Some(p) if p.park_round(cluster, At::Now, Vec::new(), Vec::new(), Some(pause)) => {
+                    return Err(parked());
+                }
                 _ => std::thread::sleep(pause),
             }
         }
@@ -135,24 +138,12 @@ pub(super) fn at_snapshot<X>(
     at: u64,
     mut plan: impl FnMut(&RangeMap) -> Result<Vec<(RangeDesc, RemoteRead, X)>>,
 ) -> Result<Vec<(Got, X)>> {
-    let parking = ks.parking();
-    let first = parking.map_or(0, |p| p.tries(Retry::Map));
-    for _ in first..TRIES as u64 {
-        let map = cluster.shared_range_map();
-        match settle(ks, cluster, at, true, plan(&map)?) {
-            Err(Error::Unavailable(why)) if why == PAST_GONE => return Err(Error::NoSuchSnapshot),
-            Err(Error::WrongRange(_)) => {
-                cluster.catch_up_map()?;
-                if let Some(p) = parking {
-                    p.tried(Retry::Map);
-                }
-            }
-            r => return r,
+    super::routed(cluster, ks.parking(), |map| {
+        match settle(ks, cluster, at, true, plan(map)?) {
+            Err(Error::Unavailable(why)) if why == PAST_GONE => Err(Error::NoSuchSnapshot),
+            r => r,
         }
-    }
-    Err(Error::Unavailable(
-        "the range map kept changing under the read".into(),
-    ))
+    })
 }
 
 /// `reads` settled and run at timestamp `at`, for [`with_timestamp`]'s

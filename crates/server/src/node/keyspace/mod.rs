@@ -129,7 +129,7 @@ impl<'a> Keyspace<'a> {
             if let Some(answer) = p.landed_round(how, &local, &remote) {
                 return answer;
             }
-            if p.park_round(cluster, how, local.clone(), remote.clone()) {
+            if p.park_round(cluster, how, local.clone(), remote.clone(), None) {
                 return Err(crate::node::park::parked());
             }
         }

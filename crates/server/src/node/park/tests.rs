@@ -86,7 +86,7 @@ fn a_request_parked_on_a_round_keeps_its_reads_until_it_answers() {
     p.set_read_at(42);
     let i = send(&park, At::Settle(42), reads(b"a"));
     assert!(p.take_parked(), "it parked on its round");
-    assert!(!p.take_parked(), "once");
+    assert!(!park.borrow().reading.parked, "once");
     p.keep_read(Some(mark.clone()));
     // The processing that parked it ends: the round is in flight, so its
     // read index, timestamp and rounds stay for its next run.
@@ -101,7 +101,7 @@ fn a_request_parked_on_a_round_keeps_its_reads_until_it_answers() {
     assert_eq!(p.read_at(), Some(42));
     assert!(p.landed_round(At::Settle(42), &[], &reads(b"a")).is_some());
     // It answered: the next request takes a timestamp of its own.
-    p.read_done();
+    assert!(!p.take_parked());
     assert_eq!(p.read_at(), None);
     assert!(park.borrow().reading.rounds.is_empty());
     assert_eq!(p.landed_round(At::Settle(42), &[], &reads(b"a")), None);
@@ -135,18 +135,15 @@ fn tries_are_counted_over_every_run_and_a_retry_takes_a_new_timestamp() {
     p.tried(Retry::Timestamp);
     assert_eq!(p.read_at(), None, "taken again at a new timestamp");
     assert_eq!((p.tries(Retry::Timestamp), p.tries(Retry::Map)), (1, 1));
-    // It waits out a pause (`Parking::park_pause`): the processing's end
-    // keeps its count; the pause's end lets it run again.
-    {
-        let mut q = park.borrow_mut();
-        q.waiting = true;
-        q.reading.pausing = true;
-        q.forget_read();
-    }
+    // It waits out a pause (a round that asks nothing): the processing's
+    // end keeps its count; the pause's end lets it run again.
+    let i = send(&park, At::Now, Vec::new());
+    park.borrow_mut().forget_read();
     assert_eq!(p.tries(Retry::Timestamp), 1);
-    park.borrow_mut().land(Landing::Paused);
-    assert!(!park.borrow().waiting && !park.borrow().reading.pausing);
+    park.borrow_mut().land(Landing::Round(i, Ok(Vec::new())));
+    assert!(!park.borrow().waiting && park.borrow().reading.rounds[i].answer.is_some());
     assert_eq!(p.tries(Retry::Timestamp), 1, "counted over its runs");
-    p.read_done();
+    assert!(p.take_parked(), "it parked on its pause");
+    assert!(!p.take_parked(), "then answered");
     assert_eq!((p.tries(Retry::Timestamp), p.tries(Retry::Map)), (0, 0));
 }
