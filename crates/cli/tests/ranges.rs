@@ -1038,9 +1038,11 @@ fn ranges_placed_on_three_of_five_nodes_are_read_through_every_node() {
 /// range it holds no replica of has the node its reads go to first
 /// stopped (SIGSTOP); EXISTS of a key there, and DBSIZE (every range at
 /// one timestamp), wait for it, while PING on a third connection of the
-/// same loop is answered at once. Both answer once the node runs again.
-/// (A read that held the loop would hold the PING for the remote read's
-/// 10 s deadline.)
+/// same loop is answered at once. Both answer once the node runs again,
+/// and so does an EXISTS whose client closed its side of the connection
+/// (EOF) while it waited: a parked request is answered before the
+/// connection's end is acted on. (A read that held the loop would hold
+/// the PING for the remote read's 10 s deadline.)
 fn reads_elsewhere_leave_the_loop_free(nodes: &[Node], keys: usize) {
     use std::io::{ErrorKind, Read, Write};
     use std::net::TcpStream;
@@ -1088,6 +1090,7 @@ fn reads_elsewhere_leave_the_loop_free(nodes: &[Node], keys: usize) {
         s
     };
     let (mut exists, mut dbsize, mut ping) = (connect(), connect(), connect());
+    let mut closed = connect();
     eprintln!(
         "node {first} stopped; reading {key} through node {}",
         via.id
@@ -1096,6 +1099,8 @@ fn reads_elsewhere_leave_the_loop_free(nodes: &[Node], keys: usize) {
     let cmd = format!("*2\r\n$6\r\nEXISTS\r\n${}\r\n{key}\r\n", key.len());
     exists.write_all(cmd.as_bytes()).unwrap();
     dbsize.write_all(b"*1\r\n$6\r\nDBSIZE\r\n").unwrap();
+    closed.write_all(cmd.as_bytes()).unwrap();
+    closed.shutdown(std::net::Shutdown::Write).unwrap();
     std::thread::sleep(Duration::from_secs(1));
     ping.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     ping.write_all(b"*1\r\n$4\r\nPING\r\n").unwrap();
@@ -1103,7 +1108,7 @@ fn reads_elsewhere_leave_the_loop_free(nodes: &[Node], keys: usize) {
     let n = ping.read(&mut buf);
     let pinged = n.as_ref().ok().map(|&n| buf[..n].to_vec());
     let mut waiting = Vec::new();
-    for s in [&mut exists, &mut dbsize] {
+    for s in [&mut exists, &mut dbsize, &mut closed] {
         s.set_nonblocking(true).unwrap();
         waiting.push(matches!(s.read(&mut buf), Err(e) if e.kind() == ErrorKind::WouldBlock));
         s.set_nonblocking(false).unwrap();
@@ -1116,8 +1121,8 @@ fn reads_elsewhere_leave_the_loop_free(nodes: &[Node], keys: usize) {
     );
     assert_eq!(
         waiting,
-        [true, true],
-        "EXISTS, DBSIZE answered with their node stopped"
+        [true, true, true],
+        "EXISTS, DBSIZE, EXISTS before EOF answered with their node stopped"
     );
     let mut answer = |s: &mut TcpStream| {
         let n = s.read(&mut buf).unwrap();
@@ -1129,6 +1134,13 @@ fn reads_elsewhere_leave_the_loop_free(nodes: &[Node], keys: usize) {
         .unwrap();
     assert_eq!(answer(&mut exists), format!(":{want}\r\n"), "EXISTS {key}");
     assert_eq!(answer(&mut dbsize), format!(":{keys}\r\n"), "DBSIZE");
+    let mut rest = Vec::new();
+    closed.read_to_end(&mut rest).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&rest),
+        format!(":{want}\r\n"),
+        "EXISTS {key} sent before the client's EOF, then the connection's end"
+    );
 }
 
 /// SETs `key00000`... up to `keys` to `value`, in a scattered order, a
