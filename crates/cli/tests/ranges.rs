@@ -620,6 +620,119 @@ fn reads_across_ranges_never_see_a_later_write_without_an_earlier_one() {
     }
 }
 
+/// Reads through every node while the keyspace splits under them, one
+/// split after another: a read that meets a range map behind the groups
+/// here (a split a group applied before the map reached this node), or a
+/// range whose group has not started here yet, waits for the map or the
+/// group (parked, on nodes with one event loop) and answers as one store
+/// would: GET, EXISTS, MGET, DBSIZE, RANGE with LIMIT and FLOOR, each
+/// checked against what was written.
+#[test]
+fn reads_meeting_splits_answer_as_one_store() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const KEYS: usize = 3000;
+    const SPLITS: usize = 24;
+    let root = root("readsplits");
+    let mut nodes: Vec<Node> = (1..=3).map(|id| Node::new(&root, id)).collect();
+    let list = peers(&nodes.iter().collect::<Vec<_>>());
+    start_all(&mut nodes, &list, &["--threads", "1"]);
+    let key = |i: usize| format!("k{i:05}");
+    let mut con = nodes[0].connect();
+    for chunk in (0..KEYS).collect::<Vec<_>>().chunks(500) {
+        let mut mset = redis::cmd("MSET");
+        for &i in chunk {
+            mset.arg(key(i)).arg(format!("v{i}"));
+        }
+        let _: () = mset.query(&mut con).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..3)
+        .map(|r| {
+            let mut con = nodes[r].connect();
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut rounds = 0u64;
+                let mut seed = 0x9e37_79b9_u64 + r as u64;
+                let mut pick = || {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    (seed % KEYS as u64) as usize
+                };
+                while !stop.load(Ordering::Relaxed) {
+                    let (i, j) = (pick(), pick());
+                    let (get, exists, mget, dbsize, range, floor): (
+                        String,
+                        i64,
+                        Vec<String>,
+                        i64,
+                        Vec<String>,
+                        Vec<String>,
+                    ) = redis::pipe()
+                        .cmd("GET")
+                        .arg(key(i))
+                        .cmd("EXISTS")
+                        .arg(key(i))
+                        .arg(key(j))
+                        .arg("nokey")
+                        .cmd("MGET")
+                        .arg(key(i))
+                        .arg(key(j))
+                        .cmd("DBSIZE")
+                        .cmd("RANGE")
+                        .arg(format!("[{}", key(i)))
+                        .arg("+")
+                        .arg("LIMIT")
+                        .arg(10)
+                        .arg("KEYSONLY")
+                        .cmd("RANGE")
+                        .arg(format!("[{}z", key(i)))
+                        .arg("+")
+                        .arg("FLOOR")
+                        .arg("LIMIT")
+                        .arg(1)
+                        .arg("KEYSONLY")
+                        .query(&mut con)
+                        .unwrap_or_else(|e| panic!("node {}: {e}", r + 1));
+                    let node = r + 1;
+                    assert_eq!(get, format!("v{i}"), "node {node}: GET {}", key(i));
+                    assert_eq!(exists, 2, "node {node}: EXISTS");
+                    assert_eq!(mget, [format!("v{i}"), format!("v{j}")], "node {node}");
+                    assert_eq!(dbsize, KEYS as i64, "node {node}: DBSIZE");
+                    let want: Vec<String> = (i..KEYS.min(i + 10)).map(key).collect();
+                    assert_eq!(range, want, "node {node}: RANGE from {}", key(i));
+                    assert_eq!(floor, [key(i)], "node {node}: FLOOR of {}z", key(i));
+                    rounds += 1;
+                }
+                rounds
+            })
+        })
+        .collect();
+    for s in 1..=SPLITS {
+        let at = key(s * KEYS / (SPLITS + 1));
+        let via = &nodes[s % 3];
+        let (ok, said) = admin(via, &["split", &at], Duration::from_secs(30));
+        assert!(ok, "split at {at} through node {}: {said}", via.id);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for n in &nodes {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while field(&n.info_ranges(), "ranges_hosted") != (SPLITS + 1).to_string() {
+            assert!(Instant::now() < deadline, "node {}: {}", n.id, ranges(n));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for (r, reader) in readers.into_iter().enumerate() {
+        let rounds = reader.join().unwrap();
+        eprintln!("node {}: {rounds} rounds of reads", r + 1);
+        assert!(rounds > 10, "node {}: too few reads to tell", r + 1);
+    }
+    drop(nodes);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
 /// Ranges split by size as the data grows (see the checks), then, most
 /// keys deleted, merge on their own back into one, every acknowledged
 /// write kept.

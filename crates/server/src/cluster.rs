@@ -334,6 +334,12 @@ impl Cluster {
         }
     }
 
+    /// The meta group's replica here (group 0: the range map and the
+    /// settings).
+    pub(crate) fn meta_replica(&self) -> &Replica {
+        &self.replica
+    }
+
     /// Waits until this node has applied the range map as committed (a
     /// read index on group 0).
     pub(crate) fn catch_up_map(&self) -> Result<(), StoreError> {
@@ -342,28 +348,31 @@ impl Cluster {
             .map_err(cluster_error)
     }
 
-    /// Makes a read of `replica` linearizable for a request whose read
-    /// index began at `since` (None: one was taken, by `read_barrier`,
-    /// before the request's reads began) over some of the ranges this
-    /// node serves: a replica that no read index begun since then covered
-    /// (outside the request's scope, or a split's new range started here
-    /// after it) takes a read index of its own now, waiting for it.
+    /// Whether a read of `replica` is linearizable without a read index of
+    /// its own, for a request whose read index began at `since` (None: one
+    /// was taken, by `read_barrier`, before the request's reads began) over
+    /// some of the ranges this node serves. A replica that no read index
+    /// begun since then covered (outside the request's scope, or a split's
+    /// new range started here after it) is not.
+    pub(crate) fn is_fresh(&self, replica: &Replica, since: Option<Instant>) -> bool {
+        if self.reads == ClusterReads::Local {
+            return true;
+        }
+        let marks = self.marks.lock();
+        match since {
+            Some(since) => marks.covers_since(replica.group(), since),
+            None => marks.covers(replica.group()),
+        }
+    }
+
+    /// Makes a read of `replica` linearizable (see [`Cluster::is_fresh`]):
+    /// a read index of its own if it needs one, waited for.
     pub(crate) fn fresh(
         &self,
         replica: &Replica,
         since: Option<Instant>,
     ) -> Result<(), StoreError> {
-        if self.reads == ClusterReads::Local {
-            return Ok(());
-        }
-        let fresh = {
-            let marks = self.marks.lock();
-            match since {
-                Some(since) => marks.covers_since(replica.group(), since),
-                None => marks.covers(replica.group()),
-            }
-        };
-        if fresh {
+        if self.is_fresh(replica, since) {
             return Ok(());
         }
         let start = Instant::now();
@@ -937,14 +946,20 @@ async fn settle_all(
     local: Vec<Replica>,
     remote: Vec<(u64, Vec<combkv_replica::RemoteRead>)>,
 ) -> Result<Settled, StoreError> {
-    let (local, t) = match at {
-        At::Settle(t) => (local, t),
-        At::Now | At::Pinned(_) => (Vec::new(), 0),
+    // `Settle`: each local replica's floor raised to the timestamp; `Now`:
+    // a read index on each (the range map's catch-up asks it of the meta
+    // group); `Pinned`: nothing asked of them.
+    let settles: Vec<_> = match at {
+        At::Settle(t) => local
+            .into_iter()
+            .map(|r| tokio::spawn(async move { r.settle_at(t).await }))
+            .collect(),
+        At::Now => local
+            .into_iter()
+            .map(|r| tokio::spawn(async move { r.read_barrier().await }))
+            .collect(),
+        At::Pinned(_) => Vec::new(),
     };
-    let settles: Vec<_> = local
-        .into_iter()
-        .map(|r| tokio::spawn(async move { r.settle_at(t).await }))
-        .collect();
     let reads: Vec<_> = remote
         .into_iter()
         .map(|(range, reads)| {

@@ -248,7 +248,7 @@ struct Reading {
     at: Option<u64>,
     /// How many times its reads were taken again, by [`Retry`]: counted
     /// over all its runs, so that the tries stay bounded.
-    tries: [u64; 2],
+    tries: [u64; 3],
     /// Every round it sent, in order.
     rounds: Vec<Round>,
     /// It parked on a round in this run: it answers nothing now.
@@ -263,6 +263,8 @@ pub(crate) enum Retry {
     Timestamp = 0,
     /// Routed by a range map brought up to date.
     Map = 1,
+    /// Routed again after a pause for a range's group to start here.
+    Start = 2,
 }
 
 /// One round of reads elsewhere: when it reads, this node's replicas whose
@@ -274,6 +276,8 @@ struct Round {
     local: Vec<Replica>,
     remote: Vec<(u64, Vec<RemoteRead>)>,
     answer: Option<Result<Settled>>,
+    /// Taken by [`Parking::take_landed`]: found no more.
+    taken: bool,
 }
 
 impl Round {
@@ -410,11 +414,31 @@ impl Parking<'_> {
             .reading
             .rounds
             .iter_mut()
-            .find(|r| r.answer.is_some() && r.asks(how, local, remote))?;
+            .find(|r| r.answer.is_some() && !r.taken && r.asks(how, local, remote))?;
         match &round.answer {
             Some(Ok(answers)) => Some(Ok(answers.clone())),
             _ => round.answer.take(),
         }
+    }
+
+    /// The answer of a round that asked exactly this and landed, found
+    /// once: for a round that is sent again each time its need comes up
+    /// again in the request (a catch-up of the range map), not one whose
+    /// answer each run reads.
+    pub(crate) fn take_landed(
+        &self,
+        how: At,
+        local: &[Replica],
+        remote: &[(u64, Vec<RemoteRead>)],
+    ) -> Option<Result<Settled>> {
+        let mut p = self.park.borrow_mut();
+        let round = p
+            .reading
+            .rounds
+            .iter_mut()
+            .find(|r| r.answer.is_some() && !r.taken && r.asks(how, local, remote))?;
+        round.taken = true;
+        round.answer.take()
     }
 
     /// Sends a round in the background (`Cluster::settle_at_then`), after
@@ -447,6 +471,7 @@ impl Parking<'_> {
             local: local.clone(),
             remote: remote.clone(),
             answer: None,
+            taken: false,
         });
         let inbox = Arc::clone(inbox);
         let (token, client) = (self.token, self.client);

@@ -22,7 +22,7 @@ use combkv_replica::{At, PAST_GONE, PastView, RemoteItem, RemoteRead, Replica};
 
 use super::{Keyspace, Source, covers};
 use crate::cluster::Cluster;
-use crate::node::park::{Retry, parked};
+use crate::node::park::{Parking, Retry, parked};
 
 /// How many times a read is taken again at a new timestamp.
 const TRIES: usize = 4;
@@ -92,7 +92,12 @@ pub(super) fn with_timestamp<T>(
                 return Ok(found);
             }
             Err(Error::WrongRange(why)) => {
-                cluster.catch_up_map()?;
+                // Parked, the catch-up leaves the timestamp as it is: the
+                // run after it reads at it again by the map brought up to
+                // date (it was taken after the request began, so that read
+                // is as linearizable), and a map found behind once more
+                // takes a new one here.
+                super::catch_up(cluster, parking)?;
                 last = Some(Error::WrongRange(why));
                 None
             }
@@ -166,7 +171,7 @@ fn settle<X>(
     pinned: bool,
     reads: Vec<(RangeDesc, RemoteRead, X)>,
 ) -> Result<Vec<(Got, X)>> {
-    let settling = prepare(cluster, at, pinned, &reads)?;
+    let settling = prepare(cluster, ks.parking(), at, pinned, &reads)?;
     let answers = ks.wait(
         cluster,
         settling.how(),
@@ -208,9 +213,10 @@ impl Settling {
 }
 
 /// A try of `reads` at `at` made ready: where each range is read, nothing
-/// waited for.
+/// waited for (but a range's group about to start here, `Keyspace::place`).
 fn prepare<X>(
     cluster: &Cluster,
+    parking: Option<Parking<'_>>,
     at: u64,
     pinned: bool,
     reads: &[(RangeDesc, RemoteRead, X)],
@@ -223,7 +229,7 @@ fn prepare<X>(
         let (_, source) = match sources.entry(desc.id) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::btree_map::Entry::Vacant(e) => {
-                let mut source = Keyspace::place(cluster, desc)?;
+                let mut source = Keyspace::place(cluster, parking, desc)?;
                 // A snapshot's range held here but not pinned here (this
                 // replica applied the pin too late): read where it is.
                 if pinned && let Source::Local(_, replica) = &source {

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use combkv::readexec::{BatchResults, ReadRequest};
 use combkv::{Error, ItemView, Range, Result, SnapshotId, SnapshotInfo, Store};
 use combkv_replica::ranges::{RangeDesc, RangeMap};
-use combkv_replica::{RemoteItem, RemoteRead, Replica};
+use combkv_replica::{At, RemoteItem, RemoteRead, Replica};
 
 use crate::cluster::{Cluster, ReadMark, ReadScope, Settled};
 use crate::node::park::{Parking, Retry};
@@ -41,6 +41,10 @@ use at_timestamp::{Got, at_one_timestamp, at_snapshot, settled, with_timestamp};
 /// How long a read waits for a range's group to start on this node after
 /// its split applied here (it starts within milliseconds).
 const GROUP_START_WAIT: Duration = Duration::from_secs(2);
+
+/// How long a read waits before it looks again for a range's group to
+/// start.
+const START_PAUSE: Duration = Duration::from_millis(2);
 
 /// See the module's documentation.
 pub(crate) enum Keyspace<'a> {
@@ -222,13 +226,29 @@ impl<'a> Keyspace<'a> {
     /// read in that moment waits for it (up to `GROUP_START_WAIT`). A
     /// range the map names no replica of here is read remotely.
     fn source(&self, cluster: &Cluster, r: &RangeDesc) -> Result<Source> {
-        let source = Self::place(cluster, r)?;
+        let source = Self::place(cluster, self.parking(), r)?;
         if let Source::Local(_, replica) = source {
             let since = match self {
                 Keyspace::Ranges { since, .. } => *since,
                 Keyspace::One(_) => None,
             };
-            cluster.fresh(&replica, since)?;
+            match self.parking() {
+                // The read index a parked request needs here is a round of
+                // its own (`At::Now` on this replica), found on every run.
+                Some(p) if p.can_park() && !cluster.is_fresh(&replica, since) => {
+                    let here = [replica.clone()];
+                    match p.landed_round(At::Now, &here, &[]) {
+                        Some(landed) => {
+                            landed?;
+                        }
+                        None => {
+                            p.park_round(cluster, At::Now, here.to_vec(), Vec::new(), None);
+                            return Err(crate::node::park::parked());
+                        }
+                    }
+                }
+                _ => cluster.fresh(&replica, since)?,
+            }
             // The read index may have brought a split or merge in: what
             // the group holds now is what the read sees, and its store is
             // taken now (a merge makes the store anew, and the writes the
@@ -246,7 +266,7 @@ impl<'a> Keyspace<'a> {
 
     /// [`Keyspace::source`] without the read index a local read takes (a
     /// read at a timestamp raises the range's floor instead).
-    fn place(cluster: &Cluster, r: &RangeDesc) -> Result<Source> {
+    fn place(cluster: &Cluster, parking: Option<Parking<'_>>, r: &RangeDesc) -> Result<Source> {
         let deadline = Instant::now() + GROUP_START_WAIT;
         let here = r.voters.contains(&cluster.id()) || r.learners.contains(&cluster.id());
         loop {
@@ -284,13 +304,30 @@ impl<'a> Keyspace<'a> {
                 None if !here => return Ok(Source::Remote(r.id)),
                 None => {}
             }
-            if Instant::now() > deadline {
-                return Err(Error::Unavailable(format!(
+            let late = || {
+                Error::Unavailable(format!(
                     "range {} has not started or merged on this node yet",
                     r.id
-                )));
+                ))
+            };
+            if let Some(p) = parking
+                && p.can_park()
+            {
+                // Parked for the pause (a round that asks nothing), and
+                // placed again in the run after it.
+                if p.tries(Retry::Start) * START_PAUSE.as_millis() as u64
+                    >= GROUP_START_WAIT.as_millis() as u64
+                {
+                    return Err(late());
+                }
+                p.tried(Retry::Start);
+                p.park_round(cluster, At::Now, Vec::new(), Vec::new(), Some(START_PAUSE));
+                return Err(crate::node::park::parked());
             }
-            std::thread::sleep(Duration::from_millis(2));
+            if Instant::now() > deadline {
+                return Err(late());
+            }
+            std::thread::sleep(START_PAUSE);
         }
     }
 
@@ -831,8 +868,8 @@ fn gather_parts(
 
 /// Runs `op` by the range map as this node applied it; if a group here
 /// shows the map to be behind it (`Error::WrongRange` from `source`), the
-/// map is brought up to date (a read index on the meta group) and `op`
-/// runs again, up to 4 times over all runs of a request that parks.
+/// map is brought up to date ([`catch_up`]) and `op` runs again, up to 4
+/// times over all runs of a request that parks.
 fn routed<T>(
     cluster: &Cluster,
     parking: Option<Parking<'_>>,
@@ -843,7 +880,7 @@ fn routed<T>(
         let map = cluster.shared_range_map();
         match op(&map) {
             Err(Error::WrongRange(_)) => {
-                cluster.catch_up_map()?;
+                catch_up(cluster, parking)?;
                 if let Some(p) = parking {
                     p.tried(Retry::Map);
                 }
@@ -854,6 +891,29 @@ fn routed<T>(
     Err(Error::Unavailable(
         "the range map kept changing under the read".into(),
     ))
+}
+
+/// Brings this node's range map up to date: a read index on the meta
+/// group, waited for. With parking it is a round of its own (`At::Now` on
+/// the meta group's replica), and the request parks ([`park::parked`])
+/// until it lands; the run after finds its answer, once, so that a map
+/// found behind again sends a new one.
+///
+/// [`park::parked`]: crate::node::park::parked
+fn catch_up(cluster: &Cluster, parking: Option<Parking<'_>>) -> Result<()> {
+    match parking {
+        Some(p) if p.can_park() => {
+            let meta = [cluster.meta_replica().clone()];
+            match p.take_landed(At::Now, &meta, &[]) {
+                Some(caught_up) => caught_up.map(drop),
+                None => {
+                    p.park_round(cluster, At::Now, meta.to_vec(), Vec::new(), None);
+                    Err(crate::node::park::parked())
+                }
+            }
+        }
+        _ => cluster.catch_up_map(),
+    }
 }
 
 /// `requests` as reads sent to a node that holds their range.

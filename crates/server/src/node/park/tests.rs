@@ -38,8 +38,31 @@ fn send(park: &RefCell<Park>, how: At, remote: Vec<(u64, Vec<RemoteRead>)>) -> u
         local: Vec::new(),
         remote,
         answer: None,
+        taken: false,
     });
     p.reading.rounds.len() - 1
+}
+
+/// A round sent each time its need comes up again (the range map's
+/// catch-up) is taken once: the next need finds nothing landed and sends
+/// a new round, whose answer is then taken in its turn; a taken round is
+/// not found as a read's answer either.
+#[test]
+fn a_taken_round_is_found_once() {
+    let park = RefCell::new(Park::default());
+    let p = parking(&park);
+    let i = send(&park, At::Now, Vec::new());
+    assert_eq!(p.take_landed(At::Now, &[], &[]), None, "not landed");
+    park.borrow_mut().land(Landing::Round(i, Ok(Vec::new())));
+    assert_eq!(p.take_landed(At::Now, &[], &[]), Some(Ok(Vec::new())));
+    assert_eq!(p.take_landed(At::Now, &[], &[]), None, "taken");
+    assert_eq!(p.landed_round(At::Now, &[], &[]), None, "taken");
+    let j = send(&park, At::Now, Vec::new());
+    let failed = Error::Unavailable("no leader".into());
+    park.borrow_mut()
+        .land(Landing::Round(j, Err(failed.clone())));
+    assert_eq!(p.take_landed(At::Now, &[], &[]), Some(Err(failed)));
+    assert_eq!(p.take_landed(At::Now, &[], &[]), None);
 }
 
 #[test]
