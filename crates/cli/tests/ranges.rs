@@ -931,7 +931,17 @@ fn ranges_placed_on_three_of_five_nodes_are_read_through_every_node() {
     // One event loop each: a read that held its loop would hold the others.
     let args = [&PLACED[..], &["--threads", "1"]].concat();
     let list = peers(&nodes.iter().collect::<Vec<_>>());
-    start_all(&mut nodes, &list, &args);
+    // memcached on a unix socket of each node's own (`lru_crawler
+    // metadump` through a node that holds only some of the ranges).
+    for n in nodes.iter_mut() {
+        let sock = memcached_socket(n);
+        n.start_with(
+            &list,
+            &[&args[..], &["--memcached-unixsocket", &sock]].concat(),
+        );
+    }
+    find_leader(&nodes);
+    wait_serving(&nodes);
     let mut cons: Vec<redis::Connection> = nodes.iter().map(Node::connect).collect();
     let key = |i: usize| format!("key{i:05}");
     const KEYS: usize = 3000;
@@ -1146,6 +1156,15 @@ fn ranges_placed_on_three_of_five_nodes_are_read_through_every_node() {
     let _ = std::fs::remove_dir_all(&root);
 }
 
+/// Where node `n` serves memcached (`--memcached-unixsocket`).
+fn memcached_socket(n: &Node) -> String {
+    n.dir
+        .with_extension("mc.sock")
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
 /// A read that waits for another node parks its connection, and the event
 /// loop serves the others meanwhile: on a node with one event loop, a
 /// range it holds no replica of has the node its reads go to first
@@ -1154,7 +1173,8 @@ fn ranges_placed_on_three_of_five_nodes_are_read_through_every_node() {
 /// same loop is answered at once. Both answer once the node runs again,
 /// and so does an EXISTS whose client closed its side of the connection
 /// (EOF) while it waited: a parked request is answered before the
-/// connection's end is acted on. (A read that held the loop would hold
+/// connection's end is acted on. memcached's `lru_crawler metadump`
+/// through the same node waits too, and then lists every key. (A read that held the loop would hold
 /// the PING for the remote read's 10 s deadline.)
 fn reads_elsewhere_leave_the_loop_free(nodes: &[Node], keys: usize) {
     use std::io::{ErrorKind, Read, Write};
@@ -1204,6 +1224,9 @@ fn reads_elsewhere_leave_the_loop_free(nodes: &[Node], keys: usize) {
     };
     let (mut exists, mut dbsize, mut ping) = (connect(), connect(), connect());
     let mut closed = connect();
+    let mut dump = std::os::unix::net::UnixStream::connect(memcached_socket(via)).unwrap();
+    dump.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
     eprintln!(
         "node {first} stopped; reading {key} through node {}",
         via.id
@@ -1214,28 +1237,40 @@ fn reads_elsewhere_leave_the_loop_free(nodes: &[Node], keys: usize) {
     dbsize.write_all(b"*1\r\n$6\r\nDBSIZE\r\n").unwrap();
     closed.write_all(cmd.as_bytes()).unwrap();
     closed.shutdown(std::net::Shutdown::Write).unwrap();
+    dump.write_all(b"lru_crawler metadump all\r\n").unwrap();
     std::thread::sleep(Duration::from_secs(1));
     ping.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    ping.write_all(b"*1\r\n$4\r\nPING\r\n").unwrap();
     let mut buf = [0u8; 64];
-    let n = ping.read(&mut buf);
-    let pinged = n.as_ref().ok().map(|&n| buf[..n].to_vec());
+    // Twice, the second time 2 s later: the dump first waits for a read
+    // index over every range this node holds, which may wait out an
+    // election, and only then reads the stopped node's range.
+    let mut pinged = Vec::new();
+    for pause in [0, 2] {
+        std::thread::sleep(Duration::from_secs(pause));
+        ping.write_all(b"*1\r\n$4\r\nPING\r\n").unwrap();
+        let n = ping.read(&mut buf);
+        pinged.push(n.ok().map(|n| buf[..n].to_vec()));
+    }
     let mut waiting = Vec::new();
     for s in [&mut exists, &mut dbsize, &mut closed] {
         s.set_nonblocking(true).unwrap();
         waiting.push(matches!(s.read(&mut buf), Err(e) if e.kind() == ErrorKind::WouldBlock));
         s.set_nonblocking(false).unwrap();
     }
+    dump.set_nonblocking(true).unwrap();
+    waiting.push(matches!(dump.read(&mut buf), Err(e) if e.kind() == ErrorKind::WouldBlock));
+    dump.set_nonblocking(false).unwrap();
     signal("CONT");
+    let pong = Some(b"+PONG\r\n".to_vec());
     assert_eq!(
-        pinged.as_deref(),
-        Some(&b"+PONG\r\n"[..]),
-        "PING waited behind reads of a stopped node: {n:?}"
+        pinged,
+        [pong.clone(), pong],
+        "PING waited behind reads of a stopped node"
     );
     assert_eq!(
         waiting,
-        [true, true, true],
-        "EXISTS, DBSIZE, EXISTS before EOF answered with their node stopped"
+        [true, true, true, true],
+        "EXISTS, DBSIZE, EXISTS before EOF, metadump answered with their node stopped"
     );
     let mut answer = |s: &mut TcpStream| {
         let n = s.read(&mut buf).unwrap();
@@ -1254,6 +1289,16 @@ fn reads_elsewhere_leave_the_loop_free(nodes: &[Node], keys: usize) {
         format!(":{want}\r\n"),
         "EXISTS {key} sent before the client's EOF, then the connection's end"
     );
+    let mut listed = Vec::new();
+    let mut chunk = vec![0u8; 64 << 10];
+    while !listed.ends_with(b"END\r\n") {
+        let n = dump.read(&mut chunk).unwrap();
+        assert!(n > 0, "metadump ended without END");
+        listed.extend_from_slice(&chunk[..n]);
+    }
+    let lines: Vec<&[u8]> = listed.split(|&b| b == b'\n').collect();
+    let items = lines.iter().filter(|l| l.starts_with(b"key=")).count();
+    assert_eq!(items, keys, "metadump through node {}", via.id);
 }
 
 /// SETs `key00000`... up to `keys` to `value`, in a scattered order, a

@@ -107,16 +107,11 @@ impl Cx<'_> {
     }
 
     /// The keys reads see: this turn's store, or the stores of the ranges
-    /// the keyspace is cut into. Its reads wait for what they need (for
-    /// memcached's `lru_crawler metadump`, answered in parts across turns).
+    /// the keyspace is cut into. A read that waits for another node parks
+    /// the connection rather than wait (`node::keyspace`): it returns
+    /// `node::park::parked()`, and the request answers nothing now and
+    /// runs again when what it waits for landed.
     pub(crate) fn keyspace(&self) -> Keyspace<'_> {
-        Keyspace::of(self.shared, self.session.store(), self.read_mark(), None)
-    }
-
-    /// [`Cx::keyspace`] whose reads park the connection rather than wait
-    /// (`node::keyspace`): a read that parked returns
-    /// `node::park::parked()`, and the request answers nothing now.
-    pub(crate) fn parking_keyspace(&self) -> Keyspace<'_> {
         Keyspace::of(
             self.shared,
             self.session.store(),

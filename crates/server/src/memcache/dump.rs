@@ -10,7 +10,9 @@
 //! pass the reply budget and resumes when the client has read them, so a
 //! dump of any size holds at most one budget of lines. As memcached's
 //! crawl, it is not one snapshot: an item written or deleted during the
-//! dump may or may not be listed.
+//! dump may or may not be listed. On a cluster node each part reads the
+//! ranges at one timestamp, and one that waits for ranges held elsewhere
+//! parks its connection, as any read that waits for another node does.
 
 use std::io::Write as _;
 use std::ops::Bound;
@@ -78,13 +80,16 @@ impl Dump {
         if !self.class_one {
             return self.end(out);
         }
-        let start = match self.after.take() {
-            Some(k) => Bound::Excluded(k),
+        let start = match &self.after {
+            Some(k) => Bound::Excluded(k.clone()),
             None => Bound::Unbounded,
         };
         let range = Range::new(start, Bound::Unbounded).with_limit(PART_ITEMS);
         let mut last = Vec::new();
         let mut limit_hit = false;
+        // On a cluster node a part that reads ranges held elsewhere parks
+        // the connection (its items are visited only once every range
+        // answered) and runs again, from the same key, when they have.
         let seen = cx.keyspace().scan(&range, |it| {
             match &mut self.cachedump {
                 None => write_line(out, &it),
@@ -100,6 +105,7 @@ impl Dump {
             !limit_hit
         });
         match seen {
+            Err(e) if crate::node::park::is_parked(&e) => {}
             Ok(n) if n == PART_ITEMS && !limit_hit => self.after = Some(last),
             Ok(_) => self.end(out),
             Err(e) => {

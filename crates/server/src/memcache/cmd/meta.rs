@@ -449,7 +449,7 @@ fn arith_reply(
 /// `no`, `cls` is 1, `size` is key plus value bytes.
 pub(super) fn debug(cx: &mut Cx<'_>, key: &Key<'_>, out: &mut Vec<u8>) {
     let now = combkv::now_ms();
-    let r = cx.parking_keyspace().get_with(key.bytes(), |it| {
+    let r = cx.keyspace().get_with(key.bytes(), |it| {
         it.map(|it| {
             let mut l = b"ME ".to_vec();
             if key.is_binary() {
