@@ -539,8 +539,13 @@ impl Cluster {
         local: &[Replica],
         remote: Vec<(u64, Vec<combkv_replica::RemoteRead>)>,
     ) -> Result<Settled, StoreError> {
-        self.rt
-            .block_on(settle_all(self.host.clone(), at, local.to_vec(), remote))
+        self.rt.block_on(settle_all(
+            self.host.clone(),
+            Arc::clone(&self.marks),
+            at,
+            local.to_vec(),
+            remote,
+        ))
     }
 
     /// [`Cluster::settle_at`] in the background, after `pause` if given:
@@ -553,12 +558,12 @@ impl Cluster {
         pause: Option<Duration>,
         done: impl FnOnce(Result<Settled, StoreError>) + Send + 'static,
     ) {
-        let host = self.host.clone();
+        let (host, marks) = (self.host.clone(), Arc::clone(&self.marks));
         self.rt.spawn(async move {
             if let Some(pause) = pause {
                 tokio::time::sleep(pause).await;
             }
-            done(settle_all(host, at, local, remote).await);
+            done(settle_all(host, marks, at, local, remote).await);
         });
     }
 
@@ -942,13 +947,15 @@ pub(crate) type Settled = Vec<Vec<Vec<combkv_replica::RemoteItem>>>;
 /// [`Cluster::settle_at`]'s work, on the node's runtime.
 async fn settle_all(
     host: Host,
+    marks: Arc<parking_lot::Mutex<Marks>>,
     at: At,
     local: Vec<Replica>,
     remote: Vec<(u64, Vec<combkv_replica::RemoteRead>)>,
 ) -> Result<Settled, StoreError> {
     // `Settle`: each local replica's floor raised to the timestamp; `Now`:
-    // a read index on each (the range map's catch-up asks it of the meta
-    // group); `Pinned`: nothing asked of them.
+    // a read index on each, marked as `Cluster::fresh` marks its own (the
+    // range map's catch-up asks it of the meta group); `Pinned`: nothing
+    // asked of them.
     let settles: Vec<_> = match at {
         At::Settle(t) => local
             .into_iter()
@@ -956,7 +963,17 @@ async fn settle_all(
             .collect(),
         At::Now => local
             .into_iter()
-            .map(|r| tokio::spawn(async move { r.read_barrier().await }))
+            .map(|r| {
+                let marks = Arc::clone(&marks);
+                tokio::spawn(async move {
+                    // Its mark spares later reads here a read index of
+                    // their own, as `Cluster::fresh`'s does.
+                    let start = Instant::now();
+                    r.read_barrier().await?;
+                    marks.lock().covered(r.group(), start);
+                    Ok(())
+                })
+            })
             .collect(),
         At::Pinned(_) => Vec::new(),
     };

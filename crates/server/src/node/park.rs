@@ -233,7 +233,20 @@ impl Park {
                 .is_some_and(|r| r.answer.is_none());
         if !on_round {
             self.read = None;
-            self.reading = Reading::default();
+            // A request whose rounds landed but that now waits for a read
+            // index (its keys moved to a range the one it passed did not
+            // cover) runs again: its tries stay counted, so that they stay
+            // bounded over all its runs. (One that answered cleared them,
+            // `Parking::take_parked`.)
+            let tries = if self.waiting {
+                self.reading.tries
+            } else {
+                [0; 3]
+            };
+            self.reading = Reading {
+                tries,
+                ..Reading::default()
+            };
         }
         self.waited = None;
     }
@@ -276,6 +289,10 @@ struct Round {
     local: Vec<Replica>,
     remote: Vec<(u64, Vec<RemoteRead>)>,
     answer: Option<Result<Settled>>,
+    /// A catch-up of the range map ([`Parking::park_catch_up`]), found by
+    /// [`Parking::take_landed`] only; other rounds by
+    /// [`Parking::landed_round`] only.
+    catch_up: bool,
     /// Taken by [`Parking::take_landed`]: found no more.
     taken: bool,
 }
@@ -414,31 +431,31 @@ impl Parking<'_> {
             .reading
             .rounds
             .iter_mut()
-            .find(|r| r.answer.is_some() && !r.taken && r.asks(how, local, remote))?;
+            .find(|r| r.answer.is_some() && !r.catch_up && r.asks(how, local, remote))?;
         match &round.answer {
             Some(Ok(answers)) => Some(Ok(answers.clone())),
             _ => round.answer.take(),
         }
     }
 
-    /// The answer of a round that asked exactly this and landed, found
-    /// once: for a round that is sent again each time its need comes up
-    /// again in the request (a catch-up of the range map), not one whose
-    /// answer each run reads.
-    pub(crate) fn take_landed(
-        &self,
-        how: At,
-        local: &[Replica],
-        remote: &[(u64, Vec<RemoteRead>)],
-    ) -> Option<Result<Settled>> {
+    /// The answer of the range map's catch-up ([`Parking::park_catch_up`])
+    /// that landed, found once, so that a map found behind again sends a
+    /// new one.
+    pub(crate) fn take_landed(&self) -> Option<Result<Settled>> {
         let mut p = self.park.borrow_mut();
         let round = p
             .reading
             .rounds
             .iter_mut()
-            .find(|r| r.answer.is_some() && !r.taken && r.asks(how, local, remote))?;
+            .find(|r| r.catch_up && r.answer.is_some() && !r.taken)?;
         round.taken = true;
         round.answer.take()
+    }
+
+    /// Sends a catch-up of the range map, a read index on the meta group's
+    /// replica `meta`, as [`Parking::park_round`] sends a round.
+    pub(crate) fn park_catch_up(&self, cluster: &Cluster, meta: Replica) -> bool {
+        self.send_round(cluster, At::Now, vec![meta], Vec::new(), None, true)
     }
 
     /// Sends a round in the background (`Cluster::settle_at_then`), after
@@ -456,6 +473,18 @@ impl Parking<'_> {
         remote: Vec<(u64, Vec<RemoteRead>)>,
         pause: Option<Duration>,
     ) -> bool {
+        self.send_round(cluster, how, local, remote, pause, false)
+    }
+
+    fn send_round(
+        &self,
+        cluster: &Cluster,
+        how: At,
+        local: Vec<Replica>,
+        remote: Vec<(u64, Vec<RemoteRead>)>,
+        pause: Option<Duration>,
+        catch_up: bool,
+    ) -> bool {
         let Some(inbox) = self.inbox else {
             return false;
         };
@@ -471,6 +500,7 @@ impl Parking<'_> {
             local: local.clone(),
             remote: remote.clone(),
             answer: None,
+            catch_up,
             taken: false,
         });
         let inbox = Arc::clone(inbox);

@@ -902,16 +902,13 @@ fn routed<T>(
 /// [`park::parked`]: crate::node::park::parked
 fn catch_up(cluster: &Cluster, parking: Option<Parking<'_>>) -> Result<()> {
     match parking {
-        Some(p) if p.can_park() => {
-            let meta = [cluster.meta_replica().clone()];
-            match p.take_landed(At::Now, &meta, &[]) {
-                Some(caught_up) => caught_up.map(drop),
-                None => {
-                    p.park_round(cluster, At::Now, meta.to_vec(), Vec::new(), None);
-                    Err(crate::node::park::parked())
-                }
+        Some(p) if p.can_park() => match p.take_landed() {
+            Some(caught_up) => caught_up.map(drop),
+            None => {
+                p.park_catch_up(cluster, cluster.meta_replica().clone());
+                Err(crate::node::park::parked())
             }
-        }
+        },
         _ => cluster.catch_up_map(),
     }
 }

@@ -30,6 +30,21 @@ fn reads(key: &[u8]) -> Vec<(u64, Vec<RemoteRead>)> {
 /// Sends a round by hand, as `Parking::park_round` does: the connection
 /// waits, the round is listed unanswered. Its place in the list.
 fn send(park: &RefCell<Park>, how: At, remote: Vec<(u64, Vec<RemoteRead>)>) -> usize {
+    send_round(park, how, remote, false)
+}
+
+/// A catch-up of the range map sent by hand, as `Parking::park_catch_up`
+/// sends it (no replica: it only has to be told apart).
+fn send_catch_up(park: &RefCell<Park>) -> usize {
+    send_round(park, At::Now, Vec::new(), true)
+}
+
+fn send_round(
+    park: &RefCell<Park>,
+    how: At,
+    remote: Vec<(u64, Vec<RemoteRead>)>,
+    catch_up: bool,
+) -> usize {
     let mut p = park.borrow_mut();
     p.waiting = true;
     p.reading.parked = true;
@@ -38,31 +53,37 @@ fn send(park: &RefCell<Park>, how: At, remote: Vec<(u64, Vec<RemoteRead>)>) -> u
         local: Vec::new(),
         remote,
         answer: None,
+        catch_up,
         taken: false,
     });
     p.reading.rounds.len() - 1
 }
 
-/// A round sent each time its need comes up again (the range map's
-/// catch-up) is taken once: the next need finds nothing landed and sends
-/// a new round, whose answer is then taken in its turn; a taken round is
-/// not found as a read's answer either.
+/// The range map's catch-up, sent each time the map is found behind, is
+/// found once: the next time finds nothing landed and sends a new one,
+/// whose answer is then found in its turn. A read's round that asked the
+/// same is not taken for it, nor a catch-up for a read's answer.
 #[test]
-fn a_taken_round_is_found_once() {
+fn a_catch_up_is_found_once_and_only_as_a_catch_up() {
     let park = RefCell::new(Park::default());
     let p = parking(&park);
-    let i = send(&park, At::Now, Vec::new());
-    assert_eq!(p.take_landed(At::Now, &[], &[]), None, "not landed");
-    park.borrow_mut().land(Landing::Round(i, Ok(Vec::new())));
-    assert_eq!(p.take_landed(At::Now, &[], &[]), Some(Ok(Vec::new())));
-    assert_eq!(p.take_landed(At::Now, &[], &[]), None, "taken");
-    assert_eq!(p.landed_round(At::Now, &[], &[]), None, "taken");
-    let j = send(&park, At::Now, Vec::new());
+    let read = send(&park, At::Now, Vec::new());
+    park.borrow_mut().land(Landing::Round(read, Ok(Vec::new())));
+    assert_eq!(p.take_landed(), None, "a read's round");
+    let i = send_catch_up(&park);
+    assert_eq!(p.take_landed(), None, "not landed");
+    park.borrow_mut()
+        .land(Landing::Round(i, Ok(vec![vec![Vec::new()]])));
+    assert_eq!(p.take_landed(), Some(Ok(vec![vec![Vec::new()]])));
+    assert_eq!(p.take_landed(), None, "taken");
+    // The read's own answer, not the catch-up's.
+    assert_eq!(p.landed_round(At::Now, &[], &[]), Some(Ok(Vec::new())));
+    let j = send_catch_up(&park);
     let failed = Error::Unavailable("no leader".into());
     park.borrow_mut()
         .land(Landing::Round(j, Err(failed.clone())));
-    assert_eq!(p.take_landed(At::Now, &[], &[]), Some(Err(failed)));
-    assert_eq!(p.take_landed(At::Now, &[], &[]), None);
+    assert_eq!(p.take_landed(), Some(Err(failed)));
+    assert_eq!(p.take_landed(), None);
 }
 
 #[test]
@@ -169,4 +190,25 @@ fn tries_are_counted_over_every_run_and_a_retry_takes_a_new_timestamp() {
     assert!(p.take_parked(), "it parked on its pause");
     assert!(!p.take_parked(), "then answered");
     assert_eq!((p.tries(Retry::Timestamp), p.tries(Retry::Map)), (0, 0));
+}
+
+/// A request whose rounds landed and that then waits for a read index
+/// (its keys moved to a range the one it passed did not cover) keeps its
+/// tries for its next run; a processing with nothing waited for forgets
+/// them.
+#[test]
+fn tries_survive_a_wait_for_a_read_index() {
+    let park = RefCell::new(Park::default());
+    let p = parking(&park);
+    p.tried(Retry::Map);
+    let i = send(&park, At::Now, Vec::new());
+    park.borrow_mut().land(Landing::Round(i, Ok(Vec::new())));
+    // A read index asked for it (`Parking::park_read`).
+    park.borrow_mut().waiting = true;
+    park.borrow_mut().forget_read();
+    assert_eq!(p.tries(Retry::Map), 1);
+    assert!(park.borrow().reading.rounds.is_empty());
+    park.borrow_mut().waiting = false;
+    park.borrow_mut().forget_read();
+    assert_eq!(p.tries(Retry::Map), 0);
 }
