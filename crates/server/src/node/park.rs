@@ -455,7 +455,12 @@ impl Parking<'_> {
     /// Sends a catch-up of the range map, a read index on the meta group's
     /// replica `meta`, as [`Parking::park_round`] sends a round.
     pub(crate) fn park_catch_up(&self, cluster: &Cluster, meta: Replica) -> bool {
-        self.send_round(cluster, At::Now, vec![meta], Vec::new(), None, true)
+        let before = self.park.borrow().reading.rounds.len();
+        let parked = self.park_round(cluster, At::Now, vec![meta], Vec::new(), None);
+        if let Some(sent) = self.park.borrow_mut().reading.rounds.get_mut(before) {
+            sent.catch_up = true;
+        }
+        parked
     }
 
     /// Sends a round in the background (`Cluster::settle_at_then`), after
@@ -473,18 +478,6 @@ impl Parking<'_> {
         remote: Vec<(u64, Vec<RemoteRead>)>,
         pause: Option<Duration>,
     ) -> bool {
-        self.send_round(cluster, how, local, remote, pause, false)
-    }
-
-    fn send_round(
-        &self,
-        cluster: &Cluster,
-        how: At,
-        local: Vec<Replica>,
-        remote: Vec<(u64, Vec<RemoteRead>)>,
-        pause: Option<Duration>,
-        catch_up: bool,
-    ) -> bool {
         let Some(inbox) = self.inbox else {
             return false;
         };
@@ -500,7 +493,7 @@ impl Parking<'_> {
             local: local.clone(),
             remote: remote.clone(),
             answer: None,
-            catch_up,
+            catch_up: false,
             taken: false,
         });
         let inbox = Arc::clone(inbox);
