@@ -273,6 +273,9 @@ impl<P: Protocol> Pipeline<P> {
                     ReadGate::Open => {}
                     ReadGate::Wait => return Took::Wait,
                     ReadGate::Refused(e) => {
+                        // Answered: what its earlier runs kept (tries,
+                        // rounds) is dropped, not left to the next request.
+                        cx.read_parked();
                         self.proto
                             .batch_failed(cx, e, std::slice::from_ref(req), out);
                         Stats::add(&cx.shared.stats.commands_processed, 1);
@@ -438,6 +441,8 @@ impl<P: Protocol> Pipeline<P> {
             }
             ReadGate::Refused(e) => {
                 drop(reads);
+                // Answered: see the single request's refusal above.
+                cx.read_parked();
                 self.proto.batch_failed(cx, e, &batch.reqs, out);
                 Stats::add(&cx.shared.stats.commands_processed, batch.reqs.len() as u64);
                 batch.clear();

@@ -10,8 +10,8 @@
 //! pass the reply budget and resumes when the client has read them, so a
 //! dump of any size holds at most one budget of lines. As memcached's
 //! crawl, it is not one snapshot: an item written or deleted during the
-//! dump may or may not be listed. On a cluster node each part reads the
-//! ranges at one timestamp, and one that waits for ranges held elsewhere
+//! dump may or may not be listed. On a cluster node a part across ranges
+//! reads them at one timestamp, and one that waits for ranges held elsewhere
 //! parks its connection, as any read that waits for another node does.
 
 use std::io::Write as _;
