@@ -340,14 +340,6 @@ impl Cluster {
         &self.replica
     }
 
-    /// Waits until this node has applied the range map as committed (a
-    /// read index on group 0).
-    pub(crate) fn catch_up_map(&self) -> Result<(), StoreError> {
-        self.rt
-            .block_on(self.replica.read_barrier())
-            .map_err(cluster_error)
-    }
-
     /// Whether a read of `replica` is linearizable without a read index of
     /// its own, for a request whose read index began at `since` (None: one
     /// was taken, by `read_barrier`, before the request's reads began) over
@@ -363,24 +355,6 @@ impl Cluster {
             Some(since) => marks.covers_since(replica.group(), since),
             None => marks.covers(replica.group()),
         }
-    }
-
-    /// Makes a read of `replica` linearizable (see [`Cluster::is_fresh`]):
-    /// a read index of its own if it needs one, waited for.
-    pub(crate) fn fresh(
-        &self,
-        replica: &Replica,
-        since: Option<Instant>,
-    ) -> Result<(), StoreError> {
-        if self.is_fresh(replica, since) {
-            return Ok(());
-        }
-        let start = Instant::now();
-        self.rt
-            .block_on(replica.read_barrier())
-            .map_err(cluster_error)?;
-        self.marks.lock().covered(replica.group(), start);
-        Ok(())
     }
 
     /// On the leader of each range this node holds a replica of:
@@ -844,7 +818,7 @@ impl ReadScope {
 /// the latest one completed over any ranges. A read index covering range
 /// `r` that began at or after instant `s` and completed makes a read of `r`
 /// linearizable for every request that arrived before `s`
-/// (`Cluster::fresh`).
+/// (`Cluster::is_fresh`).
 #[derive(Debug, Default)]
 struct Marks {
     latest: Option<Instant>,
@@ -953,9 +927,9 @@ async fn settle_all(
     remote: Vec<(u64, Vec<combkv_replica::RemoteRead>)>,
 ) -> Result<Settled, StoreError> {
     // `Settle`: each local replica's floor raised to the timestamp; `Now`:
-    // a read index on each, marked as `Cluster::fresh` marks its own (the
-    // range map's catch-up asks it of the meta group); `Pinned`: nothing
-    // asked of them.
+    // a read index on each, marked covered for later reads
+    // (`Cluster::is_fresh`; the range map's catch-up asks it of the meta
+    // group); `Pinned`: nothing asked of them.
     let settles: Vec<_> = match at {
         At::Settle(t) => local
             .into_iter()
@@ -967,7 +941,7 @@ async fn settle_all(
                 let marks = Arc::clone(&marks);
                 tokio::spawn(async move {
                     // Its mark spares later reads here a read index of
-                    // their own, as `Cluster::fresh`'s does.
+                    // their own.
                     let start = Instant::now();
                     r.read_barrier().await?;
                     marks.lock().covered(r.group(), start);

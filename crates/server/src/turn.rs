@@ -189,7 +189,7 @@ impl Cx<'_> {
         if scope.is_none() {
             // Nothing here to wait for; a read that finds a range of its
             // own after all (the map changed meanwhile) waits for one that
-            // begins from now (`Cluster::fresh`).
+            // begins from now (`Cluster::is_fresh`).
             self.read.get_or_insert((std::time::Instant::now(), scope));
             return ReadGate::Open;
         }

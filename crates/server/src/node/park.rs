@@ -205,7 +205,7 @@ impl Park {
             Landing::Read(r) => self.read = Some(r),
             Landing::Round(i, r) => {
                 if let Some(round) = self.reading.rounds.get_mut(i) {
-                    round.answer = Some(r);
+                    round.answer = Answer::Landed(r);
                 }
             }
             Landing::Waited(n) => self.waited = Some(n),
@@ -230,7 +230,7 @@ impl Park {
                 .reading
                 .rounds
                 .last()
-                .is_some_and(|r| r.answer.is_none());
+                .is_some_and(|r| matches!(r.answer, Answer::Pending));
         if !on_round {
             self.read = None;
             // A request whose rounds landed but that now waits for a read
@@ -288,13 +288,35 @@ struct Round {
     how: At,
     local: Vec<Replica>,
     remote: Vec<(u64, Vec<RemoteRead>)>,
-    answer: Option<Result<Settled>>,
+    answer: Answer,
     /// A catch-up of the range map ([`Parking::park_catch_up`]), found by
     /// [`Parking::take_landed`] only; other rounds by
     /// [`Parking::landed_round`] only.
     catch_up: bool,
-    /// Taken by [`Parking::take_landed`]: found no more.
-    taken: bool,
+}
+
+/// Where a round's answer stands.
+#[derive(Debug)]
+enum Answer {
+    /// In flight.
+    Pending,
+    Landed(Result<Settled>),
+    /// Found where it is found only once (a catch-up's, a failed round's):
+    /// found no more, and not in flight either.
+    Taken,
+}
+
+impl Answer {
+    /// The landed answer, leaving `Taken`.
+    fn take(&mut self) -> Option<Result<Settled>> {
+        match std::mem::replace(self, Answer::Taken) {
+            Answer::Landed(r) => Some(r),
+            other => {
+                *self = other;
+                None
+            }
+        }
+    }
 }
 
 impl Round {
@@ -427,13 +449,11 @@ impl Parking<'_> {
         remote: &[(u64, Vec<RemoteRead>)],
     ) -> Option<Result<Settled>> {
         let mut p = self.park.borrow_mut();
-        let round = p
-            .reading
-            .rounds
-            .iter_mut()
-            .find(|r| r.answer.is_some() && !r.catch_up && r.asks(how, local, remote))?;
+        let round = p.reading.rounds.iter_mut().find(|r| {
+            matches!(r.answer, Answer::Landed(_)) && !r.catch_up && r.asks(how, local, remote)
+        })?;
         match &round.answer {
-            Some(Ok(answers)) => Some(Ok(answers.clone())),
+            Answer::Landed(Ok(answers)) => Some(Ok(answers.clone())),
             _ => round.answer.take(),
         }
     }
@@ -447,8 +467,7 @@ impl Parking<'_> {
             .reading
             .rounds
             .iter_mut()
-            .find(|r| r.catch_up && r.answer.is_some() && !r.taken)?;
-        round.taken = true;
+            .find(|r| r.catch_up && matches!(r.answer, Answer::Landed(_)))?;
         round.answer.take()
     }
 
@@ -492,9 +511,8 @@ impl Parking<'_> {
             how,
             local: local.clone(),
             remote: remote.clone(),
-            answer: None,
+            answer: Answer::Pending,
             catch_up: false,
-            taken: false,
         });
         let inbox = Arc::clone(inbox);
         let (token, client) = (self.token, self.client);

@@ -52,7 +52,7 @@ pub(crate) enum Keyspace<'a> {
     One(&'a Store),
     /// The keyspace is cut into ranges, each its own group's store; reads
     /// inside one range are linearizable for requests that arrived before
-    /// `since`, when a read index over some of them began (`Cluster::fresh`).
+    /// `since`, when a read index over some of them began (`Cluster::is_fresh`).
     /// With `parking`, a read that would wait parks its connection instead.
     Ranges {
         cluster: &'a Cluster,
@@ -91,7 +91,7 @@ impl<'a> Keyspace<'a> {
             // keys are now. Or the request's read index covered only some
             // ranges of a keyspace that has merged back into one since:
             // range 0 is read after a read index of its own if none since
-            // covered it (`Cluster::fresh`).
+            // covered it (`Cluster::is_fresh`).
             return Keyspace::Ranges {
                 cluster,
                 since: mark.map(|m| m.since),
@@ -124,9 +124,14 @@ impl<'a> Keyspace<'a> {
         local: Vec<Replica>,
         remote: Vec<(u64, Vec<RemoteRead>)>,
     ) -> Result<Settled> {
-        if remote.is_empty() && !matches!(how, combkv_replica::At::Settle(_)) {
-            // Nothing to wait for: no floor to raise, nothing read elsewhere
-            // (a snapshot's ranges all pinned here).
+        let asks_here = match how {
+            combkv_replica::At::Settle(_) => true,
+            combkv_replica::At::Now => !local.is_empty(),
+            combkv_replica::At::Pinned(_) => false,
+        };
+        if remote.is_empty() && !asks_here {
+            // Nothing to wait for: no floor to raise, no read index, nothing
+            // read elsewhere (a snapshot's ranges all pinned here).
             return Ok(Vec::new());
         }
         if let Some(p) = self.parking() {
@@ -232,22 +237,10 @@ impl<'a> Keyspace<'a> {
                 Keyspace::Ranges { since, .. } => *since,
                 Keyspace::One(_) => None,
             };
-            match self.parking() {
-                // The read index a parked request needs here is a round of
-                // its own (`At::Now` on this replica), found on every run.
-                Some(p) if p.can_park() && !cluster.is_fresh(&replica, since) => {
-                    let here = [replica.clone()];
-                    match p.landed_round(At::Now, &here, &[]) {
-                        Some(landed) => {
-                            landed?;
-                        }
-                        None => {
-                            p.park_round(cluster, At::Now, here.to_vec(), Vec::new(), None);
-                            return Err(crate::node::park::parked());
-                        }
-                    }
-                }
-                _ => cluster.fresh(&replica, since)?,
+            // A replica no read index of this request covered takes one of
+            // its own (`At::Now` on it), which marks it covered.
+            if !cluster.is_fresh(&replica, since) {
+                self.wait(cluster, At::Now, vec![replica.clone()], Vec::new())?;
             }
             // The read index may have brought a split or merge in: what
             // the group holds now is what the read sees, and its store is
@@ -267,7 +260,8 @@ impl<'a> Keyspace<'a> {
     /// [`Keyspace::source`] without the read index a local read takes (a
     /// read at a timestamp raises the range's floor instead).
     fn place(cluster: &Cluster, parking: Option<Parking<'_>>, r: &RangeDesc) -> Result<Source> {
-        let deadline = Instant::now() + GROUP_START_WAIT;
+        // Set at the first pause of a wait on the event loop.
+        let mut deadline = None;
         let here = r.voters.contains(&cluster.id()) || r.learners.contains(&cluster.id());
         loop {
             match cluster
@@ -324,6 +318,7 @@ impl<'a> Keyspace<'a> {
                 p.park_round(cluster, At::Now, Vec::new(), Vec::new(), Some(START_PAUSE));
                 return Err(crate::node::park::parked());
             }
+            let deadline = *deadline.get_or_insert_with(|| Instant::now() + GROUP_START_WAIT);
             if Instant::now() > deadline {
                 return Err(late());
             }
@@ -909,7 +904,9 @@ fn catch_up(cluster: &Cluster, parking: Option<Parking<'_>>) -> Result<()> {
                 Err(crate::node::park::parked())
             }
         },
-        _ => cluster.catch_up_map(),
+        _ => cluster
+            .settle_at(At::Now, &[cluster.meta_replica().clone()], Vec::new())
+            .map(drop),
     }
 }
 

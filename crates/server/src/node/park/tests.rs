@@ -9,7 +9,7 @@ use std::time::Instant;
 use combkv::Error;
 use combkv_replica::{At, RemoteRead};
 
-use super::{Landing, Park, Parking, Retry, Round};
+use super::{Answer, Landing, Park, Parking, Retry, Round};
 use crate::cluster::ReadScope;
 
 /// A request's connection with no inbox (nothing is sent from here: the
@@ -52,9 +52,8 @@ fn send_round(
         how,
         local: Vec::new(),
         remote,
-        answer: None,
+        answer: Answer::Pending,
         catch_up,
-        taken: false,
     });
     p.reading.rounds.len() - 1
 }
@@ -84,6 +83,11 @@ fn a_catch_up_is_found_once_and_only_as_a_catch_up() {
         .land(Landing::Round(j, Err(failed.clone())));
     assert_eq!(p.take_landed(), Some(Err(failed)));
     assert_eq!(p.take_landed(), None);
+    // A taken answer is not one in flight: a read index asked now
+    // (`Parking::park_read`) ends this processing's rounds.
+    park.borrow_mut().waiting = true;
+    park.borrow_mut().forget_read();
+    assert!(park.borrow().reading.rounds.is_empty());
 }
 
 #[test]
@@ -185,7 +189,10 @@ fn tries_are_counted_over_every_run_and_a_retry_takes_a_new_timestamp() {
     park.borrow_mut().forget_read();
     assert_eq!(p.tries(Retry::Timestamp), 1);
     park.borrow_mut().land(Landing::Round(i, Ok(Vec::new())));
-    assert!(!park.borrow().waiting && park.borrow().reading.rounds[i].answer.is_some());
+    assert!(
+        !park.borrow().waiting
+            && matches!(park.borrow().reading.rounds[i].answer, Answer::Landed(_))
+    );
     assert_eq!(p.tries(Retry::Timestamp), 1, "counted over its runs");
     assert!(p.take_parked(), "it parked on its pause");
     assert!(!p.take_parked(), "then answered");
