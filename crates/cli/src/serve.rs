@@ -173,6 +173,12 @@ pub struct ServeArgs {
     /// load).
     #[arg(long, env = "COMBKV_CLUSTER_RANGE_SPLIT_LOAD", value_name = "WRITES")]
     cluster_range_split_load: Option<u64>,
+    /// The most two nodes' clocks may differ, in milliseconds: every write
+    /// waits this long before it is acknowledged, so that reads across
+    /// ranges on any node see it (default 0: the nodes share one host's
+    /// clock; at most 1000).
+    #[arg(long, env = "COMBKV_CLUSTER_MAX_CLOCK_OFFSET", value_name = "MS")]
+    cluster_max_clock_offset: Option<u64>,
     /// Merge a range with the range after it (both on the same nodes) once
     /// their keys and values together take fewer than this many bytes
     /// (default: a fifth of --cluster-range-split-bytes; 0: never; at most
@@ -320,6 +326,9 @@ fn config(args: &ServeArgs) -> Result<(ServerConfig, bool), String> {
     }
     if let Some(v) = args.cluster_range_split_load {
         c.cluster_range_split_load = v;
+    }
+    if let Some(v) = args.cluster_max_clock_offset {
+        c.cluster_max_clock_offset = v;
     }
     if let Some(v) = args.cluster_range_merge_bytes {
         c.cluster_range_merge_bytes = Some(v);

@@ -105,6 +105,10 @@ pub struct ReplicaConfig {
     /// Set by the server while the node is above its memory limit: its
     /// leaders then refuse writes that can add data (`MemoryGate`).
     pub memory: crate::group_commit::MemoryGate,
+    /// The bound on the nodes' clock offset that apply's commit wait
+    /// covers, shared by the node's groups (the server's
+    /// `cluster-max-clock-offset`; 0: one host's clock).
+    pub clock_offset: crate::ranges::ClockOffset,
 }
 
 impl ReplicaConfig {
@@ -134,6 +138,7 @@ impl ReplicaConfig {
             split_load: 0,
             merge_bytes: 0,
             memory: Default::default(),
+            clock_offset: Default::default(),
         }
     }
 
@@ -220,7 +225,9 @@ impl Replica {
             &config.dir.join("snapshots"),
             config.on_apply.clone(),
         )?;
-        let sm = sm.serving(group, config.on_split.clone());
+        let sm = sm
+            .serving(group, config.on_split.clone())
+            .with_clock_offset(config.clock_offset.clone());
         let sm = if config.split_load == 0 {
             sm.without_load()
         } else {

@@ -60,6 +60,9 @@ pub struct Cluster {
     /// Writes this node's clients sent that a range's leader refused for
     /// its memory (INFO `oom_rejected_writes`, with the node's own).
     refused_for_memory: Arc<std::sync::atomic::AtomicU64>,
+    /// The bound on the nodes' clock offset, and what this node's groups
+    /// saw of the others' clocks (INFO `ranges`).
+    clock_offset: combkv_replica::ranges::ClockOffset,
 }
 
 /// Snapshots of a keyspace split into ranges, taken on this node: each a
@@ -135,6 +138,7 @@ impl Cluster {
         rc.range_replicas = config.cluster_range_replicas as usize;
         rc.split_load = config.cluster_range_split_load;
         rc.merge_bytes = config.range_merge_bytes();
+        rc.clock_offset = combkv_replica::ranges::ClockOffset::new(config.cluster_max_clock_offset);
         rc.node_down_after = match config.cluster_node_down_seconds {
             0 => None,
             s => Some(std::time::Duration::from_secs(s)),
@@ -179,6 +183,7 @@ impl Cluster {
             }
         }
         Ok(Cluster {
+            clock_offset: rc.clock_offset.clone(),
             host,
             replica,
             rt,
@@ -481,6 +486,12 @@ impl Cluster {
     /// range (INFO `ranges_read_indexes`).
     pub(crate) fn read_index_rounds(&self) -> u64 {
         self.marks.lock().rounds
+    }
+
+    /// The most an entry's clock was seen ahead of this node's (ms), and
+    /// the entries ahead by more than `cluster-max-clock-offset`.
+    pub(crate) fn clock_ahead(&self) -> (u64, u64) {
+        self.clock_offset.seen()
     }
 
     /// Reads across ranges served at one timestamp since the node started,

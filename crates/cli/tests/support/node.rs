@@ -88,7 +88,13 @@ impl Node {
 
     /// [`Node::start`] with `extra` arguments.
     pub fn start_with(&mut self, peers: &str, extra: &[&str]) {
-        let child = self.command(peers, extra).spawn().expect("combkv starts");
+        self.start_command(self.command(peers, extra));
+    }
+
+    /// [`Node::start`] with `cmd`, a [`Node::command`] the caller changed
+    /// (its environment, say).
+    pub fn start_command(&mut self, mut cmd: Command) {
+        let child = cmd.spawn().expect("combkv starts");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(30);
         let wait = Duration::from_millis(500);

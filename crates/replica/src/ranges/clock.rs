@@ -112,9 +112,115 @@ impl Clock {
     }
 }
 
+/// How far apart the nodes' clocks may be (the server's
+/// `cluster-max-clock-offset`), and what this node has seen of the
+/// others'. One per node, shared by its groups' state machines.
+///
+/// A read across ranges takes its timestamp from its own node's clock, so
+/// it sees a write acknowledged before it began only if that clock has
+/// reached the write's version. Apply holds a write's answer until this
+/// node's clock passes the version's millisecond by the bound: once it is
+/// acknowledged, every clock within the bound has reached its version
+/// (Spanner's commit wait). A bound of 0 trusts the nodes to share one
+/// clock (one host).
+///
+/// Each entry carries its leader's clock at proposal. A follower that
+/// applies one ahead of its own clock learns that the leader's runs
+/// ahead of its own by at least that much (less the time the entry took
+/// to arrive): a sure lower bound on their offset, which is counted,
+/// and logged when it is past the bound.
+#[derive(Debug, Clone, Default)]
+pub struct ClockOffset(std::sync::Arc<OffsetSeen>);
+
+#[derive(Debug, Default)]
+struct OffsetSeen {
+    bound_ms: u64,
+    /// The most an entry's clock was seen ahead of this node's, ms.
+    ahead_max_ms: AtomicU64,
+    /// Entries whose clock was ahead of this node's by more than the
+    /// bound.
+    past_bound: AtomicU64,
+    /// When one was last logged (this node's clock, ms): at most one a
+    /// minute.
+    logged_ms: AtomicU64,
+}
+
+impl ClockOffset {
+    /// Clocks at most `bound_ms` apart.
+    pub fn new(bound_ms: u64) -> ClockOffset {
+        ClockOffset(std::sync::Arc::new(OffsetSeen {
+            bound_ms,
+            ..OffsetSeen::default()
+        }))
+    }
+
+    /// The bound, ms.
+    pub fn bound_ms(&self) -> u64 {
+        self.0.bound_ms
+    }
+
+    /// An entry its leader proposed at `proposed_ms` by its clock is
+    /// applied here at `wall_ms` by this node's.
+    pub fn saw(&self, proposed_ms: u64, wall_ms: u64) {
+        let ahead = proposed_ms.saturating_sub(wall_ms);
+        if ahead == 0 {
+            return;
+        }
+        self.0.ahead_max_ms.fetch_max(ahead, Ordering::Relaxed);
+        if ahead <= self.0.bound_ms {
+            return;
+        }
+        self.0.past_bound.fetch_add(1, Ordering::Relaxed);
+        let logged = self.0.logged_ms.load(Ordering::Relaxed);
+        if wall_ms >= logged.saturating_add(60_000)
+            && self
+                .0
+                .logged_ms
+                .compare_exchange(logged, wall_ms, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::error!(
+                "an entry's leader clock runs at least {ahead} ms ahead of this node's, past \
+                 cluster-max-clock-offset ({} ms): reads across ranges may miss writes \
+                 acknowledged up to that long before they began; synchronise the clocks or \
+                 raise the bound",
+                self.0.bound_ms
+            );
+        }
+    }
+
+    /// The most an entry's clock was seen ahead of this node's (ms), and
+    /// how many entries were ahead by more than the bound.
+    pub fn seen(&self) -> (u64, u64) {
+        (
+            self.0.ahead_max_ms.load(Ordering::Relaxed),
+            self.0.past_bound.load(Ordering::Relaxed),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only an entry ahead of this node's clock says anything; one ahead
+    /// by more than the bound is counted.
+    #[test]
+    fn entries_ahead_of_the_clock_are_measured_against_the_bound() {
+        let offset = ClockOffset::new(5);
+        offset.saw(1_000, 1_000);
+        offset.saw(990, 1_000);
+        assert_eq!(offset.seen(), (0, 0), "behind or level: nothing");
+        offset.saw(1_005, 1_000);
+        assert_eq!(offset.seen(), (5, 0), "within the bound");
+        offset.saw(1_012, 1_000);
+        offset.saw(1_006, 1_000);
+        assert_eq!(offset.seen(), (12, 2));
+        // Shared by the clones a node's groups hold.
+        let group = offset.clone();
+        group.saw(2_030, 2_000);
+        assert_eq!(offset.seen(), (30, 3));
+    }
 
     #[test]
     fn a_timestamp_splits_into_millis_and_a_count() {

@@ -21,7 +21,7 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::watch;
 
 use crate::codec;
-use crate::ranges::{Bounds, RangeMap};
+use crate::ranges::{Bounds, ClockOffset, RangeMap};
 use crate::snapshot::{self, Header};
 use crate::types::{Applied, Entry, LogId, NodeId, StorageError, TypeConfig};
 
@@ -140,6 +140,8 @@ pub struct StateMachine {
     load: Arc<crate::load::Load>,
     /// The store's recent past, held for reads at a timestamp.
     past: Arc<crate::past::Past>,
+    /// The bound on the nodes' clock offset, and what apply saw of it.
+    offset: ClockOffset,
 }
 
 fn io_err(e: io::Error) -> StorageError {
@@ -214,6 +216,7 @@ impl StateMachine {
             on_split: None,
             load: Arc::default(),
             past: Arc::default(),
+            offset: ClockOffset::default(),
         })
     }
 
@@ -222,6 +225,13 @@ impl StateMachine {
     pub fn serving(mut self, group: u64, on_split: Option<SplitHook>) -> StateMachine {
         self.group = group;
         self.on_split = on_split;
+        self
+    }
+
+    /// Applies writes for clocks at most `offset`'s bound apart, and tells
+    /// it of entries from clocks ahead of this node's.
+    pub fn with_clock_offset(mut self, offset: ClockOffset) -> StateMachine {
+        self.offset = offset;
         self
     }
 
@@ -395,6 +405,7 @@ impl StateMachine {
                 Ok(Applied::default())
             }
             EntryPayload::Normal(batch) => {
+                self.offset.saw(batch.now_ms, timestamps::wall_ms());
                 if let Some(split) = codec::decode_split(&batch.ops) {
                     return Ok(control(split, |s| self.split(&s, state, batch.now_ms)));
                 }
@@ -454,7 +465,7 @@ impl StateMachine {
                 let now = batch.now_ms.max(state.now_ms);
                 state.now_ms = now;
                 let store = self.cell.get();
-                timestamps::before_writes(&store, now, &ops);
+                timestamps::before_writes(&store, now, &ops, self.offset.bound_ms());
                 let mut results = Vec::with_capacity(ops.len());
                 for op in &ops {
                     // Decided against bounds the range no longer has (a

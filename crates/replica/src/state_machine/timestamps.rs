@@ -5,11 +5,14 @@
 //! can read each at one timestamp. Apply decides it from the entry alone,
 //! so every replica gives a write the same version.
 //!
-//! A version is never visible before the wall clock has reached its
-//! millisecond (the commit wait): a read floor (`codec::encode_floor`)
-//! puts the next writes into the millisecond after the read's, and a
-//! read that starts once a write was acknowledged, or seen, must take a
+//! A version is never visible before the wall clock has passed its
+//! millisecond by the bound on the nodes' clock offset (the commit wait,
+//! [`ClockOffset`]): a read floor (`codec::encode_floor`) puts the next
+//! writes into the millisecond after the read's, and a read that starts,
+//! on any node, once a write was acknowledged, or seen, must take a
 //! timestamp at or above that write's.
+//!
+//! [`ClockOffset`]: crate::ranges::ClockOffset
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -18,9 +21,12 @@ use combkv::{Store, Version};
 
 use crate::ranges::{LOGICAL_BITS, Timestamp};
 
-/// The longest apply waits for the wall clock to reach a version's
-/// millisecond. A version runs ahead by less than one millisecond (a read
-/// floor's); further ahead, the wall clock went back (a clock stepped by
+/// The longest apply waits, beyond twice the clock offset's bound, for the
+/// wall clock to reach a version's millisecond. A version runs ahead of
+/// this node's clock by less than one millisecond (a read floor's) plus
+/// the offset (another node's clock, as far ahead as the bound allows,
+/// gave it), and apply waits for the bound beyond it; further ahead, a
+/// clock went back or is off by more than the bound (a clock stepped by
 /// hand, a node started on another machine with a slower one): apply goes
 /// on rather than stall, and says so.
 const MAX_COMMIT_WAIT: Duration = Duration::from_millis(10);
@@ -36,8 +42,9 @@ pub(super) fn wall_ms() -> u64 {
 /// the next millisecond starts at that one instead (a read across ranges
 /// reads at the end of a millisecond, and must never fall inside one
 /// atomic write's versions, which the engine releases together), and apply
-/// waits until the wall clock has reached the last one's millisecond.
-pub(super) fn before_writes(store: &Store, now_ms: u64, ops: &[Op<'_>]) {
+/// waits until the wall clock has passed the last one's millisecond by
+/// `offset_ms`, the bound on the nodes' clock offset.
+pub(super) fn before_writes(store: &Store, now_ms: u64, ops: &[Op<'_>], offset_ms: u64) {
     store.raise_clock(Version(Timestamp::from_millis(now_ms).0.saturating_sub(1)));
     let n: u64 = ops.iter().map(versions_taken).sum();
     let first = store.read_version().0.saturating_add(1);
@@ -48,7 +55,7 @@ pub(super) fn before_writes(store: &Store, now_ms: u64, ops: &[Op<'_>]) {
         store.raise_clock(Version(Timestamp::from_millis(next).0 - 1));
         last = Timestamp::from_millis(next).0 + n - 1;
     }
-    commit_wait(last >> LOGICAL_BITS);
+    commit_wait((last >> LOGICAL_BITS).saturating_add(offset_ms), offset_ms);
 }
 
 /// At most how many versions `op` takes. (A FLUSHALL, `Op::Clear`, takes
@@ -75,17 +82,19 @@ fn versions_taken(op: &Op<'_>) -> u64 {
     }
 }
 
-/// Waits until the wall clock reads `ms` or later (at most
-/// `MAX_COMMIT_WAIT`).
-fn commit_wait(ms: u64) {
+/// Waits until the wall clock reads `ms` or later (at most twice
+/// `offset_ms` and `MAX_COMMIT_WAIT`).
+fn commit_wait(ms: u64, offset_ms: u64) {
     let now = wall_ms();
     if now >= ms {
         return;
     }
     let ahead = Duration::from_millis(ms - now);
-    if ahead > MAX_COMMIT_WAIT {
+    if ahead > MAX_COMMIT_WAIT + Duration::from_millis(offset_ms.saturating_mul(2)) {
         tracing::warn!(
-            "versions run {ahead:?} ahead of this node's clock: has the clock gone back?"
+            "versions run {ahead:?} ahead of this node's clock, past what \
+             cluster-max-clock-offset ({offset_ms} ms) allows: has a clock gone back, or are the \
+             nodes' clocks further apart than the bound?"
         );
         return;
     }
@@ -119,21 +128,40 @@ mod tests {
     fn writes_take_versions_from_the_entry_clock_on() {
         let store = Store::new(combkv::Config::default()).unwrap();
         let now = wall_ms();
-        before_writes(&store, now, &[put(b"a")]);
+        before_writes(&store, now, &[put(b"a")], 0);
         let v = store.put(b"a", b"1").unwrap();
         assert_eq!(v, Version(Timestamp::from_millis(now).0));
         // An entry with an older clock (a new leader's lagging one) goes on
         // from the store's last version.
-        before_writes(&store, now - 5, &[put(b"b")]);
+        before_writes(&store, now - 5, &[put(b"b")], 0);
         assert_eq!(store.put(b"b", b"1").unwrap(), Version(v.0 + 1));
         // A floor in this millisecond puts the next write in the next one,
         // and apply waits for the clock to reach it.
         let floor = Timestamp::from_millis(wall_ms()).0 | 0xFFFF;
         store.raise_clock(Version(floor));
-        before_writes(&store, now, &[put(b"c")]);
+        before_writes(&store, now, &[put(b"c")], 0);
         let w = store.put(b"c", b"1").unwrap();
         assert!(w.0 > floor);
         assert!(wall_ms() >= w.0 >> LOGICAL_BITS);
+    }
+
+    /// With a bound on the clock offset, apply goes on only once the wall
+    /// clock has passed the version's millisecond by the bound: by then
+    /// every clock within the bound has reached it.
+    #[test]
+    fn the_commit_wait_covers_the_clock_offset() {
+        for offset_ms in [0, 3, 20] {
+            let store = Store::new(combkv::Config::default()).unwrap();
+            let now = wall_ms();
+            before_writes(&store, now, &[put(b"a")], offset_ms);
+            let done = wall_ms();
+            let v = store.put(b"a", b"1").unwrap();
+            assert!(
+                done >= (v.0 >> LOGICAL_BITS) + offset_ms,
+                "bound {offset_ms}: applied at {done}, version at {}",
+                v.0 >> LOGICAL_BITS
+            );
+        }
     }
 
     /// An atomic write whose versions would straddle the end of a
@@ -152,7 +180,7 @@ mod tests {
             .collect();
         let op = Op::Atomic(std::borrow::Cow::Owned(writes));
         assert_eq!(versions_taken(&op), 40);
-        before_writes(&store, ms, std::slice::from_ref(&op));
+        before_writes(&store, ms, std::slice::from_ref(&op), 0);
         assert_eq!(
             store.read_version(),
             Version(Timestamp::from_millis(ms + 1).0 - 1)
@@ -161,7 +189,7 @@ mod tests {
         let store = Store::new(combkv::Config::default()).unwrap();
         store.raise_clock(Version(Timestamp::from_millis(ms).0 + 0xFFF0));
         let ten: Vec<Op<'_>> = (0..10).map(|_| put(b"k")).collect();
-        before_writes(&store, ms, &ten);
+        before_writes(&store, ms, &ten, 0);
         assert_eq!(
             store.read_version(),
             Version(Timestamp::from_millis(ms).0 + 0xFFF0)

@@ -282,6 +282,13 @@ pub struct ServerConfig {
     /// its leader (none: a fifth of `cluster_range_split_bytes`, so never
     /// while that is 0; 0: never).
     pub cluster_range_merge_bytes: Option<ByteSize>,
+    /// The most, in milliseconds, that any two nodes' clocks may differ.
+    /// Applying a write waits until the node's clock has passed the
+    /// write's version by this much, so that a read across ranges on any
+    /// node, whose timestamp comes from its own clock, sees every write
+    /// acknowledged before it began (0: the nodes share one clock, as on
+    /// one host).
+    pub cluster_max_clock_offset: u64,
     /// Cut a corrupt write-ahead log (damage followed by valid data) and
     /// start, instead of refusing to: what `combkv check --repair` does.
     pub wal_truncate_corrupt: bool,
@@ -451,6 +458,7 @@ impl Default for ServerConfig {
             cluster_node_down_seconds: 1800,
             cluster_range_split_load: 0,
             cluster_range_merge_bytes: None,
+            cluster_max_clock_offset: 0,
             wal_truncate_corrupt: false,
             checkpoint_deltas: true,
             learned_search: false,
@@ -482,6 +490,10 @@ impl ServerConfig {
 
 /// The smallest size a range may be split at (`cluster-range-split-bytes`).
 pub const MIN_RANGE_SPLIT_BYTES: u64 = 64 << 10;
+
+/// The largest `cluster-max-clock-offset`, ms: every write waits that
+/// long, and clocks further apart need mending, not waiting out.
+pub const MAX_CLOCK_OFFSET_MS: u64 = 1000;
 
 impl ServerConfig {
     /// Reads a TOML file over the defaults.
@@ -619,6 +631,12 @@ impl ServerConfig {
             let peers = parse_peers(&self.peers)?;
             if self.cluster_snapshot_entries == 0 {
                 return Err("cluster-snapshot-entries must be at least 1".into());
+            }
+            if self.cluster_max_clock_offset > MAX_CLOCK_OFFSET_MS {
+                return Err(format!(
+                    "cluster-max-clock-offset must be 0 to {MAX_CLOCK_OFFSET_MS} ms (every write \
+                     waits this long before it is acknowledged)"
+                ));
             }
             if self.cluster_range_replicas > 7 {
                 return Err("cluster-range-replicas must be 0 (off) to 7".into());
@@ -956,6 +974,10 @@ impl ServerConfig {
                 self.cluster_range_split_load.to_string(),
             ),
             (
+                "cluster-max-clock-offset",
+                self.cluster_max_clock_offset.to_string(),
+            ),
+            (
                 "cluster-range-merge-bytes",
                 self.range_merge_bytes().to_string(),
             ),
@@ -1090,6 +1112,21 @@ mod tests {
         c.memcached_udp = "127.0.0.1:11212".parse().unwrap();
         c.requirepass = Some("pw".into());
         assert!(c.validate().unwrap_err().contains("memcached-udp"));
+        // A cluster node's clock offset bound: a wait on every write.
+        let mut c = ServerConfig {
+            node_id: 1,
+            raft_addr: Some("127.0.0.1:7001".parse().unwrap()),
+            data_dir: Some("/tmp/x".into()),
+            cluster_max_clock_offset: MAX_CLOCK_OFFSET_MS,
+            ..ServerConfig::default()
+        };
+        assert!(c.validate().is_ok());
+        c.cluster_max_clock_offset = MAX_CLOCK_OFFSET_MS + 1;
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .contains("cluster-max-clock-offset")
+        );
     }
 
     #[test]

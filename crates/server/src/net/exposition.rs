@@ -263,6 +263,11 @@ const COUNTERS: &[(&str, &str, &str)] = &[
         "Read indexes this node's linearizable reads completed, one per range each covered.",
     ),
     (
+        "ranges_clock_ahead_past_bound",
+        "combkv_ranges_clock_ahead_past_bound",
+        "Log entries this node applied whose proposer's clock ran ahead of its own by more than cluster-max-clock-offset.",
+    ),
+    (
         "used_cpu_sys",
         "combkv_cpu_system_seconds",
         "CPU time in the kernel.",

@@ -242,6 +242,11 @@ fn ranges_fields(shared: &Shared) -> Vec<(&'static str, String)> {
         ("ranges_read_retries", c.reads_across().1.to_string()),
         ("ranges_read_indexes", c.read_index_rounds().to_string()),
         ("ranges_snapshot_pins", r.snapshot_pins.to_string()),
+        ("ranges_clock_ahead_max_ms", c.clock_ahead().0.to_string()),
+        (
+            "ranges_clock_ahead_past_bound",
+            c.clock_ahead().1.to_string(),
+        ),
     ]
 }
 

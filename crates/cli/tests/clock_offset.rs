@@ -1,0 +1,144 @@
+//! Reads across ranges on a node whose clock runs behind the others'
+//! (`docs/cluster.md`, "Reads across ranges and the nodes' clocks"): three `combkv serve` processes on
+//! loopback, node 3 started with libfaketime preloaded so that its wall
+//! clock reads 200 ms behind the host's, and the keyspace split into two
+//! ranges. A client writes a key through node 1 and, once the write is
+//! acknowledged, reads it with MGET across both ranges through node 3,
+//! whose read takes its timestamp from its own clock.
+//!
+//! - With `--cluster-max-clock-offset 0` the offset shows: some reads miss
+//!   the write they follow (or cannot be served at so old a timestamp), and
+//!   node 3 counts entries from clocks ahead of its own past the bound.
+//!   That half checks the test itself: without it, a preload that did
+//!   nothing would pass the other half.
+//! - With a bound above the offset, every read sees the write before it,
+//!   and node 3 counts no entry past the bound.
+
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use support::node::{Node, admin, find_leader, peers, wait_serving};
+
+/// How far behind node 3's clock runs, s (libfaketime's `FAKETIME`).
+const BEHIND: &str = "-0.2";
+/// A bound above that offset, ms.
+const BOUND: u64 = 250;
+/// Writes, each followed by a read across ranges.
+const ROUNDS: usize = 20;
+
+/// libfaketime's preload library, from `scripts/peers`; None (skipped)
+/// with `COMBKV_SKIP_PEERS`.
+fn libfaketime() -> Option<String> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/peers");
+    let out = Command::new("bash")
+        .args([script, "tool", "libfaketime"])
+        .output()
+        .unwrap();
+    if out.status.success() {
+        return Some(String::from_utf8(out.stdout).unwrap().trim().to_string());
+    }
+    let why = String::from_utf8_lossy(&out.stderr);
+    if std::env::var_os("COMBKV_SKIP_PEERS").is_some() {
+        eprintln!("SKIPPED (COMBKV_SKIP_PEERS is set): {}", why.trim());
+        return None;
+    }
+    panic!("{}; `scripts/test` installs it first", why.trim());
+}
+
+/// What `ROUNDS` writes through node 1, each read back across ranges
+/// through node 3, came to with the bound `bound_ms`: reads that missed
+/// the write before them or were refused, and node 3's INFO fields
+/// `ranges_clock_ahead_max_ms` and `ranges_clock_ahead_past_bound`.
+fn run(lib: &str, bound_ms: u64) -> (Vec<String>, u64, u64) {
+    let root = support::node::root("clock_offset", &format!("bound{bound_ms}"));
+    let mut nodes: Vec<Node> = (1..=3).map(|id| Node::new(&root, id)).collect();
+    let all = peers(&nodes.iter().collect::<Vec<_>>());
+    let bound = bound_ms.to_string();
+    let args = ["--cluster-max-clock-offset", bound.as_str()];
+    for n in &mut nodes[..2] {
+        n.start_with(&all, &args);
+    }
+    let mut behind = nodes[2].command(&all, &args);
+    behind
+        .env("LD_PRELOAD", lib)
+        .env("FAKETIME", BEHIND)
+        // Only the wall clock: timers and timeouts run as on the others.
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+    nodes[2].start_command(behind);
+    find_leader(&nodes);
+    wait_serving(&nodes);
+    let (ok, said) = admin(&nodes[0], &["split", "m"], Duration::from_secs(30));
+    assert!(ok, "{said}");
+    for n in &nodes {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while n.info_ranges().get("ranges_hosted").map(String::as_str) != Some("2") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "node {} never hosted both ranges",
+                n.id
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let mut writer = nodes[0].connect();
+    let mut reader = nodes[2].connect();
+    let _: () = redis::cmd("SET")
+        .arg("a")
+        .arg("0")
+        .query(&mut writer)
+        .unwrap();
+    let mut missed = Vec::new();
+    for i in 0..ROUNDS {
+        let _: () = redis::cmd("SET")
+            .arg("z")
+            .arg(i)
+            .query(&mut writer)
+            .unwrap();
+        let read: redis::RedisResult<Vec<Option<String>>> =
+            redis::cmd("MGET").arg("a").arg("z").query(&mut reader);
+        match read {
+            Ok(got) if got == [Some("0".to_string()), Some(i.to_string())] => {}
+            Ok(got) => missed.push(format!("after SET z {i}: {got:?}")),
+            Err(e) => missed.push(format!("after SET z {i}: {e}")),
+        }
+    }
+    let info = nodes[2].info_ranges();
+    let number = |name: &str| -> u64 {
+        info.get(name)
+            .unwrap_or_else(|| panic!("INFO ranges has no {name}: {info:?}"))
+            .parse()
+            .unwrap()
+    };
+    let seen = (
+        number("ranges_clock_ahead_max_ms"),
+        number("ranges_clock_ahead_past_bound"),
+    );
+    drop(nodes);
+    let _ = std::fs::remove_dir_all(&root);
+    (missed, seen.0, seen.1)
+}
+
+#[test]
+fn reads_across_ranges_on_a_node_behind_see_every_acknowledged_write_within_the_bound() {
+    let Some(lib) = libfaketime() else {
+        return;
+    };
+    let (missed, ahead, past) = run(&lib, 0);
+    eprintln!("no bound: ahead {ahead} ms, {past} entries past it, missed {missed:#?}");
+    assert!(
+        !missed.is_empty(),
+        "with no bound, node 3 running {BEHIND} s behind missed no write: the preload had no effect"
+    );
+    assert!(
+        ahead >= 100 && past > 0,
+        "no bound: ahead {ahead} ms, {past} entries past it"
+    );
+    let (missed, ahead, past) = run(&lib, BOUND);
+    assert!(missed.is_empty(), "bound {BOUND} ms: {missed:#?}");
+    assert!(
+        ahead >= 100 && past == 0,
+        "bound {BOUND} ms: ahead {ahead} ms, {past} entries past it"
+    );
+}
