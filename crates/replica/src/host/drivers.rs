@@ -202,7 +202,10 @@ impl Host {
 
     /// Splits each range this node leads whose keys and values take more
     /// than the `split_bytes` setting, at the key that halves those bytes,
-    /// recording the split in the map first as [`Host::split`] does. The
+    /// recording the split in the map first as [`Host::split`] does. A
+    /// range a snapshot pins waits (as a merge does): the new range would
+    /// start with no past, and the snapshot's reads of its keys would be
+    /// refused. The
     /// store's own memory figure only filters (it falls late after a split,
     /// as deleted keys' buffers are reclaimed); the bytes are counted in one
     /// scan. A range of one key cannot split, whatever its size.
@@ -218,10 +221,9 @@ impl Host {
             return;
         };
         for g in self.groups() {
-            let Some(r) = self
-                .group(g)
-                .filter(|r| r.is_leader() && r.is_voter() && !r.bounds().retired)
-            else {
+            let Some(r) = self.group(g).filter(|r| {
+                r.is_leader() && r.is_voter() && !r.bounds().retired && r.snapshot_pins() == 0
+            }) else {
                 continue;
             };
             let store = r.current_store();
@@ -266,7 +268,8 @@ impl Host {
     /// in a row, at the middle of its sampled keys (`load`), recording the
     /// split in the map first as [`Host::split`] does. Every replica's
     /// count is taken, so that a new leader starts from its last second.
-    /// Once a second.
+    /// A range a snapshot pins waits, as in [`Host::split_large`]. Once a
+    /// second.
     async fn split_busy(&self) {
         let Some(limit) = self
             .0
@@ -282,7 +285,8 @@ impl Host {
             let Some(r) = self.group(g) else { continue };
             let load = r.load();
             let (rate, busy) = load.take(limit);
-            if busy < BUSY_SECONDS || !r.is_leader() || r.bounds().retired {
+            if busy < BUSY_SECONDS || !r.is_leader() || r.bounds().retired || r.snapshot_pins() > 0
+            {
                 continue;
             }
             let bounds = r.bounds();

@@ -1,0 +1,121 @@
+//! A range a snapshot pins does not split (`docs/cluster.md`, "Ranges"):
+//! three `combkv serve` processes whose ranges split at 64 KB, the
+//! keyspace split in two by hand. A snapshot pins both ranges (on one
+//! range it is the store's own, which a split does not touch); writes then
+//! take the second past the split size. While the snapshot lasts the
+//! range stays whole and the snapshot reads as it was (a range split off
+//! after it would start with no past, and the snapshot's reads of its keys
+//! would be refused); once it is released, the range splits.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::node::{Node, admin, find_leader, peers, wait_serving};
+
+/// Keys written before the snapshot, and after it.
+const BEFORE: usize = 200;
+const AFTER: usize = 1500;
+
+fn key(i: usize) -> String {
+    format!("key{i:05}")
+}
+
+/// `INFO ranges`'s field `name` on `node`, as a number.
+fn ranges_field(node: &Node, name: &str) -> u64 {
+    let info = node.info_ranges();
+    info.get(name)
+        .unwrap_or_else(|| panic!("INFO ranges has no {name}: {info:?}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_range_a_snapshot_pins_waits_to_split_until_it_is_released() {
+    let root = support::node::root("ranges_pinned", "split");
+    let mut nodes: Vec<Node> = (1..=3).map(|id| Node::new(&root, id)).collect();
+    let all = peers(&nodes.iter().collect::<Vec<_>>());
+    for n in &mut nodes {
+        n.start_with(&all, &["--cluster-range-split-bytes", "64kb"]);
+    }
+    find_leader(&nodes);
+    wait_serving(&nodes);
+    let mut con = nodes[0].connect();
+    let value = "v".repeat(100);
+    for i in 0..BEFORE {
+        let _: () = redis::cmd("SET")
+            .arg(key(i))
+            .arg(&value)
+            .query(&mut con)
+            .unwrap();
+    }
+    let (ok, said) = admin(
+        &nodes[0],
+        &["split", &key(BEFORE / 2)],
+        Duration::from_secs(30),
+    );
+    assert!(ok, "{said}");
+    let snap: i64 = redis::cmd("SNAPSHOT")
+        .arg("CREATE")
+        .arg("EX")
+        .arg(120)
+        .query(&mut con)
+        .unwrap();
+    // Past the split size three times over.
+    for i in BEFORE..BEFORE + AFTER {
+        let _: () = redis::cmd("SET")
+            .arg(key(i))
+            .arg(&value)
+            .query(&mut con)
+            .unwrap();
+    }
+    // The split drivers run every 100 ms; a range past its size splits
+    // within a second when nothing holds it.
+    std::thread::sleep(Duration::from_secs(3));
+    for n in &nodes {
+        assert_eq!(
+            ranges_field(n, "ranges"),
+            2,
+            "node {}: split while pinned",
+            n.id
+        );
+    }
+    // The snapshot reads as it was, through the node it was taken on (a
+    // snapshot id is its node's).
+    let at: Vec<String> = redis::cmd("RANGEAT")
+        .arg(snap)
+        .arg("-")
+        .arg("+")
+        .arg("KEYSONLY")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(at, (0..BEFORE).map(key).collect::<Vec<_>>());
+    let last: Option<String> = redis::cmd("GETAT")
+        .arg(snap)
+        .arg(key(BEFORE + AFTER - 1))
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(last, None, "a key written after the snapshot");
+    let released: i64 = redis::cmd("SNAPSHOT")
+        .arg("RELEASE")
+        .arg(snap)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(released, 1);
+    // Released, every replica drops its pin and the range splits.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while nodes.iter().any(|n| ranges_field(n, "ranges") < 3) {
+        assert!(
+            Instant::now() < deadline,
+            "the range never split once released"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for n in &nodes {
+        assert_eq!(ranges_field(n, "ranges_snapshot_pins"), 0, "node {}", n.id);
+        let count: u64 = redis::cmd("DBSIZE").query(&mut n.connect()).unwrap();
+        assert_eq!(count as usize, BEFORE + AFTER, "node {}", n.id);
+    }
+    drop(nodes);
+    let _ = std::fs::remove_dir_all(&root);
+}
