@@ -389,116 +389,149 @@ impl StateMachine {
         }
     }
 
-    /// Applies one entry. A failure is rare and ends the node, so its size
-    /// (openraft's error type) costs nothing on the path that matters.
+    /// Applies one entry, or, changing nothing, says until which
+    /// millisecond of the wall clock its writes must wait first (the
+    /// commit wait: `apply` waits without the state's lock, then applies
+    /// it). A failure is rare and ends the node, so its size (openraft's
+    /// error type) costs nothing on the path that matters.
     #[allow(clippy::result_large_err)]
-    fn apply_entry(&self, entry: Entry, state: &mut SmState) -> Result<Applied, StorageError> {
-        state.log_id = Some(entry.log_id);
-        match entry.payload {
-            EntryPayload::Blank => Ok(Applied::default()),
+    fn apply_entry(&self, entry: &Entry, state: &mut SmState) -> Result<Step, StorageError> {
+        match &entry.payload {
+            EntryPayload::Blank => {}
             EntryPayload::Membership(m) => {
                 state.ever_voters.extend(m.voter_ids());
-                state.membership = StoredMembership::new(Some(entry.log_id), m);
+                state.membership = StoredMembership::new(Some(entry.log_id), m.clone());
                 if self.keeps_map {
                     state.follow_membership();
                 }
-                Ok(Applied::default())
             }
-            EntryPayload::Normal(batch) => {
-                self.offset.saw(batch.now_ms, timestamps::wall_ms());
-                if let Some(split) = codec::decode_split(&batch.ops) {
-                    return Ok(control(split, |s| self.split(&s, state, batch.now_ms)));
-                }
-                if let Some(retire) = codec::decode_retire(&batch.ops) {
-                    return Ok(control(retire, |r| self.retire(&r, state)));
-                }
-                if let Some(absorb) = codec::decode_absorb(&batch.ops) {
-                    return Ok(control(absorb, |a| self.absorb(&a, state)));
-                }
-                if let Some(change) = codec::decode_map_change(&batch.ops) {
-                    return Ok(control(change, |c| match state.ranges.as_mut() {
-                        Some(map) if self.keeps_map => map
-                            .apply(&c)
-                            .map(|()| Outcome::Clear)
-                            .map_err(|e| combkv::Error::InvalidConfig(e.to_string())),
-                        _ => Err(combkv::Error::InvalidConfig(
-                            "this group keeps no range map".into(),
-                        )),
-                    }));
-                }
-                if let Some(floor) = codec::decode_floor(&batch.ops) {
-                    return Ok(control(floor, |(at, pin_ms)| self.floor(at, pin_ms)));
-                }
-                if let Some(unpin) = codec::decode_unpin(&batch.ops) {
-                    // A replica that holds no pin of `at` (it pinned too
-                    // late, or replayed the floor after a restart) has
-                    // nothing to drop: the same state either way.
-                    return Ok(control(unpin, |(at, pin_ms)| {
-                        self.past.unpin(at, pin_ms);
-                        Ok(Outcome::Clear)
-                    }));
-                }
-                match codec::decode_setting(&batch.ops) {
-                    Some(Ok((name, value))) => {
-                        state.settings.insert(name, value);
-                        self.settings_tx.send_replace(state.settings.clone());
-                        return Ok(Applied::default());
-                    }
-                    Some(Err(e)) => {
-                        tracing::error!("entry {} holds an undecodable setting: {e}", entry.log_id);
-                        return Ok(Applied::default());
-                    }
-                    None => {}
-                }
-                let ops = match codec::decode_ops(&batch.ops) {
-                    Ok(ops) => ops,
-                    // Every replica reads the same bytes and skips them
-                    // alike; the proposers hear that their writes did not
-                    // apply (no results come back for them).
-                    Err(e) => {
-                        tracing::error!("entry {} holds undecodable ops: {e}", entry.log_id);
-                        return Ok(Applied::default());
-                    }
-                };
-                // The log's clocks only go forward; a batch below the last
-                // one (a new leader whose clock lags) is applied at the last.
-                let now = batch.now_ms.max(state.now_ms);
-                state.now_ms = now;
-                let store = self.cell.get();
-                timestamps::before_writes(&store, now, &ops, self.offset.bound_ms());
-                let mut results = Vec::with_capacity(ops.len());
-                for op in &ops {
-                    // Decided against bounds the range no longer has (a
-                    // split or merge applied after it was routed): refused
-                    // alike on every replica, for the router to route
-                    // again.
-                    if let Some(b) = &state.bounds
-                        && (b.retired || !op.keys_within(&b.start, b.end.as_deref()))
-                    {
-                        results.push(Err(combkv::Error::WrongRange(format!(
-                            "a key outside {b}: the range was split or merged; route the \
-                             request again"
-                        ))));
-                        continue;
-                    }
-                    if let Some(key) = op.some_key() {
-                        self.load.note(key);
-                    }
-                    let r = store.apply_at(op, now);
-                    if let Err(e @ combkv::Error::ReadOnly(_)) = &r {
-                        // A store that refuses writes cannot go on
-                        // applying: the node must stop.
-                        return Err(io_err(io::Error::other(e.to_string())));
-                    }
-                    results.push(r);
-                }
-                if let Some(hook) = &self.on_apply {
-                    (hook.0)(entry.log_id.index, &batch, &results);
-                }
-                Ok(Applied { results })
-            }
+            EntryPayload::Normal(batch) => return self.apply_batch(entry.log_id, batch, state),
         }
+        state.log_id = Some(entry.log_id);
+        Ok(Step::Applied(Applied::default()))
     }
+
+    /// [`StateMachine::apply_entry`] of a batch.
+    #[allow(clippy::result_large_err)]
+    fn apply_batch(
+        &self,
+        log_id: LogId,
+        batch: &crate::types::Batch,
+        state: &mut SmState,
+    ) -> Result<Step, StorageError> {
+        let applied = |state: &mut SmState, a: Applied| {
+            state.log_id = Some(log_id);
+            Ok(Step::Applied(a))
+        };
+        if let Some(split) = codec::decode_split(&batch.ops) {
+            let a = control(split, |s| self.split(&s, state, batch.now_ms));
+            return applied(state, a);
+        }
+        if let Some(retire) = codec::decode_retire(&batch.ops) {
+            let a = control(retire, |r| self.retire(&r, state));
+            return applied(state, a);
+        }
+        if let Some(absorb) = codec::decode_absorb(&batch.ops) {
+            let a = control(absorb, |a| self.absorb(&a, state));
+            return applied(state, a);
+        }
+        if let Some(change) = codec::decode_map_change(&batch.ops) {
+            let a = control(change, |c| match state.ranges.as_mut() {
+                Some(map) if self.keeps_map => map
+                    .apply(&c)
+                    .map(|()| Outcome::Clear)
+                    .map_err(|e| combkv::Error::InvalidConfig(e.to_string())),
+                _ => Err(combkv::Error::InvalidConfig(
+                    "this group keeps no range map".into(),
+                )),
+            });
+            return applied(state, a);
+        }
+        if let Some(floor) = codec::decode_floor(&batch.ops) {
+            let a = control(floor, |(at, pin_ms)| self.floor(at, pin_ms));
+            return applied(state, a);
+        }
+        if let Some(unpin) = codec::decode_unpin(&batch.ops) {
+            // A replica that holds no pin of `at` (it pinned too late, or
+            // replayed the floor after a restart) has nothing to drop: the
+            // same state either way.
+            let a = control(unpin, |(at, pin_ms)| {
+                self.past.unpin(at, pin_ms);
+                Ok(Outcome::Clear)
+            });
+            return applied(state, a);
+        }
+        match codec::decode_setting(&batch.ops) {
+            Some(Ok((name, value))) => {
+                state.settings.insert(name, value);
+                self.settings_tx.send_replace(state.settings.clone());
+                return applied(state, Applied::default());
+            }
+            Some(Err(e)) => {
+                tracing::error!("entry {log_id} holds an undecodable setting: {e}");
+                return applied(state, Applied::default());
+            }
+            None => {}
+        }
+        let ops = match codec::decode_ops(&batch.ops) {
+            Ok(ops) => ops,
+            // Every replica reads the same bytes and skips them alike; the
+            // proposers hear that their writes did not apply (no results
+            // come back for them).
+            Err(e) => {
+                tracing::error!("entry {log_id} holds undecodable ops: {e}");
+                return applied(state, Applied::default());
+            }
+        };
+        // The log's clocks only go forward; a batch below the last one (a
+        // new leader whose clock lags) is applied at the last.
+        let now = batch.now_ms.max(state.now_ms);
+        let store = self.cell.get();
+        let before = timestamps::before_writes(&store, now, &ops, self.offset.bound_ms());
+        if let Some(ms) = before.wait_until_ms {
+            // Nothing changed yet: a snapshot taken during the wait sees
+            // this entry not applied.
+            return Ok(Step::Wait(ms));
+        }
+        store.raise_clock(before.raise);
+        state.now_ms = now;
+        let mut results = Vec::with_capacity(ops.len());
+        for op in &ops {
+            // Decided against bounds the range no longer has (a split or
+            // merge applied after it was routed): refused alike on every
+            // replica, for the router to route again.
+            if let Some(b) = &state.bounds
+                && (b.retired || !op.keys_within(&b.start, b.end.as_deref()))
+            {
+                results.push(Err(combkv::Error::WrongRange(format!(
+                    "a key outside {b}: the range was split or merged; route the request again"
+                ))));
+                continue;
+            }
+            if let Some(key) = op.some_key() {
+                self.load.note(key);
+            }
+            let r = store.apply_at(op, now);
+            if let Err(e @ combkv::Error::ReadOnly(_)) = &r {
+                // A store that refuses writes cannot go on applying: the
+                // node must stop.
+                return Err(io_err(io::Error::other(e.to_string())));
+            }
+            results.push(r);
+        }
+        if let Some(hook) = &self.on_apply {
+            (hook.0)(log_id.index, batch, &results);
+        }
+        applied(state, Applied { results })
+    }
+}
+
+/// What became of an entry `apply_entry` was given.
+enum Step {
+    Applied(Applied),
+    /// Not applied: its writes wait until the wall clock reads this
+    /// millisecond (the commit wait).
+    Wait(u64),
 }
 
 /// The one result of an entry holding one control op (a split, a
@@ -648,19 +681,47 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         I::IntoIter: openraft::OptionalSend,
     {
         let mut out = Vec::new();
-        // Held for the whole batch: a snapshot or a digest taken meanwhile
-        // sees the store and the applied log id of one moment.
-        let mut state = self.state.lock();
-        for entry in entries {
-            out.push(self.apply_entry(entry, &mut state)?);
+        let mut entries = entries.into_iter();
+        // An entry whose writes wait for the wall clock (the commit wait).
+        let mut waiting: Option<Entry> = None;
+        loop {
+            // The state's lock is held for the whole batch but a commit
+            // wait, which is waited out without it (and on tokio's timer
+            // where it is long), so that reads, snapshots and the node's
+            // other groups go on meanwhile: a snapshot or a digest sees the
+            // store and the applied log id of one moment.
+            let wait = {
+                let mut state = self.state.lock();
+                let mut wait = None;
+                while let Some(entry) = waiting.take().or_else(|| {
+                    let entry = entries.next()?;
+                    if let EntryPayload::Normal(batch) = &entry.payload {
+                        self.offset.saw(batch.now_ms, timestamps::wall_ms());
+                    }
+                    Some(entry)
+                }) {
+                    match self.apply_entry(&entry, &mut state)? {
+                        Step::Applied(a) => out.push(a),
+                        Step::Wait(ms) => {
+                            waiting = Some(entry);
+                            wait = Some(ms);
+                            break;
+                        }
+                    }
+                }
+                let log_id = state.log_id;
+                if self.keeps_map {
+                    self.publish_map(&state);
+                }
+                drop(state);
+                self.applied_tx.send_replace(log_id);
+                wait
+            };
+            match wait {
+                Some(ms) => timestamps::wall_reaches(ms).await,
+                None => return Ok(out),
+            }
         }
-        let log_id = state.log_id;
-        if self.keeps_map {
-            self.publish_map(&state);
-        }
-        drop(state);
-        self.applied_tx.send_replace(log_id);
-        Ok(out)
     }
 
     async fn get_snapshot_builder(&mut self) -> Builder {

@@ -37,25 +37,43 @@ pub(super) fn wall_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// What the writes of an entry need before they apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Before {
+    /// The clock the store is raised to, so that the writes take versions
+    /// from the one after it on.
+    pub(super) raise: Version,
+    /// The millisecond the wall clock must reach first (the commit wait),
+    /// if it has not yet.
+    pub(super) wait_until_ms: Option<u64>,
+}
+
 /// Before the writes of an entry with clock `now_ms` apply: their versions
 /// start at the entry's clock; an entry whose versions would cross into
 /// the next millisecond starts at that one instead (a read across ranges
 /// reads at the end of a millisecond, and must never fall inside one
 /// atomic write's versions, which the engine releases together), and apply
 /// waits until the wall clock has passed the last one's millisecond by
-/// `offset_ms`, the bound on the nodes' clock offset.
-pub(super) fn before_writes(store: &Store, now_ms: u64, ops: &[Op<'_>], offset_ms: u64) {
-    store.raise_clock(Version(Timestamp::from_millis(now_ms).0.saturating_sub(1)));
+/// `offset_ms`, the bound on the nodes' clock offset. Changes nothing: the
+/// caller waits, then asks again and raises the clock.
+pub(super) fn before_writes(store: &Store, now_ms: u64, ops: &[Op<'_>], offset_ms: u64) -> Before {
+    let mut raise = store
+        .read_version()
+        .0
+        .max(Timestamp::from_millis(now_ms).0.saturating_sub(1));
     let n: u64 = ops.iter().map(versions_taken).sum();
-    let first = store.read_version().0.saturating_add(1);
+    let first = raise.saturating_add(1);
     let mut last = first.saturating_add(n.saturating_sub(1));
     let per_ms = 1u64 << LOGICAL_BITS;
     if n > 0 && n <= per_ms && first >> LOGICAL_BITS != last >> LOGICAL_BITS {
         let next = (first >> LOGICAL_BITS) + 1;
-        store.raise_clock(Version(Timestamp::from_millis(next).0 - 1));
+        raise = Timestamp::from_millis(next).0 - 1;
         last = Timestamp::from_millis(next).0 + n - 1;
     }
-    commit_wait((last >> LOGICAL_BITS).saturating_add(offset_ms), offset_ms);
+    Before {
+        raise: Version(raise),
+        wait_until_ms: commit_wait((last >> LOGICAL_BITS).saturating_add(offset_ms), offset_ms),
+    }
 }
 
 /// At most how many versions `op` takes. (A FLUSHALL, `Op::Clear`, takes
@@ -82,12 +100,13 @@ fn versions_taken(op: &Op<'_>) -> u64 {
     }
 }
 
-/// Waits until the wall clock reads `ms` or later (at most twice
-/// `offset_ms` and `MAX_COMMIT_WAIT`).
-fn commit_wait(ms: u64, offset_ms: u64) {
+/// The millisecond apply waits for the wall clock to reach, if it has not
+/// yet: `ms`, unless that is further ahead than twice `offset_ms` and
+/// `MAX_COMMIT_WAIT` (then none, and a warning).
+fn commit_wait(ms: u64, offset_ms: u64) -> Option<u64> {
     let now = wall_ms();
     if now >= ms {
-        return;
+        return None;
     }
     let ahead = Duration::from_millis(ms - now);
     if ahead > MAX_COMMIT_WAIT + Duration::from_millis(offset_ms.saturating_mul(2)) {
@@ -96,10 +115,26 @@ fn commit_wait(ms: u64, offset_ms: u64) {
              cluster-max-clock-offset ({offset_ms} ms) allows: has a clock gone back, or are the \
              nodes' clocks further apart than the bound?"
         );
-        return;
+        return None;
     }
-    while wall_ms() < ms {
-        std::thread::sleep(Duration::from_micros(100));
+    Some(ms)
+}
+
+/// Waits until the wall clock reads `ms`: the last millisecond in short
+/// sleeps (a read floor's wait, the usual one, is under a millisecond, and
+/// tokio's timer counts whole ones), longer on tokio's timer, so that a
+/// commit wait of the clocks' bound holds no runtime thread.
+pub(super) async fn wall_reaches(ms: u64) {
+    loop {
+        let now = wall_ms();
+        if now >= ms {
+            return;
+        }
+        if ms - now > 1 {
+            tokio::time::sleep(Duration::from_millis(ms - now - 1)).await;
+        } else {
+            std::thread::sleep(Duration::from_micros(100));
+        }
     }
 }
 
@@ -107,9 +142,21 @@ fn commit_wait(ms: u64, offset_ms: u64) {
 mod tests {
     use super::*;
 
-    /// An entry's writes take versions from its clock on, never below
-    /// the store's last, and the wall clock has reached each one's
-    /// millisecond when apply goes on.
+    /// What apply does with [`before_writes`]: waits, then raises.
+    fn before(store: &Store, now_ms: u64, ops: &[Op<'_>], offset_ms: u64) {
+        loop {
+            let b = before_writes(store, now_ms, ops, offset_ms);
+            match b.wait_until_ms {
+                Some(ms) => {
+                    while wall_ms() < ms {
+                        std::thread::sleep(Duration::from_micros(100));
+                    }
+                }
+                None => return store.raise_clock(b.raise),
+            }
+        }
+    }
+
     fn put(k: &'static [u8]) -> Op<'static> {
         Op::Put {
             key: k,
@@ -128,18 +175,18 @@ mod tests {
     fn writes_take_versions_from_the_entry_clock_on() {
         let store = Store::new(combkv::Config::default()).unwrap();
         let now = wall_ms();
-        before_writes(&store, now, &[put(b"a")], 0);
+        before(&store, now, &[put(b"a")], 0);
         let v = store.put(b"a", b"1").unwrap();
         assert_eq!(v, Version(Timestamp::from_millis(now).0));
         // An entry with an older clock (a new leader's lagging one) goes on
         // from the store's last version.
-        before_writes(&store, now - 5, &[put(b"b")], 0);
+        before(&store, now - 5, &[put(b"b")], 0);
         assert_eq!(store.put(b"b", b"1").unwrap(), Version(v.0 + 1));
         // A floor in this millisecond puts the next write in the next one,
         // and apply waits for the clock to reach it.
         let floor = Timestamp::from_millis(wall_ms()).0 | 0xFFFF;
         store.raise_clock(Version(floor));
-        before_writes(&store, now, &[put(b"c")], 0);
+        before(&store, now, &[put(b"c")], 0);
         let w = store.put(b"c", b"1").unwrap();
         assert!(w.0 > floor);
         assert!(wall_ms() >= w.0 >> LOGICAL_BITS);
@@ -153,7 +200,7 @@ mod tests {
         for offset_ms in [0, 3, 20] {
             let store = Store::new(combkv::Config::default()).unwrap();
             let now = wall_ms();
-            before_writes(&store, now, &[put(b"a")], offset_ms);
+            before(&store, now, &[put(b"a")], offset_ms);
             let done = wall_ms();
             let v = store.put(b"a", b"1").unwrap();
             assert!(
@@ -180,7 +227,7 @@ mod tests {
             .collect();
         let op = Op::Atomic(std::borrow::Cow::Owned(writes));
         assert_eq!(versions_taken(&op), 40);
-        before_writes(&store, ms, std::slice::from_ref(&op), 0);
+        before(&store, ms, std::slice::from_ref(&op), 0);
         assert_eq!(
             store.read_version(),
             Version(Timestamp::from_millis(ms + 1).0 - 1)
@@ -189,7 +236,7 @@ mod tests {
         let store = Store::new(combkv::Config::default()).unwrap();
         store.raise_clock(Version(Timestamp::from_millis(ms).0 + 0xFFF0));
         let ten: Vec<Op<'_>> = (0..10).map(|_| put(b"k")).collect();
-        before_writes(&store, ms, &ten, 0);
+        before(&store, ms, &ten, 0);
         assert_eq!(
             store.read_version(),
             Version(Timestamp::from_millis(ms).0 + 0xFFF0)
