@@ -16,7 +16,6 @@
 
 mod support;
 
-use std::process::Command;
 use std::time::Duration;
 
 use support::node::{Node, admin, find_leader, peers, wait_serving};
@@ -27,25 +26,6 @@ const BEHIND: &str = "-0.2";
 const BOUND: u64 = 250;
 /// Writes, each followed by a read across ranges.
 const ROUNDS: usize = 20;
-
-/// libfaketime's preload library, from `scripts/peers`; None (skipped)
-/// with `COMBKV_SKIP_PEERS`.
-fn libfaketime() -> Option<String> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/peers");
-    let out = Command::new("bash")
-        .args([script, "tool", "libfaketime"])
-        .output()
-        .unwrap();
-    if out.status.success() {
-        return Some(String::from_utf8(out.stdout).unwrap().trim().to_string());
-    }
-    let why = String::from_utf8_lossy(&out.stderr);
-    if std::env::var_os("COMBKV_SKIP_PEERS").is_some() {
-        eprintln!("SKIPPED (COMBKV_SKIP_PEERS is set): {}", why.trim());
-        return None;
-    }
-    panic!("{}; `scripts/test` installs it first", why.trim());
-}
 
 /// What `ROUNDS` writes through node 1, each read back across ranges
 /// through node 3, came to with the bound `bound_ms`: reads that missed
@@ -122,7 +102,8 @@ fn run(lib: &str, bound_ms: u64) -> (Vec<String>, u64, u64) {
 
 #[test]
 fn reads_across_ranges_on_a_node_behind_see_every_acknowledged_write_within_the_bound() {
-    let Some(lib) = libfaketime() else {
+    // libfaketime's preload library.
+    let Some(lib) = support::peer_tool(&["tool", "libfaketime"]) else {
         return;
     };
     let (missed, ahead, past) = run(&lib, 0);

@@ -39,26 +39,6 @@ impl Dir {
     }
 }
 
-/// A tool from `scripts/peers`, or `None` (skipped) with
-/// `COMBKV_SKIP_PEERS`.
-fn peer_tool(check: &[&str]) -> Option<String> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/peers");
-    let out = Command::new("bash")
-        .arg(script)
-        .args(check)
-        .output()
-        .unwrap();
-    if out.status.success() {
-        return Some(String::from_utf8(out.stdout).unwrap().trim().to_string());
-    }
-    let why = String::from_utf8_lossy(&out.stderr);
-    if std::env::var_os("COMBKV_SKIP_PEERS").is_some() {
-        eprintln!("SKIPPED (COMBKV_SKIP_PEERS is set): {}", why.trim());
-        return None;
-    }
-    panic!("{}; `scripts/test` installs it first", why.trim());
-}
-
 fn free_addr() -> SocketAddr {
     ([127, 0, 0, 1], support::free_port()).into()
 }
@@ -167,7 +147,7 @@ fn real_clients_over_tls() {
     let cafile = cafile.to_str().unwrap();
     let port = s.tls_resp.port().to_string();
 
-    if peer_tool(&["check", "redis"]).is_some() {
+    if support::peer_tool(&["check", "redis"]).is_some() {
         let tls = [
             "--tls",
             "--cacert",
@@ -187,7 +167,7 @@ fn real_clients_over_tls() {
         assert_eq!(run(&["RANGE", "[cli:", "[cli:~"]).1.trim(), "cli:1\none");
     }
 
-    if let Some(python) = peer_tool(&["tool", "redis-py"]) {
+    if let Some(python) = support::peer_tool(&["tool", "redis-py"]) {
         let script = format!(
             r#"
 import ssl, sys, redis, pymemcache.client.base as mc
@@ -324,7 +304,7 @@ fn client_certificates_required_and_refused() {
             .unwrap()
             .starts_with("VERSION")
     );
-    if peer_tool(&["check", "redis"]).is_some() {
+    if support::peer_tool(&["check", "redis"]).is_some() {
         let port = s.tls_resp.port().to_string();
         let cafile = ca.ca_file();
         let base = ["--tls", "--cacert", cafile.to_str().unwrap(), "-p", &port];

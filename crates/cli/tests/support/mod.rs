@@ -77,6 +77,27 @@ pub fn env_number<T: std::str::FromStr>(name: &str, default: T) -> T {
     }
 }
 
+/// `scripts/peers ARGS` (a `check` or a `tool`): what it printed, or
+/// `None` (skipped) with `COMBKV_SKIP_PEERS`; else a missing peer fails
+/// the test.
+pub fn peer_tool(args: &[&str]) -> Option<String> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/peers");
+    let out = Command::new("bash")
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap();
+    if out.status.success() {
+        return Some(String::from_utf8(out.stdout).unwrap().trim().to_string());
+    }
+    let why = String::from_utf8_lossy(&out.stderr);
+    if std::env::var_os("COMBKV_SKIP_PEERS").is_some() {
+        eprintln!("SKIPPED (COMBKV_SKIP_PEERS is set): {}", why.trim());
+        return None;
+    }
+    panic!("{}; `scripts/test` installs it first", why.trim());
+}
+
 /// The binary under test.
 pub fn binary() -> String {
     std::env::var("COMBKV_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_combkv").into())
