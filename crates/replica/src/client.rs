@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -20,6 +20,7 @@ use tokio::sync::oneshot;
 
 use crate::error::ClusterError;
 use crate::group_commit::ProposeError;
+use crate::ranges::clock::wall_ms;
 use crate::ranges::{Bounds, MapChange, RangeId, RangeMap, SplitRange};
 use crate::replica::Replica;
 use crate::rpc::{RaftResult, Request, Response};
@@ -32,12 +33,6 @@ pub type Results = Vec<Result<combkv::op::Outcome, combkv::Error>>;
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long to wait before asking again when no leader is known.
 pub(crate) const NO_LEADER_RETRY: Duration = Duration::from_millis(50);
-
-fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 impl Replica {
     /// The clock for a batch this node proposes: its wall clock, but never

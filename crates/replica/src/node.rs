@@ -256,9 +256,16 @@ impl Replica {
         )
         .await
         .map_err(|e| StartError::Raft(e.to_string()))?;
+        // An entry is in flight until it applies, and a commit wait of
+        // the clock offset's bound holds it that long: one more entry in
+        // flight per millisecond of the bound (up to 16) keeps the range
+        // taking writes, and read floors, meanwhile.
+        let in_flight = config
+            .entries_in_flight
+            .max((1 + config.clock_offset.bound_ms() as usize).min(16));
         let group = Arc::new(GroupCommit::new(
             raft.clone(),
-            config.entries_in_flight,
+            in_flight,
             Arc::clone(&hold),
             config.memory.clone(),
         ));

@@ -221,9 +221,10 @@ impl Host {
             return;
         };
         for g in self.groups() {
-            let Some(r) = self.group(g).filter(|r| {
-                r.is_leader() && r.is_voter() && !r.bounds().retired && r.snapshot_pins() == 0
-            }) else {
+            let Some(r) = self
+                .group(g)
+                .filter(|r| r.is_leader() && r.is_voter() && !r.bounds().retired)
+            else {
                 continue;
             };
             let store = r.current_store();
@@ -252,6 +253,13 @@ impl Host {
                 true
             });
             let Some(at) = at else { continue };
+            if r.snapshot_pins() > 0 {
+                tracing::debug!(
+                    "range {g} holds {total} bytes of keys and values (more than {limit}): its \
+                     split waits until no snapshot pins it"
+                );
+                continue;
+            }
             match self.split(g, &at).await {
                 Ok(new) => tracing::info!(
                     "range {g} held {total} bytes of keys and values (more than {limit}): \
@@ -285,8 +293,14 @@ impl Host {
             let Some(r) = self.group(g) else { continue };
             let load = r.load();
             let (rate, busy) = load.take(limit);
-            if busy < BUSY_SECONDS || !r.is_leader() || r.bounds().retired || r.snapshot_pins() > 0
-            {
+            if busy < BUSY_SECONDS || !r.is_leader() || r.bounds().retired {
+                continue;
+            }
+            if r.snapshot_pins() > 0 {
+                tracing::debug!(
+                    "range {g} takes {rate} requests a second: its split waits until no \
+                     snapshot pins it"
+                );
                 continue;
             }
             let bounds = r.bounds();

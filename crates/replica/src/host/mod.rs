@@ -422,10 +422,7 @@ impl Host {
             // before, its group may have had a leader long since) nor one
             // this replica applied long after the others, where standing
             // would unseat the leader they elected.
-            let age = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64)
-                .saturating_sub(child.now_ms);
+            let age = crate::ranges::clock::wall_ms().saturating_sub(child.now_ms);
             let fresh = seeded && age < FRESH_SPLIT_MS;
             if let Some(inner) = inner {
                 tokio::spawn(async move {

@@ -50,19 +50,25 @@ impl std::fmt::Display for Timestamp {
     }
 }
 
+/// This node's wall clock, unix ms.
+pub(crate) fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// The timestamp a read across ranges that starts now reads at: the end
-/// of the wall clock's current millisecond. Every version visible now has
-/// a millisecond at or below the wall clock's (the commit wait), so every
-/// write acknowledged, or seen, before now lies at or below it.
+/// of the wall clock's current millisecond. A version is visible only once
+/// the clock of a node that applied it passed its millisecond by the
+/// bound on the nodes' clock offset (the commit wait, [`ClockOffset`]), so
+/// this clock, within the bound of that one, has reached it: every write
+/// acknowledged, or seen, before now lies at or below it.
 /// Never below one handed out before in this process: a wall clock
 /// stepped back does not send a read that starts after another finished
 /// to an earlier timestamp.
 pub fn read_timestamp() -> Timestamp {
     static LAST: AtomicU64 = AtomicU64::new(0);
-    let ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    let at = Timestamp::from_millis(ms).0 | ((1 << LOGICAL_BITS) - 1);
+    let at = Timestamp::from_millis(wall_ms()).0 | ((1 << LOGICAL_BITS) - 1);
     Timestamp(LAST.fetch_max(at, Ordering::AcqRel).max(at))
 }
 
@@ -124,11 +130,11 @@ impl Clock {
 /// (Spanner's commit wait). A bound of 0 trusts the nodes to share one
 /// clock (one host).
 ///
-/// Each entry carries its leader's clock at proposal. A follower that
-/// applies one ahead of its own clock learns that the leader's runs
-/// ahead of its own by at least that much (less the time the entry took
-/// to arrive): a sure lower bound on their offset, which is counted,
-/// and logged when it is past the bound.
+/// Each entry carries its proposer's clock (never below the range's
+/// applied clock). A replica that applies one ahead of its own clock
+/// learns that some node's clock runs ahead of its own by at least that
+/// much (less the time the entry took to arrive): a sure lower bound on
+/// their offset, which is counted, and logged when it is past the bound.
 #[derive(Debug, Clone, Default)]
 pub struct ClockOffset(std::sync::Arc<OffsetSeen>);
 
@@ -159,17 +165,41 @@ impl ClockOffset {
         self.0.bound_ms
     }
 
-    /// An entry its leader proposed at `proposed_ms` by its clock is
-    /// applied here at `wall_ms` by this node's.
+    /// An entry proposed at `proposed_ms` by its proposer's clock (never
+    /// below the range's applied clock) is applied here at `wall_ms` by
+    /// this node's.
     pub fn saw(&self, proposed_ms: u64, wall_ms: u64) {
         let ahead = proposed_ms.saturating_sub(wall_ms);
         if ahead == 0 {
             return;
         }
         self.0.ahead_max_ms.fetch_max(ahead, Ordering::Relaxed);
-        if ahead <= self.0.bound_ms {
-            return;
+        if ahead > self.0.bound_ms {
+            self.past_bound(
+                wall_ms,
+                format_args!(
+                    "an entry's proposer clock runs at least {ahead} ms ahead of this node's"
+                ),
+            );
         }
+    }
+
+    /// Versions `ahead_ms` ahead of this node's clock, by more than the
+    /// bound and the slack apply allows, are applied without the commit
+    /// wait (it would stall the range for as long).
+    pub fn versions_ahead(&self, ahead_ms: u64) {
+        self.past_bound(
+            crate::ranges::clock::wall_ms(),
+            format_args!(
+                "versions run {ahead_ms} ms ahead of this node's clock and are applied without \
+                 the commit wait (has a clock gone back?)"
+            ),
+        );
+    }
+
+    /// Counts a clock found ahead of this node's by more than the bound,
+    /// and logs `what` at most once a minute.
+    fn past_bound(&self, wall_ms: u64, what: std::fmt::Arguments<'_>) {
         self.0.past_bound.fetch_add(1, Ordering::Relaxed);
         let logged = self.0.logged_ms.load(Ordering::Relaxed);
         if wall_ms >= logged.saturating_add(60_000)
@@ -180,17 +210,17 @@ impl ClockOffset {
                 .is_ok()
         {
             tracing::error!(
-                "an entry's leader clock runs at least {ahead} ms ahead of this node's, past \
-                 cluster-max-clock-offset ({} ms): reads across ranges may miss writes \
-                 acknowledged up to that long before they began; synchronise the clocks or \
-                 raise the bound",
+                "{what}, past cluster-max-clock-offset ({} ms): reads across ranges may miss \
+                 writes acknowledged up to that long before they began; synchronise the \
+                 clocks or raise the bound",
                 self.0.bound_ms
             );
         }
     }
 
     /// The most an entry's clock was seen ahead of this node's (ms), and
-    /// how many entries were ahead by more than the bound.
+    /// how many times a clock was found ahead by more than the bound (an
+    /// entry's, or versions applied without the commit wait).
     pub fn seen(&self) -> (u64, u64) {
         (
             self.0.ahead_max_ms.load(Ordering::Relaxed),

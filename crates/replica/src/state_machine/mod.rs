@@ -487,7 +487,7 @@ impl StateMachine {
         // new leader whose clock lags) is applied at the last.
         let now = batch.now_ms.max(state.now_ms);
         let store = self.cell.get();
-        let before = timestamps::before_writes(&store, now, &ops, self.offset.bound_ms());
+        let before = timestamps::before_writes(&store, now, &ops, &self.offset);
         if let Some(ms) = before.wait_until_ms {
             // Nothing changed yet: a snapshot taken during the wait sees
             // this entry not applied.

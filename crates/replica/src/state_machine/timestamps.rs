@@ -14,28 +14,23 @@
 //!
 //! [`ClockOffset`]: crate::ranges::ClockOffset
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use combkv::op::Op;
 use combkv::{Store, Version};
 
-use crate::ranges::{LOGICAL_BITS, Timestamp};
+pub(super) use crate::ranges::clock::wall_ms;
+use crate::ranges::{ClockOffset, LOGICAL_BITS, Timestamp};
 
-/// The longest apply waits, beyond twice the clock offset's bound, for the
-/// wall clock to reach a version's millisecond. A version runs ahead of
-/// this node's clock by less than one millisecond (a read floor's) plus
-/// the offset (another node's clock, as far ahead as the bound allows,
-/// gave it), and apply waits for the bound beyond it; further ahead, a
-/// clock went back or is off by more than the bound (a clock stepped by
-/// hand, a node started on another machine with a slower one): apply goes
-/// on rather than stall, and says so.
+/// How far a version may run ahead of this node's clock beyond the clock
+/// offset's bound and still be waited for. A version runs ahead by less
+/// than one millisecond (a read floor's) plus the offset (another node's
+/// clock, as far ahead as the bound allows, gave it), and apply waits
+/// for the bound beyond it; further ahead, a clock went back or is off by
+/// more than the bound (a clock stepped by hand, a node started on
+/// another machine with a slower one): apply goes on rather than stall,
+/// and says so.
 const MAX_COMMIT_WAIT: Duration = Duration::from_millis(10);
-
-pub(super) fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 /// What the writes of an entry need before they apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,9 +49,16 @@ pub(super) struct Before {
 /// reads at the end of a millisecond, and must never fall inside one
 /// atomic write's versions, which the engine releases together), and apply
 /// waits until the wall clock has passed the last one's millisecond by
-/// `offset_ms`, the bound on the nodes' clock offset. Changes nothing: the
-/// caller waits, then asks again and raises the clock.
-pub(super) fn before_writes(store: &Store, now_ms: u64, ops: &[Op<'_>], offset_ms: u64) -> Before {
+/// the bound on the nodes' clock offset (`offset`). An entry that writes
+/// nothing (a read-only transaction, a leader's blank batch) waits for
+/// nothing. Changes nothing: the caller waits, then asks again and raises
+/// the clock.
+pub(super) fn before_writes(
+    store: &Store,
+    now_ms: u64,
+    ops: &[Op<'_>],
+    offset: &ClockOffset,
+) -> Before {
     let mut raise = store
         .read_version()
         .0
@@ -72,7 +74,10 @@ pub(super) fn before_writes(store: &Store, now_ms: u64, ops: &[Op<'_>], offset_m
     }
     Before {
         raise: Version(raise),
-        wait_until_ms: commit_wait((last >> LOGICAL_BITS).saturating_add(offset_ms), offset_ms),
+        wait_until_ms: match n {
+            0 => None,
+            _ => commit_wait(last >> LOGICAL_BITS, offset),
+        },
     }
 }
 
@@ -100,21 +105,21 @@ fn versions_taken(op: &Op<'_>) -> u64 {
     }
 }
 
-/// The millisecond apply waits for the wall clock to reach, if it has not
-/// yet: `ms`, unless that is further ahead than twice `offset_ms` and
-/// `MAX_COMMIT_WAIT` (then none, and a warning).
-fn commit_wait(ms: u64, offset_ms: u64) -> Option<u64> {
+/// The millisecond apply waits for the wall clock to reach before writes
+/// whose last version is in millisecond `version_ms` apply, if it has not
+/// yet: that one plus the bound. Unless the version is ahead of this
+/// node's clock by more than the bound and `MAX_COMMIT_WAIT` (a clock gone
+/// back, or clocks further apart than the bound): then none, and
+/// `offset` says so (counted, logged at most once a minute).
+fn commit_wait(version_ms: u64, offset: &ClockOffset) -> Option<u64> {
     let now = wall_ms();
+    let ms = version_ms.saturating_add(offset.bound_ms());
     if now >= ms {
         return None;
     }
-    let ahead = Duration::from_millis(ms - now);
-    if ahead > MAX_COMMIT_WAIT + Duration::from_millis(offset_ms.saturating_mul(2)) {
-        tracing::warn!(
-            "versions run {ahead:?} ahead of this node's clock, past what \
-             cluster-max-clock-offset ({offset_ms} ms) allows: has a clock gone back, or are the \
-             nodes' clocks further apart than the bound?"
-        );
+    let ahead = version_ms.saturating_sub(now);
+    if ahead > offset.bound_ms() + MAX_COMMIT_WAIT.as_millis() as u64 {
+        offset.versions_ahead(ahead);
         return None;
     }
     Some(ms)
@@ -122,12 +127,16 @@ fn commit_wait(ms: u64, offset_ms: u64) -> Option<u64> {
 
 /// Waits until the wall clock reads `ms`: the last millisecond in short
 /// sleeps (a read floor's wait, the usual one, is under a millisecond, and
-/// tokio's timer counts whole ones), longer on tokio's timer, so that a
-/// commit wait of the clocks' bound holds no runtime thread.
+/// tokio's timer counts whole ones), longer on tokio's timer. A wall clock
+/// stepped back meanwhile does not hold it longer than the wait looked
+/// when it began: the caller plans again, and finds the versions too far
+/// ahead to wait for.
 pub(super) async fn wall_reaches(ms: u64) {
+    let start = wall_ms();
+    let deadline = std::time::Instant::now() + Duration::from_millis(ms.saturating_sub(start) + 1);
     loop {
         let now = wall_ms();
-        if now >= ms {
+        if now >= ms || std::time::Instant::now() >= deadline {
             return;
         }
         if ms - now > 1 {
@@ -144,8 +153,9 @@ mod tests {
 
     /// What apply does with [`before_writes`]: waits, then raises.
     fn before(store: &Store, now_ms: u64, ops: &[Op<'_>], offset_ms: u64) {
+        let offset = ClockOffset::new(offset_ms);
         loop {
-            let b = before_writes(store, now_ms, ops, offset_ms);
+            let b = before_writes(store, now_ms, ops, &offset);
             match b.wait_until_ms {
                 Some(ms) => {
                     while wall_ms() < ms {
@@ -209,6 +219,32 @@ mod tests {
                 v.0 >> LOGICAL_BITS
             );
         }
+    }
+
+    /// An entry that writes nothing (a read-only transaction, a blank
+    /// batch) waits for nothing, whatever the bound; versions further
+    /// ahead of the clock than the bound and `MAX_COMMIT_WAIT` are not
+    /// waited for, and counted.
+    #[test]
+    fn what_the_commit_wait_leaves_out() {
+        let store = Store::new(combkv::Config::default()).unwrap();
+        let offset = ClockOffset::new(1000);
+        let now = wall_ms();
+        let keys: &[&[u8]] = &[b"a"];
+        let read = Op::Read {
+            keys: std::borrow::Cow::Borrowed(keys),
+        };
+        let b = before_writes(&store, now, std::slice::from_ref(&read), &offset);
+        assert_eq!(b.wait_until_ms, None, "no write");
+        let b = before_writes(&store, now, &[put(b"a")], &offset);
+        assert!(b.wait_until_ms.is_some_and(|ms| ms >= now + 1000), "{b:?}");
+        assert_eq!(offset.seen(), (0, 0));
+        // Versions a bound and 10 ms ahead still wait; further, not.
+        let b = before_writes(&store, wall_ms() + 1005, &[put(b"a")], &offset);
+        assert!(b.wait_until_ms.is_some(), "{b:?}");
+        let b = before_writes(&store, wall_ms() + 1100, &[put(b"a")], &offset);
+        assert_eq!(b.wait_until_ms, None);
+        assert_eq!(offset.seen().1, 1, "counted");
     }
 
     /// An atomic write whose versions would straddle the end of a
