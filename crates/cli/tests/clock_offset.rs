@@ -1,11 +1,12 @@
-//! Reads across ranges on a node whose clock runs behind the others'
-//! (`docs/cluster.md`, "Reads across ranges and the nodes' clocks"): three `combkv serve` processes on
-//! loopback, node 3 started with libfaketime preloaded so that its wall
-//! clock reads 200 ms behind the host's, and the keyspace split into two
-//! ranges. A client writes a key through node 1 and, once the write is
-//! acknowledged, reads it with MGET across both ranges through node 3,
-//! whose read takes its timestamp from its own clock.
+//! Reads across ranges on a node whose clock is off (`docs/cluster.md`,
+//! "Reads across ranges and the nodes' clocks"): three `combkv serve`
+//! processes on loopback, node 3 started with libfaketime preloaded so
+//! that its wall clock reads 200 ms off the host's, and the keyspace split
+//! into two ranges.
 //!
+//! Node 3 behind: a client writes a key through node 1 and, once the
+//! write is acknowledged, reads it with MGET across both ranges through
+//! node 3, whose read takes its timestamp from its own clock.
 //! - With `--cluster-max-clock-offset 0` the offset shows: some reads miss
 //!   the write they follow (or cannot be served at so old a timestamp), and
 //!   node 3 counts entries from clocks ahead of its own past the bound.
@@ -13,6 +14,11 @@
 //!   nothing would pass the other half.
 //! - With a bound above the offset, every read sees the write before it,
 //!   and node 3 counts no entry past the bound.
+//!
+//! Node 3 ahead by more than the bound: its reads across ranges are
+//! refused (their read floors would put the ranges' versions past every
+//! node's commit wait), its writes are taken at their leader's clock and
+//! read back through node 1, and the leaders count its proposals.
 
 mod support;
 
@@ -22,17 +28,18 @@ use support::node::{Node, admin, find_leader, peers, wait_serving};
 
 /// How far behind node 3's clock runs, s (libfaketime's `FAKETIME`).
 const BEHIND: &str = "-0.2";
+/// And how far ahead, in the last case.
+const AHEAD: &str = "+0.2";
 /// A bound above that offset, ms.
 const BOUND: u64 = 250;
 /// Writes, each followed by a read across ranges.
 const ROUNDS: usize = 20;
 
-/// What `ROUNDS` writes through node 1, each read back across ranges
-/// through node 3, came to with the bound `bound_ms`: reads that missed
-/// the write before them or were refused, and node 3's INFO fields
-/// `ranges_clock_ahead_max_ms` and `ranges_clock_ahead_past_bound`.
-fn run(lib: &str, bound_ms: u64) -> (Vec<String>, u64, u64) {
-    let root = support::node::root("clock_offset", &format!("bound{bound_ms}"));
+/// Three nodes with the bound `bound_ms`, node 3's clock set `off` s off
+/// by libfaketime (`lib`), the keyspace split at `m` and both ranges
+/// hosted on every node; the nodes and their directory.
+fn start(lib: &str, bound_ms: u64, off: &str) -> (std::path::PathBuf, Vec<Node>) {
+    let root = support::node::root("clock_offset", &format!("bound{bound_ms}{off}"));
     let mut nodes: Vec<Node> = (1..=3).map(|id| Node::new(&root, id)).collect();
     let all = peers(&nodes.iter().collect::<Vec<_>>());
     let bound = bound_ms.to_string();
@@ -49,7 +56,7 @@ fn run(lib: &str, bound_ms: u64) -> (Vec<String>, u64, u64) {
     let mut behind = nodes[2].command(&all, &args);
     behind
         .env("LD_PRELOAD", lib)
-        .env("FAKETIME", BEHIND)
+        .env("FAKETIME", off)
         // Only the wall clock: timers and timeouts run as on the others.
         .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
     nodes[2].start_command(behind);
@@ -67,6 +74,25 @@ fn run(lib: &str, bound_ms: u64) -> (Vec<String>, u64, u64) {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+    (root, nodes)
+}
+
+/// `INFO ranges`'s field `name` on `node`, as a number.
+fn ranges_field(node: &Node, name: &str) -> u64 {
+    let info = node.info_ranges();
+    info.get(name)
+        .unwrap_or_else(|| panic!("INFO ranges has no {name}: {info:?}"))
+        .parse()
+        .unwrap()
+}
+
+/// What `ROUNDS` writes through node 1, each read back across ranges
+/// through node 3 (its clock behind), came to with the bound `bound_ms`:
+/// reads that missed the write before them or were refused, and node 3's
+/// INFO fields `ranges_clock_ahead_max_ms` and
+/// `ranges_clock_ahead_past_bound`.
+fn run(lib: &str, bound_ms: u64) -> (Vec<String>, u64, u64) {
+    let (root, nodes) = start(lib, bound_ms, BEHIND);
     let mut writer = nodes[0].connect();
     let mut reader = nodes[2].connect();
     query::<()>(&mut writer, redis::cmd("SET").arg("a").arg("0")).unwrap();
@@ -84,16 +110,9 @@ fn run(lib: &str, bound_ms: u64) -> (Vec<String>, u64, u64) {
             Err(e) => missed.push(format!("after SET z {i}: {e}")),
         }
     }
-    let info = nodes[2].info_ranges();
-    let number = |name: &str| -> u64 {
-        info.get(name)
-            .unwrap_or_else(|| panic!("INFO ranges has no {name}: {info:?}"))
-            .parse()
-            .unwrap()
-    };
     let seen = (
-        number("ranges_clock_ahead_max_ms"),
-        number("ranges_clock_ahead_past_bound"),
+        ranges_field(&nodes[2], "ranges_clock_ahead_max_ms"),
+        ranges_field(&nodes[2], "ranges_clock_ahead_past_bound"),
     );
     drop(nodes);
     let _ = std::fs::remove_dir_all(&root);
@@ -143,4 +162,38 @@ fn reads_across_ranges_on_a_node_behind_see_every_acknowledged_write_within_the_
         ahead >= 100 && past == 0,
         "bound {BOUND} ms: ahead {ahead} ms, {past} entries past it"
     );
+}
+
+#[test]
+fn a_node_whose_clock_runs_ahead_past_the_bound_is_refused_its_reads_across_ranges() {
+    let Some(lib) = support::peer_tool(&["tool", "libfaketime"]) else {
+        return;
+    };
+    let (root, nodes) = start(&lib, 50, AHEAD);
+    let mut ahead = nodes[2].connect();
+    let mut other = nodes[0].connect();
+    // Its writes are taken, at their leader's clock, and read back
+    // across ranges through a node whose clock is right.
+    query::<()>(&mut ahead, redis::cmd("SET").arg("a").arg("1")).unwrap();
+    query::<()>(&mut ahead, redis::cmd("SET").arg("z").arg("2")).unwrap();
+    let got: Vec<Option<String>> = query(&mut other, redis::cmd("MGET").arg("a").arg("z")).unwrap();
+    assert_eq!(got, [Some("1".to_string()), Some("2".to_string())]);
+    // Its own reads across ranges are refused, saying why.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let read: redis::RedisResult<Vec<Option<String>>> =
+            redis::cmd("MGET").arg("a").arg("z").query(&mut ahead);
+        match read {
+            Err(e) if e.to_string().contains("synchronise this node's clock") => break,
+            other => assert!(Instant::now() < deadline, "node 3, 200 ms ahead: {other:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let past: u64 = nodes[..2]
+        .iter()
+        .map(|n| ranges_field(n, "ranges_clock_ahead_past_bound"))
+        .sum();
+    assert!(past > 0, "the leaders counted none of node 3's proposals");
+    drop(nodes);
+    let _ = std::fs::remove_dir_all(&root);
 }

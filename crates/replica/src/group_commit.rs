@@ -27,6 +27,8 @@ use combkv::op::Outcome;
 use crate::codec;
 use crate::error::ClusterError;
 use crate::hold::Hold;
+use crate::ranges::clock::wall_ms;
+use crate::ranges::{ClockOffset, Timestamp};
 use crate::types::{Batch, LogId, NodeId, TypeConfig};
 
 /// The largest entry the proposer builds from queued proposals (a larger
@@ -118,6 +120,9 @@ pub(crate) struct GroupCommit {
     hold: Arc<Hold>,
     /// Set while the node is above its memory limit.
     memory: MemoryGate,
+    /// The bound on the nodes' clock offset: how far ahead of this
+    /// leader's clock a proposal's may be.
+    offset: ClockOffset,
 }
 
 impl GroupCommit {
@@ -127,6 +132,7 @@ impl GroupCommit {
         entries_in_flight: usize,
         hold: Arc<Hold>,
         memory: MemoryGate,
+        offset: ClockOffset,
     ) -> GroupCommit {
         GroupCommit {
             raft,
@@ -135,6 +141,7 @@ impl GroupCommit {
             entries: Arc::new(Semaphore::new(entries_in_flight.max(1))),
             hold,
             memory,
+            offset,
         }
     }
 
@@ -147,7 +154,36 @@ impl GroupCommit {
     /// whatever else is queued, and waits for its results. Above the
     /// node's memory limit, its ops that can add data are answered
     /// [`Error::NoMemory`] and the rest proposed.
-    pub(crate) async fn propose(&self, batch: Batch) -> Proposed {
+    ///
+    /// A batch whose clock runs ahead of this leader's by more than the
+    /// bound on the nodes' clock offset (and [`SLACK_MS`]) would give the
+    /// range versions past every node's commit wait: a read floor from
+    /// such a clock is refused (the read across ranges it serves fails,
+    /// on the node whose clock is off), and writes take this leader's
+    /// latest allowed clock instead.
+    ///
+    /// [`SLACK_MS`]: crate::ranges::clock::SLACK_MS
+    pub(crate) async fn propose(&self, mut batch: Batch) -> Proposed {
+        let wall = wall_ms();
+        let limit = self.offset.limit_ms(wall);
+        if batch.now_ms > limit {
+            let ahead = batch.now_ms - wall;
+            self.offset.proposal_ahead(ahead);
+            let floor = match codec::decode_floor(&batch.ops) {
+                Some(Ok((at, _))) => Some(Timestamp(at)).filter(|at| at.millis() > limit),
+                _ => None,
+            };
+            let applied = self.raft.metrics().borrow().last_applied;
+            if let (Some(at), Some(log_id)) = (floor, applied) {
+                let why = format!(
+                    "a read floor at {at} from a clock {ahead} ms ahead of the range's leader, \
+                     past cluster-max-clock-offset ({} ms): synchronise this node's clock",
+                    self.offset.bound_ms()
+                );
+                return Ok((log_id, vec![Err(Error::Unavailable(why))]));
+            }
+            batch.now_ms = limit;
+        }
         if self.memory.is_full()
             && let Some((adds, kept)) = without_adding(&batch.ops)
         {

@@ -268,6 +268,7 @@ impl Replica {
             in_flight,
             Arc::clone(&hold),
             config.memory.clone(),
+            config.clock_offset.clone(),
         ));
         let inner = Arc::new(Inner {
             id: config.id,

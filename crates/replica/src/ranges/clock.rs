@@ -50,6 +50,12 @@ impl std::fmt::Display for Timestamp {
     }
 }
 
+/// How far, beyond the bound on the nodes' clock offset, a version may run
+/// ahead of the clock of a node that applies it and still be waited for
+/// (a read floor runs the next writes up to a millisecond ahead), and a
+/// proposal's clock ahead of its leader's and still be taken as it is.
+pub(crate) const SLACK_MS: u64 = 10;
+
 /// This node's wall clock, unix ms.
 pub(crate) fn wall_ms() -> u64 {
     std::time::SystemTime::now()
@@ -184,12 +190,33 @@ impl ClockOffset {
         }
     }
 
+    /// The latest clock, unix ms, this node's clock at `wall_ms` lets a
+    /// proposal or a version have: the bound and [`SLACK_MS`] ahead.
+    pub fn limit_ms(&self, wall_ms: u64) -> u64 {
+        wall_ms
+            .saturating_add(self.0.bound_ms)
+            .saturating_add(SLACK_MS)
+    }
+
+    /// A proposal that came to this leader with a clock `ahead_ms` ahead
+    /// of its own, past [`ClockOffset::limit_ms`]: its clock was taken
+    /// back to the limit, or, a read floor, it was refused.
+    pub fn proposal_ahead(&self, ahead_ms: u64) {
+        self.past_bound(
+            wall_ms(),
+            format_args!(
+                "a proposal came with a clock {ahead_ms} ms ahead of this leader's (a read floor \
+                 from that clock is refused, a write takes this leader's clock)"
+            ),
+        );
+    }
+
     /// Versions `ahead_ms` ahead of this node's clock, by more than the
-    /// bound and the slack apply allows, are applied without the commit
-    /// wait (it would stall the range for as long).
+    /// bound and [`SLACK_MS`], are applied without the commit wait (it
+    /// would stall the range for as long).
     pub fn versions_ahead(&self, ahead_ms: u64) {
         self.past_bound(
-            crate::ranges::clock::wall_ms(),
+            wall_ms(),
             format_args!(
                 "versions run {ahead_ms} ms ahead of this node's clock and are applied without \
                  the commit wait (has a clock gone back?)"

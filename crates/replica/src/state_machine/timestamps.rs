@@ -22,16 +22,6 @@ use combkv::{Store, Version};
 pub(super) use crate::ranges::clock::wall_ms;
 use crate::ranges::{ClockOffset, LOGICAL_BITS, Timestamp};
 
-/// How far a version may run ahead of this node's clock beyond the clock
-/// offset's bound and still be waited for. A version runs ahead by less
-/// than one millisecond (a read floor's) plus the offset (another node's
-/// clock, as far ahead as the bound allows, gave it), and apply waits
-/// for the bound beyond it; further ahead, a clock went back or is off by
-/// more than the bound (a clock stepped by hand, a node started on
-/// another machine with a slower one): apply goes on rather than stall,
-/// and says so.
-const MAX_COMMIT_WAIT: Duration = Duration::from_millis(10);
-
 /// What the writes of an entry need before they apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Before {
@@ -107,18 +97,23 @@ fn versions_taken(op: &Op<'_>) -> u64 {
 
 /// The millisecond apply waits for the wall clock to reach before writes
 /// whose last version is in millisecond `version_ms` apply, if it has not
-/// yet: that one plus the bound. Unless the version is ahead of this
-/// node's clock by more than the bound and `MAX_COMMIT_WAIT` (a clock gone
-/// back, or clocks further apart than the bound): then none, and
-/// `offset` says so (counted, logged at most once a minute).
+/// yet: that one plus the bound. A version runs ahead of this node's
+/// clock by less than a millisecond (a read floor's) plus the offset
+/// (another node's clock, as far ahead as the bound allows, gave it), and
+/// apply waits the bound beyond it. Further ahead than the bound and
+/// [`SLACK_MS`] (a clock gone back, or clocks further apart than the
+/// bound): no wait, rather than stall the range as long, and `offset`
+/// says so (counted, logged at most once a minute).
+///
+/// [`SLACK_MS`]: crate::ranges::clock::SLACK_MS
 fn commit_wait(version_ms: u64, offset: &ClockOffset) -> Option<u64> {
     let now = wall_ms();
     let ms = version_ms.saturating_add(offset.bound_ms());
     if now >= ms {
         return None;
     }
-    let ahead = version_ms.saturating_sub(now);
-    if ahead > offset.bound_ms() + MAX_COMMIT_WAIT.as_millis() as u64 {
+    if version_ms > offset.limit_ms(now) {
+        let ahead = version_ms - now;
         offset.versions_ahead(ahead);
         return None;
     }
@@ -223,7 +218,7 @@ mod tests {
 
     /// An entry that writes nothing (a read-only transaction, a blank
     /// batch) waits for nothing, whatever the bound; versions further
-    /// ahead of the clock than the bound and `MAX_COMMIT_WAIT` are not
+    /// ahead of the clock than the bound and `SLACK_MS` are not
     /// waited for, and counted.
     #[test]
     fn what_the_commit_wait_leaves_out() {
