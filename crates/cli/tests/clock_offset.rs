@@ -77,15 +77,6 @@ fn start(lib: &str, bound_ms: u64, off: &str) -> (std::path::PathBuf, Vec<Node>)
     (root, nodes)
 }
 
-/// `INFO ranges`'s field `name` on `node`, as a number.
-fn ranges_field(node: &Node, name: &str) -> u64 {
-    let info = node.info_ranges();
-    info.get(name)
-        .unwrap_or_else(|| panic!("INFO ranges has no {name}: {info:?}"))
-        .parse()
-        .unwrap()
-}
-
 /// What `ROUNDS` writes through node 1, each read back across ranges
 /// through node 3 (its clock behind), came to with the bound `bound_ms`:
 /// reads that missed the write before them or were refused, and node 3's
@@ -111,8 +102,8 @@ fn run(lib: &str, bound_ms: u64) -> (Vec<String>, u64, u64) {
         }
     }
     let seen = (
-        ranges_field(&nodes[2], "ranges_clock_ahead_max_ms"),
-        ranges_field(&nodes[2], "ranges_clock_ahead_past_bound"),
+        nodes[2].ranges_number("ranges_clock_ahead_max_ms"),
+        nodes[2].ranges_number("ranges_clock_ahead_past_bound"),
     );
     drop(nodes);
     let _ = std::fs::remove_dir_all(&root);
@@ -191,7 +182,7 @@ fn a_node_whose_clock_runs_ahead_past_the_bound_is_refused_its_reads_across_rang
     }
     let past: u64 = nodes[..2]
         .iter()
-        .map(|n| ranges_field(n, "ranges_clock_ahead_past_bound"))
+        .map(|n| n.ranges_number("ranges_clock_ahead_past_bound"))
         .sum();
     assert!(past > 0, "the leaders counted none of node 3's proposals");
     drop(nodes);

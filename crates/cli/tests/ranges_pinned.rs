@@ -21,15 +21,6 @@ fn key(i: usize) -> String {
     format!("key{i:05}")
 }
 
-/// `INFO ranges`'s field `name` on `node`, as a number.
-fn ranges_field(node: &Node, name: &str) -> u64 {
-    let info = node.info_ranges();
-    info.get(name)
-        .unwrap_or_else(|| panic!("INFO ranges has no {name}: {info:?}"))
-        .parse()
-        .unwrap()
-}
-
 #[test]
 fn a_range_a_snapshot_pins_waits_to_split_until_it_is_released() {
     let root = support::node::root("ranges_pinned", "split");
@@ -74,7 +65,7 @@ fn a_range_a_snapshot_pins_waits_to_split_until_it_is_released() {
     std::thread::sleep(Duration::from_secs(3));
     for n in &nodes {
         assert_eq!(
-            ranges_field(n, "ranges"),
+            n.ranges_number("ranges"),
             2,
             "node {}: split while pinned",
             n.id
@@ -104,7 +95,7 @@ fn a_range_a_snapshot_pins_waits_to_split_until_it_is_released() {
     assert_eq!(released, 1);
     // Released, every replica drops its pin and the range splits.
     let deadline = Instant::now() + Duration::from_secs(60);
-    while nodes.iter().any(|n| ranges_field(n, "ranges") < 3) {
+    while nodes.iter().any(|n| n.ranges_number("ranges") < 3) {
         assert!(
             Instant::now() < deadline,
             "the range never split once released"
@@ -114,7 +105,7 @@ fn a_range_a_snapshot_pins_waits_to_split_until_it_is_released() {
     for n in &nodes {
         // Each range's replicas drop their pins as they apply its release.
         let deadline = Instant::now() + Duration::from_secs(30);
-        while ranges_field(n, "ranges_snapshot_pins") > 0 {
+        while n.ranges_number("ranges_snapshot_pins") > 0 {
             assert!(Instant::now() < deadline, "node {} still pinned", n.id);
             std::thread::sleep(Duration::from_millis(100));
         }

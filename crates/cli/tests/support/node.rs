@@ -208,6 +208,15 @@ impl Node {
         }
     }
 
+    /// `INFO ranges`'s field `name`, as a number.
+    pub fn ranges_number(&self, name: &str) -> u64 {
+        let info = self.info_ranges();
+        info.get(name)
+            .unwrap_or_else(|| panic!("node {}: INFO ranges has no {name}: {info:?}", self.id))
+            .parse()
+            .unwrap()
+    }
+
     /// [`Node::status`], None if the node does not answer.
     pub fn try_status(&self) -> Option<BTreeMap<String, String>> {
         let c = redis::Client::open(format!("redis://{}/", self.resp)).ok()?;

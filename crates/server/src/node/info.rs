@@ -225,6 +225,8 @@ fn ranges_fields(shared: &Shared) -> Vec<(&'static str, String)> {
         return Vec::new();
     };
     let r = c.range_stats();
+    let (reads_across, read_retries) = c.reads_across();
+    let (clock_ahead_max, clock_past_bound) = c.clock_ahead();
     vec![
         ("ranges", r.ranges.to_string()),
         ("ranges_hosted", r.hosted.to_string()),
@@ -238,14 +240,14 @@ fn ranges_fields(shared: &Shared) -> Vec<(&'static str, String)> {
         ("ranges_replicas_removed", r.replicas_removed.to_string()),
         ("ranges_replicas_deleted", r.replicas_deleted.to_string()),
         ("ranges_leaders_moved", r.leaders_moved.to_string()),
-        ("ranges_reads_across", c.reads_across().0.to_string()),
-        ("ranges_read_retries", c.reads_across().1.to_string()),
+        ("ranges_reads_across", reads_across.to_string()),
+        ("ranges_read_retries", read_retries.to_string()),
         ("ranges_read_indexes", c.read_index_rounds().to_string()),
         ("ranges_snapshot_pins", r.snapshot_pins.to_string()),
-        ("ranges_clock_ahead_max_ms", c.clock_ahead().0.to_string()),
+        ("ranges_clock_ahead_max_ms", clock_ahead_max.to_string()),
         (
             "ranges_clock_ahead_past_bound",
-            c.clock_ahead().1.to_string(),
+            clock_past_bound.to_string(),
         ),
     ]
 }
