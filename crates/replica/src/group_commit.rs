@@ -168,7 +168,7 @@ impl GroupCommit {
         let limit = self.offset.limit_ms(wall);
         if batch.now_ms > limit {
             let ahead = batch.now_ms - wall;
-            self.offset.proposal_ahead(ahead);
+            self.offset.proposal_ahead(ahead, wall);
             let floor = match codec::decode_floor(&batch.ops) {
                 Some(Ok((at, _))) => Some(Timestamp(at)).filter(|at| at.millis() > limit),
                 _ => None,

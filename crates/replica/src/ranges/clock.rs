@@ -198,12 +198,13 @@ impl ClockOffset {
             .saturating_add(SLACK_MS)
     }
 
-    /// A proposal that came to this leader with a clock `ahead_ms` ahead
-    /// of its own, past [`ClockOffset::limit_ms`]: its clock was taken
-    /// back to the limit, or, a read floor, it was refused.
-    pub fn proposal_ahead(&self, ahead_ms: u64) {
+    /// A proposal that came to this leader, its clock reading `wall_ms`,
+    /// with a clock `ahead_ms` ahead of it, past [`ClockOffset::limit_ms`]:
+    /// its clock was taken back to the limit, or, a read floor, it was
+    /// refused.
+    pub fn proposal_ahead(&self, ahead_ms: u64, wall_ms: u64) {
         self.past_bound(
-            wall_ms(),
+            wall_ms,
             format_args!(
                 "a proposal came with a clock {ahead_ms} ms ahead of this leader's (a read floor \
                  from that clock is refused, a write takes this leader's clock)"
@@ -211,12 +212,12 @@ impl ClockOffset {
         );
     }
 
-    /// Versions `ahead_ms` ahead of this node's clock, by more than the
-    /// bound and [`SLACK_MS`], are applied without the commit wait (it
-    /// would stall the range for as long).
-    pub fn versions_ahead(&self, ahead_ms: u64) {
+    /// Versions `ahead_ms` ahead of this node's clock (reading `wall_ms`),
+    /// by more than the bound and [`SLACK_MS`], are applied without the
+    /// commit wait (it would stall the range for as long).
+    pub fn versions_ahead(&self, ahead_ms: u64, wall_ms: u64) {
         self.past_bound(
-            wall_ms(),
+            wall_ms,
             format_args!(
                 "versions run {ahead_ms} ms ahead of this node's clock and are applied without \
                  the commit wait (has a clock gone back?)"

@@ -113,8 +113,7 @@ fn commit_wait(version_ms: u64, offset: &ClockOffset) -> Option<u64> {
         return None;
     }
     if version_ms > offset.limit_ms(now) {
-        let ahead = version_ms - now;
-        offset.versions_ahead(ahead);
+        offset.versions_ahead(version_ms - now, now);
         return None;
     }
     Some(ms)
