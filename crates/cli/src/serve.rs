@@ -176,7 +176,8 @@ pub struct ServeArgs {
     /// The most two nodes' clocks may differ, in milliseconds: every write
     /// waits this long before it is acknowledged, so that reads across
     /// ranges on any node see it (default 0: the nodes share one host's
-    /// clock; at most 1000).
+    /// clock; at most 1000). Set the same on every node: each applies the
+    /// largest its cluster's members set.
     #[arg(long, env = "COMBKV_CLUSTER_MAX_CLOCK_OFFSET", value_name = "MS")]
     cluster_max_clock_offset: Option<u64>,
     /// Merge a range with the range after it (both on the same nodes) once

@@ -15,6 +15,10 @@
 //! - With a bound above the offset, every read sees the write before it,
 //!   and node 3 counts no entry past the bound.
 //!
+//! Nodes set to different bounds apply the largest (each publishes its
+//! own through the log), so a leader set to none still waits out the
+//! bound node 3 needs.
+//!
 //! Node 3 ahead by more than the bound: its reads across ranges are
 //! refused (their read floors would put the ranges' versions past every
 //! node's commit wait), its writes are taken at their leader's clock and
@@ -35,25 +39,29 @@ const BOUND: u64 = 250;
 /// Writes, each followed by a read across ranges.
 const ROUNDS: usize = 20;
 
-/// Three nodes with the bound `bound_ms`, node 3's clock set `off` s off
-/// by libfaketime (`lib`), the keyspace split at `m` and both ranges
-/// hosted on every node; the nodes and their directory.
-fn start(lib: &str, bound_ms: u64, off: &str) -> (std::path::PathBuf, Vec<Node>) {
-    let root = support::node::root("clock_offset", &format!("bound{bound_ms}{off}"));
+/// Three nodes with the bounds `bounds_ms` (node 1's first), node 3's
+/// clock set `off` s off by libfaketime (`lib`), the keyspace split at `m`
+/// and both ranges hosted on every node; the nodes and their directory.
+fn start(lib: &str, bounds_ms: [u64; 3], off: &str) -> (std::path::PathBuf, Vec<Node>) {
+    let name = format!(
+        "bound{}-{}-{}{off}",
+        bounds_ms[0], bounds_ms[1], bounds_ms[2]
+    );
+    let root = support::node::root("clock_offset", &name);
     let mut nodes: Vec<Node> = (1..=3).map(|id| Node::new(&root, id)).collect();
     let all = peers(&nodes.iter().collect::<Vec<_>>());
-    let bound = bound_ms.to_string();
-    let args = ["--cluster-max-clock-offset", bound.as_str()];
+    let bounds = bounds_ms.map(|b| b.to_string());
+    let args = |i: usize| ["--cluster-max-clock-offset", bounds[i].as_str()];
     // Nodes 1 and 2 first: they elect group 0's leader, and the range a
     // split makes stands its parent's leader first, so node 3 (the one
     // behind) leads neither range. Were it to lead the range of `z`, its
     // own apply would wait for its clock to reach the write's version, and
     // a commit wait that leaves the bound out would pass here too.
-    for n in &mut nodes[..2] {
-        n.start_with(&all, &args);
+    for (i, n) in nodes[..2].iter_mut().enumerate() {
+        n.start_with(&all, &args(i));
     }
     find_leader(&nodes[..2]);
-    let mut behind = nodes[2].command(&all, &args);
+    let mut behind = nodes[2].command(&all, &args(2));
     behind
         .env("LD_PRELOAD", lib)
         .env("FAKETIME", off)
@@ -74,16 +82,30 @@ fn start(lib: &str, bound_ms: u64, off: &str) -> (std::path::PathBuf, Vec<Node>)
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+    // Every node applies the largest bound, once the others' published
+    // settings have reached it through the log.
+    let largest = bounds_ms.into_iter().max().unwrap_or(0);
+    for n in &nodes {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while n.ranges_number("ranges_clock_offset_ms") != largest {
+            assert!(
+                Instant::now() < deadline,
+                "node {} never applied the largest bound, {largest} ms",
+                n.id
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
     (root, nodes)
 }
 
 /// What `ROUNDS` writes through node 1, each read back across ranges
-/// through node 3 (its clock behind), came to with the bound `bound_ms`:
+/// through node 3 (its clock behind), came to with the bounds `bounds_ms`:
 /// reads that missed the write before them or were refused, and node 3's
 /// INFO fields `ranges_clock_ahead_max_ms` and
 /// `ranges_clock_ahead_past_bound`.
-fn run(lib: &str, bound_ms: u64) -> (Vec<String>, u64, u64) {
-    let (root, nodes) = start(lib, bound_ms, BEHIND);
+fn run(lib: &str, bounds_ms: [u64; 3]) -> (Vec<String>, u64, u64) {
+    let (root, nodes) = start(lib, bounds_ms, BEHIND);
     let mut writer = nodes[0].connect();
     let mut reader = nodes[2].connect();
     query::<()>(&mut writer, redis::cmd("SET").arg("a").arg("0")).unwrap();
@@ -137,7 +159,7 @@ fn reads_across_ranges_on_a_node_behind_see_every_acknowledged_write_within_the_
     let Some(lib) = support::peer_tool(&["tool", "libfaketime"]) else {
         return;
     };
-    let (missed, ahead, past) = run(&lib, 0);
+    let (missed, ahead, past) = run(&lib, [0; 3]);
     eprintln!("no bound: ahead {ahead} ms, {past} entries past it, missed {missed:#?}");
     assert!(
         !missed.is_empty(),
@@ -147,11 +169,29 @@ fn reads_across_ranges_on_a_node_behind_see_every_acknowledged_write_within_the_
         ahead >= 100 && past > 0,
         "no bound: ahead {ahead} ms, {past} entries past it"
     );
-    let (missed, ahead, past) = run(&lib, BOUND);
+    let (missed, ahead, past) = run(&lib, [BOUND; 3]);
     assert!(missed.is_empty(), "bound {BOUND} ms: {missed:#?}");
     assert!(
         ahead >= 100 && past == 0,
         "bound {BOUND} ms: ahead {ahead} ms, {past} entries past it"
+    );
+}
+
+/// Nodes 1 and 2, which lead both ranges, are set to no bound, and node 3
+/// (behind) to one above its offset: the leaders apply node 3's, published
+/// through the log, and its reads see every write. Applying their own
+/// setting, they would not wait at all, and node 3's reads would miss
+/// writes as with no bound anywhere (the test above).
+#[test]
+fn nodes_set_to_different_bounds_apply_the_largest() {
+    let Some(lib) = support::peer_tool(&["tool", "libfaketime"]) else {
+        return;
+    };
+    let (missed, ahead, past) = run(&lib, [0, 0, BOUND]);
+    assert!(missed.is_empty(), "bounds 0, 0 and {BOUND} ms: {missed:#?}");
+    assert!(
+        ahead >= 100 && past == 0,
+        "bounds 0, 0 and {BOUND} ms: ahead {ahead} ms, {past} entries past it"
     );
 }
 
@@ -160,7 +200,7 @@ fn a_node_whose_clock_runs_ahead_past_the_bound_is_refused_its_reads_across_rang
     let Some(lib) = support::peer_tool(&["tool", "libfaketime"]) else {
         return;
     };
-    let (root, nodes) = start(&lib, 50, AHEAD);
+    let (root, nodes) = start(&lib, [50; 3], AHEAD);
     let mut ahead = nodes[2].connect();
     let mut other = nodes[0].connect();
     // Its writes are taken, at their leader's clock, and read back

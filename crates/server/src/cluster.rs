@@ -488,10 +488,18 @@ impl Cluster {
         self.marks.lock().rounds
     }
 
-    /// The most an entry's clock was seen ahead of this node's (ms), and
-    /// the entries ahead by more than `cluster-max-clock-offset`.
+    /// The most an entry's clock was seen ahead of this node's (ms, in
+    /// the last minute or two), and the entries ahead by more than the
+    /// bound since the node started.
     pub(crate) fn clock_ahead(&self) -> (u64, u64) {
         self.clock_offset.seen()
+    }
+
+    /// The bound on the nodes' clock offset this node applies, ms: its
+    /// `cluster-max-clock-offset`, or a larger one another member
+    /// published.
+    pub(crate) fn clock_offset_ms(&self) -> u64 {
+        self.clock_offset.bound_ms()
     }
 
     /// Reads across ranges served at one timestamp since the node started,

@@ -56,6 +56,11 @@ impl std::fmt::Display for Timestamp {
 /// proposal's clock ahead of its leader's and still be taken as it is.
 pub(crate) const SLACK_MS: u64 = 10;
 
+/// The prefix of the cluster setting under which each node publishes its
+/// `cluster-max-clock-offset` (ms, in decimal), followed by its id: see
+/// [`ClockOffset::adopt`].
+pub const CLOCK_OFFSET_SETTING: &str = "clock-offset/";
+
 /// This node's wall clock, unix ms.
 pub(crate) fn wall_ms() -> u64 {
     std::time::SystemTime::now()
@@ -146,9 +151,20 @@ pub struct ClockOffset(std::sync::Arc<OffsetSeen>);
 
 #[derive(Debug, Default)]
 struct OffsetSeen {
-    bound_ms: u64,
-    /// The most an entry's clock was seen ahead of this node's, ms.
+    /// This node's setting.
+    configured_ms: u64,
+    /// The bound it applies by: the largest of its own setting and those
+    /// the cluster's members published ([`ClockOffset::adopt`]).
+    bound_ms: AtomicU64,
+    /// The settings the members published, as last adopted (by node id):
+    /// a disagreement is logged once per change.
+    published: parking_lot::Mutex<Vec<(u64, u64)>>,
+    /// The most an entry's clock was seen ahead of this node's, ms, in
+    /// this minute of the wall clock (`minute`) and the one before, so
+    /// that the figure follows clocks brought back in line.
     ahead_max_ms: AtomicU64,
+    ahead_before_ms: AtomicU64,
+    minute: AtomicU64,
     /// Entries whose clock was ahead of this node's by more than the
     /// bound.
     past_bound: AtomicU64,
@@ -161,14 +177,59 @@ impl ClockOffset {
     /// Clocks at most `bound_ms` apart.
     pub fn new(bound_ms: u64) -> ClockOffset {
         ClockOffset(std::sync::Arc::new(OffsetSeen {
-            bound_ms,
+            configured_ms: bound_ms,
+            bound_ms: AtomicU64::new(bound_ms),
             ..OffsetSeen::default()
         }))
     }
 
-    /// The bound, ms.
+    /// The bound this node applies by, ms: its own setting, or a larger
+    /// one another member published.
     pub fn bound_ms(&self) -> u64 {
-        self.0.bound_ms
+        self.0.bound_ms.load(Ordering::Relaxed)
+    }
+
+    /// This node's own setting, ms (what it publishes).
+    pub fn configured_ms(&self) -> u64 {
+        self.0.configured_ms
+    }
+
+    /// The settings the cluster's members published (node id, ms; each
+    /// node publishes its own through the meta group's log, see
+    /// [`CLOCK_OFFSET_SETTING`]). The bound must hold on every node, and
+    /// the commit wait of a range's leader protects the reads of every
+    /// other node, so a setting that differs from node to node would leave
+    /// the guarantee to the smallest: this node applies by the largest of
+    /// them and its own instead, and a disagreement is logged (once per
+    /// change) so that the operator sets the same everywhere.
+    pub fn adopt(&self, published: &[(u64, u64)]) {
+        let mut sorted = published.to_vec();
+        sorted.sort_unstable();
+        let largest = sorted.iter().map(|&(_, ms)| ms).max().unwrap_or(0);
+        let bound = self.0.configured_ms.max(largest);
+        let mut last = self.0.published.lock();
+        let before = self.0.bound_ms.swap(bound, Ordering::Relaxed);
+        if *last == sorted && before == bound {
+            return;
+        }
+        let differ = sorted.iter().any(|&(_, ms)| ms != self.0.configured_ms);
+        if differ {
+            let each: Vec<String> = sorted
+                .iter()
+                .map(|(id, ms)| format!("node {id}: {ms} ms"))
+                .collect();
+            tracing::warn!(
+                "the nodes' cluster-max-clock-offset settings differ ({}; this node's: {} ms): \
+                 this node applies the largest, {bound} ms; set the same on every node",
+                each.join(", "),
+                self.0.configured_ms
+            );
+        } else if before != bound {
+            tracing::info!(
+                "every node's cluster-max-clock-offset is {bound} ms again: this node applies it"
+            );
+        }
+        *last = sorted;
     }
 
     /// An entry proposed at `proposed_ms` by its proposer's clock (never
@@ -179,8 +240,9 @@ impl ClockOffset {
         if ahead == 0 {
             return;
         }
+        self.turn_minute(wall_ms);
         self.0.ahead_max_ms.fetch_max(ahead, Ordering::Relaxed);
-        if ahead > self.0.bound_ms {
+        if ahead > self.bound_ms() {
             self.past_bound(
                 wall_ms,
                 format_args!(
@@ -194,7 +256,7 @@ impl ClockOffset {
     /// proposal or a version have: the bound and [`SLACK_MS`] ahead.
     pub fn limit_ms(&self, wall_ms: u64) -> u64 {
         wall_ms
-            .saturating_add(self.0.bound_ms)
+            .saturating_add(self.bound_ms())
             .saturating_add(SLACK_MS)
     }
 
@@ -241,17 +303,46 @@ impl ClockOffset {
                 "{what}, past cluster-max-clock-offset ({} ms): reads across ranges may miss \
                  writes acknowledged up to that long before they began; synchronise the \
                  clocks or raise the bound",
-                self.0.bound_ms
+                self.bound_ms()
             );
         }
     }
 
-    /// The most an entry's clock was seen ahead of this node's (ms), and
-    /// how many times a clock was found ahead by more than the bound (an
-    /// entry's, or versions applied without the commit wait).
+    /// Starts a new minute's maximum if the wall clock (`wall_ms`) has
+    /// left the last one: the last becomes the one before if it was the
+    /// minute just ended. A sample racing the turn may land in either.
+    fn turn_minute(&self, wall_ms: u64) {
+        let now = wall_ms / 60_000;
+        let last = self.0.minute.load(Ordering::Relaxed);
+        if now > last
+            && self
+                .0
+                .minute
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            let ended = self.0.ahead_max_ms.swap(0, Ordering::Relaxed);
+            let before = if now == last + 1 { ended } else { 0 };
+            self.0.ahead_before_ms.store(before, Ordering::Relaxed);
+        }
+    }
+
+    /// The most an entry's clock was seen ahead of this node's (ms) in the
+    /// last minute or two, and how many times a clock was found ahead by
+    /// more than the bound (an entry's, or versions applied without the
+    /// commit wait) since the node started.
     pub fn seen(&self) -> (u64, u64) {
+        self.seen_at(wall_ms())
+    }
+
+    /// [`ClockOffset::seen`] with this node's clock reading `wall_ms`.
+    fn seen_at(&self, wall_ms: u64) -> (u64, u64) {
+        self.turn_minute(wall_ms);
         (
-            self.0.ahead_max_ms.load(Ordering::Relaxed),
+            self.0
+                .ahead_max_ms
+                .load(Ordering::Relaxed)
+                .max(self.0.ahead_before_ms.load(Ordering::Relaxed)),
             self.0.past_bound.load(Ordering::Relaxed),
         )
     }
@@ -268,16 +359,41 @@ mod tests {
         let offset = ClockOffset::new(5);
         offset.saw(1_000, 1_000);
         offset.saw(990, 1_000);
-        assert_eq!(offset.seen(), (0, 0), "behind or level: nothing");
+        assert_eq!(offset.seen_at(1_000), (0, 0), "behind or level: nothing");
         offset.saw(1_005, 1_000);
-        assert_eq!(offset.seen(), (5, 0), "within the bound");
+        assert_eq!(offset.seen_at(1_000), (5, 0), "within the bound");
         offset.saw(1_012, 1_000);
         offset.saw(1_006, 1_000);
-        assert_eq!(offset.seen(), (12, 2));
+        assert_eq!(offset.seen_at(1_000), (12, 2));
         // Shared by the clones a node's groups hold.
         let group = offset.clone();
         group.saw(2_030, 2_000);
-        assert_eq!(offset.seen(), (30, 3));
+        assert_eq!(offset.seen_at(2_000), (30, 3));
+        // The most ahead is that of this minute and the one before; the
+        // count stays.
+        offset.saw(60_003, 60_000);
+        assert_eq!(offset.seen_at(60_000), (30, 3), "the minute before");
+        assert_eq!(offset.seen_at(120_000), (3, 3), "two minutes on");
+        assert_eq!(offset.seen_at(300_000), (0, 3), "clocks back in line");
+    }
+
+    /// A node applies by the largest bound its cluster's members published
+    /// and its own, following them down again once they agree.
+    #[test]
+    fn the_largest_published_bound_is_the_one_applied() {
+        let offset = ClockOffset::new(20);
+        let group = offset.clone();
+        assert_eq!(offset.bound_ms(), 20);
+        offset.adopt(&[(1, 20), (2, 20)]);
+        assert_eq!(group.bound_ms(), 20);
+        offset.adopt(&[(3, 250), (1, 20), (2, 20)]);
+        assert_eq!(group.bound_ms(), 250, "a member's larger bound");
+        assert_eq!(offset.limit_ms(1_000), 1_000 + 250 + SLACK_MS);
+        offset.adopt(&[(1, 0), (2, 5)]);
+        assert_eq!(group.bound_ms(), 20, "never below its own");
+        assert_eq!(group.configured_ms(), 20);
+        offset.adopt(&[]);
+        assert_eq!(group.bound_ms(), 20);
     }
 
     #[test]

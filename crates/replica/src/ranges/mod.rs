@@ -13,7 +13,9 @@ pub mod merge;
 #[cfg(test)]
 mod tests;
 
-pub use clock::{Clock, ClockOffset, LOGICAL_BITS, Timestamp, read_timestamp};
+pub use clock::{
+    CLOCK_OFFSET_SETTING, Clock, ClockOffset, LOGICAL_BITS, Timestamp, read_timestamp,
+};
 pub use map::{
     Bounds, Epoch, MapChange, MapError, Misrouted, RangeDesc, RangeId, RangeMap, SplitRange,
     line_up, next_placement,

@@ -232,7 +232,34 @@ impl StateMachine {
     /// it of entries from clocks ahead of this node's.
     pub fn with_clock_offset(mut self, offset: ClockOffset) -> StateMachine {
         self.offset = offset;
+        self.tell_offset(&self.state.lock());
         self
+    }
+
+    /// Tells the node's [`ClockOffset`] the bounds its cluster's members
+    /// published (the meta group's settings under
+    /// [`CLOCK_OFFSET_SETTING`](crate::ranges::CLOCK_OFFSET_SETTING), of
+    /// the nodes in its membership: a removed node's no longer counts), as
+    /// this replica has applied them. Only group 0 keeps settings; called
+    /// where its settings or membership change, so the bound follows the
+    /// log with no delay.
+    fn tell_offset(&self, state: &SmState) {
+        if self.group != 0 {
+            return;
+        }
+        let prefix = crate::ranges::CLOCK_OFFSET_SETTING;
+        let members: BTreeSet<NodeId> = state.membership.nodes().map(|(id, _)| *id).collect();
+        let published: Vec<(u64, u64)> = state
+            .settings
+            .range(prefix.to_string()..)
+            .take_while(|(name, _)| name.starts_with(prefix))
+            .filter_map(|(name, value)| {
+                let id: NodeId = name[prefix.len()..].parse().ok()?;
+                let ms: u64 = std::str::from_utf8(value).ok()?.parse().ok()?;
+                members.contains(&id).then_some((id, ms))
+            })
+            .collect();
+        self.offset.adopt(&published);
     }
 
     /// The store's recent past (reads at a timestamp).
@@ -404,6 +431,7 @@ impl StateMachine {
                 if self.keeps_map {
                     state.follow_membership();
                 }
+                self.tell_offset(state);
             }
             EntryPayload::Normal(batch) => return self.apply_batch(entry.log_id, batch, state),
         }
@@ -463,8 +491,12 @@ impl StateMachine {
         }
         match codec::decode_setting(&batch.ops) {
             Some(Ok((name, value))) => {
+                let offset = name.starts_with(crate::ranges::CLOCK_OFFSET_SETTING);
                 state.settings.insert(name, value);
                 self.settings_tx.send_replace(state.settings.clone());
+                if offset {
+                    self.tell_offset(state);
+                }
                 return applied(state, Applied::default());
             }
             Some(Err(e)) => {
@@ -820,6 +852,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 s.follow_membership();
             }
             self.settings_tx.send_replace(s.settings.clone());
+            self.tell_offset(&s);
             self.publish_map(&s);
         }
         self.set_current(meta.clone(), path);

@@ -244,6 +244,7 @@ fn ranges_fields(shared: &Shared) -> Vec<(&'static str, String)> {
         ("ranges_read_retries", read_retries.to_string()),
         ("ranges_read_indexes", c.read_index_rounds().to_string()),
         ("ranges_snapshot_pins", r.snapshot_pins.to_string()),
+        ("ranges_clock_offset_ms", c.clock_offset_ms().to_string()),
         ("ranges_clock_ahead_max_ms", clock_ahead_max.to_string()),
         (
             "ranges_clock_ahead_past_bound",
