@@ -47,8 +47,14 @@ enum Action {
     Ranges,
     /// Splits the range holding KEY at KEY, which starts a new range;
     /// prints the new range's id. Every node of the range keeps a replica
-    /// of both halves.
-    Split { key: String },
+    /// of both halves. Refused while a snapshot pins the range.
+    Split {
+        key: String,
+        /// Split even while a snapshot pins the range: the snapshot's
+        /// reads of the new range's keys are refused from then on.
+        #[arg(long)]
+        force: bool,
+    },
     /// Merges the range holding KEY with the range after it (both must be
     /// on the same nodes); prints the id of the range merged away. Its
     /// keys go to the range holding KEY, which then reaches its end.
@@ -77,7 +83,13 @@ fn run(args: &ClusterArgs) -> Result<String, String> {
         Action::Remove { id } => cmd.arg("REMOVE").arg(*id),
         Action::Status => cmd.arg("STATUS"),
         Action::Ranges => cmd.arg("RANGES"),
-        Action::Split { key } => cmd.arg("SPLIT").arg(key),
+        Action::Split { key, force } => {
+            cmd.arg("SPLIT").arg(key);
+            if *force {
+                cmd.arg("FORCE");
+            }
+            &mut cmd
+        }
         Action::Merge { key } => cmd.arg("MERGE").arg(key),
     };
     match cmd.query::<redis::Value>(&mut con) {

@@ -5,7 +5,8 @@
 //! take the second more than twice past the split size. While the snapshot lasts the
 //! range stays whole and the snapshot reads as it was (a range split off
 //! after it would start with no past, and the snapshot's reads of its keys
-//! would be refused); once it is released, the range splits.
+//! would be refused), a split by hand is refused unless forced, and once
+//! the snapshot is released, the range splits.
 
 mod support;
 
@@ -87,6 +88,42 @@ fn a_range_a_snapshot_pins_waits_to_split_until_it_is_released() {
         .query(&mut con)
         .unwrap();
     assert_eq!(last, None, "a key written after the snapshot");
+    // A split by hand is refused too, through any node, saying why.
+    let (ok, said) = admin(
+        &nodes[1],
+        &["split", &key(BEFORE / 4)],
+        Duration::from_secs(30),
+    );
+    assert!(!ok && said.contains("pinned by"), "{said}");
+    for n in &nodes {
+        assert_eq!(n.ranges_number("ranges"), 2, "node {}", n.id);
+    }
+    // Forced, it is carried out, and the snapshot's reads of the range
+    // split off are refused rather than misread; the rest still read.
+    let (ok, said) = admin(
+        &nodes[1],
+        &["split", &key(BEFORE / 4), "--force"],
+        Duration::from_secs(30),
+    );
+    assert!(ok, "{said}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let read: redis::RedisResult<Option<String>> = redis::cmd("GETAT")
+            .arg(snap)
+            .arg(key(BEFORE / 4 + 1))
+            .query(&mut con);
+        match read {
+            Err(e) if e.to_string().contains("snapshot") => break,
+            other => assert!(Instant::now() < deadline, "the split-off range: {other:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let first: Option<String> = redis::cmd("GETAT")
+        .arg(snap)
+        .arg(key(0))
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(first.as_deref(), Some(value.as_str()));
     let released: i64 = redis::cmd("SNAPSHOT")
         .arg("RELEASE")
         .arg(snap)
@@ -95,7 +132,7 @@ fn a_range_a_snapshot_pins_waits_to_split_until_it_is_released() {
     assert_eq!(released, 1);
     // Released, every replica drops its pin and the range splits.
     let deadline = Instant::now() + Duration::from_secs(60);
-    while nodes.iter().any(|n| n.ranges_number("ranges") < 3) {
+    while nodes.iter().any(|n| n.ranges_number("ranges") < 4) {
         assert!(
             Instant::now() < deadline,
             "the range never split once released"

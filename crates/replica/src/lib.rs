@@ -61,7 +61,7 @@ mod watch;
 pub use client::{REQUEST_TIMEOUT, Results, count_within};
 pub use error::{ClusterError, StartError};
 pub use group_commit::MemoryGate;
-pub use host::{Host, RangeStats, Routed, route_op};
+pub use host::{Host, Pinned, RangeStats, Routed, route_op};
 pub use log_store::{LogOptions, LogStore, OpenError, OpenReport, SyncPolicy};
 pub use network::tls::PeerTlsFiles;
 pub use node::{ReplicaConfig, Role, Status, cluster_dir};

@@ -545,6 +545,7 @@ impl Handler for Replica {
                 }
                 Request::Stand => Response::Stood(self.stand().await),
                 Request::Bytes(limit) => Response::Bytes(self.bytes_below(limit)),
+                Request::Pins => Response::Pins(self.snapshot_pins()),
                 // Asked of a node (`host` answers for all its groups).
                 Request::Leading => {
                     Response::Leading(self.is_leader().then(|| self.group()).into_iter().collect())

@@ -49,6 +49,9 @@ pub(crate) enum Request {
     /// if fewer than this (a merge's leader sizing a range it holds no
     /// replica of).
     Bytes(u64),
+    /// To a group's replica: how many snapshot timestamps it holds pinned
+    /// (a split of the range waits for none).
+    Pins,
 }
 
 impl Request {
@@ -141,6 +144,8 @@ pub(crate) enum Response {
     Stood(bool),
     /// The answer to [`Request::Bytes`] (None: as many or more).
     Bytes(Option<u64>),
+    /// The answer to [`Request::Pins`].
+    Pins(usize),
 }
 
 /// The largest frame a node accepts: a snapshot chunk, or an append of

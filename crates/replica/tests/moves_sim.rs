@@ -168,7 +168,11 @@ fn leaders_are_handed_over_until_spread_while_writes_go_on() {
         for i in 1..=6 {
             let mut done = false;
             for _ in 0..100 {
-                if host1.split_at(&kv(i * 10)).await.is_ok() {
+                if host1
+                    .split_at(&kv(i * 10), combkv_replica::Pinned::Refuse)
+                    .await
+                    .is_ok()
+                {
                     done = true;
                     break;
                 }

@@ -817,7 +817,9 @@ async fn split_and_merge(cl: &Cluster, rng: &mut StdRng) -> Result<(), String> {
     for _ in 0..200 {
         let via = rng.random_range(1..=FIVE);
         if let Some(h) = host(via)
-            && h.split(2, b"x1").await.is_ok()
+            && h.split_when(2, b"x1", combkv_replica::Pinned::Split)
+                .await
+                .is_ok()
         {
             split = true;
             break;

@@ -412,10 +412,14 @@ impl Cluster {
     /// Splits the range holding `key` at it: `key` starts a new range,
     /// whose id is returned once the map records it (the range's leader
     /// then splits its group, `Host::split`). Refused if `key` already
-    /// starts a range.
-    pub(crate) fn split_at(&self, key: &[u8]) -> Result<u64, ClusterError> {
+    /// starts a range, and, unless `force`, while a snapshot pins it.
+    pub(crate) fn split_at(&self, key: &[u8], force: bool) -> Result<u64, ClusterError> {
         let _changing = self.changing()?;
-        self.rt.block_on(self.host.split_at(key))
+        let pinned = match force {
+            true => combkv_replica::Pinned::Split,
+            false => combkv_replica::Pinned::Refuse,
+        };
+        self.rt.block_on(self.host.split_at(key, pinned))
     }
 
     /// Merges the range holding `key` with the range after it (both on

@@ -523,6 +523,51 @@ impl Host {
         }
         None
     }
+
+    /// The most snapshot timestamps any voter of range `desc` holds pinned
+    /// ([`Replica::snapshot_pins`]): this node's replica counted as it
+    /// stands, every other voter asked. A pin reaches each replica through
+    /// the range's log, so a voter behind may not hold it yet: the most of
+    /// all is the one that counts. A voter that has not started its replica
+    /// yet (a range just split off) holds none: a replica started later
+    /// does not pin as it replays. Refused if no voter answered.
+    pub(super) async fn range_pins(
+        &self,
+        desc: &crate::ranges::RangeDesc,
+    ) -> Result<usize, ClusterError> {
+        let addrs = self
+            .group(0)
+            .map(|m| super::member_addrs(&m))
+            .unwrap_or_default();
+        let mut asks = tokio::task::JoinSet::new();
+        let mut most = None;
+        for &v in &desc.voters {
+            if v == self.0.id {
+                let here = self.group(desc.id).map_or(0, |r| r.snapshot_pins());
+                most = most.max(Some(here));
+                continue;
+            }
+            let Some(addr) = addrs.get(&v).cloned() else {
+                continue;
+            };
+            let transport = std::sync::Arc::clone(&self.0.transport);
+            let req = Request::for_group(desc.id, Request::Pins);
+            asks.spawn(async move { transport.call(v, &addr, req, ASK_TIMEOUT).await });
+        }
+        while let Some(answer) = asks.join_next().await {
+            match answer {
+                Ok(Ok(Response::Pins(n))) => most = most.max(Some(n)),
+                Ok(Ok(Response::NoSuchGroup(_))) => most = most.max(Some(0)),
+                _ => {}
+            }
+        }
+        most.ok_or_else(|| {
+            ClusterError::Refused(format!(
+                "no replica of range {} answered whether a snapshot pins it; try again",
+                desc.id
+            ))
+        })
+    }
 }
 
 /// The voters of `r`'s group, as its replica knows them.

@@ -91,6 +91,16 @@ struct Inner {
     driving: Mutex<(&'static str, tokio::time::Instant)>,
 }
 
+/// What a split does while a snapshot pins the range ([`Host::split`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pinned {
+    /// Refuse it, changing nothing: the snapshot reads every key.
+    Refuse,
+    /// Split all the same: the snapshot's reads of the new range's keys
+    /// are refused ("no such snapshot") from then on.
+    Split,
+}
+
 /// Counts of what a node's groups did to ranges since it started.
 #[derive(Debug, Default)]
 pub(crate) struct Counts {
@@ -443,15 +453,32 @@ impl Host {
     /// below). Range 0 is split by group 0 itself, map and range in one
     /// entry. Decided by the map as committed (a read index on group 0
     /// first, so a split just made elsewhere is seen); refused, changing
-    /// nothing, if the map moved meanwhile.
+    /// nothing, if the map moved meanwhile, or while a snapshot pins the
+    /// range (a range split off would hold none of the snapshot's past,
+    /// and its reads of the snapshot would be refused: release the
+    /// snapshot first; [`Pinned::Split`] splits all the same). The pins
+    /// are asked of the range's voters before the map changes, not in the
+    /// same step: a snapshot whose pins land between the two has its
+    /// reads of the new range refused, as after a forced split.
     pub async fn split(&self, range: RangeId, at: &[u8]) -> Result<RangeId, ClusterError> {
-        let (meta, map) = self.committed_map().await?;
-        self.split_in(&meta, &map, range, at).await
+        self.split_when(range, at, Pinned::Refuse).await
     }
 
-    /// [`Host::split`] of the range holding `key`, at `key`; refused if
-    /// `key` starts a range already.
-    pub async fn split_at(&self, key: &[u8]) -> Result<RangeId, ClusterError> {
+    /// [`Host::split`], carried out even while a snapshot pins the range
+    /// with [`Pinned::Split`].
+    pub async fn split_when(
+        &self,
+        range: RangeId,
+        at: &[u8],
+        pinned: Pinned,
+    ) -> Result<RangeId, ClusterError> {
+        let (meta, map) = self.committed_map().await?;
+        self.split_in(&meta, &map, range, at, pinned).await
+    }
+
+    /// [`Host::split_when`] of the range holding `key`, at `key`; refused
+    /// if `key` starts a range already.
+    pub async fn split_at(&self, key: &[u8], pinned: Pinned) -> Result<RangeId, ClusterError> {
         let (meta, map) = self.committed_map().await?;
         let r = map.route(key);
         if r.start == key {
@@ -460,7 +487,7 @@ impl Host {
                 r.id
             )));
         }
-        self.split_in(&meta, &map, r.id, key).await
+        self.split_in(&meta, &map, r.id, key, pinned).await
     }
 
     /// Group 0 and its range map, once it has applied what was committed
@@ -482,10 +509,23 @@ impl Host {
         map: &RangeMap,
         range: RangeId,
         at: &[u8],
+        pinned: Pinned,
     ) -> Result<RangeId, ClusterError> {
         let desc = map
             .get(range)
             .ok_or_else(|| ClusterError::Refused(format!("no range {range}")))?;
+        let pins = match pinned {
+            Pinned::Refuse => self.range_pins(desc).await?,
+            Pinned::Split => 0,
+        };
+        if pins > 0 {
+            return Err(ClusterError::Refused(format!(
+                "range {range} is pinned by {pins} snapshot timestamp(s): a range split off \
+                 would hold none of their past; release the snapshots (SNAPSHOT RELEASE) or \
+                 wait for their end, or split with FORCE (their reads of the new range are \
+                 then refused)"
+            )));
+        }
         let new_id = map.next_id();
         if range == 0 {
             meta.split_range(at, new_id).await?;

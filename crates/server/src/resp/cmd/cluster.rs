@@ -130,8 +130,20 @@ pub(super) fn cluster(cx: &mut Ctx<'_, '_>) -> CmdResult {
             let out = ranges_text(c);
             cx.r.verbatim(&out);
         }
-        ("split", 3) => {
-            let id = c.split_at(cx.args[2]).map_err(|e| admin_error(c, e))?;
+        ("split", 3 | 4) => {
+            let force = match cx.args.get(3) {
+                None => false,
+                Some(a) if a.eq_ignore_ascii_case(b"force") => true,
+                Some(_) => {
+                    return Err(CmdError::err(format!(
+                        "bad CLUSTER SPLIT option '{}' (FORCE is the only one)",
+                        text(3)
+                    )));
+                }
+            };
+            let id = c
+                .split_at(cx.args[2], force)
+                .map_err(|e| admin_error(c, e))?;
             cx.r.int(id as i64);
         }
         ("merge", 3) => {
@@ -159,8 +171,9 @@ fn help(r: &mut Reply<'_>) {
         "CLUSTER REMOVE id: on the leader, removes a node; a voter's id is never used again.",
         "CLUSTER RANGES: the ranges the keyspace is cut into, a line each: id, bounds, epoch, \
          replicas, leader, and the keys and bytes of those this node holds.",
-        "CLUSTER SPLIT key: splits the range holding the key there, the key starting a new \
-         range; answers the new range's id.",
+        "CLUSTER SPLIT key [FORCE]: splits the range holding the key there, the key starting \
+         a new range; answers the new range's id. Refused while a snapshot pins the range, \
+         unless FORCE (the snapshot's reads of the new range are then refused).",
         "CLUSTER MERGE key: merges the range holding the key with the range after it (both \
          on the same nodes); answers the id of the range merged away.",
     ];
