@@ -73,6 +73,22 @@ fn put(key: &[u8]) -> Vec<u8> {
     ops
 }
 
+async fn build(sm: &mut StateMachine) -> openraft::Snapshot<TypeConfig> {
+    sm.get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap()
+}
+
+/// Installs `snap` on `into`, as a follower sent it does.
+async fn install(snap: openraft::Snapshot<TypeConfig>, into: &mut StateMachine) {
+    let mut receiving = into.begin_receiving_snapshot().await.unwrap();
+    let mut data = snap.snapshot;
+    tokio::io::copy(&mut *data, &mut *receiving).await.unwrap();
+    into.install_snapshot(&snap.meta, receiving).await.unwrap();
+}
+
 fn wall_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -96,18 +112,10 @@ async fn members_bounds_are_applied_from_the_log_a_snapshot_and_a_restart() {
     .unwrap();
     assert_eq!(offset.bound_ms(), 250, "a member's larger bound");
 
-    let snap = sm
-        .get_snapshot_builder()
-        .await
-        .build_snapshot()
-        .await
-        .unwrap();
+    let snap = build(&mut sm).await;
     let other_offset = ClockOffset::new(0);
     let mut other = open(&root.join("b"), &other_offset);
-    let mut receiving = other.begin_receiving_snapshot().await.unwrap();
-    let mut data = snap.snapshot;
-    tokio::io::copy(&mut *data, &mut *receiving).await.unwrap();
-    other.install_snapshot(&snap.meta, receiving).await.unwrap();
+    install(snap, &mut other).await;
     assert_eq!(
         other_offset.bound_ms(),
         250,
@@ -145,12 +153,7 @@ async fn an_entry_waiting_out_the_bound_is_not_in_a_snapshot_built_meanwhile() {
     });
     tokio::time::sleep(Duration::from_millis(BOUND / 4)).await;
     assert!(!wait.is_finished(), "the entry did not wait");
-    let snap = sm
-        .get_snapshot_builder()
-        .await
-        .build_snapshot()
-        .await
-        .unwrap();
+    let snap = build(&mut sm).await;
     assert_eq!(snap.meta.last_log_id, Some(log_id(1)), "built meanwhile");
     assert!(sm.store().get().get(b"before").unwrap().is_some());
     assert!(sm.store().get().get(b"during").unwrap().is_none());
@@ -166,10 +169,7 @@ async fn an_entry_waiting_out_the_bound_is_not_in_a_snapshot_built_meanwhile() {
     // The snapshot built during the wait holds the first entry alone.
     let other_offset = ClockOffset::new(BOUND);
     let mut other = open(&root.join("b"), &other_offset);
-    let mut receiving = other.begin_receiving_snapshot().await.unwrap();
-    let mut data = snap.snapshot;
-    tokio::io::copy(&mut *data, &mut *receiving).await.unwrap();
-    other.install_snapshot(&snap.meta, receiving).await.unwrap();
+    install(snap, &mut other).await;
     assert!(other.store().get().get(b"before").unwrap().is_some());
     assert!(other.store().get().get(b"during").unwrap().is_none());
     let _ = std::fs::remove_dir_all(&root);
