@@ -13,7 +13,7 @@
 //! a forwarded one's are encoded, to go back over the network.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use openraft::error::{ClientWriteError, Fatal, RaftError};
 use openraft::{BasicNode, Raft};
@@ -116,6 +116,9 @@ pub(crate) struct GroupCommit {
     queue: Mutex<Vec<Pending>>,
     wake: Arc<Notify>,
     entries: Arc<Semaphore>,
+    /// The permits `entries` was given, never fewer than the setting's
+    /// nor than the bound's share ([`GroupCommit::follow_bound`]).
+    granted: AtomicUsize,
     /// Proposals wait while the leader hands its group over.
     hold: Arc<Hold>,
     /// Set while the node is above its memory limit.
@@ -124,6 +127,9 @@ pub(crate) struct GroupCommit {
     /// leader's clock a proposal's may be.
     offset: ClockOffset,
 }
+
+/// The most entries in flight the clock offset's bound asks for.
+const MAX_ENTRIES_FOR_BOUND: usize = 16;
 
 impl GroupCommit {
     /// The queue of a node whose entries `raft` proposes.
@@ -139,9 +145,25 @@ impl GroupCommit {
             queue: Mutex::new(Vec::new()),
             wake: Arc::new(Notify::new()),
             entries: Arc::new(Semaphore::new(entries_in_flight.max(1))),
+            granted: AtomicUsize::new(entries_in_flight.max(1)),
             hold,
             memory,
             offset,
+        }
+    }
+
+    /// An entry is in flight until it applies, and a commit wait of the
+    /// clock offset's bound holds it that long: one more entry in flight
+    /// per millisecond of the bound (up to 16) keeps the range taking
+    /// writes, and read floors, meanwhile. The bound can rise after the
+    /// group started (a member published a larger one,
+    /// [`ClockOffset::adopt`]), so the permits follow it up; they are not
+    /// taken back if it falls.
+    fn follow_bound(&self) {
+        let want = (1 + self.offset.bound_ms() as usize).min(MAX_ENTRIES_FOR_BOUND);
+        let had = self.granted.fetch_max(want, Ordering::AcqRel);
+        if want > had {
+            self.entries.add_permits(want - had);
         }
     }
 
@@ -164,6 +186,7 @@ impl GroupCommit {
     ///
     /// [`SLACK_MS`]: crate::ranges::clock::SLACK_MS
     pub(crate) async fn propose(&self, mut batch: Batch) -> Proposed {
+        self.follow_bound();
         let wall = wall_ms();
         let limit = self.offset.limit_ms(wall);
         if batch.now_ms > limit {

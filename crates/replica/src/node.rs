@@ -256,16 +256,11 @@ impl Replica {
         )
         .await
         .map_err(|e| StartError::Raft(e.to_string()))?;
-        // An entry is in flight until it applies, and a commit wait of
-        // the clock offset's bound holds it that long: one more entry in
-        // flight per millisecond of the bound (up to 16) keeps the range
-        // taking writes, and read floors, meanwhile.
-        let in_flight = config
-            .entries_in_flight
-            .max((1 + config.clock_offset.bound_ms() as usize).min(16));
+        // More entries in flight with a clock offset bound: the group
+        // commit follows the bound (`GroupCommit::follow_bound`).
         let group = Arc::new(GroupCommit::new(
             raft.clone(),
-            in_flight,
+            config.entries_in_flight,
             Arc::clone(&hold),
             config.memory.clone(),
             config.clock_offset.clone(),

@@ -260,7 +260,9 @@ impl Host {
                 );
                 continue;
             }
-            match self.split(g, &at).await {
+            // Its pins were checked here just now: the voters are not asked
+            // again (a voter down would hold every split by size back).
+            match self.split_when(g, &at, super::Pinned::Split).await {
                 Ok(new) => tracing::info!(
                     "range {g} held {total} bytes of keys and values (more than {limit}): \
                      split into range {new}"
@@ -307,7 +309,9 @@ impl Host {
             let Some(at) = load.middle(&bounds.start, bounds.end.as_deref()) else {
                 continue;
             };
-            match self.split(g, &at).await {
+            // Its pins were checked here just now: the voters are not asked
+            // again (a voter down would hold every split by size back).
+            match self.split_when(g, &at, super::Pinned::Split).await {
                 Ok(new) => {
                     load.reset();
                     tracing::info!(

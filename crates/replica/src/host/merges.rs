@@ -528,9 +528,12 @@ impl Host {
     /// ([`Replica::snapshot_pins`]): this node's replica counted as it
     /// stands, every other voter asked. A pin reaches each replica through
     /// the range's log, so a voter behind may not hold it yet: the most of
-    /// all is the one that counts. A voter that has not started its replica
-    /// yet (a range just split off) holds none: a replica started later
-    /// does not pin as it replays. Refused if no voter answered.
+    /// all is the one that counts. A voter that cannot be reached is left
+    /// out, so that a node down does not hold an operator's split back: if
+    /// it alone held a pin (the others behind), the split goes ahead as a
+    /// forced one would. A voter that has not started its replica yet (a
+    /// range just split off) holds none: a replica started later does not
+    /// pin as it replays. Refused if no voter answered.
     pub(super) async fn range_pins(
         &self,
         desc: &crate::ranges::RangeDesc,
@@ -540,33 +543,45 @@ impl Host {
             .map(|m| super::member_addrs(&m))
             .unwrap_or_default();
         let mut asks = tokio::task::JoinSet::new();
-        let mut most = None;
+        let mut most = 0;
+        let mut silent = Vec::new();
         for &v in &desc.voters {
             if v == self.0.id {
-                let here = self.group(desc.id).map_or(0, |r| r.snapshot_pins());
-                most = most.max(Some(here));
+                most = most.max(self.group(desc.id).map_or(0, |r| r.snapshot_pins()));
                 continue;
             }
             let Some(addr) = addrs.get(&v).cloned() else {
+                silent.push(v);
                 continue;
             };
             let transport = std::sync::Arc::clone(&self.0.transport);
             let req = Request::for_group(desc.id, Request::Pins);
-            asks.spawn(async move { transport.call(v, &addr, req, ASK_TIMEOUT).await });
+            asks.spawn(async move { (v, transport.call(v, &addr, req, ASK_TIMEOUT).await) });
         }
         while let Some(answer) = asks.join_next().await {
             match answer {
-                Ok(Ok(Response::Pins(n))) => most = most.max(Some(n)),
-                Ok(Ok(Response::NoSuchGroup(_))) => most = most.max(Some(0)),
-                _ => {}
+                Ok((_, Ok(Response::Pins(n)))) => most = most.max(n),
+                Ok((_, Ok(Response::NoSuchGroup(_)))) => {}
+                Ok((v, _)) => silent.push(v),
+                Err(e) => {
+                    return Err(ClusterError::Unknown(format!("a pins ask failed: {e}")));
+                }
             }
         }
-        most.ok_or_else(|| {
-            ClusterError::Refused(format!(
-                "no replica of range {} answered whether a snapshot pins it; try again",
+        if silent.len() == desc.voters.len() {
+            return Err(ClusterError::Refused(format!(
+                "no voter of range {} answered whether a snapshot pins it; try again, or split \
+                 with FORCE",
                 desc.id
-            ))
-        })
+            )));
+        }
+        if !silent.is_empty() {
+            tracing::debug!(
+                "voters {silent:?} of range {} did not answer whether a snapshot pins it",
+                desc.id
+            );
+        }
+        Ok(most)
     }
 }
 

@@ -56,6 +56,11 @@ impl std::fmt::Display for Timestamp {
 /// proposal's clock ahead of its leader's and still be taken as it is.
 pub(crate) const SLACK_MS: u64 = 10;
 
+/// The largest bound on the nodes' clock offset, ms: every write waits it
+/// out, so a larger one (a setting, or a value published in the log) is
+/// taken as this.
+pub const MAX_CLOCK_OFFSET_MS: u64 = 1000;
+
 /// The prefix of the cluster setting under which each node publishes its
 /// `cluster-max-clock-offset` (ms, in decimal), followed by its id: see
 /// [`ClockOffset::adopt`].
@@ -206,7 +211,7 @@ impl ClockOffset {
         let mut sorted = published.to_vec();
         sorted.sort_unstable();
         let largest = sorted.iter().map(|&(_, ms)| ms).max().unwrap_or(0);
-        let bound = self.0.configured_ms.max(largest);
+        let bound = self.0.configured_ms.max(largest).min(MAX_CLOCK_OFFSET_MS);
         let mut last = self.0.published.lock();
         let before = self.0.bound_ms.swap(bound, Ordering::Relaxed);
         if *last == sorted && before == bound {
@@ -226,7 +231,8 @@ impl ClockOffset {
             );
         } else if before != bound {
             tracing::info!(
-                "every node's cluster-max-clock-offset is {bound} ms again: this node applies it"
+                "every member that published its cluster-max-clock-offset set {bound} ms: this \
+                 node applies it"
             );
         }
         *last = sorted;
@@ -314,7 +320,9 @@ impl ClockOffset {
     fn turn_minute(&self, wall_ms: u64) {
         let now = wall_ms / 60_000;
         let last = self.0.minute.load(Ordering::Relaxed);
-        if now > last
+        // A wall clock stepped back turns it too, or the figure would
+        // stay until the clock caught up with the minute it left.
+        if now != last
             && self
                 .0
                 .minute
@@ -322,7 +330,11 @@ impl ClockOffset {
                 .is_ok()
         {
             let ended = self.0.ahead_max_ms.swap(0, Ordering::Relaxed);
-            let before = if now == last + 1 { ended } else { 0 };
+            let before = if now == last.wrapping_add(1) {
+                ended
+            } else {
+                0
+            };
             self.0.ahead_before_ms.store(before, Ordering::Relaxed);
         }
     }
@@ -375,6 +387,9 @@ mod tests {
         assert_eq!(offset.seen_at(60_000), (30, 3), "the minute before");
         assert_eq!(offset.seen_at(120_000), (3, 3), "two minutes on");
         assert_eq!(offset.seen_at(300_000), (0, 3), "clocks back in line");
+        // A wall clock stepped back starts a new window too.
+        offset.saw(240_004, 240_000);
+        assert_eq!(offset.seen_at(240_000), (4, 3), "stepped back");
     }
 
     /// A node applies by the largest bound its cluster's members published
@@ -394,6 +409,8 @@ mod tests {
         assert_eq!(group.configured_ms(), 20);
         offset.adopt(&[]);
         assert_eq!(group.bound_ms(), 20);
+        offset.adopt(&[(4, 1_000_000_000)]);
+        assert_eq!(group.bound_ms(), MAX_CLOCK_OFFSET_MS, "capped");
     }
 
     #[test]

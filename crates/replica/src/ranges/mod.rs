@@ -14,7 +14,8 @@ pub mod merge;
 mod tests;
 
 pub use clock::{
-    CLOCK_OFFSET_SETTING, Clock, ClockOffset, LOGICAL_BITS, Timestamp, read_timestamp,
+    CLOCK_OFFSET_SETTING, Clock, ClockOffset, LOGICAL_BITS, MAX_CLOCK_OFFSET_MS, Timestamp,
+    read_timestamp,
 };
 pub use map::{
     Bounds, Epoch, MapChange, MapError, Misrouted, RangeDesc, RangeId, RangeMap, SplitRange,

@@ -493,7 +493,7 @@ pub const MIN_RANGE_SPLIT_BYTES: u64 = 64 << 10;
 
 /// The largest `cluster-max-clock-offset`, ms: every write waits that
 /// long, and clocks further apart need mending, not waiting out.
-pub const MAX_CLOCK_OFFSET_MS: u64 = 1000;
+pub const MAX_CLOCK_OFFSET_MS: u64 = combkv_replica::ranges::MAX_CLOCK_OFFSET_MS;
 
 impl ServerConfig {
     /// Reads a TOML file over the defaults.

@@ -265,7 +265,7 @@ const COUNTERS: &[(&str, &str, &str)] = &[
     (
         "ranges_clock_ahead_past_bound",
         "combkv_ranges_clock_ahead_past_bound",
-        "Log entries this node applied whose proposer's clock ran ahead of its own by more than cluster-max-clock-offset.",
+        "Log entries this node applied whose proposer's clock ran ahead of its own by more than the clock offset bound it applies (ranges_clock_offset_ms).",
     ),
     (
         "used_cpu_sys",
