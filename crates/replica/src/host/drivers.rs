@@ -310,7 +310,7 @@ impl Host {
                 continue;
             };
             // Its pins were checked here just now: the voters are not asked
-            // again (a voter down would hold every split by size back).
+            // again (a voter down would hold every split by load back).
             match self.split_when(g, &at, super::Pinned::Split).await {
                 Ok(new) => {
                     load.reset();
