@@ -154,3 +154,60 @@ fn raising_the_clock_leaves_writes_above_it() {
     store.raise_clock(Version(5));
     assert!(store.put(b"b", b"3").unwrap() > v);
 }
+
+/// A store restored from another's items, its clock raised far past them
+/// (a range split off a store whose reads raised its clock), is held from
+/// its newest item's version: every version from there to its clock
+/// reads the restored items, and keeps doing so through the writes and
+/// reclamation after, which read as the model from their versions on.
+#[test]
+fn a_restored_store_is_held_from_before_its_clock() {
+    let source = Store::new(Config::default()).unwrap();
+    let mut model = Model::new();
+    for k in 0..300u16 {
+        source.put(&key(k), &value(k, 1)).unwrap();
+        model.insert(key(k), value(k, 1));
+    }
+    let newest = source.read_version();
+    let pin = source.pin();
+    let mut items = Vec::new();
+    source.visit_all_at(&pin, |it| {
+        items.push(it.to_item());
+        true
+    });
+    let clock = Version(newest.0 + 1_000_000);
+    let store = Store::restore(Config::default(), clock, items).unwrap();
+    let hold = store.hold_history_since(newest);
+    assert_eq!(hold.version(), newest);
+    // A version above the read version holds from the read version.
+    assert_eq!(store.hold_history_since(Version(u64::MAX)).version(), clock);
+    let between = Version(newest.0 + 500_000);
+    for v in [newest, between, clock] {
+        assert_eq!(scan_at(&store, &hold, v), model, "at {v:?}");
+    }
+    let before = model.clone();
+    for k in 0..300u16 {
+        match k % 3 {
+            0 => {
+                store.delete(&key(k)).unwrap();
+                model.remove(&key(k));
+            }
+            1 => {
+                store.put(&key(k), &value(k, 2)).unwrap();
+                model.insert(key(k), value(k, 2));
+            }
+            _ => {}
+        }
+        store.put(&key(k + 1000), &value(k, 3)).unwrap();
+        model.insert(key(k + 1000), value(k, 3));
+    }
+    store.collect();
+    for v in [newest, between, clock] {
+        assert_eq!(scan_at(&store, &hold, v), before, "at {v:?}, after writes");
+    }
+    assert_eq!(scan_at(&store, &hold, store.read_version()), model);
+    assert!(matches!(
+        store.get_at_version(&hold, Version(newest.0 - 1), b"a"),
+        Err(combkv::Error::NoSuchSnapshot)
+    ));
+}

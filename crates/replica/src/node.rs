@@ -109,6 +109,11 @@ pub struct ReplicaConfig {
     /// covers, shared by the node's groups (the server's
     /// `cluster-max-clock-offset`; 0: one host's clock).
     pub clock_offset: crate::ranges::ClockOffset,
+    /// Of a group a split seeded here just now: the version from which
+    /// its seed reads the same (`SplitChild::since`) and the seed's clock.
+    /// The store opened from the seed is held from it, if its clock is the
+    /// seed's (`Past::seed`).
+    pub(crate) split_since: Option<(combkv::Version, combkv::Version)>,
 }
 
 impl ReplicaConfig {
@@ -131,6 +136,7 @@ impl ReplicaConfig {
             entries_in_flight: 1,
             peer_tls: None,
             on_split: None,
+            split_since: None,
             groups_dir: None,
             split_bytes: 0,
             range_replicas: 0,
@@ -225,6 +231,12 @@ impl Replica {
             &config.dir.join("snapshots"),
             config.on_apply.clone(),
         )?;
+        if let Some((since, clock)) = config.split_since {
+            let store = sm.store().get();
+            if store.read_version() == clock {
+                sm.past().seed(&store, since);
+            }
+        }
         let sm = sm
             .serving(group, config.on_split.clone())
             .with_clock_offset(config.clock_offset.clone());

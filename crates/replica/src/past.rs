@@ -88,6 +88,21 @@ impl Past {
         }
     }
 
+    /// Holds `store`, a range just split off, from `since` on: its keys
+    /// stood as they are at every version from there to its clock
+    /// (`SplitChild::since`). A read across ranges whose timestamp was
+    /// taken before the split, after reads elsewhere raised the splitting
+    /// store's clock past it, reads the new range at it rather than being
+    /// taken again (with the next split under way, perhaps again and
+    /// again). Kept as any hold: while the node is asked for its past.
+    pub(crate) fn seed(&self, store: &Arc<Store>, since: combkv::Version) {
+        self.holds.lock().push_front((
+            Instant::now(),
+            Arc::clone(store),
+            Arc::new(store.hold_history_since(since)),
+        ));
+    }
+
     /// Whether a read at a timestamp or a pin asked for this past in the
     /// last `WANTED`.
     pub(crate) fn asked_lately(&self) -> bool {

@@ -29,6 +29,18 @@ impl Store {
         History(self.tree.hold_history())
     }
 
+    /// Holds every version from `v` on, for a store that is the same at
+    /// every version from `v` to its read version (the caller's promise,
+    /// which the engine cannot check): one just restored from items at or
+    /// below `v`, its clock raised past them with nothing written since.
+    /// A range split off is one: its keys stood unchanged in the store
+    /// it came from since that store's last write, and a read at a
+    /// timestamp between that write and the split reads them as they are.
+    /// A `v` above the read version holds from the read version.
+    pub fn hold_history_since(&self, v: Version) -> History {
+        History(self.tree.hold_history_since(v.0))
+    }
+
     /// Runs `f` at version `v` (as of which the store holds exactly the
     /// writes at or below it) under `history`. A `v` above the read version
     /// reads at the read version: the store as it is now, which is the

@@ -230,6 +230,23 @@ impl Tree {
         }
     }
 
+    /// Holds every version from `v` on (the read version if that is
+    /// lower), for a tree the same at every version from `v` to its read
+    /// version: see `Store::hold_history_since`.
+    pub(crate) fn hold_history_since(&self, v: u64) -> HistoryHold {
+        let version = self
+            .register(|reg, rv| {
+                let v = v.min(rv);
+                reg.hold_history(v);
+                Some(v)
+            })
+            .expect("a hold is always taken");
+        HistoryHold {
+            shared: Arc::clone(&self.shared),
+            version,
+        }
+    }
+
     /// Ends client snapshot `id` and frees what it alone held. False if it
     /// was unknown, released or expired.
     pub(crate) fn release_snapshot(&self, id: u64) -> bool {

@@ -70,6 +70,10 @@ struct Inner {
     /// renamed over a directory a replica has just made, or a replica
     /// started in a seed's place); the one that finds it claimed leaves it.
     claimed: Mutex<std::collections::HashSet<GroupId>>,
+    /// Groups a split seeded here and not started yet: the version from
+    /// which each seed reads the same, and its clock (`SplitChild::since`,
+    /// `ReplicaConfig::split_since`).
+    split_since: Mutex<HashMap<GroupId, (combkv::Version, combkv::Version)>>,
     /// What this node's groups did to ranges since it started.
     counts: Counts,
     /// When this node, leading the meta group, last had a leadership
@@ -207,6 +211,7 @@ impl Host {
             template: Mutex::new(None),
             starting: tokio::sync::Mutex::new(()),
             claimed: Mutex::default(),
+            split_since: Mutex::default(),
             counts: Counts::default(),
             last_leader_move: Mutex::new(None),
             driving: Mutex::new(("starting", tokio::time::Instant::now())),
@@ -287,6 +292,7 @@ impl Host {
         }
         let mut config = config.clone();
         config.on_split = Some(self.split_hook(&config));
+        config.split_since = self.0.split_since.lock().remove(&group);
         if group == 0 {
             *self.0.template.lock() = Some(config.clone());
         }
@@ -418,7 +424,14 @@ impl Host {
                 inner.claimed.lock().remove(&group);
             }
             let seeded = match seeded {
-                Ok(seeded) => seeded,
+                Ok(true) => {
+                    if let Some(inner) = &inner {
+                        let clock = child.store.read_version();
+                        inner.split_since.lock().insert(group, (child.since, clock));
+                    }
+                    true
+                }
+                Ok(false) => false,
                 Err(e) => {
                     tracing::error!(
                         "seeding group {group} at {}: {e}; its leader sends it a snapshot instead",

@@ -122,6 +122,7 @@ impl StateMachine {
         // One swap, as a snapshot's install: a reader sees the range as it
         // was or merged, never a mix.
         self.cell.set(Arc::new(merged));
+        state.last_write = clock.get();
         bounds.end = absorb.end.clone();
         bounds.epoch.version = absorb.version;
         tracing::info!(

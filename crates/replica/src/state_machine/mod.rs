@@ -79,6 +79,13 @@ struct SmState {
     /// the whole keyspace, as group 0 starts); kept in snapshots. An op on
     /// a key outside them is refused, and a split cuts them.
     bounds: Option<Bounds>,
+    /// The store's read version after the last entry that wrote to it (a
+    /// batch of ops, a split, a merge): no write since lies above it, read
+    /// floors having raised the clock past it or not. A split hands it to
+    /// the range it makes, which reads the same at every timestamp from it
+    /// on (`SplitChild::since`). Not kept anywhere: a store loaded or
+    /// installed starts it at its clock.
+    last_write: u64,
 }
 
 impl SmState {
@@ -199,6 +206,7 @@ impl StateMachine {
             Some(s) => s,
             None => Store::new(config.clone()).map_err(io::Error::other)?,
         };
+        state.last_write = store.read_version().get();
         let (applied_tx, _) = watch::channel(state.log_id);
         let (settings_tx, _) = watch::channel(state.settings.clone());
         let (map_tx, _) = watch::channel(state.ranges.clone().map(Arc::new));
@@ -551,6 +559,7 @@ impl StateMachine {
             }
             results.push(r);
         }
+        state.last_write = store.read_version().get();
         if let Some(hook) = &self.on_apply {
             (hook.0)(log_id.index, batch, &results);
         }
@@ -837,10 +846,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             .await
             .map_err(|e| io_err(io::Error::other(e)))?
             .map_err(io_err)?;
+        let clock = store.read_version().get();
         // One swap: a reader sees the old state or the new, never a mix.
         self.cell.set(Arc::new(store));
         {
             let mut s = self.state.lock();
+            s.last_write = clock;
             s.log_id = meta.last_log_id;
             s.membership = meta.last_membership.clone();
             s.now_ms = header.now_ms;

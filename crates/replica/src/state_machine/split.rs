@@ -25,6 +25,13 @@ pub struct SplitChild {
     /// Its keys as they stood at the split, versions, expiries and flags
     /// kept (CAS tokens survive the split), its clock the splitting store's.
     pub store: Store,
+    /// The splitting store's read version after its last write before the
+    /// split (at most `store`'s clock): the keys stood as they are at
+    /// every version from it to the split, so the new range can be read
+    /// at a timestamp from it on ([`combkv::Store::hold_history_since`]),
+    /// not only from its clock, which reads elsewhere may have raised
+    /// just before the split.
+    pub since: combkv::Version,
     /// The clock of the entry that split it.
     pub now_ms: u64,
     /// The splitting group's membership: the new group's voters and
@@ -115,6 +122,7 @@ impl StateMachine {
         });
         let clock = store.read_version();
         drop(pin);
+        let since = combkv::Version(state.last_write).min(clock);
         let child = Store::restore(self.config.clone(), clock, items.iter().cloned())?;
         for it in &items {
             let op = combkv::op::Op::Delete {
@@ -126,6 +134,7 @@ impl StateMachine {
                 return Err(e);
             }
         }
+        state.last_write = store.read_version().get();
         tracing::info!(
             "split {bounds} off {right}: {} keys moved to the new range",
             items.len()
@@ -138,6 +147,7 @@ impl StateMachine {
             (hook.0)(SplitChild {
                 bounds: right,
                 store: child,
+                since,
                 now_ms: now,
                 membership: state.membership.clone(),
                 ever_voters: state.ever_voters.clone(),
