@@ -52,6 +52,11 @@ pub(crate) enum Request {
     /// To a group's replica: how many snapshot timestamps it holds pinned
     /// (a split of the range waits for none).
     Pins,
+    /// Which groups the node leads, each with the bytes its store holds
+    /// (to the node: the meta group's leader places replicas by them). A
+    /// node of a build from before it hangs up on it, and is asked
+    /// [`Request::Leading`] for a while instead.
+    Held,
 }
 
 impl Request {
@@ -146,6 +151,9 @@ pub(crate) enum Response {
     Bytes(Option<u64>),
     /// The answer to [`Request::Pins`].
     Pins(usize),
+    /// The answer to [`Request::Held`]: each group the node leads, and the
+    /// bytes its store holds.
+    Held(Vec<(crate::types::GroupId, u64)>),
 }
 
 /// The largest frame a node accepts: a snapshot chunk, or an append of

@@ -758,3 +758,157 @@ fn the_ranges_of_a_node_down_past_the_setting_are_re_replicated() {
         }
     });
 }
+
+/// The bytes each range's leader holds (its store's memory, as the meta
+/// group's leader asks it), for every range but range 0 that has one.
+fn range_bytes(
+    cl: &Cluster,
+    map: &combkv_replica::ranges::RangeMap,
+) -> std::collections::BTreeMap<u64, u64> {
+    map.ranges()
+        .filter(|r| r.id != 0)
+        .filter_map(|r| {
+            let l = (1..=5u64).find_map(|id| cl.replica(id, r.id).filter(|x| x.is_leader()))?;
+            let m = l.current_store().memory();
+            Some((r.id, m.node_bytes + m.value_bytes))
+        })
+        .collect()
+}
+
+/// Placed by bytes: five nodes, seven ranges placed on three each by
+/// count; then two ranges that share two nodes take 24 and 16 MiB, so
+/// that those two nodes hold far more than the others. The meta group's
+/// leader moves and swaps replicas until no step by bytes is left: the
+/// nodes' replica counts stay within one, the gap between the heaviest
+/// and the lightest node narrows, and every key is on each of its range's
+/// three replicas.
+#[test]
+fn ranges_are_placed_so_that_nodes_hold_similar_bytes() {
+    const FIVE: u64 = 5;
+    simulate("groups-bytes", |dir| async move {
+        let cl = Cluster::new(dir.clone(), SimNet::new(11, Faults::NONE), FIVE, 0);
+        for id in 1..=FIVE {
+            let host = combkv_replica::Host::simulated(id, &cl.net);
+            let mut c = config(&cl.dir, id, 0, &cl.storage[&(id, 0)]);
+            c.range_replicas = 3;
+            host.start_group(0, &c).await.unwrap();
+            cl.nodes.lock().insert(id, host);
+        }
+        let all: Vec<u64> = (1..=FIVE).collect();
+        cl.form(&all).await;
+        for at in ["b", "c", "d", "e", "f", "g", "h"] {
+            let mut split = false;
+            for _ in 0..200 {
+                let host = (1..=FIVE)
+                    .find(|&id| cl.replica(id, 0).is_some_and(|r| r.is_leader()))
+                    .and_then(|id| cl.host(id));
+                if let Some(host) = host
+                    && host
+                        .split_at(at.as_bytes(), combkv_replica::Pinned::Refuse)
+                        .await
+                        .is_ok()
+                {
+                    split = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            assert!(split, "no split at {at}");
+        }
+        let map = wait_placed_on(&cl, &all).await.expect("placed by count");
+        assert_eq!(map.len(), 8);
+        // Two ranges sharing two nodes, made heavy.
+        let ranges: Vec<_> = map.ranges().filter(|r| r.id != 0).cloned().collect();
+        let (a, b) = ranges
+            .iter()
+            .flat_map(|a| ranges.iter().map(move |b| (a, b)))
+            .find(|(a, b)| {
+                a.id < b.id && a.voters.iter().filter(|v| b.voters.contains(v)).count() == 2
+            })
+            .expect("two ranges sharing two nodes");
+        let value = vec![b'v'; 1 << 20];
+        let mut keys = Vec::new();
+        for (r, mib) in [(a, 24), (b, 16)] {
+            for n in 0..mib {
+                let mut k = r.start.clone();
+                k.extend_from_slice(format!("{n:04}").as_bytes());
+                let mut written = false;
+                for _ in 0..300 {
+                    let map = cl.replica(1, 0).unwrap().range_map().unwrap();
+                    let desc = map.route(&k).clone();
+                    let leader = desc
+                        .voters
+                        .iter()
+                        .find_map(|&id| cl.replica(id, desc.id).filter(|x| x.is_leader()));
+                    if let Some(l) = leader
+                        && matches!(l.write(l.clock_ms(), put_op(&k, &value)).await, Ok(res) if res[0].is_ok())
+                    {
+                        written = true;
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                assert!(written, "{k:?} never written");
+                keys.push(k);
+            }
+        }
+        let spread = |map: &combkv_replica::ranges::RangeMap,
+                      sizes: &std::collections::BTreeMap<u64, u64>| {
+            let held: Vec<(usize, u64)> = all
+                .iter()
+                .map(|n| {
+                    map.ranges()
+                        .filter(|r| r.id != 0 && r.voters.contains(n))
+                        .fold((0, 0), |(c, s), r| {
+                            (c + 1, s + sizes.get(&r.id).copied().unwrap_or(0))
+                        })
+                })
+                .collect();
+            let bytes = held.iter().map(|h| h.1);
+            (bytes.clone().max().unwrap() - bytes.min().unwrap(), held)
+        };
+        let (before, held_before) = spread(&map, &range_bytes(&cl, &map));
+        let mut settled = None;
+        for _ in 0..3000 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let Some(map) = placed_on(&cl, &all) else {
+                continue;
+            };
+            let sizes = range_bytes(&cl, &map);
+            if sizes.len() == 7
+                && combkv_replica::ranges::next_byte_move(&map, &all, 3, &sizes, 0).is_empty()
+            {
+                settled = Some((map, sizes));
+                break;
+            }
+        }
+        let (map, sizes) = settled.expect("no end to the placement by bytes");
+        let (after, held) = spread(&map, &sizes);
+        eprintln!("nodes' (replicas, bytes): {held_before:?} by count, {held:?} by bytes");
+        assert!(
+            after < before,
+            "the gap did not narrow: {before} -> {after}"
+        );
+        let counts: Vec<usize> = held.iter().map(|h| h.0).collect();
+        assert!(
+            counts.iter().max().unwrap() - counts.iter().min().unwrap() <= 1,
+            "{counts:?}"
+        );
+        for k in &keys {
+            let r = map.route(k);
+            converge_on(&cl, r.id, &r.voters).await.unwrap();
+            for &id in &r.voters {
+                let got = cl
+                    .replica(id, r.id)
+                    .unwrap()
+                    .current_store()
+                    .get(k)
+                    .unwrap();
+                assert_eq!(got.as_deref(), Some(&value[..]), "{k:?} on node {id}");
+            }
+        }
+        for id in 1..=FIVE {
+            cl.stop(id).await;
+        }
+    });
+}

@@ -18,9 +18,6 @@ use crate::types::NodeId;
 /// clusters combkv runs on, and a spike of a second or two never splits).
 const BUSY_SECONDS: u32 = 3;
 
-/// How long a node waits for a range's leader to say who its members are.
-const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
-
 /// The longest a leader waits for one membership change of its range
 /// (adding a replica: its catch-up, 30 s at most, and its promotion; or
 /// removing one). openraft has been seen never to answer such a change (a
@@ -338,14 +335,13 @@ impl Host {
         }
         let Some(meta) = self.group(0) else { return };
         let Some(map) = meta.range_map() else { return };
-        let addrs = super::member_addrs(&meta);
         let me = self.0.id;
         // A node removed from the cluster often never applies its removal
         // (its map stays as it was): it asks, and if it is out, it leaves
         // every range, so that their other replicas elect leaders that
         // follow the map's replacements for it.
         let out_of_cluster = match map.get(0) {
-            Some(r0) => self.no_member(0, &r0.voters, &addrs).await,
+            Some(r0) => self.no_member(0, &r0.voters).await,
             None => false,
         };
         self.0.left_cluster.store(out_of_cluster, Ordering::Relaxed);
@@ -363,7 +359,7 @@ impl Host {
             if named && !out_of_cluster {
                 continue;
             }
-            if !out_of_cluster && !self.no_member(g, &desc.voters, &addrs).await {
+            if !out_of_cluster && !self.no_member(g, &desc.voters).await {
                 continue;
             }
             // Stopped before the answer that decides: a leader that adds
@@ -375,8 +371,8 @@ impl Host {
                 continue;
             };
             replica.shutdown().await;
-            let gone = self.no_member(g, &desc.voters, &addrs).await
-                && (out_of_cluster || !self.expects(g));
+            let gone =
+                self.no_member(g, &desc.voters).await && (out_of_cluster || !self.expects(g));
             if !gone {
                 if out_of_cluster {
                     tracing::info!(
@@ -407,21 +403,18 @@ impl Host {
 
     /// Whether group `g`'s leader, asked through the nodes `ask`, answers
     /// with a committed membership that does not hold this node.
-    async fn no_member(
-        &self,
-        g: crate::types::GroupId,
-        ask: &[NodeId],
-        addrs: &std::collections::HashMap<NodeId, String>,
-    ) -> bool {
-        for v in ask.iter().filter(|&&v| v != self.0.id) {
-            let Some(addr) = addrs.get(v) else { continue };
-            let req = Request::for_group(g, Request::Members);
-            let answer = self.0.transport.call(*v, addr, req, ASK_TIMEOUT).await;
-            if let Ok(Response::Members(Some(members))) = answer {
-                return !members.contains(&self.0.id);
-            }
-        }
-        false
+    async fn no_member(&self, g: crate::types::GroupId, ask: &[NodeId]) -> bool {
+        self.ask_in_turn(
+            g,
+            ask,
+            || Request::Members,
+            |answer| match answer {
+                Response::Members(Some(members)) => Some(!members.contains(&self.0.id)),
+                _ => None,
+            },
+        )
+        .await
+        .unwrap_or(false)
     }
 
     fn driving(&self, step: &'static str) {

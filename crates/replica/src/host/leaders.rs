@@ -23,9 +23,6 @@ use crate::replica::Replica;
 use crate::rpc::{Request, Response};
 use crate::types::{GroupId, NodeId};
 
-/// How long the meta group's leader waits for a range's leader to take
-/// a hand-over on.
-const ASK_TIMEOUT: Duration = Duration::from_secs(1);
 /// The time after a hand-over is ordered before the next: a hand-over
 /// takes about a leader lease and an election.
 const SETTLE: Duration = Duration::from_millis(1500);
@@ -36,6 +33,20 @@ impl Host {
         self.groups()
             .into_iter()
             .filter(|&g| self.group(g).is_some_and(|r| r.is_leader()))
+            .collect()
+    }
+
+    /// The groups this node leads, each with the bytes its store holds
+    /// (its nodes and values: the store's memory figure, what placing by
+    /// bytes evens out).
+    pub(super) fn leading_bytes(&self) -> Vec<(GroupId, u64)> {
+        self.groups()
+            .into_iter()
+            .filter_map(|g| {
+                let r = self.group(g).filter(|r| r.is_leader())?;
+                let m = r.current_store().memory();
+                Some((g, m.node_bytes + m.value_bytes))
+            })
             .collect()
     }
 
@@ -66,7 +77,10 @@ impl Host {
         let answer = if from == self.0.id {
             Ok(self.dispatch().handle(order).await)
         } else if let Some(addr) = addrs.get(&from) {
-            self.0.transport.call(from, addr, order, ASK_TIMEOUT).await
+            self.0
+                .transport
+                .call(from, addr, order, super::ASK_TIMEOUT)
+                .await
         } else {
             return;
         };

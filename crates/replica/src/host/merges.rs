@@ -16,9 +16,6 @@ use crate::types::GroupId;
 /// keys travel in one log entry (a frame is at most 256 MiB).
 const MAX_MERGED_BYTES: u64 = 64 << 20;
 
-/// How long a leader waits for a replica's answer.
-const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
-
 use super::Host;
 
 impl Host {
@@ -489,20 +486,17 @@ impl Host {
         if let Some(members) = self.group(desc.id).and_then(|r| r.committed_members()) {
             return sorted(&members) == want;
         }
-        let Some(meta) = self.group(0) else {
-            return false;
-        };
-        let addrs = super::member_addrs(&meta);
-        for v in desc.voters.iter().filter(|&&v| v != self.0.id) {
-            let Some(addr) = addrs.get(v) else { continue };
-            let req = Request::for_group(desc.id, Request::Members);
-            if let Ok(Response::Members(Some(members))) =
-                self.0.transport.call(*v, addr, req, ASK_TIMEOUT).await
-            {
-                return sorted(&members) == want;
-            }
-        }
-        false
+        self.ask_in_turn(
+            desc.id,
+            &desc.voters,
+            || Request::Members,
+            |answer| match answer {
+                Response::Members(Some(members)) => Some(sorted(&members) == want),
+                _ => None,
+            },
+        )
+        .await
+        .unwrap_or(false)
     }
 
     /// [`Replica::bytes_below`] of range `desc`: at this node's replica of
@@ -511,17 +505,17 @@ impl Host {
         if let Some(r) = self.group(desc.id).filter(|r| r.is_voter()) {
             return r.bytes_below(limit);
         }
-        let meta = self.group(0)?;
-        let addrs = super::member_addrs(&meta);
-        for v in &desc.voters {
-            let Some(addr) = addrs.get(v) else { continue };
-            let req = Request::for_group(desc.id, Request::Bytes(limit));
-            if let Ok(Response::Bytes(b)) = self.0.transport.call(*v, addr, req, ASK_TIMEOUT).await
-            {
-                return b;
-            }
-        }
-        None
+        self.ask_in_turn(
+            desc.id,
+            &desc.voters,
+            || Request::Bytes(limit),
+            |answer| match answer {
+                Response::Bytes(b) => Some(b),
+                _ => None,
+            },
+        )
+        .await
+        .flatten()
     }
 
     /// The most snapshot timestamps any voter of range `desc` holds pinned
@@ -556,7 +550,7 @@ impl Host {
             };
             let transport = std::sync::Arc::clone(&self.0.transport);
             let req = Request::for_group(desc.id, Request::Pins);
-            asks.spawn(async move { (v, transport.call(v, &addr, req, ASK_TIMEOUT).await) });
+            asks.spawn(async move { (v, transport.call(v, &addr, req, super::ASK_TIMEOUT).await) });
         }
         while let Some(answer) = asks.join_next().await {
             match answer {

@@ -83,6 +83,9 @@ struct Inner {
     /// When each member last answered this node while it leads the meta
     /// group (None while it does not: a new leader starts afresh).
     last_seen: Mutex<Option<HashMap<NodeId, tokio::time::Instant>>>,
+    /// Members that hung up on [`Request::Held`] (a build from before it),
+    /// asked [`Request::Leading`] instead until then.
+    held_unknown: Mutex<HashMap<NodeId, tokio::time::Instant>>,
     /// Set once this node has learned it was removed from the cluster
     /// (`drop_moved_away`): it starts no range replica on a peer's message
     /// any more. Its map may still name it (it never applied its removal),
@@ -169,6 +172,7 @@ impl Handler for Dispatch {
             let (group, req) = match req {
                 Request::ToGroup(g, inner) => (g, *inner),
                 Request::Leading => return Response::Leading(host.leading()),
+                Request::Held => return Response::Held(host.leading_bytes()),
                 bare => (0, bare),
             };
             let mut replica = host.group(group);
@@ -201,6 +205,37 @@ fn member_addrs(meta: &Replica) -> HashMap<NodeId, String> {
         .collect()
 }
 
+/// How long a node waits for another's answer to what it asks on its own
+/// account (a range's members, bytes or pins, which ranges a node leads,
+/// a hand-over): one that has not answered by then counts as down this
+/// time, and is asked again at the next turn.
+const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl Host {
+    /// Asks `req` of group `group`'s replicas on the nodes `ask`, one
+    /// after another (this node, and any the meta group names no address
+    /// of, left out), until an answer gives `take` a value.
+    async fn ask_in_turn<T>(
+        &self,
+        group: GroupId,
+        ask: &[NodeId],
+        req: impl Fn() -> Request,
+        mut take: impl FnMut(Response) -> Option<T>,
+    ) -> Option<T> {
+        let addrs = member_addrs(&self.group(0)?);
+        for &v in ask.iter().filter(|&&v| v != self.0.id) {
+            let Some(addr) = addrs.get(&v) else { continue };
+            let req = Request::for_group(group, req());
+            if let Ok(answer) = self.0.transport.call(v, addr, req, ASK_TIMEOUT).await
+                && let Some(found) = take(answer)
+            {
+                return Some(found);
+            }
+        }
+        None
+    }
+}
+
 impl Host {
     fn new(id: NodeId, transport: Arc<dyn Transport>, guard: Arc<PeerGuard>) -> Host {
         Host(Arc::new(Inner {
@@ -216,6 +251,7 @@ impl Host {
             last_leader_move: Mutex::new(None),
             driving: Mutex::new(("starting", tokio::time::Instant::now())),
             last_seen: Mutex::new(None),
+            held_unknown: Mutex::default(),
             left_cluster: std::sync::atomic::AtomicBool::new(false),
         }))
     }

@@ -1,15 +1,17 @@
 //! What the meta group's leader decides for the whole cluster, once a
-//! second: it asks every member which ranges it leads (which also tells it
-//! who is up), takes one step of the placement the `range_replicas`
-//! setting asks for (`ranges::next_placement`) over the members that are
-//! up, and once placement has settled, one step toward leaders spread
-//! evenly (`leaders`). A member that has not answered for
+//! second: it asks every member which ranges it leads and the bytes each
+//! holds (which also tells it who is up), takes one step of the placement
+//! the `range_replicas` setting asks for (`ranges::next_placement`) over
+//! the members that are up; once that has settled, one step toward nodes
+//! holding similar bytes (`ranges::next_byte_move`), and once that has,
+//! one toward leaders spread evenly (`leaders`). A member that has not answered for
 //! `node_down_after` is placed as if it had left the cluster: the ranges
 //! it holds get replicas on the others (as PD does for TiKV stores down
 //! past `max-store-down-time`), and once it is back, its stale replicas
 //! are deleted (`drop_moved_away`) and the balance gives it its share again.
 
 use std::collections::BTreeMap;
+use std::io::ErrorKind;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -19,8 +21,19 @@ use crate::replica::Replica;
 use crate::rpc::{Request, Response};
 use crate::types::{GroupId, NodeId};
 
-/// How long the meta group's leader waits for a member's answer.
-const ASK_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a member that hung up on [`Request::Held`] (a build from
+/// before it) is asked [`Request::Leading`] instead: ranges it leads have
+/// no size meanwhile, and nothing moves by bytes. A hang-up ends the
+/// connection the node pair shares (their groups' messages sent again),
+/// so it is asked again only after this.
+const HELD_UNKNOWN_FOR: Duration = Duration::from_secs(600);
+
+/// What the survey of the members found: the ranges each that answered
+/// leads, and the bytes of each range whose leader said.
+struct Survey {
+    led: BTreeMap<NodeId, Vec<GroupId>>,
+    sizes: BTreeMap<GroupId, u64>,
+}
 
 impl Host {
     /// One turn of the meta group's leader (see the module's
@@ -48,7 +61,7 @@ impl Host {
             .filter(|n| n.2)
             .map(|n| n.0)
             .collect();
-        let led = self.survey(&meta, &members).await;
+        let Survey { led, sizes } = self.survey(&meta, &members).await;
         let up = self.members_up(&members);
         if replicas > 0
             && let Some((range, want)) = crate::ranges::next_placement(&map, &up, replicas)
@@ -59,31 +72,96 @@ impl Host {
             }
             return;
         }
+        if replicas > 0 {
+            // Sizes here are the stores' memory, above the keys and values a
+            // merge counts: a pair under twice its size is taken as waiting.
+            let merge_bytes = self.0.template.lock().as_ref().map_or(0, |t| t.merge_bytes);
+            let merge_bytes = merge_bytes.saturating_mul(2);
+            let plan = crate::ranges::next_byte_move(&map, &up, replicas, &sizes, merge_bytes);
+            if !plan.is_empty() {
+                // A swap's two ranges are placed one after the other, in
+                // this turn: the map holds both (counts as they were)
+                // before the next turn looks. One refused leaves the other
+                // placed alone, one replica off the count rule, which
+                // the next turn's placement puts right.
+                for (range, want) in plan {
+                    match self.set_replicas(range, want.clone(), Vec::new()).await {
+                        Ok(()) => tracing::info!(
+                            "range {range} is to be placed on nodes {want:?} (by bytes)"
+                        ),
+                        Err(e) => {
+                            tracing::debug!("placing range {range} on {want:?} waits: {e}");
+                            break;
+                        }
+                    }
+                }
+                return;
+            }
+        }
         self.balance_leaders(&meta, &map, &led).await;
     }
 
-    /// Asks every member at once which ranges it leads; notes when each
-    /// answered. Those that did not answer are left out.
-    async fn survey(&self, meta: &Replica, members: &[NodeId]) -> BTreeMap<NodeId, Vec<GroupId>> {
+    /// Asks every member at once which ranges it leads, and their bytes;
+    /// notes when each answered. Those that did not answer are left out.
+    async fn survey(&self, meta: &Replica, members: &[NodeId]) -> Survey {
         let addrs = super::member_addrs(meta);
         let mut asks = tokio::task::JoinSet::new();
+        let now = Instant::now();
+        self.0.held_unknown.lock().retain(|_, until| *until > now);
         for &m in members.iter().filter(|&&m| m != self.0.id) {
             let Some(addr) = addrs.get(&m).cloned() else {
                 continue;
             };
             let transport = std::sync::Arc::clone(&self.0.transport);
+            let held = !self.0.held_unknown.lock().contains_key(&m);
             asks.spawn(async move {
-                let answer = transport
-                    .call(m, &addr, Request::Leading, ASK_TIMEOUT)
-                    .await;
-                (m, answer)
+                let req = if held {
+                    Request::Held
+                } else {
+                    Request::Leading
+                };
+                let answer = transport.call(m, &addr, req, super::ASK_TIMEOUT).await;
+                (m, held, answer)
             });
         }
         let mut led = BTreeMap::new();
-        led.insert(self.0.id, self.leading());
+        let mut sizes = BTreeMap::new();
+        let own = self.leading_bytes();
+        led.insert(self.0.id, own.iter().map(|&(g, _)| g).collect());
+        sizes.extend(own);
         while let Some(done) = asks.join_next().await {
-            if let Ok((m, Ok(Response::Leading(groups)))) = done {
-                led.insert(m, groups);
+            let Ok((m, held, answer)) = done else {
+                continue;
+            };
+            match answer {
+                Ok(Response::Held(groups)) => {
+                    led.insert(m, groups.iter().map(|&(g, _)| g).collect());
+                    sizes.extend(groups);
+                }
+                Ok(Response::Leading(groups)) => {
+                    led.insert(m, groups);
+                }
+                Err(e)
+                    if held
+                        && matches!(
+                            e.kind(),
+                            ErrorKind::UnexpectedEof
+                                | ErrorKind::ConnectionReset
+                                | ErrorKind::ConnectionAborted
+                                | ErrorKind::BrokenPipe
+                        ) =>
+                {
+                    tracing::info!(
+                        "node {m} hung up on the question of what it holds ({e}): an older \
+                         build; asked only which ranges it leads for {HELD_UNKNOWN_FOR:?}, \
+                         and nothing is placed by bytes meanwhile"
+                    );
+                    self.0
+                        .held_unknown
+                        .lock()
+                        .insert(m, Instant::now() + HELD_UNKNOWN_FOR);
+                }
+                _ => {}
             }
         }
         let now = Instant::now();
@@ -97,7 +175,7 @@ impl Host {
                 *last = now;
             }
         }
-        led
+        Survey { led, sizes }
     }
 
     /// The members that have answered within `node_down_after` (all of

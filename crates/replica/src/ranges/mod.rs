@@ -6,6 +6,7 @@
 //! groups that serve the ranges and the meta group that replicates the map
 //! are built on them.
 
+pub mod balance;
 pub mod clock;
 pub mod map;
 pub mod merge;
@@ -13,6 +14,7 @@ pub mod merge;
 #[cfg(test)]
 mod tests;
 
+pub use balance::next_byte_move;
 pub use clock::{
     CLOCK_OFFSET_SETTING, Clock, ClockOffset, LOGICAL_BITS, MAX_CLOCK_OFFSET_MS, Timestamp,
     read_timestamp,
