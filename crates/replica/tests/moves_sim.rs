@@ -912,3 +912,75 @@ fn ranges_are_placed_so_that_nodes_hold_similar_bytes() {
         }
     });
 }
+
+/// A split by hand asked through a node that holds no replica of the
+/// range: it asks the range's voters over the network how many snapshot
+/// timestamps they hold pinned (`Request::Pins`), and while a snapshot's
+/// pin lives the split is refused, changing nothing; once the snapshot is
+/// released it goes ahead.
+#[test]
+fn a_split_through_a_node_without_the_range_asks_its_voters_for_pins() {
+    const FIVE: u64 = 5;
+    simulate("groups-pins-remote", |dir| async move {
+        let cl = Cluster::new(dir.clone(), SimNet::new(13, Faults::NONE), FIVE, 0);
+        for id in 1..=FIVE {
+            start_placing(&cl, id).await;
+        }
+        let all: Vec<u64> = (1..=FIVE).collect();
+        cl.form(&all).await;
+        let split_at = |at: &'static [u8], via: Option<u64>| {
+            let cl = Arc::clone(&cl);
+            async move {
+                let via = via.or_else(|| {
+                    (1..=FIVE).find(|&id| cl.replica(id, 0).is_some_and(|r| r.is_leader()))
+                });
+                let host = via.and_then(|id| cl.host(id)).ok_or("no host")?;
+                host.split_at(at, combkv_replica::Pinned::Refuse)
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+        };
+        let mut split = Err(String::new());
+        for _ in 0..100 {
+            split = split_at(b"m", None).await;
+            if split.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let range = split.expect("a split at m");
+        let map = wait_placed_on(&cl, &all).await.expect("placed");
+        let voters = map.get(range).unwrap().voters.clone();
+        let via = *all.iter().find(|n| !voters.contains(n)).unwrap();
+        // Until a replica a move left there is deleted.
+        for _ in 0..600 {
+            if cl.replica(via, range).is_none() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            cl.replica(via, range).is_none(),
+            "node {via} still holds range {range}"
+        );
+        let host = cl.host(via).unwrap();
+        let ttl = Duration::from_secs(60);
+        let at = host.snapshot(ttl).await.unwrap();
+        let refused = split_at(b"t", Some(via)).await.unwrap_err();
+        assert!(refused.contains("pinned by"), "{refused}");
+        assert_eq!(cl.replica(1, 0).unwrap().range_map().unwrap().len(), 2);
+        assert_eq!(host.release(at, ttl).await, 0);
+        let mut split = Err(String::new());
+        for _ in 0..100 {
+            split = split_at(b"t", Some(via)).await;
+            if split.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        split.expect("the split once the snapshot is released");
+        for id in 1..=FIVE {
+            cl.stop(id).await;
+        }
+    });
+}
