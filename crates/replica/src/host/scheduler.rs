@@ -11,7 +11,6 @@
 //! are deleted (`drop_moved_away`) and the balance gives it its share again.
 
 use std::collections::BTreeMap;
-use std::io::ErrorKind;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -23,9 +22,9 @@ use crate::types::{GroupId, NodeId};
 
 /// How long a member that hung up on [`Request::Held`] (a build from
 /// before it) is asked [`Request::Leading`] instead: ranges it leads have
-/// no size meanwhile, and nothing moves by bytes. A hang-up ends the
-/// connection the node pair shares (their groups' messages sent again),
-/// so it is asked again only after this.
+/// no size meanwhile, and nothing moves by bytes. Each hang-up costs a
+/// connection and a refusal logged and counted there, so it is asked
+/// again only after this.
 const HELD_UNKNOWN_FOR: Duration = Duration::from_secs(600);
 
 /// What the survey of the members found: the ranges each that answered
@@ -141,16 +140,7 @@ impl Host {
                 Ok(Response::Leading(groups)) => {
                     led.insert(m, groups);
                 }
-                Err(e)
-                    if held
-                        && matches!(
-                            e.kind(),
-                            ErrorKind::UnexpectedEof
-                                | ErrorKind::ConnectionReset
-                                | ErrorKind::ConnectionAborted
-                                | ErrorKind::BrokenPipe
-                        ) =>
-                {
+                Err(e) if held && crate::network::peer_hung_up(&e) => {
                     tracing::info!(
                         "node {m} hung up on the question of what it holds ({e}): an older \
                          build; asked only which ranges it leads for {HELD_UNKNOWN_FOR:?}, \

@@ -46,6 +46,19 @@ pub(crate) trait Transport: Send + Sync + std::fmt::Debug + 'static {
     ) -> BoxFuture<'_, io::Result<Response>>;
 }
 
+/// Whether `e` says the node asked hung up on the request rather than
+/// answer it: what a node does with a request it cannot decode (one of a
+/// newer build's), unlike a node down (refused, timed out).
+pub(crate) fn peer_hung_up(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+    )
+}
+
 /// What a node does with a request that reached it.
 pub(crate) trait Handler: Send + Sync + 'static {
     fn handle(&self, req: Request) -> BoxFuture<'_, Response>;

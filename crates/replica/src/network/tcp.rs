@@ -276,3 +276,51 @@ where
         stream.flush().await?;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Answer;
+
+    impl Handler for Answer {
+        fn handle(&self, _req: Request) -> BoxFuture<'_, Response> {
+            Box::pin(async { Response::Pins(0) })
+        }
+    }
+
+    /// A request a node cannot decode (a variant of a newer build's) is
+    /// hung up on, counted as a refusal, and the asker sees a hang-up
+    /// (`peer_hung_up`: what the meta group's leader takes for an older
+    /// build when it asks `Request::Held`); a request it knows is
+    /// answered on a new connection after it.
+    #[tokio::test]
+    async fn an_undecodable_request_is_hung_up_on() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let guard = Arc::new(PeerGuard::new(None).unwrap());
+        tokio::spawn(serve(listener, Arc::new(Answer), Arc::clone(&guard)));
+        let transport = TcpTransport::new(None, Arc::clone(&guard));
+        // postcard writes the variant's index first: 100 is past the last.
+        let unknown = [1, 0, 0, 0, 100];
+        let e = transport.round_trip(2, &addr, &unknown).await.unwrap_err();
+        assert!(crate::network::peer_hung_up(&e), "{e:?}");
+        assert_eq!(guard.refused(), 1);
+        let answer = transport
+            .call(2, &addr, Request::Pins, Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(matches!(answer, Response::Pins(0)));
+        // One down: no hang-up.
+        drop(transport);
+        let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let gone = closed.local_addr().unwrap().to_string();
+        drop(closed);
+        let transport = TcpTransport::new(None, guard);
+        let e = transport
+            .call(3, &gone, Request::Pins, Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert!(!crate::network::peer_hung_up(&e), "{e:?}");
+    }
+}
