@@ -71,7 +71,9 @@ impl Host {
             }
             return;
         }
-        if replicas > 0 {
+        // By bytes only while every member up answered this turn: a move
+        // onto a node that does not answer would wait on its catch-up.
+        if replicas > 0 && up.iter().all(|m| led.contains_key(m)) {
             // Sizes here are the stores' memory, above the keys and values a
             // merge counts: a pair under twice its size is taken as waiting.
             let merge_bytes = self.0.template.lock().as_ref().map_or(0, |t| t.merge_bytes);
