@@ -62,10 +62,22 @@ impl Node {
         http_get(self.metrics, path)
     }
 
-    fn wait_ready(&self, within: Duration) {
+    /// Waits for `/readyz` to answer 200; fails at once if the node
+    /// exited, and says what `/readyz` last answered if it never did.
+    fn wait_ready(&mut self, within: Duration) {
         let deadline = Instant::now() + within;
-        while self.probe("/readyz").map(|p| p.0) != Some(200) {
-            assert!(Instant::now() < deadline, "not ready within {within:?}");
+        loop {
+            let probe = self.probe("/readyz");
+            if probe.as_ref().is_some_and(|p| p.0 == 200) {
+                return;
+            }
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("the node exited ({status}) before it was ready");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not ready within {within:?}; /readyz last answered {probe:?}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -147,8 +159,10 @@ fn a_client_during_recovery_gets_loading_never_a_wrong_or_missing_value() {
     const KEYS: u64 = 1_000_000;
     const AFTER_SAVE: u64 = 20_000;
     let dir = temp_dir("loading");
-    let node = Node::spawn(&dir, &[]);
-    node.wait_ready(Duration::from_secs(30));
+    let mut node = Node::spawn(&dir, &[]);
+    // A fresh node is ready at once; the long wait is for a machine that
+    // runs this file's other tests beside it (one once took over 30 s).
+    node.wait_ready(Duration::from_secs(90));
     fill(node.resp, 0, KEYS);
     let mut c = Client::connect(node.resp);
     assert_eq!(c.cmd(&["SAVE"]), Value::Simple("OK".into()));
@@ -292,7 +306,7 @@ fn a_full_disk_makes_the_node_not_ready_and_a_restart_with_space_recovers_it() {
     let filler = fs.path.join("filler");
     std::fs::write(&filler, vec![0u8; 12 << 20]).unwrap();
     let data = fs.path.join("data");
-    let node = Node::spawn(&data, &[]);
+    let mut node = Node::spawn(&data, &[]);
     node.wait_ready(Duration::from_secs(30));
     let mut c = Client::connect(node.resp);
     let big = "x".repeat(10_000);
@@ -330,7 +344,7 @@ fn a_full_disk_makes_the_node_not_ready_and_a_restart_with_space_recovers_it() {
     // Space is back; the supervisor restarts the node.
     std::fs::remove_file(&filler).unwrap();
     drop(node);
-    let node = Node::spawn(&data, &[]);
+    let mut node = Node::spawn(&data, &[]);
     node.wait_ready(Duration::from_secs(60));
     let mut c = Client::connect(node.resp);
     for i in 0..acked {
