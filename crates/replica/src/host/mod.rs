@@ -457,17 +457,16 @@ impl Host {
             }
             let seeded = seed_split_group(&dir, &child);
             if let Some(inner) = &inner {
+                // Noted before the claim is let go: a start on a peer's
+                // message from then on finds it.
+                if matches!(seeded, Ok(true)) {
+                    let clock = child.store.read_version();
+                    inner.split_since.lock().insert(group, (child.since, clock));
+                }
                 inner.claimed.lock().remove(&group);
             }
             let seeded = match seeded {
-                Ok(true) => {
-                    if let Some(inner) = &inner {
-                        let clock = child.store.read_version();
-                        inner.split_since.lock().insert(group, (child.since, clock));
-                    }
-                    true
-                }
-                Ok(false) => false,
+                Ok(seeded) => seeded,
                 Err(e) => {
                     tracing::error!(
                         "seeding group {group} at {}: {e}; its leader sends it a snapshot instead",
