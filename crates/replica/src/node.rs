@@ -557,15 +557,9 @@ impl Handler for Replica {
                 Request::Leading => {
                     Response::Leading(self.is_leader().then(|| self.group()).into_iter().collect())
                 }
-                Request::Held => Response::Held(
-                    self.is_leader()
-                        .then(|| {
-                            let m = self.current_store().memory();
-                            (self.group(), m.node_bytes + m.value_bytes)
-                        })
-                        .into_iter()
-                        .collect(),
-                ),
+                Request::Held => {
+                    Response::Held(crate::rpc::HeldRange::of(self).into_iter().collect())
+                }
                 // A group's requests reach it unwrapped (`host`): one
                 // wrapped twice names no group.
                 Request::ToGroup(g, _) => Response::NoSuchGroup(g),

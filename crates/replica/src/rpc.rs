@@ -151,9 +151,38 @@ pub(crate) enum Response {
     Bytes(Option<u64>),
     /// The answer to [`Request::Pins`].
     Pins(usize),
-    /// The answer to [`Request::Held`]: each group the node leads, and the
-    /// bytes its store holds.
-    Held(Vec<(crate::types::GroupId, u64)>),
+    /// The answer to [`Request::Held`]: each group the node leads.
+    Held(Vec<HeldRange>),
+}
+
+/// A group a node leads, as it answers [`Request::Held`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct HeldRange {
+    pub(crate) group: GroupId,
+    /// The bytes its store holds (nodes and values: its memory figure).
+    pub(crate) bytes: u64,
+    /// Its members, voters and learners, in order, once the membership
+    /// they are in is committed (none before): a move under way shows
+    /// here before it is done, where the map shows only where it goes.
+    pub(crate) members: Option<Vec<NodeId>>,
+}
+
+impl HeldRange {
+    /// What `replica`, if it leads its group, says of it.
+    pub(crate) fn of(replica: &crate::replica::Replica) -> Option<HeldRange> {
+        if !replica.is_leader() {
+            return None;
+        }
+        let m = replica.current_store().memory();
+        Some(HeldRange {
+            group: replica.group(),
+            bytes: m.node_bytes + m.value_bytes,
+            members: replica.committed_members().map(|mut v| {
+                v.sort_unstable();
+                v
+            }),
+        })
+    }
 }
 
 /// The largest frame a node accepts: a snapshot chunk, or an append of

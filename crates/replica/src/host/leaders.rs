@@ -37,16 +37,12 @@ impl Host {
     }
 
     /// The groups this node leads, each with the bytes its store holds
-    /// (its nodes and values: the store's memory figure, what placing by
-    /// bytes evens out).
-    pub(super) fn leading_bytes(&self) -> Vec<(GroupId, u64)> {
+    /// (the store's memory figure, what placing by bytes evens out) and
+    /// its committed members.
+    pub(super) fn held_ranges(&self) -> Vec<crate::rpc::HeldRange> {
         self.groups()
             .into_iter()
-            .filter_map(|g| {
-                let r = self.group(g).filter(|r| r.is_leader())?;
-                let m = r.current_store().memory();
-                Some((g, m.node_bytes + m.value_bytes))
-            })
+            .filter_map(|g| crate::rpc::HeldRange::of(&self.group(g)?))
             .collect()
     }
 

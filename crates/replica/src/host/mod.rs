@@ -172,7 +172,7 @@ impl Handler for Dispatch {
             let (group, req) = match req {
                 Request::ToGroup(g, inner) => (g, *inner),
                 Request::Leading => return Response::Leading(host.leading()),
-                Request::Held => return Response::Held(host.leading_bytes()),
+                Request::Held => return Response::Held(host.held_ranges()),
                 bare => (0, bare),
             };
             let mut replica = host.group(group);

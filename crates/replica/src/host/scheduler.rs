@@ -28,10 +28,34 @@ use crate::types::{GroupId, NodeId};
 const HELD_UNKNOWN_FOR: Duration = Duration::from_secs(600);
 
 /// What the survey of the members found: the ranges each that answered
-/// leads, and the bytes of each range whose leader said.
+/// leads, and the bytes and committed members of each range whose leader
+/// said.
 struct Survey {
     led: BTreeMap<NodeId, Vec<GroupId>>,
     sizes: BTreeMap<GroupId, u64>,
+    members: BTreeMap<GroupId, Option<Vec<NodeId>>>,
+}
+
+impl Survey {
+    fn took(&mut self, node: NodeId, held: Vec<crate::rpc::HeldRange>) {
+        self.led
+            .insert(node, held.iter().map(|h| h.group).collect());
+        for h in held {
+            self.sizes.insert(h.group, h.bytes);
+            self.members.insert(h.group, h.members);
+        }
+    }
+
+    /// Whether every range but range 0 is where the map places it, as its
+    /// leader has committed its membership: no move under way (the map
+    /// names where a range goes at once; its leader moves it after).
+    fn settled(&self, map: &crate::ranges::RangeMap) -> bool {
+        map.ranges().filter(|r| r.id != 0).all(|r| {
+            let mut want: Vec<NodeId> = r.voters.iter().chain(&r.learners).copied().collect();
+            want.sort_unstable();
+            self.members.get(&r.id) == Some(&Some(want))
+        })
+    }
 }
 
 impl Host {
@@ -60,7 +84,7 @@ impl Host {
             .filter(|n| n.2)
             .map(|n| n.0)
             .collect();
-        let Survey { led, sizes } = self.survey(&meta, &members).await;
+        let survey = self.survey(&meta, &members).await;
         let up = self.members_up(&members);
         if replicas > 0
             && let Some((range, want)) = crate::ranges::next_placement(&map, &up, replicas)
@@ -71,14 +95,18 @@ impl Host {
             }
             return;
         }
-        // By bytes only while every member up answered this turn: a move
-        // onto a node that does not answer would wait on its catch-up.
-        if replicas > 0 && up.iter().all(|m| led.contains_key(m)) {
+        // By bytes only while every member up answered this turn (a move
+        // onto a node that does not answer would wait on its catch-up) and
+        // no move is under way.
+        if replicas > 0 && up.iter().all(|m| survey.led.contains_key(m)) && survey.settled(&map) {
             // Sizes here are the stores' memory, above the keys and values a
-            // merge counts: a pair under twice its size is taken as waiting.
+            // merge counts (up to about four times, with small items): a
+            // lined-up pair under four times the merge size is taken as
+            // waiting to merge.
             let merge_bytes = self.0.template.lock().as_ref().map_or(0, |t| t.merge_bytes);
-            let merge_bytes = merge_bytes.saturating_mul(2);
-            let plan = crate::ranges::next_byte_move(&map, &up, replicas, &sizes, merge_bytes);
+            let merge_bytes = merge_bytes.saturating_mul(4);
+            let plan =
+                crate::ranges::next_byte_move(&map, &up, replicas, &survey.sizes, merge_bytes);
             if !plan.is_empty() {
                 // A swap's two ranges are placed one after the other, in
                 // this turn: the map holds both (counts as they were)
@@ -99,7 +127,7 @@ impl Host {
                 return;
             }
         }
-        self.balance_leaders(&meta, &map, &led).await;
+        self.balance_leaders(&meta, &map, &survey.led).await;
     }
 
     /// Asks every member at once which ranges it leads, and their bytes;
@@ -121,41 +149,53 @@ impl Host {
                 } else {
                     Request::Leading
                 };
-                let answer = transport.call(m, &addr, req, super::ASK_TIMEOUT).await;
-                (m, held, answer)
+                let ask = |req| transport.call(m, &addr, req, super::ASK_TIMEOUT);
+                let mut answer = ask(req).await;
+                // A hang-up (a node that stopped or restarted mid-call, or
+                // one of an older build): asked again on a new connection,
+                // and on a second hang-up only which ranges it leads. An
+                // answer to that alone is an older build's.
+                let mut older = false;
+                if held && answer.as_ref().is_err_and(crate::network::peer_hung_up) {
+                    answer = ask(Request::Held).await;
+                    if answer.as_ref().is_err_and(crate::network::peer_hung_up) {
+                        answer = ask(Request::Leading).await;
+                        older = matches!(answer, Ok(Response::Leading(_)));
+                    }
+                }
+                (m, older, answer)
             });
         }
-        let mut led = BTreeMap::new();
-        let mut sizes = BTreeMap::new();
-        let own = self.leading_bytes();
-        led.insert(self.0.id, own.iter().map(|&(g, _)| g).collect());
-        sizes.extend(own);
+        let mut survey = Survey {
+            led: BTreeMap::new(),
+            sizes: BTreeMap::new(),
+            members: BTreeMap::new(),
+        };
+        survey.took(self.0.id, self.held_ranges());
         while let Some(done) = asks.join_next().await {
-            let Ok((m, held, answer)) = done else {
+            let Ok((m, older, answer)) = done else {
                 continue;
             };
+            if older {
+                tracing::info!(
+                    "node {m} hung up on the question of what it holds and answered which \
+                     ranges it leads: an older build; asked only that for \
+                     {HELD_UNKNOWN_FOR:?}, and nothing is placed by bytes meanwhile"
+                );
+                self.0
+                    .held_unknown
+                    .lock()
+                    .insert(m, Instant::now() + HELD_UNKNOWN_FOR);
+            }
             match answer {
-                Ok(Response::Held(groups)) => {
-                    led.insert(m, groups.iter().map(|&(g, _)| g).collect());
-                    sizes.extend(groups);
-                }
+                Ok(Response::Held(held)) => survey.took(m, held),
                 Ok(Response::Leading(groups)) => {
-                    led.insert(m, groups);
-                }
-                Err(e) if held && crate::network::peer_hung_up(&e) => {
-                    tracing::info!(
-                        "node {m} hung up on the question of what it holds ({e}): an older \
-                         build; asked only which ranges it leads for {HELD_UNKNOWN_FOR:?}, \
-                         and nothing is placed by bytes meanwhile"
-                    );
-                    self.0
-                        .held_unknown
-                        .lock()
-                        .insert(m, Instant::now() + HELD_UNKNOWN_FOR);
+                    survey.led.insert(m, groups);
                 }
                 _ => {}
             }
         }
+        let led = &survey.led;
         let now = Instant::now();
         let mut seen = self.0.last_seen.lock();
         let seen = seen.get_or_insert_with(Default::default);
@@ -167,7 +207,7 @@ impl Host {
                 *last = now;
             }
         }
-        Survey { led, sizes }
+        survey
     }
 
     /// The members that have answered within `node_down_after` (all of
