@@ -407,6 +407,7 @@ impl Host {
         self.ask_in_turn(
             g,
             ask,
+            super::MEMBER_TIMEOUT,
             || Request::Members,
             |answer| match answer {
                 Response::Members(Some(members)) => Some(!members.contains(&self.0.id)),

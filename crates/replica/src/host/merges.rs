@@ -489,6 +489,7 @@ impl Host {
         self.ask_in_turn(
             desc.id,
             &desc.voters,
+            super::ASK_TIMEOUT,
             || Request::Members,
             |answer| match answer {
                 Response::Members(Some(members)) => Some(sorted(&members) == want),
@@ -508,6 +509,7 @@ impl Host {
         self.ask_in_turn(
             desc.id,
             &desc.voters,
+            super::ASK_TIMEOUT,
             || Request::Bytes(limit),
             |answer| match answer {
                 Response::Bytes(b) => Some(b),

@@ -211,14 +211,22 @@ fn member_addrs(meta: &Replica) -> HashMap<NodeId, String> {
 /// time, and is asked again at the next turn.
 const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// [`ASK_TIMEOUT`] for a node asking whether it is still a member of a
+/// range (`drop_moved_away`): an answer that does not come in time keeps
+/// the replica, stopped just before, and starts it again, so it is given
+/// longer.
+const MEMBER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl Host {
     /// Asks `req` of group `group`'s replicas on the nodes `ask`, one
     /// after another (this node, and any the meta group names no address
-    /// of, left out), until an answer gives `take` a value.
+    /// of, left out), each for up to `timeout`, until an answer gives
+    /// `take` a value.
     async fn ask_in_turn<T>(
         &self,
         group: GroupId,
         ask: &[NodeId],
+        timeout: std::time::Duration,
         req: impl Fn() -> Request,
         mut take: impl FnMut(Response) -> Option<T>,
     ) -> Option<T> {
@@ -226,7 +234,7 @@ impl Host {
         for &v in ask.iter().filter(|&&v| v != self.0.id) {
             let Some(addr) = addrs.get(&v) else { continue };
             let req = Request::for_group(group, req());
-            if let Ok(answer) = self.0.transport.call(v, addr, req, ASK_TIMEOUT).await
+            if let Ok(answer) = self.0.transport.call(v, addr, req, timeout).await
                 && let Some(found) = take(answer)
             {
                 return Some(found);
