@@ -6,8 +6,8 @@
 //! split by load are not: by count alone a node could hold many times
 //! another's memory.
 //!
-//! Each step is between the node holding the most bytes and the one
-//! holding the fewest, and keeps every node's count of replicas, so that
+//! Each step is between two nodes, the pair with the widest gap in bytes
+//! that has one, and keeps every node's count of replicas, so that
 //! `next_placement` has nothing to undo: a *swap* (a range of the heavier
 //! node goes to the lighter, a smaller one of the lighter's comes back),
 //! or, where the heavier holds one replica more than the lighter, a
@@ -16,10 +16,9 @@
 //! of it (the heavier node stays the heavier, so sizes a little off
 //! cannot undo the step) and at least a quarter of [`MIN_GAP`]: each step
 //! lowers the sum of the squares of the nodes' bytes, so with sizes that
-//! hold still the steps end. A gap under a
-//! fifth of the nodes' mean bytes, or under [`MIN_GAP`], is left alone:
-//! sizes change with every write, and a move costs a snapshot of the
-//! range.
+//! hold still the steps end. A gap under a fifth of the nodes' mean
+//! bytes, or under [`MIN_GAP`], is left alone: sizes change with every
+//! write, and a move costs a snapshot of the range.
 
 use std::collections::BTreeMap;
 
