@@ -62,6 +62,23 @@ impl Replica {
         self.add_member(id, addr, within, stop, true).await
     }
 
+    /// What this replica, if it leads its group, answers of it to
+    /// [`crate::rpc::Request::Held`].
+    pub(crate) fn held_range(&self) -> Option<crate::rpc::HeldRange> {
+        if !self.is_leader() {
+            return None;
+        }
+        let m = self.current_store().memory();
+        Some(crate::rpc::HeldRange {
+            group: self.group(),
+            bytes: m.node_bytes + m.value_bytes,
+            members: self.committed_members().map(|mut v| {
+                v.sort_unstable();
+                v
+            }),
+        })
+    }
+
     /// On the leader, once its membership is committed: every member,
     /// voters and learners (a joint configuration's both halves). None
     /// elsewhere, or while a membership change is not committed: a node

@@ -557,9 +557,7 @@ impl Handler for Replica {
                 Request::Leading => {
                     Response::Leading(self.is_leader().then(|| self.group()).into_iter().collect())
                 }
-                Request::Held => {
-                    Response::Held(crate::rpc::HeldRange::of(self).into_iter().collect())
-                }
+                Request::Held => Response::Held(self.held_range().into_iter().collect()),
                 // A group's requests reach it unwrapped (`host`): one
                 // wrapped twice names no group.
                 Request::ToGroup(g, _) => Response::NoSuchGroup(g),

@@ -167,24 +167,6 @@ pub(crate) struct HeldRange {
     pub(crate) members: Option<Vec<NodeId>>,
 }
 
-impl HeldRange {
-    /// What `replica`, if it leads its group, says of it.
-    pub(crate) fn of(replica: &crate::replica::Replica) -> Option<HeldRange> {
-        if !replica.is_leader() {
-            return None;
-        }
-        let m = replica.current_store().memory();
-        Some(HeldRange {
-            group: replica.group(),
-            bytes: m.node_bytes + m.value_bytes,
-            members: replica.committed_members().map(|mut v| {
-                v.sort_unstable();
-                v
-            }),
-        })
-    }
-}
-
 /// The largest frame a node accepts: a snapshot chunk, or an append of
 /// entries, each bounded well below it.
 pub(crate) const MAX_FRAME_BYTES: usize = 256 << 20;

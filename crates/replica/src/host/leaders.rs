@@ -42,7 +42,7 @@ impl Host {
     pub(super) fn held_ranges(&self) -> Vec<crate::rpc::HeldRange> {
         self.groups()
             .into_iter()
-            .filter_map(|g| crate::rpc::HeldRange::of(&self.group(g)?))
+            .filter_map(|g| self.group(g)?.held_range())
             .collect()
     }
 
