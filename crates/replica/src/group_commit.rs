@@ -159,8 +159,13 @@ impl GroupCommit {
     /// group started (a member published a larger one,
     /// [`ClockOffset::adopt`]), so the permits follow it up; they are not
     /// taken back if it falls.
+    /// Called on every proposal: a load, and a write only when the bound
+    /// rose.
     fn follow_bound(&self) {
         let want = (1 + self.offset.bound_ms() as usize).min(MAX_ENTRIES_FOR_BOUND);
+        if want <= self.granted.load(Ordering::Relaxed) {
+            return;
+        }
         let had = self.granted.fetch_max(want, Ordering::AcqRel);
         if want > had {
             self.entries.add_permits(want - had);

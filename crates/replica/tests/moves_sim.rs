@@ -164,21 +164,10 @@ fn leaders_are_handed_over_until_spread_while_writes_go_on() {
         let cl = Cluster::new(dir.clone(), SimNet::new(11, Faults::NONE), NODES, 0);
         cl.start_all(NODES).await;
         const KEYS: usize = 70;
-        let host1 = cl.nodes.lock().get(&1).cloned().unwrap();
         for i in 1..=6 {
-            let mut done = false;
-            for _ in 0..100 {
-                if host1
-                    .split_at(&kv(i * 10), combkv_replica::Pinned::Refuse)
-                    .await
-                    .is_ok()
-                {
-                    done = true;
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
+            if let Err(e) = split_through(&cl, &kv(i * 10), Some(1), 100).await {
+                panic!("the split at {i}0 never went through: {e}");
             }
-            assert!(done, "the split at {i}0 never went through");
         }
         for g in 1..=6 {
             for id in 1..=NODES {
@@ -759,6 +748,37 @@ fn the_ranges_of_a_node_down_past_the_setting_are_re_replicated() {
     });
 }
 
+/// Splits at `at` by hand through node `via` (none: whichever node leads
+/// the meta group at each try), tried up to `tries` times 100 ms apart
+/// while refused (a leader being elected, a map just changed): the new
+/// range's id, or the last refusal.
+async fn split_through(
+    cl: &Cluster,
+    at: &[u8],
+    via: Option<u64>,
+    tries: usize,
+) -> Result<u64, String> {
+    let mut last = String::from("not tried");
+    for i in 0..tries {
+        if i > 0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let ids: Vec<u64> = cl.nodes.lock().keys().copied().collect();
+        let via = via.or_else(|| {
+            ids.into_iter()
+                .find(|&id| cl.replica(id, 0).is_some_and(|r| r.is_leader()))
+        });
+        match via.and_then(|id| cl.host(id)) {
+            Some(host) => match host.split_at(at, combkv_replica::Pinned::Refuse).await {
+                Ok(id) => return Ok(id),
+                Err(e) => last = e.to_string(),
+            },
+            None => last = "no node leads the meta group".into(),
+        }
+    }
+    Err(last)
+}
+
 /// The bytes each range's leader holds (its store's memory, as the meta
 /// group's leader asks it), for every range but range 0 that has one.
 fn range_bytes(
@@ -797,23 +817,9 @@ fn ranges_are_placed_so_that_nodes_hold_similar_bytes() {
         let all: Vec<u64> = (1..=FIVE).collect();
         cl.form(&all).await;
         for at in ["b", "c", "d", "e", "f", "g", "h"] {
-            let mut split = false;
-            for _ in 0..200 {
-                let host = (1..=FIVE)
-                    .find(|&id| cl.replica(id, 0).is_some_and(|r| r.is_leader()))
-                    .and_then(|id| cl.host(id));
-                if let Some(host) = host
-                    && host
-                        .split_at(at.as_bytes(), combkv_replica::Pinned::Refuse)
-                        .await
-                        .is_ok()
-                {
-                    split = true;
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
+            if let Err(e) = split_through(&cl, at.as_bytes(), None, 200).await {
+                panic!("no split at {at}: {e}");
             }
-            assert!(split, "no split at {at}");
         }
         let map = wait_placed_on(&cl, &all).await.expect("placed by count");
         assert_eq!(map.len(), 8);
@@ -928,27 +934,9 @@ fn a_split_through_a_node_without_the_range_asks_its_voters_for_pins() {
         }
         let all: Vec<u64> = (1..=FIVE).collect();
         cl.form(&all).await;
-        let split_at = |at: &'static [u8], via: Option<u64>| {
-            let cl = Arc::clone(&cl);
-            async move {
-                let via = via.or_else(|| {
-                    (1..=FIVE).find(|&id| cl.replica(id, 0).is_some_and(|r| r.is_leader()))
-                });
-                let host = via.and_then(|id| cl.host(id)).ok_or("no host")?;
-                host.split_at(at, combkv_replica::Pinned::Refuse)
-                    .await
-                    .map_err(|e| e.to_string())
-            }
-        };
-        let mut split = Err(String::new());
-        for _ in 0..100 {
-            split = split_at(b"m", None).await;
-            if split.is_ok() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let range = split.expect("a split at m");
+        let range = split_through(&cl, b"m", None, 100)
+            .await
+            .expect("a split at m");
         let map = wait_placed_on(&cl, &all).await.expect("placed");
         let voters = map.get(range).unwrap().voters.clone();
         let via = *all.iter().find(|n| !voters.contains(n)).unwrap();
@@ -966,19 +954,13 @@ fn a_split_through_a_node_without_the_range_asks_its_voters_for_pins() {
         let host = cl.host(via).unwrap();
         let ttl = Duration::from_secs(60);
         let at = host.snapshot(ttl).await.unwrap();
-        let refused = split_at(b"t", Some(via)).await.unwrap_err();
+        let refused = split_through(&cl, b"t", Some(via), 1).await.unwrap_err();
         assert!(refused.contains("pinned by"), "{refused}");
         assert_eq!(cl.replica(1, 0).unwrap().range_map().unwrap().len(), 2);
         assert_eq!(host.release(at, ttl).await, 0);
-        let mut split = Err(String::new());
-        for _ in 0..100 {
-            split = split_at(b"t", Some(via)).await;
-            if split.is_ok() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        split.expect("the split once the snapshot is released");
+        split_through(&cl, b"t", Some(via), 100)
+            .await
+            .expect("the split once the snapshot is released");
         for id in 1..=FIVE {
             cl.stop(id).await;
         }
