@@ -635,16 +635,25 @@ mod tests {
         out
     }
 
-    /// Writes after `zero_to` overwrite the zeros from the write position,
-    /// on the real file system and in the fault model alike.
-    #[test]
-    fn writes_overwrite_zeroed_space() {
-        let dir = std::env::temp_dir().join(format!("combkv-zero-to-{}", std::process::id()));
+    /// Runs `check` on the real file system and on the fault model, each
+    /// with a fresh directory `combkv-<name>-<pid>` under the temporary one.
+    fn on_both(name: &str, check: impl Fn(&dyn Storage, &Path)) {
+        let dir = std::env::temp_dir().join(format!("combkv-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let fs_storage: Arc<dyn Storage> = Arc::new(FsStorage);
         let mem: Arc<dyn Storage> = Arc::new(FaultyStorage::new(1));
         for s in [fs_storage, mem] {
             s.create_dir_all(&dir).unwrap();
+            check(&*s, &dir);
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Writes after `zero_to` overwrite the zeros from the write position,
+    /// on the real file system and in the fault model alike.
+    #[test]
+    fn writes_overwrite_zeroed_space() {
+        on_both("zero-to", |s, dir| {
             let p = dir.join("f");
             let mut f = s.create(&p).unwrap();
             f.write_all(b"abc").unwrap();
@@ -652,46 +661,34 @@ mod tests {
             f.write_all(b"de").unwrap();
             f.zero_to(4).unwrap();
             f.sync_data().unwrap();
-            assert_eq!(read(&*s, &p), b"abcde\0\0\0\0\0");
+            assert_eq!(read(s, &p), b"abcde\0\0\0\0\0");
             f.write_all(b"fghijklm").unwrap();
-            assert_eq!(read(&*s, &p), b"abcdefghijklm");
+            assert_eq!(read(s, &p), b"abcdefghijklm");
             assert_eq!(s.len(&p).unwrap(), 13);
-        }
-        std::fs::remove_dir_all(&dir).unwrap();
+        });
     }
 
     /// `overwrite` leaves exactly the new bytes, shorter or longer than the
     /// old, and creates a file that is absent, on both file systems.
     #[test]
     fn overwrite_leaves_exactly_the_new_bytes() {
-        let dir = std::env::temp_dir().join(format!("combkv-overwrite-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let fs_storage: Arc<dyn Storage> = Arc::new(FsStorage);
-        let mem: Arc<dyn Storage> = Arc::new(FaultyStorage::new(1));
-        for s in [fs_storage, mem] {
-            s.create_dir_all(&dir).unwrap();
+        on_both("overwrite", |s, dir| {
             let p = dir.join("f");
             s.overwrite(&p, b"abcdef").unwrap();
-            assert_eq!(read(&*s, &p), b"abcdef");
+            assert_eq!(read(s, &p), b"abcdef");
             s.overwrite(&p, b"xy").unwrap();
-            assert_eq!(read(&*s, &p), b"xy");
+            assert_eq!(read(s, &p), b"xy");
             s.overwrite(&p, b"0123456789").unwrap();
-            assert_eq!(read(&*s, &p), b"0123456789");
-            assert_eq!(s.list(&dir).unwrap(), vec!["f".to_string()]);
-        }
-        std::fs::remove_dir_all(&dir).unwrap();
+            assert_eq!(read(s, &p), b"0123456789");
+            assert_eq!(s.list(dir).unwrap(), vec!["f".to_string()]);
+        });
     }
 
     /// `read_at` reads what was written, before any sync, from any offset;
     /// a range past the end is an error, on both file systems.
     #[test]
     fn read_at_reads_written_bytes_anywhere() {
-        let dir = std::env::temp_dir().join(format!("combkv-read-at-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let fs_storage: Arc<dyn Storage> = Arc::new(FsStorage);
-        let mem: Arc<dyn Storage> = Arc::new(FaultyStorage::new(1));
-        for s in [fs_storage, mem] {
-            s.create_dir_all(&dir).unwrap();
+        on_both("read-at", |s, dir| {
             let p = dir.join("f");
             let mut f = s.create(&p).unwrap();
             f.write_all(b"abcdef").unwrap();
@@ -703,8 +700,7 @@ mod tests {
             s.read_at(&p, 12, &mut buf).unwrap();
             assert_eq!(&buf, b"\0\0\0\0");
             assert!(s.read_at(&p, 14, &mut buf).is_err());
-        }
-        std::fs::remove_dir_all(&dir).unwrap();
+        });
     }
 
     /// A crash keeps a zeroed file's synced zeros, what was synced over
