@@ -33,7 +33,45 @@ impl Drop for Node {
 }
 
 impl Node {
+    /// Starts a node and waits until its three ports listen (it binds
+    /// them before it recovers its store). One that exits first is taken
+    /// to have found a port taken (a clean-clone run once met "Address
+    /// already in use" from a process outside this binary's port picks)
+    /// and is started again on other ports, up to five times.
     fn spawn(dir: &Path, extra: &[&str]) -> Node {
+        for _ in 0..5 {
+            let mut node = Node::start(dir, extra);
+            if node.listening() {
+                return node;
+            }
+        }
+        panic!("the node exited before it listened, five times over");
+    }
+
+    /// Whether its ports all listen; false if it exited first.
+    fn listening(&mut self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let open = |a: &SocketAddr| TcpStream::connect_timeout(a, Duration::from_millis(200));
+            if [self.resp, self.memcached, self.metrics]
+                .iter()
+                .all(|a| open(a).is_ok())
+            {
+                return true;
+            }
+            if let Some(status) = self.child.try_wait().unwrap() {
+                eprintln!("the node exited ({status}) before it listened; other ports next");
+                return false;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the node did not listen within 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn start(dir: &Path, extra: &[&str]) -> Node {
         let at = |p: u16| -> SocketAddr { ([127, 0, 0, 1], p).into() };
         let (resp, memcached, metrics) = (at(free_port()), at(free_port()), at(free_port()));
         let child = Command::new(binary())
