@@ -107,7 +107,21 @@ impl Server {
     /// Starts `combkv serve` on free ports with `args` after them; with
     /// `nofile`, under that open-files limit (soft and hard). Returns once
     /// the RESP port answers PING.
+    /// A server that exits before it answers is started again on other
+    /// ports, up to five times: a port can be taken by something outside
+    /// this binary's picks (a clean-clone run met "Address already in
+    /// use" once); a bad setting fails all five.
     pub fn start(args: &[&str], nofile: Option<u64>) -> Server {
+        for _ in 0..4 {
+            match Server::start_once(args, nofile) {
+                Ok(server) => return server,
+                Err(why) => eprintln!("{why}; other ports next"),
+            }
+        }
+        Server::start_once(args, nofile).unwrap_or_else(|why| panic!("{why}"))
+    }
+
+    fn start_once(args: &[&str], nofile: Option<u64>) -> Result<Server, String> {
         let resp: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let memcached: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let mut cmd = Command::new(binary());
@@ -165,12 +179,14 @@ impl Server {
             // A server that could not start (a port taken by something
             // outside the tests, a bad setting) says why on stderr above.
             if let Ok(Some(status)) = server.child.try_wait() {
-                panic!("combkv serve exited ({status}) before answering on {resp}");
+                return Err(format!(
+                    "combkv serve exited ({status}) before answering on {resp}"
+                ));
             }
             assert!(Instant::now() < deadline, "no PONG from {resp}");
             std::thread::sleep(Duration::from_millis(20));
         }
-        server
+        Ok(server)
     }
 
     /// True if a new RESP connection gets +PONG within `wait`.
