@@ -107,6 +107,7 @@ impl Server {
     /// Starts `combkv serve` on free ports with `args` after them; with
     /// `nofile`, under that open-files limit (soft and hard). Returns once
     /// the RESP port answers PING.
+    ///
     /// A server that exits before it answers is started again on other
     /// ports, up to five times: a port can be taken by something outside
     /// this binary's picks (a clean-clone run met "Address already in

@@ -37,9 +37,10 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// Replaces what `path` holds (creating it) with `buf`, neither synced
     /// nor atomic: after a crash the file may hold the old bytes, the new,
     /// or a mix of them. For small records that are checked when read and
-    /// whose loss costs nothing (the Raft log's commit point): rewriting
-    /// one in place spares the file system the inode a new file and a
-    /// rename cost. The default writes a new file under the name.
+    /// whose loss costs nothing (the Raft log's commit point and synced
+    /// length): rewriting one in place spares the file system the inode a
+    /// new file and a rename cost. The default writes a new file under the
+    /// name.
     fn overwrite(&self, path: &Path, buf: &[u8]) -> io::Result<()> {
         self.create(path)?.write_all(buf)
     }
