@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::resp::{Client, Value};
-use support::{binary, free_port};
+use support::{binary, free_port, on_other_ports};
 
 /// A `combkv serve` child on a data directory, killed on drop; unlike
 /// `support::Server` it does not wait for the node to serve.
@@ -35,21 +35,17 @@ impl Drop for Node {
 impl Node {
     /// Starts a node and waits until its three ports listen (it binds
     /// them before it recovers its store). One that exits first is taken
-    /// to have found a port taken (a clean-clone run once met "Address
-    /// already in use" from a process outside this binary's port picks)
-    /// and is started again on other ports, up to five times.
+    /// to have found a port taken and is started again on other ports
+    /// (`support::on_other_ports`).
     fn spawn(dir: &Path, extra: &[&str]) -> Node {
-        for _ in 0..5 {
+        on_other_ports(|| {
             let mut node = Node::start(dir, extra);
-            if node.listening() {
-                return node;
-            }
-        }
-        panic!("the node exited before it listened, five times over");
+            node.listening().map(|()| node)
+        })
     }
 
-    /// Whether its ports all listen; false if it exited first.
-    fn listening(&mut self) -> bool {
+    /// Waits until its ports all listen; an error if it exited first.
+    fn listening(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let open = |a: &SocketAddr| TcpStream::connect_timeout(a, Duration::from_millis(200));
@@ -57,11 +53,10 @@ impl Node {
                 .iter()
                 .all(|a| open(a).is_ok())
             {
-                return true;
+                return Ok(());
             }
             if let Some(status) = self.child.try_wait().unwrap() {
-                eprintln!("the node exited ({status}) before it listened; other ports next");
-                return false;
+                return Err(format!("the node exited ({status}) before it listened"));
             }
             assert!(
                 Instant::now() < deadline,

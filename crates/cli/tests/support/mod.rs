@@ -33,6 +33,20 @@ impl Drop for Server {
     }
 }
 
+/// Runs `start` (a server started on ports it picks) until it succeeds,
+/// up to five times: a port can be taken by something outside this
+/// binary's picks between the pick and the bind (a clean-clone run met
+/// "Address already in use" once). The fifth failure is the panic.
+pub fn on_other_ports<T>(mut start: impl FnMut() -> Result<T, String>) -> T {
+    for _ in 0..4 {
+        match start() {
+            Ok(started) => return started,
+            Err(why) => eprintln!("{why}; other ports next"),
+        }
+    }
+    start().unwrap_or_else(|why| panic!("{why}"))
+}
+
 /// A port free on 127.0.0.1 now.
 pub fn free_port() -> u16 {
     free_port_on([127, 0, 0, 1].into())
@@ -109,17 +123,9 @@ impl Server {
     /// the RESP port answers PING.
     ///
     /// A server that exits before it answers is started again on other
-    /// ports, up to five times: a port can be taken by something outside
-    /// this binary's picks (a clean-clone run met "Address already in
-    /// use" once); a bad setting fails all five.
+    /// ports ([`on_other_ports`]); a bad setting fails all five.
     pub fn start(args: &[&str], nofile: Option<u64>) -> Server {
-        for _ in 0..4 {
-            match Server::start_once(args, nofile) {
-                Ok(server) => return server,
-                Err(why) => eprintln!("{why}; other ports next"),
-            }
-        }
-        Server::start_once(args, nofile).unwrap_or_else(|why| panic!("{why}"))
+        on_other_ports(|| Server::start_once(args, nofile))
     }
 
     fn start_once(args: &[&str], nofile: Option<u64>) -> Result<Server, String> {
