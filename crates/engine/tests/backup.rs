@@ -337,14 +337,34 @@ fn read_backup_visits_the_backup_and_refuses_anything_else() {
     .unwrap();
     assert_eq!((file, version, items), (info.file.clone(), info.version, 2));
     assert_eq!(seen, dump(&store));
+    // A backup is read at one version.
+    assert!(!combkv::check(&dir).unwrap().checkpoints[0].advancing);
 
     // Once a server ran on it, it holds a log: no longer a backup.
-    let (s, _) = Store::open(Config::default(), DurableConfig::new(&dir)).unwrap();
+    let cfg = DurableConfig {
+        delta_checkpoints: false,
+        ..DurableConfig::new(&dir)
+    };
+    let (s, _) = Store::open(Config::default(), cfg).unwrap();
     s.put(b"c", b"3").unwrap();
+    let own = s.checkpoint().unwrap();
+    assert_eq!(own.kind, combkv::CheckpointKind::Full);
     drop(s);
     let err = combkv::read_backup(&dir, |_| {}).unwrap_err();
     assert!(matches!(err, Error::Corrupt(_)), "{err}");
     assert!(err.to_string().contains("not a backup"), "{err}");
+    // Nor is the server's own checkpoint alone: it was read at advancing
+    // versions, which only its log completes.
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let name = e.unwrap().file_name().into_string().unwrap();
+        if name != own.file && name != "LOCK" {
+            std::fs::remove_file(dir.join(name)).unwrap();
+        }
+    }
+    let report = combkv::check(&dir).unwrap();
+    assert!(report.checkpoints[0].advancing, "{report}");
+    let err = combkv::read_backup(&dir, |_| {}).unwrap_err();
+    assert!(err.to_string().contains("needs the log beside it"), "{err}");
     // An unfinished one names why.
     let partial = temp_dir("partial");
     std::fs::create_dir_all(&partial).unwrap();

@@ -121,16 +121,27 @@ pub(crate) fn publish(
         .map_err(IoError::doing(format!("publishing {name}")))
 }
 
-/// Reads a file `BlockFile` wrote with `magic`: verifies the header, hands
-/// each block's payload and offset to `f` (which returns how many entries
-/// it held), and checks the footer's count against their sum and that
-/// nothing follows it. Returns the header's two fields and the count.
+/// A block file's header, as `read_blocks` found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Header {
+    /// Which of the accepted magics it carries (an index into them).
+    pub magic: usize,
+    /// Its two fields.
+    pub a: u64,
+    pub b: u64,
+}
+
+/// Reads a file `BlockFile` wrote with one of `magics`: verifies the
+/// header, hands it and then each block's payload and offset to `f`
+/// (which returns how many entries the block held), and checks the
+/// footer's count against their sum and that nothing follows it. Returns
+/// the header and the count.
 pub(crate) fn read_blocks(
     storage: &dyn Storage,
     path: &Path,
-    magic: &[u8; 8],
-    mut f: impl FnMut(&[u8], u64) -> Result<u64, CheckpointError>,
-) -> Result<(u64, u64, u64), CheckpointError> {
+    magics: &[&[u8; 8]],
+    mut f: impl FnMut(&Header, &[u8], u64) -> Result<u64, CheckpointError>,
+) -> Result<(Header, u64), CheckpointError> {
     let mut r = storage
         .open_read(path)
         .map_err(IoError::doing("cannot open"))?;
@@ -143,7 +154,13 @@ pub(crate) fn read_blocks(
     };
     let mut header = [0u8; record::HEADER_BYTES];
     r.read_exact(&mut header).map_err(io)?;
-    let (a, b) = record::decode_header(magic, &header).map_err(CheckpointError::Header)?;
+    // The first magic stands for all in the error when none matches.
+    let magic = magics
+        .iter()
+        .position(|m| header.starts_with(&m[..]))
+        .unwrap_or(0);
+    let (a, b) = record::decode_header(magics[magic], &header).map_err(CheckpointError::Header)?;
+    let header = Header { magic, a, b };
     let mut entries = 0u64;
     let mut frame = Vec::new();
     let mut offset = record::HEADER_BYTES as u64;
@@ -167,7 +184,7 @@ pub(crate) fn read_blocks(
             if r.read(&mut rest).map_err(io)? != 0 {
                 return Err(CheckpointError::TrailingBytes);
             }
-            return Ok((a, b, count));
+            return Ok((header, count));
         }
         let block = |damage| CheckpointError::Block { offset, damage };
         if word as usize > record::MAX_BODY_BYTES {
@@ -178,7 +195,7 @@ pub(crate) fn read_blocks(
         frame.resize(record::FRAME_BYTES + word as usize, 0);
         r.read_exact(&mut frame[4..]).map_err(io)?;
         let payload = record::decode_frame(&frame).map_err(block)?;
-        entries += f(payload, offset)?;
+        entries += f(&header, payload, offset)?;
         offset += frame.len() as u64;
     }
 }

@@ -19,10 +19,14 @@ use super::{TailCut, checkpoint, delta, record};
 pub struct CheckpointCheck {
     /// Its file name in the data directory.
     pub file: String,
-    /// The snapshot version it holds the writes up to.
+    /// The version it holds every write up to.
     pub version: u64,
     /// Its size on disk.
     pub bytes: u64,
+    /// Written at advancing versions: it holds some writes above `version`
+    /// too, and only with the log's records above `version` is it a whole
+    /// state (a store's own; a backup is taken at one version).
+    pub advancing: bool,
     /// Ok(items) or why it is invalid.
     pub status: Result<u64, CheckpointError>,
 }
@@ -139,8 +143,16 @@ impl fmt::Display for CheckReport {
             match &c.status {
                 Ok(items) => writeln!(
                     f,
-                    "  {}  version {}  {} bytes  {} items  ok",
-                    c.file, c.version, c.bytes, items
+                    "  {}  version {}{}  {} bytes  {} items  ok",
+                    c.file,
+                    c.version,
+                    if c.advancing {
+                        " (and later, completed by the log)"
+                    } else {
+                        ""
+                    },
+                    c.bytes,
+                    items
                 )?,
                 Err(why) => writeln!(
                     f,
@@ -273,18 +285,19 @@ pub fn check_with(storage: &dyn Storage, dir: &Path) -> Result<CheckReport, IoEr
             last = Some(it.key.to_vec());
             Ok(())
         })
-        .and_then(|(v, items)| {
-            if v == version {
-                Ok(items)
+        .and_then(|r| {
+            if r.version == version {
+                Ok(r)
             } else {
-                Err(CheckpointError::VersionMismatch { header: v })
+                Err(CheckpointError::VersionMismatch { header: r.version })
             }
         });
         report.checkpoints.push(CheckpointCheck {
             file: name_of(&path),
             version,
             bytes: storage.len(&path).unwrap_or(0),
-            status,
+            advancing: status.as_ref().is_ok_and(|r| r.advancing),
+            status: status.map(|r| r.items),
         });
     }
     for d in delta::list(storage, dir).map_err(io)? {

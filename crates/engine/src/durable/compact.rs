@@ -40,14 +40,20 @@ pub(crate) fn check_item(
     version: u64,
     max_value_len: usize,
 ) -> Result<(), ItemRefused> {
-    if it.value.len() > max_value_len {
-        return Err(ItemRefused::ValueTooLarge {
-            len: it.value.len(),
-        });
-    }
+    check_value(it, max_value_len)?;
     if it.version > version {
         return Err(ItemRefused::VersionAbove {
             version: it.version,
+        });
+    }
+    Ok(())
+}
+
+/// An item's value must be within the limit.
+pub(crate) fn check_value(it: &CkptItem<'_>, max_value_len: usize) -> Result<(), ItemRefused> {
+    if it.value.len() > max_value_len {
+        return Err(ItemRefused::ValueTooLarge {
+            len: it.value.len(),
         });
     }
     Ok(())
@@ -183,12 +189,16 @@ fn write_merged(
         Ok(())
     };
     let mut m = overlay.merge();
-    let (version, _) = checkpoint::read(storage, base.1, |it| {
-        check_item(it, base.0, max_value_len)?;
+    // The merged base is one version's, `end`'s; a base written at
+    // advancing versions holds items above its own, never above `end`.
+    let read = checkpoint::read(storage, base.1, |it| {
+        check_item(it, end, max_value_len)?;
         m.base(it, &mut emit)
     })?;
-    if version != base.0 {
-        return Err(CheckpointError::VersionMismatch { header: version });
+    if read.version != base.0 {
+        return Err(CheckpointError::VersionMismatch {
+            header: read.version,
+        });
     }
     m.finish(&mut emit)
         .map_err(|refused| CheckpointError::Item { index: 0, refused })?;

@@ -404,8 +404,8 @@ pub(crate) fn read(
 ) -> Result<u64, CheckpointError> {
     let mut order = Order::default();
     let mut index = 0u64;
-    let (to, from, count) =
-        blocks::read_blocks(storage, &file.path, DELTA_MAGIC, |payload, offset| {
+    let (header, count) =
+        blocks::read_blocks(storage, &file.path, &[DELTA_MAGIC], |_, payload, offset| {
             let block = |damage| CheckpointError::Block { offset, damage };
             let (mut at, mut n) = (0, 0);
             while at < payload.len() {
@@ -418,8 +418,8 @@ pub(crate) fn read(
             }
             Ok(n)
         })?;
-    if (from, to) != (file.from, file.to) {
-        return Err(CheckpointError::VersionMismatch { header: to });
+    if (header.b, header.a) != (file.from, file.to) {
+        return Err(CheckpointError::VersionMismatch { header: header.a });
     }
     Ok(count)
 }

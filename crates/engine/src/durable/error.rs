@@ -144,6 +144,9 @@ pub enum CheckpointError {
         /// Why it was refused.
         refused: ItemRefused,
     },
+    /// The log could not be made durable through the versions a base
+    /// written at advancing versions holds.
+    Log(WalError),
     /// The store was dropped before the checkpoint ran.
     StoreGone,
     /// The checkpoint task was dropped without running (the store shut
@@ -169,6 +172,7 @@ impl fmt::Display for CheckpointError {
                 write!(f, "header says version {header}")
             }
             CheckpointError::Item { index, refused } => write!(f, "item {index}: {refused}"),
+            CheckpointError::Log(e) => write!(f, "syncing the log: {e}"),
             CheckpointError::StoreGone => f.write_str("the store is gone"),
             CheckpointError::TaskDropped => f.write_str("the checkpoint task was dropped"),
         }

@@ -20,6 +20,12 @@
 //!   payload        items, ascending keys:
 //!                  u64 version | u64 expiry_ms | u32 client_flags | u16 key_len | u32 value_len | key | value
 //!   footer (24 B)  u32 0xFFFF_FFFF | "CKVEND01" | u64 items | u32 crc(the 20 bytes before it)
+//!
+//! Advancing checkpoint: as above with "CKVCKP02" in the header. It was
+//! written chunk by chunk, each chunk at the read version when it began,
+//! and `version` is the first chunk's: an item is its key's state at its
+//! chunk's version, at or above `version`, and the log from `version` on
+//! holds every write after it (so items may be newer than `version`).
 //! ```
 
 use super::frame::{self, FrameError, Framing};
@@ -28,6 +34,8 @@ use super::frame::{self, FrameError, Framing};
 pub(crate) const HEADER_BYTES: usize = 32;
 pub(crate) const WAL_MAGIC: &[u8; 8] = b"CKVWAL01";
 pub(crate) const CKPT_MAGIC: &[u8; 8] = b"CKVCKP01";
+/// A checkpoint written at advancing versions (see the format above).
+pub(crate) const CKPT_ADVANCING_MAGIC: &[u8; 8] = b"CKVCKP02";
 const END_MAGIC: &[u8; 8] = b"CKVEND01";
 /// Bytes of a record's or block's frame (length and checksum).
 pub(crate) const FRAME_BYTES: usize = frame::HEADER_BYTES;

@@ -22,8 +22,8 @@
 //!    segment and sets later segments aside as `.discarded`. A whole record
 //!    of a kind this version does not know is not damage (a newer combkv
 //!    wrote it): recovery refuses (`Error::Corrupt`) and changes nothing.
-//! 5. The clock restarts above every version seen (checkpoint, records,
-//!    segment start versions) and above the version floor: a cut that drops
+//! 5. The clock restarts above every version seen (checkpoint, its items,
+//!    records, segment start versions) and above the version floor: a cut that drops
 //!    well-formed records first writes the highest version they carry to
 //!    the `version-floor` file, and every later recovery honours it.
 //! 6. An atomic group (MSET) whose GROUP_BEGIN has no GROUP_END in the
@@ -82,10 +82,9 @@ pub(crate) struct LoadedChain {
 /// Loads the newest valid checkpoint chain merged with the log's records
 /// above its end (`replay`): a base, newest first, merged as it streams
 /// with the delta runs that follow it (`compact::load_chain`) and with the
-/// records, in one bulk load. None valid: the records alone. Returns the
-/// tree, the chain's end (0: none) and whether a full checkpoint must
-/// follow (`Merge::finish`); None if the base it loads is older than the
-/// records `log` gathered reach back to.
+/// records, in one bulk load. None valid: the records alone. Returns what
+/// it built; None if the base it loads is older than the records `log`
+/// gathered reach back to.
 #[expect(
     clippy::too_many_arguments,
     reason = "the directory, the log read, and what the load reports"
@@ -99,7 +98,7 @@ fn load(
     report: &mut RecoveryReport,
     loaded: &mut LoadedChain,
     progress: Option<&RecoveryProgress>,
-) -> Result<Option<(Tree, u64, bool)>, RecoveryError> {
+) -> Result<Option<Loaded>, RecoveryError> {
     let deltas = delta::list(storage, dir).map_err(io("listing the data directory"))?;
     for (version, path) in
         checkpoint::list(storage, dir).map_err(io("listing the data directory"))?
@@ -129,22 +128,24 @@ fn load(
                 .base(it.key, it.value, it.version, it.expiry, it.client_flags)
                 .map_err(ItemRefused::from)
         };
+        // `read` bounds the item versions of a base taken at one version;
+        // one taken at advancing versions is bounded by the log alone.
         let read = checkpoint::read(storage, &path, |it| {
-            compact::check_item(it, version, max_value_len)?;
+            compact::check_value(it, max_value_len)?;
             merge.base(it, &mut push)
         });
         let read = read.and_then(|r| {
             merge
                 .finish(&mut push)
                 .map_err(|refused| CheckpointError::Item {
-                    index: r.1,
+                    index: r.items,
                     refused,
                 })?;
             Ok(r)
         });
         match read {
-            Ok((v, _)) if v == version => {
-                let (tree, _, needs_full) = loader.finish().map_err(log_refused)?;
+            Ok(r) if r.version == version => {
+                let (tree, newest, needs_full) = loader.finish().map_err(log_refused)?;
                 report.checkpoint = Some(LoadedCheckpoint {
                     file: name,
                     version: chain.end,
@@ -157,11 +158,16 @@ fn load(
                     .iter()
                     .map(|d| (d.from, d.to, storage.len(&d.path).unwrap_or(0)))
                     .collect();
-                return Ok(Some((tree, chain.end, needs_full)));
+                return Ok(Some(Loaded {
+                    tree,
+                    end: chain.end,
+                    newest,
+                    needs_full,
+                }));
             }
-            Ok((v, _)) => report.skipped_checkpoints.push((
+            Ok(r) => report.skipped_checkpoints.push((
                 name,
-                CheckpointError::VersionMismatch { header: v }.to_string(),
+                CheckpointError::VersionMismatch { header: r.version }.to_string(),
             )),
             Err(why) => report.skipped_checkpoints.push((name, why.to_string())),
         }
@@ -169,8 +175,24 @@ fn load(
     if log.gathered_above() > 0 {
         return Ok(None);
     }
-    let (tree, _, needs_full) = Merge::new(g, log, 0).finish().map_err(log_refused)?;
-    Ok(Some((tree, 0, needs_full)))
+    let (tree, newest, needs_full) = Merge::new(g, log, 0).finish().map_err(log_refused)?;
+    Ok(Some(Loaded {
+        tree,
+        end: 0,
+        newest,
+        needs_full,
+    }))
+}
+
+/// What `load` built.
+struct Loaded {
+    tree: Tree,
+    /// The chain's end (0: none).
+    end: u64,
+    /// The largest item version in the tree.
+    newest: u64,
+    /// A full checkpoint must follow.
+    needs_full: bool,
 }
 
 /// The log's records were checked against the limits the loader keeps, and
@@ -219,7 +241,7 @@ pub(crate) fn recover(
     let mut above = chain_reach(storage, dir).map_err(io("listing the data directory"))?;
     let mut chain = LoadedChain::default();
     report.replay_time = started.elapsed();
-    let (log, scans, (tree, ckpt_version, emptied)) = loop {
+    let (log, scans, loaded) = loop {
         let started = Instant::now();
         let (log, scans) = read_log(g, max_value_len, &survey, &bytes, above, progress);
         report.replay_time += started.elapsed();
@@ -241,6 +263,12 @@ pub(crate) fn recover(
             None => above = 0,
         }
     };
+    let Loaded {
+        tree,
+        end: ckpt_version,
+        newest,
+        needs_full: emptied,
+    } = loaded;
     (report.records_skipped, report.records_replayed) = log.split_count(ckpt_version);
     if let Some(&(i, version, ref refused)) = log.refused_above(ckpt_version) {
         return Err(RecoveryError::BadRecord {
@@ -263,7 +291,9 @@ pub(crate) fn recover(
         floor,
         &mut report,
     )?;
-    tree.reset_clock(report.max_version.max(ckpt_version));
+    // Above the items too: a base written at advancing versions holds
+    // items above its own version, whose records a cut may have dropped.
+    tree.reset_clock(report.max_version.max(ckpt_version).max(newest));
     report.max_version = report.max_version.max(log.floor);
     Ok(Recovered {
         tree,

@@ -73,6 +73,9 @@ struct Buffer {
     records: u64,
     /// The highest version a waiter needs durable.
     wanted: u64,
+    /// The highest version that must be synced whatever the mode says
+    /// (`sync_through`).
+    forced: u64,
 }
 
 /// Counters for `PersistenceStats`.
@@ -295,11 +298,28 @@ impl Wal {
         if self.mode() != Durability::Always {
             return self.written_or_failed(v);
         }
+        self.wait_synced(v, false)
+    }
+
+    /// Waits until version `v`'s record is on disk, in any mode: under
+    /// `EverySec` and `None` the flusher syncs once now. A checkpoint
+    /// written at advancing versions needs this for the versions it holds.
+    pub(crate) fn sync_through(&self, v: u64) -> Result<(), WalError> {
+        self.wait_synced(v, true)
+    }
+
+    /// Waits for the fsync covering `v`; `forced`: whatever the mode (else
+    /// a switch away from `Always` meanwhile ends the wait with the new
+    /// mode's promise).
+    fn wait_synced(&self, v: u64, forced: bool) -> Result<(), WalError> {
         if self.durable.load(Ordering::Acquire) >= v {
             return Ok(());
         }
         let mut b = self.buffer.lock();
         b.wanted = b.wanted.max(v);
+        if forced {
+            b.forced = b.forced.max(v);
+        }
         self.wake.notify_one();
         loop {
             if self.durable.load(Ordering::Acquire) >= v {
@@ -308,7 +328,7 @@ impl Wal {
             if let Some(cause) = self.failure() {
                 return Err(cause);
             }
-            if self.mode() != Durability::Always {
+            if !forced && self.mode() != Durability::Always {
                 // Switched away while waiting (`set_mode`): the new mode's
                 // promise.
                 return self.written_or_failed(v);
@@ -377,7 +397,7 @@ impl Wal {
         let mut last_sync = Instant::now();
         let mut spare = Vec::new();
         loop {
-            let (bytes, records, upto, stop) = {
+            let (bytes, records, upto, stop, forced) = {
                 let mut b = self.buffer.lock();
                 loop {
                     let stop = self.stopping.load(Ordering::Acquire);
@@ -405,13 +425,16 @@ impl Wal {
                     records,
                     self.clock.write_version(),
                     self.stopping.load(Ordering::Acquire),
+                    b.forced > self.durable.load(Ordering::Acquire),
                 )
             };
-            let sync = match self.mode() {
-                Durability::Always => true,
-                Durability::EverySec => stop || last_sync.elapsed() >= Duration::from_secs(1),
-                Durability::None => stop,
-            };
+            let sync = stop
+                || forced
+                || match self.mode() {
+                    Durability::Always => true,
+                    Durability::EverySec => last_sync.elapsed() >= Duration::from_secs(1),
+                    Durability::None => false,
+                };
             if let Err(e) = self.write_out(&mut file, &bytes, upto, sync) {
                 self.fail(WalError::Write(IoError::new("write-ahead log", e)));
                 return;

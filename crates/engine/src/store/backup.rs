@@ -3,9 +3,10 @@
 //! directory by itself: `Store::open` on it recovers exactly the snapshot.
 //!
 //! The checkpoint writer is the one the store's own checkpoints use (one
-//! file format), so a backup costs what a full checkpoint costs: a pinned
-//! version that holds back the buffers writers replace meanwhile, and a
-//! scan in chunks of one block. It shares nothing on disk with the store's
+//! file format), with one difference: a store's base advances its version
+//! chunk by chunk and leans on the log for the rest, and a backup has no
+//! log, so all its chunks read one pinned version. That version holds back
+//! the buffers writers replace while the backup runs. It shares nothing on disk with the store's
 //! data directory, so the background executor (merges, retention) never
 //! touches it.
 //!
@@ -23,7 +24,7 @@ use std::path::Path;
 
 use super::Store;
 use crate::durable::check::check_with;
-use crate::durable::checkpoint;
+use crate::durable::checkpoint::{self, Versions};
 use crate::durable::deletes::DeleteLog;
 use crate::durable::file::{FsStorage, Storage};
 use crate::durable::{CheckpointInfo, IoError, LOCK_FILE, LockError};
@@ -72,6 +73,7 @@ impl Store {
             dir,
             self.clear_lock(),
             (None, &no_deletes),
+            Versions::One,
             |_| {},
         )?;
         // The directory's own entry, if the backup created it.
@@ -125,7 +127,13 @@ pub fn read_backup(dir: &Path, mut f: impl FnMut(ItemView<'_>)) -> Result<(Strin
     if let Err(e) = &c.status {
         return refuse(format!("its checkpoint {} is damaged: {e}", c.file));
     }
-    let (version, items) = checkpoint::read(&FsStorage, &dir.join(&c.file), |it| {
+    if c.advancing {
+        return refuse(format!(
+            "its checkpoint {} is a data directory's, which needs the log beside it",
+            c.file
+        ));
+    }
+    let read = checkpoint::read(&FsStorage, &dir.join(&c.file), |it| {
         f(ItemView {
             key: it.key,
             value: it.value,
@@ -135,7 +143,7 @@ pub fn read_backup(dir: &Path, mut f: impl FnMut(ItemView<'_>)) -> Result<(Strin
         });
         Ok(())
     })?;
-    Ok((c.file.clone(), version, items))
+    Ok((c.file.clone(), read.version, read.items))
 }
 
 /// Creates `dir` if missing; refuses one that holds anything but a `LOCK`

@@ -179,11 +179,21 @@ impl Checkpoints {
             }
         };
         let spec = (since, &*wal.deletes);
-        let mut info = checkpoint::write(&tree, storage, dir, &self.clear_lock, spec, |_| {
-            wal.counters
-                .bytes_since_checkpoint
-                .store(0, Ordering::Relaxed);
-        })?;
+        let sync = |v| wal.sync_through(v);
+        let versions = checkpoint::Versions::Advancing(&sync);
+        let mut info = checkpoint::write(
+            &tree,
+            storage,
+            dir,
+            &self.clear_lock,
+            spec,
+            versions,
+            |_| {
+                wal.counters
+                    .bytes_since_checkpoint
+                    .store(0, Ordering::Relaxed);
+            },
+        )?;
         {
             let mut c = self.chain.lock();
             match info.kind {

@@ -1,0 +1,182 @@
+//! A base written at advancing versions while a writer runs: recovery
+//! from it and the log comes to the writer's state (every write, under
+//! `Always`), and under `None`, whose log is not synced, to the state
+//! after some prefix of the writes, never a mix of a chunk's later writes
+//! with an earlier chunk's older items.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use super::*;
+use crate::durable::{DurableConfig, FaultyStorage};
+use crate::{Config, Durability, Range, Store};
+
+/// Keys the writer draws from; the fill writes the first `FILLED`.
+const KEYS: usize = 1000;
+const FILLED: usize = 800;
+
+type State = BTreeMap<Vec<u8>, Vec<u8>>;
+/// A write: key index, and the value (None: a delete).
+type Op = (usize, Option<Vec<u8>>);
+
+fn key(i: usize) -> Vec<u8> {
+    format!("key{i:05}").into_bytes()
+}
+
+/// Values of 300 bytes, so that the store is several blocks.
+fn value(i: usize, n: usize) -> Vec<u8> {
+    let mut v = format!("{i}:{n}:").into_bytes();
+    v.resize(300, b'.');
+    v
+}
+
+fn open(fs: &FaultyStorage, mode: Durability) -> Store {
+    let cfg = DurableConfig {
+        mode,
+        checkpoint_wal_bytes: u64::MAX,
+        checkpoint_interval: Duration::from_secs(86_400),
+        delta_checkpoints: false,
+        storage: Arc::new(fs.clone()),
+        ..DurableConfig::new("/data")
+    };
+    Store::open(Config::default(), cfg).unwrap().0
+}
+
+fn dump(store: &Store) -> State {
+    let all = store.range(&Range::all()).unwrap();
+    all.into_iter()
+        .map(|i| (i.key.to_vec(), i.value.to_vec()))
+        .collect()
+}
+
+fn fill(store: &Store) -> State {
+    (0..FILLED)
+        .map(|i| {
+            store.put(&key(i), &value(i, 0)).unwrap();
+            (key(i), value(i, 0))
+        })
+        .collect()
+}
+
+/// Puts and deletes (one in 16) of keys drawn at random until `stop`.
+fn writer(store: Arc<Store>, stop: Arc<AtomicBool>) -> Vec<Op> {
+    let mut ops = Vec::new();
+    let mut x = 7u64;
+    while !stop.load(Ordering::Relaxed) {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let i = (x >> 33) as usize % KEYS;
+        if x >> 60 == 0 {
+            store.delete(&key(i)).unwrap();
+            ops.push((i, None));
+        } else {
+            let v = value(i, ops.len() + 1);
+            store.put(&key(i), &v).unwrap();
+            ops.push((i, Some(v)));
+        }
+    }
+    ops
+}
+
+fn apply(state: &mut State, (i, v): &Op) {
+    match v {
+        Some(v) => state.insert(key(*i), v.clone()),
+        None => state.remove(&key(*i)),
+    };
+}
+
+/// Full checkpoints while `store` takes writes, until one holds an item
+/// newer than its own version (a chunk read at a later version than the
+/// first). Returns the writes done, the writer stopped.
+fn checkpoint_until_advanced(fs: &FaultyStorage, store: Store) -> (Arc<Store>, Vec<Op>) {
+    let store = Arc::new(store);
+    let stop = Arc::new(AtomicBool::new(false));
+    let w = {
+        let (store, stop) = (Arc::clone(&store), Arc::clone(&stop));
+        std::thread::spawn(move || writer(store, stop))
+    };
+    let mut advanced = false;
+    for _ in 0..500 {
+        let info = store.checkpoint().unwrap();
+        assert_eq!(info.kind, CheckpointKind::Full);
+        let mut newest = 0;
+        let path = Path::new("/data").join(&info.file);
+        let read = read(fs, &path, |it| {
+            newest = newest.max(it.version);
+            Ok(())
+        })
+        .unwrap();
+        assert!(read.advancing);
+        if newest > read.version {
+            advanced = true;
+            break;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let ops = w.join().unwrap();
+    assert!(advanced, "no checkpoint read a chunk at a later version");
+    (store, ops)
+}
+
+#[test]
+fn with_always_recovery_from_an_advanced_base_and_the_log_loses_no_write() {
+    let fs = FaultyStorage::new(1);
+    let store = open(&fs, Durability::Always);
+    let mut want = fill(&store);
+    let (store, ops) = checkpoint_until_advanced(&fs, store);
+    ops.iter().for_each(|op| apply(&mut want, op));
+    assert_eq!(dump(&store), want);
+    fs.crash();
+    drop(store);
+    fs.restart();
+    let store = open(&fs, Durability::Always);
+    assert_eq!(dump(&store), want);
+}
+
+/// Under `None` the log is written but not synced, so a crash loses its
+/// tail; the base's later chunks hold writes past the first chunk's
+/// version, and recovery must not pair them with older items of earlier
+/// chunks: the checkpoint syncs the log through its last chunk's version.
+#[test]
+fn with_an_unsynced_log_recovery_from_an_advanced_base_is_a_prefix_of_the_writes() {
+    for seed in 0..4 {
+        let fs = FaultyStorage::new(seed);
+        let store = open(&fs, Durability::None);
+        let filled = fill(&store);
+        let (store, ops) = checkpoint_until_advanced(&fs, store);
+        fs.crash();
+        drop(store);
+        fs.restart();
+        let store = open(&fs, Durability::None);
+        let got = dump(&store);
+        assert!(
+            prefix_reached(&filled, &ops, &got).is_some(),
+            "seed {seed}: the recovered state is no prefix of the {} writes",
+            ops.len()
+        );
+    }
+}
+
+/// The first `n` such that `filled` with `ops[..n]` applied is `got`.
+fn prefix_reached(filled: &State, ops: &[Op], got: &State) -> Option<usize> {
+    let mut state = filled.clone();
+    let differs = |state: &State, k: &Vec<u8>| state.get(k) != got.get(k);
+    let keys: BTreeSet<&Vec<u8>> = filled.keys().chain(got.keys()).collect();
+    let mut apart = keys.into_iter().filter(|k| differs(&state, k)).count();
+    if apart == 0 {
+        return Some(0);
+    }
+    for (n, op) in ops.iter().enumerate() {
+        let k = key(op.0);
+        let before = differs(&state, &k);
+        apply(&mut state, op);
+        apart = apart + usize::from(differs(&state, &k)) - usize::from(before);
+        if apart == 0 {
+            return Some(n + 1);
+        }
+    }
+    None
+}
