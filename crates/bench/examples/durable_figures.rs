@@ -1,16 +1,16 @@
-//! Durability figures: checkpoint time and peak RSS during a checkpoint
-//! (with a writer running), recovery time (checkpoint load + log replay),
-//! and put throughput with each durability mode.
+//! Durability figures: checkpoint time and peak RSS during a base
+//! checkpoint (with and without a writer running), recovery time
+//! (checkpoint load + log replay), peak RSS during a delta run with a
+//! writer running, and put throughput with each durability mode.
 //!
 //! `cargo run --release -p combkv-bench --example durable_figures -- [N] [THREADS] [DIR]`
 //! (defaults: 10000000 records of 16-byte keys and values, 2 threads,
 //! $TMPDIR/combkv-durable-figures). The directory is removed at the end.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use combkv::{Config, Durability, DurableConfig, Store};
+use combkv::{CheckpointKind, Config, Durability, DurableConfig, Store};
 
 use combkv_bench::keys::key;
 
@@ -37,6 +37,36 @@ fn rss_kib() -> (u64, u64) {
 /// Resets VmHWM to the current RSS (Linux: write 5 to clear_refs).
 fn reset_peak() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// Runs `f` while one writer puts at full speed over keys `0..n`:
+/// (what `f` returned, the puts made meanwhile).
+fn with_writer<T>(store: &Store, n: u64, f: impl FnOnce() -> T) -> (T, u64) {
+    let writing = AtomicBool::new(true);
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let mut i = 0u64;
+            while writing.load(Ordering::Relaxed) {
+                store.put(&key(i % n), &value(i, 2)).unwrap();
+                i += 1;
+            }
+            i
+        });
+        let out = f();
+        writing.store(false, Ordering::Relaxed);
+        (out, writer.join().unwrap())
+    })
+}
+
+/// Prints the peak RSS since `reset_peak` against `before` (KiB).
+fn print_peak(before: u64) {
+    let (_, hwm) = rss_kib();
+    println!(
+        "peak RSS during the checkpoint: {:.0} MB vs {:.0} MB before = {:.3}x",
+        hwm as f64 / 1024.0,
+        before as f64 / 1024.0,
+        hwm as f64 / before as f64
+    );
 }
 
 fn config(dir: &std::path::Path, mode: Durability) -> DurableConfig {
@@ -151,23 +181,7 @@ fn main() {
     store.collect();
     let (rss_before, _) = rss_kib();
     reset_peak();
-    let store = Arc::new(store);
-    let writing = Arc::new(AtomicBool::new(true));
-    let writer = {
-        let (store, writing) = (Arc::clone(&store), Arc::clone(&writing));
-        std::thread::spawn(move || {
-            let mut i = 0u64;
-            while writing.load(Ordering::Relaxed) {
-                store.put(&key(i % n), &value(i, 2)).unwrap();
-                i += 1;
-            }
-            i
-        })
-    };
-    let info = store.checkpoint().unwrap();
-    writing.store(false, Ordering::Relaxed);
-    let written_during = writer.join().unwrap();
-    let (_, hwm) = rss_kib();
+    let (info, written_during) = with_writer(&store, n, || store.checkpoint().unwrap());
     println!(
         "checkpoint, one writer at full speed: {:.2} s, {} items, {:.0} MB file, version {} ({} puts ran meanwhile)",
         info.duration.as_secs_f64(),
@@ -176,12 +190,7 @@ fn main() {
         info.version,
         written_during
     );
-    println!(
-        "peak RSS during the checkpoint: {:.0} MB vs {:.0} MB before = {:.3}x",
-        hwm as f64 / 1024.0,
-        rss_before as f64 / 1024.0,
-        hwm as f64 / rss_before as f64
-    );
+    print_peak(rss_before);
 
     // A log tail to replay: 10% of the records rewritten after the checkpoint.
     let tail = n / 10;
@@ -189,8 +198,14 @@ fn main() {
     store.shutdown().unwrap();
     drop(store);
 
+    // Delta runs on from here, for the last figure below (recovery reads
+    // the same either way).
+    let recovered = DurableConfig {
+        delta_checkpoints: true,
+        ..config(&dir, Durability::EverySec)
+    };
     let started = Instant::now();
-    let (store, report) = Store::open(Config::default(), config(&dir, Durability::Always)).unwrap();
+    let (store, report) = Store::open(Config::default(), recovered).unwrap();
     let total = started.elapsed();
     println!(
         "recovery: {:.2} s total = checkpoint load {:.2} s ({} items) + log replay {:.2} s ({} records)",
@@ -202,6 +217,21 @@ fn main() {
     );
     assert_eq!(store.len(), n, "every record recovered");
     assert_eq!(store.get(&key(0)).unwrap().unwrap(), &value(0, 3)[..]);
+    // A delta run (every checkpoint after the first base, by default)
+    // with a writer running: it pins one version throughout.
+    store.collect();
+    let (rss_before, _) = rss_kib();
+    reset_peak();
+    let (info, written_during) = with_writer(&store, n, || store.checkpoint().unwrap());
+    assert!(matches!(info.kind, CheckpointKind::Delta { .. }), "{info:?}");
+    println!(
+        "delta run, one writer at full speed: {:.2} s, {} entries, {:.0} MB file ({} puts ran meanwhile)",
+        info.duration.as_secs_f64(),
+        info.items,
+        info.bytes as f64 / 1e6,
+        written_during
+    );
+    print_peak(rss_before);
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
 
