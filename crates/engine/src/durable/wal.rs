@@ -85,6 +85,9 @@ pub(crate) struct WalCounters {
     /// Each fsync's duration (one per group commit, not per write).
     pub fsync_durations: DurationHistogram,
     pub records: AtomicU64,
+    /// The flusher's rounds (each takes the buffer, writes it, and syncs
+    /// it if the mode says so).
+    pub rounds: AtomicU64,
     pub bytes_written: AtomicU64,
     /// Bytes written since the last checkpoint's snapshot.
     pub bytes_since_checkpoint: AtomicU64,
@@ -401,7 +404,13 @@ impl Wal {
                 let mut b = self.buffer.lock();
                 loop {
                     let stop = self.stopping.load(Ordering::Acquire);
-                    let needed = b.wanted > self.durable.load(Ordering::Acquire);
+                    let durable = self.durable.load(Ordering::Acquire);
+                    // A waiter's fsync is owed only under `Always`: after a
+                    // switch away, this round would not sync it, and
+                    // waking for it again at once would spin (a forced
+                    // sync is owed in every mode).
+                    let needed = b.forced > durable
+                        || (self.mode() == Durability::Always && b.wanted > durable);
                     if stop || needed {
                         break;
                     }
@@ -428,6 +437,7 @@ impl Wal {
                     b.forced > self.durable.load(Ordering::Acquire),
                 )
             };
+            self.counters.rounds.fetch_add(1, Ordering::Relaxed);
             let sync = stop
                 || forced
                 || match self.mode() {
@@ -598,5 +608,49 @@ fn mode_code(mode: Durability) -> u8 {
         Durability::Always => 0,
         Durability::EverySec => 1,
         Durability::None => 2,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::durable::{DurableConfig, FaultyStorage};
+    use crate::{Config, Store};
+
+    /// A writer that waited for an fsync under `Always` leaves its wish
+    /// (`wanted`) behind when the mode switches to `None`, which never
+    /// syncs on its own: the flusher must not take it as work and spin
+    /// (it did, a core's worth, until the mode changed again).
+    #[test]
+    fn an_fsync_wanted_before_a_switch_to_none_does_not_spin_the_flusher() {
+        let fs = FaultyStorage::new(1);
+        let cfg = DurableConfig {
+            mode: Durability::None,
+            storage: Arc::new(fs.clone()),
+            ..DurableConfig::new("/data")
+        };
+        let (store, _) = Store::open(Config::default(), cfg).unwrap();
+        store.put(b"k", b"v").unwrap();
+        let wal = Arc::clone(&store.durable_for_tests().unwrap().wal);
+        let written = wal.clock.write_version();
+        {
+            // What a waiter registered just before the switch leaves.
+            let mut b = wal.buffer.lock();
+            b.wanted = written;
+            assert!(b.wanted > wal.durable_version());
+            wal.wake.notify_one();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let before = wal.counters.rounds.load(Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(200));
+        let rounds = wal.counters.rounds.load(Ordering::Relaxed) - before;
+        // A round every 10 ms (`WRITE_INTERVAL`) is about 20; spinning,
+        // hundreds of thousands.
+        assert!(rounds < 200, "{rounds} flusher rounds in 200 ms");
+        // A sync asked for in any mode is still done.
+        wal.sync_through(written).unwrap();
+        assert!(wal.durable_version() >= written);
     }
 }
