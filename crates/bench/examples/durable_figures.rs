@@ -223,7 +223,10 @@ fn main() {
     let (rss_before, _) = rss_kib();
     reset_peak();
     let (info, written_during) = with_writer(&store, n, || store.checkpoint().unwrap());
-    assert!(matches!(info.kind, CheckpointKind::Delta { .. }), "{info:?}");
+    assert!(
+        matches!(info.kind, CheckpointKind::Delta { .. }),
+        "{info:?}"
+    );
     println!(
         "delta run, one writer at full speed: {:.2} s, {} entries, {:.0} MB file ({} puts ran meanwhile)",
         info.duration.as_secs_f64(),
