@@ -293,7 +293,8 @@ pub(crate) fn recover(
     )?;
     // Above the items too: a base written at advancing versions holds
     // items above its own version, whose records a cut may have dropped.
-    tree.reset_clock(report.max_version.max(ckpt_version).max(newest));
+    report.max_version = report.max_version.max(newest);
+    tree.reset_clock(report.max_version);
     report.max_version = report.max_version.max(log.floor);
     Ok(Recovered {
         tree,
