@@ -6,9 +6,9 @@
 //! file format), with one difference: a store's base advances its version
 //! chunk by chunk and leans on the log for the rest, and a backup has no
 //! log, so all its chunks read one pinned version. That version holds back
-//! the buffers writers replace while the backup runs. It shares nothing on disk with the store's
-//! data directory, so the background executor (merges, retention) never
-//! touches it.
+//! the buffers writers replace while the backup runs. It shares nothing on
+//! disk with the store's data directory, so the background executor
+//! (merges, retention) never touches it.
 //!
 //! The directory's `LOCK` is held while the backup is written (and stays,
 //! as in every data directory).
