@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::*;
 use crate::durable::{DurableConfig, FaultyStorage};
@@ -16,6 +16,10 @@ use crate::{Config, Durability, Range, Store};
 /// Keys the writer draws from; the fill writes the first `FILLED`.
 const KEYS: usize = 1000;
 const FILLED: usize = 800;
+
+/// How long a test waits for the writer and a checkpoint to interleave as
+/// it needs (a few milliseconds on an idle machine).
+const RACE_WAIT: Duration = Duration::from_secs(60);
 
 type State = BTreeMap<Vec<u8>, Vec<u8>>;
 /// A write: key index, and the value (None: a delete).
@@ -103,7 +107,10 @@ fn checkpoint_until_advanced(fs: &FaultyStorage, store: Store) -> (Arc<Store>, V
         std::thread::spawn(move || writer(store, stop))
     };
     let mut advanced = false;
-    for _ in 0..500 {
+    // Bounded by time, not tries: on a loaded machine the writer may not
+    // run for a while.
+    let deadline = Instant::now() + RACE_WAIT;
+    while Instant::now() < deadline {
         let info = store.checkpoint().unwrap();
         assert_eq!(info.kind, CheckpointKind::Full);
         let mut newest = 0;
@@ -216,4 +223,77 @@ fn the_clock_restarts_above_an_advanced_bases_newest_item() {
     assert!(newest > base, "{report}");
     assert!(report.max_version >= newest, "{report}");
     assert!(store.put(b"after", b"x").unwrap().get() > newest);
+}
+
+/// A clear while a base is read: its chunks read after the clear (a
+/// chunk's pin waits for a clear to finish) hold only what was written
+/// after it, the earlier ones items from before it. Recovery drops
+/// every item of the file on the clear's record, which is above the base's
+/// version, and brings the later ones back from their records, so it comes
+/// to the writer's state.
+#[test]
+fn a_clear_during_a_base_recovers_to_the_writers_state() {
+    let fs = FaultyStorage::new(9);
+    let store = Arc::new(open(&fs, Durability::Always));
+    let mut want = fill(&store);
+    let stop = Arc::new(AtomicBool::new(false));
+    // Each clear: the writes before it, and read versions around it (its
+    // own version is above the first, at most the second).
+    let clears = Arc::new(parking_lot::Mutex::new(Vec::<(usize, u64, u64)>::new()));
+    let w = {
+        let (store, stop, clears) = (Arc::clone(&store), Arc::clone(&stop), Arc::clone(&clears));
+        std::thread::spawn(move || {
+            let mut ops = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                if ops.len() % 2000 == 1999 {
+                    let before = store.read_version().get();
+                    store.clear().unwrap();
+                    let after = store.read_version().get();
+                    clears.lock().push((ops.len(), before, after));
+                }
+                let i = (ops.len() * 7919) % KEYS;
+                let v = value(i, ops.len() + 1);
+                store.put(&key(i), &v).unwrap();
+                ops.push((i, Some(v)));
+            }
+            ops
+        })
+    };
+    // Bases until one began before a clear and ended after it, with items
+    // from before it.
+    let mut overlapped = false;
+    let deadline = Instant::now() + RACE_WAIT;
+    while Instant::now() < deadline {
+        let info = store.checkpoint().unwrap();
+        let ended = store.read_version().get();
+        let mut oldest = u64::MAX;
+        let path = Path::new("/data").join(&info.file);
+        read(&fs, &path, |it| {
+            oldest = oldest.min(it.version);
+            Ok(())
+        })
+        .unwrap();
+        overlapped = clears.lock().iter().any(|&(_, before, after)| {
+            info.version <= before && oldest <= before && after <= ended
+        });
+        if overlapped {
+            break;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let ops = w.join().unwrap();
+    assert!(overlapped, "no clear ran during a base");
+    let mut at = 0;
+    for &(n, _, _) in clears.lock().iter() {
+        ops[at..n].iter().for_each(|op| apply(&mut want, op));
+        want.clear();
+        at = n;
+    }
+    ops[at..].iter().for_each(|op| apply(&mut want, op));
+    assert_eq!(dump(&store), want);
+    fs.crash();
+    drop(store);
+    fs.restart();
+    let store = open(&fs, Durability::Always);
+    assert_eq!(dump(&store), want);
 }
