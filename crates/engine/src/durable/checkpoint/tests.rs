@@ -2,7 +2,8 @@
 //! from it and the log comes to the writer's state (every write, under
 //! `Always`), and under `None`, whose log is not synced, to the state
 //! after some prefix of the writes, never a mix of a chunk's later writes
-//! with an earlier chunk's older items.
+//! with an earlier chunk's older items, and never part of an atomic group
+//! whose keys two chunks read on either side of it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::durable::{DurableConfig, FaultyStorage};
-use crate::{Config, Durability, Range, Store};
+use crate::{AtomicWrite, Config, Durability, Expiry, Range, Store};
 
 /// Keys the writer draws from; the fill writes the first `FILLED`.
 const KEYS: usize = 1000;
@@ -22,8 +23,9 @@ const FILLED: usize = 800;
 const RACE_WAIT: Duration = Duration::from_secs(60);
 
 type State = BTreeMap<Vec<u8>, Vec<u8>>;
-/// A write: key index, and the value (None: a delete).
-type Op = (usize, Option<Vec<u8>>);
+/// A write: the keys it changes, each with its value (None: a delete);
+/// two keys for an atomic group.
+type Op = Vec<(usize, Option<Vec<u8>>)>;
 
 fn key(i: usize) -> Vec<u8> {
     format!("key{i:05}").into_bytes()
@@ -68,7 +70,9 @@ fn fill(store: &Store) -> State {
         .collect()
 }
 
-/// Puts and deletes (one in 16) of keys drawn at random until `stop`.
+/// Puts, deletes (one in 16) and atomic groups (one in 8: a key and its
+/// mirror at the other end of the keyspace, in another chunk) of keys
+/// drawn at random until `stop`.
 fn writer(store: Arc<Store>, stop: Arc<AtomicBool>) -> Vec<Op> {
     let mut ops = Vec::new();
     let mut x = 7u64;
@@ -77,23 +81,38 @@ fn writer(store: Arc<Store>, stop: Arc<AtomicBool>) -> Vec<Op> {
             .wrapping_mul(6_364_136_223_846_793_005)
             .wrapping_add(1_442_695_040_888_963_407);
         let i = (x >> 33) as usize % KEYS;
-        if x >> 60 == 0 {
-            store.delete(&key(i)).unwrap();
-            ops.push((i, None));
-        } else {
-            let v = value(i, ops.len() + 1);
-            store.put(&key(i), &v).unwrap();
-            ops.push((i, Some(v)));
+        let v = value(i, ops.len() + 1);
+        match x >> 60 {
+            0 => {
+                store.delete(&key(i)).unwrap();
+                ops.push(vec![(i, None)]);
+            }
+            1 | 2 => {
+                let (k, mirror) = (key(i), key(KEYS - 1 - i));
+                let put = |key| AtomicWrite::Put {
+                    key,
+                    value: &v,
+                    expiry: Expiry::Never,
+                };
+                store.write_atomically(&[put(&k), put(&mirror)]).unwrap();
+                ops.push(vec![(i, Some(v.clone())), (KEYS - 1 - i, Some(v))]);
+            }
+            _ => {
+                store.put(&key(i), &v).unwrap();
+                ops.push(vec![(i, Some(v))]);
+            }
         }
     }
     ops
 }
 
-fn apply(state: &mut State, (i, v): &Op) {
-    match v {
-        Some(v) => state.insert(key(*i), v.clone()),
-        None => state.remove(&key(*i)),
-    };
+fn apply(state: &mut State, op: &Op) {
+    for (i, v) in op {
+        match v {
+            Some(v) => state.insert(key(*i), v.clone()),
+            None => state.remove(&key(*i)),
+        };
+    }
 }
 
 /// Full checkpoints while `store` takes writes, until one holds an item
@@ -180,11 +199,12 @@ fn prefix_reached(filled: &State, ops: &[Op], got: &State) -> Option<usize> {
     if apart == 0 {
         return Some(0);
     }
+    let count =
+        |state: &State, op: &Op| op.iter().filter(|(i, _)| differs(state, &key(*i))).count();
     for (n, op) in ops.iter().enumerate() {
-        let k = key(op.0);
-        let before = differs(&state, &k);
+        let before = count(&state, op);
         apply(&mut state, op);
-        apart = apart + usize::from(differs(&state, &k)) - usize::from(before);
+        apart = apart + count(&state, op) - before;
         if apart == 0 {
             return Some(n + 1);
         }
@@ -254,7 +274,7 @@ fn a_clear_during_a_base_recovers_to_the_writers_state() {
                 let i = (ops.len() * 7919) % KEYS;
                 let v = value(i, ops.len() + 1);
                 store.put(&key(i), &v).unwrap();
-                ops.push((i, Some(v)));
+                ops.push(vec![(i, Some(v))]);
             }
             ops
         })
