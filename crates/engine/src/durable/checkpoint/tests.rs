@@ -172,7 +172,12 @@ fn with_always_recovery_from_an_advanced_base_and_the_log_loses_no_write() {
 /// chunks: the checkpoint syncs the log through its last chunk's version.
 #[test]
 fn with_an_unsynced_log_recovery_from_an_advanced_base_is_a_prefix_of_the_writes() {
-    for seed in 0..4 {
+    // More for a soak: `COMBKV_CRASH_SEEDS=200 cargo test --release -p
+    // combkv --lib unsynced_log`, as for the crash tests.
+    let seeds = std::env::var("COMBKV_CRASH_SEEDS").map_or(4, |s| {
+        s.trim().parse().expect("COMBKV_CRASH_SEEDS: a number")
+    });
+    for seed in 0..seeds {
         let fs = FaultyStorage::new(seed);
         let store = open(&fs, Durability::None);
         let filled = fill(&store);
