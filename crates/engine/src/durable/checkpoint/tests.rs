@@ -54,6 +54,14 @@ fn open_reporting(fs: &FaultyStorage, mode: Durability) -> (Store, crate::Recove
     Store::open(Config::default(), cfg).unwrap()
 }
 
+/// Crashes the storage under `store` and opens what survived.
+fn crash_and_reopen(fs: &FaultyStorage, store: Arc<Store>, mode: Durability) -> Store {
+    fs.crash();
+    drop(store);
+    fs.restart();
+    open(fs, mode)
+}
+
 fn dump(store: &Store) -> State {
     let all = store.range(&Range::all()).unwrap();
     all.into_iter()
@@ -159,10 +167,7 @@ fn with_always_recovery_from_an_advanced_base_and_the_log_loses_no_write() {
     let (store, ops) = checkpoint_until_advanced(&fs, store);
     ops.iter().for_each(|op| apply(&mut want, op));
     assert_eq!(dump(&store), want);
-    fs.crash();
-    drop(store);
-    fs.restart();
-    let store = open(&fs, Durability::Always);
+    let store = crash_and_reopen(&fs, store, Durability::Always);
     assert_eq!(dump(&store), want);
 }
 
@@ -182,10 +187,7 @@ fn with_an_unsynced_log_recovery_from_an_advanced_base_is_a_prefix_of_the_writes
         let store = open(&fs, Durability::None);
         let filled = fill(&store);
         let (store, ops) = checkpoint_until_advanced(&fs, store);
-        fs.crash();
-        drop(store);
-        fs.restart();
-        let store = open(&fs, Durability::None);
+        let store = crash_and_reopen(&fs, store, Durability::None);
         let got = dump(&store);
         assert!(
             prefix_reached(&filled, &ops, &got).is_some(),
@@ -316,9 +318,6 @@ fn a_clear_during_a_base_recovers_to_the_writers_state() {
     }
     ops[at..].iter().for_each(|op| apply(&mut want, op));
     assert_eq!(dump(&store), want);
-    fs.crash();
-    drop(store);
-    fs.restart();
-    let store = open(&fs, Durability::Always);
+    let store = crash_and_reopen(&fs, store, Durability::Always);
     assert_eq!(dump(&store), want);
 }
