@@ -278,7 +278,7 @@ pub(crate) fn read(
     let mut items = 0u64;
     let (header, count) = read_blocks(storage, path, &MAGICS, |header, payload, offset| {
         let block = |damage| CheckpointError::Block { offset, damage };
-        let one_version = header.magic == 0;
+        let one_version = MAGICS[header.magic] == record::CKPT_MAGIC;
         let mut at = 0;
         let mut n = 0;
         while at < payload.len() {
@@ -303,7 +303,7 @@ pub(crate) fn read(
     debug_assert_eq!(count, items);
     Ok(Summary {
         version: header.a,
-        advancing: header.magic == 1,
+        advancing: MAGICS[header.magic] == record::CKPT_ADVANCING_MAGIC,
         items,
     })
 }

@@ -123,6 +123,20 @@ fn apply(state: &mut State, op: &Op) {
     }
 }
 
+/// A checkpoint of `store`, and its file read back: what it wrote, what
+/// reading found, and its items' oldest and newest versions.
+fn checkpoint_read(fs: &FaultyStorage, store: &Store) -> (CheckpointInfo, Summary, (u64, u64)) {
+    let info = store.checkpoint().unwrap();
+    let mut span = (u64::MAX, 0);
+    let path = Path::new("/data").join(&info.file);
+    let read = read(fs, &path, |it| {
+        span = (span.0.min(it.version), span.1.max(it.version));
+        Ok(())
+    })
+    .unwrap();
+    (info, read, span)
+}
+
 /// Full checkpoints while `store` takes writes, until one holds an item
 /// newer than its own version (a chunk read at a later version than the
 /// first). Returns the writes done, the writer stopped.
@@ -138,15 +152,8 @@ fn checkpoint_until_advanced(fs: &FaultyStorage, store: Store) -> (Arc<Store>, V
     // run for a while.
     let deadline = Instant::now() + RACE_WAIT;
     while Instant::now() < deadline {
-        let info = store.checkpoint().unwrap();
+        let (info, read, (_, newest)) = checkpoint_read(fs, &store);
         assert_eq!(info.kind, CheckpointKind::Full);
-        let mut newest = 0;
-        let path = Path::new("/data").join(&info.file);
-        let read = read(fs, &path, |it| {
-            newest = newest.max(it.version);
-            Ok(())
-        })
-        .unwrap();
         assert!(read.advancing);
         if newest > read.version {
             advanced = true;
@@ -291,15 +298,8 @@ fn a_clear_during_a_base_recovers_to_the_writers_state() {
     let mut overlapped = false;
     let deadline = Instant::now() + RACE_WAIT;
     while Instant::now() < deadline {
-        let info = store.checkpoint().unwrap();
+        let (info, _, (oldest, _)) = checkpoint_read(&fs, &store);
         let ended = store.read_version().get();
-        let mut oldest = u64::MAX;
-        let path = Path::new("/data").join(&info.file);
-        read(&fs, &path, |it| {
-            oldest = oldest.min(it.version);
-            Ok(())
-        })
-        .unwrap();
         overlapped = clears.lock().iter().any(|&(_, before, after)| {
             info.version <= before && oldest <= before && after <= ended
         });
