@@ -5,7 +5,8 @@
 //! - `an_unreachable_node_is_not_added_and_a_one_node_cluster_still_stops`:
 //!   `combkv cluster add` of an address where nothing listens, on a
 //!   one-node cluster, fails within its timeout and leaves the voters as
-//!   they were; an add cut short by SIGTERM lets the node stop at once.
+//!   they were, and holds no client of its event loop meanwhile; an add
+//!   cut short by SIGTERM lets the node stop at once.
 //! - `ids_in_use_and_ids_of_removed_voters_are_refused`: on three nodes,
 //!   an unreachable node is not made a voter, an id in the cluster is
 //!   refused, and the id of a removed voter is refused on every node, after
@@ -25,7 +26,10 @@
 mod support;
 
 use support::node::{Node, admin, field, find_leader, free_addr, peers, ranges, set, wait_output};
+use support::{read_until, resp_cmd};
 
+use std::io::{ErrorKind, Read};
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -59,8 +63,10 @@ fn an_unreachable_node_is_not_added_and_a_one_node_cluster_still_stops() {
     );
     let out = wait_output(waiting, Duration::from_secs(10));
     assert!(!out.status.success());
-    // Restarted, it is the one voter it was, without a learner.
-    n1.start(&peers(&[&n1]));
+    // Restarted, it is the one voter it was, without a learner. (One
+    // event loop from now on, so that an add holding it would hold every
+    // client.)
+    n1.start_with(&peers(&[&n1]), &["--threads", "1"]);
     let s = n1.is_leader();
     assert_eq!(
         (field(&s, "raft_voters"), field(&s, "raft_learners")),
@@ -96,6 +102,41 @@ fn an_unreachable_node_is_not_added_and_a_one_node_cluster_still_stops() {
         "{s:#?}"
     );
     set(&n1, "after-the-add");
+
+    // An add does not hold the event loop it came in on: while it waits
+    // for its node, a write and a read on another connection of the same
+    // loop are answered, and the add answers only at its timeout. (One
+    // that held the loop would hold them for its 4 s.)
+    let connect = || {
+        let s = TcpStream::connect(n1.resp).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s
+    };
+    let (mut adding, mut other) = (connect(), connect());
+    resp_cmd(
+        &mut adding,
+        &[b"CLUSTER", b"ADD", b"2", nowhere.as_bytes(), b"4"],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    resp_cmd(&mut other, &[b"SET", b"during-the-add", b"1"]);
+    let set_reply = read_until(&mut other, b"\r\n", Duration::from_secs(3));
+    resp_cmd(&mut other, &[b"GET", b"during-the-add"]);
+    let get_reply = read_until(&mut other, b"1\r\n", Duration::from_secs(3));
+    adding.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 256];
+    let still_waiting =
+        matches!(adding.read(&mut buf), Err(e) if e.kind() == ErrorKind::WouldBlock);
+    adding.set_nonblocking(false).unwrap();
+    assert_eq!(
+        (&set_reply[..], &get_reply[..], still_waiting),
+        (&b"+OK\r\n"[..], &b"$1\r\n1\r\n"[..], true)
+    );
+    let said = read_until(&mut adding, b"\r\n", Duration::from_secs(30));
+    let said = String::from_utf8_lossy(&said);
+    assert!(
+        said.starts_with("-ERR") && said.contains("did not catch up within 4 s"),
+        "{said}"
+    );
     // The same id may be tried again: it never was a voter.
     let (ok, said) = admin(
         &n1,

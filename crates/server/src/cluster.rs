@@ -13,8 +13,10 @@
 //!   by a node on its own, so that every replica deletes the same ones.
 //!
 //! The Raft node runs on a small tokio runtime of its own; the event loops
-//! are not tokio threads. What must wait (administration, reaping, a
-//! shutdown's last requests) waits with `block_on`.
+//! are not tokio threads. Administration that changes the cluster runs
+//! on that runtime while its connection parks (`change_then`); what
+//! must wait (reaping, on the housekeeping thread, and a shutdown's last
+//! requests) waits with `block_on`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -46,7 +48,7 @@ pub struct Cluster {
     marks: Arc<parking_lot::Mutex<Marks>>,
     /// Held by the membership change in progress: a second one is refused
     /// rather than raced against the first.
-    changing: std::sync::Mutex<()>,
+    changing: Arc<tokio::sync::Mutex<()>>,
     /// The snapshots taken on this node while the keyspace is split.
     snapshots: parking_lot::Mutex<Snapshots>,
     /// Reads across ranges this node served at one timestamp, and the
@@ -190,7 +192,7 @@ impl Cluster {
             reads: config.cluster_reads,
             stopping: tokio::sync::watch::Sender::new(false),
             marks: Arc::default(),
-            changing: std::sync::Mutex::new(()),
+            changing: Arc::default(),
             snapshots: Default::default(),
             reads_across: Default::default(),
             read_retries: Default::default(),
@@ -407,28 +409,6 @@ impl Cluster {
     /// What this node holds of the ranges and did to them.
     pub fn range_stats(&self) -> RangeStats {
         self.host.range_stats()
-    }
-
-    /// Splits the range holding `key` at it: `key` starts a new range,
-    /// whose id is returned once the map records it (the range's leader
-    /// then splits its group, `Host::split`). Refused if `key` already
-    /// starts a range, and, unless `force`, while a snapshot pins it.
-    pub(crate) fn split_at(&self, key: &[u8], force: bool) -> Result<u64, ClusterError> {
-        let _changing = self.changing()?;
-        let pinned = match force {
-            true => combkv_replica::Pinned::Split,
-            false => combkv_replica::Pinned::Refuse,
-        };
-        self.rt.block_on(self.host.split_at(key, pinned))
-    }
-
-    /// Merges the range holding `key` with the range after it (both on
-    /// the same nodes); returns the id of the range merged away once the
-    /// map records the merge (the left range's leader then carries it
-    /// out, `Host::merge`).
-    pub(crate) fn merge_at(&self, key: &[u8]) -> Result<u64, ClusterError> {
-        let _changing = self.changing()?;
-        self.rt.block_on(self.host.merge_at(key))
     }
 
     /// The range map this node routes by, shared as applied.
@@ -723,45 +703,65 @@ impl Cluster {
         self.reads
     }
 
-    /// Forms a new cluster of `members` (id, Raft address), this node one.
-    pub(crate) fn initialize(&self, members: &[(u64, String)]) -> Result<(), ClusterError> {
-        self.rt.block_on(self.replica.initialize(members))
+    /// Carries out an administration command's `change` and waits for it
+    /// (while the event loop drains at shutdown, where it cannot park).
+    pub(crate) fn change(&self, change: Change) -> Changed {
+        self.rt.block_on(self.change_task(change))
     }
 
-    /// On the leader: adds node `id` at `addr`, a learner that must catch
-    /// up `within`, then a voter (`Replica::add_node`). Ends early, the
-    /// learner removed again, when the server stops.
-    pub(crate) fn add_node(
-        &self,
-        id: u64,
-        addr: &str,
-        within: Duration,
-    ) -> Result<(), ClusterError> {
-        let _changing = self.changing()?;
-        let mut stopping = self.stopping.subscribe();
-        let stop = async move {
-            let _ = stopping.wait_for(|s| *s).await;
+    /// [`Cluster::change`] in the background: `done` gets the answer (on
+    /// a Raft thread: it must only hand it on). The event loop the
+    /// command came in on serves its other clients meanwhile: an add
+    /// waits for its node to catch up for up to its timeout.
+    pub(crate) fn change_then(&self, change: Change, done: impl FnOnce(Changed) + Send + 'static) {
+        let task = self.change_task(change);
+        self.rt.spawn(async move { done(task.await) });
+    }
+
+    /// What carrying out `change` takes; the right to change the
+    /// membership or the range map is taken now, so that of two changes
+    /// asked at once the second is refused rather than raced against the
+    /// first, and held until the change ends.
+    fn change_task(&self, change: Change) -> impl Future<Output = Changed> + Send + 'static {
+        let changing = match change {
+            // Forming a cluster changes nothing another change could race.
+            Change::Init(_) => None,
+            _ => Some(Arc::clone(&self.changing).try_lock_owned()),
         };
-        self.rt
-            .block_on(self.replica.add_node(id, addr, within, stop))
-    }
-
-    /// On the leader: removes node `id`.
-    pub(crate) fn remove_node(&self, id: u64) -> Result<(), ClusterError> {
-        let _changing = self.changing()?;
-        self.rt.block_on(self.replica.remove_node(id))
-    }
-
-    /// The right to change the membership, or the error that one change
-    /// is in progress.
-    fn changing(&self) -> Result<std::sync::MutexGuard<'_, ()>, ClusterError> {
-        match self.changing.try_lock() {
-            Ok(g) => Ok(g),
-            // A panic in an earlier change left nothing half done here.
-            Err(std::sync::TryLockError::Poisoned(p)) => Ok(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => Err(ClusterError::Refused(
-                "another membership change is in progress on this node".into(),
-            )),
+        let (host, replica) = (self.host.clone(), self.replica.clone());
+        let mut stopping = self.stopping.subscribe();
+        async move {
+            let _changing = match changing {
+                Some(Err(_)) => {
+                    return Err(ClusterError::Refused(
+                        "another membership change is in progress on this node".into(),
+                    ));
+                }
+                other => other,
+            };
+            match change {
+                Change::Init(members) => replica.initialize(&members).await.map(|()| None),
+                Change::Add { id, addr, within } => {
+                    // Ends early, the learner removed again, when the
+                    // server stops.
+                    let stop = async move {
+                        let _ = stopping.wait_for(|s| *s).await;
+                    };
+                    replica
+                        .add_node(id, &addr, within, stop)
+                        .await
+                        .map(|()| None)
+                }
+                Change::Remove(id) => replica.remove_node(id).await.map(|()| None),
+                Change::Split { key, force } => {
+                    let pinned = match force {
+                        true => combkv_replica::Pinned::Split,
+                        false => combkv_replica::Pinned::Refuse,
+                    };
+                    host.split_at(&key, pinned).await.map(Some)
+                }
+                Change::Merge { key } => host.merge_at(&key).await.map(Some),
+            }
         }
     }
 
@@ -777,6 +777,37 @@ impl Cluster {
         });
     }
 }
+
+/// A change an administration command asks of the cluster (`CLUSTER
+/// INIT`, `ADD`, `REMOVE`, `SPLIT`, `MERGE`).
+#[derive(Debug)]
+pub(crate) enum Change {
+    /// Forms a new cluster of these members (id, Raft address), this node
+    /// one.
+    Init(Vec<(u64, String)>),
+    /// On the leader: adds node `id` at `addr`, a learner that must catch
+    /// up `within`, then a voter (`Replica::add_node`).
+    Add {
+        id: u64,
+        addr: String,
+        within: Duration,
+    },
+    /// On the leader: removes node `id`.
+    Remove(u64),
+    /// Splits the range holding `key` at it: `key` starts a new range,
+    /// whose id is the answer once the map records it (the range's leader
+    /// then splits its group, `Host::split`). Refused if `key` already
+    /// starts a range, and, unless `force`, while a snapshot pins it.
+    Split { key: Vec<u8>, force: bool },
+    /// Merges the range holding `key` with the range after it (both on
+    /// the same nodes); the answer is the id of the range merged away,
+    /// once the map records the merge (the left range's leader then
+    /// carries it out, `Host::merge`).
+    Merge { key: Vec<u8> },
+}
+
+/// A [`Change`]'s answer: the range id a split made or a merge took away.
+pub(crate) type Changed = Result<Option<u64>, ClusterError>;
 
 /// What a request's reads were let through on: when the read index it
 /// waited for began (after every request of its input arrived), and

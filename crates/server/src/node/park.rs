@@ -27,6 +27,10 @@
 //!   connection's last write (its log index comes with its outcomes), the
 //!   timeout passes or the server stops, and lands the count; the WAIT,
 //!   left unparsed, runs again and answers it.
+//! - An administration command that changes the cluster (CLUSTER INIT,
+//!   ADD, REMOVE, SPLIT, MERGE) parks the same way: the change runs on
+//!   the Raft runtime (an add waits for its node to catch up, for up to
+//!   its timeout) and lands its answer for the command to find.
 //!
 //! At the end of the turn the loop proposes every write its connections
 //! held as one batch, and asks one read index for every read. When the
@@ -40,10 +44,10 @@ use std::time::{Duration, Instant};
 
 use combkv::op::{Op, Outcome};
 use combkv::{Error, Result, Session};
-use combkv_replica::{At, RemoteRead, Replica, Routed};
+use combkv_replica::{At, ClusterError, RemoteRead, Replica, Routed};
 use parking_lot::Mutex;
 
-use crate::cluster::{Cluster, ReadScope, Settled};
+use crate::cluster::{Change, Changed, Cluster, ReadScope, Settled};
 use crate::state::Shared;
 
 /// The error a read returns when it parked its connection instead of
@@ -77,6 +81,9 @@ pub(crate) enum Landing {
     /// Its WAIT ended: how many followers hold its writes (None: this
     /// node stopped leading meanwhile).
     Waited(Option<usize>),
+    /// The change to the cluster its administration command asked for
+    /// ended, with this answer.
+    Changed(Changed),
 }
 
 /// One landing, addressed to a connection: its slab token, and its client
@@ -188,6 +195,9 @@ pub(crate) struct Park {
     reading: Reading,
     /// The answer of a WAIT that landed, for the WAIT it parked on.
     waited: Option<Option<usize>>,
+    /// The answer of a change to the cluster that landed, for the
+    /// administration command it parked on.
+    changed: Option<Changed>,
     /// The log index of the last write of this connection that landed
     /// (what WAIT waits for the followers to hold).
     last_write: Option<u64>,
@@ -209,7 +219,25 @@ impl Park {
                 }
             }
             Landing::Waited(n) => self.waited = Some(n),
+            Landing::Changed(r) => self.changed = Some(r),
         }
+    }
+
+    /// What a change to the cluster finds when its command runs: the
+    /// answer that landed for it, once; or, where it cannot park (the
+    /// loop drains at shutdown) after it parked and nothing landed, that
+    /// it may or may not have been made (asking it again could make it
+    /// twice); else None: it is to be asked.
+    fn change_found(&mut self, can_park: bool) -> Option<Changed> {
+        if let Some(r) = self.changed.take() {
+            return Some(r);
+        }
+        (!can_park && self.waiting).then(|| {
+            Err(ClusterError::Unknown(
+                "the server stopped before the change ended: it may or may not have been made"
+                    .into(),
+            ))
+        })
     }
 
     /// Whether outcomes of held writes landed and wait to be rendered.
@@ -249,6 +277,7 @@ impl Park {
             };
         }
         self.waited = None;
+        self.changed = None;
     }
 }
 
@@ -430,6 +459,34 @@ impl Parking<'_> {
             }
             done => Waited::Now(done),
         }
+    }
+
+    /// A change to the cluster (an administration command's) on a
+    /// cluster node: the answer that landed for this command, or else the
+    /// change carried out in the background and None, the connection
+    /// parked (the command runs again once the answer lands). While the
+    /// loop drains at shutdown it waits for the change instead, and a
+    /// change still in flight when the drain gave up waiting for it is
+    /// answered as such rather than asked twice.
+    pub(crate) fn change(&self, cluster: &Cluster, change: Change) -> Option<Changed> {
+        let mut p = self.park.borrow_mut();
+        if let Some(r) = p.change_found(self.inbox.is_some()) {
+            return Some(r);
+        }
+        let Some(inbox) = self.inbox else {
+            return Some(cluster.change(change));
+        };
+        p.waiting = true;
+        let inbox = Arc::clone(inbox);
+        let (token, client) = (self.token, self.client);
+        cluster.change_then(change, move |r| {
+            inbox.land(Landed {
+                token,
+                client,
+                what: Landing::Changed(r),
+            });
+        });
+        None
     }
 
     /// Whether a read that would wait can park this connection instead

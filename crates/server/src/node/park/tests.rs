@@ -219,3 +219,36 @@ fn tries_survive_a_wait_for_a_read_index() {
     park.borrow_mut().forget_read();
     assert_eq!(p.tries(Retry::Map), 0);
 }
+
+/// A change to the cluster that landed is found once, by its command run
+/// again (and forgotten by input processed after it); one whose answer
+/// never landed before the loop drains at shutdown is answered "may or may
+/// not have been made", not asked again; with nothing in flight it is
+/// asked.
+#[test]
+fn a_landed_change_is_found_once_and_one_cut_off_by_a_shutdown_is_not_asked_twice() {
+    let mut park = Park {
+        waiting: true,
+        ..Park::default()
+    };
+    park.land(Landing::Changed(Ok(Some(7))));
+    assert!(!park.waiting);
+    assert!(matches!(park.change_found(true), Some(Ok(Some(7)))));
+    assert!(park.change_found(true).is_none(), "found twice");
+
+    park.land(Landing::Changed(Ok(None)));
+    park.forget_read();
+    assert!(park.change_found(true).is_none(), "kept past its input");
+
+    // Parked, then the loop drains before the answer lands.
+    park.waiting = true;
+    let cut_off = park.change_found(false);
+    assert!(
+        matches!(&cut_off, Some(Err(combkv_replica::ClusterError::Unknown(why))) if why.contains("may or may not")),
+        "{cut_off:?}"
+    );
+    // While it may still park, or with nothing in flight, it is asked.
+    assert!(park.change_found(true).is_none());
+    park.waiting = false;
+    assert!(park.change_found(false).is_none());
+}

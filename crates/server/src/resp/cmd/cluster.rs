@@ -5,6 +5,7 @@
 use combkv_replica::{ClusterError, Role};
 
 use super::Ctx;
+use crate::cluster::{Change, Cluster};
 use crate::node::park::Waited;
 use crate::resp::error::{CmdError, CmdResult};
 use crate::resp::reply::Reply;
@@ -91,12 +92,11 @@ pub(super) fn cluster(cx: &mut Ctx<'_, '_>) -> CmdResult {
                     c.id()
                 )));
             }
-            let members: Vec<(u64, String)> = members
+            let members = members
                 .into_iter()
                 .map(|(id, a)| (id, a.to_string()))
                 .collect();
-            c.initialize(&members).map_err(|e| admin_error(c, e))?;
-            cx.r.ok();
+            return change(cx, c, Change::Init(members));
         }
         ("add", 4 | 5) => {
             let id = node_id(&text(2))?;
@@ -117,14 +117,12 @@ pub(super) fn cluster(cx: &mut Ctx<'_, '_>) -> CmdResult {
                         ))
                     })?,
             };
-            c.add_node(id, &addr.to_string(), within)
-                .map_err(|e| admin_error(c, e))?;
-            cx.r.ok();
+            let addr = addr.to_string();
+            return change(cx, c, Change::Add { id, addr, within });
         }
         ("remove", 3) => {
             let id = node_id(&text(2))?;
-            c.remove_node(id).map_err(|e| admin_error(c, e))?;
-            cx.r.ok();
+            return change(cx, c, Change::Remove(id));
         }
         ("ranges", 2) => {
             let out = ranges_text(c);
@@ -141,14 +139,12 @@ pub(super) fn cluster(cx: &mut Ctx<'_, '_>) -> CmdResult {
                     )));
                 }
             };
-            let id = c
-                .split_at(cx.args[2], force)
-                .map_err(|e| admin_error(c, e))?;
-            cx.r.int(id as i64);
+            let key = cx.args[2].to_vec();
+            return change(cx, c, Change::Split { key, force });
         }
         ("merge", 3) => {
-            let id = c.merge_at(cx.args[2]).map_err(|e| admin_error(c, e))?;
-            cx.r.int(id as i64);
+            let key = cx.args[2].to_vec();
+            return change(cx, c, Change::Merge { key });
         }
         ("help", 2) => help(&mut cx.r),
         _ => {
@@ -157,6 +153,28 @@ pub(super) fn cluster(cx: &mut Ctx<'_, '_>) -> CmdResult {
                  (try CLUSTER HELP)"
             )));
         }
+    }
+    Ok(())
+}
+
+/// Carries out a change to the cluster without holding the event loop:
+/// the connection parks until the change ends (an add waits for its node
+/// to catch up), and the command, run again, answers OK, or the range id
+/// a split made or a merge took away.
+fn change(cx: &mut Ctx<'_, '_>, c: &Cluster, change: Change) -> CmdResult {
+    let changed = match cx.parking {
+        Some(p) => match p.change(c, change) {
+            Some(r) => r,
+            None => {
+                cx.parked = true;
+                return Ok(());
+            }
+        },
+        None => c.change(change),
+    };
+    match changed.map_err(|e| admin_error(c, e))? {
+        Some(id) => cx.r.int(id as i64),
+        None => cx.r.ok(),
     }
     Ok(())
 }
@@ -192,7 +210,7 @@ fn node_id(s: &str) -> Result<u64, CmdError> {
 
 /// CLUSTER STATUS: INFO replication's fields, then (once the Raft log is
 /// open) a line per member and the retired ids.
-fn status_text(shared: &crate::state::Shared, c: Option<&crate::cluster::Cluster>) -> String {
+fn status_text(shared: &crate::state::Shared, c: Option<&Cluster>) -> String {
     let mut out = String::new();
     for (name, value) in crate::node::info::replication_fields(shared) {
         out.push_str(&format!("{name}:{value}\r\n"));
@@ -212,7 +230,7 @@ fn status_text(shared: &crate::state::Shared, c: Option<&crate::cluster::Cluster
 
 /// CLUSTER RANGES: a line per range of the map, in key order. The leader,
 /// keys and bytes are this node's replica's, where the map names one here.
-fn ranges_text(c: &crate::cluster::Cluster) -> String {
+fn ranges_text(c: &Cluster) -> String {
     let Some(map) = c.range_map() else {
         return "ranges:0 (the cluster is not formed yet)\r\n".into();
     };
@@ -240,12 +258,12 @@ fn ranges_text(c: &crate::cluster::Cluster) -> String {
 
 /// Where a client reaches node `id`: its published RESP address, else
 /// its Raft address.
-fn client_addr(c: &crate::cluster::Cluster, s: &combkv_replica::Status, id: u64) -> Option<String> {
+fn client_addr(c: &Cluster, s: &combkv_replica::Status, id: u64) -> Option<String> {
     crate::node::peers::resp_addr(c, id)
         .or_else(|| s.nodes.iter().find(|n| n.0 == id).map(|n| n.1.clone()))
 }
 
-fn admin_error(c: &crate::cluster::Cluster, e: ClusterError) -> CmdError {
+fn admin_error(c: &Cluster, e: ClusterError) -> CmdError {
     match e {
         ClusterError::NotLeader {
             leader: Some(id),
