@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
 use super::tls::{self, HANDSHAKE_TIMEOUT, PeerGuard};
@@ -49,13 +49,24 @@ impl PeerStream for tokio_rustls::client::TlsStream<TcpStream> {
     }
 }
 
+/// What a connection reads into before frames are taken from it: a
+/// request or an answer of a few hundred bytes (an append of a few
+/// writes, a vote, a heartbeat) arrives whole in one read, its length and
+/// payload together, and a read shorter than asked tells the runtime the
+/// socket is drained, so the next frame's read does not first find it
+/// empty. A larger frame is read straight into its own buffer.
+const READ_BUFFER: usize = 8 << 10;
+
+/// A connection to a peer with its read buffer.
+type Conn = BufReader<Box<dyn PeerStream>>;
+
 /// The TCP transport of one node.
 #[derive(Debug)]
 pub(crate) struct TcpTransport {
     /// The address outgoing connections are bound to (port 0).
     local_ip: Option<IpAddr>,
     guard: Arc<PeerGuard>,
-    idle: Mutex<HashMap<NodeId, Vec<Box<dyn PeerStream>>>>,
+    idle: Mutex<HashMap<NodeId, Vec<Conn>>>,
 }
 
 impl TcpTransport {
@@ -111,14 +122,15 @@ impl TcpTransport {
     async fn round_trip(&self, target: NodeId, addr: &str, frame: &[u8]) -> io::Result<Response> {
         let mut pooled = None;
         while let Some(s) = self.idle.lock().get_mut(&target).and_then(Vec::pop) {
-            if still_open(s.tcp()) {
+            // Bytes left in its buffer would be out of turn, as in the socket.
+            if s.buffer().is_empty() && still_open(s.get_ref().tcp()) {
                 pooled = Some(s);
                 break;
             }
         }
         let mut stream = match pooled {
             Some(s) => s,
-            None => self.connect(addr).await?,
+            None => BufReader::with_capacity(READ_BUFFER, self.connect(addr).await?),
         };
         stream.write_all(frame).await?;
         stream.flush().await?;
@@ -212,9 +224,14 @@ pub(crate) async fn serve(listener: TcpListener, handler: Arc<dyn Handler>, guar
         let guard = Arc::clone(&guard);
         tokio::spawn(async move {
             let served = match guard.tls() {
-                None => serve_connection(stream, &*handler).await,
+                None => {
+                    serve_connection(BufReader::with_capacity(READ_BUFFER, stream), &*handler).await
+                }
                 Some(tls) => match accept_tls(stream, peer, &tls.server).await {
-                    Ok(stream) => serve_connection(stream, &*handler).await,
+                    Ok(stream) => {
+                        serve_connection(BufReader::with_capacity(READ_BUFFER, stream), &*handler)
+                            .await
+                    }
                     Err(why) => {
                         guard.refuse(peer, &why);
                         return;
@@ -286,6 +303,39 @@ mod tests {
     impl Handler for Answer {
         fn handle(&self, _req: Request) -> BoxFuture<'_, Response> {
             Box::pin(async { Response::Pins(0) })
+        }
+    }
+
+    /// An answer followed by bytes out of turn arrives in one read, so
+    /// the extra bytes sit in the connection's read buffer, not in its
+    /// socket: that connection is not used again, or the next request
+    /// would take them for its answer.
+    #[tokio::test]
+    async fn a_connection_with_bytes_out_of_turn_in_its_buffer_is_not_reused() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut answer, mut kept) = (1, Vec::new());
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                let mut req = BufReader::new(&mut stream);
+                read_frame(&mut req).await.unwrap();
+                // Its answer and a stray one after it, in one write.
+                let mut out = rpc::encode(&Response::Pins(answer)).unwrap();
+                out.extend(rpc::encode(&Response::Pins(99)).unwrap());
+                stream.write_all(&out).await.unwrap();
+                answer += 1;
+                // Kept open, so only the buffer tells.
+                kept.push(stream);
+            }
+        });
+        let transport = TcpTransport::new(None, Arc::new(PeerGuard::new(None).unwrap()));
+        for want in [1, 2] {
+            let got = transport
+                .call(2, &addr, Request::Pins, Duration::from_secs(5))
+                .await
+                .unwrap();
+            assert!(matches!(got, Response::Pins(n) if n == want), "{got:?}");
         }
     }
 
