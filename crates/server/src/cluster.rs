@@ -544,28 +544,35 @@ impl Cluster {
         });
     }
 
-    /// A snapshot of the whole keyspace split into ranges, for `ttl`: a
-    /// timestamp every range raises its floor to and pins on its replicas
-    /// (`Host::snapshot`); its id, this node's own.
-    pub(crate) fn snapshot(&self, ttl: std::time::Duration) -> Result<u64, StoreError> {
+    /// Whether a snapshot for `ttl` may be taken: no longer than
+    /// `max_snapshot_age`, and fewer than `max_snapshots` live now.
+    pub(crate) fn snapshot_check(&self, ttl: Duration) -> Result<(), StoreError> {
         let config = self.replica.current_store().config().clone();
         if ttl > config.max_snapshot_age {
             return Err(StoreError::SnapshotTooLong {
                 max_secs: config.max_snapshot_age.as_secs(),
             });
         }
-        {
-            let mut snaps = self.snapshots.lock();
-            snaps.prune();
-            if snaps.live.len() >= config.max_snapshots {
-                return Err(StoreError::TooManySnapshots);
-            }
-        }
-        let at = self
-            .rt
-            .block_on(self.host.snapshot(ttl))
-            .map_err(cluster_error)?;
         let mut snaps = self.snapshots.lock();
+        snaps.prune();
+        if snaps.live.len() >= config.max_snapshots {
+            return Err(StoreError::TooManySnapshots);
+        }
+        Ok(())
+    }
+
+    /// Records a snapshot whose timestamp `at` every range pinned for
+    /// `ttl` (`Change::Snapshot`); its id, this node's own. Refused, the
+    /// pins released, if `max_snapshots` filled while it was taken.
+    pub(crate) fn add_snapshot(&self, at: u64, ttl: Duration) -> Result<u64, StoreError> {
+        let max = self.replica.current_store().config().max_snapshots;
+        let mut snaps = self.snapshots.lock();
+        snaps.prune();
+        if snaps.live.len() >= max {
+            drop(snaps);
+            self.release_pins(at, ttl);
+            return Err(StoreError::TooManySnapshots);
+        }
         snaps.last_id += 1;
         let id = SPLIT_SNAPSHOT_IDS + snaps.last_id;
         snaps
@@ -596,9 +603,14 @@ impl Cluster {
         let Some((at, _, ttl)) = released else {
             return false;
         };
-        // The ranges drop their pins in the background: the snapshot is
-        // gone for this node's clients at once, and a range that cannot
-        // be told now lets its pin lapse at the snapshot's end.
+        self.release_pins(at, ttl);
+        true
+    }
+
+    /// The ranges drop their pins of timestamp `at` in the background:
+    /// the snapshot is gone for this node's clients at once, and a range
+    /// that cannot be told now lets its pin lapse at the snapshot's end.
+    fn release_pins(&self, at: u64, ttl: Duration) {
         let host = self.host.clone();
         self.rt.spawn(async move {
             let failed = host.release(at, ttl).await;
@@ -608,7 +620,6 @@ impl Cluster {
                 );
             }
         });
-        true
     }
 
     /// The live snapshots: id, timestamp, time left.
@@ -724,8 +735,9 @@ impl Cluster {
     /// first, and held until the change ends.
     fn change_task(&self, change: Change) -> impl Future<Output = Changed> + Send + 'static {
         let changing = match change {
-            // Forming a cluster changes nothing another change could race.
-            Change::Init(_) => None,
+            // Forming a cluster changes nothing another change could race,
+            // nor does a snapshot.
+            Change::Init(_) | Change::Snapshot { .. } => None,
             _ => Some(Arc::clone(&self.changing).try_lock_owned()),
         };
         let (host, replica) = (self.host.clone(), self.replica.clone());
@@ -761,6 +773,7 @@ impl Cluster {
                     host.split_at(&key, pinned).await.map(Some)
                 }
                 Change::Merge { key } => host.merge_at(&key).await.map(Some),
+                Change::Snapshot { ttl } => host.snapshot(ttl).await.map(Some),
             }
         }
     }
@@ -779,7 +792,8 @@ impl Cluster {
 }
 
 /// A change an administration command asks of the cluster (`CLUSTER
-/// INIT`, `ADD`, `REMOVE`, `SPLIT`, `MERGE`).
+/// INIT`, `ADD`, `REMOVE`, `SPLIT`, `MERGE`; `SNAPSHOT CREATE` of a
+/// keyspace split into ranges).
 #[derive(Debug)]
 pub(crate) enum Change {
     /// Forms a new cluster of these members (id, Raft address), this node
@@ -804,9 +818,15 @@ pub(crate) enum Change {
     /// once the map records the merge (the left range's leader then
     /// carries it out, `Host::merge`).
     Merge { key: Vec<u8> },
+    /// A snapshot of the keyspace split into ranges, for `ttl`: a
+    /// timestamp every range raises its floor to and pins on its
+    /// replicas (`Host::snapshot`), the answer
+    /// ([`Cluster::add_snapshot`] records it).
+    Snapshot { ttl: Duration },
 }
 
-/// A [`Change`]'s answer: the range id a split made or a merge took away.
+/// A [`Change`]'s answer: the range id a split made or a merge took
+/// away, or the timestamp a snapshot pinned.
 pub(crate) type Changed = Result<Option<u64>, ClusterError>;
 
 /// What a request's reads were let through on: when the read index it

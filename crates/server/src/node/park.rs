@@ -277,7 +277,12 @@ impl Park {
             };
         }
         self.waited = None;
-        self.changed = None;
+        // A change's answer waits for its command, which may first park
+        // on a read index (SNAPSHOT CREATE passes the read gate): it is
+        // dropped only by input processed without parking.
+        if !self.waiting {
+            self.changed = None;
+        }
     }
 }
 
@@ -487,6 +492,12 @@ impl Parking<'_> {
             });
         });
         None
+    }
+
+    /// Whether the answer of a change this connection parked on landed
+    /// (and waits for its command, run again, to find it).
+    pub(crate) fn change_landed(&self) -> bool {
+        self.park.borrow().changed.is_some()
     }
 
     /// Whether a read that would wait can park this connection instead

@@ -30,7 +30,7 @@ use combkv::{Error, ItemView, Range, Result, SnapshotId, SnapshotInfo, Store};
 use combkv_replica::ranges::{RangeDesc, RangeMap};
 use combkv_replica::{At, RemoteItem, RemoteRead, Replica};
 
-use crate::cluster::{Cluster, ReadMark, ReadScope, Settled};
+use crate::cluster::{Change, Cluster, ReadMark, ReadScope, Settled};
 use crate::node::park::{Parking, Retry};
 use crate::state::Shared;
 
@@ -95,16 +95,17 @@ impl<'a> Keyspace<'a> {
             return Keyspace::Ranges {
                 cluster,
                 since: mark.map(|m| m.since),
-                parking: parking.filter(Parking::can_park),
+                parking,
             };
         }
         Keyspace::One(store)
     }
 
-    /// How this keyspace's reads park their connection, if they may.
+    /// How this keyspace's reads park their connection, if they may
+    /// (not while the loop drains at shutdown).
     fn parking(&self) -> Option<Parking<'a>> {
         match self {
-            Keyspace::Ranges { parking, .. } => *parking,
+            Keyspace::Ranges { parking, .. } => parking.filter(Parking::can_park),
             Keyspace::One(_) => None,
         }
     }
@@ -146,11 +147,31 @@ impl<'a> Keyspace<'a> {
     }
 
     /// SNAPSHOT CREATE: the one store's snapshot, or, the keyspace split,
-    /// one timestamp every range pins (`Cluster::snapshot`).
+    /// one timestamp every range pins (`Change::Snapshot`): with parking,
+    /// taken while the connection parks (one log round per range).
     pub(crate) fn snapshot(&self, ttl: Duration) -> Result<SnapshotId> {
-        match self {
-            Keyspace::One(s) => s.snapshot(ttl),
-            Keyspace::Ranges { cluster, .. } => cluster.snapshot(ttl).map(SnapshotId),
+        let (cluster, parking) = match self {
+            Keyspace::One(s) => return s.snapshot(ttl),
+            Keyspace::Ranges {
+                cluster, parking, ..
+            } => (cluster, parking),
+        };
+        // Checked before it is asked; run again with its answer landed,
+        // `add_snapshot` checks the count again (and releases the pins).
+        if !parking.is_some_and(|p| p.change_landed()) {
+            cluster.snapshot_check(ttl)?;
+        }
+        let change = Change::Snapshot { ttl };
+        let pinned = match parking {
+            Some(p) => p
+                .change(cluster, change)
+                .ok_or_else(crate::node::park::parked)?,
+            None => cluster.change(change),
+        };
+        match pinned {
+            Ok(Some(at)) => cluster.add_snapshot(at, ttl).map(SnapshotId),
+            Ok(None) => Err(Error::Corrupt("a snapshot without a timestamp".into())),
+            Err(e) => Err(e.into()),
         }
     }
 

@@ -221,7 +221,8 @@ fn tries_survive_a_wait_for_a_read_index() {
 }
 
 /// A change to the cluster that landed is found once, by its command run
-/// again (and forgotten by input processed after it); one whose answer
+/// again, also after the command parked on a read index first (and
+/// forgotten by input processed without parking after it); one whose answer
 /// never landed before the loop drains at shutdown is answered "may or may
 /// not have been made", not asked again; with nothing in flight it is
 /// asked.
@@ -235,6 +236,13 @@ fn a_landed_change_is_found_once_and_one_cut_off_by_a_shutdown_is_not_asked_twic
     assert!(!park.waiting);
     assert!(matches!(park.change_found(true), Some(Ok(Some(7)))));
     assert!(park.change_found(true).is_none(), "found twice");
+
+    // Its command parked on a read index first: the answer stays.
+    park.land(Landing::Changed(Ok(Some(8))));
+    park.waiting = true;
+    park.forget_read();
+    park.land(Landing::Read(Err(Error::Unavailable("no leader".into()))));
+    assert!(matches!(park.change_found(true), Some(Ok(Some(8)))));
 
     park.land(Landing::Changed(Ok(None)));
     park.forget_read();
