@@ -13,9 +13,10 @@
 //!   by a node on its own, so that every replica deletes the same ones.
 //!
 //! The Raft node runs on a small tokio runtime of its own; the event loops
-//! are not tokio threads. Administration that changes the cluster runs
-//! on that runtime while its connection parks (`change_then`); what
-//! must wait (reaping, on the housekeeping thread, and a shutdown's last
+//! are not tokio threads. A change to the cluster (membership, splits and
+//! merges, a snapshot of every range) runs on that runtime while its
+//! connection parks (`change_then`); what must wait (the other
+//! administration, reaping on the housekeeping thread, a shutdown's last
 //! requests) waits with `block_on`.
 
 use std::sync::Arc;
