@@ -1240,23 +1240,7 @@ fn reads_elsewhere_leave_the_loop_free(nodes: &[Node], keys: usize) {
                 .map(|(start, voters)| (n, start.clone(), voters[0]))
         })
         .unwrap_or_else(|| panic!("no node without a replica of a range: {listed}"));
-    let pid = nodes
-        .iter()
-        .find(|n| n.id == first)
-        .unwrap()
-        .child
-        .as_ref()
-        .unwrap()
-        .id();
-    let signal = |sig: &str| {
-        let ok = std::process::Command::new("kill")
-            .arg(format!("-{sig}"))
-            .arg(pid.to_string())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -{sig} {pid}");
-    };
+    let stopped = nodes.iter().find(|n| n.id == first).unwrap();
     let connect = || {
         let s = TcpStream::connect(via.resp).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -1271,7 +1255,7 @@ fn reads_elsewhere_leave_the_loop_free(nodes: &[Node], keys: usize) {
         "node {first} stopped; reading {key} through node {}",
         via.id
     );
-    signal("STOP");
+    stopped.pause(true);
     let cmd = format!("*2\r\n$6\r\nEXISTS\r\n${}\r\n{key}\r\n", key.len());
     exists.write_all(cmd.as_bytes()).unwrap();
     dbsize.write_all(b"*1\r\n$6\r\nDBSIZE\r\n").unwrap();
@@ -1293,7 +1277,7 @@ fn reads_elsewhere_leave_the_loop_free(nodes: &[Node], keys: usize) {
     dump.set_nonblocking(true).unwrap();
     waiting.push(matches!(dump.read(&mut buf), Err(e) if e.kind() == ErrorKind::WouldBlock));
     dump.set_nonblocking(false).unwrap();
-    signal("CONT");
+    stopped.pause(false);
     assert_eq!(
         pinged.as_deref(),
         Some(&b"+PONG\r\n"[..]),

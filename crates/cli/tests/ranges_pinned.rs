@@ -179,15 +179,6 @@ fn a_snapshot_being_pinned_leaves_the_loop_free(nodes: &[Node], value: &str) {
     use std::io::{ErrorKind, Read};
     use std::net::TcpStream;
     use support::{read_until, resp_cmd};
-    let signal = |n: &Node, sig: &str| {
-        let pid = n.child.as_ref().unwrap().id().to_string();
-        let ok = std::process::Command::new("kill")
-            .args([&format!("-{sig}"), &pid])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -{sig} {pid}");
-    };
     let connect = || {
         let s = TcpStream::connect(nodes[0].resp).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -195,7 +186,7 @@ fn a_snapshot_being_pinned_leaves_the_loop_free(nodes: &[Node], value: &str) {
     };
     let (mut creating, mut ping) = (connect(), connect());
     for n in &nodes[1..] {
-        signal(n, "STOP");
+        n.pause(true);
     }
     let asked = Instant::now();
     resp_cmd(&mut creating, &[b"SNAPSHOT", b"CREATE", b"EX", b"60"]);
@@ -208,7 +199,7 @@ fn a_snapshot_being_pinned_leaves_the_loop_free(nodes: &[Node], value: &str) {
     let waiting = matches!(creating.read(&mut buf), Err(e) if e.kind() == ErrorKind::WouldBlock);
     creating.set_nonblocking(false).unwrap();
     for n in &nodes[1..] {
-        signal(n, "CONT");
+        n.pause(false);
     }
     assert_eq!(
         pong.as_deref().ok(),

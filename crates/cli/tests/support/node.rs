@@ -150,6 +150,20 @@ impl Node {
         }
     }
 
+    /// Stops the process where it stands (SIGSTOP), or lets it run on
+    /// (SIGCONT): a node that neither answers nor closes its connections.
+    pub fn pause(&self, stopped: bool) {
+        let pid = self.child.as_ref().expect("a running node").id();
+        let sig = if stopped {
+            libc::SIGSTOP
+        } else {
+            libc::SIGCONT
+        };
+        // SAFETY: a signal to a child this test started and has not reaped.
+        let sent = unsafe { libc::kill(pid as libc::pid_t, sig) };
+        assert_eq!(sent, 0, "signal {sig} to node {}", self.id);
+    }
+
     /// Sends SIGTERM; how long the process took to exit (None: not within
     /// `within`, and it is then killed).
     pub fn terminate(&mut self, within: Duration) -> Option<Duration> {
