@@ -198,6 +198,8 @@ pub(crate) struct Park {
     /// The answer of a change to the cluster that landed, for the
     /// administration command it parked on.
     changed: Option<Changed>,
+    /// A change was asked and its answer has not landed yet.
+    changing: bool,
     /// The log index of the last write of this connection that landed
     /// (what WAIT waits for the followers to hold).
     last_write: Option<u64>,
@@ -219,20 +221,23 @@ impl Park {
                 }
             }
             Landing::Waited(n) => self.waited = Some(n),
-            Landing::Changed(r) => self.changed = Some(r),
+            Landing::Changed(r) => {
+                self.changing = false;
+                self.changed = Some(r);
+            }
         }
     }
 
     /// What a change to the cluster finds when its command runs: the
     /// answer that landed for it, once; or, where it cannot park (the
-    /// loop drains at shutdown) after it parked and nothing landed, that
-    /// it may or may not have been made (asking it again could make it
-    /// twice); else None: it is to be asked.
+    /// loop drains at shutdown) while it is still in flight, that it may
+    /// or may not have been made (asking it again could make it twice);
+    /// else None: it is to be asked.
     fn change_found(&mut self, can_park: bool) -> Option<Changed> {
         if let Some(r) = self.changed.take() {
             return Some(r);
         }
-        (!can_park && self.waiting).then(|| {
+        (!can_park && std::mem::take(&mut self.changing)).then(|| {
             Err(ClusterError::Unknown(
                 "the server stopped before the change ended: it may or may not have been made"
                     .into(),
@@ -482,6 +487,7 @@ impl Parking<'_> {
             return Some(cluster.change(change));
         };
         p.waiting = true;
+        p.changing = true;
         let inbox = Arc::clone(inbox);
         let (token, client) = (self.token, self.client);
         cluster.change_then(change, move |r| {

@@ -224,8 +224,8 @@ fn tries_survive_a_wait_for_a_read_index() {
 /// again, also after the command parked on a read index first (and
 /// forgotten by input processed without parking after it); one whose answer
 /// never landed before the loop drains at shutdown is answered "may or may
-/// not have been made", not asked again; with nothing in flight it is
-/// asked.
+/// not have been made", not asked again; one that was never asked (its
+/// command waited for a read index) is asked.
 #[test]
 fn a_landed_change_is_found_once_and_one_cut_off_by_a_shutdown_is_not_asked_twice() {
     let mut park = Park {
@@ -248,15 +248,19 @@ fn a_landed_change_is_found_once_and_one_cut_off_by_a_shutdown_is_not_asked_twic
     park.forget_read();
     assert!(park.change_found(true).is_none(), "kept past its input");
 
-    // Parked, then the loop drains before the answer lands.
+    // Parked on a read index, not on a change: the drain asks it.
     park.waiting = true;
+    assert!(park.change_found(false).is_none());
+    // Parked on a change, then the loop drains before the answer lands.
+    park.changing = true;
     let cut_off = park.change_found(false);
     assert!(
         matches!(&cut_off, Some(Err(combkv_replica::ClusterError::Unknown(why))) if why.contains("may or may not")),
         "{cut_off:?}"
     );
-    // While it may still park, or with nothing in flight, it is asked.
-    assert!(park.change_found(true).is_none());
-    park.waiting = false;
-    assert!(park.change_found(false).is_none());
+    // Once it landed, its answer is found, also by the drain.
+    park.changing = true;
+    park.land(Landing::Changed(Ok(None)));
+    assert!(!park.changing);
+    assert!(matches!(park.change_found(false), Some(Ok(None))));
 }
