@@ -471,35 +471,6 @@ impl Parking<'_> {
         }
     }
 
-    /// A change to the cluster (an administration command's) on a
-    /// cluster node: the answer that landed for this command, or else the
-    /// change carried out in the background and None, the connection
-    /// parked (the command runs again once the answer lands). While the
-    /// loop drains at shutdown it waits for the change instead, and a
-    /// change still in flight when the drain gave up waiting for it is
-    /// answered as such rather than asked twice.
-    pub(crate) fn change(&self, cluster: &Cluster, change: Change) -> Option<Changed> {
-        let mut p = self.park.borrow_mut();
-        if let Some(r) = p.change_found(self.inbox.is_some()) {
-            return Some(r);
-        }
-        let Some(inbox) = self.inbox else {
-            return Some(cluster.change(change));
-        };
-        p.waiting = true;
-        p.changing = true;
-        let inbox = Arc::clone(inbox);
-        let (token, client) = (self.token, self.client);
-        cluster.change_then(change, move |r| {
-            inbox.land(Landed {
-                token,
-                client,
-                what: Landing::Changed(r),
-            });
-        });
-        None
-    }
-
     /// Whether the answer of a change this connection parked on landed
     /// (and waits for its command, run again, to find it).
     pub(crate) fn change_landed(&self) -> bool {
@@ -688,6 +659,42 @@ pub(crate) fn write(
         (Some(c), None) => Written::Now(c.apply(op)),
         (None, _) => Written::Now(session.apply(op)),
     }
+}
+
+/// A change to the cluster (an administration command's) on a cluster
+/// node: the answer that landed for this command, or else the change
+/// carried out in the background and None, the connection parked (the
+/// command runs again once the answer lands). With no `parking` (inside
+/// EXEC) it waits for the change; so it does while the loop drains at
+/// shutdown, where a change still in flight when the drain gave up
+/// waiting for it is answered as such rather than asked twice.
+pub(crate) fn change(
+    parking: Option<Parking<'_>>,
+    cluster: &Cluster,
+    change: Change,
+) -> Option<Changed> {
+    let Some(at) = parking else {
+        return Some(cluster.change(change));
+    };
+    let mut p = at.park.borrow_mut();
+    if let Some(r) = p.change_found(at.inbox.is_some()) {
+        return Some(r);
+    }
+    let Some(inbox) = at.inbox else {
+        return Some(cluster.change(change));
+    };
+    p.waiting = true;
+    p.changing = true;
+    let inbox = Arc::clone(inbox);
+    let (token, client) = (at.token, at.client);
+    cluster.change_then(change, move |r| {
+        inbox.land(Landed {
+            token,
+            client,
+            what: Landing::Changed(r),
+        });
+    });
+    None
 }
 
 #[cfg(test)]

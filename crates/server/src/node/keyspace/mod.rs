@@ -162,12 +162,8 @@ impl<'a> Keyspace<'a> {
             cluster.snapshot_check(ttl)?;
         }
         let change = Change::Snapshot { ttl };
-        let pinned = match parking {
-            Some(p) => p
-                .change(cluster, change)
-                .ok_or_else(crate::node::park::parked)?,
-            None => cluster.change(change),
-        };
+        let pinned = crate::node::park::change(*parking, cluster, change)
+            .ok_or_else(crate::node::park::parked)?;
         match pinned {
             Ok(Some(at)) => cluster.add_snapshot(at, ttl).map(SnapshotId),
             Ok(None) => Err(Error::Corrupt("a snapshot without a timestamp".into())),

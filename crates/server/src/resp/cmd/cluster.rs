@@ -162,15 +162,9 @@ pub(super) fn cluster(cx: &mut Ctx<'_, '_>) -> CmdResult {
 /// to catch up), and the command, run again, answers OK, or the range id
 /// a split made or a merge took away.
 fn change(cx: &mut Ctx<'_, '_>, c: &Cluster, change: Change) -> CmdResult {
-    let changed = match cx.parking {
-        Some(p) => match p.change(c, change) {
-            Some(r) => r,
-            None => {
-                cx.parked = true;
-                return Ok(());
-            }
-        },
-        None => c.change(change),
+    let Some(changed) = crate::node::park::change(cx.parking, c, change) else {
+        cx.parked = true;
+        return Ok(());
     };
     match changed.map_err(|e| admin_error(c, e))? {
         Some(id) => cx.r.int(id as i64),
