@@ -1219,102 +1219,132 @@ fn memcached_socket(n: &Node) -> String {
 fn reads_elsewhere_leave_the_loop_free(nodes: &[Node], keys: usize) {
     use std::io::{ErrorKind, Read, Write};
     use std::net::TcpStream;
-    let listed = ranges(&nodes[0]);
-    // `range 3 ["key00123", "key00456") epoch .. voters [1, 2, 4] ...`
-    let parsed: Vec<(String, Vec<u64>)> = listed
-        .lines()
-        .filter(|l| l.starts_with("range "))
-        .filter_map(|l| {
-            let start = l.split('"').nth(1)?.to_string();
-            let voters = l.split("voters [").nth(1)?.split(']').next()?;
-            let voters = voters.split(", ").filter_map(|v| v.parse().ok()).collect();
-            Some((start, voters))
-        })
-        .collect();
-    let (via, key, first) = nodes
-        .iter()
-        .find_map(|n| {
-            parsed
-                .iter()
-                .find(|(start, voters)| start.starts_with("key") && !voters.contains(&n.id))
-                .map(|(start, voters)| (n, start.clone(), voters[0]))
-        })
-        .unwrap_or_else(|| panic!("no node without a replica of a range: {listed}"));
-    let stopped = nodes.iter().find(|n| n.id == first).unwrap();
-    let connect = || {
-        let s = TcpStream::connect(via.resp).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        s
-    };
-    let (mut exists, mut dbsize, mut ping) = (connect(), connect(), connect());
-    let mut closed = connect();
-    let mut dump = std::os::unix::net::UnixStream::connect(memcached_socket(via)).unwrap();
-    dump.set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    eprintln!(
-        "node {first} stopped; reading {key} through node {}",
-        via.id
-    );
-    stopped.pause(true);
-    let cmd = format!("*2\r\n$6\r\nEXISTS\r\n${}\r\n{key}\r\n", key.len());
-    exists.write_all(cmd.as_bytes()).unwrap();
-    dbsize.write_all(b"*1\r\n$6\r\nDBSIZE\r\n").unwrap();
-    closed.write_all(cmd.as_bytes()).unwrap();
-    closed.shutdown(std::net::Shutdown::Write).unwrap();
-    dump.write_all(b"lru_crawler metadump all\r\n").unwrap();
-    std::thread::sleep(Duration::from_secs(1));
-    ping.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    ping.write_all(b"*1\r\n$4\r\nPING\r\n").unwrap();
-    let mut buf = [0u8; 64];
-    let n = ping.read(&mut buf);
-    let pinged = n.as_ref().ok().map(|&n| buf[..n].to_vec());
-    let mut waiting = Vec::new();
-    for s in [&mut exists, &mut dbsize, &mut closed] {
-        s.set_nonblocking(true).unwrap();
-        waiting.push(matches!(s.read(&mut buf), Err(e) if e.kind() == ErrorKind::WouldBlock));
-        s.set_nonblocking(false).unwrap();
+    // The placement may still move a replica, which can change where the
+    // chosen range is read: a probe whose range changed in the map
+    // meanwhile is taken again; one whose range did not change must wait.
+    let mut probes = 0;
+    for attempt in 1.. {
+        let listed = ranges(&nodes[0]);
+        // `range 3 ["key00123", "key00456") epoch .. voters [1, 2, 4] ...`,
+        // a range no node but its voters holds (no learner: not moving).
+        let parsed: Vec<(String, Vec<u64>, String)> = listed
+            .lines()
+            .filter(|l| l.starts_with("range ") && !l.contains("learners"))
+            .filter_map(|l| {
+                let start = l.split('"').nth(1)?.to_string();
+                let voters = l.split("voters [").nth(1)?.split(']').next()?;
+                let voters = voters.split(", ").filter_map(|v| v.parse().ok()).collect();
+                let desc = l.split(" leader ").next()?.to_string();
+                Some((start, voters, desc))
+            })
+            .collect();
+        let (via, key, first, desc) = nodes
+            .iter()
+            .find_map(|n| {
+                parsed
+                    .iter()
+                    .find(|(start, voters, _)| start.starts_with("key") && !voters.contains(&n.id))
+                    .map(|(start, voters, desc)| (n, start.clone(), voters[0], desc.clone()))
+            })
+            .unwrap_or_else(|| panic!("no node without a replica of a range: {listed}"));
+        if !ranges(via).lines().any(|l| l.starts_with(desc.as_str())) {
+            // Node 1's map and this one's differ: not settled yet.
+            assert!(attempt < 60, "maps differ: {listed}\n{}", ranges(via));
+            std::thread::sleep(Duration::from_millis(500));
+            continue;
+        }
+        let stopped = nodes.iter().find(|n| n.id == first).unwrap();
+        let connect = || {
+            let s = TcpStream::connect(via.resp).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            s
+        };
+        let (mut exists, mut dbsize, mut ping) = (connect(), connect(), connect());
+        let mut closed = connect();
+        let mut dump = std::os::unix::net::UnixStream::connect(memcached_socket(via)).unwrap();
+        dump.set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        eprintln!(
+            "node {first} stopped; reading {key} through node {} ({desc})",
+            via.id
+        );
+        stopped.pause(true);
+        let cmd = format!("*2\r\n$6\r\nEXISTS\r\n${}\r\n{key}\r\n", key.len());
+        exists.write_all(cmd.as_bytes()).unwrap();
+        dbsize.write_all(b"*1\r\n$6\r\nDBSIZE\r\n").unwrap();
+        closed.write_all(cmd.as_bytes()).unwrap();
+        closed.shutdown(std::net::Shutdown::Write).unwrap();
+        dump.write_all(b"lru_crawler metadump all\r\n").unwrap();
+        std::thread::sleep(Duration::from_secs(1));
+        ping.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        ping.write_all(b"*1\r\n$4\r\nPING\r\n").unwrap();
+        let mut buf = [0u8; 64];
+        let n = ping.read(&mut buf);
+        let pinged = n.as_ref().ok().map(|&n| buf[..n].to_vec());
+        // Each connection: still waiting, or what it was answered.
+        let mut early = Vec::new();
+        for s in [&mut exists, &mut dbsize, &mut closed] {
+            s.set_nonblocking(true).unwrap();
+            early.push(match s.read(&mut buf) {
+                Err(e) if e.kind() == ErrorKind::WouldBlock => None,
+                other => Some(format!("{other:?} {:?}", String::from_utf8_lossy(&buf))),
+            });
+            s.set_nonblocking(false).unwrap();
+        }
+        dump.set_nonblocking(true).unwrap();
+        early.push(match dump.read(&mut buf) {
+            Err(e) if e.kind() == ErrorKind::WouldBlock => None,
+            other => Some(format!("{other:?}")),
+        });
+        dump.set_nonblocking(false).unwrap();
+        stopped.pause(false);
+        assert_eq!(
+            pinged.as_deref(),
+            Some(&b"+PONG\r\n"[..]),
+            "PING waited behind reads of a stopped node: {n:?}"
+        );
+        if early.iter().any(Option::is_some) {
+            let now = ranges(via);
+            let moved = !now.lines().any(|l| l.starts_with(desc.as_str()));
+            probes += 1;
+            if moved && probes < 3 {
+                eprintln!("range of {key} changed during the probe ({early:?}): again\n{now}");
+                continue;
+            }
+            panic!(
+                "EXISTS, DBSIZE, EXISTS before EOF, metadump answered with their node stopped \
+                 ({desc}): {early:?}\nmap now:\n{now}"
+            );
+        }
+        let mut answer = |s: &mut TcpStream| {
+            let n = s.read(&mut buf).unwrap();
+            String::from_utf8_lossy(&buf[..n]).into_owned()
+        };
+        let want: i64 = redis::cmd("EXISTS")
+            .arg(&key)
+            .query(&mut via.connect())
+            .unwrap();
+        assert_eq!(answer(&mut exists), format!(":{want}\r\n"), "EXISTS {key}");
+        assert_eq!(answer(&mut dbsize), format!(":{keys}\r\n"), "DBSIZE");
+        let mut rest = Vec::new();
+        closed.read_to_end(&mut rest).unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&rest),
+            format!(":{want}\r\n"),
+            "EXISTS {key} sent before the client's EOF, then the connection's end"
+        );
+        let mut listed = Vec::new();
+        let mut chunk = vec![0u8; 64 << 10];
+        while !listed.ends_with(b"END\r\n") {
+            let n = dump.read(&mut chunk).unwrap();
+            assert!(n > 0, "metadump ended without END");
+            listed.extend_from_slice(&chunk[..n]);
+        }
+        let lines: Vec<&[u8]> = listed.split(|&b| b == b'\n').collect();
+        let items = lines.iter().filter(|l| l.starts_with(b"key=")).count();
+        assert_eq!(items, keys, "metadump through node {}", via.id);
+        return;
     }
-    dump.set_nonblocking(true).unwrap();
-    waiting.push(matches!(dump.read(&mut buf), Err(e) if e.kind() == ErrorKind::WouldBlock));
-    dump.set_nonblocking(false).unwrap();
-    stopped.pause(false);
-    assert_eq!(
-        pinged.as_deref(),
-        Some(&b"+PONG\r\n"[..]),
-        "PING waited behind reads of a stopped node: {n:?}"
-    );
-    assert_eq!(
-        waiting,
-        [true, true, true, true],
-        "EXISTS, DBSIZE, EXISTS before EOF, metadump answered with their node stopped"
-    );
-    let mut answer = |s: &mut TcpStream| {
-        let n = s.read(&mut buf).unwrap();
-        String::from_utf8_lossy(&buf[..n]).into_owned()
-    };
-    let want: i64 = redis::cmd("EXISTS")
-        .arg(&key)
-        .query(&mut via.connect())
-        .unwrap();
-    assert_eq!(answer(&mut exists), format!(":{want}\r\n"), "EXISTS {key}");
-    assert_eq!(answer(&mut dbsize), format!(":{keys}\r\n"), "DBSIZE");
-    let mut rest = Vec::new();
-    closed.read_to_end(&mut rest).unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&rest),
-        format!(":{want}\r\n"),
-        "EXISTS {key} sent before the client's EOF, then the connection's end"
-    );
-    let mut listed = Vec::new();
-    let mut chunk = vec![0u8; 64 << 10];
-    while !listed.ends_with(b"END\r\n") {
-        let n = dump.read(&mut chunk).unwrap();
-        assert!(n > 0, "metadump ended without END");
-        listed.extend_from_slice(&chunk[..n]);
-    }
-    let lines: Vec<&[u8]> = listed.split(|&b| b == b'\n').collect();
-    let items = lines.iter().filter(|l| l.starts_with(b"key=")).count();
-    assert_eq!(items, keys, "metadump through node {}", via.id);
 }
 
 /// SETs `key00000`... up to `keys` to `value`, in a scattered order, a
