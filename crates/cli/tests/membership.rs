@@ -1,6 +1,7 @@
 //! Membership mistakes an operator can make, and how a cluster refuses
 //! them (`docs/cluster.md`, "Administration"), with real processes on
-//! loopback addresses (node N at 127.0.0.N):
+//! loopback addresses (node N at 127.0.0.N); and changes of the users,
+//! which go through the log as membership changes do:
 //!
 //! - `an_unreachable_node_is_not_added_and_a_one_node_cluster_still_stops`:
 //!   `combkv cluster add` of an address where nothing listens, on a
@@ -22,10 +23,15 @@
 //! - `a_node_that_is_no_member_says_whom_it_waits_for`: a node whose
 //!   `--peers` names a first node that never forms the cluster, and one
 //!   started to be added that never is.
+//! - `user_changes_wait_for_the_log_without_holding_the_event_loop`: ACL
+//!   SETUSER and DELUSER on a leader without its majority park their
+//!   connections, and are answered, each as asked, once it has one.
 
 mod support;
 
-use support::node::{Node, admin, field, find_leader, free_addr, peers, ranges, set, wait_output};
+use support::node::{
+    Node, admin, field, find_leader, free_addr, peers, ranges, set, wait_output, wait_serving,
+};
 use support::{read_until, resp_cmd};
 
 use std::io::{ErrorKind, Read};
@@ -484,5 +490,81 @@ fn a_node_that_is_no_member_says_whom_it_waits_for() {
         "{log}"
     );
     drop((n2, n4));
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// A change of the users waits for the log without holding the event
+/// loop it came in on: on a leader (one event loop) whose followers are
+/// stopped (SIGSTOP), ACL SETUSER of two users and ACL DELUSER on three
+/// connections wait, while PING on a fourth is answered. Once the
+/// followers run again, each is answered as it was asked: both users are
+/// there (the two SETUSERs, decided in turn, do not undo each other), and
+/// DELUSER counts the user it removed, on every node.
+#[test]
+fn user_changes_wait_for_the_log_without_holding_the_event_loop() {
+    let root = root("users");
+    let mut nodes: Vec<Node> = (1..=3).map(|id| Node::new(&root, id)).collect();
+    let list = peers(&nodes.iter().collect::<Vec<_>>());
+    for n in &mut nodes {
+        n.start_with(&list, &["--threads", "1"]);
+    }
+    let leader = find_leader(&nodes);
+    // Until it has caught up, a node refuses to change users.
+    wait_serving(&nodes);
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "carol", "on", ">pc"])
+        .query(&mut leader.connect())
+        .unwrap();
+    let connect = || {
+        let s = TcpStream::connect(leader.resp).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s
+    };
+    let (mut alice, mut bob, mut carol, mut ping) = (connect(), connect(), connect(), connect());
+    let followers: Vec<&Node> = nodes.iter().filter(|n| n.id != leader.id).collect();
+    for f in &followers {
+        f.pause(true);
+    }
+    resp_cmd(&mut alice, &[b"ACL", b"SETUSER", b"alice", b"on", b">pa"]);
+    resp_cmd(&mut bob, &[b"ACL", b"SETUSER", b"bob", b"on", b">pb"]);
+    resp_cmd(&mut carol, &[b"ACL", b"DELUSER", b"carol"]);
+    std::thread::sleep(Duration::from_millis(300));
+    resp_cmd(&mut ping, &[b"PING"]);
+    // Held by a change on the loop, the PING would wait for the request
+    // timeout (10 s).
+    let pong = read_until(&mut ping, b"\r\n", Duration::from_secs(3));
+    let mut waiting = Vec::new();
+    let mut buf = [0u8; 256];
+    for s in [&mut alice, &mut bob, &mut carol] {
+        s.set_nonblocking(true).unwrap();
+        waiting.push(matches!(s.read(&mut buf), Err(e) if e.kind() == ErrorKind::WouldBlock));
+        s.set_nonblocking(false).unwrap();
+    }
+    for f in &followers {
+        f.pause(false);
+    }
+    assert_eq!(
+        (&pong[..], &waiting[..]),
+        (&b"+PONG\r\n"[..], &[true; 3][..])
+    );
+    let answers: Vec<Vec<u8>> = [&mut alice, &mut bob, &mut carol]
+        .into_iter()
+        .map(|s| read_until(s, b"\r\n", Duration::from_secs(20)))
+        .collect();
+    assert_eq!(answers, [&b"+OK\r\n"[..], b"+OK\r\n", b":1\r\n"]);
+    for n in &nodes {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let users: Vec<String> = redis::cmd("ACL")
+                .arg("USERS")
+                .query(&mut n.connect())
+                .unwrap();
+            if users == ["alice", "bob", "default"] {
+                break;
+            }
+            assert!(Instant::now() < deadline, "node {}: {users:?}", n.id);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
     let _ = std::fs::remove_dir_all(&root);
 }

@@ -50,6 +50,9 @@ pub struct Cluster {
     /// Held by the membership change in progress: a second one is refused
     /// rather than raced against the first.
     changing: Arc<tokio::sync::Mutex<()>>,
+    /// Held by the change of a setting in progress: the next one waits,
+    /// and decides its value from what this one put in place.
+    setting: Arc<tokio::sync::Mutex<()>>,
     /// The snapshots taken on this node while the keyspace is split.
     snapshots: parking_lot::Mutex<Snapshots>,
     /// Reads across ranges this node served at one timestamp, and the
@@ -194,6 +197,7 @@ impl Cluster {
             stopping: tokio::sync::watch::Sender::new(false),
             marks: Arc::default(),
             changing: Arc::default(),
+            setting: Arc::default(),
             snapshots: Default::default(),
             reads_across: Default::default(),
             read_retries: Default::default(),
@@ -737,10 +741,11 @@ impl Cluster {
     fn change_task(&self, change: Change) -> impl Future<Output = Changed> + Send + 'static {
         let changing = match change {
             // Forming a cluster changes nothing another change could race,
-            // nor does a snapshot.
-            Change::Init(_) | Change::Snapshot { .. } => None,
+            // nor does a snapshot; settings wait their turn (below).
+            Change::Init(_) | Change::Snapshot { .. } | Change::Setting { .. } => None,
             _ => Some(Arc::clone(&self.changing).try_lock_owned()),
         };
+        let setting = Arc::clone(&self.setting);
         let (host, replica) = (self.host.clone(), self.replica.clone());
         let mut stopping = self.stopping.subscribe();
         async move {
@@ -775,6 +780,16 @@ impl Cluster {
                 }
                 Change::Merge { key } => host.merge_at(&key).await.map(Some),
                 Change::Snapshot { ttl } => host.snapshot(ttl).await.map(Some),
+                Change::Setting { name, decide, put } => {
+                    // In turn: decided from the value the last change of
+                    // this node put in place, so that of two changes made
+                    // at once neither undoes the other.
+                    let _turn = setting.lock_owned().await;
+                    let (value, answer) = decide().map_err(ClusterError::Refused)?;
+                    replica.set_setting(name, &value).await?;
+                    put(&value).map_err(ClusterError::Refused)?;
+                    Ok(answer)
+                }
             }
         }
     }
@@ -794,8 +809,7 @@ impl Cluster {
 
 /// A change an administration command asks of the cluster (`CLUSTER
 /// INIT`, `ADD`, `REMOVE`, `SPLIT`, `MERGE`; `SNAPSHOT CREATE` of a
-/// keyspace split into ranges).
-#[derive(Debug)]
+/// keyspace split into ranges; ACL SETUSER, DELUSER and LOAD).
 pub(crate) enum Change {
     /// Forms a new cluster of these members (id, Raft address), this node
     /// one.
@@ -824,10 +838,29 @@ pub(crate) enum Change {
     /// replicas (`Host::snapshot`), the answer
     /// ([`Cluster::add_snapshot`] records it).
     Snapshot { ttl: Duration },
+    /// Changes cluster setting `name` through the log, one such change of
+    /// this node at a time: `decide` makes the new value, and the
+    /// command's answer, from the value in place when its turn comes (an
+    /// error refuses the change); `put` puts the committed value in place
+    /// on this node before the command is answered (every node also
+    /// follows the setting as it applies the entry).
+    Setting {
+        name: &'static str,
+        decide: SettingDecision,
+        put: SettingPut,
+    },
 }
 
+/// What [`Change::Setting`] decides: the setting's new value and the
+/// command's answer.
+pub(crate) type SettingDecision =
+    Box<dyn FnOnce() -> Result<(Vec<u8>, Option<u64>), String> + Send>;
+
+/// Puts a [`Change::Setting`]'s committed value in place on this node.
+pub(crate) type SettingPut = Box<dyn FnOnce(&[u8]) -> Result<(), String> + Send>;
+
 /// A [`Change`]'s answer: the range id a split made or a merge took
-/// away, or the timestamp a snapshot pinned.
+/// away, the timestamp a snapshot pinned, or a setting's answer.
 pub(crate) type Changed = Result<Option<u64>, ClusterError>;
 
 /// What a request's reads were let through on: when the read index it

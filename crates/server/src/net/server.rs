@@ -138,7 +138,7 @@ fn open_node(
             None => None,
         };
         let c = crate::cluster::Cluster::start(config)?;
-        Ok((Node::Cluster(c), lock))
+        Ok((Node::Cluster(Box::new(c)), lock))
     } else {
         // A single node's store holds the lock itself (`Store::open`).
         let store = open_store(config, Some(progress.clone()))?;

@@ -1,30 +1,61 @@
-//! Changes to the users (ACL SETUSER, DELUSER, LOAD) take effect here:
-//! on a single node at once; on a cluster node through the log, so that
-//! every node enforces the same users. The whole table travels as the ACL
-//! file's text (a cluster setting named `acl`), and each node puts it in
-//! place as it applies the entry, after a restart or a snapshot install
-//! too; the node that proposed it also puts it in place before it answers,
-//! so its client sees the change at once.
+//! Changes to the users (ACL SETUSER, DELUSER, LOAD; `requirepass`) take
+//! effect here: on a single node at once; on a cluster node through the
+//! log, so that every node enforces the same users. The whole table
+//! travels as the ACL file's text (a cluster setting named `acl`), and
+//! each node puts it in place as it applies the entry, after a restart or
+//! a snapshot install too; the node that proposed it also puts it in place
+//! before it answers, so its client sees the change at once.
+//!
+//! On a cluster node the change waits for a log round (up to the request
+//! timeout without a quorum), so its connection parks meanwhile, as a
+//! write's does. A node's changes go in turn, each decided from the table
+//! the one before it put in place: two clients changing users at once
+//! both get their change.
 
 use std::sync::{Arc, Weak};
 
+use crate::cluster::Change;
+use crate::node::park::{self, Parking};
 use crate::state::Shared;
+use crate::state::acl::Acl;
 
 /// The cluster setting that carries the ACL table.
 const SETTING: &str = "acl";
 
-/// Puts `text` (`Acl::to_text`'s form) in place, everywhere it must be.
-pub(crate) fn commit(shared: &Shared, text: &str) -> Result<(), String> {
+/// Changes the users: `decide` makes the new table (`Acl::to_text`'s
+/// form) and the command's answer from the table in place, or refuses.
+/// None: the connection parked (`parking`), and the command, run again
+/// once the change ends, finds its answer here.
+pub(crate) fn change(
+    shared: &Shared,
+    parking: Option<Parking<'_>>,
+    decide: impl FnOnce(&Acl) -> Result<(String, u64), String> + Send + 'static,
+) -> Option<Result<u64, String>> {
     // A change made before the node's log is open would be replaced by
-    // the table the log holds.
-    if shared.config.clustered() && shared.cluster().is_none() {
-        return Err("the node is still loading; change users once it serves".into());
+    // the table the log holds; until it has caught up with the log, its
+    // connections cannot park.
+    if shared.config.clustered() && (shared.cluster().is_none() || shared.readiness.loading()) {
+        return Some(Err(
+            "the node is still loading; change users once it serves".into(),
+        ));
     }
-    if let Some(c) = shared.cluster() {
-        c.set_setting(SETTING, text.as_bytes())
-            .map_err(|e| format!("the ACL change did not commit: {e}"))?;
-    }
-    shared.acl.replace(text)
+    let Some(c) = shared.cluster() else {
+        return Some(decide(&shared.acl).and_then(|(text, n)| {
+            shared.acl.replace(&text)?;
+            Ok(n)
+        }));
+    };
+    let (acl, put) = (Arc::clone(&shared.acl), Arc::clone(&shared.acl));
+    let change = Change::Setting {
+        name: SETTING,
+        decide: Box::new(move || decide(&acl).map(|(text, n)| (text.into_bytes(), Some(n)))),
+        put: Box::new(move |text| put.replace(&String::from_utf8_lossy(text))),
+    };
+    let changed = park::change(parking, c, change)?;
+    Some(changed.map(|n| n.unwrap_or(0)).map_err(|e| match e {
+        combkv_replica::ClusterError::Refused(why) => why,
+        e => format!("the ACL change did not commit: {e}"),
+    }))
 }
 
 /// On a cluster node: follows the replicated ACL table. A table the log

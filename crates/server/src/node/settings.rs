@@ -138,8 +138,13 @@ fn set_requirepass(shared: &Shared, pass: Option<&str>) -> Result<(), String> {
         Some(p) => vec!["resetpass".to_string(), format!(">{p}")],
         None => vec!["resetpass".to_string(), "nopass".to_string()],
     };
-    let text = shared.acl.set_user_text("default", &rules)?;
-    crate::node::acl::commit(shared, &text)
+    // CONFIG SET runs its settings as one, so this one waits for the
+    // log on the event loop rather than parking.
+    crate::node::acl::change(shared, None, move |acl| {
+        Ok((acl.set_user_text("default", &rules)?, 0))
+    })
+    .expect("without parking a change is answered")
+    .map(drop)
 }
 
 /// More clients need more descriptors: the soft limit is raised if it can

@@ -75,7 +75,7 @@ impl Stats {
 #[derive(Debug)]
 pub enum Node {
     Single(Arc<Store>),
-    Cluster(crate::cluster::Cluster),
+    Cluster(Box<crate::cluster::Cluster>),
 }
 
 /// What the event loops share.
@@ -137,7 +137,7 @@ pub struct Shared {
     /// The TLS listeners' certificates, replaceable while serving.
     pub tls: super::tls::ClientTls,
     /// Users and permissions.
-    pub acl: super::acl::Acl,
+    pub acl: Arc<super::acl::Acl>,
     /// The clients in MONITOR.
     pub monitors: super::monitor::Monitors,
     /// Slow events (Redis's latency monitor).
@@ -246,7 +246,7 @@ impl Shared {
             scan_cursors: Mutex::new(Default::default()),
             memcache: Default::default(),
             tls,
-            acl,
+            acl: Arc::new(acl),
             latency: Default::default(),
             monitors: Default::default(),
             last_leader: AtomicU64::new(u64::MAX),

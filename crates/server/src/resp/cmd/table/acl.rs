@@ -119,6 +119,21 @@ fn text(a: &[u8]) -> String {
     String::from_utf8_lossy(a).into_owned()
 }
 
+/// A change of the users (`node::acl::change`): its answer, or None
+/// with the connection parked until the change ends.
+fn change_users(
+    cx: &mut Ctx<'_, '_>,
+    decide: impl FnOnce(&Acl) -> Result<(String, u64), String> + Send + 'static,
+) -> Result<Option<u64>, CmdError> {
+    match crate::node::acl::change(cx.shared, cx.parking, decide) {
+        Some(answer) => answer.map(Some).map_err(CmdError::err),
+        None => {
+            cx.parked = true;
+            Ok(None)
+        }
+    }
+}
+
 pub(crate) fn acl(cx: &mut Ctx<'_, '_>) -> CmdResult {
     let sub = text(cx.args[1]).to_ascii_lowercase();
     let n = cx.args.len();
@@ -144,18 +159,20 @@ pub(crate) fn acl(cx: &mut Ctx<'_, '_>) -> CmdResult {
     let acl = &cx.shared.acl;
     match (sub.as_str(), n) {
         ("setuser", 3..) => {
+            let name = text(cx.args[2]);
             let rules: Vec<String> = cx.args[3..].iter().map(|a| text(a)).collect();
-            let table = acl
-                .set_user_text(&text(cx.args[2]), &rules)
-                .map_err(CmdError::err)?;
-            crate::node::acl::commit(cx.shared, &table).map_err(CmdError::err)?;
-            cx.r.ok();
+            if change_users(cx, move |acl| Ok((acl.set_user_text(&name, &rules)?, 0)))?.is_some() {
+                cx.r.ok();
+            }
         }
         ("deluser", 3..) => {
             let names: Vec<String> = cx.args[2..].iter().map(|a| text(a)).collect();
-            let (n, table) = acl.del_users_text(&names).map_err(CmdError::err)?;
-            crate::node::acl::commit(cx.shared, &table).map_err(CmdError::err)?;
-            cx.r.int(n as i64);
+            let gone = change_users(cx, move |acl| {
+                acl.del_users_text(&names).map(|(n, text)| (text, n as u64))
+            })?;
+            if let Some(n) = gone {
+                cx.r.int(n as i64);
+            }
         }
         ("getuser", 3) => getuser(cx)?,
         ("list", 2) => {
@@ -180,9 +197,9 @@ pub(crate) fn acl(cx: &mut Ctx<'_, '_>) -> CmdResult {
             None => cx.r.null(),
         },
         ("load", 2) => {
-            let table = acl.file_text().map_err(CmdError::err)?;
-            crate::node::acl::commit(cx.shared, &table).map_err(CmdError::err)?;
-            cx.r.ok();
+            if change_users(cx, |acl| Ok((acl.file_text()?, 0)))?.is_some() {
+                cx.r.ok();
+            }
         }
         ("save", 2) => {
             acl.save().map_err(CmdError::err)?;
