@@ -11,7 +11,8 @@
 //! - `ids_in_use_and_ids_of_removed_voters_are_refused`: on three nodes,
 //!   an unreachable node is not made a voter, an id in the cluster is
 //!   refused, and the id of a removed voter is refused on every node, after
-//!   a restart too.
+//!   a restart too; the removed node, still running, says it was removed
+//!   and refuses requests at once.
 //! - `peers_that_disagree_with_the_cluster_are_named_and_refused`: a node
 //!   whose `--peers` has another node at another address says so in `INFO
 //!   replication` while it runs, and refuses to start again with it.
@@ -216,6 +217,28 @@ fn ids_in_use_and_ids_of_removed_voters_are_refused() {
     // A removed voter's id: refused at once by the leader.
     let (ok, said) = admin(l, &["remove", &gone.to_string()], Duration::from_secs(30));
     assert!(ok, "{said}");
+    // The removed node, still running, learns it from the leader and says
+    // so, and refuses writes and reads at once (it would otherwise wait
+    // for a leader that no longer replicates to it, 10 s a request).
+    let removed = &nodes[gone as usize - 1];
+    let why = format!("this node was removed from the cluster: node {leader}, its leader");
+    removed.wait_status("told it was removed", Duration::from_secs(30), |s| {
+        field(s, "cluster_problem").contains(&why)
+    });
+    let mut con = removed.connect();
+    for cmd in [
+        redis::cmd("SET").arg("k").arg("v").clone(),
+        redis::cmd("GET").arg("k").clone(),
+    ] {
+        let start = Instant::now();
+        let got: redis::RedisResult<Option<String>> = cmd.query(&mut con);
+        let said = format!("{got:?}");
+        assert!(
+            said.contains("removed from the cluster") && start.elapsed() < Duration::from_secs(2),
+            "{said} after {:?}",
+            start.elapsed()
+        );
+    }
     nodes[gone as usize - 1].kill();
     let l = &nodes[leader as usize - 1];
     let spare = free_addr(gone).to_string();

@@ -169,6 +169,10 @@ impl Replica {
             if left.is_zero() {
                 return Err(ClusterError::NoLeader);
             }
+            // Refused before it is proposed or forwarded: it was not made.
+            if let Some(why) = self.removed() {
+                return Err(ClusterError::Refused(why));
+            }
             let r = match self.leader_addr() {
                 Some((leader, _)) if leader == self.inner.id => {
                     match tokio::time::timeout(left, self.inner.group.propose(batch.clone())).await
@@ -346,6 +350,9 @@ impl Replica {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(ClusterError::NoLeader);
+            }
+            if let Some(why) = self.removed() {
+                return Err(ClusterError::Refused(why));
             }
             let got: RaftResult<Option<LogId>, CheckIsLeaderError<NodeId, openraft::BasicNode>> =
                 match self.leader_addr() {

@@ -45,6 +45,9 @@ struct Reach {
 pub(crate) struct Health {
     peers: Mutex<BTreeMap<NodeId, Reach>>,
     pub(crate) problem: Mutex<Option<String>>,
+    /// Set, with why, while the cluster's leader says this node is no
+    /// member of its committed membership (`Replica::ask_membership`).
+    pub(crate) removed: Mutex<Option<String>>,
 }
 
 impl Health {

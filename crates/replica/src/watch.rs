@@ -20,6 +20,10 @@ use crate::types::NodeId;
 const REPEAT_WARNING: Duration = Duration::from_secs(30);
 /// How often the watch looks.
 const WATCH_EVERY: Duration = Duration::from_secs(1);
+/// Every how many looks a node that is no leader asks whether it is
+/// still a member, and how long it waits for each voter's answer.
+const ASK_MEMBERSHIP_EVERY: u64 = 3;
+const ASK_MEMBERSHIP_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl Replica {
     /// Watches this node for a problem that keeps it from joining or
@@ -31,11 +35,14 @@ impl Replica {
             let mut leaderless_since: Option<Instant> = None;
             let mut warned: Option<Instant> = None;
             let mut silent = BTreeMap::new();
-            loop {
+            for tick in 1u64.. {
                 tokio::time::sleep(WATCH_EVERY).await;
                 let Some(inner) = weak.upgrade() else { return };
                 let replica = Replica { inner };
                 replica.watch_followers(&mut silent);
+                if tick.is_multiple_of(ASK_MEMBERSHIP_EVERY) {
+                    replica.ask_membership().await;
+                }
                 let Some(found) = replica.look(&peers, &mut leaderless_since) else {
                     return;
                 };
@@ -78,6 +85,9 @@ impl Replica {
         let m = self.inner.raft.metrics().borrow().clone();
         if m.state == ServerState::Shutdown {
             return None;
+        }
+        if let Some(removed) = self.removed() {
+            return Some(Some(removed));
         }
         let membership = m.membership_config.membership();
         let stored = m.membership_config.log_id().map_or(0, |l| l.index);
@@ -208,6 +218,62 @@ impl Replica {
             );
             silent.insert(*id, now);
         }
+    }
+
+    /// Asks the voters of this node's membership, in turn, which members
+    /// the cluster has: the leader answers once its membership is
+    /// committed, and a membership without this node means it was removed.
+    /// The removal itself often never reaches the removed node (the leader
+    /// stops sending to it once the configuration without it commits), so
+    /// without asking it would wait for a leader, or follow one that no
+    /// longer replicates to it, forever. A node that holds no membership
+    /// yet (it waits to be added) does not ask. The answer is taken again
+    /// at every ask, so a stale leader's (one cut off from a majority that
+    /// added this node since) is set right by the next answer from the
+    /// cluster's real leader.
+    async fn ask_membership(&self) {
+        let (me, voters) = {
+            let metrics = self.inner.raft.metrics();
+            let m = metrics.borrow();
+            let membership = m.membership_config.membership();
+            if m.state == ServerState::Leader || membership.nodes().next().is_none() {
+                *self.inner.health.removed.lock() = None;
+                return;
+            }
+            let me = self.inner.id;
+            let voters: Vec<(NodeId, String)> = membership
+                .voter_ids()
+                .filter(|&id| id != me)
+                .filter_map(|id| Some((id, membership.get_node(&id)?.addr.clone())))
+                .collect();
+            (me, voters)
+        };
+        for (id, addr) in voters {
+            let asked = self.inner.transport.call(
+                id,
+                &addr,
+                crate::rpc::Request::Members,
+                ASK_MEMBERSHIP_TIMEOUT,
+            );
+            if let Ok(crate::rpc::Response::Members(Some(members))) = asked.await {
+                *self.inner.health.removed.lock() = (!members.contains(&me)).then(|| {
+                    format!(
+                        "this node was removed from the cluster: node {id}, its leader, \
+                         committed a membership without it ({members:?}); it serves nothing \
+                         more. Stop it (its data directory is no longer needed); to serve \
+                         from this machine again, add it as a new node under a new id \
+                         (ids are never reused)"
+                    )
+                });
+                return;
+            }
+        }
+    }
+
+    /// Why this node serves nothing more, if its cluster removed it
+    /// ([`Replica::ask_membership`]).
+    pub(crate) fn removed(&self) -> Option<String> {
+        self.inner.health.removed.lock().clone()
     }
 
     /// Whether this node holds a membership (it formed or joined a
