@@ -11,8 +11,8 @@
 //! - `ids_in_use_and_ids_of_removed_voters_are_refused`: on three nodes,
 //!   an unreachable node is not made a voter, an id in the cluster is
 //!   refused, and the id of a removed voter is refused on every node, after
-//!   a restart too; the removed node, still running, says it was removed
-//!   and refuses requests at once.
+//!   a restart too; the removed node, still running, says it was removed,
+//!   refuses requests at once, and is not ready.
 //! - `peers_that_disagree_with_the_cluster_are_named_and_refused`: a node
 //!   whose `--peers` has another node at another address says so in `INFO
 //!   replication` while it runs, and refuses to start again with it.
@@ -39,6 +39,17 @@ use std::io::{ErrorKind, Read};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// The whole answer of a GET of `path` at `addr` (a node's `--metrics`).
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::Write;
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text
+}
 
 fn root(name: &str) -> std::path::PathBuf {
     support::node::root("membership", name)
@@ -165,8 +176,9 @@ fn ids_in_use_and_ids_of_removed_voters_are_refused() {
     let root = root("ids");
     let mut nodes: Vec<Node> = (1..=3).map(|id| Node::new(&root, id)).collect();
     let list = peers(&nodes.iter().collect::<Vec<_>>());
-    for n in &mut nodes {
-        n.start(&list);
+    let metrics: Vec<String> = nodes.iter().map(|n| free_addr(n.id).to_string()).collect();
+    for (n, m) in nodes.iter_mut().zip(&metrics) {
+        n.start_with(&list, &["--metrics", m]);
     }
     let leader = find_leader(&nodes).id;
     let l = &nodes[leader as usize - 1];
@@ -239,6 +251,15 @@ fn ids_in_use_and_ids_of_removed_voters_are_refused() {
             start.elapsed()
         );
     }
+    // Not ready (a load balancer sends it nobody), and healthy (a restart
+    // would not make it a member again).
+    let probe = |path: &str| http_get(&metrics[gone as usize - 1], path);
+    let (ready, health) = (probe("/readyz"), probe("/healthz"));
+    assert!(
+        ready.starts_with("HTTP/1.1 503") && ready.contains("removed: this node was removed"),
+        "{ready}"
+    );
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
     nodes[gone as usize - 1].kill();
     let l = &nodes[leader as usize - 1];
     let spare = free_addr(gone).to_string();

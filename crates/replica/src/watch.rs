@@ -272,7 +272,7 @@ impl Replica {
 
     /// Why this node serves nothing more, if its cluster removed it
     /// ([`Replica::ask_membership`]).
-    pub(crate) fn removed(&self) -> Option<String> {
+    pub fn removed(&self) -> Option<String> {
         self.inner.health.removed.lock().clone()
     }
 

@@ -714,6 +714,11 @@ impl Cluster {
         self.replica.id()
     }
 
+    /// Why this node serves nothing more, if its cluster removed it.
+    pub(crate) fn removed(&self) -> Option<String> {
+        self.replica.removed()
+    }
+
     /// How reads are served.
     pub fn reads(&self) -> ClusterReads {
         self.reads

@@ -321,9 +321,7 @@ impl Collector for Figures {
             &mut e,
             "combkv_ready",
             "1 when the node serves (what /readyz says).",
-            f64::from(u8::from(
-                shared.readiness.state() == crate::state::readiness::State::Ready,
-            )),
+            f64::from(u8::from(crate::node::readiness::serving(shared).is_ok())),
         )?;
         batch_sizes(shared, &mut e)?;
         durations(shared, &mut e)?;

@@ -75,18 +75,25 @@ fn answer<S: Read + Write>(mut stream: S, shared: &Arc<Shared>) -> std::io::Resu
     let path = first.split_whitespace().nth(1).unwrap_or("");
     // Probes: `/healthz` fails only when the node needs a restart (its
     // storage failed), `/readyz` until it serves and when it fails.
+    // A node its cluster removed is not ready (it serves nothing), and
+    // healthy: a restart would not make it a member again.
     let probe = match path {
-        "/healthz" => Some(!matches!(shared.readiness.state(), State::Failed(_))),
-        "/readyz" => Some(shared.readiness.state() == State::Ready),
+        "/healthz" => Some(match shared.readiness.state() {
+            State::Failed(_) => Err(shared.readiness.describe()),
+            _ => Ok(()),
+        }),
+        "/readyz" => Some(crate::node::readiness::serving(shared)),
         _ => None,
     };
-    if let Some(ok) = probe.filter(|_| first.starts_with("GET ")) {
-        let status = if ok {
-            "200 OK"
-        } else {
-            "503 Service Unavailable"
+    if let Some(said) = probe.filter(|_| first.starts_with("GET ")) {
+        let status = match said {
+            Ok(()) => "200 OK",
+            Err(_) => "503 Service Unavailable",
         };
-        let body = format!("{}\n", shared.readiness.describe());
+        let body = format!(
+            "{}\n",
+            said.err().unwrap_or_else(|| shared.readiness.describe())
+        );
         write!(
             w,
             "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",

@@ -79,6 +79,19 @@ fn catch_up(shared: &Arc<Shared>) {
     );
 }
 
+/// Whether the node serves, as `/readyz` and `combkv_ready` say: it is
+/// ready, and (a cluster node) its cluster has not removed it. Why not
+/// otherwise.
+pub(crate) fn serving(shared: &Shared) -> Result<(), String> {
+    if let Some(why) = shared.cluster().and_then(|c| c.removed()) {
+        return Err(format!("removed: {why}"));
+    }
+    match shared.readiness.state() {
+        State::Ready => Ok(()),
+        _ => Err(shared.readiness.describe()),
+    }
+}
+
 /// Why the node's storage cannot go on without a restart, if so.
 fn failure(shared: &Shared) -> Option<String> {
     match shared.cluster() {
