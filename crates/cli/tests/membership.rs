@@ -33,9 +33,9 @@ mod support;
 use support::node::{
     Node, admin, field, find_leader, free_addr, peers, ranges, set, wait_output, wait_serving,
 };
-use support::{read_until, resp_cmd};
+use support::{no_reply_yet, read_until, resp_cmd};
 
-use std::io::{ErrorKind, Read};
+use std::io::Read;
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -141,11 +141,7 @@ fn an_unreachable_node_is_not_added_and_a_one_node_cluster_still_stops() {
     let set_reply = read_until(&mut other, b"\r\n", Duration::from_secs(3));
     resp_cmd(&mut other, &[b"GET", b"during-the-add"]);
     let get_reply = read_until(&mut other, b"1\r\n", Duration::from_secs(3));
-    adding.set_nonblocking(true).unwrap();
-    let mut buf = [0u8; 256];
-    let still_waiting =
-        matches!(adding.read(&mut buf), Err(e) if e.kind() == ErrorKind::WouldBlock);
-    adding.set_nonblocking(false).unwrap();
+    let still_waiting = no_reply_yet(&mut adding);
     assert_eq!(
         (&set_reply[..], &get_reply[..], still_waiting),
         (&b"+OK\r\n"[..], &b"$1\r\n1\r\n"[..], true)
@@ -577,13 +573,10 @@ fn user_changes_wait_for_the_log_without_holding_the_event_loop() {
     // Held by a change on the loop, the PING would wait for the request
     // timeout (10 s).
     let pong = read_until(&mut ping, b"\r\n", Duration::from_secs(3));
-    let mut waiting = Vec::new();
-    let mut buf = [0u8; 256];
-    for s in [&mut alice, &mut bob, &mut carol] {
-        s.set_nonblocking(true).unwrap();
-        waiting.push(matches!(s.read(&mut buf), Err(e) if e.kind() == ErrorKind::WouldBlock));
-        s.set_nonblocking(false).unwrap();
-    }
+    let waiting: Vec<bool> = [&mut alice, &mut bob, &mut carol]
+        .into_iter()
+        .map(no_reply_yet)
+        .collect();
     for f in &followers {
         f.pause(false);
     }

@@ -176,7 +176,7 @@ fn a_range_a_snapshot_pins_waits_to_split_until_it_is_released() {
 /// Node 1 reads locally: otherwise the SNAPSHOT would first park on the
 /// read index every read on it waits for, and the test would not tell.)
 fn a_snapshot_being_pinned_leaves_the_loop_free(nodes: &[Node], value: &str) {
-    use std::io::{ErrorKind, Read};
+    use std::io::Read;
     use std::net::TcpStream;
     use support::{read_until, resp_cmd};
     let connect = || {
@@ -195,9 +195,7 @@ fn a_snapshot_being_pinned_leaves_the_loop_free(nodes: &[Node], value: &str) {
     resp_cmd(&mut ping, &[b"PING"]);
     let mut buf = [0u8; 64];
     let pong = ping.read(&mut buf).map(|n| buf[..n].to_vec());
-    creating.set_nonblocking(true).unwrap();
-    let waiting = matches!(creating.read(&mut buf), Err(e) if e.kind() == ErrorKind::WouldBlock);
-    creating.set_nonblocking(false).unwrap();
+    let waiting = support::no_reply_yet(&mut creating);
     for n in &nodes[1..] {
         n.pause(false);
     }

@@ -283,6 +283,16 @@ pub fn resp_cmd(s: &mut TcpStream, args: &[&[u8]]) {
     s.write_all(&req).unwrap();
 }
 
+/// Whether nothing has come back on `s` yet (a request it sent still
+/// waits for its answer), without waiting.
+pub fn no_reply_yet(s: &mut TcpStream) -> bool {
+    s.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 256];
+    let waiting = matches!(s.read(&mut buf), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+    s.set_nonblocking(false).unwrap();
+    waiting
+}
+
 /// Reads until `want` ends what was read, or panics after `wait`.
 pub fn read_until(s: &mut TcpStream, want: &[u8], wait: Duration) -> Vec<u8> {
     let deadline = Instant::now() + wait;

@@ -74,9 +74,9 @@ fn answer<S: Read + Write>(mut stream: S, shared: &Arc<Shared>) -> std::io::Resu
     let w = &mut stream;
     let path = first.split_whitespace().nth(1).unwrap_or("");
     // Probes: `/healthz` fails only when the node needs a restart (its
-    // storage failed), `/readyz` until it serves and when it fails.
-    // A node its cluster removed is not ready (it serves nothing), and
-    // healthy: a restart would not make it a member again.
+    // storage failed), `/readyz` until it serves, when it fails, and once
+    // its cluster removed it (a restart would not make it a member again,
+    // so that one is no health failure).
     let probe = match path {
         "/healthz" => Some(match shared.readiness.state() {
             State::Failed(_) => Err(shared.readiness.describe()),
