@@ -261,8 +261,8 @@ impl Replica {
                         "this node was removed from the cluster: node {id}, its leader, \
                          committed a membership without it ({members:?}); it serves nothing \
                          more. Stop it (its data directory is no longer needed); to serve \
-                         from this machine again, add it as a new node under a new id \
-                         (ids are never reused)"
+                         from this machine again, add it anew (`combkv cluster add`; an id \
+                         that was a voter's is never used again: give it a new one)"
                     )
                 });
                 return;
