@@ -7,10 +7,11 @@
 //! before it answers, so its client sees the change at once.
 //!
 //! On a cluster node the change waits for a log round (up to the request
-//! timeout without a quorum), so its connection parks meanwhile, as a
-//! write's does. A node's changes go in turn, each decided from the table
-//! the one before it put in place: two clients changing users at once
-//! both get their change.
+//! timeout without a quorum), so an ACL command's connection parks
+//! meanwhile, as a write's does (CONFIG SET's `requirepass` waits on its
+//! event loop: CONFIG SET applies its parameters as one). A node's changes
+//! go in turn, each decided from the table the one before it put in place:
+//! two clients changing users at once both get their change.
 
 use std::sync::{Arc, Weak};
 
