@@ -20,10 +20,8 @@ use crate::types::NodeId;
 const REPEAT_WARNING: Duration = Duration::from_secs(30);
 /// How often the watch looks.
 const WATCH_EVERY: Duration = Duration::from_secs(1);
-/// Every how many looks a node that is no leader asks whether it is
-/// still a member, and how long it waits for each voter's answer.
-const ASK_MEMBERSHIP_EVERY: u64 = 3;
-const ASK_MEMBERSHIP_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long [`Replica::ask_membership`] waits for each voter's answer.
+const ASK_MEMBERSHIP_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl Replica {
     /// Watches this node for a problem that keeps it from joining or
@@ -35,14 +33,11 @@ impl Replica {
             let mut leaderless_since: Option<Instant> = None;
             let mut warned: Option<Instant> = None;
             let mut silent = BTreeMap::new();
-            for tick in 1u64.. {
+            loop {
                 tokio::time::sleep(WATCH_EVERY).await;
                 let Some(inner) = weak.upgrade() else { return };
                 let replica = Replica { inner };
                 replica.watch_followers(&mut silent);
-                if tick.is_multiple_of(ASK_MEMBERSHIP_EVERY) {
-                    replica.ask_membership().await;
-                }
                 let Some(found) = replica.look(&peers, &mut leaderless_since) else {
                     return;
                 };
@@ -230,8 +225,10 @@ impl Replica {
     /// yet (it waits to be added) does not ask. The answer is taken again
     /// at every ask, so a stale leader's (one cut off from a majority that
     /// added this node since) is set right by the next answer from the
-    /// cluster's real leader.
-    async fn ask_membership(&self) {
+    /// cluster's real leader. Asked once a second by the node's drivers
+    /// (`Host::drop_moved_away`, which also leaves every range when the
+    /// answer is no).
+    pub(crate) async fn ask_membership(&self) {
         let (me, voters) = {
             let metrics = self.inner.raft.metrics();
             let m = metrics.borrow();

@@ -14,8 +14,8 @@
 //!
 //! The Raft node runs on a small tokio runtime of its own; the event loops
 //! are not tokio threads. A change to the cluster (membership, splits and
-//! merges, a snapshot of every range) runs on that runtime while its
-//! connection parks (`change_then`); what must wait (the other
+//! merges, a snapshot of every range, the users) runs on that runtime
+//! while its connection parks (`change_then`); what must wait (the other
 //! administration, reaping on the housekeeping thread, a shutdown's last
 //! requests) waits with `block_on`.
 

@@ -330,21 +330,20 @@ impl Host {
     /// aside (a restart never starts it again), then its log and the rest
     /// removed. Once a second on every node.
     pub(super) async fn drop_moved_away(&self) {
+        let Some(meta) = self.group(0) else { return };
+        // A node removed from the cluster often never applies its removal
+        // (its map stays as it was): it asks, split or not (and says so,
+        // `Replica::removed`), and if it is out, it leaves every range, so
+        // that their other replicas elect leaders that follow the map's
+        // replacements for it.
+        meta.ask_membership().await;
+        let out_of_cluster = meta.removed().is_some();
+        self.0.left_cluster.store(out_of_cluster, Ordering::Relaxed);
         if self.groups().iter().all(|&g| g == 0) {
             return;
         }
-        let Some(meta) = self.group(0) else { return };
         let Some(map) = meta.range_map() else { return };
         let me = self.0.id;
-        // A node removed from the cluster often never applies its removal
-        // (its map stays as it was): it asks, and if it is out, it leaves
-        // every range, so that their other replicas elect leaders that
-        // follow the map's replacements for it.
-        let out_of_cluster = match map.get(0) {
-            Some(r0) => self.no_member(0, &r0.voters).await,
-            None => false,
-        };
-        self.0.left_cluster.store(out_of_cluster, Ordering::Relaxed);
         let unknown: Vec<_> = self
             .groups()
             .into_iter()

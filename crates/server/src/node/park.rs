@@ -28,9 +28,10 @@
 //!   timeout passes or the server stops, and lands the count; the WAIT,
 //!   left unparsed, runs again and answers it.
 //! - An administration command that changes the cluster (CLUSTER INIT,
-//!   ADD, REMOVE, SPLIT, MERGE) parks the same way: the change runs on
-//!   the Raft runtime (an add waits for its node to catch up, for up to
-//!   its timeout) and lands its answer for the command to find.
+//!   ADD, REMOVE, SPLIT, MERGE; SNAPSHOT CREATE of a split keyspace; ACL
+//!   SETUSER, DELUSER, LOAD) parks the same way: the change runs on the
+//!   Raft runtime (an add waits for its node to catch up, for up to its
+//!   timeout) and lands its answer for the command to find.
 //!
 //! At the end of the turn the loop proposes every write its connections
 //! held as one batch, and asks one read index for every read. When the
