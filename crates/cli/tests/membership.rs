@@ -605,3 +605,65 @@ fn user_changes_wait_for_the_log_without_holding_the_event_loop() {
     }
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// Users changed through two nodes at once: each change is decided from
+/// the table the log holds and applies only if that table is still the
+/// log's, else it is decided again, so neither node's change undoes the
+/// other's. Without that check the later table wins and acknowledged
+/// users vanish.
+#[test]
+fn user_changes_through_two_nodes_at_once_are_all_kept() {
+    let root = root("users-two");
+    let mut nodes: Vec<Node> = (1..=3).map(|id| Node::new(&root, id)).collect();
+    let list = peers(&nodes.iter().collect::<Vec<_>>());
+    for n in &mut nodes {
+        n.start(&list);
+    }
+    find_leader(&nodes);
+    wait_serving(&nodes);
+    const EACH: usize = 15;
+    let writers: Vec<_> = nodes[..2]
+        .iter()
+        .map(|n| {
+            let mut c = n.connect();
+            let id = n.id;
+            std::thread::spawn(move || {
+                for i in 0..EACH {
+                    let _: () = redis::cmd("ACL")
+                        .arg(&["SETUSER", &format!("u{id}-{i:02}"), "on", ">p"])
+                        .query(&mut c)
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    let mut want: Vec<String> = (1..=2)
+        .flat_map(|id| (0..EACH).map(move |i| format!("u{id}-{i:02}")))
+        .collect();
+    want.push("default".into());
+    want.sort();
+    for n in &nodes {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let users: Vec<String> = redis::cmd("ACL")
+                .arg("USERS")
+                .query(&mut n.connect())
+                .unwrap();
+            if users == want {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {}: {} users of {}: {users:?}",
+                n.id,
+                users.len(),
+                want.len()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}

@@ -62,6 +62,38 @@ impl Replica {
             .map(|_| ())
     }
 
+    /// Sets cluster setting `name` to `value` only if it still holds
+    /// `expect` (None: no value) when the entry applies: true if it
+    /// applied, false if the setting had changed (another node's change
+    /// came first; this node has applied it by then, as everything the
+    /// log holds before this entry). Proposed as [`Replica::set_setting`].
+    pub async fn set_setting_if(
+        &self,
+        name: &str,
+        expect: Option<&[u8]>,
+        value: &[u8],
+    ) -> Result<bool, ClusterError> {
+        let change = crate::codec::SettingIf {
+            name: name.to_string(),
+            expect: expect.map(<[u8]>::to_vec),
+            value: value.to_vec(),
+        };
+        let now = self.clock_ms();
+        let results = self
+            .write(now, crate::codec::encode_setting_if(&change))
+            .await?;
+        match one_result(results, "setting") {
+            Ok(()) => Ok(true),
+            Err(ClusterError::Refused(why)) if why == crate::codec::SETTING_CHANGED => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The value of cluster setting `name` as this node has applied it.
+    pub fn setting(&self, name: &str) -> Option<Vec<u8>> {
+        self.inner.sm.settings().borrow().get(name).cloned()
+    }
+
     /// Changes the range map (a split, a merge, a range's replicas)
     /// through the meta group's log, as a setting is changed: answered once
     /// it has applied here, or refused with the map unchanged (a range

@@ -786,14 +786,36 @@ impl Cluster {
                 Change::Merge { key } => host.merge_at(&key).await.map(Some),
                 Change::Snapshot { ttl } => host.snapshot(ttl).await.map(Some),
                 Change::Setting { name, decide, put } => {
-                    // In turn: decided from the value the last change of
-                    // this node put in place, so that of two changes made
-                    // at once neither undoes the other.
+                    // Decided from the value the log holds (everything
+                    // committed before is applied here after a read
+                    // index), and applied only if the log still holds it
+                    // then: of two changes made at once, through this node
+                    // or another, neither undoes the other; the one that
+                    // lost is decided again from the value that won. This
+                    // node's changes take turns, so they do not lose to
+                    // one another.
                     let _turn = setting.lock_owned().await;
-                    let (value, answer) = decide().map_err(ClusterError::Refused)?;
-                    replica.set_setting(name, &value).await?;
-                    put(&value).map_err(ClusterError::Refused)?;
-                    Ok(answer)
+                    let deadline = Instant::now() + SETTING_TRYING;
+                    replica.read_barrier().await?;
+                    let mut tries = 0;
+                    while Instant::now() < deadline {
+                        tries += 1;
+                        let base = replica.setting(name);
+                        let (value, answer) =
+                            decide(base.as_deref()).map_err(ClusterError::Refused)?;
+                        if replica
+                            .set_setting_if(name, base.as_deref(), &value)
+                            .await?
+                        {
+                            put(&value).map_err(ClusterError::Refused)?;
+                            return Ok(answer);
+                        }
+                    }
+                    Err(ClusterError::Refused(format!(
+                        "the {name} setting changed under each of {tries} tries in {} s \
+                         (other nodes changing it); try again",
+                        SETTING_TRYING.as_secs()
+                    )))
                 }
             }
         }
@@ -845,10 +867,11 @@ pub(crate) enum Change {
     Snapshot { ttl: Duration },
     /// Changes cluster setting `name` through the log, one such change of
     /// this node at a time: `decide` makes the new value, and the
-    /// command's answer, from the value in place when its turn comes (an
-    /// error refuses the change); `put` puts the committed value in place
-    /// on this node before the command is answered (every node also
-    /// follows the setting as it applies the entry).
+    /// command's answer, from the value the log holds when its turn comes
+    /// (an error refuses the change), and again if another node's change
+    /// came first; `put` puts the committed value in place on this node
+    /// before the command is answered (every node also follows the
+    /// setting as it applies the entry).
     Setting {
         name: &'static str,
         decide: SettingDecision,
@@ -856,10 +879,16 @@ pub(crate) enum Change {
     },
 }
 
-/// What [`Change::Setting`] decides: the setting's new value and the
-/// command's answer.
+/// What [`Change::Setting`] decides from the setting's value in the log
+/// (None: it holds none yet): the new value and the command's answer. It
+/// may be asked again, from a newer value, if another change came first.
 pub(crate) type SettingDecision =
-    Box<dyn FnOnce() -> Result<(Vec<u8>, Option<u64>), String> + Send>;
+    Box<dyn Fn(Option<&[u8]>) -> Result<(Vec<u8>, Option<u64>), String> + Send>;
+
+/// How long a [`Change::Setting`] is decided again while other changes
+/// come first, before it is refused. A count would not do: a node whose
+/// changes are forwarded loses every race to a busy leader's own.
+const SETTING_TRYING: Duration = Duration::from_secs(10);
 
 /// Puts a [`Change::Setting`]'s committed value in place on this node.
 pub(crate) type SettingPut = Box<dyn FnOnce(&[u8]) -> Result<(), String> + Send>;

@@ -326,11 +326,48 @@ pub fn decode_absorb(bytes: &[u8]) -> Option<Decoded<AbsorbRange>> {
         .then(|| postcard::from_bytes(&bytes[9..]).map_err(|_| DecodeError("range absorption")))
 }
 
+/// The tag after a count of one that makes an entry a setting changed
+/// only if it still holds the value it was decided from
+/// ([`encode_setting_if`]).
+const SETTING_IF_TAG: u8 = 0xA7;
+
+/// A setting changed on a condition (see [`encode_setting_if`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SettingIf {
+    /// The setting's name.
+    pub name: String,
+    /// The value the change was decided from, as this node had applied
+    /// it (None: the log held none).
+    pub expect: Option<Vec<u8>>,
+    /// The value it takes.
+    pub value: Vec<u8>,
+}
+
+/// A cluster setting that takes `value` only where it still holds
+/// `expect` when the entry applies, alike on every replica: one "op", so
+/// that it gets one result (applied, or [`SETTING_CHANGED`]). A change
+/// decided from a table (the ACL users) that another node's change
+/// replaced meanwhile is refused, not applied over it.
+pub fn encode_setting_if(change: &SettingIf) -> Vec<u8> {
+    encode_tagged(SETTING_IF_TAG, change)
+}
+
+/// The conditional setting an entry holds (None: it holds none).
+pub fn decode_setting_if(bytes: &[u8]) -> Option<Decoded<SettingIf>> {
+    tagged(bytes, SETTING_IF_TAG)
+        .then(|| postcard::from_bytes(&bytes[9..]).map_err(|_| DecodeError("conditional setting")))
+}
+
+/// Why a conditional setting did not apply: the setting no longer held
+/// the value the change was decided from.
+pub const SETTING_CHANGED: &str = "the setting changed since this change was decided";
+
 /// Whether an entry must be proposed alone, never joined with writes: a
 /// setting, a change of the range map, a split, a read floor or a step of
 /// a merge.
 pub fn stands_alone(bytes: &[u8]) -> bool {
     is_setting(bytes)
+        || tagged(bytes, SETTING_IF_TAG)
         || is_map_change(bytes)
         || is_split(bytes)
         || decode_floor(bytes).is_some()

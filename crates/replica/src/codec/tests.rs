@@ -401,3 +401,27 @@ fn merge_steps_round_trip_and_stand_alone() {
     assert!(matches!(decode_absorb(&bytes[..20]), Some(Err(_))));
     assert!(decode_retire(&encode_setting("a", b"b")).is_none());
 }
+
+/// A conditional setting reads back as written (with and without a value
+/// to expect), stands alone, asks for one result, is told from a plain
+/// setting and the other entries, and a cut one is refused.
+#[test]
+fn a_conditional_setting_round_trips_and_stands_alone() {
+    for expect in [None, Some(b"user default on nopass\n".to_vec())] {
+        let change = SettingIf {
+            name: "acl".into(),
+            expect,
+            value: b"user alice on >p\n".to_vec(),
+        };
+        let bytes = encode_setting_if(&change);
+        assert_eq!(decode_setting_if(&bytes), Some(Ok(change)));
+        assert!(stands_alone(&bytes));
+        assert_eq!(list_count(&bytes), Ok(1));
+        assert!(decode_setting(&bytes).is_none());
+        assert!(decode_map_change(&bytes).is_none());
+        assert!(decode_floor(&bytes).is_none());
+        assert!(decode_ops(&bytes).is_err());
+        assert!(decode_setting_if(&encode_setting("acl", b"x")).is_none());
+        assert!(matches!(decode_setting_if(&bytes[..12]), Some(Err(_))));
+    }
+}

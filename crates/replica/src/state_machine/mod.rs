@@ -424,6 +424,16 @@ impl StateMachine {
         }
     }
 
+    /// Puts cluster setting `name` in place as an entry sets it.
+    fn put_setting(&self, state: &mut SmState, name: String, value: Vec<u8>) {
+        let offset = name.starts_with(crate::ranges::CLOCK_OFFSET_SETTING);
+        state.settings.insert(name, value);
+        self.settings_tx.send_replace(state.settings.clone());
+        if offset {
+            self.tell_offset(state);
+        }
+    }
+
     /// Applies one entry, or, changing nothing, says until which
     /// millisecond of the wall clock its writes must wait first (the
     /// commit wait: `apply` waits without the state's lock, then applies
@@ -497,14 +507,19 @@ impl StateMachine {
             });
             return applied(state, a);
         }
+        if let Some(change) = codec::decode_setting_if(&batch.ops) {
+            let a = control(change, |c| {
+                if state.settings.get(&c.name) != c.expect.as_ref() {
+                    return Err(combkv::Error::InvalidConfig(codec::SETTING_CHANGED.into()));
+                }
+                self.put_setting(state, c.name, c.value);
+                Ok(Outcome::Clear)
+            });
+            return applied(state, a);
+        }
         match codec::decode_setting(&batch.ops) {
             Some(Ok((name, value))) => {
-                let offset = name.starts_with(crate::ranges::CLOCK_OFFSET_SETTING);
-                state.settings.insert(name, value);
-                self.settings_tx.send_replace(state.settings.clone());
-                if offset {
-                    self.tell_offset(state);
-                }
+                self.put_setting(state, name, value);
                 return applied(state, Applied::default());
             }
             Some(Err(e)) => {

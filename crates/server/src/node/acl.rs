@@ -9,9 +9,11 @@
 //! On a cluster node the change waits for a log round (up to the request
 //! timeout without a quorum), so an ACL command's connection parks
 //! meanwhile, as a write's does (CONFIG SET's `requirepass` waits on its
-//! event loop: CONFIG SET applies its parameters as one). A node's changes
-//! go in turn, each decided from the table the one before it put in place:
-//! two clients changing users at once both get their change.
+//! event loop: CONFIG SET applies its parameters as one). A change is
+//! decided from the table the log holds and applies only if the log still
+//! holds that table, else it is decided again from the newer one: two
+//! clients changing users at once, through one node or two, both get
+//! their change.
 
 use std::sync::{Arc, Weak};
 
@@ -30,7 +32,7 @@ const SETTING: &str = "acl";
 pub(crate) fn change(
     shared: &Shared,
     parking: Option<Parking<'_>>,
-    decide: impl FnOnce(&Acl) -> Result<(String, u64), String> + Send + 'static,
+    decide: impl Fn(&Acl) -> Result<(String, u64), String> + Send + 'static,
 ) -> Option<Result<u64, String>> {
     // A change made before the node's log is open would be replaced by
     // the table the log holds; until it has caught up with the log, its
@@ -49,7 +51,14 @@ pub(crate) fn change(
     let (acl, put) = (Arc::clone(&shared.acl), Arc::clone(&shared.acl));
     let change = Change::Setting {
         name: SETTING,
-        decide: Box::new(move || decide(&acl).map(|(text, n)| (text.into_bytes(), Some(n)))),
+        // Until the log holds a table, the one the configuration gave.
+        decide: Box::new(move |logged| {
+            let (text, n) = match logged {
+                Some(t) => decide(&acl.with_table(&String::from_utf8_lossy(t))?),
+                None => decide(&acl),
+            }?;
+            Ok((text.into_bytes(), Some(n)))
+        }),
         put: Box::new(move |text| put.replace(&String::from_utf8_lossy(text))),
     };
     let changed = park::change(parking, c, change)?;

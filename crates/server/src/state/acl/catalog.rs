@@ -40,7 +40,7 @@ pub fn category(name: &str) -> Option<u32> {
 }
 
 /// Every command and subcommand, by id (its index).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Catalog {
     /// Full names, lowercase: `get`, `client|setname`.
     pub names: Vec<String>,

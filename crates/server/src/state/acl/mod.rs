@@ -205,6 +205,26 @@ impl Acl {
         Ok(n)
     }
 
+    /// A copy of this ACL (commands, file) whose users are those of
+    /// `text` (`to_text`'s form): the table a change on a cluster node is
+    /// decided from, the one the log holds, which the table in place
+    /// follows a moment after it applies.
+    pub fn with_table(&self, text: &str) -> Result<Acl, String> {
+        let acl = Acl {
+            catalog: self.catalog.clone(),
+            users: RwLock::new(BTreeMap::new()),
+            version: AtomicU64::new(0),
+            log: Mutex::new(VecDeque::new()),
+            file: self.file.clone(),
+            denied_auth: AtomicU64::new(0),
+            denied_cmd: AtomicU64::new(0),
+            denied_key: AtomicU64::new(0),
+            denied_channel: AtomicU64::new(0),
+        };
+        acl.replace(text)?;
+        Ok(acl)
+    }
+
     /// Puts a table in place, from the text `to_text` writes (what
     /// `set_user_text` and the others give, or what the log carries).
     pub fn replace(&self, text: &str) -> Result<(), String> {

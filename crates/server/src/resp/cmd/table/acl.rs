@@ -123,7 +123,7 @@ fn text(a: &[u8]) -> String {
 /// with the connection parked until the change ends.
 fn change_users(
     cx: &mut Ctx<'_, '_>,
-    decide: impl FnOnce(&Acl) -> Result<(String, u64), String> + Send + 'static,
+    decide: impl Fn(&Acl) -> Result<(String, u64), String> + Send + 'static,
 ) -> Result<Option<u64>, CmdError> {
     match crate::node::acl::change(cx.shared, cx.parking, decide) {
         Some(answer) => answer.map(Some).map_err(CmdError::err),
