@@ -589,21 +589,32 @@ fn user_changes_wait_for_the_log_without_holding_the_event_loop() {
         .map(|s| read_until(s, b"\r\n", Duration::from_secs(20)))
         .collect();
     assert_eq!(answers, [&b"+OK\r\n"[..], b"+OK\r\n", b":1\r\n"]);
-    for n in &nodes {
+    wait_users(&nodes, &["alice", "bob", "default"]);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Waits up to 20 s for every node's ACL USERS to be `want`.
+fn wait_users(nodes: &[Node], want: &[&str]) {
+    for n in nodes {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let users: Vec<String> = redis::cmd("ACL")
                 .arg("USERS")
                 .query(&mut n.connect())
                 .unwrap();
-            if users == ["alice", "bob", "default"] {
+            if users == want {
                 break;
             }
-            assert!(Instant::now() < deadline, "node {}: {users:?}", n.id);
+            assert!(
+                Instant::now() < deadline,
+                "node {}: {} users of {}: {users:?}",
+                n.id,
+                users.len(),
+                want.len()
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// Users changed through two nodes at once: each change is decided from
@@ -645,25 +656,6 @@ fn user_changes_through_two_nodes_at_once_are_all_kept() {
         .collect();
     want.push("default".into());
     want.sort();
-    for n in &nodes {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let users: Vec<String> = redis::cmd("ACL")
-                .arg("USERS")
-                .query(&mut n.connect())
-                .unwrap();
-            if users == want {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "node {}: {} users of {}: {users:?}",
-                n.id,
-                users.len(),
-                want.len()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
+    wait_users(&nodes, &want.iter().map(String::as_str).collect::<Vec<_>>());
     let _ = std::fs::remove_dir_all(&root);
 }
