@@ -85,22 +85,42 @@ impl Replica {
     /// asking whether it may delete its replica must hear a settled
     /// answer.
     pub(crate) fn committed_members(&self) -> Option<Vec<NodeId>> {
+        self.committed_membership().map(|(_, members)| members)
+    }
+
+    /// [`Replica::committed_members`], with the log id of the membership
+    /// they are in (the default, below every other, for the initial one).
+    pub(crate) fn committed_membership(&self) -> Option<(LogId, Vec<NodeId>)> {
         let metrics = self.inner.raft.metrics();
         let m = metrics.borrow();
         if m.current_leader != Some(self.inner.id) {
             return None;
         }
-        let at = m.membership_config.log_id().map_or(0, |l| l.index);
-        if at > self.commit_index() {
+        let at = m.membership_config.log_id().unwrap_or_default();
+        if at.index > self.commit_index() {
             return None;
         }
-        Some(
-            m.membership_config
-                .membership()
-                .nodes()
-                .map(|(id, _)| *id)
-                .collect(),
-        )
+        let members = m
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(id, _)| *id)
+            .collect();
+        Some((at, members))
+    }
+
+    /// The log id of the membership this replica holds (None: none yet),
+    /// what an answer to [`Request::MembersAt`] must not be older than.
+    ///
+    /// [`Request::MembersAt`]: crate::rpc::Request::MembersAt
+    pub(crate) fn membership_log_id(&self) -> Option<LogId> {
+        let metrics = self.inner.raft.metrics();
+        let m = metrics.borrow();
+        m.membership_config
+            .membership()
+            .nodes()
+            .next()
+            .map(|_| m.membership_config.log_id().unwrap_or_default())
     }
 
     /// [`Replica::add_node`] for a range's group (not group 0): a node

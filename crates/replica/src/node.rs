@@ -531,6 +531,7 @@ impl Handler for Replica {
                 ),
                 Request::ReadIndex => Response::ReadIndex(self.read_index_here().await),
                 Request::Members => Response::Members(self.committed_members()),
+                Request::MembersAt => Response::MembersAt(self.committed_membership()),
                 Request::Read(reads) => {
                     Response::Read(self.serve_remote_reads(&reads, At::Now).await)
                 }

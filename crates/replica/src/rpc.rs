@@ -57,6 +57,12 @@ pub(crate) enum Request {
     /// node of a build from before it hangs up on it, and is asked
     /// [`Request::Leading`] for a while instead.
     Held,
+    /// As [`Request::Members`], with the log id of the membership the
+    /// answer comes from, so that the asker can tell a stale leader's
+    /// answer (a leader cut off from a majority that changed the
+    /// membership since) from the cluster's. Last, for the same reason as
+    /// `ToGroup`.
+    MembersAt,
 }
 
 impl Request {
@@ -153,6 +159,9 @@ pub(crate) enum Response {
     Pins(usize),
     /// The answer to [`Request::Held`]: each group the node leads.
     Held(Vec<HeldRange>),
+    /// The answer to [`Request::MembersAt`]: as `Members`, with the log
+    /// id of the membership.
+    MembersAt(Option<(LogId, Vec<NodeId>)>),
 }
 
 /// A group a node leads, as it answers [`Request::Held`].

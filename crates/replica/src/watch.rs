@@ -222,13 +222,15 @@ impl Replica {
     /// stops sending to it once the configuration without it commits), so
     /// without asking it would wait for a leader, or follow one that no
     /// longer replicates to it, forever. A node that holds no membership
-    /// yet (it waits to be added) does not ask. The answer is taken again
-    /// at every ask, so a stale leader's (one cut off from a majority that
-    /// added this node since) is set right by the next answer from the
-    /// cluster's real leader. Asked once a second by the node's drivers
+    /// yet (it waits to be added) does not ask. An answer from a
+    /// membership older than the one this node holds is a stale leader's
+    /// (one cut off from a majority that changed the membership since, and
+    /// added this node, say): it is passed over, and the next voter asked.
+    /// Asked once a second by the node's drivers
     /// (`Host::drop_moved_away`, which also leaves every range when the
     /// answer is no).
     pub(crate) async fn ask_membership(&self) {
+        let own = self.membership_log_id();
         let (me, voters) = {
             let metrics = self.inner.raft.metrics();
             let m = metrics.borrow();
@@ -249,10 +251,12 @@ impl Replica {
             let asked = self.inner.transport.call(
                 id,
                 &addr,
-                crate::rpc::Request::Members,
+                crate::rpc::Request::MembersAt,
                 ASK_MEMBERSHIP_TIMEOUT,
             );
-            if let Ok(crate::rpc::Response::Members(Some(members))) = asked.await {
+            if let Ok(crate::rpc::Response::MembersAt(Some((at, members)))) = asked.await
+                && Some(at) >= own
+            {
                 *self.inner.health.removed.lock() = (!members.contains(&me)).then(|| {
                     format!(
                         "this node was removed from the cluster: node {id}, its leader, \

@@ -266,15 +266,7 @@ fn the_meta_group_keeps_the_range_map_through_its_log() {
         // conf_ver the membership's log index.
         cl.start(4, &GROUPS[..1]).await;
         let leader = wait_leader(&cl, 0, &[1, 2, 3]).await;
-        leader
-            .add_node(
-                4,
-                "127.0.0.4:7000",
-                Duration::from_secs(30),
-                std::future::pending(),
-            )
-            .await
-            .unwrap();
+        add(&leader, 4).await;
         let at = leader.status().last_log_index;
         for id in 1..=NODES + 1 {
             let r = cl.replica(id, 0).unwrap();

@@ -38,15 +38,7 @@ fn a_range_moves_to_the_replicas_the_map_names() {
         // Node 4 joins the cluster (group 0), then range 1 is moved.
         cl.start(4, &[0]).await;
         let leader = wait_leader(&cl, 0, &[1, 2, 3]).await;
-        leader
-            .add_node(
-                4,
-                "127.0.0.4:7000",
-                Duration::from_secs(30),
-                std::future::pending(),
-            )
-            .await
-            .unwrap();
+        add(&leader, 4).await;
         host1.set_replicas(1, vec![1, 2, 4], vec![]).await.unwrap();
         // The map refuses to be told range 0's replicas.
         assert!(host1.set_replicas(0, vec![1], vec![]).await.is_err());

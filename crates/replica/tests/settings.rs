@@ -101,3 +101,45 @@ async fn settings_survive_a_snapshot_install_and_a_restart() {
     );
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// A conditional setting applies only where the setting still holds the
+/// value it expects (none, or the one it was decided from), answering one
+/// result: applied, or refused with the setting unchanged.
+#[tokio::test]
+async fn a_conditional_setting_applies_only_over_the_value_it_expects() {
+    use combkv_replica::codec::{SETTING_CHANGED, SettingIf, encode_setting_if};
+    let root = std::env::temp_dir().join(format!("combkv-settings-if-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let mut sm = open(&root);
+    let seen = sm.settings();
+    let change = |expect: Option<&[u8]>, value: &[u8]| {
+        encode_setting_if(&SettingIf {
+            name: "acl".into(),
+            expect: expect.map(<[u8]>::to_vec),
+            value: value.to_vec(),
+        })
+    };
+    let applied = sm
+        .apply([
+            entry(1, change(None, b"one")),
+            entry(2, change(None, b"two")),
+            entry(3, change(Some(b"two"), b"three")),
+            entry(4, change(Some(b"one"), b"four")),
+        ])
+        .await
+        .unwrap();
+    let results: Vec<Result<(), String>> = applied
+        .iter()
+        .map(|a| {
+            assert_eq!(a.results.len(), 1);
+            a.results[0].as_ref().map(drop).map_err(|e| e.to_string())
+        })
+        .collect();
+    let changed = Err(format!("invalid configuration: {SETTING_CHANGED}"));
+    assert_eq!(results, [Ok(()), changed.clone(), changed, Ok(())]);
+    assert_eq!(
+        seen.borrow().get("acl").map(Vec::as_slice),
+        Some(&b"four"[..])
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}

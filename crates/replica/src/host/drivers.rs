@@ -358,7 +358,8 @@ impl Host {
             if named && !out_of_cluster {
                 continue;
             }
-            if !out_of_cluster && !self.no_member(g, &desc.voters).await {
+            let since = self.group(g).and_then(|r| r.membership_log_id());
+            if !out_of_cluster && !self.no_member(g, &desc.voters, since).await {
                 continue;
             }
             // Stopped before the answer that decides: a leader that adds
@@ -370,8 +371,8 @@ impl Host {
                 continue;
             };
             replica.shutdown().await;
-            let gone =
-                self.no_member(g, &desc.voters).await && (out_of_cluster || !self.expects(g));
+            let gone = self.no_member(g, &desc.voters, since).await
+                && (out_of_cluster || !self.expects(g));
             if !gone {
                 if out_of_cluster {
                     tracing::info!(
@@ -401,15 +402,24 @@ impl Host {
     }
 
     /// Whether group `g`'s leader, asked through the nodes `ask`, answers
-    /// with a committed membership that does not hold this node.
-    async fn no_member(&self, g: crate::types::GroupId, ask: &[NodeId]) -> bool {
+    /// with a committed membership that does not hold this node. An answer
+    /// from a membership older than `since` (the one this node's replica
+    /// holds) is a stale leader's, passed over.
+    async fn no_member(
+        &self,
+        g: crate::types::GroupId,
+        ask: &[NodeId],
+        since: Option<crate::types::LogId>,
+    ) -> bool {
         self.ask_in_turn(
             g,
             ask,
             super::MEMBER_TIMEOUT,
-            || Request::Members,
+            || Request::MembersAt,
             |answer| match answer {
-                Response::Members(Some(members)) => Some(!members.contains(&self.0.id)),
+                Response::MembersAt(Some((at, members))) if Some(at) >= since => {
+                    Some(!members.contains(&self.0.id))
+                }
                 _ => None,
             },
         )

@@ -264,6 +264,20 @@ pub fn seeds(default: u64) -> Vec<u64> {
 }
 
 /// The replica of `group` on `nodes` that leads it, once one does.
+/// Adds node `id` (at its simulated address) through `leader`, which must
+/// lead group 0; it must catch up within 30 s.
+pub async fn add(leader: &Replica, id: u64) {
+    leader
+        .add_node(
+            id,
+            &format!("127.0.0.{id}:7000"),
+            Duration::from_secs(30),
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+}
+
 pub async fn wait_leader(cl: &Cluster, group: GroupId, nodes: &[u64]) -> Replica {
     loop {
         if let Some(l) = nodes
