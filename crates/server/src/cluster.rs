@@ -53,6 +53,8 @@ pub struct Cluster {
     /// Held by the change of a setting in progress: the next one waits,
     /// and decides its value from what this one put in place.
     setting: Arc<tokio::sync::Mutex<()>>,
+    /// What follows each setting on this node (`on_setting`).
+    followers: Arc<Followers>,
     /// The snapshots taken on this node while the keyspace is split.
     snapshots: parking_lot::Mutex<Snapshots>,
     /// Reads across ranges this node served at one timestamp, and the
@@ -198,6 +200,7 @@ impl Cluster {
             marks: Arc::default(),
             changing: Arc::default(),
             setting: Arc::default(),
+            followers: Arc::default(),
             snapshots: Default::default(),
             reads_across: Default::default(),
             read_retries: Default::default(),
@@ -679,22 +682,23 @@ impl Cluster {
 
     /// The value of cluster setting `name` as this node has applied it.
     pub(crate) fn setting(&self, name: &str) -> Option<Vec<u8>> {
-        self.replica.settings().borrow().get(name).cloned()
+        self.replica.setting(name)
     }
 
     /// Calls `f` with the value of the setting `name` as this node applies
     /// it (from the log or a snapshot; at once if it already has one), on
-    /// a Raft thread.
-    pub(crate) fn on_setting(&self, name: &'static str, f: impl Fn(&[u8]) + Send + 'static) {
+    /// a Raft thread; and when this node's own change of it commits
+    /// (`Change::Setting`), so that its client sees the change at once.
+    pub(crate) fn on_setting(&self, name: &'static str, f: impl Fn(&[u8]) + Send + Sync + 'static) {
+        self.followers.0.lock().insert(name, Box::new(f));
         let mut rx = self.replica.settings();
+        let (followers, replica) = (Arc::clone(&self.followers), self.replica.clone());
         self.rt.spawn(async move {
             let mut last: Option<Vec<u8>> = None;
             loop {
                 let now = rx.borrow_and_update().get(name).cloned();
-                if let Some(v) = &now
-                    && now != last
-                {
-                    f(v);
+                if now.is_some() && now != last {
+                    followers.follow(&replica, name);
                     last = now;
                 }
                 if rx.changed().await.is_err() {
@@ -750,7 +754,7 @@ impl Cluster {
             Change::Init(_) | Change::Snapshot { .. } | Change::Setting { .. } => None,
             _ => Some(Arc::clone(&self.changing).try_lock_owned()),
         };
-        let setting = Arc::clone(&self.setting);
+        let (setting, followers) = (Arc::clone(&self.setting), Arc::clone(&self.followers));
         let (host, replica) = (self.host.clone(), self.replica.clone());
         let mut stopping = self.stopping.subscribe();
         async move {
@@ -785,7 +789,7 @@ impl Cluster {
                 }
                 Change::Merge { key } => host.merge_at(&key).await.map(Some),
                 Change::Snapshot { ttl } => host.snapshot(ttl).await.map(Some),
-                Change::Setting { name, decide, put } => {
+                Change::Setting { name, decide } => {
                     // Decided from the value the log holds (everything
                     // committed before is applied here after a read
                     // index), and applied only if the log still holds it
@@ -807,7 +811,7 @@ impl Cluster {
                             .set_setting_if(name, base.as_deref(), &value)
                             .await?
                         {
-                            put(&value).map_err(ClusterError::Refused)?;
+                            followers.follow(&replica, name);
                             return Ok(answer);
                         }
                     }
@@ -869,13 +873,12 @@ pub(crate) enum Change {
     /// this node at a time: `decide` makes the new value, and the
     /// command's answer, from the value the log holds when its turn comes
     /// (an error refuses the change), and again if another node's change
-    /// came first; `put` puts the committed value in place on this node
-    /// before the command is answered (every node also follows the
-    /// setting as it applies the entry).
+    /// came first. Every node follows the setting as it applies the entry
+    /// (`Cluster::on_setting`); this one also before the command is
+    /// answered.
     Setting {
         name: &'static str,
         decide: SettingDecision,
-        put: SettingPut,
     },
 }
 
@@ -890,8 +893,26 @@ pub(crate) type SettingDecision =
 /// changes are forwarded loses every race to a busy leader's own.
 const SETTING_TRYING: Duration = Duration::from_secs(10);
 
-/// Puts a [`Change::Setting`]'s committed value in place on this node.
-pub(crate) type SettingPut = Box<dyn FnOnce(&[u8]) -> Result<(), String> + Send>;
+/// What follows each cluster setting on this node, by name
+/// ([`Cluster::on_setting`]).
+#[derive(Default)]
+struct Followers(parking_lot::Mutex<std::collections::HashMap<&'static str, Follower>>);
+
+type Follower = Box<dyn Fn(&[u8]) + Send + Sync>;
+
+impl Followers {
+    /// Hands setting `name`'s follower the newest value `replica` has
+    /// applied. Under one lock, and always the newest: the follower of
+    /// the log and a change's own answer both come here, and whichever
+    /// runs last leaves the newest value in place (handing over the value
+    /// a change committed could undo a newer one handed over just before).
+    fn follow(&self, replica: &Replica, name: &str) {
+        let followers = self.0.lock();
+        if let (Some(f), Some(v)) = (followers.get(name), replica.setting(name)) {
+            f(&v);
+        }
+    }
+}
 
 /// A [`Change`]'s answer: the range id a split made or a merge took
 /// away, the timestamp a snapshot pinned, or a setting's answer.

@@ -48,7 +48,7 @@ pub(crate) fn change(
             Ok(n)
         }));
     };
-    let (acl, put) = (Arc::clone(&shared.acl), Arc::clone(&shared.acl));
+    let acl = Arc::clone(&shared.acl);
     let change = Change::Setting {
         name: SETTING,
         // Until the log holds a table, the one the configuration gave.
@@ -59,7 +59,6 @@ pub(crate) fn change(
             }?;
             Ok((text.into_bytes(), Some(n)))
         }),
-        put: Box::new(move |text| put.replace(&String::from_utf8_lossy(text))),
     };
     let changed = park::change(parking, c, change)?;
     Some(changed.map(|n| n.unwrap_or(0)).map_err(|e| match e {

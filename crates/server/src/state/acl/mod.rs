@@ -103,17 +103,7 @@ impl Acl {
                 .map_err(|e| e.text().to_string())?;
         }
         let users = BTreeMap::from([("default".to_string(), Arc::new(default))]);
-        let acl = Acl {
-            catalog,
-            users: RwLock::new(users),
-            version: AtomicU64::new(0),
-            log: Mutex::new(VecDeque::new()),
-            file,
-            denied_auth: AtomicU64::new(0),
-            denied_cmd: AtomicU64::new(0),
-            denied_key: AtomicU64::new(0),
-            denied_channel: AtomicU64::new(0),
-        };
+        let acl = Acl::of(catalog, users, file);
         if acl.file.is_some() {
             acl.load()?;
         }
@@ -210,19 +200,23 @@ impl Acl {
     /// decided from, the one the log holds, which the table in place
     /// follows a moment after it applies.
     pub fn with_table(&self, text: &str) -> Result<Acl, String> {
-        let acl = Acl {
-            catalog: self.catalog.clone(),
-            users: RwLock::new(BTreeMap::new()),
+        let users = self.parse_text(text, "the ACL table")?;
+        Ok(Acl::of(self.catalog.clone(), users, self.file.clone()))
+    }
+
+    /// An ACL of these users, nothing denied or logged yet.
+    fn of(catalog: Catalog, users: BTreeMap<String, Arc<User>>, file: Option<PathBuf>) -> Acl {
+        Acl {
+            catalog,
+            users: RwLock::new(users),
             version: AtomicU64::new(0),
             log: Mutex::new(VecDeque::new()),
-            file: self.file.clone(),
+            file,
             denied_auth: AtomicU64::new(0),
             denied_cmd: AtomicU64::new(0),
             denied_key: AtomicU64::new(0),
             denied_channel: AtomicU64::new(0),
-        };
-        acl.replace(text)?;
-        Ok(acl)
+        }
     }
 
     /// Puts a table in place, from the text `to_text` writes (what
