@@ -114,6 +114,9 @@ pub struct ReplicaConfig {
     /// The store opened from the seed is held from it, if its clock is the
     /// seed's (`Past::seed`).
     pub(crate) split_since: Option<(combkv::Version, combkv::Version)>,
+    /// Of a group a split seeded here just now: the snapshot pins the
+    /// splitting range's replica here held (`SplitChild::pins`).
+    pub(crate) split_pins: Vec<crate::past::Pin>,
 }
 
 impl ReplicaConfig {
@@ -137,6 +140,7 @@ impl ReplicaConfig {
             peer_tls: None,
             on_split: None,
             split_since: None,
+            split_pins: Vec::new(),
             groups_dir: None,
             split_bytes: 0,
             range_replicas: 0,
@@ -237,6 +241,7 @@ impl Replica {
                 sm.past().seed(&store, since);
             }
         }
+        sm.past().inherit(config.split_pins.clone());
         let sm = sm
             .serving(group, config.on_split.clone())
             .with_clock_offset(config.clock_offset.clone());

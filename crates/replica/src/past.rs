@@ -14,6 +14,9 @@
 //! each at it; its timestamp lies in the past by then, by one log round.
 //! A snapshot of a keyspace split into ranges pins, on every replica of
 //! every range, the hold that covers its timestamp for its life (`pin`).
+//! A range split off while pinned takes its pins with it, on each replica
+//! that applied the split: holds of the store it was split from, which
+//! held its keys at the snapshot's timestamp (`inherit`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -42,16 +45,45 @@ pub(crate) const WANTED: Duration = Duration::from_secs(30);
 /// A history hold: when it was taken, and of which store.
 type Hold = (Instant, Arc<Store>, Arc<History>);
 
+/// A hold pinned for a snapshot.
+#[derive(Debug, Clone)]
+pub(crate) struct Pin {
+    /// Until when.
+    until: Instant,
+    /// The snapshot's timestamp.
+    at: u64,
+    /// How long it was pinned for (ms: two snapshots at one timestamp may
+    /// live for different times).
+    pin_ms: u64,
+    hold: Hold,
+    /// Handed over by the range this one was split off (or the store
+    /// swapped since): its hold is of another store, which held this
+    /// range's keys at `at`, and a read of them there is right. Kept for
+    /// its life whatever store the replica holds.
+    inherited: bool,
+}
+
+impl Pin {
+    fn live(&self, now: Instant) -> bool {
+        self.until > now
+    }
+
+    /// Whether it keeps `store`, the replica's own, readable at `at`.
+    fn covers(&self, store: &Arc<Store>, at: u64) -> bool {
+        self.at == at
+            && (self.inherited || Arc::ptr_eq(&self.hold.1, store))
+            && self.hold.2.version().0 <= at
+    }
+}
+
 /// See the module's documentation.
 #[derive(Debug, Default)]
 pub(crate) struct Past {
     /// Holds, oldest first (a snapshot installed swaps the store: the old
     /// one's holds are of no use).
     holds: Mutex<VecDeque<Hold>>,
-    /// Holds pinned for a snapshot: until when, the snapshot's timestamp,
-    /// how long it was pinned for (ms: two snapshots at one timestamp may
-    /// live for different times), and the hold.
-    pinned: Mutex<Vec<(Instant, u64, u64, Hold)>>,
+    /// Holds pinned for snapshots.
+    pinned: Mutex<Vec<Pin>>,
     /// When a read at a timestamp or a pin last asked for a hold.
     asked: Mutex<Option<Instant>>,
 }
@@ -68,7 +100,7 @@ impl Past {
         let now = Instant::now();
         self.pinned
             .lock()
-            .retain(|(until, _, _, (_, s, _))| *until > now && Arc::ptr_eq(s, store));
+            .retain(|p| p.live(now) && (p.inherited || Arc::ptr_eq(&p.hold.1, store)));
         let mut holds = self.holds.lock();
         // Under the holds' lock: a `start` that marked the ask before it
         // took the lock is seen here, one after it pushes its hold after.
@@ -126,31 +158,38 @@ impl Past {
         }
     }
 
-    /// A hold on `store` through which it can be read at version `at`; the
-    /// ask keeps the past held for `WANTED` from now.
-    pub(crate) fn covering(&self, store: &Arc<Store>, at: u64) -> Option<Arc<History>> {
+    /// A hold through which `store` (the replica's own) can be read at
+    /// version `at`, and the store it holds (another where a split handed
+    /// over a pin); the ask keeps the past held for `WANTED` from now.
+    pub(crate) fn covering(
+        &self,
+        store: &Arc<Store>,
+        at: u64,
+    ) -> Option<(Arc<Store>, Arc<History>)> {
         *self.asked.lock() = Some(Instant::now());
         let covers = |(_, s, h): &&Hold| Arc::ptr_eq(s, store) && h.version().0 <= at;
-        if let Some((_, _, h)) = self.holds.lock().iter().find(covers) {
-            return Some(Arc::clone(h));
+        if let Some((_, s, h)) = self.holds.lock().iter().find(covers) {
+            return Some((Arc::clone(s), Arc::clone(h)));
         }
         self.pinned_at(store, at)
     }
 
-    /// The hold a snapshot at `at` pinned on `store`, if one did. Only a
-    /// pin says that the replica has applied the snapshot's floor (it is
-    /// taken as the floor applies): a rolling hold that covers `at` on a
+    /// The hold a snapshot at `at` pinned here, if one did, and the store
+    /// it holds. Only a pin says that the replica has applied the
+    /// snapshot's floor (it is taken as the floor applies, or handed over
+    /// by a split applied after it): a rolling hold that covers `at` on a
     /// replica behind the floor would read a state still to change.
-    pub(crate) fn pinned_at(&self, store: &Arc<Store>, at: u64) -> Option<Arc<History>> {
-        let covers = |(_, s, h): &&Hold| Arc::ptr_eq(s, store) && h.version().0 <= at;
+    pub(crate) fn pinned_at(
+        &self,
+        store: &Arc<Store>,
+        at: u64,
+    ) -> Option<(Arc<Store>, Arc<History>)> {
         let now = Instant::now();
         self.pinned
             .lock()
             .iter()
-            .filter(|(until, pinned, _, _)| *until > now && *pinned == at)
-            .map(|(_, _, _, hold)| hold)
-            .find(covers)
-            .map(|(_, _, h)| Arc::clone(h))
+            .find(|p| p.live(now) && p.covers(store, at))
+            .map(|p| (Arc::clone(&p.hold.1), Arc::clone(&p.hold.2)))
     }
 
     /// Keeps `store` readable at `at` for `ttl` (what is left of a
@@ -158,24 +197,46 @@ impl Past {
     /// none does (this replica applied the snapshot's floor too late, or
     /// from a restart's replay).
     pub(crate) fn pin(&self, store: &Arc<Store>, at: u64, pin_ms: u64, ttl: Duration) -> bool {
-        let Some(h) = self.covering(store, at) else {
+        let Some((held, h)) = self.covering(store, at) else {
             return false;
         };
-        let hold = (Instant::now(), Arc::clone(store), h);
+        let inherited = !Arc::ptr_eq(&held, store);
+        let now = Instant::now();
+        self.pinned.lock().push(Pin {
+            until: now + ttl,
+            at,
+            pin_ms,
+            hold: (now, held, h),
+            inherited,
+        });
+        true
+    }
+
+    /// The pins a range split off this one takes with it (`inherit`).
+    pub(crate) fn to_inherit(&self) -> Vec<Pin> {
+        let now = Instant::now();
         self.pinned
             .lock()
-            .push((Instant::now() + ttl, at, pin_ms, hold));
-        true
+            .iter()
+            .filter(|p| p.live(now))
+            .map(|p| Pin {
+                inherited: true,
+                ..p.clone()
+            })
+            .collect()
+    }
+
+    /// Takes the pins of the range this one was split off: its reads of
+    /// their snapshots are served from that range's store as it stood.
+    pub(crate) fn inherit(&self, pins: Vec<Pin>) {
+        self.pinned.lock().extend(pins);
     }
 
     /// Drops a pin of the snapshot at `at` pinned for `pin_ms` (released
     /// before its end), if one is held; whether one was.
     pub(crate) fn unpin(&self, at: u64, pin_ms: u64) -> bool {
         let mut pinned = self.pinned.lock();
-        match pinned
-            .iter()
-            .position(|(_, p, ms, _)| *p == at && *ms == pin_ms)
-        {
+        match pinned.iter().position(|p| p.at == at && p.pin_ms == pin_ms) {
             Some(i) => {
                 pinned.swap_remove(i);
                 true
@@ -187,11 +248,7 @@ impl Past {
     /// The timestamps pinned now (one per snapshot that pinned them).
     pub(crate) fn pinned(&self) -> usize {
         let now = Instant::now();
-        self.pinned
-            .lock()
-            .iter()
-            .filter(|(until, _, _, _)| *until > now)
-            .count()
+        self.pinned.lock().iter().filter(|p| p.live(now)).count()
     }
 }
 
@@ -311,5 +368,48 @@ mod tests {
         // Asked of none (or too long ago): none held.
         past.turn(&store, true, false);
         assert!(past.holds.lock().is_empty(), "asked of none");
+    }
+
+    /// A range split off takes the splitting replica's live pins: they
+    /// read the old store at their timestamp whatever the new range's own
+    /// store is, survive its turns, count as its pins, and a release drops
+    /// them; an ended pin is not handed over.
+    #[test]
+    fn a_range_split_off_inherits_the_live_pins() {
+        let parent = Arc::new(Store::new(combkv::Config::default()).unwrap());
+        let past = Past::default();
+        parent.put(b"m", b"old").unwrap();
+        past.start(&parent);
+        let at = parent.read_version().0;
+        assert!(past.pin(&parent, at, 60_000, Duration::from_secs(60)));
+        assert!(past.pin(&parent, at, 1, Duration::from_millis(1)));
+        std::thread::sleep(Duration::from_millis(5));
+        parent.put(b"m", b"new").unwrap();
+        let inherited = past.to_inherit();
+        assert_eq!(inherited.len(), 1, "the ended pin stays behind");
+
+        let child = Arc::new(Store::new(combkv::Config::default()).unwrap());
+        child.put(b"m", b"new").unwrap();
+        let split_off = Past::default();
+        assert!(split_off.pinned_at(&child, at).is_none());
+        split_off.inherit(inherited);
+        split_off.turn(&child, true, false);
+        let (store, history) = split_off.pinned_at(&child, at).expect("inherited");
+        assert!(
+            Arc::ptr_eq(&store, &parent),
+            "read from the store split from"
+        );
+        let then = store.get_at_version(&history, combkv::Version(at), b"m");
+        assert_eq!(
+            then.unwrap().map(|it| it.value.to_vec()),
+            Some(b"old".to_vec())
+        );
+        assert!(
+            split_off.pinned_at(&child, at + 1).is_none(),
+            "its own timestamp only"
+        );
+        assert_eq!(split_off.pinned(), 1);
+        assert!(split_off.unpin(at, 60_000));
+        assert!(split_off.pinned_at(&child, at).is_none());
     }
 }

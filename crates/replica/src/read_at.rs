@@ -154,27 +154,28 @@ impl Replica {
     pub fn at(&self, at: u64) -> combkv::Result<PastView> {
         let store = self.current_store();
         let past = self.inner.sm.past();
-        let history = past.covering(&store, at);
-        if history.is_none() {
+        let held = past.covering(&store, at);
+        if held.is_none() {
             // A store no turn has held yet: held from now, so that the
             // read taken again finds it.
             past.start(&store);
         }
-        Self::view(store, history, at)
+        Self::view(held, at)
     }
 
     /// The store as of snapshot timestamp `at`, where this replica pinned
     /// it as it applied the snapshot's floor; refused with [`PAST_GONE`]
     /// where it did not (it has not applied the floor yet, applied it too
-    /// late to pin, or restarted since).
+    /// late to pin, or restarted since). A range split off after the pin
+    /// is read from the store it was split off (`Past::inherit`).
     pub fn pinned_at(&self, at: u64) -> combkv::Result<PastView> {
         let store = self.current_store();
-        let history = self.inner.sm.past().pinned_at(&store, at);
-        Self::view(store, history, at)
+        let held = self.inner.sm.past().pinned_at(&store, at);
+        Self::view(held, at)
     }
 
-    fn view(store: Arc<Store>, history: Option<Arc<History>>, at: u64) -> combkv::Result<PastView> {
-        let history = history.ok_or_else(|| combkv::Error::Unavailable(PAST_GONE.into()))?;
+    fn view(held: Option<(Arc<Store>, Arc<History>)>, at: u64) -> combkv::Result<PastView> {
+        let (store, history) = held.ok_or_else(|| combkv::Error::Unavailable(PAST_GONE.into()))?;
         Ok(PastView {
             store,
             history,

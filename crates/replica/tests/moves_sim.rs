@@ -750,6 +750,18 @@ async fn split_through(
     via: Option<u64>,
     tries: usize,
 ) -> Result<u64, String> {
+    split_through_when(cl, at, via, combkv_replica::Pinned::Refuse, tries).await
+}
+
+/// [`split_through`], carried out even while a snapshot pins the range
+/// with [`combkv_replica::Pinned::Split`].
+async fn split_through_when(
+    cl: &Cluster,
+    at: &[u8],
+    via: Option<u64>,
+    pinned: combkv_replica::Pinned,
+    tries: usize,
+) -> Result<u64, String> {
     let mut last = String::from("not tried");
     for i in 0..tries {
         if i > 0 {
@@ -761,7 +773,7 @@ async fn split_through(
                 .find(|&id| cl.replica(id, 0).is_some_and(|r| r.is_leader()))
         });
         match via.and_then(|id| cl.host(id)) {
-            Some(host) => match host.split_at(at, combkv_replica::Pinned::Refuse).await {
+            Some(host) => match host.split_at(at, pinned).await {
                 Ok(id) => return Ok(id),
                 Err(e) => last = e.to_string(),
             },
@@ -954,6 +966,69 @@ fn a_split_through_a_node_without_the_range_asks_its_voters_for_pins() {
             .await
             .expect("the split once the snapshot is released");
         for id in 1..=FIVE {
+            cl.stop(id).await;
+        }
+    });
+}
+
+/// A snapshot outlives a forced split of a range it pins: the range split
+/// off takes the pins of each replica that applied the split, and reads
+/// the keys split off at the snapshot's timestamp from the store they were
+/// split from, as they stood then, not as written since. Released, the
+/// snapshot's pins go on the new range too.
+#[test]
+fn a_range_split_off_while_pinned_reads_the_snapshot() {
+    simulate("groups-pins-split", |dir| async move {
+        let cl = Cluster::new(dir.clone(), SimNet::new(17, Faults::NONE), 3, 0);
+        let all = [1, 2, 3];
+        for id in all {
+            start_placing(&cl, id).await;
+        }
+        cl.form(&all).await;
+        let range = split_through(&cl, b"b", None, 100)
+            .await
+            .expect("a split at b");
+        let leader = wait_leader(&cl, range, &all).await;
+        let write = |v: &'static [u8]| {
+            let leader = leader.clone();
+            async move {
+                let r = leader.write(leader.clock_ms(), put_op(b"m1", v)).await;
+                assert!(matches!(r, Ok(res) if res[0].is_ok()));
+            }
+        };
+        write(b"old").await;
+        let host = cl.host(1).unwrap();
+        let ttl = Duration::from_secs(60);
+        let at = host.snapshot(ttl).await.unwrap();
+        write(b"new").await;
+        let child = split_through_when(&cl, b"m", None, combkv_replica::Pinned::Split, 100)
+            .await
+            .expect("a forced split at m");
+        for id in all {
+            let r = wait_group(&cl, id, child).await;
+            let seen = |item: Option<combkv::Item>| item.map(|it| it.value.to_vec());
+            let then = r.pinned_at(at).map(|view| seen(view.get(b"m1").unwrap()));
+            assert_eq!(
+                then,
+                Ok(Some(b"old".to_vec())),
+                "node {id}, at the snapshot"
+            );
+            let now = r.current_store().get(b"m1").unwrap().map(|v| v.to_vec());
+            assert_eq!(now, Some(b"new".to_vec()), "node {id}, now");
+            assert_eq!(r.snapshot_pins(), 1, "node {id}");
+        }
+        assert_eq!(host.release(at, ttl).await, 0);
+        for id in all {
+            let r = cl.replica(id, child).unwrap();
+            for _ in 0..100 {
+                if r.snapshot_pins() == 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            assert_eq!(r.snapshot_pins(), 0, "node {id}, released");
+        }
+        for id in all {
             cl.stop(id).await;
         }
     });

@@ -74,6 +74,9 @@ struct Inner {
     /// which each seed reads the same, and its clock (`SplitChild::since`,
     /// `ReplicaConfig::split_since`).
     split_since: Mutex<HashMap<GroupId, (combkv::Version, combkv::Version)>>,
+    /// Groups a split seeded here and not started yet: the snapshot pins
+    /// each takes (`SplitChild::pins`, `ReplicaConfig::split_pins`).
+    split_pins: Mutex<HashMap<GroupId, Vec<crate::past::Pin>>>,
     /// What this node's groups did to ranges since it started.
     counts: Counts,
     /// When this node, leading the meta group, last had a leadership
@@ -255,6 +258,7 @@ impl Host {
             starting: tokio::sync::Mutex::new(()),
             claimed: Mutex::default(),
             split_since: Mutex::default(),
+            split_pins: Mutex::default(),
             counts: Counts::default(),
             last_leader_move: Mutex::new(None),
             driving: Mutex::new(("starting", tokio::time::Instant::now())),
@@ -337,6 +341,7 @@ impl Host {
         let mut config = config.clone();
         config.on_split = Some(self.split_hook(&config));
         config.split_since = self.0.split_since.lock().remove(&group);
+        config.split_pins = self.0.split_pins.lock().remove(&group).unwrap_or_default();
         if group == 0 {
             *self.0.template.lock() = Some(config.clone());
         }
@@ -470,6 +475,7 @@ impl Host {
                 if matches!(seeded, Ok(true)) {
                     let clock = child.store.read_version();
                     inner.split_since.lock().insert(group, (child.since, clock));
+                    inner.split_pins.lock().insert(group, child.pins.clone());
                 }
                 inner.claimed.lock().remove(&group);
             }
@@ -510,12 +516,12 @@ impl Host {
     /// entry. Decided by the map as committed (a read index on group 0
     /// first, so a split just made elsewhere is seen); refused, changing
     /// nothing, if the map moved meanwhile, or while a snapshot pins the
-    /// range (a range split off would hold none of the snapshot's past,
-    /// and its reads of the snapshot would be refused: release the
-    /// snapshot first; [`Pinned::Split`] splits all the same). The pins
-    /// are asked of the range's voters before the map changes, not in the
-    /// same step: a snapshot whose pins land between the two has its
-    /// reads of the new range refused, as after a forced split.
+    /// range (the new range would keep the pinned store's memory held
+    /// until the snapshot ends: release the snapshot first;
+    /// [`Pinned::Split`] splits all the same). The pins are asked of the
+    /// range's voters before the map changes, not in the same step: a
+    /// snapshot whose pins land between the two is handed over to the new
+    /// range with them, as after a forced split (`Past::inherit`).
     pub async fn split(&self, range: RangeId, at: &[u8]) -> Result<RangeId, ClusterError> {
         self.split_when(range, at, Pinned::Refuse).await
     }

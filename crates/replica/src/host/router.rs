@@ -305,9 +305,9 @@ impl Host {
     /// meta group) and, checked again once they have pinned, still the
     /// same: a range split off before its parent's floor would have no
     /// floor of its own, so a map that changed meanwhile takes the
-    /// snapshot again at a new timestamp. (A split after the floor gives
-    /// its new range the parent's state at the timestamp or later, which
-    /// reads of the snapshot refuse rather than misread.)
+    /// snapshot again at a new timestamp. (A split after the floor hands
+    /// the parent's pins to its new range, on each replica that applied
+    /// both: `Past::inherit`.)
     pub async fn snapshot(&self, ttl: std::time::Duration) -> Result<u64, ClusterError> {
         let meta = self
             .group(0)

@@ -39,6 +39,10 @@ pub struct SplitChild {
     pub membership: StoredMembership<NodeId, BasicNode>,
     /// Every id that was a voter of the splitting group.
     pub ever_voters: BTreeSet<NodeId>,
+    /// The snapshot pins this replica of the splitting range held: the
+    /// new range's replica here takes them (`Past::inherit`), so that a
+    /// snapshot taken before the split still reads the keys split off.
+    pub(crate) pins: Vec<crate::past::Pin>,
 }
 
 /// A function handed each split's new range, on every replica, while the
@@ -151,6 +155,7 @@ impl StateMachine {
                 now_ms: now,
                 membership: state.membership.clone(),
                 ever_voters: state.ever_voters.clone(),
+                pins: self.past.to_inherit(),
             });
         }
         Ok(Outcome::Clear)
