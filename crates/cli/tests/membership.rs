@@ -543,23 +543,13 @@ fn a_node_that_is_no_member_says_whom_it_waits_for() {
 #[test]
 fn user_changes_wait_for_the_log_without_holding_the_event_loop() {
     let root = root("users");
-    let mut nodes: Vec<Node> = (1..=3).map(|id| Node::new(&root, id)).collect();
-    let list = peers(&nodes.iter().collect::<Vec<_>>());
-    for n in &mut nodes {
-        n.start_with(&list, &["--threads", "1"]);
-    }
+    let nodes = one_loop_nodes(&root);
     let leader = find_leader(&nodes);
-    // Until it has caught up, a node refuses to change users.
-    wait_serving(&nodes);
     let _: () = redis::cmd("ACL")
         .arg(&["SETUSER", "carol", "on", ">pc"])
         .query(&mut leader.connect())
         .unwrap();
-    let connect = || {
-        let s = TcpStream::connect(leader.resp).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        s
-    };
+    let connect = || patient(leader);
     let (mut alice, mut bob, mut carol, mut ping) = (connect(), connect(), connect(), connect());
     let followers: Vec<&Node> = nodes.iter().filter(|n| n.id != leader.id).collect();
     for f in &followers {
@@ -591,6 +581,25 @@ fn user_changes_wait_for_the_log_without_holding_the_event_loop() {
     assert_eq!(answers, [&b"+OK\r\n"[..], b"+OK\r\n", b":1\r\n"]);
     wait_users(&nodes, &["alice", "bob", "default"]);
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Three nodes of one event loop each, serving (until it has caught up
+/// with the log, a node refuses to change users).
+fn one_loop_nodes(root: &std::path::Path) -> Vec<Node> {
+    let mut nodes: Vec<Node> = (1..=3).map(|id| Node::new(root, id)).collect();
+    let list = peers(&nodes.iter().collect::<Vec<_>>());
+    for n in &mut nodes {
+        n.start_with(&list, &["--threads", "1"]);
+    }
+    wait_serving(&nodes);
+    nodes
+}
+
+/// A raw connection to `n` that waits up to 30 s for a reply.
+fn patient(n: &Node) -> TcpStream {
+    let s = TcpStream::connect(n.resp).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s
 }
 
 /// Waits up to 20 s for every node's ACL USERS to be `want`.
@@ -657,5 +666,72 @@ fn user_changes_through_two_nodes_at_once_are_all_kept() {
     want.push("default".into());
     want.sort();
     wait_users(&nodes, &want.iter().map(String::as_str).collect::<Vec<_>>());
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// CONFIG SET requirepass on a cluster node changes the cluster's password
+/// through the log with its connection parked: with the leader's followers
+/// stopped, a PING on the same event loop is answered, and nothing of the
+/// call applies yet (the other setting in it neither); once they run
+/// again the call answers +OK, the other setting has applied, and every
+/// node asks new connections for the password.
+#[test]
+fn config_set_requirepass_waits_for_the_log_without_holding_the_event_loop() {
+    let root = root("requirepass");
+    let nodes = one_loop_nodes(&root);
+    let leader = find_leader(&nodes);
+    let (mut set, mut other) = (patient(leader), patient(leader));
+    let followers: Vec<&Node> = nodes.iter().filter(|n| n.id != leader.id).collect();
+    for f in &followers {
+        f.pause(true);
+    }
+    resp_cmd(
+        &mut set,
+        &[
+            b"CONFIG",
+            b"SET",
+            b"requirepass",
+            b"s3cret",
+            b"slowlog-max-len",
+            b"77",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    resp_cmd(&mut other, &[b"CONFIG", b"GET", b"slowlog-max-len"]);
+    // Held by the change on the loop, this would wait for the request
+    // timeout (10 s).
+    let before = read_until(&mut other, b"128\r\n", Duration::from_secs(3));
+    let waiting = no_reply_yet(&mut set);
+    for f in &followers {
+        f.pause(false);
+    }
+    assert_eq!(
+        (String::from_utf8_lossy(&before), waiting),
+        ("*2\r\n$15\r\nslowlog-max-len\r\n$3\r\n128\r\n".into(), true)
+    );
+    assert_eq!(
+        read_until(&mut set, b"\r\n", Duration::from_secs(20)),
+        b"+OK\r\n"
+    );
+    resp_cmd(&mut set, &[b"CONFIG", b"GET", b"slowlog-max-len"]);
+    let after = read_until(&mut set, b"77\r\n", Duration::from_secs(3));
+    assert!(
+        after.ends_with(b"$2\r\n77\r\n"),
+        "{}",
+        String::from_utf8_lossy(&after)
+    );
+    for n in &nodes {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let mut c = n.connect();
+            let refused = redis::cmd("GET").arg("k").query::<Option<String>>(&mut c);
+            if matches!(&refused, Err(e) if e.to_string().contains("NOAUTH")) {
+                let _: () = redis::cmd("AUTH").arg("s3cret").query(&mut c).unwrap();
+                break;
+            }
+            assert!(Instant::now() < deadline, "node {}: {refused:?}", n.id);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
     let _ = std::fs::remove_dir_all(&root);
 }

@@ -8,8 +8,8 @@
 //!
 //! On a cluster node the change waits for a log round (up to the request
 //! timeout without a quorum), so an ACL command's connection parks
-//! meanwhile, as a write's does (CONFIG SET's `requirepass` waits on its
-//! event loop: CONFIG SET applies its parameters as one). A change is
+//! meanwhile, as a write's does (CONFIG SET's `requirepass` too: the call
+//! applies its other parameters once it lands, `node::settings`). A change is
 //! decided from the table the log holds and applies only if the log still
 //! holds that table, else it is decided again from the newer one: two
 //! clients changing users at once, through one node or two, both get

@@ -7,8 +7,16 @@
 //! log, as ACL SETUSER); and `durability`, which a cluster node refuses:
 //! its writes are made durable by the Raft log, whose sync policy every
 //! node is started with.
+//!
+//! On a cluster node a call that changes `requirepass` checks everything
+//! first, then changes the password through the log while its connection
+//! parks (a log round, up to the request timeout without a quorum, that
+//! its event loop's other clients do not wait for), and applies the rest
+//! once the password has committed: run again then, the call finds the
+//! change's answer (`node::acl::change`).
 
 use crate::config::{DurabilityMode, ServerConfig};
+use crate::node::park::Parking;
 use crate::state::Shared;
 use crate::state::tls::TlsFiles;
 
@@ -29,18 +37,57 @@ pub(crate) fn effective(shared: &Shared) -> ServerConfig {
 pub(crate) type Refused = (String, String);
 
 /// Applies `pairs` (lowercase names, values) if every one parses and the
-/// configuration they make is valid; changes nothing otherwise.
-pub(crate) fn set(shared: &Shared, pairs: &[(String, String)]) -> Result<(), Refused> {
+/// configuration they make is valid; changes nothing otherwise. None: the
+/// connection parked on a cluster node's change of `requirepass` (see the
+/// module's documentation).
+pub(crate) fn set(
+    shared: &Shared,
+    parking: Option<Parking<'_>>,
+    pairs: &[(String, String)],
+) -> Option<Result<(), Refused>> {
     let now = effective(shared);
     let mut next = now.clone();
     for (name, value) in pairs {
-        next.set_live(name, value).map_err(|e| (name.clone(), e))?;
+        if let Err(e) = next.set_live(name, value) {
+            return Some(Err((name.clone(), e)));
+        }
     }
     let first = || pairs[0].0.clone();
-    next.validate().map_err(|e| (first(), e))?;
-    if next.maxclients > now.maxclients {
-        fits_descriptors(shared, next.maxclients).map_err(|e| ("maxclients".into(), e))?;
+    if let Err(e) = next.validate() {
+        return Some(Err((first(), e)));
     }
+    if next.maxclients > now.maxclients
+        && let Err(e) = fits_descriptors(shared, next.maxclients)
+    {
+        return Some(Err(("maxclients".into(), e)));
+    }
+    if next.requirepass != now.requirepass && shared.cluster().is_some() {
+        // What could still fail is checked before the password changes:
+        // once it has committed, the rest must apply.
+        if next.durability_mode() != now.durability_mode() {
+            return Some(Err(("durability".into(), DURABILITY_ON_A_CLUSTER.into())));
+        }
+        if tls_files(&next) != tls_files(&now)
+            && let Err(e) = tls_files(&next).load()
+        {
+            return Some(Err((first(), e)));
+        }
+        if let Err(e) = set_requirepass(shared, parking, next.requirepass.as_deref())? {
+            return Some(Err(("requirepass".into(), e)));
+        }
+    }
+    Some(apply(shared, pairs, &now, &next))
+}
+
+/// [`set`]'s changes, checked: applied in turn, the ones made undone if
+/// a later one fails. A cluster node's password has changed already.
+fn apply(
+    shared: &Shared,
+    pairs: &[(String, String)],
+    now: &ServerConfig,
+    next: &ServerConfig,
+) -> Result<(), Refused> {
+    let first = || pairs[0].0.clone();
     let (was, will) = (now.durability_mode(), next.durability_mode());
     // First of the changes that act: if it fails nothing has changed, and
     // if a later one fails it is switched back.
@@ -52,31 +99,29 @@ pub(crate) fn set(shared: &Shared, pairs: &[(String, String)]) -> Result<(), Ref
             let _ = switch_durability(shared, will, was);
         }
     };
-    let tls = |c: &ServerConfig| TlsFiles {
-        cert: c.tls_cert_file.clone(),
-        key: c.tls_key_file.clone(),
-        ca: c.tls_ca_cert_file.clone(),
-        auth: c.tls_auth_clients,
-    };
-    let tls_changed = tls(&next) != tls(&now);
+    let tls_changed = tls_files(next) != tls_files(now);
     if tls_changed {
         // The new files must load before anything changes.
-        shared.tls.replace(tls(&next)).map_err(|e| (first(), e))?;
+        shared
+            .tls
+            .replace(tls_files(next))
+            .map_err(|e| (first(), e))?;
     }
-    if let Err(e) = shared.live.apply(&next) {
+    if let Err(e) = shared.live.apply(next) {
         if tls_changed {
-            let _ = shared.tls.replace(tls(&now));
+            let _ = shared.tls.replace(tls_files(now));
         }
         undo_durability();
         return Err(("log-level".into(), e));
     }
     if next.requirepass != now.requirepass
-        && let Err(e) = set_requirepass(shared, next.requirepass.as_deref())
+        && shared.cluster().is_none()
+        && let Some(Err(e)) = set_requirepass(shared, None, next.requirepass.as_deref())
     {
         // Nothing else of this call stays either.
-        let _ = shared.live.apply(&now);
+        let _ = shared.live.apply(now);
         if tls_changed {
-            let _ = shared.tls.replace(tls(&now));
+            let _ = shared.tls.replace(tls_files(now));
         }
         undo_durability();
         return Err(("requirepass".into(), e));
@@ -88,6 +133,21 @@ pub(crate) fn set(shared: &Shared, pairs: &[(String, String)]) -> Result<(), Ref
     tracing::info!("CONFIG SET: {} changed", names.join(", "));
     Ok(())
 }
+
+/// The TLS settings of `c`.
+fn tls_files(c: &ServerConfig) -> TlsFiles {
+    TlsFiles {
+        cert: c.tls_cert_file.clone(),
+        key: c.tls_key_file.clone(),
+        ca: c.tls_ca_cert_file.clone(),
+        auth: c.tls_auth_clients,
+    }
+}
+
+/// Why a cluster node refuses CONFIG SET durability.
+const DURABILITY_ON_A_CLUSTER: &str = "not changeable on a cluster node: writes are made \
+    durable by the Raft log, whose sync policy each node is started with; change it in every \
+    node's config and restart them one at a time";
 
 /// CONFIG SET durability: the store's log switches mode while writers go
 /// on (`Store::set_durability`: every mode writes the same log through the
@@ -103,12 +163,7 @@ fn switch_durability(
     to: DurabilityMode,
 ) -> Result<(), String> {
     if shared.cluster().is_some() {
-        return Err(
-            "not changeable on a cluster node: writes are made durable by the Raft \
-                    log, whose sync policy each node is started with; change it in every \
-                    node's config and restart them one at a time"
-                .into(),
-        );
+        return Err(DURABILITY_ON_A_CLUSTER.into());
     }
     shared
         .current_store()
@@ -132,19 +187,21 @@ fn switch_durability(
 }
 
 /// Redis's `requirepass`: the default user's passwords become exactly
-/// this one (`resetpass >pass`), or none needed (`nopass`).
-fn set_requirepass(shared: &Shared, pass: Option<&str>) -> Result<(), String> {
+/// this one (`resetpass >pass`), or none needed (`nopass`). None: parked
+/// (`node::acl::change`).
+fn set_requirepass(
+    shared: &Shared,
+    parking: Option<Parking<'_>>,
+    pass: Option<&str>,
+) -> Option<Result<(), String>> {
     let rules = match pass {
         Some(p) => vec!["resetpass".to_string(), format!(">{p}")],
         None => vec!["resetpass".to_string(), "nopass".to_string()],
     };
-    // CONFIG SET runs its settings as one, so this one waits for the
-    // log on the event loop rather than parking.
-    crate::node::acl::change(shared, None, move |acl| {
+    let changed = crate::node::acl::change(shared, parking, move |acl| {
         Ok((acl.set_user_text("default", &rules)?, 0))
-    })
-    .expect("without parking a change is answered")
-    .map(drop)
+    })?;
+    Some(changed.map(drop))
 }
 
 /// More clients need more descriptors: the soft limit is raised if it can

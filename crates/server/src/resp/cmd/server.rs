@@ -179,7 +179,12 @@ fn config_set(cx: &mut Ctx<'_, '_>) -> CmdResult {
         }
         pairs.push((name, String::from_utf8_lossy(pair[1]).into_owned()));
     }
-    settings::set(cx.shared, &pairs).map_err(|(name, why)| {
+    let Some(set) = settings::set(cx.shared, cx.parking, &pairs) else {
+        // Parked on the cluster's password change: run again once it lands.
+        cx.parked = true;
+        return Ok(());
+    };
+    set.map_err(|(name, why)| {
         CmdError::err(format!(
             "CONFIG SET failed (possibly related to argument '{name}') - {why}"
         ))
