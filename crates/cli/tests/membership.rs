@@ -735,3 +735,69 @@ fn config_set_requirepass_waits_for_the_log_without_holding_the_event_loop() {
     }
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// LOADBACKUP on a cluster node loads the backup through the log with
+/// its connection parked: with the leader's followers stopped, a PING on
+/// the same event loop is answered while the load waits; once they run
+/// again it answers the items written, and every node holds them.
+#[test]
+fn loadbackup_waits_for_the_log_without_holding_the_event_loop() {
+    const KEYS: usize = 2500;
+    let root = root("loadbackup");
+    let backup = root.join("backup");
+    {
+        let nodes = one_loop_nodes(&root.join("from"));
+        let mut con = find_leader(&nodes).connect();
+        for i in 0..KEYS {
+            let _: () = redis::cmd("SET")
+                .arg(format!("k{i:05}"))
+                .arg(i)
+                .query(&mut con)
+                .unwrap();
+        }
+        let _: () = redis::cmd("BACKUP")
+            .arg(backup.to_str().unwrap())
+            .query(&mut con)
+            .unwrap();
+    }
+    let nodes = one_loop_nodes(&root.join("into"));
+    let leader = find_leader(&nodes);
+    let (mut load, mut ping) = (patient(leader), patient(leader));
+    let followers: Vec<&Node> = nodes.iter().filter(|n| n.id != leader.id).collect();
+    for f in &followers {
+        f.pause(true);
+    }
+    resp_cmd(
+        &mut load,
+        &[b"LOADBACKUP", backup.to_str().unwrap().as_bytes()],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    resp_cmd(&mut ping, &[b"PING"]);
+    // Held by the load on the loop, the PING would wait for the request
+    // timeout (10 s).
+    let pong = read_until(&mut ping, b"\r\n", Duration::from_secs(3));
+    let waiting = no_reply_yet(&mut load);
+    for f in &followers {
+        f.pause(false);
+    }
+    assert_eq!((&pong[..], waiting), (&b"+PONG\r\n"[..], true));
+    let answer = read_until(&mut load, b"\r\n", Duration::from_secs(30));
+    assert_eq!(answer, format!(":{KEYS}\r\n").into_bytes());
+    for n in &nodes {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let count: usize = redis::cmd("DBSIZE").query(&mut n.connect()).unwrap();
+            if count == KEYS {
+                break;
+            }
+            assert!(Instant::now() < deadline, "node {}: {count} keys", n.id);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let v: String = redis::cmd("GET")
+        .arg("k02499")
+        .query(&mut leader.connect())
+        .unwrap();
+    assert_eq!(v, "2499");
+    let _ = std::fs::remove_dir_all(&root);
+}

@@ -751,7 +751,9 @@ impl Cluster {
         let changing = match change {
             // Forming a cluster changes nothing another change could race,
             // nor does a snapshot; settings wait their turn (below).
-            Change::Init(_) | Change::Snapshot { .. } | Change::Setting { .. } => None,
+            Change::Init(_) | Change::Snapshot { .. } | Change::Setting { .. } | Change::Job(_) => {
+                None
+            }
             _ => Some(Arc::clone(&self.changing).try_lock_owned()),
         };
         let (setting, followers) = (Arc::clone(&self.setting), Arc::clone(&self.followers));
@@ -789,6 +791,7 @@ impl Cluster {
                 }
                 Change::Merge { key } => host.merge_at(&key).await.map(Some),
                 Change::Snapshot { ttl } => host.snapshot(ttl).await.map(Some),
+                Change::Job(job) => job.await,
                 Change::Setting { name, decide } => {
                     // Decided from the value the log holds (everything
                     // committed before is applied here after a read
@@ -880,6 +883,10 @@ pub(crate) enum Change {
         name: &'static str,
         decide: SettingDecision,
     },
+    /// Work of a command above this layer that waits on the log (a backup
+    /// loaded, batch by batch), run on the Raft runtime as the other
+    /// changes are.
+    Job(std::pin::Pin<Box<dyn Future<Output = Changed> + Send>>),
 }
 
 /// What [`Change::Setting`] decides from the setting's value in the log

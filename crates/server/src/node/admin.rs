@@ -4,6 +4,10 @@
 
 use std::sync::atomic::Ordering;
 
+use combkv_replica::{ClusterError, Replica};
+
+use crate::cluster::{Change, Changed};
+use crate::node::park::{self, Parking};
 use crate::state::Shared;
 
 /// Why a whole-store operation was refused. Each protocol words it for its
@@ -101,8 +105,41 @@ struct Loaded {
 /// keep their value, expiry and flags, and take new versions; those
 /// expired by now are left out. Returns the items written. On a cluster
 /// node the store is found empty after the read gate's read index, as
-/// for BACKUP.
-pub fn load_backup(shared: &Shared, dir: &std::path::Path) -> Result<u64, AdminError> {
+/// for BACKUP, and the load runs on the Raft runtime while the
+/// connection parks (None; its log rounds are not waited for on the
+/// event loop): run again once it lands, the command finds its answer.
+pub fn load_backup(
+    shared: &Shared,
+    parking: Option<Parking<'_>>,
+    dir: &std::path::Path,
+) -> Option<Result<u64, AdminError>> {
+    // Before the checks: the store is not empty once the load has landed.
+    if let Some(landed) = parking.and_then(|p| p.take_change()) {
+        return Some(loaded(landed));
+    }
+    if let Err(e) = loadable(shared, dir) {
+        return Some(Err(e));
+    }
+    let Some(c) = shared.cluster() else {
+        return Some(read_batches(dir, |batch| write_locally(shared, batch)));
+    };
+    let replica = c.meta_replica().clone();
+    let dir = dir.to_path_buf();
+    let job = Box::pin(async move { load_into(replica, dir).await.map(Some) });
+    park::change(parking, c, Change::Job(job)).map(loaded)
+}
+
+/// A cluster load's answer as LOADBACKUP gives it.
+fn loaded(changed: Changed) -> Result<u64, AdminError> {
+    changed
+        .map(|n| n.unwrap_or(0))
+        .map_err(|e| AdminError::Store(e.into()))
+}
+
+/// Whether a backup in `dir` may be loaded here: the keyspace is one
+/// range, the store empty, and the backup verified whole (so a damaged one
+/// writes nothing).
+fn loadable(shared: &Shared, dir: &std::path::Path) -> Result<(), AdminError> {
     if shared.cluster().is_some_and(|c| c.is_split()) {
         return Err(AdminError::Refused(SPLIT_BACKUP));
     }
@@ -111,12 +148,21 @@ pub fn load_backup(shared: &Shared, dir: &std::path::Path) -> Result<u64, AdminE
             "the store is not empty: load a backup into a new node or cluster",
         ));
     }
-    // Verified whole before the first write, so a damaged backup writes
-    // nothing.
     combkv::read_backup(dir, |_| {}).map_err(|e| match e {
         combkv::Error::Corrupt(why) => AdminError::NotABackup(why),
         other => AdminError::Store(other),
     })?;
+    Ok(())
+}
+
+/// Reads the backup in `dir` in batches of up to `LOAD_BATCH_ITEMS`
+/// items (or `LOAD_BATCH_BYTES` of keys and values), leaving out those
+/// expired by now, and hands each to `write`, in order; the first error
+/// ends it. Returns the items handed over.
+fn read_batches(
+    dir: &std::path::Path,
+    mut write: impl FnMut(&[Loaded]) -> Result<(), AdminError>,
+) -> Result<u64, AdminError> {
     let now = combkv::now_ms();
     let (mut batch, mut bytes, mut written) = (Vec::new(), 0, 0u64);
     let mut failed = None;
@@ -134,7 +180,7 @@ pub fn load_backup(shared: &Shared, dir: &std::path::Path) -> Result<u64, AdminE
             flags: it.flags,
         });
         if batch.len() >= LOAD_BATCH_ITEMS || bytes >= LOAD_BATCH_BYTES {
-            match write_batch(shared, &batch) {
+            match write(&batch) {
                 Ok(()) => written += batch.len() as u64,
                 Err(e) => failed = Some(e),
             }
@@ -145,33 +191,76 @@ pub fn load_backup(shared: &Shared, dir: &std::path::Path) -> Result<u64, AdminE
     if let Some(e) = failed {
         return Err(e);
     }
-    write_batch(shared, &batch)?;
-    written += batch.len() as u64;
+    if !batch.is_empty() {
+        write(&batch)?;
+        written += batch.len() as u64;
+    }
     tracing::info!("LOADBACKUP from {}: {written} items", dir.display());
     Ok(written)
 }
 
-/// Writes `batch`: one log entry on a cluster node, else one write each.
-fn write_batch(shared: &Shared, batch: &[Loaded]) -> Result<(), AdminError> {
-    use combkv::op::{Cond, Op};
-    let put = |it: &Loaded| combkv::Write::Put {
-        value: it.value.clone(),
-        expiry: it.expiry,
-        flags: combkv::Flags::Set(it.flags),
-    };
-    let Some(c) = shared.cluster() else {
-        // One group commit per batch, not one fsync per item.
-        let store = shared.current_store();
-        let session = store.session();
-        for it in batch {
-            session.write_with(&it.key, |_| (put(it), ()))?;
-        }
-        session.commit()?;
-        return Ok(());
-    };
-    if batch.is_empty() {
-        return Ok(());
+/// Writes `batch` into a single node's store: one group commit, not one
+/// fsync per item.
+fn write_locally(shared: &Shared, batch: &[Loaded]) -> Result<(), AdminError> {
+    let store = shared.current_store();
+    let session = store.session();
+    for it in batch {
+        session.write_with(&it.key, |_| {
+            let put = combkv::Write::Put {
+                value: it.value.clone(),
+                expiry: it.expiry,
+                flags: combkv::Flags::Set(it.flags),
+            };
+            (put, ())
+        })?;
     }
+    session.commit()?;
+    Ok(())
+}
+
+/// A cluster node's load: the backup read on a blocking thread, each
+/// batch one log entry through `replica` (the one group of a keyspace
+/// not split), the next read while one is proposed.
+async fn load_into(replica: Replica, dir: std::path::PathBuf) -> Result<u64, ClusterError> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(2);
+    let reader = tokio::task::spawn_blocking(move || {
+        read_batches(&dir, |batch| {
+            // The proposer gone (a write failed): stop reading.
+            tx.blocking_send(encode_batch(batch))
+                .map_err(|_| AdminError::Refused("the load stopped"))
+        })
+    });
+    let mut failed = None;
+    while let Some(ops) = rx.recv().await {
+        let results = match replica.write(replica.clock_ms(), ops).await {
+            Ok(results) => results,
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        };
+        if let Some(Err(e)) = results.into_iter().find(Result::is_err) {
+            failed = Some(ClusterError::Refused(e.to_string()));
+            break;
+        }
+    }
+    drop(rx);
+    let read = reader
+        .await
+        .map_err(|e| ClusterError::Unknown(format!("the backup's reader failed: {e}")))?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    read.map_err(|e| match e {
+        AdminError::Refused(why) => ClusterError::Refused(why.into()),
+        AdminError::NotABackup(why) => ClusterError::Refused(why),
+        AdminError::Store(e) => ClusterError::Refused(e.to_string()),
+    })
+}
+
+/// A batch of a backup as one entry's ops.
+fn encode_batch(batch: &[Loaded]) -> Vec<u8> {
+    use combkv::op::{Cond, Op};
     let ops: Vec<Op<'_>> = batch
         .iter()
         .map(|it| Op::Put {
@@ -183,10 +272,9 @@ fn write_batch(shared: &Shared, batch: &[Loaded]) -> Result<(), AdminError> {
             return_old: false,
         })
         .collect();
-    for r in c.apply_all(&ops)? {
-        r?;
-    }
-    Ok(())
+    let mut bytes = Vec::new();
+    combkv_replica::codec::encode_ops(&ops, &mut bytes);
+    bytes
 }
 
 /// BGSAVE: Ok(true) if a checkpoint started, Ok(false) if one is running.

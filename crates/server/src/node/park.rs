@@ -472,6 +472,12 @@ impl Parking<'_> {
         }
     }
 
+    /// The answer of a change this connection parked on, if it landed
+    /// (taken: its command, run again, finds it once).
+    pub(crate) fn take_change(&self) -> Option<Changed> {
+        self.park.borrow_mut().changed.take()
+    }
+
     /// Whether the answer of a change this connection parked on landed
     /// (and waits for its command, run again, to find it).
     pub(crate) fn change_landed(&self) -> bool {

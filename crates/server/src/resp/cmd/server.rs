@@ -299,7 +299,8 @@ pub(super) fn backup(cx: &mut Ctx<'_, '_>) -> CmdResult {
 /// LOADBACKUP directory: writes every item of the backup in `directory`
 /// (on the node's host) into the node's store, which must be empty,
 /// through the write path (a cluster's log); answers the items written.
-/// This connection's event loop waits meanwhile.
+/// On a single node this connection's event loop waits meanwhile; on a
+/// cluster node the connection parks while the log takes the batches.
 pub(super) fn loadbackup(cx: &mut Ctx<'_, '_>) -> CmdResult {
     use std::os::unix::ffi::OsStrExt;
     let arg = &cx.args[1];
@@ -307,8 +308,11 @@ pub(super) fn loadbackup(cx: &mut Ctx<'_, '_>) -> CmdResult {
         return Err(CmdError::err("LOADBACKUP needs a directory"));
     }
     let dir = std::path::Path::new(std::ffi::OsStr::from_bytes(arg));
-    let n = crate::node::admin::load_backup(cx.shared, dir)?;
-    cx.r.int(n as i64);
+    let Some(n) = crate::node::admin::load_backup(cx.shared, cx.parking, dir) else {
+        cx.parked = true;
+        return Ok(());
+    };
+    cx.r.int(n? as i64);
     Ok(())
 }
 
