@@ -227,15 +227,17 @@ impl Cluster {
         &self,
         ops: &[Op<'_>],
     ) -> Result<Vec<Result<Outcome, StoreError>>, StoreError> {
-        let map = self.shared_range_map();
-        let mut routed = Routed::default();
-        for op in ops {
-            routed.push_or_refuse(&map, op);
+        Ok(self.rt.block_on(self.proposer().apply_all(ops)))
+    }
+
+    /// What work on the Raft runtime (`Change::Job`) proposes writes
+    /// through.
+    pub(crate) fn proposer(&self) -> Proposer {
+        Proposer {
+            host: self.host.clone(),
+            replica: self.replica.clone(),
+            refused: Arc::clone(&self.refused_for_memory),
         }
-        let now = self.replica.clock_ms();
-        let (_, results) = self.rt.block_on(self.host.propose_routed(now, routed));
-        count_refused_for_memory(&self.refused_for_memory, &results);
-        Ok(results)
     }
 
     /// Adds a decided write to a turn's batch, routed by the range map as
@@ -838,6 +840,34 @@ impl Cluster {
         let _ = self.rt.block_on(async {
             tokio::time::timeout(Duration::from_secs(5), self.replica.shutdown()).await
         });
+    }
+}
+
+/// [`Cluster::apply_all`], awaited: for work already on the Raft runtime.
+#[derive(Clone)]
+pub(crate) struct Proposer {
+    host: Host,
+    replica: Replica,
+    refused: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Proposer {
+    /// Proposes `ops`, one entry per range they lie in (routed by the
+    /// range map as this node applied it), and gives their outcomes, in
+    /// order.
+    pub(crate) async fn apply_all(&self, ops: &[Op<'_>]) -> Vec<Result<Outcome, StoreError>> {
+        let map = match self.replica.shared_range_map() {
+            Some(map) => map,
+            None => self.host.range_map(),
+        };
+        let mut routed = Routed::default();
+        for op in ops {
+            routed.push_or_refuse(&map, op);
+        }
+        let now = self.replica.clock_ms();
+        let (_, results) = self.host.propose_routed(now, routed).await;
+        count_refused_for_memory(&self.refused, &results);
+        results
     }
 }
 

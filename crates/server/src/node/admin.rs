@@ -4,9 +4,9 @@
 
 use std::sync::atomic::Ordering;
 
-use combkv_replica::{ClusterError, Replica};
+use combkv_replica::ClusterError;
 
-use crate::cluster::{Change, Changed};
+use crate::cluster::{Change, Changed, Proposer};
 use crate::node::park::{self, Parking};
 use crate::state::Shared;
 
@@ -121,11 +121,11 @@ pub fn load_backup(
         return Some(Err(e));
     }
     let Some(c) = shared.cluster() else {
-        return Some(read_batches(dir, |batch| write_locally(shared, batch)));
+        return Some(read_batches(dir, |batch| write_locally(shared, &batch)));
     };
-    let replica = c.meta_replica().clone();
+    let proposer = c.proposer();
     let dir = dir.to_path_buf();
-    let job = Box::pin(async move { load_into(replica, dir).await.map(Some) });
+    let job = Box::pin(async move { load_into(proposer, dir).await.map(Some) });
     park::change(parking, c, Change::Job(job)).map(loaded)
 }
 
@@ -161,7 +161,7 @@ fn loadable(shared: &Shared, dir: &std::path::Path) -> Result<(), AdminError> {
 /// ends it. Returns the items handed over.
 fn read_batches(
     dir: &std::path::Path,
-    mut write: impl FnMut(&[Loaded]) -> Result<(), AdminError>,
+    mut write: impl FnMut(Vec<Loaded>) -> Result<(), AdminError>,
 ) -> Result<u64, AdminError> {
     let now = combkv::now_ms();
     let (mut batch, mut bytes, mut written) = (Vec::new(), 0, 0u64);
@@ -180,11 +180,11 @@ fn read_batches(
             flags: it.flags,
         });
         if batch.len() >= LOAD_BATCH_ITEMS || bytes >= LOAD_BATCH_BYTES {
-            match write(&batch) {
-                Ok(()) => written += batch.len() as u64,
+            let n = batch.len() as u64;
+            match write(std::mem::take(&mut batch)) {
+                Ok(()) => written += n,
                 Err(e) => failed = Some(e),
             }
-            batch.clear();
             bytes = 0;
         }
     })?;
@@ -192,8 +192,8 @@ fn read_batches(
         return Err(e);
     }
     if !batch.is_empty() {
-        write(&batch)?;
         written += batch.len() as u64;
+        write(batch)?;
     }
     tracing::info!("LOADBACKUP from {}: {written} items", dir.display());
     Ok(written)
@@ -219,26 +219,20 @@ fn write_locally(shared: &Shared, batch: &[Loaded]) -> Result<(), AdminError> {
 }
 
 /// A cluster node's load: the backup read on a blocking thread, each
-/// batch one log entry through `replica` (the one group of a keyspace
-/// not split), the next read while one is proposed.
-async fn load_into(replica: Replica, dir: std::path::PathBuf) -> Result<u64, ClusterError> {
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(2);
+/// batch proposed in turn (one entry per range it lies in: the keyspace
+/// may split as the load grows it), the next read while one is proposed.
+async fn load_into(proposer: Proposer, dir: std::path::PathBuf) -> Result<u64, ClusterError> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<Loaded>>(2);
     let reader = tokio::task::spawn_blocking(move || {
         read_batches(&dir, |batch| {
             // The proposer gone (a write failed): stop reading.
-            tx.blocking_send(encode_batch(batch))
+            tx.blocking_send(batch)
                 .map_err(|_| AdminError::Refused("the load stopped"))
         })
     });
     let mut failed = None;
-    while let Some(ops) = rx.recv().await {
-        let results = match replica.write(replica.clock_ms(), ops).await {
-            Ok(results) => results,
-            Err(e) => {
-                failed = Some(e);
-                break;
-            }
-        };
+    while let Some(batch) = rx.recv().await {
+        let results = proposer.apply_all(&puts(&batch)).await;
         if let Some(Err(e)) = results.into_iter().find(Result::is_err) {
             failed = Some(ClusterError::Refused(e.to_string()));
             break;
@@ -258,10 +252,10 @@ async fn load_into(replica: Replica, dir: std::path::PathBuf) -> Result<u64, Clu
     })
 }
 
-/// A batch of a backup as one entry's ops.
-fn encode_batch(batch: &[Loaded]) -> Vec<u8> {
+/// A batch of a backup as ops.
+fn puts(batch: &[Loaded]) -> Vec<combkv::op::Op<'_>> {
     use combkv::op::{Cond, Op};
-    let ops: Vec<Op<'_>> = batch
+    batch
         .iter()
         .map(|it| Op::Put {
             key: &it.key,
@@ -271,10 +265,7 @@ fn encode_batch(batch: &[Loaded]) -> Vec<u8> {
             cond: Cond::Any,
             return_old: false,
         })
-        .collect();
-    let mut bytes = Vec::new();
-    combkv_replica::codec::encode_ops(&ops, &mut bytes);
-    bytes
+        .collect()
 }
 
 /// BGSAVE: Ok(true) if a checkpoint started, Ok(false) if one is running.
