@@ -551,10 +551,7 @@ fn user_changes_wait_for_the_log_without_holding_the_event_loop() {
         .unwrap();
     let connect = || patient(leader);
     let (mut alice, mut bob, mut carol, mut ping) = (connect(), connect(), connect(), connect());
-    let followers: Vec<&Node> = nodes.iter().filter(|n| n.id != leader.id).collect();
-    for f in &followers {
-        f.pause(true);
-    }
+    pause_followers(&nodes, leader, true);
     resp_cmd(&mut alice, &[b"ACL", b"SETUSER", b"alice", b"on", b">pa"]);
     resp_cmd(&mut bob, &[b"ACL", b"SETUSER", b"bob", b"on", b">pb"]);
     resp_cmd(&mut carol, &[b"ACL", b"DELUSER", b"carol"]);
@@ -567,9 +564,7 @@ fn user_changes_wait_for_the_log_without_holding_the_event_loop() {
         .into_iter()
         .map(no_reply_yet)
         .collect();
-    for f in &followers {
-        f.pause(false);
-    }
+    pause_followers(&nodes, leader, false);
     assert_eq!(
         (&pong[..], &waiting[..]),
         (&b"+PONG\r\n"[..], &[true; 3][..])
@@ -593,6 +588,13 @@ fn one_loop_nodes(root: &std::path::Path) -> Vec<Node> {
     }
     wait_serving(&nodes);
     nodes
+}
+
+/// Stops (SIGSTOP) or resumes every node but `leader`.
+fn pause_followers(nodes: &[Node], leader: &Node, paused: bool) {
+    for f in nodes.iter().filter(|n| n.id != leader.id) {
+        f.pause(paused);
+    }
 }
 
 /// A raw connection to `n` that waits up to 30 s for a reply.
@@ -681,10 +683,7 @@ fn config_set_requirepass_waits_for_the_log_without_holding_the_event_loop() {
     let nodes = one_loop_nodes(&root);
     let leader = find_leader(&nodes);
     let (mut set, mut other) = (patient(leader), patient(leader));
-    let followers: Vec<&Node> = nodes.iter().filter(|n| n.id != leader.id).collect();
-    for f in &followers {
-        f.pause(true);
-    }
+    pause_followers(&nodes, leader, true);
     resp_cmd(
         &mut set,
         &[
@@ -702,9 +701,7 @@ fn config_set_requirepass_waits_for_the_log_without_holding_the_event_loop() {
     // timeout (10 s).
     let before = read_until(&mut other, b"128\r\n", Duration::from_secs(3));
     let waiting = no_reply_yet(&mut set);
-    for f in &followers {
-        f.pause(false);
-    }
+    pause_followers(&nodes, leader, false);
     assert_eq!(
         (String::from_utf8_lossy(&before), waiting),
         ("*2\r\n$15\r\nslowlog-max-len\r\n$3\r\n128\r\n".into(), true)
@@ -763,10 +760,7 @@ fn loadbackup_waits_for_the_log_without_holding_the_event_loop() {
     let nodes = one_loop_nodes(&root.join("into"));
     let leader = find_leader(&nodes);
     let (mut load, mut ping) = (patient(leader), patient(leader));
-    let followers: Vec<&Node> = nodes.iter().filter(|n| n.id != leader.id).collect();
-    for f in &followers {
-        f.pause(true);
-    }
+    pause_followers(&nodes, leader, true);
     resp_cmd(
         &mut load,
         &[b"LOADBACKUP", backup.to_str().unwrap().as_bytes()],
@@ -777,9 +771,7 @@ fn loadbackup_waits_for_the_log_without_holding_the_event_loop() {
     // timeout (10 s).
     let pong = read_until(&mut ping, b"\r\n", Duration::from_secs(3));
     let waiting = no_reply_yet(&mut load);
-    for f in &followers {
-        f.pause(false);
-    }
+    pause_followers(&nodes, leader, false);
     assert_eq!((&pong[..], waiting), (&b"+PONG\r\n"[..], true));
     let answer = read_until(&mut load, b"\r\n", Duration::from_secs(30));
     assert_eq!(answer, format!(":{KEYS}\r\n").into_bytes());

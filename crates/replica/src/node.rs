@@ -109,14 +109,22 @@ pub struct ReplicaConfig {
     /// covers, shared by the node's groups (the server's
     /// `cluster-max-clock-offset`; 0: one host's clock).
     pub clock_offset: crate::ranges::ClockOffset,
-    /// Of a group a split seeded here just now: the version from which
-    /// its seed reads the same (`SplitChild::since`) and the seed's clock.
-    /// The store opened from the seed is held from it, if its clock is the
-    /// seed's (`Past::seed`).
-    pub(crate) split_since: Option<(combkv::Version, combkv::Version)>,
-    /// Of a group a split seeded here just now: the snapshot pins the
-    /// splitting range's replica here held (`SplitChild::pins`).
-    pub(crate) split_pins: Vec<crate::past::Pin>,
+    /// Of a group a split seeded here just now: what its past starts
+    /// from (`SplitSeed`).
+    pub(crate) split_seed: Option<SplitSeed>,
+}
+
+/// What the past of a group a split seeded here just now starts from.
+#[derive(Debug, Clone)]
+pub(crate) struct SplitSeed {
+    /// The version from which its seed reads the same
+    /// (`SplitChild::since`): the store opened from the seed is held from
+    /// it, if its clock is `clock`, the seed's (`Past::seed`).
+    pub(crate) since: combkv::Version,
+    pub(crate) clock: combkv::Version,
+    /// The snapshot pins the splitting range's replica here held
+    /// (`SplitChild::pins`, `Past::inherit`).
+    pub(crate) pins: Vec<crate::past::Pin>,
 }
 
 impl ReplicaConfig {
@@ -139,8 +147,7 @@ impl ReplicaConfig {
             entries_in_flight: 1,
             peer_tls: None,
             on_split: None,
-            split_since: None,
-            split_pins: Vec::new(),
+            split_seed: None,
             groups_dir: None,
             split_bytes: 0,
             range_replicas: 0,
@@ -235,13 +242,13 @@ impl Replica {
             &config.dir.join("snapshots"),
             config.on_apply.clone(),
         )?;
-        if let Some((since, clock)) = config.split_since {
+        if let Some(seed) = &config.split_seed {
             let store = sm.store().get();
-            if store.read_version() == clock {
-                sm.past().seed(&store, since);
+            if store.read_version() == seed.clock {
+                sm.past().seed(&store, seed.since);
             }
+            sm.past().inherit(seed.pins.clone());
         }
-        sm.past().inherit(config.split_pins.clone());
         let sm = sm
             .serving(group, config.on_split.clone())
             .with_clock_offset(config.clock_offset.clone());

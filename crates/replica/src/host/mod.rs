@@ -70,13 +70,9 @@ struct Inner {
     /// renamed over a directory a replica has just made, or a replica
     /// started in a seed's place); the one that finds it claimed leaves it.
     claimed: Mutex<std::collections::HashSet<GroupId>>,
-    /// Groups a split seeded here and not started yet: the version from
-    /// which each seed reads the same, and its clock (`SplitChild::since`,
-    /// `ReplicaConfig::split_since`).
-    split_since: Mutex<HashMap<GroupId, (combkv::Version, combkv::Version)>>,
-    /// Groups a split seeded here and not started yet: the snapshot pins
-    /// each takes (`SplitChild::pins`, `ReplicaConfig::split_pins`).
-    split_pins: Mutex<HashMap<GroupId, Vec<crate::past::Pin>>>,
+    /// Groups a split seeded here and not started yet: what the past of
+    /// each starts from (`ReplicaConfig::split_seed`).
+    split_seeds: Mutex<HashMap<GroupId, crate::node::SplitSeed>>,
     /// What this node's groups did to ranges since it started.
     counts: Counts,
     /// When this node, leading the meta group, last had a leadership
@@ -257,8 +253,7 @@ impl Host {
             template: Mutex::new(None),
             starting: tokio::sync::Mutex::new(()),
             claimed: Mutex::default(),
-            split_since: Mutex::default(),
-            split_pins: Mutex::default(),
+            split_seeds: Mutex::default(),
             counts: Counts::default(),
             last_leader_move: Mutex::new(None),
             driving: Mutex::new(("starting", tokio::time::Instant::now())),
@@ -340,8 +335,7 @@ impl Host {
         }
         let mut config = config.clone();
         config.on_split = Some(self.split_hook(&config));
-        config.split_since = self.0.split_since.lock().remove(&group);
-        config.split_pins = self.0.split_pins.lock().remove(&group).unwrap_or_default();
+        config.split_seed = self.0.split_seeds.lock().remove(&group);
         if group == 0 {
             *self.0.template.lock() = Some(config.clone());
         }
@@ -473,9 +467,12 @@ impl Host {
                 // Noted before the claim is let go: a start on a peer's
                 // message from then on finds it.
                 if matches!(seeded, Ok(true)) {
-                    let clock = child.store.read_version();
-                    inner.split_since.lock().insert(group, (child.since, clock));
-                    inner.split_pins.lock().insert(group, child.pins.clone());
+                    let seed = crate::node::SplitSeed {
+                        since: child.since,
+                        clock: child.store.read_version(),
+                        pins: child.pins.clone(),
+                    };
+                    inner.split_seeds.lock().insert(group, seed);
                 }
                 inner.claimed.lock().remove(&group);
             }

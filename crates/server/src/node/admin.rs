@@ -113,11 +113,11 @@ pub fn load_backup(
     parking: Option<Parking<'_>>,
     dir: &std::path::Path,
 ) -> Option<Result<u64, AdminError>> {
-    // Before the checks: the store is not empty once the load has landed.
-    if let Some(landed) = parking.and_then(|p| p.take_change()) {
-        return Some(loaded(landed));
-    }
-    if let Err(e) = loadable(shared, dir) {
+    // Checked before it is asked; run again once asked, the store is no
+    // longer empty (as SNAPSHOT CREATE, `node::keyspace`).
+    if !parking.is_some_and(|p| p.change_asked())
+        && let Err(e) = loadable(shared, dir)
+    {
         return Some(Err(e));
     }
     let Some(c) = shared.cluster() else {

@@ -472,16 +472,14 @@ impl Parking<'_> {
         }
     }
 
-    /// The answer of a change this connection parked on, if it landed
-    /// (taken: its command, run again, finds it once).
-    pub(crate) fn take_change(&self) -> Option<Changed> {
-        self.park.borrow_mut().changed.take()
-    }
-
-    /// Whether the answer of a change this connection parked on landed
-    /// (and waits for its command, run again, to find it).
-    pub(crate) fn change_landed(&self) -> bool {
-        self.park.borrow().changed.is_some()
+    /// Whether this connection's command asked a change that landed (its
+    /// answer waits for the command, run again, to find it) or is still
+    /// in flight (run again while the loop drains at shutdown): either
+    /// way the command is past the checks it made before asking, which
+    /// what the change did may no longer pass.
+    pub(crate) fn change_asked(&self) -> bool {
+        let p = self.park.borrow();
+        p.changed.is_some() || p.changing
     }
 
     /// Whether a read that would wait can park this connection instead

@@ -158,7 +158,7 @@ impl<'a> Keyspace<'a> {
         };
         // Checked before it is asked; run again with its answer landed,
         // `add_snapshot` checks the count again (and releases the pins).
-        if !parking.is_some_and(|p| p.change_landed()) {
+        if !parking.is_some_and(|p| p.change_asked()) {
             cluster.snapshot_check(ttl)?;
         }
         let change = Change::Snapshot { ttl };
