@@ -8,6 +8,7 @@
 mod backup;
 mod cluster;
 mod connect;
+mod logs;
 mod serve;
 
 use std::path::PathBuf;

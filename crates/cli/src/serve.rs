@@ -339,51 +339,6 @@ fn config(args: &ServeArgs) -> Result<(ServerConfig, bool), String> {
     Ok((c, truncate))
 }
 
-/// The log filter for `log-level`: combkv's own at that level, openraft's
-/// below it (its state dumps are for debugging a cluster, and its
-/// warnings repeat several times a second while a follower is down, which
-/// combkv's own health watch reports once, with what to do); `RUST_LOG`
-/// replaces it whole.
-fn log_filter(level: &str) -> String {
-    let raft = match level {
-        "trace" => "trace",
-        "debug" => "info",
-        _ => "error",
-    };
-    format!("{level},openraft={raft}")
-}
-
-/// Logs to stderr, as text (colour only on a terminal) or JSON lines,
-/// filtered by `log_filter(level)` unless `RUST_LOG` says otherwise.
-/// CONFIG SET log-level swaps the filter while serving.
-fn init_logs(level: &str, format: &str) {
-    use tracing_subscriber::layer::SubscriberExt as _;
-    use tracing_subscriber::util::SubscriberInitExt as _;
-    use tracing_subscriber::{EnvFilter, fmt, reload};
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(log_filter(level)));
-    let (filter, handle) = reload::Layer::new(filter);
-    let registry = tracing_subscriber::registry().with(filter);
-    if format == "json" {
-        registry
-            .with(fmt::layer().json().with_writer(std::io::stderr))
-            .init();
-    } else {
-        registry
-            .with(
-                fmt::layer()
-                    .with_writer(std::io::stderr)
-                    .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
-            )
-            .init();
-    }
-    combkv_server::on_log_level(Box::new(move |level| {
-        handle
-            .reload(EnvFilter::new(log_filter(level)))
-            .map_err(|e| format!("cannot change the log filter: {e}"))
-    }));
-}
-
 /// A yes/no flag value, as Redis writes its boolean settings.
 fn yes_no(s: &str) -> Result<bool, String> {
     match s.to_ascii_lowercase().as_str() {
@@ -417,7 +372,7 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    init_logs(&c.log_level, &c.log_format);
+    crate::logs::init(&c.log_level, &c.log_format);
     if truncate
         && let Some(dir) = &c.data_dir
         && let Err(e) = truncate_corrupt(dir)
