@@ -571,6 +571,12 @@ impl Handler for Replica {
                     Response::Leading(self.is_leader().then(|| self.group()).into_iter().collect())
                 }
                 Request::Held => Response::Held(self.held_range().into_iter().collect()),
+                Request::Loads => Response::Loads(
+                    self.is_leader()
+                        .then(|| (self.group(), self.load().rate()))
+                        .into_iter()
+                        .collect(),
+                ),
                 // A group's requests reach it unwrapped (`host`): one
                 // wrapped twice names no group.
                 Request::ToGroup(g, _) => Response::NoSuchGroup(g),

@@ -63,6 +63,11 @@ pub(crate) enum Request {
     /// membership since) from the cluster's. Last, for the same reason as
     /// `ToGroup`.
     MembersAt,
+    /// Which groups the node leads, each with the requests a second its
+    /// replica last counted (to the node: the meta group's leader spreads
+    /// leaders by them where splits by load are on). A node of a build
+    /// from before it hangs up on it, and is not asked again for a while.
+    Loads,
 }
 
 impl Request {
@@ -162,6 +167,9 @@ pub(crate) enum Response {
     /// The answer to [`Request::MembersAt`]: as `Members`, with the log
     /// id of the membership.
     MembersAt(Option<(LogId, Vec<NodeId>)>),
+    /// The answer to [`Request::Loads`]: each group the node leads, with
+    /// its requests a second.
+    Loads(Vec<(crate::types::GroupId, u64)>),
 }
 
 /// A group a node leads, as it answers [`Request::Held`].
@@ -222,6 +230,26 @@ mod tests {
         assert!(matches!(
             decode::<Response>(&answer[4..]).unwrap(),
             Response::NoSuchGroup(7)
+        ));
+    }
+
+    /// Requests added after the first release keep their place at the
+    /// end: an older node cannot decode them and hangs up, which the
+    /// asker takes for an older build; any other order would make an
+    /// older node read them as another request.
+    #[test]
+    fn late_requests_keep_their_variants() {
+        for (req, index) in [
+            (Request::Held, 15),
+            (Request::MembersAt, 16),
+            (Request::Loads, 17),
+        ] {
+            assert_eq!(encode(&req).unwrap(), [1, 0, 0, 0, index], "{req:?}");
+        }
+        let answer = encode(&Response::Loads(vec![(3, 1_500), (9, 0)])).unwrap();
+        assert!(matches!(
+            decode::<Response>(&answer[4..]).unwrap(),
+            Response::Loads(l) if l == [(3, 1_500), (9, 0)]
         ));
     }
 }

@@ -192,10 +192,7 @@ fn leaders_are_handed_over_until_spread_while_writes_go_on() {
             })
         };
         let spread = |now: &[usize]| now.iter().max().unwrap() - now.iter().min().unwrap() <= 1;
-        let moved = || -> u64 {
-            let nodes = cl.nodes.lock();
-            nodes.values().map(|h| h.range_stats().leaders_moved).sum()
-        };
+        let moved = || cl.leaders_moved();
         let first = leaders_until(&cl, "leaders never spread", spread).await;
         eprintln!(
             "leaders per node: {before:?}, after {} hand-overs {first:?}",
@@ -245,6 +242,102 @@ fn leaders_are_handed_over_until_spread_while_writes_go_on() {
                     "key {n} on node {id}: round {round}, acknowledged {a}"
                 );
             }
+        }
+        for id in 1..=NODES {
+            cl.stop(id).await;
+        }
+    });
+}
+
+/// Leaders are spread by load: three nodes with splits by load on (at
+/// 1,000 requests a second, which no range reaches here), the keyspace in
+/// seven ranges whose leaders are first spread by count (two each). Two
+/// writers then write as fast as they are answered, each to the keys of
+/// one of the two ranges node 1 leads: node 1 leads all the load. The meta
+/// group's leader swaps one of them for a quiet range of another node
+/// (counts stay two each), and once the two busy ranges are led by two
+/// nodes nothing moves for 10 s: a second step would only move the heat.
+#[test]
+fn leaders_are_spread_by_load_and_then_stay() {
+    simulate("groups-leader-load", |dir| async move {
+        let cl = Cluster::new(dir.clone(), SimNet::new(12, Faults::NONE), NODES, 0);
+        cl.start_all_with(NODES, |c| {
+            c.split_load = 1_000;
+        })
+        .await;
+        for i in 1..=6 {
+            if let Err(e) = split_through(&cl, &kv(i * 10), Some(1), 100).await {
+                panic!("the split at {i}0 never went through: {e}");
+            }
+        }
+        for g in 1..=6 {
+            for id in 1..=NODES {
+                wait_group(&cl, id, g).await;
+            }
+        }
+        let spread = |now: &[usize]| now.iter().max().unwrap() - now.iter().min().unwrap() <= 1;
+        assert_eq!(
+            leaders_until(&cl, "leaders never spread", spread).await,
+            vec![2, 2, 2]
+        );
+        let leader_of =
+            |g: u64| (1..=NODES).find(|&id| cl.replica(id, g).is_some_and(|r| r.is_leader()));
+        let hot: Vec<u64> = (1..=6).filter(|&g| leader_of(g) == Some(1)).collect();
+        assert_eq!(hot.len(), 2, "node 1 leads {hot:?}");
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut writers = Vec::new();
+        for &g in &hot {
+            let (cl, stop) = (Arc::clone(&cl), Arc::clone(&stop));
+            writers.push(tokio::spawn(async move {
+                let mut acked = 0u64;
+                let mut n = 0usize;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    n += 1;
+                    let key = kv(g as usize * 10 + n % 10);
+                    let Some(r) = cl.replica(1, g) else { break };
+                    match r.write(1, put_op(&key, b"v")).await {
+                        Ok(res) if res[0].is_ok() => acked += 1,
+                        _ => tokio::time::sleep(Duration::from_millis(10)).await,
+                    }
+                }
+                acked
+            }));
+        }
+        let started = tokio::time::Instant::now();
+        let apart = loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if let (Some(a), Some(b)) = (leader_of(hot[0]), leader_of(hot[1]))
+                && a != b
+            {
+                break (a, b);
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "the busy ranges {hot:?} are still led by one node"
+            );
+        };
+        let counts = leading(&cl);
+        eprintln!(
+            "busy ranges {hot:?} led by nodes {apart:?} after {:.1} s; leads per node {counts:?}",
+            started.elapsed().as_secs_f64()
+        );
+        assert!(spread(&counts), "the count rule broken: {counts:?}");
+        // Nothing more moves while the load holds.
+        let moved = || cl.leaders_moved();
+        let before = moved();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(moved(), before, "leaders moved on");
+        assert_eq!(
+            (leader_of(hot[0]), leader_of(hot[1])),
+            (Some(apart.0), Some(apart.1))
+        );
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for w in writers {
+            let acked = w.await.unwrap();
+            assert!(acked > 100, "a writer had {acked} writes acknowledged");
+        }
+        for g in 0..=6 {
+            converge(&cl, g).await.unwrap();
         }
         for id in 1..=NODES {
             cl.stop(id).await;
@@ -440,15 +533,11 @@ fn ranges_spread_over_five_nodes_three_replicas_each() {
     }
     simulate("groups-spread", |dir| async move {
         let cl = Cluster::new(dir.clone(), SimNet::new(5, Faults::NONE), FIVE, 0);
-        for id in 1..=FIVE {
-            let host = combkv_replica::Host::simulated(id, &cl.net);
-            let mut c = config(&cl.dir, id, 0, &cl.storage[&(id, 0)]);
+        cl.start_all_with(FIVE, |c| {
             c.split_bytes = 64 << 10;
             c.range_replicas = 3;
-            host.start_group(0, &c).await.unwrap();
-            cl.nodes.lock().insert(id, host);
-        }
-        cl.form(&(1..=FIVE).collect::<Vec<_>>()).await;
+        })
+        .await;
         let value = vec![b'v'; 100];
         let key = |n: usize| format!("key{n:06}").into_bytes();
         for n in 0..KEYS {
@@ -811,15 +900,11 @@ fn ranges_are_placed_so_that_nodes_hold_similar_bytes() {
     const FIVE: u64 = 5;
     simulate("groups-bytes", |dir| async move {
         let cl = Cluster::new(dir.clone(), SimNet::new(11, Faults::NONE), FIVE, 0);
-        for id in 1..=FIVE {
-            let host = combkv_replica::Host::simulated(id, &cl.net);
-            let mut c = config(&cl.dir, id, 0, &cl.storage[&(id, 0)]);
+        cl.start_all_with(FIVE, |c| {
             c.range_replicas = 3;
-            host.start_group(0, &c).await.unwrap();
-            cl.nodes.lock().insert(id, host);
-        }
+        })
+        .await;
         let all: Vec<u64> = (1..=FIVE).collect();
-        cl.form(&all).await;
         for at in ["b", "c", "d", "e", "f", "g", "h"] {
             if let Err(e) = split_through(&cl, at.as_bytes(), None, 200).await {
                 panic!("no split at {at}: {e}");

@@ -8,7 +8,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use combkv_replica::Host;
 use combkv_replica::network::sim::{Faults, SimNet};
 use groups::*;
 use rand::rngs::StdRng;
@@ -387,14 +386,10 @@ fn ranges_split_by_size_on_their_own() {
     const KEYS: usize = 3000;
     simulate("groups-size", |dir| async move {
         let cl = Cluster::new(dir.clone(), SimNet::new(4, Faults::NONE), NODES, 0);
-        for id in 1..=NODES {
-            let host = Host::simulated(id, &cl.net);
-            let mut c = config(&cl.dir, id, 0, &cl.storage[&(id, 0)]);
+        cl.start_all_with(NODES, |c| {
             c.split_bytes = 128 << 10;
-            host.start_group(0, &c).await.unwrap();
-            cl.nodes.lock().insert(id, host);
-        }
-        cl.form(&(1..=NODES).collect::<Vec<_>>()).await;
+        })
+        .await;
         let value = vec![b'v'; 100];
         for n in 0..KEYS {
             // Keys spread over the keyspace, written in a scrambled order.
@@ -481,14 +476,10 @@ fn ranges_split_by_size_on_their_own() {
 fn a_range_splits_by_load_at_the_middle_of_its_writes() {
     simulate("groups-load", |dir| async move {
         let cl = Cluster::new(dir.clone(), SimNet::new(6, Faults::NONE), NODES, 0);
-        for id in 1..=NODES {
-            let host = Host::simulated(id, &cl.net);
-            let mut c = config(&cl.dir, id, 0, &cl.storage[&(id, 0)]);
+        cl.start_all_with(NODES, |c| {
             c.split_load = 50;
-            host.start_group(0, &c).await.unwrap();
-            cl.nodes.lock().insert(id, host);
-        }
-        cl.form(&(1..=NODES).collect::<Vec<_>>()).await;
+        })
+        .await;
         let write = |k: Vec<u8>| {
             let cl = Arc::clone(&cl);
             async move {

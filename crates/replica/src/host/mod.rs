@@ -85,6 +85,9 @@ struct Inner {
     /// Members that hung up on [`Request::Held`] (a build from before it),
     /// asked [`Request::Leading`] instead until then.
     held_unknown: Mutex<HashMap<NodeId, tokio::time::Instant>>,
+    /// Members that hung up on [`Request::Loads`] (a build from before
+    /// it): no leadership moves by load until then.
+    loads_unknown: Mutex<HashMap<NodeId, tokio::time::Instant>>,
     /// Set once this node has learned it was removed from the cluster
     /// (`drop_moved_away`): it starts no range replica on a peer's message
     /// any more. Its map may still name it (it never applied its removal),
@@ -172,6 +175,7 @@ impl Handler for Dispatch {
                 Request::ToGroup(g, inner) => (g, *inner),
                 Request::Leading => return Response::Leading(host.leading()),
                 Request::Held => return Response::Held(host.held_ranges()),
+                Request::Loads => return Response::Loads(host.led_loads()),
                 bare => (0, bare),
             };
             let mut replica = host.group(group);
@@ -259,6 +263,7 @@ impl Host {
             driving: Mutex::new(("starting", tokio::time::Instant::now())),
             last_seen: Mutex::new(None),
             held_unknown: Mutex::default(),
+            loads_unknown: Mutex::default(),
             left_cluster: std::sync::atomic::AtomicBool::new(false),
         }))
     }

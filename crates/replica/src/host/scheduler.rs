@@ -4,7 +4,8 @@
 //! the `range_replicas` setting asks for (`ranges::next_placement`) over
 //! the members that are up; once that has settled, one step toward nodes
 //! holding similar bytes (`ranges::next_byte_move`), and once that has,
-//! one toward leaders spread evenly (`leaders`). A member that has not answered for
+//! one toward leaders spread evenly (`leaders`), by count and then, where
+//! splits by load are on, by load. A member that has not answered for
 //! `node_down_after` is placed as if it had left the cluster: the ranges
 //! it holds get replicas on the others (as PD does for TiKV stores down
 //! past `max-store-down-time`), and once it is back, its stale replicas
@@ -127,7 +128,14 @@ impl Host {
                 return;
             }
         }
-        self.balance_leaders(&meta, &map, &survey.led).await;
+        if self.balance_leaders(&meta, &map, &survey.led).await {
+            return;
+        }
+        let split_load = self.0.template.lock().as_ref().map_or(0, |t| t.split_load);
+        if split_load > 0 {
+            self.balance_leader_load(&meta, &map, &survey.led, split_load)
+                .await;
+        }
     }
 
     /// Asks every member at once which ranges it leads, and their bytes;

@@ -216,6 +216,26 @@ impl Cluster {
         self.form(&(1..=nodes).collect::<Vec<_>>()).await;
     }
 
+    /// [`Cluster::start_all`] with group 0's config on every node changed
+    /// by `tweak` (the settings a test is about; the groups split off
+    /// take theirs from it).
+    pub async fn start_all_with(&self, nodes: u64, tweak: impl Fn(&mut ReplicaConfig)) {
+        for id in 1..=nodes {
+            let host = Host::simulated(id, &self.net);
+            let mut c = config(&self.dir, id, 0, &self.storage[&(id, 0)]);
+            tweak(&mut c);
+            host.start_group(0, &c).await.unwrap();
+            self.nodes.lock().insert(id, host);
+        }
+        self.form(&(1..=nodes).collect::<Vec<_>>()).await;
+    }
+
+    /// The leaderships handed over on every node so far.
+    pub fn leaders_moved(&self) -> u64 {
+        let nodes = self.nodes.lock();
+        nodes.values().map(|h| h.range_stats().leaders_moved).sum()
+    }
+
     /// [`Cluster::new`], every group of every node started with `on_apply`.
     pub fn hooked(
         dir: std::path::PathBuf,
