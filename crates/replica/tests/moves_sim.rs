@@ -156,16 +156,7 @@ fn leaders_are_handed_over_until_spread_while_writes_go_on() {
         let cl = Cluster::new(dir.clone(), SimNet::new(11, Faults::NONE), NODES, 0);
         cl.start_all(NODES).await;
         const KEYS: usize = 70;
-        for i in 1..=6 {
-            if let Err(e) = split_through(&cl, &kv(i * 10), Some(1), 100).await {
-                panic!("the split at {i}0 never went through: {e}");
-            }
-        }
-        for g in 1..=6 {
-            for id in 1..=NODES {
-                wait_group(&cl, id, g).await;
-            }
-        }
+        split_in_seven(&cl).await;
         let before = leading(&cl);
         // The writer: round after round over every key, each write through
         // node 1's replica of the key's range (forwarded to its leader).
@@ -265,16 +256,7 @@ fn leaders_are_spread_by_load_and_then_stay() {
             c.split_load = 1_000;
         })
         .await;
-        for i in 1..=6 {
-            if let Err(e) = split_through(&cl, &kv(i * 10), Some(1), 100).await {
-                panic!("the split at {i}0 never went through: {e}");
-            }
-        }
-        for g in 1..=6 {
-            for id in 1..=NODES {
-                wait_group(&cl, id, g).await;
-            }
-        }
+        split_in_seven(&cl).await;
         let spread = |now: &[usize]| now.iter().max().unwrap() - now.iter().min().unwrap() <= 1;
         assert_eq!(
             leaders_until(&cl, "leaders never spread", spread).await,
@@ -385,6 +367,22 @@ fn a_leader_hands_over_to_the_voter_it_names() {
             cl.stop(id).await;
         }
     });
+}
+
+/// Splits the keyspace at `kv(10)`, `kv(20)` ... `kv(60)` through node 1
+/// (ranges 1 to 6 after range 0, keys `kv(10 * g)` on), and waits until
+/// every node runs all seven.
+async fn split_in_seven(cl: &Cluster) {
+    for i in 1..=6 {
+        if let Err(e) = split_through(cl, &kv(i * 10), Some(1), 100).await {
+            panic!("the split at {i}0 never went through: {e}");
+        }
+    }
+    for g in 1..=6 {
+        for id in 1..=NODES {
+            wait_group(cl, id, g).await;
+        }
+    }
 }
 
 /// How many of ranges 1 to 6 each of nodes 1 to 3 leads.
