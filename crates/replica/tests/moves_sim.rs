@@ -385,6 +385,75 @@ async fn split_in_seven(cl: &Cluster) {
     }
 }
 
+/// While a snapshot pins the ranges, placement takes no step for balance:
+/// three nodes hold ranges 1 to 3 (three replicas each) when a snapshot
+/// is taken and a fourth node joins. A move now would start a replica on
+/// node 4 without the snapshot's pin and take one that holds it away. For
+/// 10 s nothing is placed on node 4, and every replica still reads the
+/// snapshot; once it is released node 4 takes its share.
+#[test]
+fn placement_for_balance_waits_while_a_snapshot_pins_the_ranges() {
+    simulate("groups-pins-place", |dir| async move {
+        let cl = Cluster::new(dir.clone(), SimNet::new(8, Faults::NONE), NODES + 1, 0);
+        cl.start_all_with(NODES, |c| {
+            c.range_replicas = 3;
+        })
+        .await;
+        let g0 = cl.replica(1, 0).unwrap();
+        for n in 0..40 {
+            g0.write(1, put_op(&kv(n), b"old")).await.unwrap();
+        }
+        for i in 1..=3 {
+            split_through(&cl, &kv(i * 10), Some(1), 100)
+                .await
+                .expect("a split");
+        }
+        for g in 1..=3 {
+            for id in 1..=NODES {
+                wait_group(&cl, id, g).await;
+            }
+        }
+        let host = cl.host(1).unwrap();
+        let ttl = Duration::from_secs(60);
+        let at = host.snapshot(ttl).await.unwrap();
+        cl.start(4, &[0]).await;
+        add(&wait_leader(&cl, 0, &[1, 2, 3]).await, 4).await;
+        let on_4 = || {
+            let map = cl.replica(1, 0).unwrap().range_map().unwrap();
+            (1..=3)
+                .filter(|&g| map.get(g).is_some_and(|d| d.voters.contains(&4)))
+                .count()
+        };
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(on_4(), 0, "a range was placed on node 4 while pinned");
+        for g in 1..=3u64 {
+            for id in 1..=NODES {
+                let r = cl.replica(id, g).unwrap();
+                let key = kv(g as usize * 10);
+                let then = r
+                    .pinned_at(at)
+                    .map(|view| view.get(&key).unwrap().is_some());
+                assert_eq!(then, Ok(true), "range {g} on node {id}, at the snapshot");
+            }
+        }
+        assert_eq!(host.release(at, ttl).await, 0);
+        for _ in 0..600 {
+            if on_4() >= 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            on_4() >= 2,
+            "node 4 holds {} ranges after the release",
+            on_4()
+        );
+        for id in 1..=NODES + 1 {
+            cl.stop(id).await;
+        }
+    });
+}
+
 /// How many of ranges 1 to 6 each of nodes 1 to 3 leads.
 fn leading(cl: &Cluster) -> Vec<usize> {
     (1..=NODES)

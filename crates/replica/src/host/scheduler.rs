@@ -10,6 +10,8 @@
 //! it holds get replicas on the others (as PD does for TiKV stores down
 //! past `max-store-down-time`), and once it is back, its stale replicas
 //! are deleted (`drop_moved_away`) and the balance gives it its share again.
+//! While a snapshot pins the ranges, only the placement steps that keep
+//! ranges' replicas are taken: moves for balance wait for it to end.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -87,8 +89,24 @@ impl Host {
             .collect();
         let survey = self.survey(&meta, &members).await;
         let up = self.members_up(&members);
+        // A snapshot pins every range for its life, on the replicas that
+        // applied its floor. A replica moved meanwhile starts on its new
+        // node with no pin, and the one it replaces takes its pin away, so
+        // once none is left the snapshot's reads of the range fail. While
+        // this node's replicas hold a pin (range 0's does for every live
+        // snapshot), only the steps that keep ranges' replicas are taken
+        // (a node gone or down); moves for balance wait for it to end.
+        let pinned = self
+            .groups()
+            .into_iter()
+            .any(|g| self.group(g).is_some_and(|r| r.snapshot_pins() > 0));
+        let step = if pinned {
+            crate::ranges::next_replacement(&map, &up, replicas)
+        } else {
+            crate::ranges::next_placement(&map, &up, replicas)
+        };
         if replicas > 0
-            && let Some((range, want)) = crate::ranges::next_placement(&map, &up, replicas)
+            && let Some((range, want)) = step
         {
             match self.set_replicas(range, want.clone(), Vec::new()).await {
                 Ok(()) => tracing::info!("range {range} is to be placed on nodes {want:?}"),
@@ -99,7 +117,11 @@ impl Host {
         // By bytes only while every member up answered this turn (a move
         // onto a node that does not answer would wait on its catch-up) and
         // no move is under way.
-        if replicas > 0 && up.iter().all(|m| survey.led.contains_key(m)) && survey.settled(&map) {
+        if replicas > 0
+            && !pinned
+            && up.iter().all(|m| survey.led.contains_key(m))
+            && survey.settled(&map)
+        {
             // Sizes here are the stores' memory, above the keys and values a
             // merge counts (up to about four times, with small items): a
             // lined-up pair under four times the merge size is taken as

@@ -727,6 +727,27 @@ pub fn next_placement(
     nodes: &[NodeId],
     replicas: usize,
 ) -> Option<(RangeId, Vec<NodeId>)> {
+    placement(map, nodes, replicas, true)
+}
+
+/// [`next_placement`]'s steps that keep each range's count of voters: a
+/// replica off a node that is no member (or is down) replaced, one too
+/// many dropped, one too few added; none that only evens the nodes out.
+pub fn next_replacement(
+    map: &RangeMap,
+    nodes: &[NodeId],
+    replicas: usize,
+) -> Option<(RangeId, Vec<NodeId>)> {
+    placement(map, nodes, replicas, false)
+}
+
+/// [`next_placement`], with the steps for balance or without.
+fn placement(
+    map: &RangeMap,
+    nodes: &[NodeId],
+    replicas: usize,
+    balance: bool,
+) -> Option<(RangeId, Vec<NodeId>)> {
     let replicas = replicas.min(nodes.len());
     if replicas == 0 {
         return None;
@@ -775,6 +796,9 @@ pub fn next_placement(
             voters.push(n);
             return Some((r.id, sorted(&voters)));
         }
+    }
+    if !balance {
+        return None;
     }
     // Balance: move one replica from the busiest node to the idlest one,
     // of a range the one holds and the other does not; rather one whose

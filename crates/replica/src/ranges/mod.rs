@@ -21,6 +21,6 @@ pub use clock::{
 };
 pub use map::{
     Bounds, Epoch, MapChange, MapError, Misrouted, RangeDesc, RangeId, RangeMap, SplitRange,
-    line_up, next_placement,
+    line_up, next_placement, next_replacement,
 };
 pub use merge::{AbsorbRange, MergedItem, RetireRange};

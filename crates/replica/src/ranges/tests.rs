@@ -521,6 +521,30 @@ fn placement_settles_on_three_replicas_spread_evenly() {
         next_placement(&map, &[1, 2, 4], 3),
         Some((1, vec![1, 2, 4]))
     );
+    // Replacing it keeps the range's voters: a step `next_replacement`
+    // takes too (while a snapshot pins the ranges).
+    assert_eq!(
+        super::map::next_replacement(&map, &[1, 2, 4], 3),
+        Some((1, vec![1, 2, 4]))
+    );
+    // A node joins: only balance moves a replica to it, and
+    // `next_replacement` takes none.
+    let mut map = RangeMap::new(vec![1, 2, 3, 4]);
+    for at in [b"d", b"m", b"t"] {
+        let last = map.ranges().last().unwrap().clone();
+        let id = split(&mut map, last.id, at).unwrap();
+        let e = map.get(id).unwrap().epoch;
+        map.apply(&MapChange::Replicas {
+            range: id,
+            epoch: e,
+            voters: vec![1, 2, 3],
+            learners: vec![],
+        })
+        .unwrap();
+    }
+    let (id, voters) = next_placement(&map, &[1, 2, 3, 4], 3).expect("a balance step");
+    assert!(voters.contains(&4), "range {id} -> {voters:?}");
+    assert_eq!(super::map::next_replacement(&map, &[1, 2, 3, 4], 3), None);
 }
 
 /// A range merged in the map takes no split, merge or move until its group
