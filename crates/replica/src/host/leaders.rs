@@ -129,10 +129,10 @@ impl Host {
         // leaves the other alone, one lead off the count rule, which its
         // next turn puts right.
         for (g, from, to) in next_load_move(map, led, &loads, (split_load / 10).max(1)) {
-            let why = format!(
-                "to spread the load (it takes {} requests a second)",
-                loads[&g]
-            );
+            // A range led by another node by the time it answered has no
+            // load in `loads`.
+            let load = loads.get(&g).copied().unwrap_or(0);
+            let why = format!("to spread the load (it takes {load} requests a second)");
             if !self.order_hand_over(meta, g, from, to, &why).await {
                 break;
             }
@@ -169,9 +169,13 @@ impl Host {
             let addr = addrs.get(&m)?.clone();
             let transport = std::sync::Arc::clone(&self.0.transport);
             asks.spawn(async move {
-                let answer = transport
-                    .call(m, &addr, Request::Loads, super::ASK_TIMEOUT)
-                    .await;
+                let ask = || transport.call(m, &addr, Request::Loads, super::ASK_TIMEOUT);
+                let mut answer = ask().await;
+                // A hang-up is an older build's, or a node that stopped
+                // or restarted mid-call: asked again on a new connection.
+                if answer.as_ref().is_err_and(crate::network::peer_hung_up) {
+                    answer = ask().await;
+                }
                 (m, answer)
             });
         }
@@ -186,8 +190,8 @@ impl Host {
                 Ok(Response::Loads(led)) => loads.extend(led),
                 Err(e) if crate::network::peer_hung_up(&e) => {
                     tracing::info!(
-                        "node {m} hung up on the question of its ranges' load: an older \
-                         build; leaders are not spread by load for {LOADS_UNKNOWN_FOR:?}"
+                        "node {m} hung up twice on the question of its ranges' load: an \
+                         older build; leaders are not spread by load for {LOADS_UNKNOWN_FOR:?}"
                     );
                     self.0
                         .loads_unknown
