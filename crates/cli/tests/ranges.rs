@@ -107,6 +107,9 @@ fn a_keyspace_split_into_ranges_is_served_whole_by_every_node() {
     }
     let said = ranges(&nodes[0]);
     assert!(said.starts_with("ranges:3\n"), "{said}");
+    // Splits by load are off: no range's load is counted.
+    let lines: Vec<&str> = said.lines().skip(1).collect();
+    assert!(lines.iter().all(|l| l.ends_with(" load -")), "{said}");
     for (id, lo, hi) in [
         (0, "\"\"", "\"k100\""),
         (1, "\"k100\"", "\"k150\""),
@@ -465,7 +468,12 @@ fn reads_across_ranges_never_see_a_later_write_without_an_earlier_one() {
     let root = root("across");
     let mut nodes: Vec<Node> = (1..=3).map(|id| Node::new(&root, id)).collect();
     let list = peers(&nodes.iter().collect::<Vec<_>>());
-    start_all(&mut nodes, &list, &[]);
+    // Loads counted (a split load no range comes near), for `ranges`.
+    start_all(
+        &mut nodes,
+        &list,
+        &["--cluster-range-split-load", "1000000"],
+    );
     let (ok, said) = admin(&nodes[0], &["split", "m"], Duration::from_secs(30));
     assert!(ok && said.trim() == "1", "{said}");
     for n in &nodes {
@@ -591,7 +599,15 @@ fn reads_across_ranges_never_see_a_later_write_without_an_earlier_one() {
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_secs(8));
+    std::thread::sleep(Duration::from_secs(4));
+    // Both ranges take writes: each line says its requests a second.
+    let said = ranges(&nodes[0]);
+    let loads: Vec<u64> = said
+        .lines()
+        .filter_map(|l| l.split(" load ").nth(1)?.parse().ok())
+        .collect();
+    assert!(loads.len() == 2 && loads.iter().all(|&l| l > 0), "{said}");
+    std::thread::sleep(Duration::from_secs(4));
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let rounds = writer.join().unwrap();
     let mut total = 0;

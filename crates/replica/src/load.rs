@@ -54,6 +54,11 @@ impl Load {
         }
     }
 
+    /// Whether it counts (splits by load are on).
+    pub(crate) fn counting(&self) -> bool {
+        self.on
+    }
+
     /// Counts one write op of `key`.
     pub(crate) fn note(&self, key: &[u8]) {
         self.note_many(1, key);

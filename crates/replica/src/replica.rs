@@ -175,6 +175,14 @@ impl Replica {
         self.inner.sm.load()
     }
 
+    /// The requests a second this replica last counted (its range's
+    /// writes, and the reads served here; taken once a second), or None
+    /// where splits by load are off and nothing is counted.
+    pub fn requests_per_sec(&self) -> Option<u64> {
+        let load = self.load();
+        load.counting().then(|| load.rate())
+    }
+
     /// Whether this node is the leader now (as far as it knows).
     pub fn is_leader(&self) -> bool {
         self.inner.raft.metrics().borrow().current_leader == Some(self.inner.id)

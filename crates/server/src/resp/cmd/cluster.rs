@@ -223,7 +223,8 @@ fn status_text(shared: &crate::state::Shared, c: Option<&Cluster>) -> String {
 }
 
 /// CLUSTER RANGES: a line per range of the map, in key order. The leader,
-/// keys and bytes are this node's replica's, where the map names one here.
+/// keys, bytes and load are this node's replica's, where the map names one
+/// here (load `-` where splits by load are off: nothing is counted).
 fn ranges_text(c: &Cluster) -> String {
     let Some(map) = c.range_map() else {
         return "ranges:0 (the cluster is not formed yet)\r\n".into();
@@ -231,7 +232,7 @@ fn ranges_text(c: &Cluster) -> String {
     let mut out = format!("ranges:{}\r\n", map.len());
     for r in map.ranges() {
         out.push_str(&r.to_string());
-        // What this node's replica knows: its leader, keys and bytes.
+        // What this node's replica knows: its leader, keys, bytes and load.
         if let Some(replica) = c.range_replica(r.id) {
             let leader = replica
                 .status()
@@ -239,8 +240,11 @@ fn ranges_text(c: &Cluster) -> String {
                 .map_or_else(|| "none".into(), |l| l.to_string());
             let store = replica.current_store();
             let m = store.memory();
+            let load = replica
+                .requests_per_sec()
+                .map_or_else(|| "-".into(), |n| n.to_string());
             out.push_str(&format!(
-                " leader {leader} keys {} bytes {}",
+                " leader {leader} keys {} bytes {} load {load}",
                 store.len(),
                 m.node_bytes + m.value_bytes
             ));
