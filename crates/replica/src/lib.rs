@@ -55,6 +55,7 @@ mod snapshot;
 mod snapshot_trigger;
 mod state_machine;
 mod tally;
+mod transfers;
 pub mod types;
 mod watch;
 
@@ -71,4 +72,5 @@ pub use replica::Replica;
 pub use rpc::{At, RemoteItem, RemoteRead};
 pub use state_machine::{ApplyHook, StateMachine, StoreCell};
 pub use tally::{CodecTally, codec_tally};
+pub use transfers::TransferCounts;
 pub use types::{Applied, Batch, GroupId, NodeId, TypeConfig};

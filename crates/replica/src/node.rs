@@ -266,6 +266,7 @@ impl Replica {
         let health = Arc::new(crate::health::Health::default());
         let hold = Arc::new(crate::hold::Hold::default());
         let lease = Arc::new(crate::lease::Lease::default());
+        let transfers = Arc::new(crate::transfers::Transfers::default());
         let raft = Raft::new(
             config.id,
             raft_config,
@@ -274,6 +275,7 @@ impl Replica {
                 Arc::clone(&health),
                 Arc::clone(&hold),
                 Arc::clone(&lease),
+                Arc::clone(&transfers),
             ),
             log.clone(),
             sm.clone(),
@@ -307,6 +309,7 @@ impl Replica {
             guard,
             hold,
             lease,
+            transfers,
         });
         let replica = Replica { inner };
         replica.spawn_read_loop();
@@ -527,8 +530,10 @@ impl Handler for Replica {
                 }
                 Request::Snapshot(r) => {
                     self.inner.contact.appended();
-                    let from = r.vote;
+                    let (from, last) = (r.vote, r.done);
+                    self.inner.transfers.receiving();
                     let resp = raft.install_snapshot(r).await;
+                    self.inner.transfers.received(last, resp.is_ok());
                     if resp.as_ref().is_ok_and(|s| s.vote == from) {
                         self.inner.contact.heard();
                     }

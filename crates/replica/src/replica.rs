@@ -70,6 +70,8 @@ pub(crate) struct Inner {
     pub(crate) hold: Arc<crate::hold::Hold>,
     /// When followers last accepted this leader's appends (`lease`).
     pub(crate) lease: Arc<crate::lease::Lease>,
+    /// Snapshots streaming to followers or from the leader.
+    pub(crate) transfers: Arc<crate::transfers::Transfers>,
 }
 
 /// Batches a node proposes or forwards at once; more wait for a place.
@@ -173,6 +175,12 @@ impl Replica {
     /// What this replica has seen lately, for splits by load.
     pub(crate) fn load(&self) -> &crate::load::Load {
         self.inner.sm.load()
+    }
+
+    /// Snapshots of this group streaming to or from this replica now, and
+    /// those it sent or received whole since it started.
+    pub fn snapshot_transfers(&self) -> crate::transfers::TransferCounts {
+        self.inner.transfers.counts()
     }
 
     /// The requests a second this replica last counted (its range's

@@ -35,6 +35,12 @@ fn a_range_moves_to_the_replicas_the_map_names() {
         for id in 1..=NODES {
             wait_group(&cl, id, 1).await;
         }
+        // Past a snapshot's worth of entries (30): range 1's log before it
+        // is purged, so a new replica can catch up only by a snapshot.
+        let l1 = wait_leader(&cl, 1, &[1, 2, 3]).await;
+        for n in 0..40 {
+            l1.write(1, put_op(&kv(20 + n % 20), b"w")).await.unwrap();
+        }
         // Node 4 joins the cluster (group 0), then range 1 is moved.
         cl.start(4, &[0]).await;
         let leader = wait_leader(&cl, 0, &[1, 2, 3]).await;
@@ -88,6 +94,16 @@ fn a_range_moves_to_the_replicas_the_map_names() {
             }
         }
         assert!(digests.windows(2).all(|w| w[0] == w[1]), "{digests:?}");
+        // Node 4 caught up by a snapshot its range's leader sent: counted
+        // whole on both sides, none under way any more (INFO's
+        // `ranges_snapshots_*`).
+        let t4 = cl.replica(4, 1).unwrap().snapshot_transfers();
+        assert_eq!((t4.received, t4.receiving), (1, 0), "node 4: {t4:?}");
+        let sent: u64 = [1, 2]
+            .into_iter()
+            .map(|id| cl.replica(id, 1).unwrap().snapshot_transfers().sent)
+            .sum();
+        assert_eq!(sent, 1);
         // Node 3 asks range 1's leader, hears it is no member, and deletes
         // its replica, files and all; a restart does not bring it back.
         let dropped = dir.join("node3/group0/groups/1");

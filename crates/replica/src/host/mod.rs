@@ -160,6 +160,9 @@ pub struct RangeStats {
     /// Snapshots' timestamps pinned on this node's replicas now (one per
     /// snapshot and replica).
     pub snapshot_pins: u64,
+    /// Raft snapshots this node's replicas are sending and receiving now,
+    /// and sent and received whole since they started.
+    pub snapshots: crate::transfers::TransferCounts,
 }
 
 /// Hands each request that reaches the node to the group it names. It
@@ -715,6 +718,11 @@ impl Host {
             st.hosted += 1;
             st.leading += u64::from(r.is_leader());
             st.snapshot_pins += r.snapshot_pins() as u64;
+            let t = r.snapshot_transfers();
+            st.snapshots.sending += t.sending;
+            st.snapshots.receiving += t.receiving;
+            st.snapshots.sent += t.sent;
+            st.snapshots.received += t.received;
             let store = r.current_store();
             let m = store.memory();
             st.keys += store.len();

@@ -29,6 +29,7 @@ use crate::health::Health;
 use crate::hold::Hold;
 use crate::lease::Lease;
 use crate::rpc::{Request, Response};
+use crate::transfers::Transfers;
 use crate::types::{GroupId, NodeId, TypeConfig};
 
 /// A boxed future, for the object-safe traits below.
@@ -114,6 +115,8 @@ pub(crate) struct Network {
     hold: Arc<Hold>,
     /// Told of each append a follower accepted (`lease`).
     lease: Arc<Lease>,
+    /// Told of each snapshot chunk sent (`transfers`).
+    transfers: Arc<Transfers>,
 }
 
 impl Network {
@@ -122,12 +125,14 @@ impl Network {
         health: Arc<Health>,
         hold: Arc<Hold>,
         lease: Arc<Lease>,
+        transfers: Arc<Transfers>,
     ) -> Network {
         Network {
             transport,
             health,
             hold,
             lease,
+            transfers,
         }
     }
 }
@@ -143,6 +148,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             health: Arc::clone(&self.health),
             hold: Arc::clone(&self.hold),
             lease: Arc::clone(&self.lease),
+            transfers: Arc::clone(&self.transfers),
         }
     }
 }
@@ -156,6 +162,7 @@ pub(crate) struct Peer {
     health: Arc<Health>,
     hold: Arc<Hold>,
     lease: Arc<Lease>,
+    transfers: Arc<Transfers>,
 }
 
 type RpcResult<T, E = openraft::error::Infallible> =
@@ -275,16 +282,21 @@ impl RaftNetwork<TypeConfig> for Peer {
         if self.hold.silent() {
             return self.withheld().await;
         }
-        self.call(
-            RPCTypes::InstallSnapshot,
-            Request::Snapshot(rpc),
-            &option,
-            |r| match r {
-                Response::Snapshot(r) => Some(r),
-                _ => None,
-            },
-        )
-        .await
+        let last = rpc.done;
+        self.transfers.sending(self.target);
+        let answer = self
+            .call(
+                RPCTypes::InstallSnapshot,
+                Request::Snapshot(rpc),
+                &option,
+                |r| match r {
+                    Response::Snapshot(r) => Some(r),
+                    _ => None,
+                },
+            )
+            .await;
+        self.transfers.sent(self.target, last, answer.is_ok());
+        answer
     }
 
     async fn vote(

@@ -243,6 +243,16 @@ const COUNTERS: &[(&str, &str, &str)] = &[
         "Replicas on this node deleted after their range moved away.",
     ),
     (
+        "ranges_snapshots_sent",
+        "combkv_ranges_snapshots_sent",
+        "Raft snapshots this node's replicas sent whole to a follower (a replica added, or one too far behind the log).",
+    ),
+    (
+        "ranges_snapshots_received",
+        "combkv_ranges_snapshots_received",
+        "Raft snapshots this node's replicas received whole and installed.",
+    ),
+    (
         "ranges_leaders_moved",
         "combkv_ranges_leaders_moved",
         "Range leaderships this node (leading the meta group) had handed to another voter.",

@@ -244,6 +244,16 @@ fn ranges_fields(shared: &Shared) -> Vec<(&'static str, String)> {
         ("ranges_read_retries", read_retries.to_string()),
         ("ranges_read_indexes", c.read_index_rounds().to_string()),
         ("ranges_snapshot_pins", r.snapshot_pins.to_string()),
+        ("ranges_snapshots_sending", r.snapshots.sending.to_string()),
+        (
+            "ranges_snapshots_receiving",
+            r.snapshots.receiving.to_string(),
+        ),
+        ("ranges_snapshots_sent", r.snapshots.sent.to_string()),
+        (
+            "ranges_snapshots_received",
+            r.snapshots.received.to_string(),
+        ),
         ("ranges_clock_offset_ms", c.clock_offset_ms().to_string()),
         ("ranges_clock_ahead_max_ms", clock_ahead_max.to_string()),
         (
