@@ -3,8 +3,8 @@
 //! at "k" and "t", range 1 moves to nodes 2, 4 and 5, a node is cut off,
 //! every node crashes at once (`split_move_crash`), and meanwhile range 2
 //! splits at "x1" and merges back (`split_and_merge`), while clients send SET,
-//! insert, CAS, DEL and GET of keys in all three ranges-to-be through
-//! random nodes. Writes go through `Host::propose_routed` (routed by the
+//! insert, CAS, DEL and GET of keys in all three ranges-to-be, and INCR
+//! and GET of a counter key in each, through random nodes. Writes go through `Host::propose_routed` (routed by the
 //! map of the node they are sent to, which may be out of date); reads
 //! take a read index on the key's range's group, then read the key if
 //! that group still holds it, else route again.
@@ -25,7 +25,11 @@
 //! range's store, so they order one key's writes (a split's new range
 //! starts from its parent's clock, and a moved replica from a snapshot of
 //! it) but not two keys' in different ranges; linearizability is local,
-//! so checking each key's single-key ops alone is exact. Reads across
+//! so checking each key's single-key ops alone is exact. An INCR is
+//! checked there as the write of the number it answered; that no two
+//! INCRs read the same number (a lost update, which would still pass as
+//! writes) is checked apart: a counter's applied INCRs, in version
+//! order, answered 1, 2, 3 ... (`check_counters`). Reads across
 //! ranges (every range read at one timestamp through a random node,
 //! `read_across`), snapshots of every range (`snapshot`) and reads at
 //! them through random nodes, later (`read_snapshot`), are checked with
@@ -54,7 +58,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use combkv::op::{Cond, Op, Outcome};
+use combkv::op::{Arith, Cond, Number, OnMissing, Op, Outcome};
 use combkv::{Error, Expiry, Flags, Range, Version};
 use combkv_replica::network::sim::SimNet;
 use combkv_replica::{ApplyHook, At, Batch, RemoteRead, Routed, codec};
@@ -74,6 +78,20 @@ const CLIENTS: usize = 6;
 const OPS_PER_CLIENT: usize = 30;
 /// Two keys in each range-to-be (split points "k" and "t").
 const KEYS: [&str; 6] = ["a0", "a1", "m0", "m1", "x0", "x1"];
+
+/// Keys only INCR writes, one in each range-to-be (none on a split's
+/// bound): their values are the counts.
+const COUNTERS: [&str; 3] = ["a0n", "m0n", "x0n"];
+
+/// A value as the checker knows it: a counter's count named with its key
+/// (`a0n=3`), since the checker tells writes apart by their values.
+fn as_checked(key: &[u8], value: &[u8]) -> Vec<u8> {
+    if COUNTERS.iter().any(|c| c.as_bytes() == key) {
+        [key, b"=", value].concat()
+    } else {
+        value.to_vec()
+    }
+}
 
 /// Names a client write: (client, op number).
 type WriteId = (usize, usize);
@@ -194,8 +212,14 @@ async fn client(
         let Some(map) = host.group(0).and_then(|g| g.range_map()) else {
             continue;
         };
-        let k = KEYS[rng.random_range(0..KEYS.len())];
         let kind = rng.random_range(0..10);
+        // INCR (kind 6) writes a counter, and a read (7, 8) reads one now
+        // and then; every other op one of the keys.
+        let k = if kind == 6 || (matches!(kind, 7 | 8) && rng.random_bool(0.3)) {
+            COUNTERS[rng.random_range(0..COUNTERS.len())]
+        } else {
+            KEYS[rng.random_range(0..KEYS.len())]
+        };
         let invoke = clock.fetch_add(1, Ordering::SeqCst);
         let (action, sent) = if kind < 7 {
             let value = format!("c{c}-{n}").into_bytes();
@@ -211,13 +235,22 @@ async fn client(
                 5 => (lin::WriteKind::Delete, Cond::Any),
                 _ => (lin::WriteKind::Put, Cond::Any),
             };
+            // An INCR's value is the number it answers (`answered`).
             let action = lin::Action::Write {
                 kind: lin_kind,
                 key: k.as_bytes().to_vec(),
-                value: (kind != 5).then(|| value.clone()),
+                value: (kind != 5 && kind != 6).then(|| value.clone()),
                 result: None,
             };
-            let op = if kind == 5 {
+            let op = if kind == 6 {
+                Op::Incr {
+                    key: k.as_bytes(),
+                    arith: Arith::Signed(1),
+                    on_missing: OnMissing::Empty,
+                    cond: Cond::Any,
+                    expiry: Expiry::Keep,
+                }
+            } else if kind == 5 {
                 Op::Delete {
                     key: k.as_bytes(),
                     cond: Cond::Any,
@@ -329,7 +362,7 @@ async fn read(cl: &Cluster, rng: &mut StdRng, key: &[u8]) -> Option<Option<lin::
         let item = r.current_store().get_item(key).unwrap();
         return Some(item.map(|it| lin::Entry {
             key: it.key.to_vec(),
-            value: it.value.to_vec(),
+            value: as_checked(key, &it.value),
             version: it.version.get(),
         }));
     }
@@ -414,7 +447,7 @@ async fn read_every_range(cl: &Cluster, rng: &mut StdRng, at: At) -> Option<Vec<
             view.scan(&bounds, |it| {
                 out.push(lin::Entry {
                     key: it.key.to_vec(),
-                    value: it.value.to_vec(),
+                    value: as_checked(it.key, it.value),
                     version: it.version.get(),
                 });
                 true
@@ -430,8 +463,8 @@ async fn read_every_range(cl: &Cluster, rng: &mut StdRng, at: At) -> Option<Vec<
         };
         let items = host.read_remote(r.id, vec![read], at).await.ok()?;
         out.extend(items.into_iter().flatten().map(|it| lin::Entry {
+            value: as_checked(&it.key, &it.value),
             key: it.key,
-            value: it.value,
             version: it.version,
         }));
     }
@@ -590,13 +623,20 @@ fn check_across(
 }
 
 /// A write as sent, with the version its outcome reports (none: it did
-/// not apply, a condition unmet).
+/// not apply, a condition unmet); an INCR's, with the number it wrote.
 fn answered(sent: lin::Action, outcome: &Outcome) -> lin::Action {
     let lin::Action::Write {
         kind, key, value, ..
     } = sent
     else {
         unreachable!("only writes are answered")
+    };
+    let value = match outcome {
+        Outcome::Incr {
+            number: Number::Signed(n),
+            ..
+        } => Some(as_checked(&key, n.to_string().as_bytes())),
+        _ => value,
     };
     lin::Action::Write {
         kind,
@@ -692,7 +732,7 @@ fn check_stores(
     map: &combkv_replica::ranges::RangeMap,
     last: &BTreeMap<Vec<u8>, Option<(Vec<u8>, u64)>>,
 ) -> Result<(), String> {
-    for k in KEYS {
+    for k in KEYS.iter().chain(&COUNTERS) {
         let k = k.as_bytes();
         let want = last.get(k).cloned().flatten();
         for g in [0, 1, 2] {
@@ -701,7 +741,7 @@ fn check_stores(
                 let got = store
                     .get_item(k)
                     .unwrap()
-                    .map(|it| (it.value.to_vec(), it.version.get()));
+                    .map(|it| (as_checked(k, &it.value), it.version.get()));
                 let expect = if g == map.route(k).id { &want } else { &None };
                 if &got != expect {
                     return Err(format!(
@@ -713,6 +753,40 @@ fn check_stores(
         }
     }
     Ok(())
+}
+
+/// Each counter's applied INCRs, in version order, answered 1, 2, 3 ...:
+/// each read the number the one before it wrote (no update lost, none
+/// applied twice). How many applied.
+fn check_counters(histories: &BTreeMap<Vec<u8>, Vec<lin::Op>>) -> Result<usize, String> {
+    let mut total = 0;
+    for k in COUNTERS {
+        let mut applied: Vec<(u64, Vec<u8>)> = histories
+            .get(k.as_bytes())
+            .into_iter()
+            .flatten()
+            .filter_map(|op| match &op.action {
+                lin::Action::Write {
+                    result: Some(v),
+                    value: Some(n),
+                    ..
+                } => Some((*v, n.clone())),
+                _ => None,
+            })
+            .collect();
+        applied.sort();
+        for (i, (v, n)) in applied.iter().enumerate() {
+            if *n != as_checked(k.as_bytes(), (i + 1).to_string().as_bytes()) {
+                return Err(format!(
+                    "{k}: INCR {} in version order (version {v}) answered {}",
+                    i + 1,
+                    String::from_utf8_lossy(n)
+                ));
+            }
+        }
+        total += applied.len();
+    }
+    Ok(total)
 }
 
 fn schedule(seed: u64) {
@@ -765,6 +839,9 @@ fn schedule(seed: u64) {
         let mut found = 0;
         let mut across = Vec::new();
         let histories = histories(done, &journal.lock(), &mut found, &mut across)?;
+        // Before the per-key check: a lost update writes a count twice,
+        // which that check would take for the harness's own mistake.
+        let incrs = check_counters(&histories)?;
         let (mut ops, mut last) = (0, BTreeMap::new());
         for (key, h) in &histories {
             let key_name = String::from_utf8_lossy(key);
@@ -780,8 +857,8 @@ fn schedule(seed: u64) {
         }
         let refused = journal.lock().refused;
         eprintln!(
-            "seed {seed}: {ops} ops checked ({across} reads across ranges, {snaps} snapshots, \
-             {at_snaps} reads at them), \
+            "seed {seed}: {ops} ops checked ({incrs} INCRs applied, {across} reads across \
+             ranges, {snaps} snapshots, {at_snaps} reads at them), \
              {found} unanswered writes applied, {refused} refused for their range, in {:.1} s",
             started.elapsed().as_secs_f64()
         );
