@@ -43,7 +43,8 @@ enum Action {
     Status,
     /// The ranges the keyspace is cut into, a line each: id, bounds, epoch
     /// (splits and merges, replica changes), voters and learners, and for
-    /// those the node holds, the leader, keys and bytes.
+    /// those the node holds, the leader, keys, bytes and load (requests a
+    /// second; `-` unless splits by load are on).
     Ranges,
     /// Splits the range holding KEY at KEY, which starts a new range;
     /// prints the new range's id. Every node of the range keeps a replica

@@ -139,7 +139,7 @@ pub(crate) static DOCS: &[Doc] = &[
           since: "0.1.0", complexity: "O(N) where N is the number of members",
           syntax: "members", flags: "admin loading stale no_multi", ..NONE },
     Doc { name: "cluster|ranges", arity: 2,
-          summary: "The ranges of the keyspace: bounds, epoch, replicas, leader, keys and bytes.",
+          summary: "The ranges of the keyspace: bounds, epoch, replicas, leader, keys, bytes and load.",
           since: "0.1.0", complexity: "O(N) where N is the number of ranges",
           flags: "stale no_multi", tips: "nondeterministic_output", ..NONE },
     Doc { name: "cluster|remove", arity: 3, summary: "On the leader, removes a node.",
