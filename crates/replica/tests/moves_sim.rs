@@ -470,6 +470,84 @@ fn placement_for_balance_waits_while_a_snapshot_pins_the_ranges() {
     });
 }
 
+/// A snapshot taken while a merge is under way waits for it: three nodes,
+/// ranges 1 (`m` on) and 2 (`t` on), range 1 asked to merge with 2, and a
+/// snapshot as soon as the map records the merge. Pinned before the
+/// merged range's group absorbed range 2's keys, the pin would hold its
+/// old store, which the absorb replaces, and the snapshot could not read
+/// the range; taken after, every replica reads both halves at it.
+#[test]
+fn a_snapshot_taken_during_a_merge_reads_the_merged_range() {
+    simulate("groups-pins-merge", |dir| async move {
+        let cl = Cluster::new(dir.clone(), SimNet::new(19, Faults::NONE), NODES, 0);
+        cl.start_all(NODES).await;
+        let all = [1, 2, 3];
+        let g0 = wait_leader(&cl, 0, &all).await;
+        for k in [b"a1", b"m1", b"t1"] {
+            g0.write(g0.clock_ms(), put_op(k, b"old")).await.unwrap();
+        }
+        for at in [b"m", b"t"] {
+            split_through(&cl, at, Some(1), 100).await.expect("a split");
+        }
+        for g in 1..=2 {
+            for id in all {
+                wait_group(&cl, id, g).await;
+            }
+        }
+        let host = cl.host(1).unwrap();
+        let merging = {
+            let host = host.clone();
+            // Asked again while range 2's group is still settling.
+            tokio::spawn(async move {
+                let mut last = None;
+                for _ in 0..100 {
+                    match host.merge(1).await {
+                        Ok(right) => return Ok(right),
+                        Err(e) => last = Some(e),
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(last.unwrap())
+            })
+        };
+        let mut polls = 0;
+        while !cl
+            .replica(1, 0)
+            .and_then(|r| r.range_map())
+            .is_some_and(|m| m.is_merging(1))
+        {
+            polls += 1;
+            if merging.is_finished() || polls > 20_000 {
+                panic!("the merge was never seen under way: {:?}", merging.await);
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        eprintln!("merge seen under way after {polls} polls");
+        let ttl = Duration::from_secs(60);
+        let at = host.snapshot(ttl).await.expect("a snapshot");
+        assert_eq!(merging.await.unwrap().expect("the merge"), 2);
+        for id in all {
+            let r = cl.replica(id, 1).unwrap();
+            let mut read = None;
+            for _ in 0..50 {
+                read = r
+                    .pinned_at(at)
+                    .ok()
+                    .map(|view| [b"m1", b"t1"].map(|k| view.get(k).unwrap().is_some()));
+                if read.is_some() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            assert_eq!(read, Some([true, true]), "node {id}, at the snapshot");
+        }
+        assert_eq!(host.release(at, ttl).await, 0);
+        for id in all {
+            cl.stop(id).await;
+        }
+    });
+}
+
 /// How many of ranges 1 to 6 each of nodes 1 to 3 leads.
 fn leading(cl: &Cluster) -> Vec<usize> {
     (1..=NODES)

@@ -307,14 +307,32 @@ impl Host {
     /// floor of its own, so a map that changed meanwhile takes the
     /// snapshot again at a new timestamp. (A split after the floor hands
     /// the parent's pins to its new range, on each replica that applied
-    /// both: `Past::inherit`.)
+    /// both: `Past::inherit`.) No merge may be under way either: the
+    /// merging range's group would pin a store that holds only its own
+    /// half, and the absorb that follows starts a new store without that
+    /// pin, so the snapshot's reads of the range would be refused; the
+    /// snapshot waits for the merge to be carried out. (A merge decided
+    /// after the pins finds them on its ranges' leaders and waits for the
+    /// snapshot instead.)
     pub async fn snapshot(&self, ttl: std::time::Duration) -> Result<u64, ClusterError> {
         let meta = self
             .group(0)
             .ok_or_else(|| ClusterError::Refused("this node hosts no group 0".into()))?;
+        let merges_until = Instant::now() + REQUEST_TIMEOUT;
+        let merging = |m: &RangeMap| m.ranges().any(|r| m.is_merging(r.id));
         for _ in 0..4 {
             meta.read_barrier().await?;
-            let map = self.range_map();
+            let mut map = self.range_map();
+            while merging(&map) {
+                if Instant::now() >= merges_until {
+                    return Err(ClusterError::Refused(
+                        "a merge of ranges is still being carried out; try again".into(),
+                    ));
+                }
+                tokio::time::sleep(NO_LEADER_RETRY).await;
+                meta.read_barrier().await?;
+                map = self.range_map();
+            }
             let at = crate::ranges::read_timestamp().0;
             let mut pins = tokio::task::JoinSet::new();
             for r in map.ranges() {
@@ -361,7 +379,7 @@ impl Host {
             let shape = |m: &RangeMap| -> Vec<(GroupId, u64)> {
                 m.ranges().map(|r| (r.id, r.epoch.version)).collect()
             };
-            if shape(&map) == shape(&after) {
+            if shape(&map) == shape(&after) && !merging(&after) {
                 return Ok(at);
             }
             abandon(at);
