@@ -308,12 +308,13 @@ impl Host {
     /// snapshot again at a new timestamp. (A split after the floor hands
     /// the parent's pins to its new range, on each replica that applied
     /// both: `Past::inherit`.) No merge may be under way either: the
-    /// merging range's group would pin a store that holds only its own
-    /// half, and the absorb that follows starts a new store without that
-    /// pin, so the snapshot's reads of the range would be refused; the
-    /// snapshot waits for the merge to be carried out. (A merge decided
-    /// after the pins finds them on its ranges' leaders and waits for the
-    /// snapshot instead.)
+    /// merging range's group would pin its store while it holds its own
+    /// half only, and the absorb that follows inserts the right range's
+    /// keys, with their old versions, after that hold, so the snapshot's
+    /// reads of the merged range would miss them; the snapshot waits for
+    /// the merge to be carried out. (An automatic merge decided after the
+    /// pins finds them on its ranges' leaders and waits for the snapshot
+    /// instead; one asked by hand does not look, `docs/cluster.md`.)
     pub async fn snapshot(&self, ttl: std::time::Duration) -> Result<u64, ClusterError> {
         let meta = self
             .group(0)
