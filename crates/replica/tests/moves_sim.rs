@@ -474,8 +474,9 @@ fn placement_for_balance_waits_while_a_snapshot_pins_the_ranges() {
 /// ranges 1 (`m` on) and 2 (`t` on), range 1 asked to merge with 2, and a
 /// snapshot as soon as the map records the merge. Pinned before the
 /// merged range's group absorbed range 2's keys, the pin would hold its
-/// old store, which the absorb replaces, and the snapshot could not read
-/// the range; taken after, every replica reads both halves at it.
+/// store without them (the absorb inserts them, old versions and all,
+/// after the hold), and the snapshot's reads would miss them; taken
+/// after, every replica reads both halves at it.
 #[test]
 fn a_snapshot_taken_during_a_merge_reads_the_merged_range() {
     simulate("groups-pins-merge", |dir| async move {
