@@ -51,15 +51,23 @@ enum Action {
     /// of both halves. Refused while a snapshot pins the range.
     Split {
         key: String,
-        /// Split even while a snapshot pins the range: the snapshot's
-        /// reads of the new range's keys are refused from then on.
+        /// Split even while a snapshot pins the range: the new range
+        /// takes the pins, and keeps the store it was split from held (its
+        /// memory) until the snapshot ends.
         #[arg(long)]
         force: bool,
     },
     /// Merges the range holding KEY with the range after it (both must be
     /// on the same nodes); prints the id of the range merged away. Its
     /// keys go to the range holding KEY, which then reaches its end.
-    Merge { key: String },
+    /// Refused while a snapshot pins either range.
+    Merge {
+        key: String,
+        /// Merge even while a snapshot pins the ranges: the snapshot's
+        /// reads of the merged range are refused from then on.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 pub fn cluster_main(args: ClusterArgs) -> ExitCode {
@@ -84,14 +92,17 @@ fn run(args: &ClusterArgs) -> Result<String, String> {
         Action::Remove { id } => cmd.arg("REMOVE").arg(*id),
         Action::Status => cmd.arg("STATUS"),
         Action::Ranges => cmd.arg("RANGES"),
-        Action::Split { key, force } => {
-            cmd.arg("SPLIT").arg(key);
+        Action::Split { key, force } | Action::Merge { key, force } => {
+            let what = match &args.action {
+                Action::Split { .. } => "SPLIT",
+                _ => "MERGE",
+            };
+            cmd.arg(what).arg(key);
             if *force {
                 cmd.arg("FORCE");
             }
             &mut cmd
         }
-        Action::Merge { key } => cmd.arg("MERGE").arg(key),
     };
     match cmd.query::<redis::Value>(&mut con) {
         Ok(redis::Value::Okay) => Ok("OK\n".into()),

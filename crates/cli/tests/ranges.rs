@@ -335,6 +335,14 @@ fn a_keyspace_split_into_ranges_is_served_whole_by_every_node() {
         .arg(key(1))
         .query(&mut cons[2]);
     assert!(other.is_err(), "another node's snapshot: {other:?}");
+    // Released (its ranges drop their pins in the background): the
+    // merges below would be refused while it pins them.
+    let released: i64 = redis::cmd("SNAPSHOT")
+        .arg("RELEASE")
+        .arg(snap)
+        .query(&mut cons[1])
+        .unwrap();
+    assert_eq!(released, 1);
     // A backup would be one range's store: refused, saying why.
     let e = redis::cmd("BACKUP")
         .arg(root.join("backup").to_str().unwrap())

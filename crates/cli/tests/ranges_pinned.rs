@@ -1,12 +1,12 @@
 //! A range a snapshot pins does not split (`docs/cluster.md`, "Ranges"):
 //! three `combkv serve` processes whose ranges split at 64 KB, the
 //! keyspace split in two by hand. A snapshot pins both ranges (on one
-//! range it is the store's own, which a split does not touch); writes then
-//! take the second more than twice past the split size. While the snapshot lasts the
-//! range stays whole and the snapshot reads as it was, a split by hand is
-//! refused unless forced (forced, the range split off takes the pins, and
-//! the snapshot still reads as it was), and once the snapshot is
-//! released, the range splits.
+//! range it is the store's own, which a split does not touch); writes
+//! then take the second more than twice past the split size. While the
+//! snapshot lasts the range stays whole and the snapshot reads as it was;
+//! a split by hand is refused unless forced, and so is a merge by hand
+//! (forced, the range split off takes the pins, and the snapshot still
+//! reads as it was); once the snapshot is released, the range splits.
 
 mod support;
 
@@ -108,6 +108,10 @@ fn a_range_a_snapshot_pins_waits_to_split_until_it_is_released() {
         &["split", &key(BEFORE / 4)],
         Duration::from_secs(30),
     );
+    assert!(!ok && said.contains("pinned by"), "{said}");
+    // So is a merge by hand: the merged range's store would hold none of
+    // the snapshot's past.
+    let (ok, said) = admin(&nodes[2], &["merge", &key(0)], Duration::from_secs(30));
     assert!(!ok && said.contains("pinned by"), "{said}");
     for n in &nodes {
         assert_eq!(n.ranges_number("ranges"), 2, "node {}", n.id);

@@ -1005,7 +1005,7 @@ async fn split_through(
 }
 
 /// [`split_through`], carried out even while a snapshot pins the range
-/// with [`combkv_replica::Pinned::Split`].
+/// with [`combkv_replica::Pinned::Force`].
 async fn split_through_when(
     cl: &Cluster,
     at: &[u8],
@@ -1248,7 +1248,7 @@ fn a_range_split_off_while_pinned_reads_the_snapshot() {
         let ttl = Duration::from_secs(60);
         let at = host.snapshot(ttl).await.unwrap();
         write(b"new").await;
-        let child = split_through_when(&cl, b"m", None, combkv_replica::Pinned::Split, 100)
+        let child = split_through_when(&cl, b"m", None, combkv_replica::Pinned::Force, 100)
             .await
             .expect("a forced split at m");
         for id in all {
@@ -1274,6 +1274,72 @@ fn a_range_split_off_while_pinned_reads_the_snapshot() {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             assert_eq!(r.snapshot_pins(), 0, "node {id}, released");
+        }
+        for id in all {
+            cl.stop(id).await;
+        }
+    });
+}
+
+/// A merge asked by hand while a snapshot pins the two ranges: refused,
+/// changing nothing, unless forced; forced, the snapshot's reads of the
+/// merged range are refused on every replica rather than answered from
+/// the left range's half alone.
+#[test]
+fn a_merge_while_pinned_is_refused_or_hides_nothing() {
+    simulate("groups-pins-merge-by-hand", |dir| async move {
+        let cl = Cluster::new(dir.clone(), SimNet::new(23, Faults::NONE), NODES, 0);
+        cl.start_all(NODES).await;
+        let all = [1, 2, 3];
+        let g0 = wait_leader(&cl, 0, &all).await;
+        for k in [b"a1", b"m1", b"t1"] {
+            g0.write(g0.clock_ms(), put_op(k, b"old")).await.unwrap();
+        }
+        for at in [b"m", b"t"] {
+            split_through(&cl, at, Some(1), 100).await.expect("a split");
+        }
+        for g in 1..=2 {
+            for id in all {
+                wait_group(&cl, id, g).await;
+            }
+        }
+        let host = cl.host(1).unwrap();
+        let ttl = Duration::from_secs(60);
+        let at = host.snapshot(ttl).await.expect("a snapshot");
+        let refused = host.merge(1).await.expect_err("a merge while pinned");
+        assert!(
+            refused.to_string().contains("pinned by"),
+            "refused: {refused}"
+        );
+        let map = cl.replica(1, 0).and_then(|r| r.range_map()).unwrap();
+        assert!(map.get(2).is_some() && !map.is_merging(1), "{map:?}");
+        let mut merged = None;
+        for _ in 0..100 {
+            match host.merge_when(1, combkv_replica::Pinned::Force).await {
+                Ok(right) => {
+                    merged = Some(right);
+                    break;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+        assert_eq!(merged, Some(2), "a forced merge");
+        for id in all {
+            let r = cl.replica(id, 1).unwrap();
+            for _ in 0..100 {
+                if r.bounds().end.is_none() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            assert!(r.bounds().end.is_none(), "node {id}: absorbed");
+            let read = r
+                .pinned_at(at)
+                .map(|view| [b"m1", b"t1"].map(|k| view.get(k).unwrap().is_some()));
+            assert!(
+                matches!(read, Err(_) | Ok([true, true])),
+                "node {id}, at the snapshot: {read:?}"
+            );
         }
         for id in all {
             cl.stop(id).await;

@@ -894,7 +894,7 @@ async fn split_and_merge(cl: &Cluster, rng: &mut StdRng) -> Result<(), String> {
     for _ in 0..200 {
         let via = rng.random_range(1..=FIVE);
         if let Some(h) = host(via)
-            && h.split_when(2, b"x1", combkv_replica::Pinned::Split)
+            && h.split_when(2, b"x1", combkv_replica::Pinned::Force)
                 .await
                 .is_ok()
         {
@@ -915,7 +915,7 @@ async fn split_and_merge(cl: &Cluster, rng: &mut StdRng) -> Result<(), String> {
     for _ in 0..200 {
         let via = rng.random_range(1..=FIVE);
         if let Some(h) = host(via)
-            && h.merge(2).await.is_ok()
+            && h.merge_when(2, combkv_replica::Pinned::Force).await.is_ok()
         {
             return Ok(());
         }

@@ -784,14 +784,8 @@ impl Cluster {
                         .map(|()| None)
                 }
                 Change::Remove(id) => replica.remove_node(id).await.map(|()| None),
-                Change::Split { key, force } => {
-                    let pinned = match force {
-                        true => combkv_replica::Pinned::Split,
-                        false => combkv_replica::Pinned::Refuse,
-                    };
-                    host.split_at(&key, pinned).await.map(Some)
-                }
-                Change::Merge { key } => host.merge_at(&key).await.map(Some),
+                Change::Split { key, force } => host.split_at(&key, pinned(force)).await.map(Some),
+                Change::Merge { key, force } => host.merge_at(&key, pinned(force)).await.map(Some),
                 Change::Snapshot { ttl } => host.snapshot(ttl).await.map(Some),
                 Change::Job(job) => job.await,
                 Change::Setting { name, decide } => {
@@ -895,8 +889,9 @@ pub(crate) enum Change {
     /// Merges the range holding `key` with the range after it (both on
     /// the same nodes); the answer is the id of the range merged away,
     /// once the map records the merge (the left range's leader then
-    /// carries it out, `Host::merge`).
-    Merge { key: Vec<u8> },
+    /// carries it out, `Host::merge`). Refused, unless `force`, while a
+    /// snapshot pins either range.
+    Merge { key: Vec<u8>, force: bool },
     /// A snapshot of the keyspace split into ranges, for `ttl`: a
     /// timestamp every range raises its floor to and pins on its
     /// replicas (`Host::snapshot`), the answer
@@ -1202,5 +1197,14 @@ fn count_refused_for_memory(
         .count();
     if n > 0 {
         count.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// What a split or merge with (or without) FORCE does while a snapshot
+/// pins the ranges.
+fn pinned(force: bool) -> combkv_replica::Pinned {
+    match force {
+        true => combkv_replica::Pinned::Force,
+        false => combkv_replica::Pinned::Refuse,
     }
 }

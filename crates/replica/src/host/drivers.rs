@@ -259,7 +259,7 @@ impl Host {
             }
             // Its pins were checked here just now: the voters are not asked
             // again (a voter down would hold every split by size back).
-            match self.split_when(g, &at, super::Pinned::Split).await {
+            match self.split_when(g, &at, super::Pinned::Force).await {
                 Ok(new) => tracing::info!(
                     "range {g} held {total} bytes of keys and values (more than {limit}): \
                      split into range {new}"
@@ -308,7 +308,7 @@ impl Host {
             };
             // Its pins were checked here just now: the voters are not asked
             // again (a voter down would hold every split by load back).
-            match self.split_when(g, &at, super::Pinned::Split).await {
+            match self.split_when(g, &at, super::Pinned::Force).await {
                 Ok(new) => {
                     load.reset();
                     tracing::info!(

@@ -16,15 +16,23 @@ use crate::types::GroupId;
 /// keys travel in one log entry (a frame is at most 256 MiB).
 const MAX_MERGED_BYTES: u64 = 64 << 20;
 
-use super::Host;
+use super::{Host, Pinned};
 
 impl Host {
     /// Merges range `left` with the range after it: the map records the
     /// merge (refused, changing nothing, unless both are on the same
-    /// nodes, or if either changed since the map was read), and the left
-    /// range's leader carries it out (`drive_merges`; at once if it is
-    /// this node). Returns the id of the range merged away.
+    /// nodes, if either changed since the map was read, or while a
+    /// snapshot pins either: the merged range's new store holds none of
+    /// the snapshot's past; [`Pinned::Force`] merges all the same), and
+    /// the left range's leader carries it out (`drive_merges`; at once if
+    /// it is this node). Returns the id of the range merged away.
     pub async fn merge(&self, left: RangeId) -> Result<RangeId, ClusterError> {
+        self.merge_when(left, Pinned::Refuse).await
+    }
+
+    /// [`Host::merge`], carried out even while a snapshot pins the ranges
+    /// with [`Pinned::Force`].
+    pub async fn merge_when(&self, left: RangeId, pinned: Pinned) -> Result<RangeId, ClusterError> {
         let (_, map) = self.committed_map().await?;
         let l = map
             .get(left)
@@ -35,7 +43,7 @@ impl Host {
             ))
         })?;
         let r = map.route(&end).clone();
-        self.merge_decided(&l.clone(), &r).await?;
+        self.merge_decided(&l.clone(), &r, pinned).await?;
         Ok(r.id)
     }
 
@@ -44,7 +52,12 @@ impl Host {
     /// node leads `left`. The keys of the right range go through the left
     /// range's log in one entry: a right range of `MAX_MERGED_BYTES` or
     /// more is refused.
-    async fn merge_decided(&self, left: &RangeDesc, right: &RangeDesc) -> Result<(), ClusterError> {
+    async fn merge_decided(
+        &self,
+        left: &RangeDesc,
+        right: &RangeDesc,
+        pinned: Pinned,
+    ) -> Result<(), ClusterError> {
         let meta = self
             .group(0)
             .ok_or_else(|| ClusterError::Refused("this node hosts no group 0".into()))?;
@@ -72,6 +85,20 @@ impl Host {
                 right.id
             )));
         }
+        if pinned == Pinned::Refuse {
+            for d in [left, right] {
+                let pins = self.range_pins(d).await?;
+                if pins > 0 {
+                    return Err(ClusterError::Refused(format!(
+                        "range {} is pinned by {pins} snapshot timestamp(s): the merged range \
+                         would hold none of their past; release the snapshots (SNAPSHOT \
+                         RELEASE) or wait for their end, or merge with FORCE (their reads of \
+                         the merged range are then refused)",
+                        d.id
+                    )));
+                }
+            }
+        }
         meta.change_ranges(&MapChange::Merge {
             left: left.id,
             left_epoch: left.epoch,
@@ -84,9 +111,9 @@ impl Host {
     }
 
     /// [`Host::merge`] of the range holding `key`.
-    pub async fn merge_at(&self, key: &[u8]) -> Result<RangeId, ClusterError> {
+    pub async fn merge_at(&self, key: &[u8], pinned: Pinned) -> Result<RangeId, ClusterError> {
         let (_, map) = self.committed_map().await?;
-        self.merge(map.route(key).id).await
+        self.merge_when(map.route(key).id, pinned).await
     }
 
     /// Carries out, for each range this node leads, a merge the map
@@ -407,7 +434,7 @@ impl Host {
             else {
                 continue;
             };
-            match self.merge_decided(left, right).await {
+            match self.merge_decided(left, right, Pinned::Refuse).await {
                 Ok(()) => tracing::info!(
                     "ranges {} and {} held {bytes} bytes of keys and values together \
                      (fewer than {limit}): merged",
@@ -566,8 +593,8 @@ impl Host {
         }
         if silent.len() == desc.voters.len() {
             return Err(ClusterError::Refused(format!(
-                "no voter of range {} answered whether a snapshot pins it; try again, or split \
-                 with FORCE",
+                "no voter of range {} answered whether a snapshot pins it; try again, or use \
+                 FORCE",
                 desc.id
             )));
         }

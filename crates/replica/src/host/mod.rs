@@ -100,14 +100,18 @@ struct Inner {
     driving: Mutex<(&'static str, tokio::time::Instant)>,
 }
 
-/// What a split does while a snapshot pins the range ([`Host::split`]).
+/// What a split or a merge does while a snapshot pins the ranges it
+/// changes ([`Host::split`], [`Host::merge`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pinned {
     /// Refuse it, changing nothing: the snapshot reads every key.
     Refuse,
-    /// Split all the same: the snapshot's reads of the new range's keys
-    /// are refused ("no such snapshot") from then on.
-    Split,
+    /// Carry it out all the same: a range split off takes the pins, and
+    /// is read at the snapshot from the store it was split from (held
+    /// until the snapshot ends); a merged range is a new store that holds
+    /// none of the snapshot's past, and the snapshot's reads of it are
+    /// refused from then on, never answered from a part of the range.
+    Force,
 }
 
 /// Counts of what a node's groups did to ranges since it started.
@@ -523,7 +527,7 @@ impl Host {
     /// nothing, if the map moved meanwhile, or while a snapshot pins the
     /// range (the new range would keep the pinned store's memory held
     /// until the snapshot ends: release the snapshot first;
-    /// [`Pinned::Split`] splits all the same). The pins are asked of the
+    /// [`Pinned::Force`] splits all the same). The pins are asked of the
     /// range's voters before the map changes, not in the same step: a
     /// snapshot whose pins land between the two is handed over to the new
     /// range with them, as after a forced split (`Past::inherit`).
@@ -532,7 +536,7 @@ impl Host {
     }
 
     /// [`Host::split`], carried out even while a snapshot pins the range
-    /// with [`Pinned::Split`].
+    /// with [`Pinned::Force`].
     pub async fn split_when(
         &self,
         range: RangeId,
@@ -583,14 +587,13 @@ impl Host {
             .ok_or_else(|| ClusterError::Refused(format!("no range {range}")))?;
         let pins = match pinned {
             Pinned::Refuse => self.range_pins(desc).await?,
-            Pinned::Split => 0,
+            Pinned::Force => 0,
         };
         if pins > 0 {
             return Err(ClusterError::Refused(format!(
                 "range {range} is pinned by {pins} snapshot timestamp(s): a range split off \
-                 would hold none of their past; release the snapshots (SNAPSHOT RELEASE) or \
-                 wait for their end, or split with FORCE (their reads of the new range are \
-                 then refused)"
+                 would keep the store it was split from held until they end; release the \
+                 snapshots (SNAPSHOT RELEASE) or wait for their end, or split with FORCE"
             )));
         }
         let new_id = map.next_id();

@@ -380,7 +380,7 @@ pub async fn split_move_crash(
             if let Some(h) = host(via)
                 // Snapshots may pin the range: split all the same, so that
                 // their reads meet a range with none of their past.
-                && h.split_when(range, at, combkv_replica::Pinned::Split).await.is_ok()
+                && h.split_when(range, at, combkv_replica::Pinned::Force).await.is_ok()
             {
                 done = true;
                 break;

@@ -60,7 +60,7 @@ pub(super) fn role(cx: &mut Ctx<'_, '_>) -> CmdResult {
 const ADD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// CLUSTER INIT id=host:port,... | ADD id host:port [seconds] | REMOVE id |
-/// STATUS | RANGES | SPLIT key | MERGE key.
+/// STATUS | RANGES | SPLIT key [FORCE] | MERGE key [FORCE].
 pub(super) fn cluster(cx: &mut Ctx<'_, '_>) -> CmdResult {
     // A cluster node whose Raft log is still being opened: its status
     // says so (`raft_role:loading`); nothing else can be done yet.
@@ -128,23 +128,24 @@ pub(super) fn cluster(cx: &mut Ctx<'_, '_>) -> CmdResult {
             let out = ranges_text(c);
             cx.r.verbatim(&out);
         }
-        ("split", 3 | 4) => {
+        ("split" | "merge", 3 | 4) => {
             let force = match cx.args.get(3) {
                 None => false,
                 Some(a) if a.eq_ignore_ascii_case(b"force") => true,
                 Some(_) => {
                     return Err(CmdError::err(format!(
-                        "bad CLUSTER SPLIT option '{}' (FORCE is the only one)",
+                        "bad CLUSTER {} option '{}' (FORCE is the only one)",
+                        sub.to_ascii_uppercase(),
                         text(3)
                     )));
                 }
             };
             let key = cx.args[2].to_vec();
-            return change(cx, c, Change::Split { key, force });
-        }
-        ("merge", 3) => {
-            let key = cx.args[2].to_vec();
-            return change(cx, c, Change::Merge { key });
+            let what = match sub.as_str() {
+                "split" => Change::Split { key, force },
+                _ => Change::Merge { key, force },
+            };
+            return change(cx, c, what);
         }
         ("help", 2) => help(&mut cx.r),
         _ => {
@@ -185,9 +186,12 @@ fn help(r: &mut Reply<'_>) {
          replicas, leader, and the keys and bytes of those this node holds.",
         "CLUSTER SPLIT key [FORCE]: splits the range holding the key there, the key starting \
          a new range; answers the new range's id. Refused while a snapshot pins the range, \
-         unless FORCE (the snapshot's reads of the new range are then refused).",
-        "CLUSTER MERGE key: merges the range holding the key with the range after it (both \
-         on the same nodes); answers the id of the range merged away.",
+         unless FORCE (the new range then takes the pins, and keeps the store it was split \
+         from held until the snapshot ends).",
+        "CLUSTER MERGE key [FORCE]: merges the range holding the key with the range after it \
+         (both on the same nodes); answers the id of the range merged away. Refused while a \
+         snapshot pins either range, unless FORCE (the snapshot's reads of the merged range are \
+         then refused).",
     ];
     r.array(lines.len());
     for l in lines {
