@@ -552,8 +552,8 @@ impl Host {
     /// stands, every other voter asked. A pin reaches each replica through
     /// the range's log, so a voter behind may not hold it yet: the most of
     /// all is the one that counts. A voter that cannot be reached is left
-    /// out, so that a node down does not hold an operator's split back: if
-    /// it alone held a pin (the others behind), the split goes ahead as a
+    /// out, so that a node down does not hold a split or merge back: if it
+    /// alone held a pin (the others behind), the change goes ahead as a
     /// forced one would. A voter that has not started its replica yet (a
     /// range just split off) holds none: a replica started later does not
     /// pin as it replays. Refused if no voter answered.
