@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use combkv::durable::{Storage, WritableFile};
@@ -15,6 +16,7 @@ use tokio::sync::oneshot;
 use super::SyncPolicy;
 use super::journal::{self, Journal};
 use super::segment::{self, COMMITTED_FILE, META_FILE, Meta, SYNCED_FILE, Synced};
+use super::writer::Served;
 use crate::types::{LogId, TypeConfig, Vote};
 
 /// A segment file and where its entries' records start.
@@ -146,14 +148,27 @@ pub(crate) enum Job {
 /// the files runs the queue in that order: the I/O thread, woken for each
 /// job sent with [`IoThread::send`], or the caller of
 /// [`IoThread::run_here`], which runs everything queued before its own job
-/// and then its own, at once. Without a thread (`inline`, for simulated
-/// clusters, whose clock must not run ahead of work on another thread)
-/// every job runs in its caller.
+/// and then its own, at once. The I/O thread is the log's own, or, for a
+/// log journaled on its node, the node's log writer, shared by all of them
+/// (`writer`). Without a thread (`inline`, for simulated clusters, whose
+/// clock must not run ahead of work on another thread) every job runs in
+/// its caller.
 #[derive(Debug)]
 pub(crate) struct IoThread {
     shared: Arc<Shared>,
-    threaded: bool,
+    runner: Runner,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// Who runs the jobs sent.
+#[derive(Debug)]
+enum Runner {
+    /// The log's own thread.
+    Own,
+    /// The node's log writer, the journal's.
+    Writer(Arc<Journal>),
+    /// The caller.
+    Inline,
 }
 
 #[derive(Debug)]
@@ -163,6 +178,8 @@ struct Shared {
     queued: Condvar,
     /// Locked before `queue` where both are held.
     files: Mutex<Files>,
+    /// On the node's log writer's ready list.
+    ready: AtomicBool,
 }
 
 #[derive(Default)]
@@ -243,37 +260,61 @@ impl IoThread {
             synced_saved_at: None,
             written,
             fsyncs,
+            deferred: Vec::new(),
+            deferred_ticket: 0,
             journal,
+        };
+        let runner = match &files.journal {
+            _ if inline => Runner::Inline,
+            Some(j) => Runner::Writer(Arc::clone(&j.journal)),
+            None => Runner::Own,
         };
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             queued: Condvar::new(),
             files: Mutex::new(files),
+            ready: AtomicBool::new(false),
         });
-        let thread = if inline {
-            None
-        } else {
-            let shared = Arc::clone(&shared);
-            Some(
-                std::thread::Builder::new()
-                    .name("raft-log-io".into())
-                    .spawn(move || shared.serve())?,
-            )
+        let thread = match &runner {
+            Runner::Own => {
+                let shared = Arc::clone(&shared);
+                Some(
+                    std::thread::Builder::new()
+                        .name("raft-log-io".into())
+                        .spawn(move || shared.serve())?,
+                )
+            }
+            Runner::Writer(journal) => {
+                let served: Arc<dyn Served> = Arc::clone(&shared) as Arc<dyn Served>;
+                journal.writer().register(Arc::downgrade(&served))?;
+                None
+            }
+            Runner::Inline => None,
         };
         Ok(IoThread {
             shared,
-            threaded: thread.is_some(),
+            runner,
             thread: Mutex::new(thread),
         })
+    }
+
+    /// Whether the log has an I/O thread of its own.
+    #[cfg(test)]
+    pub(crate) fn own_thread(&self) -> bool {
+        self.thread.lock().is_some()
     }
 
     /// Queues `job` for the I/O thread (or runs it here, without one).
     pub(crate) fn send(&self, job: Job) -> io::Result<()> {
         self.push(job)?;
-        if self.threaded {
-            self.shared.queued.notify_one();
-        } else {
-            self.shared.drain();
+        match &self.runner {
+            Runner::Own => {
+                self.shared.queued.notify_one();
+            }
+            Runner::Writer(journal) => journal
+                .writer()
+                .wake(Arc::clone(&self.shared) as Arc<dyn Served>),
+            Runner::Inline => self.shared.drain(),
         }
         Ok(())
     }
@@ -281,13 +322,17 @@ impl IoThread {
     /// Queues `job` without waking a busy I/O thread, which runs it with
     /// the next job it is woken for, or within [`COMMIT_SAVE_EVERY`] (work
     /// that may wait: saving the commit point, once per commit, would
-    /// otherwise cost a thread wake each time); an idle thread is woken.
+    /// otherwise cost a thread wake each time); an idle thread of the
+    /// log's own is woken (the node's log writer looks at every log that
+    /// often anyway).
     pub(crate) fn send_quietly(&self, job: Job) -> io::Result<()> {
         let idle = self.push(job)?;
-        if !self.threaded {
-            self.shared.drain();
-        } else if idle {
-            self.shared.queued.notify_one();
+        match &self.runner {
+            Runner::Own if idle => {
+                self.shared.queued.notify_one();
+            }
+            Runner::Own | Runner::Writer(_) => {}
+            Runner::Inline => self.shared.drain(),
         }
         Ok(())
     }
@@ -322,6 +367,11 @@ impl Drop for IoThread {
         self.shared.queued.notify_one();
         if let Some(t) = self.thread.lock().take() {
             let _ = t.join();
+        } else if matches!(self.runner, Runner::Writer(_)) {
+            // The node's log writer leaves a closed log alone: what is
+            // left is done here.
+            self.shared.drain();
+            self.shared.close_files();
         }
     }
 }
@@ -353,21 +403,34 @@ impl Shared {
             };
             self.drain();
             if closed {
-                let mut files = self.files.lock();
-                if std::mem::take(&mut files.unsynced)
-                    && let Err(e) = files.sync()
-                {
-                    tracing::error!("raft log: sync at close failed: {e}");
-                }
-                files.save_commit(true);
-                files.save_synced(true);
+                self.close_files();
                 return;
             }
         }
     }
 
+    /// What a closed log's files need once its last jobs ran: what is
+    /// unsynced synced, the commit point and the synced file written.
+    fn close_files(&self) {
+        let mut files = self.files.lock();
+        files.finish_deferred();
+        if std::mem::take(&mut files.unsynced)
+            && let Err(e) = files.sync()
+        {
+            tracing::error!("raft log: sync at close failed: {e}");
+        }
+        files.save_commit(true);
+        files.save_synced(true);
+    }
+
     /// Runs every queued job, in order, and what is due.
     fn drain(&self) {
+        self.drain_with(false);
+    }
+
+    /// [`Shared::drain`]; with `defer`, appends synced in the journal are
+    /// left waiting for its sync (`Files::deferred`).
+    fn drain_with(&self, defer: bool) {
         let mut files = self.files.lock();
         let mut more = || self.queue.lock().jobs.pop_front();
         let mut next = more();
@@ -376,8 +439,30 @@ impl Shared {
             // run dry for a long time.
             files.tick();
             let Some(job) = next.take() else { break };
-            next = files.run(job, &mut more).or_else(&mut more);
+            next = files.run(job, &mut more, defer).or_else(&mut more);
         }
+        if !defer {
+            files.finish_deferred();
+        }
+    }
+}
+
+impl Served for Shared {
+    fn ready_flag(&self) -> &AtomicBool {
+        &self.ready
+    }
+
+    fn closed(&self) -> bool {
+        self.queue.lock().closed
+    }
+
+    fn drain_deferred(&self) -> bool {
+        self.drain_with(true);
+        !self.files.lock().deferred.is_empty()
+    }
+
+    fn flush_deferred(&self) {
+        self.files.lock().finish_deferred();
     }
 }
 
@@ -411,6 +496,11 @@ pub(crate) struct Files {
     synced_saved_at: Option<Instant>,
     written: Written,
     fsyncs: Arc<combkv::DurationHistogram>,
+    /// Appends whose records are queued in the journal, told once it has
+    /// synced up to `deferred_ticket` (`Files::finish_deferred`), before any
+    /// later append of this log or any other job of it runs.
+    deferred: Vec<LogFlushed<TypeConfig>>,
+    deferred_ticket: u64,
     journal: Option<Journaled>,
 }
 
@@ -444,9 +534,15 @@ const EVERY_SEC: Duration = Duration::from_secs(1);
 
 impl Files {
     /// Runs `job`; an append takes every append `more` has behind it into
-    /// its sync (group commit). Returns a job `more` gave that is not an
-    /// append, to be run next.
-    fn run(&mut self, job: Job, more: &mut dyn FnMut() -> Option<Job>) -> Option<Job> {
+    /// its sync (group commit), and with `defer` leaves them waiting for
+    /// the journal's sync where they are synced there. Returns a job `more`
+    /// gave that is not an append, to be run next.
+    fn run(&mut self, job: Job, more: &mut dyn FnMut() -> Option<Job>, defer: bool) -> Option<Job> {
+        let deferring = defer && self.sync == SyncPolicy::Always && self.journal.is_some();
+        if !(deferring && matches!(job, Job::Append { .. })) {
+            // Appends left waiting are told before anything after them.
+            self.finish_deferred();
+        }
         match job {
             Job::Append {
                 records,
@@ -479,6 +575,20 @@ impl Files {
                         }
                     }
                 }
+                if result.is_ok() && deferring {
+                    // Durable once the journal's next turn is: the node's
+                    // log writer takes it once every ready log is written.
+                    self.unsynced = true;
+                    match self.journal_enqueue(&written) {
+                        Ok(ticket) => {
+                            self.deferred_ticket = self.deferred_ticket.max(ticket);
+                            self.deferred.extend(callbacks);
+                            return leftover;
+                        }
+                        Err(e) => result = Err(e),
+                    }
+                }
+                self.finish_deferred();
                 if result.is_ok() {
                     result = match self.sync {
                         SyncPolicy::Always if self.journal.is_some() => {
@@ -536,11 +646,23 @@ impl Files {
     /// Commits the records of appends just written to the journal (they
     /// are durable when it returns Ok), naming the segment they went to.
     fn journal_entries(&mut self, written: &[Vec<u8>]) -> io::Result<()> {
+        let ticket = self.journal_enqueue(written)?;
+        let r = match &self.journal {
+            Some(j) => j.journal.wait(ticket),
+            None => Ok(()),
+        };
+        self.guarded(|_| r)
+    }
+
+    /// Queues the records of appends just written in the journal, naming
+    /// the segment they went to: the ticket to wait for (0, nothing to
+    /// wait for, where there is nothing to queue).
+    fn journal_enqueue(&mut self, written: &[Vec<u8>]) -> io::Result<u64> {
         let Some(j) = &self.journal else {
-            return Ok(());
+            return Ok(0);
         };
         let Some(name) = self.segments.lock().list.last().map(|s| s.name.clone()) else {
-            return Ok(());
+            return Ok(0);
         };
         let segment = self.dir.join(name);
         let records: Vec<&[u8]> = written
@@ -549,16 +671,41 @@ impl Files {
             .map(Vec::as_slice)
             .collect();
         if records.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
-        let r = j.journal.commit(
-            &j.key,
-            journal::Op::Entries {
-                segment: &segment,
-                records: &records,
-            },
-        );
-        self.guarded(|_| r)
+        let mut ticket = 0;
+        let r = j
+            .journal
+            .enqueue(
+                &j.key,
+                journal::Op::Entries {
+                    segment: &segment,
+                    records: &records,
+                },
+            )
+            .map(|t| ticket = t);
+        self.guarded(|_| r)?;
+        Ok(ticket)
+    }
+
+    /// Tells the appends left waiting (`deferred`) how the journal's sync
+    /// of their records went, waiting for it first.
+    fn finish_deferred(&mut self) {
+        if self.deferred.is_empty() {
+            return;
+        }
+        let ticket = std::mem::take(&mut self.deferred_ticket);
+        let r = match &self.journal {
+            Some(j) => j.journal.wait(ticket),
+            None => Ok(()),
+        };
+        let r = self.guarded(|_| r);
+        for cb in std::mem::take(&mut self.deferred) {
+            cb.log_io_completed(match &r {
+                Ok(()) => Ok(()),
+                Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+            });
+        }
     }
 
     /// How long the thread may wait for a job before something is due:

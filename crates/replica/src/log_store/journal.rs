@@ -8,9 +8,10 @@
 //! log's appends are still written to its own segment, but not synced
 //! there: the same records go into the journal, and whoever commits first
 //! writes everything queued by every log and syncs the journal once (group
-//! commit across groups; there is no journal thread, the committing threads
-//! take turns). An append is reported flushed only once its journal record
-//! is synced.
+//! commit across groups; the committing threads take turns: the node's log
+//! writer, `writer`, for the appends of every log this node leads, and a
+//! follower's Raft task for its own). An append is reported flushed only
+//! once its journal record is synced.
 //!
 //! The segments are synced later: each by its log a second after its
 //! appends (so that what the log records as synced keeps up), and all at
@@ -49,6 +50,7 @@ use combkv::durable::{Storage, WritableFile};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use super::segment;
+use super::writer::LogWriter;
 
 /// A turn that would take the journal file past this many bytes retires it
 /// first: its segments synced, then it is removed. Its records are a copy of the
@@ -129,6 +131,8 @@ pub struct Journal {
     /// See [`ROTATE_BYTES`].
     rotate_bytes: u64,
     fsyncs: Arc<combkv::DurationHistogram>,
+    /// The thread that does the file work of the logs journaled here.
+    log_writer: LogWriter,
 }
 
 impl std::fmt::Debug for Journal {
@@ -234,6 +238,7 @@ impl Journal {
             }),
             rotate_bytes,
             fsyncs: Arc::new(combkv::DurationHistogram::new()),
+            log_writer: LogWriter::new(),
         };
         Ok((Arc::new(journal), replayed))
     }
@@ -266,18 +271,37 @@ impl Journal {
         self.fsyncs.snapshot()
     }
 
+    /// The node's log writer (see [`LogWriter`]).
+    pub(crate) fn writer(&self) -> &LogWriter {
+        &self.log_writer
+    }
+
     /// Commits `op` of the log `key`: returns once it is durable, with
     /// everything committed before it.
     pub(crate) fn commit(&self, key: &str, op: Op<'_>) -> io::Result<()> {
+        let ticket = self.enqueue(key, op)?;
+        self.wait(ticket)
+    }
+
+    /// Queues `op` of the log `key` for the next turn at the file, without
+    /// waiting for it: durable once [`Journal::wait`] for the ticket
+    /// returned (or for a later one) returns Ok.
+    pub(crate) fn enqueue(&self, key: &str, op: Op<'_>) -> io::Result<u64> {
         let mut queue = self.queue.lock();
         if let Some(why) = &queue.failed {
             return Err(failed_earlier(why));
         }
         encode(&mut queue, key, op)?;
         queue.queued += 1;
-        let mine = queue.queued;
+        Ok(queue.queued)
+    }
+
+    /// Returns once what was queued up to `ticket` is durable, taking a
+    /// turn at the file if none is under way.
+    pub(crate) fn wait(&self, ticket: u64) -> io::Result<()> {
+        let mut queue = self.queue.lock();
         loop {
-            if queue.durable >= mine {
+            if queue.durable >= ticket {
                 return Ok(());
             }
             if let Some(why) = &queue.failed {

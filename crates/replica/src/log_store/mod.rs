@@ -29,6 +29,7 @@ mod io_thread;
 mod journal;
 mod memory;
 pub(crate) mod segment;
+mod writer;
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;

@@ -251,6 +251,43 @@ fn appends_are_synced_in_the_journal_not_in_their_segments() {
     );
 }
 
+/// The file work of every log journaled on a node is done by the node's
+/// one log writer: eight logs taking appends at once have no I/O thread of
+/// their own, all eight are served by the writer, and every append is
+/// flushed; a log dropped is served no more.
+#[test]
+fn the_logs_of_a_node_share_one_writer_thread() {
+    let storage: Arc<dyn Storage> = Arc::new(FaultyStorage::new(11));
+    let (journal, _) = Journal::open(Arc::clone(&storage), Path::new(BASE)).unwrap();
+    let mut logs: Vec<LogStore> = (1..=8)
+        .map(|g| open_log(&storage, &journal, g).unwrap())
+        .collect();
+    // Group 2's log is a follower's (see `open_log`): its appends run in
+    // the caller, and its other file work on the writer all the same.
+    assert!(logs.iter().all(|l| !l.io.own_thread()));
+    assert_eq!(journal.writer().served(), 8);
+    let rt = threaded_rt(4);
+    rt.block_on(async {
+        let mut tasks = tokio::task::JoinSet::new();
+        for mut log in logs.drain(..) {
+            tasks.spawn(async move {
+                for x in 1..=20 {
+                    log.blocking_append([entry(1, x)]).await.unwrap();
+                }
+                log
+            });
+        }
+        while let Some(log) = tasks.join_next().await {
+            let mut log = log.unwrap();
+            let got = log.try_get_log_entries(..).await.unwrap();
+            assert_eq!(got.len(), 20);
+            logs.push(log);
+        }
+    });
+    logs.truncate(5);
+    assert_eq!(journal.writer().served(), 5);
+}
+
 /// A replay is worked out whole before the log is touched: one whose
 /// records would leave a gap fails with the log as it was, not with the
 /// entries a later record truncated written back over acknowledged ones.
