@@ -339,11 +339,12 @@ impl IoThread {
 
     /// Queues `job` and runs the queue in the caller, so that `job` is done
     /// (after everything sent before it) when this returns. A follower's
-    /// appends go this way: it answers the leader only once they are
-    /// synced, so handing them to the thread would add two thread switches
-    /// to every round trip and save nothing. The caller blocks meanwhile
-    /// (openraft's Raft task, which on a follower has nothing better to do
-    /// than wait for the sync), also behind a job the thread is running.
+    /// appends to a log of its own thread go this way: it answers the
+    /// leader only once they are synced, so handing them to the thread
+    /// would add two thread switches to every round trip and save nothing.
+    /// The caller blocks meanwhile (openraft's Raft task, which on a
+    /// follower has nothing better to do than wait for the sync), also
+    /// behind a job the thread is running.
     pub(crate) fn run_here(&self, job: Job) -> io::Result<()> {
         self.push(job)?;
         self.shared.drain();

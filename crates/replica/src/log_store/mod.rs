@@ -894,7 +894,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             append,
             callback,
         };
-        let sent = if self.own_id.is_some() && !led_here {
+        // A follower's appends run here, unless the log is journaled: the
+        // node's log writer then syncs them with every other log's, which
+        // on a node of many ranges (most of whose appends are a
+        // follower's) paid far more than the thread hop costs (`docs/
+        // experiments.md`, "One log writer per node").
+        let sent = if self.own_id.is_some() && !led_here && self.journal.is_none() {
             self.io.run_here(job)
         } else {
             self.io.send(job)

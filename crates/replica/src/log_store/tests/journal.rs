@@ -15,8 +15,8 @@ fn log_dir(g: u64) -> PathBuf {
     Path::new(BASE).join(format!("groups/{g}/log"))
 }
 
-/// Group `g`'s log, through `journal`: group 2 as a follower (appends run
-/// in the caller), the others as the leader (on the I/O thread).
+/// Group `g`'s log, through `journal`: group 2 as a follower, the others
+/// as the leader (both on the node's log writer: the log is journaled).
 fn open_log(
     storage: &Arc<dyn Storage>,
     journal: &Arc<Journal>,
@@ -262,8 +262,8 @@ fn the_logs_of_a_node_share_one_writer_thread() {
     let mut logs: Vec<LogStore> = (1..=8)
         .map(|g| open_log(&storage, &journal, g).unwrap())
         .collect();
-    // Group 2's log is a follower's (see `open_log`): its appends run in
-    // the caller, and its other file work on the writer all the same.
+    // Group 2's log is a follower's (see `open_log`): its appends go to
+    // the writer as well.
     assert!(logs.iter().all(|l| !l.io.own_thread()));
     assert_eq!(journal.writer().served(), 8);
     let rt = threaded_rt(4);
