@@ -481,20 +481,8 @@ fn placement_for_balance_waits_while_a_snapshot_pins_the_ranges() {
 fn a_snapshot_taken_during_a_merge_reads_the_merged_range() {
     simulate("groups-pins-merge", |dir| async move {
         let cl = Cluster::new(dir.clone(), SimNet::new(19, Faults::NONE), NODES, 0);
-        cl.start_all(NODES).await;
         let all = [1, 2, 3];
-        let g0 = wait_leader(&cl, 0, &all).await;
-        for k in [b"a1", b"m1", b"t1"] {
-            g0.write(g0.clock_ms(), put_op(k, b"old")).await.unwrap();
-        }
-        for at in [b"m", b"t"] {
-            split_through(&cl, at, Some(1), 100).await.expect("a split");
-        }
-        for g in 1..=2 {
-            for id in all {
-                wait_group(&cl, id, g).await;
-            }
-        }
+        ranges_at_m_and_t(&cl).await;
         let host = cl.host(1).unwrap();
         let merging = {
             let host = host.clone();
@@ -547,6 +535,25 @@ fn a_snapshot_taken_during_a_merge_reads_the_merged_range() {
             cl.stop(id).await;
         }
     });
+}
+
+/// Starts the three nodes of `cl`, writes `a1`, `m1` and `t1`, and splits
+/// ranges 1 (`m` on) and 2 (`t` on) off range 0, started on every node.
+async fn ranges_at_m_and_t(cl: &Cluster) {
+    cl.start_all(NODES).await;
+    let all = [1, 2, 3];
+    let g0 = wait_leader(cl, 0, &all).await;
+    for k in [b"a1", b"m1", b"t1"] {
+        g0.write(g0.clock_ms(), put_op(k, b"old")).await.unwrap();
+    }
+    for at in [b"m", b"t"] {
+        split_through(cl, at, Some(1), 100).await.expect("a split");
+    }
+    for g in 1..=2 {
+        for id in all {
+            wait_group(cl, id, g).await;
+        }
+    }
 }
 
 /// How many of ranges 1 to 6 each of nodes 1 to 3 leads.
@@ -1289,20 +1296,8 @@ fn a_range_split_off_while_pinned_reads_the_snapshot() {
 fn a_merge_while_pinned_is_refused_or_hides_nothing() {
     simulate("groups-pins-merge-by-hand", |dir| async move {
         let cl = Cluster::new(dir.clone(), SimNet::new(23, Faults::NONE), NODES, 0);
-        cl.start_all(NODES).await;
         let all = [1, 2, 3];
-        let g0 = wait_leader(&cl, 0, &all).await;
-        for k in [b"a1", b"m1", b"t1"] {
-            g0.write(g0.clock_ms(), put_op(k, b"old")).await.unwrap();
-        }
-        for at in [b"m", b"t"] {
-            split_through(&cl, at, Some(1), 100).await.expect("a split");
-        }
-        for g in 1..=2 {
-            for id in all {
-                wait_group(&cl, id, g).await;
-            }
-        }
+        ranges_at_m_and_t(&cl).await;
         let host = cl.host(1).unwrap();
         let ttl = Duration::from_secs(60);
         let at = host.snapshot(ttl).await.expect("a snapshot");
