@@ -9,9 +9,9 @@
 //! there: the same records go into the journal, and whoever commits first
 //! writes everything queued by every log and syncs the journal once (group
 //! commit across groups; the committing threads take turns: the node's log
-//! writer, `writer`, for the appends of every log this node leads, and a
-//! follower's Raft task for its own). An append is reported flushed only
-//! once its journal record is synced.
+//! writer, `writer`, for every log's appends, and the caller of a
+//! truncation or of a log's first record). An append is reported flushed
+//! only once its journal record is synced.
 //!
 //! The segments are synced later: each by its log a second after its
 //! appends (so that what the log records as synced keeps up), and all at
