@@ -809,11 +809,12 @@ impl Replica {
 }
 
 /// `config` with the node's journal (`log_store::Journal`), opened (which
-/// replays it into the logs) before any log is. Logs that sync every
-/// append and do their file work on their threads take it: every group
-/// this node hosts then syncs its appends with one fsync per turn of the
-/// journal, not one per group. A journal left by an earlier start is replayed
-/// whatever the policy now. A node whose logs do their file work inline
+/// replays it into the logs) before any log is. Every log that does its
+/// file work on a thread has it done by the journal's log writer, one
+/// thread for the node; those that sync every append sync them in the
+/// journal, one fsync per turn for every group this node hosts, not one
+/// per group. A journal left by an earlier start is replayed whatever the
+/// policy now. A node whose logs do their file work inline
 /// (a simulation) neither has nor reads one.
 fn with_journal(config: &ReplicaConfig) -> Result<ReplicaConfig, StartError> {
     let mut config = config.clone();

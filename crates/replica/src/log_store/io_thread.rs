@@ -149,8 +149,8 @@ pub(crate) enum Job {
 /// job sent with [`IoThread::send`], or the caller of
 /// [`IoThread::run_here`], which runs everything queued before its own job
 /// and then its own, at once. The I/O thread is the log's own, or, for a
-/// log journaled on its node, the node's log writer, shared by all of them
-/// (`writer`). Without a thread (`inline`, for simulated clusters, whose
+/// log of a node with a journal (every cluster node), the node's log
+/// writer, shared by all of them (`writer`). Without a thread (`inline`, for simulated clusters, whose
 /// clock must not run ahead of work on another thread) every job runs in
 /// its caller.
 #[derive(Debug)]
@@ -216,6 +216,9 @@ pub(crate) struct Start {
     pub fsyncs: Arc<combkv::DurationHistogram>,
     /// Where appends are synced instead of the segment, with `Always`.
     pub journal: Option<Journaled>,
+    /// The journal whose log writer runs the jobs (`Runner::Writer`),
+    /// whatever the policy; none: a thread of the log's own.
+    pub writer: Option<Arc<Journal>>,
 }
 
 /// A log's place in the node's journal.
@@ -240,6 +243,7 @@ impl IoThread {
             inline,
             fsyncs,
             journal,
+            writer,
         } = start;
         let files = Files {
             storage,
@@ -264,9 +268,9 @@ impl IoThread {
             deferred_ticket: 0,
             journal,
         };
-        let runner = match &files.journal {
+        let runner = match writer {
             _ if inline => Runner::Inline,
-            Some(j) => Runner::Writer(Arc::clone(&j.journal)),
+            Some(j) => Runner::Writer(j),
             None => Runner::Own,
         };
         let shared = Arc::new(Shared {

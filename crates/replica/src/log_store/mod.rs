@@ -242,6 +242,10 @@ impl LogStore {
         journal: Option<&Arc<Journal>>,
     ) -> Result<(LogStore, OpenReport), OpenError> {
         storage.create_dir_all(dir)?;
+        // The node's log writer does the log's file work whatever the
+        // policy (threaded logs only); its appends are synced in the
+        // journal only with `Always`.
+        let writer = journal.filter(|_| !options.inline).map(Arc::clone);
         let journal = journal
             .filter(|_| options.sync == SyncPolicy::Always && !options.inline)
             .map(|j| Journaled {
@@ -322,6 +326,7 @@ impl LogStore {
             inline: options.inline,
             fsyncs: Arc::clone(&fsyncs),
             journal,
+            writer,
         })?;
         let store = LogStore {
             state,

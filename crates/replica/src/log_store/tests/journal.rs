@@ -251,17 +251,30 @@ fn appends_are_synced_in_the_journal_not_in_their_segments() {
     );
 }
 
-/// The file work of every log journaled on a node is done by the node's
-/// one log writer: eight logs taking appends at once have no I/O thread of
-/// their own, all eight are served by the writer, and every append is
-/// flushed; a log dropped is served no more.
+/// The file work of every log of a node is done by the node's one log
+/// writer: eight logs taking appends at once, one of them synced once a
+/// second (not in the journal), have no I/O thread of their own, all
+/// eight are served by the writer, and every append is flushed; a log
+/// dropped is served no more.
 #[test]
 fn the_logs_of_a_node_share_one_writer_thread() {
     let storage: Arc<dyn Storage> = Arc::new(FaultyStorage::new(11));
     let (journal, _) = Journal::open(Arc::clone(&storage), Path::new(BASE)).unwrap();
-    let mut logs: Vec<LogStore> = (1..=8)
+    let mut logs: Vec<LogStore> = (1..=7)
         .map(|g| open_log(&storage, &journal, g).unwrap())
         .collect();
+    let (every_sec, _) = LogStore::open_journaled(
+        Arc::clone(&storage),
+        &log_dir(8),
+        LogOptions {
+            sync: SyncPolicy::EverySec,
+            ..LogOptions::default()
+        },
+        Some(&journal),
+    )
+    .unwrap();
+    assert!(every_sec.journal.is_none(), "synced in the journal");
+    logs.push(every_sec);
     // Group 2's log is a follower's (see `open_log`): its appends go to
     // the writer as well.
     assert!(logs.iter().all(|l| !l.io.own_thread()));
