@@ -150,9 +150,9 @@ pub(crate) enum Job {
 /// [`IoThread::run_here`], which runs everything queued before its own job
 /// and then its own, at once. The I/O thread is the log's own, or, for a
 /// log of a node with a journal (every cluster node), the node's log
-/// writer, shared by all of them (`writer`). Without a thread (`inline`, for simulated clusters, whose
-/// clock must not run ahead of work on another thread) every job runs in
-/// its caller.
+/// writer, shared by all of them (`writer`). Without a thread (`inline`,
+/// for simulated clusters, whose clock must not run ahead of work on
+/// another thread) every job runs in its caller.
 #[derive(Debug)]
 pub(crate) struct IoThread {
     shared: Arc<Shared>,
