@@ -85,19 +85,10 @@ impl Host {
                 right.id
             )));
         }
-        if pinned == Pinned::Refuse {
-            for d in [left, right] {
-                let pins = self.range_pins(d).await?;
-                if pins > 0 {
-                    return Err(ClusterError::Refused(format!(
-                        "range {} is pinned by {pins} snapshot timestamp(s): the merged range \
-                         would hold none of their past; release the snapshots (SNAPSHOT \
-                         RELEASE) or wait for their end, or merge with FORCE (their reads of \
-                         the merged range are then refused)",
-                        d.id
-                    )));
-                }
-            }
+        let why = "the merged range would hold none of their past (forced, their reads of it are \
+                   refused)";
+        for d in [left, right] {
+            self.refuse_if_pinned(d, pinned, why, "merge").await?;
         }
         meta.change_ranges(&MapChange::Merge {
             left: left.id,
@@ -545,6 +536,30 @@ impl Host {
         )
         .await
         .flatten()
+    }
+
+    /// Refuses a split or merge (`verb`) of range `desc` while a snapshot
+    /// pins it (asked of its voters, [`Host::range_pins`]), saying `why`,
+    /// unless `pinned` forces it.
+    pub(super) async fn refuse_if_pinned(
+        &self,
+        desc: &RangeDesc,
+        pinned: Pinned,
+        why: &str,
+        verb: &str,
+    ) -> Result<(), ClusterError> {
+        if pinned == Pinned::Force {
+            return Ok(());
+        }
+        let pins = self.range_pins(desc).await?;
+        if pins == 0 {
+            return Ok(());
+        }
+        Err(ClusterError::Refused(format!(
+            "range {} is pinned by {pins} snapshot timestamp(s): {why}; release the snapshots \
+             (SNAPSHOT RELEASE) or wait for their end, or {verb} with FORCE",
+            desc.id
+        )))
     }
 
     /// The most snapshot timestamps any voter of range `desc` holds pinned

@@ -585,17 +585,8 @@ impl Host {
         let desc = map
             .get(range)
             .ok_or_else(|| ClusterError::Refused(format!("no range {range}")))?;
-        let pins = match pinned {
-            Pinned::Refuse => self.range_pins(desc).await?,
-            Pinned::Force => 0,
-        };
-        if pins > 0 {
-            return Err(ClusterError::Refused(format!(
-                "range {range} is pinned by {pins} snapshot timestamp(s): a range split off \
-                 would keep the store it was split from held until they end; release the \
-                 snapshots (SNAPSHOT RELEASE) or wait for their end, or split with FORCE"
-            )));
-        }
+        let why = "a range split off would keep the store it was split from held until they end";
+        self.refuse_if_pinned(desc, pinned, why, "split").await?;
         let new_id = map.next_id();
         if range == 0 {
             meta.split_range(at, new_id).await?;

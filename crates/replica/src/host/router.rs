@@ -313,8 +313,9 @@ impl Host {
     /// keys, with their old versions, after that hold, so the snapshot's
     /// reads of the merged range would miss them; the snapshot waits for
     /// the merge to be carried out. (An automatic merge decided after the
-    /// pins finds them on its ranges' leaders and waits for the snapshot
-    /// instead; one asked by hand does not look, `docs/cluster.md`.)
+    /// pins finds them on its ranges' voters and waits for the snapshot
+    /// instead; one asked by hand is refused, unless forced,
+    /// `Host::merge`.)
     pub async fn snapshot(&self, ttl: std::time::Duration) -> Result<u64, ClusterError> {
         let meta = self
             .group(0)

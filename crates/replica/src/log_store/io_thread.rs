@@ -315,9 +315,7 @@ impl IoThread {
             Runner::Own => {
                 self.shared.queued.notify_one();
             }
-            Runner::Writer(journal) => journal
-                .writer()
-                .wake(Arc::clone(&self.shared) as Arc<dyn Served>),
+            Runner::Writer(journal) => journal.writer().wake(&self.shared),
             Runner::Inline => self.shared.drain(),
         }
         Ok(())
@@ -434,8 +432,8 @@ impl Shared {
     }
 
     /// [`Shared::drain`]; with `defer`, appends synced in the journal are
-    /// left waiting for its sync (`Files::deferred`).
-    fn drain_with(&self, defer: bool) {
+    /// left waiting for its sync (`Files::deferred`). Whether any wait.
+    fn drain_with(&self, defer: bool) -> bool {
         let mut files = self.files.lock();
         let mut more = || self.queue.lock().jobs.pop_front();
         let mut next = more();
@@ -449,6 +447,7 @@ impl Shared {
         if !defer {
             files.finish_deferred();
         }
+        !files.deferred.is_empty()
     }
 }
 
@@ -462,8 +461,7 @@ impl Served for Shared {
     }
 
     fn drain_deferred(&self) -> bool {
-        self.drain_with(true);
-        !self.files.lock().deferred.is_empty()
+        self.drain_with(true)
     }
 
     fn flush_deferred(&self) {

@@ -104,10 +104,11 @@ impl LogWriter {
 
     /// `log` has a job queued: it goes on the ready list, unless it is on
     /// it already.
-    pub(crate) fn wake(&self, log: Arc<dyn Served>) {
+    pub(crate) fn wake<S: Served + 'static>(&self, log: &Arc<S>) {
         if log.ready_flag().swap(true, Ordering::AcqRel) {
             return;
         }
+        let log: Arc<dyn Served> = Arc::clone(log) as Arc<dyn Served>;
         self.state.inner.lock().ready.push(log);
         self.state.wake.notify_one();
     }
