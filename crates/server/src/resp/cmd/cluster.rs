@@ -174,27 +174,30 @@ fn change(cx: &mut Ctx<'_, '_>, c: &Cluster, change: Change) -> CmdResult {
     Ok(())
 }
 
+/// CLUSTER HELP's lines, one per subcommand, each starting with its
+/// syntax (COMMAND DOCS documents every one of them: a test checks).
+const HELP: [&str; 7] = [
+    "CLUSTER STATUS: this node's role, term, indexes, members and followers.",
+    "CLUSTER INIT id=host:port,...: forms a new cluster of these voters (this node one).",
+    "CLUSTER ADD id host:port [seconds]: on the leader, adds a node: a learner, which must \
+     catch up within the seconds (30) or is removed again, then a voter. Ids in use or \
+     of removed voters are refused.",
+    "CLUSTER REMOVE id: on the leader, removes a node; a voter's id is never used again.",
+    "CLUSTER RANGES: the ranges the keyspace is cut into, a line each: id, bounds, epoch, \
+     replicas, leader, and the keys and bytes of those this node holds.",
+    "CLUSTER SPLIT key [FORCE]: splits the range holding the key there, the key starting \
+     a new range; answers the new range's id. Refused while a snapshot pins the range, \
+     unless FORCE (the new range then takes the pins, and keeps the store it was split \
+     from held until the snapshot ends).",
+    "CLUSTER MERGE key [FORCE]: merges the range holding the key with the range after it \
+     (both on the same nodes); answers the id of the range merged away. Refused while a \
+     snapshot pins either range, unless FORCE (the snapshot's reads of the merged range are \
+     then refused).",
+];
+
 fn help(r: &mut Reply<'_>) {
-    let lines = [
-        "CLUSTER STATUS: this node's role, term, indexes, members and followers.",
-        "CLUSTER INIT id=host:port,...: forms a new cluster of these voters (this node one).",
-        "CLUSTER ADD id host:port [seconds]: on the leader, adds a node: a learner, which must \
-         catch up within the seconds (30) or is removed again, then a voter. Ids in use or \
-         of removed voters are refused.",
-        "CLUSTER REMOVE id: on the leader, removes a node; a voter's id is never used again.",
-        "CLUSTER RANGES: the ranges the keyspace is cut into, a line each: id, bounds, epoch, \
-         replicas, leader, and the keys and bytes of those this node holds.",
-        "CLUSTER SPLIT key [FORCE]: splits the range holding the key there, the key starting \
-         a new range; answers the new range's id. Refused while a snapshot pins the range, \
-         unless FORCE (the new range then takes the pins, and keeps the store it was split \
-         from held until the snapshot ends).",
-        "CLUSTER MERGE key [FORCE]: merges the range holding the key with the range after it \
-         (both on the same nodes); answers the id of the range merged away. Refused while a \
-         snapshot pins either range, unless FORCE (the snapshot's reads of the merged range are \
-         then refused).",
-    ];
-    r.array(lines.len());
-    for l in lines {
+    r.array(HELP.len());
+    for l in HELP {
         r.bulk_str(l);
     }
 }
@@ -317,4 +320,35 @@ pub(super) fn wait(cx: &mut Ctx<'_, '_>) -> CmdResult {
         Waited::Parked => cx.parked = true,
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HELP;
+    use crate::resp::cmd::table::{acl_catalog, docs};
+
+    /// Every subcommand CLUSTER HELP names is documented with the arity
+    /// its syntax gives (so COMMAND DOCS lists it), and ACL rules can name
+    /// it (`-cluster|split`): the ACL catalog is built from the docs.
+    #[test]
+    fn every_cluster_subcommand_is_documented_and_named_by_acl_rules() {
+        let catalog = acl_catalog();
+        for line in HELP {
+            let (syntax, _) = line.split_once(": ").expect("a syntax, then a colon");
+            let words: Vec<&str> = syntax.split(' ').collect();
+            let name = format!("cluster|{}", words[1].to_ascii_lowercase());
+            let doc = docs::find(&name)
+                .unwrap_or_else(|| panic!("{name} has no docs"))
+                .doc;
+            let required = words.iter().filter(|w| !w.starts_with('[')).count();
+            let optional = words.len() > required;
+            let arity = if optional {
+                -(required as i64)
+            } else {
+                required as i64
+            };
+            assert_eq!(i64::from(doc.arity), arity, "{name}");
+            assert!(catalog.id(&name).is_some(), "{name}");
+        }
+    }
 }

@@ -10,7 +10,7 @@ use std::sync::LazyLock;
 
 pub(crate) mod acl;
 mod command;
-mod docs;
+pub(super) mod docs;
 
 use super::batch::BatchRead;
 use super::spec::{Kind, Spec};
