@@ -7,6 +7,7 @@ mod acl;
 mod atomic;
 mod command_docs;
 mod config_set;
+mod help;
 mod keys;
 mod large;
 mod limits;
@@ -15,6 +16,7 @@ mod ordered;
 // `DEBUG PANIC` exists in debug builds only.
 #[cfg(debug_assertions)]
 mod panic;
+mod peer;
 mod protocol;
 mod server;
 mod strict;

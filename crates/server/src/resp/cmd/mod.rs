@@ -187,8 +187,9 @@ impl<'a> ArgList<'a> for &[&'a [u8]] {
     }
 }
 
-/// A `HELP` subcommand's reply, Redis's shape: the lines given, then the
-/// closing "HELP / Print this help." pair's second line.
+/// A `HELP` subcommand's reply, Redis's shape (`addReplyHelp`): the lines
+/// given, then the closing "HELP / Print this help." pair's second line
+/// (Redis 7.2's words; 7.0 says "Prints").
 pub(crate) fn help_reply(r: &mut Reply<'_>, lines: &[&str]) {
     r.array(lines.len() + 1);
     for line in lines {

@@ -114,9 +114,44 @@ pub(super) fn hello(cx: &mut Ctx<'_, '_>) -> CmdResult {
     Ok(())
 }
 
+/// CONFIG HELP: Redis 7.0's lines.
+const CONFIG_HELP: &[&str] = &[
+    "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "GET <pattern>",
+    "    Return parameters matching the glob-like <pattern> and their values.",
+    "SET <directive> <value>",
+    "    Set the configuration <directive> to <value>.",
+    "RESETSTAT",
+    "    Reset statistics reported by the INFO command.",
+    "REWRITE",
+    "    Rewrite the configuration file.",
+    "HELP",
+];
+
+/// SLOWLOG HELP: Redis 7.0's lines.
+const SLOWLOG_HELP: &[&str] = &[
+    "SLOWLOG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "GET [<count>]",
+    "    Return top <count> entries from the slowlog (default: 10, -1 mean all).",
+    "    Entries are made of:",
+    "    id, timestamp, time in microseconds, arguments array, client IP and port,",
+    "    client name",
+    "LEN",
+    "    Return the length of the slowlog.",
+    "RESET",
+    "    Reset the slowlog.",
+    "HELP",
+];
+
 pub(super) fn config(cx: &mut Ctx<'_, '_>) -> CmdResult {
     let sub = cx.args[1];
-    if eq_ic(sub, "get") {
+    if eq_ic(sub, "help") {
+        if cx.args.len() != 2 {
+            return Err(CmdError::Arity("config|help".into()));
+        }
+        super::help_reply(&mut cx.r, CONFIG_HELP);
+        Ok(())
+    } else if eq_ic(sub, "get") {
         if cx.args.len() < 3 {
             return Err(CmdError::Arity("config|get".into()));
         }
@@ -216,7 +251,12 @@ pub(super) fn time(cx: &mut Ctx<'_, '_>) -> CmdResult {
 pub(super) fn slowlog(cx: &mut Ctx<'_, '_>) -> CmdResult {
     let sub = cx.args[1];
     let log = &cx.shared.slowlog;
-    if eq_ic(sub, "get") {
+    if eq_ic(sub, "help") {
+        if cx.args.len() != 2 {
+            return Err(CmdError::Arity("slowlog|help".into()));
+        }
+        super::help_reply(&mut cx.r, SLOWLOG_HELP);
+    } else if eq_ic(sub, "get") {
         if cx.args.len() > 3 {
             return Err(CmdError::err(format!(
                 "unknown subcommand or wrong number of arguments for '{}'. Try SLOWLOG HELP.",
