@@ -1240,8 +1240,10 @@ fn memcached_socket(n: &Node) -> String {
 /// and so does an EXISTS whose client closed its side of the connection
 /// (EOF) while it waited: a parked request is answered before the
 /// connection's end is acted on. memcached's `lru_crawler metadump`
-/// through the same node waits too, and then lists every key. (A read that held the loop would hold
-/// the PING for the remote read's 10 s deadline.)
+/// through the same node waits too, and then lists every key. So does an
+/// EXEC of a transaction that reads the key at a snapshot (GETAT), and
+/// it then answers the snapshot's value. (A read that held the loop would
+/// hold the PING for the remote read's 10 s deadline.)
 fn reads_elsewhere_leave_the_loop_free(nodes: &[Node], keys: usize) {
     use std::io::{ErrorKind, Read, Write};
     use std::net::TcpStream;
@@ -1280,6 +1282,22 @@ fn reads_elsewhere_leave_the_loop_free(nodes: &[Node], keys: usize) {
             continue;
         }
         let stopped = nodes.iter().find(|n| n.id == first).unwrap();
+        // Taken through the node that reads it (snapshot ids are its own);
+        // released on every way out, so that no pin outlives the probe.
+        let snap: i64 = redis::cmd("SNAPSHOT")
+            .arg("CREATE")
+            .arg("EX")
+            .arg(60)
+            .query(&mut via.connect())
+            .unwrap();
+        let release = || {
+            let released: i64 = redis::cmd("SNAPSHOT")
+                .arg("RELEASE")
+                .arg(snap)
+                .query(&mut via.connect())
+                .unwrap();
+            assert_eq!(released, 1);
+        };
         let connect = || {
             let s = TcpStream::connect(via.resp).unwrap();
             s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -1287,6 +1305,16 @@ fn reads_elsewhere_leave_the_loop_free(nodes: &[Node], keys: usize) {
         };
         let (mut exists, mut dbsize, mut ping) = (connect(), connect(), connect());
         let mut closed = connect();
+        let mut txn = connect();
+        let queue = format!(
+            "*1\r\n$5\r\nMULTI\r\n*3\r\n$5\r\nGETAT\r\n${}\r\n{snap}\r\n${}\r\n{key}\r\n",
+            snap.to_string().len(),
+            key.len()
+        );
+        txn.write_all(queue.as_bytes()).unwrap();
+        let mut queued = [0u8; 14];
+        txn.read_exact(&mut queued).unwrap();
+        assert_eq!(&queued, b"+OK\r\n+QUEUED\r\n");
         let mut dump = std::os::unix::net::UnixStream::connect(memcached_socket(via)).unwrap();
         dump.set_read_timeout(Some(Duration::from_secs(30)))
             .unwrap();
@@ -1300,6 +1328,7 @@ fn reads_elsewhere_leave_the_loop_free(nodes: &[Node], keys: usize) {
         dbsize.write_all(b"*1\r\n$6\r\nDBSIZE\r\n").unwrap();
         closed.write_all(cmd.as_bytes()).unwrap();
         closed.shutdown(std::net::Shutdown::Write).unwrap();
+        txn.write_all(b"*1\r\n$4\r\nEXEC\r\n").unwrap();
         dump.write_all(b"lru_crawler metadump all\r\n").unwrap();
         std::thread::sleep(Duration::from_secs(1));
         ping.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -1309,7 +1338,7 @@ fn reads_elsewhere_leave_the_loop_free(nodes: &[Node], keys: usize) {
         let pinged = n.as_ref().ok().map(|&n| buf[..n].to_vec());
         // Each connection: still waiting, or what it was answered.
         let mut early = Vec::new();
-        for s in [&mut exists, &mut dbsize, &mut closed] {
+        for s in [&mut exists, &mut dbsize, &mut closed, &mut txn] {
             s.set_nonblocking(true).unwrap();
             early.push(match s.read(&mut buf) {
                 Err(e) if e.kind() == ErrorKind::WouldBlock => None,
@@ -1330,6 +1359,11 @@ fn reads_elsewhere_leave_the_loop_free(nodes: &[Node], keys: usize) {
             "PING waited behind reads of a stopped node: {n:?}"
         );
         if early.iter().any(Option::is_some) {
+            // Whatever EXEC answers, the snapshot is done with.
+            let mut rest = [0u8; 256];
+            txn.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+            let _ = txn.read(&mut rest);
+            release();
             let now = ranges(via);
             let moved = !now.lines().any(|l| l.starts_with(desc.as_str()));
             probes += 1;
@@ -1338,8 +1372,8 @@ fn reads_elsewhere_leave_the_loop_free(nodes: &[Node], keys: usize) {
                 continue;
             }
             panic!(
-                "EXISTS, DBSIZE, EXISTS before EOF, metadump answered with their node stopped \
-                 ({desc}): {early:?}\nmap now:\n{now}"
+                "EXISTS, DBSIZE, EXISTS before EOF, EXEC, metadump answered with their node \
+                 stopped ({desc}): {early:?}\nmap now:\n{now}"
             );
         }
         let mut answer = |s: &mut TcpStream| {
@@ -1352,6 +1386,19 @@ fn reads_elsewhere_leave_the_loop_free(nodes: &[Node], keys: usize) {
             .unwrap();
         assert_eq!(answer(&mut exists), format!(":{want}\r\n"), "EXISTS {key}");
         assert_eq!(answer(&mut dbsize), format!(":{keys}\r\n"), "DBSIZE");
+        let value: String = redis::cmd("GET")
+            .arg(&key)
+            .query(&mut via.connect())
+            .unwrap();
+        let exec = format!("*1\r\n${}\r\n{value}\r\n", value.len());
+        let mut got = vec![0u8; exec.len()];
+        txn.read_exact(&mut got).unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            exec,
+            "EXEC [GETAT {snap} {key}]"
+        );
+        release();
         let mut rest = Vec::new();
         closed.read_to_end(&mut rest).unwrap();
         assert_eq!(

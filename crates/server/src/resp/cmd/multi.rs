@@ -23,6 +23,10 @@
 //! So a data command in a transaction makes its reads before its one
 //! write, and decides the same ops both times (its arguments are the
 //! same; only an op's result differs, which it reads in step 3).
+//!
+//! On a keyspace split into ranges, reads of a snapshot (GETAT, RANGEAT)
+//! run before step 1 and are answered in their places in step 3
+//! ([`read_early`]): they may wait for another node, which parks EXEC.
 
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -55,6 +59,9 @@ pub(crate) struct Multi {
     /// Per queued command, the refusal to answer in its place when the
     /// user may no longer run it at EXEC (ACL rules changed meanwhile).
     denied: Vec<Option<String>>,
+    /// EXEC checked the queued commands against the user's rules: an EXEC
+    /// that parked and runs again (see [`read_early`]) checks them once.
+    rechecked: bool,
 }
 
 impl Multi {
@@ -80,6 +87,12 @@ impl Multi {
     /// A queued command writes (EXEC then waits out a CLIENT PAUSE WRITE).
     pub(crate) fn writes(&self) -> bool {
         self.queued.iter().any(|q| q.spec.writes())
+    }
+
+    /// Whether EXEC is to check the queued commands against the user's
+    /// rules: the first time it runs only.
+    pub(crate) fn recheck(&mut self) -> bool {
+        !std::mem::replace(&mut self.rechecked, true)
     }
 
     fn denial(&self, i: usize) -> Option<&str> {
@@ -333,14 +346,22 @@ pub(super) fn exec(cx: &mut Ctx<'_, '_>) -> CmdResult {
             "EXECABORT Transaction discarded because of previous errors.".into(),
         ));
     }
+    let Some(early) = read_early(cx, &multi) else {
+        // Parked on a read elsewhere: EXEC runs again, whole, once it
+        // lands, and finds the transaction as it was.
+        cx.conn.multi = Some(multi);
+        cx.conn.watched = watched;
+        cx.parked = true;
+        return Ok(());
+    };
     let step = RefCell::new(TxnStep::Decide(OpList::default()));
     let mut counts = Vec::with_capacity(multi.queued.len());
     let mut scratch = Vec::new();
     for (i, q) in multi.queued.iter().enumerate() {
         let before = decided_count(&step);
-        if q.spec.kind != Kind::Control && multi.denial(i).is_none() {
+        if q.spec.kind != Kind::Control && multi.denial(i).is_none() && early[i].is_none() {
             // Its reply (or error) is thrown away: it is made in step 3.
-            let _ = run_queued(cx, q, &step, &mut scratch);
+            let _ = run_queued(cx, q, Some(&step), &mut scratch);
             scratch.clear();
         }
         counts.push(decided_count(&step) - before);
@@ -360,11 +381,70 @@ pub(super) fn exec(cx: &mut Ctx<'_, '_>) -> CmdResult {
         watch: Cow::Owned(watch),
         ops: Cow::Owned(ops),
     };
-    cx.write(&txn, move |cx, outcome| reply(cx, &multi, &counts, outcome))
+    cx.write(&txn, move |cx, outcome| {
+        reply(cx, &multi, &counts, &early, outcome)
+    })
+}
+
+/// Queued reads of a snapshot's past (GETAT, RANGEAT): they read nothing
+/// the transaction writes, and on a split keyspace they may be answered
+/// by another node.
+const SNAPSHOT_READS: [&str; 2] = ["getat", "rangeat"];
+
+/// A queued command answered before the transaction ran.
+enum Early {
+    Reply(Vec<u8>),
+    Error(String),
+}
+
+/// Before step 1, on a keyspace split into ranges: runs the queued reads
+/// of a snapshot, which may wait for another node, as they run outside
+/// EXEC, so that a wait parks the connection and the event loop serves
+/// others meanwhile (inside the transaction's steps reads wait on the
+/// loop). Their replies are kept for step 3 and they are not run again;
+/// they read a snapshot, which the transaction cannot change. Per queued
+/// command, its early answer; None if one of them parked (every read that
+/// would wait sends its round at once; EXEC runs again when they land and
+/// finds their answers). Elsewhere (one store, or no parking): none.
+fn read_early(cx: &mut Ctx<'_, '_>, multi: &Multi) -> Option<Vec<Option<Early>>> {
+    let mut early: Vec<Option<Early>> = (0..multi.queued.len()).map(|_| None).collect();
+    let split = matches!(
+        cx.keyspace(),
+        crate::node::keyspace::Keyspace::Ranges {
+            parking: Some(_),
+            ..
+        }
+    );
+    if !split {
+        return Some(early);
+    }
+    let mut parked = false;
+    for (i, q) in multi.queued.iter().enumerate() {
+        if !SNAPSHOT_READS.contains(&q.spec.name) || multi.denial(i).is_some() {
+            continue;
+        }
+        let mut out = Vec::new();
+        let r = run_queued(cx, q, None, &mut out);
+        early[i] = match r {
+            Err(CmdError::Store(e)) if crate::node::park::is_parked(&e) => {
+                parked = true;
+                continue;
+            }
+            Err(e) => Some(Early::Error(e.line())),
+            Ok(()) => Some(Early::Reply(out)),
+        };
+    }
+    (!parked).then_some(early)
 }
 
 /// Step 3: EXEC's reply, from the transaction's outcome.
-fn reply(cx: &mut Ctx<'_, '_>, multi: &Multi, counts: &[usize], outcome: Outcome) -> CmdResult {
+fn reply(
+    cx: &mut Ctx<'_, '_>,
+    multi: &Multi,
+    counts: &[usize],
+    early: &[Option<Early>],
+    outcome: Outcome,
+) -> CmdResult {
     let Outcome::Txn { results } = outcome else {
         return Err(mismatch().into());
     };
@@ -382,10 +462,22 @@ fn reply(cx: &mut Ctx<'_, '_>, multi: &Multi, counts: &[usize], outcome: Outcome
             cx.r.error(error);
             continue;
         }
+        match &early[i] {
+            Some(Early::Reply(bytes)) => {
+                cx.r.out.extend_from_slice(bytes);
+                continue;
+            }
+            Some(Early::Error(line)) => {
+                Stats::add(&cx.shared.stats.errors_replied, 1);
+                cx.r.error(line);
+                continue;
+            }
+            None => {}
+        }
         let mine: Vec<_> = results.by_ref().take(n).collect();
         *step.borrow_mut() = TxnStep::Reply(mine.into_iter());
         let mut out = std::mem::take(cx.r.out);
-        let r = run_queued(cx, q, &step, &mut out);
+        let r = run_queued(cx, q, Some(&step), &mut out);
         *cx.r.out = out;
         if let Err(e) = r {
             Stats::add(&cx.shared.stats.errors_replied, 1);
@@ -402,11 +494,13 @@ fn decided_count(step: &RefCell<TxnStep>) -> usize {
     }
 }
 
-/// Runs a queued command's handler inside EXEC, its reply into `out`.
+/// Runs a queued command's handler inside EXEC, its reply into `out`:
+/// in a step of the transaction, or (`step` None) before it, reading as
+/// outside EXEC, its reads parking the connection where they may.
 fn run_queued(
     cx: &mut Ctx<'_, '_>,
     q: &Queued,
-    step: &RefCell<TxnStep>,
+    step: Option<&RefCell<TxnStep>>,
     out: &mut Vec<u8>,
 ) -> CmdResult {
     let args: Vec<&[u8]> = q.args.iter().map(Vec::as_slice).collect();
@@ -414,7 +508,7 @@ fn run_queued(
     let mut sub = Ctx {
         shared: cx.shared,
         session: cx.session,
-        parking: None,
+        parking: if step.is_none() { cx.parking } else { None },
         batch: &mut *cx.batch,
         conn: &mut *cx.conn,
         client: &mut *cx.client,
@@ -424,7 +518,7 @@ fn run_queued(
         stats: cx.stats,
         read_mark: cx.read_mark,
         close: false,
-        txn: Some(step),
+        txn: step,
         held: None,
         parked: false,
     };

@@ -45,9 +45,13 @@ pub(crate) fn recheck_queued(cx: &mut Ctx<'_, '_>) {
     if user.unrestricted() {
         return;
     }
-    let Some(multi) = cx.conn.multi.as_ref() else {
+    let Some(multi) = cx.conn.multi.as_mut() else {
         return;
     };
+    if !multi.recheck() {
+        // An EXEC run again after it parked: checked (and logged) once.
+        return;
+    }
     let mut denied = Vec::new();
     for (i, (spec, args)) in multi.queued().enumerate() {
         let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
