@@ -114,7 +114,7 @@ pub(super) fn hello(cx: &mut Ctx<'_, '_>) -> CmdResult {
     Ok(())
 }
 
-/// CONFIG HELP: Redis 7.0's lines.
+/// CONFIG HELP: Redis's lines (7.0's and 7.2's alike).
 const CONFIG_HELP: &[&str] = &[
     "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
     "GET <pattern>",
@@ -128,7 +128,7 @@ const CONFIG_HELP: &[&str] = &[
     "HELP",
 ];
 
-/// SLOWLOG HELP: Redis 7.0's lines.
+/// SLOWLOG HELP: Redis's lines (7.0's and 7.2's alike).
 const SLOWLOG_HELP: &[&str] = &[
     "SLOWLOG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
     "GET [<count>]",
