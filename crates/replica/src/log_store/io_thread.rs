@@ -341,8 +341,8 @@ impl IoThread {
 
     /// Queues `job` and runs the queue in the caller, so that `job` is done
     /// (after everything sent before it) when this returns. A follower's
-    /// appends to a log of its own thread go this way: it answers the
-    /// leader only once they are synced, so handing them to the thread
+    /// appends to a log not synced in the journal go this way: it answers
+    /// the leader only once they are synced, so handing them to a thread
     /// would add two thread switches to every round trip and save nothing.
     /// The caller blocks meanwhile (openraft's Raft task, which on a
     /// follower has nothing better to do than wait for the sync), also

@@ -457,22 +457,21 @@ fn reply(
     let step = RefCell::new(TxnStep::Reply(Vec::new().into_iter()));
     let mut results = results.into_iter();
     for (i, (q, &n)) in multi.queued.iter().zip(counts).enumerate() {
-        if let Some(error) = multi.denial(i) {
-            Stats::add(&cx.shared.stats.errors_replied, 1);
-            cx.r.error(error);
-            continue;
-        }
-        match &early[i] {
-            Some(Early::Reply(bytes)) => {
+        // Denied, or answered before the transaction ran.
+        match (multi.denial(i), &early[i]) {
+            (Some(error), _) => {
+                error_in_place(cx, error);
+                continue;
+            }
+            (None, Some(Early::Error(error))) => {
+                error_in_place(cx, error);
+                continue;
+            }
+            (None, Some(Early::Reply(bytes))) => {
                 cx.r.out.extend_from_slice(bytes);
                 continue;
             }
-            Some(Early::Error(line)) => {
-                Stats::add(&cx.shared.stats.errors_replied, 1);
-                cx.r.error(line);
-                continue;
-            }
-            None => {}
+            (None, None) => {}
         }
         let mine: Vec<_> = results.by_ref().take(n).collect();
         *step.borrow_mut() = TxnStep::Reply(mine.into_iter());
@@ -480,11 +479,16 @@ fn reply(
         let r = run_queued(cx, q, Some(&step), &mut out);
         *cx.r.out = out;
         if let Err(e) = r {
-            Stats::add(&cx.shared.stats.errors_replied, 1);
-            cx.r.error(&e.line());
+            error_in_place(cx, &e.line());
         }
     }
     Ok(())
+}
+
+/// A queued command's error, in its place in EXEC's reply.
+fn error_in_place(cx: &mut Ctx<'_, '_>, line: &str) {
+    Stats::add(&cx.shared.stats.errors_replied, 1);
+    cx.r.error(line);
 }
 
 fn decided_count(step: &RefCell<TxnStep>) -> usize {
