@@ -66,11 +66,18 @@ fn free_port_skips_a_listening_port() {
 #[test]
 fn free_port_is_bindable_and_in_the_default_range() {
     let _ports = PORTS.lock().unwrap_or_else(|e| e.into_inner());
-    for _ in 0..5 {
+    // Between the probe and this bind another program may take the port
+    // (CI lost a run to it once): most, not all, must bind. A probe that
+    // answered taken ports would fail nearly every one.
+    let mut taken = Vec::new();
+    for _ in 0..20 {
         let p = free_port().unwrap();
         assert!(PORT_RANGE.contains(&p), "{p}");
-        TcpListener::bind(("127.0.0.1", p)).unwrap_or_else(|e| panic!("port {p}: {e}"));
+        if let Err(e) = TcpListener::bind(("127.0.0.1", p)) {
+            taken.push(format!("port {p}: {e}"));
+        }
     }
+    assert!(taken.len() <= 2, "{taken:?}");
 }
 
 #[test]
