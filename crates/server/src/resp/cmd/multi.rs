@@ -403,9 +403,10 @@ enum Early {
 /// others meanwhile (inside the transaction's steps reads wait on the
 /// loop). Their replies are kept for step 3 and they are not run again;
 /// they read a snapshot, which the transaction cannot change. Per queued
-/// command, its early answer; None if one of them parked (every read that
-/// would wait sends its round at once; EXEC runs again when they land and
-/// finds their answers). Elsewhere (one store, or no parking): none.
+/// command, its early answer; None if one of them parked (the first read
+/// that has to wait sends its round, the connection's one in flight; EXEC
+/// runs again when it lands, finds its answer, and the next read that has
+/// to wait sends its own). Elsewhere (one store, or no parking): none.
 fn read_early(cx: &mut Ctx<'_, '_>, multi: &Multi) -> Option<Vec<Option<Early>>> {
     let mut early: Vec<Option<Early>> = (0..multi.queued.len()).map(|_| None).collect();
     let split = matches!(
