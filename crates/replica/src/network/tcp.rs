@@ -104,17 +104,7 @@ impl TcpTransport {
         let to: SocketAddr = tokio::net::lookup_host(addr).await?.next().ok_or_else(|| {
             io::Error::new(io::ErrorKind::NotFound, format!("no address for {addr}"))
         })?;
-        let socket = if to.is_ipv4() {
-            TcpSocket::new_v4()?
-        } else {
-            TcpSocket::new_v6()?
-        };
-        if let Some(ip) = self.local_ip
-            && ip.is_ipv4() == to.is_ipv4()
-        {
-            socket.bind(SocketAddr::new(ip, 0))?;
-        }
-        let stream = socket.connect(to).await?;
+        let stream = outgoing_socket(self.local_ip, to)?.connect(to).await?;
         stream.set_nodelay(true)?;
         Ok(stream)
     }
@@ -165,6 +155,37 @@ impl Transport for TcpTransport {
             }
         })
     }
+}
+
+/// A socket for a connection to `to`, bound to `local_ip` (port 0) where
+/// one is given and of `to`'s family.
+///
+/// On Linux the port is left to `connect` (`IP_BIND_ADDRESS_NO_PORT`): a
+/// bind to port 0 otherwise reserves a port no other socket of that
+/// address holds, one of some 28,000 shared by every connection leaving
+/// it, to any peer, and by those in TIME_WAIT. Connections that churn
+/// (dozens of groups to each peer, a peer stopped with requests held
+/// open) could use them all up, and a connection would then fail at once
+/// as if the peer were down. At `connect` the port need only be unique
+/// for that peer. A kernel without the option (before 4.2) binds as
+/// before.
+fn outgoing_socket(local_ip: Option<IpAddr>, to: SocketAddr) -> io::Result<TcpSocket> {
+    let socket = if to.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    if let Some(ip) = local_ip
+        && ip.is_ipv4() == to.is_ipv4()
+    {
+        #[cfg(target_os = "linux")]
+        {
+            use nix::sys::socket::{setsockopt, sockopt::IpBindAddressNoPort};
+            let _ = setsockopt(&socket, IpBindAddressNoPort, &true);
+        }
+        socket.bind(SocketAddr::new(ip, 0))?;
+    }
+    Ok(socket)
 }
 
 /// Whether an idle connection may be used: the peer has not closed it.
@@ -337,6 +358,26 @@ mod tests {
                 .unwrap();
             assert!(matches!(got, Response::Pins(n) if n == want), "{got:?}");
         }
+    }
+
+    /// A connection leaving the node's own address takes its port at
+    /// `connect`, not at the bind before it (`outgoing_socket`): bound,
+    /// it holds no port yet; connected, it has one, from that address.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn an_outgoing_socket_takes_its_port_at_connect() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let to = listener.local_addr().unwrap();
+        let local: IpAddr = "127.0.0.1".parse().unwrap();
+        let socket = outgoing_socket(Some(local), to).unwrap();
+        assert_eq!(socket.local_addr().unwrap(), SocketAddr::new(local, 0));
+        let stream = socket.connect(to).await.unwrap();
+        let from = stream.local_addr().unwrap();
+        assert_eq!(from.ip(), local);
+        assert_ne!(from.port(), 0);
+        // Without a local address, nothing is bound before `connect`.
+        let plain = outgoing_socket(None, to).unwrap();
+        assert_eq!(plain.local_addr().unwrap().port(), 0);
     }
 
     /// A request a node cannot decode (a variant of a newer build's) is
