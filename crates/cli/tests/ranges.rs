@@ -1236,8 +1236,8 @@ fn memcached_socket(n: &Node) -> String {
 /// range it holds no replica of has every node that holds one stopped
 /// (SIGSTOP; with one voter stopped, a read may be answered by another);
 /// EXISTS of a key there, and DBSIZE (every range at
-/// one timestamp), wait for it, while PING on a third connection of the
-/// same loop is answered at once. Both answer once the node runs again,
+/// one timestamp), wait for them, while PING on a third connection of the
+/// same loop is answered at once. Both answer once the nodes run again,
 /// and so does an EXISTS whose client closed its side of the connection
 /// (EOF) while it waited: a parked request is answered before the
 /// connection's end is acted on. memcached's `lru_crawler metadump`

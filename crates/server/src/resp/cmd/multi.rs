@@ -359,7 +359,10 @@ pub(super) fn exec(cx: &mut Ctx<'_, '_>) -> CmdResult {
     let mut scratch = Vec::new();
     for (i, q) in multi.queued.iter().enumerate() {
         let before = decided_count(&step);
-        if q.spec.kind != Kind::Control && multi.denial(i).is_none() && early[i].is_none() {
+        if q.spec.kind != Kind::Control
+            && multi.denial(i).is_none()
+            && answered(&early, i).is_none()
+        {
             // Its reply (or error) is thrown away: it is made in step 3.
             let _ = run_queued(cx, q, Some(&step), &mut scratch);
             scratch.clear();
@@ -406,9 +409,9 @@ enum Early {
 /// command, its early answer; None if one of them parked (the first read
 /// that has to wait sends its round, the connection's one in flight; EXEC
 /// runs again when it lands, finds its answer, and the next read that has
-/// to wait sends its own). Elsewhere (one store, or no parking): none.
+/// to wait sends its own). Elsewhere (one store, or no parking): none,
+/// and nothing allocated.
 fn read_early(cx: &mut Ctx<'_, '_>, multi: &Multi) -> Option<Vec<Option<Early>>> {
-    let mut early: Vec<Option<Early>> = (0..multi.queued.len()).map(|_| None).collect();
     let split = matches!(
         cx.keyspace(),
         crate::node::keyspace::Keyspace::Ranges {
@@ -417,8 +420,9 @@ fn read_early(cx: &mut Ctx<'_, '_>, multi: &Multi) -> Option<Vec<Option<Early>>>
         }
     );
     if !split {
-        return Some(early);
+        return Some(Vec::new());
     }
+    let mut early: Vec<Option<Early>> = (0..multi.queued.len()).map(|_| None).collect();
     let mut parked = false;
     for (i, q) in multi.queued.iter().enumerate() {
         if !SNAPSHOT_READS.contains(&q.spec.name) || multi.denial(i).is_some() {
@@ -436,6 +440,11 @@ fn read_early(cx: &mut Ctx<'_, '_>, multi: &Multi) -> Option<Vec<Option<Early>>>
         };
     }
     (!parked).then_some(early)
+}
+
+/// Queued command `i`'s answer from [`read_early`], if it had one.
+fn answered(early: &[Option<Early>], i: usize) -> Option<&Early> {
+    early.get(i).and_then(Option::as_ref)
 }
 
 /// Step 3: EXEC's reply, from the transaction's outcome.
@@ -459,7 +468,7 @@ fn reply(
     let mut results = results.into_iter();
     for (i, (q, &n)) in multi.queued.iter().zip(counts).enumerate() {
         // Denied, or answered before the transaction ran.
-        match (multi.denial(i), &early[i]) {
+        match (multi.denial(i), answered(early, i)) {
             (Some(error), _) => {
                 error_in_place(cx, error);
                 continue;
